@@ -1,0 +1,95 @@
+"""Diagnostics: source spans and the one error type users see.
+
+Every user-facing problem (syntax, types, shapes, unknown ops or passes, missing files, malformed
+weights) is an `OptGraphError`. It renders GCC-style with a caret under the culprit::
+
+    model.ir:4:19: error: matmul: inner dimensions differ (8 vs 4)
+        4 |   %y = matmul(%x, %w) : f32[2,4]
+          |                   ^~
+
+The CLI prints `str(err)` and exits 1; any other exception is a bug in optgraph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Span:
+    """A 1-based source range: `line:col` up to (not including) `end_col` on the same line."""
+
+    path: str
+    line: int
+    col: int
+    end_col: int | None = None
+    source_line: str | None = field(default=None, compare=False, repr=False)
+
+    def location(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}"
+
+
+@dataclass
+class Diagnostic:
+    message: str
+    span: Span | None = None
+    severity: str = "error"
+
+    def render(self) -> str:
+        if self.span is None:
+            return f"{self.severity}: {self.message}"
+        head = f"{self.span.location()}: {self.severity}: {self.message}"
+        text = self.span.source_line
+        if text is None:
+            return head
+        text = text.rstrip("\n").replace("\t", " ")
+        gutter = f"{self.span.line:>5}"
+        width = 1
+        if self.span.end_col is not None and self.span.end_col > self.span.col:
+            width = self.span.end_col - self.span.col
+        width = max(1, min(width, max(1, len(text) - self.span.col + 1)))
+        caret = " " * (self.span.col - 1) + "^" + "~" * (width - 1)
+        return f"{head}\n{gutter} | {text}\n{' ' * len(gutter)} | {caret}"
+
+
+class OptGraphError(Exception):
+    """A user error. Holds one or more diagnostics; `str()` renders them all."""
+
+    def __init__(self, message: str, span: Span | None = None, *, notes: list[Diagnostic] | None = None):
+        self.diagnostics: list[Diagnostic] = [Diagnostic(message, span)] + list(notes or [])
+        super().__init__(message)
+
+    @classmethod
+    def from_diagnostics(cls, diagnostics: list[Diagnostic]) -> "OptGraphError":
+        if not diagnostics:
+            raise ValueError("an OptGraphError needs at least one diagnostic")
+        err = cls(diagnostics[0].message, diagnostics[0].span)
+        err.diagnostics = list(diagnostics)
+        return err
+
+    @property
+    def span(self) -> Span | None:
+        return self.diagnostics[0].span
+
+    @property
+    def message(self) -> str:
+        return self.diagnostics[0].message
+
+    def __str__(self) -> str:
+        return "\n".join(d.render() for d in self.diagnostics)
+
+
+class ParseError(OptGraphError):
+    """The text is not valid IR syntax."""
+
+
+class VerifyError(OptGraphError):
+    """The IR parses but is ill-formed (undefined names, shapes, dtypes, attributes, cycles)."""
+
+
+class PipelineError(OptGraphError):
+    """A pipeline string names an unknown pass or option, or a pass's required facts are missing."""
+
+
+class InputError(OptGraphError):
+    """A missing or unreadable file, malformed weights or inputs."""

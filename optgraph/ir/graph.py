@@ -1,0 +1,214 @@
+"""The in-memory graph: a flat, topologically ordered list of SSA nodes.
+
+A `Graph` is immutable: passes build new graphs with `dataclasses.replace` (or the `with_*` helpers)
+and never mutate their input. The order of `Graph.nodes` is the issue order: the order in which the
+host launches work. Everything a pass decides is stored in typed fields (`Node.ann`, `Node.body`,
+`record`/`wait` nodes), so the printed text shows it and `parse(print(g)) == g`.
+
+Value names are stored without their sigil: the IR `%h` is the name `"h"`, the event `^e0` is `"e0"`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Union
+
+from optgraph.errors import Span
+
+DTYPES: tuple[str, ...] = ("f32", "f16", "bf16", "i32", "i64", "bool")
+DTYPE_BYTES: Mapping[str, int] = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i64": 8, "bool": 1}
+FLOAT_DTYPES: frozenset[str] = frozenset({"f32", "f16", "bf16"})
+INT_DTYPES: frozenset[str] = frozenset({"i32", "i64"})
+
+BACKENDS: tuple[str, ...] = ("cpu", "cuda")
+WEIGHT_PLACEMENTS: tuple[str, ...] = ("device", "host")
+EVENT_OPS: frozenset[str] = frozenset({"record", "wait"})
+
+AttrValue = Union[bool, int, float, str, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A dtype and a static shape; printed `f32[2,4]` (a scalar is `f32[]`)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_BYTES[self.dtype]
+
+    def with_shape(self, shape: Iterable[int]) -> "TensorType":
+        return TensorType(self.dtype, tuple(shape))
+
+    def with_dtype(self, dtype: str) -> "TensorType":
+        return TensorType(dtype, self.shape)
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
+
+
+@dataclass(frozen=True)
+class Annotations:
+    """What scheduling passes decided about one node, printed as `!{key = value, ...}`.
+
+    - `stream`: CUDA stream id (assign-streams).
+    - `backend`: "cpu" or "cuda" (split-backends).
+    - `offset`, `size`: byte offset and reserved bytes of the result in the arena (plan-memory).
+    - `live`: (first write, last access) as node indices in issue order (analyze-lifetimes).
+    - `visible`: per stream s, the index of the first node on s from which every access to the
+      buffer happens-before, i.e. the buffer is free as seen from s; -1 where never (analyze-lifetimes).
+    - `segment`, `slot`: weight-streaming segment and prefetch slot (plan-prefetch).
+    """
+
+    stream: int | None = None
+    backend: str | None = None
+    offset: int | None = None
+    size: int | None = None
+    live: tuple[int, int] | None = None
+    visible: tuple[int, ...] | None = None
+    segment: int | None = None
+    slot: int | None = None
+
+    def items(self) -> Iterator[tuple[str, int | str | tuple[int, ...]]]:
+        """The fields that are set, in canonical (declaration) order."""
+        for key in ANNOTATION_KEYS:
+            value = getattr(self, key)
+            if value is not None:
+                yield key, value
+
+    def is_empty(self) -> bool:
+        return next(self.items(), None) is None
+
+
+ANNOTATION_KEYS: tuple[str, ...] = (
+    "stream",
+    "backend",
+    "offset",
+    "size",
+    "live",
+    "visible",
+    "segment",
+    "slot",
+)
+NO_ANNOTATIONS = Annotations()
+
+
+@dataclass(frozen=True)
+class Region:
+    """The body of a `fused` node: parameters bound to the node's operands, nodes, one result."""
+
+    params: tuple[str, ...]
+    nodes: tuple["Node", ...]
+    result: str
+
+
+@dataclass(frozen=True)
+class Node:
+    """One SSA node. For `record`/`wait` nodes `name` is the event and `type` is None."""
+
+    name: str
+    op: str
+    operands: tuple[str, ...] = ()
+    attrs: Mapping[str, AttrValue] = field(default_factory=dict)
+    type: TensorType | None = None
+    ann: Annotations = NO_ANNOTATIONS
+    body: Region | None = None
+    span: Span | None = field(default=None, compare=False, repr=False)
+    operand_spans: tuple[Span, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def is_event(self) -> bool:
+        return self.op in EVENT_OPS
+
+    @property
+    def stream(self) -> int:
+        """The stream the node runs on; 0 where no stream was assigned."""
+        return 0 if self.ann.stream is None else self.ann.stream
+
+    def attr(self, key: str, default: AttrValue | None = None) -> AttrValue | None:
+        return self.attrs.get(key, default)
+
+    def with_ann(self, **changes: object) -> "Node":
+        return replace(self, ann=replace(self.ann, **changes))
+
+
+@dataclass(frozen=True)
+class Input:
+    name: str
+    type: TensorType
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Weight:
+    """A named parameter. `placement` is the user's hint: keep it on the device or in host memory."""
+
+    name: str
+    type: TensorType
+    placement: str = "device"
+    ann: Annotations = NO_ANNOTATIONS
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Output:
+    name: str
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Graph:
+    name: str
+    inputs: tuple[Input, ...] = ()
+    weights: tuple[Weight, ...] = ()
+    nodes: tuple[Node, ...] = ()
+    outputs: tuple[Output, ...] = ()
+    path: str = field(default="<graph>", compare=False, repr=False)
+
+    # -- lookups (O(V) each; callers that need them repeatedly keep the result) --
+
+    def value_types(self) -> dict[str, TensorType]:
+        """Type of every value: inputs, weights and node results (events excluded)."""
+        types: dict[str, TensorType] = {i.name: i.type for i in self.inputs}
+        types.update((w.name, w.type) for w in self.weights)
+        types.update((n.name, n.type) for n in self.nodes if n.type is not None)
+        return types
+
+    def producers(self) -> dict[str, int]:
+        """Index in `nodes` of the node defining each value (inputs and weights are absent)."""
+        return {n.name: i for i, n in enumerate(self.nodes) if not n.is_event}
+
+    def users(self) -> dict[str, list[int]]:
+        """Indices of the nodes reading each value, in issue order."""
+        users: dict[str, list[int]] = {}
+        for i, n in enumerate(self.nodes):
+            for operand in n.operands:
+                users.setdefault(operand, []).append(i)
+        return users
+
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.outputs)
+
+    def weight_names(self) -> frozenset[str]:
+        return frozenset(w.name for w in self.weights)
+
+    def input_names(self) -> frozenset[str]:
+        return frozenset(i.name for i in self.inputs)
+
+    def compute_nodes(self) -> Iterator[tuple[int, Node]]:
+        """(index, node) for every node that is not an event."""
+        return ((i, n) for i, n in enumerate(self.nodes) if not n.is_event)
+
+    def with_nodes(self, nodes: Iterable[Node]) -> "Graph":
+        return replace(self, nodes=tuple(nodes))

@@ -1,0 +1,435 @@
+"""Text to `Graph`: the lark LALR parser with source spans.
+
+The tree is never built: a `Transformer` runs inside the LALR parser and produces `Node`s as rules
+are reduced, so parsing is linear in the text. Every syntax error becomes a `ParseError` located at
+`file:line:col` with a caret; a syntax that parses but says something impossible (an unknown dtype,
+an annotation of the wrong kind) is also reported here, at the offending token.
+
+Checks that need the whole graph (names, shapes, cycles) belong to `optgraph.ir.verify`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from lark import Lark, Token, Transformer
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
+from optgraph.errors import InputError, OptGraphError, ParseError, Span
+from optgraph.ir.graph import (
+    ANNOTATION_KEYS,
+    BACKENDS,
+    DTYPES,
+    WEIGHT_PLACEMENTS,
+    Annotations,
+    AttrValue,
+    Graph,
+    Input,
+    Node,
+    Output,
+    Region,
+    TensorType,
+    Weight,
+)
+
+_GRAMMAR = Path(__file__).with_name("grammar.lark")
+
+# Friendly names for the terminals lark reports as "expected".
+_TERMINAL_NAMES = {
+    "VALUE": "a value (%name)",
+    "EVENT": "an event (^name)",
+    "NAME": "a name",
+    "INT": "an integer",
+    "FLOAT": "a float",
+    "STRING": "a string",
+    "EVENT_OP": "'record' or 'wait'",
+    "LBRACE": "'{'",
+    "RBRACE": "'}'",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "COMMA": "','",
+    "COLON": "':'",
+    "EQUAL": "'='",
+    "BANG": "'!{'",
+    "$END": "end of file",
+}
+
+_ANNOTATION_KINDS: dict[str, str] = {
+    "stream": "int",
+    "backend": "str",
+    "offset": "int",
+    "size": "int",
+    "live": "pair",
+    "visible": "ints",
+    "segment": "int",
+    "slot": "int",
+}
+assert tuple(_ANNOTATION_KINDS) == ANNOTATION_KEYS
+
+
+@dataclass(frozen=True)
+class _Attr:
+    key: str
+    value: AttrValue
+    key_token: Token
+    value_token: Token | None
+
+
+@dataclass(frozen=True)
+class _NodeHead:
+    node: Node
+
+
+class _Located:
+    """Builds spans that point into the source text."""
+
+    def __init__(self, path: str, text: str):
+        self.path = path
+        self.lines = text.split("\n")
+
+    def span(self, token: Token) -> Span:
+        line = token.line or 1
+        col = token.column or 1
+        end_col = token.end_column if token.end_line == token.line else None
+        source = self.lines[line - 1] if 0 < line <= len(self.lines) else None
+        return Span(self.path, line, col, end_col, source)
+
+    def error(self, message: str, token: Token) -> ParseError:
+        return ParseError(message, self.span(token))
+
+
+def _suggest(word: str, choices: tuple[str, ...] | list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+class _Builder(Transformer[Token, Any]):
+    """Reduces grammar rules straight to IR objects (runs inside the LALR parser)."""
+
+    def __init__(self, located: _Located):
+        super().__init__()
+        self.at = located
+
+    # -- literals --
+    def int_lit(self, children: list[Token]) -> tuple[AttrValue, Token]:
+        return int(children[0]), children[0]
+
+    def float_lit(self, children: list[Token]) -> tuple[AttrValue, Token]:
+        return float(children[0]), children[0]
+
+    def str_lit(self, children: list[Token]) -> tuple[AttrValue, Token]:
+        token = children[0]
+        try:
+            return json.loads(str(token)), token
+        except ValueError:
+            raise self.at.error(f"invalid string literal {token}", token) from None
+
+    def name_lit(self, children: list[Token]) -> tuple[AttrValue, Token]:
+        token = children[0]
+        words: dict[str, AttrValue] = {
+            "true": True,
+            "false": False,
+            "inf": float("inf"),
+            "nan": float("nan"),
+        }
+        if str(token) not in words:
+            raise self.at.error(
+                f"expected a literal (number, string, true, false or [ints]), found '{token}'",
+                token,
+            )
+        return words[str(token)], token
+
+    def list_lit(self, children: list[Token | None]) -> tuple[AttrValue, Token | None]:
+        items = [c for c in children if c is not None]
+        return tuple(int(c) for c in items), (items[0] if items else None)
+
+    # -- pieces --
+    def attr(self, children: list[Any]) -> _Attr:
+        key, (value, value_token) = children
+        return _Attr(str(key), value, key, value_token)
+
+    def attrs(self, children: list[_Attr | None]) -> dict[str, AttrValue]:
+        out: dict[str, AttrValue] = {}
+        for a in children:
+            if a is None:
+                continue
+            if a.key in out:
+                raise self.at.error(f"duplicate attribute '{a.key}'", a.key_token)
+            out[a.key] = a.value
+        return out
+
+    def annotations(self, children: list[_Attr | None]) -> Annotations:
+        fields: dict[str, Any] = {}
+        for a in children:
+            if a is None:
+                continue
+            kind = _ANNOTATION_KINDS.get(a.key)
+            if kind is None:
+                raise self.at.error(
+                    f"unknown annotation '{a.key}'{_suggest(a.key, ANNOTATION_KEYS)}", a.key_token
+                )
+            if a.key in fields:
+                raise self.at.error(f"duplicate annotation '{a.key}'", a.key_token)
+            fields[a.key] = self._annotation_value(a, kind)
+        return Annotations(**fields)
+
+    def _annotation_value(self, a: _Attr, kind: str) -> Any:
+        value = a.value
+        token = a.value_token or a.key_token
+        ok = {
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "str": isinstance(value, str),
+            "ints": isinstance(value, tuple),
+            "pair": isinstance(value, tuple) and len(value) == 2,
+        }[kind]
+        if not ok:
+            expected = {
+                "int": "an integer",
+                "str": "a string",
+                "ints": "a list of integers",
+                "pair": "a list of two integers",
+            }[kind]
+            raise self.at.error(f"annotation '{a.key}' must be {expected}", token)
+        if a.key == "backend" and value not in BACKENDS:
+            raise self.at.error(
+                f"unknown backend \"{value}\"{_suggest(str(value), BACKENDS)}; expected one of "
+                + ", ".join(f'"{b}"' for b in BACKENDS),
+                token,
+            )
+        if kind == "int" and value < 0 and a.key != "stream":
+            raise self.at.error(f"annotation '{a.key}' must not be negative", token)
+        if a.key == "stream" and value < 0:
+            raise self.at.error("annotation 'stream' must not be negative", token)
+        return value
+
+    def type(self, children: list[Token | None]) -> tuple[TensorType, Token]:
+        dtype_token = children[0]
+        assert dtype_token is not None
+        dtype = str(dtype_token)
+        if dtype not in DTYPES:
+            raise self.at.error(f"unknown dtype '{dtype}'{_suggest(dtype, DTYPES)}", dtype_token)
+        dims = []
+        for t in children[1:]:
+            if t is None:
+                continue
+            if int(t) < 0:
+                raise self.at.error(f"negative dimension {t} in type", t)
+            dims.append(int(t))
+        return TensorType(dtype, tuple(dims)), dtype_token
+
+    def operands(self, children: list[Token | None]) -> list[Token]:
+        return [c for c in children if c is not None]
+
+    def _node(self, children: list[Any], body: Region | None) -> Node:
+        result, op, operand_tokens = children[0], children[1], children[2]
+        attrs: dict[str, AttrValue] = {}
+        ann = Annotations()
+        rest = children[3:]
+        node_type: TensorType | None = None
+        for piece in rest:
+            if isinstance(piece, dict):
+                attrs = piece
+            elif isinstance(piece, tuple):
+                node_type = piece[0]
+            elif isinstance(piece, Annotations):
+                ann = piece
+        return Node(
+            name=str(result)[1:],
+            op=str(op),
+            operands=tuple(str(t)[1:] for t in operand_tokens),
+            attrs=attrs,
+            type=node_type,
+            ann=ann,
+            body=body,
+            span=self.at.span(op),
+            operand_spans=tuple(self.at.span(t) for t in operand_tokens),
+        )
+
+    def node(self, children: list[Any]) -> Node:
+        body = children[-1] if isinstance(children[-1], Region) else None
+        pieces = children[:-1] if body is not None else children
+        node = self._node(pieces, body)
+        if body is not None and node.op != "fused":
+            raise ParseError(f"only 'fused' nodes have a body, not '{node.op}'", node.span)
+        if body is None and node.op == "fused":
+            raise ParseError("a 'fused' node needs a body(...) { ... }", node.span)
+        return node
+
+    def body_node(self, children: list[Any]) -> Node:
+        return self._node(children, None)
+
+    def body(self, children: list[Any]) -> Region:
+        params = children[0]
+        nodes = tuple(c for c in children[1:-1])
+        result = children[-1]
+        return Region(tuple(str(p)[1:] for p in params), nodes, str(result)[1:])
+
+    def event(self, children: list[Any]) -> Node:
+        op, name = children[0], children[1]
+        ann = children[2] if len(children) > 2 else Annotations()
+        return Node(name=str(name)[1:], op=str(op), ann=ann, span=self.at.span(name))
+
+    def input_decl(self, children: list[Any]) -> Input:
+        name, (tensor_type, _) = children
+        return Input(str(name)[1:], tensor_type, self.at.span(name))
+
+    def weight_decl(self, children: list[Any]) -> Weight:
+        name, (tensor_type, _) = children[0], children[1]
+        placement = "device"
+        ann = Annotations()
+        for piece in children[2:]:
+            if isinstance(piece, Token):
+                placement = str(piece)
+                if placement not in WEIGHT_PLACEMENTS:
+                    raise self.at.error(
+                        f"unknown weight placement '{placement}'"
+                        f"{_suggest(placement, WEIGHT_PLACEMENTS)}; expected device or host",
+                        piece,
+                    )
+            elif isinstance(piece, Annotations):
+                ann = piece
+        return Weight(str(name)[1:], tensor_type, placement, ann, self.at.span(name))
+
+    def output_decl(self, children: list[Token]) -> list[Output]:
+        return [Output(str(t)[1:], self.at.span(t)) for t in children]
+
+    def start(self, children: list[Any]) -> Graph:
+        name = str(children[0])
+        inputs: list[Input] = []
+        weights: list[Weight] = []
+        nodes: list[Node] = []
+        outputs: list[Output] = []
+        for item in children[1:]:
+            if isinstance(item, Node):
+                nodes.append(item)
+            elif isinstance(item, Input):
+                inputs.append(item)
+            elif isinstance(item, Weight):
+                weights.append(item)
+            else:
+                outputs.extend(item)
+        return Graph(name, tuple(inputs), tuple(weights), tuple(nodes), tuple(outputs), self.at.path)
+
+
+@lru_cache(maxsize=1)
+def _grammar_text() -> str:
+    return _GRAMMAR.read_text(encoding="utf-8")
+
+
+def _make_parser(located: _Located) -> Lark:
+    return Lark(
+        _grammar_text(),
+        parser="lalr",
+        lexer="contextual",
+        transformer=_Builder(located),
+        maybe_placeholders=True,
+        cache=False,
+    )
+
+
+def _describe_expected(expected: set[str]) -> str:
+    names = sorted({_TERMINAL_NAMES.get(e, repr(e.strip('"').lower())) for e in expected})
+    if len(names) > 6:
+        names = names[:6] + ["..."]
+    return ", ".join(names)
+
+
+def _syntax_error(err: UnexpectedInput, located: _Located, text: str) -> ParseError:
+    line = getattr(err, "line", 1) or 1
+    col = getattr(err, "column", 1) or 1
+    if isinstance(err, UnexpectedCharacters):
+        char = text[err.pos_in_stream] if err.pos_in_stream < len(text) else ""
+        shown = repr(char) if char.isprintable() and char else f"U+{ord(char):04X}" if char else "?"
+        message = f"unexpected character {shown}"
+    elif isinstance(err, UnexpectedEOF) or (
+        isinstance(err, UnexpectedToken) and err.token.type == "$END"
+    ):
+        expected = err.expected if isinstance(err, UnexpectedEOF) else err.expected
+        message = "unexpected end of file"
+        if expected:
+            message += f", expected {_describe_expected(set(expected))}"
+        lines = text.split("\n")
+        line = len(lines)
+        col = len(lines[-1]) + 1
+        if not text.strip():
+            message = "empty file: expected 'graph NAME { ... }'"
+    elif isinstance(err, UnexpectedToken):
+        token = err.token
+        message = f"unexpected '{token}'"
+        if err.expected:
+            message += f", expected {_describe_expected(set(err.expected))}"
+        line, col = token.line or line, token.column or col
+        source = located.lines[line - 1] if 0 < line <= len(located.lines) else None
+        end = token.end_column if token.end_line == token.line else None
+        return ParseError(message, Span(located.path, line, col, end, source))
+    else:
+        message = "syntax error"
+    source = located.lines[line - 1] if 0 < line <= len(located.lines) else None
+    return ParseError(message, Span(located.path, line, col, None, source))
+
+
+def parse(text: str, path: str = "<string>") -> Graph:
+    """Parse IR text into a `Graph` (no verification). Raises `ParseError`."""
+    located = _Located(path, text)
+    if "\x00" in text:
+        offset = text.index("\x00")
+        line = text.count("\n", 0, offset) + 1
+        col = offset - (text.rfind("\n", 0, offset) + 1) + 1
+        raise ParseError(
+            "unexpected NUL byte (is this a binary file?)",
+            Span(path, line, col, None, located.lines[line - 1]),
+        )
+    try:
+        graph = _make_parser(located).parse(text)
+    except OptGraphError:
+        raise
+    except VisitError as err:
+        if isinstance(err.orig_exc, OptGraphError):
+            raise err.orig_exc from None
+        raise
+    except UnexpectedInput as err:
+        raise _syntax_error(err, located, text) from None
+    assert isinstance(graph, Graph)
+    return graph
+
+
+def decode_source(data: bytes, path: str) -> str:
+    """UTF-8 text of a model file, or a located `ParseError` at the first invalid byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        line_start = data.rfind(b"\n", 0, err.start) + 1
+        col = err.start - line_start + 1
+        source = data[line_start : data.find(b"\n", err.start) if b"\n" in data[err.start :] else None]
+        shown = source.decode("utf-8", errors="replace")
+        raise ParseError(
+            f"invalid UTF-8 byte 0x{data[err.start]:02x}", Span(path, line, col, None, shown)
+        ) from None
+
+
+def read_model_text(path: str | os.PathLike[str]) -> str:
+    """Read a model file, turning missing files, directories and bad encodings into errors."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"no such file: '{p}'")
+    if p.is_dir():
+        raise InputError(f"'{p}' is a directory, not a model file")
+    try:
+        data = p.read_bytes()
+    except OSError as err:
+        raise InputError(f"cannot read '{p}': {err.strerror}") from None
+    return decode_source(data, str(path))
+
+
+def parse_file(path: str | os.PathLike[str]) -> Graph:
+    """Parse a model file (no verification)."""
+    return parse(read_model_text(path), str(path))

@@ -1,0 +1,70 @@
+"""`Graph` to canonical text: the same graph always prints the same way, and parses back equal.
+
+Canonical form: two-space indent; declarations in the order inputs, weights, nodes (issue order),
+outputs; attributes sorted by key; annotations in `ANNOTATION_KEYS` order; floats by `repr`, so
+`parse(print_graph(g)) == g`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from optgraph.ir.graph import AttrValue, Graph, Node, Annotations
+
+
+def format_literal(value: AttrValue) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    return "[" + ", ".join(str(v) for v in value) + "]"
+
+
+def format_annotations(ann: Annotations) -> str:
+    items = list(ann.items())
+    if not items:
+        return ""
+    return " !{" + ", ".join(f"{k} = {format_literal(v)}" for k, v in items) + "}"
+
+
+def format_node(node: Node, indent: str = "  ") -> str:
+    if node.is_event:
+        return f"{indent}{node.op} ^{node.name}{format_annotations(node.ann)}"
+    operands = ", ".join(f"%{o}" for o in node.operands)
+    text = f"{indent}%{node.name} = {node.op}({operands})"
+    if node.attrs:
+        attrs = ", ".join(f"{k} = {format_literal(node.attrs[k])}" for k in sorted(node.attrs))
+        text += f" {{{attrs}}}"
+    text += f" : {node.type}{format_annotations(node.ann)}"
+    if node.body is not None:
+        params = ", ".join(f"%{p}" for p in node.body.params)
+        inner = indent + "  "
+        lines = [f"{text} body({params}) {{"]
+        lines.extend(format_node(n, inner) for n in node.body.nodes)
+        lines.append(f"{inner}yield %{node.body.result}")
+        lines.append(f"{indent}}}")
+        return "\n".join(lines)
+    return text
+
+
+def print_graph(graph: Graph) -> str:
+    """The canonical text of `graph`, ending with a newline."""
+    lines = [f"graph {graph.name} {{"]
+    lines.extend(f"  input %{i.name} : {i.type}" for i in graph.inputs)
+    for w in graph.weights:
+        placement = "" if w.placement == "device" else f" {w.placement}"
+        lines.append(f"  weight %{w.name} : {w.type}{placement}{format_annotations(w.ann)}")
+    lines.extend(format_node(n) for n in graph.nodes)
+    if graph.outputs:
+        lines.append("  output " + ", ".join(f"%{o.name}" for o in graph.outputs))
+    lines.append("}")
+    return "\n".join(lines) + "\n"
