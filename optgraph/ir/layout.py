@@ -1,0 +1,66 @@
+"""Where a view's bytes are: the one rule memory planning, executors and codegen share.
+
+Every buffer optgraph allocates is contiguous (row-major). A view node (reshape, transpose, slice)
+*aliases* its operand's buffer when its result is itself contiguous inside that buffer; then it costs
+no memory and no kernel, and keeps its base alive. Otherwise it is *materialized*: a buffer of its own,
+filled by a copy kernel.
+
+    reshape(%x {shape=[2,8]})            aliases %x at byte 0
+    slice(%x : f32[1,4,8] {axis=1, start=2, end=3})   aliases %x at byte 2·8·4 = 64
+    transpose(%x : f32[1,1,4,8] {perm=[0,2,1,3]})     aliases %x (only a size-1 dim moves)
+    transpose(%x : f32[2,3] {perm=[1,0]})             materialized
+
+Complexity O(rank) per node.
+"""
+
+from __future__ import annotations
+
+import math
+
+from optgraph.ir.graph import DTYPE_BYTES, Graph, Node, TensorType
+
+VIEW_OPS = frozenset({"reshape", "transpose", "slice"})
+
+
+def alias_offset(node: Node, operand_type: TensorType) -> int | None:
+    """Byte offset of the view's result inside its operand's buffer, or None if not an alias."""
+    if node.op == "reshape":
+        return 0
+    if node.op == "transpose":
+        perm = tuple(node.attrs.get("perm", ()))  # type: ignore[arg-type]
+        moved = [d for d in perm if operand_type.shape[d] != 1]
+        return 0 if moved == sorted(moved) else None
+    if node.op == "slice":
+        rank = operand_type.rank
+        axis = int(node.attrs.get("axis", 0))  # type: ignore[arg-type]
+        axis = axis + rank if axis < 0 else axis
+        if math.prod(operand_type.shape[:axis]) != 1:
+            return None
+        start = int(node.attrs.get("start", 0))  # type: ignore[arg-type]
+        inner = math.prod(operand_type.shape[axis + 1 :])
+        return start * inner * DTYPE_BYTES[operand_type.dtype]
+    return None
+
+
+def is_alias(node: Node, operand_type: TensorType) -> bool:
+    return node.op in VIEW_OPS and alias_offset(node, operand_type) is not None
+
+
+def alias_roots(graph: Graph) -> dict[str, tuple[str, int]]:
+    """For every value that aliases another buffer: (root buffer value, byte offset in it).
+
+    Chains of aliasing views resolve to the buffer that owns the bytes (a node result, an input or
+    a weight). Values that own their bytes are absent.
+    """
+    types = graph.value_types()
+    roots: dict[str, tuple[str, int]] = {}
+    for node in graph.nodes:
+        if node.op not in VIEW_OPS or not node.operands:
+            continue
+        base = node.operands[0]
+        offset = alias_offset(node, types[base])
+        if offset is None:
+            continue
+        root, base_offset = roots.get(base, (base, 0))
+        roots[node.name] = (root, base_offset + offset)
+    return roots

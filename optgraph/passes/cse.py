@@ -1,0 +1,53 @@
+"""`cse`: merge nodes that compute the same thing from the same operands.
+
+    before: %a = exp(%x) : f32[4]    %b = exp(%x) : f32[4]    %c = add(%a, %b) : f32[4]
+    after:  %a = exp(%x) : f32[4]                              %c = add(%a, %a) : f32[4]
+
+Two nodes merge when op, operands (after earlier merges), attributes, type, body and annotations are
+equal; the later one is removed and its uses read the earlier one. Equal annotations keep the merge
+safe on a scheduled graph: the survivor runs on the same stream, before the removed node would have.
+Graph outputs are renamed to the survivor. Complexity O(V + E) with hashing of each node's text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from dataclasses import dataclass
+
+from optgraph.ir.graph import Graph, Node, Output
+from optgraph.ir.printer import format_node
+from optgraph.passes.base import Pass
+
+
+def _key(node: Node) -> str:
+    return format_node(replace(node, name=""), indent="")
+
+
+@dataclass(frozen=True)
+class CsePass(Pass):
+    name = "cse"
+    summary = "merge nodes that compute the same value from the same operands"
+
+    def run(self, graph: Graph) -> Graph:
+        outputs = set(graph.output_names())
+        rename: dict[str, str] = {}
+        seen: dict[str, str] = {}
+        nodes: list[Node] = []
+        for node in graph.nodes:
+            if any(o in rename for o in node.operands):
+                node = replace(node, operands=tuple(rename.get(o, o) for o in node.operands))
+            if node.is_event:
+                nodes.append(node)
+                continue
+            key = _key(node)
+            survivor = seen.get(key)
+            if survivor is not None and not (node.name in outputs and survivor in outputs):
+                rename[node.name] = survivor
+                continue
+            seen.setdefault(key, node.name)
+            nodes.append(node)
+        new_outputs: list[Output] = []
+        for out in graph.outputs:
+            new_outputs.append(replace(out, name=rename.get(out.name, out.name)))
+        return replace(graph, nodes=tuple(nodes), outputs=tuple(new_outputs))
