@@ -320,19 +320,17 @@ class _Builder(Transformer[Token, Any]):
 
 
 @lru_cache(maxsize=1)
-def _grammar_text() -> str:
-    return _GRAMMAR.read_text(encoding="utf-8")
-
-
-def _make_parser(located: _Located) -> Lark:
-    return Lark(
-        _grammar_text(),
+def _parser_and_builder() -> tuple[Lark, _Builder]:
+    """Build the LALR tables once; each parse points the builder at its own source."""
+    builder = _Builder(_Located("<string>", ""))
+    lark = Lark(
+        _GRAMMAR.read_text(encoding="utf-8"),
         parser="lalr",
         lexer="contextual",
-        transformer=_Builder(located),
+        transformer=builder,
         maybe_placeholders=True,
-        cache=False,
     )
+    return lark, builder
 
 
 def _describe_expected(expected: set[str]) -> str:
@@ -387,8 +385,10 @@ def parse(text: str, path: str = "<string>") -> Graph:
             "unexpected NUL byte (is this a binary file?)",
             Span(path, line, col, None, located.lines[line - 1]),
         )
+    lark, builder = _parser_and_builder()
+    builder.at = located
     try:
-        graph = _make_parser(located).parse(text)
+        graph = lark.parse(text)
     except OptGraphError:
         raise
     except VisitError as err:
