@@ -4,6 +4,8 @@ The small public API::
 
     import optgraph as og
     g = og.parse_file("model.ir")
+    og.verify(g)                                  # raises VerifyError listing every problem
+    g = og.run_pipeline(g, "dce,cse")
     text = og.print_graph(g)
 """
 
@@ -11,5 +13,16 @@ from optgraph.errors import OptGraphError, Span
 from optgraph.ir.graph import Graph
 from optgraph.ir.parser import parse, parse_file
 from optgraph.ir.printer import print_graph
+from optgraph.ir.verify import verify
+from optgraph.passes.manager import run_pipeline
 
-__all__ = ["Graph", "OptGraphError", "Span", "parse", "parse_file", "print_graph"]
+__all__ = [
+    "Graph",
+    "OptGraphError",
+    "Span",
+    "parse",
+    "parse_file",
+    "print_graph",
+    "run_pipeline",
+    "verify",
+]

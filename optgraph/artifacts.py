@@ -1,0 +1,97 @@
+"""What `optgraph compile -o DIR` writes, and how every output file is written (atomically).
+
+Each file is written to a temporary file in the target directory and then renamed over the target
+with `os.replace`, so a reader never sees half a file and an interrupted compile leaves the old
+file in place:
+
+    before: out/ holds last run's model.opt.ir
+    after:  out/model.opt.ir is either entirely the old text or entirely the new one
+
+`ARTIFACTS` is the list of files `-o DIR` produces, in order. To add one (kernels.cu, program.json,
+streams.dot), add an `Artifact` whose `render` returns the file's text from the `CompileResult`, or
+None when it does not apply to this compile (then nothing is written).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from optgraph.errors import InputError
+from optgraph.ir.graph import Graph
+from optgraph.ir.printer import print_graph
+from optgraph.report import Report
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """Everything a compile produced that an artifact may render."""
+
+    graph: Graph
+    report: Report
+
+
+@dataclass(frozen=True)
+class Artifact:
+    filename: str
+    description: str
+    render: Callable[[CompileResult], str | None]
+
+
+ARTIFACTS: tuple[Artifact, ...] = (
+    Artifact("model.opt.ir", "the optimized IR", lambda r: print_graph(r.graph)),
+    Artifact("report.json", "the report figures as JSON", lambda r: r.report.to_json()),
+    # Codegen adds kernels.cu and program.json here, the DOT export streams.dot.
+)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Write `text` (UTF-8) to `path` through a temporary file in the same directory."""
+    target = Path(path)
+    directory = target.parent
+    if not directory.is_dir():
+        raise InputError(f"cannot write '{target}': directory '{directory}' does not exist")
+    if target.is_dir():
+        raise InputError(f"cannot write '{target}': it is a directory")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as err:
+        raise InputError(f"cannot write '{target}': {err.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
+        os.replace(tmp, target)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(f"cannot write '{target}': {err.strerror}") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def write_artifacts(directory: str | os.PathLike[str], result: CompileResult) -> list[Path]:
+    """Create `directory` if needed and write every applicable artifact; return the paths."""
+    out = Path(directory)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"cannot write outputs to '{out}': it is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"cannot create output directory '{out}': {err.strerror}") from None
+    written = []
+    for artifact in ARTIFACTS:
+        text = artifact.render(result)
+        if text is not None:
+            written.append(write_atomic(out / artifact.filename, text))
+    return written

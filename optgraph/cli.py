@@ -1,0 +1,291 @@
+"""The `optgraph` command.
+
+    optgraph compile MODEL.ir [-p PIPELINE] [-o DIR] [--report-json FILE]
+    optgraph opt MODEL.ir -p PIPELINE [--print-ir-after-all]
+    optgraph run MODEL.ir [--device cpu|cuda] [--check] [--inputs FILE.npz] [--weights FILE]
+                          [--seed N]
+    optgraph passes
+
+Example:
+
+    $ optgraph opt examples/diamond.ir -p dce,cse --print-ir-after-all
+    // ----- IR after dce -----
+    graph diamond {
+    ...
+
+Every user error (an `OptGraphError`: bad syntax, types, unknown passes, missing files) is printed
+as its located diagnostic on stderr and exits 1; any other exception is a bug and shows its
+traceback. Results go to stdout; progress (only on a terminal) goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import MISSING
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from optgraph.artifacts import CompileResult, write_artifacts, write_atomic
+from optgraph.errors import InputError, OptGraphError
+from optgraph.ir.graph import Graph
+from optgraph.ir.parser import parse_file
+from optgraph.ir.printer import print_graph
+from optgraph.ir.verify import verify
+from optgraph.passes.base import Pass
+from optgraph.passes.manager import describe_passes, parse_pipeline, run_pipeline
+from optgraph.report import compute_report
+
+
+def _console(stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    # A pipe or file gets a wide, colourless table rather than one wrapped at 80 columns.
+    width = None if stream.isatty() else 120
+    return Console(file=stream, width=width, highlight=False)
+
+
+# -- compile ------------------------------------------------------------------------------------
+
+
+def _run_with_progress(graph: Graph, passes: list[Pass]) -> Graph:
+    """Run the pipeline, with a transient progress bar on stderr when it is a terminal."""
+    if not sys.stderr.isatty() or len(passes) < 2:
+        return run_pipeline(graph, passes)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=_console(stderr=True), transient=True) as progress:
+        task = progress.add_task(f"running {passes[0].name}", total=len(passes))
+
+        def advance(done: Pass, _: Graph) -> None:
+            position = passes.index(done) + 1
+            following = passes[position].name if position < len(passes) else "done"
+            progress.update(task, advance=1, description=f"running {following}")
+
+        return run_pipeline(graph, passes, after_each=advance)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    passes = parse_pipeline(args.pipeline)
+    start = time.perf_counter()
+    graph = parse_file(args.model)
+    graph = _run_with_progress(graph, passes)
+    seconds = time.perf_counter() - start
+    report = compute_report(graph, compile_seconds=seconds)
+
+    table = Table(title=f"optgraph compile: {graph.name}", show_header=False)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for label, value in report.rows():
+        table.add_row(Text(label), Text(value))
+    console = _console()
+    console.print(table)
+    if args.report_json is not None:
+        write_atomic(args.report_json, report.to_json())
+        console.print(Text(f"wrote {args.report_json}"))
+    if args.output is not None:
+        for path in write_artifacts(args.output, CompileResult(graph, report)):
+            console.print(Text(f"wrote {path}"))
+    return 0
+
+
+# -- opt ----------------------------------------------------------------------------------------
+
+
+def cmd_opt(args: argparse.Namespace) -> int:
+    passes = parse_pipeline(args.pipeline)
+    graph = parse_file(args.model)
+    out = sys.stdout
+    if args.print_ir_after_all and passes:
+
+        def dump(p: Pass, g: Graph) -> None:
+            out.write(f"// ----- IR after {p.name} -----\n{print_graph(g)}")
+            out.flush()
+
+        run_pipeline(graph, passes, after_each=dump)
+    else:
+        out.write(print_graph(run_pipeline(graph, passes)))
+    return 0
+
+
+# -- run ----------------------------------------------------------------------------------------
+
+
+def _cuda_usable() -> bool:
+    """Whether `optgraph.runtime.cuda` exists and reports a usable GPU (`is_available()`)."""
+    try:
+        from optgraph.runtime import cuda  # type: ignore[attr-defined]
+    except ImportError:
+        return False
+    probe = getattr(cuda, "is_available", None)
+    return bool(probe()) if callable(probe) else False
+
+
+def _existing_file(path: str, what: str) -> str:
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{what}: no such file: '{p}'")
+    if p.is_dir():
+        raise InputError(f"{what}: '{p}' is a directory, not a file")
+    return path
+
+
+def _load_values(graph: Graph, args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    from optgraph.runtime import reference
+
+    if args.inputs is not None:
+        inputs = reference.load_inputs(_existing_file(args.inputs, "--inputs"), graph)
+    else:
+        inputs = reference.random_inputs(graph, seed=args.seed)
+    if args.weights is not None:
+        weights = reference.load_weights(_existing_file(args.weights, "--weights"), graph)
+    else:
+        weights = reference.random_weights(graph, seed=args.seed)
+    return inputs, weights
+
+
+def _run_on_cpu(graph: Graph, inputs: dict[str, Any], weights: dict[str, Any]) -> dict[str, Any]:
+    from optgraph.runtime.reference import run_reference
+
+    results = run_reference(graph, inputs, weights)
+    if isinstance(results, dict):
+        return results
+    return dict(zip(graph.output_names(), results))
+
+
+def _run_on_cuda(graph: Graph, inputs: dict[str, Any], weights: dict[str, Any]) -> dict[str, Any]:
+    # The CuPy runtime plugs in here once `optgraph.compile(..., target="cuda")` exists.
+    raise OptGraphError(
+        "run --device cuda: the CUDA runtime cannot run programs yet; use --device cpu"
+    )
+
+
+RUNNERS: dict[str, Callable[[Graph, dict[str, Any], dict[str, Any]], dict[str, Any]]] = {
+    "cpu": _run_on_cpu,
+    "cuda": _run_on_cuda,
+}
+
+
+def _stats(value: Any) -> list[str]:
+    array = np.asarray(value)
+    if array.size == 0:
+        return ["-"] * 4
+    wide = array.astype(np.float64)
+    return [f"{float(f(wide)):.6g}" for f in (np.mean, np.std, np.min, np.max)]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    device = args.device or ("cuda" if _cuda_usable() else "cpu")
+    if device == "cuda" and not _cuda_usable():
+        raise OptGraphError(
+            "run --device cuda: no usable CUDA GPU (CuPy missing or no device); use --device cpu"
+        )
+    graph = parse_file(args.model)
+    verify(graph)
+    inputs, weights = _load_values(graph, args)
+    results = RUNNERS[device](graph, inputs, weights)
+
+    types = graph.value_types()
+    table = Table(title=f"optgraph run: {graph.name} on {device}")
+    for column in ("output", "shape", "dtype", "mean", "std", "min", "max"):
+        table.add_column(column, justify="left" if column in ("output", "dtype") else "right")
+    for out in graph.output_names():
+        shape = "[" + ",".join(str(d) for d in types[out].shape) + "]"
+        cells = [f"%{out}", shape, types[out].dtype, *_stats(results[out])]
+        table.add_row(*(Text(c) for c in cells))
+    console = _console()
+    console.print(table)
+    if args.check:
+        # The cpu device *is* the reference interpreter; compiled programs are compared here
+        # once `optgraph.compile` exists.
+        console.print(
+            Text("check: the cpu device runs the reference interpreter; nothing to compare")
+        )
+    return 0
+
+
+# -- passes -------------------------------------------------------------------------------------
+
+
+def _format_default(default: Any) -> str:
+    if default is MISSING:
+        return ""
+    if isinstance(default, bool):
+        return " = true" if default else " = false"
+    return f" = {default}"
+
+
+def cmd_passes(args: argparse.Namespace) -> int:
+    table = Table(title="optgraph passes", show_lines=False)
+    table.add_column("pass")
+    table.add_column("options")
+    table.add_column("summary")
+    for name, summary, options in describe_passes():
+        text = ", ".join(f"{opt}: {kind}{_format_default(d)}" for opt, kind, d in options)
+        table.add_row(Text(name), Text(text or "-"), Text(summary))
+    _console().print(table)
+    return 0
+
+
+# -- entry point --------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="optgraph", description="Graph-optimization compiler for GPU inference graphs."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("compile", help="run a pipeline and report what it decided")
+    p.add_argument("model", metavar="MODEL.ir")
+    p.add_argument("-p", "--pipeline", default="default", help="pass pipeline (default: default)")
+    p.add_argument("-o", "--output", metavar="DIR", help="write model.opt.ir, report.json, ...")
+    p.add_argument("--report-json", metavar="FILE", help="write the report figures as JSON")
+    p.set_defaults(handler=cmd_compile)
+
+    p = sub.add_parser("opt", help="print the IR after the given passes")
+    p.add_argument("model", metavar="MODEL.ir")
+    p.add_argument("-p", "--pipeline", required=True, help="e.g. dce,cse")
+    p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after each pass")
+    p.set_defaults(handler=cmd_opt)
+
+    p = sub.add_parser("run", help="run on seeded random or given inputs and weights")
+    p.add_argument("model", metavar="MODEL.ir")
+    p.add_argument("--device", choices=sorted(RUNNERS), help="default: cuda when usable, else cpu")
+    p.add_argument("--check", action="store_true", help="compare with the reference interpreter")
+    p.add_argument("--inputs", metavar="FILE.npz", help="input arrays by name")
+    p.add_argument("--weights", metavar="FILE", help="weights (.npz or .safetensors)")
+    p.add_argument("--seed", type=int, default=0, help="seed for random inputs and weights")
+    p.set_defaults(handler=cmd_run)
+
+    p = sub.add_parser("passes", help="list every pass with its options")
+    p.set_defaults(handler=cmd_passes)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status (0 ok, 1 user error, 2 usage error)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except OptGraphError as err:
+        sys.stdout.flush()
+        print(str(err), file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # `optgraph opt big.ir ... | head`: stop quietly, and keep Python from complaining at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""The figures `optgraph compile` reports, computed from what the compiled graph shows.
+
+Every figure is read off the graph itself (annotations, event nodes, copy nodes), never from
+pipeline history, so a report of a dumped and re-parsed graph is the same report. A figure whose
+pass has not run is `None` (JSON `null`, shown as "-" in the table):
+
+    before: %a = exp(%x) : f32[4]                     (no passes run)
+    after:  Report(ops=1, streams=None, arena_bytes=None, ...)
+
+    before: %a = exp(%x) : f32[4] !{stream = 1, offset = 0, size = 16}
+    after:  Report(ops=1, streams=1, arena_bytes=16, no_reuse_bytes=16, ...)
+
+To add a figure: add a field to `Report` (the JSON keys are the field names, in order), compute it
+in `compute_report`, and give it a row label in `ROW_LABELS`. Figures that need analyses of their
+own (memory lower bound, critical path, races) are left `None` here until their module exists.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+
+from optgraph.ir.graph import Graph, Node
+from optgraph.ir.layout import alias_roots
+
+
+@dataclass(frozen=True)
+class Report:
+    """The compile report. Field order is the JSON key order."""
+
+    ops: int
+    fused_groups: int
+    streams: int | None
+    events: int
+    waits: int
+    arena_bytes: int | None
+    memory_lower_bound_bytes: int | None
+    no_reuse_bytes: int | None
+    splits: int | None
+    copies: int | None
+    streamed_bytes: int | None
+    critical_path_us: float | None
+    races: int | None
+    compile_seconds: float | None
+
+    def to_dict(self) -> dict[str, float | None]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def rows(self) -> list[tuple[str, str]]:
+        """(label, formatted value) for the report table, in field order."""
+        return [(ROW_LABELS[f.name], _format(f.name, getattr(self, f.name))) for f in fields(self)]
+
+
+ROW_LABELS: dict[str, str] = {
+    "ops": "ops",
+    "fused_groups": "fused groups",
+    "streams": "streams",
+    "events": "events (record)",
+    "waits": "waits",
+    "arena_bytes": "arena bytes",
+    "memory_lower_bound_bytes": "memory lower bound",
+    "no_reuse_bytes": "bytes without reuse",
+    "splits": "ops on cpu (splits)",
+    "copies": "copies",
+    "streamed_bytes": "streamed weight bytes",
+    "critical_path_us": "critical path (us)",
+    "races": "races",
+    "compile_seconds": "compile time (s)",
+}
+
+
+def _format(name: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}" if name == "compile_seconds" else f"{value:.1f}"
+    if name.endswith("bytes"):
+        return f"{value:,}"
+    return str(value)
+
+
+def _result_bytes(node: Node) -> int:
+    """Bytes a node's result reserves: the planned size, else its type's size."""
+    if node.ann.size is not None:
+        return node.ann.size
+    return node.type.nbytes if node.type is not None else 0
+
+
+def _is_buffer(node: Node, aliases: dict[str, tuple[str, int]]) -> bool:
+    return not node.is_event and node.name not in aliases
+
+
+def compute_report(graph: Graph, compile_seconds: float | None = None) -> Report:
+    """The figures of `graph` (normally the result of the compile pipeline). O(V)."""
+    compute = [n for n in graph.nodes if not n.is_event]
+    has_streams = any(n.ann.stream is not None for n in graph.nodes)
+    has_backends = any(n.ann.backend is not None for n in compute)
+    copy_nodes = sum(1 for n in compute if n.op == "copy")
+
+    planned = [n for n in compute if n.ann.offset is not None]
+    arena = max((n.ann.offset + _result_bytes(n) for n in planned), default=0)  # type: ignore[operator]
+    no_reuse: int | None = None
+    if planned:
+        aliases = alias_roots(graph)
+        no_reuse = sum(_result_bytes(n) for n in compute if _is_buffer(n, aliases))
+
+    streamed = _streamed_weight_bytes(graph)
+    return Report(
+        ops=len(compute),
+        fused_groups=sum(1 for n in compute if n.op == "fused"),
+        streams=len({n.stream for n in compute}) if has_streams else None,
+        events=sum(1 for n in graph.nodes if n.op == "record"),
+        waits=sum(1 for n in graph.nodes if n.op == "wait"),
+        arena_bytes=arena if planned else None,
+        memory_lower_bound_bytes=None,
+        no_reuse_bytes=no_reuse,
+        splits=sum(1 for n in compute if n.ann.backend == "cpu") if has_backends else None,
+        copies=copy_nodes if has_backends or copy_nodes else None,
+        streamed_bytes=streamed,
+        critical_path_us=None,
+        races=None,
+        compile_seconds=compile_seconds,
+    )
+
+
+def _streamed_weight_bytes(graph: Graph) -> int | None:
+    """Bytes of weights streamed in from host memory: prefetched or assigned a segment."""
+    prefetched = {n.operands[0] for n in graph.nodes if n.op == "prefetch" and n.operands}
+    streamed = [w for w in graph.weights if w.name in prefetched or w.ann.segment is not None]
+    if not streamed and not prefetched:
+        return None
+    return sum(w.type.nbytes for w in streamed)
