@@ -1,0 +1,41 @@
+"""Shared pytest setup: the `--update-fixtures` option and hypothesis profiles.
+
+pytest --update-fixtures      rewrite every fixture's expectation with what the pass produced
+CI=true pytest                use the derandomized `ci` hypothesis profile
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    deadline=None,
+    max_examples=60,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "dev", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-fixtures",
+        action="store_true",
+        default=False,
+        help="rewrite the expectations of tests/fixtures/*/*.ir with the actual results",
+    )
+
+
+@pytest.fixture
+def update_fixtures(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-fixtures"))
