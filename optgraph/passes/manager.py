@@ -20,20 +20,26 @@ from typing import Any, get_type_hints
 from optgraph.errors import OptGraphError, PipelineError
 from optgraph.ir.graph import Graph
 from optgraph.ir.verify import verify
+from optgraph.passes.analyze_lifetimes import AnalyzeLifetimesPass
 from optgraph.passes.base import Pass
 from optgraph.passes.cse import CsePass
 from optgraph.passes.dce import DcePass
 from optgraph.passes.facts import FACTS
+from optgraph.passes.fuse import FusePass
+from optgraph.passes.plan_memory import PlanMemoryPass
 from optgraph.passes.verify_pass import VerifyPass
 
 PASSES: dict[str, type[Pass]] = {
+    "analyze-lifetimes": AnalyzeLifetimesPass,
     "cse": CsePass,
     "dce": DcePass,
+    "fuse": FusePass,
+    "plan-memory": PlanMemoryPass,
     "verify": VerifyPass,
 }
 
 # The pipeline `optgraph compile` runs when none is given. Passes join it as they land.
-DEFAULT_PIPELINE = "verify,dce,cse"
+DEFAULT_PIPELINE = "verify,dce,cse,analyze-lifetimes,plan-memory"
 
 _PASS_RE = re.compile(r"\s*([A-Za-z0-9_-]+)\s*(\{([^{}]*)\})?\s*(,|$)")
 

@@ -1,0 +1,302 @@
+"""`plan-memory{algo=best, alignment=256, inplace=true}`: an offset for every buffer in one arena.
+
+Activations (node results that own their bytes) share one device arena; inputs and weights live
+apart, aliasing views use their root's bytes, and graph outputs are never overwritten. Two buffers
+may share bytes only if every access to one happens-before the first write of the other, read from
+the `visible` points of analyze-lifetimes: A is free for a producer p on stream s iff
+`visible_A[s] != -1 and visible_A[s] <= p`. That relation is a partial order ("entirely before"),
+so placement is a greedy over the conflict graph, as in TFLite and XLA:
+
+- `algo=size`: largest first, each buffer in the smallest gap between the already placed
+  buffers it conflicts with (best fit), else above them; `algo=lifetime`: longest live range first;
+  `algo=issue`: in issue order; `algo=best` (default) runs the three and keeps the smallest arena;
+  `algo=none`: no reuse at all (every buffer its own bytes: the `no_reuse_bytes` figure).
+- In place (`inplace=true`): an elementwise op whose result has its operand's type, or a
+  `kv_cache_write` on its cache, takes the operand's bytes when the operand is an arena buffer (not
+  an output) whose every other access happens-before the op, on whatever stream; the two then form
+  one *slot*.
+
+    before: %a = exp(%x) : f32[64] !{live = [0, 1], visible = [2]}   %b = neg(%a) : f32[64] ...
+    after:  %a = exp(%x) : f32[64] !{offset = 0, size = 256, ...}
+            %b = neg(%a) : f32[64] !{offset = 0, size = 256, ...}     (in place: %a dies at %b)
+
+Does not handle: several arenas (per backend or device), reordering nodes to lower the peak, exact
+(optimal) packing. Complexity: O(n·k·log n + P) to find the P conflicting pairs (k streams), then
+O(P log P) per ordering for the best-fit placement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from optgraph.ir.graph import Graph, TensorType
+from optgraph.ir.happens_before import HappensBefore
+from optgraph.ir.layout import alias_roots
+from optgraph.ir.ops import get_op
+from optgraph.passes.analyze_lifetimes import Lifetime, annotate_lifetimes, compute_lifetimes
+from optgraph.passes.base import Pass
+
+ALGOS: tuple[str, ...] = ("best", "size", "lifetime", "issue", "none")
+NEVER = np.iinfo(np.int64).max
+
+
+def align_up(nbytes: int, alignment: int) -> int:
+    return -(-nbytes // alignment) * alignment
+
+
+@dataclass
+class Slot:
+    """Buffers that share bytes by in-place reuse; planned as one block."""
+
+    members: list[str]
+    size: int
+    start: int  # issue index of the first member's producer
+    stream: int  # stream of that producer
+    last: int  # last access of the last member (len(nodes) for outputs)
+    ends: list[int]  # per stream: the first member-free node index there, NEVER if none
+
+
+@dataclass
+class MemoryPlan:
+    offsets: dict[str, int]  # buffer (root) name -> byte offset
+    sizes: dict[str, int]  # buffer name -> bytes reserved (aligned)
+    arena_bytes: int
+    algo: str  # the ordering that produced it
+    arenas: dict[str, int] = field(default_factory=dict)  # every ordering tried -> its arena
+    inplace: dict[str, str] = field(default_factory=dict)  # result -> operand buffer it reuses
+
+
+def _end(visible: int) -> int:
+    return NEVER if visible < 0 else visible
+
+
+def _inplace_source(
+    graph: Graph,
+    index: int,
+    lifetimes: dict[str, Lifetime],
+    roots: dict[str, tuple[str, int]],
+    types: dict[str, TensorType],
+    hb: HappensBefore,
+) -> str | None:
+    """The buffer node `index` may overwrite with its result, if any."""
+    node = graph.nodes[index]
+    op = get_op(node.op)
+    if op is None or op.inplace_operand is None or node.type is None:
+        return None
+    if op.category == "elementwise":
+        candidates = range(len(node.operands))
+    elif node.op == "kv_cache_write":
+        candidates = range(op.inplace_operand, op.inplace_operand + 1)
+    else:
+        return None
+    for k in candidates:
+        operand = node.operands[k]
+        root, offset = roots.get(operand, (operand, 0))
+        lt = lifetimes.get(root)
+        if lt is None or lt.is_output or offset != 0 or types[operand] != node.type:
+            continue
+        if lt.nbytes != node.type.nbytes:
+            continue
+        others = [o for o in node.operands if o != operand and roots.get(o, (o, 0))[0] == root]
+        if others:
+            continue
+        before = [a for a in lt.accesses if a != index]
+        if before and hb.first_node_after(before, node.stream) not in range(index + 1):
+            continue
+        return root
+    return None
+
+
+def build_slots(
+    graph: Graph,
+    lifetimes: dict[str, Lifetime],
+    alignment: int,
+    hb: HappensBefore,
+    inplace: bool,
+) -> tuple[list[Slot], dict[str, str]]:
+    """Group buffers into slots (in-place chains), in issue order of their first producer."""
+    roots = alias_roots(graph)
+    types = graph.value_types()
+    slot_of: dict[str, int] = {}
+    slots: list[Slot] = []
+    reuse: dict[str, str] = {}
+    for lt in sorted(lifetimes.values(), key=lambda lt: lt.producer):
+        node = graph.nodes[lt.producer]
+        source = (
+            _inplace_source(graph, lt.producer, lifetimes, roots, types, hb) if inplace else None
+        )
+        if source is not None:
+            slot = slots[slot_of[source]]
+            slot.members.append(lt.name)
+            slot.last = max(slot.last, lt.last)
+            slot.ends = [max(e, _end(v)) for e, v in zip(slot.ends, lt.visible)]
+            slot_of[lt.name] = slot_of[source]
+            reuse[lt.name] = source
+            continue
+        slot_of[lt.name] = len(slots)
+        slots.append(
+            Slot(
+                members=[lt.name],
+                size=align_up(lt.nbytes, alignment),
+                start=lt.producer,
+                stream=node.stream,
+                last=lt.last,
+                ends=[_end(v) for v in lt.visible],
+            )
+        )
+    return slots, reuse
+
+
+def conflict_graph(slots: list[Slot]) -> tuple[np.ndarray, np.ndarray]:
+    """CSR adjacency (indptr, indices) of slots that must not share bytes.
+
+    Slots are in order of `start`; A (earlier) and B conflict iff B starts before A is free on
+    B's stream: start_A < start_B < ends_A[stream_B].
+    """
+    n = len(slots)
+    if n == 0:
+        return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    starts = np.array([s.start for s in slots], dtype=np.int64)
+    streams = np.array([s.stream for s in slots], dtype=np.int64)
+    ends = np.array([s.ends for s in slots], dtype=np.int64)
+    src_parts: list[np.ndarray] = []
+    dst_parts: list[np.ndarray] = []
+    for s in range(ends.shape[1]):
+        ids = np.flatnonzero(streams == s)
+        if ids.size == 0:
+            continue
+        on_s = starts[ids]  # sorted, since slots are in start order
+        lo = np.searchsorted(on_s, starts, side="right")
+        hi = np.searchsorted(on_s, ends[:, s], side="left")
+        counts = np.maximum(hi - lo, 0)
+        total = int(counts.sum())
+        if total == 0:
+            continue
+        src = np.repeat(np.arange(n, dtype=np.int64), counts)
+        first = np.repeat(lo - np.cumsum(counts) + counts, counts)
+        dst = ids[first + np.arange(total, dtype=np.int64)]
+        src_parts.append(src)
+        dst_parts.append(dst)
+    if not src_parts:
+        return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    a = np.concatenate(src_parts)
+    b = np.concatenate(dst_parts)
+    u = np.concatenate([a, b])
+    v = np.concatenate([b, a])
+    order = np.argsort(u, kind="stable")
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(u, minlength=n), out=indptr[1:])
+    return indptr, v[order]
+
+
+def place(
+    slots: list[Slot], indptr: np.ndarray, indices: np.ndarray, order: list[int]
+) -> list[int]:
+    """Best-fit offsets for slots taken in `order`, avoiding placed conflicting slots."""
+    sizes = [s.size for s in slots]
+    offsets = [-1] * len(slots)
+    ptr = indptr.tolist()
+    nbrs = indices.tolist()
+    for i in order:
+        size = sizes[i]
+        placed = [
+            (offsets[j], offsets[j] + sizes[j])
+            for j in nbrs[ptr[i] : ptr[i + 1]]
+            if offsets[j] >= 0
+        ]
+        placed.sort()
+        best, best_gap, cursor = -1, -1, 0
+        for lo, hi in placed:
+            gap = lo - cursor
+            if gap >= size and (best < 0 or gap < best_gap):
+                best, best_gap = cursor, gap
+            cursor = max(cursor, hi)
+        offsets[i] = best if best >= 0 else cursor
+    return offsets
+
+
+def _orders(slots: list[Slot]) -> dict[str, list[int]]:
+    ids = range(len(slots))
+    return {
+        "size": sorted(ids, key=lambda i: (-slots[i].size, slots[i].start)),
+        "lifetime": sorted(ids, key=lambda i: (slots[i].start - slots[i].last, -slots[i].size)),
+        "issue": list(ids),
+    }
+
+
+def plan(
+    graph: Graph,
+    algo: str = "best",
+    alignment: int = 256,
+    inplace: bool = True,
+    lifetimes: dict[str, Lifetime] | None = None,
+    hb: HappensBefore | None = None,
+) -> MemoryPlan:
+    """Plan the arena. `lifetimes` may be given (tests shorten them to prove they matter)."""
+    hb = hb or HappensBefore(graph)
+    lifetimes = compute_lifetimes(graph, hb) if lifetimes is None else lifetimes
+    slots, reuse = build_slots(graph, lifetimes, alignment, hb, inplace and algo != "none")
+    if algo == "none":
+        offsets, cursor = [], 0
+        for s in slots:
+            offsets.append(cursor)
+            cursor += s.size
+        arenas = {"none": cursor}
+        chosen = "none"
+    else:
+        indptr, indices = conflict_graph(slots)
+        orders = _orders(slots)
+        tried = orders if algo == "best" else {algo: orders[algo]}
+        results = {name: place(slots, indptr, indices, order) for name, order in tried.items()}
+        arenas = {
+            name: max((o + s.size for o, s in zip(offs, slots)), default=0)
+            for name, offs in results.items()
+        }
+        chosen = min(arenas, key=lambda name: (arenas[name], list(tried).index(name)))
+        offsets = results[chosen]
+    out_offsets: dict[str, int] = {}
+    out_sizes: dict[str, int] = {}
+    for slot, offset in zip(slots, offsets):
+        for name in slot.members:
+            out_offsets[name] = offset
+            out_sizes[name] = slot.size
+    return MemoryPlan(out_offsets, out_sizes, arenas[chosen], chosen, arenas, reuse)
+
+
+def apply_plan(graph: Graph, memory: MemoryPlan) -> Graph:
+    """Annotate `offset`/`size` on every buffer's producer; clear them on everything else."""
+    nodes = []
+    for node in graph.nodes:
+        if node.name in memory.offsets and not node.is_event:
+            node = node.with_ann(offset=memory.offsets[node.name], size=memory.sizes[node.name])
+        elif node.ann.offset is not None or node.ann.size is not None:
+            node = node.with_ann(offset=None, size=None)
+        nodes.append(node)
+    return graph.with_nodes(nodes)
+
+
+@dataclass(frozen=True)
+class PlanMemoryPass(Pass):
+    name = "plan-memory"
+    summary = "assign arena offsets; buffers share bytes only when happens-before orders them"
+    requires = ("lifetimes-analyzed", "synced")
+    provides = ("memory-planned",)
+
+    algo: str = "best"
+    alignment: int = 256
+    inplace: bool = True
+
+    def __post_init__(self) -> None:
+        if self.algo not in ALGOS:
+            raise ValueError(f"algo must be one of {', '.join(ALGOS)}, got '{self.algo}'")
+        if self.alignment <= 0 or self.alignment & (self.alignment - 1):
+            raise ValueError(f"alignment must be a power of two, got {self.alignment}")
+
+    def run(self, graph: Graph) -> Graph:
+        # Lifetimes are recomputed, never trusted from annotations a later pass may have staled.
+        hb = HappensBefore(graph)
+        lifetimes = compute_lifetimes(graph, hb)
+        memory = plan(graph, self.algo, self.alignment, self.inplace, lifetimes, hb)
+        return apply_plan(annotate_lifetimes(graph, lifetimes), memory)
