@@ -75,6 +75,17 @@ _ANNOTATION_KINDS: dict[str, str] = {
 assert tuple(_ANNOTATION_KINDS) == ANNOTATION_KEYS
 
 
+# One shared NaN object: containers compare NaN by identity first, so graphs parsed from the same
+# text compare equal (`parse(print(g)) == g` holds for `{factor = nan}`).
+_NAN = float("nan")
+_WORD_LITERALS: dict[str, AttrValue] = {
+    "true": True,
+    "false": False,
+    "inf": float("inf"),
+    "nan": _NAN,
+}
+
+
 @dataclass(frozen=True)
 class _Attr:
     key: str
@@ -134,12 +145,7 @@ class _Builder(Transformer[Token, Any]):
 
     def name_lit(self, children: list[Token]) -> tuple[AttrValue, Token]:
         token = children[0]
-        words: dict[str, AttrValue] = {
-            "true": True,
-            "false": False,
-            "inf": float("inf"),
-            "nan": float("nan"),
-        }
+        words = _WORD_LITERALS
         if str(token) not in words:
             raise self.at.error(
                 f"expected a literal (number, string, true, false or [ints]), found '{token}'",
