@@ -7,6 +7,8 @@ The small public API::
     og.verify(g)                                  # raises VerifyError listing every problem
     g = og.run_pipeline(g, "dce,cse")
     text = og.print_graph(g)
+    program = og.compile(g, target="cpu")         # default pipeline, planned arena
+    outputs = program.run({"x": x}, weights=params)
 """
 
 from optgraph.errors import OptGraphError, Span
@@ -15,11 +17,17 @@ from optgraph.ir.parser import parse, parse_file
 from optgraph.ir.printer import print_graph
 from optgraph.ir.verify import verify
 from optgraph.passes.manager import run_pipeline
+from optgraph.program import CompiledProgram, compile
+
+Program = CompiledProgram
 
 __all__ = [
+    "CompiledProgram",
     "Graph",
     "OptGraphError",
+    "Program",
     "Span",
+    "compile",
     "parse",
     "parse_file",
     "print_graph",

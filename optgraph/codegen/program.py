@@ -1,0 +1,209 @@
+"""The lowered program: what a runtime needs to run a planned graph, and nothing to decide.
+
+`lower(graph)` turns a graph that plan-memory has annotated into a `Program`:
+
+- per stream, the steps in issue order: `launch` (one kernel: a node that is not an aliasing view),
+  `record ^e`, `wait ^e`; the host issues them in the graph's issue order and joins at the end;
+- a buffer table: every value's dtype, shape, row-major byte strides and where its bytes are:
+  `arena` (planned offset and reserved size), `alias` (a root value and a byte offset in it),
+  `input` or `weight` (arrays of their own);
+- the arena size, the graph's inputs, weights and outputs.
+
+`to_json()`/`from_json()` serialize it (`optgraph compile -o DIR` writes `program.json`); the JSON
+holds the planned IR text too, so node operands and attributes travel with it.
+
+    before: %a = exp(%x) : f32[64] !{stream = 1, offset = 0, size = 256}  ...
+    after:  streams[1] = [launch %a (node 0), record ^e0]; buffers["a"] = arena @0, 256 bytes
+
+Does not handle: kernels (codegen's CUDA sources are separate); graphs that are not planned (run
+plan-memory first). Complexity O(V).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from optgraph.errors import OptGraphError
+from optgraph.ir.graph import DTYPE_BYTES, Graph, TensorType
+from optgraph.ir.layout import alias_roots
+from optgraph.ir.parser import parse
+from optgraph.ir.printer import print_graph
+
+FORMAT = "optgraph-program/1"
+STEP_KINDS = ("launch", "record", "wait")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """Where one value's bytes are. `offset` is in the arena (arena) or in `root` (alias)."""
+
+    name: str
+    kind: str  # "arena" | "alias" | "input" | "weight"
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # bytes, row-major
+    offset: int = 0
+    size: int = 0  # bytes reserved (arena), else the value's bytes
+    root: str | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return TensorType(self.dtype, self.shape).nbytes
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str  # "launch" | "record" | "wait"
+    name: str  # the value a launch computes, or the event
+    node: int  # index of the node in the planned graph
+
+
+@dataclass(frozen=True)
+class Program:
+    graph: Graph
+    arena_bytes: int
+    buffers: dict[str, Buffer]
+    streams: dict[int, tuple[Step, ...]]
+    inputs: tuple[str, ...]
+    weights: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+    @property
+    def events(self) -> tuple[str, ...]:
+        return tuple(n.name for n in self.graph.nodes if n.op == "record")
+
+    def launches(self) -> int:
+        return sum(1 for steps in self.streams.values() for s in steps if s.kind == "launch")
+
+    def to_json(self) -> str:
+        data = {
+            "format": FORMAT,
+            "name": self.graph.name,
+            "arena_bytes": self.arena_bytes,
+            "inputs": list(self.inputs),
+            "weights": list(self.weights),
+            "outputs": list(self.outputs),
+            "events": list(self.events),
+            "buffers": {name: _buffer_json(b) for name, b in self.buffers.items()},
+            "streams": {
+                str(s): [[x.kind, x.name, x.node] for x in steps]
+                for s, steps in self.streams.items()
+            },
+            "ir": print_graph(self.graph),
+        }
+        return json.dumps(data, indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> Program:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise OptGraphError(f"program.json: not JSON ({err})") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise OptGraphError(f"program.json: expected format '{FORMAT}'")
+        graph = parse(data["ir"], "<program.json>")
+        buffers = {
+            name: Buffer(
+                name=name,
+                kind=b["kind"],
+                dtype=b["dtype"],
+                shape=tuple(b["shape"]),
+                strides=tuple(b["strides"]),
+                offset=b["offset"],
+                size=b["size"],
+                root=b.get("root"),
+            )
+            for name, b in data["buffers"].items()
+        }
+        streams = {
+            int(s): tuple(Step(k, n, i) for k, n, i in steps)
+            for s, steps in data["streams"].items()
+        }
+        return cls(
+            graph=graph,
+            arena_bytes=int(data["arena_bytes"]),
+            buffers=buffers,
+            streams=streams,
+            inputs=tuple(data["inputs"]),
+            weights=tuple(data["weights"]),
+            outputs=tuple(data["outputs"]),
+        )
+
+
+def _buffer_json(b: Buffer) -> dict[str, object]:
+    out = asdict(b)
+    del out["name"]
+    out["shape"] = list(b.shape)
+    out["strides"] = list(b.strides)
+    if b.root is None:
+        del out["root"]
+    return out
+
+
+def row_major_strides(t: TensorType) -> tuple[int, ...]:
+    strides: list[int] = []
+    step = DTYPE_BYTES[t.dtype]
+    for dim in reversed(t.shape):
+        strides.append(step)
+        step *= dim
+    return tuple(reversed(strides))
+
+
+def lower(graph: Graph) -> Program:
+    """The program of a planned graph; an `OptGraphError` when a buffer has no arena offset."""
+    roots = alias_roots(graph)
+    buffers: dict[str, Buffer] = {}
+    for i in graph.inputs:
+        buffers[i.name] = Buffer(
+            i.name, "input", i.type.dtype, i.type.shape, row_major_strides(i.type), 0, i.type.nbytes
+        )
+    for w in graph.weights:
+        buffers[w.name] = Buffer(
+            w.name,
+            "weight",
+            w.type.dtype,
+            w.type.shape,
+            row_major_strides(w.type),
+            0,
+            w.type.nbytes,
+        )
+    streams: dict[int, list[Step]] = {}
+    for index, node in enumerate(graph.nodes):
+        if node.is_event:
+            streams.setdefault(node.stream, []).append(Step(node.op, node.name, index))
+            continue
+        assert node.type is not None
+        strides = row_major_strides(node.type)
+        dtype, shape = node.type.dtype, node.type.shape
+        if node.name in roots:
+            root, offset = roots[node.name]
+            buffers[node.name] = Buffer(
+                node.name, "alias", dtype, shape, strides, offset, node.type.nbytes, root
+            )
+            continue
+        if node.ann.offset is None or node.ann.size is None:
+            raise OptGraphError(
+                f"cannot lower '%{node.name}': it has no arena offset (run plan-memory first)",
+                node.span,
+            )
+        if node.ann.size < node.type.nbytes:
+            raise OptGraphError(
+                f"'%{node.name}' needs {node.type.nbytes} bytes but plan-memory reserved "
+                f"{node.ann.size}",
+                node.span,
+            )
+        buffers[node.name] = Buffer(
+            node.name, "arena", dtype, shape, strides, node.ann.offset, node.ann.size
+        )
+        streams.setdefault(node.stream, []).append(Step("launch", node.name, index))
+    arena = max((b.offset + b.size for b in buffers.values() if b.kind == "arena"), default=0)
+    return Program(
+        graph=graph,
+        arena_bytes=arena,
+        buffers=buffers,
+        streams={s: tuple(steps) for s, steps in sorted(streams.items())},
+        inputs=tuple(i.name for i in graph.inputs),
+        weights=tuple(w.name for w in graph.weights),
+        outputs=graph.output_names(),
+    )
