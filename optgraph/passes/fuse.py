@@ -1,0 +1,278 @@
+"""`fuse{max-ops=64}`: group producer-consumer chains into `fused` regions, one kernel each.
+
+    before: %t = add(%x, %b) : f32[4,64]     %y = relu(%t) : f32[4,64]     output %y
+    after:  %y = fused(%x, %b) : f32[4,64] body(%p0, %p1) {
+              %t = add(%p0, %p1) : f32[4,64]    %y = relu(%t) : f32[4,64]    yield %y }
+
+Walking nodes in issue order, every fusable node (elementwise, a trailing-axis reduction or norm,
+softmax, matmul) starts a group; then the group absorbs the group producing one of its operands
+while that is allowed, until nothing more can join. A producer group, whose root is the producer,
+may join when:
+
+- the producer is not a graph output, and every reader of it is already in the consumer's group
+  (a second reader outside, or a view of the intermediate, blocks: its bytes must exist);
+- the union is one kernel by `fusion_rules.plan_region`: at most one reduction/norm/softmax or
+  matmul; elementwise prologues only into reductions and norms, elementwise epilogues after
+  either; every shape broadcasts to the result and no reduction or product is broadcast further;
+- the union has at most `max-ops` nodes, and all of it runs on one stream and one backend (so
+  fusion after `assign-streams` only groups same-stream nodes; before it, on any DAG);
+- on a memory-planned graph (offsets set): the result's bytes overlap no operand's (one kernel
+  would read what it overwrites), and every other node writing an operand's bytes happens-before
+  the operand's producer or after the root, since the fused node reads its operands when the
+  root runs, possibly after the planner recycled a buffer whose last reader was absorbed. Live
+  ranges shift: `live`/`visible` annotations are dropped (run analyze-lifetimes again); offsets
+  stay valid.
+
+The fused node takes the root's name, type, annotations and place in issue order; its parameters
+bind to the distinct outside values the body reads, in first-use order. Moving work later on its
+own stream keeps every incoming data edge ordered, and only the root's value leaves the region,
+so a synced graph stays synced. Regions of one node are left as they are.
+
+Does not handle: multi-output regions, gemm prologues, reductions over leading axes (they stay
+alone), fusing through views or into attention/rope/conv (opaque ops), nested regions.
+
+Complexity: O((V + E)·k²) with k = max-ops, i.e. linear in graph size: each node's group retries
+its at most k·arity outside operands after each of at most k merges, and each check is O(k). On a
+planned graph add O(V·s) for happens-before (s streams) and O(log V + w) per operand for the
+w buffers sharing its bytes.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node, Region, TensorType
+from optgraph.ir.happens_before import HappensBefore
+from optgraph.ir.layout import alias_roots
+from optgraph.passes.base import Pass
+from optgraph.passes.fusion_rules import is_anchor, is_elementwise, plan_region
+
+
+@dataclass
+class _State:
+    """The grouping built while walking the graph once."""
+
+    graph: Graph
+    types: dict[str, TensorType]
+    users: dict[str, list[int]]
+    producers: dict[str, int]
+    outputs: frozenset[str]
+    group_of: list[int | None]
+    members: dict[int, list[int]]
+    planned: bool
+    hb: HappensBefore | None
+    ranges: dict[str, tuple[int, int]]  # arena byte range of each value (planned graphs)
+    alias_base: dict[str, str] = field(default_factory=dict)  # view -> value owning its bytes
+    owners: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, node index)
+    starts: list[int] = field(default_factory=list)  # owners' starts, sorted
+    max_size: int = 0
+    overlaps: dict[str, list[int]] = field(default_factory=dict)
+
+
+def _arena_ranges(graph: Graph, types: dict[str, TensorType]) -> dict[str, tuple[int, int]]:
+    """[start, end) of every node result in the arena, views resolved to their base's offset."""
+    own = {n.name: n.ann.offset for n in graph.nodes if n.ann.offset is not None}
+    ranges: dict[str, tuple[int, int]] = {}
+    for name, offset in own.items():
+        ranges[name] = (offset, offset + types[name].nbytes)
+    for name, (root, byte_offset) in alias_roots(graph).items():
+        base = own.get(root)
+        if base is not None and name not in own:
+            start = base + byte_offset
+            ranges[name] = (start, start + types[name].nbytes)
+    return ranges
+
+
+def _index_arena(state: _State) -> None:
+    """Sort the nodes that own arena bytes by offset, for overlap queries."""
+    graph = state.graph
+    state.alias_base = {name: root for name, (root, _) in alias_roots(graph).items()}
+    for i, node in graph.compute_nodes():
+        if node.ann.offset is not None and node.name not in state.alias_base:
+            start = node.ann.offset
+            state.owners.append((start, start + state.types[node.name].nbytes, i))
+    state.owners.sort()
+    state.starts = [start for start, _, _ in state.owners]
+    state.max_size = max((end - start for start, end, _ in state.owners), default=0)
+
+
+def _outside_operands(state: _State, group: Sequence[int]) -> list[str]:
+    inside = {state.graph.nodes[j].name for j in group}
+    seen: list[str] = []
+    for j in group:
+        for operand in state.graph.nodes[j].operands:
+            if operand not in inside and operand not in seen:
+                seen.append(operand)
+    return seen
+
+
+def _overlapping_writers(state: _State, operand: str) -> list[int]:
+    """Nodes whose own result bytes share bytes with `operand`'s (cached, O(log V + hits))."""
+    cached = state.overlaps.get(operand)
+    if cached is not None:
+        return cached
+    lo, hi = state.ranges[operand]
+    first = bisect_left(state.starts, lo - state.max_size)
+    last = bisect_left(state.starts, hi)
+    hits = [
+        state.owners[k][2]
+        for k in range(first, last)
+        if state.owners[k][1] > lo and state.owners[k][0] < hi
+    ]
+    state.overlaps[operand] = hits
+    return hits
+
+
+def _memory_allows(state: _State, root: int, union: Sequence[int]) -> bool:
+    """On a planned graph: the result overlaps no operand, and no recycled operand is read late.
+
+    The fused node reads each operand when the root runs, possibly later than the absorbed node
+    that read it before. Any other node writing the operand's bytes must therefore come before
+    the operand's producer or after the root, by happens-before.
+    """
+    assert state.hb is not None
+    nodes = state.graph.nodes
+    out = state.ranges.get(nodes[root].name)
+    inside = set(union)
+    for operand in _outside_operands(state, union):
+        span = state.ranges.get(operand)
+        if span is None:
+            continue  # an input or weight: not in the arena
+        if out is not None and span[0] < out[1] and out[0] < span[1]:
+            return False
+        base = state.alias_base.get(operand, operand)
+        producer = state.producers.get(base)
+        for w in _overlapping_writers(state, operand):
+            if w in inside or w == producer:
+                continue
+            before = producer is not None and state.hb.ordered(w, producer)
+            if not before and not state.hb.ordered(root, w):
+                return False
+    return True
+
+
+def _try_absorb(state: _State, root: int, producer: int, max_ops: int) -> bool:
+    """Merge the group rooted at `producer` into the group rooted at `root`, if allowed."""
+    nodes = state.graph.nodes
+    pnode = nodes[producer]
+    if pnode.name in state.outputs:
+        return False
+    if any(state.group_of[u] != root for u in state.users.get(pnode.name, [])):
+        return False
+    mine, theirs = state.members[root], state.members[producer]
+    if len(mine) + len(theirs) > max_ops:
+        return False
+    rnode = nodes[root]
+    if (pnode.ann.stream, pnode.ann.backend) != (rnode.ann.stream, rnode.ann.backend):
+        return False
+    union = sorted(mine + theirs)
+    plan, _ = plan_region([nodes[j] for j in union], state.types)
+    if plan is None:
+        return False
+    if state.planned and not _memory_allows(state, root, union):
+        return False
+    for j in theirs:
+        state.group_of[j] = root
+    state.members[root] = union
+    del state.members[producer]
+    return True
+
+
+def _grow(state: _State, root: int, max_ops: int) -> None:
+    merged = True
+    while merged:
+        merged = False
+        for operand in _outside_operands(state, state.members[root]):
+            p = state.producers.get(operand)
+            if p is None or state.group_of[p] is None or state.group_of[p] != p:
+                continue
+            if _try_absorb(state, root, p, max_ops):
+                merged = True
+                break
+
+
+def _param_names(count: int, taken: set[str]) -> list[str]:
+    names: list[str] = []
+    k = 0
+    while len(names) < count:
+        candidate = f"p{k}"
+        if candidate not in taken:
+            names.append(candidate)
+        k += 1
+    return names
+
+
+def fused_node(nodes: Sequence[Node], outside: Sequence[str]) -> Node:
+    """The `fused` node computing `nodes` (issue order, root last) from the `outside` values."""
+    root = nodes[-1]
+    params = _param_names(len(outside), {n.name for n in nodes})
+    rename = dict(zip(outside, params))
+    body = tuple(
+        replace(n, operands=tuple(rename.get(o, o) for o in n.operands), ann=NO_ANNOTATIONS)
+        for n in nodes
+    )
+    return Node(
+        name=root.name,
+        op="fused",
+        operands=tuple(outside),
+        type=root.type,
+        ann=root.ann,
+        body=Region(tuple(params), body, root.name),
+        span=root.span,
+        operand_spans=(),
+    )
+
+
+@dataclass(frozen=True)
+class FusePass(Pass):
+    name = "fuse"
+    summary = "group producer-consumer chains into fused regions (one kernel each)"
+    max_ops: int = 64
+
+    def __post_init__(self) -> None:
+        if self.max_ops < 1:
+            raise ValueError(f"max-ops must be at least 1, got {self.max_ops}")
+
+    def run(self, graph: Graph) -> Graph:
+        types = graph.value_types()
+        planned = any(n.ann.offset is not None for n in graph.nodes)
+        state = _State(
+            graph=graph,
+            types=types,
+            users=graph.users(),
+            producers=graph.producers(),
+            outputs=frozenset(graph.output_names()),
+            group_of=[None] * len(graph.nodes),
+            members={},
+            planned=planned,
+            hb=HappensBefore(graph) if planned else None,
+            ranges=_arena_ranges(graph, types) if planned else {},
+        )
+        if planned:
+            _index_arena(state)
+        for i, node in graph.compute_nodes():
+            if not (is_elementwise(node) or is_anchor(node, types) is not None):
+                continue
+            state.group_of[i] = i
+            state.members[i] = [i]
+            _grow(state, i, self.max_ops)
+        regions = {root: group for root, group in state.members.items() if len(group) > 1}
+        if not regions:
+            return graph
+        absorbed = {j for root, group in regions.items() for j in group if j != root}
+        had_lifetimes = any(
+            n.ann.live is not None or n.ann.visible is not None for n in graph.nodes
+        )
+        out: list[Node] = []
+        for i, node in enumerate(graph.nodes):
+            if i in absorbed:
+                continue
+            if i in regions:
+                group = regions[i]
+                node = fused_node([graph.nodes[j] for j in group], _outside_operands(state, group))
+            if had_lifetimes:
+                node = node.with_ann(live=None, visible=None)
+            out.append(node)
+        return graph.with_nodes(out)

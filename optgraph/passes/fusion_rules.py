@@ -1,0 +1,182 @@
+"""What a fused region may contain, and how its kernel is laid out: shared by `fuse` and codegen.
+
+A region is a list of nodes in issue order whose last node (the *root*) produces the region's one
+result. `plan_region` says whether the nodes form a region optgraph can emit as ONE kernel and, if
+so, how: a `RegionPlan` with its kind, its anchor and which nodes run before/after the anchor.
+
+- `elementwise`: only elementwise ops. Every node's shape broadcasts to the root's shape, so the
+  kernel evaluates the whole body once per output element (elementwise ops commute with
+  broadcasting: an operand of shape [64] read by an output of shape [4,64] is indexed by column).
+- `reduction`: one reduction-category anchor (sum, mean, max over trailing axes; softmax over the
+  last axis; rms_norm; layer_norm) with an elementwise *prologue* (nodes the anchor depends on,
+  evaluated per element of the anchor's input, e.g. a residual add) and an elementwise *epilogue*
+  (every other node, evaluated per output element, e.g. mul by a weight, cast). One block per row.
+- `product`: one matmul or conv2d anchor, no prologue, an elementwise epilogue (bias, activation,
+  residual add) evaluated per output element after the product.
+
+Broadcast rule (each violation blocks fusion): every epilogue node broadcasts to the root's shape;
+every prologue node broadcasts to the anchor's input shape; the anchor's own shape is the root's
+shape: a reduction or product is never broadcast further inside the region (that would need its
+result at several output elements before it is complete, a second pass).
+
+Complexity: O(n + e) for a region of n nodes and e operand edges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from optgraph.ir.graph import Node, Region, TensorType
+from optgraph.ir.op_rules import broadcast_shapes
+from optgraph.ir.ops import attrs_with_defaults, get_op
+
+ELEMENTWISE = "elementwise"
+REDUCTION = "reduction"
+PRODUCT = "product"
+REDUCE_OPS = frozenset({"sum", "mean", "max"})
+ROW_OPS = frozenset({"softmax", "rms_norm", "layer_norm"})
+PRODUCT_OPS = frozenset({"matmul", "conv2d"})
+
+
+@dataclass(frozen=True)
+class RegionPlan:
+    """How one region runs: its kind, anchor node name (None for elementwise) and phases.
+
+    `prologue` and `epilogue` are body node names in issue order; the anchor is in neither.
+    For a reduction, `rows` x `cols` is the anchor input viewed as a matrix (cols = reduced size).
+    """
+
+    kind: str
+    anchor: str | None
+    prologue: tuple[str, ...]
+    epilogue: tuple[str, ...]
+    rows: int = 1
+    cols: int = 1
+
+
+def is_elementwise(node: Node) -> bool:
+    op = get_op(node.op)
+    return op is not None and op.category == "elementwise" and not node.is_event
+
+
+def reduction_cols(node: Node, x: TensorType) -> int | None:
+    """Number of reduced elements per row when `node` reduces trailing axes of `x`, else None."""
+    if node.op in ("rms_norm", "layer_norm"):
+        return x.shape[-1] if x.rank else None
+    attrs = attrs_with_defaults(node)
+    if node.op == "softmax":
+        axis = int(attrs["axis"])  # type: ignore[arg-type]
+        return x.shape[-1] if x.rank and axis % x.rank == x.rank - 1 else None
+    if node.op in REDUCE_OPS:
+        axes_attr = attrs.get("axes")
+        axes = (
+            tuple(range(x.rank))
+            if axes_attr is None
+            else tuple(sorted(a % x.rank for a in axes_attr))  # type: ignore[union-attr]
+        )
+        if axes != tuple(range(x.rank - len(axes), x.rank)):
+            return None
+        cols = 1
+        for a in axes:
+            cols *= x.shape[a]
+        return cols
+    return None
+
+
+def is_anchor(node: Node, types: Mapping[str, TensorType]) -> str | None:
+    """The region kind `node` can anchor (REDUCTION or PRODUCT), or None."""
+    if node.op in PRODUCT_OPS:
+        return PRODUCT
+    if (node.op in ROW_OPS or node.op in REDUCE_OPS) and node.operands:
+        x = types[node.operands[0]]
+        cols = reduction_cols(node, x)
+        if cols is not None and cols > 0:
+            return REDUCTION
+    return None
+
+
+def broadcasts_to(shape: Sequence[int], target: Sequence[int]) -> bool:
+    """`shape` broadcasts to `target` without changing `target`."""
+    return broadcast_shapes(shape, target) == tuple(target)
+
+
+def plan_region(
+    nodes: Sequence[Node], types: Mapping[str, TensorType]
+) -> tuple[RegionPlan | None, str]:
+    """(plan, "") when `nodes` (issue order, root last) make one kernel, else (None, reason).
+
+    `types` gives the type of every value the nodes read or define.
+    """
+    if not nodes:
+        return None, "empty region"
+    root = nodes[-1]
+    assert root.type is not None
+    out = root.type.shape
+    names = {n.name for n in nodes}
+    anchors: list[tuple[Node, str]] = []
+    for n in nodes:
+        kind = is_anchor(n, types)
+        if kind is not None:
+            anchors.append((n, kind))
+        elif not is_elementwise(n):
+            return None, f"'{n.op}' cannot be fused"
+    if len(anchors) > 1:
+        return None, "more than one reduction or matrix product"
+    if not anchors:
+        for n in nodes:
+            assert n.type is not None
+            if not broadcasts_to(n.type.shape, out):
+                return None, f"'%{n.name}' {n.type} does not broadcast to the result {root.type}"
+        return RegionPlan(ELEMENTWISE, None, (), tuple(n.name for n in nodes)), ""
+    anchor, kind = anchors[0]
+    assert anchor.type is not None
+    if anchor.type.shape != tuple(out):
+        return None, f"'%{anchor.name}' {anchor.type} would be broadcast to {root.type}"
+    # The prologue: region nodes the anchor depends on (walk back from the anchor's operands).
+    index = {n.name: i for i, n in enumerate(nodes)}
+    feeds: set[str] = set()
+    stack = [o for o in anchor.operands if o in names]
+    while stack:
+        name = stack.pop()
+        if name in feeds:
+            continue
+        feeds.add(name)
+        stack.extend(o for o in nodes[index[name]].operands if o in names)
+    prologue = tuple(n.name for n in nodes if n.name in feeds)
+    epilogue = tuple(n.name for n in nodes if n.name not in feeds and n is not anchor)
+    for name in epilogue:
+        t = nodes[index[name]].type
+        assert t is not None
+        if not broadcasts_to(t.shape, out):
+            return None, f"'%{name}' {t} does not broadcast to the result {root.type}"
+    if kind == PRODUCT:
+        if prologue:
+            return None, "a matrix product takes no prologue"
+        if anchor.type.dtype != root.type.dtype:
+            return None, "a matrix-product epilogue keeps the product's dtype"
+        return RegionPlan(PRODUCT, anchor.name, (), epilogue), ""
+    x = types[anchor.operands[0]]
+    for name in prologue:
+        t = nodes[index[name]].type
+        assert t is not None
+        if not broadcasts_to(t.shape, x.shape):
+            return None, f"'%{name}' {t} does not broadcast to the reduced operand {x}"
+    cols = reduction_cols(anchor, x)
+    assert cols is not None
+    rows = x.numel // cols if cols else 0
+    return RegionPlan(REDUCTION, anchor.name, prologue, epilogue, rows, cols), ""
+
+
+def plan_body(body: Region, operand_types: Sequence[TensorType]) -> RegionPlan:
+    """The plan of an existing fused node's body (ValueError when it is not one kernel)."""
+    types: dict[str, TensorType] = dict(zip(body.params, operand_types))
+    for n in body.nodes:
+        assert n.type is not None
+        types[n.name] = n.type
+    if not body.nodes or body.nodes[-1].name != body.result:
+        raise ValueError("fused region must yield its last body node")
+    plan, reason = plan_region(body.nodes, types)
+    if plan is None:
+        raise ValueError(f"fused region is not one kernel: {reason}")
+    return plan
