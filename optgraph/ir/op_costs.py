@@ -1,0 +1,157 @@
+"""Cost estimates of the ops (bytes moved, flops) and a roofline time model per device.
+
+Every cost function has the signature `cost(node, operand_types, result_type, attrs) -> Cost`, with
+`attrs` resolved as for the type rules (`ops.py` picks the function from the op table). Bytes are
+what the op reads plus what it writes in device memory; views move nothing. Flops count
+multiply-adds as two. These are estimates for scheduling decisions (critical path, whether a fork
+pays), not measurements.
+
+`estimate_seconds(cost, dtype, profile)` is the roofline: launch overhead plus the larger of the
+memory time and the compute time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from optgraph.ir.graph import AttrValue, Node, TensorType
+
+Attrs = Mapping[str, AttrValue]
+Types = Sequence[TensorType]
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Bytes read plus written, and floating-point operations."""
+
+    bytes: int
+    flops: int
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.bytes + other.bytes, self.flops + other.flops)
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """Round public figures of a GPU, for the roofline model."""
+
+    name: str
+    memory_bandwidth: float  # bytes / s
+    peak_flops_f32: float  # flops / s, CUDA cores
+    peak_flops_f16: float  # flops / s, dense tensor cores (f16 and bf16)
+    launch_overhead: float  # s per kernel node in a replayed CUDA graph
+
+
+# Datasheet figures of the SXM parts (dense, no sparsity). The launch overhead is that of a kernel
+# node in a replayed CUDA graph, which is how optgraph runs programs.
+H100 = DeviceProfile("H100", 3.35e12, 67e12, 989e12, 2e-6)
+H200 = DeviceProfile("H200", 4.8e12, 67e12, 989e12, 2e-6)
+DEVICE_PROFILES: Mapping[str, DeviceProfile] = {"H100": H100, "H200": H200}
+
+
+def estimate_seconds(cost: Cost, dtype: str, profile: DeviceProfile) -> float:
+    """Roofline time of one kernel: launch + max(memory time, compute time)."""
+    peak = profile.peak_flops_f16 if dtype in ("f16", "bf16") else profile.peak_flops_f32
+    return profile.launch_overhead + max(cost.bytes / profile.memory_bandwidth, cost.flops / peak)
+
+
+def _io_bytes(types: Types, result: TensorType) -> int:
+    return sum(t.nbytes for t in types) + result.nbytes
+
+
+# Flops per result element of the elementwise ops (transcendentals cost a few).
+ELEMENTWISE_FLOPS: Mapping[str, int] = {
+    "abs": 1,
+    "add": 1,
+    "cast": 1,
+    "div": 1,
+    "exp": 4,
+    "gelu": 10,
+    "log": 4,
+    "maximum": 1,
+    "minimum": 1,
+    "mul": 1,
+    "neg": 1,
+    "pow": 8,
+    "relu": 1,
+    "rsqrt": 2,
+    "scale": 1,
+    "sigmoid": 5,
+    "silu": 6,
+    "sqrt": 2,
+    "sub": 1,
+    "tanh": 6,
+}
+
+# Flops per input element of the reductions and normalizations.
+REDUCTION_FLOPS: Mapping[str, int] = {
+    "layer_norm": 8,
+    "max": 1,
+    "mean": 1,
+    "rms_norm": 5,
+    "softmax": 6,
+    "sum": 1,
+}
+
+
+def elementwise(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
+    return Cost(_io_bytes(types, result), result.numel * ELEMENTWISE_FLOPS[node.op])
+
+
+def reduction(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
+    return Cost(_io_bytes(types, result), types[0].numel * REDUCTION_FLOPS[node.op])
+
+
+def matmul(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
+    a = types[0]
+    k = a.shape[-2] if attrs.get("transpose_a") else a.shape[-1]
+    # result is [..batch, M, N]: numel = batch·M·N
+    return Cost(_io_bytes(types, result), 2 * result.numel * k)
+
+
+def view(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
+    return Cost(0, 0)
+
+
+def copy_result(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
+    """concat, copy, prefetch: read and write the result's bytes once."""
+    return Cost(2 * result.nbytes, 0)
+
+
+def get_rows(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
+    """Reads only the gathered rows (and the ids), writes them."""
+    return Cost(types[1].nbytes + 2 * result.nbytes, 0)
+
+
+def kv_cache_write(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
+    """In place: reads the new rows and the position, writes the rows."""
+    return Cost(2 * types[1].nbytes + types[2].nbytes, 0)
+
+
+def rope(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
+    return Cost(_io_bytes(types, result), 6 * result.numel)
+
+
+def attention(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
+    """QK^T and PV: 2·2·B·Hq·Sq·Skv·D, plus the softmax over the scores."""
+    b, hq, sq, d = types[0].shape
+    skv = types[1].shape[2]
+    scores = b * hq * sq * skv
+    return Cost(_io_bytes(types, result), 4 * scores * d + 6 * scores)
+
+
+def conv2d(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
+    """2·N·O·OH·OW·(C/groups)·KH·KW, plus the bias."""
+    _, cg, kh, kw = types[1].shape
+    flops = 2 * result.numel * cg * kh * kw
+    if len(types) == 3:
+        flops += result.numel
+    return Cost(_io_bytes(types, result), flops)
+
+
+def pool2d(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
+    kernel = attrs.get("kernel", (1, 1))
+    assert isinstance(kernel, tuple)
+    return Cost(_io_bytes(types, result), result.numel * math.prod(kernel))

@@ -1,0 +1,406 @@
+"""The op table: every op of docs/ir.md with its operands, attributes, type rule and cost.
+
+`OPS` is one literal dictionary sorted by name. Each `OpDef` says:
+
+- `category`: "elementwise", "reduction" (also softmax and the norms), "matmul", "data_movement"
+  (views, concat, get_rows, copy, prefetch, kv_cache_write) or "opaque" (rope, attention, conv2d,
+  pools, fused): what fusion and scheduling may assume about it;
+- `min_arity`/`max_arity` (None: any number) and `attrs`, name -> `AttrSpec`;
+- `is_view`: the result aliases the operand's buffer (reshape, transpose, slice);
+- `inplace_operand`: the operand whose buffer the result may reuse. Elementwise ops declare 0 and
+  the memory planner decides whether sizes allow it; kv_cache_write declares 0 because reusing the
+  cache's buffer is its purpose;
+- `infer` and `cost`: functions from `op_rules` and `op_costs`.
+
+Public entry points: `infer_type(node, operand_types)` checks arity, attributes and operands and
+returns the result type (raising `VerifyError` at the node's span); `cost(node, operand_types,
+result_type)` estimates bytes and flops; `attrs_with_defaults(node)` gives the attributes a kernel
+sees; `get_op(name)`, `op_names()`. The device roofline lives in `op_costs` and is re-exported.
+
+Example: `%y = softmax(%x) {axsi = 1} : f32[2,4]` fails with
+`softmax: unknown attribute 'axsi' (did you mean 'axis'?)`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from optgraph.errors import VerifyError
+from optgraph.ir import op_costs as costs
+from optgraph.ir import op_rules as rules
+from optgraph.ir.graph import DTYPES, AttrValue, Node, TensorType
+from optgraph.ir.op_costs import (
+    DEVICE_PROFILES,
+    H100,
+    H200,
+    Cost,
+    DeviceProfile,
+    estimate_seconds,
+)
+from optgraph.ir.printer import format_literal
+
+__all__ = [
+    "DEVICE_PROFILES",
+    "H100",
+    "H200",
+    "OPS",
+    "AttrSpec",
+    "Cost",
+    "DeviceProfile",
+    "OpDef",
+    "attrs_with_defaults",
+    "cost",
+    "estimate_seconds",
+    "get_op",
+    "infer_type",
+    "op_names",
+]
+
+CATEGORIES: tuple[str, ...] = ("elementwise", "reduction", "matmul", "data_movement", "opaque")
+ATTR_KINDS: Mapping[str, str] = {
+    "bool": "a bool",
+    "int": "an int",
+    "float": "a float",
+    "str": "a string",
+    "ints": "an integer list",
+}
+
+InferFn = Callable[[Node, Sequence[TensorType], Mapping[str, AttrValue]], TensorType]
+CostFn = Callable[[Node, Sequence[TensorType], TensorType, Mapping[str, AttrValue]], Cost]
+
+
+@dataclass(frozen=True)
+class AttrSpec:
+    """One attribute: its kind, default (None: none), whether it must be given, allowed strings.
+
+    `default_from` names another attribute whose value is the default (a pool's stride = kernel).
+    """
+
+    kind: str
+    default: AttrValue | None = None
+    required: bool = False
+    choices: tuple[str, ...] = ()
+    default_from: str | None = None
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    category: str
+    min_arity: int
+    max_arity: int | None
+    infer: InferFn
+    cost: CostFn
+    attrs: Mapping[str, AttrSpec] = field(default_factory=dict)
+    is_view: bool = False
+    inplace_operand: int | None = None
+
+
+def _elementwise(name: str, arity: int, infer: InferFn, **attrs: AttrSpec) -> OpDef:
+    return OpDef(name, "elementwise", arity, arity, infer, costs.elementwise, attrs, False, 0)
+
+
+def _reduction(name: str, infer: InferFn) -> OpDef:
+    attrs = {"axes": AttrSpec("ints"), "keepdims": AttrSpec("bool", False)}
+    return OpDef(name, "reduction", 1, 1, infer, costs.reduction, attrs)
+
+
+def _pool(name: str) -> OpDef:
+    attrs = {
+        "kernel": AttrSpec("ints", required=True),
+        "padding": AttrSpec("ints", (0, 0)),
+        "stride": AttrSpec("ints", default_from="kernel"),
+    }
+    return OpDef(name, "opaque", 1, 1, rules.pool2d, costs.pool2d, attrs)
+
+
+def _infer_fused(
+    node: Node, types: Sequence[TensorType], attrs: Mapping[str, AttrValue]
+) -> TensorType:
+    return _fused_types(node, types)[node.body.result if node.body else ""]
+
+
+def _fused_cost(
+    node: Node, types: Sequence[TensorType], result: TensorType, attrs: Mapping[str, AttrValue]
+) -> Cost:
+    """Only the region's operands and result touch memory; the flops are the body's."""
+    env = _fused_types(node, types)
+    assert node.body is not None
+    flops = 0
+    for inner in node.body.nodes:
+        inner_types = [env[o] for o in inner.operands]
+        flops += cost(inner, inner_types, env[inner.name]).flops
+    return Cost(sum(t.nbytes for t in types) + result.nbytes, flops)
+
+
+_FALSE = AttrSpec("bool", False)
+_REQUIRED_INT = AttrSpec("int", required=True)
+_REQUIRED_INTS = AttrSpec("ints", required=True)
+
+
+def _view(name: str, infer: InferFn, **attrs: AttrSpec) -> OpDef:
+    return OpDef(name, "data_movement", 1, 1, infer, costs.view, attrs, is_view=True)
+
+
+def _op(
+    name: str,
+    category: str,
+    arity: tuple[int, int | None],
+    infer: InferFn,
+    cost_fn: CostFn,
+    **attrs: AttrSpec,
+) -> OpDef:
+    return OpDef(name, category, arity[0], arity[1], infer, cost_fn, attrs)
+
+
+OPS: dict[str, OpDef] = {
+    "abs": _elementwise("abs", 1, rules.unary_numeric),
+    "add": _elementwise("add", 2, rules.binary_numeric),
+    "attention": _op(
+        "attention", "opaque", (3, 4), rules.attention, costs.attention,
+        causal=_FALSE, scale=AttrSpec("float"),
+    ),
+    "avg_pool2d": _pool("avg_pool2d"),
+    "cast": _elementwise("cast", 1, rules.cast, dtype=AttrSpec("str", "f16", choices=DTYPES)),
+    "concat": _op(
+        "concat", "data_movement", (1, None), rules.concat, costs.copy_result, axis=_REQUIRED_INT
+    ),
+    "conv2d": _op(
+        "conv2d", "opaque", (2, 3), rules.conv2d, costs.conv2d,
+        groups=AttrSpec("int", 1), padding=AttrSpec("ints", (0, 0)),
+        stride=AttrSpec("ints", (1, 1)),
+    ),
+    "copy": _op(
+        "copy", "data_movement", (1, 1), rules.same_type, costs.copy_result,
+        to=AttrSpec("str", "cuda", choices=("cuda", "cpu")),
+    ),
+    "div": _elementwise("div", 2, rules.binary_float),
+    "exp": _elementwise("exp", 1, rules.unary_float),
+    "fused": _op("fused", "opaque", (1, None), _infer_fused, _fused_cost),
+    "gelu": _elementwise(
+        "gelu", 1, rules.unary_float, approximate=AttrSpec("str", "tanh", choices=("tanh", "none"))
+    ),
+    "get_rows": _op("get_rows", "data_movement", (2, 2), rules.get_rows, costs.get_rows),
+    "kv_cache_write": OpDef(
+        "kv_cache_write", "data_movement", 3, 3, rules.kv_cache_write, costs.kv_cache_write,
+        inplace_operand=0,
+    ),
+    "layer_norm": _op(
+        "layer_norm", "reduction", (3, 3), rules.norm, costs.reduction, eps=AttrSpec("float", 1e-5)
+    ),
+    "log": _elementwise("log", 1, rules.unary_float),
+    "matmul": _op(
+        "matmul", "matmul", (2, 2), rules.matmul, costs.matmul,
+        transpose_a=_FALSE, transpose_b=_FALSE,
+    ),
+    "max": _reduction("max", rules.reduce_numeric),
+    "max_pool2d": _pool("max_pool2d"),
+    "maximum": _elementwise("maximum", 2, rules.binary_numeric),
+    "mean": _reduction("mean", rules.reduce_float),
+    "minimum": _elementwise("minimum", 2, rules.binary_numeric),
+    "mul": _elementwise("mul", 2, rules.binary_numeric),
+    "neg": _elementwise("neg", 1, rules.unary_numeric),
+    "pow": _elementwise("pow", 2, rules.binary_float),
+    "prefetch": _op("prefetch", "data_movement", (1, 1), rules.same_type, costs.copy_result),
+    "relu": _elementwise("relu", 1, rules.unary_numeric),
+    "reshape": _view("reshape", rules.reshape, shape=_REQUIRED_INTS),
+    "rms_norm": _op(
+        "rms_norm", "reduction", (2, 2), rules.norm, costs.reduction, eps=AttrSpec("float", 1e-6)
+    ),
+    "rope": _op("rope", "opaque", (2, 2), rules.rope, costs.rope, theta=AttrSpec("float", 1e4)),
+    "rsqrt": _elementwise("rsqrt", 1, rules.unary_float),
+    "scale": _elementwise("scale", 1, rules.unary_float, factor=AttrSpec("float", 1.0)),
+    "sigmoid": _elementwise("sigmoid", 1, rules.unary_float),
+    "silu": _elementwise("silu", 1, rules.unary_float),
+    "slice": _view(
+        "slice", rules.slice_, axis=_REQUIRED_INT, end=_REQUIRED_INT, start=_REQUIRED_INT
+    ),
+    "softmax": _op(
+        "softmax", "reduction", (1, 1), rules.softmax, costs.reduction, axis=AttrSpec("int", -1)
+    ),
+    "sqrt": _elementwise("sqrt", 1, rules.unary_float),
+    "sub": _elementwise("sub", 2, rules.binary_numeric),
+    "sum": _reduction("sum", rules.reduce_numeric),
+    "tanh": _elementwise("tanh", 1, rules.unary_float),
+    "transpose": _view("transpose", rules.transpose, perm=_REQUIRED_INTS),
+}  # fmt: skip
+
+
+def get_op(name: str) -> OpDef | None:
+    return OPS.get(name)
+
+
+def op_names() -> tuple[str, ...]:
+    """Every op name, sorted."""
+    return tuple(OPS)
+
+
+def _fail(node: Node, message: str) -> VerifyError:
+    return VerifyError(f"{node.op}: {message}", node.span)
+
+
+def _suggestion(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _has_kind(value: object, kind: str) -> bool:
+    if isinstance(value, bool):
+        return kind == "bool"
+    if kind == "int":
+        return isinstance(value, int)
+    if kind == "float":
+        return isinstance(value, (int, float))
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "ints":
+        return isinstance(value, (tuple, list)) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        )
+    return False
+
+
+def _choices_text(choices: Sequence[str]) -> str:
+    quoted = [format_literal(c) for c in choices]
+    if len(quoted) == 2:
+        return f"{quoted[0]} or {quoted[1]}"
+    return "one of " + ", ".join(quoted)
+
+
+def _normalized(value: AttrValue, kind: str) -> AttrValue:
+    if kind == "float":
+        assert isinstance(value, (int, float))
+        return float(value)
+    if kind == "ints":
+        assert isinstance(value, (tuple, list))
+        return tuple(value)
+    return value
+
+
+def _checked_attrs(node: Node, opdef: OpDef) -> dict[str, AttrValue]:
+    """The node's attributes checked against the op's specs, with defaults filled in."""
+    specs = opdef.attrs
+    for key in sorted(node.attrs):
+        if key not in specs:
+            if not specs:
+                hint = f" ({node.op} takes no attributes)"
+            else:
+                hint = _suggestion(key, list(specs)) or f" (expected one of: {', '.join(specs)})"
+            raise _fail(node, f"unknown attribute '{key}'{hint}")
+    resolved: dict[str, AttrValue] = {}
+    for key, spec in specs.items():
+        if key not in node.attrs:
+            if spec.required:
+                raise _fail(node, f"missing required attribute '{key}'")
+            continue
+        value = node.attrs[key]
+        if not _has_kind(value, spec.kind):
+            raise _fail(
+                node,
+                f"attribute '{key}' must be {ATTR_KINDS[spec.kind]}, got {format_literal(value)}",
+            )
+        if spec.choices and value not in spec.choices:
+            raise _fail(
+                node,
+                f"attribute '{key}' must be {_choices_text(spec.choices)}, "
+                f"got {format_literal(value)}",
+            )
+        resolved[key] = _normalized(value, spec.kind)
+    return _fill_defaults(resolved, specs)
+
+
+def _fill_defaults(
+    resolved: dict[str, AttrValue], specs: Mapping[str, AttrSpec]
+) -> dict[str, AttrValue]:
+    for key, spec in specs.items():
+        if key in resolved:
+            continue
+        if spec.default is not None:
+            resolved[key] = spec.default
+        elif spec.default_from is not None and spec.default_from in resolved:
+            resolved[key] = resolved[spec.default_from]
+    return resolved
+
+
+def attrs_with_defaults(node: Node) -> dict[str, AttrValue]:
+    """The attributes a kernel sees: given ones (floats as float, lists as tuples) and defaults.
+
+    Attributes without a default that were not given (attention's `scale`, a reduction's `axes`)
+    are absent. Does not validate: call it on verified nodes.
+    """
+    opdef = OPS.get(node.op)
+    if opdef is None:
+        return dict(node.attrs)
+    resolved = {
+        k: _normalized(v, opdef.attrs[k].kind) if k in opdef.attrs else v
+        for k, v in node.attrs.items()
+    }
+    return _fill_defaults(resolved, opdef.attrs)
+
+
+def _check_arity(node: Node, opdef: OpDef, count: int) -> None:
+    lo, hi = opdef.min_arity, opdef.max_arity
+    if lo <= count and (hi is None or count <= hi):
+        return
+    if hi is None:
+        expected = f"at least {lo}"
+    elif lo == hi:
+        expected = str(lo)
+    else:
+        expected = f"{lo} to {hi}"
+    plural = "" if expected in ("1", "at least 1") else "s"
+    raise _fail(node, f"expected {expected} operand{plural}, got {count}")
+
+
+def infer_type(node: Node, operand_types: Sequence[TensorType]) -> TensorType:
+    """The result type of `node` given its operands' types; `VerifyError` on any problem.
+
+    Does not compare with the node's declared type (the verifier does).
+    """
+    if len(operand_types) != len(node.operands):
+        raise ValueError(f"{len(node.operands)} operands but {len(operand_types)} types given")
+    opdef = OPS.get(node.op)
+    if opdef is None:
+        if node.is_event:
+            raise _fail(node, "events have no result type")
+        raise VerifyError(f"unknown op '{node.op}'{_suggestion(node.op, list(OPS))}", node.span)
+    _check_arity(node, opdef, len(operand_types))
+    if node.body is not None and node.op != "fused":
+        raise _fail(node, "only fused nodes have a body")
+    attrs = _checked_attrs(node, opdef)
+    return opdef.infer(node, operand_types, attrs)
+
+
+def _fused_types(node: Node, types: Sequence[TensorType]) -> dict[str, TensorType]:
+    """Types of a fused node's parameters and body values, inferred in order."""
+    body = node.body
+    if body is None:
+        raise _fail(node, "missing body")
+    if len(body.params) != len(types):
+        raise _fail(node, f"body has {len(body.params)} parameters but {len(types)} operands")
+    env: dict[str, TensorType] = dict(zip(body.params, types))
+    for inner in body.nodes:
+        if inner.is_event or inner.op == "fused":
+            raise VerifyError(f"fused: '{inner.op}' is not allowed in a body", inner.span)
+        for operand in inner.operands:
+            if operand not in env:
+                raise VerifyError(
+                    f"fused: body node '%{inner.name}' uses undefined value '%{operand}'",
+                    inner.span,
+                )
+        if inner.name in env:
+            raise VerifyError(f"fused: '%{inner.name}' is defined twice in the body", inner.span)
+        env[inner.name] = infer_type(inner, [env[o] for o in inner.operands])
+    if body.result not in env:
+        raise _fail(node, f"yield of undefined value '%{body.result}'")
+    return env
+
+
+def cost(node: Node, operand_types: Sequence[TensorType], result_type: TensorType) -> Cost:
+    """Estimated bytes read + written and flops of one node (call it on verified nodes)."""
+    opdef = OPS.get(node.op)
+    if opdef is None:
+        return Cost(0, 0)
+    return opdef.cost(node, operand_types, result_type, attrs_with_defaults(node))
