@@ -27,6 +27,8 @@ from optgraph.passes.dce import DcePass
 from optgraph.passes.facts import FACTS
 from optgraph.passes.fuse import FusePass
 from optgraph.passes.plan_memory import PlanMemoryPass
+from optgraph.passes.plan_prefetch import PlanPrefetchPass
+from optgraph.passes.split_backends import SplitBackendsPass
 from optgraph.passes.verify_pass import VerifyPass
 
 PASSES: dict[str, type[Pass]] = {
@@ -35,11 +37,15 @@ PASSES: dict[str, type[Pass]] = {
     "dce": DcePass,
     "fuse": FusePass,
     "plan-memory": PlanMemoryPass,
+    "plan-prefetch": PlanPrefetchPass,
+    "split-backends": SplitBackendsPass,
     "verify": VerifyPass,
 }
 
 # The pipeline `optgraph compile` runs when none is given. Passes join it as they land.
-DEFAULT_PIPELINE = "verify,dce,cse,analyze-lifetimes,plan-memory"
+# fuse runs before stream assignment (streams then balance real kernels, and fusion is not limited
+# to one stream) and before memory planning (fused regions need no buffers for their interiors).
+DEFAULT_PIPELINE = "verify,dce,cse,fuse,analyze-lifetimes,plan-memory"
 
 _PASS_RE = re.compile(r"\s*([A-Za-z0-9_-]+)\s*(\{([^{}]*)\})?\s*(,|$)")
 
