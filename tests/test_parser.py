@@ -212,6 +212,34 @@ def test_events_round_trip_with_and_without_stream() -> None:
     og.verify(g)
 
 
+@pytest.mark.parametrize(
+    "before",
+    [
+        "input %x : f32[2,3]",
+        "weight %x : f32[2,3]",
+        "weight %x : f32[2,3] host",
+        "%y = neg(%x) : f32[2,3]",
+    ],
+)
+def test_event_right_after_a_type(before: str) -> None:
+    # Found by the round-trip property: `record` after a type was lexed as a NAME (a weight
+    # placement), so an event could not follow an input, a weight or an unannotated node.
+    header = "input %x : f32[2,3]" if before.startswith("%") else before
+    body = "" if before.startswith(("input", "weight")) else f"  {before}\n"
+    g = round_trip(
+        f"graph g {{\n  {header}\n{body}  record ^e\n  wait ^e\n  %z = neg(%x) : f32[2,3]\n"
+        "  output %z\n}\n"
+    )
+    assert [n.op for n in g.nodes if n.is_event] == ["record", "wait"]
+
+
+def test_keywords_inside_names_stay_names() -> None:
+    g = round_trip(
+        wrap("  %recorder = neg(%x) {waits = 1, record_me = true} : f32[2,3]\n  output %recorder")
+    )
+    assert g.nodes[0].name == "recorder" and g.nodes[0].attrs == {"waits": 1, "record_me": True}
+
+
 def test_fused_body_with_attrs_and_annotations_round_trips() -> None:
     text = wrap(
         "  %f = fused(%x) : f32[2,3] !{stream = 1} body(%p) {\n"

@@ -339,8 +339,19 @@ def _parser_and_builder() -> tuple[Lark, _Builder]:
     return lark, builder
 
 
+def _terminal_text(name: str) -> str:
+    """How a terminal is spelled in a message: 'a value (%name)', "'!{'", "'input'"."""
+    if name in _TERMINAL_NAMES:
+        return _TERMINAL_NAMES[name]
+    lark, _ = _parser_and_builder()
+    for terminal in lark.terminals:
+        if terminal.name == name and terminal.pattern.type == "str":
+            return repr(terminal.pattern.value)
+    return repr(name.strip('"').lower())
+
+
 def _describe_expected(expected: set[str]) -> str:
-    names = sorted({_TERMINAL_NAMES.get(e, repr(e.strip('"').lower())) for e in expected})
+    names = sorted({_terminal_text(e) for e in expected})
     if len(names) > 6:
         names = names[:6] + ["..."]
     return ", ".join(names)
