@@ -27,6 +27,8 @@ from optgraph.passes.dce import DcePass
 from optgraph.passes.facts import FACTS
 from optgraph.passes.fuse import FusePass
 from optgraph.passes.plan_memory import PlanMemoryPass
+from optgraph.passes.plan_prefetch import PlanPrefetchPass
+from optgraph.passes.split_backends import SplitBackendsPass
 from optgraph.passes.verify_pass import VerifyPass
 
 PASSES: dict[str, type[Pass]] = {
@@ -35,6 +37,8 @@ PASSES: dict[str, type[Pass]] = {
     "dce": DcePass,
     "fuse": FusePass,
     "plan-memory": PlanMemoryPass,
+    "plan-prefetch": PlanPrefetchPass,
+    "split-backends": SplitBackendsPass,
     "verify": VerifyPass,
 }
 

@@ -1,0 +1,227 @@
+"""Weight segments, sizes and device-memory accounting shared by split-backends and plan-prefetch.
+
+Nothing here is a pass. It answers the questions both offload passes, the report and the runtimes
+ask of a printed graph:
+
+- where each value lives (`value_backends`): a node's result lives on its `backend`, except that a
+  `copy` puts its result on its `to` backend; inputs and weights are host arrays the runtime also
+  stages on the device, so they live on both (a weight with placement `host` lives only on the host);
+- which weights may be streamed and in which order (`weight_accesses`, `group_weights`,
+  `pack_segments`): segments are runs of weights in first-use order whose readers lie in disjoint
+  ranges of the issue order, so slot `k` can be reused by segment `n + depth` right after segment
+  `n`'s last read;
+- how much device memory a planned program needs (`device_memory`): arena (which holds the
+  prefetch slots) + device-resident weights + device inputs;
+- sizes as users write them (`parse_size("2GiB")`).
+
+Complexity: O(V + E) for the analyses, O(W log W) to group W weights.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from optgraph.ir.graph import Graph
+from optgraph.ir.layout import alias_roots
+
+SLOT_ALIGNMENT = 256  # bytes: every streamed weight starts on this boundary inside its slot
+
+_UNITS: Mapping[str, int] = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kib": 1 << 10,
+    "kb": 10**3,
+    "m": 1 << 20,
+    "mib": 1 << 20,
+    "mb": 10**6,
+    "g": 1 << 30,
+    "gib": 1 << 30,
+    "gb": 10**9,
+    "t": 1 << 40,
+    "tib": 1 << 40,
+    "tb": 10**12,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """Bytes from `"2GiB"`, `"512MiB"`, `"1.5GB"`, `"64K"` (K, M, G, T alone are binary), `"4096"`."""
+    match = _SIZE_RE.match(str(text))
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise ValueError(f"cannot read the size '{text}' (write e.g. 2GiB, 512MiB, 1.5GB or 4096)")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def format_size(nbytes: int) -> str:
+    """`1.50 GiB`, `12.0 MiB`, `300 B`: for messages."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes} B"
+
+
+def align_up(nbytes: int, alignment: int = SLOT_ALIGNMENT) -> int:
+    return -(-nbytes // alignment) * alignment
+
+
+# -- where values live --------------------------------------------------------------------------
+
+
+def value_backends(graph: Graph) -> dict[str, frozenset[str]]:
+    """Backends holding each value: {"cpu"}, {"cuda"} or both (inputs, device weights)."""
+    both = frozenset({"cpu", "cuda"})
+    homes: dict[str, frozenset[str]] = {i.name: both for i in graph.inputs}
+    for w in graph.weights:
+        homes[w.name] = frozenset({"cpu"}) if w.placement == "host" else both
+    for node in graph.nodes:
+        if node.is_event:
+            continue
+        if node.op == "copy":
+            homes[node.name] = frozenset({str(node.attrs.get("to", "cuda"))})
+        else:
+            homes[node.name] = frozenset({node.ann.backend or "cuda"})
+    return homes
+
+
+def is_on_host(node_backend: str | None) -> bool:
+    return node_backend == "cpu"
+
+
+# -- weight accesses and segments ---------------------------------------------------------------
+
+
+def weight_accesses(graph: Graph) -> dict[str, list[int]]:
+    """For every weight, the sorted issue indices of the nodes reading it (through aliasing views)."""
+    roots = alias_roots(graph)
+    weights = graph.weight_names()
+    accesses: dict[str, list[int]] = {w: [] for w in weights}
+    for i, node in graph.compute_nodes():
+        for name in (node.name, *node.operands):
+            root = roots[name][0] if name in roots else name
+            if root in weights and (name != node.name or name in roots):
+                accesses[root].append(i)
+    return {w: sorted(set(a)) for w, a in accesses.items()}
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Weights streamed together into one slot, and the issue range of their readers."""
+
+    weights: tuple[str, ...]
+    nbytes: int  # packed size in a slot (every weight aligned to SLOT_ALIGNMENT)
+    first: int
+    last: int
+
+
+def group_weights(
+    order: Iterable[str], accesses: Mapping[str, list[int]], sizes: Mapping[str, int]
+) -> tuple[list[Segment], list[str]]:
+    """Weights (in first-use order) merged into groups whose reader ranges do not overlap.
+
+    Returns (groups, pinned). A weight read over a range that overlaps other weights' ranges (a
+    tied embedding read at the start and the end) would chain every weight in between into one
+    group; while the largest group holds more than half the bytes and several weights, the weight
+    with the widest range is pinned (kept resident) instead, and the groups are formed again.
+    """
+    names = [w for w in order if accesses.get(w)]
+    pinned: list[str] = []
+    while True:
+        groups = _merge_ranges([w for w in names if w not in pinned], accesses, sizes)
+        total = sum(g.nbytes for g in groups)
+        big = max(groups, key=lambda g: g.nbytes, default=None)
+        if big is None or len(big.weights) < 2 or 2 * big.nbytes <= total:
+            return groups, pinned
+        widest = max(big.weights, key=lambda w: accesses[w][-1] - accesses[w][0])
+        if accesses[widest][-1] - accesses[widest][0] == 0:
+            return groups, pinned
+        pinned.append(widest)
+
+
+def _merge_ranges(
+    names: list[str], accesses: Mapping[str, list[int]], sizes: Mapping[str, int]
+) -> list[Segment]:
+    ordered = sorted(names, key=lambda w: (accesses[w][0], accesses[w][-1]))
+    groups: list[Segment] = []
+    for w in ordered:
+        first, last = accesses[w][0], accesses[w][-1]
+        size = align_up(sizes[w])
+        if groups and first <= groups[-1].last:
+            g = groups[-1]
+            groups[-1] = Segment(g.weights + (w,), g.nbytes + size, g.first, max(g.last, last))
+        else:
+            groups.append(Segment((w,), size, first, last))
+    return groups
+
+
+def pack_segments(groups: list[Segment], target: int) -> list[Segment]:
+    """Consecutive groups packed into segments of at most `target` bytes (a bigger group alone)."""
+    segments: list[Segment] = []
+    for g in groups:
+        if segments and segments[-1].nbytes + g.nbytes <= target:
+            s = segments[-1]
+            segments[-1] = Segment(s.weights + g.weights, s.nbytes + g.nbytes, s.first, g.last)
+        else:
+            segments.append(g)
+    return segments
+
+
+# -- device memory ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Device bytes a planned program needs. `arena` includes the prefetch slots."""
+
+    arena: int
+    slots: int
+    resident_weights: int
+    streamed_weights: int
+    inputs: int
+
+    @property
+    def peak(self) -> int:
+        return self.arena + self.resident_weights + self.inputs
+
+
+def device_memory(graph: Graph) -> DeviceMemory:
+    """Arena (max offset + size), slot bytes, weights kept on the device, device inputs.
+
+    A weight is device-resident when a node that does not run on the CPU reads it directly (or
+    through an aliasing view) and it is neither streamed (`segment` annotation) nor placed on the
+    host. CPU-only weights and inputs live on the host.
+    """
+    arena = max(
+        (n.ann.offset + (n.ann.size or 0) for n in graph.nodes if n.ann.offset is not None),
+        default=0,
+    )
+    slot_ranges = {
+        (n.ann.slot, n.ann.offset, n.ann.size)
+        for n in graph.nodes
+        if n.op == "prefetch" and n.ann.offset is not None
+    }
+    slot_bytes = 0
+    if slot_ranges:
+        lo = min(o for _, o, _ in slot_ranges)
+        hi = max(o + (s or 0) for _, o, s in slot_ranges)
+        slot_bytes = hi - lo
+    roots = alias_roots(graph)
+    on_device: set[str] = set()
+    for node in graph.nodes:
+        if node.is_event or node.ann.backend == "cpu" or node.op == "prefetch":
+            continue
+        if node.op == "copy" and node.attrs.get("to", "cuda") == "cuda":
+            continue  # a copy to the device reads the host's array
+        for operand in node.operands:
+            on_device.add(roots[operand][0] if operand in roots else operand)
+    resident = streamed = 0
+    for w in graph.weights:
+        if w.ann.segment is not None:
+            streamed += w.type.nbytes
+        elif w.placement == "device" and w.name in on_device:
+            resident += w.type.nbytes
+    inputs = sum(i.type.nbytes for i in graph.inputs if i.name in on_device)
+    return DeviceMemory(arena, slot_bytes, resident, streamed, inputs)
