@@ -392,7 +392,13 @@ def _fused_types(node: Node, types: Sequence[TensorType]) -> dict[str, TensorTyp
                 )
         if inner.name in env:
             raise VerifyError(f"fused: '%{inner.name}' is defined twice in the body", inner.span)
-        env[inner.name] = infer_type(inner, [env[o] for o in inner.operands])
+        inferred = infer_type(inner, [env[o] for o in inner.operands])
+        if inner.type is not None and inner.type != inferred:
+            raise VerifyError(
+                f"{inner.op}: declared type {inner.type} but the operands give {inferred}",
+                inner.span,
+            )
+        env[inner.name] = inferred
     if body.result not in env:
         raise _fail(node, f"yield of undefined value '%{body.result}'")
     return env
