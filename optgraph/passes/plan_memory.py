@@ -265,6 +265,59 @@ def plan(
     return MemoryPlan(out_offsets, out_sizes, arenas[chosen], chosen, arenas, reuse)
 
 
+def entirely_before(a: Lifetime, b: Lifetime, graph: Graph) -> bool:
+    """Every access to `a` happens-before `b`'s first write (read off a's visible points)."""
+    s = graph.nodes[b.producer].stream
+    return s < len(a.visible) and 0 <= a.visible[s] <= b.producer
+
+
+def check_plan(graph: Graph) -> list[str]:
+    """Problems of the memory plan annotated on `graph`; [] when it is sound.
+
+    Recomputes lifetimes from the graph (never trusting `live`/`visible`) and checks every pair of
+    buffers whose bytes overlap: one must be entirely before the other, or the later one must be a
+    legal in-place reuse of the earlier at the same offset. O(n log n + overlapping pairs).
+    """
+    hb = HappensBefore(graph)
+    lifetimes = compute_lifetimes(graph, hb)
+    roots = alias_roots(graph)
+    types = graph.value_types()
+    problems: list[str] = []
+    placed: list[tuple[int, int, Lifetime]] = []
+    for lt in lifetimes.values():
+        ann = graph.nodes[lt.producer].ann
+        if ann.offset is None or ann.size is None:
+            problems.append(f"'%{lt.name}' has no offset/size")
+        elif ann.offset < 0 or ann.size < lt.nbytes:
+            problems.append(
+                f"'%{lt.name}' reserves {ann.size} bytes at {ann.offset}, needs {lt.nbytes}"
+            )
+        elif lt.nbytes:
+            placed.append((ann.offset, ann.offset + lt.nbytes, lt))
+    placed.sort(key=lambda t: t[0])
+    active: list[tuple[int, int, Lifetime]] = []
+    for lo, hi, b in placed:
+        active = [t for t in active if t[1] > lo]
+        for _, _, a in active:
+            first, second = (a, b) if a.producer < b.producer else (b, a)
+            if entirely_before(first, second, graph):
+                continue
+            source = _inplace_source(graph, second.producer, lifetimes, roots, types, hb)
+            offsets = (
+                graph.nodes[first.producer].ann.offset,
+                graph.nodes[second.producer].ann.offset,
+            )
+            if source == first.name and offsets[0] == offsets[1]:
+                continue
+            problems.append(
+                f"'%{second.name}' (written at node {second.producer}) shares bytes with "
+                f"'%{first.name}' (live {first.first}..{first.last}) before every access to it "
+                "happens-before that write"
+            )
+        active.append((lo, hi, b))
+    return problems
+
+
 def apply_plan(graph: Graph, memory: MemoryPlan) -> Graph:
     """Annotate `offset`/`size` on every buffer's producer; clear them on everything else."""
     nodes = []
