@@ -14,6 +14,9 @@ so, how: a `RegionPlan` with its kind, its anchor and which nodes run before/aft
 - `product`: one matmul or conv2d anchor, no prologue, an elementwise epilogue (bias, activation,
   residual add) evaluated per output element after the product.
 
+A value computed before the anchor is not read after it (the row kernel computes the two phases
+in different loops; the value stays a buffer of its own instead).
+
 Broadcast rule (each violation blocks fusion): every epilogue node broadcasts to the root's shape;
 every prologue node broadcasts to the anchor's input shape; the anchor's own shape is the root's
 shape: a reduction or product is never broadcast further inside the region (that would need its
@@ -150,6 +153,8 @@ def plan_region(
         assert t is not None
         if not broadcasts_to(t.shape, out):
             return None, f"'%{name}' {t} does not broadcast to the result {root.type}"
+        if any(o in feeds for o in nodes[index[name]].operands):
+            return None, f"'%{name}' after the anchor reads a value computed before it"
     if kind == PRODUCT:
         if prologue:
             return None, "a matrix product takes no prologue"
