@@ -21,11 +21,14 @@ from optgraph.errors import OptGraphError, PipelineError
 from optgraph.ir.graph import Graph
 from optgraph.ir.verify import verify
 from optgraph.passes.analyze_lifetimes import AnalyzeLifetimesPass
+from optgraph.passes.assign_streams import AssignStreamsPass
 from optgraph.passes.base import Pass
+from optgraph.passes.check_races import CheckRacesPass
 from optgraph.passes.cse import CsePass
 from optgraph.passes.dce import DcePass
 from optgraph.passes.facts import FACTS
 from optgraph.passes.fuse import FusePass
+from optgraph.passes.insert_sync import InsertSyncPass
 from optgraph.passes.plan_memory import PlanMemoryPass
 from optgraph.passes.plan_prefetch import PlanPrefetchPass
 from optgraph.passes.split_backends import SplitBackendsPass
@@ -33,9 +36,12 @@ from optgraph.passes.verify_pass import VerifyPass
 
 PASSES: dict[str, type[Pass]] = {
     "analyze-lifetimes": AnalyzeLifetimesPass,
+    "assign-streams": AssignStreamsPass,
+    "check-races": CheckRacesPass,
     "cse": CsePass,
     "dce": DcePass,
     "fuse": FusePass,
+    "insert-sync": InsertSyncPass,
     "plan-memory": PlanMemoryPass,
     "plan-prefetch": PlanPrefetchPass,
     "split-backends": SplitBackendsPass,
@@ -45,7 +51,7 @@ PASSES: dict[str, type[Pass]] = {
 # The pipeline `optgraph compile` runs when none is given. Passes join it as they land.
 # fuse runs before stream assignment (streams then balance real kernels, and fusion is not limited
 # to one stream) and before memory planning (fused regions need no buffers for their interiors).
-DEFAULT_PIPELINE = "verify,dce,cse,fuse,analyze-lifetimes,plan-memory"
+DEFAULT_PIPELINE = "verify,dce,cse,fuse,assign-streams,insert-sync,analyze-lifetimes,plan-memory"
 
 _PASS_RE = re.compile(r"\s*([A-Za-z0-9_-]+)\s*(\{([^{}]*)\})?\s*(,|$)")
 

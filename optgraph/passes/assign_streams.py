@@ -1,0 +1,254 @@
+"""`assign-streams`: put every node on a CUDA stream, and issue concurrent work early.
+
+    before: %a = exp(%x) : f32[4]      %b = tanh(%x) : f32[4]      %y = add(%a, %b) : f32[4]
+    after:  %a = exp(%x) : f32[4] !{stream = 0}   %b = tanh(%x) : f32[4] !{stream = 1}
+            %y = add(%a, %b) : f32[4] !{stream = 0}        (insert-sync then adds the events)
+
+Policies (`max-streams=N` caps the number of streams; stream 0 is the one the graph ends on):
+
+- `chains` (default): Nimble's maximum logical concurrency, then a cost-aware merge. The data DAG
+  plus a virtual end node (which joins every stream) is transitively reduced; a maximum matching of
+  the reduced edges links nodes into a minimum path cover (`chain_cover`), so any two independent
+  nodes lie on different chains. A chain whose estimated run time (op table cost on the `device`
+  roofline) is below `min-branch-us` cannot pay for a fork and joins its producer's chain. Then a
+  list schedule in ASAP order places each group of chains, when its first node is reached, on a
+  free stream where it starts earliest (ties: its producer's stream, then the stream that became
+  free last); when all N streams hold unfinished groups, it shares the stream whose remaining work
+  overlaps it least. Streams only ever hold whole chains, so the cross-stream edges are a subset of
+  the cross-chain reduced edges: insert-sync's waits never exceed Nimble's count.
+- `fanout`: the ggml pattern for any width: a node's first single-input consumer continues on its
+  stream, every further consumer (and every root after the first, the graph start being a fork)
+  opens a new stream while fewer than N are busy; a join runs on the lowest stream among its
+  inputs. A stream is freed once every edge leaving it has been consumed.
+- `single`: everything on stream 0, issue order unchanged.
+
+Issue order: for `chains` and `fanout` the nodes are reissued by their start in the estimated
+schedule (ties by ASAP order, then input order), which interleaves branches so concurrent work is
+launched early; this is always a topological order. Existing `record`/`wait` nodes are dropped
+(they belong to a previous assignment); other annotations are kept.
+
+Does not handle: splitting one op across streams, memory pressure of concurrent branches (the
+memory planner sees the assignment and pays for it), measured rather than estimated costs.
+
+Complexity: O((V + E)·C) for the chain labels (C = greedy chains, near the width), O(E·√V) for the
+matching, O(V·N) for the merge, O(V log V) for the reordering. No V×V structure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from optgraph.ir.graph import Graph
+from optgraph.passes.base import Pass
+from optgraph.passes.chain_cover import path_cover
+from optgraph.schedule_estimate import (
+    asap,
+    data_predecessors,
+    list_schedule,
+    node_seconds,
+    profile_named,
+)
+
+POLICIES = ("chains", "fanout", "single")
+
+
+def _consumers(preds: Sequence[Sequence[int]]) -> list[list[int]]:
+    succs: list[list[int]] = [[] for _ in preds]
+    for v, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(v)
+    return succs
+
+
+class _Groups:
+    """Union-find over chain ids; the root of a merged group is the producer side's root."""
+
+    def __init__(self, n: int):
+        self.parent = list(range(n))
+
+    def find(self, c: int) -> int:
+        root = c
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[c] != root:
+            self.parent[c], c = root, self.parent[c]
+        return root
+
+    def merge_into(self, c: int, target: int) -> None:
+        a, b = self.find(c), self.find(target)
+        if a != b:
+            self.parent[a] = b
+
+
+def chain_streams(
+    preds: Sequence[Sequence[int]],
+    seconds: Sequence[float],
+    outputs: Sequence[int],
+    max_streams: int,
+    min_branch_s: float,
+) -> tuple[list[int], list[float]]:
+    """Streams (0 = the end's stream) and estimated starts for nodes in topological order."""
+    n = len(preds)
+    succs = _consumers(preds)
+    end_preds = sorted({v for v in range(n) if not succs[v]} | set(outputs))
+    cover = path_cover(list(preds) + [end_preds])
+    chain_of = cover.chain_of
+    end_chain = chain_of[n]
+    groups = _Groups(len(cover.chains))
+    finish_asap = [s + d for s, d in zip(asap(preds, seconds), seconds)]
+
+    for c, chain in enumerate(cover.chains):  # tiny chains stay with their producer
+        nodes = [v for v in chain if v < n]
+        if c == end_chain or not nodes:
+            continue
+        if sum(seconds[v] for v in nodes) >= min_branch_s:
+            continue
+        first, last = nodes[0], nodes[-1]
+        if preds[first]:
+            producer = max(preds[first], key=lambda p: (finish_asap[p], p))
+            groups.merge_into(c, chain_of[producer])
+        elif succs[last]:
+            groups.merge_into(c, chain_of[succs[last][0]])
+        else:
+            groups.merge_into(c, end_chain)
+
+    remaining: dict[int, int] = {}
+    work: dict[int, float] = {}
+    for v in range(n):
+        g = groups.find(chain_of[v])
+        remaining[g] = remaining.get(g, 0) + 1
+        work[g] = work.get(g, 0.0) + seconds[v]
+    stream_of_group: dict[int, int] = {}
+    open_groups = [0] * max_streams
+    free_at = [0.0] * max_streams
+    left = [0.0] * max_streams  # unscheduled work of the groups on each stream
+    streams = [0] * n
+    start = [0.0] * n
+    finish = [0.0] * n
+    for v in range(n):
+        ready = max((finish[p] for p in preds[v]), default=0.0)
+        g = groups.find(chain_of[v])
+        s = stream_of_group.get(g)
+        if s is None:
+            producer = max(preds[v], key=lambda p: (finish[p], p), default=None)
+            near = -1 if producer is None else streams[producer]
+            free = [t for t in range(max_streams) if open_groups[t] == 0]
+            if free:
+                s = min(free, key=lambda t: (max(ready, free_at[t]), t != near, -free_at[t], t))
+            else:
+                s = min(
+                    range(max_streams),
+                    key=lambda t: (min(left[t], work[g]), t != near, left[t], t),
+                )
+            stream_of_group[g] = s
+            open_groups[s] += 1
+            left[s] += work[g]
+        streams[v] = s
+        start[v] = max(ready, free_at[s])
+        finish[v] = free_at[s] = start[v] + seconds[v]
+        left[s] -= seconds[v]
+        remaining[g] -= 1
+        if remaining[g] == 0:
+            open_groups[s] -= 1
+
+    end_stream = streams[cover.chains[end_chain][-2]] if len(cover.chains[end_chain]) > 1 else 0
+    if n and len(cover.chains[end_chain]) == 1:
+        end_stream = streams[max(range(n), key=lambda v: (finish[v], v))]
+    return _renumbered(streams, end_stream), start
+
+
+def _renumbered(streams: list[int], first: int) -> list[int]:
+    """Stream `first` becomes 0, the others 1, 2, ... in order of first use."""
+    names = {first: 0}
+    for s in streams:
+        if s not in names:
+            names[s] = len(names)
+    return [names[s] for s in streams]
+
+
+def fanout_streams(preds: Sequence[Sequence[int]], max_streams: int) -> list[int]:
+    """The ggml fork/join pattern for any width (see the module docstring). O(V + E)."""
+    n = len(preds)
+    succs = _consumers(preds)
+    streams = [0] * n
+    busy = {0}
+    pending = [0] * max_streams  # edges out of each stream not yet consumed
+    continued = [False] * n
+    start_continued = False
+
+    def fork(parent: int) -> int:
+        for t in range(max_streams):
+            if t not in busy:
+                busy.add(t)
+                return t
+        return parent
+
+    for v in range(n):
+        ps = preds[v]
+        if not ps:
+            s = 0 if not start_continued else fork(0)
+            start_continued = True
+        elif len(ps) == 1:
+            p = ps[0]
+            s = streams[p] if not continued[p] else fork(streams[p])
+            continued[p] = True
+        else:
+            s = min(streams[p] for p in ps)
+        streams[v] = s
+        busy.add(s)
+        for p in ps:
+            pending[streams[p]] -= 1
+        pending[s] += len(succs[v])
+        for t in {s, *(streams[p] for p in ps)}:
+            if t != 0 and pending[t] == 0:
+                busy.discard(t)
+    return _renumbered(streams, 0)
+
+
+@dataclass(frozen=True)
+class AssignStreamsPass(Pass):
+    name = "assign-streams"
+    summary = "put every node on a CUDA stream (chains: Nimble path cover, cost-aware merge)"
+    provides = ("streams-assigned",)
+
+    max_streams: int = 4
+    policy: str = "chains"
+    min_branch_us: float = 5.0
+    device: str = "h100"
+
+    def __post_init__(self) -> None:
+        if self.max_streams < 1:
+            raise ValueError(f"max-streams must be at least 1, got {self.max_streams}")
+        if self.policy not in POLICIES:
+            raise ValueError(
+                f"unknown policy '{self.policy}' (choose one of {', '.join(POLICIES)})"
+            )
+        if self.min_branch_us < 0:
+            raise ValueError(f"min-branch-us must not be negative, got {self.min_branch_us}")
+        profile_named(self.device)  # raises ValueError naming the known devices
+
+    def run(self, graph: Graph) -> Graph:
+        nodes = [n for n in graph.nodes if not n.is_event]
+        plain = graph.with_nodes(nodes)
+        if self.policy == "single" or self.max_streams == 1 or not nodes:
+            return plain.with_nodes(n.with_ann(stream=0) for n in nodes)
+        seconds = node_seconds(plain, profile_named(self.device))
+        preds = data_predecessors(plain)
+        early = asap(preds, seconds)
+        order = sorted(range(len(nodes)), key=lambda i: (early[i], i))
+        position = {old: new for new, old in enumerate(order)}
+        nodes = [nodes[i] for i in order]
+        seconds = [seconds[i] for i in order]
+        preds = [[position[p] for p in preds[i]] for i in order]
+        if self.policy == "fanout":
+            streams = fanout_streams(preds, self.max_streams)
+            start = list_schedule(preds, seconds, streams)
+        else:
+            index = {n.name: i for i, n in enumerate(nodes)}
+            outputs = [index[o] for o in graph.output_names() if o in index]
+            streams, start = chain_streams(
+                preds, seconds, outputs, self.max_streams, self.min_branch_us * 1e-6
+            )
+        final = sorted(range(len(nodes)), key=lambda i: (start[i], i))
+        return replace(graph, nodes=tuple(nodes[i].with_ann(stream=streams[i]) for i in final))

@@ -1,0 +1,240 @@
+"""`check-races`: report every pair of conflicting accesses that happens-before does not order.
+
+    before: %a = exp(%x) !{stream = 1}     %b = neg(%a) !{stream = 0}      (no record/wait)
+    after:  error: race: %b (stream 1) reads %a while %a (stream 0) writes it; no event orders them
+            note: %a (stream 1) writes %a here
+
+Two accesses conflict when they touch the same bytes and at least one writes; they race when
+neither happens-before the other (`HappensBefore`: stream order, events, host synchronization).
+Accesses are:
+
+- values: each node writes its result and reads its operands, so every data edge must be ordered
+  (a view is a value too, even when it aliases);
+- in place: `kv_cache_write` may write into its cache operand's buffer (through aliasing views to
+  the root, which may be an input), so it conflicts with every other access of that buffer;
+- arena bytes, once memory is planned: a buffer is a node result with `offset`/`size`; an aliasing
+  view's readers read its root's bytes; two different buffers whose byte ranges overlap conflict;
+- the end: the host returns the outputs and starts the next replay after stream 0's end, so every
+  stream's last node must happen-before it.
+
+Overlapping buffers are checked in order of their first write against an interval map of the arena
+holding, per byte range, the buffers not yet "entirely before" a later one. A buffer entirely before
+the next one (every access of one happens-before every access of the other) is retired under it;
+by transitivity only the frontier is compared, and a retired buffer is revisited only when its
+successor races. Does not handle: host-side buffers, intra-kernel races, ordering across replays.
+
+Complexity: O((V + E)·k) for happens-before, O(E) for values, O(B log B + touched ranges·k) for B
+planned buffers when race-free, plus O(accesses²) for each racing pair of buffers.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from dataclasses import dataclass
+
+import numpy as np
+
+from optgraph.errors import Diagnostic, Span, VerifyError
+from optgraph.ir.graph import Graph
+from optgraph.ir.happens_before import HappensBefore
+from optgraph.ir.layout import alias_roots
+from optgraph.passes.base import Pass
+
+END = -1  # the graph's end, as the second party of a race
+
+
+@dataclass(frozen=True)
+class Access:
+    node: int
+    value: str
+    writes: bool
+
+
+@dataclass(frozen=True)
+class Race:
+    """`first` (issued later) and `second` (or END) access overlapping bytes, unordered."""
+
+    first: Access
+    second: Access
+    overlap: tuple[int, int] | None = None  # arena bytes, when two different buffers share them
+
+
+def _describe(graph: Graph, access: Access) -> str:
+    node = graph.nodes[access.node]
+    verb = "writes" if access.writes else "reads"
+    return f"%{node.name} (stream {node.stream}) {verb} %{access.value}"
+
+
+def race_message(graph: Graph, race: Race) -> str:
+    first = _describe(graph, race.first)
+    if race.second.node == END:
+        s = graph.nodes[race.first.node].stream
+        return (
+            f"race: {first} and may still be running when the graph returns; "
+            f"no event joins stream {s} into stream 0 before the end"
+        )
+    second = _describe(graph, race.second)
+    if race.second.value == race.first.value:
+        second = second.rsplit(" ", 1)[0] + " it"
+    elif race.overlap is not None:
+        second += f", whose bytes [{race.overlap[0]}, {race.overlap[1]}) overlap it"
+    return f"race: {first} while {second}; no event orders them"
+
+
+def race_diagnostics(graph: Graph, races: list[Race]) -> list[Diagnostic]:
+    """One located error per race plus a note at the other node."""
+    diags: list[Diagnostic] = []
+    for race in races:
+        node = graph.nodes[race.first.node]
+        span: Span | None = node.span
+        if not race.first.writes and race.first.value in node.operands:
+            k = node.operands.index(race.first.value)
+            if k < len(node.operand_spans):
+                span = node.operand_spans[k]
+        diags.append(Diagnostic(race_message(graph, race), span))
+        if race.second.node != END:
+            other = graph.nodes[race.second.node]
+            verb = "writes" if race.second.writes else "reads"
+            diags.append(
+                Diagnostic(
+                    f"%{other.name} (stream {other.stream}) {verb} %{race.second.value} here",
+                    other.span,
+                    "note",
+                )
+            )
+    return diags
+
+
+class _Finder:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.hb = HappensBefore(graph)
+        self.races: list[Race] = []
+        self.seen: set[tuple[int, int]] = set()
+
+    def pair(self, a: Access, b: Access, overlap: tuple[int, int] | None = None) -> None:
+        if a.node == b.node or not (a.writes or b.writes):
+            return
+        if not self.hb.concurrent(a.node, b.node):
+            return
+        key = (min(a.node, b.node), max(a.node, b.node))
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        later, earlier = (a, b) if a.node > b.node else (b, a)
+        self.races.append(Race(later, earlier, overlap))
+
+
+def _buffer_accesses(graph: Graph, roots: dict[str, tuple[str, int]]) -> dict[str, list[Access]]:
+    """Per root buffer: the write of its producer, and every read through it or its aliases."""
+    accesses: dict[str, list[Access]] = {}
+    for i, node in graph.compute_nodes():
+        if node.name not in roots:
+            accesses.setdefault(node.name, []).insert(0, Access(i, node.name, True))
+        else:  # an aliasing view reads and writes nothing
+            continue
+        for operand in dict.fromkeys(node.operands):
+            root = roots.get(operand, (operand, 0))[0]
+            accesses.setdefault(root, []).append(Access(i, operand, False))
+    return accesses
+
+
+def find_races(graph: Graph) -> list[Race]:
+    """Every unordered pair of conflicting accesses (see the module docstring), in issue order."""
+    f = _Finder(graph)
+    nodes = graph.nodes
+    producers = graph.producers()
+    roots = alias_roots(graph)
+    for i, node in graph.compute_nodes():  # values: every data edge
+        for operand in dict.fromkeys(node.operands):
+            p = producers.get(operand)
+            if p is not None:
+                f.pair(Access(i, operand, False), Access(p, operand, True))
+    accesses = _buffer_accesses(graph, roots)
+    for i, node in graph.compute_nodes():  # in place: kv_cache_write into its cache's buffer
+        if node.op == "kv_cache_write" and node.operands:
+            root = roots.get(node.operands[0], (node.operands[0], 0))[0]
+            for other in accesses.get(root, ()):
+                f.pair(Access(i, root, True), other)
+    _check_arena(f, accesses, roots)
+    hb = f.hb
+    end = hb.column[0]
+    for c, on_stream in enumerate(hb.on_stream):  # the end joins every stream
+        if c != end and on_stream and hb.final[end, c] < hb.seq[on_stream[-1]]:
+            last = on_stream[-1]
+            f.races.append(Race(Access(last, nodes[last].name, True), Access(END, "", False)))
+    f.races.sort(key=lambda r: (r.first.node, r.second.node))
+    return f.races
+
+
+def _check_arena(f: _Finder, accesses: dict[str, list[Access]], roots: dict) -> None:
+    graph, hb = f.graph, f.hb
+    buffers = []
+    for i, node in graph.compute_nodes():
+        a = node.ann
+        if node.name in roots or a.offset is None or not a.size:
+            continue
+        buffers.append((i, node.name, a.offset, a.offset + a.size))
+    if len(buffers) < 2:
+        return
+    need: dict[str, np.ndarray] = {}
+    least: dict[str, np.ndarray] = {}
+    for _, name, _, _ in buffers:
+        acc = accesses.get(name, [])
+        idx = [x.node for x in acc]
+        row = np.zeros(len(hb.streams), dtype=np.int64)
+        np.maximum.at(row, hb.stream_col[idx], hb.seq[idx])
+        need[name] = row
+        least[name] = hb.clocks[idx].min(axis=0)
+    span = {name: (lo, hi) for _, name, lo, hi in buffers}
+    children: dict[str, list[str]] = {}
+    bounds: list[int] = []
+    owners: list[set[str]] = []  # owners[j]: frontier buffers on [bounds[j], bounds[j + 1])
+
+    def split(x: int) -> int:
+        j = bisect_left(bounds, x)
+        if j < len(bounds) and bounds[j] == x:
+            return j
+        insort(bounds, x)
+        owners.insert(j, set(owners[j - 1]) if j > 0 else set())
+        return j
+
+    for _, name, lo, hi in sorted(buffers):
+        ja, jb = split(lo), split(hi)
+        found = set().union(*owners[ja:jb]) if jb > ja else set()
+        kept: set[str] = set()
+        stack = list(found)
+        visited = set(found)
+        while stack:
+            older = stack.pop()
+            olo, ohi = span[older]
+            if ohi <= lo or olo >= hi:
+                continue
+            if bool(np.all(least[name] >= need[older])):
+                if older in found:
+                    children.setdefault(name, []).append(older)
+                continue
+            if older in found:
+                kept.add(older)
+            overlap = (max(lo, olo), min(hi, ohi))
+            for a in accesses.get(older, ()):
+                for b in accesses.get(name, ()):
+                    f.pair(b, a, overlap)
+            for child in children.get(older, ()):
+                if child not in visited:
+                    visited.add(child)
+                    stack.append(child)
+        for j in range(ja, jb):
+            owners[j] = (owners[j] & kept) | {name}
+
+
+@dataclass(frozen=True)
+class CheckRacesPass(Pass):
+    name = "check-races"
+    summary = "report conflicting accesses on different streams that no event orders (verifier)"
+
+    def run(self, graph: Graph) -> Graph:
+        races = find_races(graph)
+        if races:
+            raise VerifyError.from_diagnostics(race_diagnostics(graph, races))
+        return graph
