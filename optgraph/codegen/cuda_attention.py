@@ -1,0 +1,155 @@
+"""rope and attention.
+
+rope (NeoX rotate-half on `x [B,S,H,D]`, `pos [S]`): a thread per pair (i, i + D/2); the angle
+`pos · theta^(-2i/D)` and its cosine and sine are computed in double, then the rotation in float32,
+exactly as the reference interpreter does.
+
+attention (`q [B,Hq,Sq,D]`, `k, v [B,Hkv,Skv,D]`, optional `kv_len [1]`): one block of 128 threads
+per query row (grid Sq x Hq x B); query head h reads kv head h / (Hq / Hkv) (grouped-query). The
+row's visible keys are `j < L` with `L = kv_len` (clamped to [0, Skv]) or `Skv`, and, when causal,
+`j <= L - Sq + i`: this serves prefill (Sq = Skv, L = Skv) and decode (Sq new rows at the end of
+the first L cache rows) alike. Keys are processed in tiles of 256 with an online softmax (running
+max and sum, rescaled per tile), so any Skv fits in 1 KiB of shared memory; scores and
+accumulators are float32. A row that sees no key yields zeros.
+"""
+
+from __future__ import annotations
+
+import math
+
+from optgraph.codegen.cuda_source import (
+    STORAGE,
+    Launch,
+    Work,
+    f32_literal,
+    f64_literal,
+    grid_1d,
+    in_param,
+    index_type,
+    load,
+    make_kernel,
+    out_param,
+    store,
+)
+from optgraph.ir.graph import Node, TensorType
+from optgraph.ir.ops import attrs_with_defaults
+
+OPS = frozenset({"rope", "attention"})
+TILE = 256
+THREADS = 128
+
+
+def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Work]:
+    if node.op == "rope":
+        return [_rope(node, types)]
+    return [_attention(node, types)]
+
+
+def _rope(node: Node, types: tuple[TensorType, ...]) -> Launch:
+    x, pos = types
+    b, s, h, d = x.shape
+    half = d // 2
+    theta = float(attrs_with_defaults(node)["theta"])  # type: ignore[arg-type]
+    n = b * s * h * half
+    idx = index_type(x.numel)
+    lines = [
+        (
+            f"for ({idx} t = ({idx})blockIdx.x * blockDim.x + threadIdx.x; t < {n}u;"
+            f" t += ({idx})gridDim.x * blockDim.x) {{"
+        ),
+        f"  const {idx} i = t % {half}u, row = t / {half}u, si = (row / {h}u) % {s}u;",
+        f"  const double inv_freq = pow({f64_literal(theta)}, -2.0 * (double)i / {d}.0);",
+        "  const double angle = (double)in1[si] * inv_freq;",
+        "  const float c = (float)cos(angle), sn = (float)sin(angle);",
+        f"  const {idx} base = row * {d}u;",
+        f"  const float x1 = {load(x.dtype, 'in0[base + i]')};",
+        f"  const float x2 = {load(x.dtype, f'in0[base + i + {half}u]')};",
+        f"  out[base + i] = {store(x.dtype, 'x1 * c - x2 * sn')};",
+        f"  out[base + i + {half}u] = {store(x.dtype, 'x2 * c + x1 * sn')};",
+        "}",
+    ]
+    decls = [out_param(x.dtype), in_param(x.dtype, 0), f"const {STORAGE[pos.dtype]}* in1"]
+    kernel = make_kernel("rope", decls, "\n".join("  " + s for s in lines))
+    grid, block = grid_1d(n)
+    return Launch(kernel, grid, block, ("out", "in0", "in1"))
+
+
+def _attention(node: Node, types: tuple[TensorType, ...]) -> Launch:
+    q, k = types[0], types[1]
+    b, hq, sq, d = q.shape
+    hkv, skv = k.shape[1], k.shape[2]
+    group = hq // hkv
+    attrs = attrs_with_defaults(node)
+    scale_attr = attrs.get("scale")
+    scale = 1.0 / math.sqrt(d) if scale_attr is None else float(scale_attr)  # type: ignore[arg-type]
+    causal = bool(attrs["causal"])
+    has_len = len(types) == 4
+    per_thread = -(-d // THREADS)
+    idx = index_type(max(q.numel, k.numel) + TILE)
+    length = f"og_min((long long)in3[0], {skv}LL)" if has_len else f"{skv}LL"
+    limit = "(long long)L - SQ + i + 1" if causal else "(long long)L"
+    dt = q.dtype
+    lines = [
+        f"typedef {idx} IDX;",
+        f"const IDX D = {d}u, SQ = {sq}u, SKV = {skv}u;",
+        "const IDX i = blockIdx.x, h = blockIdx.y, bz = blockIdx.z;",
+        f"const IDX hk = h / {group}u;",
+        f"const IDX qoff = ((bz * {hq}u + h) * SQ + i) * D;",
+        f"const IDX kvoff = (bz * {hkv}u + hk) * SKV * D;",
+        f"__shared__ float sq_[{d}];",
+        f"__shared__ float sc[{TILE}];",
+        "__shared__ float og_scratch[32];",
+        f"long long L = {length};",
+        "if (L < 0) L = 0;",
+        f"long long lim = {limit};",
+        "if (lim > (long long)L) lim = L;",
+        "const IDX limit = lim > 0 ? (IDX)lim : 0u;",
+        f"for (IDX t = threadIdx.x; t < D; t += blockDim.x) sq_[t] = {load(dt, 'in0[qoff + t]')};",
+        "__syncthreads();",
+        f"float m = {f32_literal(float('-inf'))}, l = 0.0f;",
+        f"float acc[{per_thread}];",
+        f"for (int r = 0; r < {per_thread}; ++r) acc[r] = 0.0f;",
+        f"for (IDX t0 = 0; t0 < limit; t0 += {TILE}u) {{",
+        f"  const IDX n = og_min(limit - t0, ({idx}){TILE}u);",
+        "  for (IDX j = threadIdx.x; j < n; j += blockDim.x) {",
+        "    const IDX krow = kvoff + (t0 + j) * D;",
+        "    float dot = 0.0f;",
+        f"    for (IDX t = 0; t < D; ++t) dot += sq_[t] * {load(dt, 'in1[krow + t]')};",
+        f"    sc[j] = dot * {f32_literal(scale)};",
+        "  }",
+        "  __syncthreads();",
+        f"  float tm = {f32_literal(float('-inf'))};",
+        "  for (IDX j = threadIdx.x; j < n; j += blockDim.x) tm = og_max(tm, sc[j]);",
+        f"  tm = og_block_reduce(tm, og_scratch, OgMax(), {f32_literal(float('-inf'))});",
+        "  const float mn = og_max(m, tm);",
+        "  const float corr = expf(m - mn);",
+        "  float ts = 0.0f;",
+        "  for (IDX j = threadIdx.x; j < n; j += blockDim.x) {",
+        "    const float p = expf(sc[j] - mn);",
+        "    sc[j] = p;",
+        "    ts += p;",
+        "  }",
+        "  ts = og_block_reduce(ts, og_scratch, OgSum(), 0.0f);",  # also orders sc[] writes
+        "  l = l * corr + ts;",
+        f"  for (int r = 0; r < {per_thread}; ++r) {{",
+        f"    const IDX t = threadIdx.x + (IDX)r * {THREADS}u;",
+        "    if (t >= D) break;",
+        "    float a = acc[r] * corr;",
+        f"    for (IDX j = 0; j < n; ++j) a += sc[j] * {load(dt, 'in2[kvoff + (t0 + j) * D + t]')};",
+        "    acc[r] = a;",
+        "  }",
+        "  m = mn;",
+        "  __syncthreads();",
+        "}",
+        f"for (int r = 0; r < {per_thread}; ++r) {{",
+        f"  const IDX t = threadIdx.x + (IDX)r * {THREADS}u;",
+        "  if (t >= D) break;",
+        f"  out[qoff + t] = {store(dt, 'limit > 0 ? acc[r] / l : 0.0f')};",
+        "}",
+    ]
+    decls = [out_param(dt), in_param(dt, 0), in_param(dt, 1), in_param(dt, 2)]
+    if has_len:
+        decls.append(f"const {STORAGE[types[3].dtype]}* in3")
+    kernel = make_kernel("attention", decls, "\n".join("  " + s for s in lines))
+    args = ("out", "in0", "in1", "in2") + (("in3",) if has_len else ())
+    return Launch(kernel, (sq, hq, b), (THREADS, 1, 1), args)

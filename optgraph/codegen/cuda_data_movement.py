@@ -1,0 +1,184 @@
+"""Data movement: materialized views, concat, get_rows, kv_cache_write, copy and prefetch.
+
+Views that alias their operand (`optgraph.ir.layout`) never reach this module: they cost no
+kernel. A transpose or slice that is not contiguous in its operand is materialized by a strided
+copy that moves raw bits (so f16, bf16 and i16-sized values share one kernel per geometry):
+
+    %t = transpose(%x) {perm = [1, 0]} : f32[3,2]   (%x : f32[2,3])
+    ->  out[i] = in0[(i / 2u) + (i % 2u) * 3u]
+
+`copy` and `prefetch` are device-to-device memcpys (this runtime keeps every weight resident).
+Out-of-range data never faults: a `get_rows` id outside the table gives a row of zeros, and a
+`kv_cache_write` whose rows `pos:pos+S` do not fit in the cache writes no new row (the reference
+interpreter raises an `InputError` for both).
+"""
+
+from __future__ import annotations
+
+import math
+
+from optgraph.codegen.cuda_source import (
+    BITS,
+    STORAGE,
+    DeviceCopy,
+    Launch,
+    Work,
+    gather_offset,
+    grid_1d,
+    index_type,
+    make_kernel,
+    strides,
+)
+from optgraph.ir.graph import DTYPE_BYTES, Node, TensorType
+from optgraph.ir.ops import attrs_with_defaults
+
+OPS = frozenset(
+    {"reshape", "transpose", "slice", "concat", "get_rows", "kv_cache_write", "copy", "prefetch"}
+)
+
+
+def _bits(dtype: str) -> str:
+    return BITS[DTYPE_BYTES[dtype]]
+
+
+def _grid_loop(n: int, idx: str) -> str:
+    return (
+        f"for ({idx} i = ({idx})blockIdx.x * blockDim.x + threadIdx.x; i < {n}u;"
+        f" i += ({idx})gridDim.x * blockDim.x) {{"
+    )
+
+
+def strided_copy(out_type: TensorType, src_strides: list[int], base: int, src_numel: int) -> Launch:
+    """out[i] = in0[base + offset(i)]: the copy kernel of materialized transposes and slices."""
+    n = out_type.numel
+    idx = index_type(max(n, src_numel))
+    t = _bits(out_type.dtype)
+    offset = gather_offset("i", out_type.shape, src_strides)
+    start = f"{base}u + " if base else ""
+    body = [_grid_loop(n, idx), f"  out[i] = in0[{start}{offset}];", "}"]
+    kernel = make_kernel(
+        "copy", [f"{t}* out", f"const {t}* in0"], "\n".join("  " + b for b in body)
+    )
+    grid, block = grid_1d(n)
+    return Launch(kernel, grid, block, ("out", "in0"))
+
+
+def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Work]:
+    assert node.type is not None
+    attrs = attrs_with_defaults(node)
+    x = types[0]
+    if node.op in ("copy", "prefetch", "reshape"):
+        return [DeviceCopy("out", "in0", node.type.nbytes)]
+    if node.op == "transpose":
+        perm = tuple(attrs["perm"])  # type: ignore[arg-type]
+        xs = strides(x.shape)
+        return [strided_copy(node.type, [xs[p] for p in perm], 0, x.numel)]
+    if node.op == "slice":
+        axis = int(attrs["axis"]) % x.rank  # type: ignore[arg-type]
+        xs = strides(x.shape)
+        base = int(attrs["start"]) * xs[axis]  # type: ignore[arg-type]
+        return [strided_copy(node.type, xs, base, x.numel)]
+    if node.op == "concat":
+        return [_concat(node, types)]
+    if node.op == "get_rows":
+        return [_get_rows(node, types)]
+    assert node.op == "kv_cache_write"
+    return [_kv_cache_write(node, types, in_place)]
+
+
+def _concat(node: Node, types: tuple[TensorType, ...]) -> Launch:
+    """A thread per output element picks its operand by the coordinate along the axis."""
+    assert node.type is not None
+    out = node.type
+    axis = int(attrs_with_defaults(node)["axis"]) % out.rank  # type: ignore[arg-type]
+    inner = math.prod(out.shape[axis + 1 :])
+    total = out.shape[axis]
+    n = out.numel
+    idx = index_type(n)
+    t = _bits(out.dtype)
+    lines = [
+        _grid_loop(n, idx),
+        f"  const {idx} o = i / {total * inner}u, c = (i / {inner}u) % {total}u, r = i % {inner}u;",
+    ]
+    start = 0
+    first = True
+    for k, operand in enumerate(types):
+        size = operand.shape[axis]
+        if size == 0:
+            continue
+        cond = f"c < {start + size}u"
+        src = f"in{k}[(o * {size}u + (c - {start}u)) * {inner}u + r]"
+        keyword = "if" if first else "else if"
+        lines.append(f"  {keyword} ({cond}) out[i] = {src};")
+        start += size
+        first = False
+    lines.append("}")
+    decls = [f"{t}* out"] + [f"const {t}* in{k}" for k in range(len(types))]
+    kernel = make_kernel("concat", decls, "\n".join("  " + s for s in lines))
+    grid, block = grid_1d(n)
+    return Launch(kernel, grid, block, ("out",) + tuple(f"in{k}" for k in range(len(types))))
+
+
+def _get_rows(node: Node, types: tuple[TensorType, ...]) -> Launch:
+    assert node.type is not None
+    table, ids = types
+    width = table.shape[-1]
+    rows = table.numel // width if width else 0
+    n = node.type.numel
+    idx = index_type(max(n, table.numel))
+    t = _bits(table.dtype)
+    lines = [
+        _grid_loop(n, idx),
+        f"  const long long row = (long long)in1[i / {width}u];",
+        (
+            f"  out[i] = (row >= 0 && row < {rows}LL) ? in0[({idx})row * {width}u + i % {width}u]"
+            f" : ({t})0;"
+        ),
+        "}",
+    ]
+    decls = [f"{t}* out", f"const {t}* in0", f"const {STORAGE[ids.dtype]}* in1"]
+    kernel = make_kernel("get_rows", decls, "\n".join("  " + s for s in lines))
+    grid, block = grid_1d(n)
+    return Launch(kernel, grid, block, ("out", "in0", "in1"))
+
+
+def _kv_cache_write(node: Node, types: tuple[TensorType, ...], in_place: bool) -> Launch:
+    """Copy variant: a thread per cache element takes the new row or the old one. In-place
+    variant (the result has the cache's bytes): a thread per new element writes its row."""
+    cache, new, pos = types
+    b, h, smax, d = cache.shape
+    s = new.shape[2]
+    t = _bits(cache.dtype)
+    head = [
+        "const long long pos = (long long)in2[0];",
+        f"const bool ok = pos >= 0 && pos <= {smax - s}LL;",
+    ]
+    if in_place:
+        n = new.numel
+        idx = index_type(cache.numel)
+        lines = head + [
+            "if (!ok) return;",
+            _grid_loop(n, idx),
+            f"  const {idx} bh = i / {s * d}u, r = (i / {d}u) % {s}u, c = i % {d}u;",
+            f"  out[(bh * {smax}u + ({idx})pos + r) * {d}u + c] = in1[i];",
+            "}",
+        ]
+    else:
+        n = cache.numel
+        idx = index_type(n)
+        lines = head + [
+            _grid_loop(n, idx),
+            f"  const {idx} bh = i / {smax * d}u, r = (i / {d}u) % {smax}u, c = i % {d}u;",
+            "  const long long k = (long long)r - pos;",
+            (
+                f"  out[i] = (ok && k >= 0 && k < {s}LL) ? in1[(bh * {s}u + ({idx})k) * {d}u + c]"
+                " : in0[i];"
+            ),
+            "}",
+        ]
+    decls = [f"{t}* out", f"const {t}* in0", f"const {t}* in1", f"const {STORAGE[pos.dtype]}* in2"]
+    family = "kv_write_inplace" if in_place else "kv_write"
+    kernel = make_kernel(family, decls, "\n".join("  " + s for s in lines))
+    grid, block = grid_1d(n)
+    del b, h
+    return Launch(kernel, grid, block, ("out", "in0", "in1", "in2"))

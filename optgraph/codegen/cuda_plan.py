@@ -1,0 +1,268 @@
+"""Lower a scheduled graph to the CUDA runtime's launch list: where every value lives, what to issue.
+
+`lower_cuda(graph)` walks `graph.nodes` in issue order (the host launch order) and returns a
+`CudaPlan`:
+
+- `locations`: for every value, a `Location(space, key, offset)` of its first byte. Spaces are
+  `arena` (node results at their planned `offset`), `weights` (one buffer, each weight at a
+  256-byte aligned offset in declaration order), `input` (one buffer per input, key = its name, so
+  the runtime can bind a caller's device array by pointer) and, for graphs without a memory plan,
+  `value` (one buffer per node result: the *unplanned fallback*). Aliasing views
+  (`ir.layout.alias_roots`) point into their root's bytes and issue nothing.
+- `steps`: `KernelStep`, `GemmStep`, `CopyStep` (device memcpy) and `EventStep` (record / wait),
+  each on the node's stream. A planned `kv_cache_write` whose result has its cache's bytes takes
+  the in-place kernel.
+
+    %h = matmul(%x, %w) !{stream = 0, offset = 0}     -> GemmStep(stream 0, a=weights+0, b=input x, c=arena+0)
+    record ^e0 !{stream = 0}                           -> EventStep("record", "e0", 0)
+
+`plan_json(plan)` is the plan as JSON-ready data (kernels by name, every step with its pointers
+spelled as space/key/offset); `emit_kernels_cu(graph)` the CUDA source of `optgraph compile -o`.
+Complexity: O(V) plus the kernel text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+
+from optgraph.codegen.cuda_matmul import Gemm
+from optgraph.codegen.cuda_source import (
+    CodegenError,
+    DeviceCopy,
+    Kernel,
+    Launch,
+    module_source,
+    node_code,
+)
+from optgraph.ir.graph import Graph, Node, TensorType
+from optgraph.ir.layout import alias_roots
+
+WEIGHT_ALIGNMENT = 256
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a value's first byte is: `space` ("arena", "weights", "input", "value"), `key` (the
+    input or value name; "" for the shared buffers) and a byte offset."""
+
+    space: str
+    key: str
+    offset: int
+
+    def shifted(self, delta: int) -> Location:
+        return Location(self.space, self.key, self.offset + delta)
+
+
+@dataclass(frozen=True)
+class KernelStep:
+    node: str
+    stream: int
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+    args: tuple[Location, ...]
+
+
+@dataclass(frozen=True)
+class GemmStep:
+    node: str
+    stream: int
+    gemm: Gemm
+    a: Location
+    b: Location
+    c: Location
+
+
+@dataclass(frozen=True)
+class CopyStep:
+    node: str
+    stream: int
+    dst: Location
+    src: Location
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class EventStep:
+    kind: str  # "record" or "wait"
+    event: str
+    stream: int
+
+
+Step = KernelStep | GemmStep | CopyStep | EventStep
+
+
+@dataclass
+class CudaPlan:
+    graph_name: str
+    steps: list[Step]
+    kernels: dict[str, Kernel]
+    locations: dict[str, Location]
+    types: dict[str, TensorType]
+    arena_bytes: int
+    weights_bytes: int
+    weight_offsets: dict[str, int]
+    value_bytes: dict[str, int]  # unplanned fallback: node result -> its own buffer's size
+    streams: tuple[int, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    events: tuple[str, ...] = field(default=())
+
+    @property
+    def is_planned(self) -> bool:
+        return not self.value_bytes
+
+    def source(self) -> str:
+        """The CUDA module: prelude and every kernel this plan launches, once each."""
+        return module_source(self.kernels.values())
+
+    def count(self, kind: type) -> int:
+        return sum(1 for s in self.steps if isinstance(s, kind))
+
+
+def _align(nbytes: int, alignment: int = WEIGHT_ALIGNMENT) -> int:
+    return -(-nbytes // alignment) * alignment
+
+
+def _is_planned(graph: Graph) -> bool:
+    return any(n.ann.offset is not None for n in graph.nodes)
+
+
+def storage(graph: Graph) -> tuple[dict[str, Location], dict[str, int], dict[str, int], int, int]:
+    """(locations, weight offsets, unplanned value sizes, arena bytes, weight bytes)."""
+    types = graph.value_types()
+    roots = alias_roots(graph)
+    planned = _is_planned(graph)
+    locations: dict[str, Location] = {i.name: Location("input", i.name, 0) for i in graph.inputs}
+    weight_offsets: dict[str, int] = {}
+    cursor = 0
+    for w in graph.weights:
+        weight_offsets[w.name] = cursor
+        locations[w.name] = Location("weights", "", cursor)
+        cursor += _align(w.type.nbytes)
+    arena = 0
+    value_bytes: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.is_event or node.name in roots:
+            continue
+        assert node.type is not None
+        if planned:
+            if node.ann.offset is None:
+                raise CodegenError(
+                    f"{node.op}: '%{node.name}' has no arena offset but the graph is memory-planned"
+                    " (run plan-memory again after changing the graph)",
+                    node.span,
+                )
+            locations[node.name] = Location("arena", "", node.ann.offset)
+            size = node.ann.size if node.ann.size is not None else node.type.nbytes
+            arena = max(arena, node.ann.offset + size)
+        else:
+            locations[node.name] = Location("value", node.name, 0)
+            value_bytes[node.name] = max(node.type.nbytes, 1)
+    for name, (root, offset) in roots.items():
+        locations[name] = locations[root].shifted(offset)
+    del types
+    return locations, weight_offsets, value_bytes, arena, cursor
+
+
+def _step_for(
+    node: Node,
+    work: object,
+    roles: Mapping[str, Location],
+) -> Step:
+    stream = node.stream
+    if isinstance(work, Launch):
+        args = tuple(roles[r] for r in work.args)
+        return KernelStep(
+            node.name, stream, work.kernel.name, work.grid, work.block, work.shared_mem, args
+        )
+    if isinstance(work, Gemm):
+        return GemmStep(
+            node.name,
+            stream,
+            work,
+            roles[work.a].shifted(work.a_offset),
+            roles[work.b].shifted(work.b_offset),
+            roles[work.c].shifted(work.c_offset),
+        )
+    assert isinstance(work, DeviceCopy)
+    return CopyStep(
+        node.name,
+        stream,
+        roles[work.dst].shifted(work.dst_offset),
+        roles[work.src].shifted(work.src_offset),
+        work.nbytes,
+    )
+
+
+def lower_cuda(graph: Graph) -> CudaPlan:
+    """The launch list and storage of `graph` (any graph: streams, events and offsets optional)."""
+    locations, weight_offsets, value_bytes, arena, weight_bytes = storage(graph)
+    types = graph.value_types()
+    roots = alias_roots(graph)
+    steps: list[Step] = []
+    kernels: dict[str, Kernel] = {}
+    events: list[str] = []
+    for node in graph.nodes:
+        if node.is_event:
+            steps.append(EventStep(node.op, node.name, node.stream))
+            if node.name not in events:
+                events.append(node.name)
+            continue
+        if node.name in roots:
+            continue  # an aliasing view: its bytes are its root's
+        operand_types = [types[o] for o in node.operands]
+        roles = {"out": locations[node.name]}
+        roles.update((f"in{k}", locations[o]) for k, o in enumerate(node.operands))
+        in_place = bool(node.operands) and roles["out"] == roles["in0"]
+        for work in node_code(node, operand_types, in_place=in_place):
+            if isinstance(work, Launch):
+                kernels[work.kernel.name] = work.kernel
+            if isinstance(work, DeviceCopy) and roles[work.dst] == roles[work.src]:
+                continue  # a copy onto itself (an in-place plan): nothing to move
+            steps.append(_step_for(node, work, roles))
+    streams = tuple(sorted({n.stream for n in graph.nodes} | {0}))
+    return CudaPlan(
+        graph.name,
+        steps,
+        kernels,
+        locations,
+        types,
+        arena,
+        weight_bytes,
+        weight_offsets,
+        value_bytes,
+        streams,
+        tuple(i.name for i in graph.inputs),
+        graph.output_names(),
+        tuple(events),
+    )
+
+
+def plan_json(plan: CudaPlan) -> dict[str, object]:
+    """The plan as JSON-ready data (what `optgraph compile -o` writes as cuda_plan.json)."""
+
+    def step_json(step: Step) -> dict[str, object]:
+        data = asdict(step)
+        data["kind"] = type(step).__name__.removesuffix("Step").lower()
+        return data
+
+    return {
+        "graph": plan.graph_name,
+        "streams": list(plan.streams),
+        "arena_bytes": plan.arena_bytes,
+        "weights_bytes": plan.weights_bytes,
+        "planned": plan.is_planned,
+        "inputs": list(plan.inputs),
+        "outputs": list(plan.outputs),
+        "locations": {name: asdict(loc) for name, loc in plan.locations.items()},
+        "kernels": sorted(plan.kernels),
+        "steps": [step_json(s) for s in plan.steps],
+    }
+
+
+def emit_kernels_cu(graph: Graph) -> str:
+    """The CUDA source for every kernel `graph` launches (the `kernels.cu` of `compile -o`)."""
+    return lower_cuda(graph).source()

@@ -1,0 +1,330 @@
+"""CUDA C source for every op: the shared vocabulary and the per-node dispatcher.
+
+`node_code(node, operand_types)` turns one verified node into the work the CUDA runtime issues for it:
+a tuple of `Launch` (one of our kernels), `Gemm` (a cuBLAS call, see `cuda_matmul`) and
+`DeviceCopy` (a memcpy), whose buffers are named by *role*: `"out"` for the node's result and
+`"in0"`, `"in1"`, ... for its operands. `cuda_plan` binds roles to arena offsets.
+
+Every shape, stride and attribute is baked into the source as a constant, and a kernel's name is a
+hash of its text, so identical ops (same op, attributes, operand and result types) produce
+byte-identical kernels that the runtime compiles once:
+
+    %a = exp(%x) : f32[4,64]   and   %b = exp(%y) : f32[4,64]   ->  the same `og_exp_<hash>`
+
+Numerics: f16 and bf16 are stored as 16-bit integers and converted with PTX `cvt` (f16) or bit
+arithmetic (bf16, round to nearest even), so no CUDA header is needed; all float work is done in
+float32, like the reference interpreter; reductions accumulate in float32 (integers in their own
+type). Kernels never assume `__restrict__`: planned in-place ops make `out` alias `in0`.
+
+Families live in `cuda_elementwise` (elementwise ops and fused regions), `cuda_data_movement`
+(copies, concat, gather, KV-cache write), `cuda_reduction` (reductions, softmax, norms),
+`cuda_attention` (rope, attention), `cuda_conv` (conv2d, pools) and `cuda_matmul` (cuBLAS).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from optgraph.errors import OptGraphError
+from optgraph.ir.graph import FLOAT_DTYPES, Node, TensorType
+
+
+class CodegenError(OptGraphError):
+    """A node the CUDA code generator cannot emit (an unsupported op or region)."""
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One `extern "C" __global__` function: its name (a hash of the text) and its text."""
+
+    name: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Launch `kernel` with the buffers of `args` (roles: "out", "in0", ...) in order."""
+
+    kernel: Kernel
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    args: tuple[str, ...]
+    shared_mem: int = 0
+
+
+@dataclass(frozen=True)
+class DeviceCopy:
+    """memcpy `nbytes` from role `src` (+ `src_offset` bytes) to role `dst` (+ `dst_offset`)."""
+
+    dst: str
+    src: str
+    nbytes: int
+    dst_offset: int = 0
+    src_offset: int = 0
+
+
+# -- dtypes --------------------------------------------------------------------------------------
+
+STORAGE: dict[str, str] = {
+    "f32": "float",
+    "f16": "og_f16",
+    "bf16": "og_bf16",
+    "i32": "int",
+    "i64": "long long",
+    "bool": "unsigned char",
+}
+COMPUTE: dict[str, str] = {
+    "f32": "float",
+    "f16": "float",
+    "bf16": "float",
+    "i32": "int",
+    "i64": "long long",
+    "bool": "bool",
+}
+# Raw-bit types by element size, for copies that do not look at values.
+BITS: dict[int, str] = {
+    1: "unsigned char",
+    2: "unsigned short",
+    4: "unsigned int",
+    8: "unsigned long long",
+}
+
+
+def load(dtype: str, expr: str) -> str:
+    """A C expression reading storage `expr` of `dtype` as its compute type."""
+    if dtype == "f16":
+        return f"og_f16_to_f32({expr})"
+    if dtype == "bf16":
+        return f"og_bf16_to_f32({expr})"
+    if dtype == "bool":
+        return f"({expr} != 0)"
+    return expr
+
+
+def store(dtype: str, expr: str) -> str:
+    """A C expression converting compute value `expr` to the storage type of `dtype`."""
+    if dtype == "f16":
+        return f"og_f32_to_f16((float)({expr}))"
+    if dtype == "bf16":
+        return f"og_f32_to_bf16((float)({expr}))"
+    if dtype == "bool":
+        return f"(unsigned char)(({expr}) != 0)"
+    return f"({STORAGE[dtype]})({expr})"
+
+
+def convert(from_dtype: str, to_dtype: str, expr: str) -> str:
+    """A compute value of `from_dtype` as a compute value of `to_dtype` (NumPy astype rules)."""
+    if COMPUTE[from_dtype] == COMPUTE[to_dtype]:
+        return expr
+    if to_dtype == "bool":
+        return f"(({expr}) != 0)"
+    return f"({COMPUTE[to_dtype]})({expr})"
+
+
+def f32_literal(value: float) -> str:
+    """A C float literal that is exactly `value` rounded to float32 (inf and nan spelled out)."""
+    v = np.float32(value)
+    if np.isnan(v):
+        return "__int_as_float(0x7fc00000)"
+    if np.isinf(v):
+        return "__int_as_float(0x7f800000)" if v > 0 else "__int_as_float(0xff800000)"
+    return f"{float(v):.9e}f"
+
+
+def f64_literal(value: float) -> str:
+    return (
+        repr(float(value)) if math.isfinite(value) else ("HUGE_VAL" if value > 0 else "-HUGE_VAL")
+    )
+
+
+def index_type(count: int) -> str:
+    """32-bit unsigned indices (fast division) unless a loop may pass 2^31."""
+    return "unsigned int" if count < 2**31 else "unsigned long long"
+
+
+def lowest(dtype: str) -> str:
+    """The identity of max in the compute type of `dtype`."""
+    if dtype in FLOAT_DTYPES:
+        return "(-__int_as_float(0x7f800000))"
+    if dtype == "i32":
+        return "(-2147483647 - 1)"
+    return "(-9223372036854775807LL - 1)"
+
+
+# -- indexing ------------------------------------------------------------------------------------
+
+
+def strides(shape: Sequence[int]) -> list[int]:
+    """Row-major element strides."""
+    out = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        out[d] = out[d + 1] * shape[d + 1]
+    return out
+
+
+def gather_offset(index: str, out_shape: Sequence[int], src_strides: Sequence[int]) -> str:
+    """C expression: the source offset of the element at linear `index` of `out_shape`, where
+    moving one step along output dim d moves `src_strides[d]` elements in the source."""
+    out_strides = strides(out_shape)
+    terms = []
+    for d, (size, step) in enumerate(zip(out_shape, src_strides)):
+        if size == 1 or step == 0:
+            continue
+        coord = index if out_strides[d] == 1 else f"({index} / {out_strides[d]}u)"
+        if d > 0 and any(s != 1 for s in out_shape[:d]):
+            coord = f"({coord} % {size}u)"
+        terms.append(coord if step == 1 else f"{coord} * {step}u")
+    return " + ".join(terms) if terms else "0"
+
+
+def broadcast_offset(index: str, shape: Sequence[int], target: Sequence[int]) -> str:
+    """C expression: offset in a tensor of `shape` read at linear `index` of broadcast `target`."""
+    if tuple(shape) == tuple(target):
+        return index
+    if math.prod(shape) == 1:
+        return "0"
+    pad = len(target) - len(shape)
+    own = strides(shape)
+    src = [0] * pad + [0 if shape[d] == 1 else own[d] for d in range(len(shape))]
+    return gather_offset(index, target, src)
+
+
+def grid_1d(count: int, block: int = 256) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(grid, block) for a grid-stride loop over `count` elements."""
+    blocks = max(1, min(-(-count // block), 65536))
+    return (blocks, 1, 1), (block, 1, 1)
+
+
+def block_size(cols: int) -> int:
+    """Threads for a block that reduces `cols` elements: a multiple of 32, at most 256."""
+    threads = 32
+    while threads < cols and threads < 256:
+        threads *= 2
+    return threads
+
+
+# -- kernels -------------------------------------------------------------------------------------
+
+
+def make_kernel(family: str, params: Iterable[str], body: str) -> Kernel:
+    """A kernel named `og_<family>_<12 hex digits of the text's SHA-1>`.
+
+    `params` are C parameter declarations; `body` the function body (without braces).
+    """
+    signature = ", ".join(params)
+    template = f'extern "C" __global__ void KERNEL_NAME({signature}) {{\n{body.rstrip()}\n}}\n'
+    digest = hashlib.sha1(f"{family}\n{template}".encode()).hexdigest()[:12]
+    name = f"og_{family}_{digest}"
+    return Kernel(name, template.replace("KERNEL_NAME", name))
+
+
+def out_param(dtype: str) -> str:
+    return f"{STORAGE[dtype]}* out"
+
+
+def in_param(dtype: str, i: int) -> str:
+    return f"const {STORAGE[dtype]}* in{i}"
+
+
+PRELUDE = r"""// optgraph CUDA kernels. Generated: do not edit.
+typedef unsigned short og_f16;
+typedef unsigned short og_bf16;
+
+__device__ __forceinline__ float og_f16_to_f32(og_f16 h) {
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
+}
+__device__ __forceinline__ og_f16 og_f32_to_f16(float f) {
+  og_f16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+}
+__device__ __forceinline__ float og_bf16_to_f32(og_bf16 h) {
+  return __uint_as_float(((unsigned int)h) << 16);
+}
+__device__ __forceinline__ og_bf16 og_f32_to_bf16(float f) {
+  unsigned int u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (og_bf16)0x7fc0;  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                              // round to nearest even
+  return (og_bf16)(u >> 16);
+}
+__device__ __forceinline__ float og_sigmoid(float x) {
+  float e = expf(-fabsf(x));
+  return x >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+}
+template <typename T> __device__ __forceinline__ T og_max(T a, T b) { return a > b ? a : b; }
+template <typename T> __device__ __forceinline__ T og_min(T a, T b) { return a < b ? a : b; }
+__device__ __forceinline__ float og_max(float a, float b) {
+  return (a != a || a > b) ? a : b;  // NaN propagates, as in NumPy
+}
+__device__ __forceinline__ float og_min(float a, float b) { return (a != a || a < b) ? a : b; }
+
+struct OgSum { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
+struct OgMax { template <typename T> __device__ T operator()(T a, T b) const { return og_max(a, b); } };
+
+// Reduce v over the block (blockDim.x a multiple of 32); every thread gets the result.
+// `scratch` holds 32 values; it may be reused by the next call.
+template <typename T, typename Op>
+__device__ __forceinline__ T og_block_reduce(T v, T* scratch, Op op, T identity) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    T w = lane < warps ? scratch[lane] : identity;
+    for (int o = 16; o > 0; o >>= 1) w = op(w, __shfl_xor_sync(0xffffffffu, w, o));
+    if (lane == 0) scratch[0] = w;
+  }
+  __syncthreads();
+  return scratch[0];
+}
+"""
+
+
+def module_source(kernels: Iterable[Kernel]) -> str:
+    """The prelude and each distinct kernel once, sorted by name (so the text is deterministic)."""
+    unique = {k.name: k for k in kernels}
+    return PRELUDE + "".join("\n" + unique[name].source for name in sorted(unique))
+
+
+# -- dispatch ------------------------------------------------------------------------------------
+
+Work = Launch | DeviceCopy | object  # object: cuda_matmul.Gemm (kept loose to avoid a cycle)
+
+
+def node_code(
+    node: Node, operand_types: Sequence[TensorType], *, in_place: bool = False
+) -> tuple[Work, ...]:
+    """What to issue for `node`, given its operands' types.
+
+    `in_place` says the planner gave the result its operand 0's bytes (kv_cache_write then only
+    writes the new rows). Views that alias their operand are not passed here (they cost nothing);
+    views that do not are materialized with a copy kernel.
+    """
+    from optgraph.codegen import (
+        cuda_attention,
+        cuda_conv,
+        cuda_data_movement,
+        cuda_elementwise,
+        cuda_matmul,
+        cuda_reduction,
+    )
+
+    assert node.type is not None, node
+    if node.type.numel == 0:
+        return ()
+    families = (
+        cuda_elementwise,
+        cuda_data_movement,
+        cuda_reduction,
+        cuda_attention,
+        cuda_conv,
+        cuda_matmul,
+    )
+    for family in families:
+        if node.op in family.OPS:
+            return tuple(family.emit(node, tuple(operand_types), in_place=in_place))
+    raise CodegenError(f"{node.op}: no CUDA code generator for this op", node.span)
