@@ -1,0 +1,73 @@
+"""Codegen of fused regions, checked on the CPU: one kernel per region.
+
+For every region `fuse` builds (on the examples, the fixtures and random DAGs), the CUDA code
+generator must issue exactly one kernel launch for an elementwise or reduction region, and the
+product (cuBLAS gemm calls or the conv kernel) plus at most ONE epilogue kernel for a product
+region. The text itself is compiled and run on the GPU machine (tests/gpu/test_fused_kernels.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from random_graphs import random_dag_graphs
+
+import optgraph as og
+from optgraph.ir.graph import Graph
+from optgraph.passes.fuse import FusePass
+from optgraph.passes.fusion_rules import PRODUCT, plan_body
+
+cuda_source = pytest.importorskip("optgraph.codegen.cuda_source")
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.ir"))
+FIXTURES = sorted((ROOT / "tests" / "fixtures" / "fuse").glob("*.ir"))
+
+
+def _check_one_kernel_per_region(graph: Graph) -> int:
+    """Assert the rule for every fused node of `graph`; the number of regions checked."""
+    types = graph.value_types()
+    checked = 0
+    for node in graph.nodes:
+        if node.op != "fused" or node.body is None:
+            continue
+        operand_types = [types[o] for o in node.operands]
+        plan = plan_body(node.body, operand_types)
+        work = cuda_source.node_code(node, operand_types)
+        launches = [w for w in work if isinstance(w, cuda_source.Launch)]
+        if plan.kind == PRODUCT:
+            anchor = next(n for n in node.body.nodes if n.name == plan.anchor)
+            product = [w for w in work if not isinstance(w, cuda_source.Launch)]
+            # matmul: cuBLAS calls and no kernel of ours before the epilogue; conv: its kernel
+            assert product or anchor.op == "conv2d"
+            assert len(launches) <= (2 if anchor.op == "conv2d" else 1)
+            if plan.epilogue:
+                assert launches and launches[-1] is work[-1]
+        else:
+            assert len(work) == 1 and len(launches) == 1, (plan.kind, work)
+            assert 'extern "C" __global__' in launches[0].kernel.source
+        checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_examples_one_kernel_per_region(path: Path) -> None:
+    fused = FusePass().run(og.parse_file(str(path)))
+    _check_one_kernel_per_region(fused)
+
+
+def test_fixture_regions_one_kernel_each() -> None:
+    total = 0
+    for path in FIXTURES:
+        text = path.read_text(encoding="utf-8")
+        source = text[: text.index("# EXPECT")]
+        total += _check_one_kernel_per_region(FusePass().run(og.parse(source, str(path))))
+    assert total >= 15
+
+
+@given(random_dag_graphs(max_nodes=14))
+@settings(max_examples=60)
+def test_random_regions_one_kernel_each(graph: Graph) -> None:
+    _check_one_kernel_per_region(FusePass().run(graph))
