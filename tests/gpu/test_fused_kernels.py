@@ -1,0 +1,248 @@
+"""Every fused kernel on the GPU against the NumPy reference; examples fused and unfused agree.
+
+Each fused node the `fuse` pass builds (on the fuse fixtures, a table of region shapes and dtypes,
+random DAGs and the examples) is cut out into a graph of its own (its operands become inputs) and
+compiled for CUDA, so a wrong kernel is named by the region it came from. Tolerance: normalized
+mean squared error (`reference.nmse`) by result dtype, as ggml's backend tests do.
+
+Needs CuPy and a GPU: marked `gpu`, skipped elsewhere.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from random_graphs import random_dag_graphs
+
+import optgraph as og
+from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Input, Node, Output
+from optgraph.passes.fuse import FusePass
+from optgraph.runtime.reference import (
+    nmse,
+    random_inputs,
+    random_weights,
+    run_reference,
+)
+
+cupy = pytest.importorskip("cupy")
+try:
+    _GPUS = cupy.cuda.runtime.getDeviceCount()
+except cupy.cuda.runtime.CUDARuntimeError:  # no driver, no device
+    _GPUS = 0
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(_GPUS == 0, reason="needs a CUDA GPU"),
+]
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.ir"))
+FIXTURES = sorted((ROOT / "tests" / "fixtures" / "fuse").glob("*.ir"))
+NMSE = {"f32": 1e-9, "f16": 1e-5, "bf16": 1e-4}
+
+# Regions by shape and dtype that the fixtures do not cover: odd sizes, long rows, f16/bf16.
+CASES: dict[str, str] = {
+    "unary_chain_odd": """graph g {
+  input %x : f32[3,5,7]
+  %a = abs(%x) : f32[3,5,7]
+  %b = sqrt(%a) : f32[3,5,7]
+  %c = log(%b) : f32[3,5,7]
+  %d = gelu(%c) {approximate = "none"} : f32[3,5,7]
+  %e = silu(%d) : f32[3,5,7]
+  %f = neg(%e) : f32[3,5,7]
+  %g = exp(%f) : f32[3,5,7]
+  %h = rsqrt(%g) : f32[3,5,7]
+  output %h
+}""",
+    "binary_broadcast_f16": """graph g {
+  input %x : f16[2,1,33]
+  input %y : f16[5,1]
+  input %z : f16[33]
+  %a = add(%x, %y) : f16[2,5,33]
+  %b = mul(%a, %z) : f16[2,5,33]
+  %c = maximum(%b, %x) : f16[2,5,33]
+  %d = sub(%c, %y) : f16[2,5,33]
+  %e = div(%d, %z) : f16[2,5,33]
+  %f = tanh(%e) : f16[2,5,33]
+  output %f
+}""",
+    "cast_bf16_chain": """graph g {
+  input %x : f32[129]
+  %a = cast(%x) {dtype = "bf16"} : bf16[129]
+  %b = sigmoid(%a) : bf16[129]
+  %c = scale(%b) {factor = 3.0} : bf16[129]
+  %d = cast(%c) {dtype = "f32"} : f32[129]
+  output %d
+}""",
+    "sum_mean_max": """graph g {
+  input %x : f32[6,300]
+  %e = exp(%x) : f32[6,300]
+  %s = sum(%e) {axes = [1], keepdims = true} : f32[6,1]
+  %l = log(%s) : f32[6,1]
+  %m2 = mul(%x, %x) : f32[6,300]
+  %mm = mean(%m2) {axes = [-1]} : f32[6]
+  %r = sqrt(%mm) : f32[6]
+  %n = neg(%x) : f32[6,300]
+  %mx = max(%n) {axes = [1]} : f32[6]
+  %t = tanh(%mx) : f32[6]
+  output %l, %r, %t
+}""",
+    "reduce_two_trailing_axes": """graph g {
+  input %x : f32[3,4,50]
+  %a = relu(%x) : f32[3,4,50]
+  %s = sum(%a) {axes = [1, 2]} : f32[3]
+  %y = scale(%s) {factor = 0.5} : f32[3]
+  output %y
+}""",
+    "softmax_long_rows_f16": """graph g {
+  input %s : f16[1,4,3,1500]
+  input %mask : f16[3,1500]
+  %a = scale(%s) {factor = 0.125} : f16[1,4,3,1500]
+  %b = add(%a, %mask) : f16[1,4,3,1500]
+  %p = softmax(%b) {axis = -1} : f16[1,4,3,1500]
+  %y = cast(%p) {dtype = "f32"} : f32[1,4,3,1500]
+  output %y
+}""",
+    "rms_norm_4096_f16": """graph g {
+  input %h : f16[2,4096]
+  input %r : f16[2,4096]
+  input %w : f16[4096]
+  input %g : f16[4096]
+  %sum = add(%h, %r) : f16[2,4096]
+  %n = rms_norm(%sum, %w) {eps = 1e-05} : f16[2,4096]
+  %m = mul(%n, %g) : f16[2,4096]
+  %y = cast(%m) {dtype = "f32"} : f32[2,4096]
+  output %y
+}""",
+    "layer_norm_prologue_epilogue": """graph g {
+  input %x : f32[5,96]
+  input %b0 : f32[96]
+  input %w : f32[96]
+  input %b : f32[96]
+  %a = add(%x, %b0) : f32[5,96]
+  %n = layer_norm(%a, %w, %b) {eps = 1e-05} : f32[5,96]
+  %y = gelu(%n) : f32[5,96]
+  output %y
+}""",
+    "batched_matmul_epilogue": """graph g {
+  input %x : f32[2,3,8,16]
+  input %w : f32[16,24]
+  input %b : f32[24]
+  %mm = matmul(%x, %w) : f32[2,3,8,24]
+  %a = add(%mm, %b) : f32[2,3,8,24]
+  %y = silu(%a) : f32[2,3,8,24]
+  output %y
+}""",
+    "matmul_transpose_b_f16_residual": """graph g {
+  input %x : f16[4,64]
+  input %w : f16[96,64]
+  input %res : f16[4,96]
+  %mm = matmul(%x, %w) {transpose_b = true} : f16[4,96]
+  %y = add(%res, %mm) : f16[4,96]
+  output %y
+}""",
+    "conv_bias_relu": """graph g {
+  input %x : f32[1,8,10,10]
+  input %w : f32[12,8,3,3]
+  input %b : f32[12]
+  input %s : f32[12,1,1]
+  %c = conv2d(%x, %w, %b) {padding = [1, 1]} : f32[1,12,10,10]
+  %r = relu(%c) : f32[1,12,10,10]
+  %y = mul(%r, %s) : f32[1,12,10,10]
+  output %y
+}""",
+}
+
+
+def _region_graphs(graph: Graph) -> list[tuple[str, Graph]]:
+    """Each fused node of `graph` as a graph of its own: operands become inputs."""
+    types = graph.value_types()
+    out = []
+    for node in graph.nodes:
+        if node.op != "fused":
+            continue
+        inputs = tuple(Input(f"in{k}", types[o]) for k, o in enumerate(node.operands))
+        single = Node(
+            node.name, "fused", tuple(i.name for i in inputs), type=node.type, body=node.body
+        )
+        out.append(
+            (node.name, Graph(f"region_{len(out)}", inputs, (), (single,), (Output(node.name),)))
+        )
+    return out
+
+
+def _run_cuda(graph: Graph, inputs: dict, weights: dict, pipeline: str) -> dict[str, np.ndarray]:
+    program = og.compile(graph, pipeline=pipeline, target="cuda")
+    used = {w.name for w in program.graph.weights}
+    result = program.run(inputs, {k: v for k, v in weights.items() if k in used})
+    return {
+        k: cupy.asnumpy(v) if isinstance(v, cupy.ndarray) else np.asarray(v)
+        for k, v in result.items()
+    }
+
+
+def _assert_close(actual: dict, expected: dict, types: dict, what: str) -> None:
+    for name, value in expected.items():
+        got = actual[name]
+        assert got.shape == value.shape, (what, name)
+        limit = NMSE.get(types[name].dtype, 0.0)
+        err = nmse(got, value)
+        assert err <= limit, f"{what}: %{name} nmse {err:.3g} > {limit:g}"
+
+
+def _check_regions(graph: Graph, label: str) -> int:
+    count = 0
+    for name, region in _region_graphs(FusePass().run(graph)):
+        inputs = random_inputs(region, seed=5)
+        expected = run_reference(region, inputs, {})
+        actual = _run_cuda(region, inputs, {}, "verify")
+        _assert_close(actual, expected, region.value_types(), f"{label}: region %{name}")
+        count += 1
+    return count
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_region_cases(name: str) -> None:
+    assert _check_regions(og.parse(CASES[name], name), name) >= 1
+
+
+def test_fixture_regions() -> None:
+    total = 0
+    for path in FIXTURES:
+        text = path.read_text(encoding="utf-8")
+        graph = og.parse(text[: text.index("# EXPECT")], str(path))
+        graph = graph.with_nodes(
+            replace(n, ann=NO_ANNOTATIONS) for n in graph.nodes if not n.is_event
+        )
+        total += _check_regions(graph, path.stem)
+    assert total >= 15
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_regions(path: Path) -> None:
+    _check_regions(og.parse_file(str(path)), path.stem)
+
+
+@given(random_dag_graphs(max_nodes=12))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_random_graph_regions(graph: Graph) -> None:
+    _check_regions(graph, "random")
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_examples_fused_and_unfused_agree(path: Path) -> None:
+    graph = og.parse_file(str(path))
+    inputs, weights = random_inputs(graph, 7), random_weights(graph, 7)
+    expected = run_reference(graph, inputs, weights)
+    types = graph.value_types()
+    fused = _run_cuda(graph, inputs, weights, "default")
+    unfused = _run_cuda(graph, inputs, weights, "verify,dce,cse")
+    _assert_close(fused, expected, types, f"{path.stem} fused")
+    _assert_close(unfused, expected, types, f"{path.stem} unfused")
+    _assert_close(fused, unfused, types, f"{path.stem} fused vs unfused")
