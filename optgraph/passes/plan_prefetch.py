@@ -41,6 +41,7 @@ O(W·C) to choose segments (C candidate sizes), O(V + E) to rewrite.
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass, replace
 
@@ -61,8 +62,9 @@ from optgraph.passes.segments import (
     weight_accesses,
 )
 
-SEGMENT_OVERHEAD_BYTES = 1 << 20  # ~20 us of PCIe per extra segment: events, launch, lost overlap
+SEGMENT_OVERHEAD_BYTES = 256 << 10  # ~5 us of PCIe per streamed segment: its events and launches
 EVENT_PREFIX = "pf"  # events made by this pass are named ^pf<N>.ready / ^pf<N>.free.<stream>
+_EVENT_RE = re.compile(rf"^{EVENT_PREFIX}[0-9]+\.(ready|free\.[0-9]+)[0-9]*$")
 
 
 class BudgetError(OptGraphError):
@@ -140,7 +142,7 @@ def strip_prefetch(graph: Graph) -> Graph:
     source = {n.name: n.operands[0] for n in graph.nodes if n.op == "prefetch"}
     nodes = []
     for node in graph.nodes:
-        if node.op == "prefetch" or (node.is_event and node.name.startswith(EVENT_PREFIX)):
+        if node.op == "prefetch" or (node.is_event and _EVENT_RE.match(node.name)):
             continue
         if any(o in source for o in node.operands):
             node = replace(node, operands=tuple(source.get(o, o) for o in node.operands))

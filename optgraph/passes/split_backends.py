@@ -29,6 +29,7 @@ The host is stream H = 1 + the largest stream in the graph (its nodes and events
             record ^h2d0 !{stream = 2}   wait ^h2d0 !{stream = 0}   %y = matmul(%h.cuda, %w) ..
 
 Copy nodes carry `backend = "cuda"` (a CUDA stream issues them); their result lives on `to`.
+Every node leaves with a stream (unassigned ones are on stream 0, now explicitly).
 Runs after assign-streams and before insert-sync (cross-stream GPU edges are insert-sync's). Does
 not handle: several GPUs, reordering to merge splits, moving expensive ops for memory.
 Complexity: O(V + E) placement sweeps (the hill climb is bounded by V moves), O(V + E) rewrite.
@@ -36,14 +37,21 @@ Complexity: O(V + E) placement sweeps (the hill climb is bounded by V moves), O(
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from optgraph.errors import PipelineError
 from optgraph.ir.graph import Annotations, Graph, Node
 from optgraph.ir.layout import VIEW_OPS, alias_roots
-from optgraph.ir.ops import attrs_with_defaults
+from optgraph.ir.ops import attrs_with_defaults, get_op, op_names
 from optgraph.passes.base import Pass
+
+
+def _suggest(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
 
 # Ops the CUDA path cannot run; filled from the codegen's table when it declares one.
 GPU_UNSUPPORTED_OPS: frozenset[str] = frozenset()
@@ -84,6 +92,9 @@ class SplitBackendsPass(Pass):
     def __post_init__(self) -> None:
         if self.gpu_min_batch < 0:
             raise ValueError(f"gpu-min-batch must be >= 0, got {self.gpu_min_batch}")
+        for op in filter(None, self.cpu_ops.split("+")):
+            if get_op(op) is None:
+                raise ValueError(f"cpu-ops: unknown op '{op}'{_suggest(op, list(op_names()))}")
 
     def run(self, graph: Graph) -> Graph:
         compute = [n for n in graph.nodes if not n.is_event]
@@ -279,9 +290,7 @@ def insert_copies(graph: Graph, backends: list[str]) -> Graph:
         out.extend(before.get(i, []))
         if not node.is_event:
             operands = tuple(rename.get((i, o), o) for o in node.operands)
-            node = replace(node, operands=operands).with_ann(
-                backend=backends[i], stream=host if backends[i] == "cpu" else node.ann.stream
-            )
+            node = replace(node, operands=operands).with_ann(backend=backends[i], stream=streams[i])
         out.append(node)
         out.extend(after.get(i, []))
     return graph.with_nodes(out)
