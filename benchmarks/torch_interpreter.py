@@ -294,3 +294,69 @@ def to_numpy(outputs: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
         t = t.detach().cpu()
         result[name] = (t.float() if t.dtype == torch.bfloat16 else t).numpy()
     return result
+
+
+# -- the PyTorch variants of the head-to-head table ------------------------------------------------
+
+COMPILE_MODES = ("max-autotune-no-cudagraphs", "reduce-overhead")
+
+
+def cuda_graph_runner(model: TorchModel, env: Mapping[str, torch.Tensor]) -> Callable[[], Any]:
+    """`torch.cuda.graph` of the eager path: captured once (after warm-up on a side stream)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(3):
+            model(env)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        model(env)
+    return graph.replay
+
+
+def compiled_runner(
+    model: TorchModel, env: Mapping[str, torch.Tensor], mode: str
+) -> tuple[Callable[[], Any], float]:
+    """(`torch.compile(model, mode=mode)` after warm-up, compile seconds)."""
+    import time
+
+    torch._dynamo.reset()
+    fn = torch.compile(model.__call__, mode=mode, dynamic=False)
+    start = time.perf_counter()
+    with torch.no_grad():
+        for _ in range(3):  # reduce-overhead records its CUDA graph on a later call
+            fn(env)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+
+    def run() -> Any:
+        with torch.no_grad():
+            return fn(env)
+
+    return run, seconds
+
+
+def eager_runner(model: TorchModel, env: Mapping[str, torch.Tensor]) -> Callable[[], Any]:
+    def run() -> Any:
+        with torch.no_grad():
+            return model(env)
+
+    return run
+
+
+def time_us(fn: Callable[[], Any], iters: int = 50, repeats: int = 5) -> float:
+    """Median over `repeats` of (CUDA-event time of `iters` back-to-back calls) / iters, in µs."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1000.0 / iters)
+    return float(np.median(samples))
