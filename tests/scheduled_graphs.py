@@ -2,7 +2,8 @@
 
 `random_streams(graph, k, seed)` puts every compute node on a random stream in 0..k-1 and inserts,
 for every cross-stream data edge, a `record` right after the producer and a `wait` right before the
-consumer's first use on its stream: a valid, usually over-synchronized, schedule. Random assignment
+consumer's first use on its stream, and joins every stream into stream 0 at the end: a valid,
+usually over-synchronized, schedule. Random assignment
 gives more varied concurrency than any policy, which is what the memory planner must survive.
 
 `drop_event(graph, event)` removes one `wait` (the mutation tests' "forgotten sync").
@@ -39,6 +40,10 @@ def random_streams(graph: Graph, streams: int, seed: int) -> Graph:
         if node.name in needed and node.name not in recorded:
             recorded.add(node.name)
             out.append(Node(f"e.{node.name}", "record", ann=Annotations(stream=node.stream)))
+    # The host returns after stream 0's end: every other stream joins it there.
+    for s in sorted({n.stream for n in assigned} - {0}):
+        out.append(Node(f"end.{s}", "record", ann=Annotations(stream=s)))
+        out.append(Node(f"end.{s}", "wait", ann=Annotations(stream=0)))
     return graph.with_nodes(out)
 
 

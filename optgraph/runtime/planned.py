@@ -17,6 +17,8 @@ Checks, all raising `PlanViolation` (or collected in `Execution.violations` with
 - read checks (`check_reads=True`): a checksum of each buffer taken when it is written is compared
   at every later read, so a buffer overwritten while still live is named, not only seen as a wrong
   result;
+- operand overlap: a kernel's result may cover an operand's bytes only element for element (an
+  elementwise op or kv_cache_write in place); NumPy reads before it writes, a GPU kernel would not;
 - inputs and weights are read-only arrays: writing into one raises.
 
     execute(lower(planned), inputs, weights, seed=3)   -> Execution(outputs={...}, trace=[...])
@@ -36,6 +38,8 @@ import numpy as np
 
 from optgraph.codegen.program import Buffer, Program, Step
 from optgraph.errors import InputError
+from optgraph.ir.graph import Node
+from optgraph.ir.ops import get_op
 from optgraph.runtime.reference import evaluate_node, numpy_dtype
 
 GUARD = 0xA5
@@ -88,6 +92,13 @@ class _Machine:
         self.arena[:guard_bytes] = GUARD
         self.arena[guard_bytes + program.arena_bytes :] = GUARD
         self.own = {**inputs, **weights}
+        for b in program.buffers.values():
+            if b.kind == "arena" and (b.offset < 0 or b.offset + b.size > program.arena_bytes):
+                raise PlanViolation(
+                    f"'%{b.name}' at {b.offset}+{b.size} lies outside the {program.arena_bytes}-byte arena"
+                )
+            if b.kind == "arena" and b.size < b.nbytes:
+                raise PlanViolation(f"'%{b.name}' needs {b.nbytes} bytes but reserves {b.size}")
         self.check_reads = check_reads
         self.strict = strict
         self.digests: dict[str, int] = {}
@@ -137,10 +148,31 @@ class _Machine:
                 f"@{b.offset}+{b.nbytes})"
             )
 
+    def check_operand_overlap(self, node: Node) -> None:
+        """A kernel may write over an operand only element for element (in place): the same
+        start and length, and an elementwise op (or kv_cache_write over its cache). NumPy reads
+        every operand before writing, so without this check a GPU-only corruption would pass."""
+        out = self.program.buffers[node.name]
+        op = get_op(node.op)
+        for k, operand in enumerate(node.operands):
+            root, offset = self.root(operand)
+            if root.kind != "arena":
+                continue
+            lo = root.offset + offset
+            hi = lo + self.program.buffers[operand].nbytes
+            if hi <= out.offset or out.offset + out.nbytes <= lo:
+                continue
+            same = lo == out.offset and hi == out.offset + out.nbytes
+            elementwise = op is not None and op.category == "elementwise"
+            if same and (elementwise or (node.op == "kv_cache_write" and k == 0)):
+                continue
+            self.fail(f"'%{node.name}' is written over its operand '%{operand}' while reading it")
+
     def launch(self, step: Step) -> None:
         node = self.program.graph.nodes[step.node]
         for operand in node.operands:
             self.check_buffer(operand, node.name)
+        self.check_operand_overlap(node)
         args = [self.view(o) for o in node.operands]
         result = evaluate_node(node, args)
         dst = self.view(node.name)
