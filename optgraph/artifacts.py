@@ -41,10 +41,26 @@ class Artifact:
     render: Callable[[CompileResult], str | None]
 
 
+def _kernels_cu(graph: Graph) -> str:
+    from optgraph.codegen.cuda_plan import emit_kernels_cu
+
+    return emit_kernels_cu(graph)
+
+
+def _cuda_plan(graph: Graph) -> str:
+    import json
+
+    from optgraph.codegen.cuda_plan import lower_cuda, plan_json
+
+    return json.dumps(plan_json(lower_cuda(graph)), indent=1) + "\n"
+
+
 ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("model.opt.ir", "the optimized IR", lambda r: print_graph(r.graph)),
     Artifact("report.json", "the report figures as JSON", lambda r: r.report.to_json()),
-    # Codegen adds kernels.cu and program.json here, the DOT export streams.dot.
+    Artifact("kernels.cu", "the CUDA source of every kernel", lambda r: _kernels_cu(r.graph)),
+    Artifact("cuda_plan.json", "the CUDA launch list and storage", lambda r: _cuda_plan(r.graph)),
+    # Codegen adds program.json here, the DOT export streams.dot.
 )
 
 

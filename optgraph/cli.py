@@ -3,7 +3,7 @@
     optgraph compile MODEL.ir [-p PIPELINE] [-o DIR] [--report-json FILE]
     optgraph opt MODEL.ir -p PIPELINE [--print-ir-after-all]
     optgraph run MODEL.ir [--device cpu|cuda] [--check] [--inputs FILE.npz] [--weights FILE]
-                          [--seed N]
+                          [--seed N] [-p PIPELINE] [--no-graph]
     optgraph passes
 
 Example:
@@ -161,14 +161,20 @@ def _run_on_cpu(graph: Graph, inputs: dict[str, Any], weights: dict[str, Any]) -
     return dict(zip(graph.output_names(), results))
 
 
-def _run_on_cuda(graph: Graph, inputs: dict[str, Any], weights: dict[str, Any]) -> dict[str, Any]:
-    # The CuPy runtime plugs in here once `optgraph.compile(..., target="cuda")` exists.
-    raise OptGraphError(
-        "run --device cuda: the CUDA runtime cannot run programs yet; use --device cpu"
-    )
+def _run_on_cuda(
+    graph: Graph,
+    inputs: dict[str, Any],
+    weights: dict[str, Any],
+    *,
+    pipeline: str = "default",
+    no_graph: bool = False,
+) -> dict[str, Any]:
+    from optgraph.runtime.cuda import run_on_cuda
+
+    return run_on_cuda(graph, inputs, weights, pipeline=pipeline, use_graph=not no_graph)
 
 
-RUNNERS: dict[str, Callable[[Graph, dict[str, Any], dict[str, Any]], dict[str, Any]]] = {
+RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "cpu": _run_on_cpu,
     "cuda": _run_on_cuda,
 }
@@ -191,7 +197,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     graph = parse_file(args.model)
     verify(graph)
     inputs, weights = _load_values(graph, args)
-    results = RUNNERS[device](graph, inputs, weights)
+    options = {"pipeline": args.pipeline, "no_graph": args.no_graph} if device == "cuda" else {}
+    results = RUNNERS[device](graph, inputs, weights, **options)
 
     types = graph.value_types()
     table = Table(title=f"optgraph run: {graph.name} on {device}")
@@ -203,12 +210,43 @@ def cmd_run(args: argparse.Namespace) -> int:
         table.add_row(*(Text(c) for c in cells))
     console = _console()
     console.print(table)
+    if args.check and device == "cuda":
+        return _check_against_reference(graph, inputs, weights, results, console)
     if args.check:
-        # The cpu device *is* the reference interpreter; compiled programs are compared here
-        # once `optgraph.compile` exists.
         console.print(
             Text("check: the cpu device runs the reference interpreter; nothing to compare")
         )
+    return 0
+
+
+def _check_against_reference(
+    graph: Graph,
+    inputs: dict[str, Any],
+    weights: dict[str, Any],
+    results: dict[str, Any],
+    console: Console,
+) -> int:
+    """Print every output's NMSE against the reference interpreter; 1 when one is off."""
+    from optgraph.runtime.cuda import CHECK_BOUNDS
+    from optgraph.runtime.reference import nmse, run_reference
+
+    expected = run_reference(graph, inputs, weights)
+    types = graph.value_types()
+    table = Table(title="check against the reference interpreter")
+    for column in ("output", "dtype", "nmse", "bound", "result"):
+        table.add_column(column, justify="left" if column in ("output", "dtype") else "right")
+    failed = 0
+    for out in graph.output_names():
+        dtype = types[out].dtype
+        bound = CHECK_BOUNDS.get(dtype, 0.0)
+        err = nmse(np.asarray(results[out]), np.asarray(expected[out]))
+        ok = err <= bound
+        failed += not ok
+        row = [f"%{out}", dtype, f"{err:.3e}", f"{bound:g}", "ok" if ok else "MISMATCH"]
+        table.add_row(*(Text(c) for c in row))
+    console.print(table)
+    if failed:
+        raise OptGraphError(f"run --check: {failed} output(s) differ from the reference")
     return 0
 
 
@@ -264,6 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", metavar="FILE.npz", help="input arrays by name")
     p.add_argument("--weights", metavar="FILE", help="weights (.npz or .safetensors)")
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs and weights")
+    p.add_argument("-p", "--pipeline", default="default", help="pipeline for --device cuda")
+    p.add_argument(
+        "--no-graph", action="store_true", help="cuda: launch eagerly, no CUDA graph (debugging)"
+    )
     p.set_defaults(handler=cmd_run)
 
     p = sub.add_parser("passes", help="list every pass with its options")

@@ -562,3 +562,38 @@ def _check_array(value: Any, t: TensorType, what: str) -> None:
     dtype = ir_dtype(np.dtype(getattr(value, "dtype", np.float64)))
     if shape != t.shape or dtype != t.dtype:
         raise InputError(f"{what}: expected {t}, got {dtype}{list(shape)}")
+
+
+# NMSE bounds of `optgraph run --check` for whole graphs (per-op bounds are tighter: see
+# tests/gpu/gpu_support.py); integer and bool outputs must be exact.
+CHECK_BOUNDS = {"f32": 1e-6, "f16": 1e-3, "bf16": 1e-2}
+
+
+def run_on_cuda(
+    graph: Graph,
+    inputs: Mapping[str, Any],
+    weights: Mapping[str, Any],
+    *,
+    pipeline: str = "default",
+    use_graph: bool = True,
+) -> dict[str, Any]:
+    """What `optgraph run --device cuda` does: plan `graph` with `pipeline` (plus a memory plan),
+    run it, and with CUDA graphs run it again as a replay, which must equal the first run."""
+    from optgraph.passes.facts import FACTS
+    from optgraph.passes.manager import run_pipeline
+
+    planned = run_pipeline(graph, pipeline)
+    if not FACTS["memory-planned"].holds(planned):
+        planned = run_pipeline(planned, "analyze-lifetimes,plan-memory")
+    program = CudaProgram(planned, weights=weights, use_graph=use_graph)
+    try:
+        first = program.run(inputs)
+        if not use_graph:
+            return first
+        replay = program.run(inputs)
+        for name in first:
+            if np.asarray(first[name]).tobytes() != np.asarray(replay[name]).tobytes():
+                raise OptGraphError(f"run: the CUDA graph replay of '%{name}' differs from its run")
+        return replay
+    finally:
+        program.close()

@@ -23,13 +23,14 @@ no CuPy, so all of it is tested on machines without a GPU.
 from __future__ import annotations
 
 import enum
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
 from optgraph.errors import InputError, OptGraphError
-from optgraph.ir.graph import Graph, Input, Node, Region, TensorType
+from optgraph.ir.graph import Graph, Node, Region, TensorType
 from optgraph.ir.ops import infer_type
 
 Handle = TypeVar("Handle")
@@ -197,6 +198,40 @@ def retype_graph(graph: Graph, input_types: Mapping[str, TensorType]) -> Graph:
     return replace(graph, inputs=inputs, nodes=tuple(nodes))
 
 
+_DOT_NODE = re.compile(r'"(graph_\d+_node_\d+)"\s*\[(.*?)"\s*\]', re.DOTALL)
+_DOT_KINDS = ("KERNEL", "MEMCPY", "MEMSET", "EVENT_RECORD", "WAIT_EVENT", "EMPTY", "HOST", "GRAPH")
+
+
+@dataclass
+class DotNodes:
+    """The nodes of a `cudaGraphDebugDotPrint` dump, by kind; kernels also by function name."""
+
+    kinds: dict[str, int]
+    kernels: list[str]
+
+    @property
+    def total(self) -> int:
+        return sum(self.kinds.values())
+
+
+def count_dot_nodes(dot: str) -> DotNodes:
+    """Classify every node definition (`"graph_N_node_M"[... label="..."]`) of a DOT dump."""
+    kinds: dict[str, int] = {}
+    kernels: list[str] = []
+    seen: set[str] = set()
+    for match in _DOT_NODE.finditer(dot):
+        node, body = match.group(1), match.group(2)
+        if node in seen:
+            continue
+        seen.add(node)
+        kind = next((k for k in _DOT_KINDS if k in body.upper()), "OTHER")
+        kinds[kind] = kinds.get(kind, 0) + 1
+        if kind == "KERNEL":
+            name = re.search(r"\b(og_[A-Za-z0-9_]+)", body)
+            kernels.append(name.group(1) if name else "")
+    return DotNodes(kinds, kernels)
+
+
 def input_signature(graph: Graph) -> dict[str, TensorType]:
     return {i.name: i.type for i in graph.inputs}
 
@@ -206,8 +241,8 @@ __all__ = [
     "Binding",
     "GraphCache",
     "GraphKey",
-    "Input",
     "RuntimeCounters",
+    "count_dot_nodes",
     "input_signature",
     "retype_graph",
 ]

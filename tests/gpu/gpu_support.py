@@ -1,0 +1,65 @@
+"""Shared helpers of the GPU tests: the skip rule, tolerances and a compare-with-reference runner.
+
+Tolerances (NMSE = sum((gpu - ref)²) / sum(ref²), per output):
+
+- f32: 1e-7. Kernels compute in float32 like the reference; only the order of float32 sums
+  (block reductions, cuBLAS) and fused multiply-adds differ, a few ulps at most (NMSE ~1e-13).
+- f16: 1e-6 and bf16: 1e-4. Both sides compute one op in float32 and round the result once to the
+  narrow dtype; the float32 values differ by a few float32 ulps, so a result can land one ulp of
+  the narrow dtype away when it sits near a rounding boundary. One ulp is at most 2^-10 (f16) or
+  2^-7 (bf16) of the value, so even if *every* element were one ulp off the NMSE would stay below
+  2^-20 ≈ 9.5e-7 (f16) and 2^-14 ≈ 6.1e-5 (bf16).
+- integer and bool results: exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optgraph.ir.graph import Graph
+from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+
+BOUNDS = {"f32": 1e-7, "f16": 1e-6, "bf16": 1e-4}
+
+
+def require_gpu() -> object:
+    """Skip the calling test module unless CuPy imports and a CUDA device is usable."""
+    cupy = pytest.importorskip("cupy")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device", allow_module_level=True)
+    except Exception as err:  # noqa: BLE001 - a missing driver raises CUDARuntimeError
+        pytest.skip(f"no usable CUDA device: {err}", allow_module_level=True)
+    return cupy
+
+
+def assert_close(graph: Graph, got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> dict:
+    """Every output within its dtype's bound; returns {output: nmse}."""
+    types = graph.value_types()
+    errors = {}
+    for name in graph.output_names():
+        t = types[name]
+        g, w = np.asarray(got[name]), np.asarray(want[name])
+        assert g.shape == w.shape and g.dtype == w.dtype, (name, g.shape, g.dtype, w.shape, w.dtype)
+        if t.dtype in BOUNDS:
+            err = nmse(g, w)
+            errors[name] = err
+            assert err <= BOUNDS[t.dtype], f"%{name} ({t}): nmse {err:.3e} > {BOUNDS[t.dtype]:g}"
+        else:
+            assert np.array_equal(g, w), f"%{name} ({t}) differs from the reference"
+            errors[name] = 0.0
+    return errors
+
+
+def reference(graph: Graph, seed: int = 0):
+    inputs = random_inputs(graph, seed=seed)
+    weights = random_weights(graph, seed=seed)
+    return inputs, weights, run_reference(graph, inputs, weights)
+
+
+def same_bits(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    return (
+        all(np.asarray(a[k]).tobytes() == np.asarray(b[k]).tobytes() for k in a)
+        and a.keys() == b.keys()
+    )
