@@ -61,6 +61,29 @@ def _consumers(preds: Sequence[Sequence[int]]) -> list[list[int]]:
     return succs
 
 
+def end_predecessors(preds: Sequence[Sequence[int]], outputs: Sequence[int]) -> list[int]:
+    """The virtual end node's inputs: every node nobody consumes, and every output."""
+    consumed = [False] * len(preds)
+    for ps in preds:
+        for p in ps:
+            consumed[p] = True
+    return sorted({v for v in range(len(preds)) if not consumed[v]} | set(outputs))
+
+
+def nimble_syncs(graph: Graph) -> int:
+    """Nimble's synchronization count, |reduced edges| - |matching|, of the graph plus its end.
+
+    The end (which joins every stream) is counted as a node, since Nimble must join too; this is
+    the figure insert-sync's waits are compared with.
+    """
+    nodes = [n for n in graph.nodes if not n.is_event]
+    plain = graph.with_nodes(nodes)
+    preds = data_predecessors(plain)
+    index = {n.name: i for i, n in enumerate(nodes)}
+    outputs = [index[o] for o in graph.output_names() if o in index]
+    return path_cover(preds + [end_predecessors(preds, outputs)]).nimble_syncs
+
+
 class _Groups:
     """Union-find over chain ids; the root of a merged group is the producer side's root."""
 
@@ -91,12 +114,14 @@ def chain_streams(
     """Streams (0 = the end's stream) and estimated starts for nodes in topological order."""
     n = len(preds)
     succs = _consumers(preds)
-    end_preds = sorted({v for v in range(n) if not succs[v]} | set(outputs))
-    cover = path_cover(list(preds) + [end_preds])
+    finish_asap = [s + d for s, d in zip(asap(preds, seconds), seconds)]
+    bottom = [0.0] * (n + 1)  # longest estimated path from each node to the end
+    for v in range(n - 1, -1, -1):
+        bottom[v] = seconds[v] + max((bottom[w] for w in succs[v]), default=0.0)
+    cover = path_cover(list(preds) + [end_predecessors(preds, outputs)], bottom)
     chain_of = cover.chain_of
     end_chain = chain_of[n]
     groups = _Groups(len(cover.chains))
-    finish_asap = [s + d for s, d in zip(asap(preds, seconds), seconds)]
 
     for c, chain in enumerate(cover.chains):  # tiny chains stay with their producer
         nodes = [v for v in chain if v < n]

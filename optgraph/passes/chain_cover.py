@@ -125,11 +125,22 @@ def transitive_reduction(
     return reduced
 
 
-def maximum_matching(succs: Sequence[Sequence[int]], n: int) -> list[int]:
-    """Hopcroft-Karp on edges u -> v (u, v in 0..n-1). Returns match[u] = v or -1. O(E·√V)."""
-    match_left = [-1] * n
+def maximum_matching(
+    succs: Sequence[Sequence[int]], n: int, initial: Sequence[int] | None = None
+) -> list[int]:
+    """Hopcroft-Karp on edges u -> v (u, v in 0..n-1). Returns match[u] = v or -1. O(E·√V).
+
+    `initial` (match[u] = v or -1, a valid matching) is extended; otherwise a greedy start.
+    Augmenting paths keep every matched head matched, so an initial choice mostly survives.
+    """
+    match_left = list(initial) if initial is not None else [-1] * n
     match_right = [-1] * n
+    for u, v in enumerate(match_left):
+        if v >= 0:
+            match_right[v] = u
     for u in range(n):  # greedy start: usually close to maximum on DAGs in topological order
+        if match_left[u] >= 0:
+            continue
         for v in succs[u]:
             if match_right[v] < 0:
                 match_left[u], match_right[v] = v, u
@@ -190,8 +201,16 @@ class PathCover:
         return self.reduced_edges - self.matching
 
 
-def path_cover(preds: Sequence[Sequence[int]]) -> PathCover:
-    """Minimum path cover of the transitive reduction of a DAG in topological order."""
+def path_cover(
+    preds: Sequence[Sequence[int]], priority: Sequence[float] | None = None
+) -> PathCover:
+    """Minimum path cover of the transitive reduction of a DAG in topological order.
+
+    With `priority` (e.g. each node's bottom level: its longest estimated path to the end), the
+    matching starts by linking, from the last node back, every node to its free successor of
+    highest priority (ties: the one whose chain reaches the last node), so chains follow critical
+    paths, the trunk ends where the last node is, and light branches are left as separate chains.
+    """
     n = len(preds)
     reduced = transitive_reduction(preds)
     succs: list[list[int]] = [[] for _ in range(n)]
@@ -200,7 +219,18 @@ def path_cover(preds: Sequence[Sequence[int]]) -> PathCover:
         edges += len(ps)
         for p in ps:
             succs[p].append(v)
-    nxt = maximum_matching(succs, n)
+    initial = None
+    if priority is not None and n:
+        initial = [-1] * n
+        taken = [False] * n
+        to_last = [False] * n
+        to_last[n - 1] = True
+        for u in range(n - 1, -1, -1):
+            free = [v for v in succs[u] if not taken[v]]
+            if free:
+                v = max(free, key=lambda v: (priority[v], to_last[v], -v))
+                initial[u], taken[v], to_last[u] = v, True, to_last[v]
+    nxt = maximum_matching(succs, n, initial)
     has_pred = [False] * n
     for v in nxt:
         if v >= 0:
