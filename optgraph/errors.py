@@ -42,20 +42,43 @@ class Diagnostic:
         text = self.span.source_line
         if text is None:
             return head
-        text = text.rstrip("\n").replace("\t", " ")
-        gutter = f"{self.span.line:>5}"
         width = 1
         if self.span.end_col is not None and self.span.end_col > self.span.col:
             width = self.span.end_col - self.span.col
-        width = max(1, min(width, max(1, len(text) - self.span.col + 1)))
-        caret = " " * (self.span.col - 1) + "^" + "~" * (width - 1)
+        text, col, width = _source_window(text.rstrip("\n"), self.span.col, width)
+        gutter = f"{self.span.line:>5}"
+        caret = " " * (col - 1) + "^" + "~" * (width - 1)
         return f"{head}\n{gutter} | {text}\n{' ' * len(gutter)} | {caret}"
+
+
+SOURCE_WINDOW = 100  # characters of a long source line shown around the culprit
+
+
+def _source_window(text: str, col: int, width: int) -> tuple[str, int, int]:
+    """The part of a source line to show, the caret's column in it and the caret's width.
+
+    A line longer than `SOURCE_WINDOW` (a minified model, a 100k-deep nesting) is cut to a window
+    around `col` with "..." on the cut sides; tabs and unprintable characters become one space or
+    "?" each, so the caret stays aligned and no control sequence reaches the terminal.
+    """
+    start, end = 0, len(text)
+    if len(text) > SOURCE_WINDOW:
+        start = max(0, min(col - 1 - SOURCE_WINDOW // 2, len(text) - SOURCE_WINDOW))
+        end = start + SOURCE_WINDOW
+    shown = "".join(" " if c == "\t" else c if c.isprintable() else "?" for c in text[start:end])
+    prefix = "..." if start > 0 else ""
+    suffix = "..." if end < len(text) else ""
+    col = col - start + len(prefix)
+    width = max(1, min(width, end - start + len(prefix) - col + 1))
+    return prefix + shown + suffix, col, width
 
 
 class OptGraphError(Exception):
     """A user error. Holds one or more diagnostics; `str()` renders them all."""
 
-    def __init__(self, message: str, span: Span | None = None, *, notes: list[Diagnostic] | None = None):
+    def __init__(
+        self, message: str, span: Span | None = None, *, notes: list[Diagnostic] | None = None
+    ):
         self.diagnostics: list[Diagnostic] = [Diagnostic(message, span)] + list(notes or [])
         super().__init__(message)
 

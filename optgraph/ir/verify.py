@@ -15,10 +15,13 @@ Complexity: O(V + E) plus the op table's per-node inference.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 
 from optgraph.errors import Diagnostic, OptGraphError, Span, VerifyError
 from optgraph.ir import ops
 from optgraph.ir.graph import Graph, Node, TensorType
+
+_MAX_SUGGESTIONS = 10
 
 
 def _suggest(word: str, choices: list[str]) -> str:
@@ -79,6 +82,16 @@ def verify(graph: Graph) -> None:
     for w in graph.weights:
         define(w.name, w.type, w.span)
 
+    # "Did you mean" costs O(V) per unknown name: give it to the first few only, so a file full
+    # of typos stays linear.
+    suggestions_left = [_MAX_SUGGESTIONS]
+
+    def suggest(word: str, choices: Callable[[], list[str]]) -> str:
+        if suggestions_left[0] <= 0:
+            return ""
+        suggestions_left[0] -= 1
+        return _suggest(word, choices())
+
     producers = graph.producers()
     recorded: dict[str, int] = {}
     cycle_reported: set[str] = set()
@@ -122,13 +135,13 @@ def verify(graph: Graph) -> None:
                         )
                     )
             else:
-                known = list(defined_at) + list(producers)
-                diags.append(
-                    Diagnostic(f"use of undefined value '%{operand}'{_suggest(operand, known)}", span)
-                )
+                hint = suggest(operand, lambda: list(defined_at) + list(producers))
+                diags.append(Diagnostic(f"use of undefined value '%{operand}'{hint}", span))
 
         if ops.get_op(node.op) is None:
-            diags.append(Diagnostic(f"unknown op '{node.op}'{_suggest(node.op, op_names)}", node.span))
+            diags.append(
+                Diagnostic(f"unknown op '{node.op}'{_suggest(node.op, op_names)}", node.span)
+            )
         elif not missing:
             try:
                 inferred = ops.infer_type(node, operand_types)
@@ -145,14 +158,18 @@ def verify(graph: Graph) -> None:
         define(node.name, node.type, node.span)
 
     if not graph.outputs:
-        diags.append(Diagnostic(f"graph '{graph.name}' has no output", None))
+        # The graph has no span of its own: point at its last declaration, where `output` belongs.
+        declared = [*graph.inputs, *graph.weights, *graph.nodes]
+        last = next((d.span for d in reversed(declared) if d.span is not None), None)
+        message = f"graph '{graph.name}' has no output"
+        if last is not None:
+            message += " (add 'output %name' after this line)"
+        diags.append(Diagnostic(message, last))
     seen_outputs: set[str] = set()
     for out in graph.outputs:
         if out.name not in defined_at:
-            known = list(defined_at)
-            diags.append(
-                Diagnostic(f"output '%{out.name}' is not defined{_suggest(out.name, known)}", out.span)
-            )
+            hint = suggest(out.name, lambda: list(defined_at))
+            diags.append(Diagnostic(f"output '%{out.name}' is not defined{hint}", out.span))
         elif out.name in seen_outputs:
             diags.append(Diagnostic(f"output '%{out.name}' is listed twice", out.span))
         seen_outputs.add(out.name)
