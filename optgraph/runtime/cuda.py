@@ -38,10 +38,12 @@ from typing import Any
 import numpy as np
 
 from optgraph.codegen.cuda_plan import (
+    HOST_SPACES,
     CopyStep,
     CudaPlan,
     EventStep,
     GemmStep,
+    HostStep,
     KernelStep,
     Location,
     lower_cuda,
@@ -59,9 +61,17 @@ from optgraph.runtime.cuda_graph_cache import (
     input_signature,
     retype_graph,
 )
+from optgraph.runtime.cuda_offload import (
+    HostErrors,
+    HostFunction,
+    HostMemory,
+    HostWeights,
+    allocate_arena,
+)
 from optgraph.runtime.reference_kernels import ir_dtype, numpy_dtype
 
 H2D, D2H, D2D = 1, 2, 3
+COPY_KINDS = {"h2h": 0, "h2d": H2D, "d2h": D2H, "d2d": D2D}
 ALIGN = 256
 DOT_VERBOSE = 1
 _MODULES: dict[str, Any] = {}  # module source -> cupy.RawModule, shared by all programs
@@ -103,9 +113,14 @@ class _Variant:
     def __init__(self, program: CudaProgram, graph: Graph):
         cp = _cupy()
         self.program, self.graph = program, graph
-        self.plan: CudaPlan = lower_cuda(graph)
-        plan = self.plan
-        self.arena = cp.cuda.alloc(max(plan.arena_bytes, 1))
+        # Split/streamed programs: a streamed arena that does not fit falls back to synchronous
+        # copies; host values and host weights live in pinned memory (runtime/cuda_offload.py).
+        graph, plan, self.arena = allocate_arena(
+            graph, lower_cuda(graph), cp.cuda.alloc, cp.cuda.memory.OutOfMemoryError, lower_cuda
+        )
+        self.graph, self.plan = graph, plan
+        self.host = HostMemory(plan, program.host_weights, cp.cuda.alloc_pinned_memory)
+        self.host_functions: list[HostFunction] = []
         self.values = {n: cp.cuda.alloc(b) for n, b in plan.value_bytes.items()}
         self.in_offsets, cursor = {}, 0
         for name in plan.inputs:
@@ -133,6 +148,8 @@ class _Variant:
         self.done_recorded = False
 
     def pointer(self, loc: Location, bound: Mapping[str, int]) -> int:
+        if loc.space in HOST_SPACES:
+            return self.host.pointer(loc)
         if loc.space == "arena":
             return int(self.arena.ptr) + loc.offset
         if loc.space == "weights":
@@ -180,10 +197,12 @@ class _Variant:
             if not nbytes:
                 continue
             src = self.pointer(plan.locations[name], bound_in)
+            on_host = plan.locations[name].space in HOST_SPACES
             if name in bound_out:
-                a = (bound_out[name], src, nbytes, D2D, s0)
+                a = (bound_out[name], src, nbytes, H2D if on_host else D2D, s0)
             else:
-                a = (self.out_host.ctypes.data + self.out_offsets[name], src, nbytes, D2H, s0)
+                dst = self.out_host.ctypes.data + self.out_offsets[name]
+                a = (dst, src, nbytes, COPY_KINDS["h2h"] if on_host else D2H, s0)
             ops.append(lambda a=a: rt.memcpyAsync(*a))
         return ops
 
@@ -212,9 +231,19 @@ class _Variant:
             handle = p.blas_handle(step.stream)
             a, b, c = (self.pointer(x, bound) for x in (step.a, step.b, step.c))
             return p.blas.gemm_call(handle, step.gemm, a, b, c)
+        if isinstance(step, HostStep):
+            staged = {
+                n: self.in_host[o : o + self.plan.types[n].nbytes]
+                for n, o in self.in_offsets.items()
+                if n not in bound
+            }
+            fn = HostFunction(self.graph, step, self.plan, self.host, staged, p.host_errors)
+            self.host_functions.append(fn)  # the captured graph calls it on every replay
+            host_stream = p.stream_for(step.stream).ptr
+            return lambda: fn.launch(host_stream)
         assert isinstance(step, CopyStep)
-        a = (self.pointer(step.dst, bound), self.pointer(step.src, bound), step.nbytes, D2D,
-             p.stream_for(step.stream).ptr)  # fmt: skip
+        a = (self.pointer(step.dst, bound), self.pointer(step.src, bound), step.nbytes,
+             COPY_KINDS[step.kind], p.stream_for(step.stream).ptr)  # fmt: skip
         return lambda: rt.memcpyAsync(*a)
 
 
@@ -242,13 +271,19 @@ def _exec_update(exec_: int, graph: int) -> bool:
             from cuda import cudart  # type: ignore[import-not-found,no-redef]
         except ImportError:
             return False
-    try:
-        result = cudart.cudaGraphExecUpdate(exec_, graph)
-    except TypeError:
-        result = cudart.cudaGraphExecUpdate(
+    attempts = (
+        lambda: cudart.cudaGraphExecUpdate(exec_, graph),
+        lambda: cudart.cudaGraphExecUpdate(
             cudart.cudaGraphExec_t(init_value=exec_), cudart.cudaGraph_t(init_value=graph)
-        )
-    return result[0] == cudart.cudaError_t.cudaSuccess
+        ),
+    )
+    for attempt in attempts:
+        try:
+            result = attempt()
+        except Exception:  # noqa: BLE001, S112 - the bindings refused these handle types
+            continue
+        return bool(result[0] == cudart.cudaError_t.cudaSuccess)
+    return False
 
 
 def _dot_print(graph: int, path: str) -> None:
@@ -304,6 +339,9 @@ class CudaProgram:
         self._issue: dict[GraphKey, tuple[Binding, list[Callable[[], Any]]]] = {}
         _, self._weight_offsets, _, _, weight_bytes = storage(graph)
         self._weights_dev = cp.cuda.alloc(max(weight_bytes, 1))
+        # Weights kept in pinned host memory (streamed, host-placed, read on the CPU).
+        self.host_weights = HostWeights(graph, cp.cuda.alloc_pinned_memory)
+        self.host_errors = HostErrors()
         self._weights_seen: tuple[tuple[str, int], ...] | None = None
         self.last_key: GraphKey | None = None
         if weights is not None:
@@ -348,6 +386,11 @@ class CudaProgram:
         for w in self.graph.weights:
             value = weights[w.name]
             _check_array(value, w.type, f"weight '%{w.name}'")
+            if w.name in self.host_weights.offsets:
+                host = value.get() if isinstance(value, cp.ndarray) else np.asarray(value)
+                self.host_weights.set(w.name, host)
+            if w.name not in self._weight_offsets:
+                continue  # not kept on the device
             dst = base + self._weight_offsets[w.name]
             if isinstance(value, cp.ndarray):
                 value = cp.ascontiguousarray(value)
@@ -400,7 +443,7 @@ class CudaProgram:
             variant.done.synchronize()  # the last run's copies from staging are finished
         for name, array in staged.items():
             off, n = variant.in_offsets[name], plan.types[name].nbytes
-            variant.in_host[off : off + n] = np.ascontiguousarray(array).view(np.uint8).ravel()
+            variant.in_host[off : off + n] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         cached = self._issue.get(key)
         if cached is None or cached[0] != binding:
             cached = self._issue[key] = (binding, variant.issue_list(bound_in, bound_out))
@@ -412,6 +455,7 @@ class CudaProgram:
         results: dict[str, Any] = {}
         if any(n not in bound_out for n in plan.outputs):
             self.stream.synchronize()
+        self.host_errors.raise_first()
         for name in plan.outputs:
             if name in bound_out:
                 results[name] = out[name]  # type: ignore[index]

@@ -1,0 +1,184 @@
+"""GPU latency of every example and a generated Llama decode step, in several ways of running them.
+
+    python benchmarks/bench_gpu.py [--iters 200] [--warmup 20] [--only NAME] [--markdown FILE]
+
+For each model and each *variant* (the `VARIANTS` table) the model runs `--iters` times after
+`--warmup` runs, each run timed alone with CUDA events on the stream it starts on (host issue time
+included: this is the latency a caller sees), and the median is reported, with the ratio
+`CuPy eager / variant` (higher is faster). Inputs and outputs stay on the device (CuPy arrays
+bound by pointer), so no run copies to or from the host; weights and inputs are the reference's
+seeded random data.
+
+Variants (extend `VARIANTS` to add one: a name, a one-line description and a `build(model)`
+that returns a zero-argument callable doing one run, plus the stream to time it on):
+
+- `cupy-eager`: the graph op by op in CuPy (benchmarks/cupy_interpreter.py);
+- `og-eager`: optgraph's kernels launched one by one (CudaProgram(use_graph=False)), 1 stream;
+- `og-graph-1s`: one CUDA graph, every node on one stream;
+- `og-graph-chains`: one CUDA graph, streams from `assign-streams{policy=chains}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cupy as cp
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
+
+import optgraph as og
+from optgraph.ir.graph import Graph
+from optgraph.passes.manager import run_pipeline
+from optgraph.runtime.cuda import CudaProgram
+from optgraph.runtime.reference import random_inputs, random_weights
+from optgraph.runtime.reference_kernels import numpy_dtype
+
+PLAN = "analyze-lifetimes,plan-memory"
+ONE_STREAM = f"verify,dce,cse,assign-streams{{max-streams=1}},insert-sync,{PLAN}"
+CHAINS = f"verify,dce,cse,assign-streams{{policy=chains}},insert-sync,{PLAN}"
+LLAMA = {
+    "layers": 4, "hidden": 256, "heads": 4, "kv_heads": 2, "ffn": 512, "vocab": 1024,
+    "dtype": "f16", "batch": 1, "seq": 1, "cache_len": 128, "mode": "decode",
+}  # fmt: skip
+
+
+@dataclass
+class Model:
+    """A benchmark model: its source graph and seeded data, on the host and on the device."""
+
+    name: str
+    graph: Graph
+    inputs: dict[str, Any]
+    weights: dict[str, Any]
+
+    def device_inputs(self) -> dict[str, Any]:
+        return {k: cp.asarray(v) for k, v in self.inputs.items()}
+
+
+Runner = tuple[Callable[[], Any], Any]  # (one run, the stream it starts and ends on)
+
+
+def _cupy_eager(model: Model) -> Runner:
+    from cupy_interpreter import CupyModel
+
+    run = CupyModel(model.graph)
+    env = {**model.device_inputs(), **{k: cp.asarray(v) for k, v in model.weights.items()}}
+    return (lambda: run(env)), cp.cuda.Stream.null
+
+
+def _optgraph(pipeline: str, use_graph: bool) -> Callable[[Model], Runner]:
+    def build(model: Model) -> Runner:
+        graph = run_pipeline(model.graph, pipeline)
+        program = CudaProgram(graph, weights=model.weights, use_graph=use_graph)
+        inputs = model.device_inputs()
+        types = graph.value_types()
+        out = {}
+        for name in dict.fromkeys(graph.output_names()):
+            t = types[name]
+            out[name] = cp.empty(t.shape, dtype=numpy_dtype(t.dtype))
+        return (lambda: program.run(inputs, out=out)), program.stream
+
+    return build
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    description: str
+    build: Callable[[Model], Runner]
+
+
+VARIANTS: list[Variant] = [
+    Variant("cupy-eager", "CuPy, op by op", _cupy_eager),
+    Variant("og-eager", "optgraph kernels, launched one by one", _optgraph(ONE_STREAM, False)),
+    Variant("og-graph-1s", "optgraph, one CUDA graph, 1 stream", _optgraph(ONE_STREAM, True)),
+    Variant("og-graph-chains", "optgraph, one CUDA graph, chains", _optgraph(CHAINS, True)),
+]
+BASELINE = "cupy-eager"
+
+
+def models(only: str | None) -> list[Model]:
+    from gen_llama import generate_llama
+
+    found = [(p.stem, og.parse_file(p)) for p in sorted((ROOT / "examples").glob("*.ir"))]
+    found.append(("llama_gen_f16", og.parse(generate_llama(**LLAMA))))
+    out = []
+    for name, graph in found:
+        if only and only not in name:
+            continue
+        out.append(Model(name, graph, random_inputs(graph, 0), random_weights(graph, 0)))
+    return out
+
+
+def median_us(run: Callable[[], Any], stream: Any, iters: int, warmup: int) -> float:
+    for _ in range(warmup):
+        run()
+    stream.synchronize()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    times = []
+    for _ in range(iters):
+        start.record(stream)
+        run()
+        end.record(stream)
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end) * 1000.0)
+    return statistics.median(times)
+
+
+def table(results: dict[str, dict[str, float | str]], device: str) -> str:
+    names = [v.name for v in VARIANTS]
+    head = "| model | " + " | ".join(f"{n} (µs)" for n in names)
+    head += " | " + " | ".join(f"{BASELINE} / {n}" for n in names[1:]) + " |"
+    lines = [f"device: {device}; date: {datetime.date.today()}", "", head]
+    lines.append("|" + "---|" * (1 + 2 * len(names) - 1))
+    for model, row in results.items():
+        cells = [f"{row[n]:.1f}" if isinstance(row[n], float) else str(row[n]) for n in names]
+        base = row[BASELINE]
+        ratios = [
+            f"{base / row[n]:.2f}×"
+            if isinstance(base, float) and isinstance(row[n], float)
+            else "-"
+            for n in names[1:]
+        ]
+        lines.append(f"| {model} | " + " | ".join(cells + ratios) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iters", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--only", help="run the models whose name contains this")
+    parser.add_argument("--markdown", help="also write the table to this file")
+    args = parser.parse_args(argv)
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
+    device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    results: dict[str, dict[str, float | str]] = {}
+    for model in models(args.only):
+        row: dict[str, float | str] = {}
+        for variant in VARIANTS:
+            try:
+                run, stream = variant.build(model)
+                row[variant.name] = median_us(run, stream, args.iters, args.warmup)
+            except Exception as err:  # noqa: BLE001 - one broken variant must not hide the rest
+                row[variant.name] = f"error: {type(err).__name__}"
+                print(f"{model.name} / {variant.name}: {type(err).__name__}: {err}", flush=True)
+        results[model.name] = row
+        print(model.name, {k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()})
+    text = table(results, device)
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

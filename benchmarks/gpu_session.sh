@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One GPU-machine session: GPU tests, the benchmark, compute-sanitizer; logs under $OUT.
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh [tests] [bench] [sanitize]
+# Each part runs under its own time limit so one slow part cannot hide the others' logs.
+set -u
+OUT=${OUT:-/tmp/optgraph-gpu}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+parts=${*:-tests bench sanitize}
+{
+  nvidia-smi -L
+  date -u
+  python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)"
+  python3 - <<'PY'
+from cupy_backends.cuda.libs import cublas
+from optgraph.runtime.cuda_blas import load_blas
+b = load_blas(cublas)
+print("cublas binding:", b.kind, getattr(b, "path", ""))
+PY
+  which compute-sanitizer
+} > "$OUT/env.txt" 2>&1
+for part in $parts; do
+  case $part in
+    tests)
+      timeout "${TESTS_S:-240}" python3 -m pytest -q tests/gpu -p no:cacheprovider -rfE \
+        --durations=8 --timeout=120 > "$OUT/tests.log" 2>&1
+      echo "tests rc=$?"; tail -n 25 "$OUT/tests.log" ;;
+    bench)
+      timeout "${BENCH_S:-120}" python3 benchmarks/bench_gpu.py --iters "${ITERS:-200}" \
+        --markdown "$OUT/bench.md" > "$OUT/bench.log" 2>&1
+      echo "bench rc=$?"; tail -n 12 "$OUT/bench.log" ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        timeout "${SAN_S:-75}" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+          python3 benchmarks/sanitize_examples.py > "$OUT/$tool.log" 2>&1
+        echo "$tool rc=$?"; tail -n 4 "$OUT/$tool.log"
+      done ;;
+  esac
+done
