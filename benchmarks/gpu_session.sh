@@ -22,7 +22,7 @@ PY
 for part in $parts; do
   case $part in
     tests)
-      timeout "${TESTS_S:-240}" python3 -m pytest -q tests/gpu -p no:cacheprovider -rfE \
+      timeout "${TESTS_S:-240}" python3 -m pytest -q ${TEST_FILES:-tests/gpu/test_gpu_ops.py tests/gpu/test_gpu_examples.py tests/gpu/test_gpu_graph_cache.py tests/gpu/test_gpu_cli.py} -p no:cacheprovider -rfE \
         --durations=8 --timeout=120 > "$OUT/tests.log" 2>&1
       echo "tests rc=$?"; tail -n 25 "$OUT/tests.log" ;;
     bench)
