@@ -9,9 +9,14 @@
   the runtime can bind a caller's device array by pointer) and, for graphs without a memory plan,
   `value` (one buffer per node result: the *unplanned fallback*). Aliasing views
   (`ir.layout.alias_roots`) point into their root's bytes and issue nothing.
-- `steps`: `KernelStep`, `GemmStep`, `CopyStep` (device memcpy) and `EventStep` (record / wait),
+- `steps`: `KernelStep`, `GemmStep`, `CopyStep` (memcpy) and `EventStep` (record / wait),
   each on the node's stream. A planned `kv_cache_write` whose result has its cache's bytes takes
   the in-place kernel.
+- split and streamed programs (split-backends, plan-prefetch): values that live on the host (CPU
+  results, copies `{to = "cpu"}`) are in the `host_arena` space, a pinned mirror of the arena at
+  the same offsets; weights the device does not keep (streamed, `host`-placed, CPU-read) are in
+  `host_weights` (pinned); a CPU node is a `HostStep` (a host function on its stream), and a
+  `CopyStep`'s `kind` ("h2d", "d2h", "d2d", "h2h") follows from its two spaces.
 
     %h = matmul(%x, %w) !{stream = 0, offset = 0}     -> GemmStep(stream 0, a=weights+0, b=input x, c=arena+0)
     record ^e0 !{stream = 0}                           -> EventStep("record", "e0", 0)
@@ -37,6 +42,12 @@ from optgraph.codegen.cuda_source import (
 )
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
+from optgraph.passes.segments import (
+    device_resident_weights,
+    host_read_weights,
+    host_values,
+    host_weight_layout,
+)
 
 WEIGHT_ALIGNMENT = 256
 
@@ -82,6 +93,16 @@ class CopyStep:
     dst: Location
     src: Location
     nbytes: int
+    kind: str = "d2d"  # "h2d", "d2h", "h2h" when a side is in a host space
+
+
+@dataclass(frozen=True)
+class HostStep:
+    """A CPU node: the runtime evaluates it with NumPy in a host function on `stream`."""
+
+    node: str
+    stream: int
+    index: int  # position in graph.nodes
 
 
 @dataclass(frozen=True)
@@ -91,7 +112,8 @@ class EventStep:
     stream: int
 
 
-Step = KernelStep | GemmStep | CopyStep | EventStep
+Step = KernelStep | GemmStep | CopyStep | EventStep | HostStep
+HOST_SPACES = frozenset({"host_arena", "host_weights"})
 
 
 @dataclass
@@ -109,6 +131,9 @@ class CudaPlan:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     events: tuple[str, ...] = field(default=())
+    host_weight_offsets: dict[str, int] = field(default_factory=dict)  # pinned host weights
+    host_weights_bytes: int = 0
+    host_arena_bytes: int = 0  # the pinned mirror of the arena holding host values
 
     @property
     def is_planned(self) -> bool:
@@ -137,8 +162,14 @@ def storage(graph: Graph) -> tuple[dict[str, Location], dict[str, int], dict[str
     planned = _is_planned(graph)
     locations: dict[str, Location] = {i.name: Location("input", i.name, 0) for i in graph.inputs}
     weight_offsets: dict[str, int] = {}
+    on_host = host_values(graph)
+    off_device = host_read_weights(graph) - device_resident_weights(graph)
+    host_offsets, _ = host_weight_layout(graph)
     cursor = 0
     for w in graph.weights:
+        if w.name in off_device:
+            locations[w.name] = Location("host_weights", "", host_offsets[w.name])
+            continue
         weight_offsets[w.name] = cursor
         locations[w.name] = Location("weights", "", cursor)
         cursor += _align(w.type.nbytes)
@@ -155,7 +186,8 @@ def storage(graph: Graph) -> tuple[dict[str, Location], dict[str, int], dict[str
                     " (run plan-memory again after changing the graph)",
                     node.span,
                 )
-            locations[node.name] = Location("arena", "", node.ann.offset)
+            space = "host_arena" if node.name in on_host else "arena"
+            locations[node.name] = Location(space, "", node.ann.offset)
             size = node.ann.size if node.ann.size is not None else node.type.nbytes
             arena = max(arena, node.ann.offset + size)
         else:
@@ -188,12 +220,19 @@ def _step_for(
             roles[work.c].shifted(work.c_offset),
         )
     assert isinstance(work, DeviceCopy)
+    dst, src = roles[work.dst], roles[work.src]
+    kind = (
+        ("h" if src.space in HOST_SPACES else "d")
+        + "2"
+        + ("h" if dst.space in HOST_SPACES else "d")
+    )
     return CopyStep(
         node.name,
         stream,
-        roles[work.dst].shifted(work.dst_offset),
-        roles[work.src].shifted(work.src_offset),
+        dst.shifted(work.dst_offset),
+        src.shifted(work.src_offset),
         work.nbytes,
+        kind,
     )
 
 
@@ -205,7 +244,9 @@ def lower_cuda(graph: Graph) -> CudaPlan:
     steps: list[Step] = []
     kernels: dict[str, Kernel] = {}
     events: list[str] = []
-    for node in graph.nodes:
+    if not _is_planned(graph) and any(n.ann.backend == "cpu" for n in graph.nodes):
+        raise CodegenError("a graph with CPU nodes needs a memory plan (run plan-memory first)")
+    for index, node in enumerate(graph.nodes):
         if node.is_event:
             steps.append(EventStep(node.op, node.name, node.stream))
             if node.name not in events:
@@ -213,6 +254,9 @@ def lower_cuda(graph: Graph) -> CudaPlan:
             continue
         if node.name in roots:
             continue  # an aliasing view: its bytes are its root's
+        if node.ann.backend == "cpu":
+            steps.append(HostStep(node.name, node.stream, index))
+            continue
         operand_types = [types[o] for o in node.operands]
         roles = {"out": locations[node.name]}
         roles.update((f"in{k}", locations[o]) for k, o in enumerate(node.operands))
@@ -238,6 +282,11 @@ def lower_cuda(graph: Graph) -> CudaPlan:
         tuple(i.name for i in graph.inputs),
         graph.output_names(),
         tuple(events),
+        *host_weight_layout(graph),
+        max(
+            (locations[n].offset + (types[n].nbytes) for n in host_values(graph) if n not in roots),
+            default=0,
+        ),
     )
 
 

@@ -151,6 +151,32 @@ def strip_prefetch(graph: Graph) -> Graph:
     return replace(graph, nodes=tuple(nodes), weights=weights)
 
 
+def synchronous_prefetch(graph: Graph) -> Graph:
+    """The same streamed segments copied synchronously through one slot (no budget needed).
+
+    What a runtime falls back to when the slot pool of `graph` cannot be allocated: the arena
+    shrinks by (depth - 1) slots and every copy runs on its reader's stream right before it.
+    """
+    numbers: dict[int, list[str]] = {}
+    for w in graph.weights:
+        if w.ann.segment is not None:
+            numbers.setdefault(w.ann.segment, []).append(w.name)
+    if not numbers:
+        return graph
+    base = strip_prefetch(graph)
+    accesses = weight_accesses(base)
+    segments = []
+    for number in sorted(numbers):
+        names = tuple(sorted(numbers[number], key=lambda w: accesses[w][0]))
+        reads = [i for w in names for i in accesses[w]]
+        size = sum(align_up(t.nbytes) for w in base.weights if w.name in names for t in [w.type])
+        segments.append(Segment(names, size, min(reads), max(reads)))
+    first = min(numbers)
+    slot_bytes = max(s.nbytes for s in segments)
+    layout = Layout([segments[0]] * first + segments, first, 1, slot_bytes)
+    return _rewrite(base, layout, accesses, align_up(device_memory(base).arena), True)
+
+
 @dataclass(frozen=True)
 class PlanPrefetchPass(Pass):
     name = "plan-prefetch"

@@ -208,20 +208,73 @@ def device_memory(graph: Graph) -> DeviceMemory:
         lo = min(o for _, o, _ in slot_ranges)
         hi = max(o + (s or 0) for _, o, s in slot_ranges)
         slot_bytes = hi - lo
+    on_device = read_on_device(graph)
+    kept = device_resident_weights(graph)
+    resident = sum(w.type.nbytes for w in graph.weights if w.name in kept)
+    streamed = sum(w.type.nbytes for w in graph.weights if w.ann.segment is not None)
+    inputs = sum(i.type.nbytes for i in graph.inputs if i.name in on_device)
+    return DeviceMemory(arena, slot_bytes, resident, streamed, inputs)
+
+
+def read_on_device(graph: Graph) -> set[str]:
+    """Inputs and weights a GPU kernel reads in place (directly or through an aliasing view).
+
+    CPU nodes, prefetches and copies to the device read the host's arrays instead.
+    """
     roots = alias_roots(graph)
-    on_device: set[str] = set()
+    names: set[str] = set()
     for node in graph.nodes:
         if node.is_event or node.ann.backend == "cpu" or node.op == "prefetch":
             continue
         if node.op == "copy" and node.attrs.get("to", "cuda") == "cuda":
-            continue  # a copy to the device reads the host's array
+            continue
         for operand in node.operands:
-            on_device.add(roots[operand][0] if operand in roots else operand)
-    resident = streamed = 0
+            names.add(roots[operand][0] if operand in roots else operand)
+    return names
+
+
+def device_resident_weights(graph: Graph) -> set[str]:
+    """Weights kept on the device: read there in place, placed `device`, not streamed."""
+    on_device = read_on_device(graph)
+    return {
+        w.name
+        for w in graph.weights
+        if w.placement == "device" and w.ann.segment is None and w.name in on_device
+    }
+
+
+def host_read_weights(graph: Graph) -> set[str]:
+    """Weights a runtime keeps in pinned host memory: streamed, host-placed, or read on the CPU."""
+    roots = alias_roots(graph)
+    names = {w.name for w in graph.weights if w.placement == "host" or w.ann.segment is not None}
+    weights = graph.weight_names()
+    for node in graph.nodes:
+        if node.is_event or not (node.ann.backend == "cpu" or node.op in ("prefetch", "copy")):
+            continue
+        for operand in node.operands:
+            root = roots[operand][0] if operand in roots else operand
+            if root in weights and (node.op != "copy" or node.attrs.get("to") == "cuda"):
+                names.add(root)
+    return names
+
+
+def host_values(graph: Graph) -> set[str]:
+    """Node results that live in host memory: CPU results and copies to the CPU."""
+    return {
+        n.name
+        for n in graph.nodes
+        if not n.is_event
+        and (n.ann.backend == "cpu" or (n.op == "copy" and n.attrs.get("to") == "cpu"))
+    }
+
+
+def host_weight_layout(graph: Graph) -> tuple[dict[str, int], int]:
+    """Offsets of the `host_read_weights` in one pinned host buffer (declaration order, aligned)."""
+    names = host_read_weights(graph)
+    offsets: dict[str, int] = {}
+    cursor = 0
     for w in graph.weights:
-        if w.ann.segment is not None:
-            streamed += w.type.nbytes
-        elif w.placement == "device" and w.name in on_device:
-            resident += w.type.nbytes
-    inputs = sum(i.type.nbytes for i in graph.inputs if i.name in on_device)
-    return DeviceMemory(arena, slot_bytes, resident, streamed, inputs)
+        if w.name in names:
+            offsets[w.name] = cursor
+            cursor += align_up(w.type.nbytes)
+    return offsets, cursor

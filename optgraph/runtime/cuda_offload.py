@@ -1,0 +1,181 @@
+"""The host side of split and streamed programs in the CUDA runtime: pinned buffers, CPU nodes.
+
+`runtime/cuda.py` owns the device and every CuPy call; this module holds what runs on the host and
+takes CuPy's pinned allocator as an argument, so it imports no CuPy.
+
+- `HostWeights` (per program) and `HostMemory` (per variant): pinned buffers for the *host
+  weights* (streamed, `host`-placed and CPU-read weights, at `host_weight_layout`) and the *host
+  arena* (a mirror of the device arena: CPU results and copies `{to = "cpu"}` at their planned
+  offsets). Copies to the device read them with `cudaMemcpyAsync` from pinned memory, so they are
+  asynchronous and captured; new weights written there are what the next replay copies.
+- `allocate_arena`: when a streamed program's arena (with its `depth` slots) cannot be allocated,
+  fall back to synchronous copies through one slot, with a warning, never to a wrong program.
+- CPU nodes (`HostStep`) are CUDA host functions on the node's stream, launched with the driver's
+  `cuLaunchHostFunc` through ctypes. During capture each becomes a host node of the one CUDA graph,
+  ordered by the same record/wait events as the kernels: the GPU runs on while the host computes,
+  and waits only where an event says so. The function evaluates the node with the reference
+  kernels on NumPy views of the pinned buffers (built once, before capture).
+
+Why host nodes rather than running CPU splits from Python between graph launches: the program stays
+one CUDA graph (no host round trip per split), the overlap is exactly what happens-before allows,
+and the events already in the IR are the whole contract. CuPy's own `Stream.launch_host_func`
+releases its callback after the first call, so a replayed graph would call a freed object; a
+ctypes callback kept alive by the program is safe to replay.
+
+A host function must not call CUDA; exceptions are kept in `HostErrors` and raised by the runtime
+after the run. Does not handle: CPU nodes reading inputs bound by device pointer (CuPy inputs).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from optgraph.codegen.cuda_plan import CudaPlan, HostStep, Location
+from optgraph.errors import InputError, OptGraphError
+from optgraph.ir.graph import Graph
+from optgraph.ir.layout import alias_roots
+from optgraph.passes.plan_prefetch import synchronous_prefetch
+from optgraph.passes.segments import host_weight_layout
+from optgraph.runtime.reference import evaluate_node, numpy_dtype
+
+_HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_DRIVER: Any = None
+
+
+def _driver() -> Any:
+    global _DRIVER
+    if _DRIVER is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        lib.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, _HOSTFN, ctypes.c_void_p]
+        lib.cuLaunchHostFunc.restype = ctypes.c_int
+        _DRIVER = lib
+    return _DRIVER
+
+
+class HostErrors(list):  # type: ignore[type-arg]
+    """Exceptions raised inside host functions (they cannot propagate through CUDA)."""
+
+    def raise_first(self) -> None:
+        if self:
+            err = self[0]
+            self.clear()
+            raise OptGraphError(f"a CPU node failed in its host function: {err!r}") from err
+
+
+class HostWeights:
+    """The pinned buffer of the weights a program keeps on the host, at `host_weight_layout`."""
+
+    def __init__(self, graph: Graph, alloc_pinned: Callable[[int], Any]):
+        self.offsets, nbytes = host_weight_layout(graph)
+        self._mem = alloc_pinned(max(nbytes, 1))
+        self.bytes = np.frombuffer(self._mem, np.uint8, max(nbytes, 1))
+        self.types = {w.name: w.type for w in graph.weights if w.name in self.offsets}
+
+    def set(self, name: str, value: np.ndarray) -> None:
+        raw = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+        off = self.offsets[name]
+        self.bytes[off : off + raw.size] = raw
+
+    def view(self, name: str) -> np.ndarray:
+        """The pinned array a replay copies `name` from (write into it between runs)."""
+        t = self.types[name]
+        return np.ndarray(t.shape, numpy_dtype(t.dtype), self.bytes, self.offsets[name])
+
+
+class HostMemory:
+    """A variant's pinned host arena, with the program's host weights."""
+
+    def __init__(self, plan: CudaPlan, weights: HostWeights, alloc_pinned: Callable[[int], Any]):
+        self._mem = alloc_pinned(max(plan.host_arena_bytes, 1))
+        self.arena = np.frombuffer(self._mem, np.uint8, max(plan.host_arena_bytes, 1))
+        self.weights = weights
+
+    def pointer(self, loc: Location) -> int:
+        base = self.arena if loc.space == "host_arena" else self.weights.bytes
+        return int(base.ctypes.data) + loc.offset
+
+
+def allocate_arena(
+    graph: Graph,
+    plan: CudaPlan,
+    alloc: Callable[[int], Any],
+    out_of_memory: type[BaseException],
+    relower: Callable[[Graph], CudaPlan],
+) -> tuple[Graph, CudaPlan, Any]:
+    """The device arena; when a streamed program's slot pool does not fit, the same segments
+    copied synchronously through one slot (`synchronous_prefetch`), with a warning."""
+    try:
+        return graph, plan, alloc(max(plan.arena_bytes, 1))
+    except out_of_memory:
+        if not any(n.op == "prefetch" for n in graph.nodes):
+            raise
+    sync = synchronous_prefetch(graph)
+    sync_plan = relower(sync)
+    warnings.warn(
+        f"cuda: the {plan.arena_bytes}-byte arena with its prefetch slots could not be allocated; "
+        f"falling back to synchronous weight copies ({sync_plan.arena_bytes} bytes)",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return sync, sync_plan, alloc(max(sync_plan.arena_bytes, 1))
+
+
+class HostFunction:
+    """One CPU node as a host function: NumPy views of its operands and result, built once."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        step: HostStep,
+        plan: CudaPlan,
+        memory: HostMemory,
+        staged_inputs: Mapping[str, np.ndarray],
+        errors: HostErrors,
+    ):
+        self.node = graph.nodes[step.index]
+        self.errors = errors
+        roots = alias_roots(graph)
+        self.args = [self._view(o, plan, memory, staged_inputs, roots) for o in self.node.operands]
+        self.out = self._view(self.node.name, plan, memory, staged_inputs, roots)
+        self.callback = _HOSTFN(self._call)  # kept alive as long as this object
+
+    def _view(
+        self,
+        name: str,
+        plan: CudaPlan,
+        memory: HostMemory,
+        staged: Mapping[str, np.ndarray],
+        roots: dict[str, tuple[str, int]],
+    ) -> np.ndarray:
+        t = plan.types[name]
+        root, offset = roots.get(name, (name, 0))
+        if root in memory.weights.offsets:
+            base, start = memory.weights.bytes, memory.weights.offsets[root] + offset
+        elif root in staged:
+            base, start = staged[root], offset
+        else:
+            loc = plan.locations[name]
+            if loc.space != "host_arena":
+                raise InputError(
+                    f"CPU node '%{self.node.name}' reads '%{name}', which is not in host memory "
+                    f"({loc.space}); inputs read on the CPU must be given as NumPy arrays"
+                )
+            base, start = memory.arena, loc.offset
+        dtype = numpy_dtype(t.dtype)
+        return np.ndarray(t.shape, dtype, base, start)
+
+    def _call(self, _: int | None) -> None:
+        try:
+            self.out[...] = evaluate_node(self.node, self.args)
+        except BaseException as err:  # noqa: BLE001 - reported after the run
+            self.errors.append(err)
+
+    def launch(self, stream_ptr: int) -> None:
+        status = _driver().cuLaunchHostFunc(ctypes.c_void_p(stream_ptr), self.callback, None)
+        if status != 0:
+            raise OptGraphError(f"cuLaunchHostFunc failed with CUresult {status}")
