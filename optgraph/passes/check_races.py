@@ -65,7 +65,9 @@ def _describe(graph: Graph, access: Access) -> str:
     return f"%{node.name} (stream {node.stream}) {verb} %{access.value}"
 
 
-def race_message(graph: Graph, race: Race) -> str:
+def race_message(graph: Graph, race: Race, roots: dict[str, tuple[str, int]] | None = None) -> str:
+    """`race: %b (stream 1) reads %a while %c (stream 0) writes it; no event orders them`."""
+    roots = alias_roots(graph) if roots is None else roots
     first = _describe(graph, race.first)
     if race.second.node == END:
         s = graph.nodes[race.first.node].stream
@@ -78,30 +80,32 @@ def race_message(graph: Graph, race: Race) -> str:
         second = second.rsplit(" ", 1)[0] + " it"
     elif race.overlap is not None:
         second += f", whose bytes [{race.overlap[0]}, {race.overlap[1]}) overlap it"
+    elif roots.get(race.second.value, (None,))[0] == race.first.value:
+        second += ", a view of it"
+    elif roots.get(race.first.value, (None,))[0] == race.second.value:
+        second += ", which it views"
     return f"race: {first} while {second}; no event orders them"
+
+
+def _access_span(graph: Graph, access: Access) -> Span | None:
+    """A read points at the operand it reads, a write at the node."""
+    node = graph.nodes[access.node]
+    if not access.writes and access.value in node.operands:
+        k = node.operands.index(access.value)
+        if k < len(node.operand_spans):
+            return node.operand_spans[k]
+    return node.span
 
 
 def race_diagnostics(graph: Graph, races: list[Race]) -> list[Diagnostic]:
     """One located error per race plus a note at the other node."""
     diags: list[Diagnostic] = []
+    roots = alias_roots(graph)
     for race in races:
-        node = graph.nodes[race.first.node]
-        span: Span | None = node.span
-        if not race.first.writes and race.first.value in node.operands:
-            k = node.operands.index(race.first.value)
-            if k < len(node.operand_spans):
-                span = node.operand_spans[k]
-        diags.append(Diagnostic(race_message(graph, race), span))
+        diags.append(Diagnostic(race_message(graph, race, roots), _access_span(graph, race.first)))
         if race.second.node != END:
-            other = graph.nodes[race.second.node]
-            verb = "writes" if race.second.writes else "reads"
-            diags.append(
-                Diagnostic(
-                    f"%{other.name} (stream {other.stream}) {verb} %{race.second.value} here",
-                    other.span,
-                    "note",
-                )
-            )
+            note = _describe(graph, race.second) + " here"
+            diags.append(Diagnostic(note, _access_span(graph, race.second), "note"))
     return diags
 
 
@@ -110,18 +114,18 @@ class _Finder:
         self.graph = graph
         self.hb = HappensBefore(graph)
         self.races: list[Race] = []
-        self.seen: set[tuple[int, int]] = set()
+        self.seen: set[tuple[int, str, int, str]] = set()
 
     def pair(self, a: Access, b: Access, overlap: tuple[int, int] | None = None) -> None:
         if a.node == b.node or not (a.writes or b.writes):
             return
         if not self.hb.concurrent(a.node, b.node):
             return
-        key = (min(a.node, b.node), max(a.node, b.node))
+        later, earlier = (a, b) if a.node > b.node else (b, a)
+        key = (later.node, later.value, earlier.node, earlier.value)
         if key in self.seen:
             return
         self.seen.add(key)
-        later, earlier = (a, b) if a.node > b.node else (b, a)
         self.races.append(Race(later, earlier, overlap))
 
 

@@ -65,11 +65,11 @@ class InsertSyncPass(Pass):
         clock: list[list[int]] = [[] for _ in nodes]
         seq = [0] * len(nodes)
         recorded: dict[str, list[int]] = {}
-        record_after: dict[int, str] = {}
-        waits_before: dict[int, list[str]] = {}
+        record_after: set[int] = set()  # producers followed by a new record
+        waits_before: dict[int, list[int]] = {}  # node -> producers whose records it waits on
         last_on: dict[int, int] = {}  # column -> last compute node
 
-        def sync(consumer_col: int, needed: list[int]) -> list[str]:
+        def sync(consumer_col: int, needed: list[int]) -> list[int]:
             """Waits that make stream column `consumer_col` cover every node in `needed`."""
             mine = cur[consumer_col]
             latest: dict[int, int] = {}
@@ -84,13 +84,10 @@ class InsertSyncPass(Pass):
                 for c, p in latest.items()
                 if not any(clock[q][c] >= seq[p] for d, q in latest.items() if d != c)
             ]
-            events = []
-            for p in sorted(chosen):
-                if p not in record_after:
-                    record_after[p] = next(names)
-                events.append(record_after[p])
+            for p in chosen:
+                record_after.add(p)
                 mine[:] = [max(a, b) for a, b in zip(mine, clock[p])]
-            return events
+            return sorted(chosen)
 
         for i, node in enumerate(nodes):
             c = col[node.stream]
@@ -112,11 +109,14 @@ class InsertSyncPass(Pass):
         final_waits = sync(col[0], [i for c, i in last_on.items() if c != col[0]])
 
         out: list[Node] = []
+        event_of: dict[int, str] = {}  # named in issue order of the records
         for i, node in enumerate(nodes):
-            for event in waits_before.get(i, ()):
-                out.append(Node(event, "wait", ann=_event_ann(node), span=node.span))
+            for p in waits_before.get(i, ()):
+                out.append(Node(event_of[p], "wait", ann=_event_ann(node), span=node.span))
             out.append(node)
             if i in record_after:
-                out.append(Node(record_after[i], "record", ann=_event_ann(node), span=node.span))
-        out.extend(Node(e, "wait", ann=Annotations(stream=0)) for e in final_waits)
+                event_of[i] = next(names)
+                out.append(Node(event_of[i], "record", ann=_event_ann(node), span=node.span))
+        end = Annotations(stream=0)
+        out.extend(Node(event_of[p], "wait", ann=end) for p in final_waits)
         return graph.with_nodes(out)
