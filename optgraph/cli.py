@@ -1,9 +1,9 @@
 """The `optgraph` command.
 
-    optgraph compile MODEL.ir [-p PIPELINE] [-o DIR] [--report-json FILE]
+    optgraph compile MODEL.ir [-p PIPELINE] [-o DIR] [--report-json FILE] [--vram-budget SIZE]
     optgraph opt MODEL.ir -p PIPELINE [--print-ir-after-all]
     optgraph run MODEL.ir [--device cpu|cuda] [--check] [--inputs FILE.npz] [--weights FILE]
-                          [--seed N] [-p PIPELINE] [--no-graph]
+                          [--seed N] [-p PIPELINE] [--no-graph] [--vram-budget SIZE]
     optgraph passes
 
 Example:
@@ -73,8 +73,20 @@ def _run_with_progress(graph: Graph, passes: list[Pass]) -> Graph:
         return run_pipeline(graph, passes, after_each=advance)
 
 
+VRAM_HELP = "e.g. 2GiB: stream the weights that do not fit (appends plan-prefetch{budget=SIZE})"
+
+
+def _pipeline(args: argparse.Namespace) -> str:
+    """The -p pipeline, with plan-prefetch under `--vram-budget` (weights streamed over it)."""
+    if args.vram_budget is None:
+        return str(args.pipeline)
+    from optgraph.passes.plan_prefetch import with_vram_budget
+
+    return with_vram_budget(args.pipeline, args.vram_budget)
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
-    passes = parse_pipeline(args.pipeline)
+    passes = parse_pipeline(_pipeline(args))
     start = time.perf_counter()
     graph = parse_file(args.model)
     graph = _run_with_progress(graph, passes)
@@ -88,6 +100,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
         table.add_row(Text(label), Text(value))
     console = _console()
     console.print(table)
+    if args.vram_budget is not None and report.peak_device_bytes is not None:
+        console.print(
+            Text(f"vram budget {args.vram_budget}: peak device bytes {report.peak_device_bytes:,}")
+        )
     if args.report_json is not None:
         write_atomic(args.report_json, report.to_json())
         console.print(Text(f"wrote {args.report_json}"))
@@ -152,7 +168,13 @@ def _load_values(graph: Graph, args: argparse.Namespace) -> tuple[dict[str, Any]
     return inputs, weights
 
 
-def _run_on_cpu(graph: Graph, inputs: dict[str, Any], weights: dict[str, Any]) -> dict[str, Any]:
+def _run_on_cpu(
+    graph: Graph, inputs: dict[str, Any], weights: dict[str, Any], pipeline: str | None = None
+) -> dict[str, Any]:
+    if pipeline is not None:  # --vram-budget: the planned executor runs the streamed program
+        from optgraph.program import compile as compile_program
+
+        return compile_program(graph, pipeline, target="cpu").run(inputs, weights)
     from optgraph.runtime.reference import run_reference
 
     results = run_reference(graph, inputs, weights)
@@ -197,7 +219,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     graph = parse_file(args.model)
     verify(graph)
     inputs, weights = _load_values(graph, args)
-    options = {"pipeline": args.pipeline, "no_graph": args.no_graph} if device == "cuda" else {}
+    options: dict[str, Any] = {}
+    if device == "cuda":
+        options = {"pipeline": _pipeline(args), "no_graph": args.no_graph}
+    elif args.vram_budget is not None:
+        options = {"pipeline": _pipeline(args)}
     results = RUNNERS[device](graph, inputs, weights, **options)
 
     types = graph.value_types()
@@ -210,7 +236,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         table.add_row(*(Text(c) for c in cells))
     console = _console()
     console.print(table)
-    if args.check and device == "cuda":
+    if args.check and (device == "cuda" or "pipeline" in options):
         return _check_against_reference(graph, inputs, weights, results, console)
     if args.check:
         console.print(
@@ -287,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--pipeline", default="default", help="pass pipeline (default: default)")
     p.add_argument("-o", "--output", metavar="DIR", help="write model.opt.ir, report.json, ...")
     p.add_argument("--report-json", metavar="FILE", help="write the report figures as JSON")
+    p.add_argument("--vram-budget", metavar="SIZE", help=VRAM_HELP)
     p.set_defaults(handler=cmd_compile)
 
     p = sub.add_parser("opt", help="print the IR after the given passes")
@@ -306,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-graph", action="store_true", help="cuda: launch eagerly, no CUDA graph (debugging)"
     )
+    p.add_argument("--vram-budget", metavar="SIZE", help=VRAM_HELP + " (cpu: planned executor)")
     p.set_defaults(handler=cmd_run)
 
     p = sub.add_parser("passes", help="list every pass with its options")

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, fields
 
 from optgraph.ir.graph import Graph, Node
 from optgraph.ir.layout import alias_roots
+from optgraph.passes.segments import device_memory
+from optgraph.passes.split_backends import count_splits
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,10 @@ class Report:
     memory_lower_bound_bytes: int | None
     no_reuse_bytes: int | None
     splits: int | None
+    cpu_ops: int | None
     copies: int | None
     streamed_bytes: int | None
+    peak_device_bytes: int | None
     critical_path_us: float | None
     races: int | None
     compile_seconds: float | None
@@ -63,9 +67,11 @@ ROW_LABELS: dict[str, str] = {
     "arena_bytes": "arena bytes",
     "memory_lower_bound_bytes": "memory lower bound",
     "no_reuse_bytes": "bytes without reuse",
-    "splits": "ops on cpu (splits)",
+    "splits": "splits (cpu/cuda runs)",
+    "cpu_ops": "ops on cpu",
     "copies": "copies",
     "streamed_bytes": "streamed weight bytes",
+    "peak_device_bytes": "peak device bytes",
     "critical_path_us": "critical path (us)",
     "races": "races",
     "compile_seconds": "compile time (s)",
@@ -117,9 +123,12 @@ def compute_report(graph: Graph, compile_seconds: float | None = None) -> Report
         arena_bytes=arena if planned else None,
         memory_lower_bound_bytes=None,
         no_reuse_bytes=no_reuse,
-        splits=sum(1 for n in compute if n.ann.backend == "cpu") if has_backends else None,
+        splits=count_splits(graph) if has_backends else None,
+        cpu_ops=sum(1 for n in compute if n.ann.backend == "cpu") if has_backends else None,
         copies=copy_nodes if has_backends or copy_nodes else None,
         streamed_bytes=streamed,
+        # arena (with prefetch slots) + device-resident weights + device inputs
+        peak_device_bytes=device_memory(graph).peak if planned else None,
         critical_path_us=None,
         races=None,
         compile_seconds=compile_seconds,

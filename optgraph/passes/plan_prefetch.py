@@ -151,6 +151,44 @@ def strip_prefetch(graph: Graph) -> Graph:
     return replace(graph, nodes=tuple(nodes), weights=weights)
 
 
+def with_vram_budget(pipeline: str, budget: str, depth: int | None = None) -> str:
+    """`pipeline` (with `default` expanded) ending in a memory plan, then `plan-prefetch`.
+
+    What `optgraph compile/run --vram-budget SIZE` runs: analyze-lifetimes,plan-memory are
+    appended when the pipeline does not plan memory, and a plan-prefetch already in it is replaced.
+    """
+    from optgraph.errors import PipelineError
+    from optgraph.passes.manager import DEFAULT_PIPELINE, parse_pipeline
+
+    try:
+        parse_size(budget)
+    except ValueError as err:
+        raise PipelineError(f"--vram-budget: {err}") from None
+    text = DEFAULT_PIPELINE if pipeline.strip() == "default" else pipeline
+    passes = [p for p in parse_pipeline(text) if p.name != "plan-prefetch"]
+    parts = [s for s in _split_pipeline(text) if not s.strip().startswith("plan-prefetch")]
+    if not any(p.name == "plan-memory" for p in passes):
+        parts += ["analyze-lifetimes", "plan-memory"]
+    options = f"budget={budget}" + ("" if depth is None else f",depth={depth}")
+    return ",".join(parts + [f"plan-prefetch{{{options}}}"])
+
+
+def _split_pipeline(text: str) -> list[str]:
+    """Top-level comma-separated items of a pipeline string (options in braces kept whole)."""
+    items, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch == "{"
+        depth -= ch == "}"
+        if ch == "," and depth == 0:
+            items.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        items.append(current.strip())
+    return [i for i in items if i]
+
+
 def synchronous_prefetch(graph: Graph) -> Graph:
     """The same streamed segments copied synchronously through one slot (no budget needed).
 

@@ -66,6 +66,19 @@ def host_stream(graph: Graph) -> int:
     return max((n.stream for n in graph.nodes), default=0) + 1
 
 
+def count_splits(graph: Graph) -> int:
+    """Maximal runs of consecutive nodes (issue order) on one backend; copies and events join
+    the run they sit in. An unsplit graph is one split."""
+    splits, current = 0, None
+    for node in graph.nodes:
+        if node.is_event or node.op == "copy":
+            continue
+        backend = node.ann.backend or "cuda"
+        if backend != current:
+            splits, current = splits + 1, backend
+    return splits
+
+
 def weight_batch(node: Node, weight_index: int, types: Mapping[str, object]) -> int:
     """How many rows `node` applies operand `weight_index` (a weight) to."""
     w = types[node.operands[weight_index]]
