@@ -21,7 +21,7 @@
     %h = matmul(%x, %w) !{stream = 0, offset = 0}     -> GemmStep(stream 0, a=weights+0, b=input x, c=arena+0)
     record ^e0 !{stream = 0}                           -> EventStep("record", "e0", 0)
 
-`plan_json(plan)` is the plan as JSON-ready data (kernels by name, every step with its pointers
+`describe_plan(plan)` is the launch list as text; `plan_json(plan)` the plan as JSON-ready data (kernels by name, every step with its pointers
 spelled as space/key/offset); `emit_kernels_cu(graph)` the CUDA source of `optgraph compile -o`.
 Complexity: O(V) plus the kernel text.
 """
@@ -310,6 +310,45 @@ def plan_json(plan: CudaPlan) -> dict[str, object]:
         "kernels": sorted(plan.kernels),
         "steps": [step_json(s) for s in plan.steps],
     }
+
+
+def _where(loc: Location) -> str:
+    space = f"{loc.space}:{loc.key}" if loc.key else loc.space
+    return f"{space}+{loc.offset}"
+
+
+def describe_plan(plan: CudaPlan) -> str:
+    """The launch list as text, each kernel's source after its first launch (what the CHECK
+    fixtures of tests/codegen_checks match against)."""
+    lines: list[str] = []
+    shown: set[str] = set()
+    for step in plan.steps:
+        if isinstance(step, EventStep):
+            lines.append(f"{step.kind} ^{step.event} stream {step.stream}")
+        elif isinstance(step, CopyStep):
+            lines.append(
+                f"copy %{step.node} {step.nbytes} bytes {_where(step.dst)} <- {_where(step.src)}"
+                f" stream {step.stream}"
+            )
+        elif isinstance(step, GemmStep):
+            g = step.gemm
+            ops = "NT"[g.transa] + "NT"[g.transb]
+            lines.append(
+                f"gemm %{step.node} {g.dtype} {ops} m={g.m} n={g.n} k={g.k} lda={g.lda}"
+                f" ldb={g.ldb} ldc={g.ldc} batch={g.batch} strides={g.stride_a},{g.stride_b},"
+                f"{g.stride_c} a={_where(step.a)} b={_where(step.b)} c={_where(step.c)}"
+                f" stream {step.stream}"
+            )
+        else:
+            args = ",".join(_where(a) for a in step.args)
+            lines.append(
+                f"kernel %{step.node} {step.kernel} grid={step.grid} block={step.block}"
+                f" args={args} stream {step.stream}"
+            )
+            if step.kernel not in shown:
+                shown.add(step.kernel)
+                lines.append(plan.kernels[step.kernel].source.rstrip())
+    return "\n".join(lines) + "\n"
 
 
 def emit_kernels_cu(graph: Graph) -> str:

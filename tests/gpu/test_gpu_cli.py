@@ -17,7 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _optgraph(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "optgraph", *args], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-m", "optgraph", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
 
 

@@ -1,0 +1,270 @@
+"""The op test cases: for every op, one IR graph body (dtype `{T}`) holding several shapes.
+
+Shared by the GPU tests (tests/gpu/test_gpu_ops.py: run against the reference) and the CPU tests
+(tests/test_codegen_cuda.py: the generated source of every case compiles with nvcc).
+"""
+
+from __future__ import annotations
+
+UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "silu")
+BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow")
+
+
+def _unary(op: str, t: str) -> str:
+    cases = [(4, 64), (3, 5, 7), (1,), (1000,)]
+    if op == "neg" and t == "f32":
+        cases.append((5000, 4097))  # more elements than one grid covers: the grid-stride loop
+    lines = []
+    for k, shape in enumerate(cases):
+        s = ",".join(map(str, shape))
+        lines += [f"input %x{k} : {t}[{s}]", f"%y{k} = {op}(%x{k}) : {t}[{s}]"]
+    return "\n".join(lines) + "\noutput " + ", ".join(f"%y{k}" for k in range(len(cases)))
+
+
+def _binary(op: str, t: str) -> str:
+    cases = [("4,64", "64", "4,64"), ("3,1,5", "4,1", "3,4,5"), ("1", "7,9", "7,9"),
+             ("", "4", "4"), ("2,3", "2,3", "2,3")]  # fmt: skip
+    lines = []
+    for k, (a, b, r) in enumerate(cases):
+        lines += [f"input %a{k} : {t}[{a}]", f"input %b{k} : {t}[{b}]"]
+        lines.append(f"%y{k} = {op}(%a{k}, %b{k}) : {t}[{r}]")
+    return "\n".join(lines) + "\noutput " + ", ".join(f"%y{k}" for k in range(len(cases)))
+
+
+CASES: dict[str, str] = {
+    "gelu": """input %x : {T}[4,64]
+%a = gelu(%x) : {T}[4,64]
+%b = gelu(%x) {approximate = "none"} : {T}[4,64]
+output %a, %b""",
+    "scale": """input %x : {T}[3,33]
+%y = scale(%x) {factor = -0.75} : {T}[3,33]
+output %y""",
+    "cast": """input %x : f32[4,33]
+input %i : i32[5]
+input %h : {T}[6]
+%a = cast(%x) {dtype = "{T}"} : {T}[4,33]
+%b = cast(%h) {dtype = "f32"} : f32[6]
+%c = cast(%x) {dtype = "i32"} : i32[4,33]
+%d = cast(%i) {dtype = "f32"} : f32[5]
+%e = cast(%x) {dtype = "bool"} : bool[4,33]
+%f = cast(%e) {dtype = "{T}"} : {T}[4,33]
+output %a, %b, %c, %d, %e, %f""",
+    "sum": """input %x : {T}[4,64]
+input %y : {T}[3,5,7]
+input %z : {T}[64,4]
+input %w : {T}[2,300,3]
+input %v : {T}[2,5000]
+%a = sum(%x) {axes = [1]} : {T}[4]
+%b = sum(%y) : {T}[]
+%c = sum(%z) {axes = [0], keepdims = true} : {T}[1,4]
+%d = sum(%w) {axes = [1]} : {T}[2,3]
+%e = sum(%y) {axes = [0, 2]} : {T}[5]
+%f = sum(%v) {axes = [-1], keepdims = true} : {T}[2,1]
+output %a, %b, %c, %d, %e, %f""",
+    "mean": """input %x : {T}[4,64]
+input %w : {T}[2,300,3]
+input %y : {T}[3,5,7]
+%a = mean(%x) {axes = [1], keepdims = true} : {T}[4,1]
+%b = mean(%w) {axes = [1]} : {T}[2,3]
+%c = mean(%y) {axes = [1, 2]} : {T}[3]
+output %a, %b, %c""",
+    "max": """input %x : {T}[4,64]
+input %w : {T}[2,300,3]
+input %y : {T}[3,5,7]
+%a = max(%x) {axes = [1]} : {T}[4]
+%b = max(%w) {axes = [1]} : {T}[2,3]
+%c = max(%y) {axes = [0]} : {T}[5,7]
+output %a, %b, %c""",
+    "softmax": """input %x : {T}[4,64]
+input %y : {T}[3,1000]
+input %z : {T}[5,3]
+input %w : {T}[2,7,3]
+%a = softmax(%x) : {T}[4,64]
+%b = softmax(%y) {axis = 1} : {T}[3,1000]
+%c = softmax(%z) {axis = 0} : {T}[5,3]
+%d = softmax(%w) {axis = 1} : {T}[2,7,3]
+output %a, %b, %c, %d""",
+    "rms_norm": """input %x : {T}[4,64]
+input %y : {T}[2,3,1000]
+weight %w : {T}[64]
+weight %v : {T}[1000]
+%a = rms_norm(%x, %w) : {T}[4,64]
+%b = rms_norm(%y, %v) {eps = 1e-05} : {T}[2,3,1000]
+output %a, %b""",
+    "layer_norm": """input %x : {T}[4,64]
+input %y : {T}[2,3,1000]
+weight %w : {T}[64]
+weight %b : {T}[64]
+weight %v : {T}[1000]
+weight %c : {T}[1000]
+%p = layer_norm(%x, %w, %b) : {T}[4,64]
+%q = layer_norm(%y, %v, %c) {eps = 1e-06} : {T}[2,3,1000]
+output %p, %q""",
+    "matmul": """input %a : {T}[4,64]
+weight %w : {T}[64,32]
+weight %wt : {T}[32,64]
+input %at : {T}[64,4]
+input %b4 : {T}[2,3,5,7]
+weight %w2 : {T}[7,4]
+input %b3 : {T}[2,5,7]
+input %c3 : {T}[2,7,4]
+input %e4 : {T}[2,1,5,7]
+input %f4 : {T}[1,3,7,4]
+input %g3 : {T}[3,7,5]
+input %h3 : {T}[3,4,7]
+%y0 = matmul(%a, %w) : {T}[4,32]
+%y1 = matmul(%a, %wt) {transpose_b = true} : {T}[4,32]
+%y2 = matmul(%at, %w) {transpose_a = true} : {T}[4,32]
+%y3 = matmul(%b4, %w2) : {T}[2,3,5,4]
+%y4 = matmul(%b3, %c3) : {T}[2,5,4]
+%y5 = matmul(%e4, %f4) : {T}[2,3,5,4]
+%y6 = matmul(%g3, %h3) {transpose_a = true, transpose_b = true} : {T}[3,5,4]
+output %y0, %y1, %y2, %y3, %y4, %y5, %y6""",
+    "reshape": """input %x : {T}[4,6]
+%r = reshape(%x) {shape = [2, 12]} : {T}[2,12]
+%y = neg(%r) : {T}[2,12]
+output %y, %r""",
+    "transpose": """input %x : {T}[2,3,4]
+input %z : {T}[1,4,1,8]
+%a = transpose(%x) {perm = [2, 0, 1]} : {T}[4,2,3]
+%b = transpose(%z) {perm = [0, 2, 1, 3]} : {T}[1,1,4,8]
+%c = transpose(%x) {perm = [0, 2, 1]} : {T}[2,4,3]
+output %a, %b, %c""",
+    "slice": """input %x : {T}[4,10]
+input %y : {T}[2,3,8]
+%a = slice(%x) {axis = 0, start = 1, end = 3} : {T}[2,10]
+%b = slice(%x) {axis = 1, start = 2, end = 7} : {T}[4,5]
+%c = slice(%y) {axis = -1, start = 3, end = 8} : {T}[2,3,5]
+%d = neg(%a) : {T}[2,10]
+output %a, %b, %c, %d""",
+    "concat": """input %x : {T}[2,3]
+input %y : {T}[4,3]
+input %z : {T}[2,5]
+input %u : {T}[2,3,4]
+input %v : {T}[2,3,1]
+%a = concat(%x, %y) {axis = 0} : {T}[6,3]
+%b = concat(%x, %z, %x) {axis = 1} : {T}[2,11]
+%c = concat(%u, %v) {axis = -1} : {T}[2,3,5]
+output %a, %b, %c""",
+    "get_rows": """weight %t : {T}[50,16]
+input %i : i32[7]
+input %j : i64[2,3]
+weight %s : {T}[5,4,8]
+input %k : i32[3]
+%a = get_rows(%t, %i) : {T}[7,16]
+%b = get_rows(%t, %j) : {T}[2,3,16]
+%c = get_rows(%s, %k) : {T}[3,8]
+output %a, %b, %c""",
+    "kv_cache_write": """input %cache : {T}[1,2,16,8]
+input %new : {T}[1,2,1,8]
+input %pos : i32[1]
+input %cache2 : {T}[2,2,12,8]
+input %new2 : {T}[2,2,4,8]
+input %pos2 : i64[1]
+%a = kv_cache_write(%cache, %new, %pos) : {T}[1,2,16,8]
+%b = kv_cache_write(%cache2, %new2, %pos2) : {T}[2,2,12,8]
+output %a, %b""",
+    "rope": """input %x : {T}[1,3,4,16]
+input %p : i32[3]
+input %y : {T}[2,5,2,8]
+input %q : i64[5]
+%a = rope(%x, %p) : {T}[1,3,4,16]
+%b = rope(%y, %q) {theta = 500000.0} : {T}[2,5,2,8]
+output %a, %b""",
+    "attention": """input %q : {T}[1,4,1,16]
+input %k : {T}[1,2,32,16]
+input %v : {T}[1,2,32,16]
+input %len : i32[1]
+input %pq : {T}[1,4,8,16]
+input %pk : {T}[1,4,8,16]
+input %pv : {T}[1,4,8,16]
+input %q2 : {T}[1,4,2,16]
+input %len2 : i32[1]
+input %lq : {T}[2,2,3,64]
+input %lk : {T}[2,1,600,64]
+input %lv : {T}[2,1,600,64]
+input %wq : {T}[1,2,5,160]
+input %wk : {T}[1,2,7,160]
+input %wv : {T}[1,2,7,160]
+%decode = attention(%q, %k, %v, %len) : {T}[1,4,1,16]
+%prefill = attention(%pq, %pk, %pv) {causal = true} : {T}[1,4,8,16]
+%decode2 = attention(%q2, %k, %v, %len2) {causal = true} : {T}[1,4,2,16]
+%long = attention(%lq, %lk, %lv) {scale = 0.1} : {T}[2,2,3,64]
+%wide = attention(%wq, %wk, %wv) {causal = true} : {T}[1,2,5,160]
+output %decode, %prefill, %decode2, %long, %wide""",
+    "conv2d": """input %x : {T}[1,8,10,10]
+weight %w : {T}[16,8,3,3]
+weight %b : {T}[16]
+input %g : {T}[2,8,9,9]
+weight %wg : {T}[4,4,3,3]
+%a = conv2d(%x, %w, %b) {padding = [1, 1]} : {T}[1,16,10,10]
+%c = conv2d(%x, %w) {stride = [2, 2]} : {T}[1,16,4,4]
+%d = conv2d(%g, %wg) {groups = 2, padding = [1, 0], stride = [2, 1]} : {T}[2,4,5,7]
+output %a, %c, %d""",
+    "max_pool2d": """input %x : {T}[2,3,9,9]
+%a = max_pool2d(%x) {kernel = [3, 3], padding = [1, 1], stride = [1, 1]} : {T}[2,3,9,9]
+%b = max_pool2d(%x) {kernel = [2, 2]} : {T}[2,3,4,4]
+output %a, %b""",
+    "avg_pool2d": """input %x : {T}[2,3,9,9]
+%a = avg_pool2d(%x) {kernel = [3, 3], padding = [1, 1], stride = [2, 2]} : {T}[2,3,5,5]
+%b = avg_pool2d(%x) {kernel = [2, 3]} : {T}[2,3,4,3]
+output %a, %b""",
+    "copy": """input %x : {T}[4,5]
+%y = copy(%x) {to = "cuda"} : {T}[4,5]
+output %y""",
+    "prefetch": """weight %w : {T}[8,9]
+%y = prefetch(%w) : {T}[8,9]
+output %y""",
+    "fused": """input %x : {T}[4,64]
+input %r : {T}[4,64]
+weight %b : {T}[64]
+weight %n : {T}[64]
+weight %w : {T}[64,32]
+weight %c : {T}[32]
+%e = fused(%x, %b) : {T}[4,64] body(%p0, %p1) {
+  %t = add(%p0, %p1) : {T}[4,64]
+  %u = relu(%t) : {T}[4,64]
+  yield %u
+}
+%rn = fused(%x, %r, %n) : {T}[4,64] body(%p0, %p1, %p2) {
+  %h = add(%p0, %p1) : {T}[4,64]
+  %m = rms_norm(%h, %p2) : {T}[4,64]
+  %o = scale(%m) {factor = 2.0} : {T}[4,64]
+  yield %o
+}
+%s = fused(%x, %r) : {T}[4,1] body(%p0, %p1) {
+  %h = mul(%p0, %p1) : {T}[4,64]
+  %m = sum(%h) {axes = [1], keepdims = true} : {T}[4,1]
+  %o = neg(%m) : {T}[4,1]
+  yield %o
+}
+%mm = fused(%x, %w, %c) : {T}[4,32] body(%p0, %p1, %p2) {
+  %m = matmul(%p0, %p1) : {T}[4,32]
+  %a = add(%m, %p2) : {T}[4,32]
+  %o = silu(%a) : {T}[4,32]
+  yield %o
+}
+output %e, %rn, %s, %mm""",
+}
+for _op in UNARY:
+    CASES[_op] = _unary(_op, "{T}")
+for _op in BINARY:
+    CASES[_op] = _binary(_op, "{T}")
+
+NARROW = ("add", "mul", "exp", "gelu", "cast", "sum", "mean", "softmax", "rms_norm",
+          "layer_norm", "matmul", "attention", "rope", "conv2d", "get_rows", "kv_cache_write",
+          "transpose", "fused")  # fmt: skip
+INTEGER = ("add", "mul", "maximum", "neg", "abs", "relu", "sum", "max", "concat")
+
+
+def params() -> list[tuple[str, str]]:
+    params = [(op, "f32") for op in sorted(CASES)]
+    params += [(op, t) for t in ("f16", "bf16") for op in NARROW]
+    params += [(op, "i32") for op in INTEGER]
+    return params
+
+
+def case_graph_text(op: str, dtype: str) -> str:
+    """The full IR text of `op`'s cases in `dtype`."""
+    text = CASES[op].replace("{T}", dtype)
+    return f"graph {op}_{dtype} {{\n{text}\n}}\n"
