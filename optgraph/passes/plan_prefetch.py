@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from optgraph.errors import OptGraphError
@@ -51,10 +52,12 @@ from optgraph.ir.happens_before import HappensBefore
 from optgraph.passes.analyze_lifetimes import annotate_lifetimes, compute_lifetimes
 from optgraph.passes.base import Pass
 from optgraph.passes.segments import (
+    BUFFER_ROUNDING,
     SLOT_ALIGNMENT,
     Segment,
     align_up,
     device_memory,
+    device_resident_weights,
     format_size,
     group_weights,
     pack_segments,
@@ -86,9 +89,9 @@ class Layout:
 
 
 def choose_layout(
-    groups: list[Segment], room: int, depth: int, target: int | None
+    groups: list[Segment], fits: Callable[[int, int], bool], depth: int, target: int | None
 ) -> Layout | None:
-    """The layout streaming the fewest bytes that fits `room` bytes of weights and slots."""
+    """The layout streaming the fewest bytes for which `fits(resident bytes, slot bytes)`."""
     total = sum(g.nbytes for g in groups)
     if target is not None:
         targets = [target]
@@ -102,7 +105,7 @@ def choose_layout(
     best: tuple[int, int, Layout] | None = None
     for t in targets:
         segments = pack_segments(groups, t)
-        layout = _fit(segments, room, depth)
+        layout = _fit(segments, fits, depth)
         if layout is None:
             continue
         streamed = sum(s.nbytes for s in layout.streamed)
@@ -112,8 +115,8 @@ def choose_layout(
     return None if best is None else best[2]
 
 
-def _fit(segments: list[Segment], room: int, depth: int) -> Layout | None:
-    """Most leading resident segments such that resident + slots <= room."""
+def _fit(segments: list[Segment], fits: Callable[[int, int], bool], depth: int) -> Layout | None:
+    """Most leading resident segments such that `fits(resident, slots)`."""
     n = len(segments)
     suffix_max = [0] * (n + 1)
     for i in range(n - 1, -1, -1):
@@ -122,7 +125,7 @@ def _fit(segments: list[Segment], room: int, depth: int) -> Layout | None:
     chosen: Layout | None = None
     for k in range(n + 1):
         slots = min(depth, n - k)
-        if resident + slots * suffix_max[k] <= room:
+        if fits(resident, slots * suffix_max[k]):
             chosen = Layout(segments, k, slots, suffix_max[k])
         if k < n:
             resident += segments[k].nbytes
@@ -246,14 +249,23 @@ class PlanPrefetchPass(Pass):
         sizes = {w.name: w.type.nbytes for w in graph.weights}
         groups, pinned = group_weights(streamable, accesses, sizes)
         movable = sum(g.nbytes for g in groups)
-        fixed = memory.peak - sum(sizes[w] for g in groups for w in g.weights)
+        grouped = {w for g in groups for w in g.weights}
+        kept = sum(align_up(sizes[w]) for w in device_resident_weights(graph) - grouped)
         arena_base = align_up(memory.arena)
-        room = budget - fixed - (arena_base - memory.arena)
+        # What stays whatever the layout, with the allocator's rounding of the arena and weight
+        # buffers (see DeviceMemory.peak): resident segments and slots get the rest.
+        inputs = align_up(max(memory.inputs, 1), BUFFER_ROUNDING)
+        fixed = arena_base + kept + inputs
+
+        def fits(resident: int, slots: int) -> bool:  # DeviceMemory.peak of the result
+            arena = align_up(arena_base + slots, BUFFER_ROUNDING)
+            return arena + align_up(max(kept + resident, 1), BUFFER_ROUNDING) + inputs <= budget
+
         target = None if self.segment_bytes == "auto" else parse_size(self.segment_bytes)
         sync = self.sync
-        layout = None if sync else choose_layout(groups, room, self.depth, target)
+        layout = None if sync else choose_layout(groups, fits, self.depth, target)
         if layout is None:
-            layout = choose_layout(groups, room, 1, target)
+            layout = choose_layout(groups, fits, 1, target)
             if layout is not None and not sync:
                 warnings.warn(
                     f"plan-prefetch: {self.depth} slots do not fit the budget "

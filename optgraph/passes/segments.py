@@ -172,9 +172,14 @@ def pack_segments(groups: list[Segment], target: int) -> list[Segment]:
 # -- device memory ------------------------------------------------------------------------------
 
 
+BUFFER_ROUNDING = 512  # CuPy's pool rounds every device allocation up to this
+
+
 @dataclass(frozen=True)
 class DeviceMemory:
-    """Device bytes a planned program needs. `arena` includes the prefetch slots."""
+    """Device bytes a planned program needs. `arena` includes the prefetch slots; resident
+    weights and inputs are counted as the CUDA runtime lays them out (each aligned to 256 bytes in
+    one buffer), and each of the three buffers is rounded up as the allocator does."""
 
     arena: int
     slots: int
@@ -184,7 +189,8 @@ class DeviceMemory:
 
     @property
     def peak(self) -> int:
-        return self.arena + self.resident_weights + self.inputs
+        parts = (self.arena, self.resident_weights, self.inputs)
+        return sum(align_up(max(p, 1), BUFFER_ROUNDING) for p in parts)
 
 
 def device_memory(graph: Graph) -> DeviceMemory:
@@ -192,7 +198,7 @@ def device_memory(graph: Graph) -> DeviceMemory:
 
     A weight is device-resident when a node that does not run on the CPU reads it directly (or
     through an aliasing view) and it is neither streamed (`segment` annotation) nor placed on the
-    host. CPU-only weights and inputs live on the host.
+    host. Every input has a device buffer (the runtime stages them all).
     """
     arena = max(
         (n.ann.offset + (n.ann.size or 0) for n in graph.nodes if n.ann.offset is not None),
@@ -208,11 +214,10 @@ def device_memory(graph: Graph) -> DeviceMemory:
         lo = min(o for _, o, _ in slot_ranges)
         hi = max(o + (s or 0) for _, o, s in slot_ranges)
         slot_bytes = hi - lo
-    on_device = read_on_device(graph)
     kept = device_resident_weights(graph)
-    resident = sum(w.type.nbytes for w in graph.weights if w.name in kept)
+    resident = sum(align_up(w.type.nbytes) for w in graph.weights if w.name in kept)
     streamed = sum(w.type.nbytes for w in graph.weights if w.ann.segment is not None)
-    inputs = sum(i.type.nbytes for i in graph.inputs if i.name in on_device)
+    inputs = sum(align_up(max(i.type.nbytes, 1)) for i in graph.inputs)
     return DeviceMemory(arena, slot_bytes, resident, streamed, inputs)
 
 
