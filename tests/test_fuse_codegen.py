@@ -1,9 +1,10 @@
 """Codegen of fused regions, checked on the CPU: one kernel per region.
 
 For every region `fuse` builds (on the examples, the fixtures and random DAGs), the CUDA code
-generator must issue exactly one kernel launch for an elementwise or reduction region, and the
-product (cuBLAS gemm calls or the conv kernel) plus at most ONE epilogue kernel for a product
-region. The text itself is compiled and run on the GPU machine (tests/gpu/test_fused_kernels.py).
+generator must issue exactly one kernel launch for an elementwise or reduction region, and for a
+product region either one matrix-vector kernel with the epilogue inside (one row,
+`codegen/cuda_fused.py`) or the product (cuBLAS gemm calls or the conv kernel) plus at most ONE
+epilogue kernel. The text itself is compiled and run on the GPU machine (tests/gpu/test_fused_kernels.py).
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ def _check_one_kernel_per_region(graph: Graph) -> int:
         plan = plan_body(node.body, operand_types)
         work = cuda_source.node_code(node, operand_types)
         launches = [w for w in work if isinstance(w, cuda_source.Launch)]
-        if plan.kind == PRODUCT:
+        if plan.kind == PRODUCT and len(work) == 1 and "og_gemv_" in launches[0].kernel.name:
+            # one row: the product and its epilogue in one matrix-vector kernel
+            assert "og_epilogue" not in launches[0].kernel.source
+        elif plan.kind == PRODUCT:
             anchor = next(n for n in node.body.nodes if n.name == plan.anchor)
             product = [w for w in work if not isinstance(w, cuda_source.Launch)]
             # matmul: cuBLAS calls and no kernel of ours before the epilogue; conv: its kernel
@@ -71,3 +75,60 @@ def test_fixture_regions_one_kernel_each() -> None:
 @settings(max_examples=60)
 def test_random_regions_one_kernel_each(graph: Graph) -> None:
     _check_one_kernel_per_region(FusePass().run(graph))
+
+
+def test_one_row_products_are_one_kernel_and_compile() -> None:
+    """Decode-shaped product regions and plain matmuls (M = 1) become the fused matrix-vector
+    kernel; with nvcc present, the module compiles for sm_90."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from optgraph.codegen.cuda_fused import gemv_matmul, gemv_region
+
+    src = """graph g {
+  input %x : f16[1,1,4096]
+  input %res : f16[1,1,1024]
+  weight %w : f16[4096,1024]
+  weight %b : f16[1024]
+  weight %w2 : bf16[512,2048]
+  input %xb : bf16[1,512]
+  %mm = matmul(%x, %w) : f16[1,1,1024]
+  %biased = add(%mm, %b) : f16[1,1,1024]
+  %act = silu(%biased) : f16[1,1,1024]
+  %y = add(%res, %act) : f16[1,1,1024]
+  %z = matmul(%xb, %w2) : bf16[1,2048]
+  output %y, %z
+}"""
+    graph = FusePass().run(og.parse(src))
+    types = graph.value_types()
+    kernels = []
+    for node in graph.nodes:
+        operand_types = [types[o] for o in node.operands]
+        work = gemv_region(node, operand_types) if node.body else gemv_matmul(node, operand_types)
+        assert work is not None and len(work) == 1, node.name
+        if node.name == "y":  # K = 4096, N = 1024: split K so that the grid fills the GPU
+            assert work[0].grid[0] * work[0].grid[1] >= 132
+        kernels.append(work[0].kernel)
+    assert len({k.name for k in kernels}) == 2
+    if shutil.which("nvcc") is None:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "gemv.cu"
+        path.write_text(cuda_source.module_source(kernels))
+        done = subprocess.run(
+            [
+                "nvcc",
+                "-cubin",
+                "-arch=sm_90",
+                "-std=c++17",
+                "-o",
+                str(path.with_suffix(".cubin")),
+                str(path),
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr

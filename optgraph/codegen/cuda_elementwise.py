@@ -223,6 +223,11 @@ def _emit_fused(node: Node, types: tuple[TensorType, ...]) -> list[Work]:
 
         return [fused_row_launch(node, types, plan, roles)]
     assert plan.kind == PRODUCT
+    from optgraph.codegen.cuda_fused import gemv_region
+
+    one_kernel = gemv_region(node, types)  # a matrix-vector product: the epilogue inside
+    if one_kernel is not None:
+        return list(one_kernel)
     work = _product_anchor(node, anchor, types, roles)
     epilogue = [by_name[n] for n in plan.epilogue]
     if epilogue:

@@ -1,0 +1,278 @@
+"""A product region with few rows as ONE kernel: matrix-vector product with its epilogue inside.
+
+Decode steps multiply one token (M = 1) by every weight matrix: memory-bound products that cuBLAS
+runs as a gemm plus, in a product region, a separate epilogue kernel (`cuda_elementwise`). For
+`M ≤ GEMV_MAX_M` rows, `[M, K] @ [K, N]` with a 2-D, non-transposed `b`, this module emits one
+kernel that computes the product and applies the region's epilogue before the only store:
+
+    %y = fused(%x, %w, %b, %r) body(...) { %mm = matmul(%p0, %p1)  %t = add(%mm, %p2)
+                                           %y = add(%p3, %t) }     (x : f16[1,4096])
+    ->  one launch, grid (N/64 column tiles, S splits of K), 256 threads:
+        acc[m][8 columns] over the block's K rows (16-byte loads of b, x from L1),
+        reduced over the block, then y = epilogue(acc) at (m, n)
+
+A block owns 64 columns (8 threads × 8 halves, f32: × 4) and a slice of K; S is chosen so the grid
+has about four blocks per SM. With S > 1 each block writes its partial sums to a per-kernel
+workspace (a `__device__` array) and bumps a per-tile counter; the block that arrives last sums
+the S partials in a fixed order (so results are deterministic), applies the epilogue, stores, and
+resets the counter for the next launch. Kernels with a workspace carry the node's name in their
+text, so two nodes never share one (they may run concurrently on different streams).
+
+Accumulation is float32; the product is rounded to the matmul's dtype before the epilogue, as the
+unfused graph would round it. Not handled (the caller falls back to cuBLAS + one epilogue
+kernel): M > GEMV_MAX_M, transposed operands, batched `b`, N not a multiple of the vector width,
+dtypes other than f32/f16/bf16.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from optgraph.codegen.cuda_elementwise import emit_scalars, load_params, used_values
+from optgraph.codegen.cuda_source import Kernel, Launch, in_param, load, out_param, store
+from optgraph.ir.graph import Node, TensorType
+from optgraph.ir.ops import attrs_with_defaults
+from optgraph.passes.fusion_rules import PRODUCT, plan_body
+
+GEMV_MAX_M = 1  # rows up to which the fused matrix-vector kernel replaces cuBLAS (0: never)
+THREADS = 256
+COL_THREADS = 8  # threads across a tile's columns; THREADS / COL_THREADS row lanes
+TARGET_BLOCKS = 132 * 4  # about four blocks per SM of an H100/H200
+MIN_ROWS_PER_SPLIT = 128
+VECTOR = {"f16": 8, "bf16": 8, "f32": 4}  # elements per 16-byte load
+
+
+def gemv_shape(anchor: Node, a: TensorType, b: TensorType) -> tuple[int, int, int] | None:
+    """(M, K, N) when `anchor` (a matmul) qualifies for the fused kernel, else None."""
+    if anchor.op != "matmul" or anchor.type is None or GEMV_MAX_M <= 0:
+        return None
+    attrs = attrs_with_defaults(anchor)
+    if attrs["transpose_a"] or attrs["transpose_b"] or b.rank != 2:
+        return None
+    dtype = a.dtype
+    if dtype not in VECTOR or b.dtype != dtype:
+        return None
+    k, n = b.shape
+    m = a.numel // k if k else 0
+    if m < 1 or m > GEMV_MAX_M or n % VECTOR[dtype] or anchor.type.numel != m * n:
+        return None
+    return m, k, n
+
+
+def _splits(k: int, tiles: int) -> tuple[int, int]:
+    """(S, rows per split): enough blocks to fill the GPU, at least MIN_ROWS_PER_SPLIT rows each."""
+    s = max(1, min(-(-TARGET_BLOCKS // tiles), k // MIN_ROWS_PER_SPLIT))
+    rows = -(-k // s)
+    rows = -(-rows // 32) * 32
+    return -(-k // rows), rows
+
+
+def _unpack(dtype: str, var: str, out: str) -> list[str]:
+    """Statements turning the 16-byte vector `var` (uint4) into floats `out[0..v)`."""
+    if dtype == "f32":
+        return [
+            f"{out}[0] = __uint_as_float({var}.x); {out}[1] = __uint_as_float({var}.y);",
+            f"{out}[2] = __uint_as_float({var}.z); {out}[3] = __uint_as_float({var}.w);",
+        ]
+    conv, bits = ("og_f16_to_f32", "og_f16") if dtype == "f16" else ("og_bf16_to_f32", "og_bf16")
+    lines = []
+    for i, part in enumerate("xyzw"):
+        lines.append(
+            f"{out}[{2 * i}] = {conv}(({bits})({var}.{part} & 0xffffu)); "
+            f"{out}[{2 * i + 1}] = {conv}(({bits})({var}.{part} >> 16));"
+        )
+    return lines
+
+
+def gemv_kernel(
+    salt: str,
+    params: Sequence[str],
+    types: Sequence[TensorType],
+    anchor: Node,
+    epilogue: Sequence[Node],
+    result: str,
+    out_type: TensorType,
+) -> tuple[Kernel, tuple[int, int, int]] | None:
+    """(kernel, grid) of the fused product, or None when the shape does not qualify.
+
+    `params` name the region's operands in0, in1, ...; the anchor's operands must be params.
+    """
+    index = {p: k for k, p in enumerate(params)}
+    if any(o not in index for o in anchor.operands):
+        return None
+    a_type, b_type = types[index[anchor.operands[0]]], types[index[anchor.operands[1]]]
+    shape = gemv_shape(anchor, a_type, b_type)
+    if shape is None:
+        return None
+    assert anchor.type is not None
+    m, k, n = shape
+    dtype, vec = a_type.dtype, VECTOR[a_type.dtype]
+    tile_cols = COL_THREADS * vec
+    tiles = -(-n // tile_cols)
+    splits, rows = _splits(k, tiles)
+    a_role, b_role = (f"in{index[o]}" for o in anchor.operands)
+    warps = THREADS // 32
+    lanes = THREADS // COL_THREADS
+    body = [
+        "const unsigned int tile = blockIdx.x, split = blockIdx.y;",
+        f"const unsigned int cg = threadIdx.x % {COL_THREADS}u, rl = threadIdx.x / {COL_THREADS}u;",
+        f"const unsigned int n0 = tile * {tile_cols}u + cg * {vec}u;",
+        f"const unsigned int k0 = split * {rows}u;",
+        f"const unsigned int k1 = min({k}u, k0 + {rows}u);",
+        f"float acc[{m}][{vec}];",
+        f"#pragma unroll\nfor (int i = 0; i < {m}; ++i) {{",
+        f"  #pragma unroll\n  for (int v = 0; v < {vec}; ++v) acc[i][v] = 0.0f;",
+        "}",
+        f"if (n0 < {n}u) {{",
+        "  #pragma unroll 4",
+        f"  for (unsigned int kk = k0 + rl; kk < k1; kk += {lanes}u) {{",
+        (
+            f"    const uint4 wv = __ldg(reinterpret_cast<const uint4*>({b_role} + "
+            f"(unsigned long long)kk * {n}u + n0));"
+        ),
+        f"    float wf[{vec}];",
+        *("    " + s for s in _unpack(dtype, "wv", "wf")),
+        f"    #pragma unroll\n    for (int i = 0; i < {m}; ++i) {{",
+        f"      const float xv = {load(dtype, f'{a_role}[i * {k}u + kk]')};",
+        f"      #pragma unroll\n      for (int v = 0; v < {vec}; ++v) acc[i][v] += xv * wf[v];",
+        "    }",
+        "  }",
+        "}",
+        # reduce the row lanes of one warp (lane bits above the column group), then across warps
+        f"#pragma unroll\nfor (int i = 0; i < {m}; ++i) {{",
+        f"  #pragma unroll\n  for (int v = 0; v < {vec}; ++v) {{",
+        (
+            f"    for (int o = {COL_THREADS}; o < 32; o <<= 1) "
+            "acc[i][v] += __shfl_xor_sync(0xffffffffu, acc[i][v], o);"
+        ),
+        "  }",
+        "}",
+        f"__shared__ float og_red[{warps}][{m}][{tile_cols}];",
+        "const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;",
+        f"if (lane < {COL_THREADS}u) {{",
+        f"  #pragma unroll\n  for (int i = 0; i < {m}; ++i) {{",
+        (
+            f"    #pragma unroll\n    for (int v = 0; v < {vec}; ++v) "
+            f"og_red[warp][i][lane * {vec}u + v] = acc[i][v];"
+        ),
+        "  }",
+        "}",
+        "__syncthreads();",
+    ]
+    epi = _epilogue(params, types, epilogue, anchor, result, out_type, n)
+    reduce_block = [
+        "float val = 0.0f;",
+        f"#pragma unroll\nfor (int w = 0; w < {warps}; ++w) val += og_red[w][i][c];",
+    ]
+    loop = (
+        f"for (unsigned int t = threadIdx.x; t < {m * tile_cols}u; t += {THREADS}u) {{\n"
+        f"  const unsigned int i = t / {tile_cols}u, c = t % {tile_cols}u;\n"
+        f"  const unsigned int col = tile * {tile_cols}u + c;\n"
+        f"  if (col >= {n}u) continue;"
+    )
+    decl = ""
+    if splits == 1:
+        body += [loop, *("  " + s for s in reduce_block), *("  " + s for s in epi), "}"]
+    else:
+        digest = hashlib.sha1(f"{salt}|{m},{k},{n},{dtype}".encode()).hexdigest()[:12]
+        ws, cnt = f"og_ws_{digest}", f"og_cnt_{digest}"
+        decl = (
+            f"__device__ float {ws}[{splits * m * n}];\n__device__ unsigned int {cnt}[{tiles}];\n"
+        )
+        body += [
+            loop,
+            *("  " + s for s in reduce_block),
+            f"  {ws}[(split * {m}u + i) * {n}u + col] = val;",
+            "}",
+            "__threadfence();",
+            "__syncthreads();",
+            "__shared__ bool og_last;",
+            f"if (threadIdx.x == 0) og_last = atomicAdd(&{cnt}[tile], 1u) == {splits - 1}u;",
+            "__syncthreads();",
+            "if (!og_last) return;",
+            "__threadfence();",
+            loop,
+            "  float val = 0.0f;",
+            (
+                f"  for (unsigned int s = 0; s < {splits}u; ++s) "
+                f"val += __ldcg(&{ws}[(s * {m}u + i) * {n}u + col]);"
+            ),
+            *("  " + s for s in epi),
+            "}",
+            f"if (threadIdx.x == 0) {cnt}[tile] = 0u;",
+        ]
+    decls = [out_param(out_type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
+    text = "\n".join("  " + line for line in "\n".join(body).split("\n"))
+    family = f"gemv|{salt}" if splits > 1 else "gemv"
+    template = f'extern "C" __global__ void KERNEL_NAME({", ".join(decls)}) {{\n{text}\n}}\n'
+    name = "og_gemv_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
+    kernel = Kernel(name, decl + template.replace("KERNEL_NAME", name))
+    return kernel, (tiles, splits, 1)
+
+
+def _epilogue(
+    params: Sequence[str],
+    types: Sequence[TensorType],
+    epilogue: Sequence[Node],
+    anchor: Node,
+    result: str,
+    out_type: TensorType,
+    n: int,
+) -> list[str]:
+    """Statements storing out[i * n + col] = epilogue(val) (val: the product, float)."""
+    assert anchor.type is not None
+    dtype = anchor.type.dtype
+    lines = [f"const unsigned int oi = i * {n}u + col;"]
+    rounded = f"{load(dtype, store(dtype, 'val'))}" if dtype != "f32" else "val"
+    lines.append(f"const float a = {rounded};")
+    env: dict[str, tuple[str, str]] = {anchor.name: ("a", dtype)}
+    roles = [f"in{j}" for j in range(len(params))]
+    used = used_values(epilogue, (result,))
+    lines += load_params(params, types, roles, used, "oi", out_type.shape, env, "q")
+    lines += emit_scalars(epilogue, env, "v")
+    lines.append(f"out[oi] = {store(out_type.dtype, env[result][0])};")
+    return lines
+
+
+def _launch(kernel: Kernel, grid: tuple[int, int, int], arity: int) -> Launch:
+    return Launch(kernel, grid, (THREADS, 1, 1), ("out",) + tuple(f"in{j}" for j in range(arity)))
+
+
+def gemv_region(node: Node, types: Sequence[TensorType]) -> list[Launch] | None:
+    """The one launch of a fused product region with few rows, or None (use cuBLAS)."""
+    if node.body is None or node.type is None or GEMV_MAX_M <= 0:
+        return None
+    try:
+        plan = plan_body(node.body, types)
+    except ValueError:
+        return None
+    if plan.kind != PRODUCT or plan.anchor is None:
+        return None
+    by_name = {inner.name: inner for inner in node.body.nodes}
+    made = gemv_kernel(
+        node.name,
+        node.body.params,
+        types,
+        by_name[plan.anchor],
+        [by_name[e] for e in plan.epilogue],
+        node.body.result,
+        node.type,
+    )
+    if made is None:
+        return None
+    kernel, grid = made
+    return [_launch(kernel, grid, len(types))]
+
+
+def gemv_matmul(node: Node, types: Sequence[TensorType]) -> list[Launch] | None:
+    """A plain matmul with few rows as the same kernel (no epilogue), or None."""
+    if node.op != "matmul" or node.type is None or len(types) != 2:
+        return None
+    params = ("#a", "#b")  # cannot clash with IR names
+    anchor = Node(node.name, "matmul", params, node.attrs, node.type)
+    made = gemv_kernel(node.name, params, types, anchor, [], node.name, node.type)
+    if made is None:
+        return None
+    kernel, grid = made
+    return [_launch(kernel, grid, 2)]
