@@ -16,6 +16,10 @@ that returns a zero-argument callable doing one run, plus the stream to time it 
 - `og-eager`: optgraph's kernels launched one by one (CudaProgram(use_graph=False)), 1 stream;
 - `og-graph-1s`: one CUDA graph, every node on one stream;
 - `og-graph-chains`: one CUDA graph, streams from `assign-streams{policy=chains}`.
+
+`--suite head-to-head` (benchmarks/head_to_head.py) times optgraph against PyTorch (eager, CUDA
+graph, two torch.compile modes) and with/without fusion on Llama decode/prefill, inception and MoE,
+and prints each decode step's bandwidth floor.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ from optgraph.runtime.reference_kernels import numpy_dtype
 PLAN = "analyze-lifetimes,plan-memory"
 ONE_STREAM = f"verify,dce,cse,assign-streams{{max-streams=1}},insert-sync,{PLAN}"
 CHAINS = f"verify,dce,cse,assign-streams{{policy=chains}},insert-sync,{PLAN}"
+FUSED_ONE_STREAM = f"verify,dce,cse,fuse,assign-streams{{max-streams=1}},insert-sync,{PLAN}"
+FUSED_CHAINS = f"verify,dce,cse,fuse,assign-streams{{policy=chains}},insert-sync,{PLAN}"
 LLAMA = {
     "layers": 4, "hidden": 256, "heads": 4, "kv_heads": 2, "ffn": 512, "vocab": 1024,
     "dtype": "f16", "batch": 1, "seq": 1, "cache_len": 128, "mode": "decode",
@@ -105,6 +111,29 @@ VARIANTS: list[Variant] = [
 BASELINE = "cupy-eager"
 
 
+def head_to_head_variants() -> list[Variant]:
+    from head_to_head import torch_variant
+
+    return [
+        Variant("cupy-eager", "CuPy, op by op", _cupy_eager),
+        Variant("torch-eager", "PyTorch eager, op by op", torch_variant("eager")),
+        Variant("torch-graph", "torch.cuda.graph of the eager path", torch_variant("graph")),
+        Variant(
+            "torch-compile",
+            'torch.compile(mode="max-autotune-no-cudagraphs")',
+            torch_variant("max-autotune-no-cudagraphs"),
+        ),
+        Variant(
+            "torch-compile-ro",
+            'torch.compile(mode="reduce-overhead")',
+            torch_variant("reduce-overhead"),
+        ),
+        Variant("og-1s", "optgraph, CUDA graph, 1 stream, no fusion", _optgraph(ONE_STREAM, True)),
+        Variant("og-fused-1s", "optgraph, fusion, 1 stream", _optgraph(FUSED_ONE_STREAM, True)),
+        Variant("og-fused-streams", "optgraph, fusion + streams", _optgraph(FUSED_CHAINS, True)),
+    ]
+
+
 def models(only: str | None) -> list[Model]:
     from gen_llama import generate_llama
 
@@ -133,8 +162,10 @@ def median_us(run: Callable[[], Any], stream: Any, iters: int, warmup: int) -> f
     return statistics.median(times)
 
 
-def table(results: dict[str, dict[str, float | str]], device: str) -> str:
-    names = [v.name for v in VARIANTS]
+def table(
+    results: dict[str, dict[str, float | str]], device: str, variants: list[Variant] | None = None
+) -> str:
+    names = [v.name for v in (variants or VARIANTS)]
     head = "| model | " + " | ".join(f"{n} (µs)" for n in names)
     head += " | " + " | ".join(f"{BASELINE} / {n}" for n in names[1:]) + " |"
     lines = [f"device: {device}; date: {datetime.date.today()}", "", head]
@@ -158,7 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--only", help="run the models whose name contains this")
     parser.add_argument("--markdown", help="also write the table to this file")
+    parser.add_argument("--suite", choices=("examples", "head-to-head"), default="examples")
     args = parser.parse_args(argv)
+    if args.suite == "head-to-head":
+        from head_to_head import run_suite
+
+        return run_suite(args, head_to_head_variants(), median_us, table)
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
     device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     results: dict[str, dict[str, float | str]] = {}

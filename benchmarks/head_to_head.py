@@ -1,0 +1,348 @@
+"""The head-to-head suite of bench_gpu.py: optgraph against PyTorch on the same graphs.
+
+    python benchmarks/bench_gpu.py --suite head-to-head [--only NAME] [--markdown FILE]
+
+Models: a launch-bound Llama decode step (8 layers, hidden 512, 8/2 heads, KV 128), a realistic
+one (f16, batch 1, 8 layers, hidden 4096, 32/8 heads, FFN 14336, vocab 32000, KV length 1024), a
+prefill of 512 tokens with the realistic sizes, and the inception and MoE example blocks at
+batch 1. Decode steps attend over the full cache (`pos` = cache length − 1, `kv_len` = cache
+length). Big weights are drawn on the device (norm weights ~ 1 + 0.1·N, matrices ~ N/√fan-in),
+since drawing 3.7 GB on the host would take longer than the whole benchmark.
+
+Variants added to bench_gpu's table: PyTorch eager (`benchmarks/torch_interpreter.py`, op by op),
+PyTorch CUDA graph (`torch.cuda.graph` of the eager path), `torch.compile` in the modes
+`max-autotune-no-cudagraphs` and `reduce-overhead` (weights as frozen parameters, so CUDA graphs
+treat them as static; each compile gets `COMPILE_LIMIT_S` seconds, after which it is reported as
+a timeout), and optgraph with fusion on one stream and with fusion and streams.
+
+The bandwidth floor of a decode step is the bytes it must move (every weight byte read, the
+embedding rows gathered rather than the whole table, every input including the KV caches read,
+outputs written, KV rows written once) divided by the device-to-device copy bandwidth measured in
+the same run (bytes read + written).
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import cupy as cp
+import numpy as np
+
+from optgraph.ir.graph import Graph
+from optgraph.runtime.reference import random_inputs
+from optgraph.runtime.reference_kernels import numpy_dtype
+
+COMPILE_LIMIT_S = 90
+LLAMA_LAUNCH = {
+    "layers": 8, "hidden": 512, "heads": 8, "kv_heads": 2, "ffn": 1376, "vocab": 1024,
+    "dtype": "f16", "batch": 1, "seq": 1, "cache_len": 128, "mode": "decode",
+}  # fmt: skip
+LLAMA_REAL = {
+    "layers": 8, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn": 14336, "vocab": 32000,
+    "dtype": "f16", "batch": 1, "seq": 1, "cache_len": 1024, "mode": "decode",
+}  # fmt: skip
+LLAMA_PREFILL = {**LLAMA_REAL, "seq": 512, "cache_len": 512, "mode": "prefill"}
+ITERS = {"llama_real": 40, "llama_prefill_512": 20}  # big models: fewer timed runs
+
+
+def device_weights(graph: Graph, seed: int = 0) -> dict[str, Any]:
+    """Seeded weights drawn on the GPU (see the module docstring for the distributions)."""
+    rng = cp.random.default_rng(seed)
+    out: dict[str, Any] = {}
+    for w in graph.weights:
+        shape, dtype = w.type.shape, numpy_dtype(w.type.dtype)
+        values = rng.standard_normal(shape, dtype=cp.float32)
+        if len(shape) == 1:
+            values = 1.0 + 0.1 * values
+        else:
+            values = values / math.sqrt(shape[-2])
+        out[w.name] = values.astype(dtype)
+        del values
+    return out
+
+
+def decode_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """The reference's seeded inputs, with the cache full: pos = length − 1, kv_len = length."""
+    inputs = random_inputs(graph, seed)
+    caches = [i for i in graph.inputs if i.name.endswith("k_cache")]
+    if caches and "pos" in inputs and "kv_len" in inputs:
+        length = caches[0].type.shape[2]
+        seq = inputs["pos"].shape[0]
+        inputs["pos"] = np.arange(length - seq, length, dtype=inputs["pos"].dtype)
+        inputs["kv_len"] = np.array([length], dtype=inputs["kv_len"].dtype)
+    return inputs
+
+
+def floor_bytes(graph: Graph) -> int:
+    """Bytes a decode step must move at least (see the module docstring)."""
+    gathered: dict[str, int] = {}
+    types = graph.value_types()
+    for node in graph.nodes:
+        if node.op == "get_rows" and node.type is not None:
+            table = node.operands[0]
+            gathered[table] = gathered.get(table, 0) + node.type.nbytes
+    total = sum(gathered.get(w.name, w.type.nbytes) for w in graph.weights)
+    total += sum(i.type.nbytes for i in graph.inputs)
+    for name in graph.output_names():
+        producer = next(n for n in graph.nodes if n.name == name)
+        if producer.op == "kv_cache_write":
+            total += types[producer.operands[1]].nbytes  # only the new rows are written
+        else:
+            total += types[name].nbytes
+    return total
+
+
+def copy_bandwidth(nbytes: int = 1 << 30, iters: int = 20) -> float:
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read and written."""
+    src = cp.ones(nbytes // 2, dtype=cp.float16)
+    dst = cp.empty_like(src)
+    for _ in range(3):
+        cp.copyto(dst, src)
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    for _ in range(iters):
+        cp.copyto(dst, src)
+    end.record()
+    end.synchronize()
+    seconds = cp.cuda.get_elapsed_time(start, end) / 1000.0 / iters
+    del src, dst
+    return 2.0 * nbytes / seconds
+
+
+@contextmanager
+def time_limit(seconds: int) -> Iterator[None]:
+    """Raise TimeoutError in the main thread after `seconds` (compiles that take too long)."""
+
+    def expire(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"took more than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# -- PyTorch variants ----------------------------------------------------------------------------
+
+_TORCH_CACHE: dict[str, tuple[Any, dict[str, Any]]] = {}
+COMPILE_SECONDS: dict[tuple[str, str], float] = {}
+
+
+def _torch_module(model: Any) -> tuple[Any, dict[str, Any]]:
+    """(TorchModule with the weights, device inputs) of a bench model, built once per model."""
+    cached = _TORCH_CACHE.get(model.name)
+    if cached is not None:
+        return cached
+    import torch
+    from torch_interpreter import TorchModel, TorchModule
+
+    _TORCH_CACHE.clear()  # one model's weights at a time
+    interp = TorchModel(model.graph, device="cuda")
+    weights = {k: torch.from_dlpack(cp.asarray(v)) for k, v in model.weights.items()}
+    inputs = {
+        k: torch.tensor(np.asarray(v), device="cuda") for k, v in model.inputs.items()
+    }  # own copies: kv_cache_write writes its cache input in place
+    module = TorchModule(interp, weights).eval()
+    _TORCH_CACHE[model.name] = (module, inputs)
+    return module, inputs
+
+
+def torch_variant(kind: str) -> Callable[[Any], tuple[Callable[[], Any], Any]]:
+    """A bench_gpu variant builder: kind is eager, graph or a torch.compile mode."""
+
+    def build(model: Any) -> tuple[Callable[[], Any], Any]:
+        from torch_interpreter import compiled_runner, cuda_graph_runner, eager_runner
+
+        module, inputs = _torch_module(model)
+        if kind == "eager":
+            run = eager_runner(module, inputs)
+        elif kind == "graph":
+            run = cuda_graph_runner(module, inputs)
+        else:
+            start = time.perf_counter()
+            try:
+                with time_limit(COMPILE_LIMIT_S):
+                    run, _seconds = compiled_runner(module, inputs, kind)
+            except TimeoutError:
+                import torch
+
+                torch._dynamo.reset()
+                raise TimeoutError(f"compile > {COMPILE_LIMIT_S} s") from None
+            COMPILE_SECONDS[(model.name, kind)] = time.perf_counter() - start
+        return run, cp.cuda.Stream.null  # PyTorch's default stream is the legacy null stream
+
+    return build
+
+
+def torch_outputs(model: Any) -> dict[str, np.ndarray]:
+    """PyTorch eager outputs of a model (for the agreement column)."""
+    import torch
+
+    module, inputs = _torch_module(model)
+    with torch.no_grad():
+        out = module(inputs)
+    return {k: v.float().cpu().numpy() for k, v in out.items()}
+
+
+# -- the suite -----------------------------------------------------------------------------------
+
+
+class H2HModel:
+    """A model as bench_gpu's variants expect it: name, graph, host inputs, weights."""
+
+    def __init__(self, name: str, graph: Graph, inputs: dict[str, Any], weights: dict[str, Any]):
+        self.name, self.graph, self.inputs, self.weights = name, graph, inputs, weights
+
+    def device_inputs(self) -> dict[str, Any]:
+        return {k: cp.asarray(v) for k, v in self.inputs.items()}
+
+
+def models(only: str | None) -> Iterator[H2HModel]:
+    """The suite's models, built one at a time (the big ones share their weights)."""
+    from bench_gpu import ROOT
+    from gen_llama import generate_llama
+
+    import optgraph as og
+    from optgraph.runtime.reference import random_weights
+
+    real_weights: dict[str, Any] | None = None
+    specs: list[tuple[str, Any]] = [
+        ("llama_launch", LLAMA_LAUNCH),
+        ("llama_real", LLAMA_REAL),
+        ("llama_prefill_512", LLAMA_PREFILL),
+        ("inception_block", ROOT / "examples" / "inception_block.ir"),
+        ("moe_block", ROOT / "examples" / "moe_block.ir"),
+    ]
+    for name, spec in specs:
+        if only and only not in name:
+            continue
+        if isinstance(spec, dict):
+            graph = og.parse(generate_llama(**spec))
+            if spec["hidden"] >= 4096:
+                real_weights = real_weights or device_weights(graph)
+                weights = real_weights
+            else:
+                weights = device_weights(graph)
+        else:
+            graph = og.parse_file(spec)
+            weights = random_weights(graph, 0)
+        yield H2HModel(name, graph, decode_inputs(graph), weights)
+
+
+def _agreement(model: H2HModel, pipeline: str) -> str:
+    """nmse between optgraph (fusion + streams) and PyTorch eager on the first output."""
+    from optgraph.passes.manager import run_pipeline
+    from optgraph.runtime.cuda import CudaProgram
+    from optgraph.runtime.reference import nmse
+
+    graph = run_pipeline(model.graph, pipeline)
+    program = CudaProgram(graph, weights=model.weights)
+    ours = program.run(model.device_inputs())
+    program.close()
+    first = model.graph.output_names()[0]
+    theirs = torch_outputs(model)[first]
+    ours_first = cp.asnumpy(ours[first]) if isinstance(ours[first], cp.ndarray) else ours[first]
+    return f"{nmse(np.asarray(ours_first, dtype=np.float32), theirs):.1e}"
+
+
+def _num(row: dict[str, float | str], key: str) -> float | None:
+    value = row.get(key)
+    return value if isinstance(value, float) else None
+
+
+def summary(
+    results: dict[str, dict[str, float | str]],
+    floors: dict[str, float],
+    agreement: dict[str, str],
+    bandwidth: float,
+) -> str:
+    lines = [
+        f"device-to-device copy bandwidth (read + write): {bandwidth / 1e12:.2f} TB/s",
+        "",
+        (
+            "| model | floor (µs) | best PyTorch (µs) | og fused+streams (µs) | og / best PyTorch |"
+            " og / floor | fusion: og-1s / og-fused-1s | streams: og-fused-1s / og-fused-streams |"
+            " nmse og vs torch | torch.compile s (autotune, ro) |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in results.items():
+        torch_times = [t for k in row if k.startswith("torch") and (t := _num(row, k))]
+        best = min(torch_times) if torch_times else None
+        ours = _num(row, "og-fused-streams")
+        one, fused1 = _num(row, "og-1s"), _num(row, "og-fused-1s")
+        floor = floors.get(name)
+        compile_s = ", ".join(
+            f"{COMPILE_SECONDS[(name, m)]:.0f}" if (name, m) in COMPILE_SECONDS else "-"
+            for m in ("max-autotune-no-cudagraphs", "reduce-overhead")
+        )
+        cells = [
+            f"{floor:.0f}" if floor else "-",
+            f"{best:.1f}" if best else "-",
+            f"{ours:.1f}" if ours else "-",
+            f"{ours / best:.2f}×" if ours and best else "-",
+            f"{ours / floor:.2f}×" if ours and floor else "-",
+            f"{one / fused1:.2f}×" if one and fused1 else "-",
+            f"{fused1 / ours:.2f}×" if fused1 and ours else "-",
+            agreement.get(name, "-"),
+            compile_s,
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def run_suite(args: Any, variants: list[Any], median_us: Callable[..., float], table: Any) -> int:
+    import datetime
+    from pathlib import Path
+
+    from bench_gpu import FUSED_CHAINS
+
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
+    device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    bandwidth = copy_bandwidth()
+    print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s", flush=True)
+    results: dict[str, dict[str, float | str]] = {}
+    floors: dict[str, float] = {}
+    agreement: dict[str, str] = {}
+    for model in models(args.only):
+        if model.graph.inputs and any(i.name.endswith("k_cache") for i in model.graph.inputs):
+            floors[model.name] = floor_bytes(model.graph) / bandwidth * 1e6
+        iters = min(args.iters, ITERS.get(model.name, args.iters))
+        row: dict[str, float | str] = {}
+        for variant in variants:
+            started = time.perf_counter()
+            try:
+                run, stream = variant.build(model)
+                row[variant.name] = median_us(run, stream, iters, min(args.warmup, iters))
+                del run
+            except Exception as err:  # noqa: BLE001 - one broken variant must not hide the rest
+                row[variant.name] = f"error: {type(err).__name__}"
+                print(f"{model.name} / {variant.name}: {type(err).__name__}: {err}", flush=True)
+            print(
+                f"{model.name} / {variant.name}: {row[variant.name]}"
+                f" ({time.perf_counter() - started:.1f} s)",
+                flush=True,
+            )
+        try:
+            agreement[model.name] = _agreement(model, FUSED_CHAINS)
+        except Exception as err:  # noqa: BLE001
+            agreement[model.name] = f"error: {type(err).__name__}"
+            print(f"{model.name} agreement: {err}", flush=True)
+        results[model.name] = row
+        _TORCH_CACHE.clear()
+        cp.get_default_memory_pool().free_all_blocks()
+    text = table(results, device, variants)
+    text += "\n\n" + summary(results, floors, agreement, bandwidth)
+    text += f"\n\ndate: {datetime.date.today()}"
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(text + "\n")
+    return 0
