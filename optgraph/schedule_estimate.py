@@ -5,7 +5,10 @@ Each node gets a duration from `ops.cost` and the roofline `estimate_seconds` of
 
 - a compute node on stream s starts when s is free, its data producers have finished (so an
   unsynchronized graph is never estimated faster than it can run); it occupies s until it ends;
-- `record ^e` on s notes when s reaches it; `wait ^e` on s makes s idle until then.
+- `record ^e` on s notes when s reaches it; `wait ^e` on s makes s idle until then, plus one
+  launch overhead of the profile: the latency of a cross-stream dependency, so a fork and a join
+  cost about two launches and a branch shorter than that gains nothing (assign-streams'
+  `min-branch-us` default of 5 us sits just above it).
 
 The host stream of split-backends is a stream like the others (its waits are its synchronization
 with the GPU), so CPU nodes are estimated with the same cost model.
@@ -124,7 +127,8 @@ def estimate_schedule(
             start[i] = end[i] = at
             continue
         if node.op == "wait":
-            at = max(at, recorded.get(node.name, 0.0))
+            if node.name in recorded:
+                at = max(at, recorded[node.name] + profile.launch_overhead)
             free[s] = start[i] = end[i] = at
             continue
         at = max([at] + [end[p] for p in preds[i]])
@@ -166,15 +170,41 @@ def chrome_trace(graph: Graph, estimate: ScheduleEstimate) -> dict[str, Any]:
 
 
 def list_schedule(
-    preds: Sequence[Sequence[int]], seconds: Sequence[float], streams: Sequence[int]
+    preds: Sequence[Sequence[int]],
+    seconds: Sequence[float],
+    streams: Sequence[int],
+    latency: float = 0.0,
 ) -> list[float]:
-    """Start times when nodes run in index order on their streams, after their producers. O(V+E)."""
+    """Start times when nodes run in index order on their streams, after their producers (plus
+    `latency` for a producer on another stream). O(V + E)."""
     free: dict[int, float] = {}
     start = [0.0] * len(preds)
     finish = [0.0] * len(preds)
     for v, ps in enumerate(preds):
         s = streams[v]
-        at = max([free.get(s, 0.0)] + [finish[p] for p in ps])
+        at = max(
+            [free.get(s, 0.0)] + [finish[p] + (latency if streams[p] != s else 0.0) for p in ps]
+        )
         start[v], finish[v] = at, at + seconds[v]
         free[s] = finish[v]
     return start
+
+
+@dataclass(frozen=True)
+class StreamFigures:
+    """The concurrency figures of the compile report."""
+
+    width: int  # maximum antichain of the data DAG: the most ops that may run at once
+    critical_path_us: float
+    estimated_speedup: float
+
+
+def stream_figures(graph: Graph, profile: DeviceProfile | str = DEFAULT_DEVICE) -> StreamFigures:
+    """Width, estimated critical path and speedup over one stream. O((V + E)·C) for the width."""
+    from optgraph.passes.chain_cover import width
+
+    plain = graph.with_nodes(n for n in graph.nodes if not n.is_event)
+    estimate = estimate_schedule(graph, profile)
+    return StreamFigures(
+        width(data_predecessors(plain)), estimate.critical_path_us, estimate.speedup
+    )

@@ -92,8 +92,9 @@ def test_estimate_one_stream_is_serial_and_two_overlap() -> None:
     assert one.critical_path_s == pytest.approx(one.serial_s) and one.speedup == pytest.approx(1.0)
     two = estimate_schedule(_scheduled())
     seconds = node_seconds(single, og_profile())
-    # a and b chains overlap: the critical path is one branch plus the join
-    assert two.critical_path_s == pytest.approx(sum(seconds[:3]) + seconds[-1])
+    # the chains overlap: the critical path is one branch, the join's wait latency, the add
+    latency = og_profile().launch_overhead
+    assert two.critical_path_s == pytest.approx(sum(seconds[:3]) + latency + seconds[-1])
     assert 1.5 < two.speedup < 2.0
 
 

@@ -9,8 +9,10 @@ Policies (`max-streams=N` caps the number of streams; stream 0 is the one the gr
 - `chains` (default): Nimble's maximum logical concurrency, then a cost-aware merge. The data DAG
   plus a virtual end node (which joins every stream) is transitively reduced; a maximum matching of
   the reduced edges links nodes into a minimum path cover (`chain_cover`), so any two independent
-  nodes lie on different chains. A chain whose estimated run time (op table cost on the `device`
-  roofline) is below `min-branch-us` cannot pay for a fork and joins its producer's chain. Then a
+  nodes lie on different chains. Light chains (estimated run time on the `device` roofline below
+  `min-branch-us`) that feed one another are joined into one branch; a branch still below it
+  cannot pay for a fork and stays on its producer's stream (one reading only graph inputs needs
+  no wait to start and is left to the schedule). Then a
   list schedule in ASAP order places each group of chains, when its first node is reached, on a
   free stream where it starts earliest (ties: its producer's stream, then the stream that became
   free last); when all N streams hold unfinished groups, it shares the stream whose remaining work
@@ -41,7 +43,7 @@ from dataclasses import dataclass, replace
 
 from optgraph.ir.graph import Graph
 from optgraph.passes.base import Pass
-from optgraph.passes.chain_cover import path_cover
+from optgraph.passes.chain_cover import PathCover, path_cover
 from optgraph.schedule_estimate import (
     asap,
     data_predecessors,
@@ -110,6 +112,7 @@ def chain_streams(
     outputs: Sequence[int],
     max_streams: int,
     min_branch_s: float,
+    latency: float = 0.0,
 ) -> tuple[list[int], list[float]]:
     """Streams (0 = the end's stream) and estimated starts for nodes in topological order."""
     n = len(preds)
@@ -123,20 +126,7 @@ def chain_streams(
     end_chain = chain_of[n]
     groups = _Groups(len(cover.chains))
 
-    for c, chain in enumerate(cover.chains):  # tiny chains stay with their producer
-        nodes = [v for v in chain if v < n]
-        if c == end_chain or not nodes:
-            continue
-        if sum(seconds[v] for v in nodes) >= min_branch_s:
-            continue
-        first, last = nodes[0], nodes[-1]
-        if preds[first]:
-            producer = max(preds[first], key=lambda p: (finish_asap[p], p))
-            groups.merge_into(c, chain_of[producer])
-        elif succs[last]:
-            groups.merge_into(c, chain_of[succs[last][0]])
-        else:
-            groups.merge_into(c, end_chain)
+    _merge_small_branches(cover, preds, seconds, finish_asap, groups, min_branch_s)
 
     remaining: dict[int, int] = {}
     work: dict[int, float] = {}
@@ -151,8 +141,14 @@ def chain_streams(
     streams = [0] * n
     start = [0.0] * n
     finish = [0.0] * n
+
+    def ready_on(v: int, t: int) -> float:
+        """When node v's inputs are visible on stream t (a cross-stream wait adds latency)."""
+        return max(
+            (finish[p] + (latency if streams[p] != t else 0.0) for p in preds[v]), default=0.0
+        )
+
     for v in range(n):
-        ready = max((finish[p] for p in preds[v]), default=0.0)
         g = groups.find(chain_of[v])
         s = stream_of_group.get(g)
         if s is None:
@@ -160,7 +156,10 @@ def chain_streams(
             near = -1 if producer is None else streams[producer]
             free = [t for t in range(max_streams) if open_groups[t] == 0]
             if free:
-                s = min(free, key=lambda t: (max(ready, free_at[t]), t != near, -free_at[t], t))
+                s = min(
+                    free,
+                    key=lambda t: (max(ready_on(v, t), free_at[t]), t != near, -free_at[t], t),
+                )
             else:
                 s = min(
                     range(max_streams),
@@ -170,7 +169,7 @@ def chain_streams(
             open_groups[s] += 1
             left[s] += work[g]
         streams[v] = s
-        start[v] = max(ready, free_at[s])
+        start[v] = max(ready_on(v, s), free_at[s])
         finish[v] = free_at[s] = start[v] + seconds[v]
         left[s] -= seconds[v]
         remaining[g] -= 1
@@ -181,6 +180,40 @@ def chain_streams(
     if n and len(cover.chains[end_chain]) == 1:
         end_stream = streams[max(range(n), key=lambda v: (finish[v], v))]
     return _renumbered(streams, end_stream), start
+
+
+def _merge_small_branches(
+    cover: PathCover,
+    preds: Sequence[Sequence[int]],
+    seconds: Sequence[float],
+    finish_asap: Sequence[float],
+    groups: _Groups,
+    min_branch_s: float,
+) -> None:
+    """Chains lighter than `min_branch_s` first join the light chains they feed or are fed by
+    (one branch is often cut into several chains: the up/gate and route halves of an expert);
+    a branch still too light stays with the producer of its first node. O(V + E)."""
+    n = len(preds)
+    end_chain = cover.chain_of[n]
+    work = [sum(seconds[v] for v in chain if v < n) for chain in cover.chains]
+    light = [w < min_branch_s and c != end_chain for c, w in enumerate(work)]
+    for v in range(n):
+        for p in cover.reduced[v]:
+            a, b = cover.chain_of[p], cover.chain_of[v]
+            if a != b and light[a] and light[b]:
+                groups.merge_into(a, b)
+    branch_work: dict[int, float] = {}
+    branch_first: dict[int, int] = {}
+    for c, chain in enumerate(cover.chains):
+        if light[c]:
+            g = groups.find(c)
+            branch_work[g] = branch_work.get(g, 0.0) + work[c]
+            branch_first[g] = min(branch_first.get(g, n), chain[0])
+    for g, first in sorted(branch_first.items(), key=lambda item: item[1]):
+        if branch_work[g] >= min_branch_s or not preds[first]:
+            continue  # worth a fork, or reads only graph inputs (forks for free)
+        producer = max(preds[first], key=lambda p: (finish_asap[p], p))
+        groups.merge_into(g, cover.chain_of[producer])
 
 
 def _renumbered(streams: list[int], first: int) -> list[int]:
@@ -266,14 +299,15 @@ class AssignStreamsPass(Pass):
         nodes = [nodes[i] for i in order]
         seconds = [seconds[i] for i in order]
         preds = [[position[p] for p in preds[i]] for i in order]
+        latency = profile_named(self.device).launch_overhead
         if self.policy == "fanout":
             streams = fanout_streams(preds, self.max_streams)
-            start = list_schedule(preds, seconds, streams)
+            start = list_schedule(preds, seconds, streams, latency)
         else:
             index = {n.name: i for i, n in enumerate(nodes)}
             outputs = [index[o] for o in graph.output_names() if o in index]
             streams, start = chain_streams(
-                preds, seconds, outputs, self.max_streams, self.min_branch_us * 1e-6
+                preds, seconds, outputs, self.max_streams, self.min_branch_us * 1e-6, latency
             )
         final = sorted(range(len(nodes)), key=lambda i: (start[i], i))
         return replace(graph, nodes=tuple(nodes[i].with_ann(stream=streams[i]) for i in final))

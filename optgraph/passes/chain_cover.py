@@ -194,6 +194,7 @@ class PathCover:
     chain_of: list[int]
     reduced_edges: int
     matching: int
+    reduced: list[list[int]]  # predecessor lists of the transitive reduction
 
     @property
     def nimble_syncs(self) -> int:
@@ -248,7 +249,7 @@ def path_cover(
             v = nxt[v]
         chains.append(chain)
     matched = n - len(chains)
-    return PathCover(chains, chain_of, edges, matched)
+    return PathCover(chains, chain_of, edges, matched, reduced)
 
 
 def width(preds: Sequence[Sequence[int]], reach: Reachability | None = None) -> int:

@@ -167,7 +167,7 @@ def find_races(graph: Graph) -> list[Race]:
         if c != end and on_stream and hb.final[end, c] < hb.seq[on_stream[-1]]:
             last = on_stream[-1]
             f.races.append(Race(Access(last, nodes[last].name, True), Access(END, "", False)))
-    f.races.sort(key=lambda r: (r.first.node, r.second.node))
+    f.races.sort(key=lambda r: (r.first.node, r.second.node, r.first.value, r.second.value))
     return f.races
 
 
@@ -207,7 +207,7 @@ def _check_arena(f: _Finder, accesses: dict[str, list[Access]], roots: dict) -> 
         ja, jb = split(lo), split(hi)
         found = set().union(*owners[ja:jb]) if jb > ja else set()
         kept: set[str] = set()
-        stack = list(found)
+        stack = sorted(found, reverse=True)
         visited = set(found)
         while stack:
             older = stack.pop()
