@@ -95,7 +95,7 @@ def test_estimate_one_stream_is_serial_and_two_overlap() -> None:
     # the chains overlap: the critical path is one branch, the join's wait latency, the add
     latency = og_profile().launch_overhead
     assert two.critical_path_s == pytest.approx(sum(seconds[:3]) + latency + seconds[-1])
-    assert 1.5 < two.speedup < 2.0
+    assert 1.3 < two.speedup < 2.0
 
 
 def og_profile():  # the default device of the estimate
