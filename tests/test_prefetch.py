@@ -104,9 +104,15 @@ def test_fallback_to_synchronous_copies() -> None:
     """A budget holding one slot but not two: a warning, one slot, no copy stream, same results."""
     g = llama(layers=3)
     planned = run_pipeline(g, PLAN)
-    memory = device_memory(planned)
-    biggest = max(w.type.nbytes for w in g.weights)
-    budget = memory.arena + 256 + memory.inputs + biggest + biggest // 2
+    low, high = 1, device_memory(planned).peak  # the least budget one slot fits
+    while low < high:
+        mid = (low + high) // 2
+        try:
+            run_pipeline(planned, f"plan-prefetch{{budget={mid},sync=true}}")
+            high = mid
+        except BudgetError:
+            low = mid + 1
+    budget = low
     with pytest.warns(RuntimeWarning, match="synchronous"):
         streamed = run_pipeline(planned, f"plan-prefetch{{budget={budget},depth=2}}")
     slots = {n.ann.slot for n in streamed.nodes if n.op == "prefetch"}
@@ -157,3 +163,22 @@ def test_parse_size() -> None:
     assert parse_size("4096") == 4096
     with pytest.raises(ValueError, match="cannot read the size"):
         parse_size("2 lightyears")
+
+
+def test_a_big_last_weight_enlarges_one_slot_only() -> None:
+    text = "graph g {\n  input %x : f32[1,16]\n"
+    text += "".join(f"  weight %w{i} : f32[16,16]\n" for i in range(5))
+    text += "  weight %head : f32[16,256]\n  %h0 = matmul(%x, %w0) : f32[1,16]\n"
+    text += "".join(f"  %h{i} = matmul(%h{i - 1}, %w{i}) : f32[1,16]\n" for i in range(1, 5))
+    text += "  %y = matmul(%h4, %head) : f32[1,256]\n  output %y\n}\n"
+    planned = run_pipeline(og.parse(text), "analyze-lifetimes,plan-memory")
+    streamed, _ = _prefetched(planned, 0.9, ",segment-bytes=1KiB")
+    regions: dict[int, tuple[int, int]] = {}
+    for n in streamed.nodes:
+        if n.op == "prefetch":
+            lo, hi = regions.get(n.ann.slot, (n.ann.offset, n.ann.offset))
+            regions[n.ann.slot] = (min(lo, n.ann.offset), max(hi, n.ann.offset + n.ann.size))
+    sizes = sorted(hi - lo for lo, hi in regions.values())
+    assert len(sizes) == 2 and sizes == [1024, 16 * 256 * 4]
+    assert device_memory(streamed).slots == sum(sizes)
+    _check_matches(streamed, og.parse(text), range(3))

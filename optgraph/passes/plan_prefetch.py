@@ -34,8 +34,9 @@ Segment size: `segment-bytes=auto` tries sizes from the largest weight group up 
 streamed segment (its events and launch); a size such as `256MiB` fixes it.
 
 Runs after plan-memory (it reads the arena size) and refreshes `live`/`visible`. Does not handle:
-weights read on the CPU or by an output (kept resident), host-placed weights (split-backends
-copies those), several GPUs, reordering compute to make room. Complexity: O(V·k) for the clocks,
+weights read on the CPU or by an output, or only gathered from (`get_rows`: streaming a table to
+read a few rows would copy all of it; place it on the `host` instead) -- those stay resident;
+host-placed weights (split-backends copies those), several GPUs, reordering compute to make room. Complexity: O(V·k) for the clocks,
 O(W·C) to choose segments (C candidate sizes), O(V + E) to rewrite.
 """
 
@@ -76,12 +77,15 @@ class BudgetError(OptGraphError):
 
 @dataclass(frozen=True)
 class Layout:
-    """The chosen split: segments, how many lead resident, slots, pinned weights."""
+    """The chosen split: segments, how many lead resident, and the slots' sizes."""
 
     segments: list[Segment]
     resident: int  # number of leading segments kept resident
-    depth: int  # slots in the pool
-    slot_bytes: int
+    slot_sizes: tuple[int, ...]  # slot k holds streamed segments k, k + depth, ...
+
+    @property
+    def depth(self) -> int:
+        return len(self.slot_sizes)
 
     @property
     def streamed(self) -> list[Segment]:
@@ -116,17 +120,17 @@ def choose_layout(
 
 
 def _fit(segments: list[Segment], fits: Callable[[int, int], bool], depth: int) -> Layout | None:
-    """Most leading resident segments such that `fits(resident, slots)`."""
+    """Most leading resident segments such that `fits(resident, slot pool)`; each slot is as big
+    as the largest segment it holds (a big last weight, the lm_head, enlarges one slot only)."""
     n = len(segments)
-    suffix_max = [0] * (n + 1)
-    for i in range(n - 1, -1, -1):
-        suffix_max[i] = max(suffix_max[i + 1], segments[i].nbytes)
     resident = 0
     chosen: Layout | None = None
     for k in range(n + 1):
-        slots = min(depth, n - k)
-        if fits(resident, slots * suffix_max[k]):
-            chosen = Layout(segments, k, slots, suffix_max[k])
+        sizes = [0] * min(depth, n - k)
+        for z, segment in enumerate(segments[k:]):
+            sizes[z % depth] = max(sizes[z % depth], segment.nbytes)
+        if fits(resident, sum(sizes)):
+            chosen = Layout(segments, k, tuple(sizes))
         if k < n:
             resident += segments[k].nbytes
     return chosen
@@ -213,8 +217,7 @@ def synchronous_prefetch(graph: Graph) -> Graph:
         size = sum(align_up(t.nbytes) for w in base.weights if w.name in names for t in [w.type])
         segments.append(Segment(names, size, min(reads), max(reads)))
     first = min(numbers)
-    slot_bytes = max(s.nbytes for s in segments)
-    layout = Layout([segments[0]] * first + segments, first, 1, slot_bytes)
+    layout = Layout([segments[0]] * first + segments, first, (max(s.nbytes for s in segments),))
     return _rewrite(base, layout, accesses, align_up(device_memory(base).arena), True)
 
 
@@ -301,6 +304,8 @@ def _streamable(graph: Graph, accesses: dict[str, list[int]]) -> list[str]:
             continue
         if any(r.name in outputs for r in readers if r.op in ("reshape", "transpose", "slice")):
             continue
+        if all(r.op == "get_rows" for r in readers):
+            continue  # a gather reads a few rows: streaming the whole table would copy it all
         names.append(w.name)
     return sorted(names, key=lambda w: accesses[w][0])
 
@@ -326,7 +331,8 @@ def _rewrite(
     renamed: dict[str, str] = {}
     streamed: dict[str, int] = {}
     depth = 1 if sync else layout.depth
-    slot_bytes = layout.slot_bytes
+    sizes = (max(layout.slot_sizes),) if sync else layout.slot_sizes
+    slot_base = [arena_base + sum(sizes[:k]) for k in range(len(sizes))]
     for z, segment in enumerate(layout.streamed):
         number = layout.resident + z
         slot = z % depth
@@ -349,7 +355,7 @@ def _rewrite(
                 event = _unique(f"{EVENT_PREFIX}{number}.free.{nodes[i].stream}", taken)
                 after.setdefault(i, []).append(_event("record", event, nodes[i].stream, nodes[i]))
                 group.append(_event("wait", event, stream, nodes[i]))
-        offset = arena_base + slot * slot_bytes
+        offset = slot_base[slot]
         for w in segment.weights:
             name = _unique(f"{w}.s", taken)
             renamed[w] = name

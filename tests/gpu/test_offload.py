@@ -1,0 +1,156 @@
+"""Split and streamed programs on the GPU: a streamed decode equals the resident decode exactly,
+replays copy whatever is in the pinned host weights, device memory stays within the budget, CPU
+nodes run as host functions inside the one CUDA graph, and an arena that cannot be allocated falls
+back to synchronous copies."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from gpu_support import assert_close, require_gpu
+from offload_models import llama
+
+from optgraph.codegen.cuda_plan import lower_cuda
+from optgraph.ir.graph import Graph
+from optgraph.passes.manager import run_pipeline
+from optgraph.passes.segments import device_memory
+from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+
+pytestmark = pytest.mark.gpu
+cupy = require_gpu()
+
+from optgraph.runtime.cuda import CudaProgram
+from optgraph.runtime.cuda_blas import WORKSPACE_BYTES
+
+PLAN = "verify,dce,cse,fuse,assign-streams{max-streams=2},insert-sync,analyze-lifetimes,plan-memory"
+SPLIT = (
+    "verify,dce,cse,fuse,assign-streams{max-streams=2},split-backends,insert-sync,"
+    "analyze-lifetimes,plan-memory"
+)
+SIZES = {"hidden": 256, "heads": 4, "kv_heads": 2, "ffn": 512, "vocab": 1024}
+
+
+def _model(dtype: str = "f16", batch: int = 1, host: tuple[str, ...] = ()) -> Graph:
+    return llama(layers=4, batch=batch, dtype=dtype, host_weights=host, **SIZES)
+
+
+def _streamed(planned: Graph, fraction: float = 0.4, options: str = "") -> tuple[Graph, int]:
+    budget = int(device_memory(planned).peak * fraction)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return run_pipeline(planned, f"plan-prefetch{{budget={budget}{options}}}"), budget
+
+
+def _runs(graph: Graph, inputs, weights, n: int = 3) -> tuple[list[dict], CudaProgram]:
+    program = CudaProgram(graph, weights=weights)
+    outs = [program.run(inputs) for _ in range(n)]  # eager + capture, then replays
+    assert program.counters.replays >= n - 1
+    return outs, program
+
+
+def _equal(a: dict, b: dict) -> bool:
+    return all(np.asarray(a[k]).tobytes() == np.asarray(b[k]).tobytes() for k in a)
+
+
+@pytest.mark.parametrize("dtype, batch", [("f16", 1), ("f32", 1), ("f16", 3)])
+@pytest.mark.parametrize("options", ["", ",depth=1", ",depth=3", ",sync=true"])
+def test_streamed_decode_equals_resident_exactly(dtype: str, batch: int, options: str) -> None:
+    g = _model(dtype, batch)
+    planned = run_pipeline(g, PLAN)
+    streamed, budget = _streamed(planned, 0.4, options)
+    assert device_memory(streamed).streamed_weights > 0 and device_memory(streamed).peak <= budget
+    inputs, weights = random_inputs(g), random_weights(g)
+    resident, p1 = _runs(planned, inputs, weights)
+    got, p2 = _runs(streamed, inputs, weights)
+    for out in got + resident[1:]:
+        assert _equal(out, resident[0])
+    assert_close(g, got[-1], run_reference(g, inputs, weights))
+    p1.close()
+    p2.close()
+
+
+def test_replays_copy_the_new_host_weights() -> None:
+    g = _model()
+    planned = run_pipeline(g, PLAN)
+    streamed, _ = _streamed(planned)
+    inputs = random_inputs(g)
+    a, b = random_weights(g, seed=0), random_weights(g, seed=1)
+    program = CudaProgram(streamed, weights=a)
+    program.run(inputs)
+    program.run(inputs)
+    captures = program.counters.captures
+    got_b = program.run(inputs, weights=b)  # new arrays: written into the pinned host buffers
+    resident_b, _ = _runs(planned, inputs, b, n=1)
+    assert _equal(got_b, resident_b[0])
+    names = [w.name for w in streamed.weights if w.ann.segment is not None]
+    mixed = dict(b)
+    for name in names:  # write straight into the pinned buffer a replay copies from
+        mixed[name] = a[name]
+        program.host_weights.view(name)[...] = a[name]
+    got_mixed = program.run(inputs)
+    resident_mixed, _ = _runs(planned, inputs, mixed, n=1)
+    assert _equal(got_mixed, resident_mixed[0])
+    assert not _equal(got_mixed, got_b)
+    assert program.counters.captures == captures  # the same graph, replayed
+    program.close()
+
+
+def test_device_memory_measured_within_budget() -> None:
+    g = llama(layers=6, dtype="f16", hidden=512, heads=8, kv_heads=2, ffn=1536, vocab=4096)
+    planned = run_pipeline(g, PLAN)
+    streamed, budget = _streamed(planned, 0.35)
+    pool = cupy.get_default_memory_pool()
+    pool.free_all_blocks()
+    before = pool.used_bytes()
+    program = CudaProgram(streamed, weights=random_weights(g))
+    program.run(random_inputs(g))
+    program.run(random_inputs(g))
+    used = pool.used_bytes() - before - WORKSPACE_BYTES * len(program._workspaces)
+    print(
+        f"budget {budget:,} B, planned peak {device_memory(streamed).peak:,} B, measured {used:,} B"
+    )
+    assert used <= budget
+    program.close()
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_split_program_runs_cpu_nodes_as_host_functions(batch: int) -> None:
+    g = _model("f32", batch, host=("embed", "lm_head"))
+    split = run_pipeline(g, SPLIT)
+    assert any(n.ann.backend == "cpu" for n in split.nodes)
+    inputs, weights = random_inputs(g), random_weights(g)
+    outs, program = _runs(split, inputs, weights)
+    assert all(_equal(o, outs[0]) for o in outs)
+    assert_close(g, outs[-1], run_reference(g, inputs, weights))
+    streamed, _ = _streamed(split, 0.5)
+    outs2, program2 = _runs(streamed, inputs, weights)
+    assert all(_equal(o, outs[0]) for o in outs2)
+    program.close()
+    program2.close()
+
+
+def test_arena_allocation_failure_falls_back_to_synchronous_copies(monkeypatch) -> None:
+    g = _model()
+    planned = run_pipeline(g, PLAN)
+    streamed, _ = _streamed(planned)
+    full = max(lower_cuda(streamed).arena_bytes, 1)
+    real = cupy.cuda.alloc
+
+    def alloc(nbytes: int):
+        if nbytes == full:
+            raise cupy.cuda.memory.OutOfMemoryError(nbytes, 0)
+        return real(nbytes)
+
+    monkeypatch.setattr(cupy.cuda, "alloc", alloc)
+    inputs, weights = random_inputs(g), random_weights(g)
+    program = CudaProgram(streamed, weights=weights)
+    with pytest.warns(RuntimeWarning, match="synchronous"):
+        got = program.run(inputs)
+    (variant,) = program._variants.values()
+    assert {n.ann.slot for n in variant.graph.nodes if n.op == "prefetch"} == {0}
+    monkeypatch.undo()
+    resident, _ = _runs(planned, inputs, weights, n=1)
+    assert _equal(got, resident[0])
+    program.close()
