@@ -71,7 +71,7 @@ from optgraph.runtime.cuda_offload import (
 from optgraph.runtime.reference_kernels import ir_dtype, numpy_dtype
 
 H2D, D2H, D2D = 1, 2, 3
-COPY_KINDS = {"h2h": 0, "h2d": H2D, "d2h": D2H, "d2d": D2D}
+COPY_KINDS = {"h2h": 0, "h2d": H2D, "d2h": D2H, "d2d": D2D}  # cudaMemcpyKind by CopyStep.kind
 ALIGN = 256
 DOT_VERBOSE = 1
 _MODULES: dict[str, Any] = {}  # module source -> cupy.RawModule, shared by all programs
@@ -200,9 +200,11 @@ class _Variant:
             on_host = plan.locations[name].space in HOST_SPACES
             if name in bound_out:
                 a = (bound_out[name], src, nbytes, H2D if on_host else D2D, s0)
+            elif on_host:
+                continue  # a CPU result: `run` reads it from pinned host memory after the join
             else:
                 dst = self.out_host.ctypes.data + self.out_offsets[name]
-                a = (dst, src, nbytes, COPY_KINDS["h2h"] if on_host else D2H, s0)
+                a = (dst, src, nbytes, D2H, s0)
             ops.append(lambda a=a: rt.memcpyAsync(*a))
         return ops
 
@@ -461,8 +463,12 @@ class CudaProgram:
                 results[name] = out[name]  # type: ignore[index]
                 continue
             t = plan.types[name]
-            off = variant.out_offsets[name]
-            raw = variant.out_host[off : off + t.nbytes].copy()
+            loc = plan.locations[name]
+            if loc.space in HOST_SPACES:
+                raw = variant.host.bytes_at(loc, t.nbytes).copy()
+            else:
+                off = variant.out_offsets[name]
+                raw = variant.out_host[off : off + t.nbytes].copy()
             results[name] = raw.view(numpy_dtype(t.dtype)).reshape(t.shape)
         return results
 

@@ -96,8 +96,13 @@ class HostMemory:
         self.weights = weights
 
     def pointer(self, loc: Location) -> int:
-        base = self.arena if loc.space == "host_arena" else self.weights.bytes
-        return int(base.ctypes.data) + loc.offset
+        return int(self._base(loc).ctypes.data) + loc.offset
+
+    def bytes_at(self, loc: Location, nbytes: int) -> np.ndarray:
+        return self._base(loc)[loc.offset : loc.offset + nbytes]
+
+    def _base(self, loc: Location) -> np.ndarray:
+        return self.arena if loc.space == "host_arena" else self.weights.bytes
 
 
 def allocate_arena(
