@@ -55,12 +55,21 @@ def _cuda_plan(graph: Graph) -> str:
     return json.dumps(plan_json(lower_cuda(graph)), indent=1) + "\n"
 
 
+def _streams_dot(graph: Graph) -> str:
+    from optgraph.ir.dot import to_dot
+
+    return to_dot(graph)
+
+
 ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("model.opt.ir", "the optimized IR", lambda r: print_graph(r.graph)),
     Artifact("report.json", "the report figures as JSON", lambda r: r.report.to_json()),
     Artifact("kernels.cu", "the CUDA source of every kernel", lambda r: _kernels_cu(r.graph)),
     Artifact("cuda_plan.json", "the CUDA launch list and storage", lambda r: _cuda_plan(r.graph)),
-    # Codegen adds program.json here, the DOT export streams.dot.
+    Artifact(
+        "streams.dot", "the stream assignment as Graphviz DOT", lambda r: _streams_dot(r.graph)
+    ),
+    # Codegen adds program.json here.
 )
 
 

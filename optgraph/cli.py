@@ -1,9 +1,11 @@
 """The `optgraph` command.
 
     optgraph compile MODEL.ir [-p PIPELINE] [-o DIR] [--report-json FILE] [--vram-budget SIZE]
+                              [--timeline FILE.json]
     optgraph opt MODEL.ir -p PIPELINE [--print-ir-after-all]
     optgraph run MODEL.ir [--device cpu|cuda] [--check] [--inputs FILE.npz] [--weights FILE]
                           [--seed N] [-p PIPELINE] [--no-graph] [--vram-budget SIZE]
+    optgraph dot MODEL.ir [-p PIPELINE] [-o FILE.dot|.svg|.png]
     optgraph passes
 
 Example:
@@ -21,6 +23,7 @@ traceback. Results go to stdout; progress (only on a terminal) goes to stderr.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -35,14 +38,17 @@ from rich.table import Table
 from rich.text import Text
 
 from optgraph.artifacts import CompileResult, write_artifacts, write_atomic
-from optgraph.errors import InputError, OptGraphError
+from optgraph.errors import InputError, OptGraphError, VerifyError
+from optgraph.ir.dot import to_dot, write_picture
 from optgraph.ir.graph import Graph
 from optgraph.ir.parser import parse_file
 from optgraph.ir.printer import print_graph
 from optgraph.ir.verify import verify
 from optgraph.passes.base import Pass
+from optgraph.passes.check_races import find_races, race_diagnostics
 from optgraph.passes.manager import describe_passes, parse_pipeline, run_pipeline
 from optgraph.report import compute_report
+from optgraph.schedule_estimate import chrome_trace, estimate_schedule
 
 
 def _console(stderr: bool = False) -> Console:
@@ -107,9 +113,27 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.report_json is not None:
         write_atomic(args.report_json, report.to_json())
         console.print(Text(f"wrote {args.report_json}"))
+    if args.timeline is not None:
+        write_atomic(args.timeline, json.dumps(chrome_trace(graph, estimate_schedule(graph))))
+        console.print(Text(f"wrote {args.timeline} (open in ui.perfetto.dev or chrome://tracing)"))
     if args.output is not None:
         for path in write_artifacts(args.output, CompileResult(graph, report)):
             console.print(Text(f"wrote {path}"))
+    if report.races:  # check-races runs last: a compile with races fails
+        raise VerifyError.from_diagnostics(race_diagnostics(graph, find_races(graph)))
+    return 0
+
+
+# -- dot ----------------------------------------------------------------------------------------
+
+
+def cmd_dot(args: argparse.Namespace) -> int:
+    graph = run_pipeline(parse_file(args.model), parse_pipeline(args.pipeline))
+    if args.output is None:
+        sys.stdout.write(to_dot(graph))
+        return 0
+    path = write_picture(graph, args.output)
+    _console().print(Text(f"wrote {path}"))
     return 0
 
 
@@ -314,7 +338,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="DIR", help="write model.opt.ir, report.json, ...")
     p.add_argument("--report-json", metavar="FILE", help="write the report figures as JSON")
     p.add_argument("--vram-budget", metavar="SIZE", help=VRAM_HELP)
+    p.add_argument(
+        "--timeline", metavar="FILE.json", help="write the estimated schedule as a Chrome trace"
+    )
     p.set_defaults(handler=cmd_compile)
+
+    p = sub.add_parser("dot", help="draw the stream assignment (DOT text, .svg or .png)")
+    p.add_argument("model", metavar="MODEL.ir")
+    p.add_argument("-p", "--pipeline", default="default", help="pass pipeline (default: default)")
+    p.add_argument(
+        "-o", "--output", metavar="FILE", help=".dot, .svg or .png (default: DOT on stdout)"
+    )
+    p.set_defaults(handler=cmd_dot)
 
     p = sub.add_parser("opt", help="print the IR after the given passes")
     p.add_argument("model", metavar="MODEL.ir")

@@ -12,7 +12,9 @@ pass has not run is `None` (JSON `null`, shown as "-" in the table):
 
 To add a figure: add a field to `Report` (the JSON keys are the field names, in order), compute it
 in `compute_report`, and give it a row label in `ROW_LABELS`. Figures that need analyses of their
-own (memory lower bound, critical path, races) are left `None` here until their module exists.
+own (memory lower bound) are left `None` here until their module exists. The concurrency figures
+(width, critical path and speedup on the H100 cost model) come from `schedule_estimate`, races
+from `check_races.find_races`.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from dataclasses import asdict, dataclass, fields
 
 from optgraph.ir.graph import Graph, Node
 from optgraph.ir.layout import alias_roots
+from optgraph.passes.check_races import find_races
 from optgraph.passes.segments import device_memory
 from optgraph.passes.split_backends import count_splits
+from optgraph.schedule_estimate import stream_figures
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class Report:
     streams: int | None
     events: int
     waits: int
+    width: int | None
     arena_bytes: int | None
     memory_lower_bound_bytes: int | None
     no_reuse_bytes: int | None
@@ -44,6 +49,7 @@ class Report:
     streamed_bytes: int | None
     peak_device_bytes: int | None
     critical_path_us: float | None
+    estimated_speedup: float | None
     races: int | None
     compile_seconds: float | None
 
@@ -64,6 +70,7 @@ ROW_LABELS: dict[str, str] = {
     "streams": "streams",
     "events": "events (record)",
     "waits": "waits",
+    "width": "width (max antichain)",
     "arena_bytes": "arena bytes",
     "memory_lower_bound_bytes": "memory lower bound",
     "no_reuse_bytes": "bytes without reuse",
@@ -73,6 +80,7 @@ ROW_LABELS: dict[str, str] = {
     "streamed_bytes": "streamed weight bytes",
     "peak_device_bytes": "peak device bytes",
     "critical_path_us": "critical path (us)",
+    "estimated_speedup": "speedup over 1 stream (est.)",
     "races": "races",
     "compile_seconds": "compile time (s)",
 }
@@ -82,6 +90,8 @@ def _format(name: str, value: float | None) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
+        if name == "estimated_speedup":
+            return f"{value:.2f}x"
         return f"{value:.3f}" if name == "compile_seconds" else f"{value:.1f}"
     if name.endswith("bytes"):
         return f"{value:,}"
@@ -100,7 +110,8 @@ def _is_buffer(node: Node, aliases: dict[str, tuple[str, int]]) -> bool:
 
 
 def compute_report(graph: Graph, compile_seconds: float | None = None) -> Report:
-    """The figures of `graph` (normally the result of the compile pipeline). O(V)."""
+    """The figures of `graph` (normally the result of the compile pipeline). O(V) plus the
+    happens-before and width analyses (O((V + E)·k))."""
     compute = [n for n in graph.nodes if not n.is_event]
     has_streams = any(n.ann.stream is not None for n in graph.nodes)
     has_backends = any(n.ann.backend is not None for n in compute)
@@ -114,12 +125,14 @@ def compute_report(graph: Graph, compile_seconds: float | None = None) -> Report
         no_reuse = sum(_result_bytes(n) for n in compute if _is_buffer(n, aliases))
 
     streamed = _streamed_weight_bytes(graph)
+    concurrency = stream_figures(graph) if compute else None
     return Report(
         ops=len(compute),
         fused_groups=sum(1 for n in compute if n.op == "fused"),
         streams=len({n.stream for n in compute}) if has_streams else None,
         events=sum(1 for n in graph.nodes if n.op == "record"),
         waits=sum(1 for n in graph.nodes if n.op == "wait"),
+        width=concurrency.width if concurrency else None,
         arena_bytes=arena if planned else None,
         memory_lower_bound_bytes=None,
         no_reuse_bytes=no_reuse,
@@ -129,8 +142,9 @@ def compute_report(graph: Graph, compile_seconds: float | None = None) -> Report
         streamed_bytes=streamed,
         # arena (with prefetch slots) + device-resident weights + device inputs
         peak_device_bytes=device_memory(graph).peak if planned else None,
-        critical_path_us=None,
-        races=None,
+        critical_path_us=concurrency.critical_path_us if concurrency else None,
+        estimated_speedup=concurrency.estimated_speedup if concurrency else None,
+        races=len(find_races(graph)),
         compile_seconds=compile_seconds,
     )
 
