@@ -35,32 +35,76 @@ def _operand_span(node: Node, index: int) -> Span | None:
     return node.span
 
 
-def _find_cycle(graph: Graph, start: str, producers: dict[str, int]) -> list[str] | None:
-    """A dependency loop through `start`, following operands of producing nodes (iterative DFS)."""
-    nodes = graph.nodes
-    stack: list[tuple[str, int]] = [(start, 0)]
-    path: list[str] = [start]
-    on_path = {start}
-    seen: set[str] = set()
-    while stack:
-        name, i = stack[-1]
-        operands = nodes[producers[name]].operands if name in producers else ()
-        if i >= len(operands):
-            stack.pop()
-            path.pop()
-            on_path.discard(name)
-            seen.add(name)
+def _cyclic_components(graph: Graph, producers: dict[str, int]) -> dict[str, int]:
+    """Strongly connected component of every node on a dependency loop (iterative Tarjan, O(V+E)).
+
+    Edges go from a node to the nodes producing its operands. Nodes on no loop are absent.
+    """
+    succ = {
+        n.name: tuple(o for o in n.operands if o in producers)
+        for n in graph.nodes
+        if not n.is_event
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    component: dict[str, int] = {}
+    components = 0
+    for root in succ:
+        if root in index:
             continue
-        stack[-1] = (name, i + 1)
-        nxt = operands[i]
-        if nxt == start:
-            return path + [start]
-        if nxt in on_path or nxt in seen or nxt not in producers:
-            continue
-        stack.append((nxt, 0))
-        path.append(nxt)
-        on_path.add(nxt)
-    return None
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        work = [(root, 0)]
+        while work:
+            v, i = work[-1]
+            if i < len(succ[v]):
+                work[-1] = (v, i + 1)
+                w = succ[v][i]
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, 0))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[v])
+            if low[v] != index[v]:
+                continue
+            members = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                members.append(w)
+                if w == v:
+                    break
+            if len(members) > 1 or v in succ[v]:
+                component.update((m, components) for m in members)
+                components += 1
+    return component
+
+
+def _cycle_through(graph: Graph, producers: dict[str, int], user: str, operand: str) -> list[str]:
+    """`[user, operand, ..., user]`: a loop from `user` through `operand` back (BFS, O(V+E))."""
+    parent: dict[str, str] = {operand: operand}
+    queue = [operand]
+    for name in queue:
+        if name == user:
+            break
+        for nxt in graph.nodes[producers[name]].operands:
+            if nxt in producers and nxt not in parent:
+                parent[nxt] = name
+                queue.append(nxt)
+    path = [user]
+    while path[-1] != operand:
+        path.append(parent[path[-1]])
+    return [user, *reversed(path)] if user != operand else [user, user]
 
 
 def verify(graph: Graph) -> None:
@@ -94,7 +138,7 @@ def verify(graph: Graph) -> None:
 
     producers = graph.producers()
     recorded: dict[str, int] = {}
-    cycle_reported: set[str] = set()
+    forward_uses: list[tuple[int, str, str]] = []  # (diagnostic position, user, operand)
     op_names = list(ops.op_names())
 
     for index, node in enumerate(graph.nodes):
@@ -119,21 +163,10 @@ def verify(graph: Graph) -> None:
             if operand in defined_at:
                 continue  # defined without a usable type: reported already
             span = _operand_span(node, k)
-            if operand in producers and producers[operand] > index:
-                cycle = _find_cycle(graph, node.name, producers)
-                if cycle is not None and operand in cycle:
-                    key = min(cycle)
-                    if key not in cycle_reported:
-                        cycle_reported.add(key)
-                        loop = " -> ".join(f"%{n}" for n in cycle)
-                        diags.append(Diagnostic(f"cycle: {loop}", span))
-                else:
-                    diags.append(
-                        Diagnostic(
-                            f"'%{operand}' is used before it is defined (nodes must be in issue order)",
-                            span,
-                        )
-                    )
+            if operand in producers and producers[operand] >= index:
+                # A cycle or only a misordering: decided after the walk, for all uses at once.
+                forward_uses.append((len(diags), node.name, operand))
+                diags.append(Diagnostic("", span))
             else:
                 hint = suggest(operand, lambda: list(defined_at) + list(producers))
                 diags.append(Diagnostic(f"use of undefined value '%{operand}'{hint}", span))
@@ -157,6 +190,9 @@ def verify(graph: Graph) -> None:
                     )
         define(node.name, node.type, node.span)
 
+    if forward_uses:
+        _explain_forward_uses(graph, producers, forward_uses, diags)
+
     if not graph.outputs:
         # The graph has no span of its own: point at its last declaration, where `output` belongs.
         declared = [*graph.inputs, *graph.weights, *graph.nodes]
@@ -176,3 +212,31 @@ def verify(graph: Graph) -> None:
 
     if diags:
         raise VerifyError.from_diagnostics(diags)
+
+
+def _explain_forward_uses(
+    graph: Graph,
+    producers: dict[str, int],
+    forward_uses: list[tuple[int, str, str]],
+    diags: list[Diagnostic],
+) -> None:
+    """Fill in the placeholder diagnostics of uses before definitions: one per dependency loop,
+    "used before it is defined" for the rest."""
+    component = _cyclic_components(graph, producers)
+    reported: set[int] = set()
+    drop: set[int] = set()
+    for position, user, operand in forward_uses:
+        span = diags[position].span
+        loop = component.get(user)
+        if loop is not None and component.get(operand) == loop:
+            if loop in reported:
+                drop.add(position)
+                continue
+            reported.add(loop)
+            cycle = " -> ".join(f"%{n}" for n in _cycle_through(graph, producers, user, operand))
+            diags[position] = Diagnostic(f"cycle: {cycle}", span)
+        else:
+            message = f"'%{operand}' is used before it is defined (nodes must be in issue order)"
+            diags[position] = Diagnostic(message, span)
+    if drop:
+        diags[:] = [d for i, d in enumerate(diags) if i not in drop]
