@@ -29,33 +29,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from optgraph.ir.graph import Graph, TensorType
 from optgraph.ir.happens_before import HappensBefore
 from optgraph.ir.layout import alias_roots
 from optgraph.ir.ops import get_op
-from optgraph.passes.analyze_lifetimes import Lifetime, annotate_lifetimes, compute_lifetimes
+from optgraph.passes.analyze_lifetimes import (
+    Lifetime,
+    annotate_lifetimes,
+    compute_lifetimes,
+    gc_paused,
+)
+from optgraph.passes.arena_packing import NEVER, Slot, placements
 from optgraph.passes.base import Pass
 
 ALGOS: tuple[str, ...] = ("best", "size", "lifetime", "issue", "none")
-NEVER = np.iinfo(np.int64).max
 
 
 def align_up(nbytes: int, alignment: int) -> int:
     return -(-nbytes // alignment) * alignment
-
-
-@dataclass
-class Slot:
-    """Buffers that share bytes by in-place reuse; planned as one block."""
-
-    members: list[str]
-    size: int
-    start: int  # issue index of the first member's producer
-    stream: int  # stream of that producer
-    last: int  # last access of the last member (len(nodes) for outputs)
-    ends: list[int]  # per stream: the first member-free node index there, NEVER if none
 
 
 @dataclass
@@ -149,83 +140,6 @@ def build_slots(
     return slots, reuse
 
 
-def conflict_graph(slots: list[Slot]) -> tuple[np.ndarray, np.ndarray]:
-    """CSR adjacency (indptr, indices) of slots that must not share bytes.
-
-    Slots are in order of `start`; A (earlier) and B conflict iff B starts before A is free on
-    B's stream: start_A < start_B < ends_A[stream_B].
-    """
-    n = len(slots)
-    if n == 0:
-        return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    starts = np.array([s.start for s in slots], dtype=np.int64)
-    streams = np.array([s.stream for s in slots], dtype=np.int64)
-    ends = np.array([s.ends for s in slots], dtype=np.int64)
-    src_parts: list[np.ndarray] = []
-    dst_parts: list[np.ndarray] = []
-    for s in range(ends.shape[1]):
-        ids = np.flatnonzero(streams == s)
-        if ids.size == 0:
-            continue
-        on_s = starts[ids]  # sorted, since slots are in start order
-        lo = np.searchsorted(on_s, starts, side="right")
-        hi = np.searchsorted(on_s, ends[:, s], side="left")
-        counts = np.maximum(hi - lo, 0)
-        total = int(counts.sum())
-        if total == 0:
-            continue
-        src = np.repeat(np.arange(n, dtype=np.int64), counts)
-        first = np.repeat(lo - np.cumsum(counts) + counts, counts)
-        dst = ids[first + np.arange(total, dtype=np.int64)]
-        src_parts.append(src)
-        dst_parts.append(dst)
-    if not src_parts:
-        return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    a = np.concatenate(src_parts)
-    b = np.concatenate(dst_parts)
-    u = np.concatenate([a, b])
-    v = np.concatenate([b, a])
-    order = np.argsort(u, kind="stable")
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(u, minlength=n), out=indptr[1:])
-    return indptr, v[order]
-
-
-def place(
-    slots: list[Slot], indptr: np.ndarray, indices: np.ndarray, order: list[int]
-) -> list[int]:
-    """Best-fit offsets for slots taken in `order`, avoiding placed conflicting slots."""
-    sizes = [s.size for s in slots]
-    offsets = [-1] * len(slots)
-    ptr = indptr.tolist()
-    nbrs = indices.tolist()
-    for i in order:
-        size = sizes[i]
-        placed = [
-            (offsets[j], offsets[j] + sizes[j])
-            for j in nbrs[ptr[i] : ptr[i + 1]]
-            if offsets[j] >= 0
-        ]
-        placed.sort()
-        best, best_gap, cursor = -1, -1, 0
-        for lo, hi in placed:
-            gap = lo - cursor
-            if gap >= size and (best < 0 or gap < best_gap):
-                best, best_gap = cursor, gap
-            cursor = max(cursor, hi)
-        offsets[i] = best if best >= 0 else cursor
-    return offsets
-
-
-def _orders(slots: list[Slot]) -> dict[str, list[int]]:
-    ids = range(len(slots))
-    return {
-        "size": sorted(ids, key=lambda i: (-slots[i].size, slots[i].start)),
-        "lifetime": sorted(ids, key=lambda i: (slots[i].start - slots[i].last, -slots[i].size)),
-        "issue": list(ids),
-    }
-
-
 def plan(
     graph: Graph,
     algo: str = "best",
@@ -233,6 +147,7 @@ def plan(
     inplace: bool = True,
     lifetimes: dict[str, Lifetime] | None = None,
     hb: HappensBefore | None = None,
+    explicit_limit: int = 2_000_000,
 ) -> MemoryPlan:
     """Plan the arena. `lifetimes` may be given (tests shorten them to prove they matter)."""
     hb = hb or HappensBefore(graph)
@@ -246,15 +161,13 @@ def plan(
         arenas = {"none": cursor}
         chosen = "none"
     else:
-        indptr, indices = conflict_graph(slots)
-        orders = _orders(slots)
-        tried = orders if algo == "best" else {algo: orders[algo]}
-        results = {name: place(slots, indptr, indices, order) for name, order in tried.items()}
+        names = list(ALGOS[1:4]) if algo == "best" else [algo]
+        results = placements(slots, names, explicit_limit)
         arenas = {
             name: max((o + s.size for o, s in zip(offs, slots)), default=0)
             for name, offs in results.items()
         }
-        chosen = min(arenas, key=lambda name: (arenas[name], list(tried).index(name)))
+        chosen = min(arenas, key=lambda name: (arenas[name], list(results).index(name)))
         offsets = results[chosen]
     out_offsets: dict[str, int] = {}
     out_sizes: dict[str, int] = {}
@@ -349,7 +262,8 @@ class PlanMemoryPass(Pass):
 
     def run(self, graph: Graph) -> Graph:
         # Lifetimes are recomputed, never trusted from annotations a later pass may have staled.
-        hb = HappensBefore(graph)
-        lifetimes = compute_lifetimes(graph, hb)
-        memory = plan(graph, self.algo, self.alignment, self.inplace, lifetimes, hb)
-        return apply_plan(annotate_lifetimes(graph, lifetimes), memory)
+        with gc_paused():
+            hb = HappensBefore(graph)
+            lifetimes = compute_lifetimes(graph, hb)
+            memory = plan(graph, self.algo, self.alignment, self.inplace, lifetimes, hb)
+            return apply_plan(annotate_lifetimes(graph, lifetimes), memory)
