@@ -193,18 +193,12 @@ def _load_values(graph: Graph, args: argparse.Namespace) -> tuple[dict[str, Any]
 
 
 def _run_on_cpu(
-    graph: Graph, inputs: dict[str, Any], weights: dict[str, Any], pipeline: str | None = None
+    graph: Graph, inputs: dict[str, Any], weights: dict[str, Any], pipeline: str = "default"
 ) -> dict[str, Any]:
-    if pipeline is not None:  # --vram-budget: the planned executor runs the streamed program
-        from optgraph.program import compile as compile_program
+    """The compiled program on the planned executor: a NumPy arena at the planned offsets."""
+    from optgraph.program import compile as compile_program
 
-        return compile_program(graph, pipeline, target="cpu").run(inputs, weights)
-    from optgraph.runtime.reference import run_reference
-
-    results = run_reference(graph, inputs, weights)
-    if isinstance(results, dict):
-        return results
-    return dict(zip(graph.output_names(), results))
+    return compile_program(graph, pipeline, target="cpu").run(inputs, weights)
 
 
 def _run_on_cuda(
@@ -246,7 +240,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {}
     if device == "cuda":
         options = {"pipeline": _pipeline(args), "no_graph": args.no_graph}
-    elif args.vram_budget is not None:
+    else:
         options = {"pipeline": _pipeline(args)}
     results = RUNNERS[device](graph, inputs, weights, **options)
 
@@ -260,11 +254,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         table.add_row(*(Text(c) for c in cells))
     console = _console()
     console.print(table)
-    if args.check and (device == "cuda" or "pipeline" in options):
-        return _check_against_reference(graph, inputs, weights, results, console)
     if args.check:
-        console.print(
-            Text("check: the cpu device runs the reference interpreter; nothing to compare")
+        return _check_against_reference(
+            graph, inputs, weights, results, console, exact=device == "cpu"
         )
     return 0
 
@@ -275,29 +267,49 @@ def _check_against_reference(
     weights: dict[str, Any],
     results: dict[str, Any],
     console: Console,
+    exact: bool = False,
 ) -> int:
-    """Print every output's NMSE against the reference interpreter; 1 when one is off."""
-    from optgraph.runtime.cuda import CHECK_BOUNDS
+    """Print every output's max abs difference and NMSE against the reference interpreter; 1
+    when one is off. `exact` (the cpu planned executor): results must be bit-identical."""
     from optgraph.runtime.reference import nmse, run_reference
 
+    if exact:
+        bounds: dict[str, float] = {}
+    else:
+        from optgraph.runtime.cuda import CHECK_BOUNDS as bounds
     expected = run_reference(graph, inputs, weights)
     types = graph.value_types()
     table = Table(title="check against the reference interpreter")
-    for column in ("output", "dtype", "nmse", "bound", "result"):
+    for column in ("output", "dtype", "max abs diff", "nmse", "bound", "result"):
         table.add_column(column, justify="left" if column in ("output", "dtype") else "right")
     failed = 0
     for out in graph.output_names():
         dtype = types[out].dtype
-        bound = CHECK_BOUNDS.get(dtype, 0.0)
-        err = nmse(np.asarray(results[out]), np.asarray(expected[out]))
-        ok = err <= bound
+        got, want = np.asarray(results[out]), np.asarray(expected[out])
+        bound = bounds.get(dtype, 0.0)
+        err = nmse(got, want)
+        diff = _max_abs_diff(got, want)
+        same = got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True)
+        ok = same if exact else err <= bound
         failed += not ok
-        row = [f"%{out}", dtype, f"{err:.3e}", f"{bound:g}", "ok" if ok else "MISMATCH"]
+        shown_bound = "bit-identical" if exact else f"{bound:g}"
+        row = [f"%{out}", dtype, f"{diff:.3e}", f"{err:.3e}", shown_bound]
+        row.append("ok" if ok else "MISMATCH")
         table.add_row(*(Text(c) for c in row))
     console.print(table)
     if failed:
         raise OptGraphError(f"run --check: {failed} output(s) differ from the reference")
     return 0
+
+
+def _max_abs_diff(got: np.ndarray, want: np.ndarray) -> float:
+    if got.size == 0:
+        return 0.0
+    a, b = got.astype(np.float64), want.astype(np.float64)
+    both_nan = np.isnan(a) & np.isnan(b)
+    with np.errstate(invalid="ignore"):
+        diff = np.where(both_nan | (a == b), 0.0, np.abs(a - b))
+    return float(np.nanmax(np.where(np.isnan(diff), np.inf, diff)))
 
 
 # -- passes -------------------------------------------------------------------------------------
