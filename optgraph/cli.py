@@ -388,6 +388,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+MAX_SHOWN_DIAGNOSTICS = 50
+
+
+def render_error(err: OptGraphError) -> str:
+    """`str(err)`, but a file with thousands of errors shows the first 50 and a count."""
+    shown = err.diagnostics[:MAX_SHOWN_DIAGNOSTICS]
+    text = "\n".join(d.render() for d in shown)
+    hidden = len(err.diagnostics) - len(shown)
+    if hidden > 0:
+        text += f"\n{hidden} more errors not shown ({len(err.diagnostics)} in all)"
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (0 ok, 1 user error, 2 usage error)."""
     args = build_parser().parse_args(argv)
@@ -395,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args))
     except OptGraphError as err:
         sys.stdout.flush()
-        print(str(err), file=sys.stderr)
+        print(render_error(err), file=sys.stderr)
         return 1
     except BrokenPipeError:
         # `optgraph opt big.ir ... | head`: stop quietly, and keep Python from complaining at exit.
