@@ -49,8 +49,12 @@ def data_predecessors(graph: Graph) -> list[list[int]]:
     producers = graph.producers()
     preds: list[list[int]] = []
     for node in graph.nodes:
-        seen = dict.fromkeys(producers[o] for o in node.operands if o in producers)
-        preds.append(list(seen))
+        mine: list[int] = []
+        for o in node.operands:
+            p = producers.get(o)
+            if p is not None and p not in mine:
+                mine.append(p)
+        preds.append(mine)
     return preds
 
 
