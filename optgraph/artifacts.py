@@ -55,6 +55,16 @@ def _cuda_plan(graph: Graph) -> str:
     return json.dumps(plan_json(lower_cuda(graph)), indent=1) + "\n"
 
 
+def _program_json(graph: Graph) -> str | None:
+    """The lowered program (per-stream steps, events, buffer table) of a planned graph."""
+    from optgraph.codegen.program import lower
+    from optgraph.passes.facts import FACTS
+
+    if not FACTS["memory-planned"].holds(graph):
+        return None
+    return lower(graph).to_json()
+
+
 def _streams_dot(graph: Graph) -> str:
     from optgraph.ir.dot import to_dot
 
@@ -69,7 +79,11 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact(
         "streams.dot", "the stream assignment as Graphviz DOT", lambda r: _streams_dot(r.graph)
     ),
-    # Codegen adds program.json here.
+    Artifact(
+        "program.json",
+        "the lowered program: steps per stream, events, arena layout",
+        lambda r: _program_json(r.graph),
+    ),
 )
 
 

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, fields
 from optgraph.ir.graph import Graph, Node
 from optgraph.ir.layout import alias_roots
 from optgraph.passes.check_races import find_races
+from optgraph.passes.memory_bounds import memory_figures
 from optgraph.passes.segments import device_memory
 from optgraph.passes.split_backends import count_splits
 from optgraph.schedule_estimate import stream_figures
@@ -42,7 +43,9 @@ class Report:
     width: int | None
     arena_bytes: int | None
     memory_lower_bound_bytes: int | None
+    concurrency_bound_bytes: int | None
     no_reuse_bytes: int | None
+    stream_extra_bytes: int | None
     splits: int | None
     cpu_ops: int | None
     copies: int | None
@@ -73,7 +76,9 @@ ROW_LABELS: dict[str, str] = {
     "width": "width (max antichain)",
     "arena_bytes": "arena bytes",
     "memory_lower_bound_bytes": "memory lower bound",
+    "concurrency_bound_bytes": "concurrency bound",
     "no_reuse_bytes": "bytes without reuse",
+    "stream_extra_bytes": "extra bytes for streams",
     "splits": "splits (cpu/cuda runs)",
     "cpu_ops": "ops on cpu",
     "copies": "copies",
@@ -124,6 +129,8 @@ def compute_report(graph: Graph, compile_seconds: float | None = None) -> Report
         aliases = alias_roots(graph)
         no_reuse = sum(_result_bytes(n) for n in compute if _is_buffer(n, aliases))
 
+    # L, the antichain bound and the one-stream plan: optgraph.passes.memory_bounds.
+    bounds = memory_figures(graph, antichain_limit=5_000) if planned else {}
     streamed = _streamed_weight_bytes(graph)
     concurrency = stream_figures(graph) if compute else None
     return Report(
@@ -134,8 +141,10 @@ def compute_report(graph: Graph, compile_seconds: float | None = None) -> Report
         waits=sum(1 for n in graph.nodes if n.op == "wait"),
         width=concurrency.width if concurrency else None,
         arena_bytes=arena if planned else None,
-        memory_lower_bound_bytes=None,
+        memory_lower_bound_bytes=bounds.get("memory_lower_bound_bytes"),
+        concurrency_bound_bytes=bounds.get("concurrency_bound_bytes"),
         no_reuse_bytes=no_reuse,
+        stream_extra_bytes=bounds.get("stream_extra_bytes"),
         splits=count_splits(graph) if has_backends else None,
         cpu_ops=sum(1 for n in compute if n.ann.backend == "cpu") if has_backends else None,
         copies=copy_nodes if has_backends or copy_nodes else None,

@@ -21,6 +21,7 @@ preflow-push, O(V²·√E) worst case; seconds for a few thousand buffers), skip
 from __future__ import annotations
 
 import itertools
+import math
 
 import networkx as nx
 import numpy as np
@@ -92,11 +93,22 @@ def arena_of(graph: Graph) -> int | None:
     return max(ends, default=0)
 
 
+def planned_alignment(graph: Graph, default: int = 256) -> int:
+    """The alignment a planned graph was planned with: the gcd of its reserved sizes."""
+    sizes = [n.ann.size for n in graph.nodes if n.ann.size]
+    return math.gcd(*sizes) if sizes else default
+
+
 def memory_figures(
-    graph: Graph, alignment: int = 256, algo: str = "best", antichain_limit: int | None = 20_000
+    graph: Graph,
+    alignment: int | None = None,
+    algo: str = "best",
+    antichain_limit: int | None = 20_000,
 ) -> dict[str, int | None]:
     """Arena bytes (planned now if the graph is not), both lower bounds, no-reuse bytes, and
-    the extra bytes the stream assignment costs against a one-stream plan of the same order."""
+    the extra bytes the stream assignment costs against a one-stream plan of the same order.
+    `alignment` defaults to the one the graph's plan used."""
+    alignment = alignment or planned_alignment(graph)
     hb = HappensBefore(graph)
     lifetimes = compute_lifetimes(graph, hb)
     arena = arena_of(graph)
@@ -122,5 +134,6 @@ __all__ = [
     "concurrency_bound",
     "issue_order_bound",
     "memory_figures",
+    "planned_alignment",
     "without_streams",
 ]
