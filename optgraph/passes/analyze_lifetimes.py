@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from optgraph.ir.graph import Graph
+from optgraph.ir.graph import EVENT_OPS, Graph
 from optgraph.ir.happens_before import HappensBefore
 from optgraph.ir.layout import alias_roots
 from optgraph.passes.base import Pass
@@ -58,14 +58,15 @@ def buffer_accesses(graph: Graph) -> tuple[dict[str, list[int]], set[str]]:
     """
     roots = alias_roots(graph)
     accesses: dict[str, list[int]] = {}
-    for i, node in graph.compute_nodes():
-        if node.name not in roots:
-            accesses[node.name] = [i]
-    for i, node in graph.compute_nodes():
+    for i, node in enumerate(graph.nodes):  # one pass: issue order defines before use
+        if node.op in EVENT_OPS:
+            continue
         if node.name in roots:
             root = roots[node.name][0]
             if root in accesses:
                 accesses[root].append(i)
+        else:
+            accesses[node.name] = [i]
         for operand in node.operands:
             root = roots[operand][0] if operand in roots else operand
             if root in accesses:
@@ -76,7 +77,8 @@ def buffer_accesses(graph: Graph) -> tuple[dict[str, list[int]], set[str]]:
         if root in accesses:
             kept.add(root)
     for name, acc in accesses.items():
-        accesses[name] = sorted(set(acc))
+        if len(acc) > 1:
+            accesses[name] = sorted(set(acc))
     return accesses, kept
 
 
@@ -90,8 +92,8 @@ def compute_lifetimes(graph: Graph, hb: HappensBefore | None = None) -> dict[str
     hb = hb or HappensBefore(graph)
     accesses, kept = buffer_accesses(graph)
     streams = stream_ids(graph)
-    types = graph.value_types()
-    end = len(graph.nodes)
+    nodes = graph.nodes
+    end = len(nodes)
     out: dict[str, Lifetime] = {}
     for name, acc in accesses.items():
         is_output = name in kept
@@ -103,7 +105,7 @@ def compute_lifetimes(graph: Graph, hb: HappensBefore | None = None) -> dict[str
             name=name,
             producer=acc[0],
             accesses=tuple(acc),
-            nbytes=types[name].nbytes,
+            nbytes=nodes[acc[0]].type.nbytes,  # type: ignore[union-attr]
             is_output=is_output,
             first=acc[0],
             last=end if is_output else acc[-1],
