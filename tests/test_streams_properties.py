@@ -4,6 +4,7 @@ For every policy and 1..8 streams: the result verifies, every data edge is order
 happens-before, every stream joins stream 0 before the end, check-races finds nothing, every
 emitted wait is necessary (dropping it makes check-races report a race) and, for `chains` and
 `single`, the waits never exceed Nimble's count (|reduced edges| - |matching|, end included).
+After the memory planner, the arena plan of such schedules has no race either.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from optgraph.ir.verify import verify
 from optgraph.passes.assign_streams import AssignStreamsPass, nimble_syncs
 from optgraph.passes.check_races import find_races
 from optgraph.passes.insert_sync import InsertSyncPass
+from optgraph.passes.manager import run_pipeline
 
 POLICIES = ("chains", "fanout", "single")
 
@@ -66,3 +68,20 @@ def test_random_schedules_are_race_free_and_minimal(
 @given(graph=random_dag_graphs(max_nodes=16, events=True), streams=st.integers(2, 4))
 def test_graphs_with_old_events_are_rescheduled(graph: Graph, streams: int) -> None:
     _check(graph, "chains", streams, 0.0)
+
+
+@settings(max_examples=40)
+@given(
+    graph=random_dag_graphs(max_nodes=20, max_outputs=3),
+    policy=st.sampled_from(("chains", "fanout")),
+    streams=st.integers(2, 6),
+)
+def test_memory_plans_of_scheduled_graphs_are_race_free(
+    graph: Graph, policy: str, streams: int
+) -> None:
+    pipeline = (
+        f"assign-streams{{max-streams={streams},policy={policy},min-branch-us=0}},"
+        "insert-sync,analyze-lifetimes,plan-memory"
+    )
+    planned = run_pipeline(graph, pipeline)
+    assert find_races(planned) == []
