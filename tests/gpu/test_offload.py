@@ -5,24 +5,24 @@ back to synchronous copies."""
 
 from __future__ import annotations
 
+import gc
 import warnings
 
 import numpy as np
 import pytest
-from gpu_support import assert_close, require_gpu
+from gpu_support import require_gpu
 from offload_models import llama
 
 from optgraph.codegen.cuda_plan import lower_cuda
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
 from optgraph.passes.segments import device_memory
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
 
 pytestmark = pytest.mark.gpu
 cupy = require_gpu()
 
-from optgraph.runtime.cuda import CudaProgram
-from optgraph.runtime.cuda_blas import WORKSPACE_BYTES
+from optgraph.runtime.cuda import CHECK_BOUNDS, CudaProgram
 
 PLAN = "verify,dce,cse,fuse,assign-streams{max-streams=2},insert-sync,analyze-lifetimes,plan-memory"
 SPLIT = (
@@ -54,6 +54,18 @@ def _equal(a: dict, b: dict) -> bool:
     return all(np.asarray(a[k]).tobytes() == np.asarray(b[k]).tobytes() for k in a)
 
 
+def _close_to_reference(graph: Graph, got: dict, inputs: dict, weights: dict) -> None:
+    """Whole-graph bounds of `optgraph run --check` (per-op bounds compound over a model)."""
+    want = run_reference(graph, inputs, weights)
+    types = graph.value_types()
+    for name in graph.output_names():
+        bound = CHECK_BOUNDS.get(types[name].dtype)
+        if bound is None:
+            assert np.array_equal(got[name], want[name]), name
+        else:
+            assert nmse(got[name], want[name]) <= bound, name
+
+
 @pytest.mark.parametrize("dtype, batch", [("f16", 1), ("f32", 1), ("f16", 3)])
 @pytest.mark.parametrize("options", ["", ",depth=1", ",depth=3", ",sync=true"])
 def test_streamed_decode_equals_resident_exactly(dtype: str, batch: int, options: str) -> None:
@@ -66,7 +78,7 @@ def test_streamed_decode_equals_resident_exactly(dtype: str, batch: int, options
     got, p2 = _runs(streamed, inputs, weights)
     for out in got + resident[1:]:
         assert _equal(out, resident[0])
-    assert_close(g, got[-1], run_reference(g, inputs, weights))
+    _close_to_reference(g, got[-1], inputs, weights)
     p1.close()
     p2.close()
 
@@ -98,20 +110,28 @@ def test_replays_copy_the_new_host_weights() -> None:
 
 
 def test_device_memory_measured_within_budget() -> None:
+    """The program's device buffers, as allocated, and the pool's growth both fit the budget."""
     g = llama(layers=6, dtype="f16", hidden=512, heads=8, kv_heads=2, ffn=1536, vocab=4096)
     planned = run_pipeline(g, PLAN)
     streamed, budget = _streamed(planned, 0.35)
     pool = cupy.get_default_memory_pool()
+    gc.collect()  # earlier tests' programs must not be freed while this one is measured
     pool.free_all_blocks()
     before = pool.used_bytes()
     program = CudaProgram(streamed, weights=random_weights(g))
     program.run(random_inputs(g))
     program.run(random_inputs(g))
-    used = pool.used_bytes() - before - WORKSPACE_BYTES * len(program._workspaces)
+    (variant,) = program._variants.values()
+    buffers = [variant.arena, program._weights_dev, variant.in_dev, *variant.values.values()]
+    allocated = sum(b.mem.size for b in buffers)
+    workspaces = sum(w.mem.size for w in program._workspaces.values())
+    grown = pool.used_bytes() - before - workspaces
+    planned_peak = device_memory(streamed).peak
     print(
-        f"budget {budget:,} B, planned peak {device_memory(streamed).peak:,} B, measured {used:,} B"
+        f"budget {budget:,} B, planned {planned_peak:,} B, allocated {allocated:,} B, pool {grown:,} B"
     )
-    assert used <= budget
+    assert allocated <= planned_peak <= budget
+    assert grown <= budget
     program.close()
 
 
@@ -123,7 +143,7 @@ def test_split_program_runs_cpu_nodes_as_host_functions(batch: int) -> None:
     inputs, weights = random_inputs(g), random_weights(g)
     outs, program = _runs(split, inputs, weights)
     assert all(_equal(o, outs[0]) for o in outs)
-    assert_close(g, outs[-1], run_reference(g, inputs, weights))
+    _close_to_reference(g, outs[-1], inputs, weights)
     streamed, _ = _streamed(split, 0.5)
     outs2, program2 = _runs(streamed, inputs, weights)
     assert all(_equal(o, outs[0]) for o in outs2)
