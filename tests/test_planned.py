@@ -49,6 +49,35 @@ def test_examples_bit_identical_in_every_interleaving(path: Path) -> None:
             assert _same(result.outputs, expected), (streams, seed)
 
 
+STREAMED = (
+    "verify,dce,cse,fuse,assign-streams{{max-streams={n},policy=chains,min-branch-us=0}},"
+    "insert-sync,analyze-lifetimes,plan-memory"
+)
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.ir")), ids=lambda p: p.stem)
+def test_examples_with_the_streams_passes(path: Path) -> None:
+    """The real pipeline: fusion, assign-streams (every chain forked), insert-sync."""
+    graph = og.parse_file(path)
+    inputs, weights, expected = _data(graph)
+    for n in (2, 4):
+        compiled = og.compile(graph, STREAMED.format(n=n))
+        assert check_plan(compiled.graph) == [] and not _races(compiled.graph)
+        for seed in range(INTERLEAVINGS):
+            assert _same(execute(compiled.program, inputs, weights, seed=seed).outputs, expected)
+
+
+@settings(max_examples=15)
+@given(seed=st.integers(0, 100_000), size=st.integers(2, 16), streams=st.integers(1, 8))
+def test_random_graphs_through_the_streams_passes(seed: int, size: int, streams: int) -> None:
+    graph = random_memory_graph(seed, size)
+    inputs, weights, expected = _data(graph, seed)
+    compiled = og.compile(graph, STREAMED.format(n=streams))
+    assert check_plan(compiled.graph) == []
+    for s in range(INTERLEAVINGS):
+        assert _same(execute(compiled.program, inputs, weights, seed=s).outputs, expected), s
+
+
 @settings(max_examples=25)
 @given(seed=st.integers(0, 100_000), size=st.integers(2, 16), streams=st.integers(1, 8))
 def test_random_graphs_bit_identical(seed: int, size: int, streams: int) -> None:
