@@ -30,7 +30,7 @@ least memory. `strip_prefetch` undoes the pass so a runtime can re-plan synchron
 slot pool cannot be allocated.
 
 Segment size: `segment-bytes=auto` tries sizes from the largest weight group up to all weights
-(x1.1 steps) and keeps the one streaming the fewest bytes, counting SEGMENT_OVERHEAD_BYTES per
+(x1.1 steps) and keeps the one streaming the fewest bytes, counting segments.SEGMENT_OVERHEAD_BYTES per
 streamed segment (its events and launch); a size such as `256MiB` fixes it.
 
 Runs after plan-memory (it reads the arena size) and refreshes `live`/`visible`. Does not handle:
@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from optgraph.errors import OptGraphError
@@ -54,86 +53,24 @@ from optgraph.passes.analyze_lifetimes import annotate_lifetimes, compute_lifeti
 from optgraph.passes.base import Pass
 from optgraph.passes.segments import (
     BUFFER_ROUNDING,
-    SLOT_ALIGNMENT,
+    Layout,
     Segment,
     align_up,
+    choose_layout,
     device_memory,
     device_resident_weights,
     format_size,
     group_weights,
-    pack_segments,
     parse_size,
     weight_accesses,
 )
 
-SEGMENT_OVERHEAD_BYTES = 256 << 10  # ~5 us of PCIe per streamed segment: its events and launches
 EVENT_PREFIX = "pf"  # events made by this pass are named ^pf<N>.ready / ^pf<N>.free.<stream>
 _EVENT_RE = re.compile(rf"^{EVENT_PREFIX}[0-9]+\.(ready|free\.[0-9]+)[0-9]*$")
 
 
 class BudgetError(OptGraphError):
     """The budget cannot hold what must stay on the device plus one slot."""
-
-
-@dataclass(frozen=True)
-class Layout:
-    """The chosen split: segments, how many lead resident, and the slots' sizes."""
-
-    segments: list[Segment]
-    resident: int  # number of leading segments kept resident
-    slot_sizes: tuple[int, ...]  # slot k holds streamed segments k, k + depth, ...
-
-    @property
-    def depth(self) -> int:
-        return len(self.slot_sizes)
-
-    @property
-    def streamed(self) -> list[Segment]:
-        return self.segments[self.resident :]
-
-
-def choose_layout(
-    groups: list[Segment], fits: Callable[[int, int], bool], depth: int, target: int | None
-) -> Layout | None:
-    """The layout streaming the fewest bytes for which `fits(resident bytes, slot bytes)`."""
-    total = sum(g.nbytes for g in groups)
-    if target is not None:
-        targets = [target]
-    else:
-        biggest = max((g.nbytes for g in groups), default=0)
-        targets, t = [], biggest
-        while t < total:
-            targets.append(t)
-            t = max(t + SLOT_ALIGNMENT, int(t * 1.1))
-        targets.append(total)
-    best: tuple[int, int, Layout] | None = None
-    for t in targets:
-        segments = pack_segments(groups, t)
-        layout = _fit(segments, fits, depth)
-        if layout is None:
-            continue
-        streamed = sum(s.nbytes for s in layout.streamed)
-        score = streamed + SEGMENT_OVERHEAD_BYTES * len(layout.streamed)
-        if best is None or (score, -t) < best[:2]:
-            best = (score, -t, layout)
-    return None if best is None else best[2]
-
-
-def _fit(segments: list[Segment], fits: Callable[[int, int], bool], depth: int) -> Layout | None:
-    """Most leading resident segments such that `fits(resident, slot pool)`; each slot is as big
-    as the largest segment it holds (a big last weight, the lm_head, enlarges one slot only)."""
-    n = len(segments)
-    resident = 0
-    chosen: Layout | None = None
-    for k in range(n + 1):
-        sizes = [0] * min(depth, n - k)
-        for z, segment in enumerate(segments[k:]):
-            sizes[z % depth] = max(sizes[z % depth], segment.nbytes)
-        if fits(resident, sum(sizes)):
-            chosen = Layout(segments, k, tuple(sizes))
-        if k < n:
-            resident += segments[k].nbytes
-    return chosen
 
 
 def _unique(base: str, taken: set[str]) -> str:

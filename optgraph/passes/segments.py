@@ -20,7 +20,7 @@ Complexity: O(V + E) for the analyses, O(W log W) to group W weights.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from optgraph.ir.graph import Graph
@@ -145,28 +145,107 @@ def _merge_ranges(
     names: list[str], accesses: Mapping[str, list[int]], sizes: Mapping[str, int]
 ) -> list[Segment]:
     ordered = sorted(names, key=lambda w: (accesses[w][0], accesses[w][-1]))
-    groups: list[Segment] = []
+    runs: list[tuple[list[str], int, int, int]] = []  # (weights, bytes, first, last)
     for w in ordered:
         first, last = accesses[w][0], accesses[w][-1]
-        size = align_up(sizes[w])
-        if groups and first <= groups[-1].last:
-            g = groups[-1]
-            groups[-1] = Segment(g.weights + (w,), g.nbytes + size, g.first, max(g.last, last))
+        if runs and first <= runs[-1][3]:
+            ws, nbytes, start, end = runs[-1]
+            ws.append(w)
+            runs[-1] = (ws, nbytes + align_up(sizes[w]), start, max(end, last))
         else:
-            groups.append(Segment((w,), size, first, last))
-    return groups
+            runs.append(([w], align_up(sizes[w]), first, last))
+    return [Segment(tuple(ws), n, a, b) for ws, n, a, b in runs]
 
 
 def pack_segments(groups: list[Segment], target: int) -> list[Segment]:
     """Consecutive groups packed into segments of at most `target` bytes (a bigger group alone)."""
-    segments: list[Segment] = []
+    runs: list[list[Segment]] = []
+    size = 0
     for g in groups:
-        if segments and segments[-1].nbytes + g.nbytes <= target:
-            s = segments[-1]
-            segments[-1] = Segment(s.weights + g.weights, s.nbytes + g.nbytes, s.first, g.last)
+        if runs and size + g.nbytes <= target:
+            runs[-1].append(g)
+            size += g.nbytes
         else:
-            segments.append(g)
-    return segments
+            runs.append([g])
+            size = g.nbytes
+    return [
+        Segment(
+            tuple(w for g in run for w in g.weights),
+            sum(g.nbytes for g in run),
+            run[0].first,
+            run[-1].last,
+        )
+        for run in runs
+    ]
+
+
+SEGMENT_OVERHEAD_BYTES = 256 << 10  # ~5 us of PCIe per streamed segment: its events and launches
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The chosen split: segments, how many lead resident, and the slots' sizes."""
+
+    segments: list[Segment]
+    resident: int  # number of leading segments kept resident
+    slot_sizes: tuple[int, ...]  # slot k holds streamed segments k, k + depth, ...
+
+    @property
+    def depth(self) -> int:
+        return len(self.slot_sizes)
+
+    @property
+    def streamed(self) -> list[Segment]:
+        return self.segments[self.resident :]
+
+
+def choose_layout(
+    groups: list[Segment], fits: Callable[[int, int], bool], depth: int, target: int | None
+) -> Layout | None:
+    """The layout streaming the fewest bytes for which `fits(resident bytes, slot bytes)`."""
+    total = sum(g.nbytes for g in groups)
+    if target is not None:
+        targets = [target]
+    else:
+        biggest = max((g.nbytes for g in groups), default=0)
+        targets, t = [], biggest
+        while t < total:
+            targets.append(t)
+            t = max(t + SLOT_ALIGNMENT, int(t * 1.1))
+        targets.append(total)
+    best: tuple[int, int, Layout] | None = None
+    for t in targets:
+        segments = pack_segments(groups, t)
+        layout = _fit(segments, fits, depth)
+        if layout is None:
+            continue
+        streamed = sum(s.nbytes for s in layout.streamed)
+        score = streamed + SEGMENT_OVERHEAD_BYTES * len(layout.streamed)
+        if best is None or (score, -t) < best[:2]:
+            best = (score, -t, layout)
+    return None if best is None else best[2]
+
+
+def _fit(segments: list[Segment], fits: Callable[[int, int], bool], depth: int) -> Layout | None:
+    """Most leading resident segments such that `fits(resident, slot pool)`; each slot is as big
+    as the largest segment it holds (a big last weight, the lm_head, enlarges one slot only).
+
+    With k resident, slot j holds segments k + j, k + j + depth, ...: its size is `every[k + j]`,
+    the largest of every depth-th segment from there on. O(n·depth).
+    """
+    n = len(segments)
+    every = [s.nbytes for s in segments] + [0] * depth
+    for i in range(n - 1, -1, -1):
+        every[i] = max(every[i], every[i + depth])
+    resident = 0
+    chosen: Layout | None = None
+    for k in range(n + 1):
+        sizes = tuple(every[k + j] for j in range(min(depth, n - k)))
+        if fits(resident, sum(sizes)):
+            chosen = Layout(segments, k, sizes)
+        if k < n:
+            resident += segments[k].nbytes
+    return chosen
 
 
 # -- device memory ------------------------------------------------------------------------------
