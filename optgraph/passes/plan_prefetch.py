@@ -30,8 +30,8 @@ least memory. `strip_prefetch` undoes the pass so a runtime can re-plan synchron
 slot pool cannot be allocated.
 
 Segment size: `segment-bytes=auto` tries sizes from the largest weight group up to all weights
-(x1.1 steps) and keeps the one streaming the fewest bytes, counting segments.SEGMENT_OVERHEAD_BYTES per
-streamed segment (its events and launch); a size such as `256MiB` fixes it.
+(x1.1 steps) and keeps the one streaming the fewest bytes, counting 256 KiB per streamed segment
+(`segments.SEGMENT_OVERHEAD_BYTES`: its events and launch); a size such as `256MiB` fixes it.
 
 Runs after plan-memory (it reads the arena size) and refreshes `live`/`visible`. Does not handle:
 weights read on the CPU or by an output, or only gathered from (`get_rows`: streaming a table to
