@@ -97,7 +97,8 @@ def describe(graphs: dict[str, Graph], budget: int) -> list[str]:
         segments = {w.ann.segment for w in g.weights if w.ann.segment is not None}
         lines.append(
             f"  {name:9s} peak {format_size(m.peak):>11s} (budget {format_size(budget)}), "
-            f"resident {format_size(m.resident_weights)}, streamed {format_size(m.streamed_weights)}"
+            f"resident {format_size(m.resident_weights)}, "
+            f"streamed {format_size(m.streamed_weights)}"
             f" in {len(segments)} segments, slots {format_size(m.slots)}"
         )
     return lines

@@ -8,8 +8,9 @@ later segment `n` is copied every step from pinned host memory into slot `n mod 
 dedicated copy stream, and its readers read the copy:
 
     before: %q = matmul(%h, %l5.wq) : f16[1,4096] !{stream = 0, offset = 0, size = 8192}
-    after:  %l5.wq.s = prefetch(%l5.wq) : f16[4096,4096] !{stream = 2, offset = .., segment = 5, slot = 1}
-            record ^pf5.ready !{stream = 2}   wait ^pf5.ready !{stream = 0}   %q = matmul(%h, %l5.wq.s) ..
+    after:  %l5.wq.s = prefetch(%l5.wq) : f16[4096,4096] !{stream = 2, segment = 5, slot = 1, ..}
+            record ^pf5.ready !{stream = 2}   wait ^pf5.ready !{stream = 0}
+            %q = matmul(%h, %l5.wq.s) ..
 
 Ordering, all of it record/wait events, so happens-before (and check-races) sees it:
 - the prefetches of segment `n` wait for `^pfN.free.S`, recorded on every stream S right after its
@@ -36,8 +37,9 @@ Segment size: `segment-bytes=auto` tries sizes from the largest weight group up 
 Runs after plan-memory (it reads the arena size) and refreshes `live`/`visible`. Does not handle:
 weights read on the CPU or by an output, or only gathered from (`get_rows`: streaming a table to
 read a few rows would copy all of it; place it on the `host` instead) -- those stay resident;
-host-placed weights (split-backends copies those), several GPUs, reordering compute to make room. Complexity: O(V·k) for the clocks,
-O(W·C) to choose segments (C candidate sizes), O(V + E) to rewrite.
+host-placed weights (split-backends copies those), several GPUs, reordering compute to make room.
+Complexity: O(V·k) for the clocks, O(C·S·depth) to choose segments (C candidate sizes, S
+segments), O(V + E) to rewrite.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ ask of a printed graph:
 
 - where each value lives (`value_backends`): a node's result lives on its `backend`, except that a
   `copy` puts its result on its `to` backend; inputs and weights are host arrays the runtime also
-  stages on the device, so they live on both (a weight with placement `host` lives only on the host);
+  stages on the device, so they live on both (a weight placed on the `host` lives only there);
 - which weights may be streamed and in which order (`weight_accesses`, `group_weights`,
   `pack_segments`): segments are runs of weights in first-use order whose readers lie in disjoint
   ranges of the issue order, so slot `k` can be reused by segment `n + depth` right after segment
@@ -48,7 +48,7 @@ _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*$")
 
 
 def parse_size(text: str) -> int:
-    """Bytes from `"2GiB"`, `"512MiB"`, `"1.5GB"`, `"64K"` (K, M, G, T alone are binary), `"4096"`."""
+    """Bytes from `"2GiB"`, `"512MiB"`, `"1.5GB"`, `"64K"` (K, M, G, T alone: binary), `"4096"`."""
     match = _SIZE_RE.match(str(text))
     unit = match.group(2).lower() if match else ""
     if match is None or unit not in _UNITS:
@@ -95,7 +95,7 @@ def is_on_host(node_backend: str | None) -> bool:
 
 
 def weight_accesses(graph: Graph) -> dict[str, list[int]]:
-    """For every weight, the sorted issue indices of the nodes reading it (through aliasing views)."""
+    """For every weight, the sorted issue indices of the nodes reading it (also through views)."""
     roots = alias_roots(graph)
     weights = graph.weight_names()
     accesses: dict[str, list[int]] = {w: [] for w in weights}

@@ -25,7 +25,7 @@ The host is stream H = 1 + the largest stream in the graph (its nodes and events
 
     before: weight %emb : f32[1000,64] host    %h = get_rows(%emb, %t)    %y = matmul(%h, %w)
     after:  %h = get_rows(..) !{stream = 1, backend = "cpu"}   record ^host0 !{stream = 1, ..}
-            wait ^host0 !{stream = 2}   %h.cuda = copy(%h) {to = "cuda"} !{stream = 2, backend = "cuda"}
+            wait ^host0 !{stream = 2}   %h.cuda = copy(%h) {to = "cuda"} !{stream = 2, ..}
             record ^h2d0 !{stream = 2}   wait ^h2d0 !{stream = 0}   %y = matmul(%h.cuda, %w) ..
 
 Copy nodes carry `backend = "cuda"` (a CUDA stream issues them); their result lives on `to`.

@@ -128,7 +128,8 @@ def test_device_memory_measured_within_budget() -> None:
     grown = pool.used_bytes() - before - workspaces
     planned_peak = device_memory(streamed).peak
     print(
-        f"budget {budget:,} B, planned {planned_peak:,} B, allocated {allocated:,} B, pool {grown:,} B"
+        f"budget {budget:,} B, planned {planned_peak:,} B, "
+        f"allocated {allocated:,} B, pool {grown:,} B"
     )
     assert allocated <= planned_peak <= budget
     assert grown <= budget
