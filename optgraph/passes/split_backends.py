@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from optgraph.errors import PipelineError
-from optgraph.ir.graph import Annotations, Graph, Node
+from optgraph.ir.graph import Annotations, Graph, Node, TensorType
 from optgraph.ir.layout import VIEW_OPS, alias_roots
 from optgraph.ir.ops import attrs_with_defaults, get_op, op_names
 from optgraph.passes.base import Pass
@@ -79,18 +79,17 @@ def count_splits(graph: Graph) -> int:
     return splits
 
 
-def weight_batch(node: Node, weight_index: int, types: Mapping[str, object]) -> int:
+def weight_batch(node: Node, weight_index: int, types: Mapping[str, TensorType]) -> int:
     """How many rows `node` applies operand `weight_index` (a weight) to."""
     w = types[node.operands[weight_index]]
     result = node.type
-    assert result is not None and hasattr(w, "numel")
-    if node.op == "matmul" and weight_index == 1 and w.rank >= 2:  # type: ignore[attr-defined]
-        attrs = attrs_with_defaults(node)
-        n = w.shape[-2] if attrs["transpose_b"] else w.shape[-1]  # type: ignore[attr-defined]
+    assert result is not None
+    if node.op == "matmul" and weight_index == 1 and w.rank >= 2:
+        n = w.shape[-2] if attrs_with_defaults(node)["transpose_b"] else w.shape[-1]
         return result.numel // max(1, n)
     if node.op == "matmul" and weight_index == 0:
         return result.numel // max(1, result.shape[-2] if result.rank >= 2 else 1)
-    return result.numel // max(1, w.numel)  # type: ignore[attr-defined]
+    return result.numel // max(1, w.numel)
 
 
 @dataclass(frozen=True)
@@ -165,7 +164,7 @@ def _hill_climb(
     backends: list[str],
     free: list[bool],
     host_weights: set[str],
-    types: Mapping[str, object],
+    types: Mapping[str, TensorType],
 ) -> None:
     """Move free ops to the other backend while that strictly lowers the bytes copied."""
     producers = graph.producers()
@@ -181,7 +180,7 @@ def _hill_climb(
         """Bytes copied for `value`: once per backend reading it that does not hold it."""
         places = home(value)
         wanted = {backends[u] for u in users.get(value, ())}
-        size = types[value].nbytes  # type: ignore[attr-defined]
+        size = types[value].nbytes
         return size * len(wanted - places)
 
     candidates = [i for i, f in enumerate(free) if f]
