@@ -339,6 +339,8 @@ def describe_plan(plan: CudaPlan) -> str:
                 f"{g.stride_c} a={_where(step.a)} b={_where(step.b)} c={_where(step.c)}"
                 f" stream {step.stream}"
             )
+        elif isinstance(step, HostStep):
+            lines.append(f"host %{step.node} stream {step.stream}")
         else:
             args = ",".join(_where(a) for a in step.args)
             lines.append(
