@@ -104,7 +104,7 @@ def print_table(rows: list[dict[str, object]]) -> None:
             f"{arena / lower:.3f}" if lower else "-",
             _kib(conc), f"{arena / int(conc):.3f}" if conc else "-",  # type: ignore[call-overload]
             _kib(r["no_reuse_bytes"]),
-            f"{arena / base:.3f}" if base else "-",
+            f"{arena / base:.3f}" if base and str(r["schedule"]).startswith("chains") else "-",
             _kib(r["stream_extra_bytes"]), f"{r['seconds']:.3f}",
         ]  # fmt: skip
         print("| " + " | ".join(str(c) for c in cells) + " |")
