@@ -14,9 +14,11 @@ For each buffer the pass annotates its producing node with
 ggml frees by node order alone; on several streams issue order says nothing about when another
 stream is done reading. `visible` is the "becomes visible at" table it proposed but never built.
 
-    before: %a = exp(%x) : f32[4] !{stream = 1}   ...   %c = neg(%a) : f32[4] !{stream = 1}
-    after:  %a = exp(%x) : f32[4] !{stream = 1, live = [0, 4], visible = [6, 5]}
-            (free on stream 1 right after %c; on stream 0 only after a wait that follows %c)
+    before: %a = exp(%x) !{stream = 0}  record ^e0  wait ^e0 !{stream = 1}  %b = neg(%a) ...
+            %c = tanh(%a) !{stream = 1}  ...  wait ^e1 !{stream = 0}  %d = add(%b, %c) ...
+    after:  %a = exp(%x) : f32[64] !{stream = 0, live = [0, 4], visible = [8, -1]}
+            (free on stream 0 only after `wait ^e1`; never on stream 1, which never learns
+            that %b is done; tests/fixtures/analyze-lifetimes/concurrent_reader_visible_per_stream.ir)
 
 Does not handle: buffers of inputs and weights (they are not in the arena); fused bodies (a fused
 node is one access of each operand). Complexity: O(V·k) for the clocks plus O(A·k·log V) for the
