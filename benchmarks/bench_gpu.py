@@ -112,7 +112,7 @@ BASELINE = "cupy-eager"
 
 
 def head_to_head_variants() -> list[Variant]:
-    from head_to_head import torch_variant
+    from head_to_head import cublas_variant, torch_variant
 
     return [
         Variant("cupy-eager", "CuPy, op by op", _cupy_eager),
@@ -131,6 +131,11 @@ def head_to_head_variants() -> list[Variant]:
         Variant("og-1s", "optgraph, CUDA graph, 1 stream, no fusion", _optgraph(ONE_STREAM, True)),
         Variant("og-fused-1s", "optgraph, fusion, 1 stream", _optgraph(FUSED_ONE_STREAM, True)),
         Variant("og-fused-streams", "optgraph, fusion + streams", _optgraph(FUSED_CHAINS, True)),
+        Variant(
+            "og-fused-1s-cublas",
+            "og-fused-1s with cuBLAS + epilogue kernel instead of the one-row kernel",
+            cublas_variant(_optgraph(FUSED_ONE_STREAM, True)),
+        ),
     ]
 
 

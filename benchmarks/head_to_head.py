@@ -13,7 +13,11 @@ Variants added to bench_gpu's table: PyTorch eager (`benchmarks/torch_interprete
 PyTorch CUDA graph (`torch.cuda.graph` of the eager path), `torch.compile` in the modes
 `max-autotune-no-cudagraphs` and `reduce-overhead` (weights as frozen parameters, so CUDA graphs
 treat them as static; each compile gets `COMPILE_LIMIT_S` seconds, after which it is reported as
-a timeout), and optgraph with fusion on one stream and with fusion and streams.
+a timeout), optgraph with fusion on one stream and with fusion and streams, and the fused
+variant with the one-row matrix-vector kernel turned off (`og-fused-1s-cublas`: cuBLAS plus one
+epilogue kernel). `ONLY_ON` limits a few variants to some models, to keep the whole suite within
+a few minutes of GPU time. For the decode steps, `kernel_profile` (CUPTI through torch.profiler)
+splits a run into the GPU time of each kernel family and the rest (gaps, host issue).
 
 The bandwidth floor of a decode step is the bytes it must move (every weight byte read, the
 embedding rows gathered rather than the whole table, every input including the KV caches read,
@@ -37,7 +41,15 @@ from optgraph.ir.graph import Graph
 from optgraph.runtime.reference import random_inputs
 from optgraph.runtime.reference_kernels import numpy_dtype
 
-COMPILE_LIMIT_S = 90
+COMPILE_LIMIT_S = 45
+# Variants run on some models only (time on the GPU machine is scarce): the autotuning compile
+# on the decode steps the anchors measured, the cuBLAS comparison on the one-row products.
+ONLY_ON = {
+    "torch-compile": {"llama_launch", "llama_real"},
+    "torch-compile-ro": {"llama_launch", "llama_real"},
+    "og-fused-1s-cublas": {"llama_launch", "llama_real"},
+}
+ORDER = ("llama_real", "llama_launch", "moe_block", "inception_block", "llama_prefill_512")
 LLAMA_LAUNCH = {
     "layers": 8, "hidden": 512, "heads": 8, "kv_heads": 2, "ffn": 1376, "vocab": 1024,
     "dtype": "f16", "batch": 1, "seq": 1, "cache_len": 128, "mode": "decode",
@@ -48,6 +60,7 @@ LLAMA_REAL = {
 }  # fmt: skip
 LLAMA_PREFILL = {**LLAMA_REAL, "seq": 512, "cache_len": 512, "mode": "prefill"}
 ITERS = {"llama_real": 40, "llama_prefill_512": 20}  # big models: fewer timed runs
+PROFILED = {"llama_launch": "og-fused-1s", "llama_real": "og-fused-1s"}  # kernel breakdowns
 
 
 def device_weights(graph: Graph, seed: int = 0) -> dict[str, Any]:
@@ -192,6 +205,57 @@ def torch_outputs(model: Any) -> dict[str, np.ndarray]:
     return {k: v.float().cpu().numpy() for k, v in out.items()}
 
 
+def cublas_variant(build_fused: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """The same optgraph variant with the one-row matrix-vector kernel off (cuBLAS + epilogue)."""
+
+    def build(model: Any) -> tuple[Callable[[], Any], Any]:
+        from optgraph.codegen import cuda_fused
+
+        old = cuda_fused.GEMV_MAX_M
+        cuda_fused.GEMV_MAX_M = 0
+        try:
+            run, stream = build_fused(model)
+            run()  # the kernels are generated at the first run
+            stream.synchronize()
+        finally:
+            cuda_fused.GEMV_MAX_M = old
+        return run, stream
+
+    return build
+
+
+def kernel_profile(run: Callable[[], Any], stream: Any, iters: int = 5) -> str:
+    """GPU time per run by kernel family (CUPTI through torch.profiler sees CuPy's kernels too),
+    against the run's latency: how much of a run is kernels and how much is gaps and host."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        run()
+    stream.synchronize()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        start.record(stream)
+        for _ in range(iters):
+            run()
+        end.record(stream)
+        end.synchronize()
+    wall = cp.cuda.get_elapsed_time(start, end) * 1000.0 / iters
+    families: dict[str, tuple[float, int]] = {}
+    for evt in prof.key_averages():
+        us = float(getattr(evt, "self_device_time_total", 0.0) or 0.0)
+        if us <= 0:
+            continue
+        name = evt.key
+        family = name.split("_")[1] if name.startswith("og_") else name[:40]
+        total, count = families.get(family, (0.0, 0))
+        families[family] = (total + us / iters, count + evt.count // iters)
+    busy = sum(t for t, _ in families.values())
+    rows = sorted(families.items(), key=lambda kv: -kv[1][0])
+    lines = [f"latency {wall:.1f} µs per run, kernels busy {busy:.1f} µs ({busy / wall:.0%})"]
+    lines += [f"  {fam:40s} {t:9.1f} µs  {c:4d} launches" for fam, (t, c) in rows[:12]]
+    return "\n".join(lines)
+
+
 # -- the suite -----------------------------------------------------------------------------------
 
 
@@ -214,14 +278,15 @@ def models(only: str | None) -> Iterator[H2HModel]:
     from optgraph.runtime.reference import random_weights
 
     real_weights: dict[str, Any] | None = None
-    specs: list[tuple[str, Any]] = [
-        ("llama_launch", LLAMA_LAUNCH),
-        ("llama_real", LLAMA_REAL),
-        ("llama_prefill_512", LLAMA_PREFILL),
-        ("inception_block", ROOT / "examples" / "inception_block.ir"),
-        ("moe_block", ROOT / "examples" / "moe_block.ir"),
-    ]
-    for name, spec in specs:
+    specs: dict[str, Any] = {
+        "llama_launch": LLAMA_LAUNCH,
+        "llama_real": LLAMA_REAL,
+        "llama_prefill_512": LLAMA_PREFILL,
+        "inception_block": ROOT / "examples" / "inception_block.ir",
+        "moe_block": ROOT / "examples" / "moe_block.ir",
+    }
+    for name in ORDER:
+        spec = specs[name]
         if only and only not in name:
             continue
         if isinstance(spec, dict):
@@ -268,30 +333,40 @@ def summary(
         f"device-to-device copy bandwidth (read + write): {bandwidth / 1e12:.2f} TB/s",
         "",
         (
-            "| model | floor (µs) | best PyTorch (µs) | og fused+streams (µs) | og / best PyTorch |"
-            " og / floor | fusion: og-1s / og-fused-1s | streams: og-fused-1s / og-fused-streams |"
-            " nmse og vs torch | torch.compile s (autotune, ro) |"
+            "| model | floor (µs) | best PyTorch (µs) | best optgraph (µs) | optgraph / PyTorch |"
+            " optgraph / floor | fusion: og-1s / og-fused-1s | streams: og-fused-1s /"
+            " og-fused-streams | one-row kernel: cuBLAS / ours | nmse og vs torch |"
+            " compile s (autotune, ro) |"
         ),
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row in results.items():
-        torch_times = [t for k in row if k.startswith("torch") and (t := _num(row, k))]
-        best = min(torch_times) if torch_times else None
-        ours = _num(row, "og-fused-streams")
+        torch_runs = {k: t for k in row if k.startswith("torch") and (t := _num(row, k))}
+        og_runs = {k: t for k in row if k.startswith("og-") and (t := _num(row, k))}
+        best_t = min(torch_runs, key=torch_runs.__getitem__) if torch_runs else None
+        best_o = min(og_runs, key=og_runs.__getitem__) if og_runs else None
+        bt = torch_runs[best_t] if best_t else None
+        bo = og_runs[best_o] if best_o else None
         one, fused1 = _num(row, "og-1s"), _num(row, "og-fused-1s")
+        streams, cublas = _num(row, "og-fused-streams"), _num(row, "og-fused-1s-cublas")
         floor = floors.get(name)
+
+        def ratio(a: float | None, b: float | None) -> str:
+            return f"{a / b:.2f}×" if a and b else "-"
+
         compile_s = ", ".join(
             f"{COMPILE_SECONDS[(name, m)]:.0f}" if (name, m) in COMPILE_SECONDS else "-"
             for m in ("max-autotune-no-cudagraphs", "reduce-overhead")
         )
         cells = [
             f"{floor:.0f}" if floor else "-",
-            f"{best:.1f}" if best else "-",
-            f"{ours:.1f}" if ours else "-",
-            f"{ours / best:.2f}×" if ours and best else "-",
-            f"{ours / floor:.2f}×" if ours and floor else "-",
-            f"{one / fused1:.2f}×" if one and fused1 else "-",
-            f"{fused1 / ours:.2f}×" if fused1 and ours else "-",
+            f"{bt:.1f} ({best_t})" if bt else "-",
+            f"{bo:.1f} ({best_o})" if bo else "-",
+            ratio(bo, bt),
+            ratio(bo, floor),
+            ratio(one, fused1),
+            ratio(fused1, streams),
+            ratio(cublas, fused1),
             agreement.get(name, "-"),
             compile_s,
         ]
@@ -312,16 +387,25 @@ def run_suite(args: Any, variants: list[Any], median_us: Callable[..., float], t
     results: dict[str, dict[str, float | str]] = {}
     floors: dict[str, float] = {}
     agreement: dict[str, str] = {}
+    profiles: list[str] = []
     for model in models(args.only):
         if model.graph.inputs and any(i.name.endswith("k_cache") for i in model.graph.inputs):
             floors[model.name] = floor_bytes(model.graph) / bandwidth * 1e6
         iters = min(args.iters, ITERS.get(model.name, args.iters))
         row: dict[str, float | str] = {}
         for variant in variants:
+            if model.name not in ONLY_ON.get(variant.name, {model.name}):
+                row[variant.name] = "not run"
+                continue
             started = time.perf_counter()
             try:
                 run, stream = variant.build(model)
                 row[variant.name] = median_us(run, stream, iters, min(args.warmup, iters))
+                if variant.name == PROFILED.get(model.name):
+                    profiles.append(
+                        f"{model.name} / {variant.name}: " + kernel_profile(run, stream)
+                    )
+                    print(profiles[-1], flush=True)
                 del run
             except Exception as err:  # noqa: BLE001 - one broken variant must not hide the rest
                 row[variant.name] = f"error: {type(err).__name__}"
@@ -339,8 +423,13 @@ def run_suite(args: Any, variants: list[Any], median_us: Callable[..., float], t
         results[model.name] = row
         _TORCH_CACHE.clear()
         cp.get_default_memory_pool().free_all_blocks()
+        if args.markdown:  # after every model: a time limit still leaves the rows so far
+            partial = table(results, device, variants)
+            partial += "\n\n" + summary(results, floors, agreement, bandwidth)
+            Path(args.markdown).write_text(partial + "\n\n" + "\n".join(profiles) + "\n")
     text = table(results, device, variants)
     text += "\n\n" + summary(results, floors, agreement, bandwidth)
+    text += "\n\n" + "\n".join(profiles)
     text += f"\n\ndate: {datetime.date.today()}"
     print(text)
     if args.markdown:
