@@ -402,9 +402,11 @@ def run_suite(args: Any, variants: list[Any], median_us: Callable[..., float], t
                 run, stream = variant.build(model)
                 row[variant.name] = median_us(run, stream, iters, min(args.warmup, iters))
                 if variant.name == PROFILED.get(model.name):
-                    profiles.append(
-                        f"{model.name} / {variant.name}: " + kernel_profile(run, stream)
-                    )
+                    try:
+                        breakdown = kernel_profile(run, stream)
+                    except Exception as err:  # noqa: BLE001 - a profile must not lose the time
+                        breakdown = f"profile failed: {type(err).__name__}: {err}"
+                    profiles.append(f"{model.name} / {variant.name}: {breakdown}")
                     print(profiles[-1], flush=True)
                 del run
             except Exception as err:  # noqa: BLE001 - one broken variant must not hide the rest
