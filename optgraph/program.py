@@ -66,6 +66,12 @@ class CompiledProgram:
                 raise OptGraphError(
                     f"target 'cuda': the CUDA runtime is not available ({err}); use target='cpu'"
                 ) from None
+            probe = getattr(cuda, "is_available", None)
+            if callable(probe) and not probe():
+                raise OptGraphError(
+                    "target 'cuda': no usable CUDA GPU (CuPy missing or no device); "
+                    "use target='cpu'"
+                )
             factory = getattr(cuda, "CudaProgram", None)
             if factory is None:
                 raise OptGraphError(

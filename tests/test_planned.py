@@ -195,6 +195,14 @@ def test_compile_api_runs_on_cpu_and_refuses_unknown_targets() -> None:
         og.compile(graph, target="tpu")
 
 
+def test_compile_for_cuda_without_a_gpu_is_a_clear_error() -> None:
+    cuda = pytest.importorskip("optgraph.runtime.cuda")
+    if cuda.is_available():
+        pytest.skip("a GPU is usable here")
+    with pytest.raises(OptGraphError, match="target 'cuda'"):
+        og.compile(og.parse_file(EXAMPLES / "diamond.ir"), target="cuda")
+
+
 # -- mutations: planning mistakes must not go unnoticed ---------------------------------------
 
 
