@@ -22,6 +22,10 @@ settings.register_profile(
 settings.register_profile(
     "dev", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow]
 )
+# Long fuzzing sessions by hand: HYPOTHESIS_PROFILE=fuzz pytest tests/test_fuzz.py
+settings.register_profile(
+    "fuzz", deadline=None, max_examples=5000, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 )
