@@ -21,14 +21,16 @@ from optgraph.ir.ops import op_names
 from optgraph.ir.parser import decode_source
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-# Canonical text (no comments), so mutations land on code rather than on comment prose.
-SEEDS = [og.print_graph(og.parse_file(p)) for p in sorted(EXAMPLES.glob("*.ir"))] + [
+EVERY_CONSTRUCT = (
     "graph g {\n  input %x : f32[2,3]\n  weight %w : f32[3] host !{segment = 0, slot = 1}\n"
     "  %a = add(%x, %w) : f32[2,3] !{stream = 1}\n  record ^e0 !{stream = 1}\n"
     "  wait ^e0 !{stream = 0}\n  %s = sum(%a) {axes = [1], keepdims = true} : f32[2,1]\n"
     "  %y = fused(%a, %s) : f32[2,3] body(%p0, %p1) {\n    %t = sub(%p0, %p1) : f32[2,3]\n"
     '    %u = gelu(%t) {approximate = "none"} : f32[2,3]\n    yield %u\n  }\n  output %y, %s\n}\n'
-]
+)
+# Canonical text (no comments), so mutations land on code rather than on comment prose.
+SEEDS = [og.print_graph(og.parse_file(p)) for p in sorted(EXAMPLES.glob("*.ir"))]
+SEEDS.append(EVERY_CONSTRUCT)
 TOKEN = re.compile(r"%[\w.]+|\^[\w.]+|-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\w+|\"[^\"]*\"|!\{|\s+|.")
 INTERESTING = list('%^{}()[]!=,:#"-.\n \t\\') + ["0", "9", "e", "f32", "record", "wait", "body"]
 # Same-kind replacements keep the syntax and break the meaning (shapes, names, ops, dtypes).
