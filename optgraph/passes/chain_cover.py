@@ -6,7 +6,8 @@ predecessor lists over nodes 0..V-1 numbered in a topological order (issue order
 - `Reachability`: a greedy chain decomposition of the reachability order (a node joins a chain whose
   tail is one of its ancestors) and, per node, the latest ancestor on every chain. Then u reaches v iff
   `anc[v][chain(u)] >= pos(u)`. O((V + E)·C) time and O(V·C) memory for C chains; C stays near the
-  graph's width on structured models (a Llama stack of any depth: 4).
+  graph's width on structured models (a Llama stack of any depth: 3). Past a memory budget (very
+  wide graphs) the reduction falls back to bounded backward searches, O(V·E) worst case.
 - `transitive_reduction`: edge p -> v is redundant iff p reaches another predecessor of v. O(E·d)
   for in-degree d, or O(d·C) per node with a top-two-per-chain trick for wide joins.
 - `maximum_matching`: Hopcroft-Karp on the bipartite (tails, heads) graph of the reduced edges, from a
@@ -31,10 +32,22 @@ from dataclasses import dataclass
 import numpy as np
 
 
-class Reachability:
-    """Reachability labels of a DAG in topological order (see the module docstring)."""
+class TooWide(Exception):
+    """The reachability labels would exceed their memory budget (a very wide graph)."""
 
-    def __init__(self, preds: Sequence[Sequence[int]]):
+
+# Cells (4 bytes each) the labels may take: 128 MB, e.g. 320 chains at 100k nodes.
+LABEL_BUDGET = 32_000_000
+
+
+class Reachability:
+    """Reachability labels of a DAG in topological order (see the module docstring).
+
+    Raises `TooWide` when V·C would pass `budget` cells; callers then fall back to searches.
+    """
+
+    def __init__(self, preds: Sequence[Sequence[int]], budget: int | None = None):
+        budget = LABEL_BUDGET if budget is None else budget
         n = len(preds)
         self.chain = np.zeros(n, dtype=np.int64)
         self.pos = np.zeros(n, dtype=np.int64)  # 1-based position on its chain
@@ -69,6 +82,8 @@ class Reachability:
                 tail_node.append(-1)
                 if c >= capacity:
                     capacity *= 2
+                    if n * capacity > budget:
+                        raise TooWide(f"{n} nodes need more than {capacity // 2} chains")
                     grown = np.zeros((n, capacity), dtype=np.int32)
                     grown[:, : anc.shape[1]] = anc
                     anc = grown
@@ -94,7 +109,11 @@ def transitive_reduction(
     preds: Sequence[Sequence[int]], reach: Reachability | None = None
 ) -> list[list[int]]:
     """Predecessor lists of the transitive reduction (duplicates removed, order kept)."""
-    reach = reach or Reachability(preds)
+    if reach is None:
+        try:
+            reach = Reachability(preds)
+        except TooWide:
+            return _reduction_by_search(preds)
     anc, chain, pos = reach.anc, reach.chain, reach.pos
     reduced: list[list[int]] = []
     for ps in preds:
@@ -122,6 +141,28 @@ def transitive_reduction(
                 if other < pos[p]:
                     keep.append(p)
             reduced.append(keep)
+    return reduced
+
+
+def _reduction_by_search(preds: Sequence[Sequence[int]]) -> list[list[int]]:
+    """The transitive reduction for graphs too wide for labels: for each node, one backward
+    search from its predecessors' predecessors, bounded below by its earliest predecessor, marks
+    the redundant ones. O(V·E) worst case, O(V + E) for a wide fan-in of independent nodes."""
+    reduced: list[list[int]] = []
+    for ps in preds:
+        unique = list(dict.fromkeys(ps))
+        if len(unique) < 2:
+            reduced.append(unique)
+            continue
+        low = min(unique)
+        seen: set[int] = set()
+        stack = [q for p in unique for q in preds[p] if q >= low]
+        while stack:
+            u = stack.pop()
+            if u not in seen:
+                seen.add(u)
+                stack.extend(q for q in preds[u] if q >= low and q not in seen)
+        reduced.append([p for p in unique if p not in seen])
     return reduced
 
 
@@ -257,15 +298,28 @@ def width(preds: Sequence[Sequence[int]], reach: Reachability | None = None) -> 
 
     Dilworth: equals the fewest chains of the reachability order covering every node, i.e. the
     minimum flow through the DAG (paths may share nodes) with at least one unit through each node.
-    Start from the greedy chains of `Reachability`, each routed along a real path, then cancel one
-    unit per augmenting path from T to S in the residual network. O((V + E)·(C - width + 1)) for C
-    greedy chains, plus the routing; no closure is built.
+    Start from the greedy chains of `Reachability`, each routed along a real path (for graphs too
+    wide for labels, from the minimum path cover), then cancel one unit per augmenting path from
+    T to S in the residual network. O((V + E)·(C - width + 1)) for C starting chains, plus the
+    routing; no closure is built.
     """
     n = len(preds)
     if n == 0:
         return 0
-    reach = reach or Reachability(preds)
-    preds = transitive_reduction(preds, reach)
+    if reach is None:
+        try:
+            reach = Reachability(preds)
+        except TooWide:  # start from the minimum path cover: its chains are real paths
+            cover = path_cover(preds)
+            return _min_flow(cover.reduced, cover.chain_of, None)
+    return _min_flow(transitive_reduction(preds, reach), [int(c) for c in reach.chain], reach)
+
+
+def _min_flow(
+    preds: Sequence[Sequence[int]], chain_of: Sequence[int], reach: Reachability | None
+) -> int:
+    """Minimum flow covering every node, from one unit along each chain (see `width`)."""
+    n = len(preds)
     succs: list[list[int]] = [[] for _ in range(n)]
     for v, ps in enumerate(preds):
         for p in ps:
@@ -275,15 +329,15 @@ def width(preds: Sequence[Sequence[int]], reach: Reachability | None = None) -> 
     sink = [0] * n  # v_out -> T
     edge: dict[tuple[int, int], int] = {}
     last: dict[int, int] = {}
-    for v in range(n):  # route each greedy chain through the DAG
-        c = int(reach.chain[v])
+    for v in range(n):  # route each chain through the DAG
+        c = chain_of[v]
         through[v] += 1
         if c not in last:
             source[v] += 1
         else:
             a, b = last[c], v
             while b != a:  # walk back from v along predecessors that a still reaches
-                q = next(q for q in preds[b] if reach.reaches(a, q))
+                q = a if reach is None else next(q for q in preds[b] if reach.reaches(a, q))
                 edge[(q, b)] = edge.get((q, b), 0) + 1
                 if q != a:
                     through[q] += 1
