@@ -14,7 +14,10 @@ The host stream of split-backends is a stream like the others (its waits are its
 with the GPU), so CPU nodes are estimated with the same cost model.
 
 The critical path is the end of the last node (the longest path through data, stream order and
-events); the estimated speedup is the one-stream time (sum of durations) over it. `chrome_trace`
+events), but never less than the device floor: all bytes at full memory bandwidth and all flops at
+peak, since concurrent kernels share one memory system (a memory-bound decode step gains only the
+launch overhead it hides). The estimated speedup is the one-stream time (sum of durations) over
+it. `chrome_trace`
 turns the schedule into a Chrome/Perfetto trace, one track per stream, events as flow arrows.
 Launch overhead is counted per kernel on its own stream, which is optimistic for many streams.
 
@@ -58,21 +61,41 @@ def data_predecessors(graph: Graph) -> list[list[int]]:
     return preds
 
 
-def node_seconds(graph: Graph, profile: DeviceProfile) -> list[float]:
-    """Estimated run time of every node; events and aliasing views take none."""
+def node_costs(graph: Graph) -> list[ops.Cost | None]:
+    """Bytes and flops of every node; None for events and aliasing views (no kernel)."""
     types = graph.value_types()
-    out: list[float] = []
+    out: list[ops.Cost | None] = []
     for node in graph.nodes:
         if node.is_event or node.type is None:
-            out.append(0.0)
+            out.append(None)
             continue
         operand_types = [types[o] for o in node.operands if o in types]
         if node.operands and is_alias(node, operand_types[0]):
-            out.append(0.0)
+            out.append(None)
             continue
-        cost = ops.cost(node, operand_types, node.type)
-        out.append(ops.estimate_seconds(cost, node.type.dtype, profile))
+        out.append(ops.cost(node, operand_types, node.type))
     return out
+
+
+def node_seconds(graph: Graph, profile: DeviceProfile) -> list[float]:
+    """Estimated run time of every node; events and aliasing views take none."""
+    return [
+        0.0 if cost is None else ops.estimate_seconds(cost, node.type.dtype, profile)  # type: ignore[union-attr]
+        for node, cost in zip(graph.nodes, node_costs(graph))
+    ]
+
+
+def device_floor(graph: Graph, profile: DeviceProfile) -> float:
+    """Seconds the whole graph needs at least on one device, however many streams run: all bytes
+    at full memory bandwidth, all flops at peak (concurrent kernels share both)."""
+    moved, compute = 0.0, 0.0
+    for node, cost in zip(graph.nodes, node_costs(graph)):
+        if cost is None or node.type is None:
+            continue
+        f16 = node.type.dtype in ("f16", "bf16")
+        moved += cost.bytes / profile.memory_bandwidth
+        compute += cost.flops / (profile.peak_flops_f16 if f16 else profile.peak_flops_f32)
+    return max(moved, compute)
 
 
 def asap(preds: Sequence[Sequence[int]], seconds: Sequence[float]) -> list[float]:
@@ -93,10 +116,12 @@ class ScheduleEstimate:
     start: list[float]
     end: list[float]
     serial_s: float
+    floor_s: float = 0.0  # `device_floor`: the shared memory system and compute units
 
     @property
     def critical_path_s(self) -> float:
-        return max(self.end, default=0.0)
+        """The list schedule's end, but never below the device floor."""
+        return max(max(self.end, default=0.0), self.floor_s)
 
     @property
     def critical_path_us(self) -> float:
@@ -138,7 +163,7 @@ def estimate_schedule(
         at = max([at] + [end[p] for p in preds[i]])
         start[i], end[i] = at, at + durations[i]
         free[s] = end[i]
-    return ScheduleEstimate(start, end, sum(durations))
+    return ScheduleEstimate(start, end, sum(durations), device_floor(graph, profile))
 
 
 def chrome_trace(graph: Graph, estimate: ScheduleEstimate) -> dict[str, Any]:
