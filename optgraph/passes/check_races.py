@@ -5,7 +5,7 @@
             note: %a (stream 1) writes %a here
 
 Two accesses conflict when they touch the same bytes and at least one writes; they race when
-neither happens-before the other (`HappensBefore`: stream order, events, host synchronization).
+neither happens-before the other (`HappensBefore`: stream order, events, the graph start).
 Accesses are:
 
 - values: each node writes its result and reads its operands, so every data edge must be ordered
