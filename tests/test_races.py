@@ -66,7 +66,7 @@ def _keys(graph: Graph) -> set[Key]:
     return {
         (r.first.node, r.first.value, r.second.node, r.second.value)
         for r in find_races(graph)
-        if r.second.node != END
+        if r.second.node != END and not r.clobber
     }
 
 

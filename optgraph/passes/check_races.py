@@ -38,6 +38,7 @@ from optgraph.errors import Diagnostic, Span, VerifyError
 from optgraph.ir.graph import Graph
 from optgraph.ir.happens_before import HappensBefore
 from optgraph.ir.layout import alias_roots
+from optgraph.ir.ops import get_op
 from optgraph.passes.base import Pass
 
 END = -1  # the graph's end, as the second party of a race
@@ -57,6 +58,7 @@ class Race:
     first: Access
     second: Access
     overlap: tuple[int, int] | None = None  # arena bytes, when two different buffers share them
+    clobber: bool = False  # ordered, but the wrong way: `second` overwrote the bytes `first` reads
 
 
 def _describe(graph: Graph, access: Access) -> str:
@@ -76,6 +78,12 @@ def race_message(graph: Graph, race: Race, roots: dict[str, tuple[str, int]] | N
             f"no event joins stream {s} into stream 0 before the end"
         )
     second = _describe(graph, race.second)
+    if race.clobber:
+        lo, hi = race.overlap or (0, 0)
+        return (
+            f"clobber: {first} after {second} over its bytes [{lo}, {hi}); "
+            f"the memory plan reuses %{race.first.value}'s bytes too early"
+        )
     if race.second.value == race.first.value:
         second = second.rsplit(" ", 1)[0] + " it"
     elif race.overlap is not None:
@@ -214,22 +222,101 @@ def _check_arena(f: _Finder, accesses: dict[str, list[Access]], roots: dict) -> 
             olo, ohi = span[older]
             if ohi <= lo or olo >= hi:
                 continue
-            if bool(np.all(least[name] >= need[older])):
+            if bool(np.all(least[name] >= need[older])) and not _writes_over_own_read(
+                graph, accesses, older, name
+            ):
                 if older in found:
                     children.setdefault(name, []).append(older)
                 continue
             if older in found:
                 kept.add(older)
             overlap = (max(lo, olo), min(hi, ohi))
+            before = len(f.races)
             for a in accesses.get(older, ()):
                 for b in accesses.get(name, ()):
                     f.pair(b, a, overlap)
+            if len(f.races) == before:
+                _check_reuse_order(f, accesses, older, name, overlap)
             for child in children.get(older, ()):
                 if child not in visited:
                     visited.add(child)
                     stack.append(child)
         for j in range(ja, jb):
             owners[j] = (owners[j] & kept) | {name}
+
+
+def _is_legal_in_place(graph: Graph, read: Access, node_index: int) -> bool:
+    """A node may write its result over an operand it reads only element for element.
+
+    Element-wise ops may overwrite any operand of their result's type at exactly the same bytes;
+    `kv_cache_write` may overwrite its cache. Anything else (a broadcast, a reduction, a product)
+    still reads bytes it has already overwritten.
+    """
+    node = graph.nodes[node_index]
+    op = get_op(node.op)
+    if op is None or read.value not in node.operands:
+        return False
+    if node.op == "kv_cache_write":
+        allowed = node.operands[0] == read.value
+    else:
+        allowed = op.category == "elementwise"
+    if not allowed:
+        return False
+    roots = alias_roots(graph)
+    root, extra = roots.get(read.value, (read.value, 0))
+    producer = next((n for n in graph.nodes if n.name == root), None)
+    read_type = next((n.type for n in graph.nodes if n.name == read.value), None)
+    if producer is None or producer.ann.offset is None or read_type != node.type:
+        return False
+    return producer.ann.offset + extra == node.ann.offset
+
+
+def _writes_over_own_read(
+    graph: Graph, accesses: dict[str, list[Access]], older: str, newer: str
+) -> bool:
+    """Whether `newer`'s producer reads `older` and writes over it other than element-wise."""
+    write = next((x for x in accesses.get(newer, ()) if x.writes), None)
+    if write is None:
+        return False
+    return any(
+        a.node == write.node and not a.writes and not _is_legal_in_place(graph, a, write.node)
+        for a in accesses.get(older, ())
+    )
+
+
+def _check_reuse_order(
+    f: _Finder, accesses: dict[str, list[Access]], older: str, newer: str, overlap: tuple[int, int]
+) -> None:
+    """Overlapping buffers whose accesses are all ordered must be ordered as wholes.
+
+    Every access of one must happen-before the other's first write; otherwise the later write
+    clobbers bytes still to be read (reuse before the last read, or a result written over an
+    operand it still reads, e.g. a broadcast).
+    """
+    hb, graph = f.hb, f.graph
+
+    def first_write(name: str) -> Access | None:
+        return next((x for x in accesses.get(name, ()) if x.writes), None)
+
+    w_new, w_old = first_write(newer), first_write(older)
+    if w_new is None or w_old is None:
+        return
+
+    def fits(reads: list[Access], write: Access) -> list[Access]:
+        bad = []
+        for a in reads:
+            if a.node == write.node:
+                if not (not a.writes and _is_legal_in_place(graph, a, write.node)):
+                    bad.append(a)
+            elif not hb.ordered(a.node, write.node):
+                bad.append(a)
+        return bad
+
+    bad_forward = fits(accesses.get(older, []), w_new)
+    if not bad_forward or not fits(accesses.get(newer, []), w_old):
+        return
+    victim = bad_forward[0]
+    f.races.append(Race(victim, w_new, overlap, clobber=True))
 
 
 @dataclass(frozen=True)

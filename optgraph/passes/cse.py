@@ -6,16 +6,14 @@
 Two nodes merge when op, operands (after earlier merges), attributes, type, body and annotations are
 equal; the later one is removed and its uses read the earlier one. Equal annotations keep the merge
 safe on a scheduled graph: the survivor runs on the same stream, before the removed node would have.
-Graph outputs are renamed to the survivor. Complexity O(V + E) with hashing of each node's text.
+A graph output is never the one removed: output names are the graph's calling convention. Complexity O(V + E) with hashing of each node's text.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from dataclasses import dataclass
-
-from optgraph.ir.graph import Graph, Node, Output
+from optgraph.ir.graph import Graph, Node
 from optgraph.ir.printer import format_node
 from optgraph.passes.base import Pass
 
@@ -42,12 +40,9 @@ class CsePass(Pass):
                 continue
             key = _key(node)
             survivor = seen.get(key)
-            if survivor is not None and not (node.name in outputs and survivor in outputs):
+            if survivor is not None and node.name not in outputs:
                 rename[node.name] = survivor
                 continue
             seen.setdefault(key, node.name)
             nodes.append(node)
-        new_outputs: list[Output] = []
-        for out in graph.outputs:
-            new_outputs.append(replace(out, name=rename.get(out.name, out.name)))
-        return replace(graph, nodes=tuple(nodes), outputs=tuple(new_outputs))
+        return replace(graph, nodes=tuple(nodes))
