@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from random_graphs import KINDS, random_dag_graphs
 
 import optgraph as og
-from optgraph.ir.graph import Graph
+from optgraph.ir.graph import Annotations, Graph, Input, Node, Output, TensorType, Weight
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference
 
 
@@ -32,7 +32,22 @@ def assert_same_results(before: Graph, after: Graph) -> None:
         np.testing.assert_array_equal(actual[new], expected[old])
 
 
+# Found by this property: `record` right after a type was lexed as a weight placement.
+EVENT_AFTER_INPUT = Graph(
+    "random",
+    inputs=(Input("x0", TensorType("f32", (1,))),),
+    weights=(Weight("w0", TensorType("f32", (1,))),),
+    nodes=(
+        Node("e0", "record", ann=Annotations(stream=0)),
+        Node("e0", "wait", ann=Annotations(stream=0)),
+        Node("n0", "add", ("x0", "w0"), type=TensorType("f32", (1,))),
+    ),
+    outputs=(Output("n0"),),
+)
+
+
 @given(random_dag_graphs(annotations=True, events=True))
+@example(EVENT_AFTER_INPUT)
 def test_print_parse_round_trip(graph: Graph) -> None:
     text = og.print_graph(graph)
     again = og.parse(text)
