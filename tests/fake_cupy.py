@@ -1,0 +1,309 @@
+"""A stand-in for CuPy, so the CUDA runtime's host side runs in CI (no GPU, no CuPy).
+
+What it models: device and pinned memory (host memory underneath, so copies really move bytes),
+streams and events (no-ops: everything runs in issue order), stream capture (calls made while
+capturing are recorded into a graph instead of run; launching the instantiated graph runs them),
+`cudaGraphExecUpdate`, the current allocator, and CuPy's cuBLAS wrappers. Kernels and GEMMs are
+recorded by name and do not compute anything, so output *values* mean nothing here: tests assert
+what the runtime did (counters, which calls, which buffers), never results.
+
+    with fake_cupy(monkeypatch) as fake:      # installs cupy, cupy_backends and cuda.bindings
+        program = CudaProgram(graph)
+        program.run(inputs)
+        fake.launches                         # kernel names launched eagerly or by replay
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import enum
+import itertools
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+_ids = itertools.count(0x1000, 0x10)
+
+
+class OutOfMemoryError(Exception):
+    pass
+
+
+class _Memory:
+    def __init__(self, size: int):
+        self.size = size
+
+
+class MemoryPointer:
+    """`cupy.cuda.alloc`'s result: `.ptr` and `.mem.size`, host bytes underneath."""
+
+    def __init__(self, nbytes: int):
+        self.array = np.zeros(max(nbytes, 1), np.uint8)
+        self.ptr = int(self.array.ctypes.data)
+        self.mem = _Memory(nbytes)
+
+    def bytes(self, offset: int, nbytes: int) -> np.ndarray:
+        return self.array[offset : offset + nbytes]
+
+
+class Stream:
+    def __init__(self, non_blocking: bool = False):
+        self.ptr = next(_ids)
+
+    def synchronize(self) -> None:
+        pass
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+class Event:
+    def __init__(self, block: bool = False, disable_timing: bool = False):
+        self.ptr = next(_ids)
+
+    def record(self, stream: Stream | None = None) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+
+class DeviceArray:
+    """`cupy.ndarray` enough for the runtime: shape, dtype, C-contiguous flag, `.data.ptr`."""
+
+    def __init__(self, fake: FakeCupy, host: np.ndarray):
+        host = np.ascontiguousarray(host)
+        self.shape, self.dtype = host.shape, host.dtype
+        self.flags = types.SimpleNamespace(c_contiguous=True)
+        self.data = fake.alloc(host.nbytes)
+        self.data.bytes(0, host.nbytes)[...] = host.reshape(-1).view(np.uint8)
+
+    def get(self) -> np.ndarray:
+        nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
+        return self.data.bytes(0, nbytes).view(self.dtype).reshape(self.shape).copy()
+
+
+class FakeCupy:
+    """The state behind the fake modules: allocations, captures, graphs, what was launched."""
+
+    def __init__(self) -> None:
+        self.allocator: Callable[[int], Any] | None = None
+        self.allocations: list[MemoryPointer] = []
+        self.capture: list[tuple[str, Callable[[], None]]] | None = None
+        self.graphs: dict[int, list[tuple[str, Callable[[], None]]]] = {}
+        self.execs: dict[int, list[tuple[str, Callable[[], None]]]] = {}
+        self.launches: list[str] = []  # kernel names, as they run (eagerly or replayed)
+        self.gemms = 0
+        self.graph_launches = 0
+        self.memcpys = 0
+
+    # -- calls that run now or go into the capturing graph ------------------------------------
+
+    def issue(self, label: str, call: Callable[[], None]) -> None:
+        if self.capture is not None:
+            self.capture.append((label, call))
+        else:
+            call()
+
+    def alloc(self, nbytes: int) -> MemoryPointer:
+        if self.allocator is not None:
+            return self.allocator(nbytes)
+        mem = MemoryPointer(nbytes)
+        self.allocations.append(mem)
+        return mem
+
+    @contextlib.contextmanager
+    def using_allocator(self, allocator: Callable[[int], Any]) -> Iterator[None]:
+        previous, self.allocator = self.allocator, allocator
+        try:
+            yield
+        finally:
+            self.allocator = previous
+
+    def memcpy_async(self, dst: int, src: int, nbytes: int, kind: int, stream: int) -> None:
+        def copy() -> None:
+            self.memcpys += 1
+            ctypes.memmove(dst, src, nbytes)
+
+        self.issue("MEMCPY", copy)
+
+    def memcpy(self, dst: int, src: int, nbytes: int, kind: int) -> None:
+        if self.capture is not None:
+            raise RuntimeError("synchronous cudaMemcpy during capture")
+        ctypes.memmove(dst, src, nbytes)
+
+    def kernel(self, name: str) -> Callable[..., None]:
+        def launch(*args: Any, **kwargs: Any) -> None:
+            self.issue(f"KERNEL {name}", lambda: self.launches.append(name))
+
+        return launch
+
+    def gemm(self, *args: Any) -> None:
+        def run() -> None:
+            self.gemms += 1
+
+        self.issue("KERNEL gemm", run)
+
+    # -- capture and graphs -----------------------------------------------------------------
+
+    def begin_capture(self, stream: int, mode: int) -> None:
+        assert self.capture is None, "capture already in progress"
+        self.capture = []
+
+    def end_capture(self, stream: int) -> int:
+        assert self.capture is not None, "no capture in progress"
+        graph, self.capture = next(_ids), None
+        self.graphs[graph] = []
+        return graph
+
+    def end_capture_recording(self, stream: int) -> int:
+        ops, graph = self.capture, self.end_capture(stream)
+        self.graphs[graph] = list(ops or [])
+        return graph
+
+    def instantiate(self, graph: int) -> int:
+        exec_ = next(_ids)
+        self.execs[exec_] = list(self.graphs[graph])
+        return exec_
+
+    def launch_graph(self, exec_: int, stream: int) -> None:
+        self.graph_launches += 1
+        for _, call in self.execs[exec_]:
+            call()
+
+    def exec_update(self, exec_: Any, graph: Any) -> tuple[Any, ...]:
+        exec_ = getattr(exec_, "value", exec_)
+        graph = getattr(graph, "value", graph)
+        ops, new = self.execs[exec_], self.graphs[graph]
+        if [label for label, _ in ops] != [label for label, _ in new]:
+            return (CudaError.cudaErrorGraphExecUpdateFailure,)
+        self.execs[exec_] = list(new)
+        return (CudaError.cudaSuccess,)
+
+    def dot_print(self, graph: int, path: str, flags: int) -> None:
+        lines = ["digraph dot {", "subgraph cluster_1 {"]
+        for i, (label, _) in enumerate(self.graphs[graph]):
+            body = "\n".join(label.split(" "))
+            lines.append(f'"graph_1_node_{i}"[shape="rectangle" label="{i}\n{body}"];')
+        lines += ["}", "}"]
+        with open(path, "w") as f:
+            f.write("\n".join(lines))
+
+    def asarray(self, host: np.ndarray) -> DeviceArray:
+        return DeviceArray(self, host)
+
+    @property
+    def live_graphs(self) -> int:
+        return len(self.graphs) + len(self.execs)
+
+
+class CudaError(enum.Enum):
+    cudaSuccess = 0
+    cudaErrorGraphExecUpdateFailure = 910
+
+
+class _Handle:
+    def __init__(self, init_value: int = 0):
+        self.value = init_value
+
+
+def _modules(fake: FakeCupy) -> dict[str, types.ModuleType]:
+    def destroy(table: dict[int, Any]) -> Callable[[int], None]:
+        return lambda handle: table.pop(handle)
+
+    runtime = types.SimpleNamespace(
+        getDeviceCount=lambda: 1,
+        memcpyAsync=fake.memcpy_async,
+        memcpy=fake.memcpy,
+        eventRecord=lambda event, stream: fake.issue("EVENT_RECORD", lambda: None),
+        streamWaitEvent=lambda stream, event, flags: fake.issue("WAIT_EVENT", lambda: None),
+        streamBeginCapture=fake.begin_capture,
+        streamEndCapture=fake.end_capture_recording,
+        graphInstantiate=fake.instantiate,
+        graphUpload=lambda exec_, stream: None,
+        graphLaunch=fake.launch_graph,
+        graphDestroy=destroy(fake.graphs),
+        graphExecDestroy=destroy(fake.execs),
+        graphDebugDotPrint=fake.dot_print,
+    )
+    memory = types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError)
+    cuda = types.ModuleType("cupy.cuda")
+    cuda.runtime = runtime  # type: ignore[attr-defined]
+    cuda.memory = memory  # type: ignore[attr-defined]
+    cuda.alloc = fake.alloc  # type: ignore[attr-defined]
+    cuda.alloc_pinned_memory = lambda nbytes: bytearray(max(nbytes, 1))  # type: ignore[attr-defined]
+    cuda.using_allocator = fake.using_allocator  # type: ignore[attr-defined]
+    cuda.Stream = Stream  # type: ignore[attr-defined]
+    cuda.Event = Event  # type: ignore[attr-defined]
+
+    class RawModule:
+        def __init__(self, code: str, options: tuple[str, ...] = ()):
+            self.code = code
+
+        def get_function(self, name: str) -> Any:
+            return types.SimpleNamespace(kernel=fake.kernel(name))
+
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = cuda  # type: ignore[attr-defined]
+    cupy.RawModule = RawModule  # type: ignore[attr-defined]
+    cupy.ndarray = DeviceArray  # type: ignore[attr-defined]
+    cupy.ascontiguousarray = lambda array: array  # type: ignore[attr-defined]
+    cupy.fake = fake  # type: ignore[attr-defined]
+
+    handles = itertools.count(1)
+    cublas = types.ModuleType("cupy_backends.cuda.libs.cublas")
+    cublas.create = lambda: next(handles)  # type: ignore[attr-defined]
+    cublas.destroy = lambda handle: None  # type: ignore[attr-defined]
+    cublas.setStream = lambda handle, stream: None  # type: ignore[attr-defined]
+    cublas.setMathMode = lambda handle, mode: None  # type: ignore[attr-defined]
+    cublas.gemmStridedBatchedEx = fake.gemm  # type: ignore[attr-defined]
+    libs = types.ModuleType("cupy_backends.cuda.libs")
+    libs.cublas = cublas  # type: ignore[attr-defined]
+
+    bindings_runtime = types.ModuleType("cuda.bindings.runtime")
+    bindings_runtime.cudaGraphExecUpdate = fake.exec_update  # type: ignore[attr-defined]
+    bindings_runtime.cudaError_t = CudaError  # type: ignore[attr-defined]
+    bindings_runtime.cudaGraphExec_t = _Handle  # type: ignore[attr-defined]
+    bindings_runtime.cudaGraph_t = _Handle  # type: ignore[attr-defined]
+    bindings = types.ModuleType("cuda.bindings")
+    bindings.runtime = bindings_runtime  # type: ignore[attr-defined]
+    cuda_pkg = types.ModuleType("cuda")
+    cuda_pkg.bindings = bindings  # type: ignore[attr-defined]
+    return {
+        "cupy": cupy,
+        "cupy.cuda": cuda,
+        "cupy_backends": types.ModuleType("cupy_backends"),
+        "cupy_backends.cuda": types.ModuleType("cupy_backends.cuda"),
+        "cupy_backends.cuda.libs": libs,
+        "cupy_backends.cuda.libs.cublas": cublas,
+        "cuda": cuda_pkg,
+        "cuda.bindings": bindings,
+        "cuda.bindings.runtime": bindings_runtime,
+    }
+
+
+@contextlib.contextmanager
+def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCupy]:
+    """Install the fake modules for the duration (skips where the real CuPy is importable, so
+    nothing here can leak into the GPU tests' CuPy state)."""
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("the real CuPy is installed: the GPU tests cover the runtime here")
+    from optgraph.runtime import cuda_blas
+
+    fake = FakeCupy()
+    for name, module in _modules(fake).items():
+        monkeypatch.setitem(__import__("sys").modules, name, module)
+    monkeypatch.setattr(cuda_blas, "_candidate_paths", lambda: [])  # CuPy's wrappers, not ctypes
+    from optgraph.runtime import cuda
+
+    monkeypatch.setattr(cuda, "_MODULES", {})  # compiled modules are cached across programs
+    yield fake
