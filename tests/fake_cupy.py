@@ -19,9 +19,10 @@ import contextlib
 import ctypes
 import enum
 import itertools
+import sys
 import types
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import pytest
@@ -57,7 +58,7 @@ class Stream:
     def synchronize(self) -> None:
         pass
 
-    def __enter__(self) -> Stream:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -159,13 +160,8 @@ class FakeCupy:
 
     def end_capture(self, stream: int) -> int:
         assert self.capture is not None, "no capture in progress"
-        graph, self.capture = next(_ids), None
-        self.graphs[graph] = []
-        return graph
-
-    def end_capture_recording(self, stream: int) -> int:
-        ops, graph = self.capture, self.end_capture(stream)
-        self.graphs[graph] = list(ops or [])
+        graph = next(_ids)
+        self.graphs[graph], self.capture = self.capture, None
         return graph
 
     def instantiate(self, graph: int) -> int:
@@ -225,7 +221,7 @@ def _modules(fake: FakeCupy) -> dict[str, types.ModuleType]:
         eventRecord=lambda event, stream: fake.issue("EVENT_RECORD", lambda: None),
         streamWaitEvent=lambda stream, event, flags: fake.issue("WAIT_EVENT", lambda: None),
         streamBeginCapture=fake.begin_capture,
-        streamEndCapture=fake.end_capture_recording,
+        streamEndCapture=fake.end_capture,
         graphInstantiate=fake.instantiate,
         graphUpload=lambda exec_, stream: None,
         graphLaunch=fake.launch_graph,
@@ -301,8 +297,8 @@ def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCupy]:
 
     fake = FakeCupy()
     for name, module in _modules(fake).items():
-        monkeypatch.setitem(__import__("sys").modules, name, module)
-    monkeypatch.setattr(cuda_blas, "_candidate_paths", lambda: [])  # CuPy's wrappers, not ctypes
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(cuda_blas, "_candidate_paths", list)  # CuPy's wrappers, not ctypes
     from optgraph.runtime import cuda
 
     monkeypatch.setattr(cuda, "_MODULES", {})  # compiled modules are cached across programs
