@@ -120,6 +120,9 @@ class FakeCupy:
         self.allocations.append(mem)
         return mem
 
+    def alloc_pinned(self, nbytes: int) -> bytearray:
+        return bytearray(max(nbytes, 1))
+
     @contextlib.contextmanager
     def using_allocator(self, allocator: Callable[[int], Any]) -> Iterator[None]:
         previous, self.allocator = self.allocator, allocator
@@ -234,7 +237,7 @@ def _modules(fake: FakeCupy) -> dict[str, types.ModuleType]:
     cuda.runtime = runtime  # type: ignore[attr-defined]
     cuda.memory = memory  # type: ignore[attr-defined]
     cuda.alloc = fake.alloc  # type: ignore[attr-defined]
-    cuda.alloc_pinned_memory = lambda nbytes: bytearray(max(nbytes, 1))  # type: ignore[attr-defined]
+    cuda.alloc_pinned_memory = fake.alloc_pinned  # type: ignore[attr-defined]
     cuda.using_allocator = fake.using_allocator  # type: ignore[attr-defined]
     cuda.Stream = Stream  # type: ignore[attr-defined]
     cuda.Event = Event  # type: ignore[attr-defined]
@@ -299,7 +302,7 @@ def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCupy]:
     for name, module in _modules(fake).items():
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setattr(cuda_blas, "_candidate_paths", list)  # CuPy's wrappers, not ctypes
-    from optgraph.runtime import cuda
+    from optgraph.runtime import cuda_launch
 
-    monkeypatch.setattr(cuda, "_MODULES", {})  # compiled modules are cached across programs
+    monkeypatch.setattr(cuda_launch, "_MODULES", {})  # compiled modules outlive programs
     yield fake

@@ -160,3 +160,7 @@ def test_buffers_the_offload_tests_measure_exist(monkeypatch) -> None:
         assert program._cache.get(program.last_key).exec
         assert program.stream is program.stream_for(0)
         assert variant.pointer(variant.plan.locations["x"], {}) == variant.in_dev.ptr
+        assert program.weights.buffer.mem.size >= variant.plan.weights_bytes
+        assert all(w.mem.size for w in program.streams.workspaces.values())
+        assert set(program.streams.workspaces) == {s.stream for s in variant.plan.steps
+                                                   if type(s).__name__ == "GemmStep"}  # fmt: skip

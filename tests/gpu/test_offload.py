@@ -122,9 +122,9 @@ def test_device_memory_measured_within_budget() -> None:
     program.run(random_inputs(g))
     program.run(random_inputs(g))
     (variant,) = program._variants.values()
-    buffers = [variant.arena, program._weights_dev, variant.in_dev, *variant.values.values()]
+    buffers = [variant.arena, program.weights.buffer, variant.in_dev, *variant.values.values()]
     allocated = sum(b.mem.size for b in buffers)
-    workspaces = sum(w.mem.size for w in program._workspaces.values())
+    workspaces = sum(w.mem.size for w in program.streams.workspaces.values())
     grown = pool.used_bytes() - before - workspaces
     planned_peak = device_memory(streamed).peak
     print(

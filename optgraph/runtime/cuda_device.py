@@ -1,0 +1,26 @@
+"""The CUDA runtime's one door to CuPy: a lazy import and the device probe.
+
+Every runtime module that calls CuPy (`cuda`, `cuda_memory`, `cuda_launch`, `cuda_capture`) gets
+it through `cupy()`, inside functions, never at import time: `import optgraph.runtime.cuda` works
+where CuPy is missing, and `is_available()` then says so. The runtime's other modules
+(`cuda_blas`, `cuda_offload`, `cuda_graph_cache`) take what they need of CuPy as arguments.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def cupy() -> Any:
+    """The `cupy` module, imported on first use (`ImportError` where it is not installed)."""
+    import cupy as module
+
+    return module
+
+
+def is_available() -> bool:
+    """Whether CuPy imports and sees at least one CUDA device."""
+    try:
+        return int(cupy().cuda.runtime.getDeviceCount()) > 0
+    except Exception:  # noqa: BLE001 - any failure means no usable GPU
+        return False

@@ -1,0 +1,193 @@
+"""Issuing a run on the GPU: the streams, the compiled kernels, and the host calls of one run.
+
+- `Streams` (one per program): the CUDA streams by plan stream id, created on first use, and one
+  cuBLAS handle per stream with its own workspace, set up before any capture.
+- `Variant` (one per specialization): its buffers (`cuda_memory.VariantMemory`), its kernels (one
+  `RawModule` per distinct module source, shared by every program, so loading them compiles once
+  and before any capture), its events, and `issue_list`: every host call of one run, in order,
+  as closures over resolved pointers. The same list runs eagerly, or under stream capture.
+
+The order of a run (`issue_list`), all of it host calls in `graph.nodes` order:
+
+1. staged inputs: one `memcpyAsync` from pinned staging into the program's input buffer on
+   stream 0 (inputs given as CuPy arrays are read in place instead: bound by pointer);
+2. fork: stream 0 records an event that every other stream waits for;
+3. every step of `codegen.cuda_plan` on its node's stream: our kernels, cuBLAS, device copies,
+   CPU nodes as host functions (`cuda_offload.HostFunction`), and `record`/`wait` events;
+4. join: every other stream records an event stream 0 waits for;
+5. outputs: a device-to-host copy into pinned staging (or device-to-device into `out` arrays).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from optgraph.codegen.cuda_plan import (
+    HOST_SPACES,
+    CopyStep,
+    EventStep,
+    GemmStep,
+    HostStep,
+    KernelStep,
+)
+from optgraph.ir.graph import Graph
+from optgraph.runtime.cuda_blas import BLAS, WORKSPACE_BYTES
+from optgraph.runtime.cuda_device import cupy
+from optgraph.runtime.cuda_memory import D2D, D2H, H2D, DeviceWeights, VariantMemory
+from optgraph.runtime.cuda_offload import HostErrors, HostFunction
+
+COPY_KINDS = {"h2h": 0, "h2d": H2D, "d2h": D2H, "d2d": D2D}  # cudaMemcpyKind by CopyStep.kind
+_MODULES: dict[str, Any] = {}  # module source -> cupy.RawModule, shared by all programs
+
+
+def kernel_module(source: str) -> Any:
+    """The compiled `RawModule` of `source` (compiled once per process)."""
+    module = _MODULES.get(source)
+    if module is None:
+        module = cupy().RawModule(code=source, options=("--std=c++17",))
+        _MODULES[source] = module
+    return module
+
+
+class Streams:
+    """A program's CUDA streams by plan stream id, and a cuBLAS handle per stream."""
+
+    def __init__(self, blas: BLAS):
+        self.blas = blas
+        self.streams: dict[int, Any] = {}
+        self.handles: dict[int, int] = {}
+        self.workspaces: dict[int, Any] = {}
+
+    def get(self, stream: int) -> Any:
+        s = self.streams.get(stream)
+        if s is None:
+            s = self.streams[stream] = cupy().cuda.Stream(non_blocking=True)
+        return s
+
+    def blas_handle(self, stream: int) -> int:
+        """The handle bound to `stream` and its 32 MiB workspace (created on first use, which
+        must be before any capture: `Variant.issue_list` asks for it while building the list)."""
+        h = self.handles.get(stream)
+        if h is None:
+            ws = self.workspaces[stream] = cupy().cuda.alloc(WORKSPACE_BYTES)
+            h = self.blas.create(self.get(stream).ptr, int(ws.ptr), WORKSPACE_BYTES)
+            self.handles[stream] = h
+        return h
+
+    def synchronize(self) -> None:
+        for s in self.streams.values():
+            s.synchronize()
+
+    def destroy_handles(self) -> None:
+        for h in self.handles.values():
+            self.blas.destroy(h)
+        self.handles.clear()
+
+
+class Variant(VariantMemory):
+    """One specialization: a plan for fixed input types, its buffers, kernels and events."""
+
+    def __init__(
+        self, graph: Graph, weights: DeviceWeights, streams: Streams, host_errors: HostErrors
+    ):
+        super().__init__(graph, weights)
+        cp = cupy()
+        plan = self.plan
+        self.streams, self.host_errors = streams, host_errors
+        self.host_functions: list[HostFunction] = []
+        module = kernel_module(plan.source()) if plan.kernels else None
+        # Loading every function now compiles the module before any capture.
+        self.functions = {name: module.get_function(name) for name in plan.kernels}
+        self.launchers = {name: getattr(f, "kernel", None) for name, f in self.functions.items()}
+        self.events = {e: cp.cuda.Event(block=False, disable_timing=True) for e in plan.events}
+        others = [s for s in plan.streams if s != 0]
+        self.fork = cp.cuda.Event(block=False, disable_timing=True)
+        self.joins = {s: cp.cuda.Event(block=False, disable_timing=True) for s in others}
+        self.done = cp.cuda.Event(block=False, disable_timing=True)
+        self.done_recorded = False
+
+    def issue_list(
+        self, bound_in: Mapping[str, int], bound_out: Mapping[str, int]
+    ) -> list[Callable[[], Any]]:
+        """The host calls of one run, in order (see the module docstring)."""
+        rt = cupy().cuda.runtime
+        plan = self.plan
+        s0 = self.streams.get(0).ptr
+        ops: list[Callable[[], Any]] = []
+        staged = [n for n in plan.inputs if n not in bound_in and plan.types[n].nbytes]
+        if staged and len(staged) == len(plan.inputs):
+            args = (int(self.in_dev.ptr), self.in_host.ctypes.data, self.in_bytes, H2D, s0)
+            ops.append(lambda a=args: rt.memcpyAsync(*a))
+        else:
+            for n in staged:
+                off = self.in_offsets[n]
+                a = (int(self.in_dev.ptr) + off, self.in_host.ctypes.data + off,
+                     plan.types[n].nbytes, H2D, s0)  # fmt: skip
+                ops.append(lambda a=a: rt.memcpyAsync(*a))
+        fork = self.fork.ptr
+        if self.joins:
+            ops.append(lambda: rt.eventRecord(fork, s0))
+        side = {s: self.streams.get(s).ptr for s in self.joins}
+        for ptr in side.values():
+            ops.append(lambda ptr=ptr: rt.streamWaitEvent(ptr, fork, 0))
+        for step in plan.steps:
+            ops.append(self._op(step, bound_in))
+        for s, ev in self.joins.items():
+            ops.append(lambda e=ev.ptr, ptr=side[s]: rt.eventRecord(e, ptr))
+            ops.append(lambda e=ev.ptr: rt.streamWaitEvent(s0, e, 0))
+        for name in dict.fromkeys(plan.outputs):
+            nbytes = plan.types[name].nbytes
+            if not nbytes:
+                continue
+            src = self.pointer(plan.locations[name], bound_in)
+            on_host = plan.locations[name].space in HOST_SPACES
+            if name in bound_out:
+                a = (bound_out[name], src, nbytes, H2D if on_host else D2D, s0)
+            elif on_host:
+                continue  # a CPU result: `run` reads it from pinned host memory after the join
+            else:
+                dst = self.out_host.ctypes.data + self.out_offsets[name]
+                a = (dst, src, nbytes, D2H, s0)
+            ops.append(lambda a=a: rt.memcpyAsync(*a))
+        return ops
+
+    def _op(self, step: object, bound: Mapping[str, int]) -> Callable[[], Any]:
+        rt = cupy().cuda.runtime
+        streams = self.streams
+        if isinstance(step, EventStep):
+            ev, s = self.events[step.event].ptr, streams.get(step.stream).ptr
+            if step.kind == "record":
+                return lambda: rt.eventRecord(ev, s)
+            return lambda: rt.streamWaitEvent(s, ev, 0)
+        if isinstance(step, KernelStep):
+            stream = streams.get(step.stream)
+            args = tuple(self.pointer(a, bound) for a in step.args)
+            launch = self.launchers[step.kernel]
+            if launch is not None:
+                return lambda: launch(step.grid, step.block, args, step.shared_mem, stream)
+            kernel = self.functions[step.kernel]
+
+            def fallback() -> None:
+                with stream:
+                    kernel(step.grid, step.block, args, shared_mem=step.shared_mem)
+
+            return fallback
+        if isinstance(step, GemmStep):
+            handle = streams.blas_handle(step.stream)
+            a, b, c = (self.pointer(x, bound) for x in (step.a, step.b, step.c))
+            return streams.blas.gemm_call(handle, step.gemm, a, b, c)
+        if isinstance(step, HostStep):
+            staged = {
+                n: self.in_host[o : o + self.plan.types[n].nbytes]
+                for n, o in self.in_offsets.items()
+                if n not in bound
+            }
+            fn = HostFunction(self.graph, step, self.plan, self.host, staged, self.host_errors)
+            self.host_functions.append(fn)  # the captured graph calls it on every replay
+            host_stream = streams.get(step.stream).ptr
+            return lambda: fn.launch(host_stream)
+        assert isinstance(step, CopyStep)
+        a = (self.pointer(step.dst, bound), self.pointer(step.src, bound), step.nbytes,
+             COPY_KINDS[step.kind], streams.get(step.stream).ptr)  # fmt: skip
+        return lambda: rt.memcpyAsync(*a)
