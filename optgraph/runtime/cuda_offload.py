@@ -1,7 +1,8 @@
 """The host side of split and streamed programs in the CUDA runtime: pinned buffers, CPU nodes.
 
-`runtime/cuda.py` owns the device and every CuPy call; this module holds what runs on the host and
-takes CuPy's pinned allocator as an argument, so it imports no CuPy.
+The runtime's CuPy modules (`cuda.py`, `cuda_memory.py`, `cuda_launch.py`) own the device and every
+CuPy call; this module holds what runs on the host and takes CuPy's pinned allocator as an
+argument, so it imports no CuPy.
 
 - `HostWeights` (per program) and `HostMemory` (per variant): pinned buffers for the *host
   weights* (streamed, `host`-placed and CPU-read weights, at `host_weight_layout`) and the *host
