@@ -4,6 +4,7 @@ graph-cache key and decisions, re-typing for new input shapes, DOT node counting
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from optgraph.runtime.cuda_graph_cache import (
     GraphCache,
     GraphKey,
     count_dot_nodes,
+    moved_weights,
     retype_graph,
 )
 
@@ -131,8 +133,21 @@ def test_retype_graph_infers_new_shapes_and_drops_the_plan() -> None:
     assert all(n.ann.offset is None for n in wide.nodes)
     assert [n.stream for n in wide.nodes] == [n.stream for n in graph.nodes]
     gpt2 = og.parse_file(EXAMPLES[0].parent / "gpt2_block.ir")
-    with pytest.raises(InputError, match="cannot run on inputs"):
+    with pytest.raises(InputError) as err:
         retype_graph(gpt2, {"x": TensorType("f32", (9, 64))})  # reshape to 8 tokens fails
+    assert "cannot take input '%x' as f32[9,64] (was f32[8,64])" in err.value.message
+    assert err.value.span is not None and err.value.span.line > 6  # the reshape, not the input
+
+
+def test_moved_weights_finds_weights_placed_differently() -> None:
+    mlp = og.parse_file(EXAMPLES[0].parent / "mlp.ir")
+    planned = run_pipeline(mlp, PLANNED)
+    wide = retype_graph(planned, {"x": TensorType("f32", (16, 64))})
+    assert moved_weights(planned, wide) == []
+    # fc1.w kept in host memory: it leaves the device buffer, and every later weight moves up.
+    host = tuple(replace(w, placement="host") if w.name == "fc1.w" else w for w in mlp.weights)
+    moved = moved_weights(planned, replace(planned, weights=host))
+    assert moved == sorted(w.name for w in mlp.weights)
 
 
 def test_count_dot_nodes() -> None:

@@ -52,7 +52,9 @@ from optgraph.runtime.cuda_graph_cache import (
     GraphKey,
     RuntimeCounters,
     input_signature,
+    moved_weights,
     retype_graph,
+    shape_change,
 )
 from optgraph.runtime.cuda_launch import Streams, Variant
 from optgraph.runtime.cuda_memory import DeviceWeights, check_array
@@ -71,9 +73,12 @@ __all__ = [
 class CudaProgram:
     """A graph compiled for the GPU; `run` it like the reference interpreter.
 
-    `specialize(input_types) -> Graph` builds the graph for new input shapes (by default the
-    graph re-typed, unplanned); `capture_mode` is the CUDA stream-capture mode (0 global, 1 thread
-    local, 2 relaxed).
+    `specialize(input_types) -> Graph` builds the graph for new input shapes: by default the
+    graph re-typed and run unplanned (`cuda_graph_cache.retype_graph`); `optgraph.compile` passes
+    `CompiledProgram.specialize`, which re-runs the program's pipeline, memory plan included. A
+    graph that cannot take the new shapes, or a specialization that places the weights other than
+    the program does, raises an `OptGraphError` naming the inputs and both shapes, and counts
+    nothing. `capture_mode` is the CUDA stream-capture mode (0 global, 1 thread local, 2 relaxed).
     """
 
     def __init__(
@@ -132,11 +137,23 @@ class CudaProgram:
         v = self._variants.get(key)
         if v is None:
             same = dict(types) == input_signature(self.graph)
-            graph = self.graph if same else self._specialize(types)
+            graph = self.graph if same else self._specialized(types)
             v = Variant(graph, self.weights, self.streams, self.host_errors)
             self._variants[key] = v
             self.counters.specializations += 1
         return v
+
+    def _specialized(self, types: Mapping[str, TensorType]) -> Graph:
+        graph = self._specialize(types)
+        moved = moved_weights(self.graph, graph)
+        if moved:
+            names = ", ".join(f"'%{n}'" for n in moved[:4]) + (", ..." if len(moved) > 4 else "")
+            raise OptGraphError(
+                f"graph '{self.graph.name}' specialized for {shape_change(self.graph, types)} "
+                f"places weights {names} other than the compiled program, whose weight buffers "
+                "every specialization shares; compile a program for these shapes instead"
+            )
+        return graph
 
     # -- running -----------------------------------------------------------------------------
 

@@ -15,9 +15,17 @@ pointer it touches. Everything else it reads from device memory at replay: input
 `GraphCache.decide(key, binding)` returns REPLAY, UPDATE or CAPTURE accordingly; it holds at most
 `capacity` graphs and evicts the least recently used one (handing it to `on_evict` to destroy).
 
-`retype_graph(graph, input_types)` re-infers every node type for new input types (the unplanned
-fallback of a shape change: plan annotations, no longer valid, are dropped). This module imports
-no CuPy, so all of it is tested on machines without a GPU.
+Specialization for new input shapes. `retype_graph(graph, input_types)` re-infers every node type
+for new input types, dropping plan annotations that are no longer valid; when a node cannot take
+them (a `reshape` with a static `shape` attribute, say) it raises an `InputError` naming each
+changed input with its old and new type (`shape_change`). A `CudaProgram` built directly runs the
+re-typed graph unplanned (one buffer per value); a program made by `optgraph.compile` passes a
+`specialize` hook that re-runs its pipeline on the re-typed source graph instead, so every shape
+gets a memory plan (`CompiledProgram.specialize`). Either way every specialization shares the
+program's one weights buffer, so `moved_weights` must find nothing: a pipeline that placed the
+weights differently for the new shapes (streamed or host-placed ones, say) is refused.
+
+This module imports no CuPy, so all of it is tested on machines without a GPU.
 """
 
 from __future__ import annotations
@@ -29,9 +37,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
+from optgraph.codegen.cuda_plan import storage
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph, Node, Region, TensorType
 from optgraph.ir.ops import infer_type
+from optgraph.passes.segments import host_weight_layout
 
 Handle = TypeVar("Handle")
 
@@ -84,7 +94,7 @@ class RuntimeCounters:
     updates: int = 0  # stream captures applied to an existing graph with cudaGraphExecUpdate
     update_fallbacks: int = 0  # updates CUDA refused, re-instantiated instead
     replays: int = 0  # graph launches (after capture, update or as is)
-    specializations: int = 0  # plans built for new input types (the first one included)
+    specializations: int = 0  # variants built, one per distinct input types (the first included)
     weight_uploads: int = 0
     evictions: int = 0
     allocations_refused: int = 0  # allocations attempted (and refused) during capture
@@ -168,11 +178,22 @@ def _retype_node(node: Node, types: dict[str, TensorType]) -> Node:
     return replace(node, type=t, ann=replace(node.ann, **_PLAN_KEYS))
 
 
+def shape_change(graph: Graph, input_types: Mapping[str, TensorType]) -> str:
+    """Each input of `graph` whose type `input_types` changes, with both types, for messages:
+    "input '%x' as f32[9,64] (was f32[8,64])"."""
+    changes = [
+        f"input '%{i.name}' as {input_types[i.name]} (was {i.type})"
+        for i in graph.inputs
+        if i.name in input_types and input_types[i.name] != i.type
+    ]
+    return " and ".join(changes) or "the same input types"
+
+
 def retype_graph(graph: Graph, input_types: Mapping[str, TensorType]) -> Graph:
     """`graph` with new input types and every node type inferred again (plan annotations dropped).
 
     Raises `InputError` when the graph cannot take those types (a reshape whose element count no
-    longer matches, say), naming the node.
+    longer matches, say), naming the node, and each changed input with its old and new type.
     """
     unknown = sorted(set(input_types) - graph.input_names())
     if unknown:
@@ -188,14 +209,27 @@ def retype_graph(graph: Graph, input_types: Mapping[str, TensorType]) -> Graph:
         try:
             node = _retype_node(node, types)
         except OptGraphError as err:
-            shapes = ", ".join(f"%{i.name}: {i.type}" for i in inputs)
+            change = shape_change(graph, input_types)
             raise InputError(
-                f"graph '{graph.name}' cannot run on inputs {shapes}: {err.message}", node.span
+                f"graph '{graph.name}' cannot take {change}: {err.message}", node.span
             ) from None
         assert node.type is not None
         types[node.name] = node.type
         nodes.append(node)
     return replace(graph, inputs=inputs, nodes=tuple(nodes))
+
+
+def moved_weights(compiled: Graph, specialized: Graph) -> list[str]:
+    """Weights whose place (device buffer offset, pinned host offset) differs between the two
+    graphs, sorted; a specialization must have none (see the module docstring)."""
+
+    def places(graph: Graph) -> dict[str, tuple[int | None, int | None]]:
+        device = storage(graph)[1]
+        host, _ = host_weight_layout(graph)
+        return {w.name: (device.get(w.name), host.get(w.name)) for w in graph.weights}
+
+    a, b = places(compiled), places(specialized)
+    return sorted(n for n in a.keys() | b.keys() if a.get(n) != b.get(n))
 
 
 _DOT_NODE = re.compile(r'"(graph_\d+_node_\d+)"\s*\[(.*?)"\s*\]', re.DOTALL)
@@ -244,5 +278,7 @@ __all__ = [
     "RuntimeCounters",
     "count_dot_nodes",
     "input_signature",
+    "moved_weights",
     "retype_graph",
+    "shape_change",
 ]
