@@ -4,6 +4,8 @@ compute on the fake, so no test here looks at output values; tests/gpu covers th
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -164,3 +166,20 @@ def test_buffers_the_offload_tests_measure_exist(monkeypatch) -> None:
         assert all(w.mem.size for w in program.streams.workspaces.values())
         assert set(program.streams.workspaces) == {s.stream for s in variant.plan.steps
                                                    if type(s).__name__ == "GemmStep"}  # fmt: skip
+
+
+def test_importing_the_runtime_imports_no_cupy() -> None:
+    """CuPy is imported lazily, on first use: every runtime module imports where it is absent."""
+    modules = (
+        "cuda, cuda_blas, cuda_capture, cuda_device, cuda_graph_cache, cuda_launch, cuda_memory, "
+        "cuda_offload"
+    )
+    code = (
+        f"from optgraph.runtime import {modules}\n"
+        "import sys\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('cupy', 'cupy_backends')]\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    command = [sys.executable, "-c", code]
+    done = subprocess.run(command, check=False, cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
