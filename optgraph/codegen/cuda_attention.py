@@ -4,19 +4,26 @@ rope (NeoX rotate-half on `x [B,S,H,D]`, `pos [S]`): a thread per pair (i, i + D
 `pos · theta^(-2i/D)` and its cosine and sine are computed in double, then the rotation in float32,
 exactly as the reference interpreter does.
 
-attention (`q [B,Hq,Sq,D]`, `k, v [B,Hkv,Skv,D]`, optional `kv_len [1]`): one block of 128 threads
-per query row (grid Sq x Hq x B); query head h reads kv head h / (Hq / Hkv) (grouped-query). The
-row's visible keys are `j < L` with `L = kv_len` (clamped to [0, Skv]) or `Skv`, and, when causal,
-`j <= L - Sq + i`: this serves prefill (Sq = Skv, L = Skv) and decode (Sq new rows at the end of
-the first L cache rows) alike. Keys are processed in tiles of 256 with an online softmax (running
-max and sum, rescaled per tile), so any Skv fits in 1 KiB of shared memory; scores and
-accumulators are float32. A row that sees no key yields zeros.
+attention (`q [B,Hq,Sq,D]`, `k, v [B,Hkv,Skv,D]`, optional `kv_len [1]`): query head h reads kv
+head h / (Hq / Hkv) (grouped-query). The row's visible keys are `j < L` with `L = kv_len` (clamped
+to [0, Skv]) or `Skv`, and, when causal, `j <= L - Sq + i`: this serves prefill (Sq = Skv, L = Skv)
+and decode (Sq new rows at the end of the first L cache rows) alike. A row that sees no key yields
+zeros. Scores and accumulators are float32 (online softmax). Three kernels, by shape:
+
+- few query rows (decode): `cuda_attention_decode`, split-KV over the key chunks, one block per
+  (key chunk, KV head, row tile), the K/V rows read once per KV group;
+- many rows (prefill): `cuda_attention_tiled`, K/V tiles of 32 keys in shared memory, a warp per
+  two query rows, fully masked causal tiles skipped;
+- head sizes neither takes (D > 256 for decode, D > 160 otherwise): `_attention_rows` below, one
+  block of 128 threads per query row, tiles of 256 keys.
 """
 
 from __future__ import annotations
 
 import math
 
+from optgraph.codegen import cuda_attention_decode, cuda_attention_tiled
+from optgraph.codegen.cuda_head_rows import attention_shape
 from optgraph.codegen.cuda_source import (
     STORAGE,
     Launch,
@@ -42,7 +49,17 @@ THREADS = 128
 def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Work]:
     if node.op == "rope":
         return [_rope(node, types)]
-    return [_attention(node, types)]
+    return [attention_launch(node, types)]
+
+
+def attention_launch(node: Node, types: tuple[TensorType, ...]) -> Launch:
+    """The attention kernel that suits the node's shape (see the module docstring)."""
+    shape = attention_shape(node, types)
+    if cuda_attention_decode.fits(shape):
+        return cuda_attention_decode.decode_attention(shape, node.name)
+    if cuda_attention_tiled.fits(shape):
+        return cuda_attention_tiled.tiled_attention(shape)
+    return _attention_rows(node, types)
 
 
 def _rope(node: Node, types: tuple[TensorType, ...]) -> Launch:
@@ -74,7 +91,7 @@ def _rope(node: Node, types: tuple[TensorType, ...]) -> Launch:
     return Launch(kernel, grid, block, ("out", "in0", "in1"))
 
 
-def _attention(node: Node, types: tuple[TensorType, ...]) -> Launch:
+def _attention_rows(node: Node, types: tuple[TensorType, ...]) -> Launch:
     q, k = types[0], types[1]
     b, hq, sq, d = q.shape
     hkv, skv = k.shape[1], k.shape[2]

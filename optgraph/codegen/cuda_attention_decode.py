@@ -1,0 +1,240 @@
+"""Decode attention (few query rows): split-KV ("flash-decoding") in one kernel.
+
+    %o = attention(%q, %k, %v, %len) : f16[1,32,1,128]    (k, v : f16[1,8,1024,128])
+    ->  grid (C = 16 key chunks, 8 KV heads x 1 row tile, 1), 256 threads
+
+A block owns one KV head, one tile of up to `ROWS` query rows of that head's group (the group's
+q heads x the Sq queries: with GQA the K/V rows are read once per group, not once per q head) and
+one chunk of the keys. Each warp takes a strided set of the chunk's keys, `UNROLL` at a time: one
+key row is one coalesced access (each lane a slice of D, vector loads when aligned, see
+`cuda_head_rows`), the dot products are finished with warp shuffles, and each row keeps an online
+softmax (max m, sum l, accumulator acc[D]). The warps' states are merged in shared memory in warp
+order. With C > 1 chunks the block writes its (m, l, acc) to a per-kernel workspace (`__device__`
+arrays, like `cuda_fused`'s split-K) and bumps the tile's counter; the block that arrives last
+merges the C partials in chunk order, writes the rows and resets the counter. Every sum is taken
+in a fixed order, so results are deterministic. C is chosen to give about `TARGET_BLOCKS` blocks.
+
+Kernels with a workspace carry the node's name in their text (two nodes never share one). Not
+handled (the caller uses another kernel): D > `MAX_D`, more than `MAX_ROWS` rows per KV head.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from optgraph.codegen.cuda_head_rows import (
+    AttentionShape,
+    contiguous_load,
+    vector_check,
+    warp_sum,
+)
+from optgraph.codegen.cuda_source import (
+    STORAGE,
+    Kernel,
+    Launch,
+    f32_literal,
+    in_param,
+    load,
+    out_param,
+    store,
+)
+
+MAX_D = 256
+MAX_SQ = 4
+MAX_ROWS = 16  # query rows per KV head (group x Sq)
+ROWS = 4  # rows per block
+UNROLL = 4  # keys a warp has in flight
+TARGET_BLOCKS = 132 * 2
+MAX_CHUNKS = 16
+NEG_INF = f32_literal(float("-inf"))
+
+
+def fits(shape: AttentionShape) -> bool:
+    return shape.d <= MAX_D and shape.sq <= MAX_SQ and shape.group * shape.sq <= MAX_ROWS
+
+
+def _layout(shape: AttentionShape) -> tuple[int, int, int, int, int]:
+    """(rows per block, row tiles, warps, chunks, keys per chunk)."""
+    rows = shape.group * shape.sq
+    rb = min(rows, ROWS)
+    rt = -(-rows // rb)
+    warps = 8 if shape.d <= 128 else 4
+    base = shape.b * shape.hkv * rt
+    min_chunk = warps * UNROLL
+    chunks = max(1, min(-(-TARGET_BLOCKS // base), -(-shape.skv // min_chunk), MAX_CHUNKS))
+    per_chunk = -(-shape.skv // chunks)
+    return rb, rt, warps, -(-shape.skv // per_chunk), per_chunk
+
+
+def decode_attention(shape: AttentionShape, salt: str) -> Launch:
+    s, dt = shape, shape.dtype
+    rb, rt, warps, chunks, per_chunk = _layout(s)
+    e, d, threads = s.per_lane, s.d, warps * 32
+    tiles = s.b * s.hkv * rt
+    scale = f32_literal(s.scale)
+    lines = [
+        "const unsigned int c = blockIdx.x, hr = blockIdx.y, bz = blockIdx.z;",
+        f"const unsigned int hk = hr / {rt}u, rt = hr % {rt}u;",
+        "const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;",
+        f"long long Lx = {s.length_expr()};",
+        "if (Lx < 0) Lx = 0;",
+        "const unsigned int L = (unsigned int)Lx;",
+        f"const unsigned long long kvoff = (unsigned long long)(bz * {s.hkv}u + hk) * {s.skv * d}ull;",
+        *vector_check(s, ("in1", "in2")),
+        *contiguous_load(s),
+        # the block's rows: q head hk * group + gr / Sq, query gr % Sq
+        "auto qoff_of = [&](unsigned int gr) -> unsigned long long {",
+        f"  const unsigned int h = hk * {s.group}u + gr / {s.sq}u, i = gr % {s.sq}u;",
+        f"  return ((unsigned long long)(bz * {s.hq}u + h) * {s.sq}u + i) * {d}u;",
+        "};",
+        f"float qv[{rb}][{e}];",
+        f"unsigned int lim[{rb}];",
+        "unsigned int kend = 0u;",
+        f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
+        f"  const unsigned int gr = rt * {rb}u + r;",
+        f"  const bool active = gr < {s.group * s.sq}u;",
+        "  long long lm = active ? (long long)L : 0LL;",
+    ]
+    if s.causal:
+        lines += [
+            f"  if (active) lm = og_min(lm, (long long)L - {s.sq}LL + (long long)(gr % {s.sq}u) + 1LL);",
+            "  if (lm < 0) lm = 0;",
+        ]
+    lines += [
+        "  lim[r] = (unsigned int)lm;",
+        "  kend = og_max(kend, lim[r]);",
+        "  const unsigned long long qo = active ? qoff_of(gr) : 0ull;",
+        f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k) {{",
+        f"    const unsigned int t = (unsigned int)lane * {e}u + k;",
+        f"    qv[r][k] = (active && t < {d}u) ? {load(dt, 'in0[qo + t]')} : 0.0f;",
+        "  }",
+        "}",
+        f"const unsigned int k0 = c * {per_chunk}u;",
+        f"const unsigned int k1 = og_min(k0 + {per_chunk}u, kend);",
+        f"float m[{rb}], l[{rb}], acc[{rb}][{e}];",
+        f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
+        f"  m[r] = {NEG_INF}; l[r] = 0.0f;",
+        f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k) acc[r][k] = 0.0f;",
+        "}",
+        (
+            f"for (unsigned int j0 = k0 + (unsigned int)warp * {UNROLL}u; j0 < k1;"
+            f" j0 += {warps * UNROLL}u) {{"
+        ),
+        f"  float kf[{UNROLL}][{e}], vf[{UNROLL}][{e}];",
+        f"  #pragma unroll\n  for (int u = 0; u < {UNROLL}; ++u) {{",
+        "    const unsigned int j = j0 + u < k1 ? j0 + u : j0;",  # j0 < k1: always a valid row
+        f"    ld_row(in1, kvoff + (unsigned long long)j * {d}u, kf[u]);",
+        f"    ld_row(in2, kvoff + (unsigned long long)j * {d}u, vf[u]);",
+        "  }",
+        f"  #pragma unroll\n  for (int r = 0; r < {rb}; ++r) {{",
+        f"    float sc[{UNROLL}];",
+        "    float mx = m[r];",
+        f"    #pragma unroll\n    for (int u = 0; u < {UNROLL}; ++u) {{",
+        "      float dot = 0.0f;",
+        f"      #pragma unroll\n      for (int k = 0; k < {e}; ++k) dot += qv[r][k] * kf[u][k];",
+        f"      {warp_sum('dot')}",
+        f"      sc[u] = (j0 + u < k1 && j0 + u < lim[r]) ? dot * {scale} : {NEG_INF};",
+        "      mx = og_max(mx, sc[u]);",
+        "    }",
+        f"    if (mx == {NEG_INF}) continue;",  # nothing visible yet (uniform over the warp)
+        "    const float corr = expf(m[r] - mx);",
+        "    l[r] *= corr;",
+        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) acc[r][k] *= corr;",
+        f"    #pragma unroll\n    for (int u = 0; u < {UNROLL}; ++u) {{",
+        f"      const float p = sc[u] == {NEG_INF} ? 0.0f : expf(sc[u] - mx);",
+        "      l[r] += p;",
+        f"      #pragma unroll\n      for (int k = 0; k < {e}; ++k) acc[r][k] += p * vf[u][k];",
+        "    }",
+        "    m[r] = mx;",
+        "  }",
+        "}",
+        # merge the warps in warp order
+        f"__shared__ float og_m[{warps}][{rb}], og_l[{warps}][{rb}];",
+        f"__shared__ float og_a[{warps}][{rb}][{d}];",
+        f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
+        "  if (lane == 0) { og_m[warp][r] = m[r]; og_l[warp][r] = l[r]; }",
+        f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k) {{",
+        f"    const unsigned int t = (unsigned int)lane * {e}u + k;",
+        f"    if (t < {d}u) og_a[warp][r][t] = acc[r][k];",
+        "  }",
+        "}",
+        "__syncthreads();",
+    ]
+    merge_warps = [
+        f"  const unsigned int r = t / {d}u, dd = t % {d}u;",
+        f"  float M = {NEG_INF};",
+        f"  for (int w = 0; w < {warps}; ++w) M = og_max(M, og_m[w][r]);",
+        "  float Ls = 0.0f, A = 0.0f;",
+        f"  for (int w = 0; w < {warps}; ++w) {{",
+        f"    const float wt = og_m[w][r] == {NEG_INF} ? 0.0f : expf(og_m[w][r] - M);",
+        "    Ls += og_l[w][r] * wt;",
+        "    A += og_a[w][r][dd] * wt;",
+        "  }",
+    ]
+    loop = f"for (unsigned int t = threadIdx.x; t < {rb * d}u; t += {threads}u) {{"
+    write = [
+        f"  const unsigned int gr = rt * {rb}u + r;",
+        f"  if (gr < {s.group * s.sq}u) out[qoff_of(gr) + dd] = {store(dt, 'Ls > 0.0f ? A / Ls : 0.0f')};",
+    ]
+    decl = ""
+    if chunks == 1:
+        lines += [loop, *merge_warps, *write, "}"]
+    else:
+        layout = (rb, rt, warps, chunks, per_chunk, UNROLL)
+        digest = hashlib.sha1(f"{salt}|attention|{s}|{layout}".encode()).hexdigest()[:12]
+        ws, ml, cnt = f"og_ws_{digest}", f"og_ml_{digest}", f"og_cnt_{digest}"
+        decl = (
+            f"__device__ float {ws}[{tiles * chunks * rb * d}];\n"
+            f"__device__ float {ml}[{tiles * chunks * rb * 2}];\n"
+            f"__device__ unsigned int {cnt}[{tiles}];\n"
+        )
+        part = f"(tile * {chunks}u + {{c}}) * {rb}u + r"
+        lines += [
+            f"const unsigned int tile = bz * {s.hkv * rt}u + hr;",
+            loop,
+            *merge_warps,
+            f"  {ws}[({part.format(c='c')}) * {d}u + dd] = A;",
+            (
+                f"  if (dd == 0u) {{ {ml}[({part.format(c='c')}) * 2u] = M; "
+                f"{ml}[({part.format(c='c')}) * 2u + 1u] = Ls; }}"
+            ),
+            "}",
+            "__threadfence();",
+            "__syncthreads();",
+            "__shared__ bool og_last;",
+            f"if (threadIdx.x == 0) og_last = atomicAdd(&{cnt}[tile], 1u) == {chunks - 1}u;",
+            "__syncthreads();",
+            "if (!og_last) return;",
+            "__threadfence();",
+            loop,
+            f"  const unsigned int r = t / {d}u, dd = t % {d}u;",
+            # every load first (unrolled: all in flight), then the sums in chunk order
+            f"  float mq[{chunks}], lq[{chunks}], aq[{chunks}];",
+            f"  #pragma unroll\n  for (unsigned int q = 0; q < {chunks}u; ++q) {{",
+            f"    mq[q] = __ldcg(&{ml}[({part.format(c='q')}) * 2u]);",
+            f"    lq[q] = __ldcg(&{ml}[({part.format(c='q')}) * 2u + 1u]);",
+            f"    aq[q] = __ldcg(&{ws}[({part.format(c='q')}) * {d}u + dd]);",
+            "  }",
+            f"  float M = {NEG_INF};",
+            f"  #pragma unroll\n  for (int q = 0; q < {chunks}; ++q) M = og_max(M, mq[q]);",
+            "  float Ls = 0.0f, A = 0.0f;",
+            f"  #pragma unroll\n  for (int q = 0; q < {chunks}; ++q) {{",
+            f"    const float wt = mq[q] == {NEG_INF} ? 0.0f : expf(mq[q] - M);",
+            "    Ls += lq[q] * wt;",
+            "    A += aq[q] * wt;",
+            "  }",
+            *write,
+            "}",
+            f"if (threadIdx.x == 0) {cnt}[tile] = 0u;",
+        ]
+    decls = [out_param(dt), in_param(dt, 0), in_param(dt, 1), in_param(dt, 2)]
+    if s.has_len:
+        decls.append(f"const {STORAGE[s.len_dtype]}* in3")
+    text = "\n".join("  " + line for line in "\n".join(lines).split("\n"))
+    family = f"attention_decode|{salt}" if chunks > 1 else "attention_decode"
+    template = f'extern "C" __global__ void KERNEL_NAME({", ".join(decls)}) {{\n{text}\n}}\n'
+    name = "og_attention_decode_"
+    name += hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
+    kernel = Kernel(name, decl + template.replace("KERNEL_NAME", name))
+    args = ("out", "in0", "in1", "in2") + (("in3",) if s.has_len else ())
+    return Launch(kernel, (chunks, s.hkv * rt, s.b), (threads, 1, 1), args)

@@ -1,0 +1,182 @@
+"""Prefill attention (many query rows): K/V tiles in shared memory, a warp per two query rows.
+
+    %o = attention(%q, %k, %v) {causal = true} : f16[1,32,512,128]
+    ->  grid (512 / 16 query tiles, 32 heads, 1), 256 threads (8 warps x 2 rows)
+
+A block owns `ROWS_PER_WARP` x 8 consecutive query rows of one head. It walks the keys in tiles
+of 32: all threads copy the tile's K and V rows into shared memory (float32, coalesced), then each
+warp, for its rows:
+
+1. every lane forms partial dot products of its slice of D (elements lane + 32·e, bank-conflict
+   free) with all 32 keys of the tile; one butterfly reduce-scatter (31 shuffles for 32 keys instead
+   of 5 per key) leaves lane j holding the score of key j;
+2. online softmax: the tile's row max by warp shuffles, the running max m and each lane's share of
+   the running sum l rescaled, p = exp(s − m);
+3. acc[slice] += Σ_j p_j · V[j][slice], with p broadcast through shared memory.
+
+With `causal`, tiles past the block's last visible key are never loaded and a warp skips tiles
+its rows cannot see. Scores, sums and accumulators are float32; every sum has a fixed order.
+Not handled (the caller uses the row kernel): D > `MAX_D`.
+"""
+
+from __future__ import annotations
+
+from optgraph.codegen.cuda_head_rows import AttentionShape, warp_max, warp_sum
+from optgraph.codegen.cuda_source import (
+    STORAGE,
+    Launch,
+    f32_literal,
+    in_param,
+    load,
+    make_kernel,
+    out_param,
+    store,
+)
+
+MAX_D = 160  # two float32 tiles of 32 x D stay within 48 KiB of shared memory
+WARPS = 8
+ROWS_PER_WARP = 2
+KEYS = 32  # keys per tile: one per lane after the reduce-scatter
+NEG_INF = f32_literal(float("-inf"))
+
+
+def fits(shape: AttentionShape) -> bool:
+    return shape.d <= MAX_D
+
+
+def _reduce_scatter(rw: int) -> list[str]:
+    """part[r][0..32) per lane -> part[r][0] = the warp's sum for key `lane`."""
+    lines: list[str] = []
+    for o in (16, 8, 4, 2, 1):
+        lines += [
+            f"{{ const bool up = (lane & {o}) != 0;",
+            f"  #pragma unroll\n  for (int r = 0; r < {rw}; ++r) {{",
+            f"    #pragma unroll\n    for (int i = 0; i < {o}; ++i) {{",
+            f"      const float send = up ? part[r][i] : part[r][i + {o}];",
+            f"      const float keep = up ? part[r][i + {o}] : part[r][i];",
+            f"      part[r][i] = keep + __shfl_xor_sync(0xffffffffu, send, {o});",
+            "    }",
+            "  }",
+            "}",
+        ]
+    return lines
+
+
+def tiled_attention(shape: AttentionShape) -> Launch:
+    s, dt = shape, shape.dtype
+    e, d, rw = s.per_lane, s.d, ROWS_PER_WARP
+    rows = WARPS * rw
+    threads = WARPS * 32
+    qtiles = -(-s.sq // rows)
+    scale = f32_literal(s.scale)
+    limit = "og_min((long long)L, (long long)L - SQ + (long long)i + 1LL)" if s.causal else "L"
+    lines = [
+        f"const long long SQ = {s.sq}LL;",
+        "const unsigned int qt = blockIdx.x, h = blockIdx.y, bz = blockIdx.z;",
+        f"const unsigned int hk = h / {s.group}u;",
+        "const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;",
+        f"long long L = {s.length_expr()};",
+        "if (L < 0) L = 0;",
+        f"const unsigned long long kvoff = (unsigned long long)(bz * {s.hkv}u + hk) * {s.skv * d}ull;",
+        f"const unsigned long long qbase = (unsigned long long)(bz * {s.hq}u + h) * {s.sq * d}ull;",
+        f"__shared__ float og_k[{KEYS}][{d}];",
+        f"__shared__ float og_v[{KEYS}][{d}];",
+        f"__shared__ float og_p[{WARPS}][{rw}][{KEYS}];",
+        # the block's key range: the last row's limit (causal) or L
+        f"const long long last = og_min((long long)(qt + 1u) * {rows}LL, SQ) - 1LL;",
+        "long long kend_l;",
+        "{ const long long i = last; kend_l = " + limit + "; }",
+        "const unsigned int kend = kend_l > 0 ? (unsigned int)kend_l : 0u;",
+        f"float qv[{rw}][{e}], acc[{rw}][{e}], m[{rw}], l[{rw}];",
+        f"unsigned int lim[{rw}];",
+        "unsigned int wlim = 0u;",
+        f"#pragma unroll\nfor (int r = 0; r < {rw}; ++r) {{",
+        f"  const long long i = (long long)qt * {rows}LL + warp * {rw} + r;",
+        "  long long lm = i < SQ ? (long long)(" + limit + ") : 0LL;",
+        "  lim[r] = lm > 0 ? (unsigned int)lm : 0u;",
+        "  wlim = og_max(wlim, lim[r]);",
+        f"  m[r] = {NEG_INF}; l[r] = 0.0f;",
+        f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k) {{",
+        "    const unsigned int t = (unsigned int)lane + 32u * k;",
+        "    acc[r][k] = 0.0f;",
+        (
+            f"    qv[r][k] = (i < SQ && t < {d}u) ? "
+            f"{load(dt, 'in0[qbase + (unsigned long long)i * ' + str(d) + 'u + t]')} : 0.0f;"
+        ),
+        "  }",
+        "}",
+        f"for (unsigned int k0 = 0; k0 < kend; k0 += {KEYS}u) {{",
+        "  __syncthreads();",
+        f"  for (unsigned int x = threadIdx.x; x < {KEYS * d}u; x += {threads}u) {{",
+        f"    const unsigned int j = x / {d}u, t = x % {d}u;",
+        f"    const unsigned long long g = kvoff + (unsigned long long)(k0 + j) * {d}u + t;",
+        "    const bool ok = k0 + j < kend;",
+        f"    og_k[j][t] = ok ? {load(dt, 'in1[g]')} : 0.0f;",
+        f"    og_v[j][t] = ok ? {load(dt, 'in2[g]')} : 0.0f;",
+        "  }",
+        "  __syncthreads();",
+        "  if (k0 >= wlim) continue;",  # this warp's rows see none of the tile (uniform)
+        f"  float part[{rw}][{KEYS}];",
+        f"  #pragma unroll\n  for (int j = 0; j < {KEYS}; ++j) {{",
+        f"    float kf[{e}];",
+        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) {{",
+        "      const unsigned int t = (unsigned int)lane + 32u * k;",
+        f"      kf[k] = t < {d}u ? og_k[j][t] : 0.0f;",
+        "    }",
+        f"    #pragma unroll\n    for (int r = 0; r < {rw}; ++r) {{",
+        "      float dot = 0.0f;",
+        f"      #pragma unroll\n      for (int k = 0; k < {e}; ++k) dot += qv[r][k] * kf[k];",
+        "      part[r][j] = dot;",
+        "    }",
+        "  }",
+        *("  " + x for x in "\n".join(_reduce_scatter(rw)).split("\n")),
+        "  const unsigned int key = k0 + (unsigned int)lane;",
+        f"  #pragma unroll\n  for (int r = 0; r < {rw}; ++r) {{",
+        f"    const float sc = key < lim[r] ? part[r][0] * {scale} : {NEG_INF};",
+        "    float mx = sc;",
+        f"    {warp_max('mx')}",
+        "    mx = og_max(mx, m[r]);",
+        "    float p = 0.0f;",
+        f"    if (mx != {NEG_INF}) {{",  # uniform over the warp
+        "      const float corr = expf(m[r] - mx);",
+        f"      p = sc == {NEG_INF} ? 0.0f : expf(sc - mx);",
+        "      l[r] = l[r] * corr + p;",
+        f"      #pragma unroll\n      for (int k = 0; k < {e}; ++k) acc[r][k] *= corr;",
+        "      m[r] = mx;",
+        "    }",
+        "    og_p[warp][r][lane] = p;",
+        "  }",
+        "  __syncwarp();",
+        f"  #pragma unroll 8\n  for (int j = 0; j < {KEYS}; ++j) {{",
+        f"    float vf[{e}];",
+        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) {{",
+        "      const unsigned int t = (unsigned int)lane + 32u * k;",
+        f"      vf[k] = t < {d}u ? og_v[j][t] : 0.0f;",
+        "    }",
+        f"    #pragma unroll\n    for (int r = 0; r < {rw}; ++r) {{",
+        "      const float pj = og_p[warp][r][j];",
+        f"      #pragma unroll\n      for (int k = 0; k < {e}; ++k) acc[r][k] += pj * vf[k];",
+        "    }",
+        "  }",
+        "  __syncwarp();",
+        "}",
+        f"#pragma unroll\nfor (int r = 0; r < {rw}; ++r) {{",
+        f"  const long long i = (long long)qt * {rows}LL + warp * {rw} + r;",
+        "  float ls = l[r];",
+        f"  {warp_sum('ls')}",
+        "  if (i >= SQ) continue;",
+        f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k) {{",
+        "    const unsigned int t = (unsigned int)lane + 32u * k;",
+        (
+            f"    if (t < {d}u) out[qbase + (unsigned long long)i * {d}u + t] = "
+            f"{store(dt, 'ls > 0.0f ? acc[r][k] / ls : 0.0f')};"
+        ),
+        "  }",
+        "}",
+    ]
+    decls = [out_param(dt), in_param(dt, 0), in_param(dt, 1), in_param(dt, 2)]
+    if s.has_len:
+        decls.append(f"const {STORAGE[s.len_dtype]}* in3")
+    kernel = make_kernel("attention_tiled", decls, "\n".join("  " + x for x in lines))
+    args = ("out", "in0", "in1", "in2") + (("in3",) if s.has_len else ())
+    return Launch(kernel, (qtiles, s.hq, s.b), (threads, 1, 1), args)

@@ -1,0 +1,151 @@
+"""Shared pieces of the attention kernels: reading a head row (D elements) as a warp's lane slices.
+
+A warp reads one key or value row of D elements at a time, each lane a slice, so a row is one
+coalesced access. Two slicings:
+
+- *contiguous* (`contiguous_load`): lane l owns elements `l·E .. l·E + E − 1`, E = ⌈D/32⌉. When
+  D = 32·E and E elements are 4, 8 or 16 bytes, the slice is one vector load (uint, uint2, uint4)
+  if the base pointers are aligned to that size (checked at run time: views may start anywhere),
+  else E scalar loads.
+- *strided* (the tiled kernel's shared-memory tiles): lane l owns `l + 32·e`, which is free of
+  shared-memory bank conflicts for any E.
+
+Also the attention attributes every kernel needs (`AttentionShape`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from optgraph.codegen.cuda_source import STORAGE, load
+from optgraph.ir.graph import Node, TensorType
+from optgraph.ir.ops import attrs_with_defaults
+
+ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+VECTOR_TYPES = {4: ("unsigned int", ("",)), 8: ("uint2", (".x", ".y"))}
+VECTOR_TYPES[16] = ("uint4", (".x", ".y", ".z", ".w"))
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """Sizes and attributes of one attention node (q [B,Hq,Sq,D], k/v [B,Hkv,Skv,D])."""
+
+    dtype: str
+    b: int
+    hq: int
+    sq: int
+    d: int
+    hkv: int
+    skv: int
+    scale: float
+    causal: bool
+    has_len: bool
+    len_dtype: str
+
+    @property
+    def group(self) -> int:
+        return self.hq // self.hkv
+
+    @property
+    def per_lane(self) -> int:
+        return -(-self.d // 32)
+
+    def length_expr(self) -> str:
+        """C expression (long long) of the visible cache length L before clamping to [0, Skv]."""
+        if self.has_len:
+            return f"og_min((long long)in3[0], {self.skv}LL)"
+        return f"{self.skv}LL"
+
+
+def attention_shape(node: Node, types: tuple[TensorType, ...]) -> AttentionShape:
+    q, k = types[0], types[1]
+    b, hq, sq, d = q.shape
+    attrs = attrs_with_defaults(node)
+    scale_attr = attrs.get("scale")
+    scale = 1.0 / math.sqrt(d) if scale_attr is None else float(scale_attr)  # type: ignore[arg-type]
+    has_len = len(types) == 4
+    return AttentionShape(
+        dtype=q.dtype,
+        b=b,
+        hq=hq,
+        sq=sq,
+        d=d,
+        hkv=k.shape[1],
+        skv=k.shape[2],
+        scale=scale,
+        causal=bool(attrs["causal"]),
+        has_len=has_len,
+        len_dtype=types[3].dtype if has_len else "i32",
+    )
+
+
+def vector_bytes(shape: AttentionShape) -> int:
+    """Bytes of one lane's contiguous slice when it can be one vector load, else 0."""
+    e = shape.per_lane
+    size = ELEMENT_BYTES.get(shape.dtype, 0)
+    if shape.d != 32 * e or e * size not in VECTOR_TYPES:
+        return 0
+    return e * size
+
+
+def _unpack(dtype: str, var: str, parts: tuple[str, ...], out: str) -> list[str]:
+    """Statements turning the vector `var` (32-bit words `parts`) into floats out[0..)."""
+    if dtype == "f32":
+        return [f"{out}[{i}] = __uint_as_float({var}{p});" for i, p in enumerate(parts)]
+    conv = "og_f16_to_f32" if dtype == "f16" else "og_bf16_to_f32"
+    lines = []
+    for i, p in enumerate(parts):
+        lines.append(
+            f"{out}[{2 * i}] = {conv}((unsigned short)({var}{p} & 0xffffu)); "
+            f"{out}[{2 * i + 1}] = {conv}((unsigned short)({var}{p} >> 16));"
+        )
+    return lines
+
+
+def contiguous_load(shape: AttentionShape) -> list[str]:
+    """A lambda `ld_row(p, off, f)`: f[e] = p[off + lane·E + e] as float (0 past D).
+
+    Needs `lane` (int) and, when a vector load is possible, `vec_ok` (bool) in scope.
+    """
+    e, dt = shape.per_lane, shape.dtype
+    st = STORAGE[dt]
+    vb = vector_bytes(shape)
+    scalar = [
+        f"  #pragma unroll\n  for (int e = 0; e < {e}; ++e) {{",
+        f"    const unsigned int t = (unsigned int)lane * {e}u + e;",
+        f"    f[e] = t < {shape.d}u ? {load(dt, 'p[off + t]')} : 0.0f;",
+        "  }",
+    ]
+    lines = [f"auto ld_row = [&](const {st}* p, unsigned long long off, float (&f)[{e}]) {{"]
+    if vb:
+        vt, parts = VECTOR_TYPES[vb]
+        lines += [
+            "  if (vec_ok) {",
+            f"    const {vt} w = *reinterpret_cast<const {vt}*>(p + off + (unsigned int)lane * {e}u);",
+            *("    " + s for s in _unpack(dt, "w", parts, "f")),
+            "    return;",
+            "  }",
+        ]
+    lines += scalar + ["};"]
+    return lines
+
+
+def vector_check(shape: AttentionShape, roles: tuple[str, ...]) -> list[str]:
+    """`vec_ok`: every pointer of `roles` aligned for the slice's vector load."""
+    vb = vector_bytes(shape)
+    if not vb:
+        return []
+    ptrs = " | ".join(f"(unsigned long long){r}" for r in roles)
+    return [f"const bool vec_ok = (({ptrs}) & {vb - 1}ull) == 0ull;"]
+
+
+def warp_sum(var: str) -> str:
+    return f"for (int o = 16; o > 0; o >>= 1) {var} += __shfl_xor_sync(0xffffffffu, {var}, o);"
+
+
+def warp_max(var: str) -> str:
+    return (
+        "for (int o = 16; o > 0; o >>= 1) "
+        f"{var} = og_max({var}, __shfl_xor_sync(0xffffffffu, {var}, o));"
+    )
