@@ -17,7 +17,9 @@ are reduced, else a block per output), softmax over a non-last axis `strided_sof
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from optgraph.codegen.cuda_elementwise import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_source import (
@@ -51,20 +53,63 @@ def _acc_type(op: str, dtype: str) -> str:
     return "float" if dtype in FLOAT_DTYPES or op == "mean" else COMPUTE[dtype]
 
 
-def _loop(body: Sequence[str]) -> list[str]:
-    return [
-        "for (IDX j = threadIdx.x; j < COLS; j += blockDim.x) {",
-        *("  " + b for b in body),
-        "}",
-    ]
+MAX_CACHED = 16  # elements a thread keeps in registers (softmax, norms): one read of the row
 
 
-def _anchor_lines(anchor: Node, acc: str, finish: Sequence[str]) -> list[str]:
+def row_threads(cols: int) -> int:
+    """Threads of a row block: about 8 elements each, a power of two in [32, 1024]."""
+    threads = 32
+    while threads * 8 < cols and threads < 1024:
+        threads *= 2
+    return threads
+
+
+@dataclass(frozen=True)
+class _Row:
+    """How a block walks its row: `threads` (a constant of the text) and `per` elements each."""
+
+    cols: int
+    threads: int
+
+    @property
+    def per(self) -> int:
+        return -(-self.cols // self.threads)
+
+    @property
+    def cached(self) -> bool:
+        return self.per <= MAX_CACHED
+
+    def loop(self, body: Sequence[str]) -> list[str]:
+        """`body` for every element j of the row this thread owns (j = thread + u * threads)."""
+        if not self.cached:
+            return [
+                f"for (IDX j = threadIdx.x; j < COLS; j += {self.threads}u) {{",
+                *("  " + b for b in body),
+                "}",
+            ]
+        inner = ["  " + b for b in body]
+        guarded = self.cols % self.threads != 0
+        if guarded:
+            inner = ["  if (j < COLS) {", *("  " + b for b in inner), "  }"]
+        uses_j = guarded or any(re.search(r"\bj\b", b) for b in body)
+        index = [f"  const IDX j = threadIdx.x + (IDX)u * {self.threads}u;"] if uses_j else []
+        return [
+            "#pragma unroll",
+            f"for (int u = 0; u < {self.per}; ++u) {{",
+            *index,
+            *inner,
+            "}",
+        ]
+
+
+def _anchor_lines(anchor: Node, acc: str, finish: Sequence[str], row: _Row) -> list[str]:
     """The anchor's passes over the row; `finish` stores `a` (per row) or runs inside the last
-    loop with `a` the element's value (per element)."""
+    loop with `a` the element's value (per element). Softmax and the norms read the row once into
+    registers (`x[u]`) when it fits (`_Row.cached`), else once per pass."""
     op = anchor.op
     attrs = attrs_with_defaults(anchor)
     red = "og_block_reduce({v}, og_scratch, {op}(), ({t}){ident})"
+    loop = row.loop
     if op in PER_ROW:
         if op == "max":
             init, step = (
@@ -75,42 +120,50 @@ def _anchor_lines(anchor: Node, acc: str, finish: Sequence[str]) -> list[str]:
         else:
             init, step = "0", "acc += arg0_at(j);"
             combine = red.format(v="acc", op="OgSum", t=acc, ident="0")
-        lines = [f"{acc} acc = ({acc}){init};", *_loop([step]), f"acc = {combine};"]
+        lines = [f"{acc} acc = ({acc}){init};", *loop([step]), f"acc = {combine};"]
         value = "acc / (float)COLS" if op == "mean" else "acc"
         return lines + [f"const {acc} a = {value};", "if (threadIdx.x == 0) {", *finish, "}"]
+    lines = []
+    x, w, b = "arg0_at(j)", "arg1_at(j)", "arg2_at(j)"
+    if row.cached:  # the norms' weights too: their loads overlap the row's, not the reduction
+        extra = {"rms_norm": 1, "layer_norm": 2}.get(op, 0)
+        lines += [f"float x[{row.per}];"]
+        lines += [f"float w{k}[{row.per}];" for k in range(1, extra + 1)]
+        lines += loop(
+            ["x[u] = arg0_at(j);"] + [f"w{k}[u] = arg{k}_at(j);" for k in range(1, extra + 1)]
+        )
+        x, w, b = "x[u]", "w1[u]", "w2[u]"
     sum_ = red.format(v="{}", op="OgSum", t="float", ident="0")
     if op == "softmax":
-        lines = [
+        lines += [
             f"float m = {lowest('f32')};",
-            *_loop(["m = og_max(m, (float)arg0_at(j));"]),
+            *loop([f"m = og_max(m, (float){x});"]),
             f"m = {red.format(v='m', op='OgMax', t='float', ident=lowest('f32'))};",
             "float s = 0.0f;",
-            *_loop(["s += expf(arg0_at(j) - m);"]),
+            *loop([f"s += expf({x} - m);"]),
             f"s = {sum_.format('s')};",
         ]
-        return lines + _loop(["const float a = expf(arg0_at(j) - m) / s;", *finish])
+        return lines + loop([f"const float a = expf({x} - m) / s;", *finish])
     eps = f32_literal(float(attrs["eps"]))  # type: ignore[arg-type]
     if op == "rms_norm":
-        lines = [
+        lines += [
             "float ss = 0.0f;",
-            *_loop(["const float v = arg0_at(j);", "ss += v * v;"]),
+            *loop([f"const float v = {x};", "ss += v * v;"]),
             f"ss = {sum_.format('ss')};",
             f"const float r = sqrtf(ss / (float)COLS + {eps});",
         ]
-        return lines + _loop(["const float a = arg0_at(j) / r * arg1_at(j);", *finish])
+        return lines + loop([f"const float a = {x} / r * {w};", *finish])
     assert op == "layer_norm"
-    lines = [
+    lines += [
         "float s = 0.0f;",
-        *_loop(["s += arg0_at(j);"]),
+        *loop([f"s += {x};"]),
         f"const float mu = {sum_.format('s')} / (float)COLS;",
         "float q = 0.0f;",
-        *_loop(["const float c = arg0_at(j) - mu;", "q += c * c;"]),
+        *loop([f"const float c = {x} - mu;", "q += c * c;"]),
         f"q = {sum_.format('q')};",
         f"const float r = sqrtf(q / (float)COLS + {eps});",
     ]
-    return lines + _loop(
-        ["const float a = (arg0_at(j) - mu) / r * arg1_at(j) + arg2_at(j);", *finish]
-    )
+    return lines + loop([f"const float a = ({x} - mu) / r * {w} + {b};", *finish])
 
 
 def _needed(prologue: Sequence[Node], value: str) -> set[str]:
@@ -142,7 +195,7 @@ def row_kernel(
     """(kernel, rows, threads) of a row kernel; params are read as in0, in1, ... ."""
     assert anchor.type is not None
     rows = x_type.numel // cols if cols else out_type.numel
-    threads = block_size(cols)
+    threads = row_threads(cols)
     idx = index_type(max(x_type.numel, out_type.numel) + threads)
     acc = _acc_type(anchor.op, anchor.type.dtype)
     roles = [f"in{k}" for k in range(len(params))]
@@ -166,7 +219,7 @@ def row_kernel(
     )
     finish += emit_scalars(epilogue, env, "v")
     finish.append(f"out[oi] = {store(out_type.dtype, env[result][0])};")
-    lines += _anchor_lines(anchor, acc, ["  " + f for f in finish])
+    lines += _anchor_lines(anchor, acc, ["  " + f for f in finish], _Row(cols, threads))
     decls = [out_param(out_type.dtype)] + [in_param(t.dtype, k) for k, t in enumerate(types)]
     kernel = make_kernel(family, decls, "\n".join("  " + s for s in lines))
     return kernel, rows, threads
@@ -282,6 +335,7 @@ def _strided_softmax(node: Node, x: TensorType) -> Launch:
     inner = math.prod(x.shape[axis + 1 :])
     rows = x.numel // n if n else 0
     threads = block_size(n)
+    _loop = _Row(n, threads).loop
     idx = index_type(x.numel + 1024)
     at = f"{load(x.dtype, 'in0[base + j * INNER]')}"
     red = "og_block_reduce({}, og_scratch, {}(), {})"
