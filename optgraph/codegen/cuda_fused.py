@@ -18,6 +18,11 @@ the S partials in a fixed order (so results are deterministic), applies the epil
 resets the counter for the next launch. Kernels with a workspace carry the node's name in their
 text, so two nodes never share one (they may run concurrently on different streams).
 
+Small matrices (K ≤ 8 × 256, the decode steps of small models) skip split-K and its second,
+dependent phase (workspace, fence, counter, the last block's re-read): the tile narrows to 4, 2 or
+1 column threads (32, 16 or 8 halves) so that the 256 threads' row lanes cover K with at most 4
+(else 8) rows each, all loads of a thread in flight at once.
+
 Accumulation is float32; the product is rounded to the matmul's dtype before the epilogue, as the
 unfused graph would round it. Not handled (the caller falls back to cuBLAS + one epilogue
 kernel): M > GEMV_MAX_M, transposed operands, batched `b`, N not a multiple of the vector width,
@@ -38,6 +43,9 @@ from optgraph.passes.fusion_rules import PRODUCT, plan_body
 GEMV_MAX_M = 1  # rows up to which the fused matrix-vector kernel replaces cuBLAS (0: never)
 THREADS = 256
 COL_THREADS = 8  # threads across a tile's columns; THREADS / COL_THREADS row lanes
+# Small matrices (decode at small hidden sizes) avoid split-K's second, dependent phase: narrower
+# column tiles (fewer column threads, more row lanes) give each thread at most this many rows.
+SINGLE_PASS_ROWS = 8  # 0: always the 8-column-thread layout with split-K
 TARGET_BLOCKS = 132 * 4  # about four blocks per SM of an H100/H200
 MIN_ROWS_PER_SPLIT = 128
 VECTOR = {"f16": 8, "bf16": 8, "f32": 4}  # elements per 16-byte load
@@ -58,6 +66,20 @@ def gemv_shape(anchor: Node, a: TensorType, b: TensorType) -> tuple[int, int, in
     if m < 1 or m > GEMV_MAX_M or n % VECTOR[dtype] or anchor.type.numel != m * n:
         return None
     return m, k, n
+
+
+def _layout(k: int, n: int, vec: int) -> tuple[int, int, int, int]:
+    """(column threads, tiles, splits, rows per split) of a [K, N] matrix.
+
+    Single pass when some column-thread count (8, 4, 2, 1) gives each thread at most 4, else at
+    most SINGLE_PASS_ROWS rows of K (no split-K); otherwise 8 column threads and split-K.
+    """
+    for limit in (min(4, SINGLE_PASS_ROWS), SINGLE_PASS_ROWS):
+        for ct in (8, 4, 2, 1):
+            if limit and k <= limit * (THREADS // ct):
+                return ct, -(-n // (ct * vec)), 1, k
+    tiles = -(-n // (COL_THREADS * vec))
+    return (COL_THREADS, tiles, *_splits(k, tiles))
 
 
 def _splits(k: int, tiles: int) -> tuple[int, int]:
@@ -108,15 +130,14 @@ def gemv_kernel(
     assert anchor.type is not None
     m, k, n = shape
     dtype, vec = a_type.dtype, VECTOR[a_type.dtype]
-    tile_cols = COL_THREADS * vec
-    tiles = -(-n // tile_cols)
-    splits, rows = _splits(k, tiles)
+    ct, tiles, splits, rows = _layout(k, n, vec)
+    tile_cols = ct * vec
     a_role, b_role = (f"in{index[o]}" for o in anchor.operands)
     warps = THREADS // 32
-    lanes = THREADS // COL_THREADS
+    lanes = THREADS // ct
     body = [
         "const unsigned int tile = blockIdx.x, split = blockIdx.y;",
-        f"const unsigned int cg = threadIdx.x % {COL_THREADS}u, rl = threadIdx.x / {COL_THREADS}u;",
+        f"const unsigned int cg = threadIdx.x % {ct}u, rl = threadIdx.x / {ct}u;",
         f"const unsigned int n0 = tile * {tile_cols}u + cg * {vec}u;",
         f"const unsigned int k0 = split * {rows}u;",
         f"const unsigned int k1 = min({k}u, k0 + {rows}u);",
@@ -125,7 +146,7 @@ def gemv_kernel(
         f"  #pragma unroll\n  for (int v = 0; v < {vec}; ++v) acc[i][v] = 0.0f;",
         "}",
         f"if (n0 < {n}u) {{",
-        "  #pragma unroll 4",
+        f"  #pragma unroll {8 if splits == 1 else 4}",
         f"  for (unsigned int kk = k0 + rl; kk < k1; kk += {lanes}u) {{",
         (
             f"    const uint4 wv = __ldg(reinterpret_cast<const uint4*>({b_role} + "
@@ -143,14 +164,14 @@ def gemv_kernel(
         f"#pragma unroll\nfor (int i = 0; i < {m}; ++i) {{",
         f"  #pragma unroll\n  for (int v = 0; v < {vec}; ++v) {{",
         (
-            f"    for (int o = {COL_THREADS}; o < 32; o <<= 1) "
+            f"    for (int o = {ct}; o < 32; o <<= 1) "
             "acc[i][v] += __shfl_xor_sync(0xffffffffu, acc[i][v], o);"
         ),
         "  }",
         "}",
         f"__shared__ float og_red[{warps}][{m}][{tile_cols}];",
         "const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;",
-        f"if (lane < {COL_THREADS}u) {{",
+        f"if (lane < {ct}u) {{",
         f"  #pragma unroll\n  for (int i = 0; i < {m}; ++i) {{",
         (
             f"    #pragma unroll\n    for (int v = 0; v < {vec}; ++v) "
