@@ -153,6 +153,7 @@ def _kv_cache_write(node: Node, types: tuple[TensorType, ...], in_place: bool) -
         "const long long pos = (long long)in2[0];",
         f"const bool ok = pos >= 0 && pos <= {smax - s}LL;",
     ]
+    lines: list[str] = []
     if in_place:
         n = new.numel
         idx = index_type(cache.numel)
@@ -166,19 +167,50 @@ def _kv_cache_write(node: Node, types: tuple[TensorType, ...], in_place: bool) -
     else:
         n = cache.numel
         idx = index_type(n)
-        lines = head + [
-            _grid_loop(n, idx),
-            f"  const {idx} bh = i / {smax * d}u, r = (i / {d}u) % {smax}u, c = i % {d}u;",
-            "  const long long k = (long long)r - pos;",
-            (
-                f"  out[i] = (ok && k >= 0 && k < {s}LL) ? in1[(bh * {s}u + ({idx})k) * {d}u + c]"
-                " : in0[i];"
-            ),
-            "}",
-        ]
+        row_bytes = d * DTYPE_BYTES[cache.dtype]
+        if row_bytes % 16 == 0:  # whole 16-byte units when every pointer is aligned for them
+            lines += _kv_copy_units(b * h, smax, s, row_bytes // 16, idx)
+            n = n * DTYPE_BYTES[cache.dtype] // 16
+        lines = (
+            head
+            + lines
+            + [
+                _grid_loop(cache.numel, idx),
+                f"  const {idx} bh = i / {smax * d}u, r = (i / {d}u) % {smax}u, c = i % {d}u;",
+                "  const long long k = (long long)r - pos;",
+                (
+                    f"  out[i] = (ok && k >= 0 && k < {s}LL) ? in1[(bh * {s}u + ({idx})k) * {d}u + c]"
+                    " : in0[i];"
+                ),
+                "}",
+            ]
+        )
     decls = [f"{t}* out", f"const {t}* in0", f"const {t}* in1", f"const {STORAGE[pos.dtype]}* in2"]
     family = "kv_write_inplace" if in_place else "kv_write"
     kernel = make_kernel(family, decls, "\n".join("  " + s for s in lines))
     grid, block = grid_1d(n)
-    del b, h
     return Launch(kernel, grid, block, ("out", "in0", "in1", "in2"))
+
+
+def _kv_copy_units(bh: int, smax: int, s: int, units: int, idx: str) -> list[str]:
+    """The copy variant in 16-byte units (`units` per cache row), returning when it ran."""
+    return [
+        (
+            "if (((reinterpret_cast<unsigned long long>(out) | "
+            "reinterpret_cast<unsigned long long>(in0) | "
+            "reinterpret_cast<unsigned long long>(in1)) & 15ull) == 0ull) {"
+        ),
+        "  const uint4* src0 = reinterpret_cast<const uint4*>(in0);",
+        "  const uint4* src1 = reinterpret_cast<const uint4*>(in1);",
+        "  uint4* dst = reinterpret_cast<uint4*>(out);",
+        "  " + _grid_loop(bh * smax * units, idx),
+        f"    const {idx} row = i / {units}u, r = row % {smax}u, c = i % {units}u;",
+        "    const long long k = (long long)r - pos;",
+        (
+            f"    dst[i] = (ok && k >= 0 && k < {s}LL) ? "
+            f"src1[((row / {smax}u) * {s}u + ({idx})k) * {units}u + c] : src0[i];"
+        ),
+        "  }",
+        "  return;",
+        "}",
+    ]
