@@ -1,6 +1,7 @@
 """GPU latency of every example and a generated Llama decode step, in several ways of running them.
 
     python benchmarks/bench_gpu.py [--iters 200] [--warmup 20] [--only NAME] [--markdown FILE]
+    python benchmarks/bench_gpu.py --suite head-to-head [--variants torch-graph,og-fused-1s]
 
 For each model and each *variant* (the `VARIANTS` table) the model runs `--iters` times after
 `--warmup` runs, each run timed alone with CUDA events on the stream it starts on (host issue time
@@ -195,11 +196,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="run the models whose name contains this")
     parser.add_argument("--markdown", help="also write the table to this file")
     parser.add_argument("--suite", choices=("examples", "head-to-head"), default="examples")
+    parser.add_argument(
+        "--variants", help="comma-separated variant names to run (head-to-head; default: all)"
+    )
     args = parser.parse_args(argv)
     if args.suite == "head-to-head":
         from head_to_head import run_suite
 
-        return run_suite(args, head_to_head_variants(), median_us, table)
+        variants = head_to_head_variants()
+        if args.variants:
+            wanted = args.variants.split(",")
+            unknown = sorted(set(wanted) - {v.name for v in variants})
+            if unknown:
+                parser.error(f"unknown variants: {', '.join(unknown)}")
+            variants = [v for v in variants if v.name in wanted]
+        return run_suite(args, variants, median_us, table)
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
     device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     results: dict[str, dict[str, float | str]] = {}

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One GPU-machine session: GPU tests, the benchmark, compute-sanitizer; logs under $OUT.
-#   OUT=/tmp/out bash benchmarks/gpu_session.sh [tests] [bench] [sanitize]
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh [tests] [bench] [sanitize] [kernels] [h2h]
+# kernels: benchmarks/bench_kernels.py (single kernels at the Llama shapes, old vs new);
+# h2h: the head-to-head suite (H2H_ONLY=llama, H2H_VARIANTS=torch-graph,og-fused-1s restrict it).
 # Each part runs under its own time limit so one slow part cannot hide the others' logs.
 set -u
 OUT=${OUT:-/tmp/optgraph-gpu}
@@ -29,6 +31,15 @@ for part in $parts; do
       timeout "${BENCH_S:-120}" python3 benchmarks/bench_gpu.py --iters "${ITERS:-200}" \
         --markdown "$OUT/bench.md" > "$OUT/bench.log" 2>&1
       echo "bench rc=$?"; tail -n 12 "$OUT/bench.log" ;;
+    kernels)
+      timeout "${KERNELS_S:-150}" python3 benchmarks/bench_kernels.py --markdown "$OUT/kernels.md" \
+        > "$OUT/kernels.log" 2>&1
+      echo "kernels rc=$?"; tail -n 32 "$OUT/kernels.log" ;;
+    h2h)
+      timeout "${H2H_S:-600}" python3 benchmarks/bench_gpu.py --suite head-to-head \
+        --iters "${ITERS:-100}" --warmup 10 ${H2H_ONLY:+--only "$H2H_ONLY"} \
+        ${H2H_VARIANTS:+--variants "$H2H_VARIANTS"} --markdown "$OUT/h2h.md" > "$OUT/h2h.log" 2>&1
+      echo "h2h rc=$?"; tail -n 45 "$OUT/h2h.log" ;;
     sanitize)
       for tool in memcheck racecheck; do
         timeout "${SAN_S:-75}" compute-sanitizer --tool "$tool" --error-exitcode 3 \
