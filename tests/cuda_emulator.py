@@ -39,6 +39,7 @@ EMULATION = r"""
 struct dim3 { unsigned int x = 1, y = 1, z = 1; };
 struct uint2 { unsigned int x, y; };
 struct uint4 { unsigned int x, y, z, w; };
+struct float4 { float x, y, z, w; };
 thread_local dim3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
 static std::barrier<>* og_emu_block;

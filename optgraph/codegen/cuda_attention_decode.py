@@ -24,7 +24,7 @@ import hashlib
 
 from optgraph.codegen.cuda_head_rows import (
     AttentionShape,
-    contiguous_load,
+    contiguous_rows,
     vector_check,
     warp_sum,
 )
@@ -43,7 +43,7 @@ MAX_D = 256
 MAX_SQ = 4
 MAX_ROWS = 16  # query rows per KV head (group x Sq)
 ROWS = 4  # rows per block
-UNROLL = 4  # keys a warp has in flight
+UNROLL = 8  # keys a warp has in flight (half that for D > 128)
 TARGET_BLOCKS = 132 * 2
 MAX_CHUNKS = 16
 NEG_INF = f32_literal(float("-inf"))
@@ -53,6 +53,10 @@ def fits(shape: AttentionShape) -> bool:
     return shape.d <= MAX_D and shape.sq <= MAX_SQ and shape.group * shape.sq <= MAX_ROWS
 
 
+def _unroll(shape: AttentionShape) -> int:
+    return UNROLL if shape.per_lane <= 4 else max(1, UNROLL // 2)
+
+
 def _layout(shape: AttentionShape) -> tuple[int, int, int, int, int]:
     """(rows per block, row tiles, warps, chunks, keys per chunk)."""
     rows = shape.group * shape.sq
@@ -60,7 +64,7 @@ def _layout(shape: AttentionShape) -> tuple[int, int, int, int, int]:
     rt = -(-rows // rb)
     warps = 8 if shape.d <= 128 else 4
     base = shape.b * shape.hkv * rt
-    min_chunk = warps * UNROLL
+    min_chunk = warps * _unroll(shape)
     chunks = max(1, min(-(-TARGET_BLOCKS // base), -(-shape.skv // min_chunk), MAX_CHUNKS))
     per_chunk = -(-shape.skv // chunks)
     return rb, rt, warps, -(-shape.skv // per_chunk), per_chunk
@@ -69,9 +73,33 @@ def _layout(shape: AttentionShape) -> tuple[int, int, int, int, int]:
 def decode_attention(shape: AttentionShape, salt: str) -> Launch:
     s, dt = shape, shape.dtype
     rb, rt, warps, chunks, per_chunk = _layout(s)
+    un = _unroll(s)
     e, d, threads = s.per_lane, s.d, warps * 32
     tiles = s.b * s.hkv * rt
     scale = f32_literal(s.scale)
+    consume = [
+        f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
+        f"  float sc[{un}];",
+        "  float mx = m[r];",
+        f"  #pragma unroll\n  for (int u = 0; u < {un}; ++u) {{",
+        "    float dot = 0.0f;",
+        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) dot += qv[r][k] * kf[u][k];",
+        f"    {warp_sum('dot')}",
+        f"    sc[u] = (j0 + u < k1 && j0 + u < lim[r]) ? dot * {scale} : {NEG_INF};",
+        "    mx = og_max(mx, sc[u]);",
+        "  }",
+        f"  if (mx == {NEG_INF}) continue;",  # nothing visible yet (uniform over the warp)
+        "  const float corr = expf(m[r] - mx);",
+        "  l[r] *= corr;",
+        f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k) acc[r][k] *= corr;",
+        f"  #pragma unroll\n  for (int u = 0; u < {un}; ++u) {{",
+        f"    const float p = sc[u] == {NEG_INF} ? 0.0f : expf(sc[u] - mx);",
+        "    l[r] += p;",
+        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) acc[r][k] += p * vf[u][k];",
+        "  }",
+        "  m[r] = mx;",
+        "}",
+    ]
     lines = [
         "const unsigned int c = blockIdx.x, hr = blockIdx.y, bz = blockIdx.z;",
         f"const unsigned int hk = hr / {rt}u, rt = hr % {rt}u;",
@@ -81,7 +109,6 @@ def decode_attention(shape: AttentionShape, salt: str) -> Launch:
         "const unsigned int L = (unsigned int)Lx;",
         f"const unsigned long long kvoff = (unsigned long long)(bz * {s.hkv}u + hk) * {s.skv * d}ull;",
         *vector_check(s, ("in1", "in2")),
-        *contiguous_load(s),
         # the block's rows: q head hk * group + gr / Sq, query gr % Sq
         "auto qoff_of = [&](unsigned int gr) -> unsigned long long {",
         f"  const unsigned int h = hk * {s.group}u + gr / {s.sq}u, i = gr % {s.sq}u;",
@@ -117,36 +144,11 @@ def decode_attention(shape: AttentionShape, salt: str) -> Launch:
         f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k) acc[r][k] = 0.0f;",
         "}",
         (
-            f"for (unsigned int j0 = k0 + (unsigned int)warp * {UNROLL}u; j0 < k1;"
-            f" j0 += {warps * UNROLL}u) {{"
+            f"for (unsigned int j0 = k0 + (unsigned int)warp * {un}u; j0 < k1;"
+            f" j0 += {warps * un}u) {{"
         ),
-        f"  float kf[{UNROLL}][{e}], vf[{UNROLL}][{e}];",
-        f"  #pragma unroll\n  for (int u = 0; u < {UNROLL}; ++u) {{",
-        "    const unsigned int j = j0 + u < k1 ? j0 + u : j0;",  # j0 < k1: always a valid row
-        f"    ld_row(in1, kvoff + (unsigned long long)j * {d}u, kf[u]);",
-        f"    ld_row(in2, kvoff + (unsigned long long)j * {d}u, vf[u]);",
-        "  }",
-        f"  #pragma unroll\n  for (int r = 0; r < {rb}; ++r) {{",
-        f"    float sc[{UNROLL}];",
-        "    float mx = m[r];",
-        f"    #pragma unroll\n    for (int u = 0; u < {UNROLL}; ++u) {{",
-        "      float dot = 0.0f;",
-        f"      #pragma unroll\n      for (int k = 0; k < {e}; ++k) dot += qv[r][k] * kf[u][k];",
-        f"      {warp_sum('dot')}",
-        f"      sc[u] = (j0 + u < k1 && j0 + u < lim[r]) ? dot * {scale} : {NEG_INF};",
-        "      mx = og_max(mx, sc[u]);",
-        "    }",
-        f"    if (mx == {NEG_INF}) continue;",  # nothing visible yet (uniform over the warp)
-        "    const float corr = expf(m[r] - mx);",
-        "    l[r] *= corr;",
-        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) acc[r][k] *= corr;",
-        f"    #pragma unroll\n    for (int u = 0; u < {UNROLL}; ++u) {{",
-        f"      const float p = sc[u] == {NEG_INF} ? 0.0f : expf(sc[u] - mx);",
-        "      l[r] += p;",
-        f"      #pragma unroll\n      for (int k = 0; k < {e}; ++k) acc[r][k] += p * vf[u][k];",
-        "    }",
-        "    m[r] = mx;",
-        "  }",
+        # rows past k1 read row j0 (valid: j0 < k1) and are masked below
+        *("  " + x for x in contiguous_rows(s, un, "(j0 + u < k1 ? j0 + u : j0)", consume)),
         "}",
         # merge the warps in warp order
         f"__shared__ float og_m[{warps}][{rb}], og_l[{warps}][{rb}];",
@@ -180,7 +182,7 @@ def decode_attention(shape: AttentionShape, salt: str) -> Launch:
     if chunks == 1:
         lines += [loop, *merge_warps, *write, "}"]
     else:
-        layout = (rb, rt, warps, chunks, per_chunk, UNROLL)
+        layout = (rb, rt, warps, chunks, per_chunk, un)
         digest = hashlib.sha1(f"{salt}|attention|{s}|{layout}".encode()).hexdigest()[:12]
         ws, ml, cnt = f"og_ws_{digest}", f"og_ml_{digest}", f"og_cnt_{digest}"
         decl = (

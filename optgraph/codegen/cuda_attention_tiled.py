@@ -15,13 +15,22 @@ warp, for its rows:
 3. acc[slice] += Σ_j p_j · V[j][slice], with p broadcast through shared memory.
 
 With `causal`, tiles past the block's last visible key are never loaded and a warp skips tiles
-its rows cannot see. Scores, sums and accumulators are float32; every sum has a fixed order.
+its rows cannot see; the last query tiles (the most keys) are the first blocks, so the short ones
+fill the tail. The next tile's K/V rows are loaded into registers (16-byte units, when the pointers
+allow) while the warps work on the current one. Scores, sums and accumulators are float32; every sum has a fixed order.
 Not handled (the caller uses the row kernel): D > `MAX_D`.
 """
 
 from __future__ import annotations
 
-from optgraph.codegen.cuda_head_rows import AttentionShape, warp_max, warp_sum
+from optgraph.codegen.cuda_head_rows import (
+    ELEMENT_BYTES,
+    VECTOR_TYPES,
+    AttentionShape,
+    unpack,
+    warp_max,
+    warp_sum,
+)
 from optgraph.codegen.cuda_source import (
     STORAGE,
     Launch,
@@ -62,6 +71,87 @@ def _reduce_scatter(rw: int) -> list[str]:
     return lines
 
 
+def _vector_units(shape: AttentionShape) -> int:
+    """Elements per 16-byte unit when a tile can be loaded in such units, else 0."""
+    size = ELEMENT_BYTES.get(shape.dtype, 0)
+    epu = 16 // size if size else 0
+    if not epu or shape.d % epu or (shape.skv * shape.d * size) % 16:
+        return 0
+    return epu
+
+
+def _tile_loader(shape: AttentionShape, threads: int) -> list[str]:
+    """`vec_ok` and `fetch(k0)`: the K/V tile at key k0 (KEYS contiguous rows) into registers
+    (kr, vr: 16-byte units, zeros past kend), issued a tile ahead of its use."""
+    epu = _vector_units(shape)
+    if not epu:
+        return ["const bool vec_ok = false;"]
+    units = KEYS * shape.d // epu
+    upt = -(-units // threads)
+    zero = "uint4{0u, 0u, 0u, 0u}"
+    return [
+        "const bool vec_ok = (((unsigned long long)in1 | (unsigned long long)in2) & 15ull) == 0ull;",
+        f"uint4 kr[{upt}], vr[{upt}];",
+        "auto fetch = [&](unsigned int k0) {",
+        f"  #pragma unroll\n  for (int p = 0; p < {upt}; ++p) {{",
+        f"    const unsigned int x = threadIdx.x + p * {threads}u;",
+        f"    const bool ok = x < {units}u && k0 + x / {shape.d // epu}u < kend;",
+        (
+            f"    const unsigned long long g = kvoff + (unsigned long long)k0 * {shape.d}u"
+            f" + (unsigned long long)x * {epu}u;"
+        ),
+        f"    kr[p] = ok ? *reinterpret_cast<const uint4*>(in1 + g) : {zero};",
+        f"    vr[p] = ok ? *reinterpret_cast<const uint4*>(in2 + g) : {zero};",
+        "  }",
+        "};",
+        "if (vec_ok && kend > 0u) fetch(0u);",
+    ]
+
+
+def _tile_store(shape: AttentionShape, threads: int) -> list[str]:
+    """The tile at k0 into shared memory as float32: from the registers fetched ahead (then the
+    next tile's fetch), or element by element when the pointers are not aligned."""
+    d, dt = shape.d, shape.dtype
+    scalar = [
+        f"for (unsigned int x = threadIdx.x; x < {KEYS * d}u; x += {threads}u) {{",
+        f"  const unsigned int j = x / {d}u, t = x % {d}u;",
+        f"  const unsigned long long g = kvoff + (unsigned long long)(k0 + j) * {d}u + t;",
+        "  const bool ok = k0 + j < kend;",
+        f"  og_k[j][t] = ok ? {load(dt, 'in1[g]')} : 0.0f;",
+        f"  og_v[j][t] = ok ? {load(dt, 'in2[g]')} : 0.0f;",
+        "}",
+    ]
+    epu = _vector_units(shape)
+    if not epu:
+        return scalar
+    units = KEYS * d // epu
+    upr = d // epu
+    parts = VECTOR_TYPES[16][1]
+    lines = [
+        "if (vec_ok) {",
+        f"  #pragma unroll\n  for (int p = 0; p < {-(-units // threads)}; ++p) {{",
+        f"    const unsigned int x = threadIdx.x + p * {threads}u;",
+        f"    if (x >= {units}u) break;",
+        f"    const unsigned int j = x / {upr}u, t = (x % {upr}u) * {epu}u;",
+        f"    float f[{epu}];",
+    ]
+    for src, dst in (("kr[p]", "og_k"), ("vr[p]", "og_v")):
+        lines += ["    " + x for x in unpack(dt, src, parts, "f")]
+        for q in range(0, epu, 4):
+            lines.append(
+                f"    *reinterpret_cast<float4*>(&{dst}[j][t + {q}u]) = "
+                f"float4{{f[{q}], f[{q + 1}], f[{q + 2}], f[{q + 3}]}};"
+            )
+    lines += [
+        "  }",
+        f"  if (k0 + {KEYS}u < kend) fetch(k0 + {KEYS}u);",
+        "} else {",
+        *("  " + x for x in scalar),
+        "}",
+    ]
+    return lines
+
+
 def tiled_attention(shape: AttentionShape) -> Launch:
     s, dt = shape, shape.dtype
     e, d, rw = s.per_lane, s.d, ROWS_PER_WARP
@@ -72,15 +162,15 @@ def tiled_attention(shape: AttentionShape) -> Launch:
     limit = "og_min((long long)L, (long long)L - SQ + (long long)i + 1LL)" if s.causal else "L"
     lines = [
         f"const long long SQ = {s.sq}LL;",
-        "const unsigned int qt = blockIdx.x, h = blockIdx.y, bz = blockIdx.z;",
+        f"const unsigned int qt = {qtiles - 1}u - blockIdx.x, h = blockIdx.y, bz = blockIdx.z;",
         f"const unsigned int hk = h / {s.group}u;",
         "const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;",
         f"long long L = {s.length_expr()};",
         "if (L < 0) L = 0;",
         f"const unsigned long long kvoff = (unsigned long long)(bz * {s.hkv}u + hk) * {s.skv * d}ull;",
         f"const unsigned long long qbase = (unsigned long long)(bz * {s.hq}u + h) * {s.sq * d}ull;",
-        f"__shared__ float og_k[{KEYS}][{d}];",
-        f"__shared__ float og_v[{KEYS}][{d}];",
+        f"alignas(16) __shared__ float og_k[{KEYS}][{d}];",
+        f"alignas(16) __shared__ float og_v[{KEYS}][{d}];",
         f"__shared__ float og_p[{WARPS}][{rw}][{KEYS}];",
         # the block's key range: the last row's limit (causal) or L
         f"const long long last = og_min((long long)(qt + 1u) * {rows}LL, SQ) - 1LL;",
@@ -105,15 +195,10 @@ def tiled_attention(shape: AttentionShape) -> Launch:
         ),
         "  }",
         "}",
+        *_tile_loader(s, threads),
         f"for (unsigned int k0 = 0; k0 < kend; k0 += {KEYS}u) {{",
         "  __syncthreads();",
-        f"  for (unsigned int x = threadIdx.x; x < {KEYS * d}u; x += {threads}u) {{",
-        f"    const unsigned int j = x / {d}u, t = x % {d}u;",
-        f"    const unsigned long long g = kvoff + (unsigned long long)(k0 + j) * {d}u + t;",
-        "    const bool ok = k0 + j < kend;",
-        f"    og_k[j][t] = ok ? {load(dt, 'in1[g]')} : 0.0f;",
-        f"    og_v[j][t] = ok ? {load(dt, 'in2[g]')} : 0.0f;",
-        "  }",
+        *("  " + x for x in _tile_store(s, threads)),
         "  __syncthreads();",
         "  if (k0 >= wlim) continue;",  # this warp's rows see none of the tile (uniform)
         f"  float part[{rw}][{KEYS}];",

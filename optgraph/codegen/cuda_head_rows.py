@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from optgraph.codegen.cuda_source import STORAGE, load
+from optgraph.codegen.cuda_source import load
 from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
 
@@ -89,7 +89,7 @@ def vector_bytes(shape: AttentionShape) -> int:
     return e * size
 
 
-def _unpack(dtype: str, var: str, parts: tuple[str, ...], out: str) -> list[str]:
+def unpack(dtype: str, var: str, parts: tuple[str, ...], out: str) -> list[str]:
     """Statements turning the vector `var` (32-bit words `parts`) into floats out[0..)."""
     if dtype == "f32":
         return [f"{out}[{i}] = __uint_as_float({var}{p});" for i, p in enumerate(parts)]
@@ -103,32 +103,52 @@ def _unpack(dtype: str, var: str, parts: tuple[str, ...], out: str) -> list[str]
     return lines
 
 
-def contiguous_load(shape: AttentionShape) -> list[str]:
-    """A lambda `ld_row(p, off, f)`: f[e] = p[off + lane·E + e] as float (0 past D).
+def contiguous_rows(shape: AttentionShape, count: int, row: str, body: list[str]) -> list[str]:
+    """Load `count` K and V rows (`row` an expression of u: the row index) into kf[u][0..E) and
+    vf[u][0..E) (lane l: elements l·E + e, 0 past D), then run `body`.
 
-    Needs `lane` (int) and, when a vector load is possible, `vec_ok` (bool) in scope.
+    With a vector load possible, two copies of the loop body: `vec_ok` (pointers aligned) issues
+    every raw vector load before converting any, so all of them are in flight at once (a branch
+    per load would make each wait for the previous one's data); otherwise scalar loads.
     """
-    e, dt = shape.per_lane, shape.dtype
-    st = STORAGE[dt]
-    vb = vector_bytes(shape)
-    scalar = [
-        f"  #pragma unroll\n  for (int e = 0; e < {e}; ++e) {{",
-        f"    const unsigned int t = (unsigned int)lane * {e}u + e;",
-        f"    f[e] = t < {shape.d}u ? {load(dt, 'p[off + t]')} : 0.0f;",
+    e, dt, d = shape.per_lane, shape.dtype, shape.d
+    at = f"kvoff + (unsigned long long)({row}) * {d}u"
+    decl = [f"float kf[{count}][{e}], vf[{count}][{e}];"]
+    scalar = decl + [
+        f"#pragma unroll\nfor (int u = 0; u < {count}; ++u) {{",
+        f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k) {{",
+        f"    const unsigned int t = (unsigned int)lane * {e}u + k;",
+        f"    kf[u][k] = t < {d}u ? {load(dt, f'in1[{at} + t]')} : 0.0f;",
+        f"    vf[u][k] = t < {d}u ? {load(dt, f'in2[{at} + t]')} : 0.0f;",
         "  }",
+        "}",
+        *body,
     ]
-    lines = [f"auto ld_row = [&](const {st}* p, unsigned long long off, float (&f)[{e}]) {{"]
-    if vb:
-        vt, parts = VECTOR_TYPES[vb]
-        lines += [
-            "  if (vec_ok) {",
-            f"    const {vt} w = *reinterpret_cast<const {vt}*>(p + off + (unsigned int)lane * {e}u);",
-            *("    " + s for s in _unpack(dt, "w", parts, "f")),
-            "    return;",
-            "  }",
-        ]
-    lines += scalar + ["};"]
-    return lines
+    vb = vector_bytes(shape)
+    if not vb:
+        return scalar
+    vt, parts = VECTOR_TYPES[vb]
+    lane_at = f"{at} + (unsigned int)lane * {e}u"
+    vector = [
+        f"{vt} kw[{count}], vw[{count}];",
+        f"#pragma unroll\nfor (int u = 0; u < {count}; ++u) {{",
+        f"  kw[u] = *reinterpret_cast<const {vt}*>(in1 + {lane_at});",
+        f"  vw[u] = *reinterpret_cast<const {vt}*>(in2 + {lane_at});",
+        "}",
+        *decl,
+        f"#pragma unroll\nfor (int u = 0; u < {count}; ++u) {{",
+        *("  " + x for x in unpack(dt, "kw[u]", parts, "kf[u]")),
+        *("  " + x for x in unpack(dt, "vw[u]", parts, "vf[u]")),
+        "}",
+        *body,
+    ]
+    return [
+        "if (vec_ok) {",
+        *("  " + x for x in vector),
+        "} else {",
+        *("  " + x for x in scalar),
+        "}",
+    ]
 
 
 def vector_check(shape: AttentionShape, roles: tuple[str, ...]) -> list[str]:
