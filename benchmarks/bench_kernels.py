@@ -5,8 +5,9 @@
 Each case is one op at a Llama decode or prefill shape; the graph holds `--copies` independent
 copies of it, each with its own inputs (so K/V caches and weights stream from memory as in the
 model instead of sitting in L2), captured as one CUDA graph on one stream. Reported per op:
-`graph µs` (median replay time over copies: kernel plus the launch gap inside a graph, what a
-launch-bound model pays) and `kernel µs` (CUPTI's device time per launch through torch.profiler),
+`graph µs` (median replay time over copies: the kernel, the launch gap inside a graph and the
+copy of its output into the caller's array, plus a share of the graph launch) and `kernel µs`
+(CUPTI's device time per launch through torch.profiler: the figure to compare),
 with the op's bytes over the kernel time, and the NMSE of copy 0 against the reference
 interpreter. A variant changes a code generator's module setting for the build (old kernels kept
 as fallbacks) so one run compares them on the same machine.

@@ -32,7 +32,8 @@ for part in $parts; do
         --markdown "$OUT/bench.md" > "$OUT/bench.log" 2>&1
       echo "bench rc=$?"; tail -n 12 "$OUT/bench.log" ;;
     kernels)
-      timeout "${KERNELS_S:-150}" python3 benchmarks/bench_kernels.py --markdown "$OUT/kernels.md" \
+      timeout "${KERNELS_S:-150}" python3 benchmarks/bench_kernels.py ${KERNELS_ONLY:+--only "$KERNELS_ONLY"} \
+        --markdown "$OUT/kernels.md" \
         > "$OUT/kernels.log" 2>&1
       echo "kernels rc=$?"; tail -n 32 "$OUT/kernels.log" ;;
     h2h)
