@@ -178,7 +178,7 @@ def table(
     lines.append("|" + "---|" * (1 + 2 * len(names) - 1))
     for model, row in results.items():
         cells = [f"{row[n]:.1f}" if isinstance(row[n], float) else str(row[n]) for n in names]
-        base = row[BASELINE]
+        base = row.get(BASELINE)  # absent when --variants leaves it out
         ratios = [
             f"{base / row[n]:.2f}×"
             if isinstance(base, float) and isinstance(row[n], float)

@@ -137,18 +137,26 @@ def decode_attention(shape: AttentionShape, salt: str) -> Launch:
         "  }",
         "}",
         f"const unsigned int k0 = c * {per_chunk}u;",
-        f"const unsigned int k1 = og_min(k0 + {per_chunk}u, kend);",
+        # kc1 bounds the chunk's rows (always valid memory), k1 the visible ones: the loop and its
+        # first loads do not wait for kv_len, they are issued alongside its read
+        f"const unsigned int kc1 = og_min(k0 + {per_chunk}u, {s.skv}u);",
+        "const unsigned int k1 = og_min(kc1, kend);",
         f"float m[{rb}], l[{rb}], acc[{rb}][{e}];",
         f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
         f"  m[r] = {NEG_INF}; l[r] = 0.0f;",
         f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k) acc[r][k] = 0.0f;",
         "}",
         (
-            f"for (unsigned int j0 = k0 + (unsigned int)warp * {un}u; j0 < k1;"
+            f"for (unsigned int j0 = k0 + (unsigned int)warp * {un}u; j0 < kc1;"
             f" j0 += {warps * un}u) {{"
         ),
-        # rows past k1 read row j0 (valid: j0 < k1) and are masked below
-        *("  " + x for x in contiguous_rows(s, un, "(j0 + u < k1 ? j0 + u : j0)", consume)),
+        # rows past kc1 read row j0 (valid: j0 < kc1); rows past k1 are masked in `consume`
+        *(
+            "  " + x
+            for x in contiguous_rows(
+                s, un, "(j0 + u < kc1 ? j0 + u : j0)", ["if (j0 >= k1) break;", *consume]
+            )
+        ),
         "}",
         # merge the warps in warp order
         f"__shared__ float og_m[{warps}][{rb}], og_l[{warps}][{rb}];",

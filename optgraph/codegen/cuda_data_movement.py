@@ -206,9 +206,10 @@ def _kv_copy_units(bh: int, smax: int, s: int, units: int, idx: str) -> list[str
         "  " + _grid_loop(bh * smax * units, idx),
         f"    const {idx} row = i / {units}u, r = row % {smax}u, c = i % {units}u;",
         "    const long long k = (long long)r - pos;",
+        "    const uint4 old = src0[i];",  # not waiting for pos
         (
             f"    dst[i] = (ok && k >= 0 && k < {s}LL) ? "
-            f"src1[((row / {smax}u) * {s}u + ({idx})k) * {units}u + c] : src0[i];"
+            f"src1[((row / {smax}u) * {s}u + ({idx})k) * {units}u + c] : old;"
         ),
         "  }",
         "  return;",
