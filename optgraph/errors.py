@@ -83,7 +83,7 @@ class OptGraphError(Exception):
         super().__init__(message)
 
     @classmethod
-    def from_diagnostics(cls, diagnostics: list[Diagnostic]) -> "OptGraphError":
+    def from_diagnostics(cls, diagnostics: list[Diagnostic]) -> OptGraphError:
         if not diagnostics:
             raise ValueError("an OptGraphError needs at least one diagnostic")
         err = cls(diagnostics[0].message, diagnostics[0].span)

@@ -118,7 +118,9 @@ class _Builder:
         if len(shape) < 2:
             return None
         k = shape[-1]
-        partners = [v for v in self.values() if self.types[v].rank == 2 and self.types[v].shape[0] == k]
+        partners = [
+            v for v in self.values() if self.types[v].rank == 2 and self.types[v].shape[0] == k
+        ]
         if partners and self.draw(st.booleans()):
             b = self.pick(partners)
         else:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Union
 
 from optgraph.errors import Span
 
@@ -26,7 +25,7 @@ BACKENDS: tuple[str, ...] = ("cpu", "cuda")
 WEIGHT_PLACEMENTS: tuple[str, ...] = ("device", "host")
 EVENT_OPS: frozenset[str] = frozenset({"record", "wait"})
 
-AttrValue = Union[bool, int, float, str, tuple[int, ...]]
+AttrValue = bool | int | float | str | tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -48,10 +47,10 @@ class TensorType:
     def nbytes(self) -> int:
         return self.numel * DTYPE_BYTES[self.dtype]
 
-    def with_shape(self, shape: Iterable[int]) -> "TensorType":
+    def with_shape(self, shape: Iterable[int]) -> TensorType:
         return TensorType(self.dtype, tuple(shape))
 
-    def with_dtype(self, dtype: str) -> "TensorType":
+    def with_dtype(self, dtype: str) -> TensorType:
         return TensorType(dtype, self.shape)
 
     def __str__(self) -> str:
@@ -109,7 +108,7 @@ class Region:
     """The body of a `fused` node: parameters bound to the node's operands, nodes, one result."""
 
     params: tuple[str, ...]
-    nodes: tuple["Node", ...]
+    nodes: tuple[Node, ...]
     result: str
 
 
@@ -139,7 +138,7 @@ class Node:
     def attr(self, key: str, default: AttrValue | None = None) -> AttrValue | None:
         return self.attrs.get(key, default)
 
-    def with_ann(self, **changes: object) -> "Node":
+    def with_ann(self, **changes: object) -> Node:
         return replace(self, ann=replace(self.ann, **changes))
 
 
@@ -210,5 +209,5 @@ class Graph:
         """(index, node) for every node that is not an event."""
         return ((i, n) for i, n in enumerate(self.nodes) if not n.is_event)
 
-    def with_nodes(self, nodes: Iterable[Node]) -> "Graph":
+    def with_nodes(self, nodes: Iterable[Node]) -> Graph:
         return replace(self, nodes=tuple(nodes))

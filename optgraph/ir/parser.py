@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from lark import Lark, Token, Transformer
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+from lark.exceptions import (
+    UnexpectedCharacters,
+    UnexpectedEOF,
+    UnexpectedInput,
+    UnexpectedToken,
+    VisitError,
+)
 
 from optgraph.errors import InputError, OptGraphError, ParseError, Span
 from optgraph.ir.graph import (
@@ -206,7 +212,7 @@ class _Builder(Transformer[Token, Any]):
             raise self.at.error(f"annotation '{a.key}' must be {expected}", token)
         if a.key == "backend" and value not in BACKENDS:
             raise self.at.error(
-                f"unknown backend \"{value}\"{_suggest(str(value), BACKENDS)}; expected one of "
+                f'unknown backend "{value}"{_suggest(str(value), BACKENDS)}; expected one of '
                 + ", ".join(f'"{b}"' for b in BACKENDS),
                 token,
             )
@@ -322,7 +328,9 @@ class _Builder(Transformer[Token, Any]):
                 weights.append(item)
             else:
                 outputs.extend(item)
-        return Graph(name, tuple(inputs), tuple(weights), tuple(nodes), tuple(outputs), self.at.path)
+        return Graph(
+            name, tuple(inputs), tuple(weights), tuple(nodes), tuple(outputs), self.at.path
+        )
 
 
 @lru_cache(maxsize=1)
@@ -367,7 +375,7 @@ def _syntax_error(err: UnexpectedInput, located: _Located, text: str) -> ParseEr
     elif isinstance(err, UnexpectedEOF) or (
         isinstance(err, UnexpectedToken) and err.token.type == "$END"
     ):
-        expected = err.expected if isinstance(err, UnexpectedEOF) else err.expected
+        expected = err.expected
         message = "unexpected end of file"
         if expected:
             message += f", expected {_describe_expected(set(expected))}"
@@ -426,7 +434,9 @@ def decode_source(data: bytes, path: str) -> str:
         line = data.count(b"\n", 0, err.start) + 1
         line_start = data.rfind(b"\n", 0, err.start) + 1
         col = err.start - line_start + 1
-        source = data[line_start : data.find(b"\n", err.start) if b"\n" in data[err.start :] else None]
+        source = data[
+            line_start : data.find(b"\n", err.start) if b"\n" in data[err.start :] else None
+        ]
         shown = source.decode("utf-8", errors="replace")
         raise ParseError(
             f"invalid UTF-8 byte 0x{data[err.start]:02x}", Span(path, line, col, None, shown)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 
-from optgraph.ir.graph import AttrValue, Graph, Node, Annotations
+from optgraph.ir.graph import Annotations, AttrValue, Graph, Node
 
 
 def format_literal(value: AttrValue) -> str:

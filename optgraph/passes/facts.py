@@ -37,11 +37,19 @@ def _backends_assigned(graph: Graph) -> bool:
 
 
 def _lifetimes_analyzed(graph: Graph) -> bool:
-    return all(graph.nodes[i].ann.live is not None for i, _ in graph.compute_nodes() if _is_buffer(graph, i))
+    return all(
+        graph.nodes[i].ann.live is not None
+        for i, _ in graph.compute_nodes()
+        if _is_buffer(graph, i)
+    )
 
 
 def _memory_planned(graph: Graph) -> bool:
-    return all(graph.nodes[i].ann.offset is not None for i, _ in graph.compute_nodes() if _is_buffer(graph, i))
+    return all(
+        graph.nodes[i].ann.offset is not None
+        for i, _ in graph.compute_nodes()
+        if _is_buffer(graph, i)
+    )
 
 
 def _synced(graph: Graph) -> bool:
@@ -57,7 +65,10 @@ FACTS: dict[str, Fact] = {
         "backends-assigned", "every node has a backend", _backends_assigned, "split-backends"
     ),
     "lifetimes-analyzed": Fact(
-        "lifetimes-analyzed", "every buffer has a live range", _lifetimes_analyzed, "analyze-lifetimes"
+        "lifetimes-analyzed",
+        "every buffer has a live range",
+        _lifetimes_analyzed,
+        "analyze-lifetimes",
     ),
     "memory-planned": Fact(
         "memory-planned", "every buffer has an arena offset", _memory_planned, "plan-memory"
