@@ -162,7 +162,7 @@ def cmd_opt(args: argparse.Namespace) -> int:
 def _cuda_usable() -> bool:
     """Whether `optgraph.runtime.cuda` exists and reports a usable GPU (`is_available()`)."""
     try:
-        from optgraph.runtime import cuda  # type: ignore[attr-defined]
+        from optgraph.runtime import cuda
     except ImportError:
         return False
     probe = getattr(cuda, "is_available", None)

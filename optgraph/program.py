@@ -76,7 +76,8 @@ class CompiledProgram:
         if weights is None:
             weights = self.default_weights()
         if self.target == "cuda":
-            return self._cuda_runner().run(inputs, weights)
+            outputs: dict[str, Any] = self._cuda_runner().run(inputs, weights)
+            return outputs
         from optgraph.runtime.planned import execute
 
         arrays = {k: np.asarray(v) for k, v in inputs.items()}

@@ -38,6 +38,7 @@ from optgraph.codegen.cuda_source import (
     out_param,
     store,
 )
+from optgraph.ir.attrs import float_attr
 from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
 
@@ -66,7 +67,7 @@ def _rope(node: Node, types: tuple[TensorType, ...]) -> Launch:
     x, pos = types
     b, s, h, d = x.shape
     half = d // 2
-    theta = float(attrs_with_defaults(node)["theta"])  # type: ignore[arg-type]
+    theta = float_attr(attrs_with_defaults(node), "theta")
     n = b * s * h * half
     idx = index_type(x.numel)
     lines = [
@@ -98,7 +99,7 @@ def _attention_rows(node: Node, types: tuple[TensorType, ...]) -> Launch:
     group = hq // hkv
     attrs = attrs_with_defaults(node)
     scale_attr = attrs.get("scale")
-    scale = 1.0 / math.sqrt(d) if scale_attr is None else float(scale_attr)  # type: ignore[arg-type]
+    scale = 1.0 / math.sqrt(d) if scale_attr is None else float_attr(attrs, "scale")
     causal = bool(attrs["causal"])
     has_len = len(types) == 4
     per_thread = -(-d // THREADS)

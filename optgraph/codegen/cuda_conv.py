@@ -28,6 +28,7 @@ from optgraph.codegen.cuda_source import (
     out_param,
     store,
 )
+from optgraph.ir.attrs import int_attr
 from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
 
@@ -65,7 +66,7 @@ def emit_roles(node: Node, types: Sequence[TensorType], roles: Sequence[str]) ->
     x, w = types[0], types[1]
     attrs = attrs_with_defaults(node)
     (sh, sw), (ph, pw) = _pair(attrs["stride"]), _pair(attrs["padding"])
-    groups = int(attrs["groups"])  # type: ignore[arg-type]
+    groups = int_attr(attrs, "groups")
     _, c_in, h, wd = x.shape
     o, cg, kh, kw = w.shape
     og = o // groups

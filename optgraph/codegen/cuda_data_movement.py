@@ -29,6 +29,7 @@ from optgraph.codegen.cuda_source import (
     make_kernel,
     strides,
 )
+from optgraph.ir.attrs import int_attr, ints_attr
 from optgraph.ir.graph import DTYPE_BYTES, Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
 
@@ -70,13 +71,13 @@ def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -
     if node.op in ("copy", "prefetch", "reshape"):
         return [DeviceCopy("out", "in0", node.type.nbytes)]
     if node.op == "transpose":
-        perm = tuple(attrs["perm"])  # type: ignore[arg-type]
+        perm = ints_attr(attrs, "perm")
         xs = strides(x.shape)
         return [strided_copy(node.type, [xs[p] for p in perm], 0, x.numel)]
     if node.op == "slice":
-        axis = int(attrs["axis"]) % x.rank  # type: ignore[arg-type]
+        axis = int_attr(attrs, "axis") % x.rank
         xs = strides(x.shape)
-        base = int(attrs["start"]) * xs[axis]  # type: ignore[arg-type]
+        base = int_attr(attrs, "start") * xs[axis]
         return [strided_copy(node.type, xs, base, x.numel)]
     if node.op == "concat":
         return [_concat(node, types)]
@@ -90,7 +91,7 @@ def _concat(node: Node, types: tuple[TensorType, ...]) -> Launch:
     """A thread per output element picks its operand by the coordinate along the axis."""
     assert node.type is not None
     out = node.type
-    axis = int(attrs_with_defaults(node)["axis"]) % out.rank  # type: ignore[arg-type]
+    axis = int_attr(attrs_with_defaults(node), "axis") % out.rank
     inner = math.prod(out.shape[axis + 1 :])
     total = out.shape[axis]
     n = out.numel

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from optgraph.codegen.cuda_source import load
+from optgraph.ir.attrs import float_attr
 from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
 
@@ -63,7 +64,7 @@ def attention_shape(node: Node, types: tuple[TensorType, ...]) -> AttentionShape
     b, hq, sq, d = q.shape
     attrs = attrs_with_defaults(node)
     scale_attr = attrs.get("scale")
-    scale = 1.0 / math.sqrt(d) if scale_attr is None else float(scale_attr)  # type: ignore[arg-type]
+    scale = 1.0 / math.sqrt(d) if scale_attr is None else float_attr(attrs, "scale")
     has_len = len(types) == 4
     return AttentionShape(
         dtype=q.dtype,

@@ -40,6 +40,7 @@ from optgraph.codegen.cuda_source import (
     store,
     strides,
 )
+from optgraph.ir.attrs import float_attr, int_attr
 from optgraph.ir.graph import FLOAT_DTYPES, Node, TensorType
 from optgraph.ir.op_rules import reduced_axes
 from optgraph.ir.ops import attrs_with_defaults
@@ -144,7 +145,7 @@ def _anchor_lines(anchor: Node, acc: str, finish: Sequence[str], row: _Row) -> l
             f"s = {sum_.format('s')};",
         ]
         return lines + loop([f"const float a = expf({x} - m) / s;", *finish])
-    eps = f32_literal(float(attrs["eps"]))  # type: ignore[arg-type]
+    eps = f32_literal(float_attr(attrs, "eps"))
     if op == "rms_norm":
         lines += [
             "float ss = 0.0f;",
@@ -330,7 +331,7 @@ def _general_reduce(node: Node, x: TensorType) -> Launch:
 
 def _strided_softmax(node: Node, x: TensorType) -> Launch:
     """softmax over a non-last axis: row r reads base(r) + j * INNER."""
-    axis = int(attrs_with_defaults(node)["axis"]) % x.rank  # type: ignore[arg-type]
+    axis = int_attr(attrs_with_defaults(node), "axis") % x.rank
     n = x.shape[axis]
     inner = math.prod(x.shape[axis + 1 :])
     rows = x.numel // n if n else 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TypedDict, Unpack
 
 from optgraph.errors import Span
 
@@ -55,6 +56,19 @@ class TensorType:
 
     def __str__(self) -> str:
         return f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
+
+
+class AnnotationChanges(TypedDict, total=False):
+    """Keyword arguments of `Node.with_ann`: the `Annotations` fields to replace."""
+
+    stream: int | None
+    backend: str | None
+    offset: int | None
+    size: int | None
+    live: tuple[int, int] | None
+    visible: tuple[int, ...] | None
+    segment: int | None
+    slot: int | None
 
 
 @dataclass(frozen=True)
@@ -138,7 +152,7 @@ class Node:
     def attr(self, key: str, default: AttrValue | None = None) -> AttrValue | None:
         return self.attrs.get(key, default)
 
-    def with_ann(self, **changes: object) -> Node:
+    def with_ann(self, **changes: Unpack[AnnotationChanges]) -> Node:
         return replace(self, ann=replace(self.ann, **changes))
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+from optgraph.ir.attrs import int_attr, ints_attr
 from optgraph.ir.graph import DTYPE_BYTES, Graph, Node, TensorType
 
 VIEW_OPS = frozenset({"reshape", "transpose", "slice"})
@@ -27,16 +28,16 @@ def alias_offset(node: Node, operand_type: TensorType) -> int | None:
     if node.op == "reshape":
         return 0
     if node.op == "transpose":
-        perm = tuple(node.attrs.get("perm", ()))  # type: ignore[arg-type]
+        perm = ints_attr(node.attrs, "perm", ())
         moved = [d for d in perm if operand_type.shape[d] != 1]
         return 0 if moved == sorted(moved) else None
     if node.op == "slice":
         rank = operand_type.rank
-        axis = int(node.attrs.get("axis", 0))  # type: ignore[arg-type]
+        axis = int_attr(node.attrs, "axis", 0)
         axis = axis + rank if axis < 0 else axis
         if math.prod(operand_type.shape[:axis]) != 1:
             return None
-        start = int(node.attrs.get("start", 0))  # type: ignore[arg-type]
+        start = int_attr(node.attrs, "start", 0)
         inner = math.prod(operand_type.shape[axis + 1 :])
         return start * inner * DTYPE_BYTES[operand_type.dtype]
     return None

@@ -216,10 +216,8 @@ class _Builder(Transformer[Token, Any]):
                 + ", ".join(f'"{b}"' for b in BACKENDS),
                 token,
             )
-        if kind == "int" and value < 0 and a.key != "stream":
+        if kind == "int" and isinstance(value, int) and value < 0:
             raise self.at.error(f"annotation '{a.key}' must not be negative", token)
-        if a.key == "stream" and value < 0:
-            raise self.at.error("annotation 'stream' must not be negative", token)
         return value
 
     def type(self, children: list[Token | None]) -> tuple[TensorType, Token]:
@@ -369,7 +367,8 @@ def _syntax_error(err: UnexpectedInput, located: _Located, text: str) -> ParseEr
     line = getattr(err, "line", 1) or 1
     col = getattr(err, "column", 1) or 1
     if isinstance(err, UnexpectedCharacters):
-        char = text[err.pos_in_stream] if err.pos_in_stream < len(text) else ""
+        pos = err.pos_in_stream
+        char = text[pos] if pos is not None and pos < len(text) else ""
         shown = repr(char) if char.isprintable() and char else f"U+{ord(char):04X}" if char else "?"
         message = f"unexpected character {shown}"
     elif isinstance(err, UnexpectedEOF) or (

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from optgraph.errors import Diagnostic, OptGraphError, Span, VerifyError
 from optgraph.ir import ops
-from optgraph.ir.graph import Graph, Node, TensorType
+from optgraph.ir.graph import Graph, Input, Node, TensorType, Weight
 
 _MAX_SUGGESTIONS = 10
 
@@ -195,7 +195,7 @@ def verify(graph: Graph) -> None:
 
     if not graph.outputs:
         # The graph has no span of its own: point at its last declaration, where `output` belongs.
-        declared = [*graph.inputs, *graph.weights, *graph.nodes]
+        declared: list[Input | Weight | Node] = [*graph.inputs, *graph.weights, *graph.nodes]
         last = next((d.span for d in reversed(declared) if d.span is not None), None)
         message = f"graph '{graph.name}' has no output"
         if last is not None:

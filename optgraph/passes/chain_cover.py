@@ -348,7 +348,7 @@ def _min_flow(
     flow = len(last)
     while True:  # BFS from T to S in the residual network; nodes are ("in"|"out", v)
         parent: dict[tuple[str, int], tuple[str, int] | None] = {}
-        queue = deque()
+        queue: deque[tuple[str, int]] = deque()
         for v in range(n):
             if sink[v] > 0:
                 parent[("out", v)] = None
@@ -376,13 +376,13 @@ def _min_flow(
         while parent[node] is not None:
             prev = parent[node]
             assert prev is not None
-            (ps, pv), (ns, nv) = prev, node
-            if ps == "out" and ns == "in":
+            (prev_side, pv), (node_side, nv) = prev, node
+            if prev_side == "out" and node_side == "in":
                 if pv == nv:  # reverse of v_in -> v_out
                     through[pv] -= 1
                 else:  # forward along edge pv -> nv
                     edge[(pv, nv)] = edge.get((pv, nv), 0) + 1
-            elif ps == "in" and ns == "out":
+            elif prev_side == "in" and node_side == "out":
                 if pv == nv:  # forward through the node
                     through[pv] += 1
                 else:  # reverse of edge nv -> pv

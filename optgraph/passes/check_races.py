@@ -179,14 +179,16 @@ def find_races(graph: Graph) -> list[Race]:
     return f.races
 
 
-def _check_arena(f: _Finder, accesses: dict[str, list[Access]], roots: dict) -> None:
+def _check_arena(
+    f: _Finder, accesses: dict[str, list[Access]], roots: dict[str, tuple[str, int]]
+) -> None:
     graph, hb = f.graph, f.hb
     buffers = []
     for i, node in graph.compute_nodes():
-        a = node.ann
-        if node.name in roots or a.offset is None or not a.size:
+        ann = node.ann
+        if node.name in roots or ann.offset is None or not ann.size:
             continue
-        buffers.append((i, node.name, a.offset, a.offset + a.size))
+        buffers.append((i, node.name, ann.offset, ann.offset + ann.size))
     if len(buffers) < 2:
         return
     need: dict[str, np.ndarray] = {}

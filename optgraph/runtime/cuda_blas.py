@@ -102,6 +102,7 @@ class CtypesBlas:
         """A closure issuing one `Gemm` (codegen.cuda_matmul) with resolved pointers."""
         t = CUDA_DTYPES[g.dtype]
         check = self._check
+        args: tuple[Any, ...]
         if g.batch == 1:
             fn = self.lib.cublasGemmEx
             args = (handle, g.transa, g.transb, g.m, g.n, g.k, self.alpha, a, t, g.lda, b, t,

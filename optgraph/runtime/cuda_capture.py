@@ -86,13 +86,13 @@ class CapturedGraph:
 def exec_update(exec_: int, graph: int) -> bool:
     """cudaGraphExecUpdate through cuda-bindings; False when unavailable or refused."""
     try:
-        from cuda.bindings import runtime as cudart  # type: ignore[import-not-found]
+        from cuda.bindings import runtime as cudart
     except ImportError:
         try:
-            from cuda import cudart  # type: ignore[import-not-found,no-redef]
+            from cuda import cudart
         except ImportError:
             return False
-    attempts = (
+    attempts: tuple[Callable[[], Any], ...] = (
         lambda: cudart.cudaGraphExecUpdate(exec_, graph),
         lambda: cudart.cudaGraphExecUpdate(
             cudart.cudaGraphExec_t(init_value=exec_), cudart.cudaGraph_t(init_value=graph)
@@ -113,7 +113,7 @@ def _dot_print(graph: int, path: str) -> None:
     if printer is not None:
         printer(graph, path, DOT_VERBOSE)
         return
-    from cuda.bindings import runtime as cudart  # type: ignore[import-not-found]
+    from cuda.bindings import runtime as cudart
 
     try:
         result = cudart.cudaGraphDebugDotPrint(graph, path.encode(), DOT_VERBOSE)

@@ -21,6 +21,7 @@ The order of a run (`issue_list`), all of it host calls in `graph.nodes` order:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from optgraph.codegen.cuda_plan import (
@@ -96,9 +97,11 @@ class Variant(VariantMemory):
         plan = self.plan
         self.streams, self.host_errors = streams, host_errors
         self.host_functions: list[HostFunction] = []
-        module = kernel_module(plan.source()) if plan.kernels else None
         # Loading every function now compiles the module before any capture.
-        self.functions = {name: module.get_function(name) for name in plan.kernels}
+        self.functions: dict[str, Any] = {}
+        if plan.kernels:
+            module = kernel_module(plan.source())
+            self.functions = {name: module.get_function(name) for name in plan.kernels}
         self.launchers = {name: getattr(f, "kernel", None) for name, f in self.functions.items()}
         self.events = {e: cp.cuda.Event(block=False, disable_timing=True) for e in plan.events}
         others = [s for s in plan.streams if s != 0]
@@ -118,24 +121,24 @@ class Variant(VariantMemory):
         staged = [n for n in plan.inputs if n not in bound_in and plan.types[n].nbytes]
         if staged and len(staged) == len(plan.inputs):
             args = (int(self.in_dev.ptr), self.in_host.ctypes.data, self.in_bytes, H2D, s0)
-            ops.append(lambda a=args: rt.memcpyAsync(*a))
+            ops.append(partial(rt.memcpyAsync, *args))
         else:
             for n in staged:
                 off = self.in_offsets[n]
                 a = (int(self.in_dev.ptr) + off, self.in_host.ctypes.data + off,
                      plan.types[n].nbytes, H2D, s0)  # fmt: skip
-                ops.append(lambda a=a: rt.memcpyAsync(*a))
+                ops.append(partial(rt.memcpyAsync, *a))
         fork = self.fork.ptr
         if self.joins:
             ops.append(lambda: rt.eventRecord(fork, s0))
         side = {s: self.streams.get(s).ptr for s in self.joins}
         for ptr in side.values():
-            ops.append(lambda ptr=ptr: rt.streamWaitEvent(ptr, fork, 0))
+            ops.append(partial(rt.streamWaitEvent, ptr, fork, 0))
         for step in plan.steps:
             ops.append(self._op(step, bound_in))
         for s, ev in self.joins.items():
-            ops.append(lambda e=ev.ptr, ptr=side[s]: rt.eventRecord(e, ptr))
-            ops.append(lambda e=ev.ptr: rt.streamWaitEvent(s0, e, 0))
+            ops.append(partial(rt.eventRecord, ev.ptr, side[s]))
+            ops.append(partial(rt.streamWaitEvent, s0, ev.ptr, 0))
         for name in dict.fromkeys(plan.outputs):
             nbytes = plan.types[name].nbytes
             if not nbytes:
@@ -149,7 +152,7 @@ class Variant(VariantMemory):
             else:
                 dst = self.out_host.ctypes.data + self.out_offsets[name]
                 a = (dst, src, nbytes, D2H, s0)
-            ops.append(lambda a=a: rt.memcpyAsync(*a))
+            ops.append(partial(rt.memcpyAsync, *a))
         return ops
 
     def _op(self, step: object, bound: Mapping[str, int]) -> Callable[[], Any]:
@@ -188,6 +191,6 @@ class Variant(VariantMemory):
             host_stream = streams.get(step.stream).ptr
             return lambda: fn.launch(host_stream)
         assert isinstance(step, CopyStep)
-        a = (self.pointer(step.dst, bound), self.pointer(step.src, bound), step.nbytes,
-             COPY_KINDS[step.kind], streams.get(step.stream).ptr)  # fmt: skip
-        return lambda: rt.memcpyAsync(*a)
+        copy = (self.pointer(step.dst, bound), self.pointer(step.src, bound), step.nbytes,
+                COPY_KINDS[step.kind], streams.get(step.stream).ptr)  # fmt: skip
+        return partial(rt.memcpyAsync, *copy)

@@ -127,9 +127,10 @@ class _Machine:
         flat = base.reshape(-1).view(np.uint8)
         return np.ndarray(b.shape, dtype, flat, offset)
 
-    def _bytes(self, b: Buffer) -> np.ndarray:
+    def _bytes(self, b: Buffer) -> memoryview:
+        """The buffer's bytes in the (contiguous, uint8) arena, as zlib.crc32 reads them."""
         start = self.guard + b.offset
-        return self.arena[start : start + b.nbytes]
+        return self.arena[start : start + b.nbytes].data
 
     def _slack(self, b: Buffer) -> np.ndarray:
         start = self.guard + b.offset
