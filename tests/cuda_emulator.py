@@ -23,6 +23,7 @@ import numpy as np
 
 from optgraph.codegen.cuda_source import PRELUDE, STORAGE, Launch, node_code
 from optgraph.ir.graph import Graph
+from optgraph.ir.layout import alias_roots
 from optgraph.runtime.reference_kernels import numpy_dtype
 
 EMULATION = r"""
@@ -134,7 +135,8 @@ def available() -> bool:
 def run_graph(
     graph: Graph, inputs: Mapping[str, np.ndarray], weights: Mapping[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
-    """Every node's kernels on the CPU, one buffer per value; returns the graph's outputs."""
+    """Every node's kernels on the CPU, one buffer per value (aliasing views point into their
+    root's); returns the graph's outputs."""
     types = graph.value_types()
     sources: dict[str, str] = {}
     calls: list[str] = []
@@ -150,11 +152,18 @@ def run_graph(
             setup.append(
                 f'auto* b{k} = ({STORAGE[t.dtype]}*)og_emu_read("{folder}/in{k}.bin", {arr.nbytes});'
             )
+        roots = alias_roots(graph)
         for n, node in enumerate(graph.nodes):
             if node.is_event or node.type is None:
                 continue
             t = node.type
             buffers[node.name] = f"v{n}"
+            if node.name in roots:  # an aliasing view (a slice of a siblings region): no kernel
+                root, offset = roots[node.name]
+                setup.append(
+                    f"auto* v{n} = ({STORAGE[t.dtype]}*)((char*){buffers[root]} + {offset});"
+                )
+                continue
             setup.append(f"auto* v{n} = ({STORAGE[t.dtype]}*)std::calloc({t.nbytes} + 16, 1);")
             for work in node_code(node, [types[o] for o in node.operands]):
                 if not isinstance(work, Launch):

@@ -8,7 +8,8 @@ computed from constants baked into the text:
 
 A `fused` node is planned with `fusion_rules.plan_body` and emitted by kind: an `elementwise`
 region is one kernel that evaluates the whole body per output element; a `reduction` region is one
-row kernel (`cuda_reduction.row_kernel`); a `product` region runs its matmul (cuBLAS) or conv2d
+row kernel (`cuda_reduction.row_kernel`); a `siblings` region is one matrix-vector kernel
+(`cuda_fused_siblings`); a `product` region runs its matmul (cuBLAS) or conv2d
 into the result buffer, then one epilogue kernel that reads the product back in place. Inside a
 region values stay in float32 (a `cast` to f16/bf16 still rounds), which is the documented fusion
 tolerance: results may differ from the unfused graph by the f16/bf16 rounding of intermediates.
@@ -39,7 +40,7 @@ from optgraph.codegen.cuda_source import (
 )
 from optgraph.ir.graph import FLOAT_DTYPES, Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
-from optgraph.passes.fusion_rules import ELEMENTWISE, PRODUCT, REDUCTION, plan_body
+from optgraph.passes.fusion_rules import ELEMENTWISE, PRODUCT, REDUCTION, SIBLINGS, plan_body
 
 UNARY_FLOAT: dict[str, str] = {
     "exp": "expf({0})",
@@ -214,6 +215,10 @@ def _emit_fused(node: Node, types: tuple[TensorType, ...]) -> list[Work]:
     if plan.kind == ELEMENTWISE:
         kernel = region_kernel("fused", body.params, types, body.nodes, body.result, node.type)
         return [_launch(kernel, node.type.numel, len(types))]
+    if plan.kind == SIBLINGS:
+        from optgraph.codegen.cuda_fused_siblings import siblings_launch
+
+        return [siblings_launch(node, types, plan)]
     by_name = {n.name: n for n in body.nodes}
     assert plan.anchor is not None
     anchor = by_name[plan.anchor]

@@ -13,6 +13,11 @@ so, how: a `RegionPlan` with its kind, its anchor and which nodes run before/aft
   (every other node, evaluated per output element, e.g. mul by a weight, cast). One block per row.
 - `product`: one matmul or conv2d anchor, no prologue, an elementwise epilogue (bias, activation,
   residual add) evaluated per output element after the product.
+- `siblings` (made by `fuse-siblings`): several one-row products (`one_row_product`) of the same
+  input row, as *segments*: each segment is one or more products of the same width plus an
+  elementwise epilogue combining them (SwiGLU's `mul(silu(x@wg), x@wu)`); the root is either the
+  one segment's value or `concat` of the segments' values along the last axis (q/k/v). One
+  matrix-vector kernel computes every segment (`codegen/cuda_fused_siblings.py`).
 
 A value computed before the anchor is not read after it (the row kernel computes the two phases
 in different loops; the value stays a buffer of its own instead).
@@ -37,9 +42,22 @@ from optgraph.ir.ops import attrs_with_defaults, get_op
 ELEMENTWISE = "elementwise"
 REDUCTION = "reduction"
 PRODUCT = "product"
+SIBLINGS = "siblings"
+ONE_ROW_VECTOR = {"f16": 8, "bf16": 8, "f32": 4}  # elements per 16-byte load of a weight row
 REDUCE_OPS = frozenset({"sum", "mean", "max"})
 ROW_OPS = frozenset({"softmax", "rms_norm", "layer_norm"})
 PRODUCT_OPS = frozenset({"matmul", "conv2d"})
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Part of a `siblings` region: its products (matmul names), epilogue (issue order), the
+    value it yields and that value's width (the products' N)."""
+
+    products: tuple[str, ...]
+    epilogue: tuple[str, ...]
+    value: str
+    cols: int
 
 
 @dataclass(frozen=True)
@@ -56,6 +74,7 @@ class RegionPlan:
     epilogue: tuple[str, ...]
     rows: int = 1
     cols: int = 1
+    segments: tuple[Segment, ...] = ()
 
 
 def is_elementwise(node: Node) -> bool:
@@ -173,6 +192,98 @@ def plan_region(
     return RegionPlan(REDUCTION, anchor.name, prologue, epilogue, rows, cols), ""
 
 
+def one_row_product(node: Node, a: TensorType, b: TensorType) -> tuple[int, int] | None:
+    """(K, N) when `node` is `[1.., K] @ [K, N]`: one row, no transposes, 2-D `b`, both in
+    f32/f16/bf16 and N a multiple of a 16-byte load; else None."""
+    if node.op != "matmul" or node.type is None:
+        return None
+    attrs = attrs_with_defaults(node)
+    if attrs["transpose_a"] or attrs["transpose_b"] or b.rank != 2 or a.rank < 1:
+        return None
+    if a.dtype not in ONE_ROW_VECTOR or b.dtype != a.dtype:
+        return None
+    k, n = b.shape
+    if k < 1 or a.numel != k or a.shape[-1] != k or n % ONE_ROW_VECTOR[a.dtype]:
+        return None
+    if node.type.numel != n:
+        return None
+    return k, n
+
+
+def _cone(value: str, index: Mapping[str, int], nodes: Sequence[Node]) -> set[str]:
+    """Body values `value` depends on, itself included."""
+    seen: set[str] = set()
+    stack = [value]
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in index:
+            continue
+        seen.add(name)
+        stack.extend(nodes[index[name]].operands)
+    return seen
+
+
+def plan_siblings(
+    nodes: Sequence[Node], types: Mapping[str, TensorType]
+) -> tuple[RegionPlan | None, str]:
+    """(plan, "") when `nodes` form a `siblings` region (see the module docstring), else
+    (None, reason). Every product reads the same parameter row, with one K and one dtype."""
+    root = nodes[-1]
+    assert root.type is not None
+    index = {n.name: i for i, n in enumerate(nodes)}
+    if root.op == "concat":
+        rank = root.type.rank
+        axis = int(attrs_with_defaults(root)["axis"])  # type: ignore[arg-type]
+        if rank < 2 or axis % rank != rank - 1 or any(d != 1 for d in root.type.shape[:-1]):
+            return None, "siblings: concat must join one-row values along the last axis"
+        values, inner = list(root.operands), list(nodes[:-1])
+    else:
+        values, inner = [root.name], list(nodes)
+    if len(set(values)) != len(values) or any(v not in index for v in values):
+        return None, "siblings: each segment yields a distinct body value"
+    segments: list[Segment] = []
+    covered: set[str] = set()
+    row: tuple[str, int, str] | None = None  # (input parameter, K, dtype) shared by all products
+    for value in values:
+        cone = _cone(value, index, nodes)
+        if cone & covered:
+            return None, "siblings: segments share a body value"
+        covered |= cone
+        vtype = nodes[index[value]].type
+        assert vtype is not None
+        products, epilogue = [], []
+        for n in inner:
+            if n.name not in cone:
+                continue
+            if n.op == "matmul":
+                if any(o in index for o in n.operands):
+                    return None, "siblings: a product reads a value computed in the region"
+                shape = one_row_product(n, types[n.operands[0]], types[n.operands[1]])
+                if shape is None or n.type is None or n.type != vtype:
+                    return None, f"siblings: '%{n.name}' is not a one-row product of the segment"
+                key = (n.operands[0], shape[0], n.type.dtype)
+                if row is not None and key != row:
+                    return None, "siblings: products read different rows, K or dtypes"
+                row = key
+                products.append(n.name)
+            elif is_elementwise(n):
+                assert n.type is not None
+                if not broadcasts_to(n.type.shape, vtype.shape):
+                    return None, f"siblings: '%{n.name}' {n.type} does not broadcast to {vtype}"
+                epilogue.append(n.name)
+            else:
+                return None, f"siblings: '{n.op}' cannot be fused"
+        if not products:
+            return None, f"siblings: segment '%{value}' has no product"
+        segments.append(Segment(tuple(products), tuple(epilogue), value, vtype.shape[-1]))
+    if len(covered) != len(inner):
+        return None, "siblings: a body value feeds no segment"
+    if sum(len(s.products) for s in segments) < 2:
+        return None, "siblings: fewer than two products"
+    epilogues = tuple(e for s in segments for e in s.epilogue)
+    return RegionPlan(SIBLINGS, None, (), epilogues, segments=tuple(segments)), ""
+
+
 def plan_body(body: Region, operand_types: Sequence[TensorType]) -> RegionPlan:
     """The plan of an existing fused node's body (ValueError when it is not one kernel)."""
     types: dict[str, TensorType] = dict(zip(body.params, operand_types))
@@ -182,6 +293,8 @@ def plan_body(body: Region, operand_types: Sequence[TensorType]) -> RegionPlan:
     if not body.nodes or body.nodes[-1].name != body.result:
         raise ValueError("fused region must yield its last body node")
     plan, reason = plan_region(body.nodes, types)
+    if plan is None:
+        plan, _ = plan_siblings(body.nodes, types)  # on failure, plan_region's reason says more
     if plan is None:
         raise ValueError(f"fused region is not one kernel: {reason}")
     return plan

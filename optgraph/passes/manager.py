@@ -28,6 +28,7 @@ from optgraph.passes.cse import CsePass
 from optgraph.passes.dce import DcePass
 from optgraph.passes.facts import FACTS
 from optgraph.passes.fuse import FusePass
+from optgraph.passes.fuse_siblings import FuseSiblingsPass
 from optgraph.passes.insert_sync import InsertSyncPass
 from optgraph.passes.plan_memory import PlanMemoryPass
 from optgraph.passes.plan_prefetch import PlanPrefetchPass
@@ -41,6 +42,7 @@ PASSES: dict[str, type[Pass]] = {
     "cse": CsePass,
     "dce": DcePass,
     "fuse": FusePass,
+    "fuse-siblings": FuseSiblingsPass,
     "insert-sync": InsertSyncPass,
     "plan-memory": PlanMemoryPass,
     "plan-prefetch": PlanPrefetchPass,
@@ -51,7 +53,12 @@ PASSES: dict[str, type[Pass]] = {
 # The pipeline `optgraph compile` runs when none is given. Passes join it as they land.
 # fuse runs before stream assignment (streams then balance real kernels, and fusion is not limited
 # to one stream) and before memory planning (fused regions need no buffers for their interiors).
-DEFAULT_PIPELINE = "verify,dce,cse,fuse,assign-streams,insert-sync,analyze-lifetimes,plan-memory"
+# fuse-siblings runs right after fuse: it takes fuse's product regions (with their epilogues) as
+# members, and it moves work, which it refuses once streams are synced or memory is planned.
+FUSION = "fuse,fuse-siblings"
+DEFAULT_PIPELINE = (
+    f"verify,dce,cse,{FUSION},assign-streams,insert-sync,analyze-lifetimes,plan-memory"
+)
 
 _PASS_RE = re.compile(r"\s*([A-Za-z0-9_-]+)\s*(\{([^{}]*)\})?\s*(,|$)")
 

@@ -1,0 +1,244 @@
+"""`fuse-siblings`: one kernel for one-row products that read the same row (decode's q/k/v, gate/up).
+
+    before: %q = matmul(%x, %wq) : f16[1,512]   %k = matmul(%x, %wk) : f16[1,128]
+    after:  %q.siblings = fused(%x, %wq, %wk) : f16[1,640] body(%p0, %p1, %p2) { %q = matmul(%p0, %p1)
+              %k = matmul(%p0, %p2)   %q.siblings = concat(%q, %k) {axis = 1}   yield %q.siblings }
+            %q = slice(%q.siblings) {axis = 1, start = 0, end = 512}   (an alias: no copy, no kernel)
+
+A *candidate* is a one-row product (`fusion_rules.one_row_product`: `[1.., K] @ [K, N]`, no
+transposes, f32/f16/bf16, N a multiple of a 16-byte load), either a plain `matmul` or a `product`
+region left by `fuse` (its elementwise epilogue comes along). Two rewrites, in this order:
+
+1. *pairs*: a product region whose epilogue reads a plain one-row product `%u` of the same row, of
+   the same width, that nobody else reads (SwiGLU: `mul(silu(x@wg), x@wu)`) absorbs `%u`: one
+   region, both products per output column, no concat.
+2. *concat*: candidates reading the same row `%x` with the same K, dtype and result rank (result
+   shapes `[1.., N_i]`, rank >= 2), in issue order, join the group of the first one when every
+   operand they read is defined before it (inputs and weights always are). The group becomes one
+   region at the first member's place yielding `concat(..., axis = last)`; each former result is a
+   `slice` of it, issued right after it. The region is named `<first member>.siblings`.
+
+Blocked: a member that is a graph output (its bytes would become a view), members on different
+streams or backends, graphs with events (`insert-sync` ran: moving work earlier could pass a wait)
+and memory-planned graphs (offsets set): run it where the default pipeline does, right after
+`fuse` and before `assign-streams`. Moving a member earlier is safe: all it reads is defined
+before the group's first member, and every reader of its result comes after that place.
+
+Does not handle: products with M > 1, transposed or batched operands, products reading different
+rows, a pair whose second product is itself a region with an epilogue, nested regions.
+Complexity: O(V + E) plus O(g²) per group of g members for the operand checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node, Region, TensorType
+from optgraph.passes.base import Pass
+from optgraph.passes.fusion_rules import PRODUCT, one_row_product, plan_body
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    index: int
+    row: str  # the outer value of the input row
+    k: int
+    anchor: str  # the matmul's name in the body (or the node's own name)
+
+
+def _candidate(node: Node, types: dict[str, TensorType]) -> _Candidate | None:
+    """The node as a one-row product of an outer row, or None."""
+    if node.type is None or node.is_event:
+        return None
+    if node.op == "matmul":
+        shape = one_row_product(node, types[node.operands[0]], types[node.operands[1]])
+        return None if shape is None else _Candidate(-1, node.operands[0], shape[0], node.name)
+    if node.op != "fused" or node.body is None:
+        return None
+    try:
+        plan = plan_body(node.body, [types[o] for o in node.operands])
+    except ValueError:
+        return None
+    if plan.kind != PRODUCT or plan.anchor is None:
+        return None
+    by_name = {n.name: n for n in node.body.nodes}
+    anchor = by_name[plan.anchor]
+    params = dict(zip(node.body.params, node.operands))
+    if anchor.op != "matmul" or any(o not in params for o in anchor.operands):
+        return None
+    a, b = (params[o] for o in anchor.operands)
+    shape = one_row_product(anchor, types[a], types[b])
+    return None if shape is None else _Candidate(-1, a, shape[0], anchor.name)
+
+
+def _inline(node: Node, taken: set[str]) -> tuple[list[Node], list[str]]:
+    """A candidate's body nodes with operands spelled as outer values (names made unique), and its
+    result's name in that list."""
+    if node.body is None:
+        clean = replace(node, ann=NO_ANNOTATIONS)
+        taken.add(node.name)
+        return [clean], [node.name]
+    params = dict(zip(node.body.params, node.operands))
+    rename: dict[str, str] = {}
+    out: list[Node] = []
+    for inner in node.body.nodes:
+        name = _fresh(inner.name, taken)
+        rename[inner.name] = name
+        operands = tuple(rename.get(o, params.get(o, o)) for o in inner.operands)
+        out.append(replace(inner, name=name, operands=operands, ann=NO_ANNOTATIONS))
+    return out, [rename[node.body.result]]
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    candidate, k = name, 1
+    while candidate in taken:
+        candidate, k = f"{name}.{k}", k + 1
+    taken.add(candidate)
+    return candidate
+
+
+def _region(name: str, nodes: list[Node], result: Node, span: Node) -> Node:
+    """A fused node computing `nodes` (outer operand names) then `result`, named `name`."""
+    defined = {n.name for n in nodes} | {result.name}
+    outside: list[str] = []
+    for n in [*nodes, result]:
+        for o in n.operands:
+            if o not in defined and o not in outside:
+                outside.append(o)
+    taken = set(defined)
+    params = [_fresh(f"p{k}", taken) for k in range(len(outside))]
+    rename = dict(zip(outside, params))
+    body = tuple(
+        replace(n, operands=tuple(rename.get(o, o) for o in n.operands)) for n in [*nodes, result]
+    )
+    assert result.type is not None
+    return Node(
+        name=name,
+        op="fused",
+        operands=tuple(outside),
+        type=result.type,
+        ann=span.ann,
+        body=Region(tuple(params), body, result.name),
+        span=span.span,
+        operand_spans=(),
+    )
+
+
+def _pairs(graph: Graph) -> Graph:
+    """Product regions whose epilogue reads a sole-use sibling product absorb it."""
+    types = graph.value_types()
+    users = graph.users()
+    outputs = set(graph.output_names())
+    producers = graph.producers()
+    nodes = list(graph.nodes)
+    gone: set[int] = set()
+    for i, node in enumerate(nodes):
+        cand = _candidate(node, types)
+        if cand is None or node.body is None:
+            continue
+        for o in node.operands:
+            j = producers.get(o)
+            if j is None or j in gone or nodes[j].op != "matmul" or o in outputs:
+                continue
+            other = _candidate(nodes[j], types)
+            if other is None or (other.row, other.k) != (cand.row, cand.k):
+                continue
+            if users.get(o, []) != [i] or types[o] != _anchor_type(node, cand):
+                continue
+            if (nodes[j].ann.stream, nodes[j].ann.backend) != (node.ann.stream, node.ann.backend):
+                continue
+            inner, _ = _inline(node, set())
+            product = replace(nodes[j], ann=NO_ANNOTATIONS)
+            body = [product, *inner[:-1]]
+            nodes[i] = _region(node.name, body, inner[-1], node)
+            gone.add(j)
+            break
+    if not gone:
+        return graph
+    return graph.with_nodes([n for k, n in enumerate(nodes) if k not in gone])
+
+
+def _anchor_type(node: Node, cand: _Candidate) -> TensorType | None:
+    assert node.body is not None
+    return next(n.type for n in node.body.nodes if n.name == cand.anchor)
+
+
+def _groups(graph: Graph) -> list[list[int]]:
+    """Concat groups of candidates, each in issue order, two or more members."""
+    types = graph.value_types()
+    outputs = set(graph.output_names())
+    producers = graph.producers()
+    open_groups: dict[tuple[object, ...], list[int]] = {}
+    groups: list[list[int]] = []
+    for i, node in enumerate(graph.nodes):
+        cand = _candidate(node, types)
+        if cand is None or node.name in outputs or node.type is None:
+            continue
+        if node.type.rank < 2 or any(d != 1 for d in node.type.shape[:-1]):
+            continue
+        key = (cand.row, cand.k, node.type.dtype, node.type.rank, node.ann.stream, node.ann.backend)
+        group = open_groups.get(key)
+        if group is not None and all(producers.get(o, -1) < group[0] for o in node.operands):
+            group.append(i)
+            continue
+        group = [i]
+        open_groups[key] = group
+        groups.append(group)
+    return [g for g in groups if len(g) > 1]
+
+
+def _concat(graph: Graph) -> Graph:
+    groups = _groups(graph)
+    if not groups:
+        return graph
+    taken = {n.name for n in graph.nodes} | graph.input_names() | graph.weight_names()
+    placed: dict[int, list[Node]] = {}
+    moved: set[int] = set()
+    for group in groups:
+        members = [graph.nodes[i] for i in group]
+        first = members[0]
+        assert first.type is not None
+        name = _fresh(f"{first.name}.siblings", taken)
+        inner_taken: set[str] = {name}
+        body: list[Node] = []
+        values: list[str] = []
+        for m in members:
+            part, value = _inline(m, inner_taken)
+            body += part
+            values += value
+        rank = first.type.rank
+        widths = [m.type.shape[-1] for m in members if m.type is not None]
+        out_type = TensorType(first.type.dtype, (*first.type.shape[:-1], sum(widths)))
+        concat = Node(name, "concat", tuple(values), {"axis": rank - 1}, out_type)
+        region = _region(name, body, concat, first)
+        slices: list[Node] = []
+        start = 0
+        for m, width in zip(members, widths):
+            assert m.type is not None
+            attrs = {"axis": rank - 1, "start": start, "end": start + width}
+            slices.append(
+                Node(m.name, "slice", (name,), attrs, m.type, m.ann, span=m.span, operand_spans=())
+            )
+            start += width
+        placed[group[0]] = [region, *slices]
+        moved.update(group)
+    out: list[Node] = []
+    for i, node in enumerate(graph.nodes):
+        if i in placed:
+            out += placed[i]
+        elif i not in moved:
+            out.append(node)
+    return graph.with_nodes(out)
+
+
+@dataclass(frozen=True)
+class FuseSiblingsPass(Pass):
+    name = "fuse-siblings"
+    summary = "one kernel for one-row products reading the same row (q/k/v, gate/up)"
+
+    def run(self, graph: Graph) -> Graph:
+        if any(n.ann.offset is not None for n in graph.nodes):
+            return graph  # memory-planned: moving work would break the plan
+        if any(n.is_event for n in graph.nodes):
+            return graph  # synced: moving work earlier could pass a wait
+        return _concat(_pairs(graph))
