@@ -1,7 +1,7 @@
 """GPU latency of every example and a generated Llama decode step, in several ways of running them.
 
     python benchmarks/bench_gpu.py [--iters 200] [--warmup 20] [--only NAME] [--markdown FILE]
-    python benchmarks/bench_gpu.py --suite head-to-head [--variants torch-graph,og-fused-1s]
+    python benchmarks/bench_gpu.py --suite head-to-head [--only llama_launch,llama_real] [--variants og-1s,og-fused-1s]
 
 For each model and each *variant* (the `VARIANTS` table) the model runs `--iters` times after
 `--warmup` runs, each run timed alone with CUDA events on the stream it starts on (host issue time
@@ -41,7 +41,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
 
 import optgraph as og
 from optgraph.ir.graph import Graph
-from optgraph.passes.manager import run_pipeline
+from optgraph.passes.manager import FUSION, run_pipeline
 from optgraph.runtime.cuda import CudaProgram
 from optgraph.runtime.reference import random_inputs, random_weights
 from optgraph.runtime.reference_kernels import numpy_dtype
@@ -49,8 +49,9 @@ from optgraph.runtime.reference_kernels import numpy_dtype
 PLAN = "analyze-lifetimes,plan-memory"
 ONE_STREAM = f"verify,dce,cse,assign-streams{{max-streams=1}},insert-sync,{PLAN}"
 CHAINS = f"verify,dce,cse,assign-streams{{policy=chains}},insert-sync,{PLAN}"
-FUSED_ONE_STREAM = f"verify,dce,cse,fuse,assign-streams{{max-streams=1}},insert-sync,{PLAN}"
-FUSED_CHAINS = f"verify,dce,cse,fuse,assign-streams{{policy=chains}},insert-sync,{PLAN}"
+# The fused variants run the default pipeline's fusion passes (manager.FUSION), so they follow it.
+FUSED_ONE_STREAM = f"verify,dce,cse,{FUSION},assign-streams{{max-streams=1}},insert-sync,{PLAN}"
+FUSED_CHAINS = f"verify,dce,cse,{FUSION},assign-streams{{policy=chains}},insert-sync,{PLAN}"
 LLAMA = {
     "layers": 4, "hidden": 256, "heads": 4, "kv_heads": 2, "ffn": 512, "vocab": 1024,
     "dtype": "f16", "batch": 1, "seq": 1, "cache_len": 128, "mode": "decode",
@@ -147,7 +148,7 @@ def models(only: str | None) -> list[Model]:
     found.append(("llama_gen_f16", og.parse(generate_llama(**LLAMA))))
     out = []
     for name, graph in found:
-        if only and only not in name:
+        if only and not any(part in name for part in only.split(",")):
             continue
         out.append(Model(name, graph, random_inputs(graph, 0), random_weights(graph, 0)))
     return out
@@ -193,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--only", help="run the models whose name contains this")
+    parser.add_argument(
+        "--only", help="run the models whose name contains this (comma-separated: any of them)"
+    )
     parser.add_argument("--markdown", help="also write the table to this file")
     parser.add_argument("--suite", choices=("examples", "head-to-head"), default="examples")
     parser.add_argument(

@@ -287,7 +287,7 @@ def models(only: str | None) -> Iterator[H2HModel]:
     }
     for name in ORDER:
         spec = specs[name]
-        if only and only not in name:
+        if only and not any(part in name for part in only.split(",")):
             continue
         if isinstance(spec, dict):
             graph = og.parse(generate_llama(**spec))
