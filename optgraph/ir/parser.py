@@ -6,6 +6,8 @@ are reduced, so parsing is linear in the text. Every syntax error becomes a `Par
 an annotation of the wrong kind) is also reported here, at the offending token.
 
 Checks that need the whole graph (names, shapes, cycles) belong to `optgraph.ir.verify`.
+Reading and decoding files lives in `optgraph.ir.source`, the wording of lark's syntax errors in
+`optgraph.ir.syntax_errors`; `decode_source` and `read_model_text` are re-exported here.
 """
 
 from __future__ import annotations
@@ -19,15 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from lark import Lark, Token, Transformer
-from lark.exceptions import (
-    UnexpectedCharacters,
-    UnexpectedEOF,
-    UnexpectedInput,
-    UnexpectedToken,
-    VisitError,
-)
+from lark.exceptions import UnexpectedInput, VisitError
 
-from optgraph.errors import InputError, OptGraphError, ParseError, Span
+from optgraph.errors import OptGraphError, ParseError, Span
 from optgraph.ir.graph import (
     ANNOTATION_KEYS,
     BACKENDS,
@@ -43,30 +39,12 @@ from optgraph.ir.graph import (
     TensorType,
     Weight,
 )
+from optgraph.ir.source import SourceText, decode_source, read_model_text
+from optgraph.ir.syntax_errors import syntax_error
+
+__all__ = ["decode_source", "parse", "parse_file", "read_model_text"]
 
 _GRAMMAR = Path(__file__).with_name("grammar.lark")
-
-# Friendly names for the terminals lark reports as "expected".
-_TERMINAL_NAMES = {
-    "VALUE": "a value (%name)",
-    "EVENT": "an event (^name)",
-    "NAME": "a name",
-    "INT": "an integer",
-    "FLOAT": "a float",
-    "STRING": "a string",
-    "EVENT_OP": "'record' or 'wait'",
-    "LBRACE": "'{'",
-    "RBRACE": "'}'",
-    "LPAR": "'('",
-    "RPAR": "')'",
-    "LSQB": "'['",
-    "RSQB": "']'",
-    "COMMA": "','",
-    "COLON": "':'",
-    "EQUAL": "'='",
-    "BANG": "'!{'",
-    "$END": "end of file",
-}
 
 _ANNOTATION_KINDS: dict[str, str] = {
     "stream": "int",
@@ -105,24 +83,6 @@ class _NodeHead:
     node: Node
 
 
-class _Located:
-    """Builds spans that point into the source text."""
-
-    def __init__(self, path: str, text: str):
-        self.path = path
-        self.lines = text.split("\n")
-
-    def span(self, token: Token) -> Span:
-        line = token.line or 1
-        col = token.column or 1
-        end_col = token.end_column if token.end_line == token.line else None
-        source = self.lines[line - 1] if 0 < line <= len(self.lines) else None
-        return Span(self.path, line, col, end_col, source)
-
-    def error(self, message: str, token: Token) -> ParseError:
-        return ParseError(message, self.span(token))
-
-
 def _suggest(word: str, choices: tuple[str, ...] | list[str]) -> str:
     close = difflib.get_close_matches(word, choices, n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
@@ -131,7 +91,7 @@ def _suggest(word: str, choices: tuple[str, ...] | list[str]) -> str:
 class _Builder(Transformer[Token, Any]):
     """Reduces grammar rules straight to IR objects (runs inside the LALR parser)."""
 
-    def __init__(self, located: _Located):
+    def __init__(self, located: SourceText):
         super().__init__()
         self.at = located
 
@@ -334,7 +294,7 @@ class _Builder(Transformer[Token, Any]):
 @lru_cache(maxsize=1)
 def _parser_and_builder() -> tuple[Lark, _Builder]:
     """Build the LALR tables once; each parse points the builder at its own source."""
-    builder = _Builder(_Located("<string>", ""))
+    builder = _Builder(SourceText("<string>", ""))
     lark = Lark(
         _GRAMMAR.read_text(encoding="utf-8"),
         parser="lalr",
@@ -345,62 +305,9 @@ def _parser_and_builder() -> tuple[Lark, _Builder]:
     return lark, builder
 
 
-def _terminal_text(name: str) -> str:
-    """How a terminal is spelled in a message: 'a value (%name)', "'!{'", "'input'"."""
-    if name in _TERMINAL_NAMES:
-        return _TERMINAL_NAMES[name]
-    lark, _ = _parser_and_builder()
-    for terminal in lark.terminals:
-        if terminal.name == name and terminal.pattern.type == "str":
-            return repr(terminal.pattern.value)
-    return repr(name.strip('"').lower())
-
-
-def _describe_expected(expected: set[str]) -> str:
-    names = sorted({_terminal_text(e) for e in expected})
-    if len(names) > 6:
-        names = names[:6] + ["..."]
-    return ", ".join(names)
-
-
-def _syntax_error(err: UnexpectedInput, located: _Located, text: str) -> ParseError:
-    line = getattr(err, "line", 1) or 1
-    col = getattr(err, "column", 1) or 1
-    if isinstance(err, UnexpectedCharacters):
-        pos = err.pos_in_stream
-        char = text[pos] if pos is not None and pos < len(text) else ""
-        shown = repr(char) if char.isprintable() and char else f"U+{ord(char):04X}" if char else "?"
-        message = f"unexpected character {shown}"
-    elif isinstance(err, UnexpectedEOF) or (
-        isinstance(err, UnexpectedToken) and err.token.type == "$END"
-    ):
-        expected = err.expected
-        message = "unexpected end of file"
-        if expected:
-            message += f", expected {_describe_expected(set(expected))}"
-        lines = text.split("\n")
-        line = len(lines)
-        col = len(lines[-1]) + 1
-        if not text.strip():
-            message = "empty file: expected 'graph NAME { ... }'"
-    elif isinstance(err, UnexpectedToken):
-        token = err.token
-        message = f"unexpected '{token}'"
-        if err.expected:
-            message += f", expected {_describe_expected(set(err.expected))}"
-        line, col = token.line or line, token.column or col
-        source = located.lines[line - 1] if 0 < line <= len(located.lines) else None
-        end = token.end_column if token.end_line == token.line else None
-        return ParseError(message, Span(located.path, line, col, end, source))
-    else:
-        message = "syntax error"
-    source = located.lines[line - 1] if 0 < line <= len(located.lines) else None
-    return ParseError(message, Span(located.path, line, col, None, source))
-
-
 def parse(text: str, path: str = "<string>") -> Graph:
     """Parse IR text into a `Graph` (no verification). Raises `ParseError`."""
-    located = _Located(path, text)
+    located = SourceText(path, text)
     if "\x00" in text:
         offset = text.index("\x00")
         line = text.count("\n", 0, offset) + 1
@@ -420,40 +327,9 @@ def parse(text: str, path: str = "<string>") -> Graph:
             raise err.orig_exc from None
         raise
     except UnexpectedInput as err:
-        raise _syntax_error(err, located, text) from None
+        raise syntax_error(err, located, lark.terminals) from None
     assert isinstance(graph, Graph)
     return graph
-
-
-def decode_source(data: bytes, path: str) -> str:
-    """UTF-8 text of a model file, or a located `ParseError` at the first invalid byte."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        line_start = data.rfind(b"\n", 0, err.start) + 1
-        col = err.start - line_start + 1
-        source = data[
-            line_start : data.find(b"\n", err.start) if b"\n" in data[err.start :] else None
-        ]
-        shown = source.decode("utf-8", errors="replace")
-        raise ParseError(
-            f"invalid UTF-8 byte 0x{data[err.start]:02x}", Span(path, line, col, None, shown)
-        ) from None
-
-
-def read_model_text(path: str | os.PathLike[str]) -> str:
-    """Read a model file, turning missing files, directories and bad encodings into errors."""
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"no such file: '{p}'")
-    if p.is_dir():
-        raise InputError(f"'{p}' is a directory, not a model file")
-    try:
-        data = p.read_bytes()
-    except OSError as err:
-        raise InputError(f"cannot read '{p}': {err.strerror}") from None
-    return decode_source(data, str(path))
 
 
 def parse_file(path: str | os.PathLike[str]) -> Graph:
