@@ -114,7 +114,7 @@ BASELINE = "cupy-eager"
 
 
 def head_to_head_variants() -> list[Variant]:
-    from head_to_head import cublas_variant, torch_variant
+    from head_to_head_variants import cublas_variant, torch_variant
 
     return [
         Variant("cupy-eager", "CuPy, op by op", _cupy_eager),

@@ -13,7 +13,7 @@ Variants added to bench_gpu's table: PyTorch eager (`benchmarks/torch_interprete
 PyTorch CUDA graph (`torch.cuda.graph` of the eager path), `torch.compile` in the modes
 `max-autotune-no-cudagraphs` and `reduce-overhead` (weights as frozen parameters, so CUDA graphs
 treat them as static; each compile gets `COMPILE_LIMIT_S` seconds, after which it is reported as
-a timeout), optgraph with fusion on one stream and with fusion and streams, and the fused
+a timeout; the PyTorch variants live in head_to_head_variants.py), optgraph with fusion on one stream and with fusion and streams, and the fused
 variant with the one-row matrix-vector kernel turned off (`og-fused-1s-cublas`: cuBLAS plus one
 epilogue kernel). `ONLY_ON` limits a few variants to some models, to keep the whole suite within
 a few minutes of GPU time. For the decode steps, `kernel_profile` (CUPTI through torch.profiler)
@@ -28,20 +28,23 @@ the same run (bytes read + written).
 from __future__ import annotations
 
 import math
-import signal
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import cupy as cp
 import numpy as np
+from head_to_head_variants import (
+    COMPILE_SECONDS,
+    kernel_profile,
+    release_torch_model,
+    torch_outputs,
+)
 
 from optgraph.ir.graph import Graph
 from optgraph.runtime.reference import random_inputs
 from optgraph.runtime.reference_kernels import numpy_dtype
 
-COMPILE_LIMIT_S = 45
 # Variants run on some models only (time on the GPU machine is scarce): the autotuning compile
 # on the decode steps the anchors measured, the cuBLAS comparison on the one-row products.
 ONLY_ON = {
@@ -125,135 +128,6 @@ def copy_bandwidth(nbytes: int = 1 << 30, iters: int = 20) -> float:
     seconds = cp.cuda.get_elapsed_time(start, end) / 1000.0 / iters
     del src, dst
     return 2.0 * nbytes / seconds
-
-
-@contextmanager
-def time_limit(seconds: int) -> Iterator[None]:
-    """Raise TimeoutError in the main thread after `seconds` (compiles that take too long)."""
-
-    def expire(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"took more than {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-# -- PyTorch variants ----------------------------------------------------------------------------
-
-_TORCH_CACHE: dict[str, tuple[Any, dict[str, Any]]] = {}
-COMPILE_SECONDS: dict[tuple[str, str], float] = {}
-
-
-def _torch_module(model: Any) -> tuple[Any, dict[str, Any]]:
-    """(TorchModule with the weights, device inputs) of a bench model, built once per model."""
-    cached = _TORCH_CACHE.get(model.name)
-    if cached is not None:
-        return cached
-    import torch
-    from torch_interpreter import TorchModel, TorchModule
-
-    _TORCH_CACHE.clear()  # one model's weights at a time
-    interp = TorchModel(model.graph, device="cuda")
-    weights = {k: torch.from_dlpack(cp.asarray(v)) for k, v in model.weights.items()}
-    inputs = {
-        k: torch.tensor(np.asarray(v), device="cuda") for k, v in model.inputs.items()
-    }  # own copies: kv_cache_write writes its cache input in place
-    module = TorchModule(interp, weights).eval()
-    _TORCH_CACHE[model.name] = (module, inputs)
-    return module, inputs
-
-
-def torch_variant(kind: str) -> Callable[[Any], tuple[Callable[[], Any], Any]]:
-    """A bench_gpu variant builder: kind is eager, graph or a torch.compile mode."""
-
-    def build(model: Any) -> tuple[Callable[[], Any], Any]:
-        from torch_interpreter import compiled_runner, cuda_graph_runner, eager_runner
-
-        module, inputs = _torch_module(model)
-        if kind == "eager":
-            run = eager_runner(module, inputs)
-        elif kind == "graph":
-            run = cuda_graph_runner(module, inputs)
-        else:
-            start = time.perf_counter()
-            try:
-                with time_limit(COMPILE_LIMIT_S):
-                    run, _seconds = compiled_runner(module, inputs, kind)
-            except TimeoutError:
-                import torch
-
-                torch._dynamo.reset()
-                raise TimeoutError(f"compile > {COMPILE_LIMIT_S} s") from None
-            COMPILE_SECONDS[(model.name, kind)] = time.perf_counter() - start
-        return run, cp.cuda.Stream.null  # PyTorch's default stream is the legacy null stream
-
-    return build
-
-
-def torch_outputs(model: Any) -> dict[str, np.ndarray]:
-    """PyTorch eager outputs of a model (for the agreement column)."""
-    import torch
-
-    module, inputs = _torch_module(model)
-    with torch.no_grad():
-        out = module(inputs)
-    return {k: v.float().cpu().numpy() for k, v in out.items()}
-
-
-def cublas_variant(build_fused: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """The same optgraph variant with the one-row matrix-vector kernel off (cuBLAS + epilogue)."""
-
-    def build(model: Any) -> tuple[Callable[[], Any], Any]:
-        from optgraph.codegen import cuda_fused
-
-        old = cuda_fused.GEMV_MAX_M
-        cuda_fused.GEMV_MAX_M = 0
-        try:
-            run, stream = build_fused(model)
-            run()  # the kernels are generated at the first run
-            stream.synchronize()
-        finally:
-            cuda_fused.GEMV_MAX_M = old
-        return run, stream
-
-    return build
-
-
-def kernel_profile(run: Callable[[], Any], stream: Any, iters: int = 5) -> str:
-    """GPU time per run by kernel family (CUPTI through torch.profiler sees CuPy's kernels too),
-    against the run's latency: how much of a run is kernels and how much is gaps and host."""
-    from torch.profiler import ProfilerActivity, profile
-
-    for _ in range(3):
-        run()
-    stream.synchronize()
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        start.record(stream)
-        for _ in range(iters):
-            run()
-        end.record(stream)
-        end.synchronize()
-    wall = cp.cuda.get_elapsed_time(start, end) * 1000.0 / iters
-    families: dict[str, tuple[float, int]] = {}
-    for evt in prof.key_averages():
-        us = float(getattr(evt, "self_device_time_total", 0.0) or 0.0)
-        if us <= 0:
-            continue
-        name = evt.key
-        family = name.split("_")[1] if name.startswith("og_") else name[:40]
-        total, count = families.get(family, (0.0, 0))
-        families[family] = (total + us / iters, count + evt.count // iters)
-    busy = sum(t for t, _ in families.values())
-    rows = sorted(families.items(), key=lambda kv: -kv[1][0])
-    lines = [f"latency {wall:.1f} µs per run, kernels busy {busy:.1f} µs ({busy / wall:.0%})"]
-    lines += [f"  {fam:40s} {t:9.1f} µs  {c:4d} launches" for fam, (t, c) in rows[:12]]
-    return "\n".join(lines)
 
 
 # -- the suite -----------------------------------------------------------------------------------
@@ -423,7 +297,7 @@ def run_suite(args: Any, variants: list[Any], median_us: Callable[..., float], t
             agreement[model.name] = f"error: {type(err).__name__}"
             print(f"{model.name} agreement: {err}", flush=True)
         results[model.name] = row
-        _TORCH_CACHE.clear()
+        release_torch_model()
         cp.get_default_memory_pool().free_all_blocks()
         if args.markdown:  # after every model: a time limit still leaves the rows so far
             partial = table(results, device, variants)

@@ -1,0 +1,156 @@
+"""The PyTorch and cuBLAS variants of the head-to-head suite (benchmarks/head_to_head.py), and the
+kernel-family profile of a run.
+
+`torch_variant(kind)` builds a bench_gpu variant from `torch_interpreter.py`: eager, a CUDA graph of
+the eager path, or `torch.compile` in a given mode, each compile limited to `COMPILE_LIMIT_S`
+seconds (its duration recorded in `COMPILE_SECONDS` for the summary). `cublas_variant` is an
+optgraph variant with the one-row matrix-vector kernel turned off. `kernel_profile` splits a run's
+GPU time by kernel family through torch.profiler (CUPTI sees CuPy's kernels too).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import cupy as cp
+import numpy as np
+
+COMPILE_LIMIT_S = 45
+
+
+@contextmanager
+def time_limit(seconds: int) -> Iterator[None]:
+    """Raise TimeoutError in the main thread after `seconds` (compiles that take too long)."""
+
+    def expire(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"took more than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# -- PyTorch variants ----------------------------------------------------------------------------
+
+_TORCH_CACHE: dict[str, tuple[Any, dict[str, Any]]] = {}
+COMPILE_SECONDS: dict[tuple[str, str], float] = {}
+
+
+def _torch_module(model: Any) -> tuple[Any, dict[str, Any]]:
+    """(TorchModule with the weights, device inputs) of a bench model, built once per model."""
+    cached = _TORCH_CACHE.get(model.name)
+    if cached is not None:
+        return cached
+    import torch
+    from torch_interpreter import TorchModel, TorchModule
+
+    _TORCH_CACHE.clear()  # one model's weights at a time
+    interp = TorchModel(model.graph, device="cuda")
+    weights = {k: torch.from_dlpack(cp.asarray(v)) for k, v in model.weights.items()}
+    inputs = {
+        k: torch.tensor(np.asarray(v), device="cuda") for k, v in model.inputs.items()
+    }  # own copies: kv_cache_write writes its cache input in place
+    module = TorchModule(interp, weights).eval()
+    _TORCH_CACHE[model.name] = (module, inputs)
+    return module, inputs
+
+
+def release_torch_model() -> None:
+    """Drop the cached PyTorch module and inputs (before the next model's weights are drawn)."""
+    _TORCH_CACHE.clear()
+
+
+def torch_variant(kind: str) -> Callable[[Any], tuple[Callable[[], Any], Any]]:
+    """A bench_gpu variant builder: kind is eager, graph or a torch.compile mode."""
+
+    def build(model: Any) -> tuple[Callable[[], Any], Any]:
+        from torch_interpreter import compiled_runner, cuda_graph_runner, eager_runner
+
+        module, inputs = _torch_module(model)
+        if kind == "eager":
+            run = eager_runner(module, inputs)
+        elif kind == "graph":
+            run = cuda_graph_runner(module, inputs)
+        else:
+            start = time.perf_counter()
+            try:
+                with time_limit(COMPILE_LIMIT_S):
+                    run, _seconds = compiled_runner(module, inputs, kind)
+            except TimeoutError:
+                import torch
+
+                torch._dynamo.reset()
+                raise TimeoutError(f"compile > {COMPILE_LIMIT_S} s") from None
+            COMPILE_SECONDS[(model.name, kind)] = time.perf_counter() - start
+        return run, cp.cuda.Stream.null  # PyTorch's default stream is the legacy null stream
+
+    return build
+
+
+def torch_outputs(model: Any) -> dict[str, np.ndarray]:
+    """PyTorch eager outputs of a model (for the agreement column)."""
+    import torch
+
+    module, inputs = _torch_module(model)
+    with torch.no_grad():
+        out = module(inputs)
+    return {k: v.float().cpu().numpy() for k, v in out.items()}
+
+
+def cublas_variant(build_fused: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """The same optgraph variant with the one-row matrix-vector kernel off (cuBLAS + epilogue)."""
+
+    def build(model: Any) -> tuple[Callable[[], Any], Any]:
+        from optgraph.codegen import cuda_fused
+
+        old = cuda_fused.GEMV_MAX_M
+        cuda_fused.GEMV_MAX_M = 0
+        try:
+            run, stream = build_fused(model)
+            run()  # the kernels are generated at the first run
+            stream.synchronize()
+        finally:
+            cuda_fused.GEMV_MAX_M = old
+        return run, stream
+
+    return build
+
+
+def kernel_profile(run: Callable[[], Any], stream: Any, iters: int = 5) -> str:
+    """GPU time per run by kernel family (CUPTI through torch.profiler sees CuPy's kernels too),
+    against the run's latency: how much of a run is kernels and how much is gaps and host."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        run()
+    stream.synchronize()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        start.record(stream)
+        for _ in range(iters):
+            run()
+        end.record(stream)
+        end.synchronize()
+    wall = cp.cuda.get_elapsed_time(start, end) * 1000.0 / iters
+    families: dict[str, tuple[float, int]] = {}
+    for evt in prof.key_averages():
+        us = float(getattr(evt, "self_device_time_total", 0.0) or 0.0)
+        if us <= 0:
+            continue
+        name = evt.key
+        family = name.split("_")[1] if name.startswith("og_") else name[:40]
+        total, count = families.get(family, (0.0, 0))
+        families[family] = (total + us / iters, count + evt.count // iters)
+    busy = sum(t for t, _ in families.values())
+    rows = sorted(families.items(), key=lambda kv: -kv[1][0])
+    lines = [f"latency {wall:.1f} µs per run, kernels busy {busy:.1f} µs ({busy / wall:.0%})"]
+    lines += [f"  {fam:40s} {t:9.1f} µs  {c:4d} launches" for fam, (t, c) in rows[:12]]
+    return "\n".join(lines)
