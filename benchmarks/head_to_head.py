@@ -13,9 +13,9 @@ Variants added to bench_gpu's table: PyTorch eager (`benchmarks/torch_interprete
 PyTorch CUDA graph (`torch.cuda.graph` of the eager path), `torch.compile` in the modes
 `max-autotune-no-cudagraphs` and `reduce-overhead` (weights as frozen parameters, so CUDA graphs
 treat them as static; each compile gets `COMPILE_LIMIT_S` seconds, after which it is reported as
-a timeout; the PyTorch variants live in head_to_head_variants.py), optgraph with fusion on one stream and with fusion and streams, and the fused
-variant with the one-row matrix-vector kernel turned off (`og-fused-1s-cublas`: cuBLAS plus one
-epilogue kernel). `ONLY_ON` limits a few variants to some models, to keep the whole suite within
+a timeout; these variants live in head_to_head_variants.py), optgraph with fusion on one stream
+and with fusion and streams, and the fused variant with the one-row matrix-vector kernel turned
+off (`og-fused-1s-cublas`: cuBLAS plus one epilogue kernel). `ONLY_ON` limits a few variants to some models, to keep the whole suite within
 a few minutes of GPU time. For the decode steps, `kernel_profile` (CUPTI through torch.profiler)
 splits a run into the GPU time of each kernel family and the rest (gaps, host issue).
 

@@ -150,7 +150,7 @@ def check_against_reference(
 
 
 def max_abs_diff(got: np.ndarray, want: np.ndarray) -> float:
-    """The largest |got - want|, counting NaN against NaN as equal and NaN against a number as inf."""
+    """The largest |got - want|; NaN against NaN counts as equal, NaN against a number as inf."""
     if got.size == 0:
         return 0.0
     a, b = got.astype(np.float64), want.astype(np.float64)

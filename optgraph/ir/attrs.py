@@ -1,8 +1,9 @@
 """Typed reads of node attributes.
 
-`Node.attrs` maps names to `AttrValue` (bool, int, float, str or a tuple of ints). The verifier has
-already checked each attribute's kind against its op's definition, so these accessors narrow the union
-for the type checker and fail loudly (a bug in optgraph, not in the model) when a kind is wrong.
+`Node.attrs` maps names to `AttrValue` (bool, int, float, str or a tuple of ints). The verifier
+has already checked each attribute's kind against its op's definition, so these accessors narrow
+the union for the type checker and fail loudly (a bug in optgraph, not in the model) when a kind
+is wrong.
 """
 
 from __future__ import annotations
