@@ -12,12 +12,13 @@ since drawing 3.7 GB on the host would take longer than the whole benchmark.
 Variants added to bench_gpu's table: PyTorch eager (`benchmarks/torch_interpreter.py`, op by op),
 PyTorch CUDA graph (`torch.cuda.graph` of the eager path), `torch.compile` in the modes
 `max-autotune-no-cudagraphs` and `reduce-overhead` (weights as frozen parameters, so CUDA graphs
-treat them as static; each compile gets `COMPILE_LIMIT_S` seconds, after which it is reported as
-a timeout; these variants live in head_to_head_variants.py), optgraph with fusion on one stream
-and with fusion and streams, and the fused variant with the one-row matrix-vector kernel turned
-off (`og-fused-1s-cublas`: cuBLAS plus one epilogue kernel). `ONLY_ON` limits a few variants to some models, to keep the whole suite within
-a few minutes of GPU time. For the decode steps, `kernel_profile` (CUPTI through torch.profiler)
-splits a run into the GPU time of each kernel family and the rest (gaps, host issue).
+treat them as static; each compile gets `COMPILE_LIMIT_S` seconds, after which it is reported as a
+timeout; these variants live in head_to_head_variants.py), optgraph with fusion on one stream and
+with fusion and streams, and the fused variant with the one-row matrix-vector kernel turned off
+(`og-fused-1s-cublas`: cuBLAS plus one epilogue kernel). `ONLY_ON` limits a few variants to some
+models, to keep the whole suite within a few minutes of GPU time. For the decode steps,
+`kernel_profile` (CUPTI through torch.profiler) splits a run into the GPU time of each kernel family
+and the rest (gaps, host issue).
 
 The bandwidth floor of a decode step is the bytes it must move (every weight byte read, the
 embedding rows gathered rather than the whole table, every input including the KV caches read,
