@@ -24,6 +24,7 @@ from random_graphs import random_dag_graphs
 import optgraph as og
 from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Input, Node, Output
 from optgraph.passes.fuse import FusePass
+from optgraph.passes.fuse_siblings import FuseSiblingsPass
 from optgraph.runtime.reference import (
     nmse,
     random_inputs,
@@ -43,11 +44,52 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.ir"))
-FIXTURES = sorted((ROOT / "tests" / "fixtures" / "fuse").glob("*.ir"))
+FIXTURES = sorted((ROOT / "tests" / "fixtures" / "fuse").glob("*.ir")) + sorted(
+    (ROOT / "tests" / "fixtures" / "fuse-siblings").glob("*.ir")
+)
 NMSE = {"f32": 1e-9, "f16": 1e-5, "bf16": 1e-4}
 
 # Regions by shape and dtype that the fixtures do not cover: odd sizes, long rows, f16/bf16.
 CASES: dict[str, str] = {
+    # fuse-siblings: concat of q/k/v-like products (one with an epilogue), gate/up pairs, single
+    # pass (f16, K = 512) and split-K (f32, K = 4096)
+    "siblings_decode": """graph sib {
+  input %x : f16[1,512]
+  input %y : f32[1,4096]
+  input %r : f16[1,128]
+  weight %wq : f16[512,512]
+  weight %wk : f16[512,128]
+  weight %wv : f16[512,128]
+  weight %wg : f16[512,1376]
+  weight %wu : f16[512,1376]
+  weight %a1 : f32[4096,256]
+  weight %a2 : f32[4096,64]
+  weight %bg : f32[4096,96]
+  weight %bu : f32[4096,96]
+  %q = matmul(%x, %wq) : f16[1,512]
+  %k0 = matmul(%x, %wk) : f16[1,128]
+  %k = add(%k0, %r) : f16[1,128]
+  %v = matmul(%x, %wv) : f16[1,128]
+  %g = matmul(%x, %wg) : f16[1,1376]
+  %u = matmul(%x, %wu) : f16[1,1376]
+  %ga = silu(%g) : f16[1,1376]
+  %m = mul(%ga, %u) : f16[1,1376]
+  %s1 = matmul(%y, %a1) : f32[1,256]
+  %s2 = matmul(%y, %a2) : f32[1,64]
+  %t1 = matmul(%y, %bg) : f32[1,96]
+  %t2 = matmul(%y, %bu) : f32[1,96]
+  %t = mul(%t1, %t2) : f32[1,96]
+  %q2 = scale(%q) {factor = 2.0} : f16[1,512]
+  %s3 = add(%s1, %s1) : f32[1,256]
+  %o1 = softmax(%q2) : f16[1,512]
+  %o2 = softmax(%k) : f16[1,128]
+  %o3 = reshape(%v) {shape = [128]} : f16[128]
+  %o4 = softmax(%s3) : f32[1,256]
+  %o5 = softmax(%s2) : f32[1,64]
+  %o6 = softmax(%t) : f32[1,96]
+  %o7 = softmax(%m) : f16[1,1376]
+  output %o1, %o2, %o3, %o4, %o5, %o6, %o7
+}""",
     "unary_chain_odd": """graph g {
   input %x : f32[3,5,7]
   %a = abs(%x) : f32[3,5,7]
@@ -234,7 +276,7 @@ def _assert_close(actual: dict, expected: dict, limit: float, what: str) -> None
 
 def _check_regions(graph: Graph, label: str) -> int:
     """Compile every region of the fused graph at once; each must match the reference."""
-    regions = _regions_graph(FusePass().run(graph))
+    regions = _regions_graph(FuseSiblingsPass().run(FusePass().run(graph)))
     if regions is None:
         return 0
     inputs = random_inputs(regions, seed=5)
