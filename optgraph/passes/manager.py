@@ -177,7 +177,11 @@ def describe_passes() -> list[tuple[str, str, list[tuple[str, str, Any]]]]:
     for name, cls in PASSES.items():
         hints = get_type_hints(cls)
         options = [
-            (f.name.replace("_", "-"), getattr(hints[f.name], "__name__", str(hints[f.name])), f.default)
+            (
+                f.name.replace("_", "-"),
+                getattr(hints[f.name], "__name__", str(hints[f.name])),
+                f.default,
+            )
             for f in dataclasses.fields(cls)
         ]
         out.append((name, cls.summary, options))
