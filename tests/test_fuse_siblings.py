@@ -66,8 +66,11 @@ def test_generated_decode_agrees_and_fuses_qkv_and_gate_up() -> None:
     _same_results(graph, after)
 
 
+WITH_SIBLINGS = DEFAULT_PIPELINE.replace(",fuse,", ",fuse,fuse-siblings,")
+
+
 def _layer_kernels(graph: Graph) -> dict[str, int]:
-    plan = lower_cuda(run_pipeline(graph, DEFAULT_PIPELINE))
+    plan = lower_cuda(run_pipeline(graph, WITH_SIBLINGS))
     counts: dict[str, int] = {}
     for step in plan.steps:
         if isinstance(step, KernelStep | GemmStep):
@@ -80,14 +83,15 @@ def test_each_siblings_region_is_one_kernel_and_layers_need_three_fewer() -> Non
     counts = _layer_kernels(graph)
     assert counts["l0.q.siblings"] == 1 and counts["l0.gated"] == 1
     assert sum(c for node, c in counts.items() if node.startswith("l0.")) == 11
-    unfused = lower_cuda(run_pipeline(graph, DEFAULT_PIPELINE.replace(",fuse-siblings", "")))
+    unfused = lower_cuda(run_pipeline(graph, DEFAULT_PIPELINE))
     before = [s for s in unfused.steps if isinstance(s, KernelStep | GemmStep)]
     assert sum(1 for s in before if s.node.startswith("l0.")) == 14
 
 
-def test_default_pipeline_runs_siblings_right_after_fuse() -> None:
+def test_default_pipeline_leaves_siblings_out() -> None:
+    # Measured slower end to end on an H100 (see optgraph/passes/manager.py): opt-in only.
     names = [p.name for p in parse_pipeline("default")]
-    assert names[names.index("fuse") + 1] == "fuse-siblings"
+    assert "fuse" in names and "fuse-siblings" not in names
 
 
 @st.composite

@@ -53,9 +53,11 @@ PASSES: dict[str, type[Pass]] = {
 # The pipeline `optgraph compile` runs when none is given. Passes join it as they land.
 # fuse runs before stream assignment (streams then balance real kernels, and fusion is not limited
 # to one stream) and before memory planning (fused regions need no buffers for their interiors).
-# fuse-siblings runs right after fuse: it takes fuse's product regions (with their epilogues) as
-# members, and it moves work, which it refuses once streams are synced or memory is planned.
-FUSION = "fuse,fuse-siblings"
+# fuse-siblings is not in the default pipeline: it cuts launches (14 -> 11 kernels a Llama layer)
+# but measured slower end to end on an H100 (launch-bound decode 536 -> 593 µs on one stream,
+# realistic decode 1876 -> 1918 µs, and streams lost their q/k/v overlap; docs/benchmarks.md).
+# Name it after fuse to use it: `-p verify,dce,cse,fuse,fuse-siblings,assign-streams,...`.
+FUSION = "fuse"
 DEFAULT_PIPELINE = (
     f"verify,dce,cse,{FUSION},assign-streams,insert-sync,analyze-lifetimes,plan-memory"
 )
