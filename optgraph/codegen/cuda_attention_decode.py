@@ -34,6 +34,7 @@ from optgraph.codegen.cuda_source import (
     Launch,
     f32_literal,
     in_param,
+    kernel_template,
     load,
     out_param,
     store,
@@ -242,7 +243,7 @@ def decode_attention(shape: AttentionShape, salt: str) -> Launch:
         decls.append(f"const {STORAGE[s.len_dtype]}* in3")
     text = "\n".join("  " + line for line in "\n".join(lines).split("\n"))
     family = f"attention_decode|{salt}" if chunks > 1 else "attention_decode"
-    template = f'extern "C" __global__ void KERNEL_NAME({", ".join(decls)}) {{\n{text}\n}}\n'
+    template = kernel_template(decls, text)
     name = "og_attention_decode_"
     name += hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
     kernel = Kernel(name, decl + template.replace("KERNEL_NAME", name))

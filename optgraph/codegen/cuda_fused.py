@@ -35,7 +35,15 @@ import hashlib
 from collections.abc import Sequence
 
 from optgraph.codegen.cuda_elementwise import emit_scalars, load_params, used_values
-from optgraph.codegen.cuda_source import Kernel, Launch, in_param, load, out_param, store
+from optgraph.codegen.cuda_source import (
+    Kernel,
+    Launch,
+    in_param,
+    kernel_template,
+    load,
+    out_param,
+    store,
+)
 from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
 from optgraph.passes.fusion_rules import PRODUCT, plan_body
@@ -226,7 +234,7 @@ def gemv_kernel(
     decls = [out_param(out_type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
     text = "\n".join("  " + line for line in "\n".join(body).split("\n"))
     family = f"gemv|{salt}" if splits > 1 else "gemv"
-    template = f'extern "C" __global__ void KERNEL_NAME({", ".join(decls)}) {{\n{text}\n}}\n'
+    template = kernel_template(decls, text)
     name = "og_gemv_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
     kernel = Kernel(name, decl + template.replace("KERNEL_NAME", name))
     return kernel, (tiles, splits, 1)

@@ -32,6 +32,7 @@ from optgraph.codegen.cuda_source import (
     Kernel,
     Launch,
     in_param,
+    kernel_template,
     load,
     out_param,
     store,
@@ -95,7 +96,7 @@ def siblings_launch(node: Node, types: Sequence[TensorType], plan: RegionPlan) -
         )
     decls = [out_param(node.type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
     text = "\n".join("  " + line for line in "\n".join(lines).split("\n"))
-    template = f'extern "C" __global__ void KERNEL_NAME({", ".join(decls)}) {{\n{text}\n}}\n'
+    template = kernel_template(decls, text)
     family = f"gemv_siblings|{node.name}" if splits > 1 else "gemv_siblings"
     name = "og_gemvs_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
     kernel = Kernel(name, decl + template.replace("KERNEL_NAME", name))

@@ -216,11 +216,27 @@ def make_kernel(family: str, params: Iterable[str], body: str) -> Kernel:
 
     `params` are C parameter declarations; `body` the function body (without braces).
     """
-    signature = ", ".join(params)
-    template = f'extern "C" __global__ void KERNEL_NAME({signature}) {{\n{body.rstrip()}\n}}\n'
+    template = kernel_template(params, body)
     digest = hashlib.sha1(f"{family}\n{template}".encode()).hexdigest()[:12]
     name = f"og_{family}_{digest}"
     return Kernel(name, template.replace("KERNEL_NAME", name))
+
+
+PDL_ENTRY = "  og_grid_dependency_wait();\n  og_grid_launch_dependents();\n"
+
+
+def kernel_template(params: Iterable[str], body: str) -> str:
+    """The text of one kernel named `KERNEL_NAME`: every generated kernel is assembled here.
+
+    Its first statements are the Programmatic Dependent Launch entry (`PDL_ENTRY`): wait for the
+    preceding grid (its completion and memory), then let the next grid start launching. They
+    come before any global memory access; on archs before sm_90 and in the CPU emulator they
+    are empty (see `PRELUDE`).
+    """
+    signature = ", ".join(params)
+    return (
+        f'extern "C" __global__ void KERNEL_NAME({signature}) {{\n{PDL_ENTRY}{body.rstrip()}\n}}\n'
+    )
 
 
 def out_param(dtype: str) -> str:
@@ -260,6 +276,21 @@ __device__ __forceinline__ float og_max(float a, float b) {
   return (a != a || a > b) ? a : b;  // NaN propagates, as in NumPy
 }
 __device__ __forceinline__ float og_min(float a, float b) { return (a != a || a < b) ? a : b; }
+
+// Programmatic Dependent Launch (sm_90+). Every kernel calls both first (`kernel_template`).
+// wait: block until the preceding grid has completed and its memory is visible (a no-op when
+// the kernel was launched without the programmatic attribute). launch_dependents: the next grid
+// may start launching; it is correct early because every dependent waits before touching memory.
+__device__ __forceinline__ void og_grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void og_grid_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 
 struct OgSum { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct OgMax { template <typename T> __device__ T operator()(T a, T b) const { return og_max(a, b); } };
