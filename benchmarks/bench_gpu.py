@@ -82,10 +82,10 @@ def _cupy_eager(model: Model) -> Runner:
     return (lambda: run(env)), cp.cuda.Stream.null
 
 
-def _optgraph(pipeline: str, use_graph: bool) -> Callable[[Model], Runner]:
+def _optgraph(pipeline: str, use_graph: bool, pdl: bool = True) -> Callable[[Model], Runner]:
     def build(model: Model) -> Runner:
         graph = run_pipeline(model.graph, pipeline)
-        program = CudaProgram(graph, weights=model.weights, use_graph=use_graph)
+        program = CudaProgram(graph, weights=model.weights, use_graph=use_graph, pdl=pdl)
         inputs = model.device_inputs()
         types = graph.value_types()
         out = {}
@@ -133,6 +133,11 @@ def head_to_head_variants() -> list[Variant]:
         Variant("og-1s", "optgraph, CUDA graph, 1 stream, no fusion", _optgraph(ONE_STREAM, True)),
         Variant("og-fused-1s", "optgraph, fusion, 1 stream", _optgraph(FUSED_ONE_STREAM, True)),
         Variant("og-fused-streams", "optgraph, fusion + streams", _optgraph(FUSED_CHAINS, True)),
+        Variant(
+            "og-fused-streams-nopdl",
+            "og-fused-streams without Programmatic Dependent Launch (plain launches)",
+            _optgraph(FUSED_CHAINS, True, pdl=False),
+        ),
         Variant(
             "og-fused-1s-cublas",
             "og-fused-1s with cuBLAS + epilogue kernel instead of the one-row kernel",

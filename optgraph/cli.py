@@ -4,7 +4,7 @@
                               [--timeline FILE.json]
     optgraph opt MODEL.ir -p PIPELINE [--print-ir-after-all]
     optgraph run MODEL.ir [--device cpu|cuda] [--check] [--inputs FILE.npz] [--weights FILE]
-                          [--seed N] [-p PIPELINE] [--no-graph] [--vram-budget SIZE]
+                          [--seed N] [-p PIPELINE] [--no-graph] [--no-pdl] [--vram-budget SIZE]
     optgraph dot MODEL.ir [-p PIPELINE] [-o FILE.dot|.svg|.png]
     optgraph passes
 
@@ -171,6 +171,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {"pipeline": _pipeline(args)}
     if device == "cuda":
         options["no_graph"] = args.no_graph
+        options["no_pdl"] = args.no_pdl
     results = RUNNERS[device](graph, inputs, weights, **options)
     console = _console()
     console.print(output_table(graph, results, device))
@@ -248,6 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--pipeline", default="default", help="pipeline for --device cuda")
     p.add_argument(
         "--no-graph", action="store_true", help="cuda: launch eagerly, no CUDA graph (debugging)"
+    )
+    p.add_argument(
+        "--no-pdl",
+        action="store_true",
+        help="cuda: plain kernel launches, no Programmatic Dependent Launch (sm_90+)",
     )
     p.add_argument("--vram-budget", metavar="SIZE", help=VRAM_HELP + " (cpu: planned executor)")
     p.set_defaults(handler=cmd_run)

@@ -79,6 +79,8 @@ class CudaProgram:
     graph that cannot take the new shapes, or a specialization that places the weights other than
     the program does, raises an `OptGraphError` naming the inputs and both shapes, and counts
     nothing. `capture_mode` is the CUDA stream-capture mode (0 global, 1 thread local, 2 relaxed).
+    `pdl`: launch a kernel that follows another on its stream with Programmatic Dependent Launch
+    where the device is sm_90+ and cuda-bindings imports (`cuda_pdl`); False: plain launches.
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class CudaProgram:
         specialize: Callable[[Mapping[str, TensorType]], Graph] | None = None,
         capture_mode: int = 2,
         graph_capacity: int = 8,
+        pdl: bool = True,
     ):
         cupy()  # ImportError here, not half way through, where CuPy is missing
         from cupy_backends.cuda.libs import cublas
@@ -97,6 +100,7 @@ class CudaProgram:
         self.graph = graph
         self.use_graph = use_graph
         self.capture_mode = capture_mode
+        self.pdl = pdl
         self.counters = RuntimeCounters()
         self._specialize = specialize or (lambda types: retype_graph(graph, types))
         self._variants: dict[GraphKey, Variant] = {}
@@ -138,7 +142,7 @@ class CudaProgram:
         if v is None:
             same = dict(types) == input_signature(self.graph)
             graph = self.graph if same else self._specialized(types)
-            v = Variant(graph, self.weights, self.streams, self.host_errors)
+            v = Variant(graph, self.weights, self.streams, self.host_errors, pdl=self.pdl)
             self._variants[key] = v
             self.counters.specializations += 1
         return v
@@ -323,6 +327,7 @@ def run_on_cuda(
     *,
     pipeline: str = "default",
     use_graph: bool = True,
+    pdl: bool = True,
 ) -> dict[str, Any]:
     """What `optgraph run --device cuda` does: plan `graph` with `pipeline` (plus a memory plan),
     run it, and with CUDA graphs run it again as a replay, which must equal the first run."""
@@ -332,7 +337,7 @@ def run_on_cuda(
     planned = run_pipeline(graph, pipeline)
     if not FACTS["memory-planned"].holds(planned):
         planned = run_pipeline(planned, "analyze-lifetimes,plan-memory")
-    program = CudaProgram(planned, weights=weights, use_graph=use_graph)
+    program = CudaProgram(planned, weights=weights, use_graph=use_graph, pdl=pdl)
     try:
         first = program.run(inputs)
         if not use_graph:

@@ -14,6 +14,8 @@ The order of a run (`issue_list`), all of it host calls in `graph.nodes` order:
 2. fork: stream 0 records an event that every other stream waits for;
 3. every step of `codegen.cuda_plan` on its node's stream: our kernels, cuBLAS, device copies,
    CPU nodes as host functions (`cuda_offload.HostFunction`), and `record`/`wait` events;
+   a kernel right after another on its stream is launched with Programmatic Dependent Launch
+   where the program allows it and the device is sm_90+ (`cuda_pdl`);
 4. join: every other stream records an event stream 0 waits for;
 5. outputs: a device-to-host copy into pinned staging (or device-to-device into `out` arrays).
 """
@@ -37,6 +39,7 @@ from optgraph.runtime.cuda_blas import BLAS, WORKSPACE_BYTES
 from optgraph.runtime.cuda_device import cupy
 from optgraph.runtime.cuda_memory import D2D, D2H, H2D, DeviceWeights, VariantMemory
 from optgraph.runtime.cuda_offload import HostErrors, HostFunction
+from optgraph.runtime.cuda_pdl import PdlLauncher, driver_for_pdl, pdl_steps
 
 COPY_KINDS = {"h2h": 0, "h2d": H2D, "d2h": D2H, "d2d": D2D}  # cudaMemcpyKind by CopyStep.kind
 _MODULES: dict[str, Any] = {}  # module source -> cupy.RawModule, shared by all programs
@@ -90,7 +93,13 @@ class Variant(VariantMemory):
     """One specialization: a plan for fixed input types, its buffers, kernels and events."""
 
     def __init__(
-        self, graph: Graph, weights: DeviceWeights, streams: Streams, host_errors: HostErrors
+        self,
+        graph: Graph,
+        weights: DeviceWeights,
+        streams: Streams,
+        host_errors: HostErrors,
+        *,
+        pdl: bool = True,
     ):
         super().__init__(graph, weights)
         cp = cupy()
@@ -103,6 +112,14 @@ class Variant(VariantMemory):
             module = kernel_module(plan.source())
             self.functions = {name: module.get_function(name) for name in plan.kernels}
         self.launchers = {name: getattr(f, "kernel", None) for name, f in self.functions.items()}
+        # Programmatic Dependent Launch (cuda_pdl): where asked for, where the driver binding
+        # and an sm_90+ device are there, and where every kernel exposes its CUfunction.
+        self.pdl: PdlLauncher | None = None
+        ptrs = [getattr(f, "ptr", None) for f in self.launchers.values()]
+        if pdl and ptrs and all(isinstance(p, int) for p in ptrs):
+            driver = driver_for_pdl()
+            if driver is not None:
+                self.pdl = PdlLauncher(driver)
         self.events = {e: cp.cuda.Event(block=False, disable_timing=True) for e in plan.events}
         others = [s for s in plan.streams if s != 0]
         self.fork = cp.cuda.Event(block=False, disable_timing=True)
@@ -134,8 +151,9 @@ class Variant(VariantMemory):
         side = {s: self.streams.get(s).ptr for s in self.joins}
         for ptr in side.values():
             ops.append(partial(rt.streamWaitEvent, ptr, fork, 0))
-        for step in plan.steps:
-            ops.append(self._op(step, bound_in))
+        programmatic = pdl_steps(plan.steps) if self.pdl is not None else set()
+        for i, step in enumerate(plan.steps):
+            ops.append(self._op(step, bound_in, i in programmatic))
         for s, ev in self.joins.items():
             ops.append(partial(rt.eventRecord, ev.ptr, side[s]))
             ops.append(partial(rt.streamWaitEvent, s0, ev.ptr, 0))
@@ -155,7 +173,9 @@ class Variant(VariantMemory):
             ops.append(partial(rt.memcpyAsync, *a))
         return ops
 
-    def _op(self, step: object, bound: Mapping[str, int]) -> Callable[[], Any]:
+    def _op(
+        self, step: object, bound: Mapping[str, int], programmatic: bool = False
+    ) -> Callable[[], Any]:
         rt = cupy().cuda.runtime
         streams = self.streams
         if isinstance(step, EventStep):
@@ -167,6 +187,10 @@ class Variant(VariantMemory):
             stream = streams.get(step.stream)
             args = tuple(self.pointer(a, bound) for a in step.args)
             launch = self.launchers[step.kernel]
+            if programmatic and self.pdl is not None and launch is not None:
+                return self.pdl.launch(
+                    launch.ptr, step.grid, step.block, args, step.shared_mem, stream.ptr
+                )
             if launch is not None:
                 return lambda: launch(step.grid, step.block, args, step.shared_mem, stream)
             kernel = self.functions[step.kernel]
