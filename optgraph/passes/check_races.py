@@ -183,6 +183,7 @@ def _check_arena(
     f: _Finder, accesses: dict[str, list[Access]], roots: dict[str, tuple[str, int]]
 ) -> None:
     graph, hb = f.graph, f.hb
+    rule = _InPlaceRule(graph, roots)
     buffers = []
     for i, node in graph.compute_nodes():
         ann = node.ann
@@ -225,7 +226,7 @@ def _check_arena(
             if ohi <= lo or olo >= hi:
                 continue
             if bool(np.all(least[name] >= need[older])) and not _writes_over_own_read(
-                graph, accesses, older, name
+                rule, accesses, older, name
             ):
                 if older in found:
                     children.setdefault(name, []).append(older)
@@ -238,7 +239,7 @@ def _check_arena(
                 for b in accesses.get(name, ()):
                     f.pair(b, a, overlap)
             if len(f.races) == before:
-                _check_reuse_order(f, accesses, older, name, overlap)
+                _check_reuse_order(f, rule, accesses, older, name, overlap)
             for child in children.get(older, ()):
                 if child not in visited:
                     visited.add(child)
@@ -247,47 +248,55 @@ def _check_arena(
             owners[j] = (owners[j] & kept) | {name}
 
 
-def _is_legal_in_place(graph: Graph, read: Access, node_index: int) -> bool:
+class _InPlaceRule:
     """A node may write its result over an operand it reads only element for element.
 
     Element-wise ops may overwrite any operand of their result's type at exactly the same bytes;
     `kv_cache_write` may overwrite its cache. Anything else (a broadcast, a reduction, a product)
-    still reads bytes it has already overwritten.
+    still reads bytes it has already overwritten. Lookups are built once: O(V).
     """
-    node = graph.nodes[node_index]
-    op = get_op(node.op)
-    if op is None or read.value not in node.operands:
-        return False
-    if node.op == "kv_cache_write":
-        allowed = node.operands[0] == read.value
-    else:
-        allowed = op.category == "elementwise"
-    if not allowed:
-        return False
-    roots = alias_roots(graph)
-    root, extra = roots.get(read.value, (read.value, 0))
-    producer = next((n for n in graph.nodes if n.name == root), None)
-    read_type = next((n.type for n in graph.nodes if n.name == read.value), None)
-    if producer is None or producer.ann.offset is None or read_type != node.type:
-        return False
-    return producer.ann.offset + extra == node.ann.offset
+
+    def __init__(self, graph: Graph, roots: dict[str, tuple[str, int]]):
+        self.graph, self.roots = graph, roots
+        self.offsets = {n.name: n.ann.offset for n in graph.nodes if not n.is_event}
+        self.types = graph.value_types()
+
+    def allows(self, read: Access, node_index: int) -> bool:
+        node = self.graph.nodes[node_index]
+        op = get_op(node.op)
+        if op is None or read.value not in node.operands:
+            return False
+        if node.op == "kv_cache_write":
+            allowed = node.operands[0] == read.value
+        else:
+            allowed = op.category == "elementwise"
+        if not allowed or self.types.get(read.value) != node.type:
+            return False
+        root, extra = self.roots.get(read.value, (read.value, 0))
+        root_offset = self.offsets.get(root)
+        return root_offset is not None and root_offset + extra == node.ann.offset
 
 
 def _writes_over_own_read(
-    graph: Graph, accesses: dict[str, list[Access]], older: str, newer: str
+    rule: _InPlaceRule, accesses: dict[str, list[Access]], older: str, newer: str
 ) -> bool:
     """Whether `newer`'s producer reads `older` and writes over it other than element-wise."""
     write = next((x for x in accesses.get(newer, ()) if x.writes), None)
     if write is None:
         return False
     return any(
-        a.node == write.node and not a.writes and not _is_legal_in_place(graph, a, write.node)
+        a.node == write.node and not a.writes and not rule.allows(a, write.node)
         for a in accesses.get(older, ())
     )
 
 
 def _check_reuse_order(
-    f: _Finder, accesses: dict[str, list[Access]], older: str, newer: str, overlap: tuple[int, int]
+    f: _Finder,
+    rule: _InPlaceRule,
+    accesses: dict[str, list[Access]],
+    older: str,
+    newer: str,
+    overlap: tuple[int, int],
 ) -> None:
     """Overlapping buffers whose accesses are all ordered must be ordered as wholes.
 
@@ -295,7 +304,7 @@ def _check_reuse_order(
     clobbers bytes still to be read (reuse before the last read, or a result written over an
     operand it still reads, e.g. a broadcast).
     """
-    hb, graph = f.hb, f.graph
+    hb = f.hb
 
     def first_write(name: str) -> Access | None:
         return next((x for x in accesses.get(name, ()) if x.writes), None)
@@ -308,7 +317,7 @@ def _check_reuse_order(
         bad = []
         for a in reads:
             if a.node == write.node:
-                if not (not a.writes and _is_legal_in_place(graph, a, write.node)):
+                if not (not a.writes and rule.allows(a, write.node)):
                     bad.append(a)
             elif not hb.ordered(a.node, write.node):
                 bad.append(a)
