@@ -301,14 +301,17 @@ def conv2d(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
     return out
 
 
+def _pool_geometry(
+    x: np.ndarray, attrs: Attrs
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, int]]:
+    """(kernel, stride, padding, output height and width) of a pooling op."""
+    kernel, stride, padding = (_ints(attrs[k]) for k in ("kernel", "stride", "padding"))
+    return kernel, stride, padding, _out_hw(x, kernel, stride, padding)
+
+
 def max_pool2d(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
     x = args[0]
-    kernel, stride, padding = (
-        _ints(attrs["kernel"]),
-        _ints(attrs["stride"]),
-        _ints(attrs["padding"]),
-    )
-    out_hw = _out_hw(x, kernel, stride, padding)
+    kernel, stride, padding, out_hw = _pool_geometry(x, attrs)
     windows = _windows(_pad(x, padding, -np.inf), kernel, stride, out_hw)
     out = windows[0][2]
     for _, _, patch in windows[1:]:
@@ -318,12 +321,7 @@ def max_pool2d(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarr
 
 def avg_pool2d(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
     x = args[0]
-    kernel, stride, padding = (
-        _ints(attrs["kernel"]),
-        _ints(attrs["stride"]),
-        _ints(attrs["padding"]),
-    )
-    out_hw = _out_hw(x, kernel, stride, padding)
+    kernel, stride, padding, out_hw = _pool_geometry(x, attrs)
     ones = np.ones((1, 1, x.shape[2], x.shape[3]), dtype=F32)
     total = sum(p for _, _, p in _windows(_pad(x, padding, 0.0), kernel, stride, out_hw))
     count = sum(p for _, _, p in _windows(_pad(ones, padding, 0.0), kernel, stride, out_hw))

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from op_cases import SIBLINGS_DECODE
 from random_graphs import random_dag_graphs
 
 import optgraph as og
@@ -53,43 +54,7 @@ NMSE = {"f32": 1e-9, "f16": 1e-5, "bf16": 1e-4}
 CASES: dict[str, str] = {
     # fuse-siblings: concat of q/k/v-like products (one with an epilogue), gate/up pairs, single
     # pass (f16, K = 512) and split-K (f32, K = 4096)
-    "siblings_decode": """graph sib {
-  input %x : f16[1,512]
-  input %y : f32[1,4096]
-  input %r : f16[1,128]
-  weight %wq : f16[512,512]
-  weight %wk : f16[512,128]
-  weight %wv : f16[512,128]
-  weight %wg : f16[512,1376]
-  weight %wu : f16[512,1376]
-  weight %a1 : f32[4096,256]
-  weight %a2 : f32[4096,64]
-  weight %bg : f32[4096,96]
-  weight %bu : f32[4096,96]
-  %q = matmul(%x, %wq) : f16[1,512]
-  %k0 = matmul(%x, %wk) : f16[1,128]
-  %k = add(%k0, %r) : f16[1,128]
-  %v = matmul(%x, %wv) : f16[1,128]
-  %g = matmul(%x, %wg) : f16[1,1376]
-  %u = matmul(%x, %wu) : f16[1,1376]
-  %ga = silu(%g) : f16[1,1376]
-  %m = mul(%ga, %u) : f16[1,1376]
-  %s1 = matmul(%y, %a1) : f32[1,256]
-  %s2 = matmul(%y, %a2) : f32[1,64]
-  %t1 = matmul(%y, %bg) : f32[1,96]
-  %t2 = matmul(%y, %bu) : f32[1,96]
-  %t = mul(%t1, %t2) : f32[1,96]
-  %q2 = scale(%q) {factor = 2.0} : f16[1,512]
-  %s3 = add(%s1, %s1) : f32[1,256]
-  %o1 = softmax(%q2) : f16[1,512]
-  %o2 = softmax(%k) : f16[1,128]
-  %o3 = reshape(%v) {shape = [128]} : f16[128]
-  %o4 = softmax(%s3) : f32[1,256]
-  %o5 = softmax(%s2) : f32[1,64]
-  %o6 = softmax(%t) : f32[1,96]
-  %o7 = softmax(%m) : f16[1,1376]
-  output %o1, %o2, %o3, %o4, %o5, %o6, %o7
-}""",
+    "siblings_decode": SIBLINGS_DECODE,
     "unary_chain_odd": """graph g {
   input %x : f32[3,5,7]
   %a = abs(%x) : f32[3,5,7]
