@@ -85,9 +85,6 @@ PRODUCTS_AND_CACHES = """graph products_and_caches {
 """
 
 
-
-
-
 def _check(graph: og.Graph) -> None:
     inputs, weights = random_inputs(graph, 0), random_weights(graph, 0)
     want = run_reference(graph, inputs, weights)
