@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "gpu"))
 
 import cuda_emulator
-from op_cases import SIBLINGS_DECODE, case_graph_text
+from op_cases import PRODUCT_PROLOGUES, SIBLINGS_DECODE, case_graph_text
 
 import optgraph as og
 from optgraph.passes.manager import run_pipeline
@@ -116,6 +116,17 @@ def test_one_row_products_and_cache_copy_match_reference() -> None:
 def test_sibling_products_match_reference() -> None:
     """fuse-siblings regions: q/k/v-like concat with an epilogue, gate/up pairs, single pass (f16,
     K = 512) and split-K (f32, K = 4096); the slices alias the region's result."""
-    graph = run_pipeline(og.parse(SIBLINGS_DECODE), "fuse,fuse-siblings")
+    graph = run_pipeline(og.parse(SIBLINGS_DECODE), "fuse{recompute-norms=false},fuse-siblings")
     assert sum(1 for n in graph.nodes if n.op == "slice") == 5
+    _check(graph)
+
+
+def test_one_row_product_prologues_match_reference() -> None:
+    """Norms recomputed inside each product that reads them (rms_norm of a residual sum shared by
+    two products, single pass; layer_norm, split-K) and an elementwise prologue (SwiGLU's mul)."""
+    graph = run_pipeline(og.parse(PRODUCT_PROLOGUES), "fuse")
+    fused = {n.name: n for n in graph.nodes if n.op == "fused"}
+    assert set(fused) == {"q", "k", "c", "o"}, sorted(fused)
+    assert all(n.body is not None and n.body.nodes[-1].op == "matmul" for n in fused.values())
+    assert not any(n.op in ("rms_norm", "layer_norm") for n in graph.nodes)
     _check(graph)

@@ -133,7 +133,9 @@ def test_examples_get_the_expected_regions() -> None:
     assert kinds("mlp") == [PRODUCT] * 3
     assert kinds("inception_block").count(PRODUCT) == 6  # every conv2d + bias + relu
     llama = kinds("llama_decode")
-    assert llama.count(PRODUCT) == 6  # per layer: wo + residual, gate + silu·up, down + residual
+    # per layer: q, k, v (each with its own copy of the norm), wo + residual, up (norm),
+    # gate (norm, silu·up), down + residual; and the last norm inside the lm_head product
+    assert llama.count(PRODUCT) == 15
     assert kinds("diamond") == [ELEMENTWISE]
 
 

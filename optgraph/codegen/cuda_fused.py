@@ -38,15 +38,17 @@ from optgraph.codegen.cuda_elementwise import emit_scalars, load_params, used_va
 from optgraph.codegen.cuda_source import (
     Kernel,
     Launch,
+    f32_literal,
     in_param,
     kernel_template,
     load,
     out_param,
     store,
 )
+from optgraph.ir.attrs import float_attr
 from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
-from optgraph.passes.fusion_rules import PRODUCT, plan_body
+from optgraph.passes.fusion_rules import NORM_OPS, PRODUCT, plan_body
 
 GEMV_MAX_M = 1  # rows up to which the fused matrix-vector kernel replaces cuBLAS (0: never)
 THREADS = 256
@@ -123,15 +125,22 @@ def gemv_kernel(
     epilogue: Sequence[Node],
     result: str,
     out_type: TensorType,
+    prologue: Sequence[Node] = (),
 ) -> tuple[Kernel, tuple[int, int, int]] | None:
     """(kernel, grid) of the fused product, or None when the shape does not qualify.
 
-    `params` name the region's operands in0, in1, ...; the anchor's operands must be params.
+    `params` name the region's operands in0, in1, ...; the anchor's weight is a param, its row
+    a param or the value of `prologue` (see `row_prologue`).
     """
     index = {p: k for k, p in enumerate(params)}
-    if any(o not in index for o in anchor.operands):
+    computed = {n.name: n.type for n in prologue if n.type is not None}
+    if anchor.operands[1] not in index or (
+        anchor.operands[0] not in index and anchor.operands[0] not in computed
+    ):
         return None
-    a_type, b_type = types[index[anchor.operands[0]]], types[index[anchor.operands[1]]]
+    a_type = types[index[anchor.operands[0]]] if anchor.operands[0] in index else None
+    a_type = a_type or computed[anchor.operands[0]]
+    b_type = types[index[anchor.operands[1]]]
     shape = gemv_shape(anchor, a_type, b_type)
     if shape is None:
         return None
@@ -140,10 +149,12 @@ def gemv_kernel(
     dtype, vec = a_type.dtype, VECTOR[a_type.dtype]
     ct, tiles, splits, rows = _layout(k, n, vec)
     tile_cols = ct * vec
-    a_role, b_role = (f"in{index[o]}" for o in anchor.operands)
+    b_role = f"in{index[anchor.operands[1]]}"
     warps = THREADS // 32
     lanes = THREADS // ct
+    row_setup, row_value = row_prologue(params, types, prologue, anchor.operands[0], a_type, m)
     body = [
+        *row_setup,
         "const unsigned int tile = blockIdx.x, split = blockIdx.y;",
         f"const unsigned int cg = threadIdx.x % {ct}u, rl = threadIdx.x / {ct}u;",
         f"const unsigned int n0 = tile * {tile_cols}u + cg * {vec}u;",
@@ -163,7 +174,7 @@ def gemv_kernel(
         f"    float wf[{vec}];",
         *("    " + s for s in _unpack(dtype, "wv", "wf")),
         f"    #pragma unroll\n    for (int i = 0; i < {m}; ++i) {{",
-        f"      const float xv = {load(dtype, f'{a_role}[i * {k}u + kk]')};",
+        f"      const float xv = {row_value};",
         f"      #pragma unroll\n      for (int v = 0; v < {vec}; ++v) acc[i][v] += xv * wf[v];",
         "    }",
         "  }",
@@ -240,6 +251,135 @@ def gemv_kernel(
     return kernel, (tiles, splits, 1)
 
 
+def row_prologue(
+    params: Sequence[str],
+    types: Sequence[TensorType],
+    prologue: Sequence[Node],
+    row: str,
+    row_type: TensorType,
+    m: int,
+) -> tuple[list[str], str]:
+    """(statements before the product loop, C expression of row element (i, kk)).
+
+    Without a prologue the row is read from its parameter. With one, each element is computed
+    where the product reads it: the prologue's elementwise nodes, and for a norm the row's
+    statistics first (a block reduction per row, before the loop), the normalized value rounded
+    to the norm's dtype as the stored value would be:
+
+        %n = rms_norm(%p0, %p1)  %y = matmul(%n, %p2)
+        ->  ss = sum over the row of x²  (block reduction);  r = sqrtf(ss / K + eps)
+            xv(i, kk) = round_f16(x[i, kk] / r * w[kk])
+    """
+    k = row_type.shape[-1]
+    index = {p: j for j, p in enumerate(params)}
+    if row in index:
+        return [], load(row_type.dtype, f"in{index[row]}[i * {k}u + kk]")
+    roles = [f"in{j}" for j in range(len(params))]
+    norms = [n for n in prologue if n.op in NORM_OPS]
+    norm = norms[0] if norms else None
+
+    def element(nodes: Sequence[Node], value: str, extra: Sequence[str] = ()) -> list[str]:
+        env: dict[str, tuple[str, str]] = {}
+        lines = [f"const unsigned int xi = i * {k}u + j;"]
+        lines += load_params(
+            params,
+            types,
+            roles,
+            used_values(nodes, (value, *extra)),
+            "xi",
+            row_type.shape,
+            env,
+            "r",
+        )
+        lines += emit_scalars(nodes, env, "e")
+        return lines + [f"return (float){env[value][0]};"]
+
+    if norm is None:
+        lambdas = [
+            "auto og_row = [&](unsigned int i, unsigned int j) -> float {",
+            *("  " + line for line in element(prologue, row)),
+            "};",
+        ]
+        return lambdas, "og_row(i, kk)"
+    assert norm.type is not None
+    cone = _cone(norm.operands[0], prologue)
+    before = [n for n in prologue if n.name in cone]
+    after = [n for n in prologue if n.name not in cone and n is not norm]
+    eps = f32_literal(float_attr(attrs_with_defaults(norm), "eps"))
+    red = "og_block_reduce({0}, og_row_scratch, OgSum(), 0.0f)"
+    lines = [
+        "auto og_x = [&](unsigned int i, unsigned int j) -> float {",
+        *("  " + line for line in element(before, norm.operands[0])),
+        "};",
+        "__shared__ float og_row_scratch[32];",
+        f"float og_mu[{m}], og_r[{m}];",
+        f"for (int i = 0; i < {m}; ++i) {{",
+    ]
+    loop = f"  for (unsigned int j = threadIdx.x; j < {k}u; j += {THREADS}u)"
+    if norm.op == "rms_norm":
+        lines += [
+            "  float ss = 0.0f;",
+            f"{loop} {{ const float v = og_x(i, j); ss += v * v; }}",
+            f"  ss = {red.format('ss')};",
+            "  og_mu[i] = 0.0f;",
+            f"  og_r[i] = sqrtf(ss / (float){k} + {eps});",
+        ]
+        formula = "og_x(i, j) / og_r[i] * {w}"
+    else:
+        lines += [
+            "  float s = 0.0f;",
+            f"{loop} s += og_x(i, j);",
+            f"  const float mu = {red.format('s')} / (float){k};",
+            "  float q = 0.0f;",
+            f"{loop} {{ const float c = og_x(i, j) - mu; q += c * c; }}",
+            f"  q = {red.format('q')};",
+            "  og_mu[i] = mu;",
+            f"  og_r[i] = sqrtf(q / (float){k} + {eps});",
+        ]
+        formula = "(og_x(i, j) - og_mu[i]) / og_r[i] * {w} + {b}"
+    lines.append("}")
+    env: dict[str, tuple[str, str]] = {}
+    value = [f"const unsigned int xi = i * {k}u + j;"]
+    value += load_params(
+        params,
+        types,
+        roles,
+        used_values([norm, *after], (row,)) - {norm.name},
+        "xi",
+        row_type.shape,
+        env,
+        "r",
+    )
+    weights = [env[o][0] for o in norm.operands[1:]]
+    normalized = formula.format(w=weights[0], b=weights[1] if len(weights) > 1 else "0.0f")
+    dtype = norm.type.dtype
+    value.append(f"const float og_n = {load(dtype, store(dtype, normalized))};")
+    env[norm.name] = ("og_n", dtype)
+    value += emit_scalars(after, env, "e")
+    value.append(f"return (float){env[row][0]};")
+    lines += [
+        "auto og_row = [&](unsigned int i, unsigned int j) -> float {",
+        *("  " + line for line in value),
+        "};",
+    ]
+    return lines, "og_row(i, kk)"
+
+
+def _cone(value: str, nodes: Sequence[Node]) -> set[str]:
+    """`value` and the names among `nodes` it is computed from."""
+    by_name = {n.name: n for n in nodes}
+    seen: set[str] = set()
+    stack = [value]
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in by_name:
+            stack.extend(by_name[name].operands)
+    return seen
+
+
 def _epilogue(
     params: Sequence[str],
     types: Sequence[TensorType],
@@ -287,6 +427,7 @@ def gemv_region(node: Node, types: Sequence[TensorType]) -> list[Launch] | None:
         [by_name[e] for e in plan.epilogue],
         node.body.result,
         node.type,
+        [by_name[p] for p in plan.prologue],
     )
     if made is None:
         return None

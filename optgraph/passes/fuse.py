@@ -12,8 +12,9 @@ may join when:
 - the producer is not a graph output, and every reader of it is already in the consumer's group
   (a second reader outside, or a view of the intermediate, blocks: its bytes must exist);
 - the union is one kernel by `fusion_rules.plan_region`: at most one reduction/norm/softmax or
-  matmul; elementwise prologues only into reductions and norms, elementwise epilogues after
-  either; every shape broadcasts to the result and no reduction or product is broadcast further;
+  matmul; elementwise prologues into reductions and norms, and into one-row products (with at
+  most one norm of the row), elementwise epilogues after either; every shape broadcasts to the
+  result and no reduction or product is broadcast further;
 - the union has at most `max-ops` nodes, and all of it runs on one stream and one backend (so
   fusion after `assign-streams` only groups same-stream nodes; before it, on any DAG);
 - on a memory-planned graph (offsets set): the result's bytes overlap no operand's (one kernel
@@ -23,12 +24,19 @@ may join when:
   ranges shift: `live`/`visible` annotations are dropped (run analyze-lifetimes again); offsets
   stay valid.
 
+`recompute-norms` (default true, unplanned graphs): a norm of one row whose readers are all
+one-row products on its stream (a decode step's q/k/v, gate/up) is first copied once per reader,
+so each product computes the norm as it reads its row instead of a separate kernel storing it:
+
+    before: %n = rms_norm(%h, %g)   %q = matmul(%n, %wq)   %k = matmul(%n, %wk)
+    after:  %q = fused(%h, %g, %wq) body { %n = rms_norm(..)  %q = matmul(%n, ..) }   (same for %k)
+
 The fused node takes the root's name, type, annotations and place in issue order; its parameters
 bind to the distinct outside values the body reads, in first-use order. Moving work later on its
 own stream keeps every incoming data edge ordered, and only the root's value leaves the region,
 so a synced graph stays synced. Regions of one node are left as they are.
 
-Does not handle: multi-output regions, gemm prologues, reductions over leading axes (they stay
+Does not handle: multi-output regions, prologues of products with several rows (cuBLAS), reductions over leading axes (they stay
 alone), fusing through views or into attention/rope/conv (opaque ops), nested regions.
 
 Complexity: O((V + E)·k²) with k = max-ops, i.e. linear in graph size: each node's group retries
@@ -47,7 +55,13 @@ from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node, Region, TensorType
 from optgraph.ir.happens_before import HappensBefore
 from optgraph.ir.layout import alias_roots
 from optgraph.passes.base import Pass
-from optgraph.passes.fusion_rules import is_anchor, is_elementwise, plan_region
+from optgraph.passes.fusion_rules import (
+    NORM_OPS,
+    is_anchor,
+    is_elementwise,
+    plan_region,
+    reduction_cols,
+)
 
 
 @dataclass
@@ -193,6 +207,78 @@ def _grow(state: _State, root: int, max_ops: int) -> None:
                 break
 
 
+def _shares_row_norm(
+    graph: Graph, types: dict[str, TensorType], norm: Node, readers: Sequence[int]
+) -> bool:
+    """`norm` normalizes one row, is no graph output, and every reader (two or more) is a
+    one-row product on its stream and backend reading it as the row: each can recompute it."""
+    if norm.op not in NORM_OPS or len(readers) < 2 or norm.name in graph.output_names():
+        return False
+    if types[norm.operands[0]].numel != reduction_cols(norm, types[norm.operands[0]]):
+        return False
+    for r in readers:
+        reader = graph.nodes[r]
+        if reader.op != "matmul" or reader.operands[0] != norm.name:
+            return False
+        if norm.name in reader.operands[1:] or (reader.ann.stream, reader.ann.backend) != (
+            norm.ann.stream,
+            norm.ann.backend,
+        ):
+            return False
+        plan, _ = plan_region([norm, reader], types)
+        if plan is None:
+            return False
+    return True
+
+
+def recompute_row_norms(graph: Graph) -> tuple[Graph, dict[str, str]]:
+    """Give each one-row product reading a shared row norm its own copy of the norm.
+
+    A decode step normalizes one row and feeds it to several products (q/k/v; gate/up): stored,
+    the norm is a kernel of its own; copied, each product computes it while reading its row
+    (the row is K elements, its statistics cost the product a block reduction). Returns the
+    graph and {copy name: original name}. O(V + E).
+    """
+    types = graph.value_types()
+    users = graph.users()
+    taken = {n.name for n in graph.nodes} | set(types)
+    copies: dict[str, str] = {}
+    out: list[Node] = []
+    renamed: dict[int, Node] = {}
+    for i, node in enumerate(graph.nodes):
+        readers = sorted(set(users.get(node.name, [])))
+        if node.is_event or not _shares_row_norm(graph, types, node, readers):
+            out.append(renamed.pop(i, node))
+            continue
+        for k, r in enumerate(readers):
+            name, n = f"{node.name}.{k}", k
+            while name in taken:
+                n += 1
+                name = f"{node.name}.{n}"
+            taken.add(name)
+            copies[name] = node.name
+            out.append(replace(node, name=name))
+            reader = renamed.get(r, graph.nodes[r])
+            renamed[r] = replace(reader, operands=(name, *reader.operands[1:]))
+    return (graph.with_nodes(out), copies) if copies else (graph, {})
+
+
+def _restore_names(node: Node, copies: dict[str, str]) -> Node:
+    """Inside a region, a norm copy takes back its original's name (bodies are scopes)."""
+    if node.body is None or not any(n.name in copies for n in node.body.nodes):
+        return node
+    body = node.body
+    rename = {n.name: copies[n.name] for n in body.nodes if n.name in copies}
+    rename = {k: v for k, v in rename.items() if v not in {n.name for n in body.nodes}}
+    nodes = tuple(
+        replace(
+            n, name=rename.get(n.name, n.name), operands=tuple(rename.get(o, o) for o in n.operands)
+        )
+        for n in body.nodes
+    )
+    return replace(node, body=Region(body.params, nodes, rename.get(body.result, body.result)))
+
+
 def _param_names(count: int, taken: set[str]) -> list[str]:
     names: list[str] = []
     k = 0
@@ -230,14 +316,18 @@ class FusePass(Pass):
     name = "fuse"
     summary = "group producer-consumer chains into fused regions (one kernel each)"
     max_ops: int = 64
+    recompute_norms: bool = True
 
     def __post_init__(self) -> None:
         if self.max_ops < 1:
             raise ValueError(f"max-ops must be at least 1, got {self.max_ops}")
 
     def run(self, graph: Graph) -> Graph:
-        types = graph.value_types()
         planned = any(n.ann.offset is not None for n in graph.nodes)
+        copies: dict[str, str] = {}
+        if self.recompute_norms and not planned:
+            graph, copies = recompute_row_norms(graph)
+        types = graph.value_types()
         state = _State(
             graph=graph,
             types=types,
@@ -272,6 +362,7 @@ class FusePass(Pass):
             if i in regions:
                 group = regions[i]
                 node = fused_node([graph.nodes[j] for j in group], _outside_operands(state, group))
+                node = _restore_names(node, copies)
             if had_lifetimes:
                 node = node.with_ann(live=None, visible=None)
             out.append(node)

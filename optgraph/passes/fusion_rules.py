@@ -11,8 +11,11 @@ so, how: a `RegionPlan` with its kind, its anchor and which nodes run before/aft
   last axis; rms_norm; layer_norm) with an elementwise *prologue* (nodes the anchor depends on,
   evaluated per element of the anchor's input, e.g. a residual add) and an elementwise *epilogue*
   (every other node, evaluated per output element, e.g. mul by a weight, cast). One block per row.
-- `product`: one matmul or conv2d anchor, no prologue, an elementwise epilogue (bias, activation,
-  residual add) evaluated per output element after the product.
+- `product`: one matmul or conv2d anchor, an elementwise epilogue (bias, activation, residual
+  add) evaluated per output element after the product. A one-row product (`one_row_product`,
+  the matrix-vector kernel of decode steps) also takes a *prologue* on its row operand:
+  elementwise nodes and at most one norm of the whole row (rms_norm, layer_norm), which the
+  kernel computes as it reads the row (statistics first, one block reduction).
 - `siblings` (made by `fuse-siblings`): several one-row products (`one_row_product`) of the same
   input row, as *segments*: each segment is one or more products of the same width plus an
   elementwise epilogue combining them (SwiGLU's `mul(silu(x@wg), x@wu)`); the root is either the
@@ -46,6 +49,7 @@ SIBLINGS = "siblings"
 ONE_ROW_VECTOR = {"f16": 8, "bf16": 8, "f32": 4}  # elements per 16-byte load of a weight row
 REDUCE_OPS = frozenset({"sum", "mean", "max"})
 ROW_OPS = frozenset({"softmax", "rms_norm", "layer_norm"})
+NORM_OPS = frozenset({"rms_norm", "layer_norm"})
 PRODUCT_OPS = frozenset({"matmul", "conv2d"})
 
 
@@ -143,7 +147,9 @@ def plan_region(
             anchors.append((n, kind))
         elif not is_elementwise(n):
             return None, f"'{n.op}' cannot be fused"
-    if len(anchors) > 1:
+    products = [a for a in anchors if a[1] == PRODUCT]
+    row_norms = [a for a in anchors if a[0].op in NORM_OPS]
+    if len(anchors) > 1 and not (len(products) == 1 and len(anchors) == 1 + len(row_norms)):
         return None, "more than one reduction or matrix product"
     if not anchors:
         for n in nodes:
@@ -151,7 +157,7 @@ def plan_region(
             if not broadcasts_to(n.type.shape, out):
                 return None, f"'%{n.name}' {n.type} does not broadcast to the result {root.type}"
         return RegionPlan(ELEMENTWISE, None, (), tuple(n.name for n in nodes)), ""
-    anchor, kind = anchors[0]
+    anchor, kind = products[0] if products else anchors[0]  # norms before a product: prologue
     assert anchor.type is not None
     if anchor.type.shape != tuple(out):
         return None, f"'%{anchor.name}' {anchor.type} would be broadcast to {root.type}"
@@ -174,12 +180,16 @@ def plan_region(
             return None, f"'%{name}' {t} does not broadcast to the result {root.type}"
         if any(o in feeds for o in nodes[index[name]].operands):
             return None, f"'%{name}' after the anchor reads a value computed before it"
+        if not is_elementwise(nodes[index[name]]):
+            return None, "more than one reduction or matrix product"
     if kind == PRODUCT:
         if prologue:
-            return None, "a matrix product takes no prologue"
+            reason = _row_prologue_reason(anchor, [nodes[index[n]] for n in prologue], types)
+            if reason:
+                return None, reason
         if anchor.type.dtype != root.type.dtype:
             return None, "a matrix-product epilogue keeps the product's dtype"
-        return RegionPlan(PRODUCT, anchor.name, (), epilogue), ""
+        return RegionPlan(PRODUCT, anchor.name, prologue, epilogue), ""
     x = types[anchor.operands[0]]
     for name in prologue:
         t = nodes[index[name]].type
@@ -190,6 +200,41 @@ def plan_region(
     assert cols is not None
     rows = x.numel // cols if cols else 0
     return RegionPlan(REDUCTION, anchor.name, prologue, epilogue, rows, cols), ""
+
+
+def _row_prologue_reason(
+    anchor: Node, prologue: Sequence[Node], types: Mapping[str, TensorType]
+) -> str:
+    """Why `prologue` cannot run inside the product `anchor`, or "" when it can.
+
+    Only a one-row product (`one_row_product`: the matrix-vector kernel reads its row element by
+    element) takes a prologue, and only for its row operand: elementwise nodes broadcasting to
+    the row, and at most one norm (rms_norm, layer_norm) of the whole row whose weight and bias
+    come from outside the region (the kernel computes the row's statistics first, then each
+    element as it reads it).
+    """
+    names = {n.name for n in prologue}
+    if anchor.op != "matmul" or len(anchor.operands) != 2 or anchor.operands[1] in names:
+        return "a matrix product takes a prologue only on its row operand"
+    a, b = types[anchor.operands[0]], types[anchor.operands[1]]
+    if one_row_product(anchor, a, b) is None:
+        return "only a one-row matrix product takes a prologue"
+    norms = [n for n in prologue if n.op in NORM_OPS]
+    if len(norms) > 1:
+        return "a product prologue holds at most one norm"
+    for n in prologue:
+        assert n.type is not None
+        if n in norms:
+            x = types[n.operands[0]]
+            if x.numel != a.numel or reduction_cols(n, x) != a.shape[-1]:
+                return f"'%{n.name}' does not normalize the product's whole row"
+            if any(o in names for o in n.operands[1:]):
+                return f"'%{n.name}': a prologue norm's weight and bias come from outside"
+        elif not is_elementwise(n):
+            return f"'{n.op}' cannot be fused"
+        elif not broadcasts_to(n.type.shape, a.shape) or n.type.numel != a.numel:
+            return f"'%{n.name}' {n.type} does not match the product's row {a}"
+    return ""
 
 
 def one_row_product(node: Node, a: TensorType, b: TensorType) -> tuple[int, int] | None:

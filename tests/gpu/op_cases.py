@@ -321,3 +321,32 @@ SIBLINGS_DECODE = """graph sib {
   output %o1, %o2, %o3, %o4, %o5, %o6, %o7
 }
 """
+
+# One-row products with prologues (fuse recomputes a shared norm in each product reading it):
+# rms_norm of a residual sum read by two products (f16, single pass), layer_norm before a split-K
+# product (f32, K = 4096), and SwiGLU's mul before a bf16 product.
+PRODUCT_PROLOGUES = """graph product_prologues {
+  input %h : f16[1,512]
+  input %r : f16[1,512]
+  weight %g : f16[512]
+  weight %wq : f16[512,512]
+  weight %wk : f16[512,128]
+  input %y : f32[1,4096]
+  weight %gy : f32[4096]
+  weight %by : f32[4096]
+  weight %big : f32[4096,256]
+  input %u : bf16[1,1376]
+  input %v : bf16[1,1376]
+  weight %down : bf16[1376,512]
+  %s = add(%h, %r) : f16[1,512]
+  %n = rms_norm(%s, %g) {eps = 1e-06} : f16[1,512]
+  %q = matmul(%n, %wq) : f16[1,512]
+  %k = matmul(%n, %wk) : f16[1,128]
+  %ln = layer_norm(%y, %gy, %by) : f32[1,4096]
+  %c = matmul(%ln, %big) : f32[1,256]
+  %act = silu(%u) : bf16[1,1376]
+  %gated = mul(%act, %v) : bf16[1,1376]
+  %o = matmul(%gated, %down) : bf16[1,512]
+  output %q, %k, %c, %o
+}
+"""

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from op_cases import SIBLINGS_DECODE
+from op_cases import PRODUCT_PROLOGUES, SIBLINGS_DECODE
 from random_graphs import random_dag_graphs
 
 import optgraph as og
@@ -55,6 +55,9 @@ CASES: dict[str, str] = {
     # fuse-siblings: concat of q/k/v-like products (one with an epilogue), gate/up pairs, single
     # pass (f16, K = 512) and split-K (f32, K = 4096)
     "siblings_decode": SIBLINGS_DECODE,
+    # one-row products with prologues: shared rms_norm recomputed per product, layer_norm with
+    # split-K, SwiGLU's mul
+    "product_prologues": PRODUCT_PROLOGUES,
     "unary_chain_odd": """graph g {
   input %x : f32[3,5,7]
   %a = abs(%x) : f32[3,5,7]
@@ -240,15 +243,23 @@ def _assert_close(actual: dict, expected: dict, limit: float, what: str) -> None
 
 
 def _check_regions(graph: Graph, label: str) -> int:
-    """Compile every region of the fused graph at once; each must match the reference."""
-    regions = _regions_graph(FuseSiblingsPass().run(FusePass().run(graph)))
-    if regions is None:
-        return 0
-    inputs = random_inputs(regions, seed=5)
-    expected = run_reference(regions, inputs, {})
-    actual = _run_cuda(regions, inputs, {}, "verify")
-    _assert_close(actual, expected, _limit(regions), f"{label}: region")
-    return len(regions.nodes)
+    """Compile every region of the fused graph at once; each must match the reference. Twice:
+    the default fuse (norms recomputed inside one-row products), and fuse-siblings after a fuse
+    that keeps shared norms (the pipeline fuse-siblings is meant for)."""
+    total = 0
+    for fused in (
+        FusePass().run(graph),
+        FuseSiblingsPass().run(FusePass(recompute_norms=False).run(graph)),
+    ):
+        regions = _regions_graph(fused)
+        if regions is None:
+            continue
+        inputs = random_inputs(regions, seed=5)
+        expected = run_reference(regions, inputs, {})
+        actual = _run_cuda(regions, inputs, {}, "verify")
+        _assert_close(actual, expected, _limit(regions), f"{label}: region")
+        total += len(regions.nodes)
+    return total
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
