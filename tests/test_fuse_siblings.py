@@ -52,21 +52,21 @@ def _siblings(graph: Graph) -> list[str]:
 
 def test_llama_decode_example_agrees_with_unfused() -> None:
     graph = og.parse_file(str(ROOT / "examples" / "llama_decode.ir"))
-    after = run_pipeline(graph, "fuse{recompute-norms=false},fuse-siblings")
+    after = run_pipeline(graph, "fuse{row-prologues=false},fuse-siblings")
     assert _siblings(after)
     _same_results(graph, after, seed=1)
 
 
 def test_generated_decode_agrees_and_fuses_qkv_and_gate_up() -> None:
     graph = og.parse(generate_llama(**LLAMA, dtype="f32"))
-    after = run_pipeline(graph, "fuse{recompute-norms=false},fuse-siblings")
+    after = run_pipeline(graph, "fuse{row-prologues=false},fuse-siblings")
     assert sorted(_siblings(after)) == sorted(
         f"l{i}.{name}" for i in range(2) for name in ("q.siblings", "gated")
     )
     _same_results(graph, after)
 
 
-WITH_SIBLINGS = DEFAULT_PIPELINE.replace(",fuse,", ",fuse{recompute-norms=false},fuse-siblings,")
+WITH_SIBLINGS = DEFAULT_PIPELINE.replace(",fuse,", ",fuse{row-prologues=false},fuse-siblings,")
 
 
 def _layer_kernels(graph: Graph, pipeline: str) -> dict[str, int]:
@@ -139,7 +139,7 @@ def _one_row_families(draw: st.DrawFn) -> Graph:
 @given(_one_row_families())
 @settings(max_examples=60)
 def test_one_row_families_keep_results_and_outputs(graph: Graph) -> None:
-    after = run_pipeline(graph, "fuse{recompute-norms=false},fuse-siblings")
+    after = run_pipeline(graph, "fuse{row-prologues=false},fuse-siblings")
     _same_results(graph, after)
     assert og.parse(og.print_graph(after)) == after
     assert run_pipeline(after, "fuse-siblings") == after
@@ -151,6 +151,6 @@ def test_one_row_families_keep_results_and_outputs(graph: Graph) -> None:
 @given(random_dag_graphs(max_nodes=14))
 @settings(max_examples=60)
 def test_random_graphs_stay_valid_and_equal(graph: Graph) -> None:
-    after = run_pipeline(graph, "fuse{recompute-norms=false},fuse-siblings")
+    after = run_pipeline(graph, "fuse{row-prologues=false},fuse-siblings")
     verify(after)
     _same_results(graph, after)

@@ -24,12 +24,16 @@ may join when:
   ranges shift: `live`/`visible` annotations are dropped (run analyze-lifetimes again); offsets
   stay valid.
 
-`recompute-norms` (default true, unplanned graphs): a norm of one row whose readers are all
+`row-prologues` (default true, unplanned graphs): a norm of one row whose readers are all
 one-row products on its stream (a decode step's q/k/v, gate/up) is first copied once per reader,
 so each product computes the norm as it reads its row instead of a separate kernel storing it:
 
     before: %n = rms_norm(%h, %g)   %q = matmul(%n, %wq)   %k = matmul(%n, %wk)
     after:  %q = fused(%h, %g, %wq) body { %n = rms_norm(..)  %q = matmul(%n, ..) }   (same for %k)
+
+and SwiGLU's `mul(silu(x @ wg), x @ wu)`, read only as the row of a one-row product, becomes that
+product's prologue instead of the gate product's epilogue (`_joins_row_products`), so the gate
+and up products stay independent (their launches merge into one).
 
 The fused node takes the root's name, type, annotations and place in issue order; its parameters
 bind to the distinct outside values the body reads, in first-use order. Moving work later on its
@@ -59,6 +63,7 @@ from optgraph.passes.fusion_rules import (
     NORM_OPS,
     is_anchor,
     is_elementwise,
+    one_row_product,
     plan_region,
     reduction_cols,
 )
@@ -82,6 +87,7 @@ class _State:
     owners: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, node index)
     starts: list[int] = field(default_factory=list)  # owners' starts, sorted
     max_size: int = 0
+    row_prologues: bool = True
     overlaps: dict[str, list[int]] = field(default_factory=dict)
 
 
@@ -181,6 +187,8 @@ def _try_absorb(state: _State, root: int, producer: int, max_ops: int) -> bool:
     rnode = nodes[root]
     if (pnode.ann.stream, pnode.ann.backend) != (rnode.ann.stream, rnode.ann.backend):
         return False
+    if state.row_prologues and _joins_row_products(state, root, producer):
+        return False
     union = sorted(mine + theirs)
     plan, _ = plan_region([nodes[j] for j in union], state.types)
     if plan is None:
@@ -192,6 +200,44 @@ def _try_absorb(state: _State, root: int, producer: int, max_ops: int) -> bool:
     state.members[root] = union
     del state.members[producer]
     return True
+
+
+def _row_product_root(state: _State, i: int) -> bool:
+    """Node `i` is a one-row product, or the root of a group anchored on one."""
+    group = [state.graph.nodes[j] for j in state.members.get(i, [i])]
+    for node in group:
+        if node.op == "matmul" and len(node.operands) == 2:
+            a, b = (state.types[o] for o in node.operands)
+            if one_row_product(node, a, b) is not None:
+                return True
+    return False
+
+
+def _joins_row_products(state: _State, root: int, producer: int) -> bool:
+    """The elementwise group at `root` reads two one-row products (one of them `producer`) and
+    feeds, as its only reader, the row of another one-row product: SwiGLU's
+    `mul(silu(x @ wg), x @ wu) @ wd`. Absorbed as the epilogue of one product it would order that
+    product after the other; left alone, it becomes the consumer's prologue and the two products
+    stay independent (their launches can merge into one)."""
+    nodes = state.graph.nodes
+    group = state.members[root]
+    if not all(is_elementwise(nodes[j]) for j in group) or not _row_product_root(state, producer):
+        return False
+    others = [
+        state.producers[o]
+        for o in _outside_operands(state, group)
+        if o in state.producers and state.producers[o] != producer
+    ]
+    if not any(_row_product_root(state, p) for p in others):
+        return False
+    readers = state.users.get(nodes[root].name, [])
+    if len(readers) != 1 or nodes[root].name in state.outputs:
+        return False
+    reader = nodes[readers[0]]
+    if reader.op != "matmul" or reader.operands[0] != nodes[root].name:
+        return False
+    a, b = (state.types[o] for o in reader.operands)
+    return one_row_product(reader, a, b) is not None
 
 
 def _grow(state: _State, root: int, max_ops: int) -> None:
@@ -316,7 +362,7 @@ class FusePass(Pass):
     name = "fuse"
     summary = "group producer-consumer chains into fused regions (one kernel each)"
     max_ops: int = 64
-    recompute_norms: bool = True
+    row_prologues: bool = True
 
     def __post_init__(self) -> None:
         if self.max_ops < 1:
@@ -325,7 +371,7 @@ class FusePass(Pass):
     def run(self, graph: Graph) -> Graph:
         planned = any(n.ann.offset is not None for n in graph.nodes)
         copies: dict[str, str] = {}
-        if self.recompute_norms and not planned:
+        if self.row_prologues and not planned:
             graph, copies = recompute_row_norms(graph)
         types = graph.value_types()
         state = _State(
@@ -339,6 +385,7 @@ class FusePass(Pass):
             planned=planned,
             hb=HappensBefore(graph) if planned else None,
             ranges=_arena_ranges(graph, types) if planned else {},
+            row_prologues=self.row_prologues,
         )
         if planned:
             _index_arena(state)

@@ -56,7 +56,7 @@ PASSES: dict[str, type[Pass]] = {
 # fuse-siblings is not in the default pipeline: it cuts launches (14 -> 11 kernels a Llama layer)
 # but measured slower end to end on an H100 (launch-bound decode 536 -> 593 µs on one stream,
 # realistic decode 1876 -> 1918 µs, and streams lost their q/k/v overlap; docs/benchmarks.md).
-# Name it after fuse to use it: `-p verify,dce,cse,fuse{recompute-norms=false},fuse-siblings,assign-streams,...`.
+# Name it after fuse to use it: `-p verify,dce,cse,fuse{row-prologues=false},fuse-siblings,assign-streams,...`.
 FUSION = "fuse"
 DEFAULT_PIPELINE = (
     f"verify,dce,cse,{FUSION},assign-streams,insert-sync,analyze-lifetimes,plan-memory"

@@ -249,7 +249,7 @@ def _check_regions(graph: Graph, label: str) -> int:
     total = 0
     for fused in (
         FusePass().run(graph),
-        FuseSiblingsPass().run(FusePass(recompute_norms=False).run(graph)),
+        FuseSiblingsPass().run(FusePass(row_prologues=False).run(graph)),
     ):
         regions = _regions_graph(fused)
         if regions is None:
