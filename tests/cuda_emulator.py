@@ -8,6 +8,12 @@ shuffles and barriers are reached by every thread of the warp / block (ours are)
 CUDA emulator: no timing, no memory model beyond sequential consistency.
 
     outputs = run_graph(graph, inputs, weights)   # every node must lower to kernel launches only
+    outputs = run_plan(lower_cuda(planned), inputs, weights)   # a plan's steps at its offsets
+
+`run_plan` runs a `CudaPlan` in issue order (a legal order of every stream's steps): kernel steps
+(merged ones too) in one byte arena at the planned offsets, weights at theirs, each input in its
+own buffer; cuBLAS calls (`GemmStep`) as a naive float32 loop nest, copies as memcpy; events are
+no-ops. Host steps (CPU nodes) are not emulated.
 """
 
 from __future__ import annotations
@@ -21,7 +27,24 @@ from pathlib import Path
 
 import numpy as np
 
-from optgraph.codegen.cuda_source import PRELUDE, STORAGE, Launch, node_code
+from optgraph.codegen.cuda_plan import (
+    CopyStep,
+    CudaPlan,
+    EventStep,
+    GemmStep,
+    KernelStep,
+    Location,
+)
+from optgraph.codegen.cuda_source import (
+    PRELUDE,
+    STORAGE,
+    Kernel,
+    Launch,
+    kernels_source,
+    load,
+    node_code,
+    store,
+)
 from optgraph.ir.graph import Graph
 from optgraph.ir.layout import alias_roots
 from optgraph.runtime.reference_kernels import numpy_dtype
@@ -138,7 +161,7 @@ def run_graph(
     """Every node's kernels on the CPU, one buffer per value (aliasing views point into their
     root's); returns the graph's outputs."""
     types = graph.value_types()
-    sources: dict[str, str] = {}
+    sources: dict[str, Kernel] = {}
     calls: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -168,7 +191,7 @@ def run_graph(
             for work in node_code(node, [types[o] for o in node.operands]):
                 if not isinstance(work, Launch):
                     raise NotImplementedError(f"{node.op}: only kernel launches are emulated")
-                sources[work.kernel.name] = work.kernel.source
+                sources[work.kernel.name] = work.kernel
                 roles = {"out": buffers[node.name]}
                 roles.update({f"in{i}": buffers[o] for i, o in enumerate(node.operands)})
                 args = ", ".join(f"og_emu_any{{{roles[a]}}}" for a in work.args)
@@ -183,15 +206,111 @@ def run_graph(
                 f'{{ FILE* f = std::fopen("{folder}/out{k}.bin", "wb"); '
                 f"std::fwrite({buffers[name]}, 1, {types[name].nbytes}, f); std::fclose(f); }}"
             )
-        kernels = "".join("\n" + sources[k] for k in sorted(sources))
-        main = "int main() {\n  " + "\n  ".join(setup + calls) + "\n  return 0;\n}\n"
-        (folder / "emu.cpp").write_text(EMULATION + _prelude() + kernels + main)
-        compile_cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-w", "-o", str(folder / "emu")]
-        subprocess.run([*compile_cmd, str(folder / "emu.cpp")], check=True)
-        subprocess.run([str(folder / "emu")], check=True)
+        _build_and_run(folder, kernels_source(sources.values()), setup + calls)
         result = {}
         for k, name in enumerate(outs):
             t = types[name]
             data = np.fromfile(folder / f"out{k}.bin", dtype=numpy_dtype(t.dtype))
             result[name] = data.reshape(t.shape)
         return result
+
+
+def _build_and_run(folder: Path, kernels: str, statements: list[str]) -> None:
+    main = "int main() {\n  " + "\n  ".join(statements) + "\n  return 0;\n}\n"
+    (folder / "emu.cpp").write_text(EMULATION + _prelude() + kernels + main)
+    compile_cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-w", "-o", str(folder / "emu")]
+    subprocess.run([*compile_cmd, str(folder / "emu.cpp")], check=True)
+    subprocess.run([str(folder / "emu")], check=True)
+
+
+def _gemm(step: GemmStep, a: str, b: str, c: str) -> str:
+    """One cublasGemmStridedBatchedEx (column-major, alpha 1, beta 0) as a float32 loop nest over
+    the buffers at pointer expressions `a`, `b`, `c`."""
+    g, st = step.gemm, STORAGE[step.gemm.dtype]
+    a_at = f"l + i * {g.lda}u" if g.transa else f"i + l * {g.lda}u"  # op(A)(i, l)
+    b_at = f"j + l * {g.ldb}u" if g.transb else f"l + j * {g.ldb}u"  # op(B)(l, j)
+    return (
+        f"for (unsigned p = 0; p < {g.batch}u; ++p) for (unsigned j = 0; j < {g.n}u; ++j) "
+        f"for (unsigned i = 0; i < {g.m}u; ++i) {{ float acc = 0.0f; "
+        f"const {st}* A = ({st}*){a} + p * {g.stride_a}u; "
+        f"const {st}* B = ({st}*){b} + p * {g.stride_b}u; "
+        f"for (unsigned l = 0; l < {g.k}u; ++l) "
+        f"acc += {load(g.dtype, f'A[{a_at}]')} * {load(g.dtype, f'B[{b_at}]')}; "
+        f"(({st}*){c} + p * {g.stride_c}u)[i + j * {g.ldc}u] = {store(g.dtype, 'acc')}; }}"
+    )
+
+
+def run_plan(
+    plan: CudaPlan, inputs: Mapping[str, np.ndarray], weights: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """The plan's steps in issue order on the CPU; returns the graph's outputs."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        setup = [
+            f"char* og_arena = (char*)std::calloc({plan.arena_bytes} + 64, 1);",
+            f"char* og_weights = (char*)std::calloc({plan.weights_bytes} + 64, 1);",
+        ]
+        where = {"arena": "og_arena", "weights": "og_weights"}
+        for name, offset in plan.weight_offsets.items():
+            path = folder / f"w_{len(setup)}.bin"
+            _host(weights[name], plan.types[name].dtype).tofile(path)
+            setup.append(
+                f'std::memcpy(og_weights + {offset}, og_emu_read("{path}", '
+                f"{plan.types[name].nbytes}), {plan.types[name].nbytes});"
+            )
+        buffers: dict[tuple[str, str], str] = {}
+        for k, name in enumerate(plan.inputs):
+            path = folder / f"in{k}.bin"
+            _host(inputs[name], plan.types[name].dtype).tofile(path)
+            buffers["input", name] = f"og_in{k}"
+            nbytes = plan.types[name].nbytes
+            setup.append(
+                f"char* og_in{k} = (char*)std::calloc({nbytes} + 64, 1); "
+                f'std::memcpy(og_in{k}, og_emu_read("{path}", {nbytes}), {nbytes});'
+            )
+        for k, (name, nbytes) in enumerate(plan.value_bytes.items()):
+            buffers["value", name] = f"og_val{k}"
+            setup.append(f"char* og_val{k} = (char*)std::calloc({nbytes} + 64, 1);")
+
+        def ptr(loc: Location) -> str:
+            if loc.space in where:
+                return f"({where[loc.space]} + {loc.offset})"
+            if (loc.space, loc.key) not in buffers:
+                raise NotImplementedError(f"space {loc.space}: not emulated")
+            return f"({buffers[loc.space, loc.key]} + {loc.offset})"
+
+        calls: list[str] = []
+        for step in plan.steps:
+            if isinstance(step, EventStep):
+                continue
+            if isinstance(step, KernelStep):
+                args = ", ".join(f"og_emu_any{{{ptr(a)}}}" for a in step.args)
+                (gx, gy, gz), (bx, _, _) = step.grid, step.block
+                calls.append(
+                    f"og_emu_launch(dim3{{{gx}u, {gy}u, {gz}u}}, dim3{{{bx}u, 1u, 1u}}, "
+                    f"[&] {{ {step.kernel}({args}); }});"
+                )
+            elif isinstance(step, GemmStep):
+                calls.append(_gemm(step, ptr(step.a), ptr(step.b), ptr(step.c)))
+            elif isinstance(step, CopyStep):
+                calls.append(f"std::memmove({ptr(step.dst)}, {ptr(step.src)}, {step.nbytes});")
+            else:
+                raise NotImplementedError(f"{type(step).__name__}: not emulated")
+        outs = list(dict.fromkeys(plan.outputs))
+        for k, name in enumerate(outs):
+            calls.append(
+                f'{{ FILE* f = std::fopen("{folder}/out{k}.bin", "wb"); '
+                f"std::fwrite({ptr(plan.locations[name])}, 1, {plan.types[name].nbytes}, f); "
+                "std::fclose(f); }"
+            )
+        _build_and_run(folder, kernels_source(plan.kernels.values()), setup + calls)
+        result = {}
+        for k, name in enumerate(outs):
+            t = plan.types[name]
+            data = np.fromfile(folder / f"out{k}.bin", dtype=numpy_dtype(t.dtype))
+            result[name] = data.reshape(t.shape)
+        return result
+
+
+def _host(array: np.ndarray, dtype: str) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(array, dtype=numpy_dtype(dtype)))

@@ -3,7 +3,8 @@
 Fixtures in tests/codegen_checks/ hold `# RUN: <pipeline or none>`, a graph, and `# CHECK:` /
 `# CHECK-NOT:` lines matched in order against `describe_plan` (each step, each kernel's source
 after its first launch), FileCheck style: text is literal except `{{regex}}`; a CHECK-NOT must
-not match between the previous CHECK's match and the next one's.
+not match between the previous CHECK's match and the next one's. `# LOWER: no-merge-launches`
+lowers with one launch per kernel (fixtures about single kernels whose ops are independent).
 """
 
 from __future__ import annotations
@@ -63,7 +64,11 @@ def test_fixture(path: Path) -> None:
     graph = og.parse(text, str(path))
     if run.group(1).strip() != "none":
         graph = run_pipeline(graph, run.group(1).strip())
-    check_text(describe_plan(lower_cuda(graph)), checks)
+    lower = re.search(r"^# LOWER: (.*)$", text, re.MULTILINE)
+    options = lower.group(1).split() if lower else []
+    assert set(options) <= {"no-merge-launches"}, options
+    plan = lower_cuda(graph, merge_launches="no-merge-launches" not in options)
+    check_text(describe_plan(plan), checks)
 
 
 def test_check_matcher_fails_on_missing_and_forbidden_text() -> None:
@@ -101,11 +106,14 @@ def test_identical_ops_give_byte_identical_kernels() -> None:
     a, b, c = (_code(SAME, n)[0].kernel for n in "abc")
     assert a == b and a.source == b.source and a.name.startswith("og_exp_")
     assert c.name != a.name  # another shape, another kernel
-    plan = lower_cuda(og.parse(SAME))
+    plan = lower_cuda(og.parse(SAME), merge_launches=False)
     assert len(plan.kernels) == 2 and len(plan.steps) == 4
     source = plan.source()
     assert source.count(f"void {a.name}(") == 1
-    assert source == lower_cuda(og.parse(SAME)).source()  # deterministic text
+    assert source == lower_cuda(og.parse(SAME), merge_launches=False).source()  # deterministic
+    merged = lower_cuda(og.parse(SAME))  # one launch: the exp body defined once all the same
+    assert len(merged.steps) == 1 and merged.source().count(f"void {a.name}_part(") == 1
+    assert merged.source() == lower_cuda(og.parse(SAME)).source()
 
 
 def test_module_source_is_sorted_and_deduplicated() -> None:
@@ -180,13 +188,19 @@ def test_every_op_case_lowers() -> None:
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit)")
 def test_every_generated_kernel_compiles(tmp_path: Path) -> None:
-    """The source of every op case in every dtype, as one module, through nvcc for sm_90."""
+    """The source of every op case in every dtype, as one module, through nvcc for sm_90: each
+    kernel alone and inside merged launches (whose member functions and workspaces are then
+    defined once for both)."""
     kernels: dict[str, Kernel] = {}
     for op, dtype in params():
-        kernels.update(lower_cuda(og.parse(case_graph_text(op, dtype))).kernels)
+        for merge in (False, True):
+            plan = lower_cuda(og.parse(case_graph_text(op, dtype)), merge_launches=merge)
+            kernels.update(plan.kernels)
     for path in sorted((ROOT.parent / "examples").glob("*.ir")):
         graph = run_pipeline(og.parse_file(path), "default")
-        kernels.update(lower_cuda(graph).kernels)
+        for merge in (False, True):
+            kernels.update(lower_cuda(graph, merge_launches=merge).kernels)
+    assert any(name.startswith("og_merged_") for name in kernels)
     source = tmp_path / "all.cu"
     source.write_text(module_source(kernels.values()))
     done = subprocess.run(

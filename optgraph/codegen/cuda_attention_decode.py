@@ -246,6 +246,6 @@ def decode_attention(shape: AttentionShape, salt: str) -> Launch:
     template = kernel_template(decls, text)
     name = "og_attention_decode_"
     name += hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
-    kernel = Kernel(name, decl + template.replace("KERNEL_NAME", name))
+    kernel = Kernel.assemble(name, decls, text, (decl,))
     args = ("out", "in0", "in1", "in2") + (("in3",) if s.has_len else ())
     return Launch(kernel, (chunks, s.hkv * rt, s.b), (threads, 1, 1), args)

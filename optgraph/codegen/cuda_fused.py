@@ -247,7 +247,7 @@ def gemv_kernel(
     family = f"gemv|{salt}" if splits > 1 else "gemv"
     template = kernel_template(decls, text)
     name = "og_gemv_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
-    kernel = Kernel(name, decl + template.replace("KERNEL_NAME", name))
+    kernel = Kernel.assemble(name, decls, text, (decl,))
     return kernel, (tiles, splits, 1)
 
 

@@ -99,7 +99,7 @@ def siblings_launch(node: Node, types: Sequence[TensorType], plan: RegionPlan) -
     template = kernel_template(decls, text)
     family = f"gemv_siblings|{node.name}" if splits > 1 else "gemv_siblings"
     name = "og_gemvs_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
-    kernel = Kernel(name, decl + template.replace("KERNEL_NAME", name))
+    kernel = Kernel.assemble(name, decls, text, (decl,))
     args = ("out",) + tuple(f"in{j}" for j in range(len(types)))
     return Launch(kernel, (base, splits, 1), (THREADS, 1, 1), args)
 

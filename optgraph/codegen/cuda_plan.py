@@ -66,7 +66,30 @@ class Location:
 
 
 @dataclass(frozen=True)
+class Extent:
+    """`size` bytes from `offset` of the buffer `space`/`key` (see `Location`)."""
+
+    space: str
+    key: str
+    offset: int
+    size: int
+
+    def overlaps(self, other: Extent) -> bool:
+        return (
+            self.space == other.space
+            and self.key == other.key
+            and self.offset < other.offset + other.size
+            and other.offset < self.offset + self.size
+        )
+
+
+@dataclass(frozen=True)
 class KernelStep:
+    """One launch. `reads` / `writes`: the planned bytes it may read / write (operands; the
+    result, a kv_cache_write in place its cache; weights are only read; a kernel's `__device__`
+    workspace is its own), None where not known (such a step is never merged). A merged launch
+    (`merge_launches`) lists its members' nodes in `nodes`, `node` being the first of them."""
+
     node: str
     stream: int
     kernel: str
@@ -74,6 +97,14 @@ class KernelStep:
     block: tuple[int, int, int]
     shared_mem: int
     args: tuple[Location, ...]
+    reads: tuple[Extent, ...] | None = None
+    writes: tuple[Extent, ...] | None = None
+    nodes: tuple[str, ...] = ()
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The nodes this launch computes: its merged members, else its own node."""
+        return self.nodes or (self.node,)
 
 
 @dataclass(frozen=True)
@@ -199,17 +230,28 @@ def storage(graph: Graph) -> tuple[dict[str, Location], dict[str, int], dict[str
     return locations, weight_offsets, value_bytes, arena, cursor
 
 
+def _extent(loc: Location, t: TensorType) -> Extent:
+    return Extent(loc.space, loc.key, loc.offset, t.nbytes)
+
+
 def _step_for(
     node: Node,
     work: object,
     roles: Mapping[str, Location],
+    types: Mapping[str, TensorType],
 ) -> Step:
     stream = node.stream
     if isinstance(work, Launch):
         args = tuple(roles[r] for r in work.args)
+        # Every role a kernel takes is the node's result or an operand, read or written whole:
+        # the node writes its result (a kv_cache_write in place: its cache, the same bytes).
+        assert node.type is not None
+        reads = tuple(_extent(roles[f"in{k}"], types[o]) for k, o in enumerate(node.operands))
+        writes = (_extent(roles["out"], node.type),)
         return KernelStep(
-            node.name, stream, work.kernel.name, work.grid, work.block, work.shared_mem, args
-        )
+            node.name, stream, work.kernel.name, work.grid, work.block, work.shared_mem, args,
+            reads, writes,
+        )  # fmt: skip
     if isinstance(work, Gemm):
         return GemmStep(
             node.name,
@@ -236,17 +278,22 @@ def _step_for(
     )
 
 
-def lower_cuda(graph: Graph) -> CudaPlan:
-    """The launch list and storage of `graph` (any graph: streams, events and offsets optional)."""
+def lower_cuda(graph: Graph, merge_launches: bool = True) -> CudaPlan:
+    """The launch list and storage of `graph` (any graph: streams, events and offsets optional).
+
+    `merge_launches`: consecutive independent kernels of a stream become one launch
+    (`codegen/merge_launches.py`); False keeps one launch per kernel."""
     locations, weight_offsets, value_bytes, arena, weight_bytes = storage(graph)
     types = graph.value_types()
     roots = alias_roots(graph)
     steps: list[Step] = []
+    origins: list[int] = []  # the index in graph.nodes of each step's node
     kernels: dict[str, Kernel] = {}
     events: list[str] = []
     if not _is_planned(graph) and any(n.ann.backend == "cpu" for n in graph.nodes):
         raise CodegenError("a graph with CPU nodes needs a memory plan (run plan-memory first)")
     for index, node in enumerate(graph.nodes):
+        origins.extend([index - 1] * (len(steps) - len(origins)))  # the previous node's
         if node.is_event:
             steps.append(EventStep(node.op, node.name, node.stream))
             if node.name not in events:
@@ -266,7 +313,12 @@ def lower_cuda(graph: Graph) -> CudaPlan:
                 kernels[work.kernel.name] = work.kernel
             if isinstance(work, DeviceCopy) and roles[work.dst] == roles[work.src]:
                 continue  # a copy onto itself (an in-place plan): nothing to move
-            steps.append(_step_for(node, work, roles))
+            steps.append(_step_for(node, work, roles, types))
+    origins.extend([len(graph.nodes) - 1] * (len(steps) - len(origins)))
+    if merge_launches:
+        from optgraph.codegen.merge_launches import merge_kernel_steps
+
+        steps, kernels = merge_kernel_steps(graph, steps, origins, kernels)
     streams = tuple(sorted({n.stream for n in graph.nodes} | {0}))
     return CudaPlan(
         graph.name,
@@ -343,8 +395,9 @@ def describe_plan(plan: CudaPlan) -> str:
             lines.append(f"host %{step.node} stream {step.stream}")
         else:
             args = ",".join(_where(a) for a in step.args)
+            nodes = "+".join(f"%{n}" for n in step.members)
             lines.append(
-                f"kernel %{step.node} {step.kernel} grid={step.grid} block={step.block}"
+                f"kernel {nodes} {step.kernel} grid={step.grid} block={step.block}"
                 f" args={args} stream {step.stream}"
             )
             if step.kernel not in shown:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -40,10 +41,42 @@ class CodegenError(OptGraphError):
 
 @dataclass(frozen=True)
 class Kernel:
-    """One `extern "C" __global__` function: its name (a hash of the text) and its text."""
+    """One `extern "C" __global__` function: its name (a hash of the text) and its text.
+
+    `source` is the standalone text: the file-scope declarations `decls` (split-K workspaces,
+    a merged kernel's member functions), then the function. Kernels assembled from parts
+    (`make_kernel`, `Kernel.assemble`) also keep `params` (C parameter declarations, every one
+    a device pointer) and `body` (the function body without the PDL entry): what
+    `cuda_merged` needs to call the body as a device function of a merged launch. A kernel
+    without parts (None) is never merged.
+    """
 
     name: str
     source: str
+    params: tuple[str, ...] | None = None
+    body: str | None = None
+    decls: tuple[str, ...] = ()
+
+    @classmethod
+    def assemble(
+        cls, name: str, params: Iterable[str], body: str, decls: Iterable[str] = ()
+    ) -> Kernel:
+        """The kernel `name` from its parts: `decls` (empty ones dropped), then the function."""
+        params, decls = tuple(params), tuple(d for d in decls if d)
+        function = kernel_template(params, body).replace("KERNEL_NAME", name)
+        return cls(name, "".join(decls) + function, params, body.rstrip(), decls)
+
+    @property
+    def function(self) -> str:
+        """The `extern "C"` function alone (`source` without `decls`)."""
+        head = "".join(self.decls)
+        assert self.source.startswith(head), self.name
+        return self.source[len(head) :]
+
+    @property
+    def shared_bytes(self) -> int | None:
+        """Static shared memory its body declares (an upper bound), None where not known."""
+        return None if self.body is None else static_shared_bytes(self.body)
 
 
 @dataclass(frozen=True)
@@ -216,10 +249,10 @@ def make_kernel(family: str, params: Iterable[str], body: str) -> Kernel:
 
     `params` are C parameter declarations; `body` the function body (without braces).
     """
+    params = tuple(params)
     template = kernel_template(params, body)
     digest = hashlib.sha1(f"{family}\n{template}".encode()).hexdigest()[:12]
-    name = f"og_{family}_{digest}"
-    return Kernel(name, template.replace("KERNEL_NAME", name))
+    return Kernel.assemble(f"og_{family}_{digest}", params, body)
 
 
 PDL_ENTRY = "  og_grid_dependency_wait();\n  og_grid_launch_dependents();\n"
@@ -315,10 +348,61 @@ __device__ __forceinline__ T og_block_reduce(T v, T* scratch, Op op, T identity)
 """
 
 
-def module_source(kernels: Iterable[Kernel]) -> str:
-    """The prelude and each distinct kernel once, sorted by name (so the text is deterministic)."""
+def kernels_source(kernels: Iterable[Kernel]) -> str:
+    """Each distinct kernel once, sorted by name (so the text is deterministic), each file-scope
+    declaration once: a workspace or member function shared by a kernel and a merged kernel that
+    contains it is defined once (a second `__device__` definition would not compile)."""
     unique = {k.name: k for k in kernels}
-    return PRELUDE + "".join("\n" + unique[name].source for name in sorted(unique))
+    seen: set[str] = set()
+    parts: list[str] = []
+    for name in sorted(unique):
+        kernel = unique[name]
+        for decl in kernel.decls:
+            if decl not in seen:
+                seen.add(decl)
+                parts.append("\n" + decl)
+        parts.append("\n" + kernel.function)
+    return "".join(parts)
+
+
+def module_source(kernels: Iterable[Kernel]) -> str:
+    """The prelude and `kernels_source(kernels)`."""
+    return PRELUDE + kernels_source(kernels)
+
+
+# Bytes of the element types a `__shared__` declaration of ours uses.
+_SHARED_TYPES = {
+    "bool": 1, "char": 1, "unsigned char": 1, "short": 2, "unsigned short": 2, "og_f16": 2,
+    "og_bf16": 2, "int": 4, "unsigned int": 4, "float": 4, "long long": 8,
+    "unsigned long long": 8, "double": 8, "float2": 8, "float4": 16, "uint4": 16,
+}  # fmt: skip
+_SHARED_DECL = re.compile(r"__shared__\s+([^;{}]*);")
+_DECLARATOR = re.compile(r"\s*[A-Za-z_]\w*((?:\[\d+\])*)\s*")
+
+
+def static_shared_bytes(body: str) -> int | None:
+    """An upper bound of the static shared memory `body` declares (each array rounded up to 16
+    bytes for alignment), or None where a `__shared__` declaration is not of the plain forms the
+    code generators write (`__shared__ T a[2][3], b;`, optionally `alignas(16)` before): such a
+    kernel is never merged. Dynamic (`extern __shared__`) memory is None as well."""
+    total, found = 0, 0
+    for match in _SHARED_DECL.finditer(body):
+        words = match[1].split()
+        # the longest known element type the statement starts with, then its declarators
+        cut = next((n for n in (3, 2, 1) if " ".join(words[:n]) in _SHARED_TYPES), None)
+        if cut is None:
+            return None
+        size = _SHARED_TYPES[" ".join(words[:cut])]
+        for declarator in " ".join(words[cut:]).split(","):
+            dims = _DECLARATOR.fullmatch(declarator)
+            if dims is None:
+                return None
+            count = math.prod(int(d) for d in re.findall(r"\d+", dims[1]))
+            total += -(-size * count // 16) * 16
+        found += 1
+    if found != body.count("__shared__") or "extern __shared__" in body:
+        return None
+    return total
 
 
 # -- dispatch ------------------------------------------------------------------------------------

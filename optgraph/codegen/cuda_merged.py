@@ -1,0 +1,108 @@
+"""The text of a merged launch: several kernels' bodies as one kernel whose blocks are partitioned.
+
+`merged_kernel(members)` takes kernels with parts (`Kernel.params`, `Kernel.body`) and their
+grids and returns one kernel: the PDL entry once, then a dispatch on `blockIdx.x`. Blocks
+`[0, g0)` run member 0's body with block index `b`, the next `g1` blocks member 1's with `b - g0`,
+and so on, where `g` is a member's whole grid (x·y·z blocks; its 3-D block index is rebuilt from
+the linear one). Each body becomes a `__device__` function, `<kernel name>_part`, that takes its
+block index and grid dims as parameters `og_block_idx` / `og_grid_dim` in place of the built-ins
+`blockIdx` / `gridDim` (the one substitution made in a body: the identifiers, by word); a member's
+`return` leaves its function and so its share of the merged kernel. `threadIdx` and `blockDim`
+stay: every member has the same block dims, so a member's `__syncthreads` is reached by the
+whole block (a block runs exactly one member).
+
+    extern "C" __global__ void og_merged_<hash>(float* m0_out, const float* m0_in0, ...) {
+      og_grid_dependency_wait(); og_grid_launch_dependents();
+      const unsigned int og_b = blockIdx.x;
+      if (og_b < 32u) { og_gemv_..._part(dim3{og_b, 0u, 0u}, dim3{32u, 1u, 1u}, m0_out, ...); }
+      else { const unsigned int og_r = og_b - 32u; og_gemv_..._part(dim3{og_r, ...}, ...); }
+    }
+
+The member functions and the members' own file-scope declarations (split-K workspaces) are the
+merged kernel's `decls`, so `cuda_source.kernels_source` defines each once in a module that also
+holds a member as a standalone kernel. The name is `og_merged_<SHA-1 of the text>`, like every
+kernel's. Legality (which launches may merge) is `merge_launches`' business, not this module's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+
+from optgraph.codegen.cuda_source import Kernel, kernel_template
+
+BLOCK_INDEX, GRID_DIM = "og_block_idx", "og_grid_dim"
+_BUILTINS = re.compile(r"\b(blockIdx|gridDim)\b")
+
+
+def split_param(decl: str) -> tuple[str, str] | None:
+    """`"const float* in0"` -> (`"const float*"`, `"in0"`); None unless a pointer parameter."""
+    parts = decl.rsplit(None, 1)
+    if len(parts) != 2 or not parts[1].isidentifier() or not parts[0].endswith("*"):
+        return None
+    return parts[0], parts[1]
+
+
+def is_mergeable(kernel: Kernel) -> bool:
+    """Whether `kernel` has the parts a merged kernel needs (pointer parameters, a body)."""
+    if kernel.params is None or kernel.body is None:
+        return False
+    return all(split_param(p) is not None for p in kernel.params)
+
+
+def part_name(kernel: Kernel) -> str:
+    return f"{kernel.name}_part"
+
+
+def part_function(kernel: Kernel) -> str:
+    """`kernel`'s body as a `__device__` function of its block index, grid dims and params."""
+    assert kernel.params is not None and kernel.body is not None
+    names = {"blockIdx": BLOCK_INDEX, "gridDim": GRID_DIM}
+    body = _BUILTINS.sub(lambda m: names[m[1]], kernel.body)
+    params = ", ".join((f"const dim3 {BLOCK_INDEX}", f"const dim3 {GRID_DIM}", *kernel.params))
+    return f"__device__ __forceinline__ void {part_name(kernel)}({params}) {{\n{body}\n}}\n"
+
+
+def _block_index(rel: str, grid: tuple[int, int, int]) -> str:
+    gx, gy, gz = grid
+    x = rel if gx * gy * gz == gx else f"{rel} % {gx}u"
+    y = "0u" if gy == 1 else f"({rel} / {gx}u) % {gy}u"
+    z = "0u" if gz == 1 else f"{rel} / {gx * gy}u"
+    return f"dim3{{{x}, {y}, {z}}}"
+
+
+def merged_kernel(members: Sequence[tuple[Kernel, tuple[int, int, int]]]) -> Kernel:
+    """One kernel running every member's grid in one launch (grid: the sum of their blocks)."""
+    assert len(members) >= 2 and all(is_mergeable(k) for k, _ in members)
+    params: list[str] = []
+    lines = ["const unsigned int og_b = blockIdx.x;"]
+    decls: dict[str, None] = {}
+    start = 0
+    for j, (kernel, grid) in enumerate(members):
+        assert kernel.params is not None
+        decls.update(dict.fromkeys(kernel.decls))
+        decls[part_function(kernel)] = None
+        args = []
+        for decl in kernel.params:
+            split = split_param(decl)
+            assert split is not None
+            params.append(f"{split[0]} m{j}_{split[1]}")
+            args.append(f"m{j}_{split[1]}")
+        blocks = grid[0] * grid[1] * grid[2]
+        rel = "og_b" if start == 0 else "og_r"
+        dims = f"dim3{{{grid[0]}u, {grid[1]}u, {grid[2]}u}}"
+        call = f"{part_name(kernel)}({_block_index(rel, grid)}, {dims}, {', '.join(args)});"
+        if j == len(members) - 1:
+            lines.append("} else {")
+        else:
+            lines.append(f"{'if' if j == 0 else '} else if'} (og_b < {start + blocks}u) {{")
+        if start:
+            lines.append(f"  const unsigned int og_r = og_b - {start}u;")
+        lines.append("  " + call)
+        start += blocks
+    lines.append("}")
+    body = "\n".join("  " + line for line in lines)
+    text = "".join(decls) + kernel_template(params, body)
+    name = "og_merged_" + hashlib.sha1(text.encode()).hexdigest()[:12]
+    return Kernel.assemble(name, params, body, tuple(decls))
