@@ -1,20 +1,37 @@
-"""Calibrate `assign-streams{min-branch-us}` on the GPU: one stream against chains at thresholds.
+"""Calibrate and check `assign-streams`' fork cost model on the GPU.
 
-    python benchmarks/bench_stream_threshold.py [--thresholds 5,10,20,40] [--iters 100]
+    python benchmarks/bench_stream_threshold.py [--iters 100] [--warmup 10] [--only NAMES]
+        [--budget-s 200] [--json FILE]
 
-For each model (the launch-bound Llama decode of the head-to-head suite and the examples), the
-fused graph runs as one CUDA graph on one stream and with `assign-streams{policy=chains,
-min-branch-us=T}` for each threshold T; the table gives the latency (median, CUDA events, host
-issue included, as in bench_gpu.py), the streams and waits each threshold leaves, and
-`1 stream / chains` (above 1: the streams pay). The default threshold should be one at which no
-model is slower than one stream.
+Part 1, launch figures (the constants of `passes/fork_cost.py`), from chains of `--chain` tiny
+kernels (`neg` of 256 floats) in one CUDA graph each, PDL on:
+
+- one stream: the time per kernel is the kernel latency (`kernel_latency`);
+- the same chain alternating between two streams, so every edge is a record + wait: the extra
+  time per edge is the wait latency (`wait_latency`);
+- four such chains on four streams: the time per kernel of all four is the launch spacing
+  while streams overlap (`kernel_spacing`); for reference, the four chains on one stream, in
+  lockstep (consecutive independent kernels: merged launches) and one after the other.
+
+Part 2, models: the launch-bound Llama decode of the head-to-head suite (hidden 512, 8 layers),
+the realistic one (hidden 4096, 8 layers, weights drawn on the device), and the examples
+`moe_block`, `inception_block`, `gpt2_block`, `llama_decode`, each fused and run as one CUDA
+graph: on one stream (`assign-streams{max-streams=1}`) and with each variant of `VARIANTS`
+(the default first). Variants that give the same program as an earlier one are not run again.
+Each cell: median latency (CUDA events, host issue included, as in bench_gpu.py), streams and
+waits, kernel launches after merging; `1s / x` above 1 means x is faster than one stream.
+Models start after `--budget-s` seconds are skipped (the GPU machine's time is scarce).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
+import statistics
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,65 +39,204 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
 
 import cupy as cp
-from bench_gpu import FUSED_ONE_STREAM, PLAN, Model, _optgraph, median_us
-from head_to_head import LLAMA_LAUNCH
+from bench_gpu import FUSED_ONE_STREAM, PLAN, Model
+from head_to_head import LLAMA_LAUNCH, LLAMA_REAL, decode_inputs, device_weights
 
 import optgraph as og
+from optgraph.codegen.cuda_plan import GemmStep, KernelStep, lower_cuda
+from optgraph.ir.graph import Graph
+from optgraph.ir.printer import print_graph
 from optgraph.passes.manager import FUSION, run_pipeline
+from optgraph.runtime.cuda import CudaProgram
 from optgraph.runtime.reference import random_inputs, random_weights
+from optgraph.runtime.reference_kernels import numpy_dtype
 
 EXAMPLES = ("moe_block", "inception_block", "gpt2_block", "llama_decode")
+# (column, assign-streams options); the default first
+VARIANTS = (
+    ("default", ""),
+    ("no merge in model", "merged-launches=false"),
+    ("wait-us=2", "wait-us=2"),
+    ("T=5 (old default)", "min-branch-us=5"),
+    ("every chain", "min-branch-us=0"),
+)
 
 
-def chains(threshold: float) -> str:
-    return (
-        f"verify,dce,cse,{FUSION},assign-streams{{policy=chains,min-branch-us={threshold}}},"
-        f"insert-sync,{PLAN}"
-    )
+def pipeline(options: str | None) -> str:
+    """The fused pipeline with `assign-streams{options}` (None: one stream)."""
+    if options is None:
+        return FUSED_ONE_STREAM
+    return f"verify,dce,cse,{FUSION},assign-streams{{{options}}},insert-sync,{PLAN}"
 
 
-def load_models() -> list[Model]:
-    from gen_llama import generate_llama
+def median_us(run: Callable[[], Any], stream: Any, iters: int, warmup: int) -> float:
+    for _ in range(warmup):
+        run()
+    stream.synchronize()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    times = []
+    for _ in range(iters):
+        start.record(stream)
+        run()
+        end.record(stream)
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end) * 1000.0)
+    return statistics.median(times)
 
-    graphs = [("llama_launch", og.parse(generate_llama(**LLAMA_LAUNCH)))]
-    graphs += [(n, og.parse_file(ROOT / "examples" / f"{n}.ir")) for n in EXAMPLES]
-    return [Model(n, g, random_inputs(g, 0), random_weights(g, 0)) for n, g in graphs]
+
+def time_graph(graph: Graph, model: Model, iters: int, warmup: int) -> float:
+    """Median latency (us) of one scheduled, planned graph as one CUDA graph."""
+    program = CudaProgram(graph, weights=model.weights)
+    try:
+        inputs = model.device_inputs()
+        types = graph.value_types()
+        out = {
+            name: cp.empty(types[name].shape, dtype=numpy_dtype(types[name].dtype))
+            for name in dict.fromkeys(graph.output_names())
+        }
+        return median_us(lambda: program.run(inputs, out=out), program.stream, iters, warmup)
+    finally:
+        program.close()
 
 
-def schedule_shape(model: Model, pipeline: str) -> str:
-    graph = run_pipeline(model.graph, pipeline)
+def shape_of(graph: Graph) -> str:
+    """`streams s / waits w / launches` of a scheduled graph (launches after merging; cuBLAS
+    calls counted as launches too)."""
+    steps = lower_cuda(graph).steps
+    launches = sum(isinstance(s, KernelStep | GemmStep) for s in steps)
     streams = len({n.stream for n in graph.nodes})
     waits = sum(1 for n in graph.nodes if n.op == "wait")
-    return f"{streams}s/{waits}w"
+    return f"{streams}s/{waits}w/{launches}L"
+
+
+# -- part 1: launch figures ----------------------------------------------------------------------
+
+
+def chain_text(length: int, chains: int, streams: Callable[[int, int], int], lockstep: bool) -> str:
+    """`chains` chains of `length` neg kernels reading one input; node (c, i) on streams(c, i)."""
+    order = (
+        [(c, i) for i in range(length) for c in range(chains)]
+        if lockstep
+        else [(c, i) for c in range(chains) for i in range(length)]
+    )
+    lines = ["graph chains {", "  input %x : f32[256]"]
+    for c, i in order:
+        src = "%x" if i == 0 else f"%c{c}.{i - 1}"
+        lines.append(f"  %c{c}.{i} = neg({src}) : f32[256] !{{stream = {streams(c, i)}}}")
+    lines.append("  output " + ", ".join(f"%c{c}.{length - 1}" for c in range(chains)))
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def launch_figures(length: int, iters: int, warmup: int) -> list[str]:
+    cases = {
+        "chain, one stream": (1, lambda c, i: 0, False),
+        "chain, alternating two streams": (1, lambda c, i: i % 2, False),
+        "4 chains, four streams": (4, lambda c, i: c, True),
+        "4 chains, one stream, lockstep (merged launches)": (4, lambda c, i: 0, True),
+        "4 chains, one stream, one after the other": (4, lambda c, i: 0, False),
+    }
+    times: dict[str, float] = {}
+    lines = ["| case | kernels | launches | µs | µs per kernel |", "|---|---|---|---|---|"]
+    for name, (chains, streams, lockstep) in cases.items():
+        graph = og.parse(chain_text(length, chains, streams, lockstep))
+        graph = run_pipeline(graph, f"insert-sync,{PLAN}")
+        model = Model(name, graph, random_inputs(graph, 0), {})
+        us = times[name] = time_graph(graph, model, iters, warmup)
+        kernels = chains * length
+        launches = shape_of(graph).split("/")[-1]
+        lines.append(f"| {name} | {kernels} | {launches} | {us:.1f} | {us / kernels:.2f} |")
+        print(lines[-1], flush=True)
+    one = times["chain, one stream"]
+    alternating = times["chain, alternating two streams"]
+    four = times["4 chains, four streams"]
+    lines += [
+        "",
+        f"kernel latency ≈ {one / length:.2f} µs (one stream, per kernel); "
+        + f"wait latency ≈ {(alternating - one) / (length - 1):.2f} µs (per cross-stream edge); "
+        + f"spacing ≈ {four / (4 * length):.2f} µs (four streams, per kernel of all)",
+    ]
+    return lines
+
+
+# -- part 2: models ------------------------------------------------------------------------------
+
+
+def load_models(only: set[str] | None) -> list[tuple[str, Callable[[], Model]]]:
+    from gen_llama import generate_llama
+
+    def llama(name: str, spec: dict[str, Any]) -> Callable[[], Model]:
+        def make() -> Model:
+            graph = og.parse(generate_llama(**spec))
+            return Model(name, graph, decode_inputs(graph), device_weights(graph))
+
+        return make
+
+    def example(name: str) -> Callable[[], Model]:
+        def make() -> Model:
+            graph = og.parse_file(ROOT / "examples" / f"{name}.ir")
+            return Model(name, graph, random_inputs(graph, 0), random_weights(graph, 0))
+
+        return make
+
+    makers = [("llama_launch", llama("llama_launch", LLAMA_LAUNCH))]
+    makers += [(n, example(n)) for n in EXAMPLES]
+    makers.append(("llama_real", llama("llama_real", LLAMA_REAL)))
+    return [(n, m) for n, m in makers if only is None or n in only]
+
+
+def model_row(model: Model, iters: int, warmup: int) -> tuple[str, dict[str, Any]]:
+    one_graph = run_pipeline(model.graph, pipeline(None))
+    one = time_graph(one_graph, model, iters, warmup)
+    seen: dict[str, tuple[str, float]] = {print_graph(one_graph): ("1 stream", one)}
+    cells: list[str] = []
+    record: dict[str, Any] = {"1 stream": {"us": one, "shape": shape_of(one_graph)}}
+    for column, options in VARIANTS:
+        graph = run_pipeline(model.graph, pipeline(options))
+        text = print_graph(graph)
+        if text in seen:
+            same, us = seen[text]
+            cells.append(f"= {same}")
+        else:
+            us = time_graph(graph, model, iters, warmup)
+            seen[text] = (column, us)
+            cells.append(f"{us:.1f} ({shape_of(graph)}) {one / us:.2f}×")
+        record[column] = {"us": us, "shape": shape_of(graph)}
+    row = f"| {model.name} | {one:.1f} ({shape_of(one_graph)}) | " + " | ".join(cells) + " |"
+    return row, record
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--thresholds", default="5,10,20,40")
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--chain", type=int, default=64, help="kernels per chain in part 1")
+    parser.add_argument("--only", default=None, help="comma-separated model names")
+    parser.add_argument("--budget-s", type=float, default=200.0)
+    parser.add_argument("--json", default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)
-    thresholds = [float(t) for t in args.thresholds.split(",")]
-    head = "| model | 1 stream (µs) | " + " | ".join(f"chains T={t:g} (µs)" for t in thresholds)
-    head += " | " + " | ".join(f"1s / T={t:g}" for t in thresholds) + " |"
-    lines = [f"date: {datetime.date.today()}", "", head, "|" + "---|" * (2 + 2 * len(thresholds))]
-    for model in load_models():
-        run, stream = _optgraph(FUSED_ONE_STREAM, True)(model)
-        one = median_us(run, stream, args.iters, args.warmup)
-        cells: list[str] = []
-        ratios: list[str] = []
-        for t in thresholds:
-            pipeline = chains(t)
-            run, stream = _optgraph(pipeline, True)(model)
-            us = median_us(run, stream, args.iters, args.warmup)
-            cells.append(f"{us:.1f} ({schedule_shape(model, pipeline)})")
-            ratios.append(f"{one / us:.2f}×")
-        lines.append(f"| {model.name} | {one:.1f} | " + " | ".join(cells + ratios) + " |")
-        print(lines[-1], flush=True)
+    began = time.monotonic()
     props: Any = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
-    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    print(f"device: {name}")
-    print("\n".join(lines))
+    device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    lines = [f"device: {device}, date: {datetime.date.today()}", ""]
+    lines += launch_figures(args.chain, args.iters, args.warmup)
+    head = "| model | 1 stream (µs) | " + " | ".join(f"{c} (µs)" for c, _ in VARIANTS) + " |"
+    lines += ["", head, "|" + "---|" * (2 + len(VARIANTS))]
+    print("\n".join(lines[-3:]), flush=True)
+    records: dict[str, Any] = {}
+    only = set(args.only.split(",")) if args.only else None
+    for name, make in load_models(only):
+        if time.monotonic() - began > args.budget_s:
+            lines.append(f"| {name} | skipped: over the {args.budget_s:.0f} s budget |")
+            continue
+        row, records[name] = model_row(make(), args.iters, args.warmup)
+        lines.append(row)
+        print(row, flush=True)
+        cp.get_default_memory_pool().free_all_blocks()
+    lines.append(f"\n(total {time.monotonic() - began:.0f} s)")
+    print("\n" + "\n".join(lines))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": device, "models": records}, indent=1))
     return 0
 
 

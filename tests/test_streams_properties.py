@@ -1,10 +1,12 @@
 """Property tests of assign-streams + insert-sync + check-races on random DAGs.
 
-For every policy and 1..8 streams: the result verifies, every data edge is ordered by
-happens-before, every stream joins stream 0 before the end, check-races finds nothing, every
-emitted wait is necessary (dropping it makes check-races report a race) and, for `chains` and
-`single`, the waits never exceed Nimble's count (|reduced edges| - |matching|, end included).
-After the memory planner, the arena plan of such schedules has no race either.
+For every policy and 1..8 streams (and for `chains`, the plain threshold and the fork cost model
+with several wait costs): the result verifies, every data edge is ordered by happens-before,
+every stream joins stream 0 before the end, check-races finds nothing, every emitted wait is
+necessary (dropping it makes check-races report a race) and, for `chains` and `single`, the waits
+never exceed Nimble's count (|reduced edges| - |matching|, end included). A cost-model schedule
+on one stream keeps the given order. After the memory planner, the arena plan of such schedules
+has no race either.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ def _without(graph: Graph, index: int) -> Graph:
     return graph.with_nodes(n for i, n in enumerate(graph.nodes) if i != index)
 
 
-def _check(graph: Graph, policy: str, streams: int, min_branch_us: float) -> None:
-    assigned = AssignStreamsPass(streams, policy, min_branch_us).run(graph)
+def _check(
+    graph: Graph, policy: str, streams: int, min_branch_us: float, **options: float | bool
+) -> None:
+    assigned = AssignStreamsPass(streams, policy, min_branch_us, **options).run(graph)  # type: ignore[arg-type]
     verify(assigned)
     assert sorted(n.name for n in assigned.nodes) == sorted(
         n.name for n in graph.nodes if not n.is_event
@@ -62,6 +66,22 @@ def test_random_schedules_are_race_free_and_minimal(
     graph: Graph, policy: str, streams: int, min_branch_us: float
 ) -> None:
     _check(graph, policy, streams, min_branch_us)
+
+
+@settings(max_examples=80)
+@given(
+    graph=random_dag_graphs(max_nodes=24, max_outputs=4, events=False),
+    streams=st.integers(1, 8),
+    wait_us=st.sampled_from([-1.0, 0.0, 1.0]),
+    merged=st.booleans(),
+)
+def test_cost_model_schedules_are_race_free_and_minimal(
+    graph: Graph, streams: int, wait_us: float, merged: bool
+) -> None:
+    _check(graph, "chains", streams, -1.0, wait_us=wait_us, merged_launches=merged)
+    assigned = AssignStreamsPass(streams, wait_us=wait_us, merged_launches=merged).run(graph)
+    if {n.stream for n in assigned.nodes} == {0}:
+        assert [n.name for n in assigned.nodes] == [n.name for n in graph.nodes]
 
 
 @settings(max_examples=30)

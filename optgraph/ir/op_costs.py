@@ -7,7 +7,8 @@ multiply-adds as two. These are estimates for scheduling decisions (critical pat
 pays), not measurements.
 
 `estimate_seconds(cost, dtype, profile)` is the roofline: launch overhead plus the larger of the
-memory time and the compute time.
+memory time and the compute time (`roofline_seconds`). Stream assignment's fork cost model
+(`passes/fork_cost.py`) uses the roofline with the profile's measured launch figures instead.
 """
 
 from __future__ import annotations
@@ -35,26 +36,39 @@ class Cost:
 
 @dataclass(frozen=True)
 class DeviceProfile:
-    """Round public figures of a GPU, for the roofline model."""
+    """Round public figures of a GPU for the roofline model, and measured launch figures for the
+    fork cost model of `assign-streams` (see `passes/fork_cost.py` and docs/benchmarks.md)."""
 
     name: str
     memory_bandwidth: float  # bytes / s
     peak_flops_f32: float  # flops / s, CUDA cores
     peak_flops_f16: float  # flops / s, dense tensor cores (f16 and bf16)
     launch_overhead: float  # s per kernel node in a replayed CUDA graph
+    # Measured in replayed CUDA graphs with PDL between the kernels of a stream:
+    kernel_latency: float = 4.4e-6  # s: the least time one kernel takes on one stream
+    wait_latency: float = 4.4e-6  # s: what one cross-stream dependency (record + wait) adds
+    kernel_spacing: float = 2.2e-6  # s: least device time per kernel when streams overlap
 
 
 # Datasheet figures of the SXM parts (dense, no sparsity). The launch overhead is that of a kernel
-# node in a replayed CUDA graph, which is how optgraph runs programs.
+# node in a replayed CUDA graph, which is how optgraph runs programs. The three launch figures are
+# from the fork-threshold run on an H100 (docs/benchmarks.md): one stream took 4.4 us a kernel on
+# moe_block and gpt2_block, four streams 2.2 us a kernel on moe_block; a wait is taken as one such
+# launch until benchmarks/bench_stream_threshold.py measures it. The H200 takes the H100's.
 H100 = DeviceProfile("H100", 3.35e12, 67e12, 989e12, 2e-6)
 H200 = DeviceProfile("H200", 4.8e12, 67e12, 989e12, 2e-6)
 DEVICE_PROFILES: Mapping[str, DeviceProfile] = {"H100": H100, "H200": H200}
 
 
+def roofline_seconds(cost: Cost, dtype: str, profile: DeviceProfile) -> float:
+    """The larger of the memory time and the compute time at the device's peaks."""
+    peak = profile.peak_flops_f16 if dtype in ("f16", "bf16") else profile.peak_flops_f32
+    return max(cost.bytes / profile.memory_bandwidth, cost.flops / peak)
+
+
 def estimate_seconds(cost: Cost, dtype: str, profile: DeviceProfile) -> float:
     """Roofline time of one kernel: launch + max(memory time, compute time)."""
-    peak = profile.peak_flops_f16 if dtype in ("f16", "bf16") else profile.peak_flops_f32
-    return profile.launch_overhead + max(cost.bytes / profile.memory_bandwidth, cost.flops / peak)
+    return profile.launch_overhead + roofline_seconds(cost, dtype, profile)
 
 
 def _io_bytes(types: Types, result: TensorType) -> int:

@@ -9,10 +9,13 @@ Policies (`max-streams=N` caps the number of streams; stream 0 is the one the gr
 - `chains` (default): Nimble's maximum logical concurrency, then a cost-aware merge. The data DAG
   plus a virtual end node (which joins every stream) is transitively reduced; a maximum matching of
   the reduced edges links nodes into a minimum path cover (`chain_cover`), so any two independent
-  nodes lie on different chains. Light chains (estimated run time on the `device` roofline below
-  `min-branch-us`) that feed one another are joined into one branch; a branch still below it
-  cannot pay for a fork and stays on its producer's stream (one reading only graph inputs needs
-  no wait to start and is left to the schedule). Then a
+  nodes lie on different chains. Then the fork cost model (`fork_cost`: kernel times on the
+  `device` roofline with its measured launch figures, merged launches, waits; the constants are
+  options `kernel-us`, `wait-us`, `spacing-us`, `merged-launches`) keeps on a shared stream every
+  branch whose fork does not pay: chains that do not pay alone and feed one another are joined
+  into one branch, and a branch that still does not pay stays on its producer's stream (or, reading
+  only graph inputs, on the stream it joins). `min-branch-us=T` (T >= 0) replaces the model by the
+  earlier plain threshold (T = 0: every chain may fork). Then a
   list schedule in ASAP order places each group of chains, when its first node is reached, on a
   free stream where it starts earliest (ties: its producer's stream, then the stream that became
   free last); when all N streams hold unfinished groups, it shares the stream whose remaining work
@@ -26,24 +29,34 @@ Policies (`max-streams=N` caps the number of streams; stream 0 is the one the gr
 
 Issue order: for `chains` and `fanout` the nodes are reissued by their start in the estimated
 schedule (ties by ASAP order, then input order), which interleaves branches so concurrent work is
-launched early; this is always a topological order. Existing `record`/`wait` nodes are dropped
-(they belong to a previous assignment); other annotations are kept.
+launched early; this is always a topological order. A result on one stream keeps the given
+order (the same program as `max-streams=1`, and the order whose merged launches the cost
+model assumed). Existing `record`/`wait` nodes are dropped (they belong to a previous
+assignment); other annotations are kept.
 
 Does not handle: splitting one op across streams, memory pressure of concurrent branches (the
 memory planner sees the assignment and pays for it), measured rather than estimated costs.
 
 Complexity: O((V + E)·C) for the chain labels (C = greedy chains, near the width), O(E·√V) for the
-matching, O(V·N) for the merge, O(V log V) for the reordering. No V×V structure.
+matching, O(V + E) for the fork cost model, O(V·N) for the merge, O(V log V) for the reordering.
+No V×V structure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from optgraph.ir.graph import Graph
 from optgraph.passes.base import Pass
 from optgraph.passes.chain_cover import PathCover, path_cover
+from optgraph.passes.fork_cost import (
+    ForkModel,
+    Groups,
+    kernel_times,
+    prune_by_cost,
+    prune_by_threshold,
+)
 from optgraph.schedule_estimate import (
     asap,
     data_predecessors,
@@ -86,24 +99,7 @@ def nimble_syncs(graph: Graph) -> int:
     return path_cover(preds + [end_predecessors(preds, outputs)]).nimble_syncs
 
 
-class _Groups:
-    """Union-find over chain ids; the root of a merged group is the producer side's root."""
-
-    def __init__(self, n: int):
-        self.parent = list(range(n))
-
-    def find(self, c: int) -> int:
-        root = c
-        while self.parent[root] != root:
-            root = self.parent[root]
-        while self.parent[c] != root:
-            self.parent[c], c = root, self.parent[c]
-        return root
-
-    def merge_into(self, c: int, target: int) -> None:
-        a, b = self.find(c), self.find(target)
-        if a != b:
-            self.parent[a] = b
+Prune = Callable[[PathCover, Sequence[float], Groups], None]
 
 
 def chain_streams(
@@ -111,10 +107,11 @@ def chain_streams(
     seconds: Sequence[float],
     outputs: Sequence[int],
     max_streams: int,
-    min_branch_s: float,
+    prune: Prune | None = None,
     latency: float = 0.0,
 ) -> tuple[list[int], list[float]]:
-    """Streams (0 = the end's stream) and estimated starts for nodes in topological order."""
+    """Streams (0 = the end's stream) and estimated starts for nodes in ASAP order. `prune`
+    (cover, ASAP finishes, groups) merges the chains that should not fork into other groups."""
     n = len(preds)
     succs = _consumers(preds)
     finish_asap = [s + d for s, d in zip(asap(preds, seconds), seconds)]
@@ -124,9 +121,9 @@ def chain_streams(
     cover = path_cover(list(preds) + [end_predecessors(preds, outputs)], bottom)
     chain_of = cover.chain_of
     end_chain = chain_of[n]
-    groups = _Groups(len(cover.chains))
-
-    _merge_small_branches(cover, preds, seconds, finish_asap, groups, min_branch_s)
+    groups = Groups(len(cover.chains))
+    if prune is not None:
+        prune(cover, finish_asap, groups)
 
     remaining: dict[int, int] = {}
     work: dict[int, float] = {}
@@ -182,40 +179,6 @@ def chain_streams(
     return _renumbered(streams, end_stream), start
 
 
-def _merge_small_branches(
-    cover: PathCover,
-    preds: Sequence[Sequence[int]],
-    seconds: Sequence[float],
-    finish_asap: Sequence[float],
-    groups: _Groups,
-    min_branch_s: float,
-) -> None:
-    """Chains lighter than `min_branch_s` first join the light chains they feed or are fed by
-    (one branch is often cut into several chains: the up/gate and route halves of an expert);
-    a branch still too light stays with the producer of its first node. O(V + E)."""
-    n = len(preds)
-    end_chain = cover.chain_of[n]
-    work = [sum(seconds[v] for v in chain if v < n) for chain in cover.chains]
-    light = [w < min_branch_s and c != end_chain for c, w in enumerate(work)]
-    for v in range(n):
-        for p in cover.reduced[v]:
-            a, b = cover.chain_of[p], cover.chain_of[v]
-            if a != b and light[a] and light[b]:
-                groups.merge_into(a, b)
-    branch_work: dict[int, float] = {}
-    branch_first: dict[int, int] = {}
-    for c, chain in enumerate(cover.chains):
-        if light[c]:
-            g = groups.find(c)
-            branch_work[g] = branch_work.get(g, 0.0) + work[c]
-            branch_first[g] = min(branch_first.get(g, n), chain[0])
-    for g, first in sorted(branch_first.items(), key=lambda item: item[1]):
-        if branch_work[g] >= min_branch_s or not preds[first]:
-            continue  # worth a fork, or reads only graph inputs (forks for free)
-        producer = max(preds[first], key=lambda p: (finish_asap[p], p))
-        groups.merge_into(g, cover.chain_of[producer])
-
-
 def _renumbered(streams: list[int], first: int) -> list[int]:
     """Stream `first` becomes 0, the others 1, 2, ... in order of first use."""
     names = {first: 0}
@@ -267,13 +230,17 @@ def fanout_streams(preds: Sequence[Sequence[int]], max_streams: int) -> list[int
 @dataclass(frozen=True)
 class AssignStreamsPass(Pass):
     name = "assign-streams"
-    summary = "put every node on a CUDA stream (chains: Nimble path cover, cost-aware merge)"
+    summary = "put every node on a CUDA stream (chains: Nimble path cover, fork cost model)"
     provides = ("streams-assigned",)
 
     max_streams: int = 4
     policy: str = "chains"
-    min_branch_us: float = 5.0
+    min_branch_us: float = -1.0  # >= 0: the plain threshold instead of the fork cost model
     device: str = "h100"
+    wait_us: float = -1.0  # < 0: the device profile's figure (also kernel-us, spacing-us)
+    kernel_us: float = -1.0
+    spacing_us: float = -1.0
+    merged_launches: bool = True
 
     def __post_init__(self) -> None:
         if self.max_streams < 1:
@@ -282,16 +249,31 @@ class AssignStreamsPass(Pass):
             raise ValueError(
                 f"unknown policy '{self.policy}' (choose one of {', '.join(POLICIES)})"
             )
-        if self.min_branch_us < 0:
-            raise ValueError(f"min-branch-us must not be negative, got {self.min_branch_us}")
         profile_named(self.device)  # raises ValueError naming the known devices
+
+    def fork_model(self) -> ForkModel:
+        """The cost model's constants: the device profile's, or the options given (>= 0)."""
+        return ForkModel.for_profile(
+            profile_named(self.device),
+            self.kernel_us,
+            self.wait_us,
+            self.spacing_us,
+            self.merged_launches,
+        )
 
     def run(self, graph: Graph) -> Graph:
         nodes = [n for n in graph.nodes if not n.is_event]
         plain = graph.with_nodes(nodes)
         if self.policy == "single" or self.max_streams == 1 or not nodes:
             return plain.with_nodes(n.with_ann(stream=0) for n in nodes)
-        seconds = node_seconds(plain, profile_named(self.device))
+        profile = profile_named(self.device)
+        threshold = self.min_branch_us >= 0
+        model = self.fork_model()
+        times = kernel_times(plain, profile, model)
+        if threshold:  # the earlier estimate: one launch overhead plus the roofline
+            seconds, latency = node_seconds(plain, profile), profile.launch_overhead
+        else:
+            seconds, latency = times.seconds, model.wait_s
         preds = data_predecessors(plain)
         early = asap(preds, seconds)
         order = sorted(range(len(nodes)), key=lambda i: (early[i], i))
@@ -299,15 +281,28 @@ class AssignStreamsPass(Pass):
         nodes = [nodes[i] for i in order]
         seconds = [seconds[i] for i in order]
         preds = [[position[p] for p in preds[i]] for i in order]
-        latency = profile_named(self.device).launch_overhead
         if self.policy == "fanout":
             streams = fanout_streams(preds, self.max_streams)
             start = list_schedule(preds, seconds, streams, latency)
         else:
             index = {n.name: i for i, n in enumerate(nodes)}
             outputs = [index[o] for o in graph.output_names() if o in index]
+            prune: Prune
+            if threshold:
+                min_branch_s = self.min_branch_us * 1e-6
+
+                def prune(cover: PathCover, finish: Sequence[float], groups: Groups) -> None:
+                    prune_by_threshold(cover, preds, seconds, finish, groups, min_branch_s)
+            else:
+                ordered = times.reordered(order)
+
+                def prune(cover: PathCover, finish: Sequence[float], groups: Groups) -> None:
+                    prune_by_cost(cover, preds, ordered, groups, model)
+
             streams, start = chain_streams(
-                preds, seconds, outputs, self.max_streams, self.min_branch_us * 1e-6, latency
+                preds, seconds, outputs, self.max_streams, prune, latency
             )
+        if not any(streams):  # one stream: keep the given order (and its merged launches)
+            return plain.with_nodes(n.with_ann(stream=0) for n in plain.nodes)
         final = sorted(range(len(nodes)), key=lambda i: (start[i], i))
         return replace(graph, nodes=tuple(nodes[i].with_ann(stream=streams[i]) for i in final))

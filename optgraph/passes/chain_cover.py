@@ -236,6 +236,7 @@ class PathCover:
     reduced_edges: int
     matching: int
     reduced: list[list[int]]  # predecessor lists of the transitive reduction
+    reach: Reachability | None = None  # the labels, unless the graph was too wide for them
 
     @property
     def nimble_syncs(self) -> int:
@@ -254,7 +255,11 @@ def path_cover(
     paths, the trunk ends where the last node is, and light branches are left as separate chains.
     """
     n = len(preds)
-    reduced = transitive_reduction(preds)
+    try:
+        reach: Reachability | None = Reachability(preds)
+    except TooWide:
+        reach = None
+    reduced = _reduction_by_search(preds) if reach is None else transitive_reduction(preds, reach)
     succs: list[list[int]] = [[] for _ in range(n)]
     edges = 0
     for v, ps in enumerate(reduced):
@@ -290,7 +295,7 @@ def path_cover(
             v = nxt[v]
         chains.append(chain)
     matched = n - len(chains)
-    return PathCover(chains, chain_of, edges, matched, reduced)
+    return PathCover(chains, chain_of, edges, matched, reduced, reach)
 
 
 def width(preds: Sequence[Sequence[int]], reach: Reachability | None = None) -> int:
