@@ -82,10 +82,14 @@ def _cupy_eager(model: Model) -> Runner:
     return (lambda: run(env)), cp.cuda.Stream.null
 
 
-def _optgraph(pipeline: str, use_graph: bool, pdl: bool = True) -> Callable[[Model], Runner]:
+def _optgraph(
+    pipeline: str, use_graph: bool, pdl: bool = True, merge: bool = True
+) -> Callable[[Model], Runner]:
     def build(model: Model) -> Runner:
         graph = run_pipeline(model.graph, pipeline)
-        program = CudaProgram(graph, weights=model.weights, use_graph=use_graph, pdl=pdl)
+        program = CudaProgram(
+            graph, weights=model.weights, use_graph=use_graph, pdl=pdl, merge_launches=merge
+        )
         inputs = model.device_inputs()
         types = graph.value_types()
         out = {}
@@ -132,6 +136,11 @@ def head_to_head_variants() -> list[Variant]:
         ),
         Variant("og-1s", "optgraph, CUDA graph, 1 stream, no fusion", _optgraph(ONE_STREAM, True)),
         Variant("og-fused-1s", "optgraph, fusion, 1 stream", _optgraph(FUSED_ONE_STREAM, True)),
+        Variant(
+            "og-fused-1s-nomerge",
+            "og-fused-1s with one launch per kernel (no merged launches)",
+            _optgraph(FUSED_ONE_STREAM, True, merge=False),
+        ),
         Variant("og-fused-streams", "optgraph, fusion + streams", _optgraph(FUSED_CHAINS, True)),
         Variant(
             "og-fused-streams-nopdl",

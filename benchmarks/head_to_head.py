@@ -52,6 +52,7 @@ ONLY_ON = {
     "torch-compile": {"llama_launch", "llama_real"},
     "torch-compile-ro": {"llama_launch", "llama_real"},
     "og-fused-1s-cublas": {"llama_launch", "llama_real"},
+    "og-fused-1s-nomerge": {"llama_launch", "llama_real"},
 }
 ORDER = ("llama_real", "llama_launch", "moe_block", "inception_block", "llama_prefill_512")
 LLAMA_LAUNCH = {

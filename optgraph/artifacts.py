@@ -32,6 +32,7 @@ class CompileResult:
 
     graph: Graph
     report: Report
+    merge_launches: bool = True  # the CUDA plan's launches (compile --no-merge-launches: False)
 
 
 @dataclass(frozen=True)
@@ -41,18 +42,19 @@ class Artifact:
     render: Callable[[CompileResult], str | None]
 
 
-def _kernels_cu(graph: Graph) -> str:
+def _kernels_cu(result: CompileResult) -> str:
     from optgraph.codegen.cuda_plan import emit_kernels_cu
 
-    return emit_kernels_cu(graph)
+    return emit_kernels_cu(result.graph, merge_launches=result.merge_launches)
 
 
-def _cuda_plan(graph: Graph) -> str:
+def _cuda_plan(result: CompileResult) -> str:
     import json
 
     from optgraph.codegen.cuda_plan import lower_cuda, plan_json
 
-    return json.dumps(plan_json(lower_cuda(graph)), indent=1) + "\n"
+    plan = lower_cuda(result.graph, merge_launches=result.merge_launches)
+    return json.dumps(plan_json(plan), indent=1) + "\n"
 
 
 def _program_json(graph: Graph) -> str | None:
@@ -74,8 +76,8 @@ def _streams_dot(graph: Graph) -> str:
 ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("model.opt.ir", "the optimized IR", lambda r: print_graph(r.graph)),
     Artifact("report.json", "the report figures as JSON", lambda r: r.report.to_json()),
-    Artifact("kernels.cu", "the CUDA source of every kernel", lambda r: _kernels_cu(r.graph)),
-    Artifact("cuda_plan.json", "the CUDA launch list and storage", lambda r: _cuda_plan(r.graph)),
+    Artifact("kernels.cu", "the CUDA source of every kernel", _kernels_cu),
+    Artifact("cuda_plan.json", "the CUDA launch list and storage", _cuda_plan),
     Artifact(
         "streams.dot", "the stream assignment as Graphviz DOT", lambda r: _streams_dot(r.graph)
     ),

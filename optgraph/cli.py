@@ -1,10 +1,11 @@
 """The `optgraph` command.
 
     optgraph compile MODEL.ir [-p PIPELINE] [-o DIR] [--report-json FILE] [--vram-budget SIZE]
-                              [--timeline FILE.json]
+                              [--timeline FILE.json] [--no-merge-launches]
     optgraph opt MODEL.ir -p PIPELINE [--print-ir-after-all]
     optgraph run MODEL.ir [--device cpu|cuda] [--check] [--inputs FILE.npz] [--weights FILE]
-                          [--seed N] [-p PIPELINE] [--no-graph] [--no-pdl] [--vram-budget SIZE]
+                          [--seed N] [-p PIPELINE] [--no-graph] [--no-pdl] [--no-merge-launches]
+                          [--vram-budget SIZE]
     optgraph dot MODEL.ir [-p PIPELINE] [-o FILE.dot|.svg|.png]
     optgraph passes
 
@@ -79,6 +80,7 @@ def _run_with_progress(graph: Graph, passes: list[Pass]) -> Graph:
         return run_pipeline(graph, passes, after_each=advance)
 
 
+NO_MERGE_HELP = "cuda: one launch per kernel (do not merge independent kernels of a stream)"
 VRAM_HELP = "e.g. 2GiB: stream the weights that do not fit (appends plan-prefetch{budget=SIZE})"
 
 
@@ -117,7 +119,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         write_atomic(args.timeline, json.dumps(chrome_trace(graph, estimate_schedule(graph))))
         console.print(Text(f"wrote {args.timeline} (open in ui.perfetto.dev or chrome://tracing)"))
     if args.output is not None:
-        for path in write_artifacts(args.output, CompileResult(graph, report)):
+        result = CompileResult(graph, report, merge_launches=not args.no_merge_launches)
+        for path in write_artifacts(args.output, result):
             console.print(Text(f"wrote {path}"))
     if report.races:  # check-races runs last: a compile with races fails
         raise VerifyError.from_diagnostics(race_diagnostics(graph, find_races(graph)))
@@ -172,6 +175,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if device == "cuda":
         options["no_graph"] = args.no_graph
         options["no_pdl"] = args.no_pdl
+        options["no_merge_launches"] = args.no_merge_launches
     results = RUNNERS[device](graph, inputs, weights, **options)
     console = _console()
     console.print(output_table(graph, results, device))
@@ -223,6 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--timeline", metavar="FILE.json", help="write the estimated schedule as a Chrome trace"
     )
+    p.add_argument(
+        "--no-merge-launches",
+        action="store_true",
+        help="-o: the CUDA plan with one launch per kernel (kernels.cu, cuda_plan.json)",
+    )
     p.set_defaults(handler=cmd_compile)
 
     p = sub.add_parser("dot", help="draw the stream assignment (DOT text, .svg or .png)")
@@ -255,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="cuda: plain kernel launches, no Programmatic Dependent Launch (sm_90+)",
     )
+    p.add_argument("--no-merge-launches", action="store_true", help=NO_MERGE_HELP)
     p.add_argument("--vram-budget", metavar="SIZE", help=VRAM_HELP + " (cpu: planned executor)")
     p.set_defaults(handler=cmd_run)
 

@@ -75,14 +75,17 @@ def run_on_cuda(
     pipeline: str = "default",
     no_graph: bool = False,
     no_pdl: bool = False,
+    no_merge_launches: bool = False,
 ) -> dict[str, Any]:
     """The compiled program on the GPU, replayed as a CUDA graph unless `no_graph`, with
-    Programmatic Dependent Launch on sm_90+ unless `no_pdl`."""
+    Programmatic Dependent Launch on sm_90+ unless `no_pdl`, and independent kernels merged into
+    one launch unless `no_merge_launches`."""
     from optgraph.runtime.cuda import run_on_cuda as run_compiled_on_cuda
 
     return run_compiled_on_cuda(
-        graph, inputs, weights, pipeline=pipeline, use_graph=not no_graph, pdl=not no_pdl
-    )
+        graph, inputs, weights, pipeline=pipeline, use_graph=not no_graph, pdl=not no_pdl,
+        merge_launches=not no_merge_launches,
+    )  # fmt: skip
 
 
 RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {

@@ -53,13 +53,14 @@ class CompiledProgram:
 
     `source` and `pipeline` are what `graph` was compiled from: `specialize` repeats that for new
     input shapes (without a `source`, the CUDA runtime's default applies: `graph` re-typed and
-    run unplanned)."""
+    run unplanned). `merge_launches` (cuda): independent kernels of a stream as one launch."""
 
     graph: Graph
     program: Program
     target: str
     source: Graph | None = None
     pipeline: str = "default"
+    merge_launches: bool = True
     _cuda: Any = field(default=None, repr=False)
     _default_weights: dict[str, np.ndarray] | None = field(default=None, repr=False)
 
@@ -134,16 +135,24 @@ class CompiledProgram:
                     "target 'cuda': optgraph.runtime.cuda has no CudaProgram; use target='cpu'"
                 )
             hook = self.specialize if self.source is not None else None
-            self._cuda = factory(self.graph, specialize=hook)
+            self._cuda = factory(self.graph, specialize=hook, merge_launches=self.merge_launches)
         return self._cuda
 
 
-def compile(graph: Graph, pipeline: str = "default", target: str = "cpu") -> CompiledProgram:
-    """Run `pipeline` (then plan memory if it did not) and lower the result for `target`."""
+def compile(
+    graph: Graph, pipeline: str = "default", target: str = "cpu", *, merge_launches: bool = True
+) -> CompiledProgram:
+    """Run `pipeline` (then plan memory if it did not) and lower the result for `target`.
+
+    `merge_launches` (target cuda): False runs one launch per kernel (see
+    `codegen/merge_launches.py`); the cpu target ignores it."""
     if target not in TARGETS:
         raise OptGraphError(f"unknown target '{target}' (expected one of {', '.join(TARGETS)})")
     planned = plan_graph(graph, pipeline)
-    compiled = CompiledProgram(planned, lower(planned), target, source=graph, pipeline=pipeline)
+    compiled = CompiledProgram(
+        planned, lower(planned), target, source=graph, pipeline=pipeline,
+        merge_launches=merge_launches,
+    )  # fmt: skip
     if target == "cuda":
         compiled._cuda_runner()
     return compiled

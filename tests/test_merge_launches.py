@@ -312,3 +312,60 @@ def test_llama_decode_merges_q_k_v_on_one_stream(layers: int) -> None:
     for i in range(layers):
         assert (f"l{i}.q", f"l{i}.k", f"l{i}.v") in members
     assert merged.count(KernelStep) < alone.count(KernelStep)
+
+
+# -- turning it off: runtime, og.compile, CLI ---------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_runtime_launches_merged_kernels_unless_turned_off(monkeypatch) -> None:
+    from fake_cupy import fake_cupy
+
+    from optgraph.runtime.reference import random_inputs, random_weights
+
+    graph = run_pipeline(og.parse_file(EXAMPLES / "gpt2_block.ir"), "default")
+    with fake_cupy(monkeypatch) as fake:
+        from optgraph.runtime.cuda import CudaProgram
+
+        launched = {}
+        for merge in (True, False):
+            program = CudaProgram(graph, weights=random_weights(graph), merge_launches=merge)
+            start = len(fake.launches)
+            program.run(random_inputs(graph))  # eager: every kernel once
+            launched[merge] = fake.launches[start:]
+            plan = program.plan()
+            assert launched[merge] == [s.kernel for s in plan.steps if isinstance(s, KernelStep)]
+            assert any(n.startswith("og_merged_") for n in launched[merge]) == merge
+            program.close()
+    assert len(launched[True]) < len(launched[False])
+
+
+def test_compile_passes_the_switch_to_the_cuda_runtime(monkeypatch) -> None:
+    from fake_cupy import fake_cupy
+
+    graph = og.parse_file(EXAMPLES / "gpt2_block.ir")
+    with fake_cupy(monkeypatch):
+        on = og.compile(graph, target="cuda")
+        off = og.compile(graph, target="cuda", merge_launches=False)
+        assert on._cuda.merge_launches and not off._cuda.merge_launches
+        on_steps, off_steps = on._cuda.plan().steps, off._cuda.plan().steps
+        assert len(on_steps) < len(off_steps)
+
+
+def test_compile_no_merge_launches_writes_one_launch_per_kernel(tmp_path: Path) -> None:
+    import json
+
+    from optgraph.cli import main
+
+    model = str(EXAMPLES / "gpt2_block.ir")
+    plans = {}
+    for flag in ([], ["--no-merge-launches"]):
+        out = tmp_path / ("off" if flag else "on")
+        out.mkdir()
+        assert main(["compile", model, "-o", str(out), *flag]) == 0
+        plans[bool(flag)] = json.loads((out / "cuda_plan.json").read_text())
+    merged = [s for s in plans[False]["steps"] if s["kind"] == "kernel" and s["nodes"]]
+    assert merged and all(s["kernel"] in plans[False]["kernels"] for s in merged)
+    assert not any(s.get("nodes") for s in plans[True]["steps"] if s["kind"] == "kernel")
+    assert len(plans[True]["steps"]) > len(plans[False]["steps"])

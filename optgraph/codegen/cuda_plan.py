@@ -406,6 +406,6 @@ def describe_plan(plan: CudaPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def emit_kernels_cu(graph: Graph) -> str:
+def emit_kernels_cu(graph: Graph, merge_launches: bool = True) -> str:
     """The CUDA source for every kernel `graph` launches (the `kernels.cu` of `compile -o`)."""
-    return lower_cuda(graph).source()
+    return lower_cuda(graph, merge_launches=merge_launches).source()

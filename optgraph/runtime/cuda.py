@@ -81,6 +81,8 @@ class CudaProgram:
     nothing. `capture_mode` is the CUDA stream-capture mode (0 global, 1 thread local, 2 relaxed).
     `pdl`: launch a kernel that follows another on its stream with Programmatic Dependent Launch
     where the device is sm_90+ and cuda-bindings imports (`cuda_pdl`); False: plain launches.
+    `merge_launches`: consecutive independent kernels of a stream run as one launch
+    (`codegen/merge_launches.py`); False: one launch per kernel.
     """
 
     def __init__(
@@ -93,6 +95,7 @@ class CudaProgram:
         capture_mode: int = 2,
         graph_capacity: int = 8,
         pdl: bool = True,
+        merge_launches: bool = True,
     ):
         cupy()  # ImportError here, not half way through, where CuPy is missing
         from cupy_backends.cuda.libs import cublas
@@ -101,6 +104,7 @@ class CudaProgram:
         self.use_graph = use_graph
         self.capture_mode = capture_mode
         self.pdl = pdl
+        self.merge_launches = merge_launches
         self.counters = RuntimeCounters()
         self._specialize = specialize or (lambda types: retype_graph(graph, types))
         self._variants: dict[GraphKey, Variant] = {}
@@ -142,7 +146,10 @@ class CudaProgram:
         if v is None:
             same = dict(types) == input_signature(self.graph)
             graph = self.graph if same else self._specialized(types)
-            v = Variant(graph, self.weights, self.streams, self.host_errors, pdl=self.pdl)
+            v = Variant(
+                graph, self.weights, self.streams, self.host_errors,
+                pdl=self.pdl, merge_launches=self.merge_launches,
+            )  # fmt: skip
             self._variants[key] = v
             self.counters.specializations += 1
         return v
@@ -295,7 +302,7 @@ class CudaProgram:
         """The plan of the last run's variant (or of `key`'s input types)."""
         key = key or self.last_key
         if key is None:
-            return lower_cuda(self.graph)
+            return lower_cuda(self.graph, merge_launches=self.merge_launches)
         return self._variant(key.types()).plan
 
     def debug_dot_str(self, key: GraphKey | None = None) -> str:
@@ -328,6 +335,7 @@ def run_on_cuda(
     pipeline: str = "default",
     use_graph: bool = True,
     pdl: bool = True,
+    merge_launches: bool = True,
 ) -> dict[str, Any]:
     """What `optgraph run --device cuda` does: plan `graph` with `pipeline` (plus a memory plan),
     run it, and with CUDA graphs run it again as a replay, which must equal the first run."""
@@ -337,7 +345,9 @@ def run_on_cuda(
     planned = run_pipeline(graph, pipeline)
     if not FACTS["memory-planned"].holds(planned):
         planned = run_pipeline(planned, "analyze-lifetimes,plan-memory")
-    program = CudaProgram(planned, weights=weights, use_graph=use_graph, pdl=pdl)
+    program = CudaProgram(
+        planned, weights=weights, use_graph=use_graph, pdl=pdl, merge_launches=merge_launches
+    )
     try:
         first = program.run(inputs)
         if not use_graph:

@@ -100,8 +100,9 @@ class Variant(VariantMemory):
         host_errors: HostErrors,
         *,
         pdl: bool = True,
+        merge_launches: bool = True,
     ):
-        super().__init__(graph, weights)
+        super().__init__(graph, weights, merge_launches=merge_launches)
         cp = cupy()
         plan = self.plan
         self.streams, self.host_errors = streams, host_errors

@@ -17,6 +17,7 @@ All of it is allocated up front, outside any capture: a CUDA graph bakes these a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -99,13 +100,14 @@ class VariantMemory:
     """The buffers of one specialization (see the module docstring); `graph` and `plan` may be
     the synchronous-copy fallback of a streamed program whose arena did not fit."""
 
-    def __init__(self, graph: Graph, weights: DeviceWeights):
+    def __init__(self, graph: Graph, weights: DeviceWeights, *, merge_launches: bool = True):
         cp = cupy()
         self.weights = weights
+        lower = partial(lower_cuda, merge_launches=merge_launches)
         # Split/streamed programs: a streamed arena that does not fit falls back to synchronous
         # copies; host values and host weights live in pinned memory (runtime/cuda_offload.py).
         graph, plan, self.arena = allocate_arena(
-            graph, lower_cuda(graph), cp.cuda.alloc, cp.cuda.memory.OutOfMemoryError, lower_cuda
+            graph, lower(graph), cp.cuda.alloc, cp.cuda.memory.OutOfMemoryError, lower
         )
         self.graph, self.plan = graph, plan
         self.host = HostMemory(plan, weights.host, cp.cuda.alloc_pinned_memory)
