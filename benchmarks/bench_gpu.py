@@ -42,6 +42,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
 import optgraph as og
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import FUSION, run_pipeline
+from optgraph.codegen.in_place_outputs import in_place_candidates
 from optgraph.runtime.cuda import CudaProgram
 from optgraph.runtime.reference import random_inputs, random_weights
 from optgraph.runtime.reference_kernels import numpy_dtype
@@ -93,9 +94,11 @@ def _optgraph(
         inputs = model.device_inputs()
         types = graph.value_types()
         out = {}
+        in_place = in_place_candidates(graph)  # KV caches updated where they are, as torch does
         for name in dict.fromkeys(graph.output_names()):
             t = types[name]
-            out[name] = cp.empty(t.shape, dtype=numpy_dtype(t.dtype))
+            source = in_place.get(name)
+            out[name] = inputs[source] if source else cp.empty(t.shape, dtype=numpy_dtype(t.dtype))
         return (lambda: program.run(inputs, out=out)), program.stream
 
     return build

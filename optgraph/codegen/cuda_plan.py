@@ -40,6 +40,7 @@ from optgraph.codegen.cuda_source import (
     module_source,
     node_code,
 )
+from optgraph.codegen.in_place_outputs import check_in_place
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
 from optgraph.passes.segments import (
@@ -278,14 +279,28 @@ def _step_for(
     )
 
 
-def lower_cuda(graph: Graph, merge_launches: bool = True) -> CudaPlan:
+def lower_cuda(
+    graph: Graph, merge_launches: bool = True, in_place: Mapping[str, str] | None = None
+) -> CudaPlan:
     """The launch list and storage of `graph` (any graph: streams, events and offsets optional).
 
     `merge_launches`: consecutive independent kernels of a stream become one launch
-    (`codegen/merge_launches.py`); False keeps one launch per kernel."""
+    (`codegen/merge_launches.py`); False keeps one launch per kernel. `in_place`: {output:
+    input} pairs (`codegen/in_place_outputs.py`) whose output is computed in the input's buffer
+    (a KV cache the caller updates where it keeps it)."""
     locations, weight_offsets, value_bytes, arena, weight_bytes = storage(graph)
     types = graph.value_types()
     roots = alias_roots(graph)
+    if in_place:
+        try:
+            check_in_place(graph, dict(in_place))
+        except ValueError as err:
+            raise CodegenError(str(err)) from None
+        for output, source in in_place.items():
+            locations[output] = locations[source]
+        for name, (root, offset) in roots.items():
+            if root in in_place:
+                locations[name] = locations[root].shifted(offset)
     steps: list[Step] = []
     origins: list[int] = []  # the index in graph.nodes of each step's node
     kernels: dict[str, Kernel] = {}
@@ -307,8 +322,8 @@ def lower_cuda(graph: Graph, merge_launches: bool = True) -> CudaPlan:
         operand_types = [types[o] for o in node.operands]
         roles = {"out": locations[node.name]}
         roles.update((f"in{k}", locations[o]) for k, o in enumerate(node.operands))
-        in_place = bool(node.operands) and roles["out"] == roles["in0"]
-        for work in node_code(node, operand_types, in_place=in_place):
+        overwrites = bool(node.operands) and roles["out"] == roles["in0"]
+        for work in node_code(node, operand_types, in_place=overwrites):
             if isinstance(work, Launch):
                 kernels[work.kernel.name] = work.kernel
             if isinstance(work, DeviceCopy) and roles[work.dst] == roles[work.src]:

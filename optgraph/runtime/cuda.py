@@ -3,6 +3,7 @@
     program = CudaProgram(planned_graph, weights=params)        # or use_graph=False: eager
     outputs = program.run({"x": x})                              # numpy in, numpy out
     program.run({"x": x_dev}, out={"y": y_dev})                  # cupy in/out, bound by pointer
+    program.run({"cache": c, ...}, out={"cache_new": c})         # a KV cache updated in place
 
 This module holds the entry points (`CudaProgram`, `run_on_cuda`, `is_available`) and decides,
 run by run, whether to run eagerly, capture, update or replay. The parts:
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from optgraph.codegen.cuda_plan import CudaPlan, lower_cuda
+from optgraph.codegen.in_place_outputs import in_place_candidates
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph, TensorType
 from optgraph.runtime.cuda_blas import load_blas
@@ -105,6 +107,7 @@ class CudaProgram:
         self.capture_mode = capture_mode
         self.pdl = pdl
         self.merge_launches = merge_launches
+        self._in_place = in_place_candidates(graph)
         self.counters = RuntimeCounters()
         self._specialize = specialize or (lambda types: retype_graph(graph, types))
         self._variants: dict[GraphKey, Variant] = {}
@@ -140,15 +143,17 @@ class CudaProgram:
         if self.weights.upload(weights, before_write=self.streams.synchronize):
             self.counters.weight_uploads += 1
 
-    def _variant(self, types: Mapping[str, TensorType]) -> Variant:
-        key = GraphKey.of(types)
+    def _variant(
+        self, types: Mapping[str, TensorType], in_place: Mapping[str, str] | None = None
+    ) -> Variant:
+        key = GraphKey.of(types, in_place=in_place)
         v = self._variants.get(key)
         if v is None:
             same = dict(types) == input_signature(self.graph)
             graph = self.graph if same else self._specialized(types)
             v = Variant(
                 graph, self.weights, self.streams, self.host_errors,
-                pdl=self.pdl, merge_launches=self.merge_launches,
+                pdl=self.pdl, merge_launches=self.merge_launches, in_place=in_place,
             )  # fmt: skip
             self._variants[key] = v
             self.counters.specializations += 1
@@ -175,14 +180,25 @@ class CudaProgram:
         *,
         out: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Outputs by name: NumPy arrays, or the given `out` CuPy arrays filled in place."""
+        """Outputs by name: NumPy arrays, or the given `out` CuPy arrays filled in place.
+
+        An `out` array that is also an input's array asks for the output in that buffer: a
+        `kv_cache_write` of that input (nothing else reading it) then writes only its new rows
+        there (`codegen/in_place_outputs.py`); any other output is copied in after the run."""
         cp = cupy()
         if weights is not None:
             self.set_weights(weights)
         elif self.graph.weights and not self.weights.is_set:
             raise InputError(f"graph '{self.graph.name}' has weights but none were given")
         types, bound_in, staged = self._classify(inputs)
-        variant = self._variant(types)
+        # An `out` array that is also an input's array: computed in place where legal.
+        in_place = {
+            o: i
+            for o, i in self._in_place.items()
+            if o in (out or {})
+            and bound_in.get(i) == getattr(getattr(out[o], "data", None), "ptr", None)  # type: ignore[index]
+        }
+        variant = self._variant(types, in_place)
         plan = variant.plan
         bound_out: dict[str, int] = {}
         for name, arr in (out or {}).items():
@@ -192,7 +208,7 @@ class CudaProgram:
             if not isinstance(arr, cp.ndarray) or not arr.flags.c_contiguous:
                 raise InputError(f"out '%{name}' must be a C-contiguous CuPy array")
             bound_out[name] = int(arr.data.ptr)
-        key = GraphKey.of(types, frozenset(bound_in), frozenset(bound_out))
+        key = GraphKey.of(types, frozenset(bound_in), frozenset(bound_out), in_place)
         binding = Binding.of(bound_in, bound_out)
         if variant.done_recorded:
             variant.done.synchronize()  # the last run's copies from staging are finished
@@ -303,7 +319,7 @@ class CudaProgram:
         key = key or self.last_key
         if key is None:
             return lower_cuda(self.graph, merge_launches=self.merge_launches)
-        return self._variant(key.types()).plan
+        return self._variant(key.types(), dict(key.in_place)).plan
 
     def debug_dot_str(self, key: GraphKey | None = None) -> str:
         """cudaGraphDebugDotPrint (verbose) of the captured graph of `key` (default: last run)."""

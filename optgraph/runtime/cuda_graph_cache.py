@@ -53,15 +53,18 @@ class GraphKey:
     inputs: tuple[tuple[str, str, tuple[int, ...]], ...]
     bound_inputs: frozenset[str] = frozenset()
     bound_outputs: frozenset[str] = frozenset()
+    in_place: frozenset[tuple[str, str]] = frozenset()  # (output, input) computed in place
 
     @staticmethod
     def of(
         input_types: Mapping[str, TensorType],
         bound_inputs: frozenset[str] = frozenset(),
         bound_outputs: frozenset[str] = frozenset(),
+        in_place: Mapping[str, str] | None = None,
     ) -> GraphKey:
         items = tuple(sorted((n, t.dtype, tuple(t.shape)) for n, t in input_types.items()))
-        return GraphKey(items, frozenset(bound_inputs), frozenset(bound_outputs))
+        pairs = frozenset((in_place or {}).items())
+        return GraphKey(items, frozenset(bound_inputs), frozenset(bound_outputs), pairs)
 
     def types(self) -> dict[str, TensorType]:
         return {n: TensorType(d, s) for n, d, s in self.inputs}

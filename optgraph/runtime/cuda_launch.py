@@ -101,8 +101,9 @@ class Variant(VariantMemory):
         *,
         pdl: bool = True,
         merge_launches: bool = True,
+        in_place: Mapping[str, str] | None = None,
     ):
-        super().__init__(graph, weights, merge_launches=merge_launches)
+        super().__init__(graph, weights, merge_launches=merge_launches, in_place=in_place)
         cp = cupy()
         plan = self.plan
         self.streams, self.host_errors = streams, host_errors
@@ -165,6 +166,8 @@ class Variant(VariantMemory):
             src = self.pointer(plan.locations[name], bound_in)
             on_host = plan.locations[name].space in HOST_SPACES
             if name in bound_out:
+                if bound_out[name] == src:
+                    continue  # computed in place in the caller's array (in_place_outputs)
                 a = (bound_out[name], src, nbytes, H2D if on_host else D2D, s0)
             elif on_host:
                 continue  # a CPU result: `run` reads it from pinned host memory after the join

@@ -100,10 +100,17 @@ class VariantMemory:
     """The buffers of one specialization (see the module docstring); `graph` and `plan` may be
     the synchronous-copy fallback of a streamed program whose arena did not fit."""
 
-    def __init__(self, graph: Graph, weights: DeviceWeights, *, merge_launches: bool = True):
+    def __init__(
+        self,
+        graph: Graph,
+        weights: DeviceWeights,
+        *,
+        merge_launches: bool = True,
+        in_place: Mapping[str, str] | None = None,
+    ):
         cp = cupy()
         self.weights = weights
-        lower = partial(lower_cuda, merge_launches=merge_launches)
+        lower = partial(lower_cuda, merge_launches=merge_launches, in_place=in_place)
         # Split/streamed programs: a streamed arena that does not fit falls back to synchronous
         # copies; host values and host weights live in pinned memory (runtime/cuda_offload.py).
         graph, plan, self.arena = allocate_arena(
