@@ -14,7 +14,7 @@ kernels (`neg` of 256 floats) in one CUDA graph each, PDL on:
   lockstep (consecutive independent kernels: merged launches) and one after the other.
 
 Part 2, models: the launch-bound Llama decode of the head-to-head suite (hidden 512, 8 layers),
-the realistic one (hidden 4096, 8 layers, weights drawn on the device), and the examples
+the realistic one (hidden 4096, 8 layers, weights drawn on the device), then the examples
 `moe_block`, `inception_block`, `gpt2_block`, `llama_decode`, each fused and run as one CUDA
 graph: on one stream (`assign-streams{max-streams=1}`) and with each variant of `VARIANTS`
 (the default first). Variants that give the same program as an earlier one are not run again.
@@ -57,6 +57,8 @@ VARIANTS = (
     ("default", ""),
     ("no merge in model", "merged-launches=false"),
     ("wait-us=2", "wait-us=2"),
+    ("wait-us=1", "wait-us=1"),
+    ("wait-us=3", "wait-us=3"),  # the next calibration step (docs/benchmarks.md)
     ("T=5 (old default)", "min-branch-us=5"),
     ("every chain", "min-branch-us=0"),
 )
@@ -128,7 +130,7 @@ def chain_text(length: int, chains: int, streams: Callable[[int, int], int], loc
     return "\n".join(lines)
 
 
-def launch_figures(length: int, iters: int, warmup: int) -> list[str]:
+def launch_figures(length: int, iters: int, warmup: int) -> tuple[list[str], dict[str, float]]:
     cases = {
         "chain, one stream": (1, lambda c, i: 0, False),
         "chain, alternating two streams": (1, lambda c, i: i % 2, False),
@@ -156,7 +158,7 @@ def launch_figures(length: int, iters: int, warmup: int) -> list[str]:
         + f"wait latency ≈ {(alternating - one) / (length - 1):.2f} µs (per cross-stream edge); "
         + f"spacing ≈ {four / (4 * length):.2f} µs (four streams, per kernel of all)",
     ]
-    return lines
+    return lines, times
 
 
 # -- part 2: models ------------------------------------------------------------------------------
@@ -180,8 +182,8 @@ def load_models(only: set[str] | None) -> list[tuple[str, Callable[[], Model]]]:
         return make
 
     makers = [("llama_launch", llama("llama_launch", LLAMA_LAUNCH))]
-    makers += [(n, example(n)) for n in EXAMPLES]
     makers.append(("llama_real", llama("llama_real", LLAMA_REAL)))
+    makers += [(n, example(n)) for n in EXAMPLES]
     return [(n, m) for n, m in makers if only is None or n in only]
 
 
@@ -219,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     props: Any = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
     device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     lines = [f"device: {device}, date: {datetime.date.today()}", ""]
-    lines += launch_figures(args.chain, args.iters, args.warmup)
+    figures, chain_us = launch_figures(args.chain, args.iters, args.warmup)
+    lines += figures
     head = "| model | 1 stream (µs) | " + " | ".join(f"{c} (µs)" for c, _ in VARIANTS) + " |"
     lines += ["", head, "|" + "---|" * (2 + len(VARIANTS))]
     print("\n".join(lines[-3:]), flush=True)
@@ -236,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     lines.append(f"\n(total {time.monotonic() - began:.0f} s)")
     print("\n" + "\n".join(lines))
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": device, "models": records}, indent=1))
+        out = {"device": device, "chains_us": chain_us, "chain": args.chain, "models": records}
+        Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
 
 

@@ -16,7 +16,7 @@ For a candidate branch B (one chain, or chains that feed one another) and the wo
     two streams = max(S, B's own time, rooflines of B and S, spacing_s x kernels of B and S)
     gain        = one stream - two streams     (`fork_gain`)
     cost        = wait_s x (waits into B + 1 for the join)
-    fork iff gain > cost                       (`fork_pays`)
+    fork iff gain > cost                       (`fork_pays`; a tie does not fork)
 
 Two streams are no faster than the longer side, than the memory system and compute units (the
 rooflines add up: bandwidth- or compute-bound kernels gain nothing from streams) or than the
@@ -146,9 +146,13 @@ def fork_gain(b: BranchFigures, model: ForkModel) -> float:
     return inline - forked
 
 
+# Gains within this of the cost are ties, which do not fork (float sums of equal latencies).
+TIE_S = 1e-9
+
+
 def fork_pays(b: BranchFigures, model: ForkModel) -> bool:
-    """Whether the fork saves more than its waits cost."""
-    return fork_gain(b, model) > b.waits * model.wait_s
+    """Whether the fork saves more than its waits cost (a tie does not fork)."""
+    return fork_gain(b, model) > b.waits * model.wait_s + TIE_S
 
 
 class Groups:
