@@ -164,7 +164,10 @@ def merge_kernel_steps(
         streams = {s.stream for s in issued}
         for stream, group in open_groups.items():
             # A value depends on a member when an operand does; a node issued on another stream
-            # since the group opened counts too (the merged launch is issued before it).
+            # since the group opened counts too (the merged launch is issued before it). Events
+            # are steps, not values (an event on the group's stream closes it below).
+            if node.is_event:
+                continue
             if (stream not in streams and issued) or any(o in group.tainted for o in node.operands):
                 group.tainted.add(node.name)
         for step in issued:
