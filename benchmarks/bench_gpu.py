@@ -144,6 +144,12 @@ def head_to_head_variants() -> list[Variant]:
             "og-fused-1s with one launch per kernel (no merged launches)",
             _optgraph(FUSED_ONE_STREAM, True, merge=False),
         ),
+        Variant(
+            "og-fused-1s-noprologue",
+            "og-fused-1s with fuse{row-prologues=false}: norms as kernels of their own, SwiGLU's mul"
+            " in the gate product",
+            _optgraph(FUSED_ONE_STREAM.replace(FUSION, "fuse{row-prologues=false}"), True),
+        ),
         Variant("og-fused-streams", "optgraph, fusion + streams", _optgraph(FUSED_CHAINS, True)),
         Variant(
             "og-fused-streams-nopdl",

@@ -64,7 +64,7 @@ input %len{i} : i32[1]
         {
             "split-kv": [],
             "split-kv unroll 8": [(cuda_attention_decode, "UNROLL", 8)],
-            "split-kv unroll 4": [(cuda_attention_decode, "UNROLL", 4)],
+            "split-kv unroll 2": [(cuda_attention_decode, "UNROLL", 2)],
             "split-kv 32 chunks": [(cuda_attention_decode, "MAX_CHUNKS", 32)],
             "rows (old)": OLD_ATTENTION,
         },
@@ -78,9 +78,9 @@ input %len{i} : i32[1]
         True,
         {
             "split-kv": [],
-            "split-kv unroll 4": [(cuda_attention_decode, "UNROLL", 4)],
-            "split-kv unroll 2": [(cuda_attention_decode, "UNROLL", 2)],
-            "split-kv unroll 1": [(cuda_attention_decode, "UNROLL", 1)],
+            "split-kv unroll 8": [(cuda_attention_decode, "SHORT_CACHE_UNROLL", 8)],
+            "split-kv unroll 4": [(cuda_attention_decode, "SHORT_CACHE_UNROLL", 4)],
+            "split-kv unroll 1": [(cuda_attention_decode, "SHORT_CACHE_UNROLL", 1)],
             "split-kv 1 chunk": [(cuda_attention_decode, "MAX_CHUNKS", 1)],
             "rows (old)": OLD_ATTENTION,
         },

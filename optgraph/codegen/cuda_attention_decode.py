@@ -44,7 +44,13 @@ MAX_D = 256
 MAX_SQ = 4
 MAX_ROWS = 16  # query rows per KV head (group x Sq)
 ROWS = 4  # rows per block
-UNROLL = 8  # keys a warp has in flight (half that for D > 128)
+# Keys a warp has in flight (half that for D > 128). Fewer keys a warp means more key chunks
+# and blocks. Kernel time on an H100 (benchmarks/bench_kernels.py, 2026-11-21), 32/8 heads x
+# 1024 keys x 128: 4 keys 33.8 µs, 8 keys 41.9 µs; 8/2 heads x 128 keys x 64: 2 keys 8.9 µs,
+# 4 keys 10.1 µs, 8 keys 14.0 µs.
+UNROLL = 4
+SHORT_CACHE = 256  # caches up to this many keys use SHORT_CACHE_UNROLL
+SHORT_CACHE_UNROLL = 2
 TARGET_BLOCKS = 132 * 2
 MAX_CHUNKS = 16
 NEG_INF = f32_literal(float("-inf"))
@@ -55,7 +61,8 @@ def fits(shape: AttentionShape) -> bool:
 
 
 def _unroll(shape: AttentionShape) -> int:
-    return UNROLL if shape.per_lane <= 4 else max(1, UNROLL // 2)
+    keys = SHORT_CACHE_UNROLL if shape.skv <= SHORT_CACHE else UNROLL
+    return keys if shape.per_lane <= 4 else max(1, keys // 2)
 
 
 def _layout(shape: AttentionShape) -> tuple[int, int, int, int, int]:

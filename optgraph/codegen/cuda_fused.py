@@ -315,11 +315,20 @@ def row_prologue(
         f"float og_mu[{m}], og_r[{m}];",
         f"for (int i = 0; i < {m}; ++i) {{",
     ]
-    loop = f"  for (unsigned int j = threadIdx.x; j < {k}u; j += {THREADS}u)"
+    # Every load of the row in flight at once: a constant trip count the compiler unrolls.
+    per = -(-k // THREADS)
+    guard = f"if (j < {k}u) " if k % THREADS else ""
+
+    def each(statement: str) -> str:
+        return (
+            f"  #pragma unroll\n  for (unsigned int u = 0; u < {per}u; ++u) {{ "
+            f"const unsigned int j = threadIdx.x + u * {THREADS}u; {guard}{{ {statement} }} }}"
+        )
+
     if norm.op == "rms_norm":
         lines += [
             "  float ss = 0.0f;",
-            f"{loop} {{ const float v = og_x(i, j); ss += v * v; }}",
+            each("const float v = og_x(i, j); ss += v * v;"),
             f"  ss = {red.format('ss')};",
             "  og_mu[i] = 0.0f;",
             f"  og_r[i] = sqrtf(ss / (float){k} + {eps});",
@@ -328,10 +337,10 @@ def row_prologue(
     else:
         lines += [
             "  float s = 0.0f;",
-            f"{loop} s += og_x(i, j);",
+            each("s += og_x(i, j);"),
             f"  const float mu = {red.format('s')} / (float){k};",
             "  float q = 0.0f;",
-            f"{loop} {{ const float c = og_x(i, j) - mu; q += c * c; }}",
+            each("const float c = og_x(i, j) - mu; q += c * c;"),
             f"  q = {red.format('q')};",
             "  og_mu[i] = mu;",
             f"  og_r[i] = sqrtf(q / (float){k} + {eps});",
