@@ -277,9 +277,10 @@ def run_suite(args: Any, variants: list[Any], median_us: Callable[..., float], t
             try:
                 run, stream = variant.build(model)
                 row[variant.name] = median_us(run, stream, iters, min(args.warmup, iters))
-                if variant.name == PROFILED.get(model.name):
+                profiled = args.profile or PROFILED.get(model.name)
+                if variant.name == profiled:
                     try:
-                        breakdown = kernel_profile(run, stream)
+                        breakdown = kernel_profile(run, stream, by_kernel=bool(args.profile))
                     except Exception as err:  # noqa: BLE001 - a profile must not lose the time
                         breakdown = f"profile failed: {type(err).__name__}: {err}"
                     profiles.append(f"{model.name} / {variant.name}: {breakdown}")

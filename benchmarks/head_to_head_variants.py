@@ -124,9 +124,13 @@ def cublas_variant(build_fused: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return build
 
 
-def kernel_profile(run: Callable[[], Any], stream: Any, iters: int = 5) -> str:
+def kernel_profile(
+    run: Callable[[], Any], stream: Any, iters: int = 5, by_kernel: bool = False
+) -> str:
     """GPU time per run by kernel family (CUPTI through torch.profiler sees CuPy's kernels too),
-    against the run's latency: how much of a run is kernels and how much is gaps and host."""
+    against the run's latency: how much of a run is kernels and how much is gaps and host.
+    `by_kernel`: one line per kernel name instead (names are hashes of the kernel text, so
+    `optgraph compile` of the same graph on any machine says which node each one is)."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(3):
@@ -146,11 +150,12 @@ def kernel_profile(run: Callable[[], Any], stream: Any, iters: int = 5) -> str:
         if us <= 0:
             continue
         name = evt.key
-        family = name.split("_")[1] if name.startswith("og_") else name[:40]
+        family = name.split("_")[1] if name.startswith("og_") and not by_kernel else name[:40]
         total, count = families.get(family, (0.0, 0))
         families[family] = (total + us / iters, count + evt.count // iters)
     busy = sum(t for t, _ in families.values())
     rows = sorted(families.items(), key=lambda kv: -kv[1][0])
     lines = [f"latency {wall:.1f} µs per run, kernels busy {busy:.1f} µs ({busy / wall:.0%})"]
-    lines += [f"  {fam:40s} {t:9.1f} µs  {c:4d} launches" for fam, (t, c) in rows[:12]]
+    shown = rows if by_kernel else rows[:12]
+    lines += [f"  {fam:40s} {t:9.1f} µs  {c:4d} launches" for fam, (t, c) in shown]
     return "\n".join(lines)
