@@ -73,6 +73,7 @@ static unsigned long long og_emu_slot[32][32];
 #define __device__
 #define __shared__ static
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 inline void __syncthreads() { og_emu_block->arrive_and_wait(); }
 inline void __syncwarp(unsigned int = 0xffffffffu) { og_emu_warp[threadIdx.x >> 5]->arrive_and_wait(); }
 template <typename T> T __shfl_xor_sync(unsigned int, T v, int o) {

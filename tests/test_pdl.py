@@ -24,7 +24,9 @@ from optgraph.runtime.reference import random_inputs, random_weights
 ROOT = Path(__file__).resolve().parent
 FIXTURES = sorted((ROOT / "codegen_checks").glob("*.ir"))
 EXAMPLES = ROOT.parent / "examples"
-KERNEL_HEAD = re.compile(r'extern "C" __global__ void (\w+)\([^)]*\) \{\n')
+KERNEL_HEAD = re.compile(
+    r'extern "C" __global__ void (?:__launch_bounds__\(\d+, \d+\) )?(\w+)\([^)]*\) \{\n'
+)
 
 
 def test_prelude_guards_the_griddepcontrol_instructions() -> None:

@@ -9,7 +9,8 @@ block index and grid dims as parameters `og_block_idx` / `og_grid_dim` in place 
 `blockIdx` / `gridDim` (the one substitution made in a body: the identifiers, by word); a member's
 `return` leaves its function and so its share of the merged kernel. `threadIdx` and `blockDim`
 stay: every member has the same block dims, so a member's `__syncthreads` is reached by the
-whole block (a block runs exactly one member).
+whole block (a block runs exactly one member). A member's `__launch_bounds__` (the one-row
+products' register budget) carries over to the merged kernel (`merged_bounds`).
 
     extern "C" __global__ void og_merged_<hash>(float* m0_out, const float* m0_in0, ...) {
       og_grid_dependency_wait(); og_grid_launch_dependents();
@@ -103,6 +104,16 @@ def merged_kernel(members: Sequence[tuple[Kernel, tuple[int, int, int]]]) -> Ker
         start += blocks
     lines.append("}")
     body = "\n".join("  " + line for line in lines)
-    text = "".join(decls) + kernel_template(params, body)
+    bounds = merged_bounds([kernel for kernel, _ in members])
+    text = "".join(decls) + kernel_template(params, body, bounds)
     name = "og_merged_" + hashlib.sha1(text.encode()).hexdigest()[:12]
-    return Kernel.assemble(name, params, body, tuple(decls))
+    return Kernel.assemble(name, params, body, tuple(decls), bounds)
+
+
+def merged_bounds(kernels: Sequence[Kernel]) -> tuple[int, int] | None:
+    """The launch bounds of a merged kernel: its members' (they share block dims), the fewest
+    blocks a multiprocessor any of them asks for; None when no member has bounds."""
+    bounded = [k.bounds for k in kernels if k.bounds is not None]
+    if not bounded:
+        return None
+    return bounded[0][0], min(b[1] for b in bounded)

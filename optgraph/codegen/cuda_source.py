@@ -48,7 +48,8 @@ class Kernel:
     (`make_kernel`, `Kernel.assemble`) also keep `params` (C parameter declarations, every one
     a device pointer) and `body` (the function body without the PDL entry): what
     `cuda_merged` needs to call the body as a device function of a merged launch. A kernel
-    without parts (None) is never merged.
+    without parts (None) is never merged. `bounds` (threads a block, blocks a multiprocessor)
+    is its `__launch_bounds__`, None for none (a merged launch keeps its members').
     """
 
     name: str
@@ -56,15 +57,21 @@ class Kernel:
     params: tuple[str, ...] | None = None
     body: str | None = None
     decls: tuple[str, ...] = ()
+    bounds: tuple[int, int] | None = None
 
     @classmethod
     def assemble(
-        cls, name: str, params: Iterable[str], body: str, decls: Iterable[str] = ()
+        cls,
+        name: str,
+        params: Iterable[str],
+        body: str,
+        decls: Iterable[str] = (),
+        bounds: tuple[int, int] | None = None,
     ) -> Kernel:
         """The kernel `name` from its parts: `decls` (empty ones dropped), then the function."""
         params, decls = tuple(params), tuple(d for d in decls if d)
-        function = kernel_template(params, body).replace("KERNEL_NAME", name)
-        return cls(name, "".join(decls) + function, params, body.rstrip(), decls)
+        function = kernel_template(params, body, bounds).replace("KERNEL_NAME", name)
+        return cls(name, "".join(decls) + function, params, body.rstrip(), decls, bounds)
 
     @property
     def function(self) -> str:
@@ -258,17 +265,21 @@ def make_kernel(family: str, params: Iterable[str], body: str) -> Kernel:
 PDL_ENTRY = "  og_grid_dependency_wait();\n  og_grid_launch_dependents();\n"
 
 
-def kernel_template(params: Iterable[str], body: str) -> str:
+def kernel_template(params: Iterable[str], body: str, bounds: tuple[int, int] | None = None) -> str:
     """The text of one kernel named `KERNEL_NAME`: every generated kernel is assembled here.
 
     Its first statements are the Programmatic Dependent Launch entry (`PDL_ENTRY`): wait for the
     preceding grid (its completion and memory), then let the next grid start launching. They
     come before any global memory access; on archs before sm_90 and in the CPU emulator they
-    are empty (see `PRELUDE`).
+    are empty (see `PRELUDE`). `bounds` = (threads, blocks) adds `__launch_bounds__(threads,
+    blocks)`: ptxas then budgets registers for that many blocks a multiprocessor instead of
+    full occupancy (which can leave only one load in flight per thread).
     """
     signature = ", ".join(params)
+    head = f"__launch_bounds__({bounds[0]}, {bounds[1]}) " if bounds else ""
     return (
-        f'extern "C" __global__ void KERNEL_NAME({signature}) {{\n{PDL_ENTRY}{body.rstrip()}\n}}\n'
+        f'extern "C" __global__ void {head}KERNEL_NAME({signature}) {{\n'
+        f"{PDL_ENTRY}{body.rstrip()}\n}}\n"
     )
 
 
@@ -322,6 +333,32 @@ __device__ __forceinline__ void og_grid_dependency_wait() {
 __device__ __forceinline__ void og_grid_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// A 16-byte load of data read once (a weight stream): not kept in L1 (sm_70+). Volatile, so it
+// stays after the dependency wait and where its batch of loads was written.
+__device__ __forceinline__ uint4 og_load_stream(const void* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+#else
+  return *reinterpret_cast<const uint4*>(p);
+#endif
+}
+// Split-K arrival: one thread of a block whose writes are ordered before it by __syncthreads
+// adds 1 to `counter`, releasing them and acquiring the earlier arrivals' (GPU scope); returns
+// the old count. One atomic a block instead of a __threadfence in every thread.
+__device__ __forceinline__ unsigned int og_arrive(unsigned int* counter) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  unsigned int seen;
+  asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;"
+               : "=r"(seen) : "l"(counter) : "memory");
+  return seen;
+#else
+  return atomicAdd(counter, 1u);
 #endif
 }
 
