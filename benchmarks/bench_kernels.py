@@ -33,7 +33,7 @@ import optgraph as og
 from optgraph.codegen import (
     cuda_attention_decode,
     cuda_attention_tiled,
-    cuda_fused,
+    cuda_gemv_layout,
     cuda_reduction,
 )
 from optgraph.runtime.cuda import CudaProgram
@@ -129,7 +129,7 @@ for _k, _n in ((512, 512), (512, 128), (512, 1376), (1376, 512), (512, 1024), (4
 weight %w{{i}} : f16[{_k},{_n}]
 %o{{i}} = matmul(%x{{i}}, %w{{i}}) : f16[1,{_n}]""",
         True,
-        {"auto": [], "split-k (old)": [(cuda_fused, "SINGLE_PASS_ROWS", 0)]},
+        {"auto": [], "no small single pass": [(cuda_gemv_layout, "SINGLE_PASS_ROWS", 0)]},
     )
 
 

@@ -7,20 +7,22 @@ kernel that computes the product and applies the region's epilogue before the on
 
     %y = fused(%x, %w, %b, %r) body(...) { %mm = matmul(%p0, %p1)  %t = add(%mm, %p2)
                                            %y = add(%p3, %t) }     (x : f16[1,4096])
-    ->  one launch, grid (N/64 column tiles, S splits of K), 256 threads:
-        acc[m][8 columns] over the block's K rows (16-byte loads of b, x from L1),
-        reduced over the block, then y = epilogue(acc) at (m, n)
+    ->  one launch, grid (column tiles, S splits of K), 256 threads:
+        acc[m][8 columns] over the block's K rows (16-byte loads of b, 8 in flight a thread,
+        x from L1), reduced over the block, then y = epilogue(acc) at (m, n)
 
-A block owns 64 columns (8 threads × 8 halves, f32: × 4) and a slice of K; S is chosen so the grid
-has about four blocks per SM. With S > 1 each block writes its partial sums to a per-kernel
-workspace (a `__device__` array) and bumps a per-tile counter; the block that arrives last sums
-the S partials in a fixed order (so results are deterministic), applies the epilogue, stores, and
-resets the counter for the next launch. Kernels with a workspace carry the node's name in their
-text, so two nodes never share one (they may run concurrently on different streams).
+The layout (`cuda_gemv_layout`: tile width, S, the batched inner loop, launch bounds) is chosen
+from measurements on an H100: a single pass when N alone gives every multiprocessor a tile, else
+about one block a multiprocessor. With S > 1 each block writes its partial sums to a per-kernel
+workspace (a `__device__` array) and bumps a per-tile counter (one release/acquire atomic a
+block); the block that arrives last sums the S partials in a fixed order (so results are
+deterministic), applies the epilogue, stores, and resets the counter for the next launch. Kernels
+with a workspace carry the node's name in their text, so two nodes never share one (they may run
+concurrently on different streams).
 
 Small matrices (K ≤ 8 × 256, the decode steps of small models) skip split-K and its second,
-dependent phase (workspace, fence, counter, the last block's re-read): the tile narrows to 4, 2 or
-1 column threads (32, 16 or 8 halves) so that the 256 threads' row lanes cover K with at most 4
+dependent phase (workspace, counter, the last block's re-read): the tile narrows to 4, 2 or 1
+column threads (32, 16 or 8 halves) so that the 256 threads' row lanes cover K with at most 4
 (else 8) rows each, all loads of a thread in flight at once.
 
 Accumulation is float32; the product is rounded to the matmul's dtype before the epilogue, as the
@@ -35,6 +37,7 @@ import hashlib
 from collections.abc import Sequence
 
 from optgraph.codegen.cuda_elementwise import emit_scalars, load_params, used_values
+from optgraph.codegen.cuda_gemv_layout import BOUNDS, THREADS, VECTOR, layout, product_loop
 from optgraph.codegen.cuda_source import (
     Kernel,
     Launch,
@@ -51,14 +54,6 @@ from optgraph.ir.ops import attrs_with_defaults
 from optgraph.passes.fusion_rules import NORM_OPS, PRODUCT, plan_body
 
 GEMV_MAX_M = 1  # rows up to which the fused matrix-vector kernel replaces cuBLAS (0: never)
-THREADS = 256
-COL_THREADS = 8  # threads across a tile's columns; THREADS / COL_THREADS row lanes
-# Small matrices (decode at small hidden sizes) avoid split-K's second, dependent phase: narrower
-# column tiles (fewer column threads, more row lanes) give each thread at most this many rows.
-SINGLE_PASS_ROWS = 8  # 0: always the 8-column-thread layout with split-K
-TARGET_BLOCKS = 132 * 4  # about four blocks per SM of an H100/H200
-MIN_ROWS_PER_SPLIT = 128
-VECTOR = {"f16": 8, "bf16": 8, "f32": 4}  # elements per 16-byte load
 
 
 def gemv_shape(anchor: Node, a: TensorType, b: TensorType) -> tuple[int, int, int] | None:
@@ -76,45 +71,6 @@ def gemv_shape(anchor: Node, a: TensorType, b: TensorType) -> tuple[int, int, in
     if m < 1 or m > GEMV_MAX_M or n % VECTOR[dtype] or anchor.type.numel != m * n:
         return None
     return m, k, n
-
-
-def _layout(k: int, n: int, vec: int) -> tuple[int, int, int, int]:
-    """(column threads, tiles, splits, rows per split) of a [K, N] matrix.
-
-    Single pass when some column-thread count (8, 4, 2, 1) gives each thread at most 4, else at
-    most SINGLE_PASS_ROWS rows of K (no split-K); otherwise 8 column threads and split-K.
-    """
-    for limit in (min(4, SINGLE_PASS_ROWS), SINGLE_PASS_ROWS):
-        for ct in (8, 4, 2, 1):
-            if limit and k <= limit * (THREADS // ct):
-                return ct, -(-n // (ct * vec)), 1, k
-    tiles = -(-n // (COL_THREADS * vec))
-    return (COL_THREADS, tiles, *_splits(k, tiles))
-
-
-def _splits(k: int, tiles: int) -> tuple[int, int]:
-    """(S, rows per split): enough blocks to fill the GPU, at least MIN_ROWS_PER_SPLIT rows each."""
-    s = max(1, min(-(-TARGET_BLOCKS // tiles), k // MIN_ROWS_PER_SPLIT))
-    rows = -(-k // s)
-    rows = -(-rows // 32) * 32
-    return -(-k // rows), rows
-
-
-def _unpack(dtype: str, var: str, out: str) -> list[str]:
-    """Statements turning the 16-byte vector `var` (uint4) into floats `out[0..v)`."""
-    if dtype == "f32":
-        return [
-            f"{out}[0] = __uint_as_float({var}.x); {out}[1] = __uint_as_float({var}.y);",
-            f"{out}[2] = __uint_as_float({var}.z); {out}[3] = __uint_as_float({var}.w);",
-        ]
-    conv, bits = ("og_f16_to_f32", "og_f16") if dtype == "f16" else ("og_bf16_to_f32", "og_bf16")
-    lines = []
-    for i, part in enumerate("xyzw"):
-        lines.append(
-            f"{out}[{2 * i}] = {conv}(({bits})({var}.{part} & 0xffffu)); "
-            f"{out}[{2 * i + 1}] = {conv}(({bits})({var}.{part} >> 16));"
-        )
-    return lines
 
 
 def gemv_kernel(
@@ -147,7 +103,7 @@ def gemv_kernel(
     assert anchor.type is not None
     m, k, n = shape
     dtype, vec = a_type.dtype, VECTOR[a_type.dtype]
-    ct, tiles, splits, rows = _layout(k, n, vec)
+    ct, tiles, splits, rows = layout(k, n, vec)
     tile_cols = ct * vec
     b_role = f"in{index[anchor.operands[1]]}"
     warps = THREADS // 32
@@ -165,19 +121,7 @@ def gemv_kernel(
         f"  #pragma unroll\n  for (int v = 0; v < {vec}; ++v) acc[i][v] = 0.0f;",
         "}",
         f"if (n0 < {n}u) {{",
-        f"  #pragma unroll {8 if splits == 1 else 4}",
-        f"  for (unsigned int kk = k0 + rl; kk < k1; kk += {lanes}u) {{",
-        (
-            f"    const uint4 wv = __ldg(reinterpret_cast<const uint4*>({b_role} + "
-            f"(unsigned long long)kk * {n}u + n0));"
-        ),
-        f"    float wf[{vec}];",
-        *("    " + s for s in _unpack(dtype, "wv", "wf")),
-        f"    #pragma unroll\n    for (int i = 0; i < {m}; ++i) {{",
-        f"      const float xv = {row_value};",
-        f"      #pragma unroll\n      for (int v = 0; v < {vec}; ++v) acc[i][v] += xv * wf[v];",
-        "    }",
-        "  }",
+        *("  " + s for s in product_loop(dtype, [f"{b_role} + n0"], n, lanes, m, row_value)),
         "}",
         # reduce the row lanes of one warp (lane bits above the column group), then across warps
         f"#pragma unroll\nfor (int i = 0; i < {m}; ++i) {{",
@@ -225,13 +169,11 @@ def gemv_kernel(
             *("  " + s for s in reduce_block),
             f"  {ws}[(split * {m}u + i) * {n}u + col] = val;",
             "}",
-            "__threadfence();",
             "__syncthreads();",
             "__shared__ bool og_last;",
-            f"if (threadIdx.x == 0) og_last = atomicAdd(&{cnt}[tile], 1u) == {splits - 1}u;",
+            f"if (threadIdx.x == 0) og_last = og_arrive(&{cnt}[tile]) == {splits - 1}u;",
             "__syncthreads();",
             "if (!og_last) return;",
-            "__threadfence();",
             loop,
             "  float val = 0.0f;",
             (
@@ -245,9 +187,9 @@ def gemv_kernel(
     decls = [out_param(out_type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
     text = "\n".join("  " + line for line in "\n".join(body).split("\n"))
     family = f"gemv|{salt}" if splits > 1 else "gemv"
-    template = kernel_template(decls, text)
+    template = kernel_template(decls, text, BOUNDS)
     name = "og_gemv_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
-    kernel = Kernel.assemble(name, decls, text, (decl,))
+    kernel = Kernel.assemble(name, decls, text, (decl,), BOUNDS)
     return kernel, (tiles, splits, 1)
 
 

@@ -4,12 +4,14 @@
              %v = matmul(%p0, %p3)  %qkv = concat(%q, %k, %v) {axis = 1} }     (x : f16[1,512])
     ->  one launch, grid (tiles of q + tiles of k + tiles of v, S splits of K), 256 threads
 
-The layout is `cuda_fused`'s one-row kernel: a block owns a tile of one segment's columns (the
-column threads × 16-byte loads) and a slice of K. Tiles are numbered segment after segment, so a
-block finds its segment from `blockIdx.x` (a block-uniform branch) and with it which weights and
-which epilogue apply. A segment of several products (SwiGLU's gate and up) keeps one accumulator
-per product and issues all their loads of a K row before using any. The input row is read once
-per block per K row for all of the segment's products (from L1, as in `cuda_fused`).
+The layout and inner loop are `cuda_fused`'s one-row kernel's (`cuda_gemv_layout`): a block owns
+a tile of one segment's columns (the column threads × 16-byte loads) and a slice of K. Tiles are
+numbered segment after segment, so a block finds its segment from `blockIdx.x` (a block-uniform
+branch) and with it which weights and which epilogue apply. A segment of several products
+(SwiGLU's gate and up) keeps one accumulator per product and issues the loads of all of them for
+a batch of K rows before using any (8 loads in flight a thread, as for one product). The input
+row is read once per block per K row for all of the segment's products (from L1, as in
+`cuda_fused`).
 
 Each product is rounded to its dtype before the epilogue, as the unfused graph rounds it; the
 segment's value is stored at its column offset in the concatenated result. With S > 1 (large K)
@@ -26,7 +28,9 @@ import hashlib
 from collections.abc import Sequence
 
 from optgraph.codegen.cuda_elementwise import emit_scalars, load_params, used_values
-from optgraph.codegen.cuda_fused import THREADS, VECTOR, _layout, _splits, _unpack
+from optgraph.codegen.cuda_gemv_layout import BOUNDS, THREADS, VECTOR, product_loop
+from optgraph.codegen.cuda_gemv_layout import layout as gemv_layout
+from optgraph.codegen.cuda_gemv_layout import splits as gemv_splits
 from optgraph.codegen.cuda_source import (
     CodegenError,
     Kernel,
@@ -56,11 +60,11 @@ def siblings_launch(node: Node, types: Sequence[TensorType], plan: RegionPlan) -
     dtype = ptype[x].dtype
     vec = VECTOR[dtype]
     n_total = node.type.numel
-    ct, _, splits, rows = _layout(k, n_total, vec)
+    ct, _, splits, rows = gemv_layout(k, n_total, vec)
     tile_cols = ct * vec
     tiles = [-(-s.cols // tile_cols) for s in plan.segments]
     if splits > 1:
-        splits, rows = _splits(k, sum(tiles))
+        splits, rows = gemv_splits(k, sum(tiles))
     width = max(len(s.products) for s in plan.segments)
     warps, lanes = THREADS // 32, THREADS // ct
     salt = hashlib.sha1(f"{node.name}|{k},{n_total},{dtype}".encode()).hexdigest()[:12]
@@ -96,10 +100,10 @@ def siblings_launch(node: Node, types: Sequence[TensorType], plan: RegionPlan) -
         )
     decls = [out_param(node.type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
     text = "\n".join("  " + line for line in "\n".join(lines).split("\n"))
-    template = kernel_template(decls, text)
+    template = kernel_template(decls, text, BOUNDS)
     family = f"gemv_siblings|{node.name}" if splits > 1 else "gemv_siblings"
     name = "og_gemvs_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
-    kernel = Kernel.assemble(name, decls, text, (decl,))
+    kernel = Kernel.assemble(name, decls, text, (decl,), BOUNDS)
     args = ("out",) + tuple(f"in{j}" for j in range(len(types)))
     return Launch(kernel, (base, splits, 1), (THREADS, 1, 1), args)
 
@@ -123,6 +127,7 @@ def _segment(
     ws, cnt = workspace
     vec, n, p = VECTOR[dtype], seg.cols, len(seg.products)
     weights = [role[by_name[name].operands[1]] for name in seg.products]
+    xv = load(dtype, f"{role[x]}[kk]")
     lines = [
         f"const unsigned int lt = tile - {base}u;",
         f"const unsigned int n0 = lt * {tile_cols}u + cg * {vec}u;",
@@ -131,24 +136,10 @@ def _segment(
         f"  #pragma unroll\n  for (int v = 0; v < {vec}; ++v) acc[j][v] = 0.0f;",
         "}",
         f"if (n0 < {n}u) {{",
-        f"  #pragma unroll {8 if splits == 1 else 4}",
-        f"  for (unsigned int kk = k0 + rl; kk < k1; kk += {lanes}u) {{",
-    ]
-    for j, w in enumerate(weights):
-        lines.append(
-            f"    const uint4 wv{j} = __ldg(reinterpret_cast<const uint4*>({w} + "
-            f"(unsigned long long)kk * {n}u + n0));"
-        )
-    lines.append(f"    const float xv = {load(dtype, f'{role[x]}[kk]')};")
-    for j in range(p):
-        lines.append(f"    float wf{j}[{vec}];")
-        lines += ["    " + s for s in _unpack(dtype, f"wv{j}", f"wf{j}")]
-        lines.append(
-            f"    #pragma unroll\n    for (int v = 0; v < {vec}; ++v) acc[{j}][v] += xv * wf{j}[v];"
-        )
-    lines += [
-        "  }",
+        *("  " + s for s in product_loop(dtype, [f"{w} + n0" for w in weights], n, lanes, 1, xv)),
         "}",
+    ]
+    lines += [
         f"#pragma unroll\nfor (int j = 0; j < {p}; ++j) {{",
         f"  #pragma unroll\n  for (int v = 0; v < {vec}; ++v) {{",
         (
@@ -187,12 +178,10 @@ def _segment(
         *block_sums,
         *(f"  {ws}[{slot.format(j=j)}] = val{j};" for j in range(p)),
         "}",
-        "__threadfence();",
         "__syncthreads();",
-        f"if (threadIdx.x == 0) og_last = atomicAdd(&{cnt}[tile], 1u) == {splits - 1}u;",
+        f"if (threadIdx.x == 0) og_last = og_arrive(&{cnt}[tile]) == {splits - 1}u;",
         "__syncthreads();",
         "if (!og_last) return;",
-        "__threadfence();",
         loop,
         *(
             f"  float val{j} = 0.0f;\n"

@@ -176,6 +176,31 @@ CASES: dict[str, str] = {
   %y = mul(%mm, %g) : bf16[1,1,200]
   output %y
 }""",
+    "gemv_f16_wide_single_pass": """graph g {
+  input %x : f16[1,2100]
+  input %w : f16[2100,8456]
+  input %b : f16[8456]
+  %mm = matmul(%x, %w) : f16[1,8456]
+  %y = add(%mm, %b) : f16[1,8456]
+  output %y
+}""",
+    "gemv_f16_norm_prologue_split_k": """graph g {
+  input %x : f16[1,2100]
+  input %g : f16[2100]
+  input %w : f16[2100,2056]
+  input %res : f16[1,2056]
+  %n = rms_norm(%x, %g) : f16[1,2100]
+  %mm = matmul(%n, %w) : f16[1,2056]
+  %y = add(%res, %mm) : f16[1,2056]
+  output %y
+}""",
+    "gemv_f32_narrow_split_k": """graph g {
+  input %x : f32[1,4100]
+  input %w : f32[4100,260]
+  %mm = matmul(%x, %w) : f32[1,260]
+  %y = relu(%mm) : f32[1,260]
+  output %y
+}""",
     "gemv_f32_cast": """graph g {
   input %x : f32[1,96]
   input %w : f32[96,36]

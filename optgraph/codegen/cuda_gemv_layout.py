@@ -1,0 +1,151 @@
+"""Layout and inner loop of the one-row product kernels (`cuda_fused`, `cuda_fused_siblings`).
+
+A kernel computes `[M, K] @ [K, N]` (M ≤ `cuda_fused.GEMV_MAX_M`) with blocks of THREADS
+threads. A block owns a tile of `ct` column threads × one 16-byte vector of b each (8 halves,
+4 floats) and rows [k0, k1) of K (split `blockIdx.y` of S); its THREADS / ct row lanes take
+every lanes-th row. Per thread:
+
+    for each batch of BATCH rows kk:           (the rows left: one batch of guarded loads)
+        wv[j] = 16 bytes of b[kk_j, n0 .. n0 + vec)     all BATCH loads issued first
+        acc[i][v] += row(i, kk_j) * wv[j][v]            then used; row(i, kk): the hook for a
+                                                        prologue (cuda_fused.row_prologue)
+
+`layout(k, n, vec)` picks (ct, tiles, S, rows per split), measured on an H100 (docs/benchmarks.md,
+"One-row products"; `benchmarks/bench_gemv.py --sweep`):
+
+- loads in flight: a 256-thread kernel without `__launch_bounds__(THREADS, MIN_BLOCKS)` gets 32
+  registers from ptxas, which then issues one or two loads before their first use (4096 × 4096:
+  17.7 µs against 14.4 with the bounds, same layout);
+- about one block per multiprocessor (S = ⌈SMS / tiles⌉) rather than four: fewer partial sums
+  and a cheaper second phase (4096 × 4096: 14.2 µs against 15.4);
+- a single pass (no split-K) for wide matrices, where a tile width of 32, 16 or 8 column threads
+  gives between SMS and MIN_BLOCKS × SMS tiles: every block resident at once (4096 × 32000:
+  86.1 µs, 3.04 TB/s; 8 column threads there, 500 tiles, ran in two waves: 91.5);
+- otherwise 16 column threads (32 when N has fewer than 16 tiles of 16): 256-byte row segments;
+- `og_load_stream` (`ld.global.nc.L1::no_allocate`) and one release/acquire atomic a block
+  (`og_arrive`) instead of a fence in every thread: each about 2 % faster at every shape.
+
+Small matrices (K ≤ SINGLE_PASS_ROWS × THREADS) keep the single-pass layout of fewer column
+threads (8, 4, 2, 1) that gives every thread at most 4 (else 8) rows: one batch, one latency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+THREADS = 256
+SMS = 132  # multiprocessors of an H100 / H200
+MIN_BLOCKS = 2  # __launch_bounds__(THREADS, MIN_BLOCKS): at most 128 registers a thread
+BOUNDS = (THREADS, MIN_BLOCKS)
+BATCH = 8  # 16-byte loads of b a thread issues before using the first
+SINGLE_PASS_ROWS = 8  # small K: rows a thread may take without split-K (0: never single pass)
+MIN_ROWS_PER_SPLIT = 64
+VECTOR = {"f16": 8, "bf16": 8, "f32": 4}  # elements per 16-byte load
+
+
+def layout(k: int, n: int, vec: int) -> tuple[int, int, int, int]:
+    """(column threads, tiles, splits, rows per split) of a [K, N] matrix (see the docstring)."""
+    for limit in (min(4, SINGLE_PASS_ROWS), SINGLE_PASS_ROWS):
+        for ct in (8, 4, 2, 1):
+            if limit and k <= limit * (THREADS // ct):
+                return ct, -(-n // (ct * vec)), 1, k
+    for ct in (32, 16, 8):
+        tiles = -(-n // (ct * vec))
+        if SMS <= tiles <= MIN_BLOCKS * SMS:
+            return ct, tiles, 1, k
+    ct = 32 if -(-n // (16 * vec)) < 16 else 16
+    tiles = -(-n // (ct * vec))
+    return (ct, tiles, *splits(k, tiles))
+
+
+def splits(k: int, tiles: int) -> tuple[int, int]:
+    """(S, rows per split): about a block per multiprocessor, ≥ MIN_ROWS_PER_SPLIT rows each."""
+    s = max(1, min(-(-SMS // tiles), k // MIN_ROWS_PER_SPLIT))
+    rows = -(-k // s)
+    return -(-k // rows), rows
+
+
+def unpack(dtype: str, var: str, out: str) -> list[str]:
+    """Statements turning the 16-byte vector `var` (uint4) into floats `out[0..v)`."""
+    if dtype == "f32":
+        return [
+            f"{out}[0] = __uint_as_float({var}.x); {out}[1] = __uint_as_float({var}.y);",
+            f"{out}[2] = __uint_as_float({var}.z); {out}[3] = __uint_as_float({var}.w);",
+        ]
+    conv, bits = ("og_f16_to_f32", "og_f16") if dtype == "f16" else ("og_bf16_to_f32", "og_bf16")
+    lines = []
+    for i, part in enumerate("xyzw"):
+        lines.append(
+            f"{out}[{2 * i}] = {conv}(({bits})({var}.{part} & 0xffffu)); "
+            f"{out}[{2 * i + 1}] = {conv}(({bits})({var}.{part} >> 16));"
+        )
+    return lines
+
+
+def product_loop(
+    dtype: str, weights: Sequence[str], n: int, lanes: int, m: int, row_value: str
+) -> list[str]:
+    """Statements adding the thread's rows kk = k0 + rl, k0 + rl + lanes, ... < k1 into
+    `acc[q * m + i][v]` += row(i, kk) · `weights[q]`[kk · n + v], for every weight q (a pointer
+    expression at the thread's first column) and row i < m; `row_value` is the C expression of
+    row(i, kk). Declares `kb`; needs `k0`, `k1`, `rl` and `acc`."""
+    vec, p = VECTOR[dtype], len(weights)
+    batch = max(1, BATCH // p)  # loads in flight: BATCH, whatever the number of weights
+
+    def loads(guarded: bool) -> list[str]:
+        lines = []
+        for j in range(batch):
+            row = f"kb + {j * lanes}u"
+            each = [
+                f"wv[{q}][{j}] = og_load_stream({w} + (unsigned long long)({row}) * {n}u);"
+                for q, w in enumerate(weights)
+            ]
+            lines.append(f"if ({row} < k1) {{ {' '.join(each)} }}" if guarded else " ".join(each))
+        return lines
+
+    def use(guarded: bool) -> list[str]:
+        lines = [
+            f"const unsigned int kk = kb + j * {lanes}u;",
+            f"float wf[{p}][{vec}];",
+        ]
+        for q in range(p):
+            lines += unpack(dtype, f"wv[{q}][j]", f"wf[{q}]")
+        lines += [
+            f"#pragma unroll\nfor (int i = 0; i < {m}; ++i) {{",
+            f"  const float xv = {row_value};",
+            f"  #pragma unroll\n  for (int q = 0; q < {p}; ++q) {{",
+            f"    #pragma unroll\n    for (int v = 0; v < {vec}; ++v)",
+            f"      acc[q * {m} + i][v] += xv * wf[q][v];",
+            "  }",
+            "}",
+        ]
+        if guarded:
+            lines = ["if (kk < k1) {", *_indented("  ", lines[1:]), "}"]
+            lines.insert(0, f"const unsigned int kk = kb + j * {lanes}u;")
+        return lines
+
+    return _indented(
+        "",
+        [
+            "unsigned int kb = k0 + rl;",
+            f"for (; kb + {(batch - 1) * lanes}u < k1; kb += {batch * lanes}u) {{",
+            f"  uint4 wv[{p}][{batch}];",
+            *_indented("  ", loads(False)),
+            f"  #pragma unroll\n  for (int j = 0; j < {batch}; ++j) {{",
+            *_indented("    ", use(False)),
+            "  }",
+            "}",
+            "if (kb < k1) {  // the rows left, fewer than a batch: guarded loads, all in flight",
+            f"  uint4 wv[{p}][{batch}];",
+            *_indented("  ", loads(True)),
+            f"  #pragma unroll\n  for (int j = 0; j < {batch}; ++j) {{",
+            *_indented("    ", use(True)),
+            "  }",
+            "}",
+        ],
+    )
+
+
+def _indented(prefix: str, lines: Sequence[str]) -> list[str]:
+    """`lines` split at embedded newlines (a `#pragma` before its loop), each after `prefix`."""
+    return [prefix + part for line in lines for part in line.split("\n")]
