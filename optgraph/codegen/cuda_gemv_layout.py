@@ -23,10 +23,15 @@ every lanes-th row. Per thread:
   86.1 µs, 3.04 TB/s; 8 column threads there, 500 tiles, ran in two waves: 91.5);
 - otherwise 16 column threads (32 when N has fewer than 16 tiles of 16): 256-byte row segments;
 - `og_load_stream` (`ld.global.nc.L1::no_allocate`) and one release/acquire atomic a block
-  (`og_arrive`) instead of a fence in every thread: each about 2 % faster at every shape.
+  (`og_arrive`) instead of a fence in every thread: each 1–4 % faster at every shape.
 
 Small matrices (K ≤ SINGLE_PASS_ROWS × THREADS) keep the single-pass layout of fewer column
 threads (8, 4, 2, 1) that gives every thread at most 4 (else 8) rows: one batch, one latency.
+
+Not done: hiding a launch's fixed cost of about 2 µs (ramp, first latency, tail) behind its
+neighbours, e.g. an L2 prefetch of the first weight rows before the PDL wait: 4096 × 4096 reads
+at 2.4 TB/s for it; blocks of other than 256 threads (a single pass of 1024-thread blocks was
+4 % faster at 4096 × 4096, but would not merge with the step's other kernels).
 """
 
 from __future__ import annotations
