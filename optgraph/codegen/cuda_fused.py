@@ -38,20 +38,19 @@ from collections.abc import Sequence
 
 from optgraph.codegen.cuda_elementwise import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_gemv_layout import BOUNDS, THREADS, VECTOR, layout, product_loop
+from optgraph.codegen.cuda_row_prologue import row_prologue, stage_row
 from optgraph.codegen.cuda_source import (
     Kernel,
     Launch,
-    f32_literal,
     in_param,
     kernel_template,
     load,
     out_param,
     store,
 )
-from optgraph.ir.attrs import float_attr
 from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
-from optgraph.passes.fusion_rules import NORM_OPS, PRODUCT, plan_body
+from optgraph.passes.fusion_rules import PRODUCT, plan_body
 
 GEMV_MAX_M = 1  # rows up to which the fused matrix-vector kernel replaces cuBLAS (0: never)
 
@@ -109,6 +108,8 @@ def gemv_kernel(
     warps = THREADS // 32
     lanes = THREADS // ct
     row_setup, row_value = row_prologue(params, types, prologue, anchor.operands[0], a_type, m)
+    if stage_row(anchor.operands[0] in index, dtype, m, rows):
+        row_value = load(dtype, f"og_xs[i * {rows}u + (kk - k0)]")
     body = [
         *row_setup,
         "const unsigned int tile = blockIdx.x, split = blockIdx.y;",
@@ -116,6 +117,7 @@ def gemv_kernel(
         f"const unsigned int n0 = tile * {tile_cols}u + cg * {vec}u;",
         f"const unsigned int k0 = split * {rows}u;",
         f"const unsigned int k1 = min({k}u, k0 + {rows}u);",
+        *stage_row(anchor.operands[0] in index, dtype, m, rows),
         f"float acc[{m}][{vec}];",
         f"#pragma unroll\nfor (int i = 0; i < {m}; ++i) {{",
         f"  #pragma unroll\n  for (int v = 0; v < {vec}; ++v) acc[i][v] = 0.0f;",
@@ -191,144 +193,6 @@ def gemv_kernel(
     name = "og_gemv_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
     kernel = Kernel.assemble(name, decls, text, (decl,), BOUNDS)
     return kernel, (tiles, splits, 1)
-
-
-def row_prologue(
-    params: Sequence[str],
-    types: Sequence[TensorType],
-    prologue: Sequence[Node],
-    row: str,
-    row_type: TensorType,
-    m: int,
-) -> tuple[list[str], str]:
-    """(statements before the product loop, C expression of row element (i, kk)).
-
-    Without a prologue the row is read from its parameter. With one, each element is computed
-    where the product reads it: the prologue's elementwise nodes, and for a norm the row's
-    statistics first (a block reduction per row, before the loop), the normalized value rounded
-    to the norm's dtype as the stored value would be:
-
-        %n = rms_norm(%p0, %p1)  %y = matmul(%n, %p2)
-        ->  ss = sum over the row of x²  (block reduction);  r = sqrtf(ss / K + eps)
-            xv(i, kk) = round_f16(x[i, kk] / r * w[kk])
-    """
-    k = row_type.shape[-1]
-    index = {p: j for j, p in enumerate(params)}
-    if row in index:
-        return [], load(row_type.dtype, f"in{index[row]}[i * {k}u + kk]")
-    roles = [f"in{j}" for j in range(len(params))]
-    norms = [n for n in prologue if n.op in NORM_OPS]
-    norm = norms[0] if norms else None
-
-    def element(nodes: Sequence[Node], value: str, extra: Sequence[str] = ()) -> list[str]:
-        env: dict[str, tuple[str, str]] = {}
-        lines = [f"const unsigned int xi = i * {k}u + j;"]
-        lines += load_params(
-            params,
-            types,
-            roles,
-            used_values(nodes, (value, *extra)),
-            "xi",
-            row_type.shape,
-            env,
-            "r",
-        )
-        lines += emit_scalars(nodes, env, "e")
-        return lines + [f"return (float){env[value][0]};"]
-
-    if norm is None:
-        lambdas = [
-            "auto og_row = [&](unsigned int i, unsigned int j) -> float {",
-            *("  " + line for line in element(prologue, row)),
-            "};",
-        ]
-        return lambdas, "og_row(i, kk)"
-    assert norm.type is not None
-    cone = _cone(norm.operands[0], prologue)
-    before = [n for n in prologue if n.name in cone]
-    after = [n for n in prologue if n.name not in cone and n is not norm]
-    eps = f32_literal(float_attr(attrs_with_defaults(norm), "eps"))
-    red = "og_block_reduce({0}, og_row_scratch, OgSum(), 0.0f)"
-    lines = [
-        "auto og_x = [&](unsigned int i, unsigned int j) -> float {",
-        *("  " + line for line in element(before, norm.operands[0])),
-        "};",
-        "__shared__ float og_row_scratch[32];",
-        f"float og_mu[{m}], og_r[{m}];",
-        f"for (int i = 0; i < {m}; ++i) {{",
-    ]
-    # Every load of the row in flight at once: a constant trip count the compiler unrolls.
-    per = -(-k // THREADS)
-    guard = f"if (j < {k}u) " if k % THREADS else ""
-
-    def each(statement: str) -> str:
-        return (
-            f"  #pragma unroll\n  for (unsigned int u = 0; u < {per}u; ++u) {{ "
-            f"const unsigned int j = threadIdx.x + u * {THREADS}u; {guard}{{ {statement} }} }}"
-        )
-
-    if norm.op == "rms_norm":
-        lines += [
-            "  float ss = 0.0f;",
-            each("const float v = og_x(i, j); ss += v * v;"),
-            f"  ss = {red.format('ss')};",
-            "  og_mu[i] = 0.0f;",
-            f"  og_r[i] = sqrtf(ss / (float){k} + {eps});",
-        ]
-        formula = "og_x(i, j) / og_r[i] * {w}"
-    else:
-        lines += [
-            "  float s = 0.0f;",
-            each("s += og_x(i, j);"),
-            f"  const float mu = {red.format('s')} / (float){k};",
-            "  float q = 0.0f;",
-            each("const float c = og_x(i, j) - mu; q += c * c;"),
-            f"  q = {red.format('q')};",
-            "  og_mu[i] = mu;",
-            f"  og_r[i] = sqrtf(q / (float){k} + {eps});",
-        ]
-        formula = "(og_x(i, j) - og_mu[i]) / og_r[i] * {w} + {b}"
-    lines.append("}")
-    env: dict[str, tuple[str, str]] = {}
-    value = [f"const unsigned int xi = i * {k}u + j;"]
-    value += load_params(
-        params,
-        types,
-        roles,
-        used_values([norm, *after], (row,)) - {norm.name},
-        "xi",
-        row_type.shape,
-        env,
-        "r",
-    )
-    weights = [env[o][0] for o in norm.operands[1:]]
-    normalized = formula.format(w=weights[0], b=weights[1] if len(weights) > 1 else "0.0f")
-    dtype = norm.type.dtype
-    value.append(f"const float og_n = {load(dtype, store(dtype, normalized))};")
-    env[norm.name] = ("og_n", dtype)
-    value += emit_scalars(after, env, "e")
-    value.append(f"return (float){env[row][0]};")
-    lines += [
-        "auto og_row = [&](unsigned int i, unsigned int j) -> float {",
-        *("  " + line for line in value),
-        "};",
-    ]
-    return lines, "og_row(i, kk)"
-
-
-def _cone(value: str, nodes: Sequence[Node]) -> set[str]:
-    """`value` and the names among `nodes` it is computed from."""
-    by_name = {n.name: n for n in nodes}
-    seen: set[str] = set()
-    stack = [value]
-    while stack:
-        name = stack.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        if name in by_name:
-            stack.extend(by_name[name].operands)
-    return seen
 
 
 def _epilogue(

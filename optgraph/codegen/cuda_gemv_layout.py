@@ -8,7 +8,7 @@ every lanes-th row. Per thread:
     for each batch of BATCH rows kk:           (the rows left: one batch of guarded loads)
         wv[j] = 16 bytes of b[kk_j, n0 .. n0 + vec)     all BATCH loads issued first
         acc[i][v] += row(i, kk_j) * wv[j][v]            then used; row(i, kk): the hook for a
-                                                        prologue (cuda_fused.row_prologue)
+                                                        prologue (cuda_row_prologue)
 
 `layout(k, n, vec)` picks (ct, tiles, S, rows per split), measured on an H100 (docs/benchmarks.md,
 "One-row products"; `benchmarks/bench_gemv.py --sweep`):
