@@ -87,7 +87,7 @@ def test_kernels_and_merged_kernels_carry_launch_bounds() -> None:
 
 @pytest.mark.skipif(not available(), reason="needs g++ (C++20)")
 def test_every_layout_branch_matches_reference() -> None:
-    graph = run_pipeline(og.parse(LAYOUTS), "fuse")
+    graph = run_pipeline(og.parse(LAYOUTS), "fuse{prologue-max-k=8192}")
     types = graph.value_types()
     grids = {
         node.name: work.grid
