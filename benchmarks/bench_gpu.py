@@ -121,7 +121,7 @@ BASELINE = "cupy-eager"
 
 
 def head_to_head_variants() -> list[Variant]:
-    from head_to_head_variants import cublas_variant, torch_variant
+    from head_to_head_variants import codegen_setting_variant, cublas_variant, torch_variant
 
     return [
         Variant("cupy-eager", "CuPy, op by op", _cupy_eager),
@@ -149,6 +149,11 @@ def head_to_head_variants() -> list[Variant]:
             "og-fused-1s with fuse{row-prologues=false}: norms as kernels of their own, SwiGLU's mul"
             " in the gate product",
             _optgraph(FUSED_ONE_STREAM.replace(FUSION, "fuse{row-prologues=false}"), True),
+        ),
+        Variant(
+            "og-fused-1s-noprefetch",
+            "og-fused-1s without the one-row products' L2 weight prefetch before the PDL wait",
+            codegen_setting_variant(_optgraph(FUSED_ONE_STREAM, True), "PREFETCH", False),
         ),
         Variant("og-fused-streams", "optgraph, fusion + streams", _optgraph(FUSED_CHAINS, True)),
         Variant(

@@ -107,18 +107,25 @@ def torch_outputs(model: Any) -> dict[str, np.ndarray]:
 
 def cublas_variant(build_fused: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """The same optgraph variant with the one-row matrix-vector kernel off (cuBLAS + epilogue)."""
+    return codegen_setting_variant(build_fused, "GEMV_MAX_M", 0)
+
+
+def codegen_setting_variant(
+    build_fused: Callable[[Any], Any], name: str, value: Any
+) -> Callable[[Any], Any]:
+    """The same optgraph variant built with `cuda_fused.<name>` set to `value`."""
 
     def build(model: Any) -> tuple[Callable[[], Any], Any]:
         from optgraph.codegen import cuda_fused
 
-        old = cuda_fused.GEMV_MAX_M
-        cuda_fused.GEMV_MAX_M = 0
+        old = getattr(cuda_fused, name)
+        setattr(cuda_fused, name, value)
         try:
             run, stream = build_fused(model)
             run()  # the kernels are generated at the first run
             stream.synchronize()
         finally:
-            cuda_fused.GEMV_MAX_M = old
+            setattr(cuda_fused, name, old)
         return run, stream
 
     return build

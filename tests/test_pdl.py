@@ -44,11 +44,35 @@ def test_every_kernel_begins_with_the_dependency_wait(path: Path) -> None:
     graph = og.parse(text, str(path))
     if run and run.group(1).strip() != "none":
         graph = run_pipeline(graph, run.group(1).strip())
-    source = lower_cuda(graph).source()
+    _assert_wait_first(lower_cuda(graph).source())
+
+
+def _assert_wait_first(source: str) -> None:
+    """Every kernel's first statements are the PDL entry, or L2 prefetch hints and then the PDL
+    entry (`Kernel.early`: no load whose value is used, no store, no atomic before the wait)."""
     heads = list(KERNEL_HEAD.finditer(source))
     assert len(heads) == source.count("__global__")  # every kernel (cuBLAS-only plans: none)
     for head in heads:
-        assert source.startswith(PDL_ENTRY, head.end()), head.group(1)
+        entry = source.index(PDL_ENTRY, head.end())
+        early = source[head.end() : entry]
+        assert "}\n}" not in early, head.group(1)  # the entry is in this kernel's own body
+        for banned in ("[", "*(", "og_load", "__ld", "atomic", "og_arrive"):
+            assert banned not in early, (head.group(1), banned)
+        assert not early.strip() or "_prefetch_l2(" in early or "_early(" in early, head.group(1)
+    for function in re.finditer(r"void (\w+_early)\([^)]*\) \{\n(.*?)\n\}\n", source, re.DOTALL):
+        assert "[" not in function.group(2) and "og_prefetch_l2(" in function.group(2)
+
+
+def test_decode_kernels_wait_first_and_products_prefetch_before_waiting() -> None:
+    """The one-row products of a decode step (alone and merged) prefetch weight rows into L2
+    before their dependency wait; nothing else happens before it."""
+    sys.path.insert(0, str(EXAMPLES))
+    from gen_llama import generate_llama
+
+    graph = og.parse(generate_llama(layers=1, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=64))
+    source = lower_cuda(run_pipeline(graph, "default")).source()
+    _assert_wait_first(source)
+    assert source.count("og_prefetch_l2(in") >= 1 and "_early(" in source
 
 
 def test_pdl_steps_only_follow_a_kernel_on_the_same_stream() -> None:

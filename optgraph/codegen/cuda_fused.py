@@ -37,7 +37,7 @@ import hashlib
 from collections.abc import Sequence
 
 from optgraph.codegen.cuda_elementwise import emit_scalars, load_params, used_values
-from optgraph.codegen.cuda_gemv_layout import BOUNDS, THREADS, VECTOR, layout, product_loop
+from optgraph.codegen.cuda_gemv_layout import BATCH, BOUNDS, THREADS, VECTOR, layout, product_loop
 from optgraph.codegen.cuda_row_prologue import row_prologue, stage_row
 from optgraph.codegen.cuda_source import (
     Kernel,
@@ -189,10 +189,36 @@ def gemv_kernel(
     decls = [out_param(out_type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
     text = "\n".join("  " + line for line in "\n".join(body).split("\n"))
     family = f"gemv|{salt}" if splits > 1 else "gemv"
-    template = kernel_template(decls, text, BOUNDS)
+    early = _prefetch_weights(b_role, n, k, rows, ct, tile_cols, vec, lanes) if PREFETCH else ""
+    template = kernel_template(decls, text, BOUNDS, early)
     name = "og_gemv_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
-    kernel = Kernel.assemble(name, decls, text, (decl,), BOUNDS)
+    kernel = Kernel.assemble(name, decls, text, (decl,), BOUNDS, early)
     return kernel, (tiles, splits, 1)
+
+
+PREFETCH = True  # prefetch each thread's first batch of weight rows into L2 before the PDL wait
+
+
+def _prefetch_weights(
+    b_role: str, n: int, k: int, rows: int, ct: int, tile_cols: int, vec: int, lanes: int
+) -> str:
+    """Statements (a block of their own) bringing the rows of `b` this thread loads first into
+    L2: they run before the dependency wait, during the preceding kernel (a hint only: the
+    loads after the wait read whatever is current)."""
+    lines = [
+        "{",
+        f"  const unsigned int n0 = blockIdx.x * {tile_cols}u + (threadIdx.x % {ct}u) * {vec}u;",
+        f"  const unsigned int k0 = blockIdx.y * {rows}u, k1 = min({k}u, k0 + {rows}u);",
+        f"  if (n0 < {n}u) {{",
+        "    #pragma unroll",
+        f"    for (unsigned int j = 0; j < {BATCH}u; ++j) {{",
+        f"      const unsigned int kk = k0 + threadIdx.x / {ct}u + j * {lanes}u;",
+        f"      if (kk < k1) og_prefetch_l2({b_role} + (unsigned long long)kk * {n}u + n0);",
+        "    }",
+        "  }",
+        "}",
+    ]
+    return "\n".join("  " + line for line in lines)
 
 
 def _epilogue(

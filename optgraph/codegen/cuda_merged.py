@@ -56,13 +56,19 @@ def part_name(kernel: Kernel) -> str:
     return f"{kernel.name}_part"
 
 
-def part_function(kernel: Kernel) -> str:
-    """`kernel`'s body as a `__device__` function of its block index, grid dims and params."""
+def part_function(kernel: Kernel, early: bool = False) -> str:
+    """`kernel`'s body (or its `early` statements, in `<name>_early`) as a `__device__` function
+    of its block index, grid dims and params."""
     assert kernel.params is not None and kernel.body is not None
     names = {"blockIdx": BLOCK_INDEX, "gridDim": GRID_DIM}
-    body = _BUILTINS.sub(lambda m: names[m[1]], kernel.body)
+    body = _BUILTINS.sub(lambda m: names[m[1]], kernel.early if early else kernel.body)
     params = ", ".join((f"const dim3 {BLOCK_INDEX}", f"const dim3 {GRID_DIM}", *kernel.params))
-    return f"__device__ __forceinline__ void {part_name(kernel)}({params}) {{\n{body}\n}}\n"
+    name = early_name(kernel) if early else part_name(kernel)
+    return f"__device__ __forceinline__ void {name}({params}) {{\n{body}\n}}\n"
+
+
+def early_name(kernel: Kernel) -> str:
+    return f"{kernel.name}_early"
 
 
 def _block_index(rel: str, grid: tuple[int, int, int]) -> str:
@@ -77,9 +83,8 @@ def merged_kernel(members: Sequence[tuple[Kernel, tuple[int, int, int]]]) -> Ker
     """One kernel running every member's grid in one launch (grid: the sum of their blocks)."""
     assert len(members) >= 2 and all(is_mergeable(k) for k, _ in members)
     params: list[str] = []
-    lines = ["const unsigned int og_b = blockIdx.x;"]
     decls: dict[str, None] = {}
-    start = 0
+    calls: list[tuple[str, str]] = []  # (body call, early call or "") per member
     for j, (kernel, grid) in enumerate(members):
         assert kernel.params is not None
         decls.update(dict.fromkeys(kernel.decls))
@@ -90,24 +95,41 @@ def merged_kernel(members: Sequence[tuple[Kernel, tuple[int, int, int]]]) -> Ker
             assert split is not None
             params.append(f"{split[0]} m{j}_{split[1]}")
             args.append(f"m{j}_{split[1]}")
-        blocks = grid[0] * grid[1] * grid[2]
-        rel = "og_b" if start == 0 else "og_r"
+        rel = "og_b" if j == 0 else "og_r"
         dims = f"dim3{{{grid[0]}u, {grid[1]}u, {grid[2]}u}}"
-        call = f"{part_name(kernel)}({_block_index(rel, grid)}, {dims}, {', '.join(args)});"
-        if j == len(members) - 1:
+        tail = f"({_block_index(rel, grid)}, {dims}, {', '.join(args)});"
+        early = ""
+        if kernel.early.strip():
+            decls[part_function(kernel, early=True)] = None
+            early = early_name(kernel) + tail
+        calls.append((part_name(kernel) + tail, early))
+    grids = [grid for _, grid in members]
+    body = _dispatch([c for c, _ in calls], grids)
+    early = _dispatch([e for _, e in calls], grids) if any(e for _, e in calls) else ""
+    bounds = merged_bounds([kernel for kernel, _ in members])
+    text = "".join(decls) + kernel_template(params, body, bounds, early)
+    name = "og_merged_" + hashlib.sha1(text.encode()).hexdigest()[:12]
+    return Kernel.assemble(name, params, body, tuple(decls), bounds, early)
+
+
+def _dispatch(calls: Sequence[str], grids: Sequence[tuple[int, int, int]]) -> str:
+    """Statements running `calls[j]` (may be empty) in the blocks of member j, in a block of
+    their own (so the early dispatch and the body's may both be in one kernel)."""
+    lines = ["{", "const unsigned int og_b = blockIdx.x;"]
+    start = 0
+    for j, (call, grid) in enumerate(zip(calls, grids)):
+        blocks = grid[0] * grid[1] * grid[2]
+        if j == len(calls) - 1:
             lines.append("} else {")
         else:
             lines.append(f"{'if' if j == 0 else '} else if'} (og_b < {start + blocks}u) {{")
-        if start:
+        if start and call:
             lines.append(f"  const unsigned int og_r = og_b - {start}u;")
-        lines.append("  " + call)
+        if call:
+            lines.append("  " + call)
         start += blocks
-    lines.append("}")
-    body = "\n".join("  " + line for line in lines)
-    bounds = merged_bounds([kernel for kernel, _ in members])
-    text = "".join(decls) + kernel_template(params, body, bounds)
-    name = "og_merged_" + hashlib.sha1(text.encode()).hexdigest()[:12]
-    return Kernel.assemble(name, params, body, tuple(decls), bounds)
+    lines += ["}", "}"]
+    return "\n".join("  " + line for line in lines)
 
 
 def merged_bounds(kernels: Sequence[Kernel]) -> tuple[int, int] | None:

@@ -49,7 +49,9 @@ class Kernel:
     a device pointer) and `body` (the function body without the PDL entry): what
     `cuda_merged` needs to call the body as a device function of a merged launch. A kernel
     without parts (None) is never merged. `bounds` (threads a block, blocks a multiprocessor)
-    is its `__launch_bounds__`, None for none (a merged launch keeps its members').
+    is its `__launch_bounds__`, None for none (a merged launch keeps its members'). `early`:
+    statements run before the PDL dependency wait, so during the preceding kernel: only hints
+    (L2 prefetches of weights), self-contained (a block of its own), never a store.
     """
 
     name: str
@@ -58,6 +60,7 @@ class Kernel:
     body: str | None = None
     decls: tuple[str, ...] = ()
     bounds: tuple[int, int] | None = None
+    early: str = ""
 
     @classmethod
     def assemble(
@@ -67,11 +70,12 @@ class Kernel:
         body: str,
         decls: Iterable[str] = (),
         bounds: tuple[int, int] | None = None,
+        early: str = "",
     ) -> Kernel:
         """The kernel `name` from its parts: `decls` (empty ones dropped), then the function."""
         params, decls = tuple(params), tuple(d for d in decls if d)
-        function = kernel_template(params, body, bounds).replace("KERNEL_NAME", name)
-        return cls(name, "".join(decls) + function, params, body.rstrip(), decls, bounds)
+        function = kernel_template(params, body, bounds, early).replace("KERNEL_NAME", name)
+        return cls(name, "".join(decls) + function, params, body.rstrip(), decls, bounds, early)
 
     @property
     def function(self) -> str:
@@ -265,7 +269,9 @@ def make_kernel(family: str, params: Iterable[str], body: str) -> Kernel:
 PDL_ENTRY = "  og_grid_dependency_wait();\n  og_grid_launch_dependents();\n"
 
 
-def kernel_template(params: Iterable[str], body: str, bounds: tuple[int, int] | None = None) -> str:
+def kernel_template(
+    params: Iterable[str], body: str, bounds: tuple[int, int] | None = None, early: str = ""
+) -> str:
     """The text of one kernel named `KERNEL_NAME`: every generated kernel is assembled here.
 
     Its first statements are the Programmatic Dependent Launch entry (`PDL_ENTRY`): wait for the
@@ -273,13 +279,15 @@ def kernel_template(params: Iterable[str], body: str, bounds: tuple[int, int] | 
     come before any global memory access; on archs before sm_90 and in the CPU emulator they
     are empty (see `PRELUDE`). `bounds` = (threads, blocks) adds `__launch_bounds__(threads,
     blocks)`: ptxas then budgets registers for that many blocks a multiprocessor instead of
-    full occupancy (which can leave only one load in flight per thread).
+    full occupancy (which can leave only one load in flight per thread). `early` statements come
+    before the PDL entry (see `Kernel.early`).
     """
     signature = ", ".join(params)
     head = f"__launch_bounds__({bounds[0]}, {bounds[1]}) " if bounds else ""
+    lead = early.rstrip() + "\n" if early.strip() else ""
     return (
         f'extern "C" __global__ void {head}KERNEL_NAME({signature}) {{\n'
-        f"{PDL_ENTRY}{body.rstrip()}\n}}\n"
+        f"{lead}{PDL_ENTRY}{body.rstrip()}\n}}\n"
     )
 
 
@@ -351,6 +359,15 @@ __device__ __forceinline__ uint4 og_load_stream(const void* p) {
 // Split-K arrival: one thread of a block whose writes are ordered before it by __syncthreads
 // adds 1 to `counter`, releasing them and acquiring the earlier arrivals' (GPU scope); returns
 // the old count. One atomic a block instead of a __threadfence in every thread.
+// A hint: bring the line holding `p` into L2. The one-row products issue it for their first
+// weight rows before their dependency wait, so it overlaps the preceding kernel.
+__device__ __forceinline__ void og_prefetch_l2(const void* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
+#else
+  (void)p;
+#endif
+}
 __device__ __forceinline__ unsigned int og_arrive(unsigned int* counter) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
   unsigned int seen;
