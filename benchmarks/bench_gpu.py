@@ -151,9 +151,9 @@ def head_to_head_variants() -> list[Variant]:
             _optgraph(FUSED_ONE_STREAM.replace(FUSION, "fuse{row-prologues=false}"), True),
         ),
         Variant(
-            "og-fused-1s-noprefetch",
-            "og-fused-1s without the one-row products' L2 weight prefetch before the PDL wait",
-            codegen_setting_variant(_optgraph(FUSED_ONE_STREAM, True), "PREFETCH", False),
+            "og-fused-1s-prefetch",
+            "og-fused-1s with the one-row products' L2 weight prefetch before the PDL wait",
+            codegen_setting_variant(_optgraph(FUSED_ONE_STREAM, True), "PREFETCH", True),
         ),
         Variant("og-fused-streams", "optgraph, fusion + streams", _optgraph(FUSED_CHAINS, True)),
         Variant(

@@ -59,13 +59,20 @@ def test_plan_writes_rows_into_the_input_and_rejects_illegal_pairs() -> None:
 
 
 @pytest.mark.skipif(not cuda_emulator.available(), reason="needs g++ (C++20)")
-@pytest.mark.parametrize("merge", [False, True])
-def test_llama_decode_with_caches_in_place_matches_reference(merge: bool) -> None:
+@pytest.mark.parametrize(("merge", "prefetch"), [(False, False), (True, False), (True, True)])
+def test_llama_decode_with_caches_in_place_matches_reference(
+    merge: bool, prefetch: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the emulator, also with the products' early L2 prefetch (alone and in merged kernels)."""
+    from optgraph.codegen import cuda_fused
+
+    monkeypatch.setattr(cuda_fused, "PREFETCH", prefetch)
     graph = og.parse(generate_llama(layers=2, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=64))
     planned = run_pipeline(graph, DEFAULT_PIPELINE)
     pairs = in_place_candidates(planned)
     assert len(pairs) == 4  # k and v caches of both layers
     plan = lower_cuda(planned, merge_launches=merge, in_place=pairs)
+    assert ("_early(" in plan.source()) == (prefetch and merge)
     inputs, weights = random_inputs(graph, 3), random_weights(graph, 3)
     inputs["pos"] = np.array([5], np.int32)
     inputs["kv_len"] = np.array([6], np.int32)

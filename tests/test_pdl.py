@@ -63,14 +63,19 @@ def _assert_wait_first(source: str) -> None:
         assert "[" not in function.group(2) and "og_prefetch_l2(" in function.group(2)
 
 
-def test_decode_kernels_wait_first_and_products_prefetch_before_waiting() -> None:
+def test_decode_kernels_wait_first_and_products_prefetch_before_waiting(monkeypatch) -> None:
     """The one-row products of a decode step (alone and merged) prefetch weight rows into L2
     before their dependency wait; nothing else happens before it."""
     sys.path.insert(0, str(EXAMPLES))
     from gen_llama import generate_llama
 
+    from optgraph.codegen import cuda_fused
+
     graph = og.parse(generate_llama(layers=1, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=64))
-    source = lower_cuda(run_pipeline(graph, "default")).source()
+    scheduled = run_pipeline(graph, "default")
+    assert "og_prefetch_l2(in" not in lower_cuda(scheduled).source()  # off by default
+    monkeypatch.setattr(cuda_fused, "PREFETCH", True)
+    source = lower_cuda(scheduled).source()
     _assert_wait_first(source)
     assert source.count("og_prefetch_l2(in") >= 1 and "_early(" in source
 
