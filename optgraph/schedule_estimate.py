@@ -7,8 +7,8 @@ Each node gets a duration from `ops.cost` and the roofline `estimate_seconds` of
   unsynchronized graph is never estimated faster than it can run); it occupies s until it ends;
 - `record ^e` on s notes when s reaches it; `wait ^e` on s makes s idle until then, plus one
   launch overhead of the profile: the latency of a cross-stream dependency, so a fork and a join
-  cost about two launches and a branch shorter than that gains nothing (assign-streams'
-  `min-branch-us` default of 5 us sits just above it).
+  cost about two launches and a branch shorter than that gains nothing (assign-streams' fork
+  cost model, `passes/fork_cost.py`, weighs the same trade with measured latencies).
 
 The host stream of split-backends is a stream like the others (its waits are its synchronization
 with the GPU), so CPU nodes are estimated with the same cost model.
