@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -39,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
 
 import cupy as cp
-from bench_gpu import FUSED_ONE_STREAM, PLAN, Model
+from bench_gpu import FUSED_ONE_STREAM, PLAN, Model, median_us
 from head_to_head import LLAMA_LAUNCH, LLAMA_REAL, decode_inputs, device_weights
 
 import optgraph as og
@@ -69,21 +68,6 @@ def pipeline(options: str | None) -> str:
     if options is None:
         return FUSED_ONE_STREAM
     return f"verify,dce,cse,{FUSION},assign-streams{{{options}}},insert-sync,{PLAN}"
-
-
-def median_us(run: Callable[[], Any], stream: Any, iters: int, warmup: int) -> float:
-    for _ in range(warmup):
-        run()
-    stream.synchronize()
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    times = []
-    for _ in range(iters):
-        start.record(stream)
-        run()
-        end.record(stream)
-        end.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, end) * 1000.0)
-    return statistics.median(times)
 
 
 def time_graph(graph: Graph, model: Model, iters: int, warmup: int) -> float:

@@ -26,7 +26,9 @@ from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_
 from optgraph.runtime.reference_kernels import ir_dtype
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent / "gpu"))
 import cuda_emulator
+from op_cases import SPLIT_K
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -41,18 +43,6 @@ CASES = [(p.stem, "default") for p in sorted((ROOT / "examples").glob("*.ir"))] 
     ("gen_llama_f16", "one-stream"),
     ("split_k_products", "default"),
 ]
-# One-row products with K > 2048: split-K kernels, each with its own __device__ workspace and
-# counters (declarations of the merged kernel), and the last block of a tile summing the parts.
-SPLIT_K = """graph split_k_products {
-  input %x : f32[1,4096]
-  weight %w1 : f32[4096,64]
-  weight %w2 : f32[4096,32]
-  %a = matmul(%x, %w1) : f32[1,64]
-  %b = matmul(%x, %w2) : f32[1,32]
-  %c = exp(%x) : f32[1,4096]
-  output %a, %b, %c
-}
-"""
 MERGES = {"gpt2_block", "moe_block", "llama_decode", "gen_llama_f16", "gen_llama_f32"}
 MERGES |= {"split_k_products"}
 

@@ -350,3 +350,17 @@ PRODUCT_PROLOGUES = """graph product_prologues {
   output %q, %k, %c, %o
 }
 """
+
+# One-row products with K > 2048: split-K kernels, each with its own __device__ workspace and
+# counters (declarations of a merged kernel), and the last block of a tile summing the parts;
+# the two products and the exp are independent (one merged launch).
+SPLIT_K = """graph split_k_products {
+  input %x : f32[1,4096]
+  weight %w1 : f32[4096,64]
+  weight %w2 : f32[4096,32]
+  %a = matmul(%x, %w1) : f32[1,64]
+  %b = matmul(%x, %w2) : f32[1,32]
+  %c = exp(%x) : f32[1,4096]
+  output %a, %b, %c
+}
+"""

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gpu_support import reference, require_gpu, same_bits
+from op_cases import SPLIT_K
 
 import optgraph as og
 from optgraph.codegen.cuda_plan import KernelStep
@@ -31,16 +32,6 @@ sys.path.insert(0, str(ROOT / "examples"))
 from gen_llama import generate_llama
 
 ONE_STREAM = DEFAULT_PIPELINE.replace("assign-streams", "assign-streams{max-streams=1}")
-SPLIT_K = """graph split_k_products {
-  input %x : f32[1,4096]
-  weight %w1 : f32[4096,64]
-  weight %w2 : f32[4096,32]
-  %a = matmul(%x, %w1) : f32[1,64]
-  %b = matmul(%x, %w2) : f32[1,32]
-  %c = exp(%x) : f32[1,4096]
-  output %a, %b, %c
-}
-"""
 CASES = [(p.stem, "default") for p in sorted((ROOT / "examples").glob("*.ir"))]
 CASES += [(f"gen_llama_{d}", p) for d in ("f16", "f32") for p in ("default", "one-stream")]
 CASES += [("split_k_products", "default")]
