@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent / "gpu"))
 import cuda_emulator
 
 import optgraph as og
-from optgraph.codegen.cuda_plan import CodegenError, CopyStep, KernelStep, lower_cuda
+from optgraph.codegen.cuda_plan import CodegenError, KernelStep, lower_cuda
 from optgraph.codegen.in_place_outputs import in_place_candidates
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference
@@ -49,11 +49,12 @@ def test_plan_writes_rows_into_the_input_and_rejects_illegal_pairs() -> None:
     placed = lower_cuda(graph, merge_launches=False, in_place={"k": "k_cache"})
     assert placed.locations["k"] == placed.locations["k_cache"]
     assert plain.locations["k"].space == "arena"
-    # the in-place kernel launches one block row per new row, the copy variant covers the cache
+    # the write takes the in-place kernel (new rows only) and writes into the caller's array
     k_plain = next(s for s in plain.steps if isinstance(s, KernelStep) and s.node == "k")
     k_placed = next(s for s in placed.steps if isinstance(s, KernelStep) and s.node == "k")
     assert k_placed.kernel != k_plain.kernel
-    assert not any(isinstance(s, CopyStep) for s in placed.steps)
+    assert k_plain.args[0].space == "arena"
+    assert k_placed.args[0] == k_placed.args[1] == placed.locations["k_cache"]
     with pytest.raises(CodegenError, match="in place"):
         lower_cuda(graph, in_place={"v": "v_cache"})
 

@@ -263,11 +263,15 @@ def _grow(state: _State, root: int, max_ops: int) -> None:
 
 
 def _shares_row_norm(
-    graph: Graph, types: dict[str, TensorType], norm: Node, readers: Sequence[int]
+    graph: Graph,
+    types: dict[str, TensorType],
+    norm: Node,
+    readers: Sequence[int],
+    outputs: frozenset[str],
 ) -> bool:
     """`norm` normalizes one row, is no graph output, and every reader (two or more) is a
     one-row product on its stream and backend reading it as the row: each can recompute it."""
-    if norm.op not in NORM_OPS or len(readers) < 2 or norm.name in graph.output_names():
+    if norm.op not in NORM_OPS or len(readers) < 2 or norm.name in outputs:
         return False
     if types[norm.operands[0]].numel != reduction_cols(norm, types[norm.operands[0]]):
         return False
@@ -297,6 +301,7 @@ def recompute_row_norms(graph: Graph, max_k: int = 2048) -> tuple[Graph, dict[st
     types = graph.value_types()
     users = graph.users()
     taken = {n.name for n in graph.nodes} | set(types)
+    outputs = frozenset(graph.output_names())
     copies: dict[str, str] = {}
     out: list[Node] = []
     renamed: dict[int, Node] = {}
@@ -304,7 +309,7 @@ def recompute_row_norms(graph: Graph, max_k: int = 2048) -> tuple[Graph, dict[st
         readers = sorted(set(users.get(node.name, [])))
         if (
             node.is_event
-            or not _shares_row_norm(graph, types, node, readers)
+            or not _shares_row_norm(graph, types, node, readers, outputs)
             or types[node.name].shape[-1] > max_k
         ):
             out.append(renamed.pop(i, node))
