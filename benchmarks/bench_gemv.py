@@ -36,7 +36,7 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 from gemv_variants import Config, cluster_ok, filled, kernel_source, legacy
 
 from optgraph.codegen import cuda_fused
-from optgraph.codegen.cuda_source import PRELUDE
+from optgraph.codegen.cuda_prelude import PRELUDE
 from optgraph.ir.graph import Node, TensorType
 
 BIG = [(4096, 4096), (4096, 1024), (4096, 14336), (14336, 4096), (4096, 32000)]

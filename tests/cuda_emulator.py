@@ -35,8 +35,8 @@ from optgraph.codegen.cuda_plan import (
     KernelStep,
     Location,
 )
+from optgraph.codegen.cuda_prelude import PRELUDE
 from optgraph.codegen.cuda_source import (
-    PRELUDE,
     STORAGE,
     Kernel,
     Launch,

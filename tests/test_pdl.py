@@ -16,7 +16,8 @@ from fake_cupy import fake_cupy
 
 import optgraph as og
 from optgraph.codegen.cuda_plan import KernelStep, lower_cuda
-from optgraph.codegen.cuda_source import PDL_ENTRY, PRELUDE
+from optgraph.codegen.cuda_prelude import PRELUDE
+from optgraph.codegen.cuda_source import PDL_ENTRY
 from optgraph.passes.manager import run_pipeline
 from optgraph.runtime.cuda_pdl import pdl_steps
 from optgraph.runtime.reference import random_inputs, random_weights
