@@ -108,7 +108,8 @@ def gemv_kernel(
     warps = THREADS // 32
     lanes = THREADS // ct
     row_setup, row_value = row_prologue(params, types, prologue, anchor.operands[0], a_type, m)
-    if stage_row(anchor.operands[0] in index, dtype, m, rows):
+    staged = stage_row(anchor.operands[0] in index, dtype, m, rows)
+    if staged:
         row_value = load(dtype, f"og_xs[i * {rows}u + (kk - k0)]")
     body = [
         *row_setup,
@@ -117,7 +118,7 @@ def gemv_kernel(
         f"const unsigned int n0 = tile * {tile_cols}u + cg * {vec}u;",
         f"const unsigned int k0 = split * {rows}u;",
         f"const unsigned int k1 = min({k}u, k0 + {rows}u);",
-        *stage_row(anchor.operands[0] in index, dtype, m, rows),
+        *staged,
         f"float acc[{m}][{vec}];",
         f"#pragma unroll\nfor (int i = 0; i < {m}; ++i) {{",
         f"  #pragma unroll\n  for (int v = 0; v < {vec}; ++v) acc[i][v] = 0.0f;",

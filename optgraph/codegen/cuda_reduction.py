@@ -167,7 +167,7 @@ def _anchor_lines(anchor: Node, acc: str, finish: Sequence[str], row: _Row) -> l
     return lines + loop([f"const float a = ({x} - mu) / r * {w} + {b};", *finish])
 
 
-def _needed(prologue: Sequence[Node], value: str) -> set[str]:
+def needed_values(prologue: Sequence[Node], value: str) -> set[str]:
     """`value` and every value it is computed from inside the prologue."""
     by_name = {n.name: n for n in prologue}
     needed, stack = set(), [value]
@@ -204,7 +204,7 @@ def row_kernel(
     lines.append(f"__shared__ {acc} og_scratch[32];")
     for k, operand in enumerate(anchor.operands):
         env: dict[str, tuple[str, str]] = {}
-        needed = _needed(prologue, operand)
+        needed = needed_values(prologue, operand)
         body = ["const IDX xi = row * COLS + j;"]
         body += load_params(params, types, roles, needed, "xi", x_type.shape, env)
         body += emit_scalars([n for n in prologue if n.name in needed], env, "u")

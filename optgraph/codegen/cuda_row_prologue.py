@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from optgraph.codegen.cuda_elementwise import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_gemv_layout import THREADS
+from optgraph.codegen.cuda_reduction import needed_values
 from optgraph.codegen.cuda_source import STORAGE, f32_literal, load, store
 from optgraph.ir.attrs import float_attr
 from optgraph.ir.graph import DTYPE_BYTES, Node, TensorType
@@ -79,7 +80,7 @@ def row_prologue(
         ]
         return lambdas, "og_row(i, kk)"
     assert norm.type is not None
-    cone = _cone(norm.operands[0], prologue)
+    cone = needed_values(prologue, norm.operands[0])
     before = [n for n in prologue if n.name in cone]
     after = [n for n in prologue if n.name not in cone and n is not norm]
     eps = f32_literal(float_attr(attrs_with_defaults(norm), "eps"))
@@ -169,18 +170,3 @@ def stage_row(is_param: bool, dtype: str, m: int, rows: int) -> list[str]:
         "}",
         "__syncthreads();",
     ]
-
-
-def _cone(value: str, nodes: Sequence[Node]) -> set[str]:
-    """`value` and the names among `nodes` it is computed from."""
-    by_name = {n.name: n for n in nodes}
-    seen: set[str] = set()
-    stack = [value]
-    while stack:
-        name = stack.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        if name in by_name:
-            stack.extend(by_name[name].operands)
-    return seen
