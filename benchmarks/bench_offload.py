@@ -43,9 +43,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 from gen_llama import generate_llama
 
 import optgraph as og
+from optgraph.analysis.segments import device_memory, format_size
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
-from optgraph.passes.segments import device_memory, format_size
 from optgraph.runtime.reference import random_inputs
 from optgraph.runtime.reference_kernels import numpy_dtype
 

@@ -3,7 +3,7 @@
     python benchmarks/bench_stream_threshold.py [--iters 100] [--warmup 10] [--only NAMES]
         [--budget-s 200] [--json FILE]
 
-Part 1, launch figures (the constants of `passes/fork_cost.py`), from chains of `--chain` tiny
+Part 1, launch figures (the constants of `analysis/fork_cost.py`), from chains of `--chain` tiny
 kernels (`neg` of 256 floats) in one CUDA graph each, PDL on:
 
 - one stream: the time per kernel is the kernel latency (`kernel_latency`);

@@ -30,10 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import optgraph as og
+from optgraph.analysis.chain_cover import width
+from optgraph.analysis.schedule_estimate import data_predecessors, estimate_schedule
 from optgraph.passes.assign_streams import AssignStreamsPass, nimble_syncs
-from optgraph.passes.chain_cover import width
 from optgraph.passes.insert_sync import InsertSyncPass
-from optgraph.schedule_estimate import data_predecessors, estimate_schedule
 
 # (column, assign-streams options); max-streams is added from the command line.
 CONFIGS: tuple[tuple[str, dict[str, object]], ...] = (

@@ -36,6 +36,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from optgraph.analysis.schedule_estimate import chrome_trace, estimate_schedule
 from optgraph.artifacts import CompileResult, write_artifacts, write_atomic
 from optgraph.cli_run import RUNNERS, check_against_reference, load_values, output_table
 from optgraph.cli_run import cuda_usable as _cuda_usable
@@ -49,7 +50,6 @@ from optgraph.passes.base import Pass
 from optgraph.passes.check_races import find_races, race_diagnostics
 from optgraph.passes.manager import describe_passes, parse_pipeline, run_pipeline
 from optgraph.report import compute_report
-from optgraph.schedule_estimate import chrome_trace, estimate_schedule
 
 
 def _console(stderr: bool = False) -> Console:

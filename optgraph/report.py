@@ -22,13 +22,13 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 
+from optgraph.analysis.schedule_estimate import stream_figures
+from optgraph.analysis.segments import device_memory
 from optgraph.ir.graph import Graph, Node
 from optgraph.ir.layout import alias_roots
 from optgraph.passes.check_races import find_races
 from optgraph.passes.memory_bounds import memory_figures
-from optgraph.passes.segments import device_memory
 from optgraph.passes.split_backends import count_splits
-from optgraph.schedule_estimate import stream_figures
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from optgraph.analysis.fusion_rules import ELEMENTWISE, PRODUCT, REDUCTION, SIBLINGS, plan_body
 from optgraph.codegen.cuda_source import (
     COMPUTE,
     CodegenError,
@@ -40,7 +41,6 @@ from optgraph.codegen.cuda_source import (
 )
 from optgraph.ir.graph import FLOAT_DTYPES, Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
-from optgraph.passes.fusion_rules import ELEMENTWISE, PRODUCT, REDUCTION, SIBLINGS, plan_body
 
 UNARY_FLOAT: dict[str, str] = {
     "exp": "expf({0})",

@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
+from optgraph.analysis.fusion_rules import PRODUCT, plan_body
 from optgraph.codegen.cuda_elementwise import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_gemv_layout import BATCH, BOUNDS, THREADS, VECTOR, layout, product_loop
 from optgraph.codegen.cuda_row_prologue import row_prologue, stage_row
@@ -50,7 +51,6 @@ from optgraph.codegen.cuda_source import (
 )
 from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
-from optgraph.passes.fusion_rules import PRODUCT, plan_body
 
 GEMV_MAX_M = 1  # rows up to which the fused matrix-vector kernel replaces cuBLAS (0: never)
 

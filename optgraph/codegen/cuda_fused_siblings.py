@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
+from optgraph.analysis.fusion_rules import RegionPlan, Segment
 from optgraph.codegen.cuda_elementwise import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_gemv_layout import BOUNDS, THREADS, VECTOR, product_loop
 from optgraph.codegen.cuda_gemv_layout import layout as gemv_layout
@@ -42,7 +43,6 @@ from optgraph.codegen.cuda_source import (
     store,
 )
 from optgraph.ir.graph import Node, TensorType
-from optgraph.passes.fusion_rules import RegionPlan, Segment
 
 
 def siblings_launch(node: Node, types: Sequence[TensorType], plan: RegionPlan) -> Launch:

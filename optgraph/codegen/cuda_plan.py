@@ -31,6 +31,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
+from optgraph.analysis.segments import (
+    device_resident_weights,
+    host_read_weights,
+    host_values,
+    host_weight_layout,
+)
 from optgraph.codegen.cuda_matmul import Gemm
 from optgraph.codegen.cuda_source import (
     CodegenError,
@@ -43,12 +49,6 @@ from optgraph.codegen.cuda_source import (
 from optgraph.codegen.in_place_outputs import check_in_place
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
-from optgraph.passes.segments import (
-    device_resident_weights,
-    host_read_weights,
-    host_values,
-    host_weight_layout,
-)
 
 WEIGHT_ALIGNMENT = 256
 

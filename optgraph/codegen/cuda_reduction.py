@@ -21,6 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from optgraph.analysis.fusion_rules import RegionPlan, reduction_cols
 from optgraph.codegen.cuda_elementwise import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_source import (
     COMPUTE,
@@ -44,7 +45,6 @@ from optgraph.ir.attrs import float_attr, int_attr
 from optgraph.ir.graph import FLOAT_DTYPES, Node, TensorType
 from optgraph.ir.op_rules import reduced_axes
 from optgraph.ir.ops import attrs_with_defaults
-from optgraph.passes.fusion_rules import RegionPlan, reduction_cols
 
 OPS = frozenset({"sum", "mean", "max", "softmax", "rms_norm", "layer_norm"})
 PER_ROW = frozenset({"sum", "mean", "max"})

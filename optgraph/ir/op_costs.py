@@ -8,7 +8,7 @@ pays), not measurements.
 
 `estimate_seconds(cost, dtype, profile)` is the roofline: launch overhead plus the larger of the
 memory time and the compute time (`roofline_seconds`). Stream assignment's fork cost model
-(`passes/fork_cost.py`) uses the roofline with the profile's measured launch figures instead.
+(`analysis/fork_cost.py`) uses the roofline with the profile's measured launch figures instead.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Cost:
 @dataclass(frozen=True)
 class DeviceProfile:
     """Round public figures of a GPU for the roofline model, and measured launch figures for the
-    fork cost model of `assign-streams` (see `passes/fork_cost.py` and docs/benchmarks.md)."""
+    fork cost model of `assign-streams` (see `analysis/fork_cost.py` and docs/benchmarks.md)."""
 
     name: str
     memory_bandwidth: float  # bytes / s

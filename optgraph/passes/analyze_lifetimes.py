@@ -32,8 +32,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from optgraph.analysis.happens_before import HappensBefore
 from optgraph.ir.graph import EVENT_OPS, Graph
-from optgraph.ir.happens_before import HappensBefore
 from optgraph.ir.layout import alias_roots
 from optgraph.passes.base import Pass
 

@@ -47,23 +47,23 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from optgraph.ir.graph import Graph
-from optgraph.passes.base import Pass
-from optgraph.passes.chain_cover import PathCover, path_cover
-from optgraph.passes.fork_cost import (
+from optgraph.analysis.chain_cover import PathCover, path_cover
+from optgraph.analysis.fork_cost import (
     ForkModel,
     Groups,
     kernel_times,
     prune_by_cost,
     prune_by_threshold,
 )
-from optgraph.schedule_estimate import (
+from optgraph.analysis.schedule_estimate import (
     asap,
     data_predecessors,
     list_schedule,
     node_seconds,
     profile_named,
 )
+from optgraph.ir.graph import Graph
+from optgraph.passes.base import Pass
 
 POLICIES = ("chains", "fanout", "single")
 

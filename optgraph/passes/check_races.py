@@ -34,9 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from optgraph.analysis.happens_before import HappensBefore
 from optgraph.errors import Diagnostic, Span, VerifyError
 from optgraph.ir.graph import Graph
-from optgraph.ir.happens_before import HappensBefore
 from optgraph.ir.layout import alias_roots
 from optgraph.ir.ops import get_op
 from optgraph.passes.base import Pass

@@ -54,7 +54,7 @@ def _memory_planned(graph: Graph) -> bool:
 
 def _synced(graph: Graph) -> bool:
     # Imported here: happens-before depends on the IR only, facts are loaded by every pass.
-    from optgraph.ir.happens_before import HappensBefore
+    from optgraph.analysis.happens_before import HappensBefore
 
     hb = HappensBefore(graph)
     return not hb.unordered_data_edges()

@@ -58,18 +58,18 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node, Region, TensorType
-from optgraph.ir.happens_before import HappensBefore
-from optgraph.ir.layout import alias_roots
-from optgraph.passes.base import Pass
-from optgraph.passes.fusion_rules import (
+from optgraph.analysis.fusion_rules import (
     PRODUCT,
     is_anchor,
     is_elementwise,
     one_row_product,
     plan_region,
 )
-from optgraph.passes.row_norm_copies import recompute_row_norms, restore_names
+from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.row_norm_copies import recompute_row_norms, restore_names
+from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node, Region, TensorType
+from optgraph.ir.layout import alias_roots
+from optgraph.passes.base import Pass
 
 
 @dataclass

@@ -33,9 +33,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from optgraph.analysis.fusion_rules import PRODUCT, one_row_product, plan_body
 from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node, Region, TensorType
 from optgraph.passes.base import Pass
-from optgraph.passes.fusion_rules import PRODUCT, one_row_product, plan_body
 
 
 @dataclass(frozen=True)

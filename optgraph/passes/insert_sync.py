@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from optgraph.analysis.schedule_estimate import data_predecessors
 from optgraph.ir.graph import Annotations, Graph, Node
 from optgraph.passes.base import Pass
-from optgraph.schedule_estimate import data_predecessors
 
 
 def _event_names(graph: Graph) -> Iterator[str]:

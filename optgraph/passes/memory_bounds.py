@@ -26,8 +26,8 @@ import math
 import networkx as nx
 import numpy as np
 
+from optgraph.analysis.happens_before import HappensBefore
 from optgraph.ir.graph import Graph
-from optgraph.ir.happens_before import HappensBefore
 from optgraph.passes.analyze_lifetimes import Lifetime, compute_lifetimes
 from optgraph.passes.plan_memory import align_up, plan
 

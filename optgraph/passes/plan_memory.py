@@ -29,8 +29,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from optgraph.analysis.arena_packing import NEVER, Slot, placements
+from optgraph.analysis.happens_before import HappensBefore
 from optgraph.ir.graph import Graph, TensorType
-from optgraph.ir.happens_before import HappensBefore
 from optgraph.ir.layout import alias_roots
 from optgraph.ir.ops import get_op
 from optgraph.passes.analyze_lifetimes import (
@@ -39,7 +40,6 @@ from optgraph.passes.analyze_lifetimes import (
     compute_lifetimes,
     gc_paused,
 )
-from optgraph.passes.arena_packing import NEVER, Slot, placements
 from optgraph.passes.base import Pass
 
 ALGOS: tuple[str, ...] = ("best", "size", "lifetime", "issue", "none")

@@ -48,12 +48,8 @@ import re
 import warnings
 from dataclasses import dataclass, replace
 
-from optgraph.errors import OptGraphError
-from optgraph.ir.graph import Annotations, Graph, Node
-from optgraph.ir.happens_before import HappensBefore
-from optgraph.passes.analyze_lifetimes import annotate_lifetimes, compute_lifetimes
-from optgraph.passes.base import Pass
-from optgraph.passes.segments import (
+from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.segments import (
     BUFFER_ROUNDING,
     Layout,
     Segment,
@@ -66,6 +62,10 @@ from optgraph.passes.segments import (
     parse_size,
     weight_accesses,
 )
+from optgraph.errors import OptGraphError
+from optgraph.ir.graph import Annotations, Graph, Node
+from optgraph.passes.analyze_lifetimes import annotate_lifetimes, compute_lifetimes
+from optgraph.passes.base import Pass
 
 EVENT_PREFIX = "pf"  # events made by this pass are named ^pf<N>.ready / ^pf<N>.free.<stream>
 _EVENT_RE = re.compile(rf"^{EVENT_PREFIX}[0-9]+\.(ready|free\.[0-9]+)[0-9]*$")

@@ -37,11 +37,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
+from optgraph.analysis.segments import host_weight_layout
 from optgraph.codegen.cuda_plan import storage
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph, Node, Region, TensorType
 from optgraph.ir.ops import infer_type
-from optgraph.passes.segments import host_weight_layout
 
 Handle = TypeVar("Handle")
 

@@ -10,17 +10,12 @@ Needs CuPy and a GPU: marked `gpu`, skipped elsewhere.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from op_cases import PRODUCT_PROLOGUES, SIBLINGS_DECODE
-from random_graphs import random_dag_graphs
 
 import optgraph as og
 from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Input, Node, Output
@@ -32,6 +27,8 @@ from optgraph.runtime.reference import (
     random_weights,
     run_reference,
 )
+from tests.support.op_cases import PRODUCT_PROLOGUES, SIBLINGS_DECODE
+from tests.support.random_graphs import random_dag_graphs
 
 cupy = pytest.importorskip("cupy")
 try:
@@ -43,7 +40,7 @@ pytestmark = [
     pytest.mark.skipif(_GPUS == 0, reason="needs a CUDA GPU"),
 ]
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.ir"))
 FIXTURES = sorted((ROOT / "tests" / "fixtures" / "fuse").glob("*.ir")) + sorted(
     (ROOT / "tests" / "fixtures" / "fuse-siblings").glob("*.ir")

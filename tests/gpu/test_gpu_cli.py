@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpu_support import require_gpu
+
+from tests.support.gpu_support import require_gpu
 
 pytestmark = pytest.mark.gpu
 require_gpu()

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpu_support import assert_close, reference, require_gpu, same_bits
 
 import optgraph as og
 from optgraph.passes.manager import run_pipeline
+from tests.support.gpu_support import assert_close, reference, require_gpu, same_bits
 
 pytestmark = pytest.mark.gpu
 require_gpu()

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gpu_support import assert_close, reference, require_gpu
 
 import optgraph as og
 from optgraph.codegen.cuda_plan import CopyStep, GemmStep, KernelStep
@@ -18,6 +17,7 @@ from optgraph.ir.graph import TensorType
 from optgraph.passes.manager import run_pipeline
 from optgraph.runtime.cuda_graph_cache import count_dot_nodes, retype_graph
 from optgraph.runtime.reference import run_reference
+from tests.support.gpu_support import assert_close, reference, require_gpu
 
 pytestmark = pytest.mark.gpu
 cupy = require_gpu()

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gpu_support import require_gpu
 
 import optgraph as og
 from optgraph.codegen.in_place_outputs import in_place_candidates
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference
 from optgraph.runtime.reference_kernels import numpy_dtype
+from tests.support.gpu_support import require_gpu
 
 pytestmark = pytest.mark.gpu
 require_gpu()

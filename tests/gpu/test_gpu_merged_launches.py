@@ -13,14 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gpu_support import reference, require_gpu, same_bits
-from op_cases import SPLIT_K
 
 import optgraph as og
 from optgraph.codegen.cuda_plan import KernelStep
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
 from optgraph.runtime.reference import nmse
 from optgraph.runtime.reference_kernels import ir_dtype
+from tests.support.gpu_support import reference, require_gpu, same_bits
+from tests.support.op_cases import SPLIT_K
 
 pytestmark = pytest.mark.gpu
 require_gpu()

@@ -9,11 +9,11 @@ also covers the runtime's unplanned fallback (one buffer per value).
 from __future__ import annotations
 
 import pytest
-from gpu_support import assert_close, reference, require_gpu, same_bits
-from op_cases import CASES, case_graph_text, params
 
 import optgraph as og
 from optgraph.ir.ops import op_names
+from tests.support.gpu_support import assert_close, reference, require_gpu, same_bits
+from tests.support.op_cases import CASES, case_graph_text, params
 
 pytestmark = pytest.mark.gpu
 require_gpu()

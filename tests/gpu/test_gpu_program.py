@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gpu_support import assert_close, require_gpu
 
 import optgraph as og
 from optgraph.runtime.reference import random_inputs, run_reference
+from tests.support.gpu_support import assert_close, require_gpu
 
 pytestmark = pytest.mark.gpu
 require_gpu()

@@ -10,14 +10,14 @@ import warnings
 
 import numpy as np
 import pytest
-from gpu_support import require_gpu
-from offload_models import llama
 
+from optgraph.analysis.segments import device_memory
 from optgraph.codegen.cuda_plan import lower_cuda
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
-from optgraph.passes.segments import device_memory
 from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from tests.support.gpu_support import require_gpu
+from tests.support.offload_models import llama
 
 pytestmark = pytest.mark.gpu
 cupy = require_gpu()

@@ -1,0 +1,102 @@
+"""Copies of a norm shared by one-row products, one per product: `fuse{row-prologues}`'s first step.
+
+A decode step normalizes one row and reads it from several one-row products (q/k/v; gate/up).
+`recompute_row_norms` gives each product its own copy of the norm, which `fuse` then absorbs as
+the product's prologue (the matrix-vector kernel computes the norm while reading its row), so
+the norm is no kernel of its own:
+
+    before: %n = rms_norm(%h, %g)   %q = matmul(%n, %wq)   %k = matmul(%n, %wk)
+    after:  %n.0 = rms_norm(%h, %g)  %q = matmul(%n.0, %wq)  %n.1 = rms_norm(%h, %g)  %k = ...
+
+Inside a fused region each copy takes its original's name back (`restore_names`: a body is a
+scope of its own). Complexity O(V + E).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from optgraph.analysis.fusion_rules import NORM_OPS, plan_region, reduction_cols
+from optgraph.ir.graph import Graph, Node, Region, TensorType
+
+
+def _shares_row_norm(
+    graph: Graph,
+    types: dict[str, TensorType],
+    norm: Node,
+    readers: Sequence[int],
+    outputs: frozenset[str],
+) -> bool:
+    """`norm` normalizes one row, is no graph output, and every reader (two or more) is a
+    one-row product on its stream and backend reading it as the row: each can recompute it."""
+    if norm.op not in NORM_OPS or len(readers) < 2 or norm.name in outputs:
+        return False
+    if types[norm.operands[0]].numel != reduction_cols(norm, types[norm.operands[0]]):
+        return False
+    for r in readers:
+        reader = graph.nodes[r]
+        if reader.op != "matmul" or reader.operands[0] != norm.name:
+            return False
+        if norm.name in reader.operands[1:] or (reader.ann.stream, reader.ann.backend) != (
+            norm.ann.stream,
+            norm.ann.backend,
+        ):
+            return False
+        plan, _ = plan_region([norm, reader], types)
+        if plan is None:
+            return False
+    return True
+
+
+def recompute_row_norms(graph: Graph, max_k: int = 2048) -> tuple[Graph, dict[str, str]]:
+    """Give each one-row product reading a shared row norm its own copy of the norm.
+
+    A decode step normalizes one row and feeds it to several products (q/k/v; gate/up): stored,
+    the norm is a kernel of its own; copied, each product computes it while reading its row
+    (the row is K elements, its statistics cost the product a block reduction). Returns the
+    graph and {copy name: original name}. O(V + E).
+    """
+    types = graph.value_types()
+    users = graph.users()
+    taken = {n.name for n in graph.nodes} | set(types)
+    outputs = frozenset(graph.output_names())
+    copies: dict[str, str] = {}
+    out: list[Node] = []
+    renamed: dict[int, Node] = {}
+    for i, node in enumerate(graph.nodes):
+        readers = sorted(set(users.get(node.name, [])))
+        if (
+            node.is_event
+            or not _shares_row_norm(graph, types, node, readers, outputs)
+            or types[node.name].shape[-1] > max_k
+        ):
+            out.append(renamed.pop(i, node))
+            continue
+        for k, r in enumerate(readers):
+            name, n = f"{node.name}.{k}", k
+            while name in taken:
+                n += 1
+                name = f"{node.name}.{n}"
+            taken.add(name)
+            copies[name] = node.name
+            out.append(replace(node, name=name))
+            reader = renamed.get(r, graph.nodes[r])
+            renamed[r] = replace(reader, operands=(name, *reader.operands[1:]))
+    return (graph.with_nodes(out), copies) if copies else (graph, {})
+
+
+def restore_names(node: Node, copies: dict[str, str]) -> Node:
+    """Inside a region, a norm copy takes back its original's name (bodies are scopes)."""
+    if node.body is None or not any(n.name in copies for n in node.body.nodes):
+        return node
+    body = node.body
+    rename = {n.name: copies[n.name] for n in body.nodes if n.name in copies}
+    rename = {k: v for k, v in rename.items() if v not in {n.name for n in body.nodes}}
+    nodes = tuple(
+        replace(
+            n, name=rename.get(n.name, n.name), operands=tuple(rename.get(o, o) for o in n.operands)
+        )
+        for n in body.nodes
+    )
+    return replace(node, body=Region(body.params, nodes, rename.get(body.result, body.result)))

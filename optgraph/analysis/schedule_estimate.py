@@ -1,0 +1,239 @@
+"""The estimated schedule of a scheduled graph, from the op table's cost model.
+
+Each node gets a duration from `ops.cost` and the roofline `estimate_seconds` of a device profile
+(H100 or H200); aliasing views and events take no time. The host walks the nodes in issue order:
+
+- a compute node on stream s starts when s is free, its data producers have finished (so an
+  unsynchronized graph is never estimated faster than it can run); it occupies s until it ends;
+- `record ^e` on s notes when s reaches it; `wait ^e` on s makes s idle until then, plus one
+  launch overhead of the profile: the latency of a cross-stream dependency, so a fork and a join
+  cost about two launches and a branch shorter than that gains nothing (assign-streams' fork
+  cost model, `analysis/fork_cost.py`, weighs the same trade with measured latencies).
+
+The host stream of split-backends is a stream like the others (its waits are its synchronization
+with the GPU), so CPU nodes are estimated with the same cost model.
+
+The critical path is the end of the last node (the longest path through data, stream order and
+events), but never less than the device floor: all bytes at full memory bandwidth and all flops at
+peak, since concurrent kernels share one memory system (a memory-bound decode step gains only the
+launch overhead it hides). The estimated speedup is the one-stream time (sum of durations) over
+it. `chrome_trace`
+turns the schedule into a Chrome/Perfetto trace, one track per stream, events as flow arrows.
+Launch overhead is counted per kernel on its own stream, which is optimistic for many streams.
+
+Complexity O(V + E) after the per-node cost estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from optgraph.ir import ops
+from optgraph.ir.graph import Graph
+from optgraph.ir.layout import is_alias
+from optgraph.ir.ops import DEVICE_PROFILES, DeviceProfile
+
+DEFAULT_DEVICE = "h100"
+
+
+def profile_named(name: str) -> DeviceProfile:
+    """The device profile called `name`, case-insensitive (`h100`, `H200`)."""
+    for key, profile in DEVICE_PROFILES.items():
+        if key.lower() == name.lower():
+            return profile
+    known = ", ".join(k.lower() for k in DEVICE_PROFILES)
+    raise ValueError(f"unknown device '{name}' (known: {known})")
+
+
+def data_predecessors(graph: Graph) -> list[list[int]]:
+    """For each node index, the distinct indices of the nodes producing its operands."""
+    producers = graph.producers()
+    preds: list[list[int]] = []
+    for node in graph.nodes:
+        mine: list[int] = []
+        for o in node.operands:
+            p = producers.get(o)
+            if p is not None and p not in mine:
+                mine.append(p)
+        preds.append(mine)
+    return preds
+
+
+def node_costs(graph: Graph) -> list[ops.Cost | None]:
+    """Bytes and flops of every node; None for events and aliasing views (no kernel)."""
+    types = graph.value_types()
+    out: list[ops.Cost | None] = []
+    for node in graph.nodes:
+        if node.is_event or node.type is None:
+            out.append(None)
+            continue
+        operand_types = [types[o] for o in node.operands if o in types]
+        if node.operands and is_alias(node, operand_types[0]):
+            out.append(None)
+            continue
+        out.append(ops.cost(node, operand_types, node.type))
+    return out
+
+
+def node_seconds(graph: Graph, profile: DeviceProfile) -> list[float]:
+    """Estimated run time of every node; events and aliasing views take none."""
+    return [
+        0.0 if cost is None else ops.estimate_seconds(cost, node.type.dtype, profile)  # type: ignore[union-attr]
+        for node, cost in zip(graph.nodes, node_costs(graph))
+    ]
+
+
+def device_floor(graph: Graph, profile: DeviceProfile) -> float:
+    """Seconds the whole graph needs at least on one device, however many streams run: all bytes
+    at full memory bandwidth, all flops at peak (concurrent kernels share both)."""
+    moved, compute = 0.0, 0.0
+    for node, cost in zip(graph.nodes, node_costs(graph)):
+        if cost is None or node.type is None:
+            continue
+        f16 = node.type.dtype in ("f16", "bf16")
+        moved += cost.bytes / profile.memory_bandwidth
+        compute += cost.flops / (profile.peak_flops_f16 if f16 else profile.peak_flops_f32)
+    return max(moved, compute)
+
+
+def asap(preds: Sequence[Sequence[int]], seconds: Sequence[float]) -> list[float]:
+    """Earliest start of every node with unlimited streams (data edges only). O(V + E)."""
+    start = [0.0] * len(preds)
+    finish = [0.0] * len(preds)
+    for v, ps in enumerate(preds):
+        s = max((finish[p] for p in ps), default=0.0)
+        start[v] = s
+        finish[v] = s + seconds[v]
+    return start
+
+
+@dataclass(frozen=True)
+class ScheduleEstimate:
+    """Per-node start and end (seconds) of the estimated schedule; events get their time too."""
+
+    start: list[float]
+    end: list[float]
+    serial_s: float
+    floor_s: float = 0.0  # `device_floor`: the shared memory system and compute units
+
+    @property
+    def critical_path_s(self) -> float:
+        """The list schedule's end, but never below the device floor."""
+        return max(max(self.end, default=0.0), self.floor_s)
+
+    @property
+    def critical_path_us(self) -> float:
+        return self.critical_path_s * 1e6
+
+    @property
+    def speedup(self) -> float:
+        """One-stream time over the estimated critical path (1.0 for an empty graph)."""
+        cp = self.critical_path_s
+        return self.serial_s / cp if cp > 0 else 1.0
+
+
+def estimate_schedule(
+    graph: Graph,
+    profile: DeviceProfile | str = DEFAULT_DEVICE,
+    seconds: Sequence[float] | None = None,
+) -> ScheduleEstimate:
+    """List-schedule `graph` in issue order on its streams (see the module docstring)."""
+    if isinstance(profile, str):
+        profile = profile_named(profile)
+    durations = list(seconds) if seconds is not None else node_seconds(graph, profile)
+    preds = data_predecessors(graph)
+    free: dict[int, float] = {}
+    recorded: dict[str, float] = {}
+    start = [0.0] * len(graph.nodes)
+    end = [0.0] * len(graph.nodes)
+    for i, node in enumerate(graph.nodes):
+        s = node.stream
+        at = free.get(s, 0.0)
+        if node.op == "record":
+            recorded[node.name] = at
+            start[i] = end[i] = at
+            continue
+        if node.op == "wait":
+            if node.name in recorded:
+                at = max(at, recorded[node.name] + profile.launch_overhead)
+            free[s] = start[i] = end[i] = at
+            continue
+        at = max([at] + [end[p] for p in preds[i]])
+        start[i], end[i] = at, at + durations[i]
+        free[s] = end[i]
+    return ScheduleEstimate(start, end, sum(durations), device_floor(graph, profile))
+
+
+def chrome_trace(graph: Graph, estimate: ScheduleEstimate) -> dict[str, Any]:
+    """A Chrome/Perfetto trace (`chrome://tracing`, ui.perfetto.dev): one track per stream."""
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": f"optgraph {graph.name}"}}
+    ]
+    for s in sorted({n.stream for n in graph.nodes} | {0}):
+        events.append(
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": s, "args": {"name": f"stream {s}"}}
+        )
+    flow_ids: dict[str, int] = {}
+    for i, node in enumerate(graph.nodes):
+        ts = estimate.start[i] * 1e6
+        base = {"pid": 1, "tid": node.stream, "ts": ts}
+        if node.is_event:
+            events.append({**base, "ph": "i", "s": "t", "name": f"{node.op} ^{node.name}"})
+            flow = flow_ids.setdefault(node.name, len(flow_ids))
+            phase = {"ph": "s"} if node.op == "record" else {"ph": "f", "bp": "e"}
+            events.append({**base, **phase, "id": flow, "name": f"^{node.name}", "cat": "event"})
+            continue
+        events.append(
+            {
+                **base,
+                "ph": "X",
+                "name": f"%{node.name}",
+                "cat": node.op,
+                "dur": (estimate.end[i] - estimate.start[i]) * 1e6,
+                "args": {"op": node.op, "type": str(node.type), "stream": node.stream},
+            }
+        )
+    return {"traceEvents": events, "displayTimeUnit": "ns"}
+
+
+def list_schedule(
+    preds: Sequence[Sequence[int]],
+    seconds: Sequence[float],
+    streams: Sequence[int],
+    latency: float = 0.0,
+) -> list[float]:
+    """Start times when nodes run in index order on their streams, after their producers (plus
+    `latency` for a producer on another stream). O(V + E)."""
+    free: dict[int, float] = {}
+    start = [0.0] * len(preds)
+    finish = [0.0] * len(preds)
+    for v, ps in enumerate(preds):
+        s = streams[v]
+        at = max(
+            [free.get(s, 0.0)] + [finish[p] + (latency if streams[p] != s else 0.0) for p in ps]
+        )
+        start[v], finish[v] = at, at + seconds[v]
+        free[s] = finish[v]
+    return start
+
+
+@dataclass(frozen=True)
+class StreamFigures:
+    """The concurrency figures of the compile report."""
+
+    width: int  # maximum antichain of the data DAG: the most ops that may run at once
+    critical_path_us: float
+    estimated_speedup: float
+
+
+def stream_figures(graph: Graph, profile: DeviceProfile | str = DEFAULT_DEVICE) -> StreamFigures:
+    """Width, estimated critical path and speedup over one stream. O((V + E)·C) for the width."""
+    from optgraph.analysis.chain_cover import width
+
+    plain = graph.with_nodes(n for n in graph.nodes if not n.is_event)
+    estimate = estimate_schedule(graph, profile)
+    return StreamFigures(
+        width(data_predecessors(plain)), estimate.critical_path_us, estimate.speedup
+    )

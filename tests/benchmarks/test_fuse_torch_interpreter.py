@@ -1,0 +1,46 @@
+"""The PyTorch baseline interpreter (benchmarks/torch_interpreter.py) against the reference.
+
+Skipped where PyTorch is not installed (CI); runs on the CPU, and on CUDA where there is a GPU.
+Every example, fused and unfused, must match the NumPy reference interpreter.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from torch_interpreter import TorchModel, to_numpy
+
+import optgraph as og
+from optgraph.passes.fuse import FusePass
+from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+
+EXAMPLES = sorted((ROOT / "examples").glob("*.ir"))
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fused", [False, True], ids=["unfused", "fused"])
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_examples_match_reference(path: Path, fused: bool, device: str) -> None:
+    graph = og.parse_file(str(path))
+    inputs, weights = random_inputs(graph, 2), random_weights(graph, 2)
+    expected = run_reference(graph, inputs, weights)
+    run_graph = FusePass().run(graph) if fused else graph
+    model = TorchModel(run_graph, device=device)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    with torch.no_grad():
+        actual = to_numpy(model(model.tensors(inputs, weights)))
+    # Different summation orders (and f32 transcendental libraries): a loose but meaningful bound.
+    for name, value in expected.items():
+        np.testing.assert_allclose(
+            actual[name].astype(np.float64), value.astype(np.float64), rtol=2e-3, atol=2e-3
+        )

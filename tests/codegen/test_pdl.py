@@ -1,0 +1,177 @@
+"""Programmatic Dependent Launch on the CPU: every generated kernel begins with the guarded
+`griddepcontrol` entry, and the runtime launches a kernel that follows another on its stream
+through `cuLaunchKernelEx` with the programmatic attribute (a fake driver here) only where
+asked for and on sm_90+; otherwise the CuPy launch path runs."""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import optgraph as og
+from optgraph.codegen.cuda_plan import KernelStep, lower_cuda
+from optgraph.codegen.cuda_prelude import PRELUDE
+from optgraph.codegen.cuda_source import PDL_ENTRY
+from optgraph.passes.manager import run_pipeline
+from optgraph.runtime.cuda_pdl import pdl_steps
+from optgraph.runtime.reference import random_inputs, random_weights
+from tests.support.fake_cupy import fake_cupy
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = sorted((ROOT / "codegen_checks").glob("*.ir"))
+EXAMPLES = ROOT.parent / "examples"
+KERNEL_HEAD = re.compile(
+    r'extern "C" __global__ void (?:__launch_bounds__\(\d+, \d+\) )?(\w+)\([^)]*\) \{\n'
+)
+
+
+def test_prelude_guards_the_griddepcontrol_instructions() -> None:
+    for instr in ("griddepcontrol.wait;", "griddepcontrol.launch_dependents;"):
+        at = PRELUDE.index(instr)
+        guard = PRELUDE.rindex("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900", 0, at)
+        assert "#endif" not in PRELUDE[guard:at]
+    assert PDL_ENTRY.index("og_grid_dependency_wait") < PDL_ENTRY.index("launch_dependents")
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
+def test_every_kernel_begins_with_the_dependency_wait(path: Path) -> None:
+    text = path.read_text()
+    run = re.search(r"^# RUN: (.*)$", text, re.MULTILINE)
+    graph = og.parse(text, str(path))
+    if run and run.group(1).strip() != "none":
+        graph = run_pipeline(graph, run.group(1).strip())
+    _assert_wait_first(lower_cuda(graph).source())
+
+
+def _assert_wait_first(source: str) -> None:
+    """Every kernel's first statements are the PDL entry, or L2 prefetch hints and then the PDL
+    entry (`Kernel.early`: no load whose value is used, no store, no atomic before the wait)."""
+    heads = list(KERNEL_HEAD.finditer(source))
+    assert len(heads) == source.count("__global__")  # every kernel (cuBLAS-only plans: none)
+    for head in heads:
+        entry = source.index(PDL_ENTRY, head.end())
+        early = source[head.end() : entry]
+        assert "}\n}" not in early, head.group(1)  # the entry is in this kernel's own body
+        for banned in ("[", "*(", "og_load", "__ld", "atomic", "og_arrive"):
+            assert banned not in early, (head.group(1), banned)
+        assert not early.strip() or "_prefetch_l2(" in early or "_early(" in early, head.group(1)
+    for function in re.finditer(r"void (\w+_early)\([^)]*\) \{\n(.*?)\n\}\n", source, re.DOTALL):
+        assert "[" not in function.group(2) and "og_prefetch_l2(" in function.group(2)
+
+
+def test_decode_kernels_wait_first_and_products_prefetch_before_waiting(monkeypatch) -> None:
+    """The one-row products of a decode step (alone and merged) prefetch weight rows into L2
+    before their dependency wait; nothing else happens before it."""
+    sys.path.insert(0, str(EXAMPLES))
+    from gen_llama import generate_llama
+
+    from optgraph.codegen import cuda_fused
+
+    graph = og.parse(generate_llama(layers=1, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=64))
+    scheduled = run_pipeline(graph, "default")
+    assert "og_prefetch_l2(in" not in lower_cuda(scheduled).source()  # off by default
+    monkeypatch.setattr(cuda_fused, "PREFETCH", True)
+    source = lower_cuda(scheduled).source()
+    _assert_wait_first(source)
+    assert source.count("og_prefetch_l2(in") >= 1 and "_early(" in source
+
+
+def test_pdl_steps_only_follow_a_kernel_on_the_same_stream() -> None:
+    def k(stream: int) -> KernelStep:
+        return KernelStep("n", stream, "og_k", (1, 1, 1), (32, 1, 1), 0, ())
+
+    other = types.SimpleNamespace(stream=0)  # a copy, GEMM, host function or event
+    steps = [k(0), k(0), k(1), k(1), other, k(0), k(0), k(1)]
+    assert pdl_steps(steps) == {1, 3, 6, 7}
+
+
+# -- the runtime, with a fake driver ----------------------------------------------------------
+
+PIPELINE = "verify,dce,cse,assign-streams{max-streams=1},insert-sync,analyze-lifetimes,plan-memory"
+
+
+class _Function:
+    def __init__(self, launch: Any, ptr: int):
+        self.launch, self.ptr = launch, ptr
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self.launch(*args, **kwargs)
+
+
+def _install_driver(monkeypatch: pytest.MonkeyPatch, fake: Any, cc: str) -> list[str]:
+    """A fake `cuda.bindings.driver`, a device of compute capability `cc`, and kernels with a
+    CUfunction pointer; returns the names launched through `cuLaunchKernelEx`."""
+    import ctypes
+
+    cupy = sys.modules["cupy"]
+    names: dict[int, str] = {}
+    programmatic: list[str] = []
+
+    class RawModule:
+        def __init__(self, code: str, options: tuple[str, ...] = ()):
+            self.code = code
+
+        def get_function(self, name: str) -> Any:
+            ptr = 0x1000 + len(names)
+            names[ptr] = name
+            return types.SimpleNamespace(kernel=_Function(fake.kernel(name), ptr))
+
+    class Attribute:
+        def __init__(self) -> None:
+            self.id = None
+            self.value = types.SimpleNamespace(programmaticStreamSerializationAllowed=0)
+
+    def launch_ex(cfg: Any, f: int, params: int, extra: int) -> tuple[int]:
+        assert cfg.numAttrs == 1 and cfg.attrs[0].value.programmaticStreamSerializationAllowed
+        first = ctypes.c_void_p.from_address(ctypes.c_void_p.from_address(params).value or 0)
+        assert first.value, "the first argument (the output pointer) is not null"
+        name = names[f]
+        programmatic.append(name)
+        fake.issue(f"KERNEL {name}", lambda: fake.launches.append(name))
+        return (0,)
+
+    driver = types.ModuleType("cuda.bindings.driver")
+    driver.CUlaunchAttribute = Attribute  # type: ignore[attr-defined]
+    driver.CUlaunchAttributeID = types.SimpleNamespace(  # type: ignore[attr-defined]
+        CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION=6
+    )
+    driver.CUlaunchConfig = types.SimpleNamespace  # type: ignore[attr-defined]
+    driver.CUstream = int  # type: ignore[attr-defined]
+    driver.CUfunction = int  # type: ignore[attr-defined]
+    driver.CUresult = types.SimpleNamespace(CUDA_SUCCESS=0)  # type: ignore[attr-defined]
+    driver.cuLaunchKernelEx = launch_ex  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", driver)
+    monkeypatch.setattr(sys.modules["cuda.bindings"], "driver", driver, raising=False)
+    monkeypatch.setattr(cupy, "RawModule", RawModule)
+    device = types.SimpleNamespace(compute_capability=cc)
+    monkeypatch.setattr(cupy.cuda, "Device", lambda: device, raising=False)
+    return programmatic
+
+
+@pytest.mark.parametrize(("cc", "pdl"), [("90", True), ("90", False), ("80", True)])
+def test_runtime_launches_programmatically_only_on_sm90_when_asked(monkeypatch, cc, pdl) -> None:
+    with fake_cupy(monkeypatch) as fake:
+        from optgraph.runtime.cuda import CudaProgram
+
+        programmatic = _install_driver(monkeypatch, fake, cc)
+        graph = run_pipeline(og.parse_file(EXAMPLES / "mlp.ir"), PIPELINE)
+        program = CudaProgram(graph, weights=random_weights(graph), pdl=pdl)
+        inputs = random_inputs(graph)
+        program.run(inputs)
+        program.run(inputs)  # captured
+        program.run(inputs)  # replayed
+        steps = program.plan().steps
+        expected = [steps[i].kernel for i in sorted(pdl_steps(steps))]  # type: ignore[attr-defined]
+        kernels = [s.kernel for s in steps if isinstance(s, KernelStep)]
+        assert len(fake.launches) == 3 * len(kernels)  # every kernel ran on every run
+        if cc == "90" and pdl:
+            assert expected, "the example has no kernel after a kernel"
+            assert programmatic == expected * 2  # the eager run and the capture; replays reuse
+        else:
+            assert programmatic == []
+        program.close()

@@ -1,0 +1,244 @@
+"""Hypothesis strategies for random, verified graphs (shared by property tests of every pass).
+
+    from tests.support.random_graphs import random_dag_graphs
+
+    @given(random_dag_graphs(max_nodes=12, annotations=True))
+    def test_something(graph): ...
+
+`random_dag_graphs()` builds a DAG in issue order from elementwise (unary, binary with
+broadcasting), reduction, softmax, matmul (against a weight or another value) and view ops
+(reshape, transpose, slice), with several inputs, weights and outputs, duplicated nodes (for cse),
+dead nodes (for dce), and optionally `record`/`wait` pairs and random annotations. Every result
+type comes from the op table (`optgraph.ir.ops.infer_type`), and the graph is verified before it
+is returned, so a generator bug fails loudly instead of producing invalid graphs.
+
+All values are f32 with small dimensions, so the reference interpreter runs them in microseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+from hypothesis import strategies as st
+
+from optgraph.ir.graph import Annotations, AttrValue, Graph, Input, Node, Output, TensorType, Weight
+from optgraph.ir.ops import infer_type
+from optgraph.ir.verify import verify
+
+UNARY_OPS = ("neg", "abs", "exp", "tanh", "sigmoid", "relu", "silu", "gelu", "scale")
+BINARY_OPS = ("add", "sub", "mul", "maximum", "minimum")
+REDUCTION_OPS = ("sum", "mean", "max")
+KINDS = ("unary", "binary", "reduce", "softmax", "matmul", "reshape", "transpose", "slice", "dup")
+
+Draw = Callable[[st.SearchStrategy], object]
+
+dims = st.integers(min_value=1, max_value=4)
+shapes = st.lists(dims, min_size=1, max_size=3).map(tuple)
+
+
+class _Builder:
+    def __init__(self, draw: Draw):
+        self.draw = draw
+        self.types: dict[str, TensorType] = {}
+        self.inputs: list[Input] = []
+        self.weights: list[Weight] = []
+        self.nodes: list[Node] = []
+        self.computed: list[str] = []  # node results, in issue order
+
+    def pick(self, names: list[str]) -> str:
+        return names[self.draw(st.integers(0, len(names) - 1))]  # type: ignore[index]
+
+    def add_input(self, shape: tuple[int, ...]) -> str:
+        name = f"x{len(self.inputs)}"
+        self.inputs.append(Input(name, TensorType("f32", shape)))
+        self.types[name] = self.inputs[-1].type
+        return name
+
+    def add_weight(self, shape: tuple[int, ...]) -> str:
+        name = f"w{len(self.weights)}"
+        placement = "host" if self.draw(st.booleans()) and self.draw(st.booleans()) else "device"
+        self.weights.append(Weight(name, TensorType("f32", shape), placement))
+        self.types[name] = self.weights[-1].type
+        return name
+
+    def add_node(self, op: str, operands: tuple[str, ...], attrs: dict[str, AttrValue]) -> str:
+        name = self.draw(st.sampled_from(["n", "h.", "v_"])) + str(len(self.nodes))  # type: ignore[operator]
+        node = Node(name, op, operands, attrs)
+        node = replace(node, type=infer_type(node, [self.types[o] for o in operands]))
+        assert node.type is not None
+        self.nodes.append(node)
+        self.types[name] = node.type
+        self.computed.append(name)
+        return name
+
+    # -- one op of each kind; None when no value fits --
+
+    def values(self) -> list[str]:
+        return [i.name for i in self.inputs] + [w.name for w in self.weights] + self.computed
+
+    def unary(self, x: str) -> str:
+        op = self.draw(st.sampled_from(UNARY_OPS))
+        attrs: dict[str, AttrValue] = {}
+        if op == "scale":
+            attrs["factor"] = self.draw(st.sampled_from([0.5, -2.0, 1.0, 0.125]))  # type: ignore[assignment]
+        elif op == "gelu" and self.draw(st.booleans()):
+            attrs["approximate"] = self.draw(st.sampled_from(["tanh", "none"]))  # type: ignore[assignment]
+        return self.add_node(str(op), (x,), attrs)
+
+    def binary(self, x: str) -> str | None:
+        shape = self.types[x].shape
+        fits = [v for v in self.values() if _broadcasts(self.types[v].shape, shape)]
+        other = self.pick(fits)  # x itself always fits
+        pair = (x, other) if self.draw(st.booleans()) else (other, x)
+        return self.add_node(str(self.draw(st.sampled_from(BINARY_OPS))), pair, {})
+
+    def reduce(self, x: str) -> str | None:
+        rank = self.types[x].rank
+        if rank == 0:
+            return None
+        attrs: dict[str, AttrValue] = {}
+        if self.draw(st.booleans()):
+            axes = self.draw(st.lists(st.integers(0, rank - 1), min_size=1, unique=True))
+            attrs["axes"] = tuple(sorted(axes))  # type: ignore[arg-type]
+        if self.draw(st.booleans()):
+            attrs["keepdims"] = self.draw(st.booleans())  # type: ignore[assignment]
+        return self.add_node(str(self.draw(st.sampled_from(REDUCTION_OPS))), (x,), attrs)
+
+    def softmax(self, x: str) -> str | None:
+        rank = self.types[x].rank
+        if rank == 0:
+            return None
+        axis = self.draw(st.integers(-rank, rank - 1))
+        return self.add_node("softmax", (x,), {"axis": axis} if axis != -1 else {})  # type: ignore[dict-item]
+
+    def matmul(self, x: str) -> str | None:
+        shape = self.types[x].shape
+        if len(shape) < 2:
+            return None
+        k = shape[-1]
+        partners = [
+            v for v in self.values() if self.types[v].rank == 2 and self.types[v].shape[0] == k
+        ]
+        if partners and self.draw(st.booleans()):
+            b = self.pick(partners)
+        else:
+            b = self.add_weight((k, self.draw(dims)))  # type: ignore[arg-type]
+        return self.add_node("matmul", (x, b), {})
+
+    def reshape(self, x: str) -> str | None:
+        shape = self.types[x].shape
+        numel = math.prod(shape)
+        options = [(numel,), (1, numel), (numel, 1)]
+        if len(shape) >= 2:
+            options.append(shape[:-2] + (shape[-2] * shape[-1],))
+        return self.add_node("reshape", (x,), {"shape": self.draw(st.sampled_from(options))})  # type: ignore[dict-item]
+
+    def transpose(self, x: str) -> str | None:
+        rank = self.types[x].rank
+        if rank == 0:
+            return None
+        perm = self.draw(st.permutations(list(range(rank))))
+        return self.add_node("transpose", (x,), {"perm": tuple(perm)})  # type: ignore[arg-type]
+
+    def slice(self, x: str) -> str | None:
+        shape = self.types[x].shape
+        if not shape:
+            return None
+        axis = self.draw(st.integers(0, len(shape) - 1))
+        start = self.draw(st.integers(0, shape[axis] - 1))  # type: ignore[index]
+        end = self.draw(st.integers(start + 1, shape[axis]))  # type: ignore[operator, index]
+        return self.add_node("slice", (x,), {"axis": axis, "start": start, "end": end})  # type: ignore[dict-item]
+
+    def dup(self, x: str) -> str | None:
+        if not self.nodes:
+            return None
+        original = self.nodes[self.draw(st.integers(0, len(self.nodes) - 1))]  # type: ignore[index]
+        if original.is_event:
+            return None
+        return self.add_node(original.op, original.operands, dict(original.attrs))
+
+
+def _broadcasts(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
+    """Whether `small` broadcasts to exactly `big` (so the result keeps `big`'s shape)."""
+    if len(small) > len(big):
+        return False
+    return all(s in (1, b) for s, b in zip(reversed(small), reversed(big)))
+
+
+def _annotate(draw: Draw, graph: Graph) -> Graph:
+    """Random annotations of every kind on some nodes (values need not be a consistent plan)."""
+    nodes = []
+    for node in graph.nodes:
+        if not draw(st.booleans()):
+            nodes.append(node)
+            continue
+        ann = Annotations(
+            stream=draw(st.none() | st.integers(0, 2)),  # type: ignore[arg-type]
+            backend=draw(st.none() | st.sampled_from(["cpu", "cuda"])),  # type: ignore[arg-type]
+            offset=draw(st.none() | st.integers(0, 4096).map(lambda v: v * 16)),  # type: ignore[arg-type]
+            size=draw(st.none() | st.integers(0, 1024)),  # type: ignore[arg-type]
+            live=draw(st.none() | st.tuples(st.integers(0, 30), st.integers(0, 30))),  # type: ignore[arg-type]
+            visible=draw(st.none() | st.lists(st.integers(-1, 30), max_size=3).map(tuple)),  # type: ignore[arg-type]
+        )
+        nodes.append(replace(node, ann=ann))
+    return graph.with_nodes(nodes)
+
+
+def _insert_events(draw: Draw, graph: Graph) -> Graph:
+    """`record ^eK` then, later, `wait ^eK` pairs at random positions (streams 0..2)."""
+    nodes = list(graph.nodes)
+    for k in range(draw(st.integers(1, 3))):  # type: ignore[arg-type]
+        first = draw(st.integers(0, len(nodes)))
+        second = draw(st.integers(first, len(nodes)))  # type: ignore[arg-type]
+        streams = st.integers(0, 2)
+        record = Node(f"e{k}", "record", ann=Annotations(stream=draw(streams)))  # type: ignore[arg-type]
+        wait = Node(f"e{k}", "wait", ann=Annotations(stream=draw(streams)))  # type: ignore[arg-type]
+        nodes.insert(second, wait)  # type: ignore[arg-type]
+        nodes.insert(first, record)  # type: ignore[arg-type]
+    return graph.with_nodes(nodes)
+
+
+@st.composite
+def random_dag_graphs(
+    draw: Draw,
+    max_nodes: int = 12,
+    max_inputs: int = 3,
+    max_outputs: int = 3,
+    kinds: tuple[str, ...] = KINDS,
+    annotations: bool = False,
+    events: bool = False,
+) -> Graph:
+    """A verified random graph; `annotations`/`events` add random `!{...}` and record/wait pairs."""
+    b = _Builder(draw)
+    for _ in range(draw(st.integers(1, max_inputs))):  # type: ignore[arg-type]
+        b.add_input(draw(shapes))  # type: ignore[arg-type]
+    for _ in range(draw(st.integers(0, 2))):  # type: ignore[arg-type]
+        b.add_weight(draw(shapes))  # type: ignore[arg-type]
+    target = draw(st.integers(1, max_nodes))
+    attempts = 0
+    while len(b.nodes) < target and attempts < 4 * max_nodes:  # type: ignore[operator]
+        attempts += 1
+        kind = draw(st.sampled_from(kinds))
+        # Prefer recent values, so chains get deep rather than everything reading the inputs.
+        values = b.values()
+        recent = values[-3:] if draw(st.booleans()) else values
+        getattr(b, str(kind))(b.pick(recent))
+    if not b.nodes:
+        b.unary(b.inputs[0].name)
+    count = draw(st.integers(1, min(max_outputs, len(b.computed))))
+    outputs = draw(st.lists(st.sampled_from(b.computed), min_size=1, max_size=count, unique=True))
+    graph = Graph(
+        "random",
+        tuple(b.inputs),
+        tuple(b.weights),
+        tuple(b.nodes),
+        tuple(Output(o) for o in outputs),  # type: ignore[union-attr]
+    )
+    if annotations:
+        graph = _annotate(draw, graph)
+    if events:
+        graph = _insert_events(draw, graph)
+    verify(graph)
+    return graph
