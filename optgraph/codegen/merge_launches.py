@@ -47,8 +47,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from optgraph.codegen.cuda_merged import is_mergeable, merged_kernel
-from optgraph.codegen.cuda_plan import Extent, KernelStep, Step
 from optgraph.codegen.cuda_source import Kernel
+from optgraph.codegen.cuda_steps import Extent, KernelStep, Step
 from optgraph.ir.graph import Graph, Node
 
 MAX_MEMBERS = 8
