@@ -32,10 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import optgraph as og
-from optgraph.passes.analyze_lifetimes import compute_lifetimes, gc_paused
+from optgraph.analysis.arena_plan import plan
+from optgraph.analysis.lifetimes import compute_lifetimes, gc_paused
+from optgraph.analysis.memory_bounds import memory_figures
 from optgraph.passes.manager import run_pipeline
-from optgraph.passes.memory_bounds import memory_figures
-from optgraph.passes.plan_memory import plan
 
 FRONT = "verify,dce,cse,fuse"
 SCHEDULES = {

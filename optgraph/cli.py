@@ -88,7 +88,7 @@ def _pipeline(args: argparse.Namespace) -> str:
     """The -p pipeline, with plan-prefetch under `--vram-budget` (weights streamed over it)."""
     if args.vram_budget is None:
         return str(args.pipeline)
-    from optgraph.passes.plan_prefetch import with_vram_budget
+    from optgraph.passes.manager import with_vram_budget
 
     return with_vram_budget(args.pipeline, args.vram_budget)
 

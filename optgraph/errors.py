@@ -12,6 +12,8 @@ The CLI prints `str(err)` and exits 1; any other exception is a bug in optgraph.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -71,6 +73,15 @@ def _source_window(text: str, col: int, width: int) -> tuple[str, int, int]:
     col = col - start + len(prefix)
     width = max(1, min(width, end - start + len(prefix) - col + 1))
     return prefix + shown + suffix, col, width
+
+
+def did_you_mean(word: str, choices: Iterable[str], sigil: str = "") -> str:
+    """` (did you mean 'x'?)` for the choice closest to a misspelled `word`, else "".
+
+    `sigil` is written before the suggestion (`%` for values), as the IR spells them.
+    """
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean '{sigil}{close[0]}'?)" if close else ""
 
 
 class OptGraphError(Exception):

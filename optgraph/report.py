@@ -22,13 +22,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 
+from optgraph.analysis.memory_bounds import memory_figures
 from optgraph.analysis.schedule_estimate import stream_figures
-from optgraph.analysis.segments import device_memory
+from optgraph.analysis.segments import count_splits, device_memory
 from optgraph.ir.graph import Graph, Node
 from optgraph.ir.layout import alias_roots
 from optgraph.passes.check_races import find_races
-from optgraph.passes.memory_bounds import memory_figures
-from optgraph.passes.split_backends import count_splits
 
 
 @dataclass(frozen=True)
@@ -129,7 +128,7 @@ def compute_report(graph: Graph, compile_seconds: float | None = None) -> Report
         aliases = alias_roots(graph)
         no_reuse = sum(_result_bytes(n) for n in compute if _is_buffer(n, aliases))
 
-    # L, the antichain bound and the one-stream plan: optgraph.passes.memory_bounds.
+    # L, the antichain bound and the one-stream plan: optgraph.analysis.memory_bounds.
     bounds = memory_figures(graph, antichain_limit=5_000) if planned else {}
     streamed = _streamed_weight_bytes(graph)
     concurrency = stream_figures(graph) if compute else None

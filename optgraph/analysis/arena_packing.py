@@ -26,6 +26,14 @@ from dataclasses import dataclass
 import numpy as np
 
 NEVER = np.iinfo(np.int64).max
+ALIGNMENT = 256  # bytes: CUDA allocations start on this boundary, so arena buffers do too
+
+
+def align_up(nbytes: int, alignment: int = ALIGNMENT) -> int:
+    """`nbytes` rounded up to a multiple of `alignment`."""
+    return -(-nbytes // alignment) * alignment
+
+
 ORDERINGS: tuple[str, ...] = ("size", "lifetime", "issue")
 
 

@@ -23,10 +23,11 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from optgraph.analysis.arena_packing import ALIGNMENT, align_up
 from optgraph.ir.graph import Graph
 from optgraph.ir.layout import alias_roots
 
-SLOT_ALIGNMENT = 256  # bytes: every streamed weight starts on this boundary inside its slot
+SLOT_ALIGNMENT = ALIGNMENT  # bytes: every streamed weight starts on this boundary inside its slot
 
 _UNITS: Mapping[str, int] = {
     "": 1,
@@ -64,10 +65,6 @@ def format_size(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-def align_up(nbytes: int, alignment: int = SLOT_ALIGNMENT) -> int:
-    return -(-nbytes // alignment) * alignment
-
-
 # -- where values live --------------------------------------------------------------------------
 
 
@@ -87,8 +84,17 @@ def value_backends(graph: Graph) -> dict[str, frozenset[str]]:
     return homes
 
 
-def is_on_host(node_backend: str | None) -> bool:
-    return node_backend == "cpu"
+def count_splits(graph: Graph) -> int:
+    """Maximal runs of consecutive nodes (issue order) on one backend; copies and events join
+    the run they sit in. An unsplit graph is one split."""
+    splits, current = 0, None
+    for node in graph.nodes:
+        if node.is_event or node.op == "copy":
+            continue
+        backend = node.ann.backend or "cuda"
+        if backend != current:
+            splits, current = splits + 1, backend
+    return splits
 
 
 # -- weight accesses and segments ---------------------------------------------------------------

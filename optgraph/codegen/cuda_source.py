@@ -162,15 +162,6 @@ def store(dtype: str, expr: str) -> str:
     return f"({STORAGE[dtype]})({expr})"
 
 
-def convert(from_dtype: str, to_dtype: str, expr: str) -> str:
-    """A compute value of `from_dtype` as a compute value of `to_dtype` (NumPy astype rules)."""
-    if COMPUTE[from_dtype] == COMPUTE[to_dtype]:
-        return expr
-    if to_dtype == "bool":
-        return f"(({expr}) != 0)"
-    return f"({COMPUTE[to_dtype]})({expr})"
-
-
 def f32_literal(value: float) -> str:
     """A C float literal that is exactly `value` rounded to float32 (inf and nan spelled out)."""
     v = np.float32(value)

@@ -23,11 +23,10 @@ Example: `%y = softmax(%x) {axsi = 1} : f32[2,4]` fails with
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from optgraph.errors import VerifyError
+from optgraph.errors import VerifyError, did_you_mean
 from optgraph.ir import op_costs as costs
 from optgraph.ir import op_rules as rules
 from optgraph.ir.graph import DTYPES, AttrValue, Node, TensorType
@@ -241,11 +240,6 @@ def _fail(node: Node, message: str) -> VerifyError:
     return VerifyError(f"{node.op}: {message}", node.span)
 
 
-def _suggestion(word: str, choices: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
 def _has_kind(value: object, kind: str) -> bool:
     if isinstance(value, bool):
         return kind == "bool"
@@ -287,7 +281,7 @@ def _checked_attrs(node: Node, opdef: OpDef) -> dict[str, AttrValue]:
             if not specs:
                 hint = f" ({node.op} takes no attributes)"
             else:
-                hint = _suggestion(key, list(specs)) or f" (expected one of: {', '.join(specs)})"
+                hint = did_you_mean(key, list(specs)) or f" (expected one of: {', '.join(specs)})"
             raise _fail(node, f"unknown attribute '{key}'{hint}")
     resolved: dict[str, AttrValue] = {}
     for key, spec in specs.items():
@@ -365,7 +359,7 @@ def infer_type(node: Node, operand_types: Sequence[TensorType]) -> TensorType:
     if opdef is None:
         if node.is_event:
             raise _fail(node, "events have no result type")
-        raise VerifyError(f"unknown op '{node.op}'{_suggestion(node.op, list(OPS))}", node.span)
+        raise VerifyError(f"unknown op '{node.op}'{did_you_mean(node.op, list(OPS))}", node.span)
     _check_arity(node, opdef, len(operand_types))
     if node.body is not None and node.op != "fused":
         raise _fail(node, "only fused nodes have a body")

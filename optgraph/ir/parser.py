@@ -12,7 +12,6 @@ Reading and decoding files lives in `optgraph.ir.source`, the wording of lark's 
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from typing import Any
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedInput, VisitError
 
-from optgraph.errors import OptGraphError, ParseError, Span
+from optgraph.errors import OptGraphError, ParseError, Span, did_you_mean
 from optgraph.ir.graph import (
     ANNOTATION_KEYS,
     BACKENDS,
@@ -76,16 +75,6 @@ class _Attr:
     value: AttrValue
     key_token: Token
     value_token: Token | None
-
-
-@dataclass(frozen=True)
-class _NodeHead:
-    node: Node
-
-
-def _suggest(word: str, choices: tuple[str, ...] | list[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 class _Builder(Transformer[Token, Any]):
@@ -146,7 +135,8 @@ class _Builder(Transformer[Token, Any]):
             kind = _ANNOTATION_KINDS.get(a.key)
             if kind is None:
                 raise self.at.error(
-                    f"unknown annotation '{a.key}'{_suggest(a.key, ANNOTATION_KEYS)}", a.key_token
+                    f"unknown annotation '{a.key}'{did_you_mean(a.key, ANNOTATION_KEYS)}",
+                    a.key_token,
                 )
             if a.key in fields:
                 raise self.at.error(f"duplicate annotation '{a.key}'", a.key_token)
@@ -172,7 +162,7 @@ class _Builder(Transformer[Token, Any]):
             raise self.at.error(f"annotation '{a.key}' must be {expected}", token)
         if a.key == "backend" and value not in BACKENDS:
             raise self.at.error(
-                f'unknown backend "{value}"{_suggest(str(value), BACKENDS)}; expected one of '
+                f'unknown backend "{value}"{did_you_mean(str(value), BACKENDS)}; expected one of '
                 + ", ".join(f'"{b}"' for b in BACKENDS),
                 token,
             )
@@ -185,7 +175,9 @@ class _Builder(Transformer[Token, Any]):
         assert dtype_token is not None
         dtype = str(dtype_token)
         if dtype not in DTYPES:
-            raise self.at.error(f"unknown dtype '{dtype}'{_suggest(dtype, DTYPES)}", dtype_token)
+            raise self.at.error(
+                f"unknown dtype '{dtype}'{did_you_mean(dtype, DTYPES)}", dtype_token
+            )
         dims = []
         for t in children[1:]:
             if t is None:
@@ -261,7 +253,7 @@ class _Builder(Transformer[Token, Any]):
                 if placement not in WEIGHT_PLACEMENTS:
                     raise self.at.error(
                         f"unknown weight placement '{placement}'"
-                        f"{_suggest(placement, WEIGHT_PLACEMENTS)}; expected device or host",
+                        f"{did_you_mean(placement, WEIGHT_PLACEMENTS)}; expected device or host",
                         piece,
                     )
             elif isinstance(piece, Annotations):

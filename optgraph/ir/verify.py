@@ -14,19 +14,13 @@ Complexity: O(V + E) plus the op table's per-node inference.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 
-from optgraph.errors import Diagnostic, OptGraphError, Span, VerifyError
+from optgraph.errors import Diagnostic, OptGraphError, Span, VerifyError, did_you_mean
 from optgraph.ir import ops
 from optgraph.ir.graph import Graph, Input, Node, TensorType, Weight
 
 _MAX_SUGGESTIONS = 10
-
-
-def _suggest(word: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def _operand_span(node: Node, index: int) -> Span | None:
@@ -134,7 +128,7 @@ def verify(graph: Graph) -> None:
         if suggestions_left[0] <= 0:
             return ""
         suggestions_left[0] -= 1
-        return _suggest(word, choices())
+        return did_you_mean(word, choices())
 
     producers = graph.producers()
     recorded: dict[str, int] = {}
@@ -173,7 +167,7 @@ def verify(graph: Graph) -> None:
 
         if ops.get_op(node.op) is None:
             diags.append(
-                Diagnostic(f"unknown op '{node.op}'{_suggest(node.op, op_names)}", node.span)
+                Diagnostic(f"unknown op '{node.op}'{did_you_mean(node.op, op_names)}", node.span)
             )
         elif not missing:
             try:

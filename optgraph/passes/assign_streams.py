@@ -232,6 +232,7 @@ class AssignStreamsPass(Pass):
     name = "assign-streams"
     summary = "put every node on a CUDA stream (chains: Nimble path cover, fork cost model)"
     provides = ("streams-assigned",)
+    invalidates = ("backends-assigned", "lifetimes-analyzed", "memory-planned")
 
     max_streams: int = 4
     policy: str = "chains"

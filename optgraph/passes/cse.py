@@ -26,6 +26,7 @@ def _key(node: Node) -> str:
 class CsePass(Pass):
     name = "cse"
     summary = "merge nodes that compute the same value from the same operands"
+    invalidates = ("lifetimes-analyzed", "memory-planned")
 
     def run(self, graph: Graph) -> Graph:
         outputs = set(graph.output_names())

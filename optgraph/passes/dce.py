@@ -20,6 +20,7 @@ from optgraph.passes.base import Pass
 class DcePass(Pass):
     name = "dce"
     summary = "remove nodes whose results no output needs"
+    invalidates = ("lifetimes-analyzed",)
 
     def run(self, graph: Graph) -> Graph:
         needed = set(graph.output_names())

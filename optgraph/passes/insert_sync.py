@@ -53,6 +53,7 @@ class InsertSyncPass(Pass):
     summary = "add record/wait events for cross-stream dependencies not already ordered"
     requires = ("streams-assigned",)
     provides = ("synced",)
+    invalidates = ("lifetimes-analyzed",)  # new events shift every issue index after them
 
     def run(self, graph: Graph) -> Graph:
         nodes = graph.nodes

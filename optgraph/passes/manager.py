@@ -1,23 +1,27 @@
-"""Pipelines: parse `dce,cse,assign-streams{max-streams=4}`, check facts, run, re-verify.
+"""Pipelines: parse `dce,cse,assign-streams{max-streams=4}`, check contracts, run, re-verify.
 
     run_pipeline(graph, "dce,assign-streams{max-streams=2},insert-sync")
 
-Each pass's required facts are checked on the graph before it runs (the message names the pass to run
-first); after each pass the graph is verified again, so a broken pass is caught where it broke.
-`after_each` receives (pass, graph) after every pass, which is how `--print-ir-after-all` works.
+Before each pass the manager checks its contract on the graph (`optgraph.passes.base`): every
+required fact must hold (else the message names the pass to run first), and the graph must carry
+no annotations the pass invalidates (else the message names the pass it must run before). After
+each pass the graph is verified again, so a broken pass is caught where it broke. `after_each`
+receives (pass, graph) after every pass, which is how `--print-ir-after-all` works.
 
-`PASSES` is the one list of passes: a literal dictionary sorted by name.
+A pipeline is a list of passes: `parse_pipeline` reads one, `format_pipeline` writes one back, and
+`with_vram_budget` edits one. `PASSES` is the one list of passes: a literal dictionary sorted by
+name.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, get_type_hints
 
-from optgraph.errors import OptGraphError, PipelineError
+from optgraph.analysis.segments import parse_size
+from optgraph.errors import OptGraphError, PipelineError, did_you_mean
 from optgraph.ir.graph import Graph
 from optgraph.ir.verify import verify
 from optgraph.passes.analyze_lifetimes import AnalyzeLifetimesPass
@@ -50,13 +54,12 @@ PASSES: dict[str, type[Pass]] = {
     "verify": VerifyPass,
 }
 
-# The pipeline `optgraph compile` runs when none is given. Passes join it as they land.
-# fuse runs before stream assignment (streams then balance real kernels, and fusion is not limited
-# to one stream) and before memory planning (fused regions need no buffers for their interiors).
-# fuse-siblings is not in the default pipeline: it cuts launches (14 -> 11 kernels a Llama layer)
-# but measured slower end to end on an H100 (launch-bound decode 536 -> 593 µs on one stream,
-# realistic decode 1876 -> 1918 µs, and streams lost their q/k/v overlap; docs/benchmarks.md).
-# Name it after fuse to use it: `-p verify,dce,cse,fuse{row-prologues=false},fuse-siblings,assign-streams,...`.
+# The pipeline `optgraph compile` runs when none is given. The contracts allow fuse on either side
+# of assign-streams and plan-memory; it runs before both by choice: streams then balance real
+# kernels, fusion is not limited to one stream, and fused interiors need no arena bytes.
+# fuse-siblings is left out: it cuts launches but made the measured decode steps slower, not faster
+# (see docs/benchmarks.md). Name it after fuse to use it:
+# `-p verify,dce,cse,fuse{row-prologues=false},fuse-siblings,assign-streams,...`.
 FUSION = "fuse"
 DEFAULT_PIPELINE = (
     f"verify,dce,cse,{FUSION},assign-streams,insert-sync,analyze-lifetimes,plan-memory"
@@ -65,12 +68,7 @@ DEFAULT_PIPELINE = (
 _PASS_RE = re.compile(r"\s*([A-Za-z0-9_-]+)\s*(\{([^{}]*)\})?\s*(,|$)")
 
 
-def _suggest(word: str, choices: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
-def _convert(pass_name: str, option: str, raw: str, target: Any) -> Any:
+def _option_value(pass_name: str, option: str, raw: str, target: Any) -> Any:
     raw = raw.strip()
     if target is bool:
         if raw.lower() in ("true", "1", "yes", "on"):
@@ -97,7 +95,7 @@ def make_pass(name: str, options: dict[str, str] | None = None) -> Pass:
     """Instantiate the pass called `name` (kebab-case) with options given as text."""
     cls = PASSES.get(name)
     if cls is None:
-        raise PipelineError(f"unknown pass '{name}'{_suggest(name, sorted(PASSES))}")
+        raise PipelineError(f"unknown pass '{name}'{did_you_mean(name, PASSES)}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = get_type_hints(cls)
     kwargs: dict[str, Any] = {}
@@ -105,11 +103,11 @@ def make_pass(name: str, options: dict[str, str] | None = None) -> Pass:
         attr = key.replace("-", "_")
         if attr not in fields:
             known = [f.replace("_", "-") for f in fields]
-            hint = _suggest(key, known) or (
+            hint = did_you_mean(key, known) or (
                 f" ({name} takes {', '.join(known)})" if known else f" ({name} takes no options)"
             )
             raise PipelineError(f"{name}: unknown option '{key}'{hint}")
-        kwargs[attr] = _convert(name, key, raw, hints[attr])
+        kwargs[attr] = _option_value(name, key, raw, hints[attr])
     try:
         return cls(**kwargs)
     except ValueError as err:  # a pass's own option validation
@@ -144,12 +142,53 @@ def parse_pipeline(text: str) -> list[Pass]:
     return passes
 
 
-def check_requirements(p: Pass, graph: Graph) -> None:
+def format_pass(p: Pass) -> str:
+    """The pipeline text of one pass: its name, then the options that differ from the defaults."""
+    options = []
+    for f in dataclasses.fields(p):
+        value = getattr(p, f.name)
+        if value != f.default:
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+            options.append(f"{f.name.replace('_', '-')}={text}")
+    return p.name + (f"{{{','.join(options)}}}" if options else "")
+
+
+def format_pipeline(passes: Sequence[Pass]) -> str:
+    """Pipeline text that `parse_pipeline` reads back as the same passes."""
+    return ",".join(format_pass(p) for p in passes)
+
+
+def with_vram_budget(pipeline: str, budget: str, depth: int | None = None) -> str:
+    """`pipeline` ending in a memory plan, then `plan-prefetch{budget=...}`, as text.
+
+    What `optgraph compile/run --vram-budget SIZE` runs: analyze-lifetimes,plan-memory are
+    appended when the pipeline does not plan memory, and a plan-prefetch already in it is replaced.
+    """
+    try:
+        parse_size(budget)
+    except ValueError as err:
+        raise PipelineError(f"--vram-budget: {err}") from None
+    passes = [p for p in parse_pipeline(pipeline) if p.name != "plan-prefetch"]
+    if not any(p.name == "plan-memory" for p in passes):
+        passes += [make_pass("analyze-lifetimes"), make_pass("plan-memory")]
+    options = {"budget": budget} | ({} if depth is None else {"depth": str(depth)})
+    return format_pipeline([*passes, make_pass("plan-prefetch", options)])
+
+
+def check_contract(p: Pass, graph: Graph) -> None:
+    """Raise a PipelineError naming the pass to run first (or after) if `p` may not run here."""
     for fact_name in p.requires:
         fact = FACTS[fact_name]
         if not fact.holds(graph):
             raise PipelineError(
                 f"{p.name} needs {fact.description} ({fact_name}): run {fact.established_by} first"
+            )
+    for fact_name in p.invalidates:
+        fact = FACTS[fact_name]
+        if fact.is_marked(graph):
+            raise PipelineError(
+                f"{p.name} invalidates {fact.annotations} ({fact_name}) that this graph carries: "
+                f"run {p.name} before {fact.established_by}"
             )
 
 
@@ -158,11 +197,11 @@ def run_pipeline(
     pipeline: str | Sequence[Pass],
     after_each: Callable[[Pass, Graph], None] | None = None,
 ) -> Graph:
-    """Run passes in order, checking facts before and verifying after each one."""
+    """Run passes in order, checking contracts before and verifying after each one."""
     passes = parse_pipeline(pipeline) if isinstance(pipeline, str) else list(pipeline)
     verify(graph)
     for p in passes:
-        check_requirements(p, graph)
+        check_contract(p, graph)
         graph = p.run(graph)
         try:
             verify(graph)

@@ -37,21 +37,14 @@ Complexity: O(V + E) placement sweeps (the hill climb is bounded by V moves), O(
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from optgraph.errors import PipelineError
+from optgraph.errors import did_you_mean
 from optgraph.ir.graph import Annotations, Graph, Node, TensorType
 from optgraph.ir.layout import VIEW_OPS, alias_roots
 from optgraph.ir.ops import attrs_with_defaults, get_op, op_names
 from optgraph.passes.base import Pass
-
-
-def _suggest(word: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
 
 # Ops the CUDA path cannot run; filled from the codegen's table when it declares one.
 GPU_UNSUPPORTED_OPS: frozenset[str] = frozenset()
@@ -64,19 +57,6 @@ def host_stream(graph: Graph) -> int:
         if node.ann.backend == "cpu":
             return node.stream
     return max((n.stream for n in graph.nodes), default=0) + 1
-
-
-def count_splits(graph: Graph) -> int:
-    """Maximal runs of consecutive nodes (issue order) on one backend; copies and events join
-    the run they sit in. An unsplit graph is one split."""
-    splits, current = 0, None
-    for node in graph.nodes:
-        if node.is_event or node.op == "copy":
-            continue
-        backend = node.ann.backend or "cuda"
-        if backend != current:
-            splits, current = splits + 1, backend
-    return splits
 
 
 def weight_batch(node: Node, weight_index: int, types: Mapping[str, TensorType]) -> int:
@@ -96,7 +76,9 @@ def weight_batch(node: Node, weight_index: int, types: Mapping[str, TensorType])
 class SplitBackendsPass(Pass):
     name = "split-backends"
     summary = "place ops on cpu or cuda; one async copy per value per destination, with events"
-    provides = ("backends-assigned",)
+    provides = ("backends-assigned", "streams-assigned")
+    # Moving nodes to the host stream breaks existing events, arena plans and live ranges.
+    invalidates = ("lifetimes-analyzed", "memory-planned", "synced")
 
     gpu_min_batch: int = 32
     cpu_ops: str = ""
@@ -106,14 +88,12 @@ class SplitBackendsPass(Pass):
             raise ValueError(f"gpu-min-batch must be >= 0, got {self.gpu_min_batch}")
         for op in filter(None, self.cpu_ops.split("+")):
             if get_op(op) is None:
-                raise ValueError(f"cpu-ops: unknown op '{op}'{_suggest(op, list(op_names()))}")
+                raise ValueError(f"cpu-ops: unknown op '{op}'{did_you_mean(op, list(op_names()))}")
 
     def run(self, graph: Graph) -> Graph:
         compute = [n for n in graph.nodes if not n.is_event]
         if compute and all(n.ann.backend is not None for n in compute):
             return graph  # already split
-        if any(n.is_event for n in graph.nodes):
-            raise PipelineError("split-backends must run before insert-sync (found record/wait)")
         backends = self.place(graph)
         return insert_copies(graph, backends)
 

@@ -36,12 +36,12 @@ from typing import Any
 
 import numpy as np
 
+from optgraph.analysis.prefetch_copies import synchronous_prefetch
 from optgraph.analysis.segments import host_weight_layout
 from optgraph.codegen.cuda_plan import CudaPlan, HostStep, Location
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph
 from optgraph.ir.layout import alias_roots
-from optgraph.passes.plan_prefetch import synchronous_prefetch
 from optgraph.runtime.reference import evaluate_node, numpy_dtype
 
 _HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)

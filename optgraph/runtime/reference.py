@@ -16,7 +16,6 @@ are valid for the ops they feed), `.npz`/`.safetensors` loading and saving with 
 
 from __future__ import annotations
 
-import difflib
 import math
 import zipfile
 import zlib
@@ -27,7 +26,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from optgraph.errors import Diagnostic, InputError, VerifyError
+from optgraph.errors import Diagnostic, InputError, VerifyError, did_you_mean
 from optgraph.ir.graph import FLOAT_DTYPES, Graph, Input, Node, TensorType, Weight
 from optgraph.ir.ops import attrs_with_defaults, get_op, infer_type
 from optgraph.runtime.reference_kernels import KERNELS, ir_dtype, numpy_dtype
@@ -123,8 +122,7 @@ def _check_arrays(
         checked[decl.name] = array
     for name in given:
         if name not in declared:
-            close = difflib.get_close_matches(name, list(declared), n=1)
-            hint = f" (did you mean '%{close[0]}'?)" if close else ""
+            hint = did_you_mean(name, declared, sigil="%")
             diags.append(
                 Diagnostic(
                     f"unknown {kind} '{name}' in {source}: graph '{graph_name}' has no such "

@@ -9,7 +9,8 @@ import warnings
 import numpy as np
 import pytest
 
-from optgraph.analysis.segments import align_up, device_memory, device_resident_weights
+from optgraph.analysis.arena_packing import align_up
+from optgraph.analysis.segments import device_memory, device_resident_weights
 from optgraph.codegen.cuda_plan import CopyStep, HostStep, lower_cuda
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline

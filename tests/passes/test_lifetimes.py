@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 import optgraph as og
 from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.lifetimes import compute_lifetimes
 from optgraph.ir.layout import alias_roots
-from optgraph.passes.analyze_lifetimes import compute_lifetimes
 from optgraph.passes.manager import run_pipeline
 from tests.support.scheduled_graphs import random_memory_graph, random_streams
 

@@ -10,18 +10,19 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import optgraph as og
+from optgraph.analysis.arena_packing import align_up
+from optgraph.analysis.arena_plan import apply_plan, check_plan, entirely_before, plan
 from optgraph.analysis.happens_before import HappensBefore
-from optgraph.errors import PipelineError
-from optgraph.ir.layout import alias_roots
-from optgraph.passes.analyze_lifetimes import compute_lifetimes
-from optgraph.passes.manager import run_pipeline
-from optgraph.passes.memory_bounds import (
+from optgraph.analysis.lifetimes import compute_lifetimes
+from optgraph.analysis.memory_bounds import (
     concurrency_bound,
     issue_order_bound,
     memory_figures,
     without_streams,
 )
-from optgraph.passes.plan_memory import align_up, apply_plan, check_plan, entirely_before, plan
+from optgraph.errors import PipelineError
+from optgraph.ir.layout import alias_roots
+from optgraph.passes.manager import run_pipeline
 from tests.support.random_graphs import random_dag_graphs
 from tests.support.scheduled_graphs import random_memory_graph, random_streams
 

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 import optgraph as og
+from optgraph.analysis.prefetch_copies import strip_prefetch
 from optgraph.analysis.segments import device_memory, parse_size
 from optgraph.codegen.program import lower
 from optgraph.ir.graph import Graph
 from optgraph.passes.check_races import find_races
 from optgraph.passes.manager import run_pipeline
-from optgraph.passes.plan_prefetch import BudgetError, strip_prefetch
+from optgraph.passes.plan_prefetch import BudgetError
 from optgraph.runtime.planned import PlanViolation, execute
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference
 from tests.support.offload_models import llama, run_planned

@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import optgraph as og
+from optgraph.analysis.arena_plan import apply_plan, check_plan, plan
 from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.lifetimes import compute_lifetimes
 from optgraph.codegen.program import Program, lower
 from optgraph.errors import OptGraphError
-from optgraph.passes.analyze_lifetimes import compute_lifetimes
 from optgraph.passes.manager import run_pipeline
-from optgraph.passes.plan_memory import apply_plan, check_plan, plan
 from optgraph.runtime.planned import PlanViolation, execute
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference
 from tests.support.scheduled_graphs import drop_wait, random_memory_graph, random_streams

@@ -26,10 +26,11 @@ import math
 import networkx as nx
 import numpy as np
 
+from optgraph.analysis.arena_packing import align_up
+from optgraph.analysis.arena_plan import plan
 from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.lifetimes import Lifetime, compute_lifetimes
 from optgraph.ir.graph import Graph
-from optgraph.passes.analyze_lifetimes import Lifetime, compute_lifetimes
-from optgraph.passes.plan_memory import align_up, plan
 
 
 def issue_order_bound(lifetimes: dict[str, Lifetime], alignment: int, length: int) -> int:

@@ -1,0 +1,222 @@
+"""The arena plan: an offset for every buffer, sharing bytes only where happens-before allows.
+
+What `plan-memory` annotates and what the memory bounds and the report re-plan. Two buffers may
+share bytes only if every access to one happens-before the first write of the other, read from
+the `visible` points of `optgraph.analysis.lifetimes`: A is free for a producer p on stream s iff
+`visible_A[s] != -1 and visible_A[s] <= p` ("entirely before", a partial order). Buffers chained
+in place form one slot (`build_slots`); `arena_packing` places the slots in several orders and
+`plan` keeps the smallest arena. `check_plan` re-derives everything from a planned graph and
+reports each overlapping pair that is neither ordered nor a legal in-place reuse.
+
+    buffers %a [0, 1] and %b [1, 2], %b = neg(%a) elementwise:  one slot, %a@0 and %b@0 (in place)
+
+Complexity: O(n·k·log n + P) to find the P conflicting pairs (k streams), then O(P log P) per
+ordering; `check_plan` O(n log n + overlapping pairs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from optgraph.analysis.arena_packing import NEVER, Slot, align_up, placements
+from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.lifetimes import Lifetime, compute_lifetimes
+from optgraph.ir.graph import Graph, TensorType
+from optgraph.ir.layout import alias_roots
+from optgraph.ir.ops import get_op
+
+ALGOS: tuple[str, ...] = ("best", "size", "lifetime", "issue", "none")
+
+
+@dataclass
+class MemoryPlan:
+    offsets: dict[str, int]  # buffer (root) name -> byte offset
+    sizes: dict[str, int]  # buffer name -> bytes reserved (aligned)
+    arena_bytes: int
+    algo: str  # the ordering that produced it
+    arenas: dict[str, int] = field(default_factory=dict)  # every ordering tried -> its arena
+    inplace: dict[str, str] = field(default_factory=dict)  # result -> operand buffer it reuses
+
+
+def _end(visible: int) -> int:
+    return NEVER if visible < 0 else visible
+
+
+def inplace_source(
+    graph: Graph,
+    index: int,
+    lifetimes: dict[str, Lifetime],
+    roots: dict[str, tuple[str, int]],
+    types: dict[str, TensorType],
+    hb: HappensBefore,
+) -> str | None:
+    """The buffer node `index` may overwrite with its result, if any."""
+    node = graph.nodes[index]
+    op = get_op(node.op)
+    if op is None or op.inplace_operand is None or node.type is None:
+        return None
+    if op.category == "elementwise":
+        candidates = range(len(node.operands))
+    elif node.op == "kv_cache_write":
+        candidates = range(op.inplace_operand, op.inplace_operand + 1)
+    else:
+        return None
+    for k in candidates:
+        operand = node.operands[k]
+        root, offset = roots.get(operand, (operand, 0))
+        lt = lifetimes.get(root)
+        if lt is None or lt.is_output or offset != 0 or types[operand] != node.type:
+            continue
+        if lt.nbytes != node.type.nbytes:
+            continue
+        others = [o for o in node.operands if o != operand and roots.get(o, (o, 0))[0] == root]
+        if others:
+            continue
+        before = [a for a in lt.accesses if a != index]
+        if before and hb.first_node_after(before, node.stream) not in range(index + 1):
+            continue
+        return root
+    return None
+
+
+def build_slots(
+    graph: Graph,
+    lifetimes: dict[str, Lifetime],
+    alignment: int,
+    hb: HappensBefore,
+    inplace: bool,
+) -> tuple[list[Slot], dict[str, str]]:
+    """Group buffers into slots (in-place chains), in issue order of their first producer."""
+    roots = alias_roots(graph)
+    types = graph.value_types()
+    slot_of: dict[str, int] = {}
+    slots: list[Slot] = []
+    reuse: dict[str, str] = {}
+    for lt in sorted(lifetimes.values(), key=lambda lt: lt.producer):
+        node = graph.nodes[lt.producer]
+        source = (
+            inplace_source(graph, lt.producer, lifetimes, roots, types, hb) if inplace else None
+        )
+        if source is not None:
+            slot = slots[slot_of[source]]
+            slot.members.append(lt.name)
+            slot.last = max(slot.last, lt.last)
+            slot.ends = [max(e, _end(v)) for e, v in zip(slot.ends, lt.visible)]
+            slot_of[lt.name] = slot_of[source]
+            reuse[lt.name] = source
+            continue
+        slot_of[lt.name] = len(slots)
+        slots.append(
+            Slot(
+                members=[lt.name],
+                size=align_up(lt.nbytes, alignment),
+                start=lt.producer,
+                stream=node.stream,
+                last=lt.last,
+                ends=[_end(v) for v in lt.visible],
+            )
+        )
+    return slots, reuse
+
+
+def plan(
+    graph: Graph,
+    algo: str = "best",
+    alignment: int = 256,
+    inplace: bool = True,
+    lifetimes: dict[str, Lifetime] | None = None,
+    hb: HappensBefore | None = None,
+    explicit_limit: int = 2_000_000,
+) -> MemoryPlan:
+    """Plan the arena. `lifetimes` may be given (tests shorten them to prove they matter)."""
+    hb = hb or HappensBefore(graph)
+    lifetimes = compute_lifetimes(graph, hb) if lifetimes is None else lifetimes
+    slots, reuse = build_slots(graph, lifetimes, alignment, hb, inplace and algo != "none")
+    if algo == "none":
+        offsets, cursor = [], 0
+        for s in slots:
+            offsets.append(cursor)
+            cursor += s.size
+        arenas = {"none": cursor}
+        chosen = "none"
+    else:
+        names = list(ALGOS[1:4]) if algo == "best" else [algo]
+        results = placements(slots, names, explicit_limit)
+        arenas = {
+            name: max((o + s.size for o, s in zip(offs, slots)), default=0)
+            for name, offs in results.items()
+        }
+        chosen = min(arenas, key=lambda name: (arenas[name], list(results).index(name)))
+        offsets = results[chosen]
+    out_offsets: dict[str, int] = {}
+    out_sizes: dict[str, int] = {}
+    for slot, offset in zip(slots, offsets):
+        for name in slot.members:
+            out_offsets[name] = offset
+            out_sizes[name] = slot.size
+    return MemoryPlan(out_offsets, out_sizes, arenas[chosen], chosen, arenas, reuse)
+
+
+def entirely_before(a: Lifetime, b: Lifetime, graph: Graph) -> bool:
+    """Every access to `a` happens-before `b`'s first write (read off a's visible points)."""
+    s = graph.nodes[b.producer].stream
+    return s < len(a.visible) and 0 <= a.visible[s] <= b.producer
+
+
+def check_plan(graph: Graph) -> list[str]:
+    """Problems of the memory plan annotated on `graph`; [] when it is sound.
+
+    Recomputes lifetimes from the graph (never trusting `live`/`visible`) and checks every pair of
+    buffers whose bytes overlap: one must be entirely before the other, or the later one must be a
+    legal in-place reuse of the earlier at the same offset. O(n log n + overlapping pairs).
+    """
+    hb = HappensBefore(graph)
+    lifetimes = compute_lifetimes(graph, hb)
+    roots = alias_roots(graph)
+    types = graph.value_types()
+    problems: list[str] = []
+    placed: list[tuple[int, int, Lifetime]] = []
+    for lt in lifetimes.values():
+        ann = graph.nodes[lt.producer].ann
+        if ann.offset is None or ann.size is None:
+            problems.append(f"'%{lt.name}' has no offset/size")
+        elif ann.offset < 0 or ann.size < lt.nbytes:
+            problems.append(
+                f"'%{lt.name}' reserves {ann.size} bytes at {ann.offset}, needs {lt.nbytes}"
+            )
+        elif lt.nbytes:
+            placed.append((ann.offset, ann.offset + lt.nbytes, lt))
+    placed.sort(key=lambda t: t[0])
+    active: list[tuple[int, int, Lifetime]] = []
+    for lo, hi, b in placed:
+        active = [t for t in active if t[1] > lo]
+        for _, _, a in active:
+            first, second = (a, b) if a.producer < b.producer else (b, a)
+            if entirely_before(first, second, graph):
+                continue
+            source = inplace_source(graph, second.producer, lifetimes, roots, types, hb)
+            offsets = (
+                graph.nodes[first.producer].ann.offset,
+                graph.nodes[second.producer].ann.offset,
+            )
+            if source == first.name and offsets[0] == offsets[1]:
+                continue
+            problems.append(
+                f"'%{second.name}' (written at node {second.producer}) shares bytes with "
+                f"'%{first.name}' (live {first.first}..{first.last}) before every access to it "
+                "happens-before that write"
+            )
+        active.append((lo, hi, b))
+    return problems
+
+
+def apply_plan(graph: Graph, memory: MemoryPlan) -> Graph:
+    """Annotate `offset`/`size` on every buffer's producer; clear them on everything else."""
+    nodes = []
+    for node in graph.nodes:
+        if node.name in memory.offsets and not node.is_event:
+            node = node.with_ann(offset=memory.offsets[node.name], size=memory.sizes[node.name])
+        elif node.ann.offset is not None or node.ann.size is not None:
+            node = node.with_ann(offset=None, size=None)
+        nodes.append(node)
+    return graph.with_nodes(nodes)

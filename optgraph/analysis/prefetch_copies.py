@@ -1,0 +1,186 @@
+"""The prefetch copies of streamed weight segments: insert them with their events, or strip them.
+
+`plan-prefetch` chooses which segments to stream (`optgraph.analysis.segments.choose_layout`);
+`insert_prefetches` turns that layout into IR: for segment `n`, a `prefetch` node per weight on
+the copy stream, writing slot `n mod depth` above the arena, after `wait ^pfN.free.S` for every
+stream S that read the slot's previous occupant, then `record ^pfN.ready`, waited on by every
+stream reading the segment before its first read; readers read the copies. `strip_prefetch`
+undoes that, and `synchronous_prefetch` re-plans the same segments through one slot, each copy on
+its first reader's stream (what a runtime falls back to when the slot pool cannot be allocated).
+
+    before: %q = matmul(%h, %l5.wq) !{stream = 0}
+    after:  %l5.wq.s = prefetch(%l5.wq) !{stream = 2, segment = 5, slot = 1, ..}
+            record ^pf5.ready !{stream = 2}   wait ^pf5.ready !{stream = 0}
+            %q = matmul(%h, %l5.wq.s) !{stream = 0}
+
+Complexity: O(V·k) for the clocks and O(V + E) for the rewrite.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from optgraph.analysis.arena_packing import align_up
+from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.lifetimes import annotate_lifetimes, compute_lifetimes
+from optgraph.analysis.segments import Layout, Segment, device_memory, weight_accesses
+from optgraph.ir.graph import Annotations, Graph, Node
+
+EVENT_PREFIX = "pf"  # events made by plan-prefetch are named ^pf<N>.ready / ^pf<N>.free.<stream>
+_EVENT_RE = re.compile(rf"^{EVENT_PREFIX}[0-9]+\.(ready|free\.[0-9]+)[0-9]*$")
+
+
+def _unique(base: str, taken: set[str]) -> str:
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}{k}", k + 1
+    taken.add(name)
+    return name
+
+
+def strip_prefetch(graph: Graph) -> Graph:
+    """The graph before plan-prefetch: no prefetch nodes or ^pf events, readers read weights."""
+    source = {n.name: n.operands[0] for n in graph.nodes if n.op == "prefetch"}
+    nodes = []
+    for node in graph.nodes:
+        if node.op == "prefetch" or (node.is_event and _EVENT_RE.match(node.name)):
+            continue
+        if any(o in source for o in node.operands):
+            node = replace(node, operands=tuple(source.get(o, o) for o in node.operands))
+        nodes.append(node)
+    weights = tuple(replace(w, ann=replace(w.ann, segment=None)) for w in graph.weights)
+    return replace(graph, nodes=tuple(nodes), weights=weights)
+
+
+def synchronous_prefetch(graph: Graph) -> Graph:
+    """The same streamed segments copied synchronously through one slot (no budget needed).
+
+    What a runtime falls back to when the slot pool of `graph` cannot be allocated: the arena
+    shrinks by (depth - 1) slots and every copy runs on its reader's stream right before it.
+    """
+    numbers: dict[int, list[str]] = {}
+    for w in graph.weights:
+        if w.ann.segment is not None:
+            numbers.setdefault(w.ann.segment, []).append(w.name)
+    if not numbers:
+        return graph
+    base = strip_prefetch(graph)
+    accesses = weight_accesses(base)
+    segments = []
+    for number in sorted(numbers):
+        names = tuple(sorted(numbers[number], key=lambda w: accesses[w][0]))
+        reads = [i for w in names for i in accesses[w]]
+        size = sum(align_up(t.nbytes) for w in base.weights if w.name in names for t in [w.type])
+        segments.append(Segment(names, size, min(reads), max(reads)))
+    first = min(numbers)
+    layout = Layout([segments[0]] * first + segments, first, (max(s.nbytes for s in segments),))
+    return insert_prefetches(base, layout, accesses, align_up(device_memory(base).arena), True)
+
+
+def insert_prefetches(
+    graph: Graph,
+    layout: Layout,
+    accesses: dict[str, list[int]],
+    arena_base: int,
+    sync: bool,
+) -> Graph:
+    """Insert the prefetch nodes and events, point readers at the copies, annotate, re-analyze."""
+    nodes = graph.nodes
+    hb = HappensBefore(graph)
+    taken = {n.name for n in nodes} | {i.name for i in graph.inputs} | graph.weight_names()
+    has_backends = any(n.ann.backend is not None for n in nodes if not n.is_event)
+    backend = "cuda" if has_backends else None
+    copy_stream = max((n.stream for n in nodes), default=0) + 1
+    types = {w.name: w.type for w in graph.weights}
+
+    before: dict[int, list[Node]] = {}  # issue index -> nodes inserted just before it
+    after: dict[int, list[Node]] = {}  # issue index -> nodes inserted just after it
+    renamed: dict[str, str] = {}
+    streamed: dict[str, int] = {}
+    depth = 1 if sync else layout.depth
+    sizes = (max(layout.slot_sizes),) if sync else layout.slot_sizes
+    slot_base = [arena_base + sum(sizes[:k]) for k in range(len(sizes))]
+    for z, segment in enumerate(layout.streamed):
+        number = layout.resident + z
+        slot = z % depth
+        readers = sorted({i for w in segment.weights for i in accesses[w]})
+        first = readers[0]
+        stream = nodes[first].stream if sync else copy_stream
+        group: list[Node] = []
+        # Wait until every read of the slot's previous occupant happens-before the copy.
+        if z >= depth:
+            previous = layout.streamed[z - depth]
+            old = sorted({i for w in previous.weights for i in accesses[w]})
+            last_on: dict[int, int] = {}
+            for i in old:
+                last_on[nodes[i].stream] = i
+            lasts = [i for s, i in last_on.items() if s != stream]
+            lasts = [i for i in lasts if not any(hb.ordered(i, j) for j in lasts)]
+            if sync:
+                lasts = [i for i in lasts if not hb.ordered(i, first)]
+            for i in lasts:
+                event = _unique(f"{EVENT_PREFIX}{number}.free.{nodes[i].stream}", taken)
+                after.setdefault(i, []).append(_event("record", event, nodes[i].stream, nodes[i]))
+                group.append(_event("wait", event, stream, nodes[i]))
+        offset = slot_base[slot]
+        for w in segment.weights:
+            name = _unique(f"{w}.s", taken)
+            renamed[w] = name
+            streamed[w] = number
+            group.append(
+                Node(
+                    name,
+                    "prefetch",
+                    (w,),
+                    {},
+                    types[w],
+                    Annotations(
+                        stream=stream,
+                        backend=backend,
+                        offset=offset,
+                        size=align_up(types[w].nbytes),
+                        segment=number,
+                        slot=slot,
+                    ),
+                    span=nodes[first].span,
+                )
+            )
+            offset += align_up(types[w].nbytes)
+        # Every stream reading the segment waits for its copies before its first read.
+        first_on: dict[int, int] = {}
+        for i in readers:
+            first_on.setdefault(nodes[i].stream, i)
+        waiting = [(s, i) for s, i in first_on.items() if s != stream]
+        if waiting:
+            event = _unique(f"{EVENT_PREFIX}{number}.ready", taken)
+            group.append(_event("record", event, stream, nodes[first]))
+            for s, i in waiting:
+                before.setdefault(i, []).append(_event("wait", event, s, nodes[i]))
+        if sync:
+            # Just before the first read, ahead of that read's other inserted waits.
+            before.setdefault(first, [])[:0] = group
+        else:
+            # At the start for the first `depth` segments, else right after the last read (and
+            # its free record) of the slot's previous occupant.
+            anchor = max(old) if z >= depth else -1
+            after.setdefault(anchor, []).extend(group)
+
+    out: list[Node] = list(after.get(-1, []))
+    for i, node in enumerate(nodes):
+        out.extend(before.get(i, []))
+        if any(o in renamed for o in node.operands):
+            node = replace(node, operands=tuple(renamed.get(o, o) for o in node.operands))
+        out.append(node)
+        out.extend(after.get(i, []))
+    weights = tuple(
+        replace(w, ann=replace(w.ann, segment=streamed[w.name])) if w.name in streamed else w
+        for w in graph.weights
+    )
+    result = replace(graph, nodes=tuple(out), weights=weights)
+    return annotate_lifetimes(result, compute_lifetimes(result))
+
+
+def _event(op: str, event: str, stream: int, like: Node) -> Node:
+    """A record/wait on a GPU stream (streamed weights are never read on the host stream)."""
+    return Node(event, op, (), {}, None, Annotations(stream=stream), span=like.span)
