@@ -16,18 +16,18 @@ as fallbacks) so one run compares them on the same machine.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import cupy as cp
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from timing import device_name, median_us
 
 import optgraph as og
 from optgraph.codegen import (
@@ -151,6 +151,7 @@ def full_lengths(graph: og.Graph, inputs: dict[str, np.ndarray]) -> None:
 
 def kernel_us(run: Callable[[], Any], iters: int = 10) -> float:
     """CUPTI device time per og_ kernel launch."""
+    import cupy as cp
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -166,6 +167,8 @@ def kernel_us(run: Callable[[], Any], iters: int = 10) -> float:
 
 
 def bench_case(name: str, copies: int, iters: int) -> list[list[str]]:
+    import cupy as cp
+
     text, check, variants = CASES[name]
     graph = build_graph(text, copies)
     inputs, weights = random_inputs(graph, 0), random_weights(graph, 0)
@@ -194,20 +197,12 @@ def bench_case(name: str, copies: int, iters: int) -> list[list[str]]:
         finally:
             for c in reversed(ctx):
                 c.__exit__(None, None, None)
-        stream = program.stream
-        for _ in range(5):
-            program.run(dev_inputs, out=out)
-        stream.synchronize()
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        times = []
-        for _ in range(iters):
-            start.record(stream)
-            program.run(dev_inputs, out=out)
-            end.record(stream)
-            end.synchronize()
-            times.append(cp.cuda.get_elapsed_time(start, end) * 1000.0 / copies)
-        per_op = statistics.median(times)
-        k_us = kernel_us(lambda p=program, o=out: p.run(dev_inputs, out=o))
+
+        def run(p: Any = program, o: dict[str, Any] = out) -> Any:
+            return p.run(dev_inputs, out=o)
+
+        per_op = median_us(run, program.stream, iters, warmup=5) / copies
+        k_us = kernel_us(run)
         err = "-"
         if want is not None:
             got = cp.asnumpy(out["o0"]).astype(np.float64)
@@ -233,8 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--markdown", help="also write the table to this file")
     args = parser.parse_args(argv)
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
-    device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    device = device_name()
     head = "| case | variant | graph µs / op | kernel µs | GB/s (kernel) | nmse vs reference |"
     lines = [f"device: {device}", "", head, "|---|---|---|---|---|---|"]
     for name in CASES:

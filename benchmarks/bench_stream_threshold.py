@@ -37,9 +37,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
 
-import cupy as cp
-from bench_gpu import FUSED_ONE_STREAM, PLAN, Model, median_us
-from head_to_head import LLAMA_LAUNCH, LLAMA_REAL, decode_inputs, device_weights
+from gpu_variants import FUSED_ONE_STREAM, PLAN, Model
+from timing import device_name, median_us
 
 import optgraph as og
 from optgraph.codegen.cuda_plan import GemmStep, KernelStep, lower_cuda
@@ -57,7 +56,7 @@ VARIANTS = (
     ("no merge in model", "merged-launches=false"),
     ("wait-us=2", "wait-us=2"),
     ("wait-us=1", "wait-us=1"),
-    ("wait-us=3", "wait-us=3"),  # the next calibration step (docs/benchmarks.md)
+    ("wait-us=3", "wait-us=3"),  # the next calibration step (docs/benchmarks.md, fork cost)
     ("T=5 (old default)", "min-branch-us=5"),
     ("every chain", "min-branch-us=0"),
 )
@@ -72,6 +71,8 @@ def pipeline(options: str | None) -> str:
 
 def time_graph(graph: Graph, model: Model, iters: int, warmup: int) -> float:
     """Median latency (us) of one scheduled, planned graph as one CUDA graph."""
+    import cupy as cp
+
     program = CudaProgram(graph, weights=model.weights)
     try:
         inputs = model.device_inputs()
@@ -150,6 +151,7 @@ def launch_figures(length: int, iters: int, warmup: int) -> tuple[list[str], dic
 
 def load_models(only: set[str] | None) -> list[tuple[str, Callable[[], Model]]]:
     from gen_llama import generate_llama
+    from head_to_head import LLAMA_LAUNCH, LLAMA_REAL, decode_inputs, device_weights
 
     def llama(name: str, spec: dict[str, Any]) -> Callable[[], Model]:
         def make() -> Model:
@@ -201,9 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=200.0)
     parser.add_argument("--json", default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)
+    import cupy as cp  # after the arguments: --help works where CuPy is missing
+
     began = time.monotonic()
-    props: Any = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
-    device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    device = device_name()
     lines = [f"device: {device}, date: {datetime.date.today()}", ""]
     figures, chain_us = launch_figures(args.chain, args.iters, args.warmup)
     lines += figures

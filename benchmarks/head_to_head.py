@@ -9,8 +9,8 @@ batch 1. Decode steps attend over the full cache (`pos` = cache length − 1, `k
 length). Big weights are drawn on the device (norm weights ~ 1 + 0.1·N, matrices ~ N/√fan-in),
 since drawing 3.7 GB on the host would take longer than the whole benchmark.
 
-Variants added to bench_gpu's table: PyTorch eager (`benchmarks/torch_interpreter.py`, op by op),
-PyTorch CUDA graph (`torch.cuda.graph` of the eager path), `torch.compile` in the modes
+Variants (`suite_variants`): CuPy eager, PyTorch eager (`benchmarks/torch_interpreter.py`, op by
+op), PyTorch CUDA graph (`torch.cuda.graph` of the eager path), `torch.compile` in the modes
 `max-autotune-no-cudagraphs` and `reduce-overhead` (weights as frozen parameters, so CUDA graphs
 treat them as static; each compile gets `COMPILE_LIMIT_S` seconds, after which it is reported as a
 timeout; these variants live in head_to_head_variants.py), optgraph with fusion on one stream and
@@ -28,23 +28,42 @@ the same run (bytes read + written).
 
 from __future__ import annotations
 
+import argparse
+import datetime
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import cupy as cp
 import numpy as np
+from gpu_variants import (
+    FUSED_CHAINS,
+    FUSED_ONE_STREAM,
+    ONE_STREAM,
+    Model,
+    Variant,
+    cupy_eager,
+    optgraph_variant,
+)
 from head_to_head_variants import (
     COMPILE_SECONDS,
+    codegen_setting_variant,
+    cublas_variant,
     kernel_profile,
     release_torch_model,
     torch_outputs,
+    torch_variant,
 )
+from timing import device_name, median_us, results_table
 
 from optgraph.ir.graph import Graph
+from optgraph.passes.manager import FUSION
 from optgraph.runtime.reference import random_inputs
 from optgraph.runtime.reference_kernels import numpy_dtype
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # Variants run on some models only (time on the GPU machine is scarce): the autotuning compile
 # on the decode steps the anchors measured, the cuBLAS comparison on the one-row products.
@@ -135,19 +154,62 @@ def copy_bandwidth(nbytes: int = 1 << 30, iters: int = 20) -> float:
 # -- the suite -----------------------------------------------------------------------------------
 
 
-class H2HModel:
-    """A model as bench_gpu's variants expect it: name, graph, host inputs, weights."""
+def suite_variants() -> list[Variant]:
+    """Every variant of the suite, in table order (`--variants` picks some by name)."""
+    fused_1s = optgraph_variant(FUSED_ONE_STREAM, True)
+    no_prologue = FUSED_ONE_STREAM.replace(FUSION, "fuse{row-prologues=false}")
+    return [
+        Variant("cupy-eager", "CuPy, op by op", cupy_eager),
+        Variant("torch-eager", "PyTorch eager, op by op", torch_variant("eager")),
+        Variant("torch-graph", "torch.cuda.graph of the eager path", torch_variant("graph")),
+        Variant(
+            "torch-compile",
+            'torch.compile(mode="max-autotune-no-cudagraphs")',
+            torch_variant("max-autotune-no-cudagraphs"),
+        ),
+        Variant(
+            "torch-compile-ro",
+            'torch.compile(mode="reduce-overhead")',
+            torch_variant("reduce-overhead"),
+        ),
+        Variant(
+            "og-1s", "optgraph, CUDA graph, 1 stream, no fusion", optgraph_variant(ONE_STREAM, True)
+        ),
+        Variant("og-fused-1s", "optgraph, fusion, 1 stream", fused_1s),
+        Variant(
+            "og-fused-1s-nomerge",
+            "og-fused-1s with one launch per kernel (no merged launches)",
+            optgraph_variant(FUSED_ONE_STREAM, True, merge=False),
+        ),
+        Variant(
+            "og-fused-1s-noprologue",
+            "og-fused-1s with fuse{row-prologues=false}: norms as kernels of their own, SwiGLU's mul"
+            " in the gate product",
+            optgraph_variant(no_prologue, True),
+        ),
+        Variant(
+            "og-fused-1s-prefetch",
+            "og-fused-1s with the one-row products' L2 weight prefetch before the PDL wait",
+            codegen_setting_variant(fused_1s, "PREFETCH", True),
+        ),
+        Variant(
+            "og-fused-streams", "optgraph, fusion + streams", optgraph_variant(FUSED_CHAINS, True)
+        ),
+        Variant(
+            "og-fused-streams-nopdl",
+            "og-fused-streams without Programmatic Dependent Launch (plain launches)",
+            optgraph_variant(FUSED_CHAINS, True, pdl=False),
+        ),
+        Variant(
+            "og-fused-1s-cublas",
+            "og-fused-1s with cuBLAS + epilogue kernel instead of the one-row kernel",
+            cublas_variant(fused_1s),
+        ),
+    ]
 
-    def __init__(self, name: str, graph: Graph, inputs: dict[str, Any], weights: dict[str, Any]):
-        self.name, self.graph, self.inputs, self.weights = name, graph, inputs, weights
 
-    def device_inputs(self) -> dict[str, Any]:
-        return {k: cp.asarray(v) for k, v in self.inputs.items()}
-
-
-def models(only: str | None) -> Iterator[H2HModel]:
+def models(only: str | None) -> Iterator[Model]:
     """The suite's models, built one at a time (the big ones share their weights)."""
-    from bench_gpu import ROOT
     from gen_llama import generate_llama
 
     import optgraph as og
@@ -175,10 +237,10 @@ def models(only: str | None) -> Iterator[H2HModel]:
         else:
             graph = og.parse_file(spec)
             weights = random_weights(graph, 0)
-        yield H2HModel(name, graph, decode_inputs(graph), weights)
+        yield Model(name, graph, decode_inputs(graph), weights)
 
 
-def _agreement(model: H2HModel, pipeline: str) -> str:
+def _agreement(model: Model, pipeline: str) -> str:
     """nmse between optgraph (fusion + streams) and PyTorch eager on the first output."""
     from optgraph.passes.manager import run_pipeline
     from optgraph.runtime.cuda import CudaProgram
@@ -250,14 +312,15 @@ def summary(
     return "\n".join(lines)
 
 
-def run_suite(args: Any, variants: list[Any], median_us: Callable[..., float], table: Any) -> int:
-    import datetime
-    from pathlib import Path
+def run_suite(args: argparse.Namespace, variants: list[Variant]) -> int:
+    """Time every model of `args.only` × `variants`; print (and with `args.markdown` write, after
+    every model) the latency table, the summary and the kernel profiles."""
+    device = device_name()
+    names = [v.name for v in variants]
 
-    from bench_gpu import FUSED_CHAINS
+    def table(results: dict[str, dict[str, float | str]]) -> str:
+        return results_table(results, device, names, "cupy-eager")
 
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
-    device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     bandwidth = copy_bandwidth()
     print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s", flush=True)
     results: dict[str, dict[str, float | str]] = {}
@@ -303,10 +366,10 @@ def run_suite(args: Any, variants: list[Any], median_us: Callable[..., float], t
         release_torch_model()
         cp.get_default_memory_pool().free_all_blocks()
         if args.markdown:  # after every model: a time limit still leaves the rows so far
-            partial = table(results, device, variants)
+            partial = table(results)
             partial += "\n\n" + summary(results, floors, agreement, bandwidth)
             Path(args.markdown).write_text(partial + "\n\n" + "\n".join(profiles) + "\n")
-    text = table(results, device, variants)
+    text = table(results)
     text += "\n\n" + summary(results, floors, agreement, bandwidth)
     text += "\n\n" + "\n".join(profiles)
     text += f"\n\ndate: {datetime.date.today()}"

@@ -8,6 +8,7 @@ Exits non-zero when an output differs from the reference interpreter.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -25,7 +26,8 @@ PIPELINE = (
 )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0]).parse_args(argv)
     bad = 0
     for path in sorted((ROOT / "examples").glob("*.ir")):
         source = og.parse_file(path)

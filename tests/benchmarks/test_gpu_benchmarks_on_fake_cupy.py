@@ -1,0 +1,105 @@
+"""The GPU benchmark scripts run end to end on the fake CuPy (tests/support/fake_cupy.py).
+
+Kernels compute nothing there and every CUDA-event interval reads 10 µs, so no figure means
+anything: these tests check the plumbing between bench_gpu.py, head_to_head.py,
+bench_stream_threshold.py, gpu_variants.py and timing.py (variants built, programs lowered and
+run through the CUDA runtime's host side, tables written), which otherwise only the GPU machine
+would exercise.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.support.fake_cupy import fake_cupy
+
+ROOT = Path(__file__).resolve().parents[2]
+INTERVAL_MS = 0.01
+
+
+@pytest.fixture
+def benchmarks(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The fake CuPy with what the benchmarks use beyond the runtime, and benchmarks/ importable
+    (its modules dropped again afterwards, so no test sees another's fake)."""
+    with fake_cupy(monkeypatch) as fake:
+        cp = sys.modules["cupy"]
+
+        def device_array(host: Any) -> Any:
+            return fake.asarray(np.array(host))
+
+        extras: dict[str, Any] = {
+            "asarray": device_array,
+            "empty": lambda shape, dtype: device_array(np.empty(shape, dtype)),
+            "get_default_memory_pool": lambda: SimpleNamespace(free_all_blocks=lambda: None),
+        }
+        for name, value in extras.items():
+            monkeypatch.setattr(cp, name, value, raising=False)
+        monkeypatch.setattr(cp.cuda, "get_elapsed_time", lambda a, b: INTERVAL_MS, raising=False)
+        monkeypatch.setattr(cp.cuda.runtime, "getDevice", lambda: 0, raising=False)
+        props = {"name": b"Fake GPU"}
+        monkeypatch.setattr(cp.cuda.runtime, "getDeviceProperties", lambda d: props, raising=False)
+        monkeypatch.setattr(cp.cuda.Stream, "null", cp.cuda.Stream(), raising=False)
+        monkeypatch.syspath_prepend(str(ROOT / "examples"))
+        monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+        names = {p.stem for p in (ROOT / "benchmarks").glob("*.py")}
+        yield lambda name: importlib.import_module(name)
+        for name in names:
+            sys.modules.pop(name, None)
+
+
+def _rows(text: str) -> dict[str, list[str]]:
+    rows = [line.strip("|").split("|") for line in text.splitlines() if line.startswith("| ")]
+    return {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows}
+
+
+def test_bench_gpu_examples_suite(benchmarks: Any, tmp_path: Path) -> None:
+    bench_gpu: ModuleType = benchmarks("bench_gpu")
+    out = tmp_path / "table.md"
+    args = ["--only", "diamond,mlp", "--iters", "3", "--warmup", "1", "--markdown", str(out)]
+    assert bench_gpu.main(args) == 0
+    rows = _rows(out.read_text())
+    assert set(rows) == {"model", "diamond", "mlp"}
+    head = rows["model"]
+    for model in ("diamond", "mlp"):
+        cells = dict(zip(head, rows[model], strict=True))
+        for variant in ("og-eager", "og-graph-1s", "og-graph-chains"):
+            assert cells[f"{variant} (µs)"] == f"{INTERVAL_MS * 1000:.1f}"
+
+
+def test_head_to_head_suite_with_optgraph_variants(
+    benchmarks: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bench_gpu: ModuleType = benchmarks("bench_gpu")
+    head_to_head: ModuleType = benchmarks("head_to_head")
+    monkeypatch.setattr(head_to_head, "copy_bandwidth", lambda: 3e12)  # no 1 GiB on the host
+    out = tmp_path / "h2h.md"
+    args = ["--suite", "head-to-head", "--only", "inception", "--iters", "2"]
+    args += ["--variants", "og-fused-1s,og-fused-streams", "--markdown", str(out)]
+    assert bench_gpu.main(args) == 0
+    text = out.read_text()
+    assert "| inception_block | 10.0 | 10.0 | - |" in text  # both timed; no cupy-eager to divide
+    assert "| inception_block | - | - | 10.0 (og-fused-1s) |" in text  # the summary's first cells
+    names = [v.name for v in head_to_head.suite_variants()]
+    assert len(names) == len(set(names)) and {"torch-graph", "og-fused-1s-cublas"} <= set(names)
+
+
+def test_bench_gpu_rejects_an_unknown_variant(benchmarks: Any) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        benchmarks("bench_gpu").main(["--suite", "head-to-head", "--variants", "og-nothing"])
+    assert exit_.value.code == 2
+
+
+def test_stream_threshold_launch_figures(benchmarks: Any) -> None:
+    threshold: ModuleType = benchmarks("bench_stream_threshold")
+    lines, times = threshold.launch_figures(length=4, iters=2, warmup=1)
+    assert len(times) == 5 and all(t == INTERVAL_MS * 1000 for t in times.values())
+    merged = next(line for line in lines if "lockstep" in line)
+    assert merged.split("|")[2:4] == [" 16 ", " 4L "]  # 4 chains × 4 kernels in 4 merged launches
