@@ -121,8 +121,9 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
     return target
 
 
-def write_artifacts(directory: str | os.PathLike[str], result: CompileResult) -> list[Path]:
-    """Create `directory` if needed and write every applicable artifact; return the paths."""
+def prepare_output_directory(directory: str | os.PathLike[str]) -> Path:
+    """Create `directory` if needed and check it is writable; a compile calls this before it runs,
+    so a bad `-o` fails at once rather than after the pipeline and the printed report."""
     out = Path(directory)
     if out.exists() and not out.is_dir():
         raise InputError(f"cannot write outputs to '{out}': it is not a directory")
@@ -130,9 +131,37 @@ def write_artifacts(directory: str | os.PathLike[str], result: CompileResult) ->
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise InputError(f"cannot create output directory '{out}': {err.strerror}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write outputs to '{out}': permission denied")
+    return out
+
+
+def check_writable_file(path: str | os.PathLike[str]) -> None:
+    """Fail now if `path` cannot be written later (missing or read-only directory, a directory)."""
+    target = Path(path)
+    if target.is_dir():
+        raise InputError(f"cannot write '{target}': it is a directory")
+    if not target.parent.is_dir():
+        raise InputError(f"cannot write '{target}': directory '{target.parent}' does not exist")
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write '{target}': permission denied")
+
+
+def write_artifacts(directory: str | os.PathLike[str], result: CompileResult) -> list[Path]:
+    """Create `directory` if needed and write every applicable artifact; return the paths."""
+    out = prepare_output_directory(directory)
     written = []
     for artifact in ARTIFACTS:
         text = artifact.render(result)
         if text is not None:
             written.append(write_atomic(out / artifact.filename, text))
     return written
+
+
+def check_output_paths(directory: str | None, files: list[str | None]) -> None:
+    """Before a compile runs: `-o DIR` can be created and written, and each named file's directory."""
+    if directory is not None:
+        prepare_output_directory(directory)
+    for path in files:
+        if path is not None:
+            check_writable_file(path)

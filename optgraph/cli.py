@@ -37,8 +37,8 @@ from rich.table import Table
 from rich.text import Text
 
 from optgraph.analysis.schedule_estimate import chrome_trace, estimate_schedule
-from optgraph.artifacts import CompileResult, write_artifacts, write_atomic
-from optgraph.cli_run import RUNNERS, check_against_reference, load_values, output_table
+from optgraph.artifacts import CompileResult, check_output_paths, write_artifacts, write_atomic
+from optgraph.cli_run import RUNNERS, check_against_reference, load_values, output_table, seed_value
 from optgraph.cli_run import cuda_usable as _cuda_usable
 from optgraph.errors import OptGraphError, VerifyError
 from optgraph.ir.dot import to_dot, write_picture
@@ -94,6 +94,7 @@ def _pipeline(args: argparse.Namespace) -> str:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    check_output_paths(args.output, [args.report_json, args.timeline])
     passes = parse_pipeline(_pipeline(args))
     start = time.perf_counter()
     graph = parse_file(args.model)
@@ -254,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="compare with the reference interpreter")
     p.add_argument("--inputs", metavar="FILE.npz", help="input arrays by name")
     p.add_argument("--weights", metavar="FILE", help="weights (.npz or .safetensors)")
-    p.add_argument("--seed", type=int, default=0, help="seed for random inputs and weights")
+    p.add_argument("--seed", type=seed_value, default=0, help="seed for random inputs and weights")
     p.add_argument("-p", "--pipeline", default="default", help="pipeline for --device cuda")
     p.add_argument(
         "--no-graph", action="store_true", help="cuda: launch eagerly, no CUDA graph (debugging)"

@@ -32,6 +32,19 @@ def cuda_usable() -> bool:
     return bool(probe()) if callable(probe) else False
 
 
+def seed_value(text: str) -> int:
+    """`--seed`: a non-negative integer (NumPy's generators take no negative seeds)."""
+    import argparse
+
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got '{text}'") from None
+    if seed < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {seed}")
+    return seed
+
+
 def _existing_file(path: str, what: str) -> str:
     p = Path(path)
     if not p.exists():

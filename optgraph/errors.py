@@ -13,6 +13,7 @@ The CLI prints `str(err)` and exits 1; any other exception is a bug in optgraph.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -31,11 +32,26 @@ class Span:
         return f"{self.path}:{self.line}:{self.col}"
 
 
+LONG_WORD = 80  # characters of one unbroken word (a token, a name) a message shows whole
+_LONG_WORD_RE = re.compile(r"\S{" + str(LONG_WORD + 1) + ",}")
+
+
+def clip_long_words(message: str) -> str:
+    """`message` with every word over `LONG_WORD` characters cut to its start and "...".
+
+    Messages quote what the user wrote; a 1 MiB name or number must not reach the terminal whole.
+    """
+    return _LONG_WORD_RE.sub(lambda m: m.group()[: LONG_WORD - 3] + "...", message)
+
+
 @dataclass
 class Diagnostic:
     message: str
     span: Span | None = None
     severity: str = "error"
+
+    def __post_init__(self) -> None:
+        self.message = clip_long_words(self.message)
 
     def render(self) -> str:
         if self.span is None:
@@ -91,7 +107,7 @@ class OptGraphError(Exception):
         self, message: str, span: Span | None = None, *, notes: list[Diagnostic] | None = None
     ):
         self.diagnostics: list[Diagnostic] = [Diagnostic(message, span)] + list(notes or [])
-        super().__init__(message)
+        super().__init__(self.diagnostics[0].message)
 
     @classmethod
     def from_diagnostics(cls, diagnostics: list[Diagnostic]) -> OptGraphError:

@@ -38,7 +38,7 @@ from optgraph.ir.graph import (
     TensorType,
     Weight,
 )
-from optgraph.ir.source import SourceText, decode_source, read_model_text
+from optgraph.ir.source import SourceText, decode_source, normalize_source, read_model_text
 from optgraph.ir.syntax_errors import syntax_error
 
 __all__ = ["decode_source", "parse", "parse_file", "read_model_text"]
@@ -299,6 +299,7 @@ def _parser_and_builder() -> tuple[Lark, _Builder]:
 
 def parse(text: str, path: str = "<string>") -> Graph:
     """Parse IR text into a `Graph` (no verification). Raises `ParseError`."""
+    text = normalize_source(text)
     located = SourceText(path, text)
     if "\x00" in text:
         offset = text.index("\x00")

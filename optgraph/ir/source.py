@@ -14,6 +14,20 @@ from lark import Token
 
 from optgraph.errors import InputError, ParseError, Span
 
+BYTE_ORDER_MARK = "\ufeff"
+
+
+def normalize_source(text: str) -> str:
+    """`text` without a leading UTF-8 byte order mark and with every line ending as "\\n".
+
+    Editors on Windows save a BOM and CRLF; old Mac files end lines with a lone CR, which the
+    grammar (a `#` comment runs to "\\n") would otherwise read as one line holding the whole file.
+    """
+    text = text.removeprefix(BYTE_ORDER_MARK)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
+
 
 class SourceText:
     """Builds spans that point into the source text."""

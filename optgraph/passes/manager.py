@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, get_type_hints
 
 from optgraph.analysis.segments import parse_size
-from optgraph.errors import OptGraphError, PipelineError, did_you_mean
+from optgraph.errors import OptGraphError, PipelineError, Span, did_you_mean
 from optgraph.ir.graph import Graph
 from optgraph.ir.verify import verify
 from optgraph.passes.analyze_lifetimes import AnalyzeLifetimesPass
@@ -114,6 +114,17 @@ def make_pass(name: str, options: dict[str, str] | None = None) -> Pass:
         raise PipelineError(f"{name}: {err}") from None
 
 
+PIPELINE_PATH = "<pipeline>"  # how a pipeline string is named in the `path:line:col` of its errors
+
+
+def _pipeline_error(err: PipelineError, text: str, start: int, end: int) -> PipelineError:
+    """`err` pointing at `text[start:end]`: the pipeline string is the source line under the caret."""
+    if err.span is not None:
+        return err
+    span = Span(PIPELINE_PATH, 1, start + 1, max(end, start + 1) + 1, text)
+    return PipelineError(err.message, span)
+
+
 def parse_pipeline(text: str) -> list[Pass]:
     """`"dce,assign-streams{max-streams=4,policy=chains}"` -> pass instances. `default` expands."""
     text = text.strip()
@@ -126,20 +137,29 @@ def parse_pipeline(text: str) -> list[Pass]:
     while pos < len(text):
         match = _PASS_RE.match(text, pos)
         if match is None or match.end() == pos:
-            raise PipelineError(f"cannot read the pipeline at '{text[pos:]}' (in '{text}')")
+            error = PipelineError(f"cannot read the pipeline at '{text[pos:]}'")
+            raise _pipeline_error(error, text, pos, len(text))
         name, body = match.group(1), match.group(3)
-        options: dict[str, str] = {}
-        for item in filter(None, (s.strip() for s in (body or "").split(","))):
-            if "=" not in item:
-                raise PipelineError(f"{name}: option '{item}' needs a value (name=value)")
-            key, value = item.split("=", 1)
-            options[key.strip()] = value
-        if name == "default":
-            passes.extend(parse_pipeline(DEFAULT_PIPELINE))
-        else:
-            passes.append(make_pass(name, options))
+        try:
+            options = _pass_options(name, body)
+            if name == "default":
+                passes.extend(parse_pipeline(DEFAULT_PIPELINE))
+            else:
+                passes.append(make_pass(name, options))
+        except PipelineError as err:
+            raise _pipeline_error(err, text, match.start(1), match.end(2) if body else match.end(1))
         pos = match.end()
     return passes
+
+
+def _pass_options(name: str, body: str | None) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for item in filter(None, (s.strip() for s in (body or "").split(","))):
+        if "=" not in item:
+            raise PipelineError(f"{name}: option '{item}' needs a value (name=value)")
+        key, value = item.split("=", 1)
+        options[key.strip()] = value
+    return options
 
 
 def format_pass(p: Pass) -> str:

@@ -101,8 +101,8 @@ def test_opt_requires_a_pipeline(model: str, capsys: pytest.CaptureFixture[str])
 @pytest.mark.parametrize(
     ("pipeline", "message"),
     [
-        ("dcee", "error: unknown pass 'dcee' (did you mean 'dce'?)"),
-        ("cse{foo=1}", "error: cse: unknown option 'foo' (cse takes no options)"),
+        ("dcee", "<pipeline>:1:1: error: unknown pass 'dcee' (did you mean 'dce'?)"),
+        ("cse{foo=1}", "<pipeline>:1:1: error: cse: unknown option 'foo' (cse takes no options)"),
     ],
 )
 def test_bad_pipeline_is_one_error(
@@ -110,7 +110,8 @@ def test_bad_pipeline_is_one_error(
 ) -> None:
     status, out, err = cli(["opt", model, "-p", pipeline], capsys)
     assert (status, out) == (1, "")
-    assert err == message + "\n"
+    assert err.splitlines()[0] == message
+    assert err.splitlines()[1:] == [f"    1 | {pipeline}", "      | ^" + "~" * (len(pipeline) - 1)]
 
 
 # -- passes --------------------------------------------------------------------------------------

@@ -62,10 +62,13 @@ def read_fixture(path: Path) -> Fixture:
     raise ValueError(f"{path}: no '# EXPECT:' or '# EXPECT-ERROR:' line")
 
 
-def _diagnostic_line(d: Diagnostic) -> str:
+def _diagnostic_line(d: Diagnostic, fixture_path: Path) -> str:
+    """`line:col: message` for a place in the fixture's IR; a place elsewhere (the pipeline text
+    of the RUN line) keeps its path, e.g. `<pipeline>:1:15: message`."""
     if d.span is None:
         return d.message
-    return f"{d.span.line}:{d.span.col}: {d.message}"
+    where = "" if d.span.path == str(fixture_path) else f"{d.span.path}:"
+    return f"{where}{d.span.line}:{d.span.col}: {d.message}"
 
 
 def run_fixture(fixture: Fixture) -> tuple[str, bool]:
@@ -73,7 +76,7 @@ def run_fixture(fixture: Fixture) -> tuple[str, bool]:
     try:
         graph = run_pipeline(parse(fixture.source, str(fixture.path)), fixture.pipeline)
     except OptGraphError as err:
-        return "\n".join(_diagnostic_line(d) for d in err.diagnostics) + "\n", True
+        return "\n".join(_diagnostic_line(d, fixture.path) for d in err.diagnostics) + "\n", True
     return print_graph(graph), False
 
 
