@@ -8,7 +8,7 @@ Graphs are Llama decode steps from `examples/gen_llama.py` with as many layers a
 (26 nodes a layer), or a chain of elementwise ops where that generator is missing. Each phase is
 timed separately (median of `--repeat` runs; the text is generated once, untimed); nodes/s is for
 parse + verify + print together. Targets: 10k nodes in at most 2 s, 100k in at most 20 s.
-Results are recorded in docs/benchmarks.md ("Compile speed").
+Current figures in docs/benchmarks.md; every run in docs/results/.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ the 2-core machine is shared and wall time is noisy).
     python benchmarks/bench_streams.py                  # examples + Llama 1k, 10k, 100k nodes
     python benchmarks/bench_streams.py --sizes 1000     # a quicker run
 
-Prints a Markdown table (recorded in docs/benchmarks.md, "Streams"). Llama graphs use 8B-like sizes
+Prints a Markdown table (current figures in docs/benchmarks.md; every run in docs/results/). Llama graphs use 8B-like sizes
 (hidden 4096, 32/8 heads, ffn 14336, f16, decode of one token): the shapes set the cost model's
 estimates, the layer count sets the node count.
 """

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # One GPU-machine session: GPU tests, the benchmark, compute-sanitizer; logs under $OUT.
-#   OUT=/tmp/out bash benchmarks/gpu_session.sh [tests] [bench] [sanitize] [kernels] [h2h]
-# kernels: benchmarks/bench_kernels.py (single kernels at the Llama shapes, old vs new);
-# h2h: the head-to-head suite (H2H_ONLY=llama, H2H_VARIANTS=torch-graph,og-fused-1s restrict it).
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh [tests] [bench] [sanitize] [kernels] [h2h] \
+#       [gemv] [offload] [threshold]
+# bench: benchmarks/bench_gpu.py (the examples); sanitize: compute-sanitizer over
+# benchmarks/sanitize_examples.py; kernels: benchmarks/bench_kernels.py (single kernels at the
+# Llama shapes, old vs new); h2h: the head-to-head suite (H2H_ONLY=llama,
+# H2H_VARIANTS=torch-graph,og-fused-1s restrict it); gemv: benchmarks/bench_gemv.py (GEMV_ARGS=--sweep
+# for every layout); offload: benchmarks/bench_offload.py; threshold:
+# benchmarks/bench_stream_threshold.py. docs/benchmarks.md says what each measures.
 # Each part runs under its own time limit so one slow part cannot hide the others' logs.
 set -u
 OUT=${OUT:-/tmp/optgraph-gpu}
@@ -41,11 +46,24 @@ for part in $parts; do
         --iters "${ITERS:-100}" --warmup 10 ${H2H_ONLY:+--only "$H2H_ONLY"} \
         ${H2H_VARIANTS:+--variants "$H2H_VARIANTS"} --markdown "$OUT/h2h.md" > "$OUT/h2h.log" 2>&1
       echo "h2h rc=$?"; tail -n 45 "$OUT/h2h.log" ;;
+    gemv)
+      timeout "${GEMV_S:-300}" python3 benchmarks/bench_gemv.py ${GEMV_ARGS:-} \
+        --markdown "$OUT/gemv.md" > "$OUT/gemv.log" 2>&1
+      echo "gemv rc=$?"; tail -n 20 "$OUT/gemv.log" ;;
+    offload)
+      timeout "${OFFLOAD_S:-300}" python3 benchmarks/bench_offload.py \
+        --markdown "$OUT/offload.md" --json "$OUT/offload.json" > "$OUT/offload.log" 2>&1
+      echo "offload rc=$?"; tail -n 12 "$OUT/offload.log" ;;
+    threshold)
+      timeout "${THRESHOLD_S:-240}" python3 benchmarks/bench_stream_threshold.py \
+        --budget-s "${THRESHOLD_BUDGET_S:-170}" --json "$OUT/threshold.json" > "$OUT/threshold.log" 2>&1
+      echo "threshold rc=$?"; tail -n 20 "$OUT/threshold.log" ;;
     sanitize)
       for tool in memcheck racecheck; do
         timeout "${SAN_S:-75}" compute-sanitizer --tool "$tool" --error-exitcode 3 \
           python3 benchmarks/sanitize_examples.py > "$OUT/$tool.log" 2>&1
         echo "$tool rc=$?"; tail -n 4 "$OUT/$tool.log"
       done ;;
+    *) echo "unknown part: $part (tests bench sanitize kernels h2h gemv offload threshold)" ;;
   esac
 done

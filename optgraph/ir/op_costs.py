@@ -37,7 +37,7 @@ class Cost:
 @dataclass(frozen=True)
 class DeviceProfile:
     """Round public figures of a GPU for the roofline model, and measured launch figures for the
-    fork cost model of `assign-streams` (see `analysis/fork_cost.py` and docs/benchmarks.md)."""
+    fork cost model of `assign-streams` (see `analysis/fork_cost.py` and docs/results/)."""
 
     name: str
     memory_bandwidth: float  # bytes / s
@@ -51,20 +51,20 @@ class DeviceProfile:
 
 
 # Datasheet figures of the SXM parts (dense, no sparsity). The launch overhead is that of a kernel
-# node in a replayed CUDA graph, which is how optgraph runs programs. The launch figures were
-# measured on an H100 (benchmarks/bench_stream_threshold.py, docs/benchmarks.md "Calibrating the
-# fork cost", 2026-11-21); the H200 takes the H100's:
-# - kernel_latency 4.4 us: one stream's time per launch of the examples' small kernels (inception
-#   4.4, gpt2 3.9, moe 3.0-4.4 us; Llama decodes 5.8-6.5 us a merged launch). An empty kernel in
-#   a PDL chain takes 1.25 us: real small kernels cost more than the roofline says, and the
-#   model's latencies are in their units.
-# - wait_latency 4.4 us: an empty kernel chain pays +0.45 us per cross-stream edge, but on the
-#   models the timed decisions favour 2.2 < wait < 4.4 us: at 2.2 and below the Llama decode's
-#   v branches fork (0.98x of one stream), below 4.4 inception's one-conv branch forks (1.23x
-#   instead of 1.14x). 4.4 is kept as the value whose every decision was timed: below it MoE's
-#   shared expert forks as well, an assignment not timed yet.
-# - kernel_spacing 2.2 us: moe_block on four streams, 83 us for 38 kernels (empty kernels on four
-#   streams: 0.45 us); the measured decisions are the same anywhere in 0.45-2.2 us.
+# node in a replayed CUDA graph, which is how optgraph runs programs. The three launch figures were
+# calibrated on an H100 with benchmarks/bench_stream_threshold.py (the H200 takes the H100's); the
+# timings behind each: docs/results/2026-11-21-h100-fork-cost-calibration.md, "Where the
+# DeviceProfile launch figures come from".
+# - kernel_latency: one stream's time per launch of the models' small kernels, well above an empty
+#   kernel's in a PDL chain: real small kernels cost more than the roofline says, so the model's
+#   latencies are in their units.
+# - wait_latency: far above what an empty-kernel chain pays per cross-stream edge. The timed
+#   decisions favour a somewhat lower value (inception's one-convolution branch then forks, which
+#   measured faster), but much lower waits fork the decodes' v branches, which measured slower than
+#   one stream. The value kept is the one at which every decision on the timed models was itself
+#   timed: just below it MoE's shared expert forks too, an assignment not timed.
+# - kernel_spacing: moe_block's time per kernel on four streams; no decision on the timed models
+#   changes anywhere between the empty-kernel spacing and this value.
 H100 = DeviceProfile("H100", 3.35e12, 67e12, 989e12, 2e-6)
 H200 = DeviceProfile("H200", 4.8e12, 67e12, 989e12, 2e-6)
 DEVICE_PROFILES: Mapping[str, DeviceProfile] = {"H100": H100, "H200": H200}
