@@ -7,6 +7,7 @@ what it declares, and a pass that does not declare a fact invalidated really kee
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,14 @@ def test_each_pass_provides_what_it_declares() -> None:
     streamed = run_pipeline(planned, f"plan-prefetch{{budget={budget}}},check-races", check)
     assert any(n.op == "prefetch" for n in streamed.nodes)
     assert seen == [p.name for p in parse_pipeline(pipeline)] + ["plan-prefetch", "check-races"]
+
+
+@pytest.mark.parametrize("name", sorted(PASSES))
+def test_every_pass_docstring_shows_its_rewrite_limits_and_cost(name: str) -> None:
+    doc = " ".join((sys.modules[PASSES[name].__module__].__doc__ or "").split())
+    assert doc.startswith(f"`{name}"), f"{name}: the docstring opens with the pass's name"
+    for part in ("before:", "after:", "Does not handle", "Complexity"):
+        assert part in doc, f"{name}: the module docstring lacks '{part}'"
 
 
 def _scheduled_graphs() -> list[tuple[str, Graph]]:
