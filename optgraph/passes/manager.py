@@ -176,7 +176,8 @@ def with_vram_budget(pipeline: str, budget: str, depth: int | None = None) -> st
 
 
 def check_contract(p: Pass, graph: Graph) -> None:
-    """Raise a PipelineError naming the pass to run first (or after) if `p` may not run here."""
+    """Raise a PipelineError naming the pass to run first, or to run `p` before, if `p` may not
+    run on `graph`."""
     for fact_name in p.requires:
         fact = FACTS[fact_name]
         if not fact.holds(graph):
