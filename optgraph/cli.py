@@ -36,6 +36,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from optgraph.analysis.races import find_races, race_diagnostics
 from optgraph.analysis.schedule_estimate import chrome_trace, estimate_schedule
 from optgraph.artifacts import CompileResult, check_output_paths, write_artifacts, write_atomic
 from optgraph.cli_run import RUNNERS, check_against_reference, load_values, output_table, seed_value
@@ -47,7 +48,6 @@ from optgraph.ir.parser import parse_file
 from optgraph.ir.printer import print_graph
 from optgraph.ir.verify import verify
 from optgraph.passes.base import Pass
-from optgraph.passes.check_races import find_races, race_diagnostics
 from optgraph.passes.manager import describe_passes, parse_pipeline, run_pipeline
 from optgraph.report import compute_report
 

@@ -14,7 +14,7 @@ To add a figure: add a field to `Report` (the JSON keys are the field names, in 
 in `compute_report`, and give it a row label in `ROW_LABELS`. Figures that need analyses of their
 own (memory lower bound) are left `None` here until their module exists. The concurrency figures
 (width, critical path and speedup on the H100 cost model) come from `schedule_estimate`, races
-from `check_races.find_races`.
+from `analysis.races.find_races`.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import json
 from dataclasses import asdict, dataclass, fields
 
 from optgraph.analysis.memory_bounds import memory_figures
+from optgraph.analysis.races import find_races
 from optgraph.analysis.schedule_estimate import stream_figures
 from optgraph.analysis.segments import count_splits, device_memory
 from optgraph.ir.graph import Graph, Node
 from optgraph.ir.layout import alias_roots
-from optgraph.passes.check_races import find_races
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ ask of a printed graph:
 - where each value lives (`value_backends`): a node's result lives on its `backend`, except that a
   `copy` puts its result on its `to` backend; inputs and weights are host arrays the runtime also
   stages on the device, so they live on both (a weight placed on the `host` lives only there);
+  and how many splits (runs of one backend in issue order) a graph has (`count_splits`);
 - which weights may be streamed and in which order (`weight_accesses`, `group_weights`,
   `pack_segments`): segments are runs of weights in first-use order whose readers lie in disjoint
   ranges of the issue order, so slot `k` can be reused by segment `n + depth` right after segment

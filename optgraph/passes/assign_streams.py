@@ -32,7 +32,8 @@ schedule (ties by ASAP order, then input order), which interleaves branches so c
 launched early; this is always a topological order. A result on one stream keeps the given
 order (the same program as `max-streams=1`, and the order whose merged launches the cost
 model assumed). Existing `record`/`wait` nodes are dropped (they belong to a previous
-assignment); other annotations are kept.
+assignment); other annotations are kept, so its contract refuses a graph carrying live ranges,
+arena offsets or a backend split, which new streams would make wrong.
 
 Does not handle: splitting one op across streams, memory pressure of concurrent branches (the
 memory planner sees the assignment and pays for it), measured rather than estimated costs.

@@ -6,7 +6,14 @@
 Two nodes merge when op, operands (after earlier merges), attributes, type, body and annotations are
 equal; the later one is removed and its uses read the earlier one. Equal annotations keep the merge
 safe on a scheduled graph: the survivor runs on the same stream, before the removed node would have.
-A graph output is never the one removed: output names are the graph's calling convention. Complexity O(V + E) with hashing of each node's text.
+A graph output is never the one removed: output names are the graph's calling convention.
+
+Does not handle: commutative operands in another order (`add(%a, %b)` and `add(%b, %a)` stay two
+nodes), equal values inside fused bodies, equal nodes with different annotations (streams,
+offsets). Invalidates live ranges and arena offsets (removing a node shifts issue indices and
+lengthens the survivor's life): it runs before analyze-lifetimes and plan-memory.
+
+Complexity O(V + E) with hashing of each node's text.
 """
 
 from __future__ import annotations

@@ -5,7 +5,13 @@
 
 Event nodes (`record`/`wait`) are kept, except a `record` whose event no `wait` uses and a `wait` on
 an event that is no longer recorded. Weights no live node reads are dropped; inputs are kept (they
-are the graph's calling convention). Complexity O(V + E): one backward sweep.
+are the graph's calling convention).
+
+Does not handle: dead values inside fused bodies, unused inputs (kept). Invalidates live ranges
+(removing nodes shifts issue indices): it runs before analyze-lifetimes. An arena plan stays sound
+(fewer accesses), and so do events.
+
+Complexity O(V + E): one backward sweep.
 """
 
 from __future__ import annotations

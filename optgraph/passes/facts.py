@@ -85,31 +85,9 @@ def _has_events(graph: Graph) -> bool:
     return any(n.is_event for n in graph.nodes)
 
 
+# In pipeline order: a pass invalidating several facts is told to run before the earliest pass
+# that established one of them, which puts it before the others too.
 FACTS: dict[str, Fact] = {
-    "backends-assigned": Fact(
-        "backends-assigned",
-        "every node has a backend",
-        _backends_assigned,
-        "split-backends",
-        "the backend placement and its copies",
-        _has_backends,
-    ),
-    "lifetimes-analyzed": Fact(
-        "lifetimes-analyzed",
-        "every buffer has a live range",
-        _lifetimes_analyzed,
-        "analyze-lifetimes",
-        "the live ranges (live/visible)",
-        _has_lifetimes,
-    ),
-    "memory-planned": Fact(
-        "memory-planned",
-        "every buffer has an arena offset",
-        _memory_planned,
-        "plan-memory",
-        "the arena offsets (offset/size)",
-        _has_offsets,
-    ),
     "streams-assigned": Fact(
         "streams-assigned",
         "every node has a stream",
@@ -118,6 +96,14 @@ FACTS: dict[str, Fact] = {
         "the stream assignment",
         _has_streams,
     ),
+    "backends-assigned": Fact(
+        "backends-assigned",
+        "every node has a backend",
+        _backends_assigned,
+        "split-backends",
+        "the backend placement",
+        _has_backends,
+    ),
     "synced": Fact(
         "synced",
         "every cross-stream data edge is ordered by events",
@@ -125,5 +111,21 @@ FACTS: dict[str, Fact] = {
         "insert-sync",
         "the record/wait events",
         _has_events,
+    ),
+    "lifetimes-analyzed": Fact(
+        "lifetimes-analyzed",
+        "every buffer has a live range",
+        _lifetimes_analyzed,
+        "analyze-lifetimes",
+        "the live ranges",
+        _has_lifetimes,
+    ),
+    "memory-planned": Fact(
+        "memory-planned",
+        "every buffer has an arena offset",
+        _memory_planned,
+        "plan-memory",
+        "the arena offsets",
+        _has_offsets,
     ),
 }

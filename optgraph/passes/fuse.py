@@ -31,20 +31,23 @@ so each product computes the norm as it reads its row instead of a separate kern
     before: %n = rms_norm(%h, %g)   %q = matmul(%n, %wq)   %k = matmul(%n, %wk)
     after:  %q = fused(%h, %g, %wq) body { %n = rms_norm(..)  %q = matmul(%n, ..) }   (same for %k)
 
-(only for rows of at most `prologue-max-k` elements, default 2048: on an H100 the Llama decode at
-hidden 512 ran 1.23x faster with row prologues, at hidden 4096 1.08x slower, where every block
-of a product recomputes the row's statistics), and SwiGLU's `mul(silu(x @ wg), x @ wu)`, read
-only as the row of a one-row product, becomes that
-product's prologue instead of the gate product's epilogue (`_joins_row_products`), so the gate
-and up products stay independent (their launches merge into one).
+(only for rows of at most `prologue-max-k` elements, default 2048: measured, row prologues made
+a small launch-bound decode faster and a wide one slower, where every block of a product
+recomputes the row's statistics; see docs/benchmarks.md), and SwiGLU's `mul(silu(x @ wg), x @ wu)`,
+read only as the row of a one-row product, becomes that product's prologue instead of the gate
+product's epilogue (`_joins_row_products`), so the gate and up products stay independent (their
+launches merge into one).
 
 The fused node takes the root's name, type, annotations and place in issue order; its parameters
 bind to the distinct outside values the body reads, in first-use order. Moving work later on its
 own stream keeps every incoming data edge ordered, and only the root's value leaves the region,
-so a synced graph stays synced. Regions of one node are left as they are.
+so a synced graph stays synced. Regions of one node are left as they are. Fuse therefore runs
+anywhere in a pipeline: before or after assign-streams, insert-sync and plan-memory (its contract
+invalidates nothing; the default pipeline fuses first by choice, see `manager.DEFAULT_PIPELINE`).
 
-Does not handle: multi-output regions, prologues of products with several rows (cuBLAS), reductions over leading axes (they stay
-alone), fusing through views or into attention/rope/conv (opaque ops), nested regions.
+Does not handle: multi-output regions, prologues of products with several rows (cuBLAS),
+reductions over leading axes (they stay alone), fusing through views or into attention/rope/conv
+(opaque ops), nested regions.
 
 Complexity: O((V + E)·k²) with k = max-ops, i.e. linear in graph size: each node's group retries
 its at most k·arity outside operands after each of at most k merges, and each check is O(k). On a

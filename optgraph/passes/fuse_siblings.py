@@ -19,10 +19,12 @@ region left by `fuse` (its elementwise epilogue comes along). Two rewrites, in t
    `slice` of it, issued right after it. The region is named `<first member>.siblings`.
 
 Blocked: a member that is a graph output (its bytes would become a view), members on different
-streams or backends, graphs with events (`insert-sync` ran: moving work earlier could pass a wait)
-and memory-planned graphs (offsets set): run it where the default pipeline does, right after
-`fuse` and before `assign-streams`. Moving a member earlier is safe: all it reads is defined
-before the group's first member, and every reader of its result comes after that place.
+streams or backends. Its contract invalidates events (moving work earlier could pass a wait), arena
+offsets and live ranges, so the manager refuses it after `insert-sync`, `analyze-lifetimes` or
+`plan-memory`: name it right after `fuse{row-prologues=false}` (it needs the norm shared, not copied
+into each product). Moving a member earlier is
+safe: all it reads is defined before the group's first member, and every reader of its result
+comes after that place.
 
 Does not handle: products with M > 1, transposed or batched operands, products reading different
 rows, a pair whose second product is itself a region with an epilogue, nested regions.

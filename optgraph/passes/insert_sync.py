@@ -16,6 +16,10 @@ assignment and issue order, never more than Nimble's |reduced edges| - |matching
 waits for the last node of every other stream the end does not already cover, so all streams join
 before the outputs are returned. Events already in the graph are kept and count.
 
+New events shift the issue index of every node after them, so the contract refuses a graph that
+carries live ranges (run insert-sync before analyze-lifetimes); arena offsets stay sound (events
+only add ordering).
+
 Does not handle: moving nodes to save waits (the order is assign-streams' decision), events across
 graph replays (every replay starts from the host, which orders it after the previous end).
 

@@ -196,18 +196,18 @@ def with_vram_budget(pipeline: str, budget: str, depth: int | None = None) -> st
 
 
 def check_contract(p: Pass, graph: Graph) -> None:
-    """Raise a PipelineError naming the pass to run first (or after) if `p` may not run here."""
+    """Raise a PipelineError naming the pass to run first, or to run `p` before, if `p` may not
+    run on `graph`."""
     for fact_name in p.requires:
         fact = FACTS[fact_name]
         if not fact.holds(graph):
             raise PipelineError(
                 f"{p.name} needs {fact.description} ({fact_name}): run {fact.established_by} first"
             )
-    for fact_name in p.invalidates:
-        fact = FACTS[fact_name]
-        if fact.is_marked(graph):
+    for fact in FACTS.values():  # in pipeline order: the earliest pass to run before
+        if fact.name in p.invalidates and fact.is_marked(graph):
             raise PipelineError(
-                f"{p.name} invalidates {fact.annotations} ({fact_name}) that this graph carries: "
+                f"{p.name} invalidates {fact.annotations} ({fact.name}) that this graph carries: "
                 f"run {p.name} before {fact.established_by}"
             )
 

@@ -27,14 +27,15 @@ device memory = arena (with slots) + resident weights + device inputs <= budget
 
 `sync=true` (and the fallback, with a warning, when `depth` slots do not fit the budget) copies
 each segment on the stream of its first reader, just before it, into one slot: no overlap, the
-least memory. `strip_prefetch` undoes the pass so a runtime can re-plan synchronously when the
+least memory. The IR rewrite lives in `optgraph.analysis.prefetch_copies`, where
+`strip_prefetch` undoes it and `synchronous_prefetch` re-plans it through one slot for when the
 slot pool cannot be allocated.
 
 Segment size: `segment-bytes=auto` tries sizes from the largest weight group up to all weights
 (x1.1 steps) and keeps the one streaming the fewest bytes, counting 256 KiB per streamed segment
 (`segments.SEGMENT_OVERHEAD_BYTES`: its events and launch); a size such as `256MiB` fixes it.
 
-Runs after plan-memory (it reads the arena size) and refreshes `live`/`visible`. Does not handle:
+Requires a memory plan (it reads the arena size) and refreshes `live`/`visible`. Does not handle:
 weights read on the CPU or by an output, or only gathered from (`get_rows`: streaming a table to
 read a few rows would copy all of it; place it on the `host` instead) -- those stay resident;
 host-placed weights (split-backends copies those), several GPUs, reordering compute to make room.

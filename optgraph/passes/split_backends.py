@@ -30,7 +30,9 @@ The host is stream H = 1 + the largest stream in the graph (its nodes and events
 
 Copy nodes carry `backend = "cuda"` (a CUDA stream issues them); their result lives on `to`.
 Every node leaves with a stream (unassigned ones are on stream 0, now explicitly).
-Runs after assign-streams and before insert-sync (cross-stream GPU edges are insert-sync's). Does
+Runs after assign-streams (which refuses a split graph: it would move CPU nodes off the host
+stream) and before insert-sync (cross-stream GPU edges are insert-sync's); its contract refuses a
+graph with events, live ranges or arena offsets, which moving nodes to the host would break. Does
 not handle: several GPUs, reordering to merge splits, moving expensive ops for memory.
 Complexity: O(V + E) placement sweeps (the hill climb is bounded by V moves), O(V + E) rewrite.
 """

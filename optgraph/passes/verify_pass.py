@@ -3,7 +3,10 @@
     before: %y = matmul(%x, %w) : f32[2,4]     (with %x : f32[2,8], %w : f32[4,4])
     after:  error: matmul: inner dimensions differ (8 vs 4)
 
-Every problem is reported (see `optgraph.ir.verify`). Complexity O(V + E).
+Every problem is reported (see `optgraph.ir.verify`). Does not handle: races and memory plans
+(`check-races`), the facts later passes need (the pass manager checks those).
+
+Complexity O(V + E).
 """
 
 from __future__ import annotations

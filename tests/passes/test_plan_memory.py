@@ -224,7 +224,7 @@ UNORDERED_REUSE = """graph g {
 
 
 def _find_races():  # type: ignore[no-untyped-def]
-    return pytest.importorskip("optgraph.passes.check_races").find_races
+    return pytest.importorskip("optgraph.analysis.races").find_races
 
 
 def test_check_races_sees_an_unordered_reuse() -> None:

@@ -12,10 +12,10 @@ import pytest
 
 import optgraph as og
 from optgraph.analysis.prefetch_copies import strip_prefetch
+from optgraph.analysis.races import find_races
 from optgraph.analysis.segments import device_memory, parse_size
 from optgraph.codegen.program import lower
 from optgraph.ir.graph import Graph
-from optgraph.passes.check_races import find_races
 from optgraph.passes.manager import run_pipeline
 from optgraph.passes.plan_prefetch import BudgetError
 from optgraph.runtime.planned import PlanViolation, execute

@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 
 import optgraph as og
 from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.races import END, find_races
 from optgraph.errors import VerifyError
 from optgraph.ir.graph import Graph
 from optgraph.ir.layout import alias_roots
-from optgraph.passes.check_races import END, CheckRacesPass, find_races
+from optgraph.passes.check_races import CheckRacesPass
 from optgraph.passes.manager import run_pipeline
 from tests.support.random_graphs import random_dag_graphs
 from tests.support.scheduled_graphs import random_streams

@@ -11,8 +11,8 @@ import pytest
 
 import optgraph as og
 from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.races import find_races
 from optgraph.errors import OptGraphError, PipelineError
-from optgraph.passes.check_races import find_races
 from optgraph.passes.manager import run_pipeline
 from optgraph.passes.split_backends import host_stream
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference

@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.races import find_races
 from optgraph.ir.graph import Graph
 from optgraph.ir.verify import verify
 from optgraph.passes.assign_streams import AssignStreamsPass, nimble_syncs
-from optgraph.passes.check_races import find_races
 from optgraph.passes.insert_sync import InsertSyncPass
 from optgraph.passes.manager import run_pipeline
 from tests.support.random_graphs import random_dag_graphs

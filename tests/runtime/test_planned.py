@@ -221,7 +221,7 @@ def _shortened(graph: og.Graph, victim: str) -> og.Graph:
 def _races(graph: og.Graph) -> bool:
     """check-races' verdict (data edges, the end, overlapping arena bytes) where it exists."""
     try:
-        from optgraph.passes.check_races import find_races
+        from optgraph.analysis.races import find_races
     except ImportError:
         return False
     return bool(find_races(graph))
