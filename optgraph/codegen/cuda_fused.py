@@ -37,9 +37,9 @@ import hashlib
 from collections.abc import Sequence
 
 from optgraph.analysis.fusion_rules import PRODUCT, plan_body
-from optgraph.codegen.cuda_elementwise import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_gemv_layout import BATCH, BOUNDS, THREADS, VECTOR, layout, product_loop
 from optgraph.codegen.cuda_row_prologue import row_prologue, stage_row
+from optgraph.codegen.cuda_scalars import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_source import (
     Kernel,
     Launch,

@@ -37,6 +37,7 @@ from optgraph.analysis.segments import (
     host_values,
     host_weight_layout,
 )
+from optgraph.codegen.cuda_dispatch import node_code
 from optgraph.codegen.cuda_matmul import Gemm
 from optgraph.codegen.cuda_source import (
     CodegenError,
@@ -44,7 +45,6 @@ from optgraph.codegen.cuda_source import (
     Kernel,
     Launch,
     module_source,
-    node_code,
 )
 from optgraph.codegen.in_place_outputs import check_in_place
 from optgraph.ir.graph import Graph, Node, TensorType
