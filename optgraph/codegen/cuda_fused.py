@@ -198,9 +198,8 @@ def gemv_kernel(
 
 
 # Prefetch each thread's first batch of weight rows into L2 before the PDL wait. Off: on an H100
-# (2026-11-21) the decodes with and without it differed less than two runs of one program did
-# (llama_real 1,783.7 / 1,706.6 µs with, 1,690.6 without; llama_launch 360.0 / 318.2 with,
-# 348.8 without), so no gain is established.
+# the decode steps with and without it differed less than two runs of one program did, so no
+# gain is established (see docs/benchmarks.md).
 PREFETCH = False
 
 
