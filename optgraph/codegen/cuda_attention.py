@@ -27,7 +27,6 @@ from optgraph.codegen.cuda_head_rows import attention_shape
 from optgraph.codegen.cuda_source import (
     STORAGE,
     Launch,
-    Work,
     f32_literal,
     f64_literal,
     grid_1d,
@@ -47,7 +46,7 @@ TILE = 256
 THREADS = 128
 
 
-def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Work]:
+def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Launch]:
     if node.op == "rope":
         return [_rope(node, types)]
     return [attention_launch(node, types)]

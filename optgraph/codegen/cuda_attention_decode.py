@@ -44,10 +44,10 @@ MAX_D = 256
 MAX_SQ = 4
 MAX_ROWS = 16  # query rows per KV head (group x Sq)
 ROWS = 4  # rows per block
-# Keys a warp has in flight (half that for D > 128). Fewer keys a warp means more key chunks
-# and blocks. Kernel time on an H100 (benchmarks/bench_kernels.py, 2026-11-21), 32/8 heads x
-# 1024 keys x 128: 4 keys 33.8 µs, 8 keys 41.9 µs; 8/2 heads x 128 keys x 64: 2 keys 8.9 µs,
-# 4 keys 10.1 µs, 8 keys 14.0 µs.
+# Keys a warp has in flight (half that for D > 128). Fewer keys a warp means smaller key chunks,
+# so more chunks and blocks read the cache in parallel: 4 keys beat 8 on a long cache, and on a
+# short one (up to SHORT_CACHE keys) 2 beat 4 and 8 (benchmarks/bench_kernels.py on an H100; see
+# docs/benchmarks.md).
 UNROLL = 4
 SHORT_CACHE = 256  # caches up to this many keys use SHORT_CACHE_UNROLL
 SHORT_CACHE_UNROLL = 2

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 
 from optgraph.codegen.cuda_source import (
     Launch,
-    Work,
     grid_1d,
     in_param,
     index_type,
@@ -53,13 +52,13 @@ def _output_coords(out: TensorType, idx: str) -> list[str]:
     ]
 
 
-def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Work]:
+def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Launch]:
     if node.op == "conv2d":
         return emit_roles(node, types, tuple(f"in{k}" for k in range(len(types))))
     return [_pool(node, types[0])]
 
 
-def emit_roles(node: Node, types: Sequence[TensorType], roles: Sequence[str]) -> list[Work]:
+def emit_roles(node: Node, types: Sequence[TensorType], roles: Sequence[str]) -> list[Launch]:
     """The conv2d kernel reading its operands from `roles` (a fused product passes its own)."""
     assert node.type is not None
     out = node.type

@@ -22,7 +22,6 @@ from optgraph.codegen.cuda_source import (
     STORAGE,
     DeviceCopy,
     Launch,
-    Work,
     gather_offset,
     grid_1d,
     index_type,
@@ -64,7 +63,9 @@ def strided_copy(out_type: TensorType, src_strides: list[int], base: int, src_nu
     return Launch(kernel, grid, block, ("out", "in0"))
 
 
-def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Work]:
+def emit(
+    node: Node, types: tuple[TensorType, ...], *, in_place: bool = False
+) -> list[Launch | DeviceCopy]:
     assert node.type is not None
     attrs = attrs_with_defaults(node)
     x = types[0]

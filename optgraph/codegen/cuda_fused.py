@@ -37,9 +37,9 @@ import hashlib
 from collections.abc import Sequence
 
 from optgraph.analysis.fusion_rules import PRODUCT, plan_body
-from optgraph.codegen.cuda_elementwise import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_gemv_layout import BATCH, BOUNDS, THREADS, VECTOR, layout, product_loop
 from optgraph.codegen.cuda_row_prologue import row_prologue, stage_row
+from optgraph.codegen.cuda_scalars import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_source import (
     Kernel,
     Launch,
@@ -198,9 +198,8 @@ def gemv_kernel(
 
 
 # Prefetch each thread's first batch of weight rows into L2 before the PDL wait. Off: on an H100
-# (2026-11-21) the decodes with and without it differed less than two runs of one program did
-# (llama_real 1,783.7 / 1,706.6 µs with, 1,690.6 without; llama_launch 360.0 / 318.2 with,
-# 348.8 without), so no gain is established.
+# the decode steps with and without it differed less than two runs of one program did, so no
+# gain is established (see docs/benchmarks.md).
 PREFETCH = False
 
 

@@ -28,10 +28,10 @@ import hashlib
 from collections.abc import Sequence
 
 from optgraph.analysis.fusion_rules import RegionPlan, Segment
-from optgraph.codegen.cuda_elementwise import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_gemv_layout import BOUNDS, THREADS, VECTOR, product_loop
 from optgraph.codegen.cuda_gemv_layout import layout as gemv_layout
 from optgraph.codegen.cuda_gemv_layout import splits as gemv_splits
+from optgraph.codegen.cuda_scalars import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_source import (
     CodegenError,
     Kernel,

@@ -10,28 +10,29 @@ every lanes-th row. Per thread:
         acc[i][v] += row(i, kk_j) * wv[j][v]            then used; row(i, kk): the hook for a
                                                         prologue (cuda_row_prologue)
 
-`layout(k, n, vec)` picks (ct, tiles, S, rows per split), measured on an H100 (docs/benchmarks.md,
-"One-row products"; `benchmarks/bench_gemv.py --sweep`):
+`layout(k, n, vec)` picks (ct, tiles, S, rows per split) from runs of
+`benchmarks/bench_gemv.py --sweep` on an H100 (see docs/benchmarks.md):
 
 - loads in flight: a 256-thread kernel without `__launch_bounds__(THREADS, MIN_BLOCKS)` gets 32
-  registers from ptxas, which then issues one or two loads before their first use (4096 × 4096:
-  17.7 µs against 14.4 with the bounds, same layout);
+  registers from ptxas, which then issues only one or two loads before their first use, so the
+  bounds are always set (the same layout runs clearly slower without them);
 - about one block per multiprocessor (S = ⌈SMS / tiles⌉) rather than four: fewer partial sums
-  and a cheaper second phase (4096 × 4096: 14.2 µs against 15.4);
+  and a cheaper second phase;
 - a single pass (no split-K) for wide matrices, where a tile width of 32, 16 or 8 column threads
-  gives between SMS and MIN_BLOCKS × SMS tiles: every block resident at once (4096 × 32000:
-  86.1 µs, 3.04 TB/s; 8 column threads there, 500 tiles, ran in two waves: 91.5);
+  gives between SMS and MIN_BLOCKS × SMS tiles: every block resident at once (narrower tiles
+  that need two waves of blocks were slower);
 - otherwise 16 column threads (32 when N has fewer than 16 tiles of 16): 256-byte row segments;
 - `og_load_stream` (`ld.global.nc.L1::no_allocate`) and one release/acquire atomic a block
-  (`og_arrive`) instead of a fence in every thread: each 1–4 % faster at every shape.
+  (`og_arrive`) instead of a fence in every thread: each a small gain at every shape measured.
 
 Small matrices (K ≤ SINGLE_PASS_ROWS × THREADS) keep the single-pass layout of fewer column
 threads (8, 4, 2, 1) that gives every thread at most 4 (else 8) rows: one batch, one latency.
 
-Not done: hiding a launch's fixed cost of about 2 µs (ramp, first latency, tail) behind its
-neighbours, e.g. an L2 prefetch of the first weight rows before the PDL wait: 4096 × 4096 reads
-at 2.4 TB/s for it; blocks of other than 256 threads (a single pass of 1024-thread blocks was
-4 % faster at 4096 × 4096, but would not merge with the step's other kernels).
+Not done: hiding a launch's fixed cost (ramp, first latency, tail) behind its neighbours, e.g.
+an L2 prefetch of the first weight rows before the PDL wait (`cuda_fused.PREFETCH`, off: no gain
+established); blocks of other than 256 threads (a single pass of 1024-thread blocks was a little
+faster on a square matrix, but would not merge with the step's other kernels). The figures behind
+each choice are in docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from optgraph.ir.graph import DTYPE_BYTES, Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
@@ -55,12 +54,9 @@ class Gemm:
     c_offset: int = 0
 
 
-def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Any]:
-    from optgraph.codegen.cuda_fused import gemv_matmul
-
-    one_kernel = gemv_matmul(node, types)  # one row (decode): our matrix-vector kernel
-    if one_kernel is not None:
-        return list(one_kernel)
+def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Gemm]:
+    """The cuBLAS calls of a plain matmul (`cuda_dispatch` gives one-row products to
+    `cuda_fused` first)."""
     return emit_roles(node, types, ("in0", "in1"))
 
 

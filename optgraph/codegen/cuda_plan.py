@@ -37,8 +37,9 @@ from optgraph.analysis.segments import (
     host_values,
     host_weight_layout,
 )
+from optgraph.codegen.cuda_dispatch import node_code
 from optgraph.codegen.cuda_matmul import Gemm
-from optgraph.codegen.cuda_source import CodegenError, DeviceCopy, Kernel, Launch, node_code
+from optgraph.codegen.cuda_source import CodegenError, DeviceCopy, Kernel, Launch
 from optgraph.codegen.cuda_steps import (
     HOST_SPACES,
     CopyStep,

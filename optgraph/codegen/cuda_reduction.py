@@ -22,12 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from optgraph.analysis.fusion_rules import RegionPlan, reduction_cols
-from optgraph.codegen.cuda_elementwise import emit_scalars, load_params, used_values
+from optgraph.codegen.cuda_scalars import emit_scalars, load_params, needed_values, used_values
 from optgraph.codegen.cuda_source import (
     COMPUTE,
     Kernel,
     Launch,
-    Work,
     block_size,
     f32_literal,
     gather_offset,
@@ -167,20 +166,6 @@ def _anchor_lines(anchor: Node, acc: str, finish: Sequence[str], row: _Row) -> l
     return lines + loop([f"const float a = ({x} - mu) / r * {w} + {b};", *finish])
 
 
-def needed_values(prologue: Sequence[Node], value: str) -> set[str]:
-    """`value` and every value it is computed from inside the prologue."""
-    by_name = {n.name: n for n in prologue}
-    needed, stack = set(), [value]
-    while stack:
-        name = stack.pop()
-        if name in needed:
-            continue
-        needed.add(name)
-        if name in by_name:
-            stack.extend(by_name[name].operands)
-    return needed
-
-
 def row_kernel(
     family: str,
     params: Sequence[str],
@@ -256,7 +241,7 @@ def fused_row_launch(
     return _row_launch(kernel, rows, threads, len(types))
 
 
-def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Work]:
+def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Launch]:
     assert node.type is not None
     x = types[0]
     cols = reduction_cols(node, x)

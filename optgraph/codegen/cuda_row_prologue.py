@@ -20,9 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from optgraph.analysis.fusion_rules import NORM_OPS
-from optgraph.codegen.cuda_elementwise import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_gemv_layout import THREADS
-from optgraph.codegen.cuda_reduction import needed_values
+from optgraph.codegen.cuda_scalars import emit_scalars, load_params, needed_values, used_values
 from optgraph.codegen.cuda_source import STORAGE, f32_literal, load, store
 from optgraph.ir.attrs import float_attr
 from optgraph.ir.graph import DTYPE_BYTES, Node, TensorType

@@ -1,9 +1,8 @@
-"""CUDA C source for every op: the shared vocabulary and the per-node dispatcher.
+"""The shared vocabulary of CUDA code generation: kernels, launches, dtypes and indexing in C.
 
-`node_code(node, operand_types)` turns one verified node into the work the CUDA runtime issues for it:
-a tuple of `Launch` (one of our kernels), `Gemm` (a cuBLAS call, see `cuda_matmul`) and
-`DeviceCopy` (a memcpy), whose buffers are named by *role*: `"out"` for the node's result and
-`"in0"`, `"in1"`, ... for its operands. `cuda_plan` binds roles to arena offsets.
+Every op family (`cuda_dispatch` lists them) builds its work from these pieces: a `Kernel` (one
+`extern "C" __global__` function), a `Launch` of it with buffers named by *role* (`"out"`, `"in0"`,
+`"in1"`, ...) and a `DeviceCopy` (a memcpy); `cuda_plan` binds roles to arena offsets.
 
 Every shape, stride and attribute is baked into the source as a constant, and a kernel's name is a
 hash of its text, so identical ops (same op, attributes, operand and result types) produce
@@ -15,10 +14,6 @@ Numerics: f16 and bf16 are stored as 16-bit integers and converted with PTX `cvt
 arithmetic (bf16, round to nearest even), so no CUDA header is needed; all float work is done in
 float32, like the reference interpreter; reductions accumulate in float32 (integers in their own
 type). Kernels never assume `__restrict__`: planned in-place ops make `out` alias `in0`.
-
-Families live in `cuda_elementwise` (elementwise ops and fused regions), `cuda_data_movement`
-(copies, concat, gather, KV-cache write), `cuda_reduction` (reductions, softmax, norms),
-`cuda_attention` (rope, attention), `cuda_conv` (conv2d, pools) and `cuda_matmul` (cuBLAS).
 """
 
 from __future__ import annotations
@@ -33,7 +28,7 @@ import numpy as np
 
 from optgraph.codegen.cuda_prelude import PRELUDE
 from optgraph.errors import OptGraphError
-from optgraph.ir.graph import FLOAT_DTYPES, Node, TensorType
+from optgraph.ir.graph import FLOAT_DTYPES
 
 
 class CodegenError(OptGraphError):
@@ -346,43 +341,3 @@ def static_shared_bytes(body: str) -> int | None:
     if found != body.count("__shared__") or "extern __shared__" in body:
         return None
     return total
-
-
-# -- dispatch ------------------------------------------------------------------------------------
-
-Work = Launch | DeviceCopy | object  # object: cuda_matmul.Gemm (kept loose to avoid a cycle)
-
-
-def node_code(
-    node: Node, operand_types: Sequence[TensorType], *, in_place: bool = False
-) -> tuple[Work, ...]:
-    """What to issue for `node`, given its operands' types.
-
-    `in_place` says the planner gave the result its operand 0's bytes (kv_cache_write then only
-    writes the new rows). Views that alias their operand are not passed here (they cost nothing);
-    views that do not are materialized with a copy kernel.
-    """
-    from optgraph.codegen import (
-        cuda_attention,
-        cuda_conv,
-        cuda_data_movement,
-        cuda_elementwise,
-        cuda_matmul,
-        cuda_reduction,
-    )
-
-    assert node.type is not None, node
-    if node.type.numel == 0:
-        return ()
-    families = (
-        cuda_elementwise,
-        cuda_data_movement,
-        cuda_reduction,
-        cuda_attention,
-        cuda_conv,
-        cuda_matmul,
-    )
-    for family in families:
-        if node.op in family.OPS:
-            return tuple(family.emit(node, tuple(operand_types), in_place=in_place))
-    raise CodegenError(f"{node.op}: no CUDA code generator for this op", node.span)

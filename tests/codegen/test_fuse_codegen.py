@@ -16,11 +16,11 @@ from hypothesis import given, settings
 
 import optgraph as og
 from optgraph.analysis.fusion_rules import PRODUCT, plan_body
+from optgraph.codegen.cuda_dispatch import node_code
+from optgraph.codegen.cuda_source import Launch, module_source
 from optgraph.ir.graph import Graph
 from optgraph.passes.fuse import FusePass
 from tests.support.random_graphs import random_dag_graphs
-
-cuda_source = pytest.importorskip("optgraph.codegen.cuda_source")
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.ir"))
@@ -36,14 +36,14 @@ def _check_one_kernel_per_region(graph: Graph) -> int:
             continue
         operand_types = [types[o] for o in node.operands]
         plan = plan_body(node.body, operand_types)
-        work = cuda_source.node_code(node, operand_types)
-        launches = [w for w in work if isinstance(w, cuda_source.Launch)]
+        work = node_code(node, operand_types)
+        launches = [w for w in work if isinstance(w, Launch)]
         if plan.kind == PRODUCT and len(work) == 1 and "og_gemv_" in launches[0].kernel.name:
             # one row: the product and its epilogue in one matrix-vector kernel
             assert "og_epilogue" not in launches[0].kernel.source
         elif plan.kind == PRODUCT:
             anchor = next(n for n in node.body.nodes if n.name == plan.anchor)
-            product = [w for w in work if not isinstance(w, cuda_source.Launch)]
+            product = [w for w in work if not isinstance(w, Launch)]
             # matmul: cuBLAS calls and no kernel of ours before the epilogue; conv: its kernel
             assert product or anchor.op == "conv2d"
             assert len(launches) <= (2 if anchor.op == "conv2d" else 1)
@@ -115,7 +115,7 @@ def test_one_row_products_are_one_kernel_and_compile() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "gemv.cu"
-        path.write_text(cuda_source.module_source(kernels))
+        path.write_text(module_source(kernels))
         done = subprocess.run(
             [
                 "nvcc",

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 import optgraph as og
+from optgraph.codegen.cuda_dispatch import node_code
 from optgraph.codegen.cuda_gemv_layout import BOUNDS, SMS, THREADS, VECTOR, layout
 from optgraph.codegen.cuda_merged import merged_kernel
-from optgraph.codegen.cuda_source import Launch, node_code
+from optgraph.codegen.cuda_source import Launch
 from optgraph.passes.manager import run_pipeline
 from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
 from tests.support.cuda_emulator import available, run_graph

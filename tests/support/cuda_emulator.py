@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from optgraph.codegen.cuda_dispatch import node_code
 from optgraph.codegen.cuda_plan import (
     CopyStep,
     CudaPlan,
@@ -42,7 +43,6 @@ from optgraph.codegen.cuda_source import (
     Launch,
     kernels_source,
     load,
-    node_code,
     store,
 )
 from optgraph.ir.graph import Graph

@@ -1,0 +1,131 @@
+"""Which op family emits a node: the one place that knows every family.
+
+`node_code(node, operand_types)` turns one verified node into the work the CUDA runtime issues for
+it: a tuple of `Launch` (one of our kernels), `Gemm` (a cuBLAS call, `cuda_matmul`) and
+`DeviceCopy` (a memcpy), whose buffers are named by *role*: `"out"` for the node's result and
+`"in0"`, `"in1"`, ... for its operands. `cuda_plan` binds roles to arena offsets.
+
+    %y = softmax(%x) : f32[4,64]                       ->  cuda_reduction: one row kernel
+    %y = matmul(%x, %w) : f16[1,4096]                  ->  cuda_fused: the one-row product kernel
+    %y = matmul(%x, %w) : f16[8,4096]                  ->  cuda_matmul: cuBLAS
+    %y = fused(...) { matmul, add }  (8 rows)          ->  cuBLAS, then a cuda_elementwise epilogue
+
+Families (`cuda_elementwise`, `cuda_data_movement`, `cuda_reduction`, `cuda_attention`,
+`cuda_conv`, `cuda_matmul`) each name their ops in `OPS` and emit them with
+`emit(node, types, in_place=...)`; they import the shared vocabulary below them (`cuda_source`,
+`cuda_scalars`, `cuda_gemv_layout`, `cuda_head_rows`), never this module or each other. A
+`fused` node is planned with `fusion_rules.plan_body` and emitted by kind here: an elementwise
+region is one `cuda_elementwise` kernel, a reduction region one `cuda_reduction` row kernel, a
+siblings region one `cuda_fused_siblings` kernel, a product region the one-row kernel of
+`cuda_fused` where it qualifies, else its matmul (cuBLAS) or conv2d into the result buffer and
+one epilogue kernel that reads the product back in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from optgraph.analysis.fusion_rules import ELEMENTWISE, PRODUCT, REDUCTION, SIBLINGS, plan_body
+from optgraph.codegen import (
+    cuda_attention,
+    cuda_conv,
+    cuda_data_movement,
+    cuda_elementwise,
+    cuda_fused,
+    cuda_fused_siblings,
+    cuda_matmul,
+    cuda_reduction,
+)
+from optgraph.codegen.cuda_matmul import Gemm
+from optgraph.codegen.cuda_source import CodegenError, DeviceCopy, Launch
+from optgraph.ir.graph import Node, TensorType
+
+Work = Launch | DeviceCopy | Gemm
+
+# Looked up in this order; matmul and fused nodes are chosen by shape first (`node_code`).
+FAMILIES = (
+    cuda_elementwise,
+    cuda_data_movement,
+    cuda_reduction,
+    cuda_attention,
+    cuda_conv,
+    cuda_matmul,
+)
+
+
+def node_code(
+    node: Node, operand_types: Sequence[TensorType], *, in_place: bool = False
+) -> tuple[Work, ...]:
+    """What to issue for `node`, given its operands' types.
+
+    `in_place` says the planner gave the result its operand 0's bytes (kv_cache_write then only
+    writes the new rows). Views that alias their operand are not passed here (they cost nothing);
+    views that do not are materialized with a copy kernel.
+    """
+    assert node.type is not None, node
+    if node.type.numel == 0:
+        return ()
+    types = tuple(operand_types)
+    if node.op == "fused":
+        return tuple(fused_code(node, types))
+    if node.op == "matmul":
+        one_kernel = cuda_fused.gemv_matmul(node, types)  # one row (decode): our kernel
+        if one_kernel is not None:
+            return tuple(one_kernel)
+    for family in FAMILIES:
+        if node.op in family.OPS:
+            return tuple(family.emit(node, types, in_place=in_place))
+    raise CodegenError(f"{node.op}: no CUDA code generator for this op", node.span)
+
+
+def fused_code(node: Node, types: tuple[TensorType, ...]) -> list[Work]:
+    """The work of a fused region, by the kind of its plan (see the module docstring)."""
+    assert node.type is not None and node.body is not None
+    body = node.body
+    try:
+        plan = plan_body(body, types)
+    except ValueError as err:
+        raise CodegenError(f"fused: {err}", node.span) from None
+    if plan.kind == ELEMENTWISE:
+        return [
+            cuda_elementwise.region_launch(
+                "fused", body.params, types, body.nodes, body.result, node.type
+            )
+        ]
+    if plan.kind == SIBLINGS:
+        return [cuda_fused_siblings.siblings_launch(node, types, plan)]
+    by_name = {n.name: n for n in body.nodes}
+    assert plan.anchor is not None
+    anchor = by_name[plan.anchor]
+    roles = dict(zip(body.params, (f"in{k}" for k in range(len(types)))))
+    if plan.kind == REDUCTION:
+        return [cuda_reduction.fused_row_launch(node, types, plan, roles)]
+    assert plan.kind == PRODUCT
+    one_kernel = cuda_fused.gemv_region(node, types)  # a matrix-vector product: the epilogue inside
+    if one_kernel is not None:
+        return list(one_kernel)
+    work = _product_anchor(node, anchor, types, roles)
+    epilogue = [by_name[n] for n in plan.epilogue]
+    if epilogue:
+        work.append(
+            cuda_elementwise.region_launch(
+                "epilogue", body.params, types, epilogue, body.result, node.type, anchor.name
+            )
+        )
+    return work
+
+
+def _product_anchor(
+    node: Node, anchor: Node, types: Sequence[TensorType], roles: Mapping[str, str]
+) -> list[Work]:
+    """The matmul or conv2d of a product region, written to the region's result buffer."""
+    assert node.body is not None
+    param_types = dict(zip(node.body.params, types))
+    for o in anchor.operands:
+        if o not in roles:
+            raise CodegenError("fused: a matrix product takes no prologue", node.span)
+    anchor_types = tuple(param_types[o] for o in anchor.operands)
+    anchor_roles = tuple(roles[o] for o in anchor.operands)
+    if anchor.op == "matmul":
+        return list(cuda_matmul.emit_roles(anchor, anchor_types, anchor_roles))
+    return list(cuda_conv.emit_roles(anchor, anchor_types, anchor_roles))
