@@ -14,7 +14,7 @@ Variants (extend `VARIANTS` to add one: a name, a one-line description and a `bu
 that returns a zero-argument callable doing one run, plus the stream to time it on):
 
 - `cupy-eager`: the graph op by op in CuPy (benchmarks/cupy_interpreter.py);
-- `og-eager`: optgraph's kernels launched one by one (CudaProgram(use_graph=False)), 1 stream;
+- `og-eager`: optgraph's kernels launched one by one (`LoweringOptions(use_graph=False)`), 1 stream;
 - `og-graph-1s`: one CUDA graph, every node on one stream;
 - `og-graph-chains`: one CUDA graph, streams from `assign-streams{policy=chains}`.
 
@@ -41,9 +41,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
 
 import optgraph as og
 from optgraph.codegen.in_place_outputs import in_place_candidates
+from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import FUSION, run_pipeline
-from optgraph.runtime.cuda import CudaProgram
+from optgraph.program import cuda_program
 from optgraph.runtime.reference import random_inputs, random_weights
 from optgraph.runtime.reference_kernels import numpy_dtype
 
@@ -88,9 +89,8 @@ def _optgraph(
 ) -> Callable[[Model], Runner]:
     def build(model: Model) -> Runner:
         graph = run_pipeline(model.graph, pipeline)
-        program = CudaProgram(
-            graph, weights=model.weights, use_graph=use_graph, pdl=pdl, merge_launches=merge
-        )
+        options = LoweringOptions(use_graph=use_graph, pdl=pdl, merge_launches=merge)
+        program = cuda_program(graph, weights=model.weights, options=options)
         inputs = model.device_inputs()
         types = graph.value_types()
         out = {}
