@@ -15,6 +15,8 @@ that does not end in a memory plan gets one (`passes.manager.plan_memory_if_miss
   random weights (seed 0), made once per program and then the very same arrays on every run, so
   the CUDA runtime uploads them once (it skips an upload of the arrays it uploaded last). They
   are read-only: to run other values, pass them.
+- **Bound steps** (cuda): `step = program.bind(inputs, out)` checks the CuPy arrays once; a
+  call `step()` only launches the program on them (replays its CUDA graph).
 - **New input shapes** (cuda): the runtime asks the `relowering` callback of this module for a
   lowered variant: `specialize(input_types)` gives the source graph re-typed for those inputs and
   put through the same pipeline, memory plan included, which is then lowered with the program's
@@ -125,6 +127,21 @@ class CompiledProgram:
 
         arrays = {k: np.asarray(v) for k, v in inputs.items()}
         return execute(self.program, arrays, dict(weights), seed=seed).outputs
+
+    def bind(
+        self,
+        inputs: Mapping[str, Any],
+        out: Mapping[str, Any],
+        weights: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """(cuda) The serving loop's step: `inputs` and `out` CuPy arrays checked once, weights
+        uploaded now (`None`: `default_weights()`); each call of the step only launches the
+        program on them (`runtime.cuda.CudaProgram.bind`)."""
+        if self.target != "cuda":
+            raise OptGraphError(f"bind: target '{self.target}' has no bound steps; use run")
+        runtime = self._cuda_runner()
+        runtime.set_weights(self.default_weights() if weights is None else weights)
+        return runtime.bind(inputs, out)
 
     def default_weights(self) -> dict[str, np.ndarray]:
         """The reference's seeded random weights (seed 0) for `graph`, made on first use and the

@@ -4,6 +4,7 @@
     outputs = program.run({"x": x})                              # numpy in, numpy out
     program.run({"x": x_dev}, out={"y": y_dev})                  # cupy in/out, bound by pointer
     program.run({"cache": c, ...}, out={"cache_new": c})         # a KV cache updated in place
+    step = program.bind({"x": x_dev}, out={"y": y_dev}); step()  # checked once; a call launches
 
 A `CudaProgram` runs a lowered program (`codegen.lowered.LoweredProgram`: the plan, its options,
 the in-place candidates, made once by the API layer): it binds, allocates, captures, updates and
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -70,9 +72,36 @@ from optgraph.runtime.reference_kernels import ir_dtype
 __all__ = [
     "CHECK_BOUNDS",
     "AllocationDuringCapture",
+    "BoundStep",
     "CudaProgram",
     "is_available",
 ]
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One run's arrays checked and resolved: its variant, graph key, pointers and host calls."""
+
+    variant: Variant
+    key: GraphKey
+    binding: Binding
+    ops: list[Callable[[], Any]]
+    staged: dict[str, np.ndarray]  # host inputs, copied in through pinned staging
+    outputs: dict[str, Any]  # the caller's `out` arrays, by output name
+
+
+class BoundStep:
+    """`CudaProgram.bind`'s step: a call launches the program on the arrays bound once."""
+
+    def __init__(self, program: CudaProgram, bound: Bound):
+        self.program, self.bound = program, bound
+
+    def __call__(self) -> dict[str, Any]:
+        """Launch (the first call: eager run and capture); the bound `out` arrays, by name."""
+        bound = self.bound
+        self.program.host_errors.raise_first()  # a CPU node's failure in an earlier launch
+        self.program._launch(bound.key, bound.binding, bound.ops)
+        return bound.outputs
 
 
 class CudaProgram:
@@ -190,23 +219,59 @@ class CudaProgram:
         An `out` array that is also an input's array asks for the output in that buffer: a
         `kv_cache_write` of that input (nothing else reading it) then writes only its new rows
         there (`codegen/in_place_outputs.py`); any other output is copied in after the run."""
-        cp = cupy()
         if weights is not None:
             self.set_weights(weights)
-        elif self.graph.weights and not self.weights.is_set:
+        bound = self._bind(inputs, out)
+        variant = bound.variant
+        if variant.done_recorded:
+            variant.done.synchronize()  # the last run's copies from staging are finished
+        variant.stage_inputs(bound.staged)
+        self._launch(bound.key, bound.binding, bound.ops)
+        variant.done.record(self.stream)
+        variant.done_recorded = True
+        if any(n not in bound.outputs for n in variant.plan.outputs):
+            self.stream.synchronize()
+        self.host_errors.raise_first()
+        results: dict[str, Any] = {}
+        for name in variant.plan.outputs:
+            done = bound.outputs.get(name)
+            results[name] = done if done is not None else variant.read_output(name)
+        return results
+
+    def bind(self, inputs: Mapping[str, Any], out: Mapping[str, Any]) -> BoundStep:
+        """The serving loop's step: every input and every output a C-contiguous CuPy array,
+        checked once, here. Calling the step launches the program on those arrays: its first
+        call runs eagerly and captures (as `run` does), later calls replay the CUDA graph (or,
+        with `use_graph=False`, issue the same calls) with no check, no copy and no
+        synchronization; the caller synchronizes `program.stream` before reading `out`."""
+        bound = self._bind(inputs, out)
+        staged = sorted(bound.staged)
+        unbound = [n for n in dict.fromkeys(bound.variant.plan.outputs) if n not in bound.outputs]
+        if staged or unbound:
+            what = f"input '%{staged[0]}'" if staged else f"output '%{unbound[0]}'"
+            raise InputError(
+                f"bind: graph '{self.graph.name}': {what} must be a CuPy array (a bound step "
+                "reads and writes the caller's device arrays only)"
+            )
+        return BoundStep(self, bound)
+
+    def _bind(self, inputs: Mapping[str, Any], out: Mapping[str, Any] | None) -> Bound:
+        """Check `inputs` and `out`, pick the variant, the graph key and the issue list."""
+        cp = cupy()
+        out = out or {}
+        if self.graph.weights and not self.weights.is_set:
             raise InputError(f"graph '{self.graph.name}' has weights but none were given")
         types, bound_in, staged = self._classify(inputs)
         # An `out` array that is also an input's array: computed in place where legal.
         in_place = {
             o: i
             for o, i in self._in_place.items()
-            if o in (out or {})
-            and bound_in.get(i) == getattr(getattr(out[o], "data", None), "ptr", None)  # type: ignore[index]
+            if o in out and bound_in.get(i) == getattr(getattr(out[o], "data", None), "ptr", None)
         }
         variant = self._variant(types, in_place)
         plan = variant.plan
         bound_out: dict[str, int] = {}
-        for name, arr in (out or {}).items():
+        for name, arr in out.items():
             if name not in plan.types or name not in plan.outputs:
                 raise InputError(f"out: graph '{self.graph.name}' has no output '%{name}'")
             check_array(arr, plan.types[name], f"out '%{name}'")
@@ -215,25 +280,12 @@ class CudaProgram:
             bound_out[name] = int(arr.data.ptr)
         key = GraphKey.of(types, frozenset(bound_in), frozenset(bound_out), in_place)
         binding = Binding.of(bound_in, bound_out)
-        if variant.done_recorded:
-            variant.done.synchronize()  # the last run's copies from staging are finished
-        variant.stage_inputs(staged)
         cached = self._issue.get(key)
         if cached is None or cached[0] != binding:
             cached = self._issue[key] = (binding, variant.issue_list(bound_in, bound_out))
-        ops = cached[1]
-        self._launch(key, binding, ops)
         self.last_key = key
-        variant.done.record(self.stream)
-        variant.done_recorded = True
-        if any(n not in bound_out for n in plan.outputs):
-            self.stream.synchronize()
-        self.host_errors.raise_first()
-        results: dict[str, Any] = {}
-        for name in plan.outputs:
-            bound = name in bound_out
-            results[name] = out[name] if bound else variant.read_output(name)  # type: ignore[index]
-        return results
+        outputs = {name: out[name] for name in bound_out}
+        return Bound(variant, key, binding, cached[1], staged, outputs)
 
     def _classify(
         self, inputs: Mapping[str, Any]

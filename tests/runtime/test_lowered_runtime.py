@@ -25,7 +25,7 @@ from optgraph.codegen.lowered import LoweredVariant
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.errors import OptGraphError
 from optgraph.ir.graph import TensorType
-from optgraph.passes import manager, plan_prefetch
+from optgraph.passes import manager
 from optgraph.passes.manager import run_pipeline
 from optgraph.program import cuda_program, relowering
 from optgraph.runtime.reference import random_inputs
@@ -68,8 +68,7 @@ def _forbid_lowering(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(manager, "run_pipeline", refuse)
     monkeypatch.setattr(manager, "plan_memory_if_missing", refuse)
-    monkeypatch.setattr(plan_prefetch, "synchronous_prefetch", refuse)
-    for name in ("lower_cuda", "lower_for_cuda", "lower_variant"):
+    for name in ("lower_cuda", "lower_for_cuda", "lower_variant", "synchronous_prefetch"):
         monkeypatch.setattr(cuda_plan, name, refuse)
     for name in ("lower_for_cuda", "lower_variant", "run_pipeline", "plan_memory_if_missing"):
         monkeypatch.setattr(api, name, refuse)
