@@ -217,3 +217,26 @@ def test_the_cli_makes_one_options_object_for_run(monkeypatch: pytest.MonkeyPatc
     argv = ["run", model, "--device", "cpu", "--no-graph", "--no-merge-launches"]
     assert cli.main(argv) == 0
     assert seen == [LoweringOptions(merge_launches=False, use_graph=False)]
+
+
+def test_optgraph_run_on_cuda_compiles_once_with_the_flags_options(monkeypatch) -> None:
+    from optgraph import cli
+
+    compiled: list[api.CompiledProgram] = []
+    real = api.compile
+
+    def recording(*args: object, **kwargs: object) -> api.CompiledProgram:
+        program = real(*args, **kwargs)  # type: ignore[arg-type]
+        compiled.append(program)
+        return program
+
+    monkeypatch.setattr(api, "compile", recording)
+    with fake_cupy(monkeypatch) as fake:
+        model = str(EXAMPLES / "diamond.ir")
+        assert cli.main(["run", model, "--device", "cuda", "--no-merge-launches"]) == 0
+        (program,) = compiled
+        assert program.lowered is not None
+        assert program.lowered.options == LoweringOptions(merge_launches=False)
+        c = program._cuda.counters
+        assert (c.eager_runs, c.captures, c.replays) == (1, 1, 1)  # run, then its replay
+        assert fake.live_graphs == 0  # closed after the run
