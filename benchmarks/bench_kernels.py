@@ -36,7 +36,7 @@ from optgraph.codegen import (
     cuda_gemv_layout,
     cuda_reduction,
 )
-from optgraph.runtime.cuda import CudaProgram
+from optgraph.program import cuda_program
 from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
 from optgraph.runtime.reference_kernels import numpy_dtype
 
@@ -187,7 +187,7 @@ def bench_case(name: str, copies: int, iters: int) -> list[list[str]]:
         for c in ctx:
             c.__enter__()
         try:
-            program = CudaProgram(graph, weights=weights)
+            program = cuda_program(graph, weights=weights)
             out = {
                 o: cp.empty(types[o].shape, dtype=numpy_dtype(types[o].dtype))
                 for o in graph.output_names()

@@ -163,7 +163,7 @@ def _time_copies(cp: Any, program: Any, args: argparse.Namespace) -> tuple[int, 
 def measure(args: argparse.Namespace, mode: str) -> dict[str, Any]:
     import cupy as cp
 
-    from optgraph.runtime.cuda import CudaProgram
+    from optgraph.program import cuda_program
 
     source, graphs, budget = plan_variants(args, mode)
     print(f"{mode}: weights {format_size(sum(w.type.nbytes for w in source.weights))}")
@@ -173,7 +173,7 @@ def measure(args: argparse.Namespace, mode: str) -> dict[str, Any]:
     reference_out = None
     exact = True
     for name, graph in graphs.items():
-        program = CudaProgram(graph, weights=weights)
+        program = cuda_program(graph, weights=weights)
         program.run(inputs)  # eager, then captured
         out = program.run(inputs)  # a replay
         if reference_out is None:

@@ -45,7 +45,7 @@ from optgraph.codegen.cuda_plan import GemmStep, KernelStep, lower_cuda
 from optgraph.ir.graph import Graph
 from optgraph.ir.printer import print_graph
 from optgraph.passes.manager import FUSION, run_pipeline
-from optgraph.runtime.cuda import CudaProgram
+from optgraph.program import cuda_program
 from optgraph.runtime.reference import random_inputs, random_weights
 from optgraph.runtime.reference_kernels import numpy_dtype
 
@@ -73,7 +73,7 @@ def time_graph(graph: Graph, model: Model, iters: int, warmup: int) -> float:
     """Median latency (us) of one scheduled, planned graph as one CUDA graph."""
     import cupy as cp
 
-    program = CudaProgram(graph, weights=model.weights)
+    program = cuda_program(graph, weights=model.weights)
     try:
         inputs = model.device_inputs()
         types = graph.value_types()

@@ -7,7 +7,7 @@ ones (head_to_head_variants.py) to the optgraph variants built here; bench_strea
 uses the pipelines and `Model`.
 
 - `cupy-eager`: the graph op by op in CuPy (benchmarks/cupy_interpreter.py);
-- `og-eager`: optgraph's kernels launched one by one (`CudaProgram(use_graph=False)`), 1 stream;
+- `og-eager`: optgraph's kernels launched one by one (`LoweringOptions(use_graph=False)`), 1 stream;
 - `og-graph-1s`: one CUDA graph, every node on one stream;
 - `og-graph-chains`: one CUDA graph, streams from `assign-streams{policy=chains}`.
 
@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from optgraph.codegen.in_place_outputs import in_place_candidates
+from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import FUSION, run_pipeline
-from optgraph.runtime.cuda import CudaProgram
+from optgraph.program import cuda_program
 from optgraph.runtime.reference_kernels import numpy_dtype
 
 PLAN = "analyze-lifetimes,plan-memory"
@@ -82,9 +83,8 @@ def optgraph_variant(
         import cupy as cp
 
         graph = run_pipeline(model.graph, pipeline)
-        program = CudaProgram(
-            graph, weights=model.weights, use_graph=use_graph, pdl=pdl, merge_launches=merge
-        )
+        options = LoweringOptions(use_graph=use_graph, pdl=pdl, merge_launches=merge)
+        program = cuda_program(graph, weights=model.weights, options=options)
         inputs = model.device_inputs()
         types = graph.value_types()
         out = {}

@@ -243,11 +243,11 @@ def models(only: str | None) -> Iterator[Model]:
 def _agreement(model: Model, pipeline: str) -> str:
     """nmse between optgraph (fusion + streams) and PyTorch eager on the first output."""
     from optgraph.passes.manager import run_pipeline
-    from optgraph.runtime.cuda import CudaProgram
+    from optgraph.program import cuda_program
     from optgraph.runtime.reference import nmse
 
     graph = run_pipeline(model.graph, pipeline)
-    program = CudaProgram(graph, weights=model.weights)
+    program = cuda_program(graph, weights=model.weights)
     ours = program.run(model.device_inputs())
     program.close()
     first = model.graph.output_names()[0]

@@ -16,8 +16,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import optgraph as og
+from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.cuda import CHECK_BOUNDS, CudaProgram
+from optgraph.program import cuda_program
+from optgraph.runtime.cuda import CHECK_BOUNDS
 from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
 
 PIPELINE = (
@@ -35,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
         want = run_reference(source, inputs, weights)
         graph = run_pipeline(source, PIPELINE)
         for use_graph in (False, True):
-            program = CudaProgram(graph, weights=weights, use_graph=use_graph)
+            program = cuda_program(
+                graph, weights=weights, options=LoweringOptions(use_graph=use_graph)
+            )
             for _ in range(3 if use_graph else 1):
                 got = program.run(inputs)
             types = graph.value_types()

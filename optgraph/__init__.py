@@ -9,8 +9,10 @@ The small public API::
     text = og.print_graph(g)
     program = og.compile(g, target="cpu")         # default pipeline, planned arena
     outputs = program.run({"x": x}, weights=params)
+    program = og.compile(g, target="cuda", options=og.LoweringOptions(merge_launches=False))
 """
 
+from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.errors import OptGraphError, Span
 from optgraph.ir.graph import Graph
 from optgraph.ir.parser import parse, parse_file
@@ -24,6 +26,7 @@ Program = CompiledProgram
 __all__ = [
     "CompiledProgram",
     "Graph",
+    "LoweringOptions",
     "OptGraphError",
     "Program",
     "Span",

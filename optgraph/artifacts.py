@@ -17,13 +17,19 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.errors import InputError
 from optgraph.ir.graph import Graph
 from optgraph.ir.printer import print_graph
 from optgraph.report import Report
+
+if TYPE_CHECKING:
+    from optgraph.codegen.lowered import LoweredProgram
 
 
 @dataclass(frozen=True)
@@ -32,7 +38,14 @@ class CompileResult:
 
     graph: Graph
     report: Report
-    merge_launches: bool = True  # the CUDA plan's launches (compile --no-merge-launches: False)
+    options: LoweringOptions = field(default_factory=LoweringOptions)  # compile --no-merge-...
+
+    @cached_property
+    def lowered(self) -> LoweredProgram:
+        """The graph lowered for CUDA once, for every artifact that shows it."""
+        from optgraph.codegen.cuda_plan import lower_for_cuda
+
+        return lower_for_cuda(self.graph, self.options)
 
 
 @dataclass(frozen=True)
@@ -43,18 +56,15 @@ class Artifact:
 
 
 def _kernels_cu(result: CompileResult) -> str:
-    from optgraph.codegen.cuda_plan import emit_kernels_cu
-
-    return emit_kernels_cu(result.graph, merge_launches=result.merge_launches)
+    return result.lowered.main.plan.source()
 
 
 def _cuda_plan(result: CompileResult) -> str:
     import json
 
-    from optgraph.codegen.cuda_plan import lower_cuda, plan_json
+    from optgraph.codegen.cuda_plan import plan_json
 
-    plan = lower_cuda(result.graph, merge_launches=result.merge_launches)
-    return json.dumps(plan_json(plan), indent=1) + "\n"
+    return json.dumps(plan_json(result.lowered.main.plan), indent=1) + "\n"
 
 
 def _program_json(graph: Graph) -> str | None:

@@ -120,7 +120,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
         write_atomic(args.timeline, json.dumps(chrome_trace(graph, estimate_schedule(graph))))
         console.print(Text(f"wrote {args.timeline} (open in ui.perfetto.dev or chrome://tracing)"))
     if args.output is not None:
-        result = CompileResult(graph, report, merge_launches=not args.no_merge_launches)
+        from optgraph.codegen.lowering_options import LoweringOptions
+
+        options = LoweringOptions(merge_launches=not args.no_merge_launches)
+        result = CompileResult(graph, report, options=options)
         for path in write_artifacts(args.output, result):
             console.print(Text(f"wrote {path}"))
     if report.races:  # check-races runs last: a compile with races fails
@@ -172,12 +175,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     graph = parse_file(args.model)
     verify(graph)
     inputs, weights = load_values(graph, args.inputs, args.weights, args.seed)
-    options: dict[str, Any] = {"pipeline": _pipeline(args)}
-    if device == "cuda":
-        options["no_graph"] = args.no_graph
-        options["no_pdl"] = args.no_pdl
-        options["no_merge_launches"] = args.no_merge_launches
-    results = RUNNERS[device](graph, inputs, weights, **options)
+    from optgraph.codegen.lowering_options import LoweringOptions
+
+    options = LoweringOptions(
+        merge_launches=not args.no_merge_launches, pdl=not args.no_pdl, use_graph=not args.no_graph
+    )
+    results = RUNNERS[device](graph, inputs, weights, pipeline=_pipeline(args), options=options)
     console = _console()
     console.print(output_table(graph, results, device))
     if args.check:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich.console import Console
@@ -20,6 +20,9 @@ from rich.text import Text
 
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph
+
+if TYPE_CHECKING:
+    from optgraph.codegen.lowering_options import LoweringOptions
 
 
 def cuda_usable() -> bool:
@@ -72,38 +75,37 @@ def load_values(
 
 
 def run_on_cpu(
-    graph: Graph, inputs: dict[str, Any], weights: dict[str, Any], pipeline: str = "default"
-) -> dict[str, Any]:
-    """The compiled program on the planned executor: a NumPy arena at the planned offsets."""
-    from optgraph.program import compile as compile_program
-
-    return compile_program(graph, pipeline, target="cpu").run(inputs, weights)
-
-
-def run_on_cuda(
     graph: Graph,
     inputs: dict[str, Any],
     weights: dict[str, Any],
     *,
     pipeline: str = "default",
-    no_graph: bool = False,
-    no_pdl: bool = False,
-    no_merge_launches: bool = False,
+    options: LoweringOptions | None = None,
 ) -> dict[str, Any]:
-    """The compiled program on the GPU, replayed as a CUDA graph unless `no_graph`, with
-    Programmatic Dependent Launch on sm_90+ unless `no_pdl`, and independent kernels merged into
-    one launch unless `no_merge_launches`."""
-    from optgraph.runtime.cuda import run_on_cuda as run_compiled_on_cuda
+    """The compiled program on the planned executor: a NumPy arena at the planned offsets (the
+    `options`, which shape CUDA lowering and launches, do not apply)."""
+    from optgraph.program import compile as compile_program
 
-    return run_compiled_on_cuda(
-        graph, inputs, weights, pipeline=pipeline, use_graph=not no_graph, pdl=not no_pdl,
-        merge_launches=not no_merge_launches,
-    )  # fmt: skip
+    return compile_program(graph, pipeline, target="cpu").run(inputs, weights)
+
+
+def run_cuda(
+    graph: Graph,
+    inputs: dict[str, Any],
+    weights: dict[str, Any],
+    *,
+    pipeline: str = "default",
+    options: LoweringOptions | None = None,
+) -> dict[str, Any]:
+    """`optgraph.program.run_on_cuda`: compiled once with `options`, run, and replayed."""
+    from optgraph.program import run_on_cuda
+
+    return run_on_cuda(graph, inputs, weights, pipeline=pipeline, options=options)
 
 
 RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "cpu": run_on_cpu,
-    "cuda": run_on_cuda,
+    "cuda": run_cuda,
 }
 
 

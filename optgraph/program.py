@@ -5,17 +5,22 @@
     outputs = program.run({"x": x}, weights=params)       # numpy in, numpy out
 
 `target="cpu"` runs the lowered program on the planned executor (a NumPy byte arena at the planned
-offsets, streams simulated in a seeded interleaving); `target="cuda"` hands the planned graph to
-`optgraph.runtime.cuda`, imported only then. A pipeline that does not end in a memory plan gets
-`analyze-lifetimes,plan-memory` appended: a program needs one.
+offsets, streams simulated in a seeded interleaving); `target="cuda"` lowers the planned graph once
+(`codegen.cuda_plan.lower_for_cuda`: kernels, launches, arena, events, copies, prefetch slots, with
+the `LoweringOptions` given as `options=`) and hands that lowered program to
+`optgraph.runtime.cuda`, imported only then; the runtime never runs a pass or lowers. A pipeline
+that does not end in a memory plan gets one (`passes.manager.plan_memory_if_missing`).
 
 - **Weights.** `run(inputs)` without weights uses `default_weights()`: the reference's seeded
   random weights (seed 0), made once per program and then the very same arrays on every run, so
   the CUDA runtime uploads them once (it skips an upload of the arrays it uploaded last). They
   are read-only: to run other values, pass them.
-- **New input shapes** (cuda): the runtime asks `specialize(input_types)` for a graph, which is
-  the source graph re-typed for those inputs and put through the same pipeline, memory plan
-  included: each shape gets its own plan, kernels and CUDA graph (`RuntimeCounters.
+- **Bound steps** (cuda): `step = program.bind(inputs, out)` checks the CuPy arrays once; a
+  call `step()` only launches the program on them (replays its CUDA graph).
+- **New input shapes** (cuda): the runtime asks the `relowering` callback of this module for a
+  lowered variant: `specialize(input_types)` gives the source graph re-typed for those inputs and
+  put through the same pipeline, memory plan included, which is then lowered with the program's
+  options: each shape gets its own plan, kernels and CUDA graph (`RuntimeCounters.
   specializations` counts them). A graph that cannot take the shapes (a `reshape` with a static
   `shape`, say) raises an `InputError` naming each changed input with its compiled and new type,
   rather than running anything else. The cpu target runs the compiled shapes only.
@@ -24,27 +29,64 @@ offsets, streams simulated in a seeded interleaving); `target="cuda"` hands the 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from optgraph.codegen.cuda_plan import lower_for_cuda, lower_variant
+from optgraph.codegen.lowered import LoweredProgram, LoweredVariant, Relower
+from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.codegen.program import Program, lower
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph, TensorType
-from optgraph.passes.facts import FACTS
-from optgraph.passes.manager import run_pipeline
+from optgraph.passes.manager import plan_memory_if_missing, run_pipeline
+
+if TYPE_CHECKING:
+    from optgraph.runtime.cuda import CudaProgram
 
 TARGETS = ("cpu", "cuda")
+Specialize = Callable[[Mapping[str, TensorType]], Graph]
 
 
 def plan_graph(graph: Graph, pipeline: str) -> Graph:
     """`graph` through `pipeline`, then through a memory plan if the pipeline did not end in one."""
-    planned = run_pipeline(graph, pipeline)
-    if not FACTS["memory-planned"].holds(planned) or not FACTS["lifetimes-analyzed"].holds(planned):
-        planned = run_pipeline(planned, "analyze-lifetimes,plan-memory")
-    return planned
+    return plan_memory_if_missing(run_pipeline(graph, pipeline))
+
+
+def relowering(graph: Graph, options: LoweringOptions, specialize: Specialize | None) -> Relower:
+    """The callback the CUDA runtime asks for a variant of `graph`'s lowered program: for other
+    input types, `specialize(types)` (default: `graph` re-typed, run unplanned) lowered with
+    `options`; for the same types with in-place outputs, `graph` itself lowered so."""
+    from optgraph.runtime.cuda_graph_cache import input_signature, retype_graph
+
+    signature = input_signature(graph)
+
+    def relower(types: Mapping[str, TensorType], in_place: Mapping[str, str]) -> LoweredVariant:
+        if dict(types) == signature:
+            return lower_variant(graph, options, in_place)
+        specialized = specialize(types) if specialize else retype_graph(graph, types)
+        return lower_variant(specialized, options, in_place)
+
+    return relower
+
+
+def cuda_program(
+    graph: Graph,
+    *,
+    weights: Mapping[str, Any] | None = None,
+    options: LoweringOptions | None = None,
+    specialize: Specialize | None = None,
+) -> CudaProgram:
+    """`graph` (planned or not) lowered once with `options` and handed to the CUDA runtime,
+    which asks `specialize` (see `relowering`) for the graph of other input shapes."""
+    from optgraph.runtime.cuda import CudaProgram
+
+    options = options or LoweringOptions()
+    lowered = lower_for_cuda(graph, options)
+    relower = relowering(graph, options, specialize)
+    return CudaProgram(lowered, weights=weights, relower=relower)
 
 
 @dataclass
@@ -52,15 +94,17 @@ class CompiledProgram:
     """A planned graph, its lowered program, and a way to run it on `target`.
 
     `source` and `pipeline` are what `graph` was compiled from: `specialize` repeats that for new
-    input shapes (without a `source`, the CUDA runtime's default applies: `graph` re-typed and
-    run unplanned). `merge_launches` (cuda): independent kernels of a stream as one launch."""
+    input shapes (without a `source`: `graph` re-typed and run unplanned). `options` shape the
+    CUDA lowering and launches; `lowered` (cuda) is the lowered program made by `compile`
+    (None: lowered on first use)."""
 
     graph: Graph
     program: Program
     target: str
     source: Graph | None = None
     pipeline: str = "default"
-    merge_launches: bool = True
+    options: LoweringOptions = field(default_factory=LoweringOptions)
+    lowered: LoweredProgram | None = None
     _cuda: Any = field(default=None, repr=False)
     _default_weights: dict[str, np.ndarray] | None = field(default=None, repr=False)
 
@@ -83,6 +127,21 @@ class CompiledProgram:
 
         arrays = {k: np.asarray(v) for k, v in inputs.items()}
         return execute(self.program, arrays, dict(weights), seed=seed).outputs
+
+    def bind(
+        self,
+        inputs: Mapping[str, Any],
+        out: Mapping[str, Any],
+        weights: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """(cuda) The serving loop's step: `inputs` and `out` CuPy arrays checked once, weights
+        uploaded now (`None`: `default_weights()`); each call of the step only launches the
+        program on them (`runtime.cuda.CudaProgram.bind`)."""
+        if self.target != "cuda":
+            raise OptGraphError(f"bind: target '{self.target}' has no bound steps; use run")
+        runtime = self._cuda_runner()
+        runtime.set_weights(self.default_weights() if weights is None else weights)
+        return runtime.bind(inputs, out)
 
     def default_weights(self) -> dict[str, np.ndarray]:
         """The reference's seeded random weights (seed 0) for `graph`, made on first use and the
@@ -134,25 +193,62 @@ class CompiledProgram:
                 raise OptGraphError(
                     "target 'cuda': optgraph.runtime.cuda has no CudaProgram; use target='cpu'"
                 )
+            if self.lowered is None:
+                self.lowered = lower_for_cuda(self.graph, self.options)
             hook = self.specialize if self.source is not None else None
-            self._cuda = factory(self.graph, specialize=hook, merge_launches=self.merge_launches)
+            relower = relowering(self.graph, self.options, hook)
+            self._cuda = factory(self.lowered, relower=relower)
         return self._cuda
 
 
 def compile(
-    graph: Graph, pipeline: str = "default", target: str = "cpu", *, merge_launches: bool = True
+    graph: Graph,
+    pipeline: str = "default",
+    target: str = "cpu",
+    *,
+    options: LoweringOptions | None = None,
 ) -> CompiledProgram:
-    """Run `pipeline` (then plan memory if it did not) and lower the result for `target`.
+    """Run `pipeline` (then plan memory if it did not) and lower the result for `target`, once.
 
-    `merge_launches` (target cuda): False runs one launch per kernel (see
-    `codegen/merge_launches.py`); the cpu target ignores it."""
+    `options` (target cuda): how the program is lowered and launched (`LoweringOptions`:
+    `merge_launches=False` runs one launch per kernel, `use_graph=False` runs eagerly, ...); the
+    cpu target ignores them."""
     if target not in TARGETS:
         raise OptGraphError(f"unknown target '{target}' (expected one of {', '.join(TARGETS)})")
+    options = options or LoweringOptions()
     planned = plan_graph(graph, pipeline)
+    lowered = lower_for_cuda(planned, options) if target == "cuda" else None
     compiled = CompiledProgram(
-        planned, lower(planned), target, source=graph, pipeline=pipeline,
-        merge_launches=merge_launches,
+        planned, lower(planned), target, source=graph, pipeline=pipeline, options=options,
+        lowered=lowered,
     )  # fmt: skip
     if target == "cuda":
         compiled._cuda_runner()
     return compiled
+
+
+def run_on_cuda(
+    graph: Graph,
+    inputs: Mapping[str, Any],
+    weights: Mapping[str, Any],
+    *,
+    pipeline: str = "default",
+    options: LoweringOptions | None = None,
+) -> dict[str, Any]:
+    """What `optgraph run --device cuda` does: compile `graph` with `pipeline` (plus a memory
+    plan) for cuda, run it, and with CUDA graphs run it again as a replay, which must equal the
+    first run."""
+    options = options or LoweringOptions()
+    compiled = compile(graph, pipeline, "cuda", options=options)
+    runtime = compiled._cuda_runner()
+    try:
+        first = compiled.run(inputs, weights)
+        if not options.use_graph:
+            return first
+        replay = compiled.run(inputs, weights)
+        for name in first:
+            if np.asarray(first[name]).tobytes() != np.asarray(replay[name]).tobytes():
+                raise OptGraphError(f"run: the CUDA graph replay of '%{name}' differs from its run")
+        return replay
+    finally:
+        runtime.close()

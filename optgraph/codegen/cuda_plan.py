@@ -1,6 +1,8 @@
 """Lower a scheduled graph to the CUDA runtime's launch list: where every value lives, what to issue.
 
-`lower_cuda(graph)` walks `graph.nodes` in issue order (the host launch order) and returns a
+`lower_for_cuda(graph, options)` is what `optgraph.compile` runs: the `LoweredProgram` the CUDA
+runtime runs (`codegen/lowered.py`), made of `lower_cuda` plans. `lower_cuda(graph)` walks
+`graph.nodes` in issue order (the host launch order) and returns a
 `CudaPlan`:
 
 - `locations`: for every value, a `Location(space, key, offset)` of its first byte. Spaces are
@@ -22,7 +24,7 @@
     record ^e0 !{stream = 0}                           -> EventStep("record", "e0", 0)
 
 `describe_plan(plan)` is the launch list as text; `plan_json(plan)` the plan as JSON-ready data (kernels by name, every step with its pointers
-spelled as space/key/offset); `emit_kernels_cu(graph)` the CUDA source of `optgraph compile -o`.
+spelled as space/key/offset); `plan.source()` the CUDA source (the `kernels.cu` of `optgraph compile -o`).
 Complexity: O(V) plus the kernel text.
 """
 
@@ -52,10 +54,13 @@ from optgraph.codegen.cuda_steps import (
     Location,
     Step,
 )
-from optgraph.codegen.in_place_outputs import check_in_place
+from optgraph.codegen.in_place_outputs import check_in_place, in_place_candidates
+from optgraph.codegen.lowered import LoweredProgram, LoweredVariant
+from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.codegen.merge_launches import merge_kernel_steps
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
+from optgraph.passes.plan_prefetch import synchronous_prefetch
 
 WEIGHT_ALIGNMENT = 256
 
@@ -71,8 +76,9 @@ __all__ = [
     "Location",
     "Step",
     "describe_plan",
-    "emit_kernels_cu",
     "lower_cuda",
+    "lower_for_cuda",
+    "lower_variant",
     "plan_json",
     "storage",
 ]
@@ -254,6 +260,26 @@ def lower_cuda(
     )
 
 
+def lower_variant(
+    graph: Graph, options: LoweringOptions, in_place: Mapping[str, str] | None = None
+) -> LoweredVariant:
+    """`graph` lowered with `options`, each output of `in_place` placed in its input's buffer."""
+    pairs = dict(in_place or {})
+    plan = lower_cuda(graph, merge_launches=options.merge_launches, in_place=pairs)
+    fallback = None
+    if any(n.op == "prefetch" for n in graph.nodes):
+        sync = synchronous_prefetch(graph)
+        sync_plan = lower_cuda(sync, merge_launches=options.merge_launches, in_place=pairs)
+        fallback = LoweredVariant(sync, sync_plan, pairs)
+    return LoweredVariant(graph, plan, pairs, fallback)
+
+
+def lower_for_cuda(graph: Graph, options: LoweringOptions | None = None) -> LoweredProgram:
+    """The lowered program of `graph` (any graph: streams, events and offsets optional)."""
+    options = options or LoweringOptions()
+    return LoweredProgram(graph, options, lower_variant(graph, options), in_place_candidates(graph))
+
+
 def plan_json(plan: CudaPlan) -> dict[str, object]:
     """The plan as JSON-ready data (what `optgraph compile -o` writes as cuda_plan.json)."""
 
@@ -316,8 +342,3 @@ def describe_plan(plan: CudaPlan) -> str:
                 shown.add(step.kernel)
                 lines.append(plan.kernels[step.kernel].source.rstrip())
     return "\n".join(lines) + "\n"
-
-
-def emit_kernels_cu(graph: Graph, merge_launches: bool = True) -> str:
-    """The CUDA source for every kernel `graph` launches (the `kernels.cu` of `compile -o`)."""
-    return lower_cuda(graph, merge_launches=merge_launches).source()

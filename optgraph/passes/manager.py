@@ -232,6 +232,14 @@ def run_pipeline(
     return graph
 
 
+def plan_memory_if_missing(graph: Graph) -> Graph:
+    """`graph` itself when its lifetimes are analyzed and its memory planned, else `graph` through
+    `analyze-lifetimes,plan-memory`: what every program needs before it is lowered."""
+    if FACTS["memory-planned"].holds(graph) and FACTS["lifetimes-analyzed"].holds(graph):
+        return graph
+    return run_pipeline(graph, "analyze-lifetimes,plan-memory")
+
+
 def describe_passes() -> list[tuple[str, str, list[tuple[str, str, Any]]]]:
     """(name, summary, [(option, type, default)]) for every pass, sorted by name."""
     out = []

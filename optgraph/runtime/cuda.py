@@ -1,12 +1,18 @@
 """The CuPy runtime: run a scheduled graph on the GPU, as one CUDA graph replayed run after run.
 
-    program = CudaProgram(planned_graph, weights=params)        # or use_graph=False: eager
+    program = CudaProgram(lower_for_cuda(planned_graph), weights=params)   # see optgraph.program
     outputs = program.run({"x": x})                              # numpy in, numpy out
     program.run({"x": x_dev}, out={"y": y_dev})                  # cupy in/out, bound by pointer
     program.run({"cache": c, ...}, out={"cache_new": c})         # a KV cache updated in place
+    step = program.bind({"x": x_dev}, out={"y": y_dev}); step()  # checked once; a call launches
 
-This module holds the entry points (`CudaProgram`, `run_on_cuda`, `is_available`) and decides,
-run by run, whether to run eagerly, capture, update or replay. The parts:
+A `CudaProgram` runs a lowered program (`codegen.lowered.LoweredProgram`: the plan, its options,
+the in-place candidates, made once by the API layer): it binds, allocates, captures, updates and
+replays, and never runs a pass or lowers. A variant it has not got (new input shapes, an output
+bound to its input's array) comes from the `relower` callback the API layer gives it
+(`optgraph.program.cuda_program`, `optgraph.compile`). This module holds the entry points
+(`CudaProgram`, `is_available`) and decides, run by run, whether to run eagerly, capture, update or
+replay (`LoweringOptions.use_graph`). The parts:
 
 - `cuda_device`: the lazy CuPy import (the only way the runtime reaches CuPy) and the probe;
 - `cuda_memory`: the weights buffer (uploaded once per set of arrays) and each variant's arena,
@@ -21,7 +27,7 @@ CUDA graphs: the first run of a key (`cuda_graph_cache.GraphKey`) runs eagerly (
 kernels and warms cuBLAS up), then the issue list is captured on stream 0 (the other streams join
 through the fork event) with allocation forbidden, and instantiated; later runs replay it. A run
 whose bound pointers changed captures again and applies it with `cudaGraphExecUpdate`; new input
-shapes build a new variant (`specialize`) and capture anew. `counters` says which happened.
+shapes build a new variant (`relower`) and capture anew. `counters` says which happened.
 CuPy is imported lazily (`cuda_device.cupy`): importing this module needs no CuPy.
 """
 
@@ -29,14 +35,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from optgraph.codegen.cuda_plan import CudaPlan, lower_cuda
-from optgraph.codegen.in_place_outputs import in_place_candidates
+from optgraph.codegen.cuda_steps import CudaPlan
+from optgraph.codegen.lowered import LoweredProgram, LoweredVariant, Relower
 from optgraph.errors import InputError, OptGraphError
-from optgraph.ir.graph import Graph, TensorType
+from optgraph.ir.graph import TensorType
 from optgraph.runtime.cuda_blas import load_blas
 from optgraph.runtime.cuda_capture import (
     AllocationDuringCapture,
@@ -55,7 +62,6 @@ from optgraph.runtime.cuda_graph_cache import (
     RuntimeCounters,
     input_signature,
     moved_weights,
-    retype_graph,
     shape_change,
 )
 from optgraph.runtime.cuda_launch import Streams, Variant
@@ -66,56 +72,76 @@ from optgraph.runtime.reference_kernels import ir_dtype
 __all__ = [
     "CHECK_BOUNDS",
     "AllocationDuringCapture",
+    "BoundStep",
     "CudaProgram",
     "is_available",
-    "run_on_cuda",
 ]
 
 
-class CudaProgram:
-    """A graph compiled for the GPU; `run` it like the reference interpreter.
+@dataclass(frozen=True)
+class Bound:
+    """One run's arrays checked and resolved: its variant, graph key, pointers and host calls."""
 
-    `specialize(input_types) -> Graph` builds the graph for new input shapes: by default the
-    graph re-typed and run unplanned (`cuda_graph_cache.retype_graph`); `optgraph.compile` passes
-    `CompiledProgram.specialize`, which re-runs the program's pipeline, memory plan included. A
-    graph that cannot take the new shapes, or a specialization that places the weights other than
-    the program does, raises an `OptGraphError` naming the inputs and both shapes, and counts
-    nothing. `capture_mode` is the CUDA stream-capture mode (0 global, 1 thread local, 2 relaxed).
-    `pdl`: launch a kernel that follows another on its stream with Programmatic Dependent Launch
-    where the device is sm_90+ and cuda-bindings imports (`cuda_pdl`); False: plain launches.
-    `merge_launches`: consecutive independent kernels of a stream run as one launch
-    (`codegen/merge_launches.py`); False: one launch per kernel.
+    variant: Variant
+    key: GraphKey
+    binding: Binding
+    ops: list[Callable[[], Any]]
+    staged: dict[str, np.ndarray]  # host inputs, copied in through pinned staging
+    outputs: dict[str, Any]  # the caller's `out` arrays, by output name
+
+
+class BoundStep:
+    """`CudaProgram.bind`'s step: a call launches the program on the arrays bound once."""
+
+    def __init__(self, program: CudaProgram, bound: Bound):
+        self.program, self.bound = program, bound
+
+    def __call__(self) -> dict[str, Any]:
+        """Launch (the first call: eager run and capture); the bound `out` arrays, by name."""
+        bound = self.bound
+        self.program.host_errors.raise_first()  # a CPU node's failure in an earlier launch
+        self.program._launch(bound.key, bound.binding, bound.ops)
+        return bound.outputs
+
+
+class CudaProgram:
+    """A lowered program on the GPU; `run` it like the reference interpreter.
+
+    `lowered` holds everything decided about a run, its `LoweringOptions` included: `use_graph`
+    (False: every run eager), `capture_mode` (the CUDA stream-capture mode: 0 global, 1 thread
+    local, 2 relaxed), `graph_capacity`, `pdl` (a kernel that follows another on its stream is
+    launched with Programmatic Dependent Launch where the device is sm_90+ and cuda-bindings
+    imports: `cuda_pdl`). `relower(input_types, in_place) -> LoweredVariant` gives the variant
+    for other input types or in-place outputs (`optgraph.program` passes one; without it only the
+    lowered variant runs). A graph that cannot take the new shapes, or a specialization that
+    places the weights other than the program does, raises an `OptGraphError` naming the inputs
+    and both shapes, and counts nothing.
     """
 
     def __init__(
         self,
-        graph: Graph,
+        lowered: LoweredProgram,
         *,
         weights: Mapping[str, Any] | None = None,
-        use_graph: bool = True,
-        specialize: Callable[[Mapping[str, TensorType]], Graph] | None = None,
-        capture_mode: int = 2,
-        graph_capacity: int = 8,
-        pdl: bool = True,
-        merge_launches: bool = True,
+        relower: Relower | None = None,
     ):
         cupy()  # ImportError here, not half way through, where CuPy is missing
         from cupy_backends.cuda.libs import cublas
 
-        self.graph = graph
-        self.use_graph = use_graph
-        self.capture_mode = capture_mode
-        self.pdl = pdl
-        self.merge_launches = merge_launches
-        self._in_place = in_place_candidates(graph)
+        self.lowered = lowered
+        self.graph = lowered.graph
+        self.options = lowered.options
+        self._in_place = dict(lowered.in_place)
         self.counters = RuntimeCounters()
-        self._specialize = specialize or (lambda types: retype_graph(graph, types))
+        self._relower = relower
         self._variants: dict[GraphKey, Variant] = {}
         self.blas = load_blas(cublas)
         self.streams = Streams(self.blas)
-        self._cache: GraphCache[CapturedGraph] = GraphCache(graph_capacity, self._evict)
+        self._cache: GraphCache[CapturedGraph] = GraphCache(
+            self.options.graph_capacity, self._evict
+        )
         self._issue: dict[GraphKey, tuple[Binding, list[Callable[[], Any]]]] = {}
-        self.weights = DeviceWeights(graph)
+        self.weights = DeviceWeights(self.graph, lowered.main.plan)
         self.host_weights = self.weights.host
         self.host_errors = HostErrors()
         self.last_key: GraphKey | None = None
@@ -149,19 +175,27 @@ class CudaProgram:
         key = GraphKey.of(types, in_place=in_place)
         v = self._variants.get(key)
         if v is None:
-            same = dict(types) == input_signature(self.graph)
-            graph = self.graph if same else self._specialized(types)
-            v = Variant(
-                graph, self.weights, self.streams, self.host_errors,
-                pdl=self.pdl, merge_launches=self.merge_launches, in_place=in_place,
-            )  # fmt: skip
+            lowered = self._lowered_variant(types, dict(in_place or {}))
+            v = Variant(lowered, self.weights, self.streams, self.host_errors, pdl=self.options.pdl)
             self._variants[key] = v
             self.counters.specializations += 1
         return v
 
-    def _specialized(self, types: Mapping[str, TensorType]) -> Graph:
-        graph = self._specialize(types)
-        moved = moved_weights(self.graph, graph)
+    def _lowered_variant(
+        self, types: Mapping[str, TensorType], in_place: dict[str, str]
+    ) -> LoweredVariant:
+        """The lowered program's own variant, or the one `relower` gives for `types`/`in_place`."""
+        same = dict(types) == input_signature(self.graph)
+        if same and not in_place:
+            return self.lowered.main
+        if self._relower is None:
+            raise OptGraphError(
+                f"graph '{self.graph.name}' was lowered for its own input types and no in-place "
+                f"outputs only ({shape_change(self.graph, types)}); run it through "
+                "optgraph.compile or optgraph.program.cuda_program to specialize"
+            )
+        variant = self._relower(types, in_place)
+        moved = [] if same else moved_weights(self.lowered.main.plan, variant.plan)
         if moved:
             names = ", ".join(f"'%{n}'" for n in moved[:4]) + (", ..." if len(moved) > 4 else "")
             raise OptGraphError(
@@ -169,7 +203,7 @@ class CudaProgram:
                 f"places weights {names} other than the compiled program, whose weight buffers "
                 "every specialization shares; compile a program for these shapes instead"
             )
-        return graph
+        return variant
 
     # -- running -----------------------------------------------------------------------------
 
@@ -185,23 +219,59 @@ class CudaProgram:
         An `out` array that is also an input's array asks for the output in that buffer: a
         `kv_cache_write` of that input (nothing else reading it) then writes only its new rows
         there (`codegen/in_place_outputs.py`); any other output is copied in after the run."""
-        cp = cupy()
         if weights is not None:
             self.set_weights(weights)
-        elif self.graph.weights and not self.weights.is_set:
+        bound = self._bind(inputs, out)
+        variant = bound.variant
+        if variant.done_recorded:
+            variant.done.synchronize()  # the last run's copies from staging are finished
+        variant.stage_inputs(bound.staged)
+        self._launch(bound.key, bound.binding, bound.ops)
+        variant.done.record(self.stream)
+        variant.done_recorded = True
+        if any(n not in bound.outputs for n in variant.plan.outputs):
+            self.stream.synchronize()
+        self.host_errors.raise_first()
+        results: dict[str, Any] = {}
+        for name in variant.plan.outputs:
+            done = bound.outputs.get(name)
+            results[name] = done if done is not None else variant.read_output(name)
+        return results
+
+    def bind(self, inputs: Mapping[str, Any], out: Mapping[str, Any]) -> BoundStep:
+        """The serving loop's step: every input and every output a C-contiguous CuPy array,
+        checked once, here. Calling the step launches the program on those arrays: its first
+        call runs eagerly and captures (as `run` does), later calls replay the CUDA graph (or,
+        with `use_graph=False`, issue the same calls) with no check, no copy and no
+        synchronization; the caller synchronizes `program.stream` before reading `out`."""
+        bound = self._bind(inputs, out)
+        staged = sorted(bound.staged)
+        unbound = [n for n in dict.fromkeys(bound.variant.plan.outputs) if n not in bound.outputs]
+        if staged or unbound:
+            what = f"input '%{staged[0]}'" if staged else f"output '%{unbound[0]}'"
+            raise InputError(
+                f"bind: graph '{self.graph.name}': {what} must be a CuPy array (a bound step "
+                "reads and writes the caller's device arrays only)"
+            )
+        return BoundStep(self, bound)
+
+    def _bind(self, inputs: Mapping[str, Any], out: Mapping[str, Any] | None) -> Bound:
+        """Check `inputs` and `out`, pick the variant, the graph key and the issue list."""
+        cp = cupy()
+        out = out or {}
+        if self.graph.weights and not self.weights.is_set:
             raise InputError(f"graph '{self.graph.name}' has weights but none were given")
         types, bound_in, staged = self._classify(inputs)
         # An `out` array that is also an input's array: computed in place where legal.
         in_place = {
             o: i
             for o, i in self._in_place.items()
-            if o in (out or {})
-            and bound_in.get(i) == getattr(getattr(out[o], "data", None), "ptr", None)  # type: ignore[index]
+            if o in out and bound_in.get(i) == getattr(getattr(out[o], "data", None), "ptr", None)
         }
         variant = self._variant(types, in_place)
         plan = variant.plan
         bound_out: dict[str, int] = {}
-        for name, arr in (out or {}).items():
+        for name, arr in out.items():
             if name not in plan.types or name not in plan.outputs:
                 raise InputError(f"out: graph '{self.graph.name}' has no output '%{name}'")
             check_array(arr, plan.types[name], f"out '%{name}'")
@@ -210,25 +280,12 @@ class CudaProgram:
             bound_out[name] = int(arr.data.ptr)
         key = GraphKey.of(types, frozenset(bound_in), frozenset(bound_out), in_place)
         binding = Binding.of(bound_in, bound_out)
-        if variant.done_recorded:
-            variant.done.synchronize()  # the last run's copies from staging are finished
-        variant.stage_inputs(staged)
         cached = self._issue.get(key)
         if cached is None or cached[0] != binding:
             cached = self._issue[key] = (binding, variant.issue_list(bound_in, bound_out))
-        ops = cached[1]
-        self._launch(key, binding, ops)
         self.last_key = key
-        variant.done.record(self.stream)
-        variant.done_recorded = True
-        if any(n not in bound_out for n in plan.outputs):
-            self.stream.synchronize()
-        self.host_errors.raise_first()
-        results: dict[str, Any] = {}
-        for name in plan.outputs:
-            bound = name in bound_out
-            results[name] = out[name] if bound else variant.read_output(name)  # type: ignore[index]
-        return results
+        outputs = {name: out[name] for name in bound_out}
+        return Bound(variant, key, binding, cached[1], staged, outputs)
 
     def _classify(
         self, inputs: Mapping[str, Any]
@@ -265,7 +322,7 @@ class CudaProgram:
         """Run `ops` eagerly, or capture, update or replay the graph of `key` (see the module
         docstring); counted in `counters`."""
         rt = cupy().cuda.runtime
-        if not self.use_graph:
+        if not self.options.use_graph:
             for op in ops:
                 op()
             self.counters.eager_runs += 1
@@ -307,7 +364,7 @@ class CudaProgram:
         return allocation_forbidden(count)
 
     def _capture(self, ops: list[Callable[[], Any]]) -> int:
-        return capture(self.stream.ptr, ops, self.capture_mode, self.allocation_forbidden)
+        return capture(self.stream.ptr, ops, self.options.capture_mode, self.allocation_forbidden)
 
     def _evict(self, captured: CapturedGraph) -> None:
         captured.destroy()
@@ -318,7 +375,7 @@ class CudaProgram:
         """The plan of the last run's variant (or of `key`'s input types)."""
         key = key or self.last_key
         if key is None:
-            return lower_cuda(self.graph, merge_launches=self.merge_launches)
+            return self.lowered.main.plan
         return self._variant(key.types(), dict(key.in_place)).plan
 
     def debug_dot_str(self, key: GraphKey | None = None) -> str:
@@ -341,37 +398,3 @@ class CudaProgram:
 # NMSE bounds of `optgraph run --check` for whole graphs (per-op bounds are tighter: see
 # tests/gpu/gpu_support.py); integer and bool outputs must be exact.
 CHECK_BOUNDS = {"f32": 1e-6, "f16": 1e-3, "bf16": 1e-2}
-
-
-def run_on_cuda(
-    graph: Graph,
-    inputs: Mapping[str, Any],
-    weights: Mapping[str, Any],
-    *,
-    pipeline: str = "default",
-    use_graph: bool = True,
-    pdl: bool = True,
-    merge_launches: bool = True,
-) -> dict[str, Any]:
-    """What `optgraph run --device cuda` does: plan `graph` with `pipeline` (plus a memory plan),
-    run it, and with CUDA graphs run it again as a replay, which must equal the first run."""
-    from optgraph.passes.facts import FACTS
-    from optgraph.passes.manager import run_pipeline
-
-    planned = run_pipeline(graph, pipeline)
-    if not FACTS["memory-planned"].holds(planned):
-        planned = run_pipeline(planned, "analyze-lifetimes,plan-memory")
-    program = CudaProgram(
-        planned, weights=weights, use_graph=use_graph, pdl=pdl, merge_launches=merge_launches
-    )
-    try:
-        first = program.run(inputs)
-        if not use_graph:
-            return first
-        replay = program.run(inputs)
-        for name in first:
-            if np.asarray(first[name]).tobytes() != np.asarray(replay[name]).tobytes():
-                raise OptGraphError(f"run: the CUDA graph replay of '%{name}' differs from its run")
-        return replay
-    finally:
-        program.close()

@@ -18,12 +18,13 @@ pointer it touches. Everything else it reads from device memory at replay: input
 Specialization for new input shapes. `retype_graph(graph, input_types)` re-infers every node type
 for new input types, dropping plan annotations that are no longer valid; when a node cannot take
 them (a `reshape` with a static `shape` attribute, say) it raises an `InputError` naming each
-changed input with its old and new type (`shape_change`). A `CudaProgram` built directly runs the
-re-typed graph unplanned (one buffer per value); a program made by `optgraph.compile` passes a
-`specialize` hook that re-runs its pipeline on the re-typed source graph instead, so every shape
-gets a memory plan (`CompiledProgram.specialize`). Either way every specialization shares the
-program's one weights buffer, so `moved_weights` must find nothing: a pipeline that placed the
-weights differently for the new shapes (streamed or host-placed ones, say) is refused.
+changed input with its old and new type (`shape_change`). The runtime never re-types or lowers
+itself: it asks the API layer's `Relower` callback (`optgraph.program`) for the new variant, which
+runs the re-typed graph unplanned (`cuda_program` without a `specialize` hook) or re-runs the
+program's pipeline on the re-typed source graph, so every shape gets a memory plan
+(`CompiledProgram.specialize`). Either way every specialization shares the program's one weights
+buffer, so `moved_weights` must find nothing in the two plans: a pipeline that placed the weights
+differently for the new shapes (streamed or host-placed ones, say) is refused.
 
 This module imports no CuPy, so all of it is tested on machines without a GPU.
 """
@@ -37,8 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
-from optgraph.analysis.segments import host_weight_layout
-from optgraph.codegen.cuda_plan import storage
+from optgraph.codegen.cuda_steps import CudaPlan
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph, Node, Region, TensorType
 from optgraph.ir.ops import infer_type
@@ -222,14 +222,13 @@ def retype_graph(graph: Graph, input_types: Mapping[str, TensorType]) -> Graph:
     return replace(graph, inputs=inputs, nodes=tuple(nodes))
 
 
-def moved_weights(compiled: Graph, specialized: Graph) -> list[str]:
-    """Weights whose place (device buffer offset, pinned host offset) differs between the two
-    graphs, sorted; a specialization must have none (see the module docstring)."""
+def moved_weights(compiled: CudaPlan, specialized: CudaPlan) -> list[str]:
+    """Weights whose place (device buffer offset, pinned host offset) differs between the plans
+    of two variants, sorted; a specialization must have none (see the module docstring)."""
 
-    def places(graph: Graph) -> dict[str, tuple[int | None, int | None]]:
-        device = storage(graph)[1]
-        host, _ = host_weight_layout(graph)
-        return {w.name: (device.get(w.name), host.get(w.name)) for w in graph.weights}
+    def places(plan: CudaPlan) -> dict[str, tuple[int | None, int | None]]:
+        device, host = plan.weight_offsets, plan.host_weight_offsets
+        return {n: (device.get(n), host.get(n)) for n in device.keys() | host.keys()}
 
     a, b = places(compiled), places(specialized)
     return sorted(n for n in a.keys() | b.keys() if a.get(n) != b.get(n))

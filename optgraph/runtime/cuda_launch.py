@@ -12,7 +12,7 @@ The order of a run (`issue_list`), all of it host calls in `graph.nodes` order:
 1. staged inputs: one `memcpyAsync` from pinned staging into the program's input buffer on
    stream 0 (inputs given as CuPy arrays are read in place instead: bound by pointer);
 2. fork: stream 0 records an event that every other stream waits for;
-3. every step of `codegen.cuda_plan` on its node's stream: our kernels, cuBLAS, device copies,
+3. every step of the variant's lowered plan (`codegen.cuda_steps`) on its node's stream: our kernels, cuBLAS, device copies,
    CPU nodes as host functions (`cuda_offload.HostFunction`), and `record`/`wait` events;
    a kernel right after another on its stream is launched with Programmatic Dependent Launch
    where the program allows it and the device is sm_90+ (`cuda_pdl`);
@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from optgraph.codegen.cuda_plan import (
+from optgraph.codegen.cuda_steps import (
     HOST_SPACES,
     CopyStep,
     EventStep,
@@ -34,7 +34,7 @@ from optgraph.codegen.cuda_plan import (
     HostStep,
     KernelStep,
 )
-from optgraph.ir.graph import Graph
+from optgraph.codegen.lowered import LoweredVariant
 from optgraph.runtime.cuda_blas import BLAS, WORKSPACE_BYTES
 from optgraph.runtime.cuda_device import cupy
 from optgraph.runtime.cuda_memory import D2D, D2H, H2D, DeviceWeights, VariantMemory
@@ -94,16 +94,14 @@ class Variant(VariantMemory):
 
     def __init__(
         self,
-        graph: Graph,
+        lowered: LoweredVariant,
         weights: DeviceWeights,
         streams: Streams,
         host_errors: HostErrors,
         *,
         pdl: bool = True,
-        merge_launches: bool = True,
-        in_place: Mapping[str, str] | None = None,
     ):
-        super().__init__(graph, weights, merge_launches=merge_launches, in_place=in_place)
+        super().__init__(lowered, weights)
         cp = cupy()
         plan = self.plan
         self.streams, self.host_errors = streams, host_errors

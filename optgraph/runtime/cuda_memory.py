@@ -1,7 +1,7 @@
 """Device and pinned host memory of the CUDA runtime: the weights, and each variant's buffers.
 
 - `DeviceWeights` (one per program): every weight the device keeps, in one device buffer at the
-  plan's 256-aligned offsets (`cuda_plan.storage`), and the pinned host weights of split and
+  plan's 256-aligned offsets (`CudaPlan.weight_offsets`), and the pinned host weights of split and
   streamed programs (`cuda_offload.HostWeights`). `upload` copies them in, and does nothing when
   given the very same arrays as last time (compared by identity), so passing one dict of weights
   run after run costs no copy.
@@ -17,12 +17,12 @@ All of it is allocated up front, outside any capture: a CUDA graph bakes these a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from functools import partial
 from typing import Any
 
 import numpy as np
 
-from optgraph.codegen.cuda_plan import HOST_SPACES, Location, lower_cuda, storage
+from optgraph.codegen.cuda_steps import HOST_SPACES, CudaPlan, Location
+from optgraph.codegen.lowered import LoweredVariant
 from optgraph.errors import InputError
 from optgraph.ir.graph import Graph, TensorType
 from optgraph.runtime.cuda_device import cupy
@@ -47,13 +47,13 @@ def check_array(value: Any, t: TensorType, what: str) -> None:
 class DeviceWeights:
     """A program's weights on the device (and in pinned host memory where the plan says so)."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, plan: CudaPlan):
         cp = cupy()
         self.graph = graph
-        _, self.offsets, _, _, nbytes = storage(graph)
-        self.buffer = cp.cuda.alloc(max(nbytes, 1))
+        self.offsets = dict(plan.weight_offsets)
+        self.buffer = cp.cuda.alloc(max(plan.weights_bytes, 1))
         # Weights kept in pinned host memory (streamed, host-placed, read on the CPU).
-        self.host = HostWeights(graph, cp.cuda.alloc_pinned_memory)
+        self.host = HostWeights(plan, cp.cuda.alloc_pinned_memory)
         self._seen: tuple[tuple[str, int], ...] | None = None
 
     @property
@@ -100,23 +100,17 @@ class VariantMemory:
     """The buffers of one specialization (see the module docstring); `graph` and `plan` may be
     the synchronous-copy fallback of a streamed program whose arena did not fit."""
 
-    def __init__(
-        self,
-        graph: Graph,
-        weights: DeviceWeights,
-        *,
-        merge_launches: bool = True,
-        in_place: Mapping[str, str] | None = None,
-    ):
+    def __init__(self, lowered: LoweredVariant, weights: DeviceWeights):
         cp = cupy()
         self.weights = weights
-        lower = partial(lower_cuda, merge_launches=merge_launches, in_place=in_place)
         # Split/streamed programs: a streamed arena that does not fit falls back to synchronous
         # copies; host values and host weights live in pinned memory (runtime/cuda_offload.py).
-        graph, plan, self.arena = allocate_arena(
-            graph, lower(graph), cp.cuda.alloc, cp.cuda.memory.OutOfMemoryError, lower
+        lowered, self.arena = allocate_arena(
+            lowered, cp.cuda.alloc, cp.cuda.memory.OutOfMemoryError
         )
-        self.graph, self.plan = graph, plan
+        self.lowered = lowered
+        self.graph, self.plan = lowered.graph, lowered.plan
+        plan = self.plan
         self.host = HostMemory(plan, weights.host, cp.cuda.alloc_pinned_memory)
         self.values = {n: cp.cuda.alloc(b) for n, b in plan.value_bytes.items()}
         self.in_offsets, cursor = {}, 0

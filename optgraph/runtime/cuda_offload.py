@@ -5,12 +5,13 @@ CuPy call; this module holds what runs on the host and takes CuPy's pinned alloc
 argument, so it imports no CuPy.
 
 - `HostWeights` (per program) and `HostMemory` (per variant): pinned buffers for the *host
-  weights* (streamed, `host`-placed and CPU-read weights, at `host_weight_layout`) and the *host
+  weights* (streamed, `host`-placed and CPU-read weights, at the plan's `host_weight_offsets`) and the *host
   arena* (a mirror of the device arena: CPU results and copies `{to = "cpu"}` at their planned
   offsets). Copies to the device read them with `cudaMemcpyAsync` from pinned memory, so they are
   asynchronous and captured; new weights written there are what the next replay copies.
 - `allocate_arena`: when a streamed program's arena (with its `depth` slots) cannot be allocated,
-  fall back to synchronous copies through one slot, with a warning, never to a wrong program.
+  fall back to the variant lowered with synchronous copies through one slot (`LoweredVariant.
+  fallback`, made at lowering), with a warning, never to a wrong program.
 - CPU nodes (`HostStep`) are CUDA host functions on the node's stream, launched with the driver's
   `cuLaunchHostFunc` through ctypes. During capture each becomes a host node of the one CUDA graph,
   ordered by the same record/wait events as the kernels: the GPU runs on while the host computes,
@@ -36,9 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from optgraph.analysis.prefetch_copies import synchronous_prefetch
-from optgraph.analysis.segments import host_weight_layout
-from optgraph.codegen.cuda_plan import CudaPlan, HostStep, Location
+from optgraph.codegen.cuda_steps import CudaPlan, HostStep, Location
+from optgraph.codegen.lowered import LoweredVariant
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph
 from optgraph.ir.layout import alias_roots
@@ -69,13 +69,13 @@ class HostErrors(list):  # type: ignore[type-arg]
 
 
 class HostWeights:
-    """The pinned buffer of the weights a program keeps on the host, at `host_weight_layout`."""
+    """The pinned buffer of the weights a program keeps on the host, at the plan's offsets."""
 
-    def __init__(self, graph: Graph, alloc_pinned: Callable[[int], Any]):
-        self.offsets, nbytes = host_weight_layout(graph)
+    def __init__(self, plan: CudaPlan, alloc_pinned: Callable[[int], Any]):
+        self.offsets, nbytes = dict(plan.host_weight_offsets), plan.host_weights_bytes
         self._mem = alloc_pinned(max(nbytes, 1))
         self.bytes = np.frombuffer(self._mem, np.uint8, max(nbytes, 1))
-        self.types = {w.name: w.type for w in graph.weights if w.name in self.offsets}
+        self.types = {name: plan.types[name] for name in self.offsets}
 
     def set(self, name: str, value: np.ndarray) -> None:
         raw = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
@@ -107,28 +107,24 @@ class HostMemory:
 
 
 def allocate_arena(
-    graph: Graph,
-    plan: CudaPlan,
-    alloc: Callable[[int], Any],
-    out_of_memory: type[BaseException],
-    relower: Callable[[Graph], CudaPlan],
-) -> tuple[Graph, CudaPlan, Any]:
-    """The device arena; when a streamed program's slot pool does not fit, the same segments
-    copied synchronously through one slot (`synchronous_prefetch`), with a warning."""
+    variant: LoweredVariant, alloc: Callable[[int], Any], out_of_memory: type[BaseException]
+) -> tuple[LoweredVariant, Any]:
+    """The device arena of `variant`; when a streamed program's slot pool does not fit, the
+    arena of its `fallback` (the same segments copied synchronously through one slot), with a
+    warning."""
     try:
-        return graph, plan, alloc(max(plan.arena_bytes, 1))
+        return variant, alloc(max(variant.plan.arena_bytes, 1))
     except out_of_memory:
-        if not any(n.op == "prefetch" for n in graph.nodes):
+        if variant.fallback is None:
             raise
-    sync = synchronous_prefetch(graph)
-    sync_plan = relower(sync)
+    sync = variant.fallback
     warnings.warn(
-        f"cuda: the {plan.arena_bytes}-byte arena with its prefetch slots could not be allocated; "
-        f"falling back to synchronous weight copies ({sync_plan.arena_bytes} bytes)",
+        f"cuda: the {variant.plan.arena_bytes}-byte arena with its prefetch slots could not be "
+        f"allocated; falling back to synchronous weight copies ({sync.plan.arena_bytes} bytes)",
         RuntimeWarning,
         stacklevel=3,
     )
-    return sync, sync_plan, alloc(max(sync_plan.arena_bytes, 1))
+    return sync, alloc(max(sync.plan.arena_bytes, 1))
 
 
 class HostFunction:

@@ -19,7 +19,7 @@ import ctypes
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from optgraph.codegen.cuda_plan import KernelStep
+from optgraph.codegen.cuda_steps import KernelStep
 from optgraph.runtime.cuda_device import cupy
 
 MIN_COMPUTE_CAPABILITY = 90

@@ -323,11 +323,14 @@ def test_runtime_launches_merged_kernels_unless_turned_off(monkeypatch) -> None:
 
     graph = run_pipeline(og.parse_file(EXAMPLES / "gpt2_block.ir"), "default")
     with fake_cupy(monkeypatch) as fake:
-        from optgraph.runtime.cuda import CudaProgram
+        from optgraph.codegen.lowering_options import LoweringOptions
+        from optgraph.program import cuda_program
 
         launched = {}
         for merge in (True, False):
-            program = CudaProgram(graph, weights=random_weights(graph), merge_launches=merge)
+            program = cuda_program(
+                graph, weights=random_weights(graph), options=LoweringOptions(merge_launches=merge)
+            )
             start = len(fake.launches)
             program.run(random_inputs(graph))  # eager: every kernel once
             launched[merge] = fake.launches[start:]
@@ -339,13 +342,14 @@ def test_runtime_launches_merged_kernels_unless_turned_off(monkeypatch) -> None:
 
 
 def test_compile_passes_the_switch_to_the_cuda_runtime(monkeypatch) -> None:
+    from optgraph.codegen.lowering_options import LoweringOptions
     from tests.support.fake_cupy import fake_cupy
 
     graph = og.parse_file(EXAMPLES / "gpt2_block.ir")
     with fake_cupy(monkeypatch):
         on = og.compile(graph, target="cuda")
-        off = og.compile(graph, target="cuda", merge_launches=False)
-        assert on._cuda.merge_launches and not off._cuda.merge_launches
+        off = og.compile(graph, target="cuda", options=LoweringOptions(merge_launches=False))
+        assert on._cuda.options.merge_launches and not off._cuda.options.merge_launches
         on_steps, off_steps = on._cuda.plan().steps, off._cuda.plan().steps
         assert len(on_steps) < len(off_steps)
 

@@ -156,11 +156,14 @@ def _install_driver(monkeypatch: pytest.MonkeyPatch, fake: Any, cc: str) -> list
 @pytest.mark.parametrize(("cc", "pdl"), [("90", True), ("90", False), ("80", True)])
 def test_runtime_launches_programmatically_only_on_sm90_when_asked(monkeypatch, cc, pdl) -> None:
     with fake_cupy(monkeypatch) as fake:
-        from optgraph.runtime.cuda import CudaProgram
+        from optgraph.codegen.lowering_options import LoweringOptions
+        from optgraph.program import cuda_program
 
         programmatic = _install_driver(monkeypatch, fake, cc)
         graph = run_pipeline(og.parse_file(EXAMPLES / "mlp.ir"), PIPELINE)
-        program = CudaProgram(graph, weights=random_weights(graph), pdl=pdl)
+        program = cuda_program(
+            graph, weights=random_weights(graph), options=LoweringOptions(pdl=pdl)
+        )
         inputs = random_inputs(graph)
         program.run(inputs)
         program.run(inputs)  # captured

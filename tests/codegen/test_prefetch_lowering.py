@@ -11,7 +11,8 @@ import pytest
 
 from optgraph.analysis.arena_packing import align_up
 from optgraph.analysis.segments import device_memory, device_resident_weights
-from optgraph.codegen.cuda_plan import CopyStep, HostStep, lower_cuda
+from optgraph.codegen.cuda_plan import CopyStep, HostStep, lower_cuda, lower_variant
+from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
 from optgraph.runtime.cuda_offload import (
@@ -70,7 +71,7 @@ def test_host_function_computes_its_node() -> None:
     g, streamed, _ = _streamed(batch=2)
     plan = lower_cuda(streamed)
     inputs, weights = random_inputs(g), random_weights(g)
-    host_weights = HostWeights(streamed, bytearray)
+    host_weights = HostWeights(plan, bytearray)
     for name in host_weights.offsets:
         host_weights.set(name, weights[name])
     memory = HostMemory(plan, host_weights, bytearray)
@@ -94,7 +95,8 @@ def test_host_function_computes_its_node() -> None:
 
 def test_arena_that_does_not_fit_falls_back_to_synchronous_copies() -> None:
     g, streamed, _ = _streamed()
-    plan = lower_cuda(streamed)
+    lowered = lower_variant(streamed, LoweringOptions())
+    plan = lowered.plan
 
     class OutOfMemory(Exception):
         pass
@@ -107,7 +109,9 @@ def test_arena_that_does_not_fit_falls_back_to_synchronous_copies() -> None:
         return bytearray(nbytes)
 
     with pytest.warns(RuntimeWarning, match="synchronous"):
-        sync, sync_plan, arena = allocate_arena(streamed, plan, alloc, OutOfMemory, lower_cuda)
+        fallback, arena = allocate_arena(lowered, alloc, OutOfMemory)
+    sync, sync_plan = fallback.graph, fallback.plan
+    assert fallback is lowered.fallback
     assert len(arena) == sync_plan.arena_bytes < plan.arena_bytes
     assert {n.ann.slot for n in sync.nodes if n.op == "prefetch"} == {0}
     assert [w.ann.segment for w in sync.weights] == [w.ann.segment for w in streamed.weights]
@@ -118,8 +122,8 @@ def test_arena_that_does_not_fit_falls_back_to_synchronous_copies() -> None:
         assert all(np.array_equal(got[k], v) for k, v in expected.items())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        same = allocate_arena(streamed, plan, bytearray, OutOfMemory, lower_cuda)
-    assert same[0] is streamed
+        same = allocate_arena(lowered, bytearray, OutOfMemory)
+    assert same[0] is lowered
 
 
 def test_arena_failure_without_streaming_is_not_hidden() -> None:
@@ -128,5 +132,7 @@ def test_arena_failure_without_streaming_is_not_hidden() -> None:
     def alloc(nbytes: int) -> bytearray:
         raise MemoryError(nbytes)
 
+    lowered = lower_variant(planned, LoweringOptions())
+    assert lowered.fallback is None
     with pytest.raises(MemoryError):
-        allocate_arena(planned, lower_cuda(planned), alloc, MemoryError, lower_cuda)
+        allocate_arena(lowered, alloc, MemoryError)

@@ -19,7 +19,8 @@ from tests.support.gpu_support import assert_close, reference, require_gpu, same
 pytestmark = pytest.mark.gpu
 require_gpu()
 
-from optgraph.runtime.cuda import CudaProgram
+from optgraph.codegen.lowering_options import LoweringOptions
+from optgraph.program import cuda_program
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.ir"))
 REPLAYS = 100
@@ -40,7 +41,7 @@ def test_example_replays_identically_on_any_stream_count(path: Path) -> None:
     results = {}
     for streams in (1, 2, 4):
         graph = run_pipeline(source, pipeline(streams))
-        program = CudaProgram(graph, weights=weights)
+        program = cuda_program(graph, weights=weights)
         first = program.run(inputs)
         assert_close(graph, first, want)
         for _ in range(REPLAYS):
@@ -52,7 +53,9 @@ def test_example_replays_identically_on_any_stream_count(path: Path) -> None:
         results[streams] = first
         program.close()
     assert same_bits(results[1], results[2]) and same_bits(results[1], results[4])
-    eager = CudaProgram(run_pipeline(source, pipeline(4)), weights=weights, use_graph=False)
+    eager = cuda_program(
+        run_pipeline(source, pipeline(4)), weights=weights, options=LoweringOptions(use_graph=False)
+    )
     assert same_bits(eager.run(inputs), results[1])
     assert eager.counters.captures == 0 and eager.counters.eager_runs == 1
 
@@ -62,7 +65,7 @@ def test_fused_example_matches_reference(path: Path) -> None:
     source = og.parse_file(path)
     inputs, weights, want = reference(source)
     graph = run_pipeline(source, pipeline(2, fuse=True))
-    program = CudaProgram(graph, weights=weights)
+    program = cuda_program(graph, weights=weights)
     first = program.run(inputs)
     assert_close(graph, first, want)
     for _ in range(10):

@@ -22,7 +22,8 @@ from tests.support.gpu_support import assert_close, reference, require_gpu
 pytestmark = pytest.mark.gpu
 cupy = require_gpu()
 
-from optgraph.runtime.cuda import AllocationDuringCapture, CudaProgram
+from optgraph.program import cuda_program
+from optgraph.runtime.cuda import AllocationDuringCapture
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE = (
@@ -37,7 +38,7 @@ def _planned(name: str) -> og.Graph:
 
 def test_pointer_change_updates_the_graph_instead_of_capturing() -> None:
     graph = _planned("diamond")
-    program = CudaProgram(graph)
+    program = cuda_program(graph)
     x1 = cupy.asarray(np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32))
     x2 = cupy.asarray(np.random.default_rng(2).standard_normal((4, 64)).astype(np.float32))
     y1 = cupy.empty((4, 64), cupy.float32)
@@ -60,7 +61,7 @@ def test_pointer_change_updates_the_graph_instead_of_capturing() -> None:
 
 def test_shape_change_captures_a_new_graph_and_keeps_the_old_one() -> None:
     graph = _planned("diamond")
-    program = CudaProgram(graph)
+    program = cuda_program(graph)
     small = np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32)
     large = np.random.default_rng(4).standard_normal((8, 64)).astype(np.float32)
     program.run({"x": small})
@@ -79,7 +80,7 @@ def test_shape_change_captures_a_new_graph_and_keeps_the_old_one() -> None:
 def test_no_allocation_during_capture() -> None:
     graph = _planned("llama_decode")
     inputs, weights, _ = reference(graph)
-    program = CudaProgram(graph, weights=weights)
+    program = cuda_program(graph, weights=weights)
     program.run(inputs)  # variant, buffers, kernels, cuBLAS handles all exist now
     pool = cupy.get_default_memory_pool()
     before = pool.used_bytes()
@@ -101,7 +102,7 @@ def test_cuda_graph_has_the_programs_nodes(name: str) -> None:
         PIPELINE.replace("max-streams=2", "max-streams=4"),
     )
     inputs, weights, _ = reference(graph)
-    program = CudaProgram(graph, weights=weights)
+    program = cuda_program(graph, weights=weights)
     program.run(inputs)
     plan = program.plan()
     dot = program.debug_dot_str()

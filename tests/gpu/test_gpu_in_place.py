@@ -22,7 +22,7 @@ require_gpu()
 
 import cupy as cp
 
-from optgraph.runtime.cuda import CudaProgram
+from optgraph.program import cuda_program
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -41,7 +41,7 @@ def test_decode_with_caches_in_place_matches_reference(dtype: str) -> None:
     inputs["pos"] = np.array([9], np.int32)
     inputs["kv_len"] = np.array([10], np.int32)
     want = run_reference(graph, inputs, weights)
-    program = CudaProgram(planned, weights=weights)
+    program = cuda_program(planned, weights=weights)
     tol = 2e-2 if dtype == "f16" else 1e-4
     for bind_in_place in (True, False, True):
         dev = {k: cp.asarray(v) for k, v in inputs.items()}

@@ -25,7 +25,9 @@ from tests.support.op_cases import SPLIT_K
 pytestmark = pytest.mark.gpu
 require_gpu()
 
-from optgraph.runtime.cuda import CHECK_BOUNDS, CudaProgram
+from optgraph.codegen.lowering_options import LoweringOptions
+from optgraph.program import cuda_program
+from optgraph.runtime.cuda import CHECK_BOUNDS
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -53,7 +55,9 @@ def test_merged_launches_match_unmerged_bits_and_reference(name: str, pipeline: 
     graph = run_pipeline(source, ONE_STREAM if pipeline == "one-stream" else "default")
     results, launches = {}, {}
     for merge in (False, True):
-        program = CudaProgram(graph, weights=weights, merge_launches=merge)
+        program = cuda_program(
+            graph, weights=weights, options=LoweringOptions(merge_launches=merge)
+        )
         first = program.run(inputs)
         for _ in range(REPLAYS):
             assert same_bits(first, program.run(inputs)), f"merge={merge}: a replay differs"

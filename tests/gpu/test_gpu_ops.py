@@ -18,7 +18,7 @@ from tests.support.op_cases import CASES, case_graph_text, params
 pytestmark = pytest.mark.gpu
 require_gpu()
 
-from optgraph.runtime.cuda import CudaProgram
+from optgraph.program import cuda_program
 
 
 def test_every_op_has_a_case() -> None:
@@ -29,7 +29,7 @@ def test_every_op_has_a_case() -> None:
 def test_op_matches_reference(op: str, dtype: str) -> None:
     graph = og.parse(case_graph_text(op, dtype))
     inputs, weights, want = reference(graph)
-    program = CudaProgram(graph, weights=weights)
+    program = cuda_program(graph, weights=weights)
     first = program.run(inputs)  # eager, then capture
     second = program.run(inputs)  # replay
     assert program.counters.captures == 1 and program.counters.replays == 1

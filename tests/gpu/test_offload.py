@@ -22,6 +22,7 @@ from tests.support.offload_models import llama
 pytestmark = pytest.mark.gpu
 cupy = require_gpu()
 
+from optgraph.program import cuda_program
 from optgraph.runtime.cuda import CHECK_BOUNDS, CudaProgram
 
 PLAN = "verify,dce,cse,fuse,assign-streams{max-streams=2},insert-sync,analyze-lifetimes,plan-memory"
@@ -44,7 +45,7 @@ def _streamed(planned: Graph, fraction: float = 0.4, options: str = "") -> tuple
 
 
 def _runs(graph: Graph, inputs, weights, n: int = 3) -> tuple[list[dict], CudaProgram]:
-    program = CudaProgram(graph, weights=weights)
+    program = cuda_program(graph, weights=weights)
     outs = [program.run(inputs) for _ in range(n)]  # eager + capture, then replays
     assert program.counters.replays >= n - 1
     return outs, program
@@ -89,7 +90,7 @@ def test_replays_copy_the_new_host_weights() -> None:
     streamed, _ = _streamed(planned)
     inputs = random_inputs(g)
     a, b = random_weights(g, seed=0), random_weights(g, seed=1)
-    program = CudaProgram(streamed, weights=a)
+    program = cuda_program(streamed, weights=a)
     program.run(inputs)
     program.run(inputs)
     captures = program.counters.captures
@@ -118,7 +119,7 @@ def test_device_memory_measured_within_budget() -> None:
     gc.collect()  # earlier tests' programs must not be freed while this one is measured
     pool.free_all_blocks()
     before = pool.used_bytes()
-    program = CudaProgram(streamed, weights=random_weights(g))
+    program = cuda_program(streamed, weights=random_weights(g))
     program.run(random_inputs(g))
     program.run(random_inputs(g))
     (variant,) = program._variants.values()
@@ -166,7 +167,7 @@ def test_arena_allocation_failure_falls_back_to_synchronous_copies(monkeypatch) 
 
     monkeypatch.setattr(cupy.cuda, "alloc", alloc)
     inputs, weights = random_inputs(g), random_weights(g)
-    program = CudaProgram(streamed, weights=weights)
+    program = cuda_program(streamed, weights=weights)
     with pytest.warns(RuntimeWarning, match="synchronous"):
         got = program.run(inputs)
     (variant,) = program._variants.values()

@@ -143,10 +143,10 @@ def test_moved_weights_finds_weights_placed_differently() -> None:
     mlp = og.parse_file(EXAMPLES[0].parent / "mlp.ir")
     planned = run_pipeline(mlp, PLANNED)
     wide = retype_graph(planned, {"x": TensorType("f32", (16, 64))})
-    assert moved_weights(planned, wide) == []
+    assert moved_weights(lower_cuda(planned), lower_cuda(wide)) == []
     # fc1.w kept in host memory: it leaves the device buffer, and every later weight moves up.
     host = tuple(replace(w, placement="host") if w.name == "fc1.w" else w for w in mlp.weights)
-    moved = moved_weights(planned, replace(planned, weights=host))
+    moved = moved_weights(lower_cuda(planned), lower_cuda(replace(planned, weights=host)))
     assert moved == sorted(w.name for w in mlp.weights)
 
 

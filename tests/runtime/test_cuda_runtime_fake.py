@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen.cuda_plan import KernelStep
+from optgraph.codegen.cuda_steps import KernelStep
+from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.errors import InputError
 from optgraph.passes.manager import run_pipeline
+from optgraph.program import cuda_program
 from optgraph.runtime.cuda_graph_cache import count_dot_nodes
 from optgraph.runtime.reference import random_inputs, random_weights
 from tests.support.fake_cupy import fake_cupy
@@ -36,10 +38,8 @@ def _kernels(program) -> list[str]:
 
 def test_first_run_is_eager_then_captured_later_runs_replay(monkeypatch) -> None:
     with fake_cupy(monkeypatch) as fake:
-        from optgraph.runtime.cuda import CudaProgram
-
         graph = _planned("diamond")
-        program = CudaProgram(graph)
+        program = cuda_program(graph)
         x = random_inputs(graph)["x"]
         out = program.run({"x": x})
         c = program.counters
@@ -57,10 +57,8 @@ def test_first_run_is_eager_then_captured_later_runs_replay(monkeypatch) -> None
 
 def test_new_pointers_update_the_graph_and_new_shapes_specialize(monkeypatch) -> None:
     with fake_cupy(monkeypatch) as fake:
-        from optgraph.runtime.cuda import CudaProgram
-
         graph = _planned("diamond")
-        program = CudaProgram(graph)
+        program = cuda_program(graph)
         rng = np.random.default_rng(0)
         x1 = fake.asarray(rng.standard_normal((4, 64)).astype(np.float32))
         x2 = fake.asarray(rng.standard_normal((4, 64)).astype(np.float32))
@@ -85,11 +83,9 @@ def test_new_pointers_update_the_graph_and_new_shapes_specialize(monkeypatch) ->
 
 def test_weights_are_uploaded_once_per_set_of_arrays(monkeypatch) -> None:
     with fake_cupy(monkeypatch):
-        from optgraph.runtime.cuda import CudaProgram
-
         graph = _planned("mlp")
         inputs, weights = random_inputs(graph), random_weights(graph)
-        program = CudaProgram(graph, weights=weights)
+        program = cuda_program(graph, weights=weights)
         program.run(inputs)
         program.run(inputs, weights)
         program.run(inputs, dict(weights))  # a new dict, the same arrays
@@ -109,20 +105,18 @@ def test_weights_are_uploaded_once_per_set_of_arrays(monkeypatch) -> None:
 
 def test_weights_are_required_when_the_graph_has_some(monkeypatch) -> None:
     with fake_cupy(monkeypatch):
-        from optgraph.runtime.cuda import CudaProgram
-
         graph = _planned("mlp")
         with pytest.raises(InputError, match="has weights but none were given"):
-            CudaProgram(graph).run(random_inputs(graph))
+            cuda_program(graph).run(random_inputs(graph))
 
 
 def test_capture_forbids_allocation_and_dot_has_the_plans_kernels(monkeypatch) -> None:
     with fake_cupy(monkeypatch):
-        from optgraph.runtime.cuda import AllocationDuringCapture, CudaProgram
+        from optgraph.runtime.cuda import AllocationDuringCapture
 
         graph = _planned("mlp")
         inputs, weights = random_inputs(graph), random_weights(graph)
-        program = CudaProgram(graph, weights=weights)
+        program = cuda_program(graph, weights=weights)
         program.run(inputs)
         with pytest.raises(AllocationDuringCapture), program.allocation_forbidden():
             __import__("cupy").cuda.alloc(1024)
@@ -135,10 +129,8 @@ def test_capture_forbids_allocation_and_dot_has_the_plans_kernels(monkeypatch) -
 
 def test_eager_programs_never_capture(monkeypatch) -> None:
     with fake_cupy(monkeypatch) as fake:
-        from optgraph.runtime.cuda import CudaProgram
-
         graph = _planned("diamond")
-        program = CudaProgram(graph, use_graph=False)
+        program = cuda_program(graph, options=LoweringOptions(use_graph=False))
         x = random_inputs(graph)["x"]
         program.run({"x": x})
         program.run({"x": x})
@@ -150,10 +142,8 @@ def test_eager_programs_never_capture(monkeypatch) -> None:
 def test_buffers_the_offload_tests_measure_exist(monkeypatch) -> None:
     """tests/gpu/test_offload.py and benchmarks/bench_offload.py read these attributes."""
     with fake_cupy(monkeypatch):
-        from optgraph.runtime.cuda import CudaProgram
-
         graph = _planned("mlp")
-        program = CudaProgram(graph, weights=random_weights(graph))
+        program = cuda_program(graph, weights=random_weights(graph))
         program.run(random_inputs(graph))
         (variant,) = program._variants.values()
         assert variant.arena.mem.size >= variant.plan.arena_bytes

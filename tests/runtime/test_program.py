@@ -163,7 +163,7 @@ def test_cuda_runtime_refuses_a_shape_the_graph_cannot_take(monkeypatch) -> None
 
 def test_cuda_runtime_refuses_a_specialization_that_moves_weights(monkeypatch) -> None:
     with fake_cupy(monkeypatch):
-        from optgraph.runtime.cuda import CudaProgram
+        from optgraph.program import cuda_program
 
         program = og.compile(og.parse_file(EXAMPLES / "mlp.ir"), PIPELINE)
         graph = program.graph
@@ -175,7 +175,7 @@ def test_cuda_runtime_refuses_a_specialization_that_moves_weights(monkeypatch) -
             )
             return replace(wide, weights=weights)
 
-        runtime = CudaProgram(graph, weights=program.default_weights(), specialize=host_fc1)
+        runtime = cuda_program(graph, weights=program.default_weights(), specialize=host_fc1)
         moved = r"input '%x' as f32\[16,64\] \(was f32\[4,64\]\) places weights '%fc1.b'"
         with pytest.raises(OptGraphError, match=moved):
             runtime.run({"x": np.zeros((16, 64), np.float32)})

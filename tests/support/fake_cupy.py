@@ -8,7 +8,7 @@ recorded by name and do not compute anything, so output *values* mean nothing he
 what the runtime did (counters, which calls, which buffers), never results.
 
     with fake_cupy(monkeypatch) as fake:      # installs cupy, cupy_backends and cuda.bindings
-        program = CudaProgram(graph)
+        program = cuda_program(graph)
         program.run(inputs)
         fake.launches                         # kernel names launched eagerly or by replay
 """

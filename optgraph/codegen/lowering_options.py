@@ -1,0 +1,35 @@
+"""The options that shape how a planned graph is lowered and launched, in one object.
+
+Made once (by `optgraph run`/`compile` from their flags, or by `optgraph.compile(..., options=)`)
+and carried inside the lowered program, so no layer threads a flag of its own:
+
+    before: cli.py --no-merge-launches -> cli_run -> runtime/cuda -> CudaProgram -> cuda_launch
+            -> cuda_memory -> cuda_plan -> merge_launches, one argument at each step
+    after:  LoweringOptions(merge_launches=False) -> lower_for_cuda -> LoweredProgram.options
+
+Lowering reads `merge_launches`; the CUDA runtime reads the others when it launches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LoweringOptions:
+    """How a program is lowered and run on the GPU (the cpu target reads none of them).
+
+    - `merge_launches`: consecutive independent kernels of a stream as one launch
+      (`codegen/merge_launches.py`); False: one launch per kernel.
+    - `pdl`: a kernel that follows another on its stream is launched with Programmatic
+      Dependent Launch where the device is sm_90+ (`runtime/cuda_pdl.py`).
+    - `use_graph`: capture a CUDA graph and replay it; False: every run launches eagerly.
+    - `capture_mode`: the CUDA stream-capture mode (0 global, 1 thread local, 2 relaxed).
+    - `graph_capacity`: captured graphs kept at once (least recently used evicted first).
+    """
+
+    merge_launches: bool = True
+    pdl: bool = True
+    use_graph: bool = True
+    capture_mode: int = 2
+    graph_capacity: int = 8

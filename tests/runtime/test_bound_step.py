@@ -1,0 +1,105 @@
+"""`program.bind(inputs, out) -> step` on the fake CuPy (tests/support/fake_cupy.py): the arrays
+are checked once, at bind time; a call of the step only launches (its first call runs eagerly
+and captures, later ones replay the CUDA graph). Counters and the fake's records only: kernels do
+not compute on the fake."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import optgraph as og
+from optgraph.codegen.cuda_steps import KernelStep
+from optgraph.codegen.lowering_options import LoweringOptions
+from optgraph.errors import InputError, OptGraphError
+from optgraph.passes.manager import run_pipeline
+from optgraph.program import cuda_program
+from optgraph.runtime.reference import random_inputs, random_weights
+from tests.support.fake_cupy import fake_cupy
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+PIPELINE = (
+    "verify,dce,cse,assign-streams{max-streams=2,min-branch-us=0},insert-sync,"
+    "analyze-lifetimes,plan-memory"
+)
+
+
+def _planned(name: str) -> og.Graph:
+    return run_pipeline(og.parse_file(EXAMPLES / f"{name}.ir"), PIPELINE)
+
+
+def test_a_bound_step_checks_once_and_a_call_only_launches(monkeypatch) -> None:
+    with fake_cupy(monkeypatch) as fake:
+        from optgraph.runtime import cuda
+
+        graph = _planned("diamond")
+        program = cuda_program(graph)
+        kernels = [s.kernel for s in program.plan().steps if isinstance(s, KernelStep)]
+        x = fake.asarray(random_inputs(graph)["x"])
+        y = fake.asarray(np.zeros((4, 64), np.float32))
+        step = program.bind({"x": x}, out={"y": y})
+        c = program.counters
+        assert fake.launches == [] and (c.eager_runs, c.captures, c.specializations) == (0, 0, 1)
+
+        def refuse(*args: object, **kwargs: object) -> None:
+            raise AssertionError("a bound step checked its arrays again")
+
+        monkeypatch.setattr(program, "_classify", refuse)
+        monkeypatch.setattr(program, "_variant", refuse)
+        monkeypatch.setattr(cuda, "check_array", refuse)
+        assert step()["y"] is y  # eager run, then captured
+        assert (c.eager_runs, c.captures, c.replays) == (1, 1, 0)
+        assert fake.launches == kernels
+        copies = fake.memcpys
+        for _ in range(3):
+            step()
+        assert (c.eager_runs, c.captures, c.updates, c.replays) == (1, 1, 0, 3)
+        assert fake.graph_launches == 3 and fake.launches == kernels * 4
+        assert fake.memcpys - copies == 3  # per replay: the output into `y`, nothing staged
+        program.close()
+
+
+def test_bind_takes_device_arrays_only(monkeypatch) -> None:
+    with fake_cupy(monkeypatch) as fake:
+        graph = _planned("diamond")
+        program = cuda_program(graph)
+        x = random_inputs(graph)["x"]
+        y = fake.asarray(np.zeros((4, 64), np.float32))
+        with pytest.raises(InputError, match=r"bind: .*input '%x' must be a CuPy array"):
+            program.bind({"x": x}, out={"y": y})
+        with pytest.raises(InputError, match=r"bind: .*output '%y' must be a CuPy array"):
+            program.bind({"x": fake.asarray(x)}, out={})
+        with pytest.raises(InputError, match=r"expected f32\[4,64\]"):
+            program.bind({"x": fake.asarray(x)}, out={"y": fake.asarray(np.zeros((4, 8)))})
+        assert program.counters.eager_runs == 0 and fake.launches == []
+
+
+def test_an_eager_bound_step_issues_the_calls_each_time(monkeypatch) -> None:
+    with fake_cupy(monkeypatch) as fake:
+        graph = _planned("mlp")
+        options = LoweringOptions(use_graph=False)
+        program = cuda_program(graph, weights=random_weights(graph), options=options)
+        x = fake.asarray(random_inputs(graph)["x"])
+        logits = fake.asarray(np.zeros(graph.value_types()["logits"].shape, np.float32))
+        step = program.bind({"x": x}, out={"logits": logits})
+        step()
+        step()
+        c = program.counters
+        assert (c.eager_runs, c.captures, c.replays) == (2, 0, 0) and not fake.graphs
+
+
+def test_compiled_program_bind_uses_default_weights_and_is_cuda_only(monkeypatch) -> None:
+    source = og.parse_file(EXAMPLES / "mlp.ir")
+    with pytest.raises(OptGraphError, match="bind: target 'cpu'"):
+        og.compile(source).bind({}, {})
+    with fake_cupy(monkeypatch) as fake:
+        program = og.compile(source, PIPELINE, target="cuda")
+        x = fake.asarray(random_inputs(source)["x"])
+        logits = fake.asarray(np.zeros(program.graph.value_types()["logits"].shape, np.float32))
+        step = program.bind({"x": x}, {"logits": logits})
+        for _ in range(3):
+            step()
+        c = program._cuda.counters
+        assert (c.weight_uploads, c.captures, c.replays) == (1, 1, 2)
