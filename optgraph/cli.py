@@ -1,13 +1,14 @@
 """The `optgraph` command.
 
     optgraph compile MODEL.ir [-p PIPELINE] [-o DIR] [--report-json FILE] [--vram-budget SIZE]
-                              [--timeline FILE.json] [--no-merge-launches]
+                              [--timeline FILE.json] [--no-merge-launches] [-q]
     optgraph opt MODEL.ir -p PIPELINE [--print-ir-after-all]
     optgraph run MODEL.ir [--device cpu|cuda] [--check] [--inputs FILE.npz] [--weights FILE]
                           [--seed N] [-p PIPELINE] [--no-graph] [--no-pdl] [--no-merge-launches]
-                          [--vram-budget SIZE]
-    optgraph dot MODEL.ir [-p PIPELINE] [-o FILE.dot|.svg|.png]
+                          [--vram-budget SIZE] [--save-outputs FILE.npz] [-q]
+    optgraph dot MODEL.ir [-p PIPELINE] [-o FILE.dot|.svg|.png] [-q]
     optgraph passes
+    optgraph --version
 
 Example:
 
@@ -18,7 +19,12 @@ Example:
 
 Every user error (an `OptGraphError`: bad syntax, types, unknown passes, missing files) is printed
 as its located diagnostic on stderr and exits 1; any other exception is a bug and shows its
-traceback. Results go to stdout; progress (only on a terminal) goes to stderr.
+traceback. Results go to stdout; progress goes to stderr (`optgraph.cli_progress`: a live line on
+a terminal, else a line per phase; `-q` for none).
+
+Start-up is kept short (`--help`, `--version` and `passes` import neither NumPy nor networkx nor
+lark): this module imports only argparse and small modules at the top, and each command imports
+the layers it uses when it runs.
 """
 
 from __future__ import annotations
@@ -29,8 +35,6 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-# Only what `--help`, `--version` and `passes` need is imported here: each command imports the
-# layers it uses when it runs, so the front door does not load NumPy, networkx or lark.
 from optgraph.cli_progress import PhaseProgress, phase_progress
 from optgraph.errors import OptGraphError
 
