@@ -233,11 +233,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             "run --device cuda: no usable CUDA GPU (CuPy missing or no device); use --device cpu"
         )
     if args.save_outputs is not None:
-        from pathlib import Path
+        from optgraph.output_files import check_npz_target
 
-        from optgraph.output_files import check_target
-
-        check_target(Path(args.save_outputs), "--save-outputs: ")  # before the work, not after
+        check_npz_target(args.save_outputs, "--save-outputs: ")  # before the work, not after
     with phase_progress(args.quiet, 3 + (args.save_outputs is not None)) as progress:
         graph = _read_model(progress, args.model)
         with progress.phase("inputs and weights"):

@@ -77,14 +77,21 @@ def write_atomic_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     return Path(path)
 
 
+def check_npz_target(path: str | os.PathLike[str], what: str = "") -> Path:
+    """`path` if a `.npz` file can be written there (see `check_target`), else an `InputError`."""
+    target = Path(path)
+    if target.suffix != ".npz":
+        raise InputError(f"{what}'{target}' is not a .npz file name")
+    check_target(target, what)
+    return target
+
+
 def write_npz(path: str | os.PathLike[str], arrays: Mapping[str, Any], what: str = "") -> Path:
     """Write arrays by name to a `.npz` file atomically (NumPy's format; bf16 as 2-byte records,
     as `--inputs` reads them). CuPy arrays are copied to the host first."""
     import numpy as np  # only a command that saves arrays pays for NumPy
 
-    target = Path(path)
-    if target.suffix != ".npz":
-        raise InputError(f"{what}'{target}' is not a .npz file name")
+    target = check_npz_target(path, what)
     host = {
         name: np.ascontiguousarray(value.get() if hasattr(value, "get") else value)
         for name, value in arrays.items()
