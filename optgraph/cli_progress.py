@@ -12,7 +12,9 @@ time; `--quiet` prints nothing:
     ...
     optgraph: write kernels.cu: 3.377 s
 
-A phase that fails prints no line: the error message is the last thing on stderr. Pass lines come
+A phase that runs long also says so every `HEARTBEAT_S` seconds (`optgraph: pass fuse: 30 s so
+far`), so a log never stays silent longer than that, whatever the phase. A phase that fails prints
+no line of its own: the error message is the last thing on stderr. Pass lines come
 from `run_pipeline`'s `after_each`, so a pass's time includes the verification that follows it
 (and the first pass's, the verification of the input).
 """
@@ -20,6 +22,7 @@ from `run_pipeline`'s `after_each`, so a pass's time includes the verification t
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
     from optgraph.passes.base import Pass
 
 Mode = Literal["live", "lines", "quiet"]
+HEARTBEAT_S = 30.0  # the longest silence of a log: a running phase says so this often
 
 
 def progress_mode(stream: TextIO, quiet: bool) -> Mode:
@@ -45,13 +49,26 @@ class PhaseProgress:
     """Reports phases on `stream` (see the module docstring). Use as a context manager around
     the command's work; `total` is the number of phases expected (for the live counter)."""
 
-    def __init__(self, stream: TextIO, mode: Mode, total: int | None = None) -> None:
+    def __init__(
+        self,
+        stream: TextIO,
+        mode: Mode,
+        total: int | None = None,
+        heartbeat_s: float = HEARTBEAT_S,
+    ) -> None:
         self.stream = stream
         self.mode = mode
         self.total = total
+        self.heartbeat_s = heartbeat_s
         self._stack = ExitStack()
         self._live: Progress | None = None
         self._task: TaskID | None = None
+        # Lines mode: the running phase and its start, and when stderr last got a line; shared
+        # with the heartbeat thread under the lock.
+        self._lock = threading.Lock()
+        self._running: tuple[str, float] | None = None
+        self._last_line = time.perf_counter()
+        self._stopped = threading.Event()
 
     def __enter__(self) -> Self:
         if self.mode == "live":
@@ -77,22 +94,44 @@ class PhaseProgress:
                 Progress(*columns, console=console, transient=True, redirect_stdout=False)
             )
             self._task = self._live.add_task("starting", total=self.total)
+        elif self.mode == "lines":
+            beat = threading.Thread(target=self._heartbeat, name="optgraph-progress", daemon=True)
+            beat.start()
+            self._stack.callback(beat.join)
+            self._stack.callback(self._stopped.set)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
 
+    def _write(self, line: str) -> None:
+        """One whole line on the stream (the caller holds the lock)."""
+        self.stream.write(line + "\n")
+        self.stream.flush()
+        self._last_line = time.perf_counter()
+
+    def _heartbeat(self) -> None:
+        while not self._stopped.wait(self.heartbeat_s / 4):
+            with self._lock:
+                now = time.perf_counter()
+                if self._running is not None and now - self._last_line >= self.heartbeat_s:
+                    name, start = self._running
+                    self._write(f"optgraph: {name}: {now - start:.0f} s so far")
+
     def _started(self, name: str) -> None:
         if self._live is not None and self._task is not None:
             self._live.update(self._task, description=name)
+        with self._lock:
+            self._running = (name, time.perf_counter())
 
     def _finished(self, name: str, seconds: float, detail: str = "") -> None:
+        with self._lock:
+            self._running = None
+            if self.mode == "lines":
+                suffix = f" ({detail})" if detail else ""
+                self._write(f"optgraph: {name}: {seconds:.3f} s{suffix}")
         if self._live is not None and self._task is not None:
             self._live.update(self._task, advance=1)
-        elif self.mode == "lines":
-            suffix = f" ({detail})" if detail else ""
-            self.stream.write(f"optgraph: {name}: {seconds:.3f} s{suffix}\n")
-            self.stream.flush()
 
     @contextmanager
     def phase(self, name: str) -> Iterator[list[str]]:

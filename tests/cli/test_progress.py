@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,16 @@ def test_a_terminal_gets_the_live_display_and_no_lines() -> None:
     shown = terminal.getvalue()
     assert "optgraph: parse:" not in shown
     assert "report" in shown and "2/2" in shown  # the last phase, both counted (then cleared)
+
+
+def test_a_long_phase_says_it_is_still_running() -> None:
+    log = io.StringIO()
+    with PhaseProgress(log, "lines", heartbeat_s=0.2) as progress:
+        with progress.phase("parse + verify big.ir"):
+            time.sleep(0.9)
+        time.sleep(0.5)  # between phases: nothing is running, nothing to say
+    *beats, last = log.getvalue().splitlines()
+    assert LINE.match(last) is not None and last.startswith("optgraph: parse + verify big.ir: 0.")
+    assert 1 <= len(beats) <= 5
+    for beat in beats:
+        assert re.fullmatch(r"optgraph: parse \+ verify big\.ir: \d+ s so far", beat), beat
