@@ -35,12 +35,12 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from optgraph.cli_progress import PhaseProgress, phase_progress
 from optgraph.errors import OptGraphError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from optgraph.cli_progress import PhaseProgress
     from optgraph.ir.graph import Graph
     from optgraph.passes.base import Pass
     from optgraph.report import Report
@@ -70,6 +70,12 @@ class VersionAction(argparse.Action):
 
         sys.stdout.write(f"optgraph {version()}\n")
         parser.exit()
+
+
+def _progress(quiet: bool, total: int) -> PhaseProgress:
+    from optgraph.cli_progress import phase_progress
+
+    return phase_progress(quiet, total)
 
 
 def _read_model(progress: PhaseProgress, path: str) -> Graph:
@@ -148,7 +154,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     passes = parse_pipeline(_pipeline(args))
     writes = [args.report_json, args.timeline, *([args.output] * len(ARTIFACTS))]
     total = 2 + len(passes) + sum(w is not None for w in writes)  # parse, passes, report, files
-    with phase_progress(args.quiet, total) as progress:
+    with _progress(args.quiet, total) as progress:
         start = time.perf_counter()
         graph = _read_model(progress, args.model)
         graph = progress.run_pipeline(graph, passes)
@@ -183,7 +189,7 @@ def cmd_dot(args: argparse.Namespace) -> int:
     from optgraph.passes.manager import parse_pipeline
 
     passes = parse_pipeline(args.pipeline)
-    with phase_progress(args.quiet, 2 + len(passes)) as progress:
+    with _progress(args.quiet, 2 + len(passes)) as progress:
         graph = progress.run_pipeline(_read_model(progress, args.model), passes)
         with progress.phase("draw" if args.output is None else f"write {args.output}"):
             if args.output is None:
@@ -236,7 +242,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from optgraph.output_files import check_npz_target
 
         check_npz_target(args.save_outputs, "--save-outputs: ")  # before the work, not after
-    with phase_progress(args.quiet, 3 + (args.save_outputs is not None)) as progress:
+    with _progress(args.quiet, 3 + (args.save_outputs is not None)) as progress:
         graph = _read_model(progress, args.model)
         with progress.phase("inputs and weights"):
             inputs, weights = load_values(graph, args.inputs, args.weights, args.seed)
