@@ -10,18 +10,43 @@ The small public API::
     program = og.compile(g, target="cpu")         # default pipeline, planned arena
     outputs = program.run({"x": x}, weights=params)
     program = og.compile(g, target="cuda", options=og.LoweringOptions(merge_launches=False))
+
+The names are loaded on first use (PEP 562 `__getattr__`): `import optgraph` alone imports
+nothing heavy, so `optgraph --help` and `optgraph passes` start quickly.
 """
 
-from optgraph.codegen.lowering_options import LoweringOptions
-from optgraph.errors import OptGraphError, Span
-from optgraph.ir.graph import Graph
-from optgraph.ir.parser import parse, parse_file
-from optgraph.ir.printer import print_graph
-from optgraph.ir.verify import verify
-from optgraph.passes.manager import run_pipeline
-from optgraph.program import CompiledProgram, compile
+from __future__ import annotations
 
-Program = CompiledProgram
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from optgraph.codegen.lowering_options import LoweringOptions
+    from optgraph.errors import OptGraphError, Span
+    from optgraph.ir.graph import Graph
+    from optgraph.ir.parser import parse, parse_file
+    from optgraph.ir.printer import print_graph
+    from optgraph.ir.verify import verify
+    from optgraph.passes.manager import run_pipeline
+    from optgraph.program import CompiledProgram, compile
+
+    Program = CompiledProgram
+
+# Public name -> (module, name in that module).
+_EXPORTS: dict[str, tuple[str, str]] = {
+    "CompiledProgram": ("optgraph.program", "CompiledProgram"),
+    "Graph": ("optgraph.ir.graph", "Graph"),
+    "LoweringOptions": ("optgraph.codegen.lowering_options", "LoweringOptions"),
+    "OptGraphError": ("optgraph.errors", "OptGraphError"),
+    "Program": ("optgraph.program", "CompiledProgram"),
+    "Span": ("optgraph.errors", "Span"),
+    "compile": ("optgraph.program", "compile"),
+    "parse": ("optgraph.ir.parser", "parse"),
+    "parse_file": ("optgraph.ir.parser", "parse_file"),
+    "print_graph": ("optgraph.ir.printer", "print_graph"),
+    "run_pipeline": ("optgraph.passes.manager", "run_pipeline"),
+    "verify": ("optgraph.ir.verify", "verify"),
+}
 
 __all__ = [
     "CompiledProgram",
@@ -37,3 +62,18 @@ __all__ = [
     "run_pipeline",
     "verify",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use, and keep the name for later lookups."""
+    try:
+        module, attribute = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'optgraph' has no attribute '{name}'") from None
+    value = getattr(import_module(module), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

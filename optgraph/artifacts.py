@@ -1,8 +1,5 @@
-"""What `optgraph compile -o DIR` writes, and how every output file is written (atomically).
-
-Each file is written to a temporary file in the target directory and then renamed over the target
-with `os.replace`, so a reader never sees half a file and an interrupted compile leaves the old
-file in place:
+"""What `optgraph compile -o DIR` writes. Every file is written atomically
+(`optgraph.output_files.write_atomic`): a temporary file renamed over the target, so
 
     before: out/ holds last run's model.opt.ir
     after:  out/model.opt.ir is either entirely the old text or entirely the new one
@@ -15,7 +12,6 @@ None when it does not apply to this compile (then nothing is written).
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -24,9 +20,13 @@ from typing import TYPE_CHECKING
 
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.errors import InputError
+from optgraph.ir.dot import to_dot
 from optgraph.ir.graph import Graph
 from optgraph.ir.printer import print_graph
-from optgraph.report import Report
+from optgraph.output_files import write_atomic
+
+if TYPE_CHECKING:  # the report module pulls in the analyses; an artifact only reads its figures
+    from optgraph.report import Report
 
 if TYPE_CHECKING:
     from optgraph.codegen.lowered import LoweredProgram
@@ -77,58 +77,18 @@ def _program_json(graph: Graph) -> str | None:
     return lower(graph).to_json()
 
 
-def _streams_dot(graph: Graph) -> str:
-    from optgraph.ir.dot import to_dot
-
-    return to_dot(graph)
-
-
 ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("model.opt.ir", "the optimized IR", lambda r: print_graph(r.graph)),
     Artifact("report.json", "the report figures as JSON", lambda r: r.report.to_json()),
     Artifact("kernels.cu", "the CUDA source of every kernel", _kernels_cu),
     Artifact("cuda_plan.json", "the CUDA launch list and storage", _cuda_plan),
-    Artifact(
-        "streams.dot", "the stream assignment as Graphviz DOT", lambda r: _streams_dot(r.graph)
-    ),
+    Artifact("streams.dot", "the stream assignment as Graphviz DOT", lambda r: to_dot(r.graph)),
     Artifact(
         "program.json",
         "the lowered program: steps per stream, events, arena layout",
         lambda r: _program_json(r.graph),
     ),
 )
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write `text` (UTF-8) to `path` through a temporary file in the same directory."""
-    target = Path(path)
-    directory = target.parent
-    if not directory.is_dir():
-        raise InputError(f"cannot write '{target}': directory '{directory}' does not exist")
-    if target.is_dir():
-        raise InputError(f"cannot write '{target}': it is a directory")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as err:
-        raise InputError(f"cannot write '{target}': {err.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
-        os.replace(tmp, target)
-    except OSError as err:
-        Path(tmp).unlink(missing_ok=True)
-        raise InputError(f"cannot write '{target}': {err.strerror}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
 
 
 def prepare_output_directory(directory: str | os.PathLike[str]) -> Path:
@@ -157,15 +117,17 @@ def check_writable_file(path: str | os.PathLike[str]) -> None:
         raise InputError(f"cannot write '{target}': permission denied")
 
 
+def write_artifact(out: Path, artifact: Artifact, result: CompileResult) -> Path | None:
+    """Render one artifact into the directory `out`; None when it does not apply."""
+    text = artifact.render(result)
+    return None if text is None else write_atomic(out / artifact.filename, text)
+
+
 def write_artifacts(directory: str | os.PathLike[str], result: CompileResult) -> list[Path]:
     """Create `directory` if needed and write every applicable artifact; return the paths."""
     out = prepare_output_directory(directory)
-    written = []
-    for artifact in ARTIFACTS:
-        text = artifact.render(result)
-        if text is not None:
-            written.append(write_atomic(out / artifact.filename, text))
-    return written
+    written = (write_artifact(out, artifact, result) for artifact in ARTIFACTS)
+    return [path for path in written if path is not None]
 
 
 def check_output_paths(directory: str | None, files: list[str | None]) -> None:

@@ -1,13 +1,14 @@
 """The `optgraph` command.
 
     optgraph compile MODEL.ir [-p PIPELINE] [-o DIR] [--report-json FILE] [--vram-budget SIZE]
-                              [--timeline FILE.json] [--no-merge-launches]
+                              [--timeline FILE.json] [--no-merge-launches] [-q]
     optgraph opt MODEL.ir -p PIPELINE [--print-ir-after-all]
     optgraph run MODEL.ir [--device cpu|cuda] [--check] [--inputs FILE.npz] [--weights FILE]
                           [--seed N] [-p PIPELINE] [--no-graph] [--no-pdl] [--no-merge-launches]
-                          [--vram-budget SIZE]
-    optgraph dot MODEL.ir [-p PIPELINE] [-o FILE.dot|.svg|.png]
+                          [--vram-budget SIZE] [--save-outputs FILE.npz] [-q]
+    optgraph dot MODEL.ir [-p PIPELINE] [-o FILE.dot|.svg|.png] [-q]
     optgraph passes
+    optgraph --version
 
 Example:
 
@@ -18,70 +19,83 @@ Example:
 
 Every user error (an `OptGraphError`: bad syntax, types, unknown passes, missing files) is printed
 as its located diagnostic on stderr and exits 1; any other exception is a bug and shows its
-traceback. Results go to stdout; progress (only on a terminal) goes to stderr.
+traceback. Results go to stdout; progress goes to stderr (`optgraph.cli_progress`: a live line on
+a terminal, else a line per phase; `-q` for none).
+
+Start-up is kept short (`--help`, `--version` and `passes` import neither NumPy nor networkx nor
+lark): this module imports only argparse and small modules at the top, and each command imports
+the layers it uses when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 from collections.abc import Sequence
-from dataclasses import MISSING
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from optgraph.errors import OptGraphError
 
-from optgraph.analysis.races import find_races, race_diagnostics
-from optgraph.analysis.schedule_estimate import chrome_trace, estimate_schedule
-from optgraph.artifacts import CompileResult, check_output_paths, write_artifacts, write_atomic
-from optgraph.cli_run import RUNNERS, check_against_reference, load_values, output_table, seed_value
-from optgraph.cli_run import cuda_usable as _cuda_usable
-from optgraph.errors import OptGraphError, VerifyError
-from optgraph.ir.dot import to_dot, write_picture
-from optgraph.ir.graph import Graph
-from optgraph.ir.parser import parse_file
-from optgraph.ir.printer import print_graph
-from optgraph.ir.verify import verify
-from optgraph.passes.base import Pass
-from optgraph.passes.manager import describe_passes, parse_pipeline, run_pipeline
-from optgraph.report import compute_report
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from optgraph.cli_progress import PhaseProgress
+    from optgraph.ir.graph import Graph
+    from optgraph.passes.base import Pass
+    from optgraph.report import Report
+
+DEVICES = ("cpu", "cuda")
 
 
 def _console(stderr: bool = False) -> Console:
+    from rich.console import Console
+
     stream = sys.stderr if stderr else sys.stdout
     # A pipe or file gets a wide, colourless table rather than one wrapped at 80 columns.
     width = None if stream.isatty() else 120
     return Console(file=stream, width=width, highlight=False)
 
 
+class VersionAction(argparse.Action):
+    """`--version`: print `optgraph X.Y.Z` and exit 0, like argparse's own version action, but
+    reading the version only when asked (importlib.metadata is not free at start-up)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "print the version of optgraph and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        from optgraph.cli_info import version
+
+        sys.stdout.write(f"optgraph {version()}\n")
+        parser.exit()
+
+
+def _progress(quiet: bool, total: int) -> PhaseProgress:
+    from optgraph.cli_progress import phase_progress
+
+    return phase_progress(quiet, total)
+
+
+def _read_model(progress: PhaseProgress, path: str) -> Graph:
+    """Parse and verify the model as one phase: a bad model fails before any phase line."""
+    from optgraph.ir.parser import parse_file
+    from optgraph.ir.verify import verify
+
+    with progress.phase(f"parse + verify {path}") as detail:
+        graph = parse_file(path)
+        verify(graph)
+        detail.append(f"{len(graph.nodes):,} nodes")
+    return graph
+
+
 # -- compile ------------------------------------------------------------------------------------
-
-
-def _run_with_progress(graph: Graph, passes: list[Pass]) -> Graph:
-    """Run the pipeline, with a transient progress bar on stderr when it is a terminal."""
-    if not sys.stderr.isatty() or len(passes) < 2:
-        return run_pipeline(graph, passes)
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=_console(stderr=True), transient=True) as progress:
-        task = progress.add_task(f"running {passes[0].name}", total=len(passes))
-
-        def advance(done: Pass, _: Graph) -> None:
-            position = passes.index(done) + 1
-            following = passes[position].name if position < len(passes) else "done"
-            progress.update(task, advance=1, description=f"running {following}")
-
-        return run_pipeline(graph, passes, after_each=advance)
 
 
 NO_MERGE_HELP = "cuda: one launch per kernel (do not merge independent kernels of a stream)"
 VRAM_HELP = "e.g. 2GiB: stream the weights that do not fit (appends plan-prefetch{budget=SIZE})"
+QUIET_HELP = "no progress on stderr (by default: a live line on a terminal, else a line per phase)"
 
 
 def _pipeline(args: argparse.Namespace) -> str:
@@ -93,14 +107,76 @@ def _pipeline(args: argparse.Namespace) -> str:
     return with_vram_budget(args.pipeline, args.vram_budget)
 
 
+def _compile_outputs(
+    args: argparse.Namespace, progress: PhaseProgress, graph: Graph, report: Report
+) -> list[str]:
+    """Write what compile's options ask for, one phase per file; the lines to print."""
+    from optgraph.output_files import write_atomic
+
+    lines = []
+    if args.report_json is not None:
+        with progress.phase(f"write {args.report_json}"):
+            write_atomic(args.report_json, report.to_json())
+        lines.append(f"wrote {args.report_json}")
+    if args.timeline is not None:
+        import json
+
+        from optgraph.analysis.schedule_estimate import chrome_trace, estimate_schedule
+
+        with progress.phase(f"write {args.timeline}"):
+            write_atomic(args.timeline, json.dumps(chrome_trace(graph, estimate_schedule(graph))))
+        lines.append(f"wrote {args.timeline} (open in ui.perfetto.dev or chrome://tracing)")
+    if args.output is not None:
+        from optgraph.artifacts import (
+            ARTIFACTS,
+            CompileResult,
+            prepare_output_directory,
+            write_artifact,
+        )
+        from optgraph.codegen.lowering_options import LoweringOptions
+
+        out = prepare_output_directory(args.output)
+        options = LoweringOptions(merge_launches=not args.no_merge_launches)
+        result = CompileResult(graph, report, options=options)
+        for artifact in ARTIFACTS:  # kernels.cu, cuda_plan.json, program.json: lowering inside
+            with progress.phase(f"write {artifact.filename}"):
+                path = write_artifact(out, artifact, result)
+            if path is not None:
+                lines.append(f"wrote {path}")
+    return lines
+
+
+def _seed(text: str) -> int:
+    """`--seed`'s type: `cli_run.seed_value`, imported only when a seed is given."""
+    from optgraph.cli_run import seed_value
+
+    return seed_value(text)
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
-    check_output_paths(args.output, [args.report_json, args.timeline])
+    import time
+
+    from rich.table import Table
+    from rich.text import Text
+
+    from optgraph.analysis.races import find_races, race_diagnostics
+    from optgraph.artifacts import ARTIFACTS, check_output_paths
+    from optgraph.errors import VerifyError
+    from optgraph.passes.manager import parse_pipeline
+    from optgraph.report import compute_report
+
+    check_output_paths(args.output, [args.report_json, args.timeline])  # fail before the work
     passes = parse_pipeline(_pipeline(args))
-    start = time.perf_counter()
-    graph = parse_file(args.model)
-    graph = _run_with_progress(graph, passes)
-    seconds = time.perf_counter() - start
-    report = compute_report(graph, compile_seconds=seconds)
+    writes = [args.report_json, args.timeline, *([args.output] * len(ARTIFACTS))]
+    total = 2 + len(passes) + sum(w is not None for w in writes)  # parse, passes, report, files
+    with _progress(args.quiet, total) as progress:
+        start = time.perf_counter()
+        graph = _read_model(progress, args.model)
+        graph = progress.run_pipeline(graph, passes)
+        seconds = time.perf_counter() - start
+        with progress.phase("report"):
+            report = compute_report(graph, compile_seconds=seconds)
+        wrote = _compile_outputs(args, progress, graph, report)
 
     table = Table(title=f"optgraph compile: {graph.name}", show_header=False)
     table.add_column("figure")
@@ -113,19 +189,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         console.print(
             Text(f"vram budget {args.vram_budget}: peak device bytes {report.peak_device_bytes:,}")
         )
-    if args.report_json is not None:
-        write_atomic(args.report_json, report.to_json())
-        console.print(Text(f"wrote {args.report_json}"))
-    if args.timeline is not None:
-        write_atomic(args.timeline, json.dumps(chrome_trace(graph, estimate_schedule(graph))))
-        console.print(Text(f"wrote {args.timeline} (open in ui.perfetto.dev or chrome://tracing)"))
-    if args.output is not None:
-        from optgraph.codegen.lowering_options import LoweringOptions
-
-        options = LoweringOptions(merge_launches=not args.no_merge_launches)
-        result = CompileResult(graph, report, options=options)
-        for path in write_artifacts(args.output, result):
-            console.print(Text(f"wrote {path}"))
+    for line in wrote:
+        console.print(Text(line))
     if report.races:  # check-races runs last: a compile with races fails
         raise VerifyError.from_diagnostics(race_diagnostics(graph, find_races(graph)))
     return 0
@@ -135,12 +200,21 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_dot(args: argparse.Namespace) -> int:
-    graph = run_pipeline(parse_file(args.model), parse_pipeline(args.pipeline))
+    from optgraph.ir.dot import to_dot, write_picture
+    from optgraph.passes.manager import parse_pipeline
+
+    passes = parse_pipeline(args.pipeline)
+    with _progress(args.quiet, 2 + len(passes)) as progress:
+        graph = progress.run_pipeline(_read_model(progress, args.model), passes)
+        with progress.phase("draw" if args.output is None else f"write {args.output}"):
+            if args.output is None:
+                text = to_dot(graph)
+            else:
+                path = write_picture(graph, args.output)
     if args.output is None:
-        sys.stdout.write(to_dot(graph))
-        return 0
-    path = write_picture(graph, args.output)
-    _console().print(Text(f"wrote {path}"))
+        sys.stdout.write(text)
+    else:
+        _console().print(f"wrote {path}", markup=False)
     return 0
 
 
@@ -148,6 +222,10 @@ def cmd_dot(args: argparse.Namespace) -> int:
 
 
 def cmd_opt(args: argparse.Namespace) -> int:
+    from optgraph.ir.parser import parse_file
+    from optgraph.ir.printer import print_graph
+    from optgraph.passes.manager import parse_pipeline, run_pipeline
+
     passes = parse_pipeline(args.pipeline)
     graph = parse_file(args.model)
     out = sys.stdout
@@ -167,22 +245,43 @@ def cmd_opt(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from optgraph.cli_run import RUNNERS, check_against_reference, load_values, output_table
+    from optgraph.cli_run import cuda_usable as _cuda_usable
+
     device = args.device or ("cuda" if _cuda_usable() else "cpu")
     if device == "cuda" and not _cuda_usable():
         raise OptGraphError(
             "run --device cuda: no usable CUDA GPU (CuPy missing or no device); use --device cpu"
         )
-    graph = parse_file(args.model)
-    verify(graph)
-    inputs, weights = load_values(graph, args.inputs, args.weights, args.seed)
-    from optgraph.codegen.lowering_options import LoweringOptions
+    if args.save_outputs is not None:
+        from optgraph.output_files import check_npz_target
 
-    options = LoweringOptions(
-        merge_launches=not args.no_merge_launches, pdl=not args.no_pdl, use_graph=not args.no_graph
-    )
-    results = RUNNERS[device](graph, inputs, weights, pipeline=_pipeline(args), options=options)
+        check_npz_target(args.save_outputs, "--save-outputs: ")  # before the work, not after
+    with _progress(args.quiet, 3 + (args.save_outputs is not None)) as progress:
+        graph = _read_model(progress, args.model)
+        with progress.phase("inputs and weights"):
+            inputs, weights = load_values(graph, args.inputs, args.weights, args.seed)
+        from optgraph.codegen.lowering_options import LoweringOptions
+
+        options = LoweringOptions(
+            merge_launches=not args.no_merge_launches,
+            pdl=not args.no_pdl,
+            use_graph=not args.no_graph,
+        )
+        with progress.phase(f"compile and run on {device}"):
+            results = RUNNERS[device](
+                graph, inputs, weights, pipeline=_pipeline(args), options=options
+            )
+        if args.save_outputs is not None:
+            from optgraph.output_files import write_npz
+
+            outputs = {name: results[name] for name in graph.output_names()}
+            with progress.phase(f"write {args.save_outputs}"):
+                write_npz(args.save_outputs, outputs, "--save-outputs: ")
     console = _console()
     console.print(output_table(graph, results, device))
+    if args.save_outputs is not None:
+        console.print(f"wrote {args.save_outputs}", markup=False)
     if args.check:
         return check_against_reference(
             graph, inputs, weights, results, console, exact=device == "cpu"
@@ -193,35 +292,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 # -- passes -------------------------------------------------------------------------------------
 
 
-def _format_default(default: Any) -> str:
-    if default is MISSING:
-        return ""
-    if isinstance(default, bool):
-        return " = true" if default else " = false"
-    return f" = {default}"
-
-
 def cmd_passes(args: argparse.Namespace) -> int:
-    table = Table(title="optgraph passes", show_lines=False)
-    table.add_column("pass")
-    table.add_column("options")
-    table.add_column("summary")
-    for name, summary, options in describe_passes():
-        text = ", ".join(f"{opt}: {kind}{_format_default(d)}" for opt, kind, d in options)
-        table.add_row(Text(name), Text(text or "-"), Text(summary))
-    _console().print(table)
+    from optgraph.cli_info import passes_listing
+    from optgraph.passes.manager import describe_passes
+
+    sys.stdout.write(passes_listing(describe_passes()))
     return 0
 
 
 # -- entry point --------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="optgraph", description="Graph-optimization compiler for GPU inference graphs."
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_compile(sub: Any) -> None:
     p = sub.add_parser("compile", help="run a pipeline and report what it decided")
     p.add_argument("model", metavar="MODEL.ir")
     p.add_argument("-p", "--pipeline", default="default", help="pass pipeline (default: default)")
@@ -236,30 +318,22 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="-o: the CUDA plan with one launch per kernel (kernels.cu, cuda_plan.json)",
     )
+    p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
     p.set_defaults(handler=cmd_compile)
 
-    p = sub.add_parser("dot", help="draw the stream assignment (DOT text, .svg or .png)")
-    p.add_argument("model", metavar="MODEL.ir")
-    p.add_argument("-p", "--pipeline", default="default", help="pass pipeline (default: default)")
-    p.add_argument(
-        "-o", "--output", metavar="FILE", help=".dot, .svg or .png (default: DOT on stdout)"
-    )
-    p.set_defaults(handler=cmd_dot)
 
-    p = sub.add_parser("opt", help="print the IR after the given passes")
-    p.add_argument("model", metavar="MODEL.ir")
-    p.add_argument("-p", "--pipeline", required=True, help="e.g. dce,cse")
-    p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after each pass")
-    p.set_defaults(handler=cmd_opt)
-
+def _add_run(sub: Any) -> None:
     p = sub.add_parser("run", help="run on seeded random or given inputs and weights")
     p.add_argument("model", metavar="MODEL.ir")
-    p.add_argument("--device", choices=sorted(RUNNERS), help="default: cuda when usable, else cpu")
+    p.add_argument("--device", choices=DEVICES, help="default: cuda when usable, else cpu")
     p.add_argument("--check", action="store_true", help="compare with the reference interpreter")
     p.add_argument("--inputs", metavar="FILE.npz", help="input arrays by name")
     p.add_argument("--weights", metavar="FILE", help="weights (.npz or .safetensors)")
-    p.add_argument("--seed", type=seed_value, default=0, help="seed for random inputs and weights")
+    p.add_argument("--seed", type=_seed, default=0, help="seed for random inputs and weights")
     p.add_argument("-p", "--pipeline", default="default", help="pipeline for --device cuda")
+    p.add_argument(
+        "--save-outputs", metavar="FILE.npz", help="write the outputs by name (as --inputs reads)"
+    )
     p.add_argument(
         "--no-graph", action="store_true", help="cuda: launch eagerly, no CUDA graph (debugging)"
     )
@@ -270,7 +344,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-merge-launches", action="store_true", help=NO_MERGE_HELP)
     p.add_argument("--vram-budget", metavar="SIZE", help=VRAM_HELP + " (cpu: planned executor)")
+    p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
     p.set_defaults(handler=cmd_run)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="optgraph", description="Graph-optimization compiler for GPU inference graphs."
+    )
+    parser.add_argument("--version", action=VersionAction)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_compile(sub)
+
+    p = sub.add_parser("dot", help="draw the stream assignment (DOT text, .svg or .png)")
+    p.add_argument("model", metavar="MODEL.ir")
+    p.add_argument("-p", "--pipeline", default="default", help="pass pipeline (default: default)")
+    p.add_argument(
+        "-o", "--output", metavar="FILE", help=".dot, .svg or .png (default: DOT on stdout)"
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
+    p.set_defaults(handler=cmd_dot)
+
+    p = sub.add_parser("opt", help="print the IR after the given passes")
+    p.add_argument("model", metavar="MODEL.ir")
+    p.add_argument("-p", "--pipeline", required=True, help="e.g. dce,cse")
+    p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after each pass")
+    p.set_defaults(handler=cmd_opt)
+
+    _add_run(sub)
 
     p = sub.add_parser("passes", help="list every pass with its options")
     p.set_defaults(handler=cmd_passes)

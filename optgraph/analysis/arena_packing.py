@@ -22,10 +22,12 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
-NEVER = np.iinfo(np.int64).max
+NEVER = 2**63 - 1  # np.iinfo(np.int64).max: the end of a slot that is never freed
 ALIGNMENT = 256  # bytes: CUDA allocations start on this boundary, so arena buffers do too
 
 
@@ -58,6 +60,8 @@ def conflict_graph(
     Slots are in order of `start`; A (earlier) and B conflict iff B starts before A is free on
     B's stream: start_A < start_B < ends_A[stream_B].
     """
+    import numpy as np
+
     n = len(slots)
     if n == 0:
         return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
@@ -181,6 +185,8 @@ def _orders(slots: list[Slot]) -> dict[str, list[int]]:
 def placements(slots: list[Slot], names: list[str], explicit_limit: int) -> dict[str, list[int]]:
     """Offsets per strategy: each ordering with every conflict explicit (when there are at most
     `explicit_limit` conflicting pairs), and with permanent slots stacked."""
+    import numpy as np
+
     orders = _orders(slots)
     results: dict[str, list[int]] = {}
     full = conflict_graph(slots, explicit_limit)

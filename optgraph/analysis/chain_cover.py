@@ -29,8 +29,6 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 
 class TooWide(Exception):
     """The reachability labels would exceed their memory budget (a very wide graph)."""
@@ -47,6 +45,8 @@ class Reachability:
     """
 
     def __init__(self, preds: Sequence[Sequence[int]], budget: int | None = None):
+        import numpy as np
+
         budget = LABEL_BUDGET if budget is None else budget
         n = len(preds)
         self.chain = np.zeros(n, dtype=np.int64)
@@ -109,6 +109,8 @@ def transitive_reduction(
     preds: Sequence[Sequence[int]], reach: Reachability | None = None
 ) -> list[list[int]]:
     """Predecessor lists of the transitive reduction (duplicates removed, order kept)."""
+    import numpy as np
+
     if reach is None:
         try:
             reach = Reachability(preds)

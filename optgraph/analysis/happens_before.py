@@ -21,8 +21,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from optgraph.ir.graph import Graph
 
@@ -31,6 +33,8 @@ class HappensBefore:
     """Vector clocks of a graph's nodes. Indices are positions in `graph.nodes`."""
 
     def __init__(self, graph: Graph):
+        import numpy as np
+
         self.graph = graph
         nodes = graph.nodes
         self.streams: list[int] = sorted({n.stream for n in nodes} | {0})
@@ -104,7 +108,7 @@ class HappensBefore:
             if sa == c:
                 pos = bisect_left(indices, a + 1)  # strictly later on the same stream
             else:
-                pos = int(np.searchsorted(rows[:, sa], self.seq[a], side="left"))
+                pos = int(rows[:, sa].searchsorted(self.seq[a], side="left"))
             position = max(position, pos)
             if position >= len(indices):
                 return -1
@@ -113,7 +117,7 @@ class HappensBefore:
     def joined_at_end(self, stream: int = 0) -> bool:
         """Whether every node on every stream happens-before the end of `stream` (default 0)."""
         c = self.column[stream]
-        return bool(np.all(self.final[c] >= np.diag(self.final)))
+        return bool((self.final[c] >= self.final.diagonal()).all())
 
     def width(self) -> int:
         """Number of streams in use."""

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from optgraph.analysis.happens_before import HappensBefore
 from optgraph.errors import Diagnostic, Span
@@ -168,6 +170,8 @@ def find_races(graph: Graph) -> list[Race]:
 def _check_arena(
     f: _Finder, accesses: dict[str, list[Access]], roots: dict[str, tuple[str, int]]
 ) -> None:
+    import numpy as np  # deferred: `optgraph passes` imports this module and needs no NumPy
+
     graph, hb = f.graph, f.hb
     rule = _InPlaceRule(graph, roots)
     buffers = []

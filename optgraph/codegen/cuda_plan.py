@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict
 
+from optgraph.analysis.prefetch_copies import synchronous_prefetch
 from optgraph.analysis.segments import (
     device_resident_weights,
     host_read_weights,
@@ -60,7 +61,6 @@ from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.codegen.merge_launches import merge_kernel_steps
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
-from optgraph.passes.plan_prefetch import synchronous_prefetch
 
 WEIGHT_ALIGNMENT = 256
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from optgraph.errors import InputError
 from optgraph.ir.graph import Graph
+from optgraph.output_files import write_atomic, write_atomic_bytes
 
 # Okabe-Ito, readable for colour-blind viewers; streams beyond it cycle.
 PALETTE = ("#56B4E9", "#E69F00", "#009E73", "#F0E442", "#CC79A7", "#0072B2", "#D55E00", "#999999")
@@ -128,8 +129,6 @@ def write_picture(graph: Graph, path: str | Path) -> Path:
     fmt = target.suffix.lower().lstrip(".")
     text = to_dot(graph)
     if fmt in ("dot", "gv"):
-        from optgraph.artifacts import write_atomic
-
         return write_atomic(target, text)
     if fmt not in RENDERED_FORMATS:
         raise InputError(f"cannot draw '{target}': use a .dot, .svg or .png file name")
@@ -148,7 +147,4 @@ def write_picture(graph: Graph, path: str | Path) -> Path:
         data = graphviz.Source(text).pipe(format=fmt)
     except graphviz.ExecutableNotFound:
         raise InputError(f"rendering '{target}' needs the Graphviz 'dot' program: {hint}") from None
-    if not target.parent.is_dir():
-        raise InputError(f"cannot write '{target}': directory '{target.parent}' does not exist")
-    target.write_bytes(data)
-    return target
+    return write_atomic_bytes(target, data)
