@@ -340,7 +340,7 @@ def load_inputs(path: str | Path, graph: Graph) -> dict[str, np.ndarray]:
 def save_weights(path: str | Path, arrays: Mapping[str, np.ndarray]) -> None:
     """Write arrays to a `.npz` or `.safetensors` file (chosen by the extension)."""
     path = Path(path)
-    contiguous = {name: np.ascontiguousarray(a) for name, a in arrays.items()}
+    contiguous = {name: np.require(a, requirements="C") for name, a in arrays.items()}
     if path.suffix == ".npz":
         np.savez(path, **contiguous)  # type: ignore[arg-type]
     elif path.suffix == ".safetensors":
