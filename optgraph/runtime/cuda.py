@@ -82,7 +82,8 @@ class CudaProgram:
     the program does, raises an `OptGraphError` naming the inputs and both shapes, and counts
     nothing. `capture_mode` is the CUDA stream-capture mode (0 global, 1 thread local, 2 relaxed).
     `pdl`: launch a kernel that follows another on its stream with Programmatic Dependent Launch
-    where the device is sm_90+ and cuda-bindings imports (`cuda_pdl`); False: plain launches.
+    where the device is sm_90+ and the driver has cuLaunchKernelEx (`cuda_pdl`); False: plain
+    launches.
     `merge_launches`: consecutive independent kernels of a stream run as one launch
     (`codegen/merge_launches.py`); False: one launch per kernel.
     """
