@@ -1,15 +1,22 @@
-"""Run every example on the GPU (4 streams: eager, capture, replays) for compute-sanitizer.
+"""Run every example and a generated Llama decode step on the GPU for compute-sanitizer.
 
     compute-sanitizer --tool memcheck python benchmarks/sanitize_examples.py
     compute-sanitizer --tool racecheck python benchmarks/sanitize_examples.py
+    compute-sanitizer --tool synccheck python benchmarks/sanitize_examples.py
 
-Exits non-zero when an output differs from the reference interpreter.
+Each model runs through the default pipeline (fuse, one stream where the cost model says so,
+merged launches and Programmatic Dependent Launch: what users get) and through a forced
+four-stream pipeline, each eagerly and as a CUDA graph (capture, then replays). Exits non-zero
+when an output differs from the reference interpreter beyond the runtime's check bounds.
+`--only NAME` runs the models whose name contains NAME.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -17,39 +24,66 @@ sys.path.insert(0, str(ROOT))
 
 import optgraph as og
 from optgraph.codegen.lowering_options import LoweringOptions
-from optgraph.passes.manager import run_pipeline
+from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
 from optgraph.program import cuda_program
 from optgraph.runtime.cuda import CHECK_BOUNDS
 from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
 
-PIPELINE = (
-    "verify,dce,cse,assign-streams{max-streams=4,min-branch-us=0},insert-sync,"
+STREAMS_PIPELINE = (
+    "verify,dce,cse,fuse,assign-streams{max-streams=4,min-branch-us=0},insert-sync,"
     "analyze-lifetimes,plan-memory"
 )
+PIPELINES = {"default": DEFAULT_PIPELINE, "4-streams": STREAMS_PIPELINE}
+LLAMA_STEP = {"layers": 2, "hidden": 256, "heads": 8, "kv_heads": 2, "ffn": 688, "vocab": 512}
+
+
+def _llama_step_text(dtype: str) -> str:
+    spec = importlib.util.spec_from_file_location("gen_llama", ROOT / "examples" / "gen_llama.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return str(module.generate_llama(**LLAMA_STEP, dtype=dtype, cache_len=64, mode="decode"))
+
+
+def models() -> Iterator[tuple[str, og.Graph]]:
+    for path in sorted((ROOT / "examples").glob("*.ir")):
+        yield path.stem, og.parse_file(path)
+    for dtype in ("f16", "f32"):
+        yield f"llama_step_{dtype}", og.parse(_llama_step_text(dtype), f"llama_step_{dtype}")
+
+
+def run_model(name: str, source: og.Graph, pipeline: str) -> int:
+    """Mismatches of `source` through `pipeline`, eagerly and as a CUDA graph."""
+    inputs, weights = random_inputs(source, 0), random_weights(source, 0)
+    want = run_reference(source, inputs, weights)
+    graph = run_pipeline(source, pipeline)
+    types = graph.value_types()
+    bad = 0
+    for use_graph in (False, True):
+        options = LoweringOptions(use_graph=use_graph)
+        program = cuda_program(graph, weights=weights, options=options)
+        for _ in range(3 if use_graph else 1):
+            got = program.run(inputs)
+        for output in graph.output_names():
+            err = nmse(got[output], want[output])
+            if err > CHECK_BOUNDS.get(types[output].dtype, 0.0):
+                bad += 1
+                print(f"{name} %{output}: nmse {err:.3e} (use_graph={use_graph})", flush=True)
+        program.close()
+    return bad
 
 
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0]).parse_args(argv)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--only", default="", help="run the models whose name contains this")
+    args = parser.parse_args(argv)
     bad = 0
-    for path in sorted((ROOT / "examples").glob("*.ir")):
-        source = og.parse_file(path)
-        inputs, weights = random_inputs(source, 0), random_weights(source, 0)
-        want = run_reference(source, inputs, weights)
-        graph = run_pipeline(source, PIPELINE)
-        for use_graph in (False, True):
-            program = cuda_program(
-                graph, weights=weights, options=LoweringOptions(use_graph=use_graph)
-            )
-            for _ in range(3 if use_graph else 1):
-                got = program.run(inputs)
-            types = graph.value_types()
-            for name in graph.output_names():
-                err = nmse(got[name], want[name])
-                if err > CHECK_BOUNDS.get(types[name].dtype, 0.0):
-                    bad += 1
-                    print(f"{path.stem} %{name}: nmse {err:.3e}", flush=True)
-            program.close()
-        print(f"{path.stem}: ran eagerly and as a CUDA graph", flush=True)
+    for name, source in models():
+        if args.only not in name:
+            continue
+        for label, pipeline in PIPELINES.items():
+            bad += run_model(name, source, pipeline)
+            print(f"{name} [{label}]: ran eagerly and as a CUDA graph", flush=True)
     print("mismatches:", bad)
     return 1 if bad else 0
 

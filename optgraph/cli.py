@@ -400,6 +400,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
         print(render_error(err), file=sys.stderr)
         return 1
+    except MemoryError as err:  # a tensor the verifier accepts may still not fit this machine
+        sys.stdout.flush()
+        print(f"error: not enough memory: {err}", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         # `optgraph opt big.ir ... | head`: stop quietly, and keep Python from complaining at exit.
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 from optgraph.analysis.happens_before import HappensBefore
 from optgraph.errors import Diagnostic, Span
-from optgraph.ir.graph import Graph
+from optgraph.ir.graph import Graph, Node
 from optgraph.ir.layout import alias_roots
 from optgraph.ir.ops import get_op
 
@@ -59,6 +59,12 @@ def race_message(graph: Graph, race: Race, roots: dict[str, tuple[str, int]] | N
     """`race: %b (stream 1) reads %a while %c (stream 0) writes it; no event orders them`."""
     roots = alias_roots(graph) if roots is None else roots
     first = _describe(graph, race.first)
+    if race.second.node == END and race.clobber:
+        lo, hi = race.overlap or (0, 0)
+        return (
+            f"clobber: {first} over the bytes [{lo}, {hi}) of output %{race.second.value}, "
+            "which the host reads when the graph returns; the memory plan reuses an output's bytes"
+        )
     if race.second.node == END:
         s = graph.nodes[race.first.node].stream
         return (
@@ -151,8 +157,9 @@ def find_races(graph: Graph) -> list[Race]:
             if p is not None:
                 f.pair(Access(i, operand, False), Access(p, operand, True))
     accesses = _buffer_accesses(graph, roots)
+    offsets = {n.name: n.ann.offset for _, n in graph.compute_nodes()}
     for i, node in graph.compute_nodes():  # in place: kv_cache_write into its cache's buffer
-        if node.op == "kv_cache_write" and node.operands:
+        if node.op == "kv_cache_write" and node.operands and _is_in_place(node, roots, offsets):
             root = roots.get(node.operands[0], (node.operands[0], 0))[0]
             for other in accesses.get(root, ()):
                 f.pair(Access(i, root, True), other)
@@ -165,6 +172,24 @@ def find_races(graph: Graph) -> list[Race]:
             f.races.append(Race(Access(last, nodes[last].name, True), Access(END, "", False)))
     f.races.sort(key=lambda r: (r.first.node, r.second.node, r.first.value, r.second.value))
     return f.races
+
+
+def _is_in_place(
+    node: Node, roots: dict[str, tuple[str, int]], offsets: dict[str, int | None]
+) -> bool:
+    """Whether a `kv_cache_write` writes into its cache's bytes: as planned, or (no plan yet)
+    assumed so. Planned as a copy, its result has bytes of its own (a cache that is an input or
+    weight has no arena offset, so a planned write of it is always a copy)."""
+    if node.ann.offset is None:
+        return True
+    root, extra = roots.get(node.operands[0], (node.operands[0], 0))
+    root_offset = offsets.get(root)
+    return root_offset is not None and root_offset + extra == node.ann.offset
+
+
+def _output_roots(graph: Graph, roots: dict[str, tuple[str, int]]) -> set[str]:
+    """The buffers the host reads at the end: each output's root."""
+    return {roots.get(name, (name, 0))[0] for name in graph.output_names()}
 
 
 def _check_arena(
@@ -191,6 +216,9 @@ def _check_arena(
         np.maximum.at(row, hb.stream_col[idx], hb.seq[idx])
         need[name] = row
         least[name] = hb.clocks[idx].min(axis=0)
+    read_at_end = _output_roots(graph, roots)
+    for name in read_at_end & need.keys():  # read by the host after every node: never before
+        need[name] = np.full(len(hb.streams), np.iinfo(np.int64).max, dtype=np.int64)
     span = {name: (lo, hi) for _, name, lo, hi in buffers}
     children: dict[str, list[str]] = {}
     bounds: list[int] = []
@@ -228,7 +256,10 @@ def _check_arena(
             for a in accesses.get(older, ()):
                 for b in accesses.get(name, ()):
                     f.pair(b, a, overlap)
-            if len(f.races) == before:
+            if len(f.races) == before and older in read_at_end:
+                write = next(x for x in accesses[name] if x.writes)
+                f.races.append(Race(write, Access(END, older, False), overlap, clobber=True))
+            elif len(f.races) == before:
                 _check_reuse_order(f, rule, accesses, older, name, overlap)
             for child in children.get(older, ()):
                 if child not in visited:

@@ -154,16 +154,19 @@ def _anchor_lines(anchor: Node, acc: str, finish: Sequence[str], row: _Row) -> l
         ]
         return lines + loop([f"const float a = {x} / r * {w};", *finish])
     assert op == "layer_norm"
+    # Shifted two-pass variance, as the reference: x - k0 (k0 the row's first element) is exact
+    # for nearby values, so a row around 1000 ± 1 is not centered by a mean rounded at 1000.
     lines += [
+        "const float k0 = (float)arg0_at(0);" if row.cols else "const float k0 = 0.0f;",
         "float s = 0.0f;",
-        *loop([f"s += {x};"]),
+        *loop([f"s += (float){x} - k0;"]),
         f"const float mu = {sum_.format('s')} / (float)COLS;",
         "float q = 0.0f;",
-        *loop([f"const float c = {x} - mu;", "q += c * c;"]),
+        *loop([f"const float c = ((float){x} - k0) - mu;", "q += c * c;"]),
         f"q = {sum_.format('q')};",
         f"const float r = sqrtf(q / (float)COLS + {eps});",
     ]
-    return lines + loop([f"const float a = ({x} - mu) / r * {w} + {b};", *finish])
+    return lines + loop([f"const float a = (((float){x} - k0) - mu) / r * {w} + {b};", *finish])
 
 
 def row_kernel(

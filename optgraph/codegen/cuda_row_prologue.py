@@ -89,7 +89,7 @@ def row_prologue(
         *("  " + line for line in element(before, norm.operands[0])),
         "};",
         "__shared__ float og_row_scratch[32];",
-        f"float og_mu[{m}], og_r[{m}];",
+        f"float og_k[{m}], og_mu[{m}], og_r[{m}];",
         f"for (int i = 0; i < {m}; ++i) {{",
     ]
     # Every load of the row in flight at once: a constant trip count the compiler unrolls.
@@ -107,22 +107,27 @@ def row_prologue(
             "  float ss = 0.0f;",
             each("const float v = og_x(i, j); ss += v * v;"),
             f"  ss = {red.format('ss')};",
+            "  og_k[i] = 0.0f;",
             "  og_mu[i] = 0.0f;",
             f"  og_r[i] = sqrtf(ss / (float){k} + {eps});",
         ]
         formula = "og_x(i, j) / og_r[i] * {w}"
     else:
+        # Shifted by the row's first element, as cuda_reduction's layer_norm: a row far from
+        # zero keeps its precision (x - k0 is exact for nearby values).
         lines += [
+            "  const float k0 = og_x(i, 0u);",
             "  float s = 0.0f;",
-            each("s += og_x(i, j);"),
+            each("s += og_x(i, j) - k0;"),
             f"  const float mu = {red.format('s')} / (float){k};",
             "  float q = 0.0f;",
-            each("const float c = og_x(i, j) - mu; q += c * c;"),
+            each("const float c = (og_x(i, j) - k0) - mu; q += c * c;"),
             f"  q = {red.format('q')};",
+            "  og_k[i] = k0;",
             "  og_mu[i] = mu;",
             f"  og_r[i] = sqrtf(q / (float){k} + {eps});",
         ]
-        formula = "(og_x(i, j) - og_mu[i]) / og_r[i] * {w} + {b}"
+        formula = "((og_x(i, j) - og_k[i]) - og_mu[i]) / og_r[i] * {w} + {b}"
     lines.append("}")
     env: dict[str, tuple[str, str]] = {}
     value = [f"const unsigned int xi = i * {k}u + j;"]

@@ -12,6 +12,7 @@ runs, so a rule may index `operand_types` and `attrs` freely.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
@@ -150,6 +151,25 @@ def reduce_numeric(node: Node, types: Types, attrs: Attrs) -> TensorType:
     return _reduce(node, types[0], attrs)
 
 
+def _require_nonempty_axes(node: Node, x: TensorType, attrs: Attrs, why: str) -> None:
+    """max and mean of no elements have no value (no identity, 0/0): an error, not NaN or a crash."""
+    empty = [a for a in reduced_axes(node, x, attrs) if x.shape[a] == 0]
+    if empty:
+        fail(node, f"reduces over the empty axis {empty[0]} of {x} ({why})")
+
+
+def reduce_max(node: Node, types: Types, attrs: Attrs) -> TensorType:
+    _require_numeric(node, types[0])
+    _require_nonempty_axes(node, types[0], attrs, "a maximum of no elements")
+    return _reduce(node, types[0], attrs)
+
+
+def reduce_mean(node: Node, types: Types, attrs: Attrs) -> TensorType:
+    _require_float(node, types[0])
+    _require_nonempty_axes(node, types[0], attrs, "a mean of no elements")
+    return _reduce(node, types[0], attrs)
+
+
 def reduce_float(node: Node, types: Types, attrs: Attrs) -> TensorType:
     _require_float(node, types[0])
     return _reduce(node, types[0], attrs)
@@ -277,6 +297,8 @@ def get_rows(node: Node, types: Types, attrs: Attrs) -> TensorType:
     if table.rank < 2:
         fail(node, f"table must have rank >= 2, got {table}")
     _require_int(node, ids, "ids")
+    if math.prod(table.shape[:-1]) == 0 and ids.numel > 0:
+        fail(node, f"gathers {ids.numel} rows from a table with no rows ({table})")
     return TensorType(table.dtype, (*ids.shape, table.shape[-1]))
 
 
@@ -329,6 +351,8 @@ def attention(node: Node, types: Types, attrs: Attrs) -> TensorType:
         fail(node, f"head dimensions differ ({q.shape[3]} vs {k.shape[3]})")
     if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
         fail(node, f"query heads {q.shape[1]} are not a multiple of kv heads {k.shape[1]}")
+    if k.shape[2] == 0:
+        fail(node, f"attends over zero keys (k is {k})")
     if len(types) == 4:
         _position_scalar(node, types[3], "kv_len")
     return q

@@ -38,6 +38,7 @@ from optgraph.ir.graph import (
     TensorType,
     Weight,
 )
+from optgraph.ir.limits import MAX_INTEGER_DIGITS
 from optgraph.ir.source import SourceText, decode_source, normalize_source, read_model_text
 from optgraph.ir.syntax_errors import syntax_error
 
@@ -84,9 +85,17 @@ class _Builder(Transformer[Token, Any]):
         super().__init__()
         self.at = located
 
+    def integer(self, token: Token) -> int:
+        """An integer token's value; one too long to be any size, id or attribute is an error
+        here (Python refuses to convert over 4300 digits, and nothing needs more than int64)."""
+        digits = len(token.lstrip("-"))
+        if digits > MAX_INTEGER_DIGITS:
+            raise self.at.error(f"integer literal too large ({digits} digits)", token)
+        return int(token)
+
     # -- literals --
     def int_lit(self, children: list[Token]) -> tuple[AttrValue, Token]:
-        return int(children[0]), children[0]
+        return self.integer(children[0]), children[0]
 
     def float_lit(self, children: list[Token]) -> tuple[AttrValue, Token]:
         return float(children[0]), children[0]
@@ -110,7 +119,7 @@ class _Builder(Transformer[Token, Any]):
 
     def list_lit(self, children: list[Token | None]) -> tuple[AttrValue, Token | None]:
         items = [c for c in children if c is not None]
-        return tuple(int(c) for c in items), (items[0] if items else None)
+        return tuple(self.integer(c) for c in items), (items[0] if items else None)
 
     # -- pieces --
     def attr(self, children: list[Any]) -> _Attr:
@@ -182,9 +191,10 @@ class _Builder(Transformer[Token, Any]):
         for t in children[1:]:
             if t is None:
                 continue
-            if int(t) < 0:
+            dim = self.integer(t)
+            if dim < 0:
                 raise self.at.error(f"negative dimension {t} in type", t)
-            dims.append(int(t))
+            dims.append(dim)
         return TensorType(dtype, tuple(dims)), dtype_token
 
     def operands(self, children: list[Token | None]) -> list[Token]:

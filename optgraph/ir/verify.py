@@ -7,7 +7,8 @@ located diagnostic per problem. It checks:
 - uses come after definitions (issue order is topological); a forward use that closes a loop is
   reported as a cycle, naming the values on it;
 - every op is known and its declared result type equals the type the op table infers;
-- events: each `wait ^e` follows a `record ^e`, each event is recorded once, events have no operands.
+- events: each `wait ^e` follows a `record ^e`, each event is recorded once, events have no operands;
+- sizes and ids within `optgraph.ir.limits` (checked first: the other checks compute with them).
 
 Complexity: O(V + E) plus the op table's per-node inference.
 """
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from optgraph.errors import Diagnostic, OptGraphError, Span, VerifyError, did_you_mean
 from optgraph.ir import ops
 from optgraph.ir.graph import Graph, Input, Node, TensorType, Weight
+from optgraph.ir.limits import limit_diagnostics
 
 _MAX_SUGGESTIONS = 10
 
@@ -103,6 +105,9 @@ def _cycle_through(graph: Graph, producers: dict[str, int], user: str, operand: 
 
 def verify(graph: Graph) -> None:
     """Raise `VerifyError` listing every problem in `graph`; return None when it is well-formed."""
+    beyond_limits = limit_diagnostics(graph)
+    if beyond_limits:  # sizes and ids every later check would compute with
+        raise VerifyError.from_diagnostics(beyond_limits)
     diags: list[Diagnostic] = []
     types: dict[str, TensorType] = {}
     defined_at: dict[str, Span | None] = {}

@@ -10,12 +10,14 @@ Accesses are:
 
 - values: each node writes its result and reads its operands, so every data edge must be ordered
   (a view is a value too, even when it aliases);
-- in place: `kv_cache_write` may write into its cache operand's buffer (through aliasing views to
-  the root, which may be an input), so it conflicts with every other access of that buffer;
+- in place: `kv_cache_write` writes into its cache operand's buffer (through aliasing views to
+  the root) when the plan puts its result at the cache's bytes, or when memory is not planned yet
+  (the conservative reading); planned as a copy (its own bytes) it only reads the cache;
 - arena bytes, once memory is planned: a buffer is a node result with `offset`/`size`; an aliasing
   view's readers read its root's bytes; two different buffers whose byte ranges overlap conflict;
 - the end: the host returns the outputs and starts the next replay after stream 0's end, so every
-  stream's last node must happen-before it.
+  stream's last node must happen-before it; the host then reads every output, so no later write
+  may land on an output's bytes (a plan that reuses them after the output's last in-graph read).
 
 Overlapping buffers are checked in order of their first write against an interval map of the arena
 holding, per byte range, the buffers not yet "entirely before" a later one. A buffer entirely before

@@ -110,8 +110,8 @@ class CudaProgram:
     `lowered` holds everything decided about a run, its `LoweringOptions` included: `use_graph`
     (False: every run eager), `capture_mode` (the CUDA stream-capture mode: 0 global, 1 thread
     local, 2 relaxed), `graph_capacity`, `pdl` (a kernel that follows another on its stream is
-    launched with Programmatic Dependent Launch where the device is sm_90+ and cuda-bindings
-    imports: `cuda_pdl`). `relower(input_types, in_place) -> LoweredVariant` gives the variant
+    launched with Programmatic Dependent Launch where the device is sm_90+ and the
+    driver has cuLaunchKernelEx: `cuda_pdl`). `relower(input_types, in_place) -> LoweredVariant` gives the variant
     for other input types or in-place outputs (`optgraph.program` passes one; without it only the
     lowered variant runs). A graph that cannot take the new shapes, or a specialization that
     places the weights other than the program does, raises an `OptGraphError` naming the inputs

@@ -65,7 +65,8 @@ def _checked_arrays(
         if name not in given:
             raise InputError(f"missing {what} '%{name}' for graph '{program.graph.name}'")
         b = program.buffers[name]
-        array = np.ascontiguousarray(np.asarray(given[name]), dtype=numpy_dtype(b.dtype))
+        # np.require, not np.ascontiguousarray: that one turns a rank-0 array into shape [1]
+        array = np.require(np.asarray(given[name]), numpy_dtype(b.dtype), "C")
         if array.shape != b.shape:
             raise InputError(
                 f"{what} '%{name}': expected shape {list(b.shape)}, got {list(array.shape)}"

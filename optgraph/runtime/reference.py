@@ -250,24 +250,28 @@ def _rng(seed: int, name: str) -> np.random.Generator:
 
 
 def _random_array(name: str, t: TensorType, use: _Use, seed: int, is_weight: bool) -> np.ndarray:
+    """Drawn in float32 (floats) or the target dtype (integers, bools), never in float64: a large
+    input must not need twice its own size while it is drawn."""
     rng = _rng(seed, name)
     if t.dtype == "bool":
-        return rng.random(t.shape) < 0.5
+        return rng.integers(0, 2, size=t.shape, dtype=np.bool_)
     if t.dtype not in FLOAT_DTYPES:
         high = use.low + 16 if use.high is None else max(use.high, use.low + 1)
-        return rng.integers(use.low, high, size=t.shape).astype(numpy_dtype(t.dtype))
-    values = rng.standard_normal(t.shape)
+        return rng.integers(use.low, high, size=t.shape, dtype=numpy_dtype(t.dtype))
+    values = rng.standard_normal(t.shape, dtype=np.float32)
     if use.norm_weight:
-        values = 1.0 + 0.1 * values
+        values *= np.float32(0.1)
+        values += np.float32(1.0)
     elif use.bias:
-        values = 0.1 * values
+        values *= np.float32(0.1)
     elif is_weight and use.fan_in:
-        values = values / math.sqrt(use.fan_in)
+        values *= np.float32(1.0 / math.sqrt(use.fan_in))
     else:
-        values = 0.5 * values
+        values *= np.float32(0.5)
     if use.positive:
-        values = np.abs(values) + 0.1
-    return values.astype(np.float32).astype(numpy_dtype(t.dtype))
+        np.abs(values, out=values)
+        values += np.float32(0.1)
+    return values if t.dtype == "f32" else values.astype(numpy_dtype(t.dtype))
 
 
 def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
@@ -334,7 +338,7 @@ def load_inputs(path: str | Path, graph: Graph) -> dict[str, np.ndarray]:
 def save_weights(path: str | Path, arrays: Mapping[str, np.ndarray]) -> None:
     """Write arrays to a `.npz` or `.safetensors` file (chosen by the extension)."""
     path = Path(path)
-    contiguous = {name: np.ascontiguousarray(a) for name, a in arrays.items()}
+    contiguous = {name: np.require(a, requirements="C") for name, a in arrays.items()}
     if path.suffix == ".npz":
         np.savez(path, **contiguous)  # type: ignore[arg-type]
     elif path.suffix == ".safetensors":

@@ -5,9 +5,11 @@ asked for and on sm_90+; otherwise the CuPy launch path runs."""
 
 from __future__ import annotations
 
+import ctypes
 import re
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,8 @@ from optgraph.codegen.cuda_plan import KernelStep, lower_cuda
 from optgraph.codegen.cuda_prelude import PRELUDE
 from optgraph.codegen.cuda_source import PDL_ENTRY
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.cuda_pdl import pdl_steps
+from optgraph.runtime import cuda_pdl
+from optgraph.runtime.cuda_pdl import LAUNCH_KERNEL_EX, lookup_launch_entry, pdl_steps
 from optgraph.runtime.reference import random_inputs, random_weights
 from tests.support.fake_cupy import fake_cupy
 
@@ -103,11 +106,42 @@ class _Function:
         self.launch(*args, **kwargs)
 
 
-def _install_driver(monkeypatch: pytest.MonkeyPatch, fake: Any, cc: str) -> list[str]:
-    """A fake `cuda.bindings.driver`, a device of compute capability `cc`, and kernels with a
-    CUfunction pointer; returns the names launched through `cuLaunchKernelEx`."""
-    import ctypes
+class FakeDriverLibrary:
+    """libcuda as `cuda_pdl` sees it: `cuDriverGetVersion`, `cuGetProcAddress_v2` (recording
+    every lookup) and a real ctypes `cuLaunchKernelEx` that reads the config the runtime built."""
 
+    def __init__(self, version: int, launch: Callable[[Any, int, int], int] | None = None):
+        self.version = version
+        self.lookups: list[tuple[bytes, int, int]] = []
+        self.entry = LAUNCH_KERNEL_EX(self._launch)
+        self.on_launch = launch
+
+    def cuDriverGetVersion(self, out: Any) -> int:
+        out.contents.value = self.version
+        return 0
+
+    def cuGetProcAddress_v2(
+        self, symbol: bytes, pfn: Any, version: Any, flags: Any, status: Any
+    ) -> int:
+        self.lookups.append((symbol, version.value, flags.value))
+        if symbol != b"cuLaunchKernelEx" or version.value > self.version:
+            return 1  # CUDA_ERROR_INVALID_VALUE: what a newer binding's table lookups get
+        pfn.contents.value = ctypes.cast(self.entry, ctypes.c_void_p).value
+        status.contents.value = 0
+        return 0
+
+    def _launch(self, cfg: Any, function: int, params: int, extra: int) -> int:
+        config = cfg.contents
+        attr = config.attrs[0]
+        ok = config.numAttrs == 1 and attr.id == 6 and attr.value.programmatic == 1 and not extra
+        if not ok or self.on_launch is None:
+            return 1
+        return self.on_launch(config, function, params)
+
+
+def _install_driver(monkeypatch: pytest.MonkeyPatch, fake: Any, cc: str) -> list[str]:
+    """A fake libcuda, a device of compute capability `cc`, and kernels with a CUfunction
+    pointer; returns the names launched through `cuLaunchKernelEx`."""
     cupy = sys.modules["cupy"]
     names: dict[int, str] = {}
     programmatic: list[str] = []
@@ -121,35 +155,22 @@ def _install_driver(monkeypatch: pytest.MonkeyPatch, fake: Any, cc: str) -> list
             names[ptr] = name
             return types.SimpleNamespace(kernel=_Function(fake.kernel(name), ptr))
 
-    class Attribute:
-        def __init__(self) -> None:
-            self.id = None
-            self.value = types.SimpleNamespace(programmaticStreamSerializationAllowed=0)
-
-    def launch_ex(cfg: Any, f: int, params: int, extra: int) -> tuple[int]:
-        assert cfg.numAttrs == 1 and cfg.attrs[0].value.programmaticStreamSerializationAllowed
+    def launch(config: Any, function: int, params: int) -> int:
         first = ctypes.c_void_p.from_address(ctypes.c_void_p.from_address(params).value or 0)
-        assert first.value, "the first argument (the output pointer) is not null"
-        name = names[f]
+        if not first.value or config.blockDimX == 0:
+            return 1  # the first argument (the output pointer) must not be null
+        name = names[function]
         programmatic.append(name)
         fake.issue(f"KERNEL {name}", lambda: fake.launches.append(name))
-        return (0,)
+        return 0
 
-    driver = types.ModuleType("cuda.bindings.driver")
-    driver.CUlaunchAttribute = Attribute  # type: ignore[attr-defined]
-    driver.CUlaunchAttributeID = types.SimpleNamespace(  # type: ignore[attr-defined]
-        CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION=6
-    )
-    driver.CUlaunchConfig = types.SimpleNamespace  # type: ignore[attr-defined]
-    driver.CUstream = int  # type: ignore[attr-defined]
-    driver.CUfunction = int  # type: ignore[attr-defined]
-    driver.CUresult = types.SimpleNamespace(CUDA_SUCCESS=0)  # type: ignore[attr-defined]
-    driver.cuLaunchKernelEx = launch_ex  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", driver)
-    monkeypatch.setattr(sys.modules["cuda.bindings"], "driver", driver, raising=False)
+    library = FakeDriverLibrary(12080, launch)
+    monkeypatch.setattr(cuda_pdl, "open_driver_library", lambda: library)
+    cuda_pdl.driver_launch.cache_clear()
     monkeypatch.setattr(cupy, "RawModule", RawModule)
     device = types.SimpleNamespace(compute_capability=cc)
     monkeypatch.setattr(cupy.cuda, "Device", lambda: device, raising=False)
+    fake.driver_library = library
     return programmatic
 
 
@@ -178,3 +199,26 @@ def test_runtime_launches_programmatically_only_on_sm90_when_asked(monkeypatch, 
         else:
             assert programmatic == []
         program.close()
+        if cc == "90" and pdl:  # one lookup, of the one entry point, at the driver's version
+            assert fake.driver_library.lookups == [(b"cuLaunchKernelEx", 12080, 0)]
+            options = LoweringOptions(pdl=pdl)
+            cuda_program(graph, weights=random_weights(graph), options=options).close()
+            assert len(fake.driver_library.lookups) == 1
+    cuda_pdl.driver_launch.cache_clear()
+
+
+@pytest.mark.parametrize("version", [12080, 13000, 11080])
+def test_the_launch_entry_is_looked_up_at_the_drivers_version(version: int) -> None:
+    library = FakeDriverLibrary(version)
+    found = lookup_launch_entry(library)
+    assert found is not None and found.driver_version == version
+    assert library.lookups == [(b"cuLaunchKernelEx", version, 0)]
+
+
+def test_an_old_driver_or_a_failed_lookup_means_no_pdl() -> None:
+    old = FakeDriverLibrary(11070)
+    assert lookup_launch_entry(old) is None and old.lookups == []  # no cuLaunchKernelEx there
+    missing = FakeDriverLibrary(12080)
+    missing.cuGetProcAddress_v2 = lambda *args: 500  # type: ignore[method-assign]
+    assert lookup_launch_entry(missing) is None
+    assert lookup_launch_entry(types.SimpleNamespace()) is None  # a library without the API

@@ -38,14 +38,19 @@ def _brute_force(graph: Graph) -> set[Key]:
             if o in producers and hb.concurrent(producers[o], i):
                 found.add((i, o, producers[o], o))
     accesses: list[tuple[int, str, bool, str, bool]] = []  # node, value, writes, root, in place
+    offsets = {n.name: n.ann.offset for _, n in graph.compute_nodes()}
     for i, node in graph.compute_nodes():
         if node.name not in roots:  # an aliasing view touches no bytes
             accesses.append((i, node.name, True, node.name, False))
             for o in dict.fromkeys(node.operands):
                 accesses.append((i, o, False, roots.get(o, (o, 0))[0], False))
-        if node.op == "kv_cache_write":
-            root = roots.get(node.operands[0], (node.operands[0], 0))[0]
-            accesses.append((i, root, True, root, True))
+        if node.op == "kv_cache_write":  # into its cache unless planned as a copy
+            root, extra = roots.get(node.operands[0], (node.operands[0], 0))
+            root_offset = offsets.get(root)
+            if node.ann.offset is None or (
+                root_offset is not None and root_offset + extra == node.ann.offset
+            ):
+                accesses.append((i, root, True, root, True))
     span = {
         n.name: (n.ann.offset, n.ann.offset + n.ann.size)
         for _, n in graph.compute_nodes()

@@ -1,0 +1,99 @@
+"""Limits on sizes and ids that every later stage relies on, checked by `verify`.
+
+Byte counts, offsets and clocks are int64 in NumPy (memory bounds, the arena, happens-before), and
+`visible` annotations hold one entry per stream id. A tensor of 2^62 elements or a stream id of
+10^11 is a typo or an attack, not a model: `verify` reports it at the declaration instead of letting
+a later stage overflow, allocate terabytes or loop over ten billion streams.
+
+    before: input %x : f32[4611686018427387904]     -> OverflowError deep in memory bounds
+    after:  model.ir:2:9: error: %x: f32[4611686018427387904] holds
+            18,446,744,073,709,551,616 bytes; a tensor may hold at most 281,474,976,710,656 bytes
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from optgraph.errors import Diagnostic, Span
+from optgraph.ir.graph import Annotations, Graph, Node, TensorType
+
+MAX_TENSOR_BYTES = 1 << 48  # 256 TiB: far above any device or host, far below int64
+MAX_GRAPH_BYTES = 1 << 62  # all tensors together: sums of sizes stay within int64
+MAX_STREAM_ID = 1023  # streams are CUDA streams; `visible` holds one entry per id
+MAX_INTEGER_DIGITS = 30  # an integer literal longer than this cannot be a size, id or attribute
+
+
+def byte_count(count: int) -> str:
+    """`1,099,511,627,776 bytes`; a count too long to read as a number by its power of two."""
+    if count.bit_length() > 80:
+        return f"about 2^{count.bit_length() - 1} bytes"
+    return f"{count:,} bytes"
+
+
+def _typed_declarations(graph: Graph) -> Iterator[tuple[str, TensorType, Span | None]]:
+    for decl in graph.inputs:
+        yield decl.name, decl.type, decl.span
+    for weight in graph.weights:
+        yield weight.name, weight.type, weight.span
+    for node in graph.nodes:
+        if node.type is not None:
+            yield node.name, node.type, node.span
+        if node.body is not None:
+            for inner in node.body.nodes:
+                if inner.type is not None:
+                    yield inner.name, inner.type, inner.span or node.span
+
+
+def _annotation_diagnostics(ann: Annotations, where: str, span: Span | None) -> list[Diagnostic]:
+    out = []
+    if ann.stream is not None and ann.stream > MAX_STREAM_ID:
+        out.append(
+            Diagnostic(
+                f"{where}: stream {ann.stream} is above the largest stream id {MAX_STREAM_ID}", span
+            )
+        )
+    for key in ("offset", "size", "segment", "slot"):
+        value = getattr(ann, key)
+        if value is not None and value > MAX_GRAPH_BYTES:
+            out.append(Diagnostic(f"{where}: annotation '{key}' {value} is out of range", span))
+    for key in ("live", "visible"):
+        values = getattr(ann, key)
+        if values is not None and any(abs(v) > MAX_GRAPH_BYTES for v in values):
+            out.append(Diagnostic(f"{where}: annotation '{key}' is out of range", span))
+    if ann.visible is not None and len(ann.visible) > MAX_STREAM_ID + 1:
+        out.append(Diagnostic(f"{where}: annotation 'visible' has more entries than streams", span))
+    return out
+
+
+def _node_where(node: Node) -> str:
+    return f"^{node.name}" if node.is_event else f"%{node.name}"
+
+
+def limit_diagnostics(graph: Graph) -> list[Diagnostic]:
+    """Every tensor, stream id and annotation of `graph` beyond the limits above."""
+    out: list[Diagnostic] = []
+    total = 0
+    for name, tensor_type, span in _typed_declarations(graph):
+        nbytes = tensor_type.nbytes
+        total += nbytes
+        if nbytes > MAX_TENSOR_BYTES:
+            out.append(
+                Diagnostic(
+                    f"%{name}: {tensor_type} holds {byte_count(nbytes)}; a tensor may hold at "
+                    f"most {byte_count(MAX_TENSOR_BYTES)}",
+                    span,
+                )
+            )
+    if total > MAX_GRAPH_BYTES and not out:
+        out.append(
+            Diagnostic(
+                f"graph '{graph.name}': its tensors hold {byte_count(total)} together; at most "
+                f"{byte_count(MAX_GRAPH_BYTES)}",
+                None,
+            )
+        )
+    for weight in graph.weights:
+        out.extend(_annotation_diagnostics(weight.ann, f"%{weight.name}", weight.span))
+    for node in graph.nodes:
+        out.extend(_annotation_diagnostics(node.ann, _node_where(node), node.span))
+    return out
