@@ -204,7 +204,7 @@ def test_a_streamed_program_is_lowered_with_its_synchronous_fallback() -> None:
 
 
 def test_the_cli_makes_one_options_object_for_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    from optgraph import cli
+    from optgraph import cli, cli_run
 
     seen: list[LoweringOptions | None] = []
 
@@ -212,7 +212,7 @@ def test_the_cli_makes_one_options_object_for_run(monkeypatch: pytest.MonkeyPatc
         seen.append(kw["options"])  # type: ignore[arg-type]
         return {n: np.zeros(1) for n in graph.output_names()}
 
-    monkeypatch.setitem(cli.RUNNERS, "cpu", runner)
+    monkeypatch.setitem(cli_run.RUNNERS, "cpu", runner)
     model = str(EXAMPLES / "diamond.ir")
     argv = ["run", model, "--device", "cpu", "--no-graph", "--no-merge-launches"]
     assert cli.main(argv) == 0
