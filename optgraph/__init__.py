@@ -12,6 +12,8 @@ The small public API::
 """
 
 from optgraph.errors import OptGraphError, Span
+from optgraph.frontends.onnx import from_onnx
+from optgraph.frontends.torch_export import from_torch
 from optgraph.ir.graph import Graph
 from optgraph.ir.parser import parse, parse_file
 from optgraph.ir.printer import print_graph
@@ -28,6 +30,8 @@ __all__ = [
     "Program",
     "Span",
     "compile",
+    "from_onnx",
+    "from_torch",
     "parse",
     "parse_file",
     "print_graph",
