@@ -7,6 +7,7 @@
                           [--seed N] [-p PIPELINE] [--no-graph] [--no-pdl] [--no-merge-launches]
                           [--vram-budget SIZE]
     optgraph dot MODEL.ir [-p PIPELINE] [-o FILE.dot|.svg|.png]
+    optgraph import MODEL.onnx|MODEL.pt2 -o MODEL.ir [--weights-out W.safetensors]
     optgraph passes
 
 Example:
@@ -209,6 +210,16 @@ def cmd_passes(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    """A model in: MODEL.onnx or MODEL.pt2 (torch.export.save) -> MODEL.ir [+ weights]."""
+    from optgraph.frontends.model_files import import_model_file
+
+    graph, weights = import_model_file(args.model, args.output, args.weights_out)
+    note = f", {len(weights)} weights -> {args.weights_out}" if args.weights_out else ""
+    print(f"imported {args.model}: {len(graph.nodes)} nodes -> {args.output}{note}")
+    return 0
+
+
 # -- entry point --------------------------------------------------------------------------------
 
 
@@ -267,6 +278,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-merge-launches", action="store_true", help=NO_MERGE_HELP)
     p.add_argument("--vram-budget", metavar="SIZE", help=VRAM_HELP + " (cpu: planned executor)")
     p.set_defaults(handler=cmd_run)
+
+    p = sub.add_parser("import", help="a model in: MODEL.onnx or MODEL.pt2 to MODEL.ir")
+    p.add_argument("model", metavar="MODEL.onnx|MODEL.pt2")
+    p.add_argument("-o", "--output", metavar="MODEL.ir", required=True, help="the IR to write")
+    p.add_argument("--weights-out", metavar="W.safetensors", help="write the weights (or .npz)")
+    p.set_defaults(handler=cmd_import)
 
     p = sub.add_parser("passes", help="list every pass with its options")
     p.set_defaults(handler=cmd_passes)

@@ -383,7 +383,7 @@ def _conv2d(ctx: TorchContext, node: Any) -> None:
     bias = arg(node, 2, "bias")
     if bias is not None:
         operands.append(ctx.name_of(bias))
-    attrs = {
+    attrs: dict[str, AttrValue] = {
         "stride": _pair(arg(node, 3, "stride", 1)),
         "padding": _pair(padding),
         "groups": int(arg(node, 6, "groups", 1)),

@@ -49,7 +49,7 @@ def load_onnx(path: str) -> Any:
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
-    except Exception:
+    except Exception:  # noqa: BLE001 - protobuf raises its own DecodeError kinds
         raise OptGraphError(f"import: {path}: not an ONNX model", Span(path, 1, 1)) from None
     if not model.graph.node and not model.graph.output:
         raise OptGraphError(f"import: {path}: not an ONNX model (no graph)", Span(path, 1, 1))
@@ -89,7 +89,10 @@ def from_onnx(model: Any) -> tuple[Graph, dict[str, np.ndarray]]:
         # Integer and one-element initializers are shape arithmetic and literals (eps, 0.5):
         # constants that fold and raise; read at the end, they are weights under their name.
         is_literal = array.size == 1 or array.dtype.kind in "iub"
-        (draft.constants if is_literal else draft.weights)[ir_name(name)] = array
+        # 0-d ones are stored as [1], like `Draft.constant` does.
+        (draft.constants if is_literal else draft.weights)[ir_name(name)] = (
+            array.reshape(1) if array.ndim == 0 else array
+        )
     for value in proto.graph.input:
         if value.name in context.values:
             continue
@@ -119,9 +122,9 @@ def _convert_node(onnx: Any, context: OnnxContext, node: Any, index: int) -> Non
         start, end = attrs.get("start", 0), attrs.get("end", len(shape))
         context.values[node.output[0]] = context.draft.constant(shape[start:end], "shape")
         return
-    if node.input and all(not i or context.is_constant(i) for i in node.input):
-        if _fold(onnx, context, node):
-            return
+    foldable = node.input and all(not i or context.is_constant(i) for i in node.input)
+    if foldable and _fold(onnx, context, node):
+        return
     convert = CONVERTERS.get(node.op_type)
     name = node.name or f"{node.op_type}_{index}"
     if convert is None:
@@ -153,7 +156,7 @@ def _fold(onnx: Any, context: OnnxContext, node: Any) -> bool:
     single.attribute.extend(node.attribute)
     try:
         results = ReferenceEvaluator(single).run(None, feeds)
-    except Exception:  # an op the evaluator cannot fold stays a node
+    except Exception:  # noqa: BLE001 - an op the evaluator cannot fold stays a node
         return False
     for name, value in zip(node.output, results):
         context.values[name] = context.draft.constant(np.asarray(value), ir_name(name))

@@ -113,11 +113,11 @@ def _unary(op: str) -> Converter:
 def _binary(op: str) -> Converter:
     def convert(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
         a, b = node.input[0], node.input[1]
-        if op == "mul" and ctx.is_constant(b) and ctx.constant(b).size == 1:
-            if ctx.type_of(a).dtype in ("f32", "f16", "bf16"):
-                factor = float(ctx.constant(b).reshape(-1)[0])
-                ctx.emit(node, "scale", [ctx.name(a)], {"factor": factor})
-                return
+        is_scalar = ctx.is_constant(b) and ctx.constant(b).size == 1
+        if op == "mul" and is_scalar and ctx.type_of(a).dtype in ("f32", "f16", "bf16"):
+            factor = float(ctx.constant(b).reshape(-1)[0])
+            ctx.emit(node, "scale", [ctx.name(a)], {"factor": factor})
+            return
         if op == "pow" and ctx.is_constant(b) and ctx.constant(b).size == 1:
             exponent = float(ctx.constant(b).reshape(-1)[0])
             if exponent == 2.0:
@@ -324,7 +324,7 @@ def _conv(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
         raise ctx.error(node, "dilated convolutions are not supported")
     if ctx.type_of(node.input[0]).rank != 4:
         raise ctx.error(node, "only 2-D convolutions (NCHW) are supported")
-    out = {
+    out: dict[str, AttrValue] = {
         "stride": tuple(int(s) for s in attrs.get("strides", (1, 1))),
         "padding": _symmetric_pads(ctx, node, attrs),
         "groups": int(attrs.get("group", 1)),

@@ -88,7 +88,8 @@ def _pairs(node: Node) -> Sequence[tuple[str, str]]:
 def _last_axis_mean(node: Node | None, rank: int) -> bool:
     if node is None or not node.attrs.get("keepdims"):
         return False
-    return tuple(node.attrs.get("axes", ())) in ((-1,), (rank - 1,))  # type: ignore[arg-type]
+    axes = node.attrs.get("axes", ())
+    return isinstance(axes, tuple) and axes in ((-1,), (rank - 1,))
 
 
 def _rms_parts(draft: Draft, name: str, producers: dict[str, Node]) -> tuple[str, float] | None:

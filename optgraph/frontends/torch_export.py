@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import linecache
 import re
+import zipfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,11 +51,16 @@ def _torch() -> Any:
 def load_exported_program(path: str) -> Any:
     """A `torch.export.save` file; an `OptGraphError` when it is not one."""
     torch = _torch()
+    if not zipfile.is_zipfile(path):  # before torch, which logs a traceback for a bad archive
+        raise OptGraphError(
+            f"import: {path}: not a torch.export program (.pt2): not a zip archive",
+            Span(path, 1, 1),
+        )
     try:
         return torch.export.load(path)
     except FileNotFoundError:
         raise OptGraphError(f"import: {path}: no such file") from None
-    except Exception as err:  # torch raises many kinds for a bad archive
+    except Exception as err:  # noqa: BLE001 - torch raises many kinds for a bad archive
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise OptGraphError(
             f"import: {path}: not a torch.export program (.pt2): {first}", Span(path, 1, 1)
@@ -69,7 +75,7 @@ def _export(torch: Any, model: Any, example_args: Sequence[Any] | None) -> Any:
     model.eval()
     try:
         return torch.export.export(model, tuple(example_args))
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - export fails in many ways: report, not crash
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise OptGraphError(f"import: torch.export failed: {first}") from None
 
@@ -116,8 +122,10 @@ def _numpy_dtype(dtype: Any) -> np.dtype:
     if dtype == torch.bfloat16:
         import ml_dtypes
 
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(torch.empty((), dtype=dtype).numpy().dtype)
+        bf16: np.dtype = np.dtype(ml_dtypes.bfloat16)
+        return bf16
+    found: np.dtype = np.dtype(torch.empty((), dtype=dtype).numpy().dtype)
+    return found
 
 
 def to_numpy(tensor: Any) -> np.ndarray:
@@ -126,8 +134,10 @@ def to_numpy(tensor: Any) -> np.ndarray:
     if tensor.dtype == torch.bfloat16:
         import ml_dtypes
 
-        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
-    return np.array(tensor.numpy(), copy=True)
+        bits: np.ndarray = tensor.view(torch.int16).numpy()
+        return bits.view(ml_dtypes.bfloat16).copy()
+    array: np.ndarray = np.array(tensor.numpy(), copy=True)
+    return array
 
 
 def _placeholders(program: Any, draft: Draft, context: TorchContext) -> None:

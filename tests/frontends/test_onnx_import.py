@@ -8,13 +8,13 @@ import pytest
 
 onnx = pytest.importorskip("onnx", reason="the ONNX importer tests need onnx")
 
-import numpy as np  # noqa: E402
-from onnx.reference import ReferenceEvaluator  # noqa: E402
+import numpy as np
+from onnx.reference import ReferenceEvaluator
 
-import optgraph as og  # noqa: E402
-from optgraph.frontends.onnx import from_onnx  # noqa: E402
-from tests.frontends import onnx_models  # noqa: E402
-from tests.frontends.numerics import assert_matches, ops_of  # noqa: E402
+import optgraph as og
+from optgraph.frontends.onnx import from_onnx
+from tests.frontends import onnx_models
+from tests.frontends.numerics import assert_matches, ops_of
 
 
 def _expected(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

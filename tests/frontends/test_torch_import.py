@@ -6,12 +6,12 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the torch importer tests need PyTorch")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import optgraph as og  # noqa: E402
-from optgraph.frontends.torch_export import from_torch  # noqa: E402
-from tests.frontends import torch_models as models  # noqa: E402
-from tests.frontends.numerics import assert_matches, ops_of  # noqa: E402
+import optgraph as og
+from optgraph.frontends.torch_export import from_torch
+from tests.frontends import torch_models as models
+from tests.frontends.numerics import assert_matches, ops_of
 
 
 def _import_and_check(module: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> og.Graph:
