@@ -135,7 +135,8 @@ def to_numpy(tensor: Any) -> np.ndarray:
         import ml_dtypes
 
         bits: np.ndarray = tensor.view(torch.int16).numpy()
-        return bits.view(ml_dtypes.bfloat16).copy()
+        widened: np.ndarray = bits.view(ml_dtypes.bfloat16).copy()
+        return widened
     array: np.ndarray = np.array(tensor.numpy(), copy=True)
     return array
 
