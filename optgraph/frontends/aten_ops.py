@@ -9,97 +9,15 @@ the draft under their ATen name and are reported by `Draft.finish` unless raisin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from optgraph.errors import OptGraphError
-from optgraph.frontends.draft import Draft
+from optgraph.frontends.aten_image_ops import IMAGE_CONVERTERS
+from optgraph.frontends.torch_values import Converter, TorchContext, arg, unsupported, value_type
 from optgraph.ir.graph import AttrValue, TensorType
 from optgraph.runtime.reference_kernels import numpy_dtype
-
-INT_MAX = 2**62
-
-
-@dataclass
-class TorchContext:
-    """The draft being built and the IR value name of every torch.fx node converted so far."""
-
-    draft: Draft
-    values: dict[str, str] = field(default_factory=dict)
-
-    def name_of(self, arg: Any) -> str:
-        return self.values[arg.name]
-
-    def output_name(self, arg: Any) -> str:
-        if arg is None or not hasattr(arg, "name"):
-            raise OptGraphError(f"import: the model returns a non-tensor output ({arg!r})")
-        return self.name_of(arg)
-
-    def type_of(self, arg: Any) -> TensorType:
-        return self.draft.type_of(self.name_of(arg))
-
-    def operand(self, arg: Any, like: TensorType) -> str:
-        """A tensor operand in `like`'s dtype (cast when it differs); a scalar as a constant."""
-        if not hasattr(arg, "name"):
-            return self.draft.constant(np.array(arg, dtype=numpy_dtype(like.dtype)))
-        name = self.name_of(arg)
-        have = self.draft.type_of(name)
-        if have.dtype == like.dtype:
-            return name
-        cast = have.with_dtype(like.dtype)
-        return self.draft.node("cast", [name], cast, {"dtype": like.dtype})
-
-    def emit(
-        self,
-        node: Any,
-        op: str,
-        operands: Sequence[str],
-        attrs: Mapping[str, AttrValue] | None = None,
-        result: TensorType | None = None,
-    ) -> str:
-        """The node's own result: `op(operands)` typed as the export says."""
-        from optgraph.frontends.torch_export import node_span, value_type
-
-        out = result if result is not None else value_type(node)
-        name = self.draft.node(op, operands, out, attrs, name=node.name, span=node_span(node))
-        self.values[node.name] = name
-        return name
-
-    def step(self, node: Any, op: str, operands: Sequence[str], result: TensorType,
-             attrs: Mapping[str, AttrValue] | None = None) -> str:  # fmt: skip
-        """An intermediate node on the way to `node`'s result."""
-        from optgraph.frontends.torch_export import node_span
-
-        return self.draft.node(
-            op, operands, result, attrs, name=self.draft.fresh(node.name), span=node_span(node)
-        )
-
-    def alias(self, node: Any, arg: Any) -> None:
-        self.values[node.name] = self.name_of(arg)
-
-    def result_type(self, node: Any) -> TensorType:
-        from optgraph.frontends.torch_export import value_type
-
-        return value_type(node)
-
-
-Converter = Callable[[TorchContext, Any], None]
-
-
-def arg(node: Any, index: int, key: str, default: Any = None) -> Any:
-    if len(node.args) > index:
-        return node.args[index]
-    return node.kwargs.get(key, default)
-
-
-def unsupported(node: Any, why: str) -> OptGraphError:
-    from optgraph.frontends.torch_export import node_span
-
-    return OptGraphError(f"import: {node.target} ('{node.name}'): {why}", node_span(node))
-
 
 # -- elementwise ---------------------------------------------------------------------------------
 
@@ -320,8 +238,6 @@ def _select(ctx: TorchContext, node: Any) -> None:
 
 def _split(ctx: TorchContext, node: Any) -> None:
     """split / split_with_sizes: one slice per part, read through getitem."""
-    from optgraph.frontends.torch_export import value_type
-
     x = ctx.type_of(node.args[0])
     axis = int(arg(node, 2, "dim", 0)) % x.rank
     start = 0
@@ -368,111 +284,20 @@ def _embedding(ctx: TorchContext, node: Any) -> None:
 # -- convolutions and pools ----------------------------------------------------------------------
 
 
-def _pair(value: Any) -> tuple[int, int]:
-    items = [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
-    return (items[0], items[-1])
-
-
-def _conv2d(ctx: TorchContext, node: Any) -> None:
-    if _pair(arg(node, 5, "dilation", 1)) != (1, 1):
-        raise unsupported(node, "dilated convolutions are not supported")
-    padding = arg(node, 4, "padding", 0)
-    if isinstance(padding, str):
-        raise unsupported(node, f"padding '{padding}' is not supported (give it as numbers)")
-    operands = [ctx.name_of(node.args[0]), ctx.name_of(node.args[1])]
-    bias = arg(node, 2, "bias")
-    if bias is not None:
-        operands.append(ctx.name_of(bias))
-    attrs: dict[str, AttrValue] = {
-        "stride": _pair(arg(node, 3, "stride", 1)),
-        "padding": _pair(padding),
-        "groups": int(arg(node, 6, "groups", 1)),
-    }
-    ctx.emit(node, "conv2d", operands, attrs)
-
-
-def _max_pool2d(ctx: TorchContext, node: Any) -> None:
-    kernel = _pair(node.args[1])
-    stride = arg(node, 2, "stride") or kernel
-    if _pair(arg(node, 4, "dilation", 1)) != (1, 1) or arg(node, 5, "ceil_mode", False):
-        raise unsupported(node, "max pooling with dilation or ceil_mode is not supported")
-    attrs = {
-        "kernel": kernel,
-        "stride": _pair(stride),
-        "padding": _pair(arg(node, 3, "padding", 0)),
-    }
-    out = ctx.result_type(node) if "with_indices" not in str(node.target) else None
-    if out is None:
-        from optgraph.frontends.torch_export import value_type
-
-        out = value_type(node, node.meta["val"][0])
-    name = ctx.draft.node("max_pool2d", [ctx.name_of(node.args[0])], out, attrs,
-                          name=node.name)  # fmt: skip
-    ctx.values[node.name] = name
-    ctx.values[f"{node.name}#0"] = name
-
-
-def _avg_pool2d(ctx: TorchContext, node: Any) -> None:
-    kernel = _pair(node.args[1])
-    padding = _pair(arg(node, 3, "padding", 0))
-    if arg(node, 4, "ceil_mode", False) or arg(node, 6, "divisor_override") is not None:
-        raise unsupported(node, "average pooling with ceil_mode or divisor_override")
-    if padding != (0, 0) and arg(node, 5, "count_include_pad", True):
-        raise unsupported(node, "padded average pooling must set count_include_pad=False")
-    stride = arg(node, 2, "stride") or kernel
-    attrs = {"kernel": kernel, "stride": _pair(stride), "padding": padding}
-    ctx.emit(node, "avg_pool2d", [ctx.name_of(node.args[0])], attrs)
-
-
-def _adaptive_avg_pool2d(ctx: TorchContext, node: Any) -> None:
-    if _pair(node.args[1]) != (1, 1):
-        raise unsupported(node, "adaptive average pooling to a size other than 1x1")
-    ctx.emit(node, "mean", [ctx.name_of(node.args[0])], {"axes": (2, 3), "keepdims": True})
-
-
-def _batch_norm(ctx: TorchContext, node: Any) -> None:
-    """Inference batch norm as elementwise ops on the real weights: (x - mean)·w/√(var+eps) + b."""
-    x = ctx.type_of(node.args[0])
-    w, b, mean, var = (arg(node, i, k) for i, k in ((1, "weight"), (2, "bias"), (3, "running_mean"),
-                                                    (4, "running_var")))  # fmt: skip
-    eps = float(node.args[-1] if "legit" in str(node.target) else arg(node, 7, "eps", 1e-5))
-    channel = TensorType(x.dtype, (x.shape[1],))
-    shaped = TensorType(x.dtype, (x.shape[1],) + (1,) * (x.rank - 2))
-    eps_name = ctx.draft.constant(np.array(eps, dtype=numpy_dtype(x.dtype)))
-    shifted = ctx.step(node, "add", [ctx.name_of(var), eps_name], channel)
-    factor = ctx.step(node, "rsqrt", [shifted], channel)
-    if w is not None:
-        factor = ctx.step(node, "mul", [factor, ctx.name_of(w)], channel)
-    factor = ctx.step(node, "reshape", [factor], shaped, {"shape": shaped.shape})
-    center = ctx.step(node, "reshape", [ctx.name_of(mean)], shaped, {"shape": shaped.shape})
-    centered = ctx.step(node, "sub", [ctx.name_of(node.args[0]), center], x)
-    if b is None:
-        name = ctx.emit(node, "mul", [centered, factor], result=x)
-    else:
-        scaled = ctx.step(node, "mul", [centered, factor], x)
-        bias = ctx.step(node, "reshape", [ctx.name_of(b)], shaped, {"shape": shaped.shape})
-        name = ctx.emit(node, "add", [scaled, bias], result=x)
-    ctx.values[f"{node.name}#0"] = name
-
-
 CONVERTERS: dict[str, Converter] = {
-    "aten._native_batch_norm_legit_no_training.default": _batch_norm,
+    **IMAGE_CONVERTERS,
     "aten._softmax.default": _softmax,
     "aten._to_copy.default": _cast,
     "aten._unsafe_view.default": _reshape,
     "aten.abs.default": _unary("abs"),
-    "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool2d,
     "aten.add.Tensor": _binary("add"),
     "aten.addmm.default": _addmm,
     "aten.alias.default": _identity,
     "aten.amax.default": _reduce("max"),
-    "aten.avg_pool2d.default": _avg_pool2d,
-    "aten.batch_norm.default": _batch_norm,
     "aten.bmm.default": _matmul,
     "aten.cat.default": _cat,
     "aten.clone.default": _identity,
     "aten.contiguous.default": _identity,
-    "aten.conv2d.default": _conv2d,
     "aten.cos.default": _unary("cos"),
     "aten.detach.default": _identity,
     "aten.div.Tensor": _div,
@@ -487,8 +312,6 @@ CONVERTERS: dict[str, Converter] = {
     "aten.linear.default": _linear,
     "aten.log.default": _unary("log"),
     "aten.matmul.default": _matmul,
-    "aten.max_pool2d.default": _max_pool2d,
-    "aten.max_pool2d_with_indices.default": _max_pool2d,
     "aten.maximum.default": _binary("maximum"),
     "aten.mean.dim": _reduce("mean"),
     "aten.minimum.default": _binary("minimum"),

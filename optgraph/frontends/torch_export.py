@@ -18,8 +18,6 @@ listed together (op, count, nodes), located at the first one's line in the model
 
 from __future__ import annotations
 
-import linecache
-import re
 import zipfile
 from collections.abc import Sequence
 from typing import Any
@@ -27,30 +25,27 @@ from typing import Any
 import numpy as np
 
 from optgraph.errors import OptGraphError, Span
-from optgraph.frontends.aten_ops import CONVERTERS, Converter, TorchContext
-from optgraph.frontends.draft import Draft, tensor_type
+from optgraph.frontends.aten_ops import CONVERTERS
+from optgraph.frontends.draft import Draft
 from optgraph.frontends.raising import raise_patterns
-from optgraph.ir.graph import Graph, TensorType
+from optgraph.frontends.torch_values import (
+    Converter,
+    TorchContext,
+    node_span,
+    to_numpy,
+    torch_module,
+    value_type,
+)
+from optgraph.ir.graph import Graph
 
 __all__ = ["from_torch", "load_exported_program"]
 
-_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 _IGNORED = ("aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constrain_range")
-
-
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise OptGraphError(
-            "import: PyTorch is not installed (pip install 'optgraph[torch]' torch)"
-        ) from None
-    return torch
 
 
 def load_exported_program(path: str) -> Any:
     """A `torch.export.save` file; an `OptGraphError` when it is not one."""
-    torch = _torch()
+    torch = torch_module()
     if not zipfile.is_zipfile(path):  # before torch, which logs a traceback for a bad archive
         raise OptGraphError(
             f"import: {path}: not a torch.export program (.pt2): not a zip archive",
@@ -87,58 +82,6 @@ def _decomposed(torch: Any, program: Any) -> Any:
         if str(op) in CONVERTERS:
             table.pop(op)
     return program.run_decompositions(table)
-
-
-def node_span(node: Any) -> Span | None:
-    """The model's source line a torch.fx node came from (its stack trace's last frame)."""
-    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
-    if not frames:
-        return None
-    path, line = frames[-1][0], int(frames[-1][1])
-    text = linecache.getline(path, line)
-    col = len(text) - len(text.lstrip()) + 1 if text else 1
-    return Span(path, line, col, len(text.rstrip()) + 1 if text else None, text or None)
-
-
-def value_type(node: Any, value: Any = None) -> TensorType:
-    """The static IR type of an fx node's result; an error naming a dynamic dimension."""
-    val = node.meta.get("val") if value is None else value
-    if val is None or not hasattr(val, "shape"):
-        raise OptGraphError(f"import: node '{node.name}' has no tensor result", node_span(node))
-    shape = []
-    for axis, dim in enumerate(val.shape):
-        if not isinstance(dim, int):
-            raise OptGraphError(
-                f"import: '{node.name}' has a dynamic dimension {axis} ({dim}); optgraph needs "
-                "static shapes: export without dynamic_shapes",
-                node_span(node),
-            )
-        shape.append(dim)
-    return tensor_type(_numpy_dtype(val.dtype), shape, f"'{node.name}'")
-
-
-def _numpy_dtype(dtype: Any) -> np.dtype:
-    torch = _torch()
-    if dtype == torch.bfloat16:
-        import ml_dtypes
-
-        bf16: np.dtype = np.dtype(ml_dtypes.bfloat16)
-        return bf16
-    found: np.dtype = np.dtype(torch.empty((), dtype=dtype).numpy().dtype)
-    return found
-
-
-def to_numpy(tensor: Any) -> np.ndarray:
-    torch = _torch()
-    tensor = tensor.detach().cpu().contiguous()
-    if tensor.dtype == torch.bfloat16:
-        import ml_dtypes
-
-        bits: np.ndarray = tensor.view(torch.int16).numpy()
-        widened: np.ndarray = bits.view(ml_dtypes.bfloat16).copy()
-        return widened
-    array: np.ndarray = np.array(tensor.numpy(), copy=True)
-    return array
 
 
 def _placeholders(program: Any, draft: Draft, context: TorchContext) -> None:
@@ -233,7 +176,7 @@ def from_torch(
     model: Any, example_args: Sequence[Any] | None = None
 ) -> tuple[Graph, dict[str, np.ndarray]]:
     """(graph, weights) of a torch module (exported with `example_args`) or ExportedProgram."""
-    torch = _torch()
+    torch = torch_module()
     program = _decomposed(torch, _export(torch, model, example_args))
     name = type(model).__name__ if not isinstance(model, torch.export.ExportedProgram) else "model"
     draft = _convert(torch, program, name)
