@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from optgraph.codegen.lowering_options import LoweringOptions
     from optgraph.errors import OptGraphError, Span
+    from optgraph.frontends.onnx import from_onnx
+    from optgraph.frontends.torch_export import from_torch
     from optgraph.ir.graph import Graph
     from optgraph.ir.parser import parse, parse_file
     from optgraph.ir.printer import print_graph
@@ -41,6 +43,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Program": ("optgraph.program", "CompiledProgram"),
     "Span": ("optgraph.errors", "Span"),
     "compile": ("optgraph.program", "compile"),
+    "from_onnx": ("optgraph.frontends.onnx", "from_onnx"),
+    "from_torch": ("optgraph.frontends.torch_export", "from_torch"),
     "parse": ("optgraph.ir.parser", "parse"),
     "parse_file": ("optgraph.ir.parser", "parse_file"),
     "print_graph": ("optgraph.ir.printer", "print_graph"),
@@ -56,6 +60,8 @@ __all__ = [
     "Program",
     "Span",
     "compile",
+    "from_onnx",
+    "from_torch",
     "parse",
     "parse_file",
     "print_graph",

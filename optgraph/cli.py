@@ -7,6 +7,7 @@
                           [--seed N] [-p PIPELINE] [--no-graph] [--no-pdl] [--no-merge-launches]
                           [--vram-budget SIZE] [--save-outputs FILE.npz] [-q]
     optgraph dot MODEL.ir [-p PIPELINE] [-o FILE.dot|.svg|.png] [-q]
+    optgraph import MODEL.onnx|MODEL.pt2 -o MODEL.ir [--weights-out W.safetensors]
     optgraph passes
     optgraph --version
 
@@ -300,6 +301,16 @@ def cmd_passes(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    """A model in: MODEL.onnx or MODEL.pt2 (torch.export.save) -> MODEL.ir [+ weights]."""
+    from optgraph.frontends.model_files import import_model_file
+
+    graph, weights = import_model_file(args.model, args.output, args.weights_out)
+    note = f", {len(weights)} weights -> {args.weights_out}" if args.weights_out else ""
+    print(f"imported {args.model}: {len(graph.nodes)} nodes -> {args.output}{note}")
+    return 0
+
+
 # -- entry point --------------------------------------------------------------------------------
 
 
@@ -372,6 +383,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_opt)
 
     _add_run(sub)
+
+    p = sub.add_parser("import", help="a model in: MODEL.onnx or MODEL.pt2 to MODEL.ir")
+    p.add_argument("model", metavar="MODEL.onnx|MODEL.pt2")
+    p.add_argument("-o", "--output", metavar="MODEL.ir", required=True, help="the IR to write")
+    p.add_argument("--weights-out", metavar="W.safetensors", help="write the weights (or .npz)")
+    p.set_defaults(handler=cmd_import)
 
     p = sub.add_parser("passes", help="list every pass with its options")
     p.set_defaults(handler=cmd_passes)

@@ -37,6 +37,9 @@ UNARY_FLOAT: dict[str, str] = {
     "tanh": "tanhf({0})",
     "sigmoid": "og_sigmoid({0})",
     "silu": "({0} * og_sigmoid({0}))",
+    "erf": "erff({0})",
+    "sin": "sinf({0})",
+    "cos": "cosf({0})",
 }
 BINARY: dict[str, str] = {
     "add": "({0} + {1})",

@@ -171,11 +171,13 @@ OPS: dict[str, OpDef] = {
         groups=AttrSpec("int", 1), padding=AttrSpec("ints", (0, 0)),
         stride=AttrSpec("ints", (1, 1)),
     ),
+    "cos": _elementwise("cos", 1, rules.unary_float),
     "copy": _op(
         "copy", "data_movement", (1, 1), rules.same_type, costs.copy_result,
         to=AttrSpec("str", "cuda", choices=("cuda", "cpu")),
     ),
     "div": _elementwise("div", 2, rules.binary_float),
+    "erf": _elementwise("erf", 1, rules.unary_float),
     "exp": _elementwise("exp", 1, rules.unary_float),
     "fused": _op("fused", "opaque", (1, None), _infer_fused, _fused_cost),
     "gelu": _elementwise(
@@ -213,6 +215,7 @@ OPS: dict[str, OpDef] = {
     "scale": _elementwise("scale", 1, rules.unary_float, factor=AttrSpec("float", 1.0)),
     "sigmoid": _elementwise("sigmoid", 1, rules.unary_float),
     "silu": _elementwise("silu", 1, rules.unary_float),
+    "sin": _elementwise("sin", 1, rules.unary_float),
     "slice": _view(
         "slice", rules.slice_, axis=_REQUIRED_INT, end=_REQUIRED_INT, start=_REQUIRED_INT
     ),

@@ -6,7 +6,8 @@ Shared by the GPU tests (tests/gpu/test_gpu_ops.py: run against the reference) a
 
 from __future__ import annotations
 
-UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "silu")
+UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "silu", "erf",
+         "sin", "cos")  # fmt: skip
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow")
 
 

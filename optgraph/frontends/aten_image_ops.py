@@ -1,0 +1,107 @@
+"""ATen convolutions, pools and inference batch norm -> IR nodes (NCHW, 2-D)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from optgraph.frontends.torch_values import Converter, TorchContext, arg, unsupported, value_type
+from optgraph.ir.graph import AttrValue, TensorType
+from optgraph.runtime.reference_kernels import numpy_dtype
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    items = [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+    return (items[0], items[-1])
+
+
+def _conv2d(ctx: TorchContext, node: Any) -> None:
+    if _pair(arg(node, 5, "dilation", 1)) != (1, 1):
+        raise unsupported(node, "dilated convolutions are not supported")
+    padding = arg(node, 4, "padding", 0)
+    if isinstance(padding, str):
+        raise unsupported(node, f"padding '{padding}' is not supported (give it as numbers)")
+    operands = [ctx.name_of(node.args[0]), ctx.name_of(node.args[1])]
+    bias = arg(node, 2, "bias")
+    if bias is not None:
+        operands.append(ctx.name_of(bias))
+    attrs: dict[str, AttrValue] = {
+        "stride": _pair(arg(node, 3, "stride", 1)),
+        "padding": _pair(padding),
+        "groups": int(arg(node, 6, "groups", 1)),
+    }
+    ctx.emit(node, "conv2d", operands, attrs)
+
+
+def _max_pool2d(ctx: TorchContext, node: Any) -> None:
+    kernel = _pair(node.args[1])
+    stride = arg(node, 2, "stride") or kernel
+    if _pair(arg(node, 4, "dilation", 1)) != (1, 1) or arg(node, 5, "ceil_mode", False):
+        raise unsupported(node, "max pooling with dilation or ceil_mode is not supported")
+    attrs = {
+        "kernel": kernel,
+        "stride": _pair(stride),
+        "padding": _pair(arg(node, 3, "padding", 0)),
+    }
+    out = ctx.result_type(node) if "with_indices" not in str(node.target) else None
+    if out is None:
+        out = value_type(node, node.meta["val"][0])
+    name = ctx.draft.node("max_pool2d", [ctx.name_of(node.args[0])], out, attrs,
+                          name=node.name)  # fmt: skip
+    ctx.values[node.name] = name
+    ctx.values[f"{node.name}#0"] = name
+
+
+def _avg_pool2d(ctx: TorchContext, node: Any) -> None:
+    kernel = _pair(node.args[1])
+    padding = _pair(arg(node, 3, "padding", 0))
+    if arg(node, 4, "ceil_mode", False) or arg(node, 6, "divisor_override") is not None:
+        raise unsupported(node, "average pooling with ceil_mode or divisor_override")
+    if padding != (0, 0) and arg(node, 5, "count_include_pad", True):
+        raise unsupported(node, "padded average pooling must set count_include_pad=False")
+    stride = arg(node, 2, "stride") or kernel
+    attrs = {"kernel": kernel, "stride": _pair(stride), "padding": padding}
+    ctx.emit(node, "avg_pool2d", [ctx.name_of(node.args[0])], attrs)
+
+
+def _adaptive_avg_pool2d(ctx: TorchContext, node: Any) -> None:
+    if _pair(node.args[1]) != (1, 1):
+        raise unsupported(node, "adaptive average pooling to a size other than 1x1")
+    ctx.emit(node, "mean", [ctx.name_of(node.args[0])], {"axes": (2, 3), "keepdims": True})
+
+
+def _batch_norm(ctx: TorchContext, node: Any) -> None:
+    """Inference batch norm as elementwise ops on the real weights: (x - mean)·w/√(var+eps) + b."""
+    x = ctx.type_of(node.args[0])
+    w, b, mean, var = (arg(node, i, k) for i, k in ((1, "weight"), (2, "bias"), (3, "running_mean"),
+                                                    (4, "running_var")))  # fmt: skip
+    eps = float(node.args[-1] if "legit" in str(node.target) else arg(node, 7, "eps", 1e-5))
+    channel = TensorType(x.dtype, (x.shape[1],))
+    shaped = TensorType(x.dtype, (x.shape[1],) + (1,) * (x.rank - 2))
+    eps_name = ctx.draft.constant(np.array(eps, dtype=numpy_dtype(x.dtype)))
+    shifted = ctx.step(node, "add", [ctx.name_of(var), eps_name], channel)
+    factor = ctx.step(node, "rsqrt", [shifted], channel)
+    if w is not None:
+        factor = ctx.step(node, "mul", [factor, ctx.name_of(w)], channel)
+    factor = ctx.step(node, "reshape", [factor], shaped, {"shape": shaped.shape})
+    center = ctx.step(node, "reshape", [ctx.name_of(mean)], shaped, {"shape": shaped.shape})
+    centered = ctx.step(node, "sub", [ctx.name_of(node.args[0]), center], x)
+    if b is None:
+        name = ctx.emit(node, "mul", [centered, factor], result=x)
+    else:
+        scaled = ctx.step(node, "mul", [centered, factor], x)
+        bias = ctx.step(node, "reshape", [ctx.name_of(b)], shaped, {"shape": shaped.shape})
+        name = ctx.emit(node, "add", [scaled, bias], result=x)
+    ctx.values[f"{node.name}#0"] = name
+
+
+IMAGE_CONVERTERS: dict[str, Converter] = {
+    "aten._native_batch_norm_legit_no_training.default": _batch_norm,
+    "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool2d,
+    "aten.avg_pool2d.default": _avg_pool2d,
+    "aten.batch_norm.default": _batch_norm,
+    "aten.conv2d.default": _conv2d,
+    "aten.max_pool2d.default": _max_pool2d,
+    "aten.max_pool2d_with_indices.default": _max_pool2d,
+}

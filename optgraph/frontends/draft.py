@@ -1,0 +1,170 @@
+"""The graph an importer builds before it becomes IR: nodes, known constants and weights.
+
+An importer appends `Node`s (each with its source's result type) to a `Draft`. A node may carry an
+op that the IR does not have (`erf`, `cos`, `sin`, ...): the raising rules of `raising.py` may
+still turn the pattern it belongs to into an IR op (`gelu`, `rope`). `Draft.finish` drops what the
+outputs do not need, turns the constants still read into weights, and fails with one error listing
+every op left unmapped, with its count and node names.
+
+Constants are NumPy arrays known at import time (folded shape arithmetic, buffers, literals):
+raising reads their values (an `eps`, a rope frequency table). Those still read at the end become
+weights named after their source (a torch buffer keeps its name) or `const.N`.
+
+Names: an IR value name is letters, digits, `_` and `.` (docs/ir.md). `ir_name` keeps such a
+name as it is and spells every other character `c` as `_xHH_` (HH its code point in hex), so a
+model's own names come back with `source_name`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from optgraph.errors import OptGraphError, Span
+from optgraph.ir.graph import AttrValue, Graph, Input, Node, Output, TensorType, Weight
+from optgraph.ir.ops import get_op
+from optgraph.ir.verify import verify
+from optgraph.runtime.reference_kernels import ir_dtype
+
+_VALID_NAME = re.compile(r"[A-Za-z0-9_.]+")
+_ESCAPE = re.compile(r"_x([0-9a-f]{2,6})_")
+
+
+def ir_name(name: str) -> str:
+    """`name` as an IR value name: kept when valid, other characters spelled `_xHH_`."""
+    if _VALID_NAME.fullmatch(name):
+        return name
+    return "".join(c if _VALID_NAME.fullmatch(c) else f"_x{ord(c):02x}_" for c in name) or "_"
+
+
+def source_name(name: str) -> str:
+    """The model's own name of an IR name made by `ir_name`."""
+    return _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), name)
+
+
+def tensor_type(dtype: np.dtype, shape: Sequence[int], what: str) -> TensorType:
+    """The IR type of a NumPy dtype and shape; an `OptGraphError` naming `what` otherwise."""
+    name = ir_dtype(np.dtype(dtype))
+    if name is None:
+        raise OptGraphError(f"import: {what} has dtype {dtype}, which optgraph does not support")
+    return TensorType(name, tuple(int(d) for d in shape))
+
+
+def as_ir_array(array: np.ndarray) -> np.ndarray:
+    """A constant in a dtype the IR has: float64 becomes float32 (the models' compute dtype)."""
+    if array.dtype == np.float64:
+        return array.astype(np.float32)
+    if array.dtype in (np.int8, np.int16, np.uint8):
+        return array.astype(np.int32)
+    return array
+
+
+@dataclass
+class Draft:
+    """A graph under construction. `spans` locate source nodes for error messages."""
+
+    name: str
+    inputs: list[Input] = field(default_factory=list)
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+    nodes: list[Node] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    types: dict[str, TensorType] = field(default_factory=dict)
+    _counter: int = 0
+
+    def fresh(self, hint: str) -> str:
+        """A value name not used yet, starting with `hint`."""
+        while True:
+            self._counter += 1
+            candidate = f"{hint}.{self._counter}"
+            if candidate not in self.constants and candidate not in self.weights:
+                return candidate
+
+    def constant(self, array: np.ndarray, hint: str = "const") -> str:
+        name = self.fresh(hint)
+        value = as_ir_array(np.asarray(array))
+        # A scalar is stored as [1]: it broadcasts the same, and the planned executor's array
+        # checks turn 0-d arrays into [1] ones (np.ascontiguousarray).
+        self.constants[name] = value.reshape(1) if value.ndim == 0 else value
+        return name
+
+    def node(
+        self,
+        op: str,
+        operands: Sequence[str],
+        result: TensorType,
+        attrs: Mapping[str, AttrValue] | None = None,
+        *,
+        name: str | None = None,
+        span: Span | None = None,
+    ) -> str:
+        """Append `name = op(operands) {attrs} : result` and return the name."""
+        node_name = name if name is not None else self.fresh("t")
+        self.nodes.append(
+            Node(node_name, op, tuple(operands), dict(attrs or {}), result, span=span)
+        )
+        self.types[node_name] = result
+        return node_name
+
+    def input(self, name: str, result: TensorType) -> str:
+        self.inputs.append(Input(name, result))
+        self.types[name] = result
+        return name
+
+    def type_of(self, name: str) -> TensorType:
+        found = self.types.get(name)
+        if found is not None:
+            return found
+        array = self.constants.get(name, self.weights.get(name))
+        if array is None:
+            raise KeyError(name)
+        return tensor_type(array.dtype, array.shape, name)
+
+    def finish(self) -> tuple[Graph, dict[str, np.ndarray]]:
+        """The IR graph and its weights; an `OptGraphError` listing every unmapped op."""
+        nodes = _live_nodes(self.nodes, self.outputs)
+        _check_mapped(nodes)
+        read = {o for n in nodes for o in n.operands} | set(self.outputs)
+        weights = {k: v for k, v in self.weights.items() if k in read}
+        weights.update((k, v) for k, v in self.constants.items() if k in read)
+        graph = Graph(
+            ir_name(self.name),
+            tuple(self.inputs),
+            tuple(Weight(k, tensor_type(v.dtype, v.shape, k)) for k, v in weights.items()),
+            tuple(nodes),
+            tuple(Output(o) for o in self.outputs),
+            path=self.name,
+        )
+        verify(graph)
+        return graph, weights
+
+
+def _live_nodes(nodes: Sequence[Node], outputs: Sequence[str]) -> list[Node]:
+    needed = set(outputs)
+    kept: list[Node] = []
+    for node in reversed(nodes):
+        if node.name in needed:
+            kept.append(node)
+            needed.update(node.operands)
+    return kept[::-1]
+
+
+def _check_mapped(nodes: Sequence[Node]) -> None:
+    unmapped = [n for n in nodes if get_op(n.op) is None]
+    if not unmapped:
+        return
+    counts = Counter(n.op for n in unmapped)
+    lines = []
+    for op, count in sorted(counts.items()):
+        names = [n.name for n in unmapped if n.op == op]
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        lines.append(f"  {op} ×{count}: {shown}")
+    first = unmapped[0]
+    raise OptGraphError(
+        f"import: {len(counts)} op(s) optgraph cannot map (op ×count: nodes):\n" + "\n".join(lines),
+        first.span,
+    )

@@ -1,0 +1,72 @@
+"""`optgraph import`: a model file in, the IR (and its weights) out, all or nothing.
+
+The model is imported completely in memory first; then the weights and the IR are written to
+temporary files beside their targets and renamed, so a failure leaves no partial output.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from optgraph.errors import InputError, OptGraphError, Span
+from optgraph.ir.graph import Graph
+from optgraph.ir.printer import print_graph
+from optgraph.runtime.reference import save_weights
+
+SUFFIXES = (".onnx", ".pt2")
+
+
+def import_model(path: str) -> tuple[Graph, dict[str, np.ndarray]]:
+    """(graph, weights) of an `.onnx` or `.pt2` file."""
+    suffix = Path(path).suffix
+    if suffix not in SUFFIXES:
+        raise OptGraphError(
+            f"import: {path}: expected a .onnx or .pt2 (torch.export.save) file", Span(path, 1, 1)
+        )
+    if not Path(path).is_file():
+        raise InputError(f"import: {path}: no such file")
+    if suffix == ".onnx":
+        from optgraph.frontends.onnx import from_onnx
+
+        return from_onnx(path)
+    from optgraph.frontends.torch_export import from_torch, load_exported_program
+
+    return from_torch(load_exported_program(path))
+
+
+def _temporary_beside(target: Path) -> Path:
+    if not target.parent.is_dir():
+        raise InputError(f"cannot write '{target}': directory '{target.parent}' does not exist")
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}.", suffix=target.suffix)
+    os.close(fd)
+    return Path(name)
+
+
+def import_model_file(
+    path: str, output: str, weights_out: str | None
+) -> tuple[Graph, dict[str, np.ndarray]]:
+    """Import `path` and write the IR to `output` (and the weights to `weights_out`)."""
+    graph, weights = import_model(path)
+    staged: list[tuple[Path, Path]] = []
+    try:
+        if weights_out is not None:
+            target = Path(weights_out)
+            if target.suffix not in (".safetensors", ".npz"):
+                raise InputError(f"weights file '{target}': expected .safetensors or .npz")
+            temporary = _temporary_beside(target)
+            staged.append((temporary, target))
+            save_weights(temporary, weights)
+        target = Path(output)
+        temporary = _temporary_beside(target)
+        staged.append((temporary, target))
+        temporary.write_text(print_graph(graph), encoding="utf-8")
+        for temporary, target in staged:
+            os.replace(temporary, target)
+    finally:
+        for temporary, _ in staged:
+            temporary.unlink(missing_ok=True)
+    return graph, weights

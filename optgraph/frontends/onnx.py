@@ -1,0 +1,170 @@
+"""ONNX in: `from_onnx(path_or_ModelProto) -> (graph, weights)`.
+
+- Initializers are weights (float tensors) or constants (integer or one-element ones);
+- Graph inputs keep the model's input names (initializers are weights, not inputs), outputs their
+  order; names the IR cannot spell are escaped reversibly (`draft.ir_name`).
+- Static shapes only: a symbolic dimension (`dim_param`) is an error naming the input and axis.
+- `Shape` of a statically typed value, and every node whose operands are all constants
+  (`Constant`, `ConstantOfShape`, `Range`, shape arithmetic), is evaluated at import with onnx's
+  reference evaluator.
+- Result types come from optgraph's own op table (`infer_type`), so onnx's shape inference is not
+  needed; ops the IR lacks take the type of their first operand and are reported together unless
+  raising (`raising.py`: norms, GELU, rope) consumes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from optgraph.errors import OptGraphError, Span
+from optgraph.frontends.draft import Draft, ir_name, tensor_type
+from optgraph.frontends.onnx_ops import CONVERTERS, OnnxContext
+from optgraph.frontends.raising import raise_patterns
+from optgraph.ir.graph import Graph
+
+__all__ = ["from_onnx", "load_onnx"]
+
+
+def _onnx() -> Any:
+    try:
+        import onnx
+    except ImportError:
+        raise OptGraphError(
+            "import: onnx is not installed (pip install 'optgraph[onnx]')"
+        ) from None
+    return onnx
+
+
+def load_onnx(path: str) -> Any:
+    """The ModelProto in `path`; an `OptGraphError` when the file is not an ONNX model."""
+    onnx = _onnx()
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as err:
+        raise OptGraphError(f"import: {path}: {err.strerror or err}") from None
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception:  # noqa: BLE001 - protobuf raises its own DecodeError kinds
+        raise OptGraphError(f"import: {path}: not an ONNX model", Span(path, 1, 1)) from None
+    if not model.graph.node and not model.graph.output:
+        raise OptGraphError(f"import: {path}: not an ONNX model (no graph)", Span(path, 1, 1))
+    return model
+
+
+def _input_type(onnx: Any, value: Any, path: str) -> tuple[np.dtype, list[int]]:
+    tensor = value.type.tensor_type
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+    shape = []
+    for axis, dim in enumerate(tensor.shape.dim):
+        if not dim.HasField("dim_value"):
+            symbol = dim.dim_param or "?"
+            raise OptGraphError(
+                f"import: input '{value.name}' has a dynamic dimension {axis} ('{symbol}'); "
+                "optgraph needs static shapes: fix it (e.g. onnx.tools.update_model_dims)",
+                Span(path, 1, 1),
+            )
+        shape.append(int(dim.dim_value))
+    return dtype, shape
+
+
+def _arrays(onnx: Any, graph: Any) -> dict[str, np.ndarray]:
+    return {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
+
+
+def from_onnx(model: Any) -> tuple[Graph, dict[str, np.ndarray]]:
+    """(graph, weights) of an ONNX model given as a path or a ModelProto."""
+    onnx = _onnx()
+    path = model if isinstance(model, str) else "<onnx>"
+    proto = load_onnx(model) if isinstance(model, str) else model
+    opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=13)
+    draft = Draft(proto.graph.name or "model")
+    context = OnnxContext(draft, path, opset)
+    for name, array in _arrays(onnx, proto.graph).items():
+        context.values[name] = ir_name(name)
+        # Integer and one-element initializers are shape arithmetic and literals (eps, 0.5):
+        # constants that fold and raise; read at the end, they are weights under their name.
+        is_literal = array.size == 1 or array.dtype.kind in "iub"
+        # 0-d ones are stored as [1], like `Draft.constant` does.
+        (draft.constants if is_literal else draft.weights)[ir_name(name)] = (
+            array.reshape(1) if array.ndim == 0 else array
+        )
+    for value in proto.graph.input:
+        if value.name in context.values:
+            continue
+        dtype, shape = _input_type(onnx, value, path)
+        name = ir_name(value.name)
+        draft.input(name, tensor_type(dtype, shape, f"input '{value.name}'"))
+        context.values[value.name] = name
+    for index, node in enumerate(proto.graph.node):
+        _convert_node(onnx, context, node, index)
+    draft.outputs = [context.values[o.name] for o in proto.graph.output]
+    raise_patterns(draft)
+    return draft.finish()
+
+
+def _attributes(onnx: Any, node: Any) -> dict[str, Any]:
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _convert_node(onnx: Any, context: OnnxContext, node: Any, index: int) -> None:
+    attrs = _attributes(onnx, node)
+    if node.op_type == "Constant":
+        value = _constant_attr(onnx, attrs)
+        context.values[node.output[0]] = context.draft.constant(value, ir_name(node.output[0]))
+        return
+    if node.op_type == "Shape" and node.input[0] in context.values:
+        shape = np.array(context.type_of(node.input[0]).shape, dtype=np.int64)
+        start, end = attrs.get("start", 0), attrs.get("end", len(shape))
+        context.values[node.output[0]] = context.draft.constant(shape[start:end], "shape")
+        return
+    foldable = node.input and all(not i or context.is_constant(i) for i in node.input)
+    if foldable and _fold(onnx, context, node):
+        return
+    convert = CONVERTERS.get(node.op_type)
+    name = node.name or f"{node.op_type}_{index}"
+    if convert is None:
+        context.unmapped(node, name)
+        return
+    convert(context, node, attrs)
+
+
+def _constant_attr(onnx: Any, attrs: Mapping[str, Any]) -> np.ndarray:
+    if "value" in attrs:
+        return np.asarray(onnx.numpy_helper.to_array(attrs["value"]))
+    for key in ("value_float", "value_int"):
+        if key in attrs:
+            return np.asarray(attrs[key])
+    for key in ("value_floats", "value_ints"):
+        if key in attrs:
+            return np.asarray(list(attrs[key]))
+    raise OptGraphError(f"import: Constant with attributes {sorted(attrs)} is not supported")
+
+
+def _fold(onnx: Any, context: OnnxContext, node: Any) -> bool:
+    """Evaluate a node whose operands are all constants with onnx's reference evaluator."""
+    from onnx.reference import ReferenceEvaluator
+
+    feeds = {f"in{i}": context.constant(name) for i, name in enumerate(node.input) if name}
+    inputs = [f"in{i}" if name else "" for i, name in enumerate(node.input)]
+    outputs = [f"out{i}" for i in range(len(node.output))]
+    single = onnx.helper.make_node(node.op_type, inputs, outputs, domain=node.domain)
+    single.attribute.extend(node.attribute)
+    try:
+        results = ReferenceEvaluator(single).run(None, feeds)
+    except Exception:  # noqa: BLE001 - an op the evaluator cannot fold stays a node
+        return False
+    for name, value in zip(node.output, results):
+        context.values[name] = context.draft.constant(np.asarray(value), ir_name(name))
+    return True
+
+
+def describe_inputs(graph: Graph) -> Sequence[str]:
+    """The graph's input names, as the model spelled them."""
+    from optgraph.frontends.draft import source_name
+
+    return [source_name(i.name) for i in graph.inputs]

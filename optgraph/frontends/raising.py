@@ -1,0 +1,389 @@
+"""Raising: patterns an importer produced, rewritten into optgraph's fast ops.
+
+Each rule looks at one root node of a `Draft` and, when the pattern behind it matches, replaces
+the root by fast ops that define the same name; the pattern's other nodes die at `Draft.finish`
+unless something else reads them. Rules (applied in this order, each over the whole draft):
+
+- `rms_norm`: `mul(mul(x, rsqrt(add(mean(mul(x, x), [-1], keepdims), eps))), w)` (also with
+  `div(x, sqrt(...))`, operands either way round, `w` of shape `[D]`) -> `rms_norm(x, w) {eps}`.
+- `gelu`: a `mul` computed elementwise from one value `x` and scalar constants through `erf` (or
+  `tanh`) is evaluated on probe values; when it equals GELU (exact or tanh) it becomes
+  `gelu(x) {approximate}`. So every spelling of the formula raises, none that differs does.
+- `rope`: `add(mul(x, cos(e)), mul(concat(neg(x[..., D/2:]), x[..., :D/2]), sin(e)))` where the
+  angles `e` are computed from one integer input `pos` and constants only, and evaluating them on
+  probe positions gives `pos · theta^(-2i/D)` repeated twice (rotate-half) -> `rope(x', pos)`,
+  with `x` transposed to `[B,S,H,D]` and back when it is `[B,H,S,D]`.
+
+Before/after (rms_norm)::
+
+    %sq = mul(%x, %x); %m = mean(%sq) {axes=[-1], keepdims=true}; %a = add(%m, %eps)
+    %r = rsqrt(%a); %n = mul(%x, %r); %y = mul(%n, %w)
+    ->  %y = rms_norm(%x, %w) {eps = 1e-06}
+
+Not handled: norms over several axes, rope with partial rotary or interleaved (GPT-J) pairs, rope
+whose positions differ between batch rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+
+from optgraph.frontends.draft import Draft
+from optgraph.ir.graph import Node, TensorType
+from optgraph.ir.ops import attrs_with_defaults
+from optgraph.runtime.reference_kernels import KERNELS, erf, numpy_dtype
+
+Rule = Callable[[Draft, Node, dict[str, Node]], list[Node] | None]
+
+# Ops the probe evaluator may run besides the IR's elementwise ones (pseudo ops of the draft).
+_PSEUDO_KERNELS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "erf": lambda x: erf(x).astype(np.float32),
+    "cos": np.cos,
+    "sin": np.sin,
+}
+_ELEMENTWISE = frozenset(
+    {"add", "sub", "mul", "div", "neg", "exp", "tanh", "sqrt", "rsqrt", "pow", "scale", "erf"}
+)
+_GELU_PROBE = np.linspace(-6.0, 6.0, 97, dtype=np.float32)
+
+
+def raise_patterns(draft: Draft) -> None:
+    """Apply every rule, in order, to the whole draft (in place)."""
+    for rule in (_rms_norm, _gelu, _rope):
+        producers = {n.name: n for n in draft.nodes}
+        rewritten: list[Node] = []
+        for node in draft.nodes:
+            replacement = rule(draft, node, producers)
+            if replacement is None:
+                rewritten.append(node)
+                continue
+            rewritten.extend(replacement)
+            producers.update((n.name, n) for n in replacement)
+        draft.nodes = rewritten
+
+
+def _producer(producers: dict[str, Node], name: str, *ops: str) -> Node | None:
+    node = producers.get(name)
+    return node if node is not None and node.op in ops else None
+
+
+def _scalar(draft: Draft, name: str) -> float | None:
+    value = draft.constants.get(name)
+    if value is None or value.size != 1:
+        return None
+    return float(value.reshape(-1)[0])
+
+
+def _pairs(node: Node) -> Sequence[tuple[str, str]]:
+    a, b = node.operands
+    return ((a, b), (b, a))
+
+
+# -- rms_norm -----------------------------------------------------------------------------------
+
+
+def _last_axis_mean(node: Node | None, rank: int) -> bool:
+    if node is None or not node.attrs.get("keepdims"):
+        return False
+    axes = node.attrs.get("axes", ())
+    return isinstance(axes, tuple) and axes in ((-1,), (rank - 1,))
+
+
+def _rms_parts(draft: Draft, name: str, producers: dict[str, Node]) -> tuple[str, float] | None:
+    """(x, eps) when `name` is x normalized by its root mean square."""
+    node = producers.get(name)
+    if node is None or node.op not in ("mul", "div"):
+        return None
+    candidates = _pairs(node) if node.op == "mul" else [tuple(node.operands)]
+    for x, other in candidates:
+        inverse = _producer(producers, other, "rsqrt" if node.op == "mul" else "sqrt")
+        shifted = inverse and _producer(producers, inverse.operands[0], "add")
+        if not shifted:
+            continue
+        for mean_name, eps_name in _pairs(shifted):
+            eps = _scalar(draft, eps_name)
+            mean = _producer(producers, mean_name, "mean")
+            square = mean and _producer(producers, mean.operands[0], "mul")
+            x_type = draft.type_of(x)
+            if eps is None or not square or not _last_axis_mean(mean, x_type.rank):
+                continue
+            if square.operands == (x, x):
+                return x, eps
+    return None
+
+
+def _rms_norm(draft: Draft, node: Node, producers: dict[str, Node]) -> list[Node] | None:
+    if node.op != "mul" or node.type is None:
+        return None
+    for normalized, w in _pairs(node):
+        parts = _rms_parts(draft, normalized, producers)
+        if parts is None:
+            continue
+        x, eps = parts
+        x_type, w_type = draft.type_of(x), draft.type_of(w)
+        if w_type != TensorType(x_type.dtype, (x_type.shape[-1],)) or x_type != node.type:
+            continue
+        return [Node(node.name, "rms_norm", (x, w), {"eps": eps}, node.type, span=node.span)]
+    return None
+
+
+# -- gelu ----------------------------------------------------------------------------------------
+
+
+def _elementwise_cone(
+    draft: Draft, root: Node, producers: dict[str, Node], x: str | None = None, limit: int = 16
+) -> tuple[set[str], list[Node]] | None:
+    """(leaves, nodes): the elementwise nodes computing `root`, stopping at `x` and constants."""
+    cone: dict[str, Node] = {}
+    leaves: set[str] = set()
+    stack = [root.name]
+    while stack:
+        name = stack.pop()
+        if name in cone or name in leaves or _scalar(draft, name) is not None:
+            continue
+        node = producers.get(name)
+        if name != x and node is not None and node.op in _ELEMENTWISE:
+            if len(cone) >= limit:
+                return None
+            cone[name] = node
+            stack.extend(node.operands)
+        else:
+            leaves.add(name)
+    return leaves, [n for n in draft.nodes if n.name in cone]
+
+
+def _single_source_cones(
+    draft: Draft, root: Node, producers: dict[str, Node]
+) -> Iterator[tuple[str, list[Node]]]:
+    """Each (x, nodes) such that `root` is computed elementwise from x and scalar constants."""
+    widest = _elementwise_cone(draft, root, producers, limit=64)
+    if widest is None:
+        return
+    candidates = [
+        o for n in reversed(widest[1]) for o in n.operands if draft.type_of(o) == root.type
+    ]
+    for x in dict.fromkeys(candidates):
+        found = _elementwise_cone(draft, root, producers, x)
+        if found is not None and found[0] == {x}:
+            yield x, found[1]
+
+
+def _probe(draft: Draft, nodes: Sequence[Node], inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """The last of `nodes` evaluated with `inputs` and the draft's constants."""
+    env = dict(inputs)
+    for node in nodes:
+        args = [env[o] if o in env else draft.constants[o] for o in node.operands]
+        if node.op in _PSEUDO_KERNELS:
+            env[node.name] = _PSEUDO_KERNELS[node.op](args[0])
+        else:
+            env[node.name] = np.asarray(KERNELS[node.op](node, args, attrs_with_defaults(node)))
+    return env[nodes[-1].name]
+
+
+def _gelu_reference(x: np.ndarray, approximate: str) -> np.ndarray:
+    if approximate == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)
+        return 0.5 * x * (1.0 + np.tanh(inner))
+    return 0.5 * x * (1.0 + erf(x.astype(np.float64) / math.sqrt(2.0)).astype(np.float64))
+
+
+def _gelu(draft: Draft, node: Node, producers: dict[str, Node]) -> list[Node] | None:
+    if node.op not in ("mul", "scale") or node.type is None or node.type.dtype != "f32":
+        return None
+    for x, cone in _single_source_cones(draft, node, producers):
+        ops = {n.op for n in cone}
+        approximate = "none" if "erf" in ops else "tanh" if "tanh" in ops else None
+        if approximate is None:
+            continue
+        with np.errstate(all="ignore"):
+            got = _probe(draft, cone, {x: _GELU_PROBE})
+        expected = _gelu_reference(_GELU_PROBE.astype(np.float64), approximate)
+        if got.shape == expected.shape and np.allclose(got, expected, rtol=1e-5, atol=1e-5):
+            attrs = {"approximate": approximate}
+            return [Node(node.name, "gelu", (x,), attrs, node.type, span=node.span)]
+    return None
+
+
+# -- rope ----------------------------------------------------------------------------------------
+
+
+def _position_cone(
+    draft: Draft, table: str, producers: dict[str, Node]
+) -> tuple[str, list[Node]] | None:
+    """(pos, nodes) when `table` is computed from one integer input `pos` and constants only."""
+    cone: dict[str, Node] = {}
+    leaves: set[str] = set()
+    stack = [table]
+    while stack:
+        name = stack.pop()
+        if name in cone or name in leaves or name in draft.constants:
+            continue
+        node = producers.get(name)
+        if node is None:
+            leaves.add(name)
+        elif len(cone) < 32 and (node.op in KERNELS or node.op in _PSEUDO_KERNELS):
+            cone[name] = node
+            stack.extend(node.operands)
+        else:
+            return None
+    if len(leaves) != 1:
+        return None
+    pos = next(iter(leaves))
+    if draft.type_of(pos).dtype not in ("i32", "i64"):
+        return None
+    return pos, [n for n in draft.nodes if n.name in cone]
+
+
+def _rotate_half_of(node: Node | None, producers: dict[str, Node], rank: int) -> str | None:
+    """x when `node` is concat(neg(x[..., D/2:]), x[..., :D/2]) along the last axis."""
+    if node is None or node.op != "concat" or len(node.operands) != 2:
+        return None
+    if node.attrs.get("axis") not in (-1, rank - 1):
+        return None
+    negated = _producer(producers, node.operands[0], "neg")
+    upper = negated and _producer(producers, negated.operands[0], "slice")
+    lower = _producer(producers, node.operands[1], "slice")
+    if not upper or not lower or upper.operands != lower.operands or node.type is None:
+        return None
+    half = node.type.shape[-1] // 2
+    for part, start, end in ((upper, half, 2 * half), (lower, 0, half)):
+        if part.attrs.get("axis") not in (-1, rank - 1):
+            return None
+        if (part.attrs.get("start"), part.attrs.get("end")) != (start, end):
+            return None
+    return upper.operands[0]
+
+
+def _rope_theta(draft: Draft, cos_node: Node, pos: str, cone: list[Node]) -> float | None:
+    """theta such that cos's angles are pos · theta^(-2i/D), repeated for both halves."""
+    wanted = _ancestors(cone, cos_node.operands[0])
+    angles_at = [n for n in cone if n.name in wanted]
+    pos_type = draft.type_of(pos)
+    probe = (
+        np.arange(1, pos_type.numel + 1).reshape(pos_type.shape).astype(numpy_dtype(pos_type.dtype))
+    )
+    angles = _probe(draft, angles_at, {pos: probe}) if angles_at else None
+    if angles is None or angles.shape[-1] < 4:
+        return None
+    first = angles.reshape(-1, angles.shape[-1])[0].astype(np.float64)
+    half = first.size // 2
+    if first[1] <= 0 or not np.allclose(first[:half], first[half:]):
+        return None
+    theta = float(first[1] ** (-half))
+    # The model's float32 frequency table moves theta in its 7th digit: keep the value it meant.
+    return float(f"{theta:.6g}")
+
+
+def _rope_table(positions: np.ndarray, theta: float, dim: int) -> np.ndarray:
+    inv_freq = theta ** (-2.0 * np.arange(dim // 2, dtype=np.float64) / dim)
+    angles = positions.astype(np.float64).reshape(-1)[:, None] * inv_freq[None, :]
+    return np.concatenate([angles, angles], axis=-1)  # [S, D]
+
+
+def _rope_layout(x: TensorType, table: TensorType, positions: int) -> str | None:
+    """ "bshd" or "bhsd": where the table's positions fall in x; None when it fits neither."""
+    if x.rank != 4 or table.rank > 4:
+        return None
+    padded = (1,) * (4 - table.rank) + table.shape
+    if padded[0] != 1 or padded[3] != x.shape[3]:
+        return None
+    if padded[1:3] == (positions, 1) and x.shape[1] == positions:
+        return "bshd"
+    if padded[1:3] == (1, positions) and x.shape[2] == positions:
+        return "bhsd"
+    return None
+
+
+def _rope_tables_match(
+    draft: Draft, cone: list[Node], tables: tuple[str, str], pos: str, theta: float, dim: int
+) -> bool:
+    pos_type = draft.type_of(pos)
+    rng = np.random.default_rng(0)
+    probe = (
+        (rng.permutation(pos_type.numel) + 3)
+        .reshape(pos_type.shape)
+        .astype(numpy_dtype(pos_type.dtype))
+    )
+    angles = _rope_table(probe, theta, dim)
+    for table, fn in zip(tables, (np.cos, np.sin)):
+        table_cone = [n for n in cone if n.name == table or n.name in _ancestors(cone, table)]
+        got = _probe(draft, table_cone, {pos: probe})
+        if got.size != angles.size or not np.allclose(
+            got.reshape(angles.shape), fn(angles), atol=1e-5
+        ):
+            return False
+    return True
+
+
+def _ancestors(cone: list[Node], name: str) -> set[str]:
+    by_name = {n.name: n for n in cone}
+    seen: set[str] = set()
+    stack = [name]
+    while stack:
+        node = by_name.get(stack.pop())
+        if node is not None and node.name not in seen:
+            seen.add(node.name)
+            stack.extend(node.operands)
+    return seen
+
+
+def _rope(draft: Draft, node: Node, producers: dict[str, Node]) -> list[Node] | None:
+    if node.op != "add" or node.type is None or node.type.rank != 4:
+        return None
+    for plain, rotated in _pairs(node):
+        plain_node = _producer(producers, plain, "mul")
+        rotated_node = _producer(producers, rotated, "mul")
+        if plain_node is None or rotated_node is None:
+            continue
+        for x, cos_table in _pairs(plain_node):
+            for half_name, sin_table in _pairs(rotated_node):
+                half = _rotate_half_of(producers.get(half_name), producers, 4)
+                if half != x:
+                    continue
+                raised = _raise_rope(draft, node, x, (cos_table, sin_table), producers)
+                if raised is not None:
+                    return raised
+    return None
+
+
+def _raise_rope(
+    draft: Draft, node: Node, x: str, tables: tuple[str, str], producers: dict[str, Node]
+) -> list[Node] | None:
+    assert node.type is not None
+    found = _position_cone(draft, tables[0], producers)
+    found_sin = _position_cone(draft, tables[1], producers)
+    if found is None or found_sin is None or found[0] != found_sin[0]:
+        return None
+    pos, cone = found
+    names = {n.name for n in cone} | {n.name for n in found_sin[1]}
+    cone = [n for n in draft.nodes if n.name in names]
+    cos_nodes = [n for n in cone if n.op == "cos"]
+    x_type, pos_type = draft.type_of(x), draft.type_of(pos)
+    layout = _rope_layout(x_type, draft.type_of(tables[0]), pos_type.numel)
+    if len(cos_nodes) != 1 or layout is None:
+        return None
+    theta = _rope_theta(draft, cos_nodes[0], pos, cone)
+    dim = x_type.shape[3]
+    if theta is None or not _rope_tables_match(draft, cone, tables, pos, theta, dim):
+        return None
+    nodes: list[Node] = []
+    if pos_type.shape != (pos_type.numel,):
+        flat = TensorType(pos_type.dtype, (pos_type.numel,))
+        reshaped = draft.fresh(f"{pos}.flat")
+        nodes.append(Node(reshaped, "reshape", (pos,), {"shape": flat.shape}, flat, span=node.span))
+        pos = reshaped
+    attrs = {"theta": theta}
+    if layout == "bshd":
+        return [*nodes, Node(node.name, "rope", (x, pos), attrs, node.type, span=node.span)]
+    perm = {"perm": (0, 2, 1, 3)}
+    swapped = x_type.with_shape(x_type.shape[i] for i in (0, 2, 1, 3))
+    xt, rt = draft.fresh(f"{node.name}.bshd"), draft.fresh(f"{node.name}.rope")
+    return [
+        *nodes,
+        Node(xt, "transpose", (x,), perm, swapped, span=node.span),
+        Node(rt, "rope", (xt, pos), attrs, swapped, span=node.span),
+        Node(node.name, "transpose", (rt,), perm, node.type, span=node.span),
+    ]

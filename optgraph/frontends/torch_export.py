@@ -1,0 +1,184 @@
+"""PyTorch in: `from_torch(module_or_exported_program, example_args)` through `torch.export`.
+
+The module is exported (`torch.export.export`, static shapes from the example arguments) and its
+ATen graph decomposed to core ATen except for the ops `aten_ops.CONVERTERS` maps directly (linear,
+the norms, scaled_dot_product_attention, gelu, silu, conv2d, ...): those are kept whole so they
+become optgraph's fast ops. Then each node becomes IR nodes:
+
+- graph inputs take `forward`'s parameter names, in order; outputs keep their order;
+- parameters become weights under their real names (`layers.0.attn.q_proj.weight`);
+- a node whose tensor operands are all constants (buffers, literals, shape arithmetic) is run by
+  PyTorch at import and becomes a constant; constants still read at the end become weights (a
+  buffer keeps its name, others are `const.N`);
+- raising (`raising.py`) turns norm, GELU and rope patterns into fast ops.
+
+Errors: a dynamic dimension names the value and the dimension; ATen ops with no IR counterpart are
+listed together (op, count, nodes), located at the first one's line in the model's source.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from optgraph.errors import OptGraphError, Span
+from optgraph.frontends.aten_ops import CONVERTERS
+from optgraph.frontends.draft import Draft
+from optgraph.frontends.raising import raise_patterns
+from optgraph.frontends.torch_values import (
+    Converter,
+    TorchContext,
+    node_span,
+    to_numpy,
+    torch_module,
+    value_type,
+)
+from optgraph.ir.graph import Graph
+
+__all__ = ["from_torch", "load_exported_program"]
+
+_IGNORED = ("aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constrain_range")
+
+
+def load_exported_program(path: str) -> Any:
+    """A `torch.export.save` file; an `OptGraphError` when it is not one."""
+    torch = torch_module()
+    if not zipfile.is_zipfile(path):  # before torch, which logs a traceback for a bad archive
+        raise OptGraphError(
+            f"import: {path}: not a torch.export program (.pt2): not a zip archive",
+            Span(path, 1, 1),
+        )
+    try:
+        return torch.export.load(path)
+    except FileNotFoundError:
+        raise OptGraphError(f"import: {path}: no such file") from None
+    except Exception as err:  # noqa: BLE001 - torch raises many kinds for a bad archive
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise OptGraphError(
+            f"import: {path}: not a torch.export program (.pt2): {first}", Span(path, 1, 1)
+        ) from None
+
+
+def _export(torch: Any, model: Any, example_args: Sequence[Any] | None) -> Any:
+    if isinstance(model, torch.export.ExportedProgram):
+        return model
+    if example_args is None:
+        raise OptGraphError("import: a torch module needs example_args to be exported")
+    model.eval()
+    try:
+        return torch.export.export(model, tuple(example_args))
+    except Exception as err:  # noqa: BLE001 - export fails in many ways: report, not crash
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise OptGraphError(f"import: torch.export failed: {first}") from None
+
+
+def _decomposed(torch: Any, program: Any) -> Any:
+    """Core ATen, except for the ops optgraph maps whole (they are its fast ops)."""
+    table = torch.export.default_decompositions()
+    for op in list(table.keys()):
+        if str(op) in CONVERTERS:
+            table.pop(op)
+    return program.run_decompositions(table)
+
+
+def _placeholders(program: Any, draft: Draft, context: TorchContext) -> None:
+    signature = program.graph_signature
+    params = dict(signature.inputs_to_parameters)
+    buffers = dict(signature.inputs_to_buffers)
+    constants = dict(signature.inputs_to_lifted_tensor_constants)
+    user_inputs = set(signature.user_inputs)
+    for node in program.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        if node.name in params:
+            target = params[node.name]
+            draft.weights[target] = to_numpy(program.state_dict[target])
+            context.values[node.name] = target
+        elif node.name in buffers or node.name in constants:
+            target = buffers.get(node.name) or constants[node.name]
+            tensor = program.state_dict.get(target)
+            if tensor is None:
+                tensor = program.constants[target]
+            draft.constants[target] = to_numpy(tensor)
+            context.values[node.name] = target
+        elif node.name in user_inputs:
+            context.values[node.name] = draft.input(node.name, value_type(node))
+        else:
+            raise OptGraphError(f"import: unsupported input '{node.name}'", node_span(node))
+
+
+def _fold(torch: Any, node: Any, context: TorchContext) -> bool:
+    """Run `node` at import when every tensor it reads is a constant; True when it did."""
+    tensors = [a for a in node.all_input_nodes]
+    if any(context.values.get(a.name) not in context.draft.constants for a in tensors):
+        return False
+    if str(node.target).startswith(("aten.rand", "aten.normal", "aten.bernoulli")):
+        return False
+
+    def value(arg: Any) -> Any:
+        if isinstance(arg, torch.fx.Node):
+            return torch.from_numpy(np.array(context.draft.constants[context.values[arg.name]]))
+        if isinstance(arg, (list, tuple)):
+            return type(arg)(value(a) for a in arg)
+        return arg
+
+    result = node.target(*value(node.args), **{k: value(v) for k, v in node.kwargs.items()})
+    if not isinstance(result, torch.Tensor):
+        return False
+    context.values[node.name] = context.draft.constant(to_numpy(result), node.name)
+    return True
+
+
+def _unmapped(context: TorchContext, node: Any, target: str) -> None:
+    """A node under its ATen name, for `Draft.finish` to report unless raising consumes it."""
+    operands = [context.name_of(a) for a in node.all_input_nodes]
+    val = node.meta.get("val")
+    parts = list(val) if isinstance(val, (list, tuple)) else [val]
+    for index, part in enumerate(parts):
+        if not hasattr(part, "shape"):
+            continue
+        name = node.name if index == 0 else f"{node.name}.{index}"
+        result = value_type(node, part)
+        context.draft.node(target, operands, result, name=name, span=node_span(node))
+        context.values[name if index == 0 else f"{node.name}#{index}"] = name
+        context.values.setdefault(f"{node.name}#{index}", name)
+
+
+def _convert(torch: Any, program: Any, name: str) -> Draft:
+    draft = Draft(name)
+    context = TorchContext(draft)
+    _placeholders(program, draft, context)
+    for node in program.graph.nodes:
+        if node.op == "output":
+            outputs = node.args[0]
+            draft.outputs = [context.output_name(o) for o in outputs]
+            continue
+        if node.op != "call_function":
+            continue
+        target = str(node.target)
+        if target.startswith(_IGNORED) or _fold(torch, node, context):
+            continue
+        convert: Converter | None = CONVERTERS.get(target)
+        if convert is None and target == "<built-in function getitem>":
+            context.values[node.name] = context.values[f"{node.args[0].name}#{node.args[1]}"]
+            continue
+        if convert is None:
+            _unmapped(context, node, target)
+            continue
+        convert(context, node)
+    return draft
+
+
+def from_torch(
+    model: Any, example_args: Sequence[Any] | None = None
+) -> tuple[Graph, dict[str, np.ndarray]]:
+    """(graph, weights) of a torch module (exported with `example_args`) or ExportedProgram."""
+    torch = torch_module()
+    program = _decomposed(torch, _export(torch, model, example_args))
+    name = type(model).__name__ if not isinstance(model, torch.export.ExportedProgram) else "model"
+    draft = _convert(torch, program, name)
+    raise_patterns(draft)
+    return draft.finish()
