@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 import optgraph as og
+from optgraph.analysis.races import END, find_races
 from optgraph.codegen.program import lower
 from optgraph.errors import VerifyError
 from optgraph.ir.graph import Graph
-from optgraph.passes.check_races import END, CheckRacesPass, find_races
+from optgraph.passes.check_races import CheckRacesPass
 from optgraph.passes.manager import run_pipeline
 from optgraph.runtime.planned import PlanViolation, execute
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference
