@@ -21,6 +21,7 @@ handled (the caller uses another kernel): D > `MAX_D`, more than `MAX_ROWS` rows
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 from optgraph.codegen.cuda_head_rows import (
     AttentionShape,
@@ -78,36 +79,47 @@ def _layout(shape: AttentionShape) -> tuple[int, int, int, int, int]:
     return rb, rt, warps, -(-shape.skv // per_chunk), per_chunk
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """`rb` query rows a block of `rt` row tiles, `warps` warps taking `un` keys at a time,
+    `chunks` chunks of `per_chunk` keys (see `_layout`)."""
+
+    rb: int
+    rt: int
+    warps: int
+    chunks: int
+    per_chunk: int
+    un: int
+
+
 def decode_attention(shape: AttentionShape, salt: str) -> Launch:
+    """The launch of the split-KV kernel for `shape`; `salt` (the node's name) names its
+    workspace when it has more than one key chunk. Phases: the block's query rows (`_rows`), the
+    warps' walk over the chunk's keys (`_walk_keys`, with `_consume` for each batch of keys),
+    the merge of the warps' states in shared memory (`_share_warps`), then the store, directly
+    or through the workspace and the last block of the tile (`_store`)."""
     s, dt = shape, shape.dtype
-    rb, rt, warps, chunks, per_chunk = _layout(s)
-    un = _unroll(s)
-    e, d, threads = s.per_lane, s.d, warps * 32
-    tiles = s.b * s.hkv * rt
-    scale = f32_literal(s.scale)
-    consume = [
-        f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
-        f"  float sc[{un}];",
-        "  float mx = m[r];",
-        f"  #pragma unroll\n  for (int u = 0; u < {un}; ++u) {{",
-        "    float dot = 0.0f;",
-        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) dot += qv[r][k] * kf[u][k];",
-        f"    {warp_sum('dot')}",
-        f"    sc[u] = (j0 + u < k1 && j0 + u < lim[r]) ? dot * {scale} : {NEG_INF};",
-        "    mx = og_max(mx, sc[u]);",
-        "  }",
-        f"  if (mx == {NEG_INF}) continue;",  # nothing visible yet (uniform over the warp)
-        "  const float corr = expf(m[r] - mx);",
-        "  l[r] *= corr;",
-        f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k) acc[r][k] *= corr;",
-        f"  #pragma unroll\n  for (int u = 0; u < {un}; ++u) {{",
-        f"    const float p = sc[u] == {NEG_INF} ? 0.0f : expf(sc[u] - mx);",
-        "    l[r] += p;",
-        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) acc[r][k] += p * vf[u][k];",
-        "  }",
-        "  m[r] = mx;",
-        "}",
-    ]
+    lay = _Layout(*_layout(s), _unroll(s))
+    lines = [*_rows(s, lay), *_walk_keys(s, lay), *_share_warps(s, lay)]
+    stores, decl = _store(s, lay, salt)
+    lines += stores
+    decls = [out_param(dt), in_param(dt, 0), in_param(dt, 1), in_param(dt, 2)]
+    if s.has_len:
+        decls.append(f"const {STORAGE[s.len_dtype]}* in3")
+    text = "\n".join("  " + line for line in "\n".join(lines).split("\n"))
+    family = f"attention_decode|{salt}" if lay.chunks > 1 else "attention_decode"
+    template = kernel_template(decls, text)
+    name = "og_attention_decode_"
+    name += hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
+    kernel = Kernel.assemble(name, decls, text, (decl,))
+    args = ("out", "in0", "in1", "in2") + (("in3",) if s.has_len else ())
+    return Launch(kernel, (lay.chunks, s.hkv * lay.rt, s.b), (lay.warps * 32, 1, 1), args)
+
+
+def _rows(s: AttentionShape, lay: _Layout) -> list[str]:
+    """The block's coordinates, the visible length L, and for each of its query rows the slice
+    `qv[r]` of q this lane holds and `lim[r]`, the keys the row sees; `kend` the most of them."""
+    rb, rt, e, d = lay.rb, lay.rt, s.per_lane, s.d
     lines = [
         "const unsigned int c = blockIdx.x, hr = blockIdx.y, bz = blockIdx.z;",
         f"const unsigned int hk = hr / {rt}u, rt = hr % {rt}u;",
@@ -135,15 +147,23 @@ def decode_attention(shape: AttentionShape, salt: str) -> Launch:
             f"  if (active) lm = og_min(lm, (long long)L - {s.sq}LL + (long long)(gr % {s.sq}u) + 1LL);",
             "  if (lm < 0) lm = 0;",
         ]
-    lines += [
+    return lines + [
         "  lim[r] = (unsigned int)lm;",
         "  kend = og_max(kend, lim[r]);",
         "  const unsigned long long qo = active ? qoff_of(gr) : 0ull;",
         f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k) {{",
         f"    const unsigned int t = (unsigned int)lane * {e}u + k;",
-        f"    qv[r][k] = (active && t < {d}u) ? {load(dt, 'in0[qo + t]')} : 0.0f;",
+        f"    qv[r][k] = (active && t < {d}u) ? {load(s.dtype, 'in0[qo + t]')} : 0.0f;",
         "  }",
         "}",
+    ]
+
+
+def _walk_keys(s: AttentionShape, lay: _Layout) -> list[str]:
+    """Each warp's online softmax state (m, l, acc per row) over its keys of the block's chunk,
+    `un` keys a step."""
+    rb, un, e, per_chunk = lay.rb, lay.un, s.per_lane, lay.per_chunk
+    return [
         f"const unsigned int k0 = c * {per_chunk}u;",
         # kc1 bounds the chunk's rows (always valid memory), k1 the visible ones: the loop and its
         # first loads do not wait for kv_len, they are issued alongside its read
@@ -156,17 +176,52 @@ def decode_attention(shape: AttentionShape, salt: str) -> Launch:
         "}",
         (
             f"for (unsigned int j0 = k0 + (unsigned int)warp * {un}u; j0 < kc1;"
-            f" j0 += {warps * un}u) {{"
+            f" j0 += {lay.warps * un}u) {{"
         ),
         # rows past kc1 read row j0 (valid: j0 < kc1); rows past k1 are masked in `consume`
         *(
             "  " + x
             for x in contiguous_rows(
-                s, un, "(j0 + u < kc1 ? j0 + u : j0)", ["if (j0 >= k1) break;", *consume]
+                s, un, "(j0 + u < kc1 ? j0 + u : j0)", ["if (j0 >= k1) break;", *_consume(s, lay)]
             )
         ),
         "}",
-        # merge the warps in warp order
+    ]
+
+
+def _consume(s: AttentionShape, lay: _Layout) -> list[str]:
+    """The online softmax step of every row over the `un` keys in kf/vf (keys past k1 or the
+    row's limit masked)."""
+    rb, un, e = lay.rb, lay.un, s.per_lane
+    return [
+        f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
+        f"  float sc[{un}];",
+        "  float mx = m[r];",
+        f"  #pragma unroll\n  for (int u = 0; u < {un}; ++u) {{",
+        "    float dot = 0.0f;",
+        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) dot += qv[r][k] * kf[u][k];",
+        f"    {warp_sum('dot')}",
+        f"    sc[u] = (j0 + u < k1 && j0 + u < lim[r]) ? dot * {f32_literal(s.scale)} : {NEG_INF};",
+        "    mx = og_max(mx, sc[u]);",
+        "  }",
+        f"  if (mx == {NEG_INF}) continue;",  # nothing visible yet (uniform over the warp)
+        "  const float corr = expf(m[r] - mx);",
+        "  l[r] *= corr;",
+        f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k) acc[r][k] *= corr;",
+        f"  #pragma unroll\n  for (int u = 0; u < {un}; ++u) {{",
+        f"    const float p = sc[u] == {NEG_INF} ? 0.0f : expf(sc[u] - mx);",
+        "    l[r] += p;",
+        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) acc[r][k] += p * vf[u][k];",
+        "  }",
+        "  m[r] = mx;",
+        "}",
+    ]
+
+
+def _share_warps(s: AttentionShape, lay: _Layout) -> list[str]:
+    """Every warp's (m, l, acc) into shared memory, for the merge in warp order."""
+    rb, warps, e, d = lay.rb, lay.warps, s.per_lane, s.d
+    return [
         f"__shared__ float og_m[{warps}][{rb}], og_l[{warps}][{rb}];",
         f"__shared__ float og_a[{warps}][{rb}][{d}];",
         f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
@@ -178,6 +233,14 @@ def decode_attention(shape: AttentionShape, salt: str) -> Launch:
         "}",
         "__syncthreads();",
     ]
+
+
+def _store(s: AttentionShape, lay: _Layout, salt: str) -> tuple[list[str], str]:
+    """(statements, file-scope declarations): merge the warps' states in warp order for each
+    (row, element) of the block and store the rows; with C > 1 chunks, write the merged state to
+    the workspace, and let the block that arrives last at the tile merge the C partials in chunk
+    order, store, and reset the tile's counter."""
+    rb, rt, warps, chunks, d = lay.rb, lay.rt, lay.warps, lay.chunks, s.d
     merge_warps = [
         f"  const unsigned int r = t / {d}u, dd = t % {d}u;",
         f"  float M = {NEG_INF};",
@@ -189,70 +252,59 @@ def decode_attention(shape: AttentionShape, salt: str) -> Launch:
         "    A += og_a[w][r][dd] * wt;",
         "  }",
     ]
-    loop = f"for (unsigned int t = threadIdx.x; t < {rb * d}u; t += {threads}u) {{"
+    loop = f"for (unsigned int t = threadIdx.x; t < {rb * d}u; t += {warps * 32}u) {{"
     write = [
         f"  const unsigned int gr = rt * {rb}u + r;",
-        f"  if (gr < {s.group * s.sq}u) out[qoff_of(gr) + dd] = {store(dt, 'Ls > 0.0f ? A / Ls : 0.0f')};",
+        f"  if (gr < {s.group * s.sq}u) out[qoff_of(gr) + dd] = {store(s.dtype, 'Ls > 0.0f ? A / Ls : 0.0f')};",
     ]
-    decl = ""
     if chunks == 1:
-        lines += [loop, *merge_warps, *write, "}"]
-    else:
-        layout = (rb, rt, warps, chunks, per_chunk, un)
-        digest = hashlib.sha1(f"{salt}|attention|{s}|{layout}".encode()).hexdigest()[:12]
-        ws, ml, cnt = f"og_ws_{digest}", f"og_ml_{digest}", f"og_cnt_{digest}"
-        decl = (
-            f"__device__ float {ws}[{tiles * chunks * rb * d}];\n"
-            f"__device__ float {ml}[{tiles * chunks * rb * 2}];\n"
-            f"__device__ unsigned int {cnt}[{tiles}];\n"
-        )
-        part = f"(tile * {chunks}u + {{c}}) * {rb}u + r"
-        lines += [
-            f"const unsigned int tile = bz * {s.hkv * rt}u + hr;",
-            loop,
-            *merge_warps,
-            f"  {ws}[({part.format(c='c')}) * {d}u + dd] = A;",
-            (
-                f"  if (dd == 0u) {{ {ml}[({part.format(c='c')}) * 2u] = M; "
-                f"{ml}[({part.format(c='c')}) * 2u + 1u] = Ls; }}"
-            ),
-            "}",
-            "__threadfence();",
-            "__syncthreads();",
-            "__shared__ bool og_last;",
-            f"if (threadIdx.x == 0) og_last = atomicAdd(&{cnt}[tile], 1u) == {chunks - 1}u;",
-            "__syncthreads();",
-            "if (!og_last) return;",
-            "__threadfence();",
-            loop,
-            f"  const unsigned int r = t / {d}u, dd = t % {d}u;",
-            # every load first (unrolled: all in flight), then the sums in chunk order
-            f"  float mq[{chunks}], lq[{chunks}], aq[{chunks}];",
-            f"  #pragma unroll\n  for (unsigned int q = 0; q < {chunks}u; ++q) {{",
-            f"    mq[q] = __ldcg(&{ml}[({part.format(c='q')}) * 2u]);",
-            f"    lq[q] = __ldcg(&{ml}[({part.format(c='q')}) * 2u + 1u]);",
-            f"    aq[q] = __ldcg(&{ws}[({part.format(c='q')}) * {d}u + dd]);",
-            "  }",
-            f"  float M = {NEG_INF};",
-            f"  #pragma unroll\n  for (int q = 0; q < {chunks}; ++q) M = og_max(M, mq[q]);",
-            "  float Ls = 0.0f, A = 0.0f;",
-            f"  #pragma unroll\n  for (int q = 0; q < {chunks}; ++q) {{",
-            f"    const float wt = mq[q] == {NEG_INF} ? 0.0f : expf(mq[q] - M);",
-            "    Ls += lq[q] * wt;",
-            "    A += aq[q] * wt;",
-            "  }",
-            *write,
-            "}",
-            f"if (threadIdx.x == 0) {cnt}[tile] = 0u;",
-        ]
-    decls = [out_param(dt), in_param(dt, 0), in_param(dt, 1), in_param(dt, 2)]
-    if s.has_len:
-        decls.append(f"const {STORAGE[s.len_dtype]}* in3")
-    text = "\n".join("  " + line for line in "\n".join(lines).split("\n"))
-    family = f"attention_decode|{salt}" if chunks > 1 else "attention_decode"
-    template = kernel_template(decls, text)
-    name = "og_attention_decode_"
-    name += hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
-    kernel = Kernel.assemble(name, decls, text, (decl,))
-    args = ("out", "in0", "in1", "in2") + (("in3",) if s.has_len else ())
-    return Launch(kernel, (chunks, s.hkv * rt, s.b), (threads, 1, 1), args)
+        return [loop, *merge_warps, *write, "}"], ""
+    layout = (rb, rt, warps, chunks, lay.per_chunk, lay.un)
+    digest = hashlib.sha1(f"{salt}|attention|{s}|{layout}".encode()).hexdigest()[:12]
+    ws, ml, cnt = f"og_ws_{digest}", f"og_ml_{digest}", f"og_cnt_{digest}"
+    tiles = s.b * s.hkv * rt
+    decl = (
+        f"__device__ float {ws}[{tiles * chunks * rb * d}];\n"
+        f"__device__ float {ml}[{tiles * chunks * rb * 2}];\n"
+        f"__device__ unsigned int {cnt}[{tiles}];\n"
+    )
+    part = f"(tile * {chunks}u + {{c}}) * {rb}u + r"
+    lines = [
+        f"const unsigned int tile = bz * {s.hkv * rt}u + hr;",
+        loop,
+        *merge_warps,
+        f"  {ws}[({part.format(c='c')}) * {d}u + dd] = A;",
+        (
+            f"  if (dd == 0u) {{ {ml}[({part.format(c='c')}) * 2u] = M; "
+            f"{ml}[({part.format(c='c')}) * 2u + 1u] = Ls; }}"
+        ),
+        "}",
+        "__threadfence();",
+        "__syncthreads();",
+        "__shared__ bool og_last;",
+        f"if (threadIdx.x == 0) og_last = atomicAdd(&{cnt}[tile], 1u) == {chunks - 1}u;",
+        "__syncthreads();",
+        "if (!og_last) return;",
+        "__threadfence();",
+        loop,
+        f"  const unsigned int r = t / {d}u, dd = t % {d}u;",
+        # every load first (unrolled: all in flight), then the sums in chunk order
+        f"  float mq[{chunks}], lq[{chunks}], aq[{chunks}];",
+        f"  #pragma unroll\n  for (unsigned int q = 0; q < {chunks}u; ++q) {{",
+        f"    mq[q] = __ldcg(&{ml}[({part.format(c='q')}) * 2u]);",
+        f"    lq[q] = __ldcg(&{ml}[({part.format(c='q')}) * 2u + 1u]);",
+        f"    aq[q] = __ldcg(&{ws}[({part.format(c='q')}) * {d}u + dd]);",
+        "  }",
+        f"  float M = {NEG_INF};",
+        f"  #pragma unroll\n  for (int q = 0; q < {chunks}; ++q) M = og_max(M, mq[q]);",
+        "  float Ls = 0.0f, A = 0.0f;",
+        f"  #pragma unroll\n  for (int q = 0; q < {chunks}; ++q) {{",
+        f"    const float wt = mq[q] == {NEG_INF} ? 0.0f : expf(mq[q] - M);",
+        "    Ls += lq[q] * wt;",
+        "    A += aq[q] * wt;",
+        "  }",
+        *write,
+        "}",
+        f"if (threadIdx.x == 0) {cnt}[tile] = 0u;",
+    ]
+    return lines, decl

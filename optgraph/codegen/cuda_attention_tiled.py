@@ -153,14 +153,45 @@ def _tile_store(shape: AttentionShape, threads: int) -> list[str]:
 
 
 def tiled_attention(shape: AttentionShape) -> Launch:
+    """The launch of the tiled kernel for `shape`. Phases: the block's query rows (`_rows`), the
+    K/V tile loads (`_tile_loader`, `_tile_store`), per tile the scores (`_scores`), the online
+    softmax step (`_softmax_step`) and the weighted sum of V (`_accumulate`), then the rows'
+    store (`_store_rows`)."""
     s, dt = shape, shape.dtype
+    threads = WARPS * 32
+    qtiles = -(-s.sq // (WARPS * ROWS_PER_WARP))
+    lines = [
+        *_rows(s, qtiles),
+        *_tile_loader(s, threads),
+        f"for (unsigned int k0 = 0; k0 < kend; k0 += {KEYS}u) {{",
+        "  __syncthreads();",
+        *("  " + x for x in _tile_store(s, threads)),
+        "  __syncthreads();",
+        "  if (k0 >= wlim) continue;",  # this warp's rows see none of the tile (uniform)
+        *_scores(s),
+        *_softmax_step(s),
+        "  __syncwarp();",
+        *_accumulate(s),
+        "  __syncwarp();",
+        "}",
+        *_store_rows(s),
+    ]
+    decls = [out_param(dt), in_param(dt, 0), in_param(dt, 1), in_param(dt, 2)]
+    if s.has_len:
+        decls.append(f"const {STORAGE[s.len_dtype]}* in3")
+    kernel = make_kernel("attention_tiled", decls, "\n".join("  " + x for x in lines))
+    args = ("out", "in0", "in1", "in2") + (("in3",) if s.has_len else ())
+    return Launch(kernel, (qtiles, s.hq, s.b), (threads, 1, 1), args)
+
+
+def _rows(s: AttentionShape, qtiles: int) -> list[str]:
+    """The block's query tile (the last first), head and offsets, its shared tiles, `kend` (the
+    keys any of its rows sees), and for each of the warp's rows the lane's slice of q and an
+    empty online softmax state; `wlim` the keys the warp's rows see."""
     e, d, rw = s.per_lane, s.d, ROWS_PER_WARP
     rows = WARPS * rw
-    threads = WARPS * 32
-    qtiles = -(-s.sq // rows)
-    scale = f32_literal(s.scale)
     limit = "og_min((long long)L, (long long)L - SQ + (long long)i + 1LL)" if s.causal else "L"
-    lines = [
+    return [
         f"const long long SQ = {s.sq}LL;",
         f"const unsigned int qt = {qtiles - 1}u - blockIdx.x, h = blockIdx.y, bz = blockIdx.z;",
         f"const unsigned int hk = h / {s.group}u;",
@@ -191,16 +222,19 @@ def tiled_attention(shape: AttentionShape) -> Launch:
         "    acc[r][k] = 0.0f;",
         (
             f"    qv[r][k] = (i < SQ && t < {d}u) ? "
-            f"{load(dt, 'in0[qbase + (unsigned long long)i * ' + str(d) + 'u + t]')} : 0.0f;"
+            f"{load(s.dtype, 'in0[qbase + (unsigned long long)i * ' + str(d) + 'u + t]')} : 0.0f;"
         ),
         "  }",
         "}",
-        *_tile_loader(s, threads),
-        f"for (unsigned int k0 = 0; k0 < kend; k0 += {KEYS}u) {{",
-        "  __syncthreads();",
-        *("  " + x for x in _tile_store(s, threads)),
-        "  __syncthreads();",
-        "  if (k0 >= wlim) continue;",  # this warp's rows see none of the tile (uniform)
+    ]
+
+
+def _scores(s: AttentionShape) -> list[str]:
+    """Each lane's partial dot products of its slice of q with the tile's keys, then the
+    reduce-scatter: part[r][0] = the score of key `lane` for row r. (Lines of the key loop's
+    body, indented as such.)"""
+    e, d, rw = s.per_lane, s.d, ROWS_PER_WARP
+    return [
         f"  float part[{rw}][{KEYS}];",
         f"  #pragma unroll\n  for (int j = 0; j < {KEYS}; ++j) {{",
         f"    float kf[{e}];",
@@ -215,9 +249,18 @@ def tiled_attention(shape: AttentionShape) -> Launch:
         "    }",
         "  }",
         *("  " + x for x in "\n".join(_reduce_scatter(rw)).split("\n")),
+    ]
+
+
+def _softmax_step(s: AttentionShape) -> list[str]:
+    """The online softmax over the tile for each row: the new max, the rescaled sum and
+    accumulator, and p = exp(score - max) of key `lane` into og_p (0 where masked). (Lines of
+    the key loop's body.)"""
+    e, rw = s.per_lane, ROWS_PER_WARP
+    return [
         "  const unsigned int key = k0 + (unsigned int)lane;",
         f"  #pragma unroll\n  for (int r = 0; r < {rw}; ++r) {{",
-        f"    const float sc = key < lim[r] ? part[r][0] * {scale} : {NEG_INF};",
+        f"    const float sc = key < lim[r] ? part[r][0] * {f32_literal(s.scale)} : {NEG_INF};",
         "    float mx = sc;",
         f"    {warp_max('mx')}",
         "    mx = og_max(mx, m[r]);",
@@ -231,7 +274,14 @@ def tiled_attention(shape: AttentionShape) -> Launch:
         "    }",
         "    og_p[warp][r][lane] = p;",
         "  }",
-        "  __syncwarp();",
+    ]
+
+
+def _accumulate(s: AttentionShape) -> list[str]:
+    """acc[r][slice] += p_j · V[j][slice] over the tile's keys j. (Lines of the key loop's
+    body.)"""
+    e, d, rw = s.per_lane, s.d, ROWS_PER_WARP
+    return [
         f"  #pragma unroll 8\n  for (int j = 0; j < {KEYS}; ++j) {{",
         f"    float vf[{e}];",
         f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) {{",
@@ -243,10 +293,16 @@ def tiled_attention(shape: AttentionShape) -> Launch:
         f"      #pragma unroll\n      for (int k = 0; k < {e}; ++k) acc[r][k] += pj * vf[k];",
         "    }",
         "  }",
-        "  __syncwarp();",
-        "}",
+    ]
+
+
+def _store_rows(s: AttentionShape) -> list[str]:
+    """Each row's accumulator divided by its sum (the lanes' shares added), 0 for a row that
+    sees no key."""
+    e, d, rw = s.per_lane, s.d, ROWS_PER_WARP
+    return [
         f"#pragma unroll\nfor (int r = 0; r < {rw}; ++r) {{",
-        f"  const long long i = (long long)qt * {rows}LL + warp * {rw} + r;",
+        f"  const long long i = (long long)qt * {WARPS * rw}LL + warp * {rw} + r;",
         "  float ls = l[r];",
         f"  {warp_sum('ls')}",
         "  if (i >= SQ) continue;",
@@ -254,14 +310,8 @@ def tiled_attention(shape: AttentionShape) -> Launch:
         "    const unsigned int t = (unsigned int)lane + 32u * k;",
         (
             f"    if (t < {d}u) out[qbase + (unsigned long long)i * {d}u + t] = "
-            f"{store(dt, 'ls > 0.0f ? acc[r][k] / ls : 0.0f')};"
+            f"{store(s.dtype, 'ls > 0.0f ? acc[r][k] / ls : 0.0f')};"
         ),
         "  }",
         "}",
     ]
-    decls = [out_param(dt), in_param(dt, 0), in_param(dt, 1), in_param(dt, 2)]
-    if s.has_len:
-        decls.append(f"const {STORAGE[s.len_dtype]}* in3")
-    kernel = make_kernel("attention_tiled", decls, "\n".join("  " + x for x in lines))
-    args = ("out", "in0", "in1", "in2") + (("in3",) if s.has_len else ())
-    return Launch(kernel, (qtiles, s.hq, s.b), (threads, 1, 1), args)

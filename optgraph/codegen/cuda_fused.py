@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from optgraph.analysis.fusion_rules import PRODUCT, plan_body
 from optgraph.codegen.cuda_gemv_layout import BATCH, BOUNDS, THREADS, VECTOR, layout, product_loop
@@ -72,6 +73,34 @@ def gemv_shape(anchor: Node, a: TensorType, b: TensorType) -> tuple[int, int, in
     return m, k, n
 
 
+@dataclass(frozen=True)
+class _Geometry:
+    """The product `[m, k] @ [k, n]` and its layout (`cuda_gemv_layout.layout`): `ct` column
+    threads of `vec` elements a tile, `tiles` tiles, `splits` slices of K of `rows` rows."""
+
+    m: int
+    k: int
+    n: int
+    dtype: str
+    vec: int
+    ct: int
+    tiles: int
+    splits: int
+    rows: int
+
+    @property
+    def tile_cols(self) -> int:
+        return self.ct * self.vec
+
+    @property
+    def warps(self) -> int:
+        return THREADS // 32
+
+    @property
+    def lanes(self) -> int:
+        return THREADS // self.ct
+
+
 def gemv_kernel(
     salt: str,
     params: Sequence[str],
@@ -85,7 +114,10 @@ def gemv_kernel(
     """(kernel, grid) of the fused product, or None when the shape does not qualify.
 
     `params` name the region's operands in0, in1, ...; the anchor's weight is a param, its row
-    a param or the value of `prologue` (see `row_prologue`).
+    a param or the value of `prologue` (see `row_prologue`). The kernel's phases: the product
+    (`_product`: indexing, the row, the weights' loads and the multiply-adds), the reduction of
+    each tile's row lanes (`_reduce_lanes`), then the epilogue and store, in one pass or after
+    the split-K partial sums (`_store`).
     """
     index = {p: k for k, p in enumerate(params)}
     computed = {n.name: n.type for n in prologue if n.type is not None}
@@ -101,32 +133,66 @@ def gemv_kernel(
         return None
     assert anchor.type is not None
     m, k, n = shape
-    dtype, vec = a_type.dtype, VECTOR[a_type.dtype]
-    ct, tiles, splits, rows = layout(k, n, vec)
-    tile_cols = ct * vec
+    vec = VECTOR[a_type.dtype]
+    g = _Geometry(m, k, n, a_type.dtype, vec, *layout(k, n, vec))
     b_role = f"in{index[anchor.operands[1]]}"
-    warps = THREADS // 32
-    lanes = THREADS // ct
-    row_setup, row_value = row_prologue(params, types, prologue, anchor.operands[0], a_type, m)
-    staged = stage_row(anchor.operands[0] in index, dtype, m, rows)
+    body = _product(g, params, types, prologue, anchor.operands[0], a_type, b_role)
+    body += _reduce_lanes(g)
+    epi = _epilogue(params, types, epilogue, anchor, result, out_type, n)
+    stores, decl = _store(g, salt, epi)
+    body += stores
+    decls = [out_param(out_type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
+    text = "\n".join("  " + line for line in "\n".join(body).split("\n"))
+    family = f"gemv|{salt}" if g.splits > 1 else "gemv"
+    early = _prefetch_weights(b_role, g) if PREFETCH else ""
+    template = kernel_template(decls, text, BOUNDS, early)
+    name = "og_gemv_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
+    kernel = Kernel.assemble(name, decls, text, (decl,), BOUNDS, early)
+    return kernel, (g.tiles, g.splits, 1)
+
+
+def _product(
+    g: _Geometry,
+    params: Sequence[str],
+    types: Sequence[TensorType],
+    prologue: Sequence[Node],
+    row: str,
+    row_type: TensorType,
+    b_role: str,
+) -> list[str]:
+    """The thread's tile, column and rows of K, its row (a parameter, or computed by the
+    prologue and staged in shared memory when it fits), and `acc[i][v]`: the products of its
+    rows of K."""
+    row_setup, row_value = row_prologue(params, types, prologue, row, row_type, g.m)
+    staged = stage_row(row in params, g.dtype, g.m, g.rows)
     if staged:
-        row_value = load(dtype, f"og_xs[i * {rows}u + (kk - k0)]")
-    body = [
+        row_value = load(g.dtype, f"og_xs[i * {g.rows}u + (kk - k0)]")
+    return [
         *row_setup,
         "const unsigned int tile = blockIdx.x, split = blockIdx.y;",
-        f"const unsigned int cg = threadIdx.x % {ct}u, rl = threadIdx.x / {ct}u;",
-        f"const unsigned int n0 = tile * {tile_cols}u + cg * {vec}u;",
-        f"const unsigned int k0 = split * {rows}u;",
-        f"const unsigned int k1 = min({k}u, k0 + {rows}u);",
+        f"const unsigned int cg = threadIdx.x % {g.ct}u, rl = threadIdx.x / {g.ct}u;",
+        f"const unsigned int n0 = tile * {g.tile_cols}u + cg * {g.vec}u;",
+        f"const unsigned int k0 = split * {g.rows}u;",
+        f"const unsigned int k1 = min({g.k}u, k0 + {g.rows}u);",
         *staged,
-        f"float acc[{m}][{vec}];",
-        f"#pragma unroll\nfor (int i = 0; i < {m}; ++i) {{",
-        f"  #pragma unroll\n  for (int v = 0; v < {vec}; ++v) acc[i][v] = 0.0f;",
+        f"float acc[{g.m}][{g.vec}];",
+        f"#pragma unroll\nfor (int i = 0; i < {g.m}; ++i) {{",
+        f"  #pragma unroll\n  for (int v = 0; v < {g.vec}; ++v) acc[i][v] = 0.0f;",
         "}",
-        f"if (n0 < {n}u) {{",
-        *("  " + s for s in product_loop(dtype, [f"{b_role} + n0"], n, lanes, m, row_value)),
+        f"if (n0 < {g.n}u) {{",
+        *(
+            "  " + s
+            for s in product_loop(g.dtype, [f"{b_role} + n0"], g.n, g.lanes, g.m, row_value)
+        ),
         "}",
-        # reduce the row lanes of one warp (lane bits above the column group), then across warps
+    ]
+
+
+def _reduce_lanes(g: _Geometry) -> list[str]:
+    """Sum the row lanes of one warp (lane bits above the column group) by shuffles, then write
+    each warp's sums to `og_red[warp]` for the block reduction."""
+    m, vec, ct = g.m, g.vec, g.ct
+    return [
         f"#pragma unroll\nfor (int i = 0; i < {m}; ++i) {{",
         f"  #pragma unroll\n  for (int v = 0; v < {vec}; ++v) {{",
         (
@@ -135,7 +201,7 @@ def gemv_kernel(
         ),
         "  }",
         "}",
-        f"__shared__ float og_red[{warps}][{m}][{tile_cols}];",
+        f"__shared__ float og_red[{g.warps}][{m}][{g.tile_cols}];",
         "const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;",
         f"if (lane < {ct}u) {{",
         f"  #pragma unroll\n  for (int i = 0; i < {m}; ++i) {{",
@@ -147,10 +213,17 @@ def gemv_kernel(
         "}",
         "__syncthreads();",
     ]
-    epi = _epilogue(params, types, epilogue, anchor, result, out_type, n)
+
+
+def _store(g: _Geometry, salt: str, epi: Sequence[str]) -> tuple[list[str], str]:
+    """(statements, file-scope declarations): the block sums of each (row, column) of the tile,
+    then `epi` (the epilogue and store). With S splits of K, each block first writes its sums to
+    the kernel's workspace; the block that arrives last at the tile adds the S partials in split
+    order, runs `epi` and resets the tile's counter for the next launch."""
+    m, n, tile_cols = g.m, g.n, g.tile_cols
     reduce_block = [
         "float val = 0.0f;",
-        f"#pragma unroll\nfor (int w = 0; w < {warps}; ++w) val += og_red[w][i][c];",
+        f"#pragma unroll\nfor (int w = 0; w < {g.warps}; ++w) val += og_red[w][i][c];",
     ]
     loop = (
         f"for (unsigned int t = threadIdx.x; t < {m * tile_cols}u; t += {THREADS}u) {{\n"
@@ -158,43 +231,34 @@ def gemv_kernel(
         f"  const unsigned int col = tile * {tile_cols}u + c;\n"
         f"  if (col >= {n}u) continue;"
     )
-    decl = ""
-    if splits == 1:
-        body += [loop, *("  " + s for s in reduce_block), *("  " + s for s in epi), "}"]
-    else:
-        digest = hashlib.sha1(f"{salt}|{m},{k},{n},{dtype}".encode()).hexdigest()[:12]
-        ws, cnt = f"og_ws_{digest}", f"og_cnt_{digest}"
-        decl = (
-            f"__device__ float {ws}[{splits * m * n}];\n__device__ unsigned int {cnt}[{tiles}];\n"
-        )
-        body += [
-            loop,
-            *("  " + s for s in reduce_block),
-            f"  {ws}[(split * {m}u + i) * {n}u + col] = val;",
-            "}",
-            "__syncthreads();",
-            "__shared__ bool og_last;",
-            f"if (threadIdx.x == 0) og_last = og_arrive(&{cnt}[tile]) == {splits - 1}u;",
-            "__syncthreads();",
-            "if (!og_last) return;",
-            loop,
-            "  float val = 0.0f;",
-            (
-                f"  for (unsigned int s = 0; s < {splits}u; ++s) "
-                f"val += __ldcg(&{ws}[(s * {m}u + i) * {n}u + col]);"
-            ),
-            *("  " + s for s in epi),
-            "}",
-            f"if (threadIdx.x == 0) {cnt}[tile] = 0u;",
-        ]
-    decls = [out_param(out_type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
-    text = "\n".join("  " + line for line in "\n".join(body).split("\n"))
-    family = f"gemv|{salt}" if splits > 1 else "gemv"
-    early = _prefetch_weights(b_role, n, k, rows, ct, tile_cols, vec, lanes) if PREFETCH else ""
-    template = kernel_template(decls, text, BOUNDS, early)
-    name = "og_gemv_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
-    kernel = Kernel.assemble(name, decls, text, (decl,), BOUNDS, early)
-    return kernel, (tiles, splits, 1)
+    if g.splits == 1:
+        return [loop, *("  " + s for s in reduce_block), *("  " + s for s in epi), "}"], ""
+    digest = hashlib.sha1(f"{salt}|{m},{g.k},{n},{g.dtype}".encode()).hexdigest()[:12]
+    ws, cnt = f"og_ws_{digest}", f"og_cnt_{digest}"
+    decl = (
+        f"__device__ float {ws}[{g.splits * m * n}];\n__device__ unsigned int {cnt}[{g.tiles}];\n"
+    )
+    lines = [
+        loop,
+        *("  " + s for s in reduce_block),
+        f"  {ws}[(split * {m}u + i) * {n}u + col] = val;",
+        "}",
+        "__syncthreads();",
+        "__shared__ bool og_last;",
+        f"if (threadIdx.x == 0) og_last = og_arrive(&{cnt}[tile]) == {g.splits - 1}u;",
+        "__syncthreads();",
+        "if (!og_last) return;",
+        loop,
+        "  float val = 0.0f;",
+        (
+            f"  for (unsigned int s = 0; s < {g.splits}u; ++s) "
+            f"val += __ldcg(&{ws}[(s * {m}u + i) * {n}u + col]);"
+        ),
+        *("  " + s for s in epi),
+        "}",
+        f"if (threadIdx.x == 0) {cnt}[tile] = 0u;",
+    ]
+    return lines, decl
 
 
 # Prefetch each thread's first batch of weight rows into L2 before the PDL wait. Off: on an H100
@@ -203,20 +267,19 @@ def gemv_kernel(
 PREFETCH = False
 
 
-def _prefetch_weights(
-    b_role: str, n: int, k: int, rows: int, ct: int, tile_cols: int, vec: int, lanes: int
-) -> str:
+def _prefetch_weights(b_role: str, g: _Geometry) -> str:
     """Statements (a block of their own) bringing the rows of `b` this thread loads first into
     L2: they run before the dependency wait, during the preceding kernel (a hint only: the
     loads after the wait read whatever is current)."""
+    ct, n, k, rows = g.ct, g.n, g.k, g.rows
     lines = [
         "{",
-        f"  const unsigned int n0 = blockIdx.x * {tile_cols}u + (threadIdx.x % {ct}u) * {vec}u;",
+        f"  const unsigned int n0 = blockIdx.x * {g.tile_cols}u + (threadIdx.x % {ct}u) * {g.vec}u;",
         f"  const unsigned int k0 = blockIdx.y * {rows}u, k1 = min({k}u, k0 + {rows}u);",
         f"  if (n0 < {n}u) {{",
         "    #pragma unroll",
         f"    for (unsigned int j = 0; j < {BATCH}u; ++j) {{",
-        f"      const unsigned int kk = k0 + threadIdx.x / {ct}u + j * {lanes}u;",
+        f"      const unsigned int kk = k0 + threadIdx.x / {ct}u + j * {g.lanes}u;",
         f"      if (kk < k1) og_prefetch_l2({b_role} + (unsigned long long)kk * {n}u + n0);",
         "    }",
         "  }",

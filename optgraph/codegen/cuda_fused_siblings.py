@@ -139,25 +139,7 @@ def _segment(
         *("  " + s for s in product_loop(dtype, [f"{w} + n0" for w in weights], n, lanes, 1, xv)),
         "}",
     ]
-    lines += [
-        f"#pragma unroll\nfor (int j = 0; j < {p}; ++j) {{",
-        f"  #pragma unroll\n  for (int v = 0; v < {vec}; ++v) {{",
-        (
-            f"    for (int o = {ct}; o < 32; o <<= 1) "
-            "acc[j][v] += __shfl_xor_sync(0xffffffffu, acc[j][v], o);"
-        ),
-        "  }",
-        "}",
-        f"if (lane < {ct}u) {{",
-        f"  #pragma unroll\n  for (int j = 0; j < {p}; ++j) {{",
-        (
-            f"    #pragma unroll\n    for (int v = 0; v < {vec}; ++v) "
-            f"og_red[warp][j][lane * {vec}u + v] = acc[j][v];"
-        ),
-        "  }",
-        "}",
-        "__syncthreads();",
-    ]
+    lines += _reduce_lanes(p, vec, ct)
     loop = (
         f"for (unsigned int c = threadIdx.x; c < {tile_cols}u; c += {THREADS}u) {{\n"
         f"  const unsigned int col = lt * {tile_cols}u + c;\n"
@@ -192,6 +174,30 @@ def _segment(
         *epi,
         "}",
         f"if (threadIdx.x == 0) {cnt}[tile] = 0u;",
+    ]
+
+
+def _reduce_lanes(p: int, vec: int, ct: int) -> list[str]:
+    """Sum the row lanes of one warp for each of the `p` products by shuffles, then write each
+    warp's sums to `og_red[warp]` for the block reduction."""
+    return [
+        f"#pragma unroll\nfor (int j = 0; j < {p}; ++j) {{",
+        f"  #pragma unroll\n  for (int v = 0; v < {vec}; ++v) {{",
+        (
+            f"    for (int o = {ct}; o < 32; o <<= 1) "
+            "acc[j][v] += __shfl_xor_sync(0xffffffffu, acc[j][v], o);"
+        ),
+        "  }",
+        "}",
+        f"if (lane < {ct}u) {{",
+        f"  #pragma unroll\n  for (int j = 0; j < {p}; ++j) {{",
+        (
+            f"    #pragma unroll\n    for (int v = 0; v < {vec}; ++v) "
+            f"og_red[warp][j][lane * {vec}u + v] = acc[j][v];"
+        ),
+        "  }",
+        "}",
+        "__syncthreads();",
     ]
 
 

@@ -18,6 +18,7 @@ statistics (the row is read from L2 by every block) and one element per row of i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from optgraph.analysis.fusion_rules import NORM_OPS
 from optgraph.codegen.cuda_gemv_layout import THREADS
@@ -51,43 +52,61 @@ def row_prologue(
     index = {p: j for j, p in enumerate(params)}
     if row in index:
         return [], load(row_type.dtype, f"in{index[row]}[i * {k}u + kk]")
-    roles = [f"in{j}" for j in range(len(params))]
+    reader = _RowReader(params, types, row_type)
     norms = [n for n in prologue if n.op in NORM_OPS]
-    norm = norms[0] if norms else None
-
-    def element(nodes: Sequence[Node], value: str, extra: Sequence[str] = ()) -> list[str]:
-        env: dict[str, tuple[str, str]] = {}
-        lines = [f"const unsigned int xi = i * {k}u + j;"]
-        lines += load_params(
-            params,
-            types,
-            roles,
-            used_values(nodes, (value, *extra)),
-            "xi",
-            row_type.shape,
-            env,
-            "r",
-        )
-        lines += emit_scalars(nodes, env, "e")
-        return lines + [f"return (float){env[value][0]};"]
-
-    if norm is None:
+    if not norms:
         lambdas = [
             "auto og_row = [&](unsigned int i, unsigned int j) -> float {",
-            *("  " + line for line in element(prologue, row)),
+            *("  " + line for line in reader.element(prologue, row)),
             "};",
         ]
         return lambdas, "og_row(i, kk)"
-    assert norm.type is not None
+    norm = norms[0]
     cone = needed_values(prologue, norm.operands[0])
     before = [n for n in prologue if n.name in cone]
     after = [n for n in prologue if n.name not in cone and n is not norm]
+    lines = [
+        "auto og_x = [&](unsigned int i, unsigned int j) -> float {",
+        *("  " + line for line in reader.element(before, norm.operands[0])),
+        "};",
+        *_norm_statistics(norm, k, m),
+        "auto og_row = [&](unsigned int i, unsigned int j) -> float {",
+        *("  " + line for line in _normalized_element(reader, norm, after, row)),
+        "};",
+    ]
+    return lines, "og_row(i, kk)"
+
+
+@dataclass(frozen=True)
+class _RowReader:
+    """Reads the region's parameters at row element (i, j) of a `row_type` row."""
+
+    params: Sequence[str]
+    types: Sequence[TensorType]
+    row_type: TensorType
+
+    def load(self, used: set[str], env: dict[str, tuple[str, str]]) -> list[str]:
+        """`xi` (the element's offset in the row) and the used parameters there, into `env`."""
+        roles = [f"in{j}" for j in range(len(self.params))]
+        lines = [f"const unsigned int xi = i * {self.row_type.shape[-1]}u + j;"]
+        return lines + load_params(
+            self.params, self.types, roles, used, "xi", self.row_type.shape, env, "r"
+        )
+
+    def element(self, nodes: Sequence[Node], value: str) -> list[str]:
+        """A lambda body returning `value` computed by `nodes` at element (i, j)."""
+        env: dict[str, tuple[str, str]] = {}
+        lines = self.load(used_values(nodes, (value,)), env)
+        lines += emit_scalars(nodes, env, "e")
+        return lines + [f"return (float){env[value][0]};"]
+
+
+def _norm_statistics(norm: Node, k: int, m: int) -> list[str]:
+    """Statements computing `og_mu[i]` and `og_r[i]` (mean, 0 for rms_norm, and the root of the
+    variance plus eps) of each of the m rows of `og_x` by block reductions."""
     eps = f32_literal(float_attr(attrs_with_defaults(norm), "eps"))
     red = "og_block_reduce({0}, og_row_scratch, OgSum(), 0.0f)"
     lines = [
-        "auto og_x = [&](unsigned int i, unsigned int j) -> float {",
-        *("  " + line for line in element(before, norm.operands[0])),
-        "};",
         "__shared__ float og_row_scratch[32];",
         f"float og_k[{m}], og_mu[{m}], og_r[{m}];",
         f"for (int i = 0; i < {m}; ++i) {{",
@@ -111,7 +130,6 @@ def row_prologue(
             "  og_mu[i] = 0.0f;",
             f"  og_r[i] = sqrtf(ss / (float){k} + {eps});",
         ]
-        formula = "og_x(i, j) / og_r[i] * {w}"
     else:
         # Shifted by the row's first element, as cuda_reduction's layer_norm: a row far from
         # zero keeps its precision (x - k0 is exact for nearby values).
@@ -127,33 +145,28 @@ def row_prologue(
             "  og_mu[i] = mu;",
             f"  og_r[i] = sqrtf(q / (float){k} + {eps});",
         ]
-        formula = "((og_x(i, j) - og_k[i]) - og_mu[i]) / og_r[i] * {w} + {b}"
-    lines.append("}")
+    return lines + ["}"]
+
+
+def _normalized_element(
+    reader: _RowReader, norm: Node, after: Sequence[Node], row: str
+) -> list[str]:
+    """A lambda body returning row element (i, j): the norm's value (`og_x` normalized with the
+    statistics, weighted, rounded to the norm's dtype), then the prologue nodes `after` it."""
+    assert norm.type is not None
     env: dict[str, tuple[str, str]] = {}
-    value = [f"const unsigned int xi = i * {k}u + j;"]
-    value += load_params(
-        params,
-        types,
-        roles,
-        used_values([norm, *after], (row,)) - {norm.name},
-        "xi",
-        row_type.shape,
-        env,
-        "r",
-    )
+    lines = reader.load(used_values([norm, *after], (row,)) - {norm.name}, env)
     weights = [env[o][0] for o in norm.operands[1:]]
-    normalized = formula.format(w=weights[0], b=weights[1] if len(weights) > 1 else "0.0f")
+    if norm.op == "rms_norm":
+        normalized = f"og_x(i, j) / og_r[i] * {weights[0]}"
+    else:
+        bias = weights[1] if len(weights) > 1 else "0.0f"
+        normalized = f"((og_x(i, j) - og_k[i]) - og_mu[i]) / og_r[i] * {weights[0]} + {bias}"
     dtype = norm.type.dtype
-    value.append(f"const float og_n = {load(dtype, store(dtype, normalized))};")
+    lines.append(f"const float og_n = {load(dtype, store(dtype, normalized))};")
     env[norm.name] = ("og_n", dtype)
-    value += emit_scalars(after, env, "e")
-    value.append(f"return (float){env[row][0]};")
-    lines += [
-        "auto og_row = [&](unsigned int i, unsigned int j) -> float {",
-        *("  " + line for line in value),
-        "};",
-    ]
-    return lines, "og_row(i, kk)"
+    lines += emit_scalars(after, env, "e")
+    return lines + [f"return (float){env[row][0]};"]
 
 
 STAGED_ROW_BYTES = 16384  # a computed row slice up to this size is staged in shared memory

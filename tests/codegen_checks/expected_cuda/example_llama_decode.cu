@@ -1,0 +1,1277 @@
+
+__device__ float og_ws_f286954a901b[128];
+__device__ float og_ml_f286954a901b[16];
+__device__ unsigned int og_cnt_f286954a901b[2];
+
+extern "C" __global__ void og_attention_decode_3ad9250c320e(float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
+  og_grid_dependency_wait();
+  og_grid_launch_dependents();
+  const unsigned int c = blockIdx.x, hr = blockIdx.y, bz = blockIdx.z;
+  const unsigned int hk = hr / 1u, rt = hr % 1u;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  long long Lx = og_min((long long)in3[0], 32LL);
+  if (Lx < 0) Lx = 0;
+  const unsigned int L = (unsigned int)Lx;
+  const unsigned long long kvoff = (unsigned long long)(bz * 2u + hk) * 512ull;
+  auto qoff_of = [&](unsigned int gr) -> unsigned long long {
+    const unsigned int h = hk * 2u + gr / 1u, i = gr % 1u;
+    return ((unsigned long long)(bz * 4u + h) * 1u + i) * 16u;
+  };
+  float qv[2][1];
+  unsigned int lim[2];
+  unsigned int kend = 0u;
+  #pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const unsigned int gr = rt * 2u + r;
+    const bool active = gr < 2u;
+    long long lm = active ? (long long)L : 0LL;
+    lim[r] = (unsigned int)lm;
+    kend = og_max(kend, lim[r]);
+    const unsigned long long qo = active ? qoff_of(gr) : 0ull;
+    #pragma unroll
+    for (int k = 0; k < 1; ++k) {
+      const unsigned int t = (unsigned int)lane * 1u + k;
+      qv[r][k] = (active && t < 16u) ? in0[qo + t] : 0.0f;
+    }
+  }
+  const unsigned int k0 = c * 16u;
+  const unsigned int kc1 = og_min(k0 + 16u, 32u);
+  const unsigned int k1 = og_min(kc1, kend);
+  float m[2], l[2], acc[2][1];
+  #pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    m[r] = __int_as_float(0xff800000); l[r] = 0.0f;
+    #pragma unroll
+    for (int k = 0; k < 1; ++k) acc[r][k] = 0.0f;
+  }
+  for (unsigned int j0 = k0 + (unsigned int)warp * 2u; j0 < kc1; j0 += 16u) {
+    float kf[2][1], vf[2][1];
+    #pragma unroll
+  for (int u = 0; u < 2; ++u) {
+      #pragma unroll
+    for (int k = 0; k < 1; ++k) {
+        const unsigned int t = (unsigned int)lane * 1u + k;
+        kf[u][k] = t < 16u ? in1[kvoff + (unsigned long long)((j0 + u < kc1 ? j0 + u : j0)) * 16u + t] : 0.0f;
+        vf[u][k] = t < 16u ? in2[kvoff + (unsigned long long)((j0 + u < kc1 ? j0 + u : j0)) * 16u + t] : 0.0f;
+      }
+    }
+    if (j0 >= k1) break;
+    #pragma unroll
+  for (int r = 0; r < 2; ++r) {
+      float sc[2];
+      float mx = m[r];
+      #pragma unroll
+    for (int u = 0; u < 2; ++u) {
+        float dot = 0.0f;
+        #pragma unroll
+      for (int k = 0; k < 1; ++k) dot += qv[r][k] * kf[u][k];
+        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        sc[u] = (j0 + u < k1 && j0 + u < lim[r]) ? dot * 2.500000000e-01f : __int_as_float(0xff800000);
+        mx = og_max(mx, sc[u]);
+      }
+      if (mx == __int_as_float(0xff800000)) continue;
+      const float corr = expf(m[r] - mx);
+      l[r] *= corr;
+      #pragma unroll
+    for (int k = 0; k < 1; ++k) acc[r][k] *= corr;
+      #pragma unroll
+    for (int u = 0; u < 2; ++u) {
+        const float p = sc[u] == __int_as_float(0xff800000) ? 0.0f : expf(sc[u] - mx);
+        l[r] += p;
+        #pragma unroll
+      for (int k = 0; k < 1; ++k) acc[r][k] += p * vf[u][k];
+      }
+      m[r] = mx;
+    }
+  }
+  __shared__ float og_m[8][2], og_l[8][2];
+  __shared__ float og_a[8][2][16];
+  #pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (lane == 0) { og_m[warp][r] = m[r]; og_l[warp][r] = l[r]; }
+    #pragma unroll
+    for (int k = 0; k < 1; ++k) {
+      const unsigned int t = (unsigned int)lane * 1u + k;
+      if (t < 16u) og_a[warp][r][t] = acc[r][k];
+    }
+  }
+  __syncthreads();
+  const unsigned int tile = bz * 2u + hr;
+  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
+    const unsigned int r = t / 16u, dd = t % 16u;
+    float M = __int_as_float(0xff800000);
+    for (int w = 0; w < 8; ++w) M = og_max(M, og_m[w][r]);
+    float Ls = 0.0f, A = 0.0f;
+    for (int w = 0; w < 8; ++w) {
+      const float wt = og_m[w][r] == __int_as_float(0xff800000) ? 0.0f : expf(og_m[w][r] - M);
+      Ls += og_l[w][r] * wt;
+      A += og_a[w][r][dd] * wt;
+    }
+    og_ws_f286954a901b[((tile * 2u + c) * 2u + r) * 16u + dd] = A;
+    if (dd == 0u) { og_ml_f286954a901b[((tile * 2u + c) * 2u + r) * 2u] = M; og_ml_f286954a901b[((tile * 2u + c) * 2u + r) * 2u + 1u] = Ls; }
+  }
+  __threadfence();
+  __syncthreads();
+  __shared__ bool og_last;
+  if (threadIdx.x == 0) og_last = atomicAdd(&og_cnt_f286954a901b[tile], 1u) == 1u;
+  __syncthreads();
+  if (!og_last) return;
+  __threadfence();
+  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
+    const unsigned int r = t / 16u, dd = t % 16u;
+    float mq[2], lq[2], aq[2];
+    #pragma unroll
+    for (unsigned int q = 0; q < 2u; ++q) {
+      mq[q] = __ldcg(&og_ml_f286954a901b[((tile * 2u + q) * 2u + r) * 2u]);
+      lq[q] = __ldcg(&og_ml_f286954a901b[((tile * 2u + q) * 2u + r) * 2u + 1u]);
+      aq[q] = __ldcg(&og_ws_f286954a901b[((tile * 2u + q) * 2u + r) * 16u + dd]);
+    }
+    float M = __int_as_float(0xff800000);
+    #pragma unroll
+    for (int q = 0; q < 2; ++q) M = og_max(M, mq[q]);
+    float Ls = 0.0f, A = 0.0f;
+    #pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const float wt = mq[q] == __int_as_float(0xff800000) ? 0.0f : expf(mq[q] - M);
+      Ls += lq[q] * wt;
+      A += aq[q] * wt;
+    }
+    const unsigned int gr = rt * 2u + r;
+    if (gr < 2u) out[qoff_of(gr) + dd] = (float)(Ls > 0.0f ? A / Ls : 0.0f);
+  }
+  if (threadIdx.x == 0) og_cnt_f286954a901b[tile] = 0u;
+}
+
+__device__ float og_ws_5eb6c2d4576b[128];
+__device__ float og_ml_5eb6c2d4576b[16];
+__device__ unsigned int og_cnt_5eb6c2d4576b[2];
+
+extern "C" __global__ void og_attention_decode_9f3cc5b8d90a(float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
+  og_grid_dependency_wait();
+  og_grid_launch_dependents();
+  const unsigned int c = blockIdx.x, hr = blockIdx.y, bz = blockIdx.z;
+  const unsigned int hk = hr / 1u, rt = hr % 1u;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  long long Lx = og_min((long long)in3[0], 32LL);
+  if (Lx < 0) Lx = 0;
+  const unsigned int L = (unsigned int)Lx;
+  const unsigned long long kvoff = (unsigned long long)(bz * 2u + hk) * 512ull;
+  auto qoff_of = [&](unsigned int gr) -> unsigned long long {
+    const unsigned int h = hk * 2u + gr / 1u, i = gr % 1u;
+    return ((unsigned long long)(bz * 4u + h) * 1u + i) * 16u;
+  };
+  float qv[2][1];
+  unsigned int lim[2];
+  unsigned int kend = 0u;
+  #pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const unsigned int gr = rt * 2u + r;
+    const bool active = gr < 2u;
+    long long lm = active ? (long long)L : 0LL;
+    lim[r] = (unsigned int)lm;
+    kend = og_max(kend, lim[r]);
+    const unsigned long long qo = active ? qoff_of(gr) : 0ull;
+    #pragma unroll
+    for (int k = 0; k < 1; ++k) {
+      const unsigned int t = (unsigned int)lane * 1u + k;
+      qv[r][k] = (active && t < 16u) ? in0[qo + t] : 0.0f;
+    }
+  }
+  const unsigned int k0 = c * 16u;
+  const unsigned int kc1 = og_min(k0 + 16u, 32u);
+  const unsigned int k1 = og_min(kc1, kend);
+  float m[2], l[2], acc[2][1];
+  #pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    m[r] = __int_as_float(0xff800000); l[r] = 0.0f;
+    #pragma unroll
+    for (int k = 0; k < 1; ++k) acc[r][k] = 0.0f;
+  }
+  for (unsigned int j0 = k0 + (unsigned int)warp * 2u; j0 < kc1; j0 += 16u) {
+    float kf[2][1], vf[2][1];
+    #pragma unroll
+  for (int u = 0; u < 2; ++u) {
+      #pragma unroll
+    for (int k = 0; k < 1; ++k) {
+        const unsigned int t = (unsigned int)lane * 1u + k;
+        kf[u][k] = t < 16u ? in1[kvoff + (unsigned long long)((j0 + u < kc1 ? j0 + u : j0)) * 16u + t] : 0.0f;
+        vf[u][k] = t < 16u ? in2[kvoff + (unsigned long long)((j0 + u < kc1 ? j0 + u : j0)) * 16u + t] : 0.0f;
+      }
+    }
+    if (j0 >= k1) break;
+    #pragma unroll
+  for (int r = 0; r < 2; ++r) {
+      float sc[2];
+      float mx = m[r];
+      #pragma unroll
+    for (int u = 0; u < 2; ++u) {
+        float dot = 0.0f;
+        #pragma unroll
+      for (int k = 0; k < 1; ++k) dot += qv[r][k] * kf[u][k];
+        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        sc[u] = (j0 + u < k1 && j0 + u < lim[r]) ? dot * 2.500000000e-01f : __int_as_float(0xff800000);
+        mx = og_max(mx, sc[u]);
+      }
+      if (mx == __int_as_float(0xff800000)) continue;
+      const float corr = expf(m[r] - mx);
+      l[r] *= corr;
+      #pragma unroll
+    for (int k = 0; k < 1; ++k) acc[r][k] *= corr;
+      #pragma unroll
+    for (int u = 0; u < 2; ++u) {
+        const float p = sc[u] == __int_as_float(0xff800000) ? 0.0f : expf(sc[u] - mx);
+        l[r] += p;
+        #pragma unroll
+      for (int k = 0; k < 1; ++k) acc[r][k] += p * vf[u][k];
+      }
+      m[r] = mx;
+    }
+  }
+  __shared__ float og_m[8][2], og_l[8][2];
+  __shared__ float og_a[8][2][16];
+  #pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (lane == 0) { og_m[warp][r] = m[r]; og_l[warp][r] = l[r]; }
+    #pragma unroll
+    for (int k = 0; k < 1; ++k) {
+      const unsigned int t = (unsigned int)lane * 1u + k;
+      if (t < 16u) og_a[warp][r][t] = acc[r][k];
+    }
+  }
+  __syncthreads();
+  const unsigned int tile = bz * 2u + hr;
+  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
+    const unsigned int r = t / 16u, dd = t % 16u;
+    float M = __int_as_float(0xff800000);
+    for (int w = 0; w < 8; ++w) M = og_max(M, og_m[w][r]);
+    float Ls = 0.0f, A = 0.0f;
+    for (int w = 0; w < 8; ++w) {
+      const float wt = og_m[w][r] == __int_as_float(0xff800000) ? 0.0f : expf(og_m[w][r] - M);
+      Ls += og_l[w][r] * wt;
+      A += og_a[w][r][dd] * wt;
+    }
+    og_ws_5eb6c2d4576b[((tile * 2u + c) * 2u + r) * 16u + dd] = A;
+    if (dd == 0u) { og_ml_5eb6c2d4576b[((tile * 2u + c) * 2u + r) * 2u] = M; og_ml_5eb6c2d4576b[((tile * 2u + c) * 2u + r) * 2u + 1u] = Ls; }
+  }
+  __threadfence();
+  __syncthreads();
+  __shared__ bool og_last;
+  if (threadIdx.x == 0) og_last = atomicAdd(&og_cnt_5eb6c2d4576b[tile], 1u) == 1u;
+  __syncthreads();
+  if (!og_last) return;
+  __threadfence();
+  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
+    const unsigned int r = t / 16u, dd = t % 16u;
+    float mq[2], lq[2], aq[2];
+    #pragma unroll
+    for (unsigned int q = 0; q < 2u; ++q) {
+      mq[q] = __ldcg(&og_ml_5eb6c2d4576b[((tile * 2u + q) * 2u + r) * 2u]);
+      lq[q] = __ldcg(&og_ml_5eb6c2d4576b[((tile * 2u + q) * 2u + r) * 2u + 1u]);
+      aq[q] = __ldcg(&og_ws_5eb6c2d4576b[((tile * 2u + q) * 2u + r) * 16u + dd]);
+    }
+    float M = __int_as_float(0xff800000);
+    #pragma unroll
+    for (int q = 0; q < 2; ++q) M = og_max(M, mq[q]);
+    float Ls = 0.0f, A = 0.0f;
+    #pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const float wt = mq[q] == __int_as_float(0xff800000) ? 0.0f : expf(mq[q] - M);
+      Ls += lq[q] * wt;
+      A += aq[q] * wt;
+    }
+    const unsigned int gr = rt * 2u + r;
+    if (gr < 2u) out[qoff_of(gr) + dd] = (float)(Ls > 0.0f ? A / Ls : 0.0f);
+  }
+  if (threadIdx.x == 0) og_cnt_5eb6c2d4576b[tile] = 0u;
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) og_gemv_20ee396b15e6(float* out, const float* in0, const float* in1, const float* in2, const float* in3) {
+  og_grid_dependency_wait();
+  og_grid_launch_dependents();
+  auto og_row = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 128u + j;
+    const float r0 = in0[xi];
+    const float r1 = in1[xi];
+    const float e0 = (r0 * r1);
+    return (float)e0;
+  };
+  const unsigned int tile = blockIdx.x, split = blockIdx.y;
+  const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
+  const unsigned int n0 = tile * 32u + cg * 4u;
+  const unsigned int k0 = split * 128u;
+  const unsigned int k1 = min(128u, k0 + 128u);
+  __shared__ float og_xs[128];
+  for (unsigned int t = threadIdx.x; t < 128u; t += 256u) {
+    const unsigned int i = t / 128u, kk = k0 + t % 128u;
+    if (kk < k1) og_xs[t] = (float)(og_row(i, kk));
+  }
+  __syncthreads();
+  float acc[1][4];
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) acc[i][v] = 0.0f;
+  }
+  if (n0 < 64u) {
+    unsigned int kb = k0 + rl;
+    for (; kb + 224u < k1; kb += 256u) {
+      uint4 wv[1][8];
+      wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 64u);
+      wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 64u);
+      wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 64u);
+      wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 64u);
+      wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 64u);
+      wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 64u);
+      wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 64u);
+      wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 64u);
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        float wf[1][4];
+        wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+        wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+        #pragma unroll
+        for (int i = 0; i < 1; ++i) {
+          const float xv = og_xs[i * 128u + (kk - k0)];
+          #pragma unroll
+          for (int q = 0; q < 1; ++q) {
+            #pragma unroll
+            for (int v = 0; v < 4; ++v)
+              acc[q * 1 + i][v] += xv * wf[q][v];
+          }
+        }
+      }
+    }
+    if (kb < k1) {  // the rows left, fewer than a batch: guarded loads, all in flight
+      uint4 wv[1][8];
+      if (kb + 0u < k1) { wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 64u); }
+      if (kb + 32u < k1) { wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 64u); }
+      if (kb + 64u < k1) { wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 64u); }
+      if (kb + 96u < k1) { wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 64u); }
+      if (kb + 128u < k1) { wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 64u); }
+      if (kb + 160u < k1) { wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 64u); }
+      if (kb + 192u < k1) { wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 64u); }
+      if (kb + 224u < k1) { wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 64u); }
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        if (kk < k1) {
+          float wf[1][4];
+          wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+          wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+          #pragma unroll
+          for (int i = 0; i < 1; ++i) {
+            const float xv = og_xs[i * 128u + (kk - k0)];
+            #pragma unroll
+            for (int q = 0; q < 1; ++q) {
+              #pragma unroll
+              for (int v = 0; v < 4; ++v)
+                acc[q * 1 + i][v] += xv * wf[q][v];
+            }
+          }
+        }
+      }
+    }
+  }
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      for (int o = 8; o < 32; o <<= 1) acc[i][v] += __shfl_xor_sync(0xffffffffu, acc[i][v], o);
+    }
+  }
+  __shared__ float og_red[8][1][32];
+  const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  if (lane < 8u) {
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+      #pragma unroll
+      for (int v = 0; v < 4; ++v) og_red[warp][i][lane * 4u + v] = acc[i][v];
+    }
+  }
+  __syncthreads();
+  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
+    const unsigned int i = t / 32u, c = t % 32u;
+    const unsigned int col = tile * 32u + c;
+    if (col >= 64u) continue;
+    float val = 0.0f;
+    #pragma unroll
+  for (int w = 0; w < 8; ++w) val += og_red[w][i][c];
+    const unsigned int oi = i * 64u + col;
+    const float a = val;
+    const float q3 = in3[oi];
+    const float v0 = (q3 + a);
+    out[oi] = (float)(v0);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) og_gemv_2aa0efc8bd5d(float* out, const float* in0, const float* in1, const float* in2) {
+  og_grid_dependency_wait();
+  og_grid_launch_dependents();
+  const unsigned int tile = blockIdx.x, split = blockIdx.y;
+  const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
+  const unsigned int n0 = tile * 32u + cg * 4u;
+  const unsigned int k0 = split * 64u;
+  const unsigned int k1 = min(64u, k0 + 64u);
+  float acc[1][4];
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) acc[i][v] = 0.0f;
+  }
+  if (n0 < 64u) {
+    unsigned int kb = k0 + rl;
+    for (; kb + 224u < k1; kb += 256u) {
+      uint4 wv[1][8];
+      wv[0][0] = og_load_stream(in1 + n0 + (unsigned long long)(kb + 0u) * 64u);
+      wv[0][1] = og_load_stream(in1 + n0 + (unsigned long long)(kb + 32u) * 64u);
+      wv[0][2] = og_load_stream(in1 + n0 + (unsigned long long)(kb + 64u) * 64u);
+      wv[0][3] = og_load_stream(in1 + n0 + (unsigned long long)(kb + 96u) * 64u);
+      wv[0][4] = og_load_stream(in1 + n0 + (unsigned long long)(kb + 128u) * 64u);
+      wv[0][5] = og_load_stream(in1 + n0 + (unsigned long long)(kb + 160u) * 64u);
+      wv[0][6] = og_load_stream(in1 + n0 + (unsigned long long)(kb + 192u) * 64u);
+      wv[0][7] = og_load_stream(in1 + n0 + (unsigned long long)(kb + 224u) * 64u);
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        float wf[1][4];
+        wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+        wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+        #pragma unroll
+        for (int i = 0; i < 1; ++i) {
+          const float xv = in0[i * 64u + kk];
+          #pragma unroll
+          for (int q = 0; q < 1; ++q) {
+            #pragma unroll
+            for (int v = 0; v < 4; ++v)
+              acc[q * 1 + i][v] += xv * wf[q][v];
+          }
+        }
+      }
+    }
+    if (kb < k1) {  // the rows left, fewer than a batch: guarded loads, all in flight
+      uint4 wv[1][8];
+      if (kb + 0u < k1) { wv[0][0] = og_load_stream(in1 + n0 + (unsigned long long)(kb + 0u) * 64u); }
+      if (kb + 32u < k1) { wv[0][1] = og_load_stream(in1 + n0 + (unsigned long long)(kb + 32u) * 64u); }
+      if (kb + 64u < k1) { wv[0][2] = og_load_stream(in1 + n0 + (unsigned long long)(kb + 64u) * 64u); }
+      if (kb + 96u < k1) { wv[0][3] = og_load_stream(in1 + n0 + (unsigned long long)(kb + 96u) * 64u); }
+      if (kb + 128u < k1) { wv[0][4] = og_load_stream(in1 + n0 + (unsigned long long)(kb + 128u) * 64u); }
+      if (kb + 160u < k1) { wv[0][5] = og_load_stream(in1 + n0 + (unsigned long long)(kb + 160u) * 64u); }
+      if (kb + 192u < k1) { wv[0][6] = og_load_stream(in1 + n0 + (unsigned long long)(kb + 192u) * 64u); }
+      if (kb + 224u < k1) { wv[0][7] = og_load_stream(in1 + n0 + (unsigned long long)(kb + 224u) * 64u); }
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        if (kk < k1) {
+          float wf[1][4];
+          wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+          wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+          #pragma unroll
+          for (int i = 0; i < 1; ++i) {
+            const float xv = in0[i * 64u + kk];
+            #pragma unroll
+            for (int q = 0; q < 1; ++q) {
+              #pragma unroll
+              for (int v = 0; v < 4; ++v)
+                acc[q * 1 + i][v] += xv * wf[q][v];
+            }
+          }
+        }
+      }
+    }
+  }
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      for (int o = 8; o < 32; o <<= 1) acc[i][v] += __shfl_xor_sync(0xffffffffu, acc[i][v], o);
+    }
+  }
+  __shared__ float og_red[8][1][32];
+  const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  if (lane < 8u) {
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+      #pragma unroll
+      for (int v = 0; v < 4; ++v) og_red[warp][i][lane * 4u + v] = acc[i][v];
+    }
+  }
+  __syncthreads();
+  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
+    const unsigned int i = t / 32u, c = t % 32u;
+    const unsigned int col = tile * 32u + c;
+    if (col >= 64u) continue;
+    float val = 0.0f;
+    #pragma unroll
+  for (int w = 0; w < 8; ++w) val += og_red[w][i][c];
+    const unsigned int oi = i * 64u + col;
+    const float a = val;
+    const float q2 = in2[oi];
+    const float v0 = (q2 + a);
+    out[oi] = (float)(v0);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) og_gemv_608d22923317(float* out, const float* in0, const float* in1, const float* in2) {
+  og_grid_dependency_wait();
+  og_grid_launch_dependents();
+  auto og_x = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 64u + j;
+    const float r0 = in0[xi];
+    return (float)r0;
+  };
+  __shared__ float og_row_scratch[32];
+  float og_mu[1], og_r[1];
+  for (int i = 0; i < 1; ++i) {
+    float ss = 0.0f;
+    #pragma unroll
+    for (unsigned int u = 0; u < 1u; ++u) { const unsigned int j = threadIdx.x + u * 256u; if (j < 64u) { const float v = og_x(i, j); ss += v * v; } }
+    ss = og_block_reduce(ss, og_row_scratch, OgSum(), 0.0f);
+    og_mu[i] = 0.0f;
+    og_r[i] = sqrtf(ss / (float)64 + 9.999999975e-07f);
+  }
+  auto og_row = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 64u + j;
+    const float r0 = in0[xi];
+    const float r1 = in1[xi];
+    const float og_n = (float)(og_x(i, j) / og_r[i] * r1);
+    return (float)og_n;
+  };
+  const unsigned int tile = blockIdx.x, split = blockIdx.y;
+  const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
+  const unsigned int n0 = tile * 32u + cg * 4u;
+  const unsigned int k0 = split * 64u;
+  const unsigned int k1 = min(64u, k0 + 64u);
+  __shared__ float og_xs[64];
+  for (unsigned int t = threadIdx.x; t < 64u; t += 256u) {
+    const unsigned int i = t / 64u, kk = k0 + t % 64u;
+    if (kk < k1) og_xs[t] = (float)(og_row(i, kk));
+  }
+  __syncthreads();
+  float acc[1][4];
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) acc[i][v] = 0.0f;
+  }
+  if (n0 < 128u) {
+    unsigned int kb = k0 + rl;
+    for (; kb + 224u < k1; kb += 256u) {
+      uint4 wv[1][8];
+      wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 128u);
+      wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 128u);
+      wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 128u);
+      wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 128u);
+      wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 128u);
+      wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 128u);
+      wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 128u);
+      wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 128u);
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        float wf[1][4];
+        wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+        wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+        #pragma unroll
+        for (int i = 0; i < 1; ++i) {
+          const float xv = og_xs[i * 64u + (kk - k0)];
+          #pragma unroll
+          for (int q = 0; q < 1; ++q) {
+            #pragma unroll
+            for (int v = 0; v < 4; ++v)
+              acc[q * 1 + i][v] += xv * wf[q][v];
+          }
+        }
+      }
+    }
+    if (kb < k1) {  // the rows left, fewer than a batch: guarded loads, all in flight
+      uint4 wv[1][8];
+      if (kb + 0u < k1) { wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 128u); }
+      if (kb + 32u < k1) { wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 128u); }
+      if (kb + 64u < k1) { wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 128u); }
+      if (kb + 96u < k1) { wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 128u); }
+      if (kb + 128u < k1) { wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 128u); }
+      if (kb + 160u < k1) { wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 128u); }
+      if (kb + 192u < k1) { wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 128u); }
+      if (kb + 224u < k1) { wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 128u); }
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        if (kk < k1) {
+          float wf[1][4];
+          wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+          wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+          #pragma unroll
+          for (int i = 0; i < 1; ++i) {
+            const float xv = og_xs[i * 64u + (kk - k0)];
+            #pragma unroll
+            for (int q = 0; q < 1; ++q) {
+              #pragma unroll
+              for (int v = 0; v < 4; ++v)
+                acc[q * 1 + i][v] += xv * wf[q][v];
+            }
+          }
+        }
+      }
+    }
+  }
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      for (int o = 8; o < 32; o <<= 1) acc[i][v] += __shfl_xor_sync(0xffffffffu, acc[i][v], o);
+    }
+  }
+  __shared__ float og_red[8][1][32];
+  const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  if (lane < 8u) {
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+      #pragma unroll
+      for (int v = 0; v < 4; ++v) og_red[warp][i][lane * 4u + v] = acc[i][v];
+    }
+  }
+  __syncthreads();
+  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
+    const unsigned int i = t / 32u, c = t % 32u;
+    const unsigned int col = tile * 32u + c;
+    if (col >= 128u) continue;
+    float val = 0.0f;
+    #pragma unroll
+  for (int w = 0; w < 8; ++w) val += og_red[w][i][c];
+    const unsigned int oi = i * 128u + col;
+    const float a = val;
+    out[oi] = (float)(a);
+  }
+}
+
+extern "C" __global__ void og_get_rows_5a9f021f8049(unsigned int* out, const unsigned int* in0, const int* in1) {
+  og_grid_dependency_wait();
+  og_grid_launch_dependents();
+  for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 64u; i += (unsigned int)gridDim.x * blockDim.x) {
+    const long long row = (long long)in1[i / 64u];
+    out[i] = (row >= 0 && row < 128LL) ? in0[(unsigned int)row * 64u + i % 64u] : (unsigned int)0;
+  }
+}
+
+extern "C" __global__ void og_kv_write_87409c663966(unsigned int* out, const unsigned int* in0, const unsigned int* in1, const int* in2) {
+  og_grid_dependency_wait();
+  og_grid_launch_dependents();
+  const long long pos = (long long)in2[0];
+  const bool ok = pos >= 0 && pos <= 31LL;
+  if (((reinterpret_cast<unsigned long long>(out) | reinterpret_cast<unsigned long long>(in0) | reinterpret_cast<unsigned long long>(in1)) & 15ull) == 0ull) {
+    const uint4* src0 = reinterpret_cast<const uint4*>(in0);
+    const uint4* src1 = reinterpret_cast<const uint4*>(in1);
+    uint4* dst = reinterpret_cast<uint4*>(out);
+    for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 256u; i += (unsigned int)gridDim.x * blockDim.x) {
+      const unsigned int row = i / 4u, r = row % 32u, c = i % 4u;
+      const long long k = (long long)r - pos;
+      const uint4 old = src0[i];
+      dst[i] = (ok && k >= 0 && k < 1LL) ? src1[((row / 32u) * 1u + (unsigned int)k) * 4u + c] : old;
+    }
+    return;
+  }
+  for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 1024u; i += (unsigned int)gridDim.x * blockDim.x) {
+    const unsigned int bh = i / 512u, r = (i / 16u) % 32u, c = i % 16u;
+    const long long k = (long long)r - pos;
+    out[i] = (ok && k >= 0 && k < 1LL) ? in1[(bh * 1u + (unsigned int)k) * 16u + c] : in0[i];
+  }
+}
+
+__device__ __forceinline__ void og_gemv_608d22923317_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2) {
+  auto og_x = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 64u + j;
+    const float r0 = in0[xi];
+    return (float)r0;
+  };
+  __shared__ float og_row_scratch[32];
+  float og_mu[1], og_r[1];
+  for (int i = 0; i < 1; ++i) {
+    float ss = 0.0f;
+    #pragma unroll
+    for (unsigned int u = 0; u < 1u; ++u) { const unsigned int j = threadIdx.x + u * 256u; if (j < 64u) { const float v = og_x(i, j); ss += v * v; } }
+    ss = og_block_reduce(ss, og_row_scratch, OgSum(), 0.0f);
+    og_mu[i] = 0.0f;
+    og_r[i] = sqrtf(ss / (float)64 + 9.999999975e-07f);
+  }
+  auto og_row = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 64u + j;
+    const float r0 = in0[xi];
+    const float r1 = in1[xi];
+    const float og_n = (float)(og_x(i, j) / og_r[i] * r1);
+    return (float)og_n;
+  };
+  const unsigned int tile = og_block_idx.x, split = og_block_idx.y;
+  const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
+  const unsigned int n0 = tile * 32u + cg * 4u;
+  const unsigned int k0 = split * 64u;
+  const unsigned int k1 = min(64u, k0 + 64u);
+  __shared__ float og_xs[64];
+  for (unsigned int t = threadIdx.x; t < 64u; t += 256u) {
+    const unsigned int i = t / 64u, kk = k0 + t % 64u;
+    if (kk < k1) og_xs[t] = (float)(og_row(i, kk));
+  }
+  __syncthreads();
+  float acc[1][4];
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) acc[i][v] = 0.0f;
+  }
+  if (n0 < 128u) {
+    unsigned int kb = k0 + rl;
+    for (; kb + 224u < k1; kb += 256u) {
+      uint4 wv[1][8];
+      wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 128u);
+      wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 128u);
+      wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 128u);
+      wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 128u);
+      wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 128u);
+      wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 128u);
+      wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 128u);
+      wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 128u);
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        float wf[1][4];
+        wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+        wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+        #pragma unroll
+        for (int i = 0; i < 1; ++i) {
+          const float xv = og_xs[i * 64u + (kk - k0)];
+          #pragma unroll
+          for (int q = 0; q < 1; ++q) {
+            #pragma unroll
+            for (int v = 0; v < 4; ++v)
+              acc[q * 1 + i][v] += xv * wf[q][v];
+          }
+        }
+      }
+    }
+    if (kb < k1) {  // the rows left, fewer than a batch: guarded loads, all in flight
+      uint4 wv[1][8];
+      if (kb + 0u < k1) { wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 128u); }
+      if (kb + 32u < k1) { wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 128u); }
+      if (kb + 64u < k1) { wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 128u); }
+      if (kb + 96u < k1) { wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 128u); }
+      if (kb + 128u < k1) { wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 128u); }
+      if (kb + 160u < k1) { wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 128u); }
+      if (kb + 192u < k1) { wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 128u); }
+      if (kb + 224u < k1) { wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 128u); }
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        if (kk < k1) {
+          float wf[1][4];
+          wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+          wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+          #pragma unroll
+          for (int i = 0; i < 1; ++i) {
+            const float xv = og_xs[i * 64u + (kk - k0)];
+            #pragma unroll
+            for (int q = 0; q < 1; ++q) {
+              #pragma unroll
+              for (int v = 0; v < 4; ++v)
+                acc[q * 1 + i][v] += xv * wf[q][v];
+            }
+          }
+        }
+      }
+    }
+  }
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      for (int o = 8; o < 32; o <<= 1) acc[i][v] += __shfl_xor_sync(0xffffffffu, acc[i][v], o);
+    }
+  }
+  __shared__ float og_red[8][1][32];
+  const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  if (lane < 8u) {
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+      #pragma unroll
+      for (int v = 0; v < 4; ++v) og_red[warp][i][lane * 4u + v] = acc[i][v];
+    }
+  }
+  __syncthreads();
+  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
+    const unsigned int i = t / 32u, c = t % 32u;
+    const unsigned int col = tile * 32u + c;
+    if (col >= 128u) continue;
+    float val = 0.0f;
+    #pragma unroll
+  for (int w = 0; w < 8; ++w) val += og_red[w][i][c];
+    const unsigned int oi = i * 128u + col;
+    const float a = val;
+    out[oi] = (float)(a);
+  }
+}
+
+__device__ __forceinline__ void og_gemv_4c436f070d37_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2) {
+  auto og_x = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 64u + j;
+    const float r0 = in0[xi];
+    return (float)r0;
+  };
+  __shared__ float og_row_scratch[32];
+  float og_mu[1], og_r[1];
+  for (int i = 0; i < 1; ++i) {
+    float ss = 0.0f;
+    #pragma unroll
+    for (unsigned int u = 0; u < 1u; ++u) { const unsigned int j = threadIdx.x + u * 256u; if (j < 64u) { const float v = og_x(i, j); ss += v * v; } }
+    ss = og_block_reduce(ss, og_row_scratch, OgSum(), 0.0f);
+    og_mu[i] = 0.0f;
+    og_r[i] = sqrtf(ss / (float)64 + 9.999999975e-07f);
+  }
+  auto og_row = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 64u + j;
+    const float r0 = in0[xi];
+    const float r1 = in1[xi];
+    const float og_n = (float)(og_x(i, j) / og_r[i] * r1);
+    return (float)og_n;
+  };
+  const unsigned int tile = og_block_idx.x, split = og_block_idx.y;
+  const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
+  const unsigned int n0 = tile * 32u + cg * 4u;
+  const unsigned int k0 = split * 64u;
+  const unsigned int k1 = min(64u, k0 + 64u);
+  __shared__ float og_xs[64];
+  for (unsigned int t = threadIdx.x; t < 64u; t += 256u) {
+    const unsigned int i = t / 64u, kk = k0 + t % 64u;
+    if (kk < k1) og_xs[t] = (float)(og_row(i, kk));
+  }
+  __syncthreads();
+  float acc[1][4];
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) acc[i][v] = 0.0f;
+  }
+  if (n0 < 128u) {
+    unsigned int kb = k0 + rl;
+    for (; kb + 224u < k1; kb += 256u) {
+      uint4 wv[1][8];
+      wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 128u);
+      wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 128u);
+      wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 128u);
+      wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 128u);
+      wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 128u);
+      wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 128u);
+      wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 128u);
+      wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 128u);
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        float wf[1][4];
+        wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+        wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+        #pragma unroll
+        for (int i = 0; i < 1; ++i) {
+          const float xv = og_xs[i * 64u + (kk - k0)];
+          #pragma unroll
+          for (int q = 0; q < 1; ++q) {
+            #pragma unroll
+            for (int v = 0; v < 4; ++v)
+              acc[q * 1 + i][v] += xv * wf[q][v];
+          }
+        }
+      }
+    }
+    if (kb < k1) {  // the rows left, fewer than a batch: guarded loads, all in flight
+      uint4 wv[1][8];
+      if (kb + 0u < k1) { wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 128u); }
+      if (kb + 32u < k1) { wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 128u); }
+      if (kb + 64u < k1) { wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 128u); }
+      if (kb + 96u < k1) { wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 128u); }
+      if (kb + 128u < k1) { wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 128u); }
+      if (kb + 160u < k1) { wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 128u); }
+      if (kb + 192u < k1) { wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 128u); }
+      if (kb + 224u < k1) { wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 128u); }
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        if (kk < k1) {
+          float wf[1][4];
+          wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+          wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+          #pragma unroll
+          for (int i = 0; i < 1; ++i) {
+            const float xv = og_xs[i * 64u + (kk - k0)];
+            #pragma unroll
+            for (int q = 0; q < 1; ++q) {
+              #pragma unroll
+              for (int v = 0; v < 4; ++v)
+                acc[q * 1 + i][v] += xv * wf[q][v];
+            }
+          }
+        }
+      }
+    }
+  }
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      for (int o = 8; o < 32; o <<= 1) acc[i][v] += __shfl_xor_sync(0xffffffffu, acc[i][v], o);
+    }
+  }
+  __shared__ float og_red[8][1][32];
+  const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  if (lane < 8u) {
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+      #pragma unroll
+      for (int v = 0; v < 4; ++v) og_red[warp][i][lane * 4u + v] = acc[i][v];
+    }
+  }
+  __syncthreads();
+  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
+    const unsigned int i = t / 32u, c = t % 32u;
+    const unsigned int col = tile * 32u + c;
+    if (col >= 128u) continue;
+    float val = 0.0f;
+    #pragma unroll
+  for (int w = 0; w < 8; ++w) val += og_red[w][i][c];
+    const unsigned int oi = i * 128u + col;
+    const float a = val;
+    const float v0 = (a * og_sigmoid(a));
+    out[oi] = (float)(v0);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) og_merged_3d2b779333e2(float* m0_out, const float* m0_in0, const float* m0_in1, const float* m0_in2, float* m1_out, const float* m1_in0, const float* m1_in1, const float* m1_in2) {
+  og_grid_dependency_wait();
+  og_grid_launch_dependents();
+  {
+  const unsigned int og_b = blockIdx.x;
+  if (og_b < 4u) {
+    og_gemv_608d22923317_part(dim3{og_b, 0u, 0u}, dim3{4u, 1u, 1u}, m0_out, m0_in0, m0_in1, m0_in2);
+  } else {
+    const unsigned int og_r = og_b - 4u;
+    og_gemv_4c436f070d37_part(dim3{og_r, 0u, 0u}, dim3{4u, 1u, 1u}, m1_out, m1_in0, m1_in1, m1_in2);
+  }
+  }
+}
+
+__device__ __forceinline__ void og_rope_d545171c99c7_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const int* in1) {
+  for (unsigned int t = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; t < 32u; t += (unsigned int)og_grid_dim.x * blockDim.x) {
+    const unsigned int i = t % 8u, row = t / 8u, si = (row / 4u) % 1u;
+    const double inv_freq = pow(10000.0, -2.0 * (double)i / 16.0);
+    const double angle = (double)in1[si] * inv_freq;
+    const float c = (float)cos(angle), sn = (float)sin(angle);
+    const unsigned int base = row * 16u;
+    const float x1 = in0[base + i];
+    const float x2 = in0[base + i + 8u];
+    out[base + i] = (float)(x1 * c - x2 * sn);
+    out[base + i + 8u] = (float)(x2 * c + x1 * sn);
+  }
+}
+
+__device__ __forceinline__ void og_rope_951aa0f23a49_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const int* in1) {
+  for (unsigned int t = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; t < 16u; t += (unsigned int)og_grid_dim.x * blockDim.x) {
+    const unsigned int i = t % 8u, row = t / 8u, si = (row / 2u) % 1u;
+    const double inv_freq = pow(10000.0, -2.0 * (double)i / 16.0);
+    const double angle = (double)in1[si] * inv_freq;
+    const float c = (float)cos(angle), sn = (float)sin(angle);
+    const unsigned int base = row * 16u;
+    const float x1 = in0[base + i];
+    const float x2 = in0[base + i + 8u];
+    out[base + i] = (float)(x1 * c - x2 * sn);
+    out[base + i + 8u] = (float)(x2 * c + x1 * sn);
+  }
+}
+
+extern "C" __global__ void og_merged_8b357493ab64(float* m0_out, const float* m0_in0, const int* m0_in1, float* m1_out, const float* m1_in0, const int* m1_in1) {
+  og_grid_dependency_wait();
+  og_grid_launch_dependents();
+  {
+  const unsigned int og_b = blockIdx.x;
+  if (og_b < 1u) {
+    og_rope_d545171c99c7_part(dim3{og_b, 0u, 0u}, dim3{1u, 1u, 1u}, m0_out, m0_in0, m0_in1);
+  } else {
+    const unsigned int og_r = og_b - 1u;
+    og_rope_951aa0f23a49_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m1_out, m1_in0, m1_in1);
+  }
+  }
+}
+
+__device__ __forceinline__ void og_gemv_a9f9e402fbc8_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2) {
+  auto og_x = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 64u + j;
+    const float r0 = in0[xi];
+    return (float)r0;
+  };
+  __shared__ float og_row_scratch[32];
+  float og_mu[1], og_r[1];
+  for (int i = 0; i < 1; ++i) {
+    float ss = 0.0f;
+    #pragma unroll
+    for (unsigned int u = 0; u < 1u; ++u) { const unsigned int j = threadIdx.x + u * 256u; if (j < 64u) { const float v = og_x(i, j); ss += v * v; } }
+    ss = og_block_reduce(ss, og_row_scratch, OgSum(), 0.0f);
+    og_mu[i] = 0.0f;
+    og_r[i] = sqrtf(ss / (float)64 + 9.999999975e-07f);
+  }
+  auto og_row = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 64u + j;
+    const float r0 = in0[xi];
+    const float r1 = in1[xi];
+    const float og_n = (float)(og_x(i, j) / og_r[i] * r1);
+    return (float)og_n;
+  };
+  const unsigned int tile = og_block_idx.x, split = og_block_idx.y;
+  const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
+  const unsigned int n0 = tile * 32u + cg * 4u;
+  const unsigned int k0 = split * 64u;
+  const unsigned int k1 = min(64u, k0 + 64u);
+  __shared__ float og_xs[64];
+  for (unsigned int t = threadIdx.x; t < 64u; t += 256u) {
+    const unsigned int i = t / 64u, kk = k0 + t % 64u;
+    if (kk < k1) og_xs[t] = (float)(og_row(i, kk));
+  }
+  __syncthreads();
+  float acc[1][4];
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) acc[i][v] = 0.0f;
+  }
+  if (n0 < 64u) {
+    unsigned int kb = k0 + rl;
+    for (; kb + 224u < k1; kb += 256u) {
+      uint4 wv[1][8];
+      wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 64u);
+      wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 64u);
+      wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 64u);
+      wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 64u);
+      wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 64u);
+      wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 64u);
+      wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 64u);
+      wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 64u);
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        float wf[1][4];
+        wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+        wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+        #pragma unroll
+        for (int i = 0; i < 1; ++i) {
+          const float xv = og_xs[i * 64u + (kk - k0)];
+          #pragma unroll
+          for (int q = 0; q < 1; ++q) {
+            #pragma unroll
+            for (int v = 0; v < 4; ++v)
+              acc[q * 1 + i][v] += xv * wf[q][v];
+          }
+        }
+      }
+    }
+    if (kb < k1) {  // the rows left, fewer than a batch: guarded loads, all in flight
+      uint4 wv[1][8];
+      if (kb + 0u < k1) { wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 64u); }
+      if (kb + 32u < k1) { wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 64u); }
+      if (kb + 64u < k1) { wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 64u); }
+      if (kb + 96u < k1) { wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 64u); }
+      if (kb + 128u < k1) { wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 64u); }
+      if (kb + 160u < k1) { wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 64u); }
+      if (kb + 192u < k1) { wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 64u); }
+      if (kb + 224u < k1) { wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 64u); }
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        if (kk < k1) {
+          float wf[1][4];
+          wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+          wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+          #pragma unroll
+          for (int i = 0; i < 1; ++i) {
+            const float xv = og_xs[i * 64u + (kk - k0)];
+            #pragma unroll
+            for (int q = 0; q < 1; ++q) {
+              #pragma unroll
+              for (int v = 0; v < 4; ++v)
+                acc[q * 1 + i][v] += xv * wf[q][v];
+            }
+          }
+        }
+      }
+    }
+  }
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      for (int o = 8; o < 32; o <<= 1) acc[i][v] += __shfl_xor_sync(0xffffffffu, acc[i][v], o);
+    }
+  }
+  __shared__ float og_red[8][1][32];
+  const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  if (lane < 8u) {
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+      #pragma unroll
+      for (int v = 0; v < 4; ++v) og_red[warp][i][lane * 4u + v] = acc[i][v];
+    }
+  }
+  __syncthreads();
+  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
+    const unsigned int i = t / 32u, c = t % 32u;
+    const unsigned int col = tile * 32u + c;
+    if (col >= 64u) continue;
+    float val = 0.0f;
+    #pragma unroll
+  for (int w = 0; w < 8; ++w) val += og_red[w][i][c];
+    const unsigned int oi = i * 64u + col;
+    const float a = val;
+    out[oi] = (float)(a);
+  }
+}
+
+__device__ __forceinline__ void og_gemv_1dd929b52ffc_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2) {
+  auto og_x = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 64u + j;
+    const float r0 = in0[xi];
+    return (float)r0;
+  };
+  __shared__ float og_row_scratch[32];
+  float og_mu[1], og_r[1];
+  for (int i = 0; i < 1; ++i) {
+    float ss = 0.0f;
+    #pragma unroll
+    for (unsigned int u = 0; u < 1u; ++u) { const unsigned int j = threadIdx.x + u * 256u; if (j < 64u) { const float v = og_x(i, j); ss += v * v; } }
+    ss = og_block_reduce(ss, og_row_scratch, OgSum(), 0.0f);
+    og_mu[i] = 0.0f;
+    og_r[i] = sqrtf(ss / (float)64 + 9.999999975e-07f);
+  }
+  auto og_row = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 64u + j;
+    const float r0 = in0[xi];
+    const float r1 = in1[xi];
+    const float og_n = (float)(og_x(i, j) / og_r[i] * r1);
+    return (float)og_n;
+  };
+  const unsigned int tile = og_block_idx.x, split = og_block_idx.y;
+  const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
+  const unsigned int n0 = tile * 32u + cg * 4u;
+  const unsigned int k0 = split * 64u;
+  const unsigned int k1 = min(64u, k0 + 64u);
+  __shared__ float og_xs[64];
+  for (unsigned int t = threadIdx.x; t < 64u; t += 256u) {
+    const unsigned int i = t / 64u, kk = k0 + t % 64u;
+    if (kk < k1) og_xs[t] = (float)(og_row(i, kk));
+  }
+  __syncthreads();
+  float acc[1][4];
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) acc[i][v] = 0.0f;
+  }
+  if (n0 < 32u) {
+    unsigned int kb = k0 + rl;
+    for (; kb + 224u < k1; kb += 256u) {
+      uint4 wv[1][8];
+      wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 32u);
+      wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 32u);
+      wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 32u);
+      wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 32u);
+      wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 32u);
+      wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 32u);
+      wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 32u);
+      wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 32u);
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        float wf[1][4];
+        wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+        wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+        #pragma unroll
+        for (int i = 0; i < 1; ++i) {
+          const float xv = og_xs[i * 64u + (kk - k0)];
+          #pragma unroll
+          for (int q = 0; q < 1; ++q) {
+            #pragma unroll
+            for (int v = 0; v < 4; ++v)
+              acc[q * 1 + i][v] += xv * wf[q][v];
+          }
+        }
+      }
+    }
+    if (kb < k1) {  // the rows left, fewer than a batch: guarded loads, all in flight
+      uint4 wv[1][8];
+      if (kb + 0u < k1) { wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 32u); }
+      if (kb + 32u < k1) { wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 32u); }
+      if (kb + 64u < k1) { wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 32u); }
+      if (kb + 96u < k1) { wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 32u); }
+      if (kb + 128u < k1) { wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 32u); }
+      if (kb + 160u < k1) { wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 32u); }
+      if (kb + 192u < k1) { wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 32u); }
+      if (kb + 224u < k1) { wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 32u); }
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        if (kk < k1) {
+          float wf[1][4];
+          wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+          wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+          #pragma unroll
+          for (int i = 0; i < 1; ++i) {
+            const float xv = og_xs[i * 64u + (kk - k0)];
+            #pragma unroll
+            for (int q = 0; q < 1; ++q) {
+              #pragma unroll
+              for (int v = 0; v < 4; ++v)
+                acc[q * 1 + i][v] += xv * wf[q][v];
+            }
+          }
+        }
+      }
+    }
+  }
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      for (int o = 8; o < 32; o <<= 1) acc[i][v] += __shfl_xor_sync(0xffffffffu, acc[i][v], o);
+    }
+  }
+  __shared__ float og_red[8][1][32];
+  const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  if (lane < 8u) {
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+      #pragma unroll
+      for (int v = 0; v < 4; ++v) og_red[warp][i][lane * 4u + v] = acc[i][v];
+    }
+  }
+  __syncthreads();
+  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
+    const unsigned int i = t / 32u, c = t % 32u;
+    const unsigned int col = tile * 32u + c;
+    if (col >= 32u) continue;
+    float val = 0.0f;
+    #pragma unroll
+  for (int w = 0; w < 8; ++w) val += og_red[w][i][c];
+    const unsigned int oi = i * 32u + col;
+    const float a = val;
+    out[oi] = (float)(a);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) og_merged_a038333c79bb(float* m0_out, const float* m0_in0, const float* m0_in1, const float* m0_in2, float* m1_out, const float* m1_in0, const float* m1_in1, const float* m1_in2, float* m2_out, const float* m2_in0, const float* m2_in1, const float* m2_in2) {
+  og_grid_dependency_wait();
+  og_grid_launch_dependents();
+  {
+  const unsigned int og_b = blockIdx.x;
+  if (og_b < 2u) {
+    og_gemv_a9f9e402fbc8_part(dim3{og_b, 0u, 0u}, dim3{2u, 1u, 1u}, m0_out, m0_in0, m0_in1, m0_in2);
+  } else if (og_b < 3u) {
+    const unsigned int og_r = og_b - 2u;
+    og_gemv_1dd929b52ffc_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m1_out, m1_in0, m1_in1, m1_in2);
+  } else {
+    const unsigned int og_r = og_b - 3u;
+    og_gemv_1dd929b52ffc_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m2_out, m2_in0, m2_in1, m2_in2);
+  }
+  }
+}
