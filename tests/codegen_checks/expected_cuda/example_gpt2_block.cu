@@ -245,7 +245,7 @@ extern "C" __global__ void og_epilogue_b15062b27634(float* out, const float* in0
   }
 }
 
-extern "C" __global__ void og_layer_norm_1a7aea124979(float* out, const float* in0, const float* in1, const float* in2) {
+extern "C" __global__ void og_layer_norm_497aa43e34fe(float* out, const float* in0, const float* in1, const float* in2) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   typedef unsigned int IDX;
@@ -277,16 +277,17 @@ extern "C" __global__ void og_layer_norm_1a7aea124979(float* out, const float* i
     w1[u] = arg1_at(j);
     w2[u] = arg2_at(j);
   }
+  const float k0 = (float)arg0_at(0);
   float s = 0.0f;
   #pragma unroll
   for (int u = 0; u < 2; ++u) {
-    s += x[u];
+    s += (float)x[u] - k0;
   }
   const float mu = og_block_reduce(s, og_scratch, OgSum(), (float)0) / (float)COLS;
   float q = 0.0f;
   #pragma unroll
   for (int u = 0; u < 2; ++u) {
-    const float c = x[u] - mu;
+    const float c = ((float)x[u] - k0) - mu;
     q += c * c;
   }
   q = og_block_reduce(q, og_scratch, OgSum(), (float)0);
@@ -294,7 +295,7 @@ extern "C" __global__ void og_layer_norm_1a7aea124979(float* out, const float* i
   #pragma unroll
   for (int u = 0; u < 2; ++u) {
     const IDX j = threadIdx.x + (IDX)u * 32u;
-    const float a = (x[u] - mu) / r * w1[u] + w2[u];
+    const float a = (((float)x[u] - k0) - mu) / r * w1[u] + w2[u];
       const IDX oi = row * COLS + j;
       out[oi] = (float)(a);
   }

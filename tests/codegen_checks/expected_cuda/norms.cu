@@ -1,5 +1,5 @@
 
-extern "C" __global__ void og_layer_norm_05f27a9d07f3(og_f16* out, const og_f16* in0, const og_f16* in1, const og_f16* in2) {
+extern "C" __global__ void og_layer_norm_a6eab14a08dd(og_f16* out, const og_f16* in0, const og_f16* in1, const og_f16* in2) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   typedef unsigned int IDX;
@@ -31,16 +31,17 @@ extern "C" __global__ void og_layer_norm_05f27a9d07f3(og_f16* out, const og_f16*
     w1[u] = arg1_at(j);
     w2[u] = arg2_at(j);
   }
+  const float k0 = (float)arg0_at(0);
   float s = 0.0f;
   #pragma unroll
   for (int u = 0; u < 2; ++u) {
-    s += x[u];
+    s += (float)x[u] - k0;
   }
   const float mu = og_block_reduce(s, og_scratch, OgSum(), (float)0) / (float)COLS;
   float q = 0.0f;
   #pragma unroll
   for (int u = 0; u < 2; ++u) {
-    const float c = x[u] - mu;
+    const float c = ((float)x[u] - k0) - mu;
     q += c * c;
   }
   q = og_block_reduce(q, og_scratch, OgSum(), (float)0);
@@ -48,7 +49,7 @@ extern "C" __global__ void og_layer_norm_05f27a9d07f3(og_f16* out, const og_f16*
   #pragma unroll
   for (int u = 0; u < 2; ++u) {
     const IDX j = threadIdx.x + (IDX)u * 32u;
-    const float a = (x[u] - mu) / r * w1[u] + w2[u];
+    const float a = (((float)x[u] - k0) - mu) / r * w1[u] + w2[u];
       const IDX oi = row * COLS + j;
       out[oi] = og_f32_to_f16((float)(a));
   }
