@@ -16,11 +16,10 @@ from hypothesis import given, settings
 
 import optgraph as og
 from optgraph.analysis.fusion_rules import PRODUCT, plan_body
+from optgraph.codegen import cuda_source
 from optgraph.ir.graph import Graph
 from optgraph.passes.fuse import FusePass
 from tests.support.random_graphs import random_dag_graphs
-
-cuda_source = pytest.importorskip("optgraph.codegen.cuda_source")
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.ir"))

@@ -14,6 +14,7 @@ from optgraph.analysis.happens_before import HappensBefore
 from optgraph.errors import PipelineError
 from optgraph.ir.layout import alias_roots
 from optgraph.passes.analyze_lifetimes import compute_lifetimes
+from optgraph.passes.check_races import find_races
 from optgraph.passes.manager import run_pipeline
 from optgraph.passes.memory_bounds import (
     concurrency_bound,
@@ -222,19 +223,15 @@ UNORDERED_REUSE = """graph g {
 }"""
 
 
-def _find_races():  # type: ignore[no-untyped-def]
-    return pytest.importorskip("optgraph.passes.check_races").find_races
-
-
 def test_check_races_sees_an_unordered_reuse() -> None:
     graph = og.parse(UNORDERED_REUSE)
     assert check_plan(graph)  # %c takes %a's bytes while stream 1 may still read %a
-    assert _find_races()(graph)
+    assert find_races(graph)
 
 
 @pytest.mark.parametrize("text", [OVER_OPERAND, USE_AFTER_REUSE], ids=["over-operand", "reuse"])
 def test_check_races_sees_every_overlap_check_plan_sees(text: str) -> None:
     graph = og.parse(text)
     assert check_plan(graph)
-    races = _find_races()(graph)
+    races = find_races(graph)
     assert races and all(r.clobber for r in races)  # ordered, but the wrong way round
