@@ -19,6 +19,7 @@ from optgraph.analysis.fusion_rules import PRODUCT, plan_body
 from optgraph.codegen import cuda_source
 from optgraph.ir.graph import Graph
 from optgraph.passes.fuse import FusePass
+from tests.support.property_examples import examples
 from tests.support.random_graphs import random_dag_graphs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +72,7 @@ def test_fixture_regions_one_kernel_each() -> None:
 
 
 @given(random_dag_graphs(max_nodes=14))
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 def test_random_regions_one_kernel_each(graph: Graph) -> None:
     _check_one_kernel_per_region(FusePass().run(graph))
 

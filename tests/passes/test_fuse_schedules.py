@@ -20,6 +20,7 @@ from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
 from optgraph.runtime.planned import execute
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from tests.support.property_examples import examples
 from tests.support.random_graphs import random_dag_graphs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -78,7 +79,7 @@ def test_fusing_before_streams_finds_at_least_as_many_regions() -> None:
 
 @pytest.mark.parametrize("order", sorted(ORDERS))
 @given(graph=random_dag_graphs(max_nodes=12))
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 def test_random_graphs_fused_with_streams_run_correctly(order: str, graph: Graph) -> None:
     compiled = run_pipeline(graph, _pipeline(order))
     _check_planned(graph, compiled, range(2))

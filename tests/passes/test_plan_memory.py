@@ -23,6 +23,7 @@ from optgraph.passes.memory_bounds import (
     without_streams,
 )
 from optgraph.passes.plan_memory import align_up, apply_plan, check_plan, entirely_before, plan
+from tests.support.property_examples import examples
 from tests.support.random_graphs import random_dag_graphs
 from tests.support.scheduled_graphs import random_memory_graph, random_streams
 
@@ -58,7 +59,7 @@ def _overlapping_conflicts(graph: og.Graph) -> list[tuple[str, str]]:
     return bad
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(
     seed=st.integers(0, 100_000),
     size=st.integers(2, 18),
@@ -79,7 +80,7 @@ def test_conflicting_buffers_never_overlap(
     assert check_plan(planned) == []
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @given(
     graph=random_dag_graphs(max_nodes=14),
     streams=st.integers(1, 8),
@@ -123,7 +124,7 @@ def _brute_antichain(graph: og.Graph, alignment: int) -> int:
     return best
 
 
-@settings(max_examples=20)
+@settings(max_examples=examples(20))
 @given(seed=st.integers(0, 100_000), size=st.integers(2, 9), streams=st.integers(1, 4))
 def test_concurrency_bound_is_the_max_weight_antichain(seed: int, size: int, streams: int) -> None:
     graph = random_streams(random_memory_graph(seed, size), streams, seed)
