@@ -1,7 +1,11 @@
 """Shared pytest setup: the `--update-fixtures` option and hypothesis profiles.
 
-pytest --update-fixtures      rewrite every fixture's expectation with what the pass produced
-CI=true pytest                use the derandomized `ci` hypothesis profile
+python -m pytest -q                   every kind of check; property tests and sweeps sampled
+pytest --update-fixtures              rewrite every fixture's expectation with what the pass produced
+CI=true pytest                        use the derandomized `ci` hypothesis profile
+pytest -m slow                        the long sweeps the default run leaves out (pyproject addopts)
+HYPOTHESIS_PROFILE=fuzz pytest        long fuzzing: every property test with ~83x its examples
+                                      (tests/support/property_examples.py)
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ settings.register_profile(
 settings.register_profile(
     "dev", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow]
 )
-# Long fuzzing sessions by hand: HYPOTHESIS_PROFILE=fuzz pytest tests/test_fuzz.py
+# Long fuzzing sessions by hand: HYPOTHESIS_PROFILE=fuzz pytest tests/ir/test_fuzz.py
 settings.register_profile(
     "fuzz", deadline=None, max_examples=5000, suppress_health_check=[HealthCheck.too_slow]
 )

@@ -21,6 +21,7 @@ from optgraph.analysis.chain_cover import (
     transitive_reduction,
     width,
 )
+from tests.support.property_examples import examples
 
 
 @st.composite
@@ -46,7 +47,7 @@ def _matching_size(edges: list[tuple[int, int]], n: int) -> int:
     return len(nx.bipartite.hopcroft_karp_matching(b, top_nodes=left)) // 2
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(preds=dags())
 def test_against_networkx(preds: list[list[int]]) -> None:
     g = _nx(preds)
@@ -68,7 +69,7 @@ def test_against_networkx(preds: list[list[int]]) -> None:
     assert width(preds) == n - _matching_size(closure, n)
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(preds=dags(max_nodes=30))
 def test_width_without_labels(preds: list[list[int]]) -> None:
     n = len(preds)

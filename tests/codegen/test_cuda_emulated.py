@@ -1,11 +1,12 @@
-"""Generated kernels run on the CPU (tests/cuda_emulator.py) against the reference interpreter.
+"""Generated kernels run on the CPU (tests/support/cuda_emulator.py) against the reference
+interpreter, on graphs beyond the op cases (tests/codegen/test_op_kernels_emulated.py runs those).
 
 Covers the kernels with warp shuffles, shared memory and cross-block workspaces, where an
 indexing or ordering bug would otherwise only show on a GPU: the three attention kernels (split-KV
 decode with one and several chunks and row tiles, the tiled prefill kernel, the row kernel for
 wide heads), the row kernels of softmax and the norms, the one-row product kernel (single pass and
 split-K with its last-block reduction) and the cache copy of kv_cache_write. Bounds are the GPU tests' own
-(tests/gpu/gpu_support.py). Skipped where g++ (C++20) is missing.
+(tests/support/gpu_support.py). Skipped where g++ (C++20) is missing.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from optgraph.codegen.cuda_dispatch import node_code
 from optgraph.codegen.cuda_source import Launch, module_source
 from optgraph.ir.graph import Graph
 from optgraph.passes.fuse import FusePass
+from tests.support.property_examples import examples
 from tests.support.random_graphs import random_dag_graphs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +73,7 @@ def test_fixture_regions_one_kernel_each() -> None:
 
 
 @given(random_dag_graphs(max_nodes=14))
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 def test_random_regions_one_kernel_each(graph: Graph) -> None:
     _check_one_kernel_per_region(FusePass().run(graph))
 

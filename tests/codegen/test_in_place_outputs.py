@@ -57,7 +57,14 @@ def test_plan_writes_rows_into_the_input_and_rejects_illegal_pairs() -> None:
 
 
 @pytest.mark.skipif(not cuda_emulator.available(), reason="needs g++ (C++20)")
-@pytest.mark.parametrize(("merge", "prefetch"), [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize(
+    ("merge", "prefetch"),  # the default run: merged with prefetch; `pytest -m slow`: the others
+    [
+        pytest.param(False, False, marks=pytest.mark.slow),
+        pytest.param(True, False, marks=pytest.mark.slow),
+        (True, True),
+    ],
+)
 def test_llama_decode_with_caches_in_place_matches_reference(
     merge: bool, prefetch: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:

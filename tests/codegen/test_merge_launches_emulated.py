@@ -42,6 +42,14 @@ CASES = [(p.stem, "default") for p in sorted((ROOT / "examples").glob("*.ir"))] 
 ]
 MERGES = {"gpt2_block", "moe_block", "llama_decode", "gen_llama_f16", "gen_llama_f32"}
 MERGES |= {"split_k_products"}
+# The default run's sample (two builds each): an example with merges, the q/k/v members on one
+# stream, split-K workspaces; `pytest -m slow` runs every other case.
+SAMPLE = {("llama_decode", "default"), ("gen_llama_f16", "one-stream")}
+SAMPLE |= {("split_k_products", "default")}
+PARAMS = [
+    pytest.param(n, p, id=f"{n}-{p}", marks=() if (n, p) in SAMPLE else pytest.mark.slow)
+    for n, p in CASES
+]
 
 
 def _source(name: str) -> og.Graph:
@@ -64,7 +72,7 @@ def _assert_close(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> No
             assert err <= bound, f"%{name}: nmse {err:.3e} > {bound:g}"
 
 
-@pytest.mark.parametrize(("name", "pipeline"), CASES, ids=[f"{n}-{p}" for n, p in CASES])
+@pytest.mark.parametrize(("name", "pipeline"), PARAMS)
 def test_merged_plan_matches_reference_and_unmerged_plan(name: str, pipeline: str) -> None:
     source = _source(name)
     graph = run_pipeline(source, ONE_STREAM if pipeline == "one-stream" else "default")

@@ -14,6 +14,7 @@ from hypothesis import example, given, settings
 import optgraph as og
 from optgraph.ir.graph import Annotations, Graph, Input, Node, Output, TensorType, Weight
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from tests.support.property_examples import examples
 from tests.support.random_graphs import KINDS, random_dag_graphs
 
 
@@ -121,7 +122,7 @@ def test_generator_produces_every_kind(kind: str) -> None:
     }.get(kind, {kind})
     seen: list[Graph] = []
 
-    @settings(max_examples=25, derandomize=True, database=None)
+    @settings(max_examples=examples(25), derandomize=True, database=None)
     @given(random_dag_graphs(kinds=(kind,), max_nodes=3))
     def collect(graph: Graph) -> None:
         seen.append(graph)

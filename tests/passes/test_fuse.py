@@ -22,6 +22,7 @@ from optgraph.ir.verify import verify
 from optgraph.passes.fuse import FusePass
 from optgraph.passes.manager import parse_pipeline, run_pipeline
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from tests.support.property_examples import examples
 from tests.support.random_graphs import random_dag_graphs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -68,7 +69,7 @@ def _check_regions(before: Graph, after: Graph, max_ops: int) -> None:
 
 
 @given(random_dag_graphs(max_nodes=14))
-@settings(max_examples=80)
+@settings(max_examples=examples(80))
 def test_fusion_preserves_results_on_random_graphs(graph: Graph) -> None:
     after = _fused(graph)
     verify(after)
@@ -77,7 +78,7 @@ def test_fusion_preserves_results_on_random_graphs(graph: Graph) -> None:
 
 
 @given(random_dag_graphs(max_nodes=14))
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 def test_small_max_ops_bounds_regions(graph: Graph) -> None:
     after = _fused(graph, max_ops=2)
     _check_regions(graph, after, 2)
@@ -85,7 +86,7 @@ def test_small_max_ops_bounds_regions(graph: Graph) -> None:
 
 
 @given(random_dag_graphs(max_nodes=12))
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 def test_fuse_is_idempotent_and_round_trips(graph: Graph) -> None:
     once = _fused(graph)
     assert _fused(once) == once
@@ -93,7 +94,7 @@ def test_fuse_is_idempotent_and_round_trips(graph: Graph) -> None:
 
 
 @given(random_dag_graphs(max_nodes=12, annotations=True, events=True))
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 def test_annotated_graphs_fuse_within_one_stream_and_backend(graph: Graph) -> None:
     after = _fused(graph)
     verify(after)

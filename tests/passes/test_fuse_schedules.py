@@ -17,9 +17,10 @@ from hypothesis import given, settings
 import optgraph as og
 from optgraph.codegen.program import lower
 from optgraph.ir.graph import Graph
-from optgraph.passes.manager import PASSES, run_pipeline
+from optgraph.passes.manager import run_pipeline
 from optgraph.runtime.planned import execute
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from tests.support.property_examples import examples
 from tests.support.random_graphs import random_dag_graphs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -30,15 +31,8 @@ ORDERS = {
 }
 
 
-def _needs(*names: str) -> None:
-    missing = [n for n in names if n not in PASSES]
-    if missing:
-        pytest.skip(f"passes not registered yet: {', '.join(missing)}")
-
-
 def _pipeline(order: str) -> str:
-    tail = ",check-races" if "check-races" in PASSES else ""
-    return f"{ORDERS[order]},analyze-lifetimes,plan-memory{tail}"
+    return f"{ORDERS[order]},analyze-lifetimes,plan-memory,check-races"
 
 
 def _check_planned(original: Graph, compiled: Graph, seeds: range) -> None:
@@ -62,7 +56,6 @@ def _check_planned(original: Graph, compiled: Graph, seeds: range) -> None:
 @pytest.mark.parametrize("order", sorted(ORDERS))
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.ir")), ids=lambda p: p.stem)
 def test_examples_fused_with_streams_run_correctly(path: Path, order: str) -> None:
-    _needs("assign-streams", "insert-sync")
     graph = og.parse_file(str(path))
     compiled = run_pipeline(graph, _pipeline(order))
     fused = [n for n in compiled.nodes if n.op == "fused"]
@@ -75,7 +68,6 @@ def test_examples_fused_with_streams_run_correctly(path: Path, order: str) -> No
 
 def test_fusing_before_streams_finds_at_least_as_many_regions() -> None:
     """Fusing first is not limited by stream boundaries (why the default pipeline does it)."""
-    _needs("assign-streams", "insert-sync")
     for path in sorted(EXAMPLES.glob("*.ir")):
         graph = og.parse_file(str(path))
         before = run_pipeline(graph, ORDERS["fuse-then-streams"])
@@ -87,9 +79,8 @@ def test_fusing_before_streams_finds_at_least_as_many_regions() -> None:
 
 @pytest.mark.parametrize("order", sorted(ORDERS))
 @given(graph=random_dag_graphs(max_nodes=12))
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 def test_random_graphs_fused_with_streams_run_correctly(order: str, graph: Graph) -> None:
-    _needs("assign-streams", "insert-sync")
     compiled = run_pipeline(graph, _pipeline(order))
     _check_planned(graph, compiled, range(2))
 

@@ -21,6 +21,7 @@ from optgraph.ir.graph import Graph
 from optgraph.ir.verify import verify
 from optgraph.passes.manager import DEFAULT_PIPELINE, parse_pipeline, run_pipeline
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from tests.support.property_examples import examples
 from tests.support.random_graphs import random_dag_graphs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,7 +138,7 @@ def _one_row_families(draw: st.DrawFn) -> Graph:
 
 
 @given(_one_row_families())
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 def test_one_row_families_keep_results_and_outputs(graph: Graph) -> None:
     after = run_pipeline(graph, "fuse{row-prologues=false},fuse-siblings")
     _same_results(graph, after)
@@ -149,7 +150,7 @@ def test_one_row_families_keep_results_and_outputs(graph: Graph) -> None:
 
 
 @given(random_dag_graphs(max_nodes=14))
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 def test_random_graphs_stay_valid_and_equal(graph: Graph) -> None:
     after = run_pipeline(graph, "fuse{row-prologues=false},fuse-siblings")
     verify(after)

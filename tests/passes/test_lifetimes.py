@@ -13,6 +13,7 @@ from optgraph.analysis.happens_before import HappensBefore
 from optgraph.analysis.lifetimes import compute_lifetimes
 from optgraph.ir.layout import alias_roots
 from optgraph.passes.manager import run_pipeline
+from tests.support.property_examples import examples
 from tests.support.scheduled_graphs import random_memory_graph, random_streams
 
 CONCURRENT = """
@@ -96,7 +97,7 @@ def test_pass_clears_stale_annotations_on_views() -> None:
     assert og.parse(og.print_graph(out)) == out
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(seed=st.integers(0, 10_000), streams=st.integers(1, 8), size=st.integers(2, 16))
 def test_visible_matches_brute_force(seed: int, streams: int, size: int) -> None:
     """visible[s] is the first node on s that every access happens-before (checked pairwise)."""

@@ -20,9 +20,11 @@ from optgraph.analysis.memory_bounds import (
     memory_figures,
     without_streams,
 )
+from optgraph.analysis.races import find_races
 from optgraph.errors import PipelineError
 from optgraph.ir.layout import alias_roots
 from optgraph.passes.manager import run_pipeline
+from tests.support.property_examples import examples
 from tests.support.random_graphs import random_dag_graphs
 from tests.support.scheduled_graphs import random_memory_graph, random_streams
 
@@ -58,7 +60,7 @@ def _overlapping_conflicts(graph: og.Graph) -> list[tuple[str, str]]:
     return bad
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(
     seed=st.integers(0, 100_000),
     size=st.integers(2, 18),
@@ -79,7 +81,7 @@ def test_conflicting_buffers_never_overlap(
     assert check_plan(planned) == []
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @given(
     graph=random_dag_graphs(max_nodes=14),
     streams=st.integers(1, 8),
@@ -123,7 +125,7 @@ def _brute_antichain(graph: og.Graph, alignment: int) -> int:
     return best
 
 
-@settings(max_examples=20)
+@settings(max_examples=examples(20))
 @given(seed=st.integers(0, 100_000), size=st.integers(2, 9), streams=st.integers(1, 4))
 def test_concurrency_bound_is_the_max_weight_antichain(seed: int, size: int, streams: int) -> None:
     graph = random_streams(random_memory_graph(seed, size), streams, seed)
@@ -223,19 +225,15 @@ UNORDERED_REUSE = """graph g {
 }"""
 
 
-def _find_races():  # type: ignore[no-untyped-def]
-    return pytest.importorskip("optgraph.analysis.races").find_races
-
-
 def test_check_races_sees_an_unordered_reuse() -> None:
     graph = og.parse(UNORDERED_REUSE)
     assert check_plan(graph)  # %c takes %a's bytes while stream 1 may still read %a
-    assert _find_races()(graph)
+    assert find_races(graph)
 
 
 @pytest.mark.parametrize("text", [OVER_OPERAND, USE_AFTER_REUSE], ids=["over-operand", "reuse"])
 def test_check_races_sees_every_overlap_check_plan_sees(text: str) -> None:
     graph = og.parse(text)
     assert check_plan(graph)
-    races = _find_races()(graph)
+    races = find_races(graph)
     assert races and all(r.clobber for r in races)  # ordered, but the wrong way round

@@ -19,6 +19,7 @@ from optgraph.ir.graph import Graph
 from optgraph.ir.layout import alias_roots
 from optgraph.passes.check_races import CheckRacesPass
 from optgraph.passes.manager import run_pipeline
+from tests.support.property_examples import examples
 from tests.support.random_graphs import random_dag_graphs
 from tests.support.scheduled_graphs import random_streams
 
@@ -76,7 +77,7 @@ def _keys(graph: Graph) -> set[Key]:
     }
 
 
-@settings(max_examples=80)
+@settings(max_examples=examples(80))
 @given(
     graph=random_dag_graphs(max_nodes=14),
     streams=st.integers(2, 4),

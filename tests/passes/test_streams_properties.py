@@ -21,6 +21,7 @@ from optgraph.ir.verify import verify
 from optgraph.passes.assign_streams import AssignStreamsPass, nimble_syncs
 from optgraph.passes.insert_sync import InsertSyncPass
 from optgraph.passes.manager import run_pipeline
+from tests.support.property_examples import examples
 from tests.support.random_graphs import random_dag_graphs
 
 POLICIES = ("chains", "fanout", "single")
@@ -55,7 +56,7 @@ def _check(
         assert waits == [] and used <= {0}
 
 
-@settings(max_examples=120)
+@settings(max_examples=examples(120))
 @given(
     graph=random_dag_graphs(max_nodes=24, max_outputs=4, events=False),
     policy=st.sampled_from(POLICIES),
@@ -68,7 +69,7 @@ def test_random_schedules_are_race_free_and_minimal(
     _check(graph, policy, streams, min_branch_us)
 
 
-@settings(max_examples=80)
+@settings(max_examples=examples(80))
 @given(
     graph=random_dag_graphs(max_nodes=24, max_outputs=4, events=False),
     streams=st.integers(1, 8),
@@ -84,13 +85,13 @@ def test_cost_model_schedules_are_race_free_and_minimal(
         assert [n.name for n in assigned.nodes] == [n.name for n in graph.nodes]
 
 
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @given(graph=random_dag_graphs(max_nodes=16, events=True), streams=st.integers(2, 4))
 def test_graphs_with_old_events_are_rescheduled(graph: Graph, streams: int) -> None:
     _check(graph, "chains", streams, 0.0)
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(
     graph=random_dag_graphs(max_nodes=20, max_outputs=3),
     policy=st.sampled_from(("chains", "fanout")),

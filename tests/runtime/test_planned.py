@@ -20,6 +20,7 @@ from optgraph.errors import OptGraphError
 from optgraph.passes.manager import run_pipeline
 from optgraph.runtime.planned import PlanViolation, execute
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from tests.support.property_examples import examples
 from tests.support.scheduled_graphs import drop_wait, random_memory_graph, random_streams
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -67,7 +68,7 @@ def test_examples_with_the_streams_passes(path: Path) -> None:
             assert _same(execute(compiled.program, inputs, weights, seed=seed).outputs, expected)
 
 
-@settings(max_examples=15)
+@settings(max_examples=examples(15))
 @given(seed=st.integers(0, 100_000), size=st.integers(2, 16), streams=st.integers(1, 8))
 def test_random_graphs_through_the_streams_passes(seed: int, size: int, streams: int) -> None:
     graph = random_memory_graph(seed, size)
@@ -78,7 +79,7 @@ def test_random_graphs_through_the_streams_passes(seed: int, size: int, streams:
         assert _same(execute(compiled.program, inputs, weights, seed=s).outputs, expected), s
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @given(seed=st.integers(0, 100_000), size=st.integers(2, 16), streams=st.integers(1, 8))
 def test_random_graphs_bit_identical(seed: int, size: int, streams: int) -> None:
     graph = random_memory_graph(seed, size)

@@ -1,11 +1,15 @@
 """Run generated CUDA kernels on the CPU: a test helper for machines without a GPU.
 
 The kernel text of `codegen.cuda_source` is compiled as C++20 with g++ against a small emulation
-of the CUDA device API: a block is `blockDim.x` host threads, `__syncthreads` a `std::barrier`,
-warp shuffles go through a per-warp slot array between two warp barriers, `__shared__` variables
-are function statics (blocks run one after another), f16 uses `_Float16`. Enough for kernels whose
-shuffles and barriers are reached by every thread of the warp / block (ours are), not a general
-CUDA emulator: no timing, no memory model beyond sequential consistency.
+of the CUDA device API and run; nothing about an op is re-implemented here. Blocks run one after
+another on one host thread. A kernel that never synchronizes its threads (no `__syncthreads`,
+warp shuffle or block reduction in its text) runs them one after another; any other runs each
+thread of the block as a fiber that yields at every barrier, `__syncthreads` waiting for the
+block, `__syncwarp` and the shuffles (a per-warp slot array between two warp barriers) for the
+warp. `__shared__` variables are function statics, f16 uses `_Float16`. Enough for kernels whose
+shuffles and barriers are reached by every thread of the warp / block (ours are: a barrier that
+some threads never reach aborts the run as a deadlock), not a general CUDA emulator: no timing,
+no memory model beyond sequential consistency, no races (threads never run at once).
 
     outputs = run_graph(graph, inputs, weights)   # every node must lower to kernel launches only
     outputs = run_plan(lower_cuda(planned), inputs, weights)   # a plan's steps at its offsets
@@ -51,38 +55,62 @@ from optgraph.runtime.reference_kernels import numpy_dtype
 
 EMULATION = r"""
 #include <atomic>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
+#include <setjmp.h>
+#include <ucontext.h>
 #include <vector>
 #include <math.h>
 struct dim3 { unsigned int x = 1, y = 1, z = 1; };
 struct uint2 { unsigned int x, y; };
 struct uint4 { unsigned int x, y, z, w; };
 struct float4 { float x, y, z, w; };
-thread_local dim3 threadIdx, blockIdx;
-dim3 blockDim, gridDim;
-static std::barrier<>* og_emu_block;
-static std::barrier<>* og_emu_warp[32];
+dim3 threadIdx, blockIdx, blockDim, gridDim;
+// A block's threads are fibers on one host thread: each runs until it waits at a barrier (or
+// ends), then the next one runs; a barrier opens when its last thread arrives. A fiber starts
+// with setcontext and switches with _setjmp/_longjmp (no signal-mask system call per switch).
+struct og_emu_fiber { ucontext_t start; jmp_buf resume; char* stack; bool started, done; };
+static jmp_buf og_emu_scheduler;
+static og_emu_fiber og_emu_fibers[1024];
+static unsigned int og_emu_current;
+static unsigned long long og_emu_progress;  // arrivals and ends: a round without any is a deadlock
+static void (*og_emu_body)(void*);
+static void* og_emu_arg;
+struct og_emu_barrier { unsigned int expected, arrived, generation; };
+static og_emu_barrier og_emu_block, og_emu_warp[32];
 static unsigned long long og_emu_slot[32][32];
+static bool og_emu_sequential;  // threads run one after another: no barrier may be reached
+[[noreturn]] inline void og_emu_fail(const char* why) {
+  std::fprintf(stderr, "emulator: %s\n", why);
+  std::abort();
+}
+__attribute__((noinline)) static void og_emu_yield() {
+  if (!_setjmp(og_emu_fibers[og_emu_current].resume)) _longjmp(og_emu_scheduler, 1);
+}
+inline void og_emu_wait(og_emu_barrier& b) {
+  if (og_emu_sequential) og_emu_fail("a kernel run thread by thread reached a barrier or shuffle");
+  ++og_emu_progress;
+  const unsigned int generation = b.generation;
+  if (++b.arrived == b.expected) { b.arrived = 0; ++b.generation; return; }
+  while (b.generation == generation) og_emu_yield();
+}
 #define __global__
 #define __device__
 #define __shared__ static
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-inline void __syncthreads() { og_emu_block->arrive_and_wait(); }
-inline void __syncwarp(unsigned int = 0xffffffffu) { og_emu_warp[threadIdx.x >> 5]->arrive_and_wait(); }
+inline void __syncthreads() { og_emu_wait(og_emu_block); }
+inline void __syncwarp(unsigned int = 0xffffffffu) { og_emu_wait(og_emu_warp[threadIdx.x >> 5]); }
 template <typename T> T __shfl_xor_sync(unsigned int, T v, int o) {
   const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
   unsigned long long bits = 0; std::memcpy(&bits, &v, sizeof(T));
   og_emu_slot[w][l] = bits;
-  og_emu_warp[w]->arrive_and_wait();
+  og_emu_wait(og_emu_warp[w]);
   unsigned long long got = og_emu_slot[w][l ^ o];
-  og_emu_warp[w]->arrive_and_wait();
+  og_emu_wait(og_emu_warp[w]);
   T out; std::memcpy(&out, &got, sizeof(T)); return out;
 }
 inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
@@ -97,29 +125,71 @@ inline unsigned int atomicAdd(unsigned int* p, unsigned int v) {
 inline unsigned int min(unsigned int a, unsigned int b) { return a < b ? a : b; }
 inline float og_emu_h2f(unsigned short h) { _Float16 x; std::memcpy(&x, &h, 2); return (float)x; }
 inline unsigned short og_emu_f2h(float f) { _Float16 x = (_Float16)f; unsigned short h; std::memcpy(&h, &x, 2); return h; }
-template <typename F> void og_emu_launch(dim3 grid, dim3 block, F kernel) {
+static void og_emu_entry() {
+  og_emu_body(og_emu_arg);
+  og_emu_fibers[og_emu_current].done = true;
+  ++og_emu_progress;
+  _longjmp(og_emu_scheduler, 1);
+}
+// Run fiber `t` until it waits or ends: from its start or from where it last waited.
+__attribute__((noinline)) static void og_emu_resume(unsigned int t) {
+  og_emu_current = t; threadIdx.x = t;
+  og_emu_fiber& f = og_emu_fibers[t];
+  if (_setjmp(og_emu_scheduler)) return;
+  if (f.started) _longjmp(f.resume, 1);
+  f.started = true;
+  setcontext(&f.start);
+}
+static void og_emu_run(dim3 grid, dim3 block, bool sequential, void (*body)(void*), void* arg) {
   gridDim = grid; blockDim = block;
-  std::barrier<> block_barrier(block.x);
-  og_emu_block = &block_barrier;
-  std::vector<std::barrier<>*> warps;
-  for (unsigned int w = 0; w < (block.x + 31) / 32; ++w) {
-    warps.push_back(new std::barrier<>(block.x - 32 * w < 32 ? block.x - 32 * w : 32));
-    og_emu_warp[w] = warps.back();
-  }
-  std::vector<std::thread> threads;  // one host thread per CUDA thread, walking the blocks in order
-  for (unsigned int t = 0; t < block.x; ++t)
-    threads.emplace_back([&, t] {
-      threadIdx.x = t;
-      for (unsigned int bz = 0; bz < grid.z; ++bz)
-        for (unsigned int by = 0; by < grid.y; ++by)
-          for (unsigned int bx = 0; bx < grid.x; ++bx) {
-            blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
-            kernel();
-            block_barrier.arrive_and_wait();  // the block's shared memory is the next one's
+  og_emu_sequential = sequential;
+  if (sequential) {  // a kernel without barriers or shuffles: its threads never wait on each other
+    for (unsigned int bz = 0; bz < grid.z; ++bz)
+      for (unsigned int by = 0; by < grid.y; ++by)
+        for (unsigned int bx = 0; bx < grid.x; ++bx)
+          for (unsigned int t = 0; t < block.x; ++t) {
+            blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz; threadIdx.x = t;
+            body(arg);
           }
-    });
-  for (auto& t : threads) t.join();
-  for (auto* w : warps) delete w;
+    return;
+  }
+  if (block.x > 1024) og_emu_fail("more than 1024 threads a block");
+  og_emu_body = body;
+  og_emu_arg = arg;
+  og_emu_block = {block.x, 0, 0};
+  for (unsigned int w = 0; w < (block.x + 31) / 32; ++w)
+    og_emu_warp[w] = {block.x - 32 * w < 32 ? block.x - 32 * w : 32, 0, 0};
+  constexpr size_t stack_bytes = 256 * 1024;
+  for (unsigned int bz = 0; bz < grid.z; ++bz)
+    for (unsigned int by = 0; by < grid.y; ++by)
+      for (unsigned int bx = 0; bx < grid.x; ++bx) {  // blocks one after another
+        blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
+        for (unsigned int t = 0; t < block.x; ++t) {
+          og_emu_fiber& f = og_emu_fibers[t];
+          if (!f.stack) {  // made once, restarted from its entry by every block
+            f.stack = (char*)std::malloc(stack_bytes);
+            getcontext(&f.start);
+            f.start.uc_stack.ss_sp = f.stack;
+            f.start.uc_stack.ss_size = stack_bytes;
+            f.start.uc_link = nullptr;
+            makecontext(&f.start, og_emu_entry, 0);
+          }
+          f.started = f.done = false;
+        }
+        for (unsigned int live = block.x; live;) {
+          const unsigned long long before = og_emu_progress;
+          for (unsigned int t = 0; t < block.x; ++t) {
+            if (og_emu_fibers[t].done) continue;
+            og_emu_resume(t);
+            if (og_emu_fibers[t].done) --live;
+          }
+          if (live && og_emu_progress == before)
+            og_emu_fail("deadlock: threads wait at a barrier that others of the block never reach");
+        }
+      }
+}
+template <typename F> void og_emu_launch(dim3 grid, dim3 block, bool sequential, F kernel) {
+  og_emu_run(grid, block, sequential, [](void* f) { (*static_cast<F*>(f))(); }, &kernel);
 }
 struct og_emu_any {  // a buffer converts to any kernel's pointer type (raw-bit copies take uint*)
   void* p;
@@ -195,12 +265,8 @@ def run_graph(
                 sources[work.kernel.name] = work.kernel
                 roles = {"out": buffers[node.name]}
                 roles.update({f"in{i}": buffers[o] for i, o in enumerate(node.operands)})
-                args = ", ".join(f"og_emu_any{{{roles[a]}}}" for a in work.args)
-                (gx, gy, gz), (bx, _, _) = work.grid, work.block
-                calls.append(
-                    f"og_emu_launch(dim3{{{gx}u, {gy}u, {gz}u}}, dim3{{{bx}u, 1u, 1u}}, "
-                    f"[&] {{ {work.kernel.name}({args}); }});"
-                )
+                args = [roles[a] for a in work.args]
+                calls.append(_launch(work.kernel, work.grid, work.block, args))
         outs = list(dict.fromkeys(graph.output_names()))
         for k, name in enumerate(outs):
             calls.append(
@@ -216,12 +282,72 @@ def run_graph(
         return result
 
 
+# What makes a block's threads wait for each other: the emulated primitives and the prelude's
+# block reduction built on them. A kernel naming none runs thread by thread; one that reaches a
+# barrier anyway (through a helper not listed here) aborts the run rather than compute wrong bits.
+THREAD_SYNC = ("__syncthreads", "__syncwarp", "__shfl", "og_block_reduce")
+
+
+def _launch(
+    kernel: Kernel, grid: tuple[int, int, int], block: tuple[int, int, int], args: list[str]
+) -> str:
+    """The statement launching `kernel` over `grid` x `block` with the pointer expressions
+    `args`; blocks whose threads never synchronize run on one host thread (much faster)."""
+    sequential = not any(word in kernel.source for word in THREAD_SYNC)
+    (gx, gy, gz), (bx, _, _) = grid, block
+    pointers = ", ".join(f"og_emu_any{{{a}}}" for a in args)
+    return (
+        f"og_emu_launch(dim3{{{gx}u, {gy}u, {gz}u}}, dim3{{{bx}u, 1u, 1u}}, "
+        f"{'true' if sequential else 'false'}, [&] {{ {kernel.name}({pointers}); }});"
+    )
+
+
+class EmulationError(RuntimeError):
+    """The emulated program did not build or did not run to its end (g++'s or its own message)."""
+
+
 def _build_and_run(folder: Path, kernels: str, statements: list[str]) -> None:
     main = "int main() {\n  " + "\n  ".join(statements) + "\n  return 0;\n}\n"
     (folder / "emu.cpp").write_text(EMULATION + _prelude() + kernels + main)
-    compile_cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-w", "-o", str(folder / "emu")]
-    subprocess.run([*compile_cmd, str(folder / "emu.cpp")], check=True)
-    subprocess.run([str(folder / "emu")], check=True)
+    # No _FORTIFY_SOURCE: its checked longjmp refuses to jump between fiber stacks.
+    build = ["g++", "-std=c++20", "-O1", "-U_FORTIFY_SOURCE", "-w", "-o", str(folder / "emu")]
+    for command, what in (
+        (build + [str(folder / "emu.cpp")], "build"),
+        ([str(folder / "emu")], "run"),
+    ):
+        done = subprocess.run(command, check=False, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise EmulationError(
+                f"emulated {what} failed ({done.returncode}):\n{done.stderr[-4000:]}"
+            )
+
+
+def run_kernel(
+    kernel: Kernel,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    buffers: list[np.ndarray],
+) -> list[np.ndarray]:
+    """One launch of `kernel` with a copy of each of `buffers` as its arguments, in order;
+    returns the buffers after the launch."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        setup, names = [], []
+        for k, array in enumerate(buffers):
+            np.ascontiguousarray(array).tofile(folder / f"b{k}.bin")
+            setup.append(f'char* b{k} = (char*)og_emu_read("{folder}/b{k}.bin", {array.nbytes});')
+            names.append(f"b{k}")
+        writes = [
+            f'{{ FILE* f = std::fopen("{folder}/b{k}.bin", "wb"); '
+            f"std::fwrite(b{k}, 1, {array.nbytes}, f); std::fclose(f); }}"
+            for k, array in enumerate(buffers)
+        ]
+        launch = _launch(kernel, grid, block, names)
+        _build_and_run(folder, kernels_source([kernel]), [*setup, launch, *writes])
+        return [
+            np.fromfile(folder / f"b{k}.bin", dtype=a.dtype).reshape(a.shape)
+            for k, a in enumerate(buffers)
+        ]
 
 
 def _gemm(step: GemmStep, a: str, b: str, c: str) -> str:
@@ -250,15 +376,27 @@ def run_plan(
         setup = [
             f"char* og_arena = (char*)std::calloc({plan.arena_bytes} + 64, 1);",
             f"char* og_weights = (char*)std::calloc({plan.weights_bytes} + 64, 1);",
+            f"char* og_host_weights = (char*)std::calloc({plan.host_weights_bytes} + 64, 1);",
+            f"char* og_host_arena = (char*)std::calloc({plan.host_arena_bytes} + 64, 1);",
         ]
-        where = {"arena": "og_arena", "weights": "og_weights"}
-        for name, offset in plan.weight_offsets.items():
-            path = folder / f"w_{len(setup)}.bin"
-            _host(weights[name], plan.types[name].dtype).tofile(path)
-            setup.append(
-                f'std::memcpy(og_weights + {offset}, og_emu_read("{path}", '
-                f"{plan.types[name].nbytes}), {plan.types[name].nbytes});"
-            )
+        where = {
+            "arena": "og_arena",
+            "weights": "og_weights",
+            "host_weights": "og_host_weights",  # pinned host memory is one more buffer here
+            "host_arena": "og_host_arena",
+        }
+        placed = [
+            ("og_weights", plan.weight_offsets),
+            ("og_host_weights", plan.host_weight_offsets),
+        ]
+        for buffer, offsets in placed:
+            for name, offset in offsets.items():
+                path = folder / f"w_{len(setup)}.bin"
+                _host(weights[name], plan.types[name].dtype).tofile(path)
+                setup.append(
+                    f'std::memcpy({buffer} + {offset}, og_emu_read("{path}", '
+                    f"{plan.types[name].nbytes}), {plan.types[name].nbytes});"
+                )
         buffers: dict[tuple[str, str], str] = {}
         for k, name in enumerate(plan.inputs):
             path = folder / f"in{k}.bin"
@@ -285,12 +423,8 @@ def run_plan(
             if isinstance(step, EventStep):
                 continue
             if isinstance(step, KernelStep):
-                args = ", ".join(f"og_emu_any{{{ptr(a)}}}" for a in step.args)
-                (gx, gy, gz), (bx, _, _) = step.grid, step.block
-                calls.append(
-                    f"og_emu_launch(dim3{{{gx}u, {gy}u, {gz}u}}, dim3{{{bx}u, 1u, 1u}}, "
-                    f"[&] {{ {step.kernel}({args}); }});"
-                )
+                args = [ptr(a) for a in step.args]
+                calls.append(_launch(plan.kernels[step.kernel], step.grid, step.block, args))
             elif isinstance(step, GemmStep):
                 calls.append(_gemm(step, ptr(step.a), ptr(step.b), ptr(step.c)))
             elif isinstance(step, CopyStep):

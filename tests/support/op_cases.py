@@ -1,10 +1,13 @@
 """The op test cases: for every op, one IR graph body (dtype `{T}`) holding several shapes.
 
-Shared by the GPU tests (tests/gpu/test_gpu_ops.py: run against the reference) and the CPU tests
-(tests/test_codegen_cuda.py: the generated source of every case compiles with nvcc).
+Shared by the GPU tests (tests/gpu/test_gpu_ops.py: run against the reference), the CPU emulation
+of the same kernels (tests/codegen/test_op_kernels_emulated.py) and tests/codegen/test_codegen_cuda.py
+(the generated source of every case compiles with nvcc).
 """
 
 from __future__ import annotations
+
+import re
 
 UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "silu", "erf",
          "sin", "cos")  # fmt: skip
@@ -279,6 +282,30 @@ def case_graph_text(op: str, dtype: str) -> str:
     """The full IR text of `op`'s cases in `dtype`."""
     text = CASES[op].replace("{T}", dtype)
     return f"graph {op}_{dtype} {{\n{text}\n}}\n"
+
+
+def case_prefix(op: str) -> str:
+    """The prefix of `op`'s value names in `all_cases_graph_text`."""
+    return f"{op}__"
+
+
+def all_cases_graph_text(dtype: str) -> str:
+    """Every case of `params()` in `dtype` as one graph, each op's values renamed
+    `%<op>__<name>`, so one build of all its kernels covers the dtype:
+
+        %y0 = exp(%x0) : f32[4,64]   ->   %exp__y0 = exp(%exp__x0) : f32[4,64]
+    """
+    body: list[str] = []
+    outputs: list[str] = []
+    for op in sorted(op for op, t in params() if t == dtype):
+        text = re.sub(r"%(\w+)", rf"%{case_prefix(op)}\1", CASES[op])
+        for line in text.replace("{T}", dtype).splitlines():
+            if line.startswith("output "):
+                outputs += line.removeprefix("output ").split(", ")
+            else:
+                body.append(line)
+    lines = "\n".join(body)
+    return f"graph all_{dtype} {{\n{lines}\noutput {', '.join(outputs)}\n}}\n"
 
 
 # One-row sibling products for fuse-siblings: q/k/v-like products (one with an epilogue), gate/up
