@@ -21,7 +21,8 @@ import numpy as np
 
 from optgraph.errors import OptGraphError, Span
 from optgraph.frontends.draft import Draft, ir_name, tensor_type
-from optgraph.frontends.onnx_ops import CONVERTERS, OnnxContext
+from optgraph.frontends.onnx_context import OnnxContext
+from optgraph.frontends.onnx_ops import CONVERTERS
 from optgraph.frontends.raising import raise_patterns
 from optgraph.ir.graph import Graph
 
