@@ -24,6 +24,7 @@ class OnnxContext:
     path: str
     opset: int
     values: dict[str, str] = field(default_factory=dict)
+    inferred: dict[str, TensorType] = field(default_factory=dict)  # onnx shape inference
 
     def span(self, node: Any) -> Span:
         return Span(self.path, 1, 1, None, f"{node.op_type} node '{node.name}'")
@@ -86,11 +87,17 @@ class OnnxContext:
         return name
 
     def unmapped(self, node: Any, name: str) -> None:
+        """Each output as a node of the ONNX op type, typed by onnx's shape inference (else like
+        the first operand), for `Draft.finish` to report."""
         operands = [self.values[i] for i in node.input if i]
-        result = self.draft.type_of(operands[0]) if operands else TensorType("f32", ())
-        out = self.draft.node(node.op_type, operands, result, name=self.fresh(node.output[0]),
-                              span=self.span(node))  # fmt: skip
-        self.values[node.output[0]] = out
+        fallback = self.draft.type_of(operands[0]) if operands else TensorType("f32", ())
+        for output in node.output:
+            if not output:
+                continue
+            result = self.inferred.get(output, fallback)
+            out = self.draft.node(node.op_type, operands, result, name=self.fresh(output),
+                                  span=self.span(node))  # fmt: skip
+            self.values[output] = out
 
     def scalar_like(self, value: float, like: str) -> str:
         dtype = numpy_dtype(self.draft.type_of(like).dtype)

@@ -151,7 +151,26 @@ def _reshape(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     wanted = ctx.ints(node, 1, attrs, "shape") or []
     if not attrs.get("allowzero", 0):
         wanted = [x.shape[i] if d == 0 else d for i, d in enumerate(wanted)]
-    _reshape_to(ctx, node, np.empty(x.shape, dtype=np.bool_).reshape(wanted).shape)
+    try:
+        shape = np.empty(x.shape, dtype=np.bool_).reshape(wanted).shape
+    except ValueError:
+        raise ctx.error(node, f"cannot reshape {x} to {wanted}") from None
+    _reshape_to(ctx, node, shape)
+
+
+def _split(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
+    x = ctx.type_of(node.input[0])
+    axis = int(attrs.get("axis", 0)) % x.rank
+    sizes = ctx.ints(node, 1, attrs, "split")
+    if sizes is None:
+        count = len(node.output)
+        step = -(-x.shape[axis] // count)
+        sizes = [min(step, x.shape[axis] - i * step) for i in range(count)]
+    start = 0
+    for output, size in zip(node.output, sizes):
+        attrs_out = {"axis": axis, "start": start, "end": start + size}
+        ctx.emit(node, "slice", [ctx.name(node.input[0])], attrs_out, output=output)
+        start += size
 
 
 def _flatten(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
@@ -258,6 +277,7 @@ CONVERTERS: dict[str, Converter] = {
     "Sin": _unary("sin"),
     "Slice": _slice,
     "Softmax": _softmax,
+    "Split": _split,
     "Sqrt": _unary("sqrt"),
     "Squeeze": _squeeze,
     "Sub": _binary("sub"),
