@@ -178,10 +178,3 @@ def _fold(onnx: Any, context: OnnxContext, node: Any) -> bool:
     for name, value in zip(node.output, results):
         context.values[name] = context.draft.constant(np.asarray(value), ir_name(name))
     return True
-
-
-def describe_inputs(graph: Graph) -> Sequence[str]:
-    """The graph's input names, as the model spelled them."""
-    from optgraph.frontends.draft import source_name
-
-    return [source_name(i.name) for i in graph.inputs]
