@@ -277,6 +277,22 @@ def _expand(ctx: TorchContext, node: Any) -> None:
     ctx.values[node.name] = name
 
 
+def _index_copy(ctx: TorchContext, node: Any) -> None:
+    """A static KV cache's `cache.index_copy(2, pos, new)` with one position: kv_cache_write.
+
+    One index writes the rows pos:pos+S only when S == 1 (a decode step); more indices may be
+    anything, so they stay unmapped."""
+    cache, index = ctx.type_of(node.args[0]), ctx.type_of(node.args[2])
+    dim = int(node.args[1]) % max(cache.rank, 1)
+    if cache.rank != 4 or dim != 2 or index.numel != 1 or ctx.type_of(node.args[3]).shape[2] != 1:
+        raise unsupported(node, "only a one-row write along axis 2 of a [B,H,S,D] cache maps")
+    pos = ctx.name_of(node.args[2])
+    if index.shape != (1,):
+        flat = index.with_shape((1,))
+        pos = ctx.step(node, "reshape", [pos], flat, {"shape": (1,)})
+    ctx.emit(node, "kv_cache_write", [ctx.name_of(node.args[0]), ctx.name_of(node.args[3]), pos])
+
+
 def _embedding(ctx: TorchContext, node: Any) -> None:
     ctx.emit(node, "get_rows", [ctx.name_of(node.args[0]), ctx.name_of(node.args[1])])
 
@@ -308,6 +324,7 @@ CONVERTERS: dict[str, Converter] = {
     "aten.expand.default": _expand,
     "aten.flatten.using_ints": _reshape,
     "aten.gelu.default": _gelu,
+    "aten.index_copy.default": _index_copy,
     "aten.layer_norm.default": _layer_norm,
     "aten.linear.default": _linear,
     "aten.log.default": _unary("log"),

@@ -21,9 +21,10 @@ import numpy as np
 
 from optgraph.errors import OptGraphError, Span
 from optgraph.frontends.draft import Draft, ir_name, tensor_type
-from optgraph.frontends.onnx_ops import CONVERTERS, OnnxContext
+from optgraph.frontends.onnx_context import ONNX_DTYPES, OnnxContext
+from optgraph.frontends.onnx_ops import CONVERTERS
 from optgraph.frontends.raising import raise_patterns
-from optgraph.ir.graph import Graph
+from optgraph.ir.graph import Graph, TensorType
 
 __all__ = ["from_onnx", "load_onnx"]
 
@@ -83,7 +84,7 @@ def from_onnx(model: Any) -> tuple[Graph, dict[str, np.ndarray]]:
     proto = load_onnx(model) if isinstance(model, str) else model
     opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=13)
     draft = Draft(proto.graph.name or "model")
-    context = OnnxContext(draft, path, opset)
+    context = OnnxContext(draft, path, opset, inferred=_inferred_types(onnx, proto))
     for name, array in _arrays(onnx, proto.graph).items():
         context.values[name] = ir_name(name)
         # Integer and one-element initializers are shape arithmetic and literals (eps, 0.5):
@@ -105,6 +106,22 @@ def from_onnx(model: Any) -> tuple[Graph, dict[str, np.ndarray]]:
     draft.outputs = [context.values[o.name] for o in proto.graph.output]
     raise_patterns(draft)
     return draft.finish()
+
+
+def _inferred_types(onnx: Any, proto: Any) -> dict[str, TensorType]:
+    """Static types onnx's shape inference finds (used only for ops optgraph cannot map)."""
+    try:
+        graph = onnx.shape_inference.infer_shapes(proto).graph
+    except Exception:  # noqa: BLE001 - inference is a hint; a model it rejects still imports
+        return {}
+    found: dict[str, TensorType] = {}
+    for value in graph.value_info:
+        tensor = value.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+        dtype = ONNX_DTYPES.get(tensor.elem_type)
+        if dtype is not None and None not in dims:
+            found[value.name] = TensorType(dtype, tuple(int(d) for d in dims if d is not None))
+    return found
 
 
 def _attributes(onnx: Any, node: Any) -> dict[str, Any]:
@@ -161,10 +178,3 @@ def _fold(onnx: Any, context: OnnxContext, node: Any) -> bool:
     for name, value in zip(node.output, results):
         context.values[name] = context.draft.constant(np.asarray(value), ir_name(name))
     return True
-
-
-def describe_inputs(graph: Graph) -> Sequence[str]:
-    """The graph's input names, as the model spelled them."""
-    from optgraph.frontends.draft import source_name
-
-    return [source_name(i.name) for i in graph.inputs]

@@ -6,101 +6,15 @@ IR nodes through an `OnnxContext`, whose `emit` infers every result type with op
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from optgraph.errors import OptGraphError, Span
-from optgraph.frontends.draft import Draft, ir_name
-from optgraph.ir.graph import AttrValue, Node, TensorType
-from optgraph.ir.ops import get_op, infer_type
+from optgraph.frontends.onnx_context import ONNX_DTYPES, Converter, OnnxContext
+from optgraph.frontends.onnx_image_ops import IMAGE_CONVERTERS
+from optgraph.ir.graph import AttrValue, TensorType
 from optgraph.runtime.reference_kernels import numpy_dtype
-
-_ONNX_DTYPES = {1: "f32", 10: "f16", 16: "bf16", 6: "i32", 7: "i64", 9: "bool"}
-
-
-@dataclass
-class OnnxContext:
-    draft: Draft
-    path: str
-    opset: int
-    values: dict[str, str] = field(default_factory=dict)
-
-    def span(self, node: Any) -> Span:
-        return Span(self.path, 1, 1, None, f"{node.op_type} node '{node.name}'")
-
-    def name(self, onnx_name: str) -> str:
-        return self.values[onnx_name]
-
-    def type_of(self, onnx_name: str) -> TensorType:
-        return self.draft.type_of(self.values[onnx_name])
-
-    def is_constant(self, onnx_name: str) -> bool:
-        return self.values.get(onnx_name) in self.draft.constants
-
-    def constant(self, onnx_name: str) -> np.ndarray:
-        return self.draft.constants[self.values[onnx_name]]
-
-    def ints(self, node: Any, index: int, attrs: Mapping[str, Any], key: str) -> list[int] | None:
-        """An integer list given as attribute `key` (older opsets) or as constant input `index`."""
-        if key in attrs:
-            return [int(v) for v in attrs[key]]
-        if len(node.input) > index and node.input[index]:
-            if not self.is_constant(node.input[index]):
-                raise self.error(node, f"input {index} ({key}) must be a constant")
-            return [int(v) for v in self.constant(node.input[index]).reshape(-1)]
-        return None
-
-    def error(self, node: Any, why: str) -> OptGraphError:
-        return OptGraphError(f"import: {node.op_type} '{node.name}': {why}", self.span(node))
-
-    def emit(
-        self,
-        node: Any,
-        op: str,
-        operands: Sequence[str],
-        attrs: Mapping[str, AttrValue] | None = None,
-        output: str | None = None,
-    ) -> str:
-        """Append `op(operands)`, typed by the op table; bound to `output` (default: output 0)."""
-        probe = Node("probe", op, tuple(operands), dict(attrs or {}), span=self.span(node))
-        types = [self.draft.type_of(o) for o in operands]
-        try:
-            # A draft op the IR lacks (erf, cos, sin) is elementwise: its operand's type.
-            result = infer_type(probe, types) if get_op(op) is not None else types[0]
-        except OptGraphError as err:
-            raise self.error(node, err.message) from None
-        target = node.output[0] if output is None else output
-        name = self.draft.node(op, operands, result, attrs, name=self.fresh(target))
-        if output is not None or target == node.output[0]:
-            self.values[target] = name
-        return name
-
-    def step(self, node: Any, op: str, operands: Sequence[str],
-             attrs: Mapping[str, AttrValue] | None = None) -> str:  # fmt: skip
-        return self.emit(node, op, operands, attrs, output=f"{node.output[0]}.step")
-
-    def fresh(self, onnx_name: str) -> str:
-        name = ir_name(onnx_name)
-        if name in self.draft.types or name in self.draft.weights or name in self.draft.constants:
-            return self.draft.fresh(name)
-        return name
-
-    def unmapped(self, node: Any, name: str) -> None:
-        operands = [self.values[i] for i in node.input if i]
-        result = self.draft.type_of(operands[0]) if operands else TensorType("f32", ())
-        out = self.draft.node(node.op_type, operands, result, name=self.fresh(node.output[0]),
-                              span=self.span(node))  # fmt: skip
-        self.values[node.output[0]] = out
-
-    def scalar_like(self, value: float, like: str) -> str:
-        dtype = numpy_dtype(self.draft.type_of(like).dtype)
-        return self.draft.constant(np.array(value, dtype=dtype))
-
-
-Converter = Callable[[OnnxContext, Any, Mapping[str, Any]], None]
 
 
 def _unary(op: str) -> Converter:
@@ -145,7 +59,7 @@ def _gelu(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
 
 
 def _cast(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
-    dtype = _ONNX_DTYPES.get(int(attrs["to"]))
+    dtype = ONNX_DTYPES.get(int(attrs["to"]))
     if dtype is None:
         raise ctx.error(node, f"cast to ONNX type {attrs['to']} is not supported")
     if ctx.type_of(node.input[0]).dtype == dtype:
@@ -237,7 +151,26 @@ def _reshape(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     wanted = ctx.ints(node, 1, attrs, "shape") or []
     if not attrs.get("allowzero", 0):
         wanted = [x.shape[i] if d == 0 else d for i, d in enumerate(wanted)]
-    _reshape_to(ctx, node, np.empty(x.shape, dtype=np.bool_).reshape(wanted).shape)
+    try:
+        shape = np.empty(x.shape, dtype=np.bool_).reshape(wanted).shape
+    except ValueError:
+        raise ctx.error(node, f"cannot reshape {x} to {wanted}") from None
+    _reshape_to(ctx, node, shape)
+
+
+def _split(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
+    x = ctx.type_of(node.input[0])
+    axis = int(attrs.get("axis", 0)) % x.rank
+    sizes = ctx.ints(node, 1, attrs, "split")
+    if sizes is None:
+        count = len(node.output)
+        step = -(-x.shape[axis] // count)
+        sizes = [min(step, x.shape[axis] - i * step) for i in range(count)]
+    start = 0
+    for output, size in zip(node.output, sizes):
+        attrs_out = {"axis": axis, "start": start, "end": start + size}
+        ctx.emit(node, "slice", [ctx.name(node.input[0])], attrs_out, output=output)
+        start += size
 
 
 def _flatten(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
@@ -310,69 +243,12 @@ def _gather(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     raise ctx.error(node, "only row gathers (axis 0 of a 2-D table) and constant indices map")
 
 
-def _symmetric_pads(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> tuple[int, int]:
-    if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
-        raise ctx.error(node, "auto_pad SAME_* is not supported (give explicit pads)")
-    pads = [int(p) for p in attrs.get("pads", (0, 0, 0, 0))]
-    if len(pads) != 4 or pads[:2] != pads[2:]:
-        raise ctx.error(node, f"only 2-D symmetric pads are supported, got {pads}")
-    return pads[0], pads[1]
-
-
-def _conv(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
-    if any(int(d) != 1 for d in attrs.get("dilations", (1, 1))):
-        raise ctx.error(node, "dilated convolutions are not supported")
-    if ctx.type_of(node.input[0]).rank != 4:
-        raise ctx.error(node, "only 2-D convolutions (NCHW) are supported")
-    out: dict[str, AttrValue] = {
-        "stride": tuple(int(s) for s in attrs.get("strides", (1, 1))),
-        "padding": _symmetric_pads(ctx, node, attrs),
-        "groups": int(attrs.get("group", 1)),
-    }
-    ctx.emit(node, "conv2d", [ctx.name(i) for i in node.input if i], out)
-
-
-def _pool(op: str) -> Converter:
-    def convert(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
-        if attrs.get("ceil_mode", 0) or any(int(d) != 1 for d in attrs.get("dilations", (1, 1))):
-            raise ctx.error(node, "pooling with ceil_mode or dilations is not supported")
-        padding = _symmetric_pads(ctx, node, attrs)
-        if op == "avg_pool2d" and padding != (0, 0) and attrs.get("count_include_pad", 0):
-            raise ctx.error(node, "padded average pooling with count_include_pad is not supported")
-        kernel = tuple(int(k) for k in attrs["kernel_shape"])
-        stride = tuple(int(s) for s in attrs.get("strides", (1, 1)))
-        ctx.emit(node, op, [ctx.name(node.input[0])],
-                 {"kernel": kernel, "stride": stride, "padding": padding})  # fmt: skip
-
-    return convert
-
-
-def _global_average_pool(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
-    ctx.emit(node, "mean", [ctx.name(node.input[0])], {"axes": (2, 3), "keepdims": True})
-
-
-def _batch_norm(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
-    """(x - mean) · scale / sqrt(var + eps) + b, on the real weights."""
-    x, scale, bias, mean, var = (ctx.name(i) for i in node.input[:5])
-    rank = ctx.type_of(node.input[0]).rank
-    channels = ctx.type_of(node.input[0]).shape[1]
-    shaped = {"shape": (channels,) + (1,) * (rank - 2)}
-    eps = ctx.scalar_like(float(attrs.get("epsilon", 1e-5)), var)
-    factor = ctx.step(node, "rsqrt", [ctx.step(node, "add", [var, eps])])
-    factor = ctx.step(node, "reshape", [ctx.step(node, "mul", [factor, scale])], shaped)
-    centered = ctx.step(node, "sub", [x, ctx.step(node, "reshape", [mean], shaped)])
-    scaled = ctx.step(node, "mul", [centered, factor])
-    ctx.emit(node, "add", [scaled, ctx.step(node, "reshape", [bias], shaped)])
-
-
 CONVERTERS: dict[str, Converter] = {
+    **IMAGE_CONVERTERS,
     "Abs": _unary("abs"),
     "Add": _binary("add"),
-    "AveragePool": _pool("avg_pool2d"),
-    "BatchNormalization": _batch_norm,
     "Cast": _cast,
     "Concat": _concat,
-    "Conv": _conv,
     "Cos": _unary("cos"),
     "Div": _binary("div"),
     "Dropout": _identity,
@@ -382,13 +258,11 @@ CONVERTERS: dict[str, Converter] = {
     "Gather": _gather,
     "Gelu": _gelu,
     "Gemm": _gemm,
-    "GlobalAveragePool": _global_average_pool,
     "Identity": _identity,
     "LayerNormalization": _layer_norm,
     "Log": _unary("log"),
     "MatMul": _matmul,
     "Max": _binary("maximum"),
-    "MaxPool": _pool("max_pool2d"),
     "Min": _binary("minimum"),
     "Mul": _binary("mul"),
     "Neg": _unary("neg"),
@@ -403,6 +277,7 @@ CONVERTERS: dict[str, Converter] = {
     "Sin": _unary("sin"),
     "Slice": _slice,
     "Softmax": _softmax,
+    "Split": _split,
     "Sqrt": _unary("sqrt"),
     "Squeeze": _squeeze,
     "Sub": _binary("sub"),

@@ -171,11 +171,11 @@ OPS: dict[str, OpDef] = {
         groups=AttrSpec("int", 1), padding=AttrSpec("ints", (0, 0)),
         stride=AttrSpec("ints", (1, 1)),
     ),
-    "cos": _elementwise("cos", 1, rules.unary_float),
     "copy": _op(
         "copy", "data_movement", (1, 1), rules.same_type, costs.copy_result,
         to=AttrSpec("str", "cuda", choices=("cuda", "cpu")),
     ),
+    "cos": _elementwise("cos", 1, rules.unary_float),
     "div": _elementwise("div", 2, rules.binary_float),
     "erf": _elementwise("erf", 1, rules.unary_float),
     "exp": _elementwise("exp", 1, rules.unary_float),

@@ -59,6 +59,15 @@ def test_rope_with_positions_per_batch_row_runs_through_general_ops() -> None:
     assert "rope" not in ops and "cos" in ops and "sin" in ops
 
 
+def test_static_cache_index_copy_becomes_kv_cache_write() -> None:
+    torch.manual_seed(7)
+    args = (torch.randn(1, 1, 32), torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16),
+            torch.tensor([5]))  # fmt: skip
+    graph = _import_and_check(models.DecodeStep(), args)
+    assert ops_of(graph).count("kv_cache_write") == 2
+    assert [i.name for i in graph.inputs] == ["x", "k_cache", "v_cache", "cache_position"]
+
+
 def test_llama_weights_keep_their_parameter_names() -> None:
     torch.manual_seed(0)
     module = models.LlamaBlock()

@@ -134,3 +134,25 @@ class Unmappable(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cumsum(x, 0) + torch.cumsum(x, 1) + torch.argsort(x, 1).float()
+
+
+class DecodeStep(nn.Module):
+    """One decode step over a static KV cache passed in and returned (Hugging Face's StaticCache
+    writes with index_copy_ the same way): project, write the new row, attend over the cache."""
+
+    def __init__(self, hidden: int = 32, heads: int = 2) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, hidden // heads
+        self.qkv = nn.Linear(hidden, 3 * hidden, bias=False)
+
+    def forward(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                cache_position: torch.Tensor) -> tuple[torch.Tensor, ...]:  # fmt: skip
+        b = x.shape[0]
+        q, k, v = (
+            t.view(b, 1, self.heads, self.head_dim).transpose(1, 2)
+            for t in self.qkv(x).split(x.shape[-1], dim=-1)
+        )
+        k_cache = k_cache.index_copy(2, cache_position, k)
+        v_cache = v_cache.index_copy(2, cache_position, v)
+        out = F.scaled_dot_product_attention(q, k_cache, v_cache)
+        return out.transpose(1, 2).reshape(b, 1, -1), k_cache, v_cache
