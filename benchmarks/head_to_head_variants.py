@@ -106,7 +106,9 @@ def torch_outputs(model: Any) -> dict[str, np.ndarray]:
 
 
 def cublas_variant(build_fused: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """The same optgraph variant with the one-row matrix-vector kernel off (cuBLAS + epilogue)."""
+    """The same optgraph variant with the one-row matrix-vector kernel off (cuBLAS + epilogue)
+    for products without a prologue; a product with a norm prologue keeps the one-row kernel
+    (cuBLAS cannot run the prologue)."""
     return codegen_setting_variant(build_fused, "GEMV_MAX_M", 0)
 
 

@@ -56,9 +56,16 @@ from optgraph.ir.ops import attrs_with_defaults
 GEMV_MAX_M = 1  # rows up to which the fused matrix-vector kernel replaces cuBLAS (0: never)
 
 
-def gemv_shape(anchor: Node, a: TensorType, b: TensorType) -> tuple[int, int, int] | None:
-    """(M, K, N) when `anchor` (a matmul) qualifies for the fused kernel, else None."""
-    if anchor.op != "matmul" or anchor.type is None or GEMV_MAX_M <= 0:
+def gemv_shape(
+    anchor: Node, a: TensorType, b: TensorType, has_prologue: bool = False
+) -> tuple[int, int, int] | None:
+    """(M, K, N) when `anchor` (a matmul) qualifies for the fused kernel, else None.
+
+    A product with a prologue always does where fusion built it (`fusion_rules.one_row_product`
+    is the contract): cuBLAS cannot run a prologue, so `GEMV_MAX_M` (a tuning choice, 0 in the
+    cuBLAS benchmark variant) only decides for products without one."""
+    max_m = max(GEMV_MAX_M, 1) if has_prologue else GEMV_MAX_M
+    if anchor.op != "matmul" or anchor.type is None or max_m <= 0:
         return None
     attrs = attrs_with_defaults(anchor)
     if attrs["transpose_a"] or attrs["transpose_b"] or b.rank != 2:
@@ -68,7 +75,7 @@ def gemv_shape(anchor: Node, a: TensorType, b: TensorType) -> tuple[int, int, in
         return None
     k, n = b.shape
     m = a.numel // k if k else 0
-    if m < 1 or m > GEMV_MAX_M or n % VECTOR[dtype] or anchor.type.numel != m * n:
+    if m < 1 or m > max_m or n % VECTOR[dtype] or anchor.type.numel != m * n:
         return None
     return m, k, n
 
@@ -128,7 +135,7 @@ def gemv_kernel(
     a_type = types[index[anchor.operands[0]]] if anchor.operands[0] in index else None
     a_type = a_type or computed[anchor.operands[0]]
     b_type = types[index[anchor.operands[1]]]
-    shape = gemv_shape(anchor, a_type, b_type)
+    shape = gemv_shape(anchor, a_type, b_type, bool(prologue))
     if shape is None:
         return None
     assert anchor.type is not None
@@ -318,8 +325,8 @@ def _launch(kernel: Kernel, grid: tuple[int, int, int], arity: int) -> Launch:
 
 def gemv_region(node: Node, types: Sequence[TensorType]) -> list[Launch] | None:
     """The one launch of a fused product region with few rows, or None (use cuBLAS)."""
-    if node.body is None or node.type is None or GEMV_MAX_M <= 0:
-        return None
+    if node.body is None or node.type is None:
+        return None  # GEMV_MAX_M is applied by gemv_shape: a prologue needs this kernel anyway
     try:
         plan = plan_body(node.body, types)
     except ValueError:

@@ -31,10 +31,10 @@ def byte_count(count: int) -> str:
 
 
 def _typed_declarations(graph: Graph) -> Iterator[tuple[str, TensorType, Span | None]]:
-    for decl in graph.inputs:
-        yield decl.name, decl.type, decl.span
-    for weight in graph.weights:
-        yield weight.name, weight.type, weight.span
+    for i in graph.inputs:
+        yield i.name, i.type, i.span
+    for w in graph.weights:
+        yield w.name, w.type, w.span
     for node in graph.nodes:
         if node.type is not None:
             yield node.name, node.type, node.span
