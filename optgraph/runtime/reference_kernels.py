@@ -141,6 +141,8 @@ def reduce_max(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarr
 
 def softmax(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
     x, axis = args[0], _int(attrs["axis"])
+    if x.size == 0:  # an empty axis (or an empty row count): an empty result, not a crash
+        return x.copy()
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return e / np.sum(e, axis=axis, keepdims=True)
 

@@ -40,7 +40,9 @@ EMPTY = """graph empty {
   %m = max(%r) {axes = [1]} : f32[0]
   %g = get_rows(%table, %ids) : f32[0,8]
   %t = softmax(%x) {axis = 1} : f32[0,8]
-  output %s, %m, %g, %t
+  %e = transpose(%x) {perm = [1, 0]} : f32[8,0]
+  %u = softmax(%e) {axis = 1} : f32[8,0]
+  output %s, %m, %g, %t, %u
 }
 """
 
