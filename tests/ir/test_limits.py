@@ -81,7 +81,7 @@ def test_a_tensor_that_cannot_be_allocated_is_an_error_not_a_crash(
     # 160 TB: under the verifier's limit, over any 64-bit process's address space.
     path = tmp_path / "model.ir"
     path.write_text(_model("40000000000000"))
-    assert main(["run", str(path), "--device", "cpu"]) == 1
+    assert main(["run", str(path), "--device", "cpu", "-q"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: not enough memory") and "Traceback" not in err
 
