@@ -23,6 +23,7 @@ import pytest
 
 from optgraph import parse, print_graph, run_pipeline
 from optgraph.errors import Diagnostic, OptGraphError
+from optgraph.passes.manager import PIPELINE_PATH
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FIXTURE_FILES = sorted(FIXTURES.glob("*/*.ir"))
@@ -65,6 +66,8 @@ def read_fixture(path: Path) -> Fixture:
 def _diagnostic_line(d: Diagnostic) -> str:
     if d.span is None:
         return d.message
+    if d.span.path == PIPELINE_PATH:  # a column in the RUN line, not in the model
+        return f"{PIPELINE_PATH}:{d.span.col}: {d.message}"
     return f"{d.span.line}:{d.span.col}: {d.message}"
 
 
