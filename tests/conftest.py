@@ -42,8 +42,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite the expectations of tests/fixtures/*/*.ir with the actual results",
     )
+    parser.addoption(
+        "--random-graphs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="gpu: random graphs the differential test runs (default: the hypothesis profile's)",
+    )
 
 
 @pytest.fixture
 def update_fixtures(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-fixtures"))
+
+
+@pytest.fixture
+def random_graph_count(request: pytest.FixtureRequest) -> int | None:
+    value = request.config.getoption("--random-graphs")
+    return None if value is None else int(value)
