@@ -69,7 +69,7 @@ def _cuda_plan(result: CompileResult) -> str:
 
 def _program_json(graph: Graph) -> str | None:
     """The lowered program (per-stream steps, events, buffer table) of a planned graph."""
-    from optgraph.codegen.program import lower
+    from optgraph.codegen.program_lowering import lower
     from optgraph.passes.facts import FACTS
 
     if not FACTS["memory-planned"].holds(graph):

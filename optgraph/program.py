@@ -38,7 +38,8 @@ import numpy as np
 from optgraph.codegen.cuda_plan import lower_for_cuda, lower_variant
 from optgraph.codegen.lowered import LoweredProgram, LoweredVariant, Relower
 from optgraph.codegen.lowering_options import LoweringOptions
-from optgraph.codegen.program import Program, lower
+from optgraph.codegen.program import Program
+from optgraph.codegen.program_lowering import lower
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph, TensorType
 from optgraph.passes.manager import plan_memory_if_missing, run_pipeline

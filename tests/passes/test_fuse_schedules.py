@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 
 import optgraph as og
-from optgraph.codegen.program import lower
+from optgraph.codegen.program_lowering import lower
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
 from optgraph.runtime.planned import execute

@@ -14,7 +14,7 @@ import optgraph as og
 from optgraph.analysis.prefetch_copies import strip_prefetch
 from optgraph.analysis.races import find_races
 from optgraph.analysis.segments import device_memory, parse_size
-from optgraph.codegen.program import lower
+from optgraph.codegen.program_lowering import lower
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
 from optgraph.passes.plan_prefetch import BudgetError

@@ -15,7 +15,7 @@ import pytest
 
 import optgraph as og
 from optgraph.analysis.races import END, find_races
-from optgraph.codegen.program import lower
+from optgraph.codegen.program_lowering import lower
 from optgraph.errors import VerifyError
 from optgraph.ir.graph import Graph
 from optgraph.passes.check_races import CheckRacesPass

@@ -15,7 +15,8 @@ import optgraph as og
 from optgraph.analysis.arena_plan import apply_plan, check_plan, plan
 from optgraph.analysis.happens_before import HappensBefore
 from optgraph.analysis.lifetimes import compute_lifetimes
-from optgraph.codegen.program import Program, lower
+from optgraph.codegen.program import Program
+from optgraph.codegen.program_lowering import lower
 from optgraph.errors import OptGraphError
 from optgraph.passes.manager import run_pipeline
 from optgraph.runtime.planned import PlanViolation, execute

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen.program import lower
+from optgraph.codegen.program_lowering import lower
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import TensorType
 from optgraph.passes.facts import FACTS

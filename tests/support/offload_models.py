@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 import optgraph as og
-from optgraph.codegen.program import lower
+from optgraph.codegen.program_lowering import lower
 from optgraph.ir.graph import Graph
 from optgraph.runtime.planned import execute
 
