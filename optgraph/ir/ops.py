@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from optgraph.errors import VerifyError, did_you_mean
 from optgraph.ir import op_costs as costs
 from optgraph.ir import op_rules as rules
+from optgraph.ir import op_rules_logic as logic
 from optgraph.ir.graph import DTYPES, AttrValue, Node, TensorType
 from optgraph.ir.op_costs import (
     DEVICE_PROFILES,
@@ -163,6 +164,9 @@ OPS: dict[str, OpDef] = {
     ),
     "avg_pool2d": _pool("avg_pool2d"),
     "cast": _elementwise("cast", 1, rules.cast, dtype=AttrSpec("str", "f16", choices=DTYPES)),
+    "clip": _elementwise(
+        "clip", 1, logic.clip, max=AttrSpec("float"), min=AttrSpec("float")
+    ),
     "concat": _op(
         "concat", "data_movement", (1, None), rules.concat, costs.copy_result, axis=_REQUIRED_INT
     ),
@@ -177,6 +181,7 @@ OPS: dict[str, OpDef] = {
     ),
     "cos": _elementwise("cos", 1, rules.unary_float),
     "div": _elementwise("div", 2, rules.binary_float),
+    "equal": _elementwise("equal", 2, logic.compare),
     "erf": _elementwise("erf", 1, rules.unary_float),
     "exp": _elementwise("exp", 1, rules.unary_float),
     "fused": _op("fused", "opaque", (1, None), _infer_fused, _fused_cost),
@@ -184,6 +189,7 @@ OPS: dict[str, OpDef] = {
         "gelu", 1, rules.unary_float, approximate=AttrSpec("str", "tanh", choices=("tanh", "none"))
     ),
     "get_rows": _op("get_rows", "data_movement", (2, 2), rules.get_rows, costs.get_rows),
+    "greater": _elementwise("greater", 2, logic.compare),
     "kv_cache_write": OpDef(
         "kv_cache_write", "data_movement", 3, 3, rules.kv_cache_write, costs.kv_cache_write,
         inplace_operand=0,
@@ -191,6 +197,7 @@ OPS: dict[str, OpDef] = {
     "layer_norm": _op(
         "layer_norm", "reduction", (3, 3), rules.norm, costs.reduction, eps=AttrSpec("float", 1e-5)
     ),
+    "less": _elementwise("less", 2, logic.compare),
     "log": _elementwise("log", 1, rules.unary_float),
     "matmul": _op(
         "matmul", "matmul", (2, 2), rules.matmul, costs.matmul,
@@ -203,6 +210,7 @@ OPS: dict[str, OpDef] = {
     "minimum": _elementwise("minimum", 2, rules.binary_numeric),
     "mul": _elementwise("mul", 2, rules.binary_numeric),
     "neg": _elementwise("neg", 1, rules.unary_numeric),
+    "not": _elementwise("not", 1, logic.logical_not),
     "pow": _elementwise("pow", 2, rules.binary_float),
     "prefetch": _op("prefetch", "data_movement", (1, 1), rules.same_type, costs.copy_result),
     "relu": _elementwise("relu", 1, rules.unary_numeric),
@@ -227,6 +235,7 @@ OPS: dict[str, OpDef] = {
     "sum": _reduction("sum", rules.reduce_numeric),
     "tanh": _elementwise("tanh", 1, rules.unary_float),
     "transpose": _view("transpose", rules.transpose, perm=_REQUIRED_INTS),
+    "where": _elementwise("where", 3, logic.where),
 }  # fmt: skip
 
 

@@ -108,6 +108,20 @@ def scale(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
     return args[0] * F32(_float(attrs["factor"]))
 
 
+def clip(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
+    low, high = attrs.get("min"), attrs.get("max")
+    x = args[0]
+    if low is not None:
+        x = np.maximum(x, F32(_float(low)))
+    if high is not None:
+        x = np.minimum(x, F32(_float(high)))
+    return x
+
+
+def where(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
+    return np.where(args[0], args[1], args[2])
+
+
 def unary(fn: Callable[[np.ndarray], np.ndarray]) -> Kernel:
     return lambda node, args, attrs: fn(args[0])
 
@@ -341,17 +355,21 @@ KERNELS: dict[str, Kernel] = {
     "attention": attention,
     "avg_pool2d": avg_pool2d,
     "cast": cast,
+    "clip": clip,
     "concat": concat,
     "conv2d": conv2d,
     "copy": copy,
     "cos": unary(np.cos),
     "div": binary(np.divide),
+    "equal": binary(np.equal),
     "erf": unary(erf),
     "exp": unary(np.exp),
     "gelu": gelu,
     "get_rows": get_rows,
+    "greater": binary(np.greater),
     "kv_cache_write": kv_cache_write,
     "layer_norm": layer_norm,
+    "less": binary(np.less),
     "log": unary(np.log),
     "matmul": matmul,
     "max": reduce_max,
@@ -361,6 +379,7 @@ KERNELS: dict[str, Kernel] = {
     "minimum": binary(np.minimum),
     "mul": binary(np.multiply),
     "neg": unary(np.negative),
+    "not": unary(np.logical_not),
     "pow": binary(np.power),
     "prefetch": copy,
     "relu": relu,
@@ -379,4 +398,5 @@ KERNELS: dict[str, Kernel] = {
     "sum": reduce_sum,
     "tanh": unary(np.tanh),
     "transpose": transpose,
+    "where": where,
 }

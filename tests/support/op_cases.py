@@ -223,6 +223,55 @@ output %a, %b""",
 %a = avg_pool2d(%x) {kernel = [3, 3], padding = [1, 1], stride = [2, 2]} : {T}[2,3,5,5]
 %b = avg_pool2d(%x) {kernel = [2, 3]} : {T}[2,3,4,3]
 output %a, %b""",
+    "equal": """input %x : {T}[4,64]
+input %a : {T}[3,1,5]
+input %b : {T}[4,1]
+input %m : bool[7]
+input %n : bool[2,7]
+%r = relu(%x) : {T}[4,64]
+%y0 = equal(%x, %r) : bool[4,64]
+%y1 = equal(%a, %b) : bool[3,4,5]
+%y2 = equal(%m, %n) : bool[2,7]
+output %y0, %y1, %y2""",
+    "less": """input %x : {T}[4,64]
+input %z : {T}[64]
+input %a : {T}[3,1,5]
+input %b : {T}[4,1]
+%y0 = less(%x, %z) : bool[4,64]
+%y1 = less(%a, %b) : bool[3,4,5]
+%y2 = less(%x, %x) : bool[4,64]
+output %y0, %y1, %y2""",
+    "greater": """input %x : {T}[4,64]
+input %z : {T}[64]
+input %a : {T}[]
+%y0 = greater(%x, %z) : bool[4,64]
+%y1 = greater(%a, %z) : bool[64]
+output %y0, %y1""",
+    "not": """input %m : bool[4,64]
+input %x : {T}[3,5]
+input %z : {T}[5]
+%y0 = not(%m) : bool[4,64]
+%c = less(%x, %z) : bool[3,5]
+%y1 = not(%c) : bool[3,5]
+output %y0, %y1""",
+    "where": """input %c : bool[4,64]
+input %x : {T}[4,64]
+input %z : {T}[64]
+input %k : bool[4,1]
+input %s : {T}[]
+input %a : {T}[3,5]
+input %b : {T}[5]
+%y0 = where(%c, %x, %z) : {T}[4,64]
+%y1 = where(%k, %s, %x) : {T}[4,64]
+%m = greater(%a, %b) : bool[3,5]
+%y2 = where(%m, %a, %b) : {T}[3,5]
+output %y0, %y1, %y2""",
+    "clip": """input %x : {T}[4,64]
+input %z : {T}[3,5,7]
+%y0 = clip(%x) {min = -0.25, max = 0.5} : {T}[4,64]
+%y1 = clip(%z) {min = 0.0} : {T}[3,5,7]
+%y2 = clip(%x) {max = 0.125} : {T}[4,64]
+output %y0, %y1, %y2""",
     "copy": """input %x : {T}[4,5]
 %y = copy(%x) {to = "cuda"} : {T}[4,5]
 output %y""",
@@ -267,8 +316,9 @@ for _op in BINARY:
 
 NARROW = ("add", "mul", "exp", "gelu", "cast", "sum", "mean", "softmax", "rms_norm",
           "layer_norm", "matmul", "attention", "rope", "conv2d", "get_rows", "kv_cache_write",
-          "transpose", "fused")  # fmt: skip
-INTEGER = ("add", "mul", "maximum", "neg", "abs", "relu", "sum", "max", "concat")
+          "transpose", "fused", "where", "clip", "less")  # fmt: skip
+INTEGER = ("add", "mul", "maximum", "neg", "abs", "relu", "sum", "max", "concat", "equal", "less",
+           "greater", "not", "where")  # fmt: skip
 
 
 def params() -> list[tuple[str, str]]:
