@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from optgraph.frontends.aten_image_ops import IMAGE_CONVERTERS
+from optgraph.frontends.aten_mask_ops import MASK_CONVERTERS
 from optgraph.frontends.torch_values import Converter, TorchContext, arg, unsupported, value_type
 from optgraph.ir.graph import AttrValue, TensorType
 from optgraph.runtime.reference_kernels import numpy_dtype
@@ -302,6 +303,7 @@ def _embedding(ctx: TorchContext, node: Any) -> None:
 
 CONVERTERS: dict[str, Converter] = {
     **IMAGE_CONVERTERS,
+    **MASK_CONVERTERS,
     "aten._softmax.default": _softmax,
     "aten._to_copy.default": _cast,
     "aten._unsafe_view.default": _reshape,

@@ -1,0 +1,71 @@
+"""ONNX comparisons, Not, Where and Clip (a kv_len mask and a clipped score) against onnx's
+ReferenceEvaluator."""
+
+from __future__ import annotations
+
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="the ONNX importer tests need onnx")
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import optgraph as og
+from optgraph.frontends.onnx import from_onnx
+from tests.frontends.numerics import assert_matches, ops_of
+
+
+def _masked_scores(less_or_equal_on: int = TensorProto.INT64) -> onnx.ModelProto:
+    """scores [2,4,6] masked where pos >= kv_len, clipped to [-1, 1], softmaxed."""
+    inits = [
+        numpy_helper.from_array(np.array(-1e9, np.float32), "fill"),
+        numpy_helper.from_array(np.array(-1.0, np.float32), "lo"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "hi"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+    ]
+    nodes = [
+        helper.make_node("Less", ["pos", "kv_len"], ["valid"]),
+        helper.make_node("Not", ["valid"], ["hidden"]),
+        helper.make_node("Clip", ["scores", "lo", "hi"], ["capped"]),
+        helper.make_node("Where", ["hidden", "fill", "capped"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
+        helper.make_node("Greater", ["scores", "zero"], ["positive"]),
+        helper.make_node("Equal", ["pos", "kv_len"], ["at_end"]),
+        helper.make_node("LessOrEqual", ["pos", "kv_len"], ["upto"]),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("scores", TensorProto.FLOAT, [2, 4, 6]),
+        helper.make_tensor_value_info("pos", less_or_equal_on, [6]),
+        helper.make_tensor_value_info("kv_len", less_or_equal_on, [2, 1, 1]),
+    ]
+    outputs = [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [2, 4, 6])]
+    outputs += [
+        helper.make_tensor_value_info(name, TensorProto.BOOL, None)
+        for name in ("positive", "at_end", "upto")
+    ]
+    graph = helper.make_graph(nodes, "masked", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return model
+
+
+def test_kv_len_mask_and_clip_match_the_reference_evaluator() -> None:
+    model = _masked_scores()
+    feeds = {
+        "scores": np.random.default_rng(3).normal(size=(2, 4, 6)).astype(np.float32),
+        "pos": np.arange(6, dtype=np.int64),
+        "kv_len": np.array([3, 6], np.int64).reshape(2, 1, 1),
+    }
+    expected = [np.asarray(o) for o in ReferenceEvaluator(model).run(None, feeds)]
+    graph, weights = from_onnx(model)
+    assert_matches(graph, weights, feeds, expected)
+    ops = ops_of(graph)
+    assert {"less", "not", "clip", "where", "greater", "equal"} <= set(ops), ops
+    clip = next(n for n in graph.nodes if n.op == "clip")
+    assert (clip.attrs["min"], clip.attrs["max"]) == (-1.0, 1.0)
+
+
+def test_float_less_or_equal_is_refused_with_its_reason() -> None:
+    with pytest.raises(og.OptGraphError, match="LessOrEqual.*on f32"):
+        from_onnx(_masked_scores(TensorProto.FLOAT))
