@@ -98,8 +98,11 @@ def _reduce(op: str) -> Converter:
     return convert
 
 
-def _softmax(ctx: TorchContext, node: Any) -> None:
-    ctx.emit(node, "softmax", [ctx.name_of(node.args[0])], {"axis": int(node.args[1])})
+def _softmax(op: str) -> Converter:
+    def convert(ctx: TorchContext, node: Any) -> None:
+        ctx.emit(node, op, [ctx.name_of(node.args[0])], {"axis": int(node.args[1])})
+
+    return convert
 
 
 def _norm_operand(ctx: TorchContext, value: Any, x: TensorType, fill: float) -> str:
@@ -304,7 +307,8 @@ def _embedding(ctx: TorchContext, node: Any) -> None:
 CONVERTERS: dict[str, Converter] = {
     **IMAGE_CONVERTERS,
     **MASK_CONVERTERS,
-    "aten._softmax.default": _softmax,
+    "aten._log_softmax.default": _softmax("log_softmax"),
+    "aten._softmax.default": _softmax("softmax"),
     "aten._to_copy.default": _cast,
     "aten._unsafe_view.default": _reshape,
     "aten.abs.default": _unary("abs"),
@@ -330,6 +334,7 @@ CONVERTERS: dict[str, Converter] = {
     "aten.layer_norm.default": _layer_norm,
     "aten.linear.default": _linear,
     "aten.log.default": _unary("log"),
+    "aten.log_softmax.int": _softmax("log_softmax"),
     "aten.matmul.default": _matmul,
     "aten.maximum.default": _binary("maximum"),
     "aten.mean.dim": _reduce("mean"),
@@ -349,7 +354,7 @@ CONVERTERS: dict[str, Converter] = {
     "aten.silu.default": _unary("silu"),
     "aten.sin.default": _unary("sin"),
     "aten.slice.Tensor": _slice,
-    "aten.softmax.int": _softmax,
+    "aten.softmax.int": _softmax("softmax"),
     "aten.split.Tensor": _split,
     "aten.split_with_sizes.default": _split,
     "aten.sqrt.default": _unary("sqrt"),

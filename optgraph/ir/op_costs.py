@@ -121,6 +121,7 @@ ELEMENTWISE_FLOPS: Mapping[str, int] = {
 # Flops per input element of the reductions and normalizations.
 REDUCTION_FLOPS: Mapping[str, int] = {
     "layer_norm": 8,
+    "log_softmax": 6,
     "max": 1,
     "mean": 1,
     "rms_norm": 5,

@@ -199,6 +199,10 @@ OPS: dict[str, OpDef] = {
     ),
     "less": _elementwise("less", 2, logic.compare),
     "log": _elementwise("log", 1, rules.unary_float),
+    "log_softmax": _op(
+        "log_softmax", "reduction", (1, 1), rules.softmax, costs.reduction,
+        axis=AttrSpec("int", -1),
+    ),
     "matmul": _op(
         "matmul", "matmul", (2, 2), rules.matmul, costs.matmul,
         transpose_a=_FALSE, transpose_b=_FALSE,

@@ -161,6 +161,15 @@ def softmax(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
+def log_softmax(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
+    """(x - m) - log(sum(exp(x - m))), m the max along the axis: finite for large |x|."""
+    x, axis = args[0], _int(attrs["axis"])
+    if x.size == 0:
+        return x.copy()
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
 def rms_norm(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
     x, w = args
     mean_square = np.mean(x * x, axis=-1, keepdims=True, dtype=F32)
@@ -371,6 +380,7 @@ KERNELS: dict[str, Kernel] = {
     "layer_norm": layer_norm,
     "less": binary(np.less),
     "log": unary(np.log),
+    "log_softmax": log_softmax,
     "matmul": matmul,
     "max": reduce_max,
     "max_pool2d": max_pool2d,

@@ -58,6 +58,17 @@ def test_clamp_and_scalar_comparisons_match_pytorch() -> None:
     assert ops.count("clip") == 3 and "where" in ops and "greater" in ops
 
 
+class LogProbs(torch.nn.Module):
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        return torch.log_softmax(x * 4.0, dim=-1), x.log_softmax(dim=0)
+
+
+def test_log_softmax_matches_pytorch() -> None:
+    torch.manual_seed(2)
+    graph = _import_and_check(LogProbs(), (torch.randn(3, 40),))
+    assert ops_of(graph).count("log_softmax") == 2
+
+
 class FloatLessEqual(torch.nn.Module):
     def forward(self, x):  # type: ignore[no-untyped-def]
         return x <= 0.5

@@ -733,3 +733,14 @@ def test_clip_errors() -> None:
         ev("clip", x, min=1.0, max=0.0)
     with pytest.raises(VerifyError, match="clip: expected a float operand, got i32"):
         ev("clip", np.zeros(2, np.int32), min=0.0)
+
+
+def test_log_softmax_hand_case_and_large_values() -> None:
+    x = np.array([[0.0, 0.0], [1000.0, 0.0]], np.float32)
+    got = ev("log_softmax", x)
+    np.testing.assert_allclose(got[0], [-math.log(2), -math.log(2)], rtol=1e-6)
+    np.testing.assert_allclose(got[1], [0.0, -1000.0], atol=1e-6)
+    cols = ev("log_softmax", x, axis=0)
+    np.testing.assert_allclose(cols[:, 1], [-math.log(2), -math.log(2)], rtol=1e-6)
+    y = randn(3, 7)
+    np.testing.assert_allclose(np.exp(ev("log_softmax", y)), ev("softmax", y), rtol=1e-5)

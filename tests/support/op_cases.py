@@ -88,6 +88,15 @@ input %w : {T}[2,7,3]
 %c = softmax(%z) {axis = 0} : {T}[5,3]
 %d = softmax(%w) {axis = 1} : {T}[2,7,3]
 output %a, %b, %c, %d""",
+    "log_softmax": """input %x : {T}[4,64]
+input %y : {T}[3,1000]
+input %z : {T}[5,3]
+input %w : {T}[2,7,3]
+%a = log_softmax(%x) : {T}[4,64]
+%b = log_softmax(%y) {axis = 1} : {T}[3,1000]
+%c = log_softmax(%z) {axis = 0} : {T}[5,3]
+%d = log_softmax(%w) {axis = 1} : {T}[2,7,3]
+output %a, %b, %c, %d""",
     "rms_norm": """input %x : {T}[4,64]
 input %y : {T}[2,3,1000]
 weight %w : {T}[64]
@@ -316,7 +325,7 @@ for _op in BINARY:
 
 NARROW = ("add", "mul", "exp", "gelu", "cast", "sum", "mean", "softmax", "rms_norm",
           "layer_norm", "matmul", "attention", "rope", "conv2d", "get_rows", "kv_cache_write",
-          "transpose", "fused", "where", "clip", "less")  # fmt: skip
+          "transpose", "fused", "where", "clip", "less", "log_softmax")  # fmt: skip
 INTEGER = ("add", "mul", "maximum", "neg", "abs", "relu", "sum", "max", "concat", "equal", "less",
            "greater", "not", "where")  # fmt: skip
 

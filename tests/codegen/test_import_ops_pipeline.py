@@ -1,6 +1,7 @@
-"""The mask ops (comparisons, not, where, clip) through the whole pipeline: parse/print round
-trip, located verify errors, `fuse` taking them into regions, the planned executor and the
-CUDA kernels of the fused graph in the CPU emulator, all against the reference interpreter."""
+"""The ops added for the importers (comparisons, not, where, clip, log_softmax, ...) through the
+whole pipeline: parse/print round trip, located verify errors, `fuse` taking them into regions,
+the planned executor and the CUDA kernels of the fused graph in the CPU emulator, all against the
+reference interpreter."""
 
 from __future__ import annotations
 
@@ -94,3 +95,30 @@ def test_fused_cuda_kernels_match_reference_in_the_emulator() -> None:
     for name, value in want.items():
         assert got[name].dtype == value.dtype, name
         np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-30)
+
+
+# A residual add before log_softmax and a scale after it: one fused row kernel.
+LOG_SOFTMAX_REGION = """graph lsm {
+  input %x : f32[3,50]
+  input %r : f32[3,50]
+  %h = add(%x, %r) : f32[3,50]
+  %l = log_softmax(%h) : f32[3,50]
+  %o = scale(%l) {factor = -1.0} : f32[3,50]
+  output %o
+}
+"""
+
+
+def test_log_softmax_anchors_a_fused_row_region() -> None:
+    graph = og.parse(LOG_SOFTMAX_REGION)
+    fused = FusePass().run(graph)
+    assert [n.op for n in fused.nodes] == ["fused"]
+    assert fused.nodes[0].body is not None
+    assert [n.op for n in fused.nodes[0].body.nodes] == ["add", "log_softmax", "scale"]
+    inputs = random_inputs(graph, 5)
+    want = run_reference(graph, inputs, {})["o"]
+    np.testing.assert_allclose(run_reference(fused, inputs, {})["o"], want, rtol=1e-6)
+    np.testing.assert_allclose(og.compile(graph).run(inputs, {})["o"], want, rtol=1e-6)
+    if cuda_emulator.available():
+        got = cuda_emulator.run_graph(fused, inputs, {})["o"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
