@@ -54,7 +54,7 @@ BINARY: dict[str, str] = {
     "greater": "({0} > {1})",
 }
 SCALAR_OPS = frozenset(UNARY_FLOAT) | frozenset(BINARY) | {
-    "neg", "abs", "relu", "gelu", "cast", "scale", "not", "where", "clip",
+    "neg", "abs", "relu", "gelu", "cast", "scale", "not", "where", "clip", "prelu",
 }  # fmt: skip
 
 _SQRT_2_OVER_PI = 0.7978845608028654
@@ -78,6 +78,8 @@ def scalar_expr(node: Node, args: Sequence[str], arg_dtypes: Sequence[str]) -> s
         return f"(-{a})"
     if op == "not":
         return f"(!{a})"
+    if op == "prelu":
+        return f"({a} >= 0.0f ? {a} : {args[1]} * {a})"
     if op == "where":
         return f"({a} ? {args[1]} : {args[2]})"
     if op == "clip":

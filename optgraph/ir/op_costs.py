@@ -106,6 +106,7 @@ ELEMENTWISE_FLOPS: Mapping[str, int] = {
     "neg": 1,
     "not": 1,
     "pow": 8,
+    "prelu": 2,
     "relu": 1,
     "rsqrt": 2,
     "scale": 1,
@@ -120,6 +121,8 @@ ELEMENTWISE_FLOPS: Mapping[str, int] = {
 
 # Flops per input element of the reductions and normalizations.
 REDUCTION_FLOPS: Mapping[str, int] = {
+    "argmax": 1,
+    "cumsum": 1,
     "layer_norm": 8,
     "log_softmax": 6,
     "max": 1,

@@ -122,3 +122,39 @@ def test_log_softmax_anchors_a_fused_row_region() -> None:
     if cuda_emulator.available():
         got = cuda_emulator.run_graph(fused, inputs, {})["o"]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+# Greedy decoding and position bookkeeping: argmax of logits, cumsum of a mask, expand, tile, pad.
+INDEXING = """graph indexing {
+  input %logits : f32[2,50]
+  input %mask : i32[2,6]
+  input %bias : f32[6]
+  input %slope : f32[]
+  %next = argmax(%logits) : i64[2]
+  %pos = cumsum(%mask) {axis = 1} : i32[2,6]
+  %b = expand(%bias) {shape = [2, 6]} : f32[2,6]
+  %t = tile(%b) {repeats = [1, 2]} : f32[2,12]
+  %p = pad(%t) {pads = [0, 1, 0, 3], value = -1.0} : f32[2,16]
+  %q = prelu(%p, %slope) : f32[2,16]
+  output %next, %pos, %q
+}
+"""
+
+
+def test_indexing_ops_round_trip_and_run_planned_and_emulated() -> None:
+    graph = og.parse(INDEXING)
+    og.verify(graph)
+    printed = og.print_graph(graph)
+    assert og.print_graph(og.parse(printed)) == printed
+    inputs = random_inputs(graph, 7)
+    want = run_reference(graph, inputs, {})
+    planned = og.compile(graph, target="cpu").run(inputs, {})
+    fused = FusePass().run(graph)
+    og.verify(fused)
+    for name, value in want.items():
+        assert planned[name].dtype == value.dtype
+        np.testing.assert_array_equal(planned[name], value)
+    if cuda_emulator.available():
+        got = cuda_emulator.run_graph(fused, inputs, {})
+        for name, value in want.items():
+            np.testing.assert_array_equal(got[name], value)

@@ -744,3 +744,48 @@ def test_log_softmax_hand_case_and_large_values() -> None:
     np.testing.assert_allclose(cols[:, 1], [-math.log(2), -math.log(2)], rtol=1e-6)
     y = randn(3, 7)
     np.testing.assert_allclose(np.exp(ev("log_softmax", y)), ev("softmax", y), rtol=1e-5)
+
+
+# -- indexing: expand, tile, pad, cumsum, argmax; prelu ----------------------------------------
+
+
+def test_expand_tile_pad_hand_cases() -> None:
+    x = np.array([[1.0], [2.0]], np.float32)
+    assert ev("expand", x, shape=(2, 2, 3)).tolist() == [[[1, 1, 1], [2, 2, 2]]] * 2
+    y = np.array([[1, 2]], np.int32)
+    assert ev("tile", y, repeats=(2, 2)).tolist() == [[1, 2, 1, 2], [1, 2, 1, 2]]
+    assert ev("pad", y, pads=(1, 0, 0, 2)).tolist() == [[0, 0, 0, 0], [1, 2, 0, 0]]
+    got = ev("pad", x, pads=(0, 1, 0, 0), value=-1.5)
+    assert got.tolist() == [[-1.5, 1.0], [-1.5, 2.0]]
+
+
+def test_cumsum_and_argmax_hand_cases() -> None:
+    x = np.array([[1.0, 2.0, 3.0], [4.0, -5.0, 6.0]], np.float32)
+    assert ev("cumsum", x, axis=1).tolist() == [[1, 3, 6], [4, -1, 5]]
+    assert ev("cumsum", x, axis=0).tolist() == [[1, 2, 3], [5, -3, 9]]
+    ties = np.array([[3.0, 7.0, 7.0], [np.nan, 1.0, np.nan]], np.float32)
+    got = ev("argmax", ties)
+    assert got.dtype == np.int64 and got.tolist() == [1, 0]  # first maximum; NaN is largest
+    assert ev("argmax", x, axis=0, keepdims=True).tolist() == [[1, 0, 1]]
+
+
+def test_prelu_hand_case() -> None:
+    x = np.array([[-2.0, 3.0], [-4.0, 0.0]], np.float32)
+    slope = np.array([[0.5], [0.25]], np.float32)
+    assert ev("prelu", x, slope).tolist() == [[-1.0, 3.0], [-1.0, 0.0]]
+
+
+def test_indexing_errors_name_the_op_and_the_facts() -> None:
+    x = np.zeros((2, 3), np.float32)
+    with pytest.raises(VerifyError, match=r"expand: cannot broadcast f32\[2,3\] to \[4,3\]"):
+        ev("expand", x, shape=(4, 3))
+    with pytest.raises(VerifyError, match=r"tile: attribute 'repeats' has 1 values for f32\[2,3\]"):
+        ev("tile", x, repeats=(2,))
+    with pytest.raises(VerifyError, match="pad: attribute 'pads' has a negative count"):
+        ev("pad", x, pads=(0, -1, 0, 0))
+    with pytest.raises(VerifyError, match=r"argmax: axis 2 out of range for f32\[2,3\]"):
+        ev("argmax", x, axis=2)
+    with pytest.raises(VerifyError, match="argmax: the empty axis 1"):
+        ev("argmax", np.zeros((2, 0), np.float32), axis=1)
+    with pytest.raises(VerifyError, match="prelu: slope f32\\[3,1\\] does not broadcast"):
+        ev("prelu", x, np.zeros((3, 1), np.float32))
