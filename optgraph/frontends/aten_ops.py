@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from optgraph.frontends.aten_image_ops import IMAGE_CONVERTERS
+from optgraph.frontends.aten_indexing_ops import INDEXING_CONVERTERS
 from optgraph.frontends.aten_mask_ops import MASK_CONVERTERS
 from optgraph.frontends.torch_values import Converter, TorchContext, arg, unsupported, value_type
 from optgraph.ir.graph import AttrValue, TensorType
@@ -261,26 +262,6 @@ def _cat(ctx: TorchContext, node: Any) -> None:
     ctx.emit(node, "concat", parts, {"axis": axis})
 
 
-def _expand(ctx: TorchContext, node: Any) -> None:
-    """Broadcast by concatenating copies (exact; there is no expand op yet)."""
-    out = ctx.result_type(node)
-    name = ctx.name_of(node.args[0])
-    have = ctx.draft.type_of(name)
-    if have.rank < out.rank:
-        padded = have.with_shape((1,) * (out.rank - have.rank) + have.shape)
-        name = ctx.step(node, "reshape", [name], padded, {"shape": padded.shape})
-        have = padded
-    for axis, (size, want) in enumerate(zip(have.shape, out.shape)):
-        if size == want:
-            continue
-        have = have.with_shape(want if i == axis else d for i, d in enumerate(have.shape))
-        if have.shape == out.shape:
-            ctx.emit(node, "concat", [name] * want, {"axis": axis})
-            return
-        name = ctx.step(node, "concat", [name] * want, have, {"axis": axis})
-    ctx.values[node.name] = name
-
-
 def _index_copy(ctx: TorchContext, node: Any) -> None:
     """A static KV cache's `cache.index_copy(2, pos, new)` with one position: kv_cache_write.
 
@@ -306,6 +287,7 @@ def _embedding(ctx: TorchContext, node: Any) -> None:
 
 CONVERTERS: dict[str, Converter] = {
     **IMAGE_CONVERTERS,
+    **INDEXING_CONVERTERS,
     **MASK_CONVERTERS,
     "aten._log_softmax.default": _softmax("log_softmax"),
     "aten._softmax.default": _softmax("softmax"),
@@ -327,7 +309,6 @@ CONVERTERS: dict[str, Converter] = {
     "aten.embedding.default": _embedding,
     "aten.erf.default": _unary("erf"),
     "aten.exp.default": _unary("exp"),
-    "aten.expand.default": _expand,
     "aten.flatten.using_ints": _reshape,
     "aten.gelu.default": _gelu,
     "aten.index_copy.default": _index_copy,

@@ -13,6 +13,7 @@ import numpy as np
 
 from optgraph.frontends.onnx_context import ONNX_DTYPES, Converter, OnnxContext
 from optgraph.frontends.onnx_image_ops import IMAGE_CONVERTERS
+from optgraph.frontends.onnx_indexing_ops import INDEXING_CONVERTERS
 from optgraph.frontends.onnx_mask_ops import MASK_CONVERTERS
 from optgraph.ir.graph import AttrValue, TensorType
 from optgraph.runtime.reference_kernels import numpy_dtype
@@ -251,6 +252,7 @@ def _gather(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
 
 CONVERTERS: dict[str, Converter] = {
     **IMAGE_CONVERTERS,
+    **INDEXING_CONVERTERS,
     **MASK_CONVERTERS,
     "Abs": _unary("abs"),
     "Add": _binary("add"),

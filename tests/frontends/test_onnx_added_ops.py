@@ -1,5 +1,6 @@
-"""ONNX comparisons, Not, Where and Clip (a kv_len mask and a clipped score) against onnx's
-ReferenceEvaluator."""
+"""The ops added for imports, from ONNX, against onnx's ReferenceEvaluator: comparisons, Not,
+Where, Clip, LogSoftmax (a kv_len mask on clipped scores), Expand, Tile, Pad, CumSum, ArgMax,
+PRelu."""
 
 from __future__ import annotations
 
@@ -69,3 +70,52 @@ def test_kv_len_mask_and_clip_match_the_reference_evaluator() -> None:
 def test_float_less_or_equal_is_refused_with_its_reason() -> None:
     with pytest.raises(og.OptGraphError, match="LessOrEqual.*on f32"):
         from_onnx(_masked_scores(TensorProto.FLOAT))
+
+
+def _indexing_model() -> onnx.ModelProto:
+    ints = {
+        "shape": np.array([2, 3, 4], np.int64),
+        "repeats": np.array([1, 2], np.int64),
+        "pads": np.array([0, 1, 2, 0], np.int64),
+        "axis": np.array(1, np.int64),
+    }
+    inits = [numpy_helper.from_array(v, k) for k, v in ints.items()]
+    inits += [
+        numpy_helper.from_array(np.array(-2.0, np.float32), "pad_value"),
+        numpy_helper.from_array(np.array([[0.1], [0.3]], np.float32), "slope"),
+    ]
+    nodes = [
+        helper.make_node("Expand", ["row", "shape"], ["expanded"]),
+        helper.make_node("Tile", ["x", "repeats"], ["tiled"]),
+        helper.make_node("Pad", ["x", "pads", "pad_value"], ["padded"]),
+        helper.make_node("CumSum", ["counts", "axis"], ["positions"]),
+        helper.make_node("ArgMax", ["x"], ["best"], axis=1, keepdims=0),
+        helper.make_node("PRelu", ["x", "slope"], ["leaky"]),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5]),
+        helper.make_tensor_value_info("row", TensorProto.FLOAT, [3, 1]),
+        helper.make_tensor_value_info("counts", TensorProto.INT64, [2, 5]),
+    ]
+    names = ("expanded", "tiled", "padded", "positions", "best", "leaky")
+    outputs = [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in names]
+    graph = helper.make_graph(nodes, "indexing", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return model
+
+
+def test_indexing_ops_match_the_reference_evaluator() -> None:
+    model = _indexing_model()
+    rng = np.random.default_rng(4)
+    feeds = {
+        "x": rng.normal(size=(2, 5)).astype(np.float32),
+        "row": rng.normal(size=(3, 1)).astype(np.float32),
+        "counts": rng.integers(0, 2, size=(2, 5)).astype(np.int64),
+    }
+    expected = [np.asarray(o) for o in ReferenceEvaluator(model).run(None, feeds)]
+    graph, weights = from_onnx(model)
+    assert_matches(graph, weights, feeds, expected)
+    ops = ops_of(graph)
+    for op in ("expand", "tile", "pad", "cumsum", "argmax", "prelu"):
+        assert op in ops, (op, ops)

@@ -1,5 +1,6 @@
-"""Attention masks, per-row kv_len, sliding windows and clamps imported from torch.export:
-comparisons, not, where and clip against PyTorch's own outputs."""
+"""The ops added for imports, from torch.export, against PyTorch's own outputs: attention masks,
+per-row kv_len and sliding windows (comparisons, not, where), clamps (clip), log_softmax, and
+expand, repeat, pad, cumsum, argmax, prelu."""
 
 from __future__ import annotations
 
@@ -77,3 +78,28 @@ class FloatLessEqual(torch.nn.Module):
 def test_float_less_equal_is_refused_with_its_reason() -> None:
     with pytest.raises(og.OptGraphError, match="<= and >= on f32"):
         from_torch(FloatLessEqual(), (torch.randn(4),))
+
+
+class IndexingOps(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.act = torch.nn.PReLU(3, init=0.2)
+
+    def forward(self, x, mask, logits):  # type: ignore[no-untyped-def]
+        padded = torch.nn.functional.pad(x, (1, 2, 0, 1), value=-0.5)
+        positions = mask.cumsum(1) - 1
+        widened = x[:, :1].expand(2, 3, 4, 4)
+        return (
+            self.act(padded), positions, widened + x, x.repeat(1, 1, 2, 1),
+            logits.argmax(-1), logits.argmax(0, keepdim=True),
+        )  # fmt: skip
+
+
+def test_indexing_ops_match_pytorch() -> None:
+    torch.manual_seed(3)
+    args = (torch.randn(2, 3, 4, 4), torch.tensor([[1, 1, 0, 1], [0, 1, 1, 1]]), torch.randn(2, 9))
+    graph = _import_and_check(IndexingOps(), args)
+    ops = ops_of(graph)
+    for op in ("pad", "cumsum", "expand", "tile", "argmax", "prelu"):
+        assert op in ops, (op, ops)
+    assert "concat" not in ops  # expand is a broadcast op now, not concatenated copies
