@@ -48,7 +48,7 @@ PRODUCT = "product"
 SIBLINGS = "siblings"
 ONE_ROW_VECTOR = {"f16": 8, "bf16": 8, "f32": 4}  # elements per 16-byte load of a weight row
 REDUCE_OPS = frozenset({"sum", "mean", "max"})
-ROW_OPS = frozenset({"softmax", "rms_norm", "layer_norm"})
+ROW_OPS = frozenset({"softmax", "log_softmax", "rms_norm", "layer_norm"})
 NORM_OPS = frozenset({"rms_norm", "layer_norm"})
 PRODUCT_OPS = frozenset({"matmul", "conv2d"})
 
@@ -91,7 +91,7 @@ def reduction_cols(node: Node, x: TensorType) -> int | None:
     if node.op in ("rms_norm", "layer_norm"):
         return x.shape[-1] if x.rank else None
     attrs = attrs_with_defaults(node)
-    if node.op == "softmax":
+    if node.op in ("softmax", "log_softmax"):
         axis = int(attrs["axis"])  # type: ignore[arg-type]
         return x.shape[-1] if x.rank and axis % x.rank == x.rank - 1 else None
     if node.op in REDUCE_OPS:

@@ -10,7 +10,7 @@ it: a tuple of `Launch` (one of our kernels), `Gemm` (a cuBLAS call, `cuda_matmu
     %y = matmul(%x, %w) : f16[8,4096]                  ->  cuda_matmul: cuBLAS
     %y = fused(...) { matmul, add }  (8 rows)          ->  cuBLAS, then a cuda_elementwise epilogue
 
-Families (`cuda_elementwise`, `cuda_data_movement`, `cuda_reduction`, `cuda_attention`,
+Families (`cuda_elementwise`, `cuda_data_movement`, `cuda_indexing`, `cuda_reduction`, `cuda_attention`,
 `cuda_conv`, `cuda_matmul`) each name their ops in `OPS` and emit them with
 `emit(node, types, in_place=...)`; they import the shared vocabulary below them (`cuda_source`,
 `cuda_scalars`, `cuda_gemv_layout`, `cuda_head_rows`), never this module or each other. A
@@ -33,6 +33,7 @@ from optgraph.codegen import (
     cuda_elementwise,
     cuda_fused,
     cuda_fused_siblings,
+    cuda_indexing,
     cuda_matmul,
     cuda_reduction,
 )
@@ -46,6 +47,7 @@ Work = Launch | DeviceCopy | Gemm
 FAMILIES = (
     cuda_elementwise,
     cuda_data_movement,
+    cuda_indexing,
     cuda_reduction,
     cuda_attention,
     cuda_conv,

@@ -1,4 +1,4 @@
-"""Reductions (sum, mean, max), softmax, rms_norm and layer_norm: one block per row.
+"""Reductions (sum, mean, max), softmax, log_softmax, rms_norm and layer_norm: one block per row.
 
 When the reduced axes are trailing (the common case, and the only one fusion makes), the operand
 is a `rows x cols` matrix and `row_kernel` runs one block per row: threads stride over the row,
@@ -45,7 +45,11 @@ from optgraph.ir.graph import FLOAT_DTYPES, Node, TensorType
 from optgraph.ir.op_rules import reduced_axes
 from optgraph.ir.ops import attrs_with_defaults
 
-OPS = frozenset({"sum", "mean", "max", "softmax", "rms_norm", "layer_norm"})
+OPS = frozenset({"sum", "mean", "max", "softmax", "log_softmax", "rms_norm", "layer_norm"})
+SOFTMAX_VALUE = {  # an element's result from its value v, the row max m and s = sum exp(x - m)
+    "softmax": "expf({v} - m) / s",
+    "log_softmax": "({v} - m) - logf(s)",
+}
 PER_ROW = frozenset({"sum", "mean", "max"})
 
 
@@ -134,7 +138,7 @@ def _anchor_lines(anchor: Node, acc: str, finish: Sequence[str], row: _Row) -> l
         )
         x, w, b = "x[u]", "w1[u]", "w2[u]"
     sum_ = red.format(v="{}", op="OgSum", t="float", ident="0")
-    if op == "softmax":
+    if op in SOFTMAX_VALUE:
         lines += [
             f"float m = {lowest('f32')};",
             *loop([f"m = og_max(m, (float){x});"]),
@@ -143,7 +147,8 @@ def _anchor_lines(anchor: Node, acc: str, finish: Sequence[str], row: _Row) -> l
             *loop([f"s += expf({x} - m);"]),
             f"s = {sum_.format('s')};",
         ]
-        return lines + loop([f"const float a = expf({x} - m) / s;", *finish])
+        value = SOFTMAX_VALUE[op].format(v=x)
+        return lines + loop([f"const float a = {value};", *finish])
     eps = f32_literal(float_attr(attrs, "eps"))
     if op == "rms_norm":
         lines += [
@@ -255,7 +260,7 @@ def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -
             node.op, params, types, (), anchor, (), node.name, node.type, x, cols
         )
         return [_row_launch(kernel, rows, threads, len(types))]
-    if node.op == "softmax":
+    if node.op in SOFTMAX_VALUE:
         return [_strided_softmax(node, x)]
     return [_general_reduce(node, x)]
 
@@ -318,7 +323,7 @@ def _general_reduce(node: Node, x: TensorType) -> Launch:
 
 
 def _strided_softmax(node: Node, x: TensorType) -> Launch:
-    """softmax over a non-last axis: row r reads base(r) + j * INNER."""
+    """softmax or log_softmax over a non-last axis: row r reads base(r) + j * INNER."""
     axis = int_attr(attrs_with_defaults(node), "axis") % x.rank
     n = x.shape[axis]
     inner = math.prod(x.shape[axis + 1 :])
@@ -341,8 +346,8 @@ def _strided_softmax(node: Node, x: TensorType) -> Launch:
         "float s = 0.0f;",
         *_loop([f"s += expf({at} - m);"]),
         f"s = {red.format('s', 'OgSum', '0.0f')};",
-        *_loop([f"out[base + j * INNER] = {store(x.dtype, f'expf({at} - m) / s')};"]),
+        *_loop([f"out[base + j * INNER] = {store(x.dtype, SOFTMAX_VALUE[node.op].format(v=at))};"]),
     ]
     decls = [out_param(x.dtype), in_param(x.dtype, 0)]
-    kernel = make_kernel("softmax", decls, "\n".join("  " + s for s in lines))
+    kernel = make_kernel(node.op, decls, "\n".join("  " + s for s in lines))
     return Launch(kernel, (max(rows, 1), 1, 1), (threads, 1, 1), ("out", "in0"))

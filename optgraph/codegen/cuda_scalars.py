@@ -49,10 +49,13 @@ BINARY: dict[str, str] = {
     "maximum": "og_max({0}, {1})",
     "minimum": "og_min({0}, {1})",
     "pow": "powf({0}, {1})",
+    "equal": "({0} == {1})",
+    "less": "({0} < {1})",
+    "greater": "({0} > {1})",
 }
-SCALAR_OPS = (
-    frozenset(UNARY_FLOAT) | frozenset(BINARY) | {"neg", "abs", "relu", "gelu", "cast", "scale"}
-)
+SCALAR_OPS = frozenset(UNARY_FLOAT) | frozenset(BINARY) | {
+    "neg", "abs", "relu", "gelu", "cast", "scale", "not", "where", "clip", "prelu",
+}  # fmt: skip
 
 _SQRT_2_OVER_PI = 0.7978845608028654
 _INV_SQRT_2 = 0.7071067811865476
@@ -73,6 +76,14 @@ def scalar_expr(node: Node, args: Sequence[str], arg_dtypes: Sequence[str]) -> s
         return BINARY[op].format(a, args[1])
     if op == "neg":
         return f"(-{a})"
+    if op == "not":
+        return f"(!{a})"
+    if op == "prelu":
+        return f"({a} >= 0.0f ? {a} : {args[1]} * {a})"
+    if op == "where":
+        return f"({a} ? {args[1]} : {args[2]})"
+    if op == "clip":
+        return _clip(a, attrs.get("min"), attrs.get("max"))
     if op == "abs":
         return f"fabsf({a})" if dtype in FLOAT_DTYPES else f"({a} < 0 ? -{a} : {a})"
     if op == "relu":
@@ -93,6 +104,15 @@ def scalar_expr(node: Node, args: Sequence[str], arg_dtypes: Sequence[str]) -> s
             return f"og_bf16_to_f32(og_f32_to_bf16({value}))"
         return value
     raise CodegenError(f"{op}: not an elementwise op", node.span)
+
+
+def _clip(a: str, low: object, high: object) -> str:
+    """og_max/og_min keep a NaN operand NaN, as NumPy's clip does."""
+    if isinstance(low, float):
+        a = f"og_max({a}, {f32_literal(low)})"
+    if isinstance(high, float):
+        a = f"og_min({a}, {f32_literal(high)})"
+    return a
 
 
 def _convert(from_dtype: str, to_dtype: str, expr: str) -> str:

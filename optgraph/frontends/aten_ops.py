@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from optgraph.frontends.aten_image_ops import IMAGE_CONVERTERS
+from optgraph.frontends.aten_indexing_ops import INDEXING_CONVERTERS
+from optgraph.frontends.aten_mask_ops import MASK_CONVERTERS
 from optgraph.frontends.torch_values import Converter, TorchContext, arg, unsupported, value_type
 from optgraph.ir.graph import AttrValue, TensorType
 from optgraph.runtime.reference_kernels import numpy_dtype
@@ -97,8 +99,11 @@ def _reduce(op: str) -> Converter:
     return convert
 
 
-def _softmax(ctx: TorchContext, node: Any) -> None:
-    ctx.emit(node, "softmax", [ctx.name_of(node.args[0])], {"axis": int(node.args[1])})
+def _softmax(op: str) -> Converter:
+    def convert(ctx: TorchContext, node: Any) -> None:
+        ctx.emit(node, op, [ctx.name_of(node.args[0])], {"axis": int(node.args[1])})
+
+    return convert
 
 
 def _norm_operand(ctx: TorchContext, value: Any, x: TensorType, fill: float) -> str:
@@ -257,26 +262,6 @@ def _cat(ctx: TorchContext, node: Any) -> None:
     ctx.emit(node, "concat", parts, {"axis": axis})
 
 
-def _expand(ctx: TorchContext, node: Any) -> None:
-    """Broadcast by concatenating copies (exact; there is no expand op yet)."""
-    out = ctx.result_type(node)
-    name = ctx.name_of(node.args[0])
-    have = ctx.draft.type_of(name)
-    if have.rank < out.rank:
-        padded = have.with_shape((1,) * (out.rank - have.rank) + have.shape)
-        name = ctx.step(node, "reshape", [name], padded, {"shape": padded.shape})
-        have = padded
-    for axis, (size, want) in enumerate(zip(have.shape, out.shape)):
-        if size == want:
-            continue
-        have = have.with_shape(want if i == axis else d for i, d in enumerate(have.shape))
-        if have.shape == out.shape:
-            ctx.emit(node, "concat", [name] * want, {"axis": axis})
-            return
-        name = ctx.step(node, "concat", [name] * want, have, {"axis": axis})
-    ctx.values[node.name] = name
-
-
 def _index_copy(ctx: TorchContext, node: Any) -> None:
     """A static KV cache's `cache.index_copy(2, pos, new)` with one position: kv_cache_write.
 
@@ -302,7 +287,10 @@ def _embedding(ctx: TorchContext, node: Any) -> None:
 
 CONVERTERS: dict[str, Converter] = {
     **IMAGE_CONVERTERS,
-    "aten._softmax.default": _softmax,
+    **INDEXING_CONVERTERS,
+    **MASK_CONVERTERS,
+    "aten._log_softmax.default": _softmax("log_softmax"),
+    "aten._softmax.default": _softmax("softmax"),
     "aten._to_copy.default": _cast,
     "aten._unsafe_view.default": _reshape,
     "aten.abs.default": _unary("abs"),
@@ -321,13 +309,13 @@ CONVERTERS: dict[str, Converter] = {
     "aten.embedding.default": _embedding,
     "aten.erf.default": _unary("erf"),
     "aten.exp.default": _unary("exp"),
-    "aten.expand.default": _expand,
     "aten.flatten.using_ints": _reshape,
     "aten.gelu.default": _gelu,
     "aten.index_copy.default": _index_copy,
     "aten.layer_norm.default": _layer_norm,
     "aten.linear.default": _linear,
     "aten.log.default": _unary("log"),
+    "aten.log_softmax.int": _softmax("log_softmax"),
     "aten.matmul.default": _matmul,
     "aten.maximum.default": _binary("maximum"),
     "aten.mean.dim": _reduce("mean"),
@@ -347,7 +335,7 @@ CONVERTERS: dict[str, Converter] = {
     "aten.silu.default": _unary("silu"),
     "aten.sin.default": _unary("sin"),
     "aten.slice.Tensor": _slice,
-    "aten.softmax.int": _softmax,
+    "aten.softmax.int": _softmax("softmax"),
     "aten.split.Tensor": _split,
     "aten.split_with_sizes.default": _split,
     "aten.sqrt.default": _unary("sqrt"),

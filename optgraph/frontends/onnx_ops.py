@@ -13,6 +13,8 @@ import numpy as np
 
 from optgraph.frontends.onnx_context import ONNX_DTYPES, Converter, OnnxContext
 from optgraph.frontends.onnx_image_ops import IMAGE_CONVERTERS
+from optgraph.frontends.onnx_indexing_ops import INDEXING_CONVERTERS
+from optgraph.frontends.onnx_mask_ops import MASK_CONVERTERS
 from optgraph.ir.graph import AttrValue, TensorType
 from optgraph.runtime.reference_kernels import numpy_dtype
 
@@ -98,10 +100,15 @@ def _gemm(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     ctx.emit(node, "add", [product, bias])
 
 
-def _softmax(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
-    if ctx.opset < 13 and ctx.type_of(node.input[0]).rank > 2:
-        raise ctx.error(node, "Softmax before opset 13 (flattening semantics) is not supported")
-    ctx.emit(node, "softmax", [ctx.name(node.input[0])], {"axis": int(attrs.get("axis", -1))})
+def _softmax(op: str) -> Converter:
+    def convert(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
+        if ctx.opset < 13 and ctx.type_of(node.input[0]).rank > 2:
+            raise ctx.error(
+                node, f"{node.op_type} before opset 13 (flattening semantics) is not supported"
+            )
+        ctx.emit(node, op, [ctx.name(node.input[0])], {"axis": int(attrs.get("axis", -1))})
+
+    return convert
 
 
 def _reduce(op: str) -> Converter:
@@ -245,6 +252,8 @@ def _gather(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
 
 CONVERTERS: dict[str, Converter] = {
     **IMAGE_CONVERTERS,
+    **INDEXING_CONVERTERS,
+    **MASK_CONVERTERS,
     "Abs": _unary("abs"),
     "Add": _binary("add"),
     "Cast": _cast,
@@ -261,6 +270,7 @@ CONVERTERS: dict[str, Converter] = {
     "Identity": _identity,
     "LayerNormalization": _layer_norm,
     "Log": _unary("log"),
+    "LogSoftmax": _softmax("log_softmax"),
     "MatMul": _matmul,
     "Max": _binary("maximum"),
     "Min": _binary("minimum"),
@@ -276,7 +286,7 @@ CONVERTERS: dict[str, Converter] = {
     "Sigmoid": _unary("sigmoid"),
     "Sin": _unary("sin"),
     "Slice": _slice,
-    "Softmax": _softmax,
+    "Softmax": _softmax("softmax"),
     "Split": _split,
     "Sqrt": _unary("sqrt"),
     "Squeeze": _squeeze,

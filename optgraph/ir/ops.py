@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from optgraph.errors import VerifyError, did_you_mean
 from optgraph.ir import op_costs as costs
 from optgraph.ir import op_rules as rules
+from optgraph.ir import op_rules_indexing as indexing
+from optgraph.ir import op_rules_logic as logic
 from optgraph.ir.graph import DTYPES, AttrValue, Node, TensorType
 from optgraph.ir.op_costs import (
     DEVICE_PROFILES,
@@ -157,12 +159,19 @@ def _op(
 OPS: dict[str, OpDef] = {
     "abs": _elementwise("abs", 1, rules.unary_numeric),
     "add": _elementwise("add", 2, rules.binary_numeric),
+    "argmax": _op(
+        "argmax", "reduction", (1, 1), indexing.argmax, costs.reduction,
+        axis=AttrSpec("int", -1), keepdims=_FALSE,
+    ),
     "attention": _op(
         "attention", "opaque", (3, 4), rules.attention, costs.attention,
         causal=_FALSE, scale=AttrSpec("float"),
     ),
     "avg_pool2d": _pool("avg_pool2d"),
     "cast": _elementwise("cast", 1, rules.cast, dtype=AttrSpec("str", "f16", choices=DTYPES)),
+    "clip": _elementwise(
+        "clip", 1, logic.clip, max=AttrSpec("float"), min=AttrSpec("float")
+    ),
     "concat": _op(
         "concat", "data_movement", (1, None), rules.concat, costs.copy_result, axis=_REQUIRED_INT
     ),
@@ -176,14 +185,23 @@ OPS: dict[str, OpDef] = {
         to=AttrSpec("str", "cuda", choices=("cuda", "cpu")),
     ),
     "cos": _elementwise("cos", 1, rules.unary_float),
+    "cumsum": _op(
+        "cumsum", "reduction", (1, 1), indexing.cumsum, costs.reduction, axis=_REQUIRED_INT
+    ),
     "div": _elementwise("div", 2, rules.binary_float),
+    "equal": _elementwise("equal", 2, logic.compare),
     "erf": _elementwise("erf", 1, rules.unary_float),
     "exp": _elementwise("exp", 1, rules.unary_float),
+    "expand": _op(
+        "expand", "data_movement", (1, 1), indexing.expand, costs.copy_result,
+        shape=_REQUIRED_INTS,
+    ),
     "fused": _op("fused", "opaque", (1, None), _infer_fused, _fused_cost),
     "gelu": _elementwise(
         "gelu", 1, rules.unary_float, approximate=AttrSpec("str", "tanh", choices=("tanh", "none"))
     ),
     "get_rows": _op("get_rows", "data_movement", (2, 2), rules.get_rows, costs.get_rows),
+    "greater": _elementwise("greater", 2, logic.compare),
     "kv_cache_write": OpDef(
         "kv_cache_write", "data_movement", 3, 3, rules.kv_cache_write, costs.kv_cache_write,
         inplace_operand=0,
@@ -191,7 +209,12 @@ OPS: dict[str, OpDef] = {
     "layer_norm": _op(
         "layer_norm", "reduction", (3, 3), rules.norm, costs.reduction, eps=AttrSpec("float", 1e-5)
     ),
+    "less": _elementwise("less", 2, logic.compare),
     "log": _elementwise("log", 1, rules.unary_float),
+    "log_softmax": _op(
+        "log_softmax", "reduction", (1, 1), rules.softmax, costs.reduction,
+        axis=AttrSpec("int", -1),
+    ),
     "matmul": _op(
         "matmul", "matmul", (2, 2), rules.matmul, costs.matmul,
         transpose_a=_FALSE, transpose_b=_FALSE,
@@ -203,8 +226,14 @@ OPS: dict[str, OpDef] = {
     "minimum": _elementwise("minimum", 2, rules.binary_numeric),
     "mul": _elementwise("mul", 2, rules.binary_numeric),
     "neg": _elementwise("neg", 1, rules.unary_numeric),
+    "not": _elementwise("not", 1, logic.logical_not),
+    "pad": _op(
+        "pad", "data_movement", (1, 1), indexing.pad, costs.copy_result,
+        pads=_REQUIRED_INTS, value=AttrSpec("float", 0.0),
+    ),
     "pow": _elementwise("pow", 2, rules.binary_float),
     "prefetch": _op("prefetch", "data_movement", (1, 1), rules.same_type, costs.copy_result),
+    "prelu": _elementwise("prelu", 2, indexing.prelu),
     "relu": _elementwise("relu", 1, rules.unary_numeric),
     "reshape": _view("reshape", rules.reshape, shape=_REQUIRED_INTS),
     "rms_norm": _op(
@@ -226,7 +255,12 @@ OPS: dict[str, OpDef] = {
     "sub": _elementwise("sub", 2, rules.binary_numeric),
     "sum": _reduction("sum", rules.reduce_numeric),
     "tanh": _elementwise("tanh", 1, rules.unary_float),
+    "tile": _op(
+        "tile", "data_movement", (1, 1), indexing.tile, costs.copy_result,
+        repeats=_REQUIRED_INTS,
+    ),
     "transpose": _view("transpose", rules.transpose, perm=_REQUIRED_INTS),
+    "where": _elementwise("where", 3, logic.where),
 }  # fmt: skip
 
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from optgraph.errors import InputError
 from optgraph.ir.graph import AttrValue, Node
+from optgraph.runtime.reference_indexing import KERNELS as INDEXING_KERNELS
 
 Attrs = Mapping[str, AttrValue]
 Kernel = Callable[[Node, Sequence[np.ndarray], Attrs], np.ndarray]
@@ -108,6 +109,20 @@ def scale(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
     return args[0] * F32(_float(attrs["factor"]))
 
 
+def clip(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
+    low, high = attrs.get("min"), attrs.get("max")
+    x = args[0]
+    if low is not None:
+        x = np.maximum(x, F32(_float(low)))
+    if high is not None:
+        x = np.minimum(x, F32(_float(high)))
+    return x
+
+
+def where(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
+    return np.where(args[0], args[1], args[2])
+
+
 def unary(fn: Callable[[np.ndarray], np.ndarray]) -> Kernel:
     return lambda node, args, attrs: fn(args[0])
 
@@ -145,6 +160,15 @@ def softmax(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
         return x.copy()
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def log_softmax(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
+    """(x - m) - log(sum(exp(x - m))), m the max along the axis: finite for large |x|."""
+    x, axis = args[0], _int(attrs["axis"])
+    if x.size == 0:
+        return x.copy()
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
 
 def rms_norm(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
@@ -336,23 +360,29 @@ def avg_pool2d(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarr
 
 
 KERNELS: dict[str, Kernel] = {
+    **INDEXING_KERNELS,
     "abs": unary(np.abs),
     "add": binary(np.add),
     "attention": attention,
     "avg_pool2d": avg_pool2d,
     "cast": cast,
+    "clip": clip,
     "concat": concat,
     "conv2d": conv2d,
     "copy": copy,
     "cos": unary(np.cos),
     "div": binary(np.divide),
+    "equal": binary(np.equal),
     "erf": unary(erf),
     "exp": unary(np.exp),
     "gelu": gelu,
     "get_rows": get_rows,
+    "greater": binary(np.greater),
     "kv_cache_write": kv_cache_write,
     "layer_norm": layer_norm,
+    "less": binary(np.less),
     "log": unary(np.log),
+    "log_softmax": log_softmax,
     "matmul": matmul,
     "max": reduce_max,
     "max_pool2d": max_pool2d,
@@ -361,6 +391,7 @@ KERNELS: dict[str, Kernel] = {
     "minimum": binary(np.minimum),
     "mul": binary(np.multiply),
     "neg": unary(np.negative),
+    "not": unary(np.logical_not),
     "pow": binary(np.power),
     "prefetch": copy,
     "relu": relu,
@@ -379,4 +410,5 @@ KERNELS: dict[str, Kernel] = {
     "sum": reduce_sum,
     "tanh": unary(np.tanh),
     "transpose": transpose,
+    "where": where,
 }

@@ -668,3 +668,124 @@ def test_nmse() -> None:
     assert nmse(np.array([3.0, 5.0], np.float16), e) == pytest.approx(1 / 25)
     assert nmse(np.zeros(2), np.zeros(2)) == 0.0
     assert nmse(np.ones(2), np.zeros(2)) == math.inf
+
+
+# -- masks and selection: comparisons, not, where, clip ----------------------------------------
+
+
+def test_comparisons_hand_case_broadcast_to_bool() -> None:
+    a = np.array([[1.0], [2.0]], np.float32)
+    b = np.array([0.5, 2.0, 3.0], np.float32)
+    assert ev("equal", a, b).tolist() == [[False, False, False], [False, True, False]]
+    assert ev("less", a, b).tolist() == [[False, True, True], [False, False, True]]
+    assert ev("greater", a, b).tolist() == [[True, False, False], [True, False, False]]
+    assert ev("less", a, b).dtype == np.bool_
+
+
+def test_comparisons_of_nan_are_false_and_of_ints_exact() -> None:
+    nan = np.array([np.nan, 1.0], np.float32)
+    for op in ("equal", "less", "greater"):
+        assert ev(op, nan, nan).tolist() == [False, op == "equal"]
+    big = np.array([2**40, 2**40 + 1], np.int64)
+    assert ev("less", big[:1], big[1:]).tolist() == [True]
+    assert ev("equal", np.array([True, False]), np.array([True, True])).tolist() == [True, False]
+
+
+def test_not_and_where_hand_case() -> None:
+    mask = np.array([[True, False, True]])
+    assert ev("not", mask).tolist() == [[False, True, False]]
+    keep = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
+    fill = np.array(-1e9, np.float32)
+    assert ev("where", mask, keep, fill).tolist() == [[1.0, -1e9, 3.0], [4.0, -1e9, 6.0]]
+    rows = np.array([[True], [False]])
+    assert ev("where", rows, keep, fill).tolist() == [[1.0, 2.0, 3.0], [-1e9, -1e9, -1e9]]
+
+
+def test_comparison_and_where_type_errors_name_the_op() -> None:
+    f, i, m = np.zeros(2, np.float32), np.zeros(2, np.int32), np.zeros(2, np.bool_)
+    with pytest.raises(VerifyError, match=r"less: operand dtypes differ \(f32 vs i32\)"):
+        ev("less", f, i)
+    with pytest.raises(VerifyError, match="greater: expected a numeric operand"):
+        ev("greater", m, m)
+    with pytest.raises(VerifyError, match="not: expected a bool operand, got f32"):
+        ev("not", f)
+    with pytest.raises(VerifyError, match="where: the condition must be bool, got f32"):
+        ev("where", f, f, f)
+    with pytest.raises(VerifyError, match=r"where: the two choices' dtypes differ \(f32 vs i32\)"):
+        ev("where", m, f, i)
+    with pytest.raises(VerifyError, match="where: cannot broadcast"):
+        ev("where", m, np.zeros(3, np.float32), f)
+
+
+def test_clip_hand_case_one_or_both_bounds() -> None:
+    x = np.array([-2.0, -0.5, 0.0, 0.25, 3.0, np.nan], np.float32)
+    both = ev("clip", x, min=-1.0, max=0.5)
+    np.testing.assert_array_equal(both, [-1.0, -0.5, 0.0, 0.25, 0.5, np.nan])
+    np.testing.assert_array_equal(ev("clip", x, min=0.0), [0.0, 0.0, 0.0, 0.25, 3.0, np.nan])
+    np.testing.assert_array_equal(ev("clip", x, max=0), [-2.0, -0.5, 0.0, 0.0, 0.0, np.nan])
+
+
+def test_clip_errors() -> None:
+    x = np.zeros(2, np.float32)
+    with pytest.raises(VerifyError, match="clip: needs attribute 'min', 'max' or both"):
+        ev("clip", x)
+    with pytest.raises(VerifyError, match=r"clip: attribute 'min' \(1.0\) is greater than 'max'"):
+        ev("clip", x, min=1.0, max=0.0)
+    with pytest.raises(VerifyError, match="clip: expected a float operand, got i32"):
+        ev("clip", np.zeros(2, np.int32), min=0.0)
+
+
+def test_log_softmax_hand_case_and_large_values() -> None:
+    x = np.array([[0.0, 0.0], [1000.0, 0.0]], np.float32)
+    got = ev("log_softmax", x)
+    np.testing.assert_allclose(got[0], [-math.log(2), -math.log(2)], rtol=1e-6)
+    np.testing.assert_allclose(got[1], [0.0, -1000.0], atol=1e-6)
+    cols = ev("log_softmax", x, axis=0)
+    np.testing.assert_allclose(cols[:, 1], [-math.log(2), -math.log(2)], rtol=1e-6)
+    y = randn(3, 7)
+    np.testing.assert_allclose(np.exp(ev("log_softmax", y)), ev("softmax", y), rtol=1e-5)
+
+
+# -- indexing: expand, tile, pad, cumsum, argmax; prelu ----------------------------------------
+
+
+def test_expand_tile_pad_hand_cases() -> None:
+    x = np.array([[1.0], [2.0]], np.float32)
+    assert ev("expand", x, shape=(2, 2, 3)).tolist() == [[[1, 1, 1], [2, 2, 2]]] * 2
+    y = np.array([[1, 2]], np.int32)
+    assert ev("tile", y, repeats=(2, 2)).tolist() == [[1, 2, 1, 2], [1, 2, 1, 2]]
+    assert ev("pad", y, pads=(1, 0, 0, 2)).tolist() == [[0, 0, 0, 0], [1, 2, 0, 0]]
+    got = ev("pad", x, pads=(0, 1, 0, 0), value=-1.5)
+    assert got.tolist() == [[-1.5, 1.0], [-1.5, 2.0]]
+
+
+def test_cumsum_and_argmax_hand_cases() -> None:
+    x = np.array([[1.0, 2.0, 3.0], [4.0, -5.0, 6.0]], np.float32)
+    assert ev("cumsum", x, axis=1).tolist() == [[1, 3, 6], [4, -1, 5]]
+    assert ev("cumsum", x, axis=0).tolist() == [[1, 2, 3], [5, -3, 9]]
+    ties = np.array([[3.0, 7.0, 7.0], [np.nan, 1.0, np.nan]], np.float32)
+    got = ev("argmax", ties)
+    assert got.dtype == np.int64 and got.tolist() == [1, 0]  # first maximum; NaN is largest
+    assert ev("argmax", x, axis=0, keepdims=True).tolist() == [[1, 0, 1]]
+
+
+def test_prelu_hand_case() -> None:
+    x = np.array([[-2.0, 3.0], [-4.0, 0.0]], np.float32)
+    slope = np.array([[0.5], [0.25]], np.float32)
+    assert ev("prelu", x, slope).tolist() == [[-1.0, 3.0], [-1.0, 0.0]]
+
+
+def test_indexing_errors_name_the_op_and_the_facts() -> None:
+    x = np.zeros((2, 3), np.float32)
+    with pytest.raises(VerifyError, match=r"expand: cannot broadcast f32\[2,3\] to \[4,3\]"):
+        ev("expand", x, shape=(4, 3))
+    with pytest.raises(VerifyError, match=r"tile: attribute 'repeats' has 1 values for f32\[2,3\]"):
+        ev("tile", x, repeats=(2,))
+    with pytest.raises(VerifyError, match="pad: attribute 'pads' has a negative count"):
+        ev("pad", x, pads=(0, -1, 0, 0))
+    with pytest.raises(VerifyError, match=r"argmax: axis 2 out of range for f32\[2,3\]"):
+        ev("argmax", x, axis=2)
+    with pytest.raises(VerifyError, match="argmax: the empty axis 1"):
+        ev("argmax", np.zeros((2, 0), np.float32), axis=1)
+    with pytest.raises(VerifyError, match="prelu: slope f32\\[3,1\\] does not broadcast"):
+        ev("prelu", x, np.zeros((3, 1), np.float32))

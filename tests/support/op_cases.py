@@ -88,6 +88,15 @@ input %w : {T}[2,7,3]
 %c = softmax(%z) {axis = 0} : {T}[5,3]
 %d = softmax(%w) {axis = 1} : {T}[2,7,3]
 output %a, %b, %c, %d""",
+    "log_softmax": """input %x : {T}[4,64]
+input %y : {T}[3,1000]
+input %z : {T}[5,3]
+input %w : {T}[2,7,3]
+%a = log_softmax(%x) : {T}[4,64]
+%b = log_softmax(%y) {axis = 1} : {T}[3,1000]
+%c = log_softmax(%z) {axis = 0} : {T}[5,3]
+%d = log_softmax(%w) {axis = 1} : {T}[2,7,3]
+output %a, %b, %c, %d""",
     "rms_norm": """input %x : {T}[4,64]
 input %y : {T}[2,3,1000]
 weight %w : {T}[64]
@@ -223,6 +232,92 @@ output %a, %b""",
 %a = avg_pool2d(%x) {kernel = [3, 3], padding = [1, 1], stride = [2, 2]} : {T}[2,3,5,5]
 %b = avg_pool2d(%x) {kernel = [2, 3]} : {T}[2,3,4,3]
 output %a, %b""",
+    "equal": """input %x : {T}[4,64]
+input %a : {T}[3,1,5]
+input %b : {T}[4,1]
+input %m : bool[7]
+input %n : bool[2,7]
+%r = relu(%x) : {T}[4,64]
+%y0 = equal(%x, %r) : bool[4,64]
+%y1 = equal(%a, %b) : bool[3,4,5]
+%y2 = equal(%m, %n) : bool[2,7]
+output %y0, %y1, %y2""",
+    "less": """input %x : {T}[4,64]
+input %z : {T}[64]
+input %a : {T}[3,1,5]
+input %b : {T}[4,1]
+%y0 = less(%x, %z) : bool[4,64]
+%y1 = less(%a, %b) : bool[3,4,5]
+%y2 = less(%x, %x) : bool[4,64]
+output %y0, %y1, %y2""",
+    "greater": """input %x : {T}[4,64]
+input %z : {T}[64]
+input %a : {T}[]
+%y0 = greater(%x, %z) : bool[4,64]
+%y1 = greater(%a, %z) : bool[64]
+output %y0, %y1""",
+    "not": """input %m : bool[4,64]
+input %x : {T}[3,5]
+input %z : {T}[5]
+%y0 = not(%m) : bool[4,64]
+%c = less(%x, %z) : bool[3,5]
+%y1 = not(%c) : bool[3,5]
+output %y0, %y1""",
+    "where": """input %c : bool[4,64]
+input %x : {T}[4,64]
+input %z : {T}[64]
+input %k : bool[4,1]
+input %s : {T}[]
+input %a : {T}[3,5]
+input %b : {T}[5]
+%y0 = where(%c, %x, %z) : {T}[4,64]
+%y1 = where(%k, %s, %x) : {T}[4,64]
+%m = greater(%a, %b) : bool[3,5]
+%y2 = where(%m, %a, %b) : {T}[3,5]
+output %y0, %y1, %y2""",
+    "clip": """input %x : {T}[4,64]
+input %z : {T}[3,5,7]
+%y0 = clip(%x) {min = -0.25, max = 0.5} : {T}[4,64]
+%y1 = clip(%z) {min = 0.0} : {T}[3,5,7]
+%y2 = clip(%x) {max = 0.125} : {T}[4,64]
+output %y0, %y1, %y2""",
+    "prelu": """input %x : {T}[2,3,4,5]
+weight %s : {T}[3,1,1]
+input %y : {T}[4,64]
+weight %t : {T}[]
+%a = prelu(%x, %s) : {T}[2,3,4,5]
+%b = prelu(%y, %t) : {T}[4,64]
+output %a, %b""",
+    "expand": """input %x : {T}[3,1]
+input %y : {T}[5]
+input %z : {T}[2,1,4]
+%a = expand(%x) {shape = [3, 7]} : {T}[3,7]
+%b = expand(%y) {shape = [2, 3, 5]} : {T}[2,3,5]
+%c = expand(%z) {shape = [2, 6, 4]} : {T}[2,6,4]
+output %a, %b, %c""",
+    "tile": """input %x : {T}[2,3]
+input %y : {T}[3,1,4]
+%a = tile(%x) {repeats = [2, 3]} : {T}[4,9]
+%b = tile(%y) {repeats = [1, 5, 2]} : {T}[3,5,8]
+output %a, %b""",
+    "pad": """input %x : {T}[2,3]
+input %y : {T}[2,3,4,4]
+%a = pad(%x) {pads = [1, 0, 2, 3]} : {T}[5,6]
+%b = pad(%y) {pads = [0, 0, 1, 2, 0, 0, 1, 0], value = -1.5} : {T}[2,3,6,6]
+output %a, %b""",
+    "cumsum": """input %x : {T}[4,64]
+input %y : {T}[3,5,7]
+%a = cumsum(%x) {axis = -1} : {T}[4,64]
+%b = cumsum(%y) {axis = 1} : {T}[3,5,7]
+%c = cumsum(%y) {axis = 0} : {T}[3,5,7]
+output %a, %b, %c""",
+    "argmax": """input %x : {T}[4,64]
+input %y : {T}[3,5,7]
+input %z : {T}[2,5000]
+%a = argmax(%x) : i64[4]
+%b = argmax(%y) {axis = 1, keepdims = true} : i64[3,1,7]
+%c = argmax(%z) {axis = 1} : i64[2]
+output %a, %b, %c""",
     "copy": """input %x : {T}[4,5]
 %y = copy(%x) {to = "cuda"} : {T}[4,5]
 output %y""",
@@ -267,8 +362,10 @@ for _op in BINARY:
 
 NARROW = ("add", "mul", "exp", "gelu", "cast", "sum", "mean", "softmax", "rms_norm",
           "layer_norm", "matmul", "attention", "rope", "conv2d", "get_rows", "kv_cache_write",
-          "transpose", "fused")  # fmt: skip
-INTEGER = ("add", "mul", "maximum", "neg", "abs", "relu", "sum", "max", "concat")
+          "transpose", "fused", "where", "clip", "less", "log_softmax", "prelu", "expand",
+          "pad", "cumsum", "argmax")  # fmt: skip
+INTEGER = ("add", "mul", "maximum", "neg", "abs", "relu", "sum", "max", "concat", "equal", "less",
+           "greater", "not", "where", "expand", "tile", "pad", "cumsum", "argmax")  # fmt: skip
 
 
 def params() -> list[tuple[str, str]]:
