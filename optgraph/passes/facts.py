@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from optgraph.analysis.happens_before import HappensBefore
 from optgraph.ir.graph import Graph
-from optgraph.ir.ops import get_op
+from optgraph.ir.layout import alias_roots
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,12 @@ class Fact:
     is_marked: Callable[[Graph], bool]  # whether any node carries those annotations
 
 
-def _is_buffer(graph: Graph, index: int) -> bool:
-    node = graph.nodes[index]
-    op = get_op(node.op)
-    return not node.is_event and not (op is not None and op.is_view)
+def _buffer_nodes(graph: Graph) -> list[int]:
+    """Indices of the nodes that own bytes: all but events and the views that alias their operand
+    (`ir.layout.alias_roots`, the lowering's rule). A view that is materialized (a slice across
+    rows, a transpose that moves elements) is a buffer like any other result."""
+    aliases = alias_roots(graph)
+    return [i for i, node in graph.compute_nodes() if node.name not in aliases]
 
 
 def _streams_assigned(graph: Graph) -> bool:
@@ -54,11 +56,7 @@ def _has_backends(graph: Graph) -> bool:
 
 
 def _lifetimes_analyzed(graph: Graph) -> bool:
-    return all(
-        graph.nodes[i].ann.live is not None
-        for i, _ in graph.compute_nodes()
-        if _is_buffer(graph, i)
-    )
+    return all(graph.nodes[i].ann.live is not None for i in _buffer_nodes(graph))
 
 
 def _has_lifetimes(graph: Graph) -> bool:
@@ -66,11 +64,7 @@ def _has_lifetimes(graph: Graph) -> bool:
 
 
 def _memory_planned(graph: Graph) -> bool:
-    return all(
-        graph.nodes[i].ann.offset is not None
-        for i, _ in graph.compute_nodes()
-        if _is_buffer(graph, i)
-    )
+    return all(graph.nodes[i].ann.offset is not None for i in _buffer_nodes(graph))
 
 
 def _has_offsets(graph: Graph) -> bool:

@@ -75,7 +75,10 @@ def evaluate_node(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     if result_type is None:
         result_type = infer_type(node, [_type_of(a) for a in args])
     if opdef.category != "data_movement":
-        args = [a.astype(np.float32) if a.dtype in _WIDE else a for a in args]
+        # Row-major operands: NumPy's summation order follows the memory layout, so a reduction
+        # of a transposed view would round unlike the same values in a planned (contiguous)
+        # buffer. A result depends on its operands' values only.
+        args = [np.asarray(a, np.float32 if a.dtype in _WIDE else a.dtype, order="C") for a in args]
     with np.errstate(all="ignore"):
         out = KERNELS[node.op](node, args, attrs_with_defaults(node))
         out = np.asarray(out).astype(numpy_dtype(result_type.dtype), copy=False)
