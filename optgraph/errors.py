@@ -32,7 +32,9 @@ class Span:
         return f"{self.path}:{self.line}:{self.col}"
 
 
-LONG_WORD = 80  # characters of one unbroken word (a token, a name) a message shows whole
+# Characters of one unbroken word (a token, a name, a file path) a message shows whole: long enough
+# for any real path, short enough that a 1 MiB token never reaches the terminal.
+LONG_WORD = 400
 _LONG_WORD_RE = re.compile(r"\S{" + str(LONG_WORD + 1) + ",}")
 
 
