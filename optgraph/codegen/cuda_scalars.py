@@ -52,6 +52,8 @@ BINARY: dict[str, str] = {
     "equal": "({0} == {1})",
     "less": "({0} < {1})",
     "greater": "({0} > {1})",
+    "and": "({0} && {1})",
+    "or": "({0} || {1})",
 }
 SCALAR_OPS = frozenset(UNARY_FLOAT) | frozenset(BINARY) | {
     "neg", "abs", "relu", "gelu", "cast", "scale", "not", "where", "clip", "prelu",

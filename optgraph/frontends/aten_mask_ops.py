@@ -63,6 +63,16 @@ def _logical_not(ctx: TorchContext, node: Any) -> None:
     ctx.emit(node, "not", [ctx.name_of(node.args[0])])
 
 
+def _logical(op: str) -> Converter:
+    def convert(ctx: TorchContext, node: Any) -> None:
+        a, b = node.args[0], node.args[1]
+        if any(not hasattr(v, "name") or ctx.type_of(v).dtype != "bool" for v in (a, b)):
+            raise unsupported(node, f"only the {op} of two bool tensors maps")
+        ctx.emit(node, op, [ctx.name_of(a), ctx.name_of(b)])
+
+    return convert
+
+
 def _where(ctx: TorchContext, node: Any) -> None:
     out = ctx.result_type(node)
     cond = ctx.name_of(node.args[0])
@@ -101,6 +111,10 @@ def _clamp(low_index: int | None, high_index: int | None) -> Converter:
 
 
 MASK_CONVERTERS: dict[str, Converter] = {
+    "aten.bitwise_and.Tensor": _logical("and"),
+    "aten.bitwise_or.Tensor": _logical("or"),
+    "aten.logical_and.default": _logical("and"),
+    "aten.logical_or.default": _logical("or"),
     "aten.bitwise_not.default": _logical_not,
     "aten.clamp.default": _clamp(1, 2),
     "aten.clamp_max.default": _clamp(None, 1),

@@ -35,6 +35,13 @@ def _not(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     ctx.emit(node, "not", [ctx.name(node.input[0])])
 
 
+def _logical(op: str) -> Converter:
+    def convert(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
+        ctx.emit(node, op, [ctx.name(node.input[0]), ctx.name(node.input[1])])
+
+    return convert
+
+
 def _where(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     ctx.emit(node, "where", [ctx.name(i) for i in node.input[:3]])
 
@@ -55,6 +62,8 @@ def _clip(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
 
 
 MASK_CONVERTERS: dict[str, Converter] = {
+    "And": _logical("and"),
+    "Or": _logical("or"),
     "Clip": _clip,
     "Equal": _compare("equal"),
     "Greater": _compare("greater"),

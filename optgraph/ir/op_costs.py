@@ -89,6 +89,7 @@ def _io_bytes(types: Types, result: TensorType) -> int:
 ELEMENTWISE_FLOPS: Mapping[str, int] = {
     "abs": 1,
     "add": 1,
+    "and": 1,
     "cast": 1,
     "clip": 2,
     "cos": 6,
@@ -105,6 +106,7 @@ ELEMENTWISE_FLOPS: Mapping[str, int] = {
     "mul": 1,
     "neg": 1,
     "not": 1,
+    "or": 1,
     "pow": 8,
     "prelu": 2,
     "relu": 1,

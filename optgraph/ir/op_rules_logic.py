@@ -42,6 +42,14 @@ def logical_not(node: Node, types: Types, attrs: Attrs) -> TensorType:
     return types[0]
 
 
+def logical_binary(node: Node, types: Types, attrs: Attrs) -> TensorType:
+    """and, or: two bool operands, a bool result of their broadcast shape."""
+    for t in types:
+        if t.dtype != "bool":
+            fail(node, f"expected bool operands, got {t}")
+    return TensorType("bool", _broadcast_all(node, types))
+
+
 def where(node: Node, types: Types, attrs: Attrs) -> TensorType:
     """where(cond, a, b): cond is bool; a and b share a dtype; all three broadcast together."""
     cond, a, b = types

@@ -159,6 +159,7 @@ def _op(
 OPS: dict[str, OpDef] = {
     "abs": _elementwise("abs", 1, rules.unary_numeric),
     "add": _elementwise("add", 2, rules.binary_numeric),
+    "and": _elementwise("and", 2, logic.logical_binary),
     "argmax": _op(
         "argmax", "reduction", (1, 1), indexing.argmax, costs.reduction,
         axis=AttrSpec("int", -1), keepdims=_FALSE,
@@ -227,6 +228,7 @@ OPS: dict[str, OpDef] = {
     "mul": _elementwise("mul", 2, rules.binary_numeric),
     "neg": _elementwise("neg", 1, rules.unary_numeric),
     "not": _elementwise("not", 1, logic.logical_not),
+    "or": _elementwise("or", 2, logic.logical_binary),
     "pad": _op(
         "pad", "data_movement", (1, 1), indexing.pad, costs.copy_result,
         pads=_REQUIRED_INTS, value=AttrSpec("float", 0.0),

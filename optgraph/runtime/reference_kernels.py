@@ -109,20 +109,6 @@ def scale(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
     return args[0] * F32(_float(attrs["factor"]))
 
 
-def clip(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
-    low, high = attrs.get("min"), attrs.get("max")
-    x = args[0]
-    if low is not None:
-        x = np.maximum(x, F32(_float(low)))
-    if high is not None:
-        x = np.minimum(x, F32(_float(high)))
-    return x
-
-
-def where(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
-    return np.where(args[0], args[1], args[2])
-
-
 def unary(fn: Callable[[np.ndarray], np.ndarray]) -> Kernel:
     return lambda node, args, attrs: fn(args[0])
 
@@ -363,10 +349,10 @@ KERNELS: dict[str, Kernel] = {
     **INDEXING_KERNELS,
     "abs": unary(np.abs),
     "add": binary(np.add),
+    "and": binary(np.logical_and),
     "attention": attention,
     "avg_pool2d": avg_pool2d,
     "cast": cast,
-    "clip": clip,
     "concat": concat,
     "conv2d": conv2d,
     "copy": copy,
@@ -392,6 +378,7 @@ KERNELS: dict[str, Kernel] = {
     "mul": binary(np.multiply),
     "neg": unary(np.negative),
     "not": unary(np.logical_not),
+    "or": binary(np.logical_or),
     "pow": binary(np.power),
     "prefetch": copy,
     "relu": relu,
@@ -410,5 +397,4 @@ KERNELS: dict[str, Kernel] = {
     "sum": reduce_sum,
     "tanh": unary(np.tanh),
     "transpose": transpose,
-    "where": where,
 }

@@ -27,7 +27,10 @@ def _masked_scores(less_or_equal_on: int = TensorProto.INT64) -> onnx.ModelProto
     ]
     nodes = [
         helper.make_node("Less", ["pos", "kv_len"], ["valid"]),
-        helper.make_node("Not", ["valid"], ["hidden"]),
+        helper.make_node("Less", ["kv_len", "pos"], ["past"]),
+        helper.make_node("Or", ["past", "valid"], ["everything"]),
+        helper.make_node("And", ["everything", "valid"], ["kept"]),
+        helper.make_node("Not", ["kept"], ["hidden"]),
         helper.make_node("Clip", ["scores", "lo", "hi"], ["capped"]),
         helper.make_node("Where", ["hidden", "fill", "capped"], ["masked"]),
         helper.make_node("LogSoftmax", ["masked"], ["probs"], axis=-1),
@@ -62,7 +65,9 @@ def test_kv_len_mask_and_clip_match_the_reference_evaluator() -> None:
     graph, weights = from_onnx(model)
     assert_matches(graph, weights, feeds, expected)
     ops = ops_of(graph)
-    assert {"less", "not", "clip", "where", "greater", "equal", "log_softmax"} <= set(ops), ops
+    assert {"less", "not", "clip", "where", "greater", "equal", "log_softmax", "and", "or"} <= set(
+        ops
+    ), ops
     clip = next(n for n in graph.nodes if n.op == "clip")
     assert (clip.attrs["min"], clip.attrs["max"]) == (-1.0, 1.0)
 

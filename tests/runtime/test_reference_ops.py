@@ -789,3 +789,12 @@ def test_indexing_errors_name_the_op_and_the_facts() -> None:
         ev("argmax", np.zeros((2, 0), np.float32), axis=1)
     with pytest.raises(VerifyError, match="prelu: slope f32\\[3,1\\] does not broadcast"):
         ev("prelu", x, np.zeros((3, 1), np.float32))
+
+
+def test_and_or_hand_case_and_errors() -> None:
+    a = np.array([[True], [False]])
+    b = np.array([True, False])
+    assert ev("and", a, b).tolist() == [[True, False], [False, False]]
+    assert ev("or", a, b).tolist() == [[True, True], [True, False]]
+    with pytest.raises(VerifyError, match=r"and: expected bool operands, got f32\[2\]"):
+        ev("and", b, np.zeros(2, np.float32))

@@ -263,6 +263,24 @@ input %z : {T}[5]
 %c = less(%x, %z) : bool[3,5]
 %y1 = not(%c) : bool[3,5]
 output %y0, %y1""",
+    "and": """input %m : bool[4,64]
+input %n : bool[64]
+input %x : {T}[3,5]
+input %z : {T}[5]
+%y0 = and(%m, %n) : bool[4,64]
+%c = less(%x, %z) : bool[3,5]
+%d = greater(%z, %z) : bool[5]
+%y1 = and(%c, %d) : bool[3,5]
+output %y0, %y1""",
+    "or": """input %m : bool[4,64]
+input %n : bool[4,1]
+input %x : {T}[3,5]
+input %z : {T}[5]
+%y0 = or(%m, %n) : bool[4,64]
+%c = less(%x, %z) : bool[3,5]
+%d = equal(%z, %z) : bool[5]
+%y1 = or(%c, %d) : bool[3,5]
+output %y0, %y1""",
     "where": """input %c : bool[4,64]
 input %x : {T}[4,64]
 input %z : {T}[64]
@@ -365,7 +383,7 @@ NARROW = ("add", "mul", "exp", "gelu", "cast", "sum", "mean", "softmax", "rms_no
           "transpose", "fused", "where", "clip", "less", "log_softmax", "prelu", "expand",
           "pad", "cumsum", "argmax")  # fmt: skip
 INTEGER = ("add", "mul", "maximum", "neg", "abs", "relu", "sum", "max", "concat", "equal", "less",
-           "greater", "not", "where", "expand", "tile", "pad", "cumsum", "argmax")  # fmt: skip
+           "greater", "not", "where", "and", "or", "expand", "tile", "pad", "cumsum", "argmax")  # fmt: skip
 
 
 def params() -> list[tuple[str, str]]:
