@@ -64,6 +64,7 @@ from optgraph.analysis.schedule_estimate import (
     profile_named,
 )
 from optgraph.ir.graph import Graph
+from optgraph.ir.limits import MAX_STREAM_ID
 from optgraph.passes.base import Pass
 
 POLICIES = ("chains", "fanout", "single")
@@ -245,8 +246,11 @@ class AssignStreamsPass(Pass):
     merged_launches: bool = True
 
     def __post_init__(self) -> None:
-        if self.max_streams < 1:
-            raise ValueError(f"max-streams must be at least 1, got {self.max_streams}")
+        if not 1 <= self.max_streams <= MAX_STREAM_ID + 1:
+            raise ValueError(
+                f"max-streams must be between 1 and {MAX_STREAM_ID + 1} (stream ids end at "
+                f"{MAX_STREAM_ID}), got {self.max_streams}"
+            )
         if self.policy not in POLICIES:
             raise ValueError(
                 f"unknown policy '{self.policy}' (choose one of {', '.join(POLICIES)})"

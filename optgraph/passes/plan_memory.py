@@ -35,6 +35,8 @@ from optgraph.analysis.lifetimes import annotate_lifetimes, compute_lifetimes, g
 from optgraph.ir.graph import Graph
 from optgraph.passes.base import Pass
 
+MAX_ALIGNMENT = 1 << 21  # a large page
+
 
 @dataclass(frozen=True)
 class PlanMemoryPass(Pass):
@@ -52,6 +54,11 @@ class PlanMemoryPass(Pass):
             raise ValueError(f"algo must be one of {', '.join(ALGOS)}, got '{self.algo}'")
         if self.alignment <= 0 or self.alignment & (self.alignment - 1):
             raise ValueError(f"alignment must be a power of two, got {self.alignment}")
+        if self.alignment > MAX_ALIGNMENT:
+            # every buffer rounds up to it: a huge one plans an arena no device can hold
+            raise ValueError(
+                f"alignment must be at most {MAX_ALIGNMENT} (2 MiB), got {self.alignment}"
+            )
 
     def run(self, graph: Graph) -> Graph:
         # Lifetimes are recomputed, never trusted from annotations a later pass may have staled.

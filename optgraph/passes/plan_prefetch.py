@@ -69,6 +69,9 @@ class BudgetError(OptGraphError):
     """The budget cannot hold what must stay on the device plus one slot."""
 
 
+MAX_DEPTH = 256  # slots are allocated per depth; more than segments buys nothing
+
+
 @dataclass(frozen=True)
 class PlanPrefetchPass(Pass):
     name = "plan-prefetch"
@@ -84,8 +87,8 @@ class PlanPrefetchPass(Pass):
     def __post_init__(self) -> None:
         if parse_size(self.budget) <= 0:
             raise ValueError("budget must be given, e.g. plan-prefetch{budget=2GiB}")
-        if self.depth < 1:
-            raise ValueError(f"depth must be at least 1, got {self.depth}")
+        if not 1 <= self.depth <= MAX_DEPTH:
+            raise ValueError(f"depth must be between 1 and {MAX_DEPTH}, got {self.depth}")
         if self.segment_bytes != "auto":
             parse_size(self.segment_bytes)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
-from hypothesis import example, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 import optgraph as og
@@ -140,8 +140,27 @@ SUM_OF_TRANSPOSE = """graph g {
 }"""
 
 
-@settings(max_examples=examples(80))
+# Found by this test: option values a pass accepted and then crashed on or could not run
+# (OverflowError allocating 2^63 streams or prefetch slots, a 2^63-byte alignment).
+ONE_NEG = """graph g {
+  input %x0 : f32[1]
+  %n0 = neg(%x0) : f32[1]
+  output %n0
+}"""
+# hypothesis's explain phase itself failed on a failing example here (an internal assertion),
+# hiding the example: it is left out.
+PHASES = tuple(p for p in Phase if p != Phase.explain)
+
+
+@settings(max_examples=examples(80), phases=PHASES)
 @given(graph=random_dag_graphs(max_nodes=10), pipeline=pipelines, seed=st.integers(0, 2**16))
+@example(graph=og.parse(ONE_NEG), pipeline=f"assign-streams{{max-streams={2**63}}}", seed=0)
+@example(graph=og.parse(ONE_NEG), pipeline=f"plan-memory{{alignment={2**62}}}", seed=0)
+@example(
+    graph=og.parse(ONE_NEG),
+    pipeline=f"plan-memory,plan-prefetch{{budget=1KiB,depth={2**63}}}",
+    seed=0,
+)
 @example(graph=og.parse(MATERIALIZED_SLICE), pipeline="cse", seed=8)
 @example(graph=og.parse(MATERIALIZED_SLICE), pipeline="verify,check-races", seed=0)
 @example(graph=og.parse(SUM_OF_TRANSPOSE), pipeline="dce", seed=340)

@@ -12,7 +12,12 @@ dead nodes (for dce), and optionally `record`/`wait` pairs and random annotation
 type comes from the op table (`optgraph.ir.ops.infer_type`), and the graph is verified before it
 is returned, so a generator bug fails loudly instead of producing invalid graphs.
 
-All values are f32 with small dimensions, so the reference interpreter runs them in microseconds.
+Values are f32 with small dimensions, so the reference interpreter runs them in microseconds.
+With `mixed=True` some are f16 or bf16: inputs and weights drawn in any float dtype, `cast` nodes
+between float dtypes, and every op that needs equal operand dtypes (binary ops, matmul) given
+partners of its operand's dtype (a new weight takes it). `mixed=False` (the default) draws exactly
+what it drew before the option existed, so pinned examples and derandomized runs are unchanged.
+`narrow_ancestry(graph)` says which values an f16/bf16 value feeds.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ UNARY_OPS = ("neg", "abs", "exp", "tanh", "sigmoid", "relu", "silu", "gelu", "sc
 BINARY_OPS = ("add", "sub", "mul", "maximum", "minimum")
 REDUCTION_OPS = ("sum", "mean", "max")
 KINDS = ("unary", "binary", "reduce", "softmax", "matmul", "reshape", "transpose", "slice", "dup")
+FLOATS = ("f32", "f16", "bf16")
 
 Draw = Callable[[st.SearchStrategy], object]
 
@@ -39,8 +45,9 @@ shapes = st.lists(dims, min_size=1, max_size=3).map(tuple)
 
 
 class _Builder:
-    def __init__(self, draw: Draw):
+    def __init__(self, draw: Draw, mixed: bool = False):
         self.draw = draw
+        self.mixed = mixed
         self.types: dict[str, TensorType] = {}
         self.inputs: list[Input] = []
         self.weights: list[Weight] = []
@@ -50,16 +57,22 @@ class _Builder:
     def pick(self, names: list[str]) -> str:
         return names[self.draw(st.integers(0, len(names) - 1))]  # type: ignore[index]
 
-    def add_input(self, shape: tuple[int, ...]) -> str:
+    def float_dtype(self) -> str:
+        """f32 in one draw of two, else f16 or bf16 (mixed graphs only; f32 without a draw)."""
+        if not self.mixed or self.draw(st.booleans()):
+            return "f32"
+        return str(self.draw(st.sampled_from(FLOATS[1:])))
+
+    def add_input(self, shape: tuple[int, ...], dtype: str = "f32") -> str:
         name = f"x{len(self.inputs)}"
-        self.inputs.append(Input(name, TensorType("f32", shape)))
+        self.inputs.append(Input(name, TensorType(dtype, shape)))
         self.types[name] = self.inputs[-1].type
         return name
 
-    def add_weight(self, shape: tuple[int, ...]) -> str:
+    def add_weight(self, shape: tuple[int, ...], dtype: str = "f32") -> str:
         name = f"w{len(self.weights)}"
         placement = "host" if self.draw(st.booleans()) and self.draw(st.booleans()) else "device"
-        self.weights.append(Weight(name, TensorType("f32", shape), placement))
+        self.weights.append(Weight(name, TensorType(dtype, shape), placement))
         self.types[name] = self.weights[-1].type
         return name
 
@@ -88,8 +101,12 @@ class _Builder:
         return self.add_node(str(op), (x,), attrs)
 
     def binary(self, x: str) -> str | None:
-        shape = self.types[x].shape
-        fits = [v for v in self.values() if _broadcasts(self.types[v].shape, shape)]
+        shape, dtype = self.types[x].shape, self.types[x].dtype
+        fits = [
+            v
+            for v in self.values()
+            if _broadcasts(self.types[v].shape, shape) and self.types[v].dtype == dtype
+        ]
         other = self.pick(fits)  # x itself always fits
         pair = (x, other) if self.draw(st.booleans()) else (other, x)
         return self.add_node(str(self.draw(st.sampled_from(BINARY_OPS))), pair, {})
@@ -117,14 +134,18 @@ class _Builder:
         shape = self.types[x].shape
         if len(shape) < 2:
             return None
-        k = shape[-1]
+        k, dtype = shape[-1], self.types[x].dtype
         partners = [
-            v for v in self.values() if self.types[v].rank == 2 and self.types[v].shape[0] == k
+            v
+            for v in self.values()
+            if self.types[v].rank == 2
+            and self.types[v].shape[0] == k
+            and self.types[v].dtype == dtype
         ]
         if partners and self.draw(st.booleans()):
             b = self.pick(partners)
         else:
-            b = self.add_weight((k, self.draw(dims)))  # type: ignore[arg-type]
+            b = self.add_weight((k, self.draw(dims)), dtype)  # type: ignore[arg-type]
         return self.add_node("matmul", (x, b), {})
 
     def reshape(self, x: str) -> str | None:
@@ -150,6 +171,10 @@ class _Builder:
         start = self.draw(st.integers(0, shape[axis] - 1))  # type: ignore[index]
         end = self.draw(st.integers(start + 1, shape[axis]))  # type: ignore[operator, index]
         return self.add_node("slice", (x,), {"axis": axis, "start": start, "end": end})  # type: ignore[dict-item]
+
+    def cast(self, x: str) -> str | None:
+        dtype = self.draw(st.sampled_from([d for d in FLOATS if d != self.types[x].dtype]))
+        return self.add_node("cast", (x,), {"dtype": dtype})  # type: ignore[dict-item]
 
     def dup(self, x: str) -> str | None:
         if not self.nodes:
@@ -209,13 +234,17 @@ def random_dag_graphs(
     kinds: tuple[str, ...] = KINDS,
     annotations: bool = False,
     events: bool = False,
+    mixed: bool = False,
 ) -> Graph:
-    """A verified random graph; `annotations`/`events` add random `!{...}` and record/wait pairs."""
-    b = _Builder(draw)
+    """A verified random graph; `annotations`/`events` add random `!{...}` and record/wait pairs,
+    `mixed` f16/bf16 inputs, weights and casts."""
+    b = _Builder(draw, mixed)
+    if mixed and "cast" not in kinds:
+        kinds = (*kinds, "cast", "cast")
     for _ in range(draw(st.integers(1, max_inputs))):  # type: ignore[arg-type]
-        b.add_input(draw(shapes))  # type: ignore[arg-type]
+        b.add_input(draw(shapes), b.float_dtype())  # type: ignore[arg-type]
     for _ in range(draw(st.integers(0, 2))):  # type: ignore[arg-type]
-        b.add_weight(draw(shapes))  # type: ignore[arg-type]
+        b.add_weight(draw(shapes), b.float_dtype())  # type: ignore[arg-type]
     target = draw(st.integers(1, max_nodes))
     attempts = 0
     while len(b.nodes) < target and attempts < 4 * max_nodes:  # type: ignore[operator]
@@ -229,6 +258,13 @@ def random_dag_graphs(
         b.unary(b.inputs[0].name)
     count = draw(st.integers(1, min(max_outputs, len(b.computed))))
     outputs = draw(st.lists(st.sampled_from(b.computed), min_size=1, max_size=count, unique=True))
+    if mixed:  # about half the narrow outputs widened to f32: f32 outputs fed by narrow paths
+        outputs = [
+            b.add_node("cast", (o,), {"dtype": "f32"})
+            if b.types[o].dtype != "f32" and draw(st.booleans())
+            else o
+            for o in outputs  # type: ignore[union-attr]
+        ]
     graph = Graph(
         "random",
         tuple(b.inputs),
@@ -242,3 +278,21 @@ def random_dag_graphs(
         graph = _insert_events(draw, graph)
     verify(graph)
     return graph
+
+
+def narrow_ancestry(graph: Graph) -> dict[str, set[str]]:
+    """For every value: the narrow dtypes (f16, bf16) of itself and of the values it is computed
+    from (a fused body's dtypes count as its node's). Which bound a mixed output is held to."""
+    seen: dict[str, set[str]] = {}
+    for decl in (*graph.inputs, *graph.weights):
+        seen[decl.name] = {decl.type.dtype} - {"f32"}
+    for node in graph.nodes:
+        if node.is_event or node.type is None:
+            continue
+        dtypes = {node.type.dtype} - {"f32"}
+        if node.body is not None:
+            dtypes |= {n.type.dtype for n in node.body.nodes if n.type is not None} - {"f32"}
+        for operand in node.operands:
+            dtypes |= seen[operand]
+        seen[node.name] = dtypes
+    return seen
