@@ -5,8 +5,8 @@
   scheduling-only pipeline and the default one (with `fuse`) give the reference's bits.
 - Generated CUDA kernels in the CPU emulator (tests/support/cuda_emulator.py) after the default
   pipeline: fused regions keep their interior in float32, so results are held to the mixed bounds
-  of tests/support/gpu_support.py (`mixed_bound`: 1e-4 for f16/bf16 outputs, 7e-7 for f32 outputs
-  fed by a narrow path, 1e-7 for pure f32 ones), the same the GPU test
+  of tests/support/gpu_support.py (`mixed_bound`: 1e-4 for f16/bf16 outputs, 1e-6 for f32 outputs
+  fed by f16 paths only, 1e-4 for f32 outputs fed by a bf16 path, 1e-7 for pure f32 ones), the same the GPU test
   (tests/gpu/test_random_graphs_gpu.py) applies on CUDA.
 """
 

@@ -17,7 +17,11 @@ float32 where the reference rounds every node to its dtype (docs/codegen.md), an
 rounding to a narrow dtype that lands one ulp away upstream carries through every later op:
 
 - an f16 or bf16 output: 1e-4;
-- an f32 output fed by an f16 or bf16 path: 7e-7;
+- an f32 output fed by f16 paths only: 1e-6, the f16 bound: the f32 value carries a narrow value
+  that may sit one f16 ulp away (2^-20 if every element did);
+- an f32 output fed by a bf16 path: 1e-4, the bf16 bound, for the same reason. The issue's
+  measured 7e-7 was not a bound: on an H100 (2026-11-23, docs/results/2026-11-23-h100-reliability.md)
+  a bf16 softmax whose result sat on a rounding boundary, cast to f32, gave 8.8e-7 to 1.9e-6;
 - an f32 output fed by f32 values only: the f32 bound, 1e-7.
 """
 
@@ -32,7 +36,12 @@ from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_
 BOUNDS = {"f32": 1e-7, "f16": 1e-6, "bf16": 1e-4}
 
 
-MIXED_BOUNDS = {"narrow": 1e-4, "f32-from-narrow": 7e-7, "f32": BOUNDS["f32"]}
+MIXED_BOUNDS = {
+    "narrow": 1e-4,
+    "f32-from-f16": BOUNDS["f16"],
+    "f32-from-bf16": BOUNDS["bf16"],
+    "f32": BOUNDS["f32"],
+}
 
 
 def mixed_bound(dtype: str, narrow_ancestors: set[str]) -> float:
@@ -40,7 +49,9 @@ def mixed_bound(dtype: str, narrow_ancestors: set[str]) -> float:
     values of the dtypes `narrow_ancestors` (`random_graphs.narrow_ancestry`)."""
     if dtype in ("f16", "bf16"):
         return MIXED_BOUNDS["narrow"]
-    return MIXED_BOUNDS["f32-from-narrow"] if narrow_ancestors else MIXED_BOUNDS["f32"]
+    if "bf16" in narrow_ancestors:
+        return MIXED_BOUNDS["f32-from-bf16"]
+    return MIXED_BOUNDS["f32-from-f16"] if narrow_ancestors else MIXED_BOUNDS["f32"]
 
 
 def require_gpu() -> object:
