@@ -55,24 +55,24 @@ def _models() -> list[Any]:
 def _optgraph(model: Any, bound: bool) -> CallAndStream:
     import cupy as cp
 
-    import optgraph as og
     from optgraph.codegen.in_place_outputs import in_place_candidates
+    from optgraph.passes.manager import plan_memory_if_missing, run_pipeline
+    from optgraph.program import cuda_program
     from optgraph.runtime.reference_kernels import numpy_dtype
 
-    program = og.compile(model.graph, target="cuda")
+    graph = plan_memory_if_missing(run_pipeline(model.graph, "default"))
+    program = cuda_program(graph, weights=model.weights)
     inputs = model.device_inputs()
-    types = program.graph.value_types()
-    in_place = in_place_candidates(program.graph)  # KV caches updated where they are
+    types = graph.value_types()
+    in_place = in_place_candidates(graph)  # KV caches updated where they are
     out = {}
-    for name in dict.fromkeys(program.graph.output_names()):
+    for name in dict.fromkeys(graph.output_names()):
         source = in_place.get(name)
         t = types[name]
         out[name] = inputs[source] if source else cp.empty(t.shape, dtype=numpy_dtype(t.dtype))
-    stream = program._cuda_runner().stream
     if bound:
-        return program.bind(inputs, out, weights=model.weights), stream
-    program._cuda_runner().set_weights(model.weights)
-    return (lambda: program._cuda_runner().run(inputs, out=out)), stream
+        return program.bind(inputs, out), program.stream
+    return (lambda: program.run(inputs, out=out)), program.stream
 
 
 def _torch_graph(model: Any) -> CallAndStream:

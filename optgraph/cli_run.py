@@ -20,6 +20,8 @@ from rich.text import Text
 
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph
+from optgraph.program import compile as compile_program
+from optgraph.program import run_on_cuda
 
 if TYPE_CHECKING:
     from optgraph.codegen.lowering_options import LoweringOptions
@@ -84,28 +86,12 @@ def run_on_cpu(
 ) -> dict[str, Any]:
     """The compiled program on the planned executor: a NumPy arena at the planned offsets (the
     `options`, which shape CUDA lowering and launches, do not apply)."""
-    from optgraph.program import compile as compile_program
-
     return compile_program(graph, pipeline, target="cpu").run(inputs, weights)
-
-
-def run_cuda(
-    graph: Graph,
-    inputs: dict[str, Any],
-    weights: dict[str, Any],
-    *,
-    pipeline: str = "default",
-    options: LoweringOptions | None = None,
-) -> dict[str, Any]:
-    """`optgraph.program.run_on_cuda`: compiled once with `options`, run, and replayed."""
-    from optgraph.program import run_on_cuda
-
-    return run_on_cuda(graph, inputs, weights, pipeline=pipeline, options=options)
 
 
 RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "cpu": run_on_cpu,
-    "cuda": run_cuda,
+    "cuda": run_on_cuda,
 }
 
 

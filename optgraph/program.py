@@ -175,6 +175,13 @@ class CompiledProgram:
                 err.span,
             ) from None
 
+    def close(self) -> None:
+        """(cuda) Destroy the captured graphs and cuBLAS handles; nothing to do on cpu or before
+        the first cuda use."""
+        if self._cuda is not None:
+            self._cuda.close()
+            self._cuda = None
+
     def _cuda_runner(self) -> Any:
         if self._cuda is None:
             try:
@@ -241,7 +248,6 @@ def run_on_cuda(
     first run."""
     options = options or LoweringOptions()
     compiled = compile(graph, pipeline, "cuda", options=options)
-    runtime = compiled._cuda_runner()
     try:
         first = compiled.run(inputs, weights)
         if not options.use_graph:
@@ -252,4 +258,4 @@ def run_on_cuda(
                 raise OptGraphError(f"run: the CUDA graph replay of '%{name}' differs from its run")
         return replay
     finally:
-        runtime.close()
+        compiled.close()

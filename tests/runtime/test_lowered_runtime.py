@@ -230,13 +230,22 @@ def test_optgraph_run_on_cuda_compiles_once_with_the_flags_options(monkeypatch) 
         compiled.append(program)
         return program
 
+    counters: list[object] = []
+    real_close = api.CompiledProgram.close
+
+    def close(self: api.CompiledProgram) -> None:
+        counters.append(self._cuda.counters)  # what the runtime did, read before it is released
+        real_close(self)
+
     monkeypatch.setattr(api, "compile", recording)
+    monkeypatch.setattr(api.CompiledProgram, "close", close)
     with fake_cupy(monkeypatch) as fake:
         model = str(EXAMPLES / "diamond.ir")
         assert cli.main(["run", model, "--device", "cuda", "--no-merge-launches"]) == 0
         (program,) = compiled
         assert program.lowered is not None
         assert program.lowered.options == LoweringOptions(merge_launches=False)
-        c = program._cuda.counters
+        assert program._cuda is None  # released by close()
+        (c,) = counters
         assert (c.eager_runs, c.captures, c.replays) == (1, 1, 1)  # run, then its replay
         assert fake.live_graphs == 0  # closed after the run
