@@ -336,28 +336,6 @@ def rope(node: Node, types: Types, attrs: Attrs) -> TensorType:
     return x
 
 
-def attention(node: Node, types: Types, attrs: Attrs) -> TensorType:
-    q, k, v = types[:3]
-    _require_rank(node, q, 4, "q", "[B,Hq,Sq,D]")
-    _require_rank(node, k, 4, "k", "[B,Hkv,Skv,D]")
-    _require_rank(node, v, 4, "v", "[B,Hkv,Skv,D]")
-    _same_dtype(node, (q, k, v))
-    _require_float(node, q, "q")
-    if k.shape != v.shape:
-        fail(node, f"k and v shapes differ ({k} vs {v})")
-    if q.shape[0] != k.shape[0]:
-        fail(node, f"batch sizes differ ({q.shape[0]} vs {k.shape[0]})")
-    if q.shape[3] != k.shape[3]:
-        fail(node, f"head dimensions differ ({q.shape[3]} vs {k.shape[3]})")
-    if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
-        fail(node, f"query heads {q.shape[1]} are not a multiple of kv heads {k.shape[1]}")
-    if k.shape[2] == 0:
-        fail(node, f"attends over zero keys (k is {k})")
-    if len(types) == 4:
-        _position_scalar(node, types[3], "kv_len")
-    return q
-
-
 def conv_output(node: Node, size: int, kernel: int, stride: int, pad: int) -> int:
     if size + 2 * pad < kernel:
         fail(node, f"kernel size {kernel} exceeds padded input size {size + 2 * pad}")

@@ -32,6 +32,7 @@ from optgraph.errors import VerifyError, did_you_mean
 from optgraph.ir import op_costs as costs
 from optgraph.ir import op_rules as rules
 from optgraph.ir import op_rules_collective as collective
+from optgraph.ir import op_rules_attention as attention_rules
 from optgraph.ir import op_rules_indexing as indexing
 from optgraph.ir import op_rules_logic as logic
 from optgraph.ir.graph import DTYPES, AttrValue, Node, TensorType
@@ -183,8 +184,11 @@ OPS: dict[str, OpDef] = {
         axis=AttrSpec("int", -1), keepdims=_FALSE,
     ),
     "attention": _op(
-        "attention", "opaque", (3, 4), rules.attention, costs.attention,
-        causal=_FALSE, scale=AttrSpec("float"),
+        "attention", "opaque", (3, 5), attention_rules.attention, costs.attention,
+        causal=_FALSE,
+        causal_align=AttrSpec("str", "bottom_right", choices=attention_rules.ALIGNMENTS),
+        masked=_FALSE, scale=AttrSpec("float"), softcap=AttrSpec("float", 0.0),
+        window=AttrSpec("int", 0),
     ),
     "avg_pool2d": _pool("avg_pool2d"),
     "cast": _elementwise("cast", 1, rules.cast, dtype=AttrSpec("str", "f16", choices=DTYPES)),

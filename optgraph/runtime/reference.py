@@ -28,6 +28,7 @@ import numpy as np
 
 from optgraph.errors import Diagnostic, InputError, VerifyError, did_you_mean
 from optgraph.ir.graph import FLOAT_DTYPES, Graph, Input, Node, TensorType, Weight
+from optgraph.ir.op_rules_attention import attention_operands
 from optgraph.ir.ops import attrs_with_defaults, get_op, infer_type
 from optgraph.runtime.reference_kernels import KERNELS, ir_dtype, numpy_dtype
 
@@ -204,9 +205,10 @@ def _direct_use(node: Node, index: int, types: Sequence[TensorType]) -> _Use:
         return _Use(high=math.prod(types[0].shape[:-1]))
     if op == "kv_cache_write" and index == 2:
         return _Use(high=types[0].shape[2] - types[1].shape[2] + 1)
-    if op == "attention" and index == 3:
+    if op == "attention" and index == attention_operands(len(types), bool(attrs["masked"])).kv_len:
         sq, skv = types[0].shape[2], types[1].shape[2]
-        return _Use(low=sq if attrs["causal"] and sq <= skv else 1, high=skv + 1)
+        bottom_right = attrs["causal_align"] == "bottom_right"
+        return _Use(low=sq if attrs["causal"] and bottom_right and sq <= skv else 1, high=skv + 1)
     if (op in ("log", "sqrt", "rsqrt") and index == 0) or (op == "pow" and index == 0):
         return _Use(positive=True)
     if op in ("rms_norm", "layer_norm") and index == 1:

@@ -12,7 +12,8 @@ Conventions a kernel implementation (CUDA or otherwise) must reproduce within to
 
 - `gelu {approximate = "none"}` uses the exact erf (math.erf in float64, rounded);
 - `rope` computes its angles `pos · theta^(-2i/D)` in float64, then rotates in float32;
-- `attention` scores are `(q·kᵀ)·scale`; a query row that sees no key yields zeros;
+- `attention` scores are `(q·kᵀ)·scale`; a query row that sees no key yields zeros (the masks,
+  windows and softcap: `reference_attention`);
 - `avg_pool2d` divides by the number of in-bounds elements of each window; `max_pool2d` ignores
   padding.
 
@@ -31,6 +32,7 @@ import numpy as np
 from optgraph.errors import InputError
 from optgraph.ir.graph import AttrValue, Node
 from optgraph.runtime.reference_collectives import KERNELS as COLLECTIVE_KERNELS
+from optgraph.runtime.reference_attention import attention
 from optgraph.runtime.reference_indexing import KERNELS as INDEXING_KERNELS
 
 Attrs = Mapping[str, AttrValue]
@@ -252,30 +254,6 @@ def rope(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
     sin = np.sin(angles).astype(F32)[None, :, None, :]
     x1, x2 = x[..., :half], x[..., half:]
     return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-
-
-def attention(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
-    q, k, v = args[:3]
-    sq, d = q.shape[2], q.shape[3]
-    skv = k.shape[2]
-    group = q.shape[1] // k.shape[1]
-    k = np.repeat(k, group, axis=1)
-    v = np.repeat(v, group, axis=1)
-    scale_value = attrs.get("scale")
-    factor = 1.0 / math.sqrt(d) if scale_value is None else _float(scale_value)
-    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * F32(factor)  # [B, Hq, Sq, Skv]
-    length = skv if len(args) == 3 else _position(node, args[3], "kv_len", 0, skv)
-    keys = np.arange(skv)[None, :]
-    visible = np.broadcast_to(keys < length, (sq, skv))
-    if attrs["causal"]:
-        visible = visible & (keys <= length - sq + np.arange(sq)[:, None])
-    scores = np.where(visible, scores, F32(-np.inf))
-    row_max = np.max(scores, axis=-1, keepdims=True)
-    row_max = np.where(np.isfinite(row_max), row_max, F32(0))
-    e = np.where(visible, np.exp(scores - row_max), F32(0))
-    total = np.sum(e, axis=-1, keepdims=True)
-    probs = e / np.where(total > 0, total, F32(1))
-    return np.matmul(probs, v)
 
 
 def _windows(

@@ -106,7 +106,7 @@ def test_arity_errors() -> None:
     assert error("exp") == "exp: expected 1 operand, got 0"
     assert error("add", "f32[2]") == "add: expected 2 operands, got 1"
     assert error("attention", "f32[1,1,1,4]", "f32[1,1,1,4]") == (
-        "attention: expected 3 to 4 operands, got 2"
+        "attention: expected 3 to 5 operands, got 2"
     )
     assert error("concat", axis=0) == "concat: expected at least 1 operand, got 0"
 
@@ -389,7 +389,7 @@ def test_attention() -> None:
         "attention: batch sizes differ (2 vs 1)"
     )
     assert error("attention", q, kv, kv, "f32[1]") == (
-        "attention: kv_len must be i32[1] or i64[1], got f32[1]"
+        "attention: kv_len must be i32[1] or i32[B] = i32[2] (or i64), got f32[1]"
     )
     assert error("attention", q, kv, "f16[2,2,7,16]") == (
         "attention: operand dtypes differ (f32 vs f16)"
@@ -487,7 +487,13 @@ def test_attrs_with_defaults() -> None:
     scale = make("scale", 1, {"factor": 2})
     assert attrs_with_defaults(scale) == {"factor": 2.0}
     assert isinstance(attrs_with_defaults(scale)["factor"], float)
-    assert attrs_with_defaults(make("attention", 3)) == {"causal": False}
+    assert attrs_with_defaults(make("attention", 3)) == {
+        "causal": False,
+        "causal_align": "bottom_right",
+        "masked": False,
+        "softcap": 0.0,
+        "window": 0,
+    }
     assert attrs_with_defaults(make("gelu", 1)) == {"approximate": "tanh"}
 
 
