@@ -10,7 +10,8 @@ it: a tuple of `Launch` (one of our kernels), `Gemm` (a cuBLAS call, `cuda_matmu
     %y = matmul(%x, %w) : f16[8,4096]                  ->  cuda_matmul: cuBLAS
     %y = fused(...) { matmul, add }  (8 rows)          ->  cuBLAS, then a cuda_elementwise epilogue
 
-Families (`cuda_elementwise`, `cuda_data_movement`, `cuda_indexing`, `cuda_reduction`, `cuda_attention`,
+Families (`cuda_elementwise`, `cuda_data_movement`, `cuda_indexing`, `cuda_reduction`, `cuda_rope`,
+`cuda_attention`,
 `cuda_conv`, `cuda_matmul`) each name their ops in `OPS` and emit them with
 `emit(node, types, in_place=...)`; they import the shared vocabulary below them (`cuda_source`,
 `cuda_scalars`, `cuda_gemv_layout`, `cuda_head_rows`), never this module or each other. A
@@ -36,6 +37,7 @@ from optgraph.codegen import (
     cuda_indexing,
     cuda_matmul,
     cuda_reduction,
+    cuda_rope,
 )
 from optgraph.codegen.cuda_matmul import Gemm
 from optgraph.codegen.cuda_source import CodegenError, DeviceCopy, Launch
@@ -49,6 +51,7 @@ FAMILIES = (
     cuda_data_movement,
     cuda_indexing,
     cuda_reduction,
+    cuda_rope,
     cuda_attention,
     cuda_conv,
     cuda_matmul,

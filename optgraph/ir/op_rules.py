@@ -324,16 +324,6 @@ def _position_scalar(node: Node, t: TensorType, role: str) -> None:
 # -- opaque ------------------------------------------------------------------------------------
 
 
-def rope(node: Node, types: Types, attrs: Attrs) -> TensorType:
-    x, pos = types
-    _require_rank(node, x, 4, "x", "[B,S,H,D]")
-    _require_float(node, x, "x")
-    _require_int(node, pos, "pos")
-    if pos.shape != (x.shape[1],):
-        fail(node, f"pos must be [S] = [{x.shape[1]}] for x {x}, got {pos}")
-    if x.shape[3] % 2:
-        fail(node, f"head dimension must be even, got {x.shape[3]} in {x}")
-    return x
 
 
 def conv_output(node: Node, size: int, kernel: int, stride: int, pad: int) -> int:

@@ -35,6 +35,7 @@ from optgraph.ir import op_rules_collective as collective
 from optgraph.ir import op_rules_attention as attention_rules
 from optgraph.ir import op_rules_indexing as indexing
 from optgraph.ir import op_rules_logic as logic
+from optgraph.ir import op_rules_rope as rope_rules
 from optgraph.ir.graph import DTYPES, AttrValue, Node, TensorType
 from optgraph.ir.op_costs import (
     DEVICE_PROFILES,
@@ -267,7 +268,15 @@ OPS: dict[str, OpDef] = {
     "rms_norm": _op(
         "rms_norm", "reduction", (2, 2), rules.norm, costs.reduction, eps=AttrSpec("float", 1e-6)
     ),
-    "rope": _op("rope", "opaque", (2, 2), rules.rope, costs.rope, theta=AttrSpec("float", 1e4)),
+    "rope": _op(
+        "rope", "opaque", (2, 2), rope_rules.rope, costs.rope,
+        attention_factor=AttrSpec("float"), beta_fast=AttrSpec("float"),
+        beta_slow=AttrSpec("float"), factor=AttrSpec("float"),
+        high_freq_factor=AttrSpec("float"), low_freq_factor=AttrSpec("float"),
+        original_max_position=AttrSpec("int"), rotary_dim=AttrSpec("int"),
+        scaling=AttrSpec("str", "none", choices=rope_rules.SCALINGS),
+        theta=AttrSpec("float", 1e4), truncate=AttrSpec("bool"),
+    ),
     "rsqrt": _elementwise("rsqrt", 1, rules.unary_float),
     "scale": _elementwise("scale", 1, rules.unary_float, factor=AttrSpec("float", 1.0)),
     "send": OpDef(

@@ -11,7 +11,7 @@ dtype) and never round themselves.
 Conventions a kernel implementation (CUDA or otherwise) must reproduce within tolerance:
 
 - `gelu {approximate = "none"}` uses the exact erf (math.erf in float64, rounded);
-- `rope` computes its angles `pos · theta^(-2i/D)` in float64, then rotates in float32;
+- `rope` computes its angles `pos · inv_freq` (`op_rules_rope`) in float64, then rotates in float32;
 - `attention` scores are `(q·kᵀ)·scale`; a query row that sees no key yields zeros (the masks,
   windows and softcap: `reference_attention`);
 - `avg_pool2d` divides by the number of in-bounds elements of each window; `max_pool2d` ignores
@@ -31,8 +31,9 @@ import numpy as np
 
 from optgraph.errors import InputError
 from optgraph.ir.graph import AttrValue, Node
-from optgraph.runtime.reference_collectives import KERNELS as COLLECTIVE_KERNELS
+from optgraph.ir.op_rules_rope import rope_frequencies
 from optgraph.runtime.reference_attention import attention
+from optgraph.runtime.reference_collectives import KERNELS as COLLECTIVE_KERNELS
 from optgraph.runtime.reference_indexing import KERNELS as INDEXING_KERNELS
 
 Attrs = Mapping[str, AttrValue]
@@ -245,15 +246,16 @@ def kv_cache_write(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.n
 
 
 def rope(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
-    """NeoX rotate-half: pairs (i, i + D/2) rotate by pos · theta^(-2i/D)."""
+    """NeoX rotate-half over the first rotary_dim entries; the rest pass through."""
     x, pos = args
-    half = x.shape[-1] // 2
-    inv_freq = _float(attrs["theta"]) ** (-2.0 * np.arange(half, dtype=np.float64) / x.shape[-1])
-    angles = pos.astype(np.float64)[:, None] * inv_freq[None, :]  # [S, D/2]
-    cos = np.cos(angles).astype(F32)[None, :, None, :]
-    sin = np.sin(angles).astype(F32)[None, :, None, :]
-    x1, x2 = x[..., :half], x[..., half:]
-    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    freq = rope_frequencies(attrs, x.shape[-1])
+    half, rotary = freq.rotary_dim // 2, freq.rotary_dim
+    angles = pos.astype(np.float64)[:, None] * np.array(freq.inv_freq)[None, :]  # [S, rd/2]
+    cos = (np.cos(angles) * freq.attention_factor).astype(F32)[None, :, None, :]
+    sin = (np.sin(angles) * freq.attention_factor).astype(F32)[None, :, None, :]
+    x1, x2 = x[..., :half], x[..., half:rotary]
+    rotated = [x1 * cos - x2 * sin, x2 * cos + x1 * sin]
+    return np.concatenate([*rotated, x[..., rotary:]], axis=-1)
 
 
 def _windows(

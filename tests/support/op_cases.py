@@ -183,7 +183,11 @@ input %y : {T}[2,5,2,8]
 input %q : i64[5]
 %a = rope(%x, %p) : {T}[1,3,4,16]
 %b = rope(%y, %q) {theta = 500000.0} : {T}[2,5,2,8]
-output %a, %b""",
+%c = rope(%x, %p) {factor = 8.0, high_freq_factor = 4.0, low_freq_factor = 1.0, original_max_position = 64, scaling = "llama3", theta = 500000.0} : {T}[1,3,4,16]
+%d = rope(%x, %p) {factor = 4.0, original_max_position = 32, rotary_dim = 8, scaling = "yarn"} : {T}[1,3,4,16]
+%e = rope(%y, %q) {factor = 2.0, rotary_dim = 4, scaling = "linear"} : {T}[2,5,2,8]
+%f = rope(%y, %q) {rotary_dim = 6} : {T}[2,5,2,8]
+output %a, %b, %c, %d, %e, %f""",
     "attention": """input %q : {T}[1,4,1,16]
 input %k : {T}[1,2,32,16]
 input %v : {T}[1,2,32,16]

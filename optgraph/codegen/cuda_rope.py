@@ -1,0 +1,87 @@
+"""rope: NeoX rotate-half on `x [B,S,H,D]`, `pos [S]`, with scaling and partial rotary.
+
+A thread per rotating pair (i, i + rotary_dim/2) and, when `rotary_dim < D`, per pass-through
+element (copied). The angle `pos · inv_freq[i]` and its cosine and sine are computed in double,
+then the rotation in float32, exactly as the reference interpreter does. Unscaled rope computes
+`inv_freq = theta^(-2i/D)` with `pow`; a scaled one reads the table `op_rules_rope` computes (the
+same float64 values the reference uses) from a constant array in the kernel, and multiplies the
+cosine and sine by the attention factor when it is not 1 (yarn).
+
+    %q2 = rope(%q, %pos) {rotary_dim = 32} : f16[1,1,32,128]
+    ->  og_rope_<hash>: 1·1·32·(16 + 96) threads: 16 pairs and 96 copied entries per head
+"""
+
+from __future__ import annotations
+
+from optgraph.codegen.cuda_source import (
+    STORAGE,
+    Launch,
+    f64_literal,
+    grid_1d,
+    in_param,
+    index_type,
+    load,
+    make_kernel,
+    out_param,
+    store,
+)
+from optgraph.ir.attrs import float_attr
+from optgraph.ir.graph import Node, TensorType
+from optgraph.ir.op_rules_rope import rope_frequencies
+from optgraph.ir.ops import attrs_with_defaults
+
+OPS = frozenset({"rope"})
+
+
+def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Launch]:
+    return [rope_launch(node, types)]
+
+
+def rope_launch(node: Node, types: tuple[TensorType, ...]) -> Launch:
+    x, pos = types
+    b, s, h, d = x.shape
+    attrs = attrs_with_defaults(node)
+    freq = rope_frequencies(attrs, d)
+    half, rotary = freq.rotary_dim // 2, freq.rotary_dim
+    per_row = half + d - rotary  # pairs, then the pass-through entries
+    n = b * s * h * per_row
+    idx = index_type(x.numel)
+    lines = []
+    if attrs["scaling"] == "none":
+        theta = f64_literal(float_attr(attrs, "theta"))
+        inv_freq = f"pow({theta}, -2.0 * (double)i / {rotary}.0)"
+    else:
+        table = ", ".join(f64_literal(f) for f in freq.inv_freq)
+        lines.append(f"const double og_inv_freq[{half}] = {{{table}}};")
+        inv_freq = "og_inv_freq[i]"
+    lines.append(
+        f"for ({idx} t = ({idx})blockIdx.x * blockDim.x + threadIdx.x; t < {n}u;"
+        f" t += ({idx})gridDim.x * blockDim.x) {{"
+    )
+    lines.append(
+        f"  const {idx} i = t % {per_row}u, row = t / {per_row}u, si = (row / {h}u) % {s}u;"
+    )
+    if per_row != half:
+        lines.append(
+            f"  if (i >= {half}u) {{ const {idx} k = row * {d}u + i + {half}u;"
+            " out[k] = in0[k]; continue; }"
+        )
+    cos, sin = "cos(angle)", "sin(angle)"
+    if freq.attention_factor != 1.0:
+        factor = f64_literal(freq.attention_factor)
+        cos, sin = f"(cos(angle) * {factor})", f"(sin(angle) * {factor})"
+    lines += [
+        f"  const double inv_freq = {inv_freq};",
+        "  const double angle = (double)in1[si] * inv_freq;",
+        f"  const float c = (float){cos}, sn = (float){sin};",
+        f"  const {idx} base = row * {d}u;",
+        f"  const float x1 = {load(x.dtype, 'in0[base + i]')};",
+        f"  const float x2 = {load(x.dtype, f'in0[base + i + {half}u]')};",
+        f"  out[base + i] = {store(x.dtype, 'x1 * c - x2 * sn')};",
+        f"  out[base + i + {half}u] = {store(x.dtype, 'x2 * c + x1 * sn')};",
+        "}",
+    ]
+    decls = [out_param(x.dtype), in_param(x.dtype, 0), f"const {STORAGE[pos.dtype]}* in1"]
+    kernel = make_kernel("rope", decls, "\n".join("  " + s for s in lines))
+    grid, block = grid_1d(n)
+    return Launch(kernel, grid, block, ("out", "in0", "in1"))
