@@ -121,7 +121,8 @@ class Steps:
 
     prefill: og.Graph
     decode: og.Graph
-    weights: dict[str, np.ndarray]
+    prefill_weights: dict[str, np.ndarray]
+    decode_weights: dict[str, np.ndarray]  # the same parameters; the import constants differ
     cache_inputs: list[str]  # the decode step's cache inputs, in layer order (k, v, k, v, ...)
     cache_outputs: dict[str, str]  # decode cache input -> the output that is its updated value
     logits: str  # the decode step's logits output
@@ -154,8 +155,7 @@ def import_steps(model: LlamaForCausalLM, prompt_len: int, max_len: int) -> Step
         raise og.OptGraphError(
             f"hf_generate: expected one decode output besides the caches: {others}"
         )
-    weights.update(decode_weights)
-    return Steps(prefill, decode, weights, cache_inputs, written, others[0])
+    return Steps(prefill, decode, weights, decode_weights, cache_inputs, written, others[0])
 
 
 def _prefill_feed(prompt: np.ndarray) -> dict[str, np.ndarray]:
@@ -166,7 +166,7 @@ def generate_cpu(steps: Steps, prompt: np.ndarray, new_tokens: int) -> list[int]
     """Greedy tokens with both programs compiled for the CPU (planned executor)."""
     prefill = og.compile(steps.prefill, target="cpu")
     decode = og.compile(steps.decode, target="cpu")
-    out = prefill.run(_prefill_feed(prompt), steps.weights)
+    out = prefill.run(_prefill_feed(prompt), steps.prefill_weights)
     names = steps.prefill.output_names()
     caches = dict(zip(steps.cache_inputs, (out[n] for n in names[1:])))
     tokens = [int(np.argmax(out[names[0]][0, -1]))]
@@ -178,7 +178,7 @@ def generate_cpu(steps: Steps, prompt: np.ndarray, new_tokens: int) -> list[int]
             "cache_position": np.array([position], np.int64),
             **caches,
         }
-        out = decode.run(feed, steps.weights)
+        out = decode.run(feed, steps.decode_weights)
         caches = {name: out[steps.cache_outputs[name]] for name in steps.cache_inputs}
         tokens.append(int(np.argmax(out[logits_name][0, -1])))
         position += 1
@@ -192,7 +192,7 @@ def generate_cuda(steps: Steps, prompt: np.ndarray, new_tokens: int) -> list[int
     decode = og.compile(steps.decode, target="cuda")
     import cupy as cp  # only here: the CPU path runs without CuPy
 
-    out = prefill.run(_prefill_feed(prompt), steps.weights)
+    out = prefill.run(_prefill_feed(prompt), steps.prefill_weights)
     names = steps.prefill.output_names()
     dev = {name: cp.asarray(out[n]) for name, n in zip(steps.cache_inputs, names[1:])}
     dev["input_ids"] = cp.zeros((1, 1), cp.int64)
@@ -201,7 +201,7 @@ def generate_cuda(steps: Steps, prompt: np.ndarray, new_tokens: int) -> list[int
     vocab = steps.decode.value_types()[logits_name].shape[-1]
     results = {output: dev[source] for source, output in steps.cache_outputs.items()}
     results[logits_name] = cp.zeros((1, 1, vocab), out[names[0]].dtype)
-    step = decode.bind(dev, results, steps.weights)
+    step = decode.bind(dev, results, steps.decode_weights)
     tokens = [int(np.argmax(out[names[0]][0, -1]))]
     position = prompt.shape[1]
     while len(tokens) < new_tokens:
@@ -250,7 +250,9 @@ def _generate(args: argparse.Namespace, steps: Steps, prompt: np.ndarray) -> tup
     if args.device == "cuda":
         try:
             return "cuda", generate_cuda(steps, prompt, args.new_tokens)
-        except (og.OptGraphError, ImportError) as err:
+        except og.OptGraphError as err:
+            print(f"hf_generate: --device cuda: {err.message}; generating on the CPU instead")
+        except ImportError as err:
             print(f"hf_generate: --device cuda: {err}; generating on the CPU instead")
     return "cpu", generate_cpu(steps, prompt, args.new_tokens)
 
