@@ -16,8 +16,9 @@ gathers the value or reports the node.
 - `split_demand`: the values whose producer should split (a backward sweep from attention
   operands, row-parallel matmul inputs and graph outputs through ops that keep a split);
 - `slice_bounds`: per value, the cut points slices take along its last axis (the segments);
-- `reshape_split`, `transpose_split`, `slice_split`, `aligned_axis`: layouts through views and
-  broadcasting.
+- `view_split` (`reshape_split`, `transpose_split`, `slice_split`) and `aligned_axis`: layouts
+  through views and broadcasting;
+- `ShardRecipe`: how a weight piece is cut from the user's weight.
 
 Complexity: `split_demand` and `slice_bounds` are O(V + E); each rule is O(rank).
 """
@@ -228,3 +229,30 @@ class ShardRecipe:
             for start, end in split.chunk_bounds(self.index, self.ways)
         ]
         return np.ascontiguousarray(np.concatenate(parts, axis=self.axis))
+
+
+def view_split(
+    node: Node, split: Split, source: TensorType, ways: int
+) -> tuple[Split, dict[str, AttrValue]] | None:
+    """(result split, attributes of each piece) of a reshape, transpose or slice of a split value;
+    None where the split cannot pass through it."""
+    attrs = attrs_with_defaults(node)
+    mine: dict[str, AttrValue] = dict(node.attrs)
+    if node.op == "transpose":
+        perm = attrs["perm"]
+        assert isinstance(perm, tuple)
+        return transpose_split(split, perm), mine
+    if node.op == "reshape":
+        shape = attrs["shape"]
+        assert isinstance(shape, tuple)
+        moved = reshape_split(split, source, shape, ways)
+        if moved is None:
+            return None
+        result, mine["shape"] = moved
+        return result, mine
+    axis, start, end = (int_attr(attrs, k) for k in ("axis", "start", "end"))
+    cut = slice_split(split, source, axis, start, end, ways)
+    if cut is None:
+        return None
+    result, mine["start"], mine["end"] = cut
+    return result, mine

@@ -78,11 +78,16 @@ class PipelineParallelPass(Pass):
 
 def _refuse_placed(graph: Graph) -> None:
     for node in graph.nodes:
-        if node.ann.device is not None or node.is_event:
-            what = "placed on devices" if node.ann.device is not None else "synchronized"
+        if node.ann.device is not None:
             raise VerifyError(
-                f"pipeline-parallel: the graph is already {what} (%{node.name}): run "
-                "pipeline-parallel before tensor-parallel's results are scheduled",
+                f"pipeline-parallel: the graph is already placed on devices (%{node.name} has "
+                f"device = {list(node.ann.device)})",
+                node.span,
+            )
+        if node.is_event:
+            raise VerifyError(
+                f"pipeline-parallel: ^{node.name} is an event: run pipeline-parallel before "
+                "insert-sync",
                 node.span,
             )
 

@@ -46,13 +46,10 @@ from optgraph.analysis.tensor_shards import (
     ShardRecipe,
     Split,
     aligned_axis,
-    int_attr,
-    reshape_split,
     segments_of,
     slice_bounds,
-    slice_split,
     split_demand,
-    transpose_split,
+    view_split,
 )
 from optgraph.errors import PipelineError, Span, VerifyError
 from optgraph.ir.graph import AttrValue, Graph, Node, Weight
@@ -279,29 +276,11 @@ class TensorSplitter:
     def _view(self, node: Node) -> bool:
         (source,) = node.operands
         split = self._split_of(source)
-        if split is None or node.type is None:
+        moved = None if split is None else view_split(node, split, self.types[source], self.ways)
+        if moved is None:
             return False
-        attrs = attrs_with_defaults(node)
-        mine: dict[str, AttrValue] = dict(node.attrs)
-        if node.op == "transpose":
-            perm = attrs["perm"]
-            assert isinstance(perm, tuple)
-            result = transpose_split(split, perm)
-        elif node.op == "reshape":
-            shape = attrs["shape"]
-            assert isinstance(shape, tuple)
-            moved = reshape_split(split, self.types[source], shape, self.ways)
-            if moved is None:
-                return False
-            result, mine["shape"] = moved
-        else:
-            axis, start, end = (int_attr(attrs, k) for k in ("axis", "start", "end"))
-            cut = slice_split(split, self.types[source], axis, start, end, self.ways)
-            if cut is None:
-                return False
-            result, mine["start"], mine["end"] = cut
         pieces = self.pieces[source][1]
-        self._emit_split(node, result, self._per_device([pieces]), [mine] * self.ways)
+        self._emit_split(node, moved[0], self._per_device([pieces]), [moved[1]] * self.ways)
         return True
 
     def _elementwise(self, node: Node) -> bool:
