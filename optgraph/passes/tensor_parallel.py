@@ -6,32 +6,34 @@
             %o = all_reduce(%o.d0, %o.d1) {group = [0, 1]} : f32[1,64] !{device = [0, 1]}
 
 The structure comes from the graph, not from names (`analysis/tensor_shards.split_demand`): a
-matmul with a weight whose result reaches attention (q, k, v, through reshape, rope, transpose and
-kv_cache_write), a matmul with a weight (row-parallel: SwiGLU/GELU gate and up), or a graph output
-(the logits head) is column-parallel: its weight is cut along its output columns, each device
-computing its columns. Attention then runs on each device's heads: ways must divide the query and
-the KV heads, so device i holds query heads [i*H/N, (i+1)*H/N) and KV heads [i*KV/N, (i+1)*KV/N),
-which keeps the grouped-query mapping (query head h reads KV head h // (H/KV)) local. A matmul of a
-split input with a weight cut along its rows (o, down) gives partial sums, added by an
-`all_reduce`. The embedding table is cut along the hidden axis (`get_rows` of a column slice needs
-no masking, and gathering [T, hidden/N] pieces moves half the bytes of an all-reduce of a
-vocabulary-split lookup), the logits head along the vocabulary; an `all_gather` joins each.
-Elementwise ops keep a split (their weights, such as biases, are cut to match); norms, softmax and
-anything else run replicated on every device, gathering split operands first. A KV cache input is
-sliced to each device's heads on the device and the updated cache gathered for the output, so the
-calling convention (inputs, outputs, their types) is unchanged.
+matmul with a weight is column-parallel (its weight cut along the output columns) when its result
+reaches attention (through reshape, rope, transpose, kv_cache_write), a matmul with a weight (the
+gate and up of a SwiGLU/GELU MLP) or a graph output (the logits head, cut by vocabulary). Attention
+runs on each device's heads: device i holds query heads [i*H/N, (i+1)*H/N) and KV heads
+[i*KV/N, (i+1)*KV/N), which keeps the grouped-query mapping (query head h reads KV head
+h // (H/KV)); with fewer KV heads than devices (N a multiple of KV), k, v and the caches stay
+replicated and device i slices the KV head i // (N/KV) its query heads read. A split input times a
+weight cut along its rows (o, down) gives partial sums, added by an `all_reduce`. The embedding
+table is cut along the hidden axis (a lookup in a column slice needs no masking, and gathering
+[T, hidden/N] pieces moves half the bytes of the all-reduce a vocabulary-split lookup needs);
+an `all_gather` joins its pieces, and the logits'. Elementwise ops keep a split where it is wanted
+downstream or free (biases are cut to match); norms, softmax, the residual stream and anything else
+run replicated, split operands gathered first. A KV cache input stays whole on every device: the
+new rows of k and v are gathered (T x KV x D elements, not the cache) and written on each device,
+and attention reads a slice of each device's heads; inputs and outputs keep their names and types.
 
-Weights are cut once, at compile time: the result names the pieces (`%l0.wq.d1`, on device 1) and
-`shard_weights(graph_before, graph_after, weights)` makes them from the user's arrays. A fused
-q|k|v projection that is sliced into q, k and v is cut per slice (each device gets its heads of
-each). Values are named `%v.d<i>` on device i; a gathered or all-reduced value keeps its name.
+Weights are cut once, at compile time: the result names the pieces (`%l0.wq.d1` on device 1) and
+`shard_weights(graph_before, graph_after, weights)` cuts them from the user's arrays. A fused
+q|k|v projection sliced into q, k and v is cut per slice. A value's piece on device i is `%v.d<i>`;
+a gathered or all-reduced value keeps the original name.
 
-Does not handle: KV heads fewer than the ways (replicating KV heads is not done: the error names the
-attention), batched weights (rank > 2), graphs already placed on devices or fused (run it before
-fuse and the scheduling passes). Reference results equal the original's except for the order of
-the row-parallel sums (an f32 difference in the last bits).
+Does not handle: query heads (or KV heads) that N devices cannot share (the error names the
+attention), batched weights (rank > 2), graphs already placed or fused (run it first). A cache
+per device holds all heads (the calling convention has no input split across devices, so a cache
+cut by heads would be gathered for its output every step). Results equal the original's but for
+the order of the row-parallel sums.
 
-Complexity O(V + E) plus the nodes it writes (O(V·N)).
+Complexity O(V + E) plus the O(V·N) nodes it writes.
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ class TensorSplitter:
         self.weight_pieces: dict[tuple[str, int, tuple[int, ...]], tuple[str, ...]] = {}
         self.recipes: dict[str, ShardRecipe] = {}
         self.replicated_weights: set[str] = set()
+        self.cut_weights: dict[str, list[Weight]] = {}
 
     def run(self) -> Graph:
         for node in self.graph.nodes:
@@ -174,8 +177,12 @@ class TensorSplitter:
             family = sum(1 for k in self.weight_pieces if k[0] == weight)
             stem = weight if family == 0 else f"{weight}.s{family}"
             names = tuple(self._fresh(f"{stem}.d{i}") for i in range(self.ways))
+            source = self.weights[weight]
+            local = split.local_type(source.type, self.ways)
             for i, name in enumerate(names):
                 self.recipes[name] = ShardRecipe(weight, split.axis, split.segments, i, self.ways)
+                piece = replace(source, name=name, type=local, ann=replace(source.ann, device=(i,)))
+                self.cut_weights.setdefault(weight, []).append(piece)
             self.weight_pieces[key] = names
         return self.weight_pieces[key]
 
@@ -288,8 +295,8 @@ class TensorSplitter:
         assert node.type is not None
         rank = node.type.rank
         first = next((o for o in node.operands if self._split_of(o) is not None), None)
-        if first is None:
-            return False
+        if first is None or (node.op == "kv_cache_write" and first != node.operands[0]):
+            return False  # a whole cache stays whole: its new rows are gathered (a few bytes)
         split = self._split_of(first)
         assert split is not None
         axis = split.axis + rank - self.types[first].rank
@@ -372,15 +379,7 @@ class TensorSplitter:
         for weight in self.graph.weights:
             if weight.name in self.replicated_weights:
                 weights.append(replace(weight, ann=replace(weight.ann, device=self.everywhere)))
-            for (source, _, _), names in self.weight_pieces.items():
-                if source != weight.name:
-                    continue
-                for name in names:
-                    recipe = self.recipes[name]
-                    split = Split(recipe.axis, recipe.segments)
-                    local = split.local_type(weight.type, self.ways)
-                    ann = replace(weight.ann, device=(recipe.index,))
-                    weights.append(replace(weight, name=name, type=local, ann=ann))
+            weights += self.cut_weights.get(weight.name, [])
         return replace(self.graph, inputs=inputs, weights=tuple(weights), nodes=tuple(self.nodes))
 
 

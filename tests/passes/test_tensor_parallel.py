@@ -53,7 +53,7 @@ def test_llama_decode_structure() -> None:
     split = _split(graph, 2)
     ops = Counter(n.op for n in split.nodes)
     assert ops["all_reduce"] == 4  # o and down of 2 layers
-    # the embedding, the logits and the 4 KV caches are gathered
+    # the embedding, the logits and the new k and v rows of each layer are gathered
     assert ops["all_gather"] == 6
     assert ops["attention"] == 4 and ops["rope"] == 8  # each device's heads
     by_name = {w.name: w for w in split.weights}
