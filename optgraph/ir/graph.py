@@ -61,6 +61,7 @@ class TensorType:
 class AnnotationChanges(TypedDict, total=False):
     """Keyword arguments of `Node.with_ann`: the `Annotations` fields to replace."""
 
+    device: tuple[int, ...] | None
     stream: int | None
     backend: str | None
     offset: int | None
@@ -75,6 +76,8 @@ class AnnotationChanges(TypedDict, total=False):
 class Annotations:
     """What scheduling passes decided about one node, printed as `!{key = value, ...}`.
 
+    - `device`: the devices the node runs on (the value it defines lives on), distinct ids;
+      printed `device = 1` for one device, `device = [0, 1]` for a replicated value; absent: 0.
     - `stream`: CUDA stream id (assign-streams).
     - `backend`: "cpu" or "cuda" (split-backends).
     - `offset`, `size`: byte offset and reserved bytes of the result in the arena (plan-memory).
@@ -84,6 +87,7 @@ class Annotations:
     - `segment`, `slot`: weight-streaming segment and prefetch slot (plan-prefetch).
     """
 
+    device: tuple[int, ...] | None = None
     stream: int | None = None
     backend: str | None = None
     offset: int | None = None
@@ -103,8 +107,15 @@ class Annotations:
     def is_empty(self) -> bool:
         return next(self.items(), None) is None
 
+    @property
+    def devices(self) -> tuple[int, ...]:
+        """The devices of the annotated value or node; (0,) where none is named."""
+        return DEFAULT_DEVICES if self.device is None else self.device
 
+
+DEFAULT_DEVICES: tuple[int, ...] = (0,)
 ANNOTATION_KEYS: tuple[str, ...] = (
+    "device",
     "stream",
     "backend",
     "offset",
@@ -149,6 +160,11 @@ class Node:
         """The stream the node runs on; 0 where no stream was assigned."""
         return 0 if self.ann.stream is None else self.ann.stream
 
+    @property
+    def devices(self) -> tuple[int, ...]:
+        """The devices the node runs on (its result lives on); (0,) where none is named."""
+        return self.ann.devices
+
     def attr(self, key: str, default: AttrValue | None = None) -> AttrValue | None:
         return self.attrs.get(key, default)
 
@@ -158,9 +174,12 @@ class Node:
 
 @dataclass(frozen=True)
 class Input:
+    """A graph input. Its only annotation is `device`: the devices the host uploads it to."""
+
     name: str
     type: TensorType
     span: Span | None = field(default=None, compare=False, repr=False)
+    ann: Annotations = NO_ANNOTATIONS
 
 
 @dataclass(frozen=True)
@@ -209,6 +228,19 @@ class Graph:
             for operand in n.operands:
                 users.setdefault(operand, []).append(i)
         return users
+
+    def value_devices(self) -> dict[str, tuple[int, ...]]:
+        """The devices every value lives on: inputs, weights and node results (events excluded)."""
+        devices: dict[str, tuple[int, ...]] = {i.name: i.ann.devices for i in self.inputs}
+        devices.update((w.name, w.ann.devices) for w in self.weights)
+        devices.update((n.name, n.devices) for n in self.nodes if not n.is_event)
+        return devices
+
+    def device_count(self) -> int:
+        """1 + the largest device id named by an annotation (1 for a single-device graph)."""
+        annotated = [i.ann for i in self.inputs] + [w.ann for w in self.weights]
+        annotated += [n.ann for n in self.nodes]
+        return 1 + max((max(a.device) for a in annotated if a.device), default=0)
 
     def output_names(self) -> tuple[str, ...]:
         return tuple(o.name for o in self.outputs)

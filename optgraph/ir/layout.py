@@ -3,7 +3,8 @@
 Every buffer optgraph allocates is contiguous (row-major). A view node (reshape, transpose, slice)
 *aliases* its operand's buffer when its result is itself contiguous inside that buffer; then it costs
 no memory and no kernel, and keeps its base alive. Otherwise it is *materialized*: a buffer of its own,
-filled by a copy kernel.
+filled by a copy kernel. A `send`'s result always aliases its operand at byte 0: no memory, and it
+keeps the sent buffer alive until the transfer (its recv) is done.
 
     reshape(%x {shape=[2,8]})            aliases %x at byte 0
     slice(%x : f32[1,4,8] {axis=1, start=2, end=3})   aliases %x at byte 2·8·4 = 64
@@ -21,11 +22,14 @@ from optgraph.ir.attrs import int_attr, ints_attr
 from optgraph.ir.graph import DTYPE_BYTES, Graph, Node, TensorType
 
 VIEW_OPS = frozenset({"reshape", "transpose", "slice"})
+# A send's result is its operand's buffer on the sending device, kept alive until the transfer is
+# done (docs/ir.md, "Devices"): an alias at byte 0 for lifetimes and memory plans.
+ALIAS_OPS = VIEW_OPS | {"send"}
 
 
 def alias_offset(node: Node, operand_type: TensorType) -> int | None:
     """Byte offset of the view's result inside its operand's buffer, or None if not an alias."""
-    if node.op == "reshape":
+    if node.op in ("reshape", "send"):
         return 0
     if node.op == "transpose":
         perm = ints_attr(node.attrs, "perm", ())
@@ -44,7 +48,7 @@ def alias_offset(node: Node, operand_type: TensorType) -> int | None:
 
 
 def is_alias(node: Node, operand_type: TensorType) -> bool:
-    return node.op in VIEW_OPS and alias_offset(node, operand_type) is not None
+    return node.op in ALIAS_OPS and alias_offset(node, operand_type) is not None
 
 
 def alias_roots(graph: Graph) -> dict[str, tuple[str, int]]:
@@ -56,7 +60,7 @@ def alias_roots(graph: Graph) -> dict[str, tuple[str, int]]:
     types = graph.value_types()
     roots: dict[str, tuple[str, int]] = {}
     for node in graph.nodes:
-        if node.op not in VIEW_OPS or not node.operands:
+        if node.op not in ALIAS_OPS or not node.operands:
             continue
         base = node.operands[0]
         offset = alias_offset(node, types[base])

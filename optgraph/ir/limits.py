@@ -20,6 +20,7 @@ from optgraph.ir.graph import Annotations, Graph, Node, TensorType
 MAX_TENSOR_BYTES = 1 << 48  # 256 TiB: far above any device or host, far below int64
 MAX_GRAPH_BYTES = 1 << 62  # all tensors together: sums of sizes stay within int64
 MAX_STREAM_ID = 1023  # streams are CUDA streams; `visible` holds one entry per id
+MAX_DEVICE_ID = 1023  # passes keep per-device tables (arenas, clocks) indexed by id
 MAX_INTEGER_DIGITS = 30  # an integer literal longer than this cannot be a size, id or attribute
 
 
@@ -50,6 +51,13 @@ def _annotation_diagnostics(ann: Annotations, where: str, span: Span | None) -> 
         out.append(
             Diagnostic(
                 f"{where}: stream {ann.stream} is above the largest stream id {MAX_STREAM_ID}", span
+            )
+        )
+    if ann.device is not None and max(ann.device) > MAX_DEVICE_ID:
+        out.append(
+            Diagnostic(
+                f"{where}: device {max(ann.device)} is above the largest device id {MAX_DEVICE_ID}",
+                span,
             )
         )
     for key in ("offset", "size", "segment", "slot"):
@@ -92,6 +100,8 @@ def limit_diagnostics(graph: Graph) -> list[Diagnostic]:
                 None,
             )
         )
+    for decl in graph.inputs:
+        out.extend(_annotation_diagnostics(decl.ann, f"%{decl.name}", decl.span))
     for weight in graph.weights:
         out.extend(_annotation_diagnostics(weight.ann, f"%{weight.name}", weight.span))
     for node in graph.nodes:

@@ -3,10 +3,12 @@
 `OPS` is one literal dictionary sorted by name. Each `OpDef` says:
 
 - `category`: "elementwise", "reduction" (also softmax and the norms), "matmul", "data_movement"
-  (views, concat, get_rows, copy, prefetch, kv_cache_write) or "opaque" (rope, attention, conv2d,
-  pools, fused): what fusion and scheduling may assume about it;
+  (views, concat, get_rows, copy, prefetch, kv_cache_write), "opaque" (rope, attention, conv2d,
+  pools, fused) or "collective" (all_reduce, all_gather, send, recv: work across devices, never
+  fused): what fusion and scheduling may assume about it;
 - `min_arity`/`max_arity` (None: any number) and `attrs`, name -> `AttrSpec`;
-- `is_view`: the result aliases the operand's buffer (reshape, transpose, slice);
+- `is_view`: the result aliases the operand's buffer (reshape, transpose, slice, and send, whose
+  result keeps the sent buffer alive until the transfer is done);
 - `inplace_operand`: the operand whose buffer the result may reuse. Elementwise ops declare 0 and
   the memory planner decides whether sizes allow it; kv_cache_write declares 0 because reusing the
   cache's buffer is its purpose;
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 from optgraph.errors import VerifyError, did_you_mean
 from optgraph.ir import op_costs as costs
 from optgraph.ir import op_rules as rules
+from optgraph.ir import op_rules_collective as collective
 from optgraph.ir import op_rules_indexing as indexing
 from optgraph.ir import op_rules_logic as logic
 from optgraph.ir.graph import DTYPES, AttrValue, Node, TensorType
@@ -59,7 +62,14 @@ __all__ = [
     "op_names",
 ]
 
-CATEGORIES: tuple[str, ...] = ("elementwise", "reduction", "matmul", "data_movement", "opaque")
+CATEGORIES: tuple[str, ...] = (
+    "elementwise",
+    "reduction",
+    "matmul",
+    "data_movement",
+    "opaque",
+    "collective",
+)
 ATTR_KINDS: Mapping[str, str] = {
     "bool": "a bool",
     "int": "an int",
@@ -159,6 +169,14 @@ def _op(
 OPS: dict[str, OpDef] = {
     "abs": _elementwise("abs", 1, rules.unary_numeric),
     "add": _elementwise("add", 2, rules.binary_numeric),
+    "all_gather": _op(
+        "all_gather", "collective", (1, None), collective.all_gather, collective.all_gather_cost,
+        axis=_REQUIRED_INT, group=_REQUIRED_INTS,
+    ),
+    "all_reduce": _op(
+        "all_reduce", "collective", (1, None), collective.all_reduce, collective.all_reduce_cost,
+        group=_REQUIRED_INTS,
+    ),
     "and": _elementwise("and", 2, logic.logical_binary),
     "argmax": _op(
         "argmax", "reduction", (1, 1), indexing.argmax, costs.reduction,
@@ -236,6 +254,10 @@ OPS: dict[str, OpDef] = {
     "pow": _elementwise("pow", 2, rules.binary_float),
     "prefetch": _op("prefetch", "data_movement", (1, 1), rules.same_type, costs.copy_result),
     "prelu": _elementwise("prelu", 2, indexing.prelu),
+    "recv": _op(
+        "recv", "collective", (1, 1), collective.recv, collective.point_to_point_cost,
+        **{"from": _REQUIRED_INT},
+    ),
     "relu": _elementwise("relu", 1, rules.unary_numeric),
     "reshape": _view("reshape", rules.reshape, shape=_REQUIRED_INTS),
     "rms_norm": _op(
@@ -244,6 +266,10 @@ OPS: dict[str, OpDef] = {
     "rope": _op("rope", "opaque", (2, 2), rules.rope, costs.rope, theta=AttrSpec("float", 1e4)),
     "rsqrt": _elementwise("rsqrt", 1, rules.unary_float),
     "scale": _elementwise("scale", 1, rules.unary_float, factor=AttrSpec("float", 1.0)),
+    "send": OpDef(
+        "send", "collective", 1, 1, collective.send, collective.point_to_point_cost,
+        {"to": _REQUIRED_INT}, is_view=True,
+    ),
     "sigmoid": _elementwise("sigmoid", 1, rules.unary_float),
     "silu": _elementwise("silu", 1, rules.unary_float),
     "sin": _elementwise("sin", 1, rules.unary_float),

@@ -47,6 +47,7 @@ __all__ = ["decode_source", "parse", "parse_file", "read_model_text"]
 _GRAMMAR = Path(__file__).with_name("grammar.lark")
 
 _ANNOTATION_KINDS: dict[str, str] = {
+    "device": "devices",
     "stream": "int",
     "backend": "str",
     "offset": "int",
@@ -155,6 +156,8 @@ class _Builder(Transformer[Token, Any]):
     def _annotation_value(self, a: _Attr, kind: str) -> Any:
         value = a.value
         token = a.value_token or a.key_token
+        if kind == "devices":
+            return self._devices(a)
         ok = {
             "int": isinstance(value, int) and not isinstance(value, bool),
             "str": isinstance(value, str),
@@ -177,6 +180,24 @@ class _Builder(Transformer[Token, Any]):
             )
         if kind == "int" and isinstance(value, int) and value < 0:
             raise self.at.error(f"annotation '{a.key}' must not be negative", token)
+        return value
+
+    def _devices(self, a: _Attr) -> tuple[int, ...]:
+        """`device = 1` or `device = [0, 1]`: distinct, non-negative ids, stored as a tuple."""
+        value = a.value
+        token = a.value_token or a.key_token
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = (value,)
+        if not isinstance(value, tuple) or not value:
+            raise self.at.error(
+                "annotation 'device' must be a device id or a non-empty list of ids", token
+            )
+        for device in value:
+            if device < 0:
+                raise self.at.error(f"device id {device} is negative", token)
+        if len(set(value)) != len(value):
+            twice = next(d for d in value if value.count(d) > 1)
+            raise self.at.error(f"device {twice} is listed twice in annotation 'device'", token)
         return value
 
     def type(self, children: list[Token | None]) -> tuple[TensorType, Token]:
@@ -250,8 +271,11 @@ class _Builder(Transformer[Token, Any]):
         return Node(name=str(name)[1:], op=str(op), ann=ann, span=self.at.span(name))
 
     def input_decl(self, children: list[Any]) -> Input:
-        name, (tensor_type, _) = children
-        return Input(str(name)[1:], tensor_type, self.at.span(name))
+        name, (tensor_type, type_token) = children[0], children[1]
+        ann = children[2] if len(children) > 2 and children[2] is not None else Annotations()
+        if any(key != "device" for key, _ in ann.items()):
+            raise self.at.error("an input takes only the 'device' annotation", type_token)
+        return Input(str(name)[1:], tensor_type, self.at.span(name), ann)
 
     def weight_decl(self, children: list[Any]) -> Weight:
         name, (tensor_type, _) = children[0], children[1]

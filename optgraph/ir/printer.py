@@ -29,11 +29,18 @@ def format_literal(value: AttrValue) -> str:
     return "[" + ", ".join(str(v) for v in value) + "]"
 
 
+def _annotation_literal(key: str, value: AttrValue) -> str:
+    """`device = 1` for one device (a list only for a replicated value); other keys as literals."""
+    if key == "device" and isinstance(value, tuple) and len(value) == 1:
+        return str(value[0])
+    return format_literal(value)
+
+
 def format_annotations(ann: Annotations) -> str:
     items = list(ann.items())
     if not items:
         return ""
-    return " !{" + ", ".join(f"{k} = {format_literal(v)}" for k, v in items) + "}"
+    return " !{" + ", ".join(f"{k} = {_annotation_literal(k, v)}" for k, v in items) + "}"
 
 
 def format_node(node: Node, indent: str = "  ") -> str:
@@ -59,7 +66,7 @@ def format_node(node: Node, indent: str = "  ") -> str:
 def print_graph(graph: Graph) -> str:
     """The canonical text of `graph`, ending with a newline."""
     lines = [f"graph {graph.name} {{"]
-    lines.extend(f"  input %{i.name} : {i.type}" for i in graph.inputs)
+    lines.extend(f"  input %{i.name} : {i.type}{format_annotations(i.ann)}" for i in graph.inputs)
     for w in graph.weights:
         placement = "" if w.placement == "device" else f" {w.placement}"
         lines.append(f"  weight %{w.name} : {w.type}{placement}{format_annotations(w.ann)}")

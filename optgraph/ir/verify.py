@@ -8,6 +8,8 @@ located diagnostic per problem. It checks:
   reported as a cycle, naming the values on it;
 - every op is known and its declared result type equals the type the op table infers;
 - events: each `wait ^e` follows a `record ^e`, each event is recorded once, events have no operands;
+- devices (`verify_devices`): operands exist where their node runs, collectives and send/recv
+  placed on their group and peers;
 - sizes and ids within `optgraph.ir.limits` (checked first: the other checks compute with them).
 
 Complexity: O(V + E) plus the op table's per-node inference.
@@ -21,6 +23,7 @@ from optgraph.errors import Diagnostic, OptGraphError, Span, VerifyError, did_yo
 from optgraph.ir import ops
 from optgraph.ir.graph import Graph, Input, Node, TensorType, Weight
 from optgraph.ir.limits import limit_diagnostics
+from optgraph.ir.verify_devices import device_diagnostics
 
 _MAX_SUGGESTIONS = 10
 
@@ -191,6 +194,7 @@ def verify(graph: Graph) -> None:
 
     if forward_uses:
         _explain_forward_uses(graph, producers, forward_uses, diags)
+    diags.extend(device_diagnostics(graph))
 
     if not graph.outputs:
         # The graph has no span of its own: point at its last declaration, where `output` belongs.

@@ -30,6 +30,7 @@ import numpy as np
 
 from optgraph.errors import InputError
 from optgraph.ir.graph import AttrValue, Node
+from optgraph.runtime.reference_collectives import KERNELS as COLLECTIVE_KERNELS
 from optgraph.runtime.reference_indexing import KERNELS as INDEXING_KERNELS
 
 Attrs = Mapping[str, AttrValue]
@@ -347,6 +348,7 @@ def avg_pool2d(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarr
 
 KERNELS: dict[str, Kernel] = {
     **INDEXING_KERNELS,
+    **COLLECTIVE_KERNELS,
     "abs": unary(np.abs),
     "add": binary(np.add),
     "and": binary(np.logical_and),

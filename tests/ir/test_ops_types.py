@@ -72,7 +72,14 @@ def test_table_matches_docs_and_is_sorted() -> None:
     assert op_names() == tuple(sorted(OPS))
     for name, opdef in OPS.items():
         assert opdef.name == name
-        assert opdef.category in ("elementwise", "reduction", "matmul", "data_movement", "opaque")
+        assert opdef.category in (
+            "elementwise",
+            "reduction",
+            "matmul",
+            "data_movement",
+            "opaque",
+            "collective",
+        )
         for spec in opdef.attrs.values():
             assert spec.kind in ("bool", "int", "float", "str", "ints")
     assert get_op("matmul") is OPS["matmul"]
@@ -80,7 +87,7 @@ def test_table_matches_docs_and_is_sorted() -> None:
 
 
 def test_categories_views_and_inplace() -> None:
-    assert {n for n, d in OPS.items() if d.is_view} == {"reshape", "transpose", "slice"}
+    assert {n for n, d in OPS.items() if d.is_view} == {"reshape", "transpose", "slice", "send"}
     assert OPS["kv_cache_write"].inplace_operand == 0
     assert OPS["add"].inplace_operand == 0 and OPS["exp"].inplace_operand == 0
     assert OPS["matmul"].inplace_operand is None
