@@ -40,9 +40,16 @@ from optgraph.codegen.lowered import LoweredProgram, LoweredVariant, Relower
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.codegen.program import Program
 from optgraph.codegen.program_lowering import lower
+from optgraph.codegen.rank_programs import lower_ranks
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph, TensorType
 from optgraph.passes.manager import plan_memory_if_missing, run_pipeline
+from optgraph.program_devices import (
+    MultiDeviceRunner,
+    check_device_count,
+    device_pipeline,
+    needs_ranks,
+)
 
 if TYPE_CHECKING:
     from optgraph.runtime.cuda import CudaProgram
@@ -141,6 +148,8 @@ class CompiledProgram:
         if self.target != "cuda":
             raise OptGraphError(f"bind: target '{self.target}' has no bound steps; use run")
         runtime = self._cuda_runner()
+        if isinstance(runtime, MultiDeviceRunner):
+            raise OptGraphError("bind: a program on several devices has no bound steps; use run")
         runtime.set_weights(self.default_weights() if weights is None else weights)
         return runtime.bind(inputs, out)
 
@@ -183,6 +192,11 @@ class CompiledProgram:
             self._cuda = None
 
     def _cuda_runner(self) -> Any:
+        if self._cuda is None and needs_ranks(self.graph):
+            # One rank program per device, on as many GPUs (program_devices.py).
+            self._cuda = MultiDeviceRunner(
+                self.source or self.graph, lower_ranks(self.graph, self.options)
+            )
         if self._cuda is None:
             try:
                 cuda = importlib.import_module("optgraph.runtime.cuda")
@@ -215,17 +229,26 @@ def compile(
     target: str = "cpu",
     *,
     options: LoweringOptions | None = None,
+    devices: int | None = None,
 ) -> CompiledProgram:
     """Run `pipeline` (then plan memory if it did not) and lower the result for `target`, once.
 
     `options` (target cuda): how the program is lowered and launched (`LoweringOptions`:
     `merge_launches=False` runs one launch per kernel, `use_graph=False` runs eagerly, ...); the
-    cpu target ignores them."""
+    cpu target ignores them. `devices`: how many devices the planned graph must run on (None: as
+    many as it is placed on); an unplaced graph on several gets `tensor-parallel{ways=devices}`
+    first (`program_devices`). On cuda a several-device program runs one process per GPU
+    (`runtime/multi_gpu.py`)."""
     if target not in TARGETS:
         raise OptGraphError(f"unknown target '{target}' (expected one of {', '.join(TARGETS)})")
     options = options or LoweringOptions()
+    if devices is not None:
+        pipeline = device_pipeline(graph, pipeline, devices)
     planned = plan_graph(graph, pipeline)
-    lowered = lower_for_cuda(planned, options) if target == "cuda" else None
+    if devices is not None:
+        check_device_count(planned, devices)
+    single = target == "cuda" and not needs_ranks(planned)
+    lowered = lower_for_cuda(planned, options) if single else None
     compiled = CompiledProgram(
         planned, lower(planned), target, source=graph, pipeline=pipeline, options=options,
         lowered=lowered,
@@ -242,12 +265,13 @@ def run_on_cuda(
     *,
     pipeline: str = "default",
     options: LoweringOptions | None = None,
+    devices: int | None = None,
 ) -> dict[str, Any]:
-    """What `optgraph run --device cuda` does: compile `graph` with `pipeline` (plus a memory
-    plan) for cuda, run it, and with CUDA graphs run it again as a replay, which must equal the
-    first run."""
+    """What `optgraph run --device cuda [--devices N]` does: compile `graph` with `pipeline`
+    (plus a memory plan) for cuda on `devices` GPUs, run it, and with CUDA graphs run it again
+    as a replay, which must equal the first run."""
     options = options or LoweringOptions()
-    compiled = compile(graph, pipeline, "cuda", options=options)
+    compiled = compile(graph, pipeline, "cuda", options=options, devices=devices)
     try:
         first = compiled.run(inputs, weights)
         if not options.use_graph:

@@ -40,11 +40,13 @@ from optgraph.analysis.segments import (
     host_values,
     host_weight_layout,
 )
+from optgraph.codegen.collective_steps import COLLECTIVE_OPS, collective_step, first_device
 from optgraph.codegen.cuda_dispatch import node_code
 from optgraph.codegen.cuda_matmul import Gemm
 from optgraph.codegen.cuda_source import CodegenError, DeviceCopy, Kernel, Launch
 from optgraph.codegen.cuda_steps import (
     HOST_SPACES,
+    CollectiveStep,
     CopyStep,
     CudaPlan,
     EventStep,
@@ -66,6 +68,7 @@ WEIGHT_ALIGNMENT = 256
 
 __all__ = [
     "HOST_SPACES",
+    "CollectiveStep",
     "CopyStep",
     "CudaPlan",
     "EventStep",
@@ -219,8 +222,13 @@ def lower_cuda(
             if node.name not in events:
                 events.append(node.name)
             continue
+        if node.op in COLLECTIVE_OPS:  # a rank graph's collective (codegen/rank_programs.py)
+            roles = {"out": locations[node.name]}
+            roles.update((f"in{k}", locations[o]) for k, o in enumerate(node.operands))
+            steps.append(collective_step(node, first_device(node), roles, types))
+            continue
         if node.name in roots:
-            continue  # an aliasing view: its bytes are its root's
+            continue  # an aliasing view (a send's result too): its bytes are its root's
         if node.ann.backend == "cpu":
             steps.append(HostStep(node.name, node.stream, index))
             continue
@@ -331,6 +339,17 @@ def describe_plan(plan: CudaPlan) -> str:
             )
         elif isinstance(step, HostStep):
             lines.append(f"host %{step.node} stream {step.stream}")
+        elif isinstance(step, CollectiveStep):
+            ends = " ".join(
+                f"{side}={_where(loc)}"
+                for side, loc in (("src", step.src), ("dst", step.dst))
+                if loc
+            )
+            group = ",".join(str(d) for d in step.group)
+            lines.append(
+                f"{step.kind} %{step.node} {step.dtype} count={step.count} group=[{group}]"
+                f" rank={step.rank} rows={step.rows} {ends} stream {step.stream}"
+            )
         else:
             args = ",".join(_where(a) for a in step.args)
             nodes = "+".join(f"%{n}" for n in step.members)

@@ -110,7 +110,36 @@ class EventStep:
     stream: int
 
 
-Step = KernelStep | GemmStep | CopyStep | EventStep | HostStep
+@dataclass(frozen=True)
+class CollectiveStep:
+    """One collective or point-to-point transfer between devices, issued on `stream` of this
+    rank (`codegen/collective_steps.py` makes them; the runtime issues them through NCCL).
+
+    `kind`: "all_reduce", "all_gather", "send" or "recv". `group`: the participating devices
+    in the node's order (send/recv: (from, to)); `rank` this device's index in `group`.
+    `count`: elements this rank contributes (all_reduce: the whole tensor). `src`: this rank's
+    operand (None for recv); `dst`: the result (None for send). `rows`: all_gather only, the
+    product of the result's dimensions before `axis`: NCCL concatenates whole chunks, so with
+    rows > 1 the runtime gathers into scratch and copies each rank's rows into place."""
+
+    node: str
+    stream: int
+    kind: str
+    group: tuple[int, ...]
+    rank: int
+    dtype: str
+    count: int
+    src: Location | None
+    dst: Location | None
+    rows: int = 1
+
+    @property
+    def peer(self) -> int:
+        """send/recv: the other device (a global device id)."""
+        return self.group[1 - self.rank]
+
+
+Step = KernelStep | GemmStep | CopyStep | EventStep | HostStep | CollectiveStep
 HOST_SPACES = frozenset({"host_arena", "host_weights"})
 
 

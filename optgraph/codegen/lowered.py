@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from optgraph.codegen.cuda_steps import CudaPlan
+from optgraph.codegen.cuda_steps import CollectiveStep, CudaPlan
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.ir.graph import Graph, TensorType
 
@@ -56,6 +56,26 @@ class LoweredProgram:
     options: LoweringOptions
     main: LoweredVariant
     in_place: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class RankPrograms:
+    """A several-device graph lowered per rank: `ranks[r]` is device r's program; `outputs`:
+    the rank each output is read from; `groups`: the communicators a run needs."""
+
+    graph: Graph
+    ranks: tuple[LoweredProgram, ...]
+    outputs: Mapping[str, int]
+    groups: tuple[tuple[int, ...], ...]
+
+    @property
+    def world(self) -> int:
+        return len(self.ranks)
+
+    def collectives(self, rank: int) -> list[CollectiveStep]:
+        """Rank `rank`'s collective steps in issue order."""
+        steps = self.ranks[rank].main.plan.steps
+        return [s for s in steps if isinstance(s, CollectiveStep)]
 
 
 # What the runtime asks for a variant it has not got: (input types, in-place pairs) -> variant.

@@ -176,10 +176,13 @@ class CudaProgram:
         v = self._variants.get(key)
         if v is None:
             lowered = self._lowered_variant(types, dict(in_place or {}))
-            v = Variant(lowered, self.weights, self.streams, self.host_errors, pdl=self.options.pdl)
-            self._variants[key] = v
+            v = self._variants[key] = self._new_variant(lowered)
             self.counters.specializations += 1
         return v
+
+    def _new_variant(self, lowered: LoweredVariant) -> Variant:
+        """The runtime side of a lowered variant (`cuda_collectives.RankProgram` adds NCCL)."""
+        return Variant(lowered, self.weights, self.streams, self.host_errors, pdl=self.options.pdl)
 
     def _lowered_variant(
         self, types: Mapping[str, TensorType], in_place: dict[str, str]

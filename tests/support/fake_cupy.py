@@ -20,12 +20,15 @@ import ctypes
 import enum
 import itertools
 import sys
+import threading
 import types
 from collections.abc import Callable, Iterator
 from typing import Any, Self
 
 import numpy as np
 import pytest
+
+from tests.support.fake_nccl import NcclCommunicator, nccl_module
 
 _ids = itertools.count(0x1000, 0x10)
 
@@ -97,13 +100,23 @@ class FakeCupy:
     def __init__(self) -> None:
         self.allocator: Callable[[int], Any] | None = None
         self.allocations: list[MemoryPointer] = []
-        self.capture: list[tuple[str, Callable[[], None]]] | None = None
+        self._local = threading.local()  # a capture per thread: ranks may be threads
+        self.device_count = 1
+        self.devices_used: list[int] = []
         self.graphs: dict[int, list[tuple[str, Callable[[], None]]]] = {}
         self.execs: dict[int, list[tuple[str, Callable[[], None]]]] = {}
         self.launches: list[str] = []  # kernel names, as they run (eagerly or replayed)
         self.gemms = 0
         self.graph_launches = 0
         self.memcpys = 0
+
+    @property
+    def capture(self) -> list[tuple[str, Callable[[], None]]] | None:
+        return getattr(self._local, "capture", None)
+
+    @capture.setter
+    def capture(self, value: list[tuple[str, Callable[[], None]]] | None) -> None:
+        self._local.capture = value
 
     # -- calls that run now or go into the capturing graph ------------------------------------
 
@@ -137,6 +150,16 @@ class FakeCupy:
             ctypes.memmove(dst, src, nbytes)
 
         self.issue("MEMCPY", copy)
+
+    def memcpy_2d_async(
+        self, dst: int, dpitch: int, src: int, spitch: int, width: int, height: int, *rest: int
+    ) -> None:
+        def copy() -> None:
+            self.memcpys += 1
+            for row in range(height):
+                ctypes.memmove(dst + row * dpitch, src + row * spitch, width)
+
+        self.issue("MEMCPY2D", copy)
 
     def memcpy(self, dst: int, src: int, nbytes: int, kind: int) -> None:
         if self.capture is not None:
@@ -218,8 +241,9 @@ def _modules(fake: FakeCupy) -> dict[str, types.ModuleType]:
         return lambda handle: table.pop(handle)
 
     runtime = types.SimpleNamespace(
-        getDeviceCount=lambda: 1,
+        getDeviceCount=lambda: fake.device_count,
         memcpyAsync=fake.memcpy_async,
+        memcpy2DAsync=fake.memcpy_2d_async,
         memcpy=fake.memcpy,
         eventRecord=lambda event, stream: fake.issue("EVENT_RECORD", lambda: None),
         streamWaitEvent=lambda stream, event, flags: fake.issue("WAIT_EVENT", lambda: None),
@@ -241,6 +265,16 @@ def _modules(fake: FakeCupy) -> dict[str, types.ModuleType]:
     cuda.using_allocator = fake.using_allocator  # type: ignore[attr-defined]
     cuda.Stream = Stream  # type: ignore[attr-defined]
     cuda.Event = Event  # type: ignore[attr-defined]
+    cuda.nccl = nccl_module(fake.issue)  # type: ignore[attr-defined]
+
+    class Device:
+        def __init__(self, device: int = 0):
+            self.id = device
+
+        def use(self) -> None:
+            fake.devices_used.append(self.id)
+
+    cuda.Device = Device  # type: ignore[attr-defined]
 
     class RawModule:
         def __init__(self, code: str, options: tuple[str, ...] = ()):
@@ -278,6 +312,7 @@ def _modules(fake: FakeCupy) -> dict[str, types.ModuleType]:
     return {
         "cupy": cupy,
         "cupy.cuda": cuda,
+        "cupy.cuda.nccl": cuda.nccl,  # type: ignore[attr-defined]
         "cupy_backends": types.ModuleType("cupy_backends"),
         "cupy_backends.cuda": types.ModuleType("cupy_backends.cuda"),
         "cupy_backends.cuda.libs": libs,
@@ -286,6 +321,19 @@ def _modules(fake: FakeCupy) -> dict[str, types.ModuleType]:
         "cuda.bindings": bindings,
         "cuda.bindings.runtime": bindings_runtime,
     }
+
+
+def install_in_process() -> FakeCupy:
+    """Install the fake modules for the rest of this process (a spawned rank process of the
+    several-GPU tests: `MultiGpuProgram(..., setup=install_in_process)`)."""
+    from optgraph.runtime import cuda_blas, cuda_launch
+
+    fake = FakeCupy()
+    fake.device_count = 8
+    sys.modules.update(_modules(fake))
+    cuda_blas._candidate_paths = list  # type: ignore[assignment]
+    cuda_launch._MODULES.clear()
+    return fake
 
 
 @contextlib.contextmanager
@@ -299,6 +347,7 @@ def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCupy]:
     from optgraph.runtime import cuda_blas
 
     fake = FakeCupy()
+    NcclCommunicator.created.clear()
     for name, module in _modules(fake).items():
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setattr(cuda_blas, "_candidate_paths", list)  # CuPy's wrappers, not ctypes

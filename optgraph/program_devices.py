@@ -1,0 +1,97 @@
+"""The several-device side of the compile API: `optgraph.compile(graph, target="cuda", devices=N)`.
+
+    program = og.compile(graph, target="cuda", devices=2)   # tensor-parallel{ways=2} first
+    outputs = program.run({"x": x}, weights=params)         # the user's (unsliced) weights
+
+- `device_pipeline(graph, pipeline, devices)`: a graph with no device annotations run on N > 1
+  devices gets `tensor-parallel{ways=N}` at the head of its pipeline (as `optgraph run --devices
+  N` does); a graph already placed on devices keeps its pipeline.
+- `check_device_count(planned, devices)`: the planned graph must use exactly the devices asked for.
+- `MultiDeviceRunner`: the planned graph lowered per rank (`codegen/rank_programs.lower_ranks`,
+  once) and run on that many GPUs (`runtime/multi_gpu.MultiGpuProgram`, started on the first
+  run). The user's weights are sliced to the pieces the planned graph names once per set of
+  arrays (`parallel_weights`), and the rank processes restarted only when other arrays are given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from optgraph.codegen.lowered import RankPrograms
+from optgraph.errors import InputError, OptGraphError
+from optgraph.ir.graph import Graph
+from optgraph.ir.ops import get_op
+from optgraph.runtime.multi_gpu import MultiGpuProgram
+
+
+def is_placed(graph: Graph) -> bool:
+    """Whether any node, input or weight of `graph` names a device."""
+    annotated = [n.ann for n in graph.nodes] + [i.ann for i in graph.inputs]
+    return any(a.device is not None for a in annotated + [w.ann for w in graph.weights])
+
+
+def needs_ranks(graph: Graph) -> bool:
+    """Whether `graph` runs as rank programs: several devices, or any collective."""
+    if graph.device_count() > 1:
+        return True
+    return any((op := get_op(n.op)) is not None and op.category == "collective" for n in graph.nodes)
+
+
+def device_pipeline(graph: Graph, pipeline: str, devices: int) -> str:
+    """`pipeline`, with `tensor-parallel{ways=devices}` first for an unplaced graph on several."""
+    if devices < 1:
+        raise OptGraphError(f"devices must be at least 1, got {devices}")
+    if devices == 1 or is_placed(graph):
+        return pipeline
+    return f"tensor-parallel{{ways={devices}}},{pipeline}"
+
+
+def check_device_count(planned: Graph, devices: int) -> None:
+    """Refuse a planned graph that uses other than `devices` devices (1: any single-device)."""
+    used = planned.device_count()
+    if used != devices:
+        raise OptGraphError(
+            f"graph '{planned.name}' is placed on {used} device(s) but {devices} were asked for "
+            f"(run it with devices={used}, or split it with tensor-parallel{{ways={devices}}} "
+            f"or pipeline-parallel{{stages={devices}}})"
+        )
+
+
+def parallel_weights(
+    source: Graph, planned: Graph, weights: Mapping[str, Any]
+) -> dict[str, np.ndarray]:
+    """The arrays `planned` names: the given ones by name (a graph placed by hand), else the
+    pieces tensor-parallel cut from `source`'s weights."""
+    names = [w.name for w in planned.weights]
+    if all(n in weights for n in names):
+        return {n: weights[n] for n in names}
+    missing = next(w for w in planned.weights if w.name not in weights)
+    raise InputError(f"missing weight '%{missing.name}' ({missing.type})", missing.span)
+
+
+class MultiDeviceRunner:
+    """A planned several-device graph on that many GPUs (see the module docstring)."""
+
+    def __init__(self, source: Graph, ranks: RankPrograms, *, launcher: str = "spawn"):
+        self.source, self.ranks, self.launcher = source, ranks, launcher
+        self._program: Any = None
+        self._weights_seen: tuple[int, ...] | None = None
+
+    def run(self, inputs: Mapping[str, Any], weights: Mapping[str, Any]) -> dict[str, Any]:
+        """Outputs by name (NumPy): the ranks started, or restarted for new weight arrays."""
+        seen = tuple(id(weights.get(w.name)) for w in self.source.weights)
+        if self._program is None or seen != self._weights_seen:
+            self.close()
+            sliced = parallel_weights(self.source, self.ranks.graph, weights)
+            self._program = MultiGpuProgram(self.ranks, sliced, launcher=self.launcher)
+            self._weights_seen = seen
+        outputs: dict[str, Any] = self._program.run(inputs)
+        return outputs
+
+    def close(self) -> None:
+        if self._program is not None:
+            self._program.close()
+            self._program = None

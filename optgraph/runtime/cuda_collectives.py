@@ -1,0 +1,219 @@
+"""Collectives of one rank on the GPU: NCCL communicators and the host calls of `CollectiveStep`s.
+
+A rank's program (`runtime/multi_gpu.py`, `codegen/rank_programs.py`) is an ordinary CUDA
+program whose plan also holds `CollectiveStep`s. `RankProgram` runs it like `CudaProgram` does
+(eager run, capture, replay), issuing each collective step through a *collectives backend*:
+
+- `NcclCollectives(communicators)`: `cupy.cuda.nccl` on the step's stream: `allReduce` (sum),
+  `allGather` (into scratch, then one `memcpy2DAsync` per rank where the gathered axis is not
+  the leading one), `send`/`recv` on the world communicator. NCCL calls are captured into the
+  rank's CUDA graph like kernels are.
+- `FedCollectives(values)`: for running one rank alone on one GPU (no peers): a collective's
+  result is copied in from pinned memory holding the value the reference computed for it, and
+  its local operand is copied out, so that what this rank would have sent can be compared with
+  the reference too (`sent`).
+
+`Communicators(device, ids)` creates this rank's communicators, one per group, in the sorted
+order of the groups: every rank initializes shared groups in the same order, so no two ranks
+wait on each other (NCCL's initialization blocks until all members have called it).
+CuPy (and NCCL with it) is reached only through `cuda_device.cupy`, inside functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from optgraph.codegen.cuda_steps import CollectiveStep
+from optgraph.codegen.lowered import LoweredVariant
+from optgraph.errors import OptGraphError
+from optgraph.ir.graph import DTYPE_BYTES
+from optgraph.runtime.cuda import CudaProgram
+from optgraph.runtime.cuda_device import cupy
+from optgraph.runtime.cuda_launch import Variant
+from optgraph.runtime.cuda_memory import D2D, D2H, H2D
+from optgraph.runtime.reference_kernels import numpy_dtype
+
+# ncclDataType_t (nccl.h); bool moves as bytes (verify refuses summing bools).
+NCCL_DTYPES = {"f32": 7, "f16": 6, "bf16": 9, "i32": 2, "i64": 4, "bool": 1}
+NCCL_SUM = 0
+Group = tuple[int, ...]
+Call = Callable[[], Any]
+
+
+def unique_id() -> tuple[int, ...]:
+    """A fresh NCCL unique id (the rendezvous token every member of one communicator shares)."""
+    return tuple(cupy().cuda.nccl.get_unique_id())
+
+
+class Communicators:
+    """Device `device`'s NCCL communicators, one per group it belongs to (`ids`: group ->
+    unique id). Groups are initialized in sorted order (see the module docstring)."""
+
+    def __init__(self, device: int, ids: Mapping[Group, tuple[int, ...]]):
+        nccl = cupy().cuda.nccl
+        self.device = device
+        self.comms: dict[Group, Any] = {}
+        for group in sorted(ids):
+            if device in group:
+                self.comms[group] = nccl.NcclCommunicator(
+                    len(group), ids[group], group.index(device)
+                )
+        self.world = max((len(g) for g in ids), default=1)
+
+    def get(self, step: CollectiveStep) -> Any:
+        group = tuple(range(self.world)) if step.kind in ("send", "recv") else step.group
+        comm = self.comms.get(group)
+        if comm is None:
+            raise OptGraphError(
+                f"{step.kind} '%{step.node}': device {self.device} has no communicator for "
+                f"group {list(group)}"
+            )
+        return comm
+
+    def destroy(self) -> None:
+        for comm in self.comms.values():
+            comm.destroy()
+        self.comms.clear()
+
+
+def gather_scratch_bytes(steps: list[CollectiveStep]) -> int:
+    """Scratch bytes the gathers of `steps` need (those whose gathered axis is not leading)."""
+    sizes = [
+        s.count * len(s.group) * DTYPE_BYTES[s.dtype]
+        for s in steps
+        if s.kind == "all_gather" and s.rows > 1
+    ]
+    return max(sizes, default=0)
+
+
+class NcclCollectives:
+    """Collective steps through NCCL (see the module docstring)."""
+
+    def __init__(self, communicators: Communicators):
+        self.communicators = communicators
+        self.scratch: Any = None
+
+    def prepare(self, steps: list[CollectiveStep]) -> None:
+        """Allocate the gather scratch (before any capture: a CUDA graph bakes it in)."""
+        need = gather_scratch_bytes(steps)
+        if need and (self.scratch is None or self.scratch.mem.size < need):
+            self.scratch = cupy().cuda.alloc(need)
+
+    def calls(self, step: CollectiveStep, src: int, dst: int, stream: int) -> list[Call]:
+        comm = self.communicators.get(step)
+        dtype = NCCL_DTYPES[step.dtype]
+        if step.kind == "all_reduce":
+            return [partial(comm.allReduce, src, dst, step.count, dtype, NCCL_SUM, stream)]
+        if step.kind == "send":
+            return [partial(comm.send, src, step.count, dtype, step.peer, stream)]
+        if step.kind == "recv":
+            return [partial(comm.recv, dst, step.count, dtype, step.peer, stream)]
+        if step.rows == 1:
+            return [partial(comm.allGather, src, dst, step.count, dtype, stream)]
+        # NCCL lays the chunks out rank after rank; the result interleaves them row by row.
+        scratch = int(self.scratch.ptr)
+        calls = [partial(comm.allGather, src, scratch, step.count, dtype, stream)]
+        chunk = step.count * DTYPE_BYTES[step.dtype]
+        width = chunk // step.rows
+        pitch = width * len(step.group)
+        rt = cupy().cuda.runtime
+        for k in range(len(step.group)):
+            args = (dst + k * width, pitch, scratch + k * chunk, width, width, step.rows, D2D)
+            calls.append(partial(rt.memcpy2DAsync, *args, stream))
+        return calls
+
+
+class FedCollectives:
+    """One rank alone: collective results fed from `values` (by node name: the reference's
+    values), local operands kept in `sent` (by node name) after each run."""
+
+    def __init__(self, values: Mapping[str, np.ndarray]):
+        self.values = values
+        self.pinned: dict[str, tuple[Any, np.ndarray]] = {}  # keeps pinned memory alive
+        self.fed_bytes: dict[str, int] = {}
+        self.sent: dict[str, np.ndarray] = {}
+
+    def _pinned(self, key: str, nbytes: int) -> np.ndarray:
+        if key not in self.pinned:
+            mem = cupy().cuda.alloc_pinned_memory(max(nbytes, 1))
+            self.pinned[key] = (mem, np.frombuffer(mem, np.uint8, max(nbytes, 1)))
+        return self.pinned[key][1]
+
+    def prepare(self, steps: list[CollectiveStep]) -> None:
+        for step in steps:
+            nbytes = step.count * DTYPE_BYTES[step.dtype]
+            if step.src is not None:
+                self._pinned("sent:" + step.node, nbytes)
+            if step.dst is not None:
+                if step.node not in self.values:
+                    raise OptGraphError(f"{step.kind} '%{step.node}': no value to feed")
+                raw = np.ascontiguousarray(self.values[step.node]).reshape(-1).view(np.uint8)
+                self._pinned("fed:" + step.node, raw.nbytes)[: raw.nbytes] = raw
+                self.fed_bytes[step.node] = raw.nbytes
+
+    def calls(self, step: CollectiveStep, src: int, dst: int, stream: int) -> list[Call]:
+        rt = cupy().cuda.runtime
+        calls: list[Call] = []
+        nbytes = step.count * DTYPE_BYTES[step.dtype]
+        if step.src is not None:
+            out = self.pinned["sent:" + step.node][1]
+            calls.append(partial(rt.memcpyAsync, out.ctypes.data, src, nbytes, D2H, stream))
+        if step.dst is not None:
+            fed = self.pinned["fed:" + step.node][1]
+            size = self.fed_bytes[step.node]
+            calls.append(partial(rt.memcpyAsync, dst, fed.ctypes.data, size, H2D, stream))
+        return calls
+
+    def read_sent(self, steps: list[CollectiveStep]) -> dict[str, np.ndarray]:
+        """The local operand of each step that sends one, as a flat array of its dtype."""
+        sent = {}
+        for step in steps:
+            if step.src is not None:
+                raw = self.pinned["sent:" + step.node][1][: step.count * DTYPE_BYTES[step.dtype]]
+                sent[step.node] = raw.copy().view(numpy_dtype(step.dtype))
+        self.sent = sent
+        return sent
+
+
+Collectives = NcclCollectives | FedCollectives
+
+
+class RankVariant(Variant):
+    """A `Variant` whose plan may hold `CollectiveStep`s, issued through `collectives`."""
+
+    def __init__(self, lowered: LoweredVariant, collectives: Collectives, **kwargs: Any):
+        super().__init__(lowered, **kwargs)
+        self.collectives = collectives
+        steps = [s for s in self.plan.steps if isinstance(s, CollectiveStep)]
+        collectives.prepare(steps)
+
+    def _op(self, step: object, bound: Mapping[str, int], programmatic: bool = False) -> Call:
+        if not isinstance(step, CollectiveStep):
+            return super()._op(step, bound, programmatic)
+        src = self.pointer(step.src, bound) if step.src is not None else 0
+        dst = self.pointer(step.dst, bound) if step.dst is not None else 0
+        calls = self.collectives.calls(step, src, dst, self.streams.get(step.stream).ptr)
+
+        def issue() -> None:
+            for call in calls:
+                call()
+
+        return issue
+
+
+class RankProgram(CudaProgram):
+    """One rank's program on its GPU: a `CudaProgram` whose collectives go to `collectives`."""
+
+    def __init__(self, lowered: Any, *, collectives: Collectives, **kwargs: Any):
+        self.collectives = collectives
+        super().__init__(lowered, **kwargs)
+
+    def _new_variant(self, lowered: LoweredVariant) -> Variant:
+        return RankVariant(
+            lowered, self.collectives, weights=self.weights, streams=self.streams,
+            host_errors=self.host_errors, pdl=self.options.pdl,
+        )  # fmt: skip

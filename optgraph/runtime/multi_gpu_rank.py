@@ -1,0 +1,124 @@
+"""The body of one rank of a several-GPU run: a process (or thread) driving one GPU.
+
+`rank_main(spec, conn, setup)` is what `runtime/multi_gpu.py` starts once per device. It:
+
+1. sets `NCCL_NVLS_ENABLE=0` before NCCL is loaded in this process (NVLink multicast can take a
+   shared host's GPUs out of service), then runs `setup` if given (tests install a fake CuPy);
+2. makes GPU `spec.device` current, creates its NCCL communicators from the unique ids the
+   parent made (`cuda_collectives.Communicators`), and builds its `RankProgram` with its own
+   weights (uploaded once, here);
+3. answers the parent's requests on `conn` until "close": `("run", inputs)` runs the program
+   (the first run eagerly, then it captures the whole program, collectives included, as one
+   CUDA graph; later runs replay it) and sends back this rank's outputs; `("time", inputs,
+   warmup, reps)` binds device arrays and times `reps` replays with CUDA events.
+
+Every reply is `("ok", value)` or `("error", text)`; a rank never raises into the parent.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from optgraph.codegen.lowered import LoweredProgram
+from optgraph.runtime.cuda_device import cupy
+from optgraph.runtime.reference_kernels import numpy_dtype
+
+NVLS_OFF = {"NCCL_NVLS_ENABLE": "0"}
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """What one rank needs (sent to it once, pickled): its program, GPU, weights and the NCCL
+    unique id of every communicator group of the run."""
+
+    rank: int
+    device: int
+    program: LoweredProgram
+    ids: Mapping[tuple[int, ...], tuple[int, ...]]
+    weights: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+
+def nccl_environment() -> None:
+    """NVLink multicast off in this process, before NCCL reads its environment."""
+    os.environ.update(NVLS_OFF)
+
+
+def _time_replays(program: Any, inputs: Mapping[str, Any], warmup: int, reps: int) -> list[float]:
+    """Milliseconds of each of `reps` replays of the bound program (device arrays, no copies)."""
+    cp = cupy()
+    dev_in = {k: cp.asarray(np.asarray(v)) for k, v in inputs.items()}
+    plan = program.lowered.main.plan
+    out = {
+        n: cp.empty(plan.types[n].shape, numpy_dtype(plan.types[n].dtype))
+        for n in dict.fromkeys(plan.outputs)
+    }
+    step = program.bind(dev_in, out)
+    for _ in range(1 + warmup):  # the first call runs eagerly and captures
+        step()
+    stream = program.stream
+    times = []
+    for _ in range(reps):
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        step()
+        end.record(stream)
+        end.synchronize()
+        times.append(float(cp.cuda.get_elapsed_time(start, end)))
+    return times
+
+
+def _serve(program: Any, conn: Any) -> None:
+    while True:
+        request = conn.recv()
+        kind = request[0]
+        try:
+            if kind == "close":
+                conn.send(("ok", None))
+                return
+            if kind == "run":
+                outputs = program.run(request[1])
+                program.synchronize()
+                conn.send(("ok", {k: np.asarray(v) for k, v in outputs.items()}))
+            elif kind == "time":
+                times = _time_replays(program, request[1], request[2], request[3])
+                conn.send(("ok", {"median_ms": statistics.median(times), "times": times}))
+            else:
+                conn.send(("error", f"unknown request '{kind}'"))
+        except Exception:  # noqa: BLE001 - every failure goes back to the parent as text
+            conn.send(("error", traceback.format_exc(limit=8)))
+
+
+def rank_main(spec: RankSpec, conn: Any, setup: Callable[[], None] | None = None) -> None:
+    """One rank: set up (see the module docstring), then serve the parent's requests."""
+    nccl_environment()
+    program = communicators = None
+    try:
+        if setup is not None:
+            setup()
+        from optgraph.runtime.cuda_collectives import (
+            Communicators,
+            NcclCollectives,
+            RankProgram,
+        )
+
+        cupy().cuda.Device(spec.device).use()
+        communicators = Communicators(spec.rank, spec.ids)
+        program = RankProgram(
+            spec.program, collectives=NcclCollectives(communicators), weights=spec.weights
+        )
+    except Exception:  # noqa: BLE001 - reported to the parent, which stops the other ranks
+        conn.send(("error", traceback.format_exc(limit=8)))
+        return
+    conn.send(("ok", os.environ.get("NCCL_NVLS_ENABLE")))
+    try:
+        _serve(program, conn)
+    finally:
+        program.close()
+        communicators.destroy()
