@@ -29,11 +29,13 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from optgraph.ir.graph import AttrValue, Graph, Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults, get_op
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -223,6 +225,8 @@ class ShardRecipe:
     ways: int
 
     def cut(self, array: np.ndarray) -> np.ndarray:
+        import numpy as np  # lazily: `optgraph passes` must not load NumPy
+
         split = Split(self.axis, self.segments)
         parts = [
             np.take(array, np.arange(start, end), axis=self.axis)

@@ -40,9 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import ClassVar
-
-import numpy as np
+from typing import TYPE_CHECKING, ClassVar
 
 from optgraph.analysis.tensor_shards import (
     ShardRecipe,
@@ -57,6 +55,9 @@ from optgraph.errors import PipelineError, Span, VerifyError
 from optgraph.ir.graph import AttrValue, Graph, Node, Weight
 from optgraph.ir.ops import attrs_with_defaults, get_op
 from optgraph.passes.base import Pass
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MAX_WAYS = 1024
 Attrs = Mapping[str, AttrValue]
