@@ -23,6 +23,8 @@ FLOAT_DTYPES: frozenset[str] = frozenset({"f32", "f16", "bf16"})
 INT_DTYPES: frozenset[str] = frozenset({"i32", "i64"})
 
 BACKENDS: tuple[str, ...] = ("cpu", "cuda")
+# How a weight is stored against the array the model supplies (`optgraph/ir/weight_layout.py`).
+WEIGHT_LAYOUTS: tuple[str, ...] = ("transposed",)
 WEIGHT_PLACEMENTS: tuple[str, ...] = ("device", "host")
 EVENT_OPS: frozenset[str] = frozenset({"record", "wait"})
 
@@ -70,6 +72,7 @@ class AnnotationChanges(TypedDict, total=False):
     visible: tuple[int, ...] | None
     segment: int | None
     slot: int | None
+    layout: str | None
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,8 @@ class Annotations:
     - `visible`: per stream s, the index of the first node on s from which every access to the
       buffer happens-before, i.e. the buffer is free as seen from s; -1 where never (analyze-lifetimes).
     - `segment`, `slot`: weight-streaming segment and prefetch slot (plan-prefetch).
+    - `layout`: on a weight only, how it is stored against the array the model supplies:
+      `"transposed"` (transpose-weights) means the graph reads the transpose of that array.
     """
 
     device: tuple[int, ...] | None = None
@@ -96,6 +101,7 @@ class Annotations:
     visible: tuple[int, ...] | None = None
     segment: int | None = None
     slot: int | None = None
+    layout: str | None = None
 
     def items(self) -> Iterator[tuple[str, int | str | tuple[int, ...]]]:
         """The fields that are set, in canonical (declaration) order."""
@@ -124,6 +130,7 @@ ANNOTATION_KEYS: tuple[str, ...] = (
     "visible",
     "segment",
     "slot",
+    "layout",
 )
 NO_ANNOTATIONS = Annotations()
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from optgraph.errors import VerifyError, did_you_mean
 from optgraph.ir import op_costs as costs
 from optgraph.ir import op_rules as rules
-from optgraph.ir import op_rules_collective as collective
 from optgraph.ir import op_rules_attention as attention_rules
+from optgraph.ir import op_rules_collective as collective
 from optgraph.ir import op_rules_indexing as indexing
 from optgraph.ir import op_rules_logic as logic
 from optgraph.ir import op_rules_rope as rope_rules

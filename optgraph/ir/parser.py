@@ -27,6 +27,7 @@ from optgraph.ir.graph import (
     ANNOTATION_KEYS,
     BACKENDS,
     DTYPES,
+    WEIGHT_LAYOUTS,
     WEIGHT_PLACEMENTS,
     Annotations,
     AttrValue,
@@ -56,6 +57,7 @@ _ANNOTATION_KINDS: dict[str, str] = {
     "visible": "ints",
     "segment": "int",
     "slot": "int",
+    "layout": "str",
 }
 assert tuple(_ANNOTATION_KINDS) == ANNOTATION_KEYS
 
@@ -176,6 +178,12 @@ class _Builder(Transformer[Token, Any]):
             raise self.at.error(
                 f'unknown backend "{value}"{did_you_mean(str(value), BACKENDS)}; expected one of '
                 + ", ".join(f'"{b}"' for b in BACKENDS),
+                token,
+            )
+        if a.key == "layout" and value not in WEIGHT_LAYOUTS:
+            raise self.at.error(
+                f'unknown weight layout "{value}"; expected one of '
+                + ", ".join(f'"{w}"' for w in WEIGHT_LAYOUTS),
                 token,
             )
         if kind == "int" and isinstance(value, int) and value < 0:

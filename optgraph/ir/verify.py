@@ -125,8 +125,14 @@ def verify(graph: Graph) -> None:
 
     for i in graph.inputs:
         define(i.name, i.type, i.span)
+        if i.ann.layout is not None:
+            diags.append(Diagnostic(f"input '%{i.name}': only weights take a layout", i.span))
     for w in graph.weights:
         define(w.name, w.type, w.span)
+        if w.ann.layout is not None and w.type.rank != 2:
+            diags.append(
+                Diagnostic(f"weight '%{w.name}' {w.type}: a transposed layout needs 2 axes", w.span)
+            )
 
     # "Did you mean" costs O(V) per unknown name: give it to the first few only, so a file full
     # of typos stays linear.
@@ -144,6 +150,8 @@ def verify(graph: Graph) -> None:
     op_names = list(ops.op_names())
 
     for index, node in enumerate(graph.nodes):
+        if node.ann.layout is not None:
+            diags.append(Diagnostic(f"'%{node.name}': only weights take a layout", node.span))
         if node.is_event:
             if node.op == "record":
                 if node.name in recorded:

@@ -34,11 +34,12 @@ from optgraph.passes.facts import FACTS
 from optgraph.passes.fuse import FusePass
 from optgraph.passes.fuse_siblings import FuseSiblingsPass
 from optgraph.passes.insert_sync import InsertSyncPass
-from optgraph.passes.plan_memory import PlanMemoryPass
 from optgraph.passes.pipeline_parallel import PipelineParallelPass
+from optgraph.passes.plan_memory import PlanMemoryPass
 from optgraph.passes.plan_prefetch import PlanPrefetchPass
 from optgraph.passes.split_backends import SplitBackendsPass
 from optgraph.passes.tensor_parallel import TensorParallelPass
+from optgraph.passes.transpose_weights import TransposeWeightsPass
 from optgraph.passes.verify_pass import VerifyPass
 
 PASSES: dict[str, type[Pass]] = {
@@ -55,6 +56,7 @@ PASSES: dict[str, type[Pass]] = {
     "plan-prefetch": PlanPrefetchPass,
     "split-backends": SplitBackendsPass,
     "tensor-parallel": TensorParallelPass,
+    "transpose-weights": TransposeWeightsPass,
     "verify": VerifyPass,
 }
 
@@ -64,9 +66,11 @@ PASSES: dict[str, type[Pass]] = {
 # fuse-siblings is left out: it cuts launches but made the measured decode steps slower, not faster
 # (see docs/benchmarks.md). Name it after fuse to use it:
 # `-p verify,dce,cse,fuse{row-prologues=false},fuse-siblings,assign-streams,...`.
+# transpose-weights runs before fuse so that imported `[out, in]` weights reach the fused products.
 FUSION = "fuse"
 DEFAULT_PIPELINE = (
-    f"verify,dce,cse,{FUSION},assign-streams,insert-sync,analyze-lifetimes,plan-memory"
+    f"verify,dce,cse,transpose-weights,{FUSION},"
+    "assign-streams,insert-sync,analyze-lifetimes,plan-memory"
 )
 
 _PASS_RE = re.compile(r"\s*([A-Za-z0-9_-]+)\s*(\{([^{}]*)\})?\s*(,|$)")

@@ -25,6 +25,7 @@ from optgraph.codegen.cuda_steps import HOST_SPACES, CudaPlan, Location
 from optgraph.codegen.lowered import LoweredVariant
 from optgraph.errors import InputError
 from optgraph.ir.graph import Graph, TensorType
+from optgraph.ir.weight_layout import model_type, stored_array
 from optgraph.runtime.cuda_device import cupy
 from optgraph.runtime.cuda_offload import HostMemory, HostWeights, allocate_arena
 from optgraph.runtime.reference_kernels import ir_dtype, numpy_dtype
@@ -79,7 +80,8 @@ class DeviceWeights:
         base = self.ptr
         for w in self.graph.weights:
             value = weights[w.name]
-            check_array(value, w.type, f"weight '%{w.name}'")
+            check_array(value, model_type(w), f"weight '%{w.name}'")
+            value = stored_array(w, value)
             if w.name in self.host.offsets:
                 host = value.get() if isinstance(value, cp.ndarray) else np.asarray(value)
                 self.host.set(w.name, host)

@@ -40,6 +40,7 @@ from optgraph.codegen.program import Buffer, Program, Step
 from optgraph.errors import InputError
 from optgraph.ir.graph import Node
 from optgraph.ir.ops import get_op
+from optgraph.ir.weight_layout import model_type, stored_array
 from optgraph.runtime.reference import evaluate_node, numpy_dtype
 
 GUARD = 0xA5
@@ -61,17 +62,23 @@ def _checked_arrays(
     given: Mapping[str, np.ndarray], program: Program, names: tuple[str, ...], what: str
 ) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
+    weights = {w.name: w for w in program.graph.weights}
     for name in names:
         if name not in given:
             raise InputError(f"missing {what} '%{name}' for graph '{program.graph.name}'")
         b = program.buffers[name]
+        weight = weights.get(name)
+        shape = model_type(weight).shape if weight is not None else b.shape
         # np.require, not np.ascontiguousarray: that one turns a rank-0 array into shape [1]
         array = np.require(np.asarray(given[name]), numpy_dtype(b.dtype), "C")
-        if array.shape != b.shape:
+        if array.shape != shape:
             raise InputError(
-                f"{what} '%{name}': expected shape {list(b.shape)}, got {list(array.shape)}"
+                f"{what} '%{name}': expected shape {list(shape)}, got {list(array.shape)}"
             )
-        array = array.copy()
+        if weight is not None and weight.ann.layout is not None:
+            array = stored_array(weight, array)
+        else:
+            array = array.copy()
         array.flags.writeable = False
         out[name] = array
     return out

@@ -30,6 +30,7 @@ from optgraph.errors import Diagnostic, InputError, VerifyError, did_you_mean
 from optgraph.ir.graph import FLOAT_DTYPES, Graph, Input, Node, TensorType, Weight
 from optgraph.ir.op_rules_attention import attention_operands
 from optgraph.ir.ops import attrs_with_defaults, get_op, infer_type
+from optgraph.ir.weight_layout import model_type, stored_array
 from optgraph.runtime.reference_kernels import KERNELS, ir_dtype, numpy_dtype
 
 __all__ = [
@@ -114,10 +115,11 @@ def _check_arrays(
         array = np.asarray(given[decl.name])
         if decl.type.dtype == "bf16" and array.dtype.kind == "V" and array.dtype.itemsize == 2:
             array = array.view(ml_dtypes.bfloat16)  # .npz stores bfloat16 as raw 2-byte records
-        if array.dtype != numpy_dtype(decl.type.dtype) or array.shape != decl.type.shape:
+        expected = model_type(decl) if isinstance(decl, Weight) else decl.type
+        if array.dtype != numpy_dtype(expected.dtype) or array.shape != expected.shape:
             diags.append(
                 Diagnostic(
-                    f"{kind} '%{decl.name}': expected {decl.type}, got {_describe(array)} "
+                    f"{kind} '%{decl.name}': expected {expected}, got {_describe(array)} "
                     f"in {source}",
                     decl.span,
                 )
@@ -144,7 +146,8 @@ def run_reference(
     """Evaluate `graph` in issue order; the outputs by name, in the graph's output order."""
     env: dict[str, np.ndarray] = {}
     env.update(_check_arrays(inputs, graph.inputs, "input", "the given inputs", graph.name))
-    env.update(_check_arrays(weights, graph.weights, "weight", "the given weights", graph.name))
+    checked = _check_arrays(weights, graph.weights, "weight", "the given weights", graph.name)
+    env.update((w.name, stored_array(w, checked[w.name])) for w in graph.weights)
     last_use: dict[str, int] = {}
     for index, node in enumerate(graph.nodes):
         for operand in node.operands:
@@ -289,10 +292,11 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def random_weights(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded weights: matrices ~ N(0,1)/√fan_in, norm weights ~ 1, biases ~ 0.1·N(0,1)."""
+    """Seeded weights: matrices ~ N(0,1)/√fan_in, norm weights ~ 1, biases ~ 0.1·N(0,1); in the
+    model's layout (`weight_layout.model_type`), so a compiled graph draws the same arrays."""
     uses = _uses(graph.nodes, graph.value_types())
     return {
-        w.name: _random_array(w.name, w.type, uses.get(w.name, _Use()), seed, True)
+        w.name: _random_array(w.name, model_type(w), uses.get(w.name, _Use()), seed, True)
         for w in graph.weights
     }
 

@@ -181,10 +181,13 @@ def layer_norm(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarr
 
 def matmul(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
     a, b = args
+    # Transposed operands are made contiguous first, so a product's rounding does not depend on
+    # how an operand is stored: BLAS sums in another order for a transposed view, and
+    # transpose-weights (which stores such a weight transposed) must not change results.
     if attrs["transpose_a"]:
-        a = np.swapaxes(a, -1, -2)
+        a = np.ascontiguousarray(np.swapaxes(a, -1, -2))
     if attrs["transpose_b"]:
-        b = np.swapaxes(b, -1, -2)
+        b = np.ascontiguousarray(np.swapaxes(b, -1, -2))
     return np.matmul(a, b)
 
 
