@@ -194,7 +194,7 @@ class HappensBefore:
 
     def unordered_data_edges(self) -> list[tuple[int, int]]:
         """(producer, consumer) node pairs of data edges that happens-before does not cover."""
-        bad = []
+        bad: list[tuple[int, int]] = []
         for x, y in self.data_edges():
             if not self.ordered_instances(x, y):
                 pair = (self.node_of[x], self.node_of[y])

@@ -188,8 +188,8 @@ def find_races(graph: Graph) -> list[Race]:
         _check_arena(f, accesses, roots, device)
     for c in hb.unjoined_lanes():  # the end joins every lane into its device's stream 0
         last = hb.on_lane[c][-1]
-        node = hb.node_of[last]
-        write = Access(node, nodes[node].name, True, hb.device_of[last])
+        at = hb.node_of[last]
+        write = Access(at, nodes[at].name, True, hb.device_of[last])
         f.races.append(Race(write, Access(END, "", False, hb.device_of[last])))
     f.races.sort(
         key=lambda r: (r.first.node, r.second.node, r.first.value, r.second.value, r.first.device)
