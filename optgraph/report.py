@@ -164,16 +164,16 @@ def compute_report(graph: Graph, compile_seconds: float | None = None) -> Report
         estimated_speedup=concurrency.estimated_speedup if concurrency else None,
         races=len(find_races(graph)),
         compile_seconds=compile_seconds,
+        devices=graph.device_count() if graph.device_count() > 1 else None,
         **_device_figures(graph),
     )
 
 
-def _device_figures(graph: Graph) -> dict[str, int | tuple[int, ...] | None]:
-    """Devices, arena and weight bytes per device: only for a graph over several devices."""
+def _device_figures(graph: Graph) -> dict[str, tuple[int, ...] | None]:
+    """Arena and weight bytes per device: only for a graph over several devices."""
     if graph.device_count() == 1:
         return {}
     return {
-        "devices": graph.device_count(),
         "arena_bytes_per_device": device_arena_bytes(graph),
         "weight_bytes_per_device": device_weight_bytes(graph),
     }
