@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 
-from optgraph.analysis.memory_bounds import memory_figures
+from optgraph.analysis.memory_bounds import device_arena_bytes, device_weight_bytes, memory_figures
 from optgraph.analysis.races import find_races
 from optgraph.analysis.schedule_estimate import stream_figures
 from optgraph.analysis.segments import count_splits, device_memory
@@ -54,8 +54,11 @@ class Report:
     estimated_speedup: float | None
     races: int | None
     compile_seconds: float | None
+    devices: int | None = None  # several devices only: then the two rows below, per device
+    arena_bytes_per_device: tuple[int, ...] | None = None
+    weight_bytes_per_device: tuple[int, ...] | None = None
 
-    def to_dict(self) -> dict[str, float | None]:
+    def to_dict(self) -> dict[str, float | tuple[int, ...] | None]:
         return asdict(self)
 
     def to_json(self) -> str:
@@ -63,9 +66,11 @@ class Report:
 
     def rows(self) -> list[tuple[str, str]]:
         """(label, formatted value) for the report table, in field order."""
-        return [(ROW_LABELS[f.name], _format(f.name, getattr(self, f.name))) for f in fields(self)]
+        shown = [f for f in fields(self) if f.name not in _DEVICE_ROWS or self.devices is not None]
+        return [(ROW_LABELS[f.name], _format(f.name, getattr(self, f.name))) for f in shown]
 
 
+_DEVICE_ROWS = ("devices", "arena_bytes_per_device", "weight_bytes_per_device")
 ROW_LABELS: dict[str, str] = {
     "ops": "ops",
     "fused_groups": "fused groups",
@@ -87,12 +92,17 @@ ROW_LABELS: dict[str, str] = {
     "estimated_speedup": "speedup over 1 stream (est.)",
     "races": "races",
     "compile_seconds": "compile time (s)",
+    "devices": "devices",
+    "arena_bytes_per_device": "arena bytes per device",
+    "weight_bytes_per_device": "weight bytes per device",
 }
 
 
-def _format(name: str, value: float | None) -> str:
+def _format(name: str, value: float | tuple[int, ...] | None) -> str:
     if value is None:
         return "-"
+    if isinstance(value, tuple):
+        return " / ".join(f"{v:,}" for v in value)
     if isinstance(value, float):
         if name == "estimated_speedup":
             return f"{value:.2f}x"
@@ -154,7 +164,19 @@ def compute_report(graph: Graph, compile_seconds: float | None = None) -> Report
         estimated_speedup=concurrency.estimated_speedup if concurrency else None,
         races=len(find_races(graph)),
         compile_seconds=compile_seconds,
+        devices=graph.device_count() if graph.device_count() > 1 else None,
+        **_device_figures(graph),
     )
+
+
+def _device_figures(graph: Graph) -> dict[str, tuple[int, ...] | None]:
+    """Arena and weight bytes per device: only for a graph over several devices."""
+    if graph.device_count() == 1:
+        return {}
+    return {
+        "arena_bytes_per_device": device_arena_bytes(graph),
+        "weight_bytes_per_device": device_weight_bytes(graph),
+    }
 
 
 def _streamed_weight_bytes(graph: Graph) -> int | None:
