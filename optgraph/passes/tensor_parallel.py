@@ -95,6 +95,7 @@ class TensorSplitter:
         self.types = graph.value_types()
         self.weights = {w.name: w for w in graph.weights}
         self.demand = split_demand(graph, ways)
+        self.required = split_demand(graph, ways, outputs=False)  # else only an output wants it
         self.cuts = slice_bounds(graph)
         self.taken = set(self.types)
         self.has_replica = set(graph.input_names())  # values whose own name exists on every device
@@ -107,9 +108,17 @@ class TensorSplitter:
 
     def run(self) -> Graph:
         for node in self.graph.nodes:
-            if node.op == "attention":
+            if node.op == "attention":  # before any other message: heads are the usual cause
                 self._check_heads(node)
+        for node in self.graph.nodes:
             self._visit(node)
+        if not self.pieces:
+            first = self.graph.nodes[0] if self.graph.nodes else None
+            raise VerifyError(
+                f"tensor-parallel: nothing to split in graph {self.graph.name}: no attention and "
+                "no matmul with a weight that feeds attention, another such matmul or an output",
+                None if first is None else first.span,
+            )
         for output in self.graph.outputs:
             self._replicated(output.name, output.span)
         return self._assembled()
@@ -258,9 +267,12 @@ class TensorSplitter:
         split = Split(node.type.rank - 1, segments_of(self.types[b].shape[n_axis],
                                                       self.cuts.get(node.name)))  # fmt: skip
         if not split.is_even(self.ways):
+            if node.name not in self.required:  # a logits head: run it whole
+                return False
+            cut = f" (cut by slices into {list(split.segments)})" if len(split.segments) > 1 else ""
             raise VerifyError(
-                f"tensor-parallel: matmul %{node.name} has {node.type.shape[-1]} output columns "
-                f"(segments {list(split.segments)}), which {self.ways} devices cannot share evenly",
+                f"tensor-parallel: matmul %{node.name} has {node.type.shape[-1]} output "
+                f"columns{cut}, which {self.ways} devices cannot share evenly",
                 node.span,
             )
         weight = self._weight_pieces(b, Split(n_axis, split.segments))
