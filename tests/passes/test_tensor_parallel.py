@@ -103,7 +103,7 @@ def test_fused_qkv_weight_is_cut_per_slice() -> None:
 def test_shard_weights_names_a_missing_weight() -> None:
     graph = PARALLEL_MODELS["llama_decode"]
     split = _split(graph, 2)
-    other = og.parse("graph g {\n  input %x : f32[2]\n  %y = exp(%x) : f32[2]\n  output %y\n}\n")
+    other = PARALLEL_MODELS["gpt2_block"]  # splits, but has no embedding
     with pytest.raises(OptGraphError, match="no array and no recipe for weight %embed.d0"):
         shard_weights(other, split, {})
 
@@ -118,3 +118,10 @@ def test_refuses_a_placed_graph() -> None:
     split = _split(PARALLEL_MODELS["gpt2_block"], 2)
     with pytest.raises(OptGraphError, match="already placed on devices"):
         _split(split, 2)
+
+
+def test_shard_weights_reports_why_the_graph_does_not_split() -> None:
+    split = _split(PARALLEL_MODELS["llama_decode"], 2)
+    other = og.parse("graph g {\n  input %x : f32[2]\n  %y = exp(%x) : f32[2]\n  output %y\n}\n")
+    with pytest.raises(OptGraphError, match="nothing to split in graph g"):
+        shard_weights(other, split, {})
