@@ -339,19 +339,29 @@ class TensorSplitter:
         head_axis = 2 if node.op == "rope" else 1
         if split is None or split.axis != head_axis or len(split.segments) != 1:
             return False
-        # k and v of attention split like q; rope's positions and attention's kv_len are whole
+        # k and v of attention split like q, and so does a per-head mask [B,Hq,Sq,Skv] after them;
+        # rope's positions, kv_len and a mask broadcast over heads are whole on every device
         kv = [] if node.op == "rope" else list(node.operands[1:3])
-        operands: list[str | tuple[str, ...]] = [self.pieces[node.operands[0]][1]]
-        if kv and self.types[kv[0]].shape[1] % self.ways:
-            if not all(o in self.has_replica for o in kv):
-                return False
-            operands += [self._kv_head_slices(o) for o in kv]
-        elif all(self._can_piece(o, Split(1, (self.types[o].shape[1],))) for o in kv):
-            operands += [self._pieces_of(o, Split(1, (self.types[o].shape[1],))) for o in kv]
-        else:
-            return False
         rest = node.operands[1:] if node.op == "rope" else node.operands[3:]
-        operands += [self._replicated(o, node.span) for o in rest]
+        per_head = [None if node.op == "rope" else aligned_axis(1, 4, self.types[o]) for o in rest]
+        rest_splits = [None if k is None else Split(k, (self.types[o].shape[k],))
+                       for o, k in zip(rest, per_head)]  # fmt: skip
+        few_kv = bool(kv) and self.types[kv[0]].shape[1] % self.ways != 0
+        if few_kv and not all(o in self.has_replica for o in kv):
+            return False
+        wanted = [] if few_kv else [(o, Split(1, (self.types[o].shape[1],))) for o in kv]
+        wanted += [(o, r) for o, r in zip(rest, rest_splits) if r is not None]
+        if not all(self._can_piece(o, r) for o, r in wanted):
+            return False
+        operands: list[str | tuple[str, ...]] = [self.pieces[node.operands[0]][1]]
+        if few_kv:
+            operands += [self._kv_head_slices(o) for o in kv]
+        else:
+            operands += [self._pieces_of(o, Split(1, (self.types[o].shape[1],))) for o in kv]
+        operands += [
+            self._replicated(o, node.span) if r is None else self._pieces_of(o, r)
+            for o, r in zip(rest, rest_splits)
+        ]
         self._emit_split(node, split, self._per_device(operands), None)
         return True
 
