@@ -15,6 +15,7 @@ included).
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import numpy as np
@@ -90,6 +91,14 @@ def decode_step_table() -> None:
         print(line)
 
 
-if __name__ == "__main__":
-    accuracy_table()
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-accuracy", action="store_true", help="only the decode-step table")
+    args = parser.parse_args()
+    if not args.skip_accuracy:
+        accuracy_table()
     decode_step_table()
+
+
+if __name__ == "__main__":
+    main()
