@@ -84,17 +84,17 @@ def int_attr(attrs: Mapping[str, AttrValue], key: str) -> int:
     return value
 
 
-def split_demand(graph: Graph, ways: int) -> set[str]:
+def split_demand(graph: Graph, ways: int, outputs: bool = True) -> set[str]:
     """Values that are better split than replicated: read by attention (q; k and v where `ways`
     divides the KV heads, else each device reads its KV head from a replicated k and v), by a
     matmul with a weight as its left operand (row-parallel: a split input needs no gather), or a
     graph output (the vocabulary-split logits head), and what reaches those through ops that keep
-    a split."""
+    a split. Without `outputs`, only what attention and row-parallel matmuls want."""
     weights = graph.weight_names()
     types = graph.value_types()
-    outputs = set(graph.output_names())
+    results = set(graph.output_names()) if outputs else set()
     wanted = {  # the logits head, not a KV cache that attention does not split
-        n.name for n in graph.nodes if n.name in outputs and n.op != "kv_cache_write"
+        n.name for n in graph.nodes if n.name in results and n.op != "kv_cache_write"
     }
     for node in reversed(graph.nodes):
         if node.is_event:

@@ -5,33 +5,23 @@
             %o.d0 = matmul(%a.d0, %wo.d0) : f32[1,64] !{device = 0}  (and %o.d1)
             %o = all_reduce(%o.d0, %o.d1) {group = [0, 1]} : f32[1,64] !{device = [0, 1]}
 
-The structure comes from the graph, not from names (`analysis/tensor_shards.split_demand`): a
-matmul with a weight is column-parallel (its weight cut along the output columns) when its result
-reaches attention (through reshape, rope, transpose, kv_cache_write), a matmul with a weight (the
-gate and up of a SwiGLU/GELU MLP) or a graph output (the logits head, cut by vocabulary). Attention
-runs on each device's heads: device i holds query heads [i*H/N, (i+1)*H/N) and KV heads
-[i*KV/N, (i+1)*KV/N), which keeps the grouped-query mapping (query head h reads KV head
-h // (H/KV)); with fewer KV heads than devices (N a multiple of KV), k, v and the caches stay
-replicated and device i slices the KV head i // (N/KV) its query heads read. A split input times a
-weight cut along its rows (o, down) gives partial sums, added by an `all_reduce`. The embedding
-table is cut along the hidden axis (a lookup in a column slice needs no masking, and gathering
-[T, hidden/N] pieces moves half the bytes of the all-reduce a vocabulary-split lookup needs);
-an `all_gather` joins its pieces, and the logits'. Elementwise ops keep a split where it is wanted
-downstream or free (biases are cut to match); norms, softmax, the residual stream and anything else
-run replicated, split operands gathered first. A KV cache input stays whole on every device: the
-new rows of k and v are gathered (T x KV x D elements, not the cache) and written on each device,
-and attention reads a slice of each device's heads; inputs and outputs keep their names and types.
+Found from the graph, not from names (`analysis/tensor_shards`): a matmul with a weight is
+column-parallel when its result reaches attention, another matmul with a weight (MLP gate/up) or
+an output (logits, by vocabulary); attention runs on each device's heads, query heads
+[i*H/N, (i+1)*H/N) with KV heads [i*KV/N, (i+1)*KV/N) (the grouped-query mapping kept; with
+N a multiple of KV, device i reads KV head i // (N/KV)); a split input times a weight cut by rows
+(o, down) is row-parallel, then `all_reduce`; the embedding is cut along hidden, then
+`all_gather`. Elementwise ops keep a split where wanted or free; norms, the residual stream and
+the rest run replicated. A KV cache stays whole on every device (its new rows gathered), so inputs
+and outputs keep their names and types. docs/passes.md has the reasons for each choice.
 
-Weights are cut once, at compile time: the result names the pieces (`%l0.wq.d1` on device 1) and
-`shard_weights(graph_before, graph_after, weights)` cuts them from the user's arrays. A fused
-q|k|v projection sliced into q, k and v is cut per slice. A value's piece on device i is `%v.d<i>`;
-a gathered or all-reduced value keeps the original name.
+Weights are cut once, at compile time: pieces are named (`%l0.wq.d1`, device 1) and
+`shard_weights(graph_before, graph_after, weights)` cuts them from the user's arrays; a fused
+q|k|v weight sliced into q, k and v is cut per slice. A value's piece on device i is `%v.d<i>`.
 
-Does not handle: query heads (or KV heads) that N devices cannot share (the error names the
-attention), batched weights (rank > 2), graphs already placed or fused (run it first). A cache
-per device holds all heads (the calling convention has no input split across devices, so a cache
-cut by heads would be gathered for its output every step). Results equal the original's but for
-the order of the row-parallel sums.
+Does not handle: head counts N devices cannot share and MLP widths they cannot cut evenly (errors
+naming the node), batched weights, graphs already placed or fused (run it first). Results equal
+the original's but for the order of the row-parallel sums.
 
 Complexity O(V + E) plus the O(V·N) nodes it writes.
 """
@@ -96,6 +86,7 @@ class TensorSplitter:
         self.types = graph.value_types()
         self.weights = {w.name: w for w in graph.weights}
         self.demand = split_demand(graph, ways)
+        self.required = split_demand(graph, ways, outputs=False)  # else only an output wants it
         self.cuts = slice_bounds(graph)
         self.taken = set(self.types)
         self.has_replica = set(graph.input_names())  # values whose own name exists on every device
@@ -108,9 +99,17 @@ class TensorSplitter:
 
     def run(self) -> Graph:
         for node in self.graph.nodes:
-            if node.op == "attention":
+            if node.op == "attention":  # before any other message: heads are the usual cause
                 self._check_heads(node)
+        for node in self.graph.nodes:
             self._visit(node)
+        if not self.pieces:
+            first = self.graph.nodes[0] if self.graph.nodes else None
+            raise VerifyError(
+                f"tensor-parallel: nothing to split in graph {self.graph.name}: no attention and "
+                "no matmul with a weight that feeds attention, another such matmul or an output",
+                None if first is None else first.span,
+            )
         for output in self.graph.outputs:
             self._replicated(output.name, output.span)
         return self._assembled()
@@ -162,14 +161,21 @@ class TensorSplitter:
         if value in self.weights:
             return self._weight_pieces(value, split)
         chunk = split.segments[0] // self.ways
-        local = split.local_type(self.types[value], self.ways)
+        bounds = [(i * chunk, (i + 1) * chunk) for i in range(self.ways)]
+        names = self._slices(value, split.axis, bounds)
+        self.pieces[value] = (split, names)
+        return names
+
+    def _slices(self, value: str, axis: int, bounds: list[tuple[int, int]]) -> tuple[str, ...]:
+        """`slice(value)` on each device i, [start, end) = bounds[i] along `axis`."""
         names = []
-        for i in range(self.ways):
+        for i, (start, end) in enumerate(bounds):
+            t = self.types[value]
+            local = t.with_shape(end - start if k == axis else d for k, d in enumerate(t.shape))
             name = self._fresh(f"{value}.d{i}")
-            attrs = {"axis": split.axis, "end": (i + 1) * chunk, "start": i * chunk}
+            attrs = {"axis": axis, "end": end, "start": start}
             self._emit(Node(name, "slice", (value,), attrs, local), (i,))
             names.append(name)
-        self.pieces[value] = (split, tuple(names))
         return tuple(names)
 
     def _weight_pieces(self, weight: str, split: Split) -> tuple[str, ...]:
@@ -259,9 +265,12 @@ class TensorSplitter:
         split = Split(node.type.rank - 1, segments_of(self.types[b].shape[n_axis],
                                                       self.cuts.get(node.name)))  # fmt: skip
         if not split.is_even(self.ways):
+            if node.name not in self.required:  # a logits head: run it whole
+                return False
+            cut = f" (cut by slices into {list(split.segments)})" if len(split.segments) > 1 else ""
             raise VerifyError(
-                f"tensor-parallel: matmul %{node.name} has {node.type.shape[-1]} output columns "
-                f"(segments {list(split.segments)}), which {self.ways} devices cannot share evenly",
+                f"tensor-parallel: matmul %{node.name} has {node.type.shape[-1]} output "
+                f"columns{cut}, which {self.ways} devices cannot share evenly",
                 node.span,
             )
         weight = self._weight_pieces(b, Split(n_axis, split.segments))
@@ -331,35 +340,37 @@ class TensorSplitter:
         head_axis = 2 if node.op == "rope" else 1
         if split is None or split.axis != head_axis or len(split.segments) != 1:
             return False
-        # k and v of attention split like q; rope's positions and attention's kv_len are whole
+        # k and v of attention split like q, and so does a per-head mask [B,Hq,Sq,Skv] after them;
+        # rope's positions, kv_len and a mask broadcast over heads are whole on every device
         kv = [] if node.op == "rope" else list(node.operands[1:3])
-        operands: list[str | tuple[str, ...]] = [self.pieces[node.operands[0]][1]]
-        if kv and self.types[kv[0]].shape[1] % self.ways:
-            if not all(o in self.has_replica for o in kv):
-                return False
-            operands += [self._kv_head_slices(o) for o in kv]
-        elif all(self._can_piece(o, Split(1, (self.types[o].shape[1],))) for o in kv):
-            operands += [self._pieces_of(o, Split(1, (self.types[o].shape[1],))) for o in kv]
-        else:
-            return False
         rest = node.operands[1:] if node.op == "rope" else node.operands[3:]
-        operands += [self._replicated(o, node.span) for o in rest]
+        per_head = [None if node.op == "rope" else aligned_axis(1, 4, self.types[o]) for o in rest]
+        rest_splits = [None if k is None else Split(k, (self.types[o].shape[k],))
+                       for o, k in zip(rest, per_head)]  # fmt: skip
+        few_kv = bool(kv) and self.types[kv[0]].shape[1] % self.ways != 0
+        if few_kv and not all(o in self.has_replica for o in kv):
+            return False
+        wanted = [] if few_kv else [(o, Split(1, (self.types[o].shape[1],))) for o in kv]
+        wanted += [(o, r) for o, r in zip(rest, rest_splits) if r is not None]
+        if not all(self._can_piece(o, r) for o, r in wanted):
+            return False
+        operands: list[str | tuple[str, ...]] = [self.pieces[node.operands[0]][1]]
+        if few_kv:
+            operands += [self._kv_head_slices(o) for o in kv]
+        else:
+            operands += [self._pieces_of(o, Split(1, (self.types[o].shape[1],))) for o in kv]
+        operands += [
+            self._replicated(o, node.span) if r is None else self._pieces_of(o, r)
+            for o, r in zip(rest, rest_splits)
+        ]
         self._emit_split(node, split, self._per_device(operands), None)
         return True
 
     def _kv_head_slices(self, value: str) -> tuple[str, ...]:
         """Fewer KV heads than devices (ways a multiple of them): device i reads KV head
         i // (ways / kv_heads) of the replicated k or v, the one its query heads map to."""
-        t = self.types[value]
-        copies = self.ways // t.shape[1]
-        local = t.with_shape((t.shape[0], 1, *t.shape[2:]))
-        names = []
-        for i in range(self.ways):
-            name = self._fresh(f"{value}.d{i}")
-            attrs = {"axis": 1, "end": i // copies + 1, "start": i // copies}
-            self._emit(Node(name, "slice", (value,), attrs, local), (i,))
-            names.append(name)
-        return tuple(names)
+        copies = self.ways // self.types[value].shape[1]
+        return self._slices(value, 1, [(i // copies, i // copies + 1) for i in range(self.ways)])
 
     def _check_heads(self, node: Node) -> None:
         q_heads = self.types[node.operands[0]].shape[1]
