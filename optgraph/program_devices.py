@@ -37,7 +37,9 @@ def needs_ranks(graph: Graph) -> bool:
     """Whether `graph` runs as rank programs: several devices, or any collective."""
     if graph.device_count() > 1:
         return True
-    return any((op := get_op(n.op)) is not None and op.category == "collective" for n in graph.nodes)
+    return any(
+        (op := get_op(n.op)) is not None and op.category == "collective" for n in graph.nodes
+    )
 
 
 def device_pipeline(graph: Graph, pipeline: str, devices: int) -> str:

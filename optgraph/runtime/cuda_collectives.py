@@ -116,7 +116,7 @@ class NcclCollectives:
             return [partial(comm.allGather, src, dst, step.count, dtype, stream)]
         # NCCL lays the chunks out rank after rank; the result interleaves them row by row.
         scratch = int(self.scratch.ptr)
-        calls = [partial(comm.allGather, src, scratch, step.count, dtype, stream)]
+        calls: list[Call] = [partial(comm.allGather, src, scratch, step.count, dtype, stream)]
         chunk = step.count * DTYPE_BYTES[step.dtype]
         width = chunk // step.rows
         pitch = width * len(step.group)

@@ -55,8 +55,7 @@ FOUR_DEVICES = """graph four {
   %s32 = all_reduce(%d, %c) {group = [3, 2]} : f32[8] !{device = [3, 2]}
   %t = send(%s01) {to = 2} : f32[8] !{device = 1}
   %r = recv(%t) {from = 1} : f32[8] !{device = 2}
-  %u = add(%r, %s32) : f32[8] !{device = 2}
-  output %s01, %u
+  output %s01, %s32, %r
 }
 """
 

@@ -108,6 +108,7 @@ class FakeCupy:
         self.launches: list[str] = []  # kernel names, as they run (eagerly or replayed)
         self.gemms = 0
         self.graph_launches = 0
+        self.instantiations = 0
         self.memcpys = 0
 
     @property
@@ -192,6 +193,7 @@ class FakeCupy:
 
     def instantiate(self, graph: int) -> int:
         exec_ = next(_ids)
+        self.instantiations += 1
         self.execs[exec_] = list(self.graphs[graph])
         return exec_
 
