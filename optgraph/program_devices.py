@@ -57,7 +57,7 @@ def check_device_count(planned: Graph, devices: int) -> None:
     if used != devices:
         raise OptGraphError(
             f"graph '{planned.name}' is placed on {used} device(s) but {devices} were asked for "
-            f"(run it with devices={used}, or split it with tensor-parallel{{ways={devices}}} "
+            f"(run it on {used}, or split it with tensor-parallel{{ways={devices}}} "
             f"or pipeline-parallel{{stages={devices}}})"
         )
 
