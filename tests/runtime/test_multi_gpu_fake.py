@@ -164,3 +164,17 @@ def test_an_unplaced_graph_on_several_devices_is_split_first() -> None:
     assert device_pipeline(placed, "default", 2) == "default"
     assert device_pipeline(unplaced, "default", 1) == "default"
     assert device_pipeline(unplaced, "fuse", 2) == "tensor-parallel{ways=2},fuse"
+
+
+def test_timing_binds_device_arrays_and_replays_on_every_rank(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from optgraph.runtime.multi_gpu import MultiGpuProgram
+
+    graph = og.parse(COLLECTIVES)
+    with fake_cupy(monkeypatch) as fake:
+        fake.device_count = 2
+        with MultiGpuProgram(lower_ranks(graph), {}, launcher="thread") as program:
+            medians = program.time(random_inputs(graph, seed=1), warmup=2, reps=5)
+    assert medians == [0.25, 0.25]  # the fake's elapsed time per replay, from each rank
+    assert fake.instantiations == 2 and fake.graph_launches == 2 * (2 + 5)
