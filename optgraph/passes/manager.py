@@ -35,8 +35,10 @@ from optgraph.passes.fuse import FusePass
 from optgraph.passes.fuse_siblings import FuseSiblingsPass
 from optgraph.passes.insert_sync import InsertSyncPass
 from optgraph.passes.plan_memory import PlanMemoryPass
+from optgraph.passes.pipeline_parallel import PipelineParallelPass
 from optgraph.passes.plan_prefetch import PlanPrefetchPass
 from optgraph.passes.split_backends import SplitBackendsPass
+from optgraph.passes.tensor_parallel import TensorParallelPass
 from optgraph.passes.verify_pass import VerifyPass
 
 PASSES: dict[str, type[Pass]] = {
@@ -48,9 +50,11 @@ PASSES: dict[str, type[Pass]] = {
     "fuse": FusePass,
     "fuse-siblings": FuseSiblingsPass,
     "insert-sync": InsertSyncPass,
+    "pipeline-parallel": PipelineParallelPass,
     "plan-memory": PlanMemoryPass,
     "plan-prefetch": PlanPrefetchPass,
     "split-backends": SplitBackendsPass,
+    "tensor-parallel": TensorParallelPass,
     "verify": VerifyPass,
 }
 

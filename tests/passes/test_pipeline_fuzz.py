@@ -11,7 +11,8 @@ option or pass name, or an option without a value. The property, for each pipeli
   result plus a memory plan when it has none, as `og.compile` does) runs on the planned executor,
   in a random stream interleaving, equal to the reference interpreter of the source graph:
   bit-identical when the pipeline only schedules, within fusion's tolerance of
-  tests/passes/test_fuse.py when it fuses (`fuse`, `fuse-siblings` or `default`).
+  tests/passes/test_fuse.py when it fuses (`fuse`, `fuse-siblings` or `default`) or splits matmuls
+  (`tensor-parallel`: row-parallel partial sums are added in another order).
 
 CI runs a derandomizable sample (`examples(80)`); `HYPOTHESIS_PROFILE=fuzz` runs ~83 times more.
 """
@@ -36,6 +37,7 @@ from optgraph.passes.manager import (
     plan_memory_if_missing,
     run_pipeline,
 )
+from optgraph.passes.tensor_parallel import shard_weights
 from optgraph.runtime.planned import execute
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference
 from tests.support.property_examples import examples
@@ -43,6 +45,8 @@ from tests.support.random_graphs import random_dag_graphs
 
 PASS_OPTIONS = {name: options for name, _, options in describe_passes()}
 FUSING = {"fuse", "fuse-siblings", "default"}
+# Passes that may change rounding: fusion, and tensor-parallel's row-parallel partial sums.
+REROUNDING = FUSING | {"tensor-parallel"}
 # Values by option type (valid ones) and by option name where the type says too little.
 VALID = {
     "int": ["1", "2", "3", "4", "8", "16", "64", "256", "2048"],
@@ -88,10 +92,10 @@ pipelines = st.lists(pass_texts(), min_size=1, max_size=6).map(",".join)
 def _assert_equal_to_reference(source: Graph, planned: Graph, pipeline: str, seed: int) -> None:
     inputs, weights = random_inputs(source, seed), random_weights(source, seed)
     want = run_reference(source, inputs, weights)
-    used = {w.name: weights[w.name] for w in planned.weights}
+    used = shard_weights(source, planned, weights)  # tensor-parallel's pieces; the rest as is
     got = execute(lower(planned), inputs, used, seed=seed).outputs
     assert list(got) == list(want)
-    fuses = any(p in pipeline for p in FUSING)
+    fuses = any(p in pipeline for p in REROUNDING)
     for name, value in want.items():
         assert got[name].shape == value.shape and got[name].dtype == value.dtype, name
         if fuses:  # the reference evaluates a body node by node: float32 noise at most

@@ -1,0 +1,443 @@
+"""`tensor-parallel{ways=N}`: split a transformer across N devices, Megatron-style.
+
+    before: %q = matmul(%x, %wq) : f32[1,64]      ... %o = matmul(%a, %wo) : f32[1,64]
+    after:  %q.d0 = matmul(%x, %wq.d0) : f32[1,32] !{device = 0}    (and %q.d1 on device 1)
+            %o.d0 = matmul(%a.d0, %wo.d0) : f32[1,64] !{device = 0}  (and %o.d1)
+            %o = all_reduce(%o.d0, %o.d1) {group = [0, 1]} : f32[1,64] !{device = [0, 1]}
+
+Found from the graph, not from names (`analysis/tensor_shards`): a matmul with a weight is
+column-parallel when its result reaches attention, another matmul with a weight (MLP gate/up) or
+an output (logits, by vocabulary); attention runs on each device's heads, query heads
+[i*H/N, (i+1)*H/N) with KV heads [i*KV/N, (i+1)*KV/N) (the grouped-query mapping kept; with
+N a multiple of KV, device i reads KV head i // (N/KV)); a split input times a weight cut by rows
+(o, down) is row-parallel, then `all_reduce`; the embedding is cut along hidden, then
+`all_gather`. Elementwise ops keep a split where wanted or free; norms, the residual stream and
+the rest run replicated. A KV cache stays whole on every device (its new rows gathered), so inputs
+and outputs keep their names and types. docs/passes.md has the reasons for each choice.
+
+Weights are cut once, at compile time: pieces are named (`%l0.wq.d1`, device 1) and
+`shard_weights(graph_before, graph_after, weights)` cuts them from the user's arrays; a fused
+q|k|v weight sliced into q, k and v is cut per slice. A value's piece on device i is `%v.d<i>`.
+
+Does not handle: head counts N devices cannot share and MLP widths they cannot cut evenly (errors
+naming the node), batched weights, graphs already placed or fused (run it first). Results equal
+the original's but for the order of the row-parallel sums.
+
+Complexity O(V + E) plus the O(V·N) nodes it writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+import numpy as np
+
+from optgraph.analysis.tensor_shards import (
+    ShardRecipe,
+    Split,
+    aligned_axis,
+    segments_of,
+    slice_bounds,
+    split_demand,
+    view_split,
+)
+from optgraph.errors import PipelineError, Span, VerifyError
+from optgraph.ir.graph import AttrValue, Graph, Node, Weight
+from optgraph.ir.ops import attrs_with_defaults, get_op
+from optgraph.passes.base import Pass
+
+MAX_WAYS = 1024
+Attrs = Mapping[str, AttrValue]
+
+
+@dataclass(frozen=True)
+class TensorParallelPass(Pass):
+    name: ClassVar[str] = "tensor-parallel"
+    summary: ClassVar[str] = "split attention heads, MLPs, embedding and logits across N devices"
+    invalidates: ClassVar[tuple[str, ...]] = (
+        "streams-assigned",
+        "backends-assigned",
+        "synced",
+        "lifetimes-analyzed",
+        "memory-planned",
+    )
+    ways: int = 2
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.ways <= MAX_WAYS:
+            raise ValueError(f"ways must be 1 to {MAX_WAYS}, got {self.ways}")
+
+    def run(self, graph: Graph) -> Graph:
+        if self.ways == 1:
+            return graph
+        return split_graph(graph, self.ways)[0]
+
+
+class TensorSplitter:
+    """One sweep in issue order: each node is written replicated, split (one piece per device),
+    or row-parallel (partial sums and an all_reduce), by the layout of its operands."""
+
+    def __init__(self, graph: Graph, ways: int) -> None:
+        self.graph, self.ways = graph, ways
+        self.everywhere = tuple(range(ways))
+        self.types = graph.value_types()
+        self.weights = {w.name: w for w in graph.weights}
+        self.demand = split_demand(graph, ways)
+        self.required = split_demand(graph, ways, outputs=False)  # else only an output wants it
+        self.cuts = slice_bounds(graph)
+        self.taken = set(self.types)
+        self.has_replica = set(graph.input_names())  # values whose own name exists on every device
+        self.pieces: dict[str, tuple[Split, tuple[str, ...]]] = {}
+        self.nodes: list[Node] = []
+        self.weight_pieces: dict[tuple[str, int, tuple[int, ...]], tuple[str, ...]] = {}
+        self.recipes: dict[str, ShardRecipe] = {}
+        self.replicated_weights: set[str] = set()
+        self.cut_weights: dict[str, list[Weight]] = {}
+
+    def run(self) -> Graph:
+        for node in self.graph.nodes:
+            if node.op == "attention":  # before any other message: heads are the usual cause
+                self._check_heads(node)
+        for node in self.graph.nodes:
+            self._visit(node)
+        if not self.pieces:
+            first = self.graph.nodes[0] if self.graph.nodes else None
+            raise VerifyError(
+                f"tensor-parallel: nothing to split in graph {self.graph.name}: no attention and "
+                "no matmul with a weight that feeds attention, another such matmul or an output",
+                None if first is None else first.span,
+            )
+        for output in self.graph.outputs:
+            self._replicated(output.name, output.span)
+        return self._assembled()
+
+    # -- names and placement --
+
+    def _fresh(self, name: str) -> str:
+        candidate, k = name, 1
+        while candidate in self.taken:
+            candidate, k = f"{name}_{k}", k + 1
+        self.taken.add(candidate)
+        return candidate
+
+    def _emit(self, node: Node, devices: tuple[int, ...]) -> None:
+        self.nodes.append(replace(node, ann=replace(node.ann, device=devices)))
+
+    def _replicated(self, value: str, span: Span | None) -> str:
+        """`value` readable on every device: a weight or input as is, a split value gathered."""
+        if value in self.weights:
+            self.replicated_weights.add(value)
+            return value
+        if value in self.has_replica:
+            return value
+        split, names = self.pieces[value]
+        if len(split.segments) > 1:
+            raise VerifyError(
+                f"tensor-parallel: %{value} is split in {len(split.segments)} segments along axis "
+                f"{split.axis} and is read whole: read it through slices of one segment each",
+                span,
+            )
+        gather = Node(value, "all_gather", names, {"axis": split.axis, "group": self.everywhere},
+                      self.types[value], span=span)  # fmt: skip
+        self._emit(gather, self.everywhere)
+        self.has_replica.add(value)
+        return value
+
+    def _can_piece(self, value: str, split: Split) -> bool:
+        have = self.pieces.get(value)
+        if (have is not None and have[0] == split) or value in self.weights:
+            return True
+        return value in self.has_replica and len(split.segments) == 1
+
+    def _pieces_of(self, value: str, split: Split) -> tuple[str, ...]:
+        """Per-device names of `value` under `split` (`_can_piece` holds): its own pieces, a
+        weight cut at compile time, or a replicated value sliced on each device."""
+        have = self.pieces.get(value)
+        if have is not None and have[0] == split:
+            return have[1]
+        if value in self.weights:
+            return self._weight_pieces(value, split)
+        chunk = split.segments[0] // self.ways
+        bounds = [(i * chunk, (i + 1) * chunk) for i in range(self.ways)]
+        names = self._slices(value, split.axis, bounds)
+        self.pieces[value] = (split, names)
+        return names
+
+    def _slices(self, value: str, axis: int, bounds: list[tuple[int, int]]) -> tuple[str, ...]:
+        """`slice(value)` on each device i, [start, end) = bounds[i] along `axis`."""
+        names = []
+        for i, (start, end) in enumerate(bounds):
+            t = self.types[value]
+            local = t.with_shape(end - start if k == axis else d for k, d in enumerate(t.shape))
+            name = self._fresh(f"{value}.d{i}")
+            attrs = {"axis": axis, "end": end, "start": start}
+            self._emit(Node(name, "slice", (value,), attrs, local), (i,))
+            names.append(name)
+        return tuple(names)
+
+    def _weight_pieces(self, weight: str, split: Split) -> tuple[str, ...]:
+        key = (weight, split.axis, split.segments)
+        if key not in self.weight_pieces:
+            family = sum(1 for k in self.weight_pieces if k[0] == weight)
+            stem = weight if family == 0 else f"{weight}.s{family}"
+            names = tuple(self._fresh(f"{stem}.d{i}") for i in range(self.ways))
+            source = self.weights[weight]
+            local = split.local_type(source.type, self.ways)
+            for i, name in enumerate(names):
+                self.recipes[name] = ShardRecipe(weight, split.axis, split.segments, i, self.ways)
+                piece = replace(source, name=name, type=local, ann=replace(source.ann, device=(i,)))
+                self.cut_weights.setdefault(weight, []).append(piece)
+            self.weight_pieces[key] = names
+        return self.weight_pieces[key]
+
+    def _emit_split(
+        self, node: Node, split: Split, operands: list[tuple[str, ...]], attrs: list[Attrs] | None
+    ) -> None:
+        """One piece of `node` per device: operand lists per device, attributes per device."""
+        assert node.type is not None
+        local = split.local_type(node.type, self.ways)
+        names = []
+        for i in range(self.ways):
+            name = self._fresh(f"{node.name}.d{i}")
+            mine = node.attrs if attrs is None else attrs[i]
+            piece = Node(name, node.op, operands[i], mine, local, span=node.span,
+                         operand_spans=node.operand_spans)  # fmt: skip
+            self._emit(piece, (i,))
+            names.append(name)
+        self.pieces[node.name] = (split, tuple(names))
+
+    def _per_device(self, names: list[str | tuple[str, ...]]) -> list[tuple[str, ...]]:
+        """Operand lists per device from, per operand, one replicated name or per-device names."""
+        return [tuple(n if isinstance(n, str) else n[i] for n in names) for i in range(self.ways)]
+
+    # -- the rules --
+
+    def _visit(self, node: Node) -> None:
+        category = getattr(get_op(node.op), "category", "")
+        if node.is_event:
+            raise VerifyError("tensor-parallel: run it before insert-sync (events)", node.span)
+        if node.op == "matmul" and self._matmul(node):
+            return
+        if node.op == "get_rows" and self._get_rows(node):
+            return
+        if node.op in ("reshape", "transpose", "slice") and self._view(node):
+            return
+        if (category == "elementwise" or node.op == "kv_cache_write") and self._elementwise(node):
+            return
+        if node.op in ("rope", "attention") and self._heads(node):
+            return
+        operands = tuple(self._replicated(o, node.span) for o in node.operands)
+        self._emit(replace(node, operands=operands), self.everywhere)
+        self.has_replica.add(node.name)
+
+    def _split_of(self, value: str) -> Split | None:
+        have = self.pieces.get(value)
+        return None if have is None else have[0]
+
+    def _matmul(self, node: Node) -> bool:
+        a, b = node.operands
+        attrs = attrs_with_defaults(node)
+        ta, tb = bool(attrs["transpose_a"]), bool(attrs["transpose_b"])
+        if b not in self.weights or self.types[b].rank != 2 or node.type is None:
+            return False
+        rank_a = self.types[a].rank
+        split_a = self._split_of(a)
+        if split_a is not None and split_a.axis == rank_a - (2 if ta else 1):  # row-parallel
+            weight = self._weight_pieces(b, Split(1 if tb else 0, split_a.segments))
+            partials = []
+            for i in range(self.ways):
+                name = self._fresh(f"{node.name}.d{i}")
+                piece = Node(name, "matmul", (self.pieces[a][1][i], weight[i]), node.attrs,
+                             node.type, span=node.span)  # fmt: skip
+                self._emit(piece, (i,))
+                partials.append(name)
+            total = Node(node.name, "all_reduce", tuple(partials), {"group": self.everywhere},
+                         node.type, span=node.span)  # fmt: skip
+            self._emit(total, self.everywhere)
+            self.has_replica.add(node.name)
+            return True
+        if split_a is not None or node.name not in self.demand:
+            return False
+        n_axis = 0 if tb else 1
+        split = Split(node.type.rank - 1, segments_of(self.types[b].shape[n_axis],
+                                                      self.cuts.get(node.name)))  # fmt: skip
+        if not split.is_even(self.ways):
+            if node.name not in self.required:  # a logits head: run it whole
+                return False
+            cut = f" (cut by slices into {list(split.segments)})" if len(split.segments) > 1 else ""
+            raise VerifyError(
+                f"tensor-parallel: matmul %{node.name} has {node.type.shape[-1]} output "
+                f"columns{cut}, which {self.ways} devices cannot share evenly",
+                node.span,
+            )
+        weight = self._weight_pieces(b, Split(n_axis, split.segments))
+        self._emit_split(node, split, self._per_device([self._replicated(a, node.span), weight]),
+                         None)  # fmt: skip
+        return True
+
+    def _get_rows(self, node: Node) -> bool:
+        table, ids = node.operands
+        if table not in self.weights or node.type is None:
+            return False
+        width = self.types[table].shape[-1]
+        if self.types[table].rank != 2 or width % self.ways:
+            return False
+        pieces = self._weight_pieces(table, Split(1, (width,)))
+        operands = self._per_device([pieces, self._replicated(ids, node.span)])
+        self._emit_split(node, Split(node.type.rank - 1, (width,)), operands, None)
+        return True
+
+    def _view(self, node: Node) -> bool:
+        (source,) = node.operands
+        split = self._split_of(source)
+        moved = None if split is None else view_split(node, split, self.types[source], self.ways)
+        if moved is None:
+            return False
+        pieces = self.pieces[source][1]
+        self._emit_split(node, moved[0], self._per_device([pieces]), [moved[1]] * self.ways)
+        return True
+
+    def _elementwise(self, node: Node) -> bool:
+        """Elementwise ops and kv_cache_write: split like their first split operand."""
+        assert node.type is not None
+        rank = node.type.rank
+        first = next((o for o in node.operands if self._split_of(o) is not None), None)
+        if first is None or (node.op == "kv_cache_write" and first != node.operands[0]):
+            return False  # a whole cache stays whole: its new rows are gathered (a few bytes)
+        split = self._split_of(first)
+        assert split is not None
+        axis = split.axis + rank - self.types[first].rank
+        wanted = [aligned_axis(axis, rank, self.types[o]) for o in node.operands]
+        # keep a split only where it is wanted downstream or costs nothing (operands already
+        # split, or weights cut at compile time): the residual stream stays replicated
+        free = all(
+            k is None or self._split_of(o) is not None or o in self.weights
+            for o, k in zip(node.operands, wanted)
+        )
+        if node.name not in self.demand and not free:
+            return False
+        if not all(
+            self._can_piece(o, Split(k, split.segments))
+            for o, k in zip(node.operands, wanted)
+            if k is not None
+        ):
+            return False
+        operands: list[str | tuple[str, ...]] = [
+            self._replicated(o, node.span)
+            if k is None
+            else self._pieces_of(o, Split(k, split.segments))
+            for o, k in zip(node.operands, wanted)
+        ]
+        self._emit_split(node, Split(axis, split.segments), self._per_device(operands), None)
+        return True
+
+    def _heads(self, node: Node) -> bool:
+        """rope and attention on each device's heads ([B,S,H,D] and [B,H,S,D] respectively)."""
+        split = self._split_of(node.operands[0])
+        head_axis = 2 if node.op == "rope" else 1
+        if split is None or split.axis != head_axis or len(split.segments) != 1:
+            return False
+        # k and v of attention split like q, and so does a per-head mask [B,Hq,Sq,Skv] after them;
+        # rope's positions, kv_len and a mask broadcast over heads are whole on every device
+        kv = [] if node.op == "rope" else list(node.operands[1:3])
+        rest = node.operands[1:] if node.op == "rope" else node.operands[3:]
+        per_head = [None if node.op == "rope" else aligned_axis(1, 4, self.types[o]) for o in rest]
+        rest_splits = [None if k is None else Split(k, (self.types[o].shape[k],))
+                       for o, k in zip(rest, per_head)]  # fmt: skip
+        few_kv = bool(kv) and self.types[kv[0]].shape[1] % self.ways != 0
+        if few_kv and not all(o in self.has_replica for o in kv):
+            return False
+        wanted = [] if few_kv else [(o, Split(1, (self.types[o].shape[1],))) for o in kv]
+        wanted += [(o, r) for o, r in zip(rest, rest_splits) if r is not None]
+        if not all(self._can_piece(o, r) for o, r in wanted):
+            return False
+        operands: list[str | tuple[str, ...]] = [self.pieces[node.operands[0]][1]]
+        if few_kv:
+            operands += [self._kv_head_slices(o) for o in kv]
+        else:
+            operands += [self._pieces_of(o, Split(1, (self.types[o].shape[1],))) for o in kv]
+        operands += [
+            self._replicated(o, node.span) if r is None else self._pieces_of(o, r)
+            for o, r in zip(rest, rest_splits)
+        ]
+        self._emit_split(node, split, self._per_device(operands), None)
+        return True
+
+    def _kv_head_slices(self, value: str) -> tuple[str, ...]:
+        """Fewer KV heads than devices (ways a multiple of them): device i reads KV head
+        i // (ways / kv_heads) of the replicated k or v, the one its query heads map to."""
+        copies = self.ways // self.types[value].shape[1]
+        return self._slices(value, 1, [(i // copies, i // copies + 1) for i in range(self.ways)])
+
+    def _check_heads(self, node: Node) -> None:
+        q_heads = self.types[node.operands[0]].shape[1]
+        kv_heads = self.types[node.operands[1]].shape[1]
+        if q_heads % self.ways or (kv_heads % self.ways and self.ways % kv_heads):
+            raise VerifyError(
+                f"tensor-parallel: attention %{node.name} has {q_heads} query heads and "
+                f"{kv_heads} KV heads, which {self.ways} devices cannot share: ways must divide "
+                "the query heads, and divide the KV heads or be a multiple of them, so that the "
+                "query heads of each device read whole KV heads of their own",
+                node.span,
+            )
+
+    def _assembled(self) -> Graph:
+        inputs = tuple(replace(i, ann=replace(i.ann, device=self.everywhere))
+                       for i in self.graph.inputs)  # fmt: skip
+        weights: list[Weight] = []
+        for weight in self.graph.weights:
+            if weight.name in self.replicated_weights:
+                weights.append(replace(weight, ann=replace(weight.ann, device=self.everywhere)))
+            weights += self.cut_weights.get(weight.name, [])
+        return replace(self.graph, inputs=inputs, weights=tuple(weights), nodes=tuple(self.nodes))
+
+
+def _refuse_placed(graph: Graph) -> None:
+    for node in graph.nodes:
+        if node.ann.device is not None:
+            raise VerifyError(
+                f"tensor-parallel: the graph is already placed on devices (%{node.name} has "
+                f"device = {list(node.ann.device)})",
+                node.span,
+            )
+        if node.op == "fused":
+            raise VerifyError(
+                f"tensor-parallel: %{node.name} is fused: run tensor-parallel before fuse",
+                node.span,
+            )
+
+
+def split_graph(graph: Graph, ways: int) -> tuple[Graph, dict[str, ShardRecipe]]:
+    """The graph over `ways` devices and the recipe of every weight piece it names."""
+    _refuse_placed(graph)
+    splitter = TensorSplitter(graph, ways)
+    return splitter.run(), splitter.recipes
+
+
+def shard_weights(
+    graph_before: Graph, graph_after: Graph, weights: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """The arrays `graph_after` names, from the user's `weights` of `graph_before`: pieces cut by
+    the recipe tensor-parallel used (recomputed from `graph_before` and the device count), other
+    weights passed through. Cost: one copy of each piece."""
+    missing = [w.name for w in graph_after.weights if w.name not in weights]
+    ways = graph_after.device_count()
+    recipes = split_graph(graph_before, ways)[1] if missing and ways > 1 else {}
+    out: dict[str, np.ndarray] = {}
+    for weight in graph_after.weights:
+        recipe = recipes.get(weight.name)
+        if recipe is not None:
+            out[weight.name] = recipe.cut(weights[recipe.source])
+        elif weight.name in weights:
+            out[weight.name] = weights[weight.name]
+        else:
+            raise PipelineError(
+                f"shard_weights: no array and no recipe for weight %{weight.name} "
+                "(was the graph split from this graph?)"
+            )
+    return out
+
+
+__all__ = ["ShardRecipe", "Split", "TensorParallelPass", "shard_weights", "split_graph"]
