@@ -24,6 +24,7 @@ from optgraph.codegen.lowered import RankPrograms
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph
 from optgraph.ir.ops import get_op
+from optgraph.passes.tensor_parallel import shard_weights
 from optgraph.runtime.multi_gpu import MultiGpuProgram
 
 
@@ -65,13 +66,19 @@ def check_device_count(planned: Graph, devices: int) -> None:
 def parallel_weights(
     source: Graph, planned: Graph, weights: Mapping[str, Any]
 ) -> dict[str, np.ndarray]:
-    """The arrays `planned` names: the given ones by name (a graph placed by hand), else the
-    pieces tensor-parallel cut from `source`'s weights."""
+    """The arrays `planned` names: the given ones by name (a graph placed by hand, or placed
+    whole by pipeline-parallel), else the pieces tensor-parallel cut from `source`'s weights
+    (`passes/tensor_parallel.shard_weights`, which recomputes its recipes from `source`)."""
     names = [w.name for w in planned.weights]
     if all(n in weights for n in names):
         return {n: weights[n] for n in names}
-    missing = next(w for w in planned.weights if w.name not in weights)
-    raise InputError(f"missing weight '%{missing.name}' ({missing.type})", missing.span)
+    missing = [w for w in source.weights if w.name not in weights]
+    if missing:
+        raise InputError(
+            f"missing weight '%{missing[0].name}' ({missing[0].type})", missing[0].span
+        )
+    arrays = {name: np.asarray(value) for name, value in weights.items()}
+    return shard_weights(source, planned, arrays)
 
 
 class MultiDeviceRunner:
