@@ -5,7 +5,8 @@
 
 - `device_pipeline(graph, pipeline, devices)`: a graph with no device annotations run on N > 1
   devices gets `tensor-parallel{ways=N}` at the head of its pipeline (as `optgraph run --devices
-  N` does); a graph already placed on devices keeps its pipeline.
+  N` does), unless the pipeline splits it itself (tensor-parallel or pipeline-parallel); a graph
+  already placed on devices keeps its pipeline.
 - `check_device_count(planned, devices)`: the planned graph must use exactly the devices asked for.
 - `MultiDeviceRunner`: the planned graph lowered per rank (`codegen/rank_programs.lower_ranks`,
   once) and run on that many GPUs (`runtime/multi_gpu.MultiGpuProgram`, started on the first
@@ -24,8 +25,11 @@ from optgraph.codegen.lowered import RankPrograms
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph
 from optgraph.ir.ops import get_op
+from optgraph.passes.manager import parse_pipeline
 from optgraph.passes.tensor_parallel import shard_weights
 from optgraph.runtime.multi_gpu import MultiGpuProgram
+
+SPLITTING_PASSES = frozenset({"tensor-parallel", "pipeline-parallel"})
 
 
 def is_placed(graph: Graph) -> bool:
@@ -44,10 +48,12 @@ def needs_ranks(graph: Graph) -> bool:
 
 
 def device_pipeline(graph: Graph, pipeline: str, devices: int) -> str:
-    """`pipeline`, with `tensor-parallel{ways=devices}` first for an unplaced graph on several."""
+    """`pipeline`, with `tensor-parallel{ways=devices}` first for an unplaced graph on several
+    devices whose pipeline does not split it itself."""
     if devices < 1:
         raise OptGraphError(f"devices must be at least 1, got {devices}")
-    if devices == 1 or is_placed(graph):
+    splits = {p.name for p in parse_pipeline(pipeline)} & SPLITTING_PASSES
+    if devices == 1 or is_placed(graph) or splits:
         return pipeline
     return f"tensor-parallel{{ways={devices}}},{pipeline}"
 
@@ -99,6 +105,15 @@ class MultiDeviceRunner:
             self._weights_seen = seen
         outputs: dict[str, Any] = self._program.run(inputs)
         return outputs
+
+    def time(
+        self, inputs: Mapping[str, Any], weights: Mapping[str, Any], warmup: int, reps: int
+    ) -> list[float]:
+        """Each rank's median ms per replay (`MultiGpuProgram.time`), started if need be."""
+        if self._program is None:
+            self.run(inputs, weights)
+        medians: list[float] = self._program.time(inputs, warmup, reps)
+        return medians
 
     def close(self) -> None:
         if self._program is not None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from optgraph.codegen.lowered import LoweredProgram
+from optgraph.codegen.lowered import LoweredProgram, Relower
 from optgraph.runtime.cuda_device import cupy
 from optgraph.runtime.reference_kernels import numpy_dtype
 
@@ -44,6 +44,7 @@ class RankSpec:
     program: LoweredProgram
     ids: Mapping[tuple[int, ...], tuple[int, ...]]
     weights: Mapping[str, np.ndarray] = field(default_factory=dict)
+    relower: Relower | None = None
 
 
 def nccl_environment() -> None:
@@ -124,7 +125,10 @@ def rank_main(spec: RankSpec, conn: Any, setup: Callable[[], None] | None = None
         cupy().cuda.Device(spec.device).use()
         communicators = Communicators(spec.rank, spec.ids)
         program = RankProgram(
-            spec.program, collectives=NcclCollectives(communicators), weights=spec.weights
+            spec.program,
+            collectives=NcclCollectives(communicators),
+            weights=spec.weights,
+            relower=spec.relower,
         )
     except Exception:  # noqa: BLE001 - reported to the parent, which stops the other ranks
         _reply(conn, "error", traceback.format_exc(limit=8))

@@ -164,6 +164,8 @@ def test_an_unplaced_graph_on_several_devices_is_split_first() -> None:
     assert device_pipeline(placed, "default", 2) == "default"
     assert device_pipeline(unplaced, "default", 1) == "default"
     assert device_pipeline(unplaced, "fuse", 2) == "tensor-parallel{ways=2},fuse"
+    split = "pipeline-parallel{stages=2},default"
+    assert device_pipeline(unplaced, split, 2) == split
 
 
 def test_timing_binds_device_arrays_and_replays_on_every_rank(
@@ -178,3 +180,32 @@ def test_timing_binds_device_arrays_and_replays_on_every_rank(
             medians = program.time(random_inputs(graph, seed=1), warmup=2, reps=5)
     assert medians == [0.25, 0.25]  # the fake's elapsed time per replay, from each rank
     assert fake.instantiations == 2 and fake.graph_launches == 2 * (2 + 5)
+
+
+def test_a_split_llama_runs_and_times_with_its_caches_bound_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    from gen_llama import generate_llama
+
+    from optgraph.runtime.reference import random_weights
+
+    source = og.parse(generate_llama(layers=1, hidden=64, heads=4, kv_heads=2, ffn=128))
+    inputs, weights = random_inputs(source, seed=1), random_weights(source, seed=1)
+    with fake_cupy(monkeypatch) as fake:
+        fake.device_count = 2
+        program = og.compile(source, "default", target="cuda", devices=2)
+        runner = program._cuda_runner()
+        runner.launcher = "thread"
+        try:
+            outputs = program.run(inputs, weights)
+            medians = runner.time(inputs, weights, warmup=1, reps=2)
+        finally:
+            program.close()
+    assert list(outputs) == list(source.output_names())
+    assert medians == [0.25, 0.25]
+    # Each rank: the run's capture, then the in-place variant's (the caches bound in place).
+    assert fake.instantiations == 4
