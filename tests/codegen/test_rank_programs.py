@@ -171,3 +171,18 @@ def test_each_rank_of_a_split_llama_in_the_emulator_equals_the_reference(split: 
         for node, value in sent.items():
             assert nmse(value, expected[node]) <= 1e-10, (rank, node)
     assert owned == set(source.output_names()) and sends > 0
+
+
+def test_a_collective_planned_over_its_operand_is_refused() -> None:
+    from optgraph.codegen.cuda_source import CodegenError
+
+    graph = og.parse("""graph overlap {
+  input %a : f32[4,8]
+  input %b : f32[4,8] !{device = 1}
+  %h = exp(%a) : f32[4,8] !{offset = 0, size = 128}
+  %hb = exp(%b) : f32[4,8] !{device = 1, offset = 0, size = 128}
+  %g = all_gather(%h, %hb) {group = [0, 1], axis = 0} : f32[8,8] !{device = [0, 1], offset = 64}
+  output %g
+}""")
+    with pytest.raises(CodegenError, match="all_gather: '%g' is planned over its operand '%h'"):
+        lower_ranks(graph)
