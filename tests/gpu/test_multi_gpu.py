@@ -141,4 +141,4 @@ def test_cli_run_on_two_gpus_checks_against_the_reference(tmp_path: Path) -> Non
         check=False, capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "MISMATCH" not in done.stdout and done.stdout.count(" ok") == 2
+    assert "MISMATCH" not in done.stdout and done.stdout.count(" ok") >= 2
