@@ -17,7 +17,7 @@ from optgraph.codegen.rank_programs import lower_ranks, rank_graph
 from optgraph.ir.graph import Graph
 from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
 from tests.support import cuda_emulator
-from tests.support.device_graphs import COLLECTIVES, FOUR_DEVICES, ONE_MEMBER, TP_PP
+from tests.support.placed_graphs import COLLECTIVES, FOUR_DEVICES, ONE_MEMBER, TP_PP
 from tests.support.rank_emulator import expected_sent, run_rank_emulated
 
 GRAPHS = {"collectives": COLLECTIVES, "tp_pp": TP_PP, "four": FOUR_DEVICES, "one": ONE_MEMBER}

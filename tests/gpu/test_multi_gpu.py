@@ -19,7 +19,7 @@ import pytest
 import optgraph as og
 from optgraph.codegen.rank_programs import lower_ranks
 from optgraph.ir.graph import Graph
-from tests.support.device_graphs import COLLECTIVES, FOUR_DEVICES, ONE_MEMBER, TP_PP
+from tests.support.placed_graphs import COLLECTIVES, FOUR_DEVICES, ONE_MEMBER, TP_PP
 from tests.support.gpu_support import assert_close, reference, require_gpu, same_bits
 
 pytestmark = pytest.mark.gpu

@@ -1,7 +1,7 @@
 """The several-GPU runtime on a fake CuPy with a fake NCCL (tests/support/fake_nccl.py).
 
 The fake's kernels compute nothing, so the graphs here move inputs through collectives only
-(`device_graphs.COLLECTIVES`, `FOUR_DEVICES`): their outputs are real values, checked against
+(`placed_graphs.COLLECTIVES`, `FOUR_DEVICES`): their outputs are real values, checked against
 the reference. Ranks run as threads of this process (one test spawns processes), meet through the
 fake NCCL, capture their programs and replay them.
 """
@@ -16,7 +16,7 @@ from optgraph.codegen.rank_programs import lower_ranks
 from optgraph.errors import InputError, OptGraphError
 from optgraph.program_devices import MultiDeviceRunner, device_pipeline
 from optgraph.runtime.reference import random_inputs, run_reference
-from tests.support.device_graphs import COLLECTIVES, FOUR_DEVICES, ONE_MEMBER
+from tests.support.placed_graphs import COLLECTIVES, FOUR_DEVICES, ONE_MEMBER
 from tests.support.fake_cupy import fake_cupy, install_in_process
 from tests.support.fake_nccl import NcclCommunicator
 
