@@ -1,16 +1,26 @@
-"""Happens-before over a scheduled graph, with one vector clock per node.
+"""Happens-before over a scheduled graph, with one vector clock per node instance.
 
-A happens-before B when they are on the same stream and A is issued first; or A precedes a
-`record ^e` on its stream and B follows a `wait ^e` on its own (transitively). Graph start orders
-every input and weight before every node; the host returning outputs is the end. Nodes without a
-stream are on stream 0, so an unscheduled graph is totally ordered.
+A node runs once on each of its devices (`device` annotation; absent: device 0): each run is an
+*instance*, on the *lane* (device, stream). A happens-before B when they are on the same lane and A
+is issued first; or A precedes a `record ^e` on its lane and B follows a `wait ^e` on its own (an
+event is recorded and waited per device: a replicated `record` records on each of its devices);
+or a collective orders them: an `all_reduce`/`all_gather` joins the clocks of its participants
+(everything before it on any participant's lane happens-before everything after it on every
+participant), and a `recv` joins the clock of its `send` (the sender's work before the send
+happens-before the receiver's work after the recv; not the converse: NCCL may finish a small send
+before its recv runs). Graph start orders every input and weight before every node; the host
+returning outputs is the end, after each device's stream 0. Nodes without a stream are on stream
+0, so an unscheduled single-device graph is totally ordered.
 
-Walking nodes in issue order, each stream keeps a clock vector (one entry per stream: how many nodes
-of that stream are known to have finished). A node on stream s takes its stream's clock with entry s
-advanced; `record` snapshots the clock into the event; `wait` joins the event's clock into the
-waiting stream. Then A (stream s, sequence number q) happens-before B iff clock(B)[s] >= q.
+Walking nodes in issue order, each lane keeps a clock vector (one entry per lane: how many
+instances of that lane are known to have finished). An instance on lane c takes its lane's clock
+with entry c advanced; `record` snapshots the clock into the event; `wait` joins the event's clock
+into the waiting lane. Then A (lane c, sequence number q) happens-before B iff clock(B)[c] >= q.
 
-Complexity: O(V·k) time and memory to build (k = number of streams), O(1) per ordered() query,
+Instances are numbered in issue order, a node's instances in the order of its device list. In a
+graph where every node has one device (every single-device graph), instance i is node i.
+
+Complexity: O(I·k) time and memory to build (I instances, k lanes), O(1) per ordered() query,
 O(k·log V) for `first_node_after`.
 
     before: %a = exp(%x) !{stream = 1}   record ^e !{stream = 1}   wait ^e !{stream = 0}   %b = neg(%a)
@@ -20,105 +30,216 @@ O(k·log V) for `first_node_after`.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
 
-from optgraph.ir.graph import Graph
+from optgraph.ir.graph import Graph, Node
+
+GROUP_COLLECTIVES = frozenset({"all_reduce", "all_gather"})
+Lane = tuple[int, int]  # (device, stream)
+
+
+def instance_reads(node: Node, device: int) -> Iterator[tuple[int, str]]:
+    """(operand position, operand) that the node's instance on `device` reads on that device.
+
+    A plain node reads every operand; a group collective on device group[k] reads operand k (the
+    others arrive through the collective); a recv reads nothing of its own device (the send's
+    instance reads the sent buffer).
+    """
+    if node.op == "recv":
+        return
+    if node.op in GROUP_COLLECTIVES:
+        group = node.attrs.get("group")
+        if isinstance(group, tuple) and device in group:
+            k = group.index(device)
+            if k < len(node.operands):
+                yield k, node.operands[k]
+        return
+    yield from enumerate(node.operands)
 
 
 class HappensBefore:
-    """Vector clocks of a graph's nodes. Indices are positions in `graph.nodes`."""
+    """Vector clocks of a graph's node instances (see the module docstring)."""
 
     def __init__(self, graph: Graph):
         import numpy as np
 
         self.graph = graph
         nodes = graph.nodes
-        self.streams: list[int] = sorted({n.stream for n in nodes} | {0})
-        self.column: dict[int, int] = {s: c for c, s in enumerate(self.streams)}
-        k = len(self.streams)
-        self.clocks = np.zeros((len(nodes), k), dtype=np.int64)
-        self.seq = np.zeros(len(nodes), dtype=np.int64)
-        self.stream_col = np.zeros(len(nodes), dtype=np.int64)
-        # Per stream: node indices in issue order and their clock rows, for first_node_after().
-        self.on_stream: list[list[int]] = [[] for _ in range(k)]
-        current = np.zeros((k, k), dtype=np.int64)
-        events: dict[str, np.ndarray] = {}
-        self.missing_events: list[int] = []
+        self.first: list[int] = []  # node index -> its first instance; then len(instances)
+        self.node_of: list[int] = []
+        self.device_of: list[int] = []
         for i, node in enumerate(nodes):
-            c = self.column[node.stream]
-            self.stream_col[i] = c
-            if node.op == "record":
-                events[node.name] = current[c].copy()
-            elif node.op == "wait":
-                clock = events.get(node.name)
-                if clock is None:
-                    self.missing_events.append(i)
-                else:
-                    np.maximum(current[c], clock, out=current[c])
-            else:
-                current[c, c] += 1
-                self.on_stream[c].append(i)
-            self.seq[i] = current[c, c]
-            self.clocks[i] = current[c]
-        self.final = current  # each stream's clock when the host reaches the end
-        self._stream_clock_cols: list[np.ndarray] = [
-            self.clocks[idx] if idx else np.zeros((0, k), dtype=np.int64) for idx in self.on_stream
+            self.first.append(len(self.node_of))
+            self.node_of.extend(i for _ in node.devices)
+            self.device_of.extend(node.devices)
+        self.first.append(len(self.node_of))
+        devices = sorted({d for n in nodes for d in n.devices} | {0})
+        self.devices = devices
+        self.lanes: list[Lane] = sorted(
+            {(d, n.stream) for n in nodes for d in n.devices} | {(d, 0) for d in devices}
+        )
+        self.column: dict[Lane, int] = {lane: c for c, lane in enumerate(self.lanes)}
+        k = len(self.lanes)
+        count = len(self.node_of)
+        self.clocks = np.zeros((count, k), dtype=np.int64)
+        self.seq = np.zeros(count, dtype=np.int64)
+        self.lane_col = np.zeros(count, dtype=np.int64)
+        # Per lane: instance ids in issue order and their clock rows, for first_node_after().
+        self.on_lane: list[list[int]] = [[] for _ in range(k)]
+        self.missing_events: list[int] = []
+        self._walk(np.zeros((k, k), dtype=np.int64))
+        self._lane_clock_rows: list[np.ndarray] = [
+            self.clocks[idx] if idx else np.zeros((0, k), dtype=np.int64) for idx in self.on_lane
         ]
 
+    def _walk(self, current: np.ndarray) -> None:
+        import numpy as np
+
+        events: dict[tuple[str, int], np.ndarray] = {}
+        sends: dict[str, int] = {}  # send result -> its instance
+        for i, node in enumerate(self.graph.nodes):
+            first = self.first[i]
+            cols = [self.column[(d, node.stream)] for d in node.devices]
+            for x, c in enumerate(cols):
+                self.lane_col[first + x] = c
+            if node.is_event:
+                for x, (d, c) in enumerate(zip(node.devices, cols)):
+                    if node.op == "record":
+                        events[(node.name, d)] = current[c].copy()
+                    elif (clock := events.get((node.name, d))) is not None:
+                        np.maximum(current[c], clock, out=current[c])
+                    elif not self.missing_events or self.missing_events[-1] != i:
+                        self.missing_events.append(i)
+                    self.seq[first + x] = current[c, c]
+                    self.clocks[first + x] = current[c]
+                continue
+            if node.op in GROUP_COLLECTIVES:
+                joined = current[cols].max(axis=0)
+                for c in cols:
+                    current[c] = joined
+            elif node.op == "recv" and node.operands and node.operands[0] in sends:
+                sender = sends[node.operands[0]]
+                np.maximum(current[cols[0]], self.clocks[sender], out=current[cols[0]])
+            ticked = [int(current[c, c]) + 1 for c in cols]
+            for x, c in enumerate(cols):
+                self.seq[first + x] = ticked[x]
+                self.clocks[first + x] = current[c]
+                self.clocks[first + x, c] = ticked[x]
+                self.on_lane[c].append(first + x)
+            if node.op in GROUP_COLLECTIVES:  # after it, every participant saw every tick
+                for c in cols:
+                    current[c, cols] = ticked
+            else:
+                for x, c in enumerate(cols):
+                    current[c, c] = ticked[x]
+            if node.op == "send":
+                sends[node.name] = first
+        self.final = current  # each lane's clock when the host reaches the end
+
+    # -- instances ---------------------------------------------------------------------------
+
+    def instance(self, node: int, device: int) -> int:
+        """The instance of node index `node` on `device` (which must be one of its devices)."""
+        return self.first[node] + self.graph.nodes[node].devices.index(device)
+
+    def instances_of(self, node: int) -> range:
+        return range(self.first[node], self.first[node + 1])
+
+    def ordered_instances(self, x: int, y: int) -> bool:
+        """Whether instance x happens-before instance y (False when x == y)."""
+        if x == y:
+            return False
+        return bool(self.clocks[y, self.lane_col[x]] >= self.seq[x]) and (
+            self.lane_col[x] != self.lane_col[y] or x < y
+        )
+
+    # -- nodes -------------------------------------------------------------------------------
+
     def ordered(self, a: int, b: int) -> bool:
-        """Whether node a happens-before node b (both compute nodes; False when a == b)."""
+        """Whether node a happens-before node b: on every device they share, a's instance before
+        b's; sharing none, every instance of a before every instance of b. False when a == b."""
         if a == b:
             return False
-        return bool(self.clocks[b, self.stream_col[a]] >= self.seq[a]) and (
-            self.stream_col[a] != self.stream_col[b] or a < b
+        shared = [d for d in self.graph.nodes[b].devices if d in self.graph.nodes[a].devices]
+        if shared:
+            return all(
+                self.ordered_instances(self.instance(a, d), self.instance(b, d)) for d in shared
+            )
+        return all(
+            self.ordered_instances(x, y) for x in self.instances_of(a) for y in self.instances_of(b)
         )
 
     def concurrent(self, a: int, b: int) -> bool:
         """Neither orders the other."""
         return a != b and not self.ordered(a, b) and not self.ordered(b, a)
 
-    def unordered_data_edges(self) -> list[tuple[int, int]]:
-        """(producer, consumer) pairs of data edges that happens-before does not cover."""
+    def data_edges(self) -> Iterator[tuple[int, int]]:
+        """(producer instance, consumer instance) of every read of a node result on a device,
+        and (send instance, recv instance) of every transfer."""
         producers = self.graph.producers()
-        bad = []
+        nodes = self.graph.nodes
         for i, node in self.graph.compute_nodes():
-            for operand in node.operands:
-                p = producers.get(operand)
-                if p is not None and not self.ordered(p, i):
-                    bad.append((p, i))
+            for x, d in enumerate(node.devices):
+                for _, operand in instance_reads(node, d):
+                    p = producers.get(operand)
+                    if p is not None and d in nodes[p].devices:
+                        yield self.instance(p, d), self.first[i] + x
+            if node.op == "recv" and node.operands and node.operands[0] in producers:
+                sender = producers[node.operands[0]]
+                yield self.first[sender], self.first[i]
+
+    def unordered_data_edges(self) -> list[tuple[int, int]]:
+        """(producer, consumer) node pairs of data edges that happens-before does not cover."""
+        bad: list[tuple[int, int]] = []
+        for x, y in self.data_edges():
+            if not self.ordered_instances(x, y):
+                pair = (self.node_of[x], self.node_of[y])
+                if not bad or bad[-1] != pair:
+                    bad.append(pair)
         return bad
 
-    def first_node_after(self, accesses: Iterable[int], stream: int) -> int:
-        """Index of the first compute node on `stream` that every access happens-before; -1 if none.
-
-        Clocks along one stream only grow, so for each access this is a binary search.
-        """
-        c = self.column.get(stream)
+    def first_node_after(self, accesses: Iterable[int], stream: int, device: int = 0) -> int:
+        """Index of the first compute node on lane (device, stream) that every access (instance)
+        happens-before; -1 if none. Clocks along one lane only grow: a binary search each."""
+        c = self.column.get((device, stream))
         if c is None:
             return -1
-        indices = self.on_stream[c]
-        rows = self._stream_clock_cols[c]
+        indices = self.on_lane[c]
+        rows = self._lane_clock_rows[c]
         position = 0
         for a in accesses:
-            sa = int(self.stream_col[a])
+            sa = int(self.lane_col[a])
             if sa == c:
-                pos = bisect_left(indices, a + 1)  # strictly later on the same stream
+                pos = bisect_left(indices, a + 1)  # strictly later on the same lane
             else:
                 pos = int(rows[:, sa].searchsorted(self.seq[a], side="left"))
             position = max(position, pos)
             if position >= len(indices):
                 return -1
-        return indices[position] if position < len(indices) else -1
+        return self.node_of[indices[position]] if position < len(indices) else -1
 
-    def joined_at_end(self, stream: int = 0) -> bool:
-        """Whether every node on every stream happens-before the end of `stream` (default 0)."""
-        c = self.column[stream]
-        return bool((self.final[c] >= self.final.diagonal()).all())
+    def end_lane(self, device: int) -> int:
+        """The column of the lane the host waits on at the end for `device`: its stream 0."""
+        return self.column[(device, 0)]
+
+    def unjoined_lanes(self) -> list[int]:
+        """Columns of lanes whose last instance does not happen-before its device's end."""
+        out = []
+        for c, on_lane in enumerate(self.on_lane):
+            device = self.lanes[c][0]
+            end = self.end_lane(device)
+            if c != end and on_lane and self.final[end, c] < self.seq[on_lane[-1]]:
+                out.append(c)
+        return out
+
+    def joined_at_end(self) -> bool:
+        """Whether every instance happens-before the end of its device's stream 0."""
+        return not self.unjoined_lanes()
 
     def width(self) -> int:
-        """Number of streams in use."""
-        return sum(1 for idx in self.on_stream if idx)
+        """Number of lanes in use."""
+        return sum(1 for idx in self.on_lane if idx)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.happens_before import HappensBefore, instance_reads
 from optgraph.errors import Diagnostic, Span
 from optgraph.ir.graph import Graph, Node
 from optgraph.ir.layout import alias_roots
@@ -34,9 +34,12 @@ END = -1  # the graph's end, as the second party of a race
 
 @dataclass(frozen=True)
 class Access:
+    """`node` (an index in issue order) reads or writes `value` on `device`."""
+
     node: int
     value: str
     writes: bool
+    device: int = 0
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,10 @@ class Race:
 def _describe(graph: Graph, access: Access) -> str:
     node = graph.nodes[access.node]
     verb = "writes" if access.writes else "reads"
-    return f"%{node.name} (stream {node.stream}) {verb} %{access.value}"
+    where = f"stream {node.stream}"
+    if graph.device_count() > 1:
+        where = f"device {access.device}, {where}"
+    return f"%{node.name} ({where}) {verb} %{access.value}"
 
 
 def race_message(graph: Graph, race: Race, roots: dict[str, tuple[str, int]] | None = None) -> str:
@@ -67,9 +73,10 @@ def race_message(graph: Graph, race: Race, roots: dict[str, tuple[str, int]] | N
         )
     if race.second.node == END:
         s = graph.nodes[race.first.node].stream
+        of_device = f" of device {race.first.device}" if graph.device_count() > 1 else ""
         return (
             f"race: {first} and may still be running when the graph returns; "
-            f"no event joins stream {s} into stream 0 before the end"
+            f"no event joins stream {s} into stream 0{of_device} before the end"
         )
     second = _describe(graph, race.second)
     if race.clobber:
@@ -118,10 +125,16 @@ class _Finder:
         self.races: list[Race] = []
         self.seen: set[tuple[int, str, int, str]] = set()
 
+    def inst(self, access: Access) -> int:
+        return self.hb.instance(access.node, access.device)
+
+    def ordered(self, a: Access, b: Access) -> bool:
+        return self.hb.ordered_instances(self.inst(a), self.inst(b))
+
     def pair(self, a: Access, b: Access, overlap: tuple[int, int] | None = None) -> None:
         if a.node == b.node or not (a.writes or b.writes):
             return
-        if not self.hb.concurrent(a.node, b.node):
+        if self.ordered(a, b) or self.ordered(b, a):
             return
         later, earlier = (a, b) if a.node > b.node else (b, a)
         key = (later.node, later.value, earlier.node, earlier.value)
@@ -131,17 +144,25 @@ class _Finder:
         self.races.append(Race(later, earlier, overlap))
 
 
-def _buffer_accesses(graph: Graph, roots: dict[str, tuple[str, int]]) -> dict[str, list[Access]]:
-    """Per root buffer: the write of its producer, and every read through it or its aliases."""
-    accesses: dict[str, list[Access]] = {}
+Buffers = dict[tuple[str, int], list[Access]]
+
+
+def _buffer_accesses(graph: Graph, roots: dict[str, tuple[str, int]]) -> Buffers:
+    """Per (root buffer, device): the write of its producer, and every read through it or its
+    aliases on that device (a send reads the buffer it sends; a recv reads nothing there)."""
+    accesses: Buffers = {}
     for i, node in graph.compute_nodes():
-        if node.name not in roots:
-            accesses.setdefault(node.name, []).insert(0, Access(i, node.name, True))
-        else:  # an aliasing view reads and writes nothing
-            continue
-        for operand in dict.fromkeys(node.operands):
-            root = roots.get(operand, (operand, 0))[0]
-            accesses.setdefault(root, []).append(Access(i, operand, False))
+        for d in node.devices:
+            if node.op == "send" and node.operands:
+                root = roots.get(node.operands[0], (node.operands[0], 0))[0]
+                accesses.setdefault((root, d), []).append(Access(i, node.operands[0], False, d))
+                continue
+            if node.name in roots:  # an aliasing view reads and writes nothing
+                continue
+            accesses.setdefault((node.name, d), []).insert(0, Access(i, node.name, True, d))
+            for _, operand in dict.fromkeys(instance_reads(node, d)):
+                root = roots.get(operand, (operand, 0))[0]
+                accesses.setdefault((root, d), []).append(Access(i, operand, False, d))
     return accesses
 
 
@@ -149,28 +170,30 @@ def find_races(graph: Graph) -> list[Race]:
     """Every unordered pair of conflicting accesses (see the module docstring), in issue order."""
     f = _Finder(graph)
     nodes = graph.nodes
-    producers = graph.producers()
+    hb = f.hb
     roots = alias_roots(graph)
-    for i, node in graph.compute_nodes():  # values: every data edge
-        for operand in dict.fromkeys(node.operands):
-            p = producers.get(operand)
-            if p is not None:
-                f.pair(Access(i, operand, False), Access(p, operand, True))
+    for x, y in hb.data_edges():  # values: every data edge, on each device
+        p, i = hb.node_of[x], hb.node_of[y]
+        value = nodes[p].name
+        f.pair(Access(i, value, False, hb.device_of[y]), Access(p, value, True, hb.device_of[x]))
     accesses = _buffer_accesses(graph, roots)
     offsets = {n.name: n.ann.offset for _, n in graph.compute_nodes()}
     for i, node in graph.compute_nodes():  # in place: kv_cache_write into its cache's buffer
         if node.op == "kv_cache_write" and node.operands and _is_in_place(node, roots, offsets):
             root = roots.get(node.operands[0], (node.operands[0], 0))[0]
-            for other in accesses.get(root, ()):
-                f.pair(Access(i, root, True), other)
-    _check_arena(f, accesses, roots)
-    hb = f.hb
-    end = hb.column[0]
-    for c, on_stream in enumerate(hb.on_stream):  # the end joins every stream
-        if c != end and on_stream and hb.final[end, c] < hb.seq[on_stream[-1]]:
-            last = on_stream[-1]
-            f.races.append(Race(Access(last, nodes[last].name, True), Access(END, "", False)))
-    f.races.sort(key=lambda r: (r.first.node, r.second.node, r.first.value, r.second.value))
+            for d in node.devices:
+                for other in accesses.get((root, d), ()):
+                    f.pair(Access(i, root, True, d), other)
+    for device in hb.devices:
+        _check_arena(f, accesses, roots, device)
+    for c in hb.unjoined_lanes():  # the end joins every lane into its device's stream 0
+        last = hb.on_lane[c][-1]
+        at = hb.node_of[last]
+        write = Access(at, nodes[at].name, True, hb.device_of[last])
+        f.races.append(Race(write, Access(END, "", False, hb.device_of[last])))
+    f.races.sort(
+        key=lambda r: (r.first.node, r.second.node, r.first.value, r.second.value, r.first.device)
+    )
     return f.races
 
 
@@ -193,8 +216,9 @@ def _output_roots(graph: Graph, roots: dict[str, tuple[str, int]]) -> set[str]:
 
 
 def _check_arena(
-    f: _Finder, accesses: dict[str, list[Access]], roots: dict[str, tuple[str, int]]
+    f: _Finder, every_access: Buffers, roots: dict[str, tuple[str, int]], device: int
 ) -> None:
+    """Overlapping planned buffers in the arena of `device` (each device has its own)."""
     import numpy as np  # deferred: `optgraph passes` imports this module and needs no NumPy
 
     graph, hb = f.graph, f.hb
@@ -202,23 +226,24 @@ def _check_arena(
     buffers = []
     for i, node in graph.compute_nodes():
         ann = node.ann
-        if node.name in roots or ann.offset is None or not ann.size:
+        if node.name in roots or ann.offset is None or not ann.size or device not in node.devices:
             continue
         buffers.append((i, node.name, ann.offset, ann.offset + ann.size))
     if len(buffers) < 2:
         return
+    accesses = {name: every_access.get((name, device), []) for _, name, _, _ in buffers}
+    lanes = len(hb.lanes)
     need: dict[str, np.ndarray] = {}
     least: dict[str, np.ndarray] = {}
     for _, name, _, _ in buffers:
-        acc = accesses.get(name, [])
-        idx = [x.node for x in acc]
-        row = np.zeros(len(hb.streams), dtype=np.int64)
-        np.maximum.at(row, hb.stream_col[idx], hb.seq[idx])
+        idx = [f.inst(x) for x in accesses[name]]
+        row = np.zeros(lanes, dtype=np.int64)
+        np.maximum.at(row, hb.lane_col[idx], hb.seq[idx])
         need[name] = row
         least[name] = hb.clocks[idx].min(axis=0)
     read_at_end = _output_roots(graph, roots)
     for name in read_at_end & need.keys():  # read by the host after every node: never before
-        need[name] = np.full(len(hb.streams), np.iinfo(np.int64).max, dtype=np.int64)
+        need[name] = np.full(lanes, np.iinfo(np.int64).max, dtype=np.int64)
     span = {name: (lo, hi) for _, name, lo, hi in buffers}
     children: dict[str, list[str]] = {}
     bounds: list[int] = []
@@ -258,7 +283,8 @@ def _check_arena(
                     f.pair(b, a, overlap)
             if len(f.races) == before and older in read_at_end:
                 write = next(x for x in accesses[name] if x.writes)
-                f.races.append(Race(write, Access(END, older, False), overlap, clobber=True))
+                end = Access(END, older, False, device)
+                f.races.append(Race(write, end, overlap, clobber=True))
             elif len(f.races) == before:
                 _check_reuse_order(f, rule, accesses, older, name, overlap)
             for child in children.get(older, ()):
@@ -325,7 +351,6 @@ def _check_reuse_order(
     clobbers bytes still to be read (reuse before the last read, or a result written over an
     operand it still reads, e.g. a broadcast).
     """
-    hb = f.hb
 
     def first_write(name: str) -> Access | None:
         return next((x for x in accesses.get(name, ()) if x.writes), None)
@@ -340,7 +365,7 @@ def _check_reuse_order(
             if a.node == write.node:
                 if not (not a.writes and rule.allows(a, write.node)):
                     bad.append(a)
-            elif not hb.ordered(a.node, write.node):
+            elif not f.ordered(a, write):
                 bad.append(a)
         return bad
 

@@ -20,10 +20,19 @@ New events shift the issue index of every node after them, so the contract refus
 carries live ranges (run insert-sync before analyze-lifetimes); arena offsets stay sound (events
 only add ordering).
 
+Several devices: the clocks are per lane (device, stream), as `HappensBefore` keeps them, and a
+node runs once per device, so its waits are decided per device: a replicated node waiting for
+the same producer on several devices gets one replicated `wait ^e !{device = [0, 1], stream = s}`
+on a replicated `record` (recorded on every device any wait needs it). A collective's instance on
+device group[k] waits only for operand k's producer; the collective itself (and a send for its
+recv) orders the devices, so no event ever crosses devices. The end joins every lane into its
+own device's stream 0.
+
 Does not handle: moving nodes to save waits (the order is assign-streams' decision), events across
 graph replays (every replay starts from the host, which orders it after the previous end).
 
-Complexity: O((V + E)·k) for k streams, plus O(c²·k) per node for its c candidate streams.
+Complexity: O((I + E)·k) for I node instances and k lanes, plus O(c²·k) per instance for its c
+candidate lanes.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from optgraph.analysis.schedule_estimate import data_predecessors
+from optgraph.analysis.happens_before import GROUP_COLLECTIVES, instance_reads
 from optgraph.ir.graph import Annotations, Graph, Node
 from optgraph.passes.base import Pass
 
@@ -46,9 +55,101 @@ def _event_names(graph: Graph) -> Iterator[str]:
             yield name
 
 
-def _event_ann(node: Node) -> Annotations:
-    """An event runs on its node's stream (and backend, for split graphs)."""
-    return Annotations(stream=node.stream, backend=node.ann.backend)
+class _LaneClocks:
+    """Issue-order walk with one clock per lane, deciding which waits each instance needs."""
+
+    def __init__(self, graph: Graph):
+        self.nodes = graph.nodes
+        lanes = {(d, n.stream) for n in graph.nodes for d in n.devices}
+        lanes |= {(d, 0) for n in graph.nodes for d in n.devices} | {(0, 0)}
+        self.col = {lane: c for c, lane in enumerate(sorted(lanes))}
+        k = len(self.col)
+        self.cur = [[0] * k for _ in range(k)]  # each lane's clock
+        self.clock: dict[tuple[int, int], list[int]] = {}  # (node, device) -> its clock
+        self.seq: dict[tuple[int, int], int] = {}
+        self.lane_of: dict[tuple[int, int], int] = {}
+        self.recorded: dict[tuple[str, int], list[int]] = {}
+        self.record_after: dict[int, set[int]] = {}  # producer -> devices of its new record
+        self.waits_before: dict[int, dict[int, set[int]]] = {}  # node -> producer -> devices
+        self.last_on: dict[int, tuple[int, int]] = {}  # lane column -> last instance
+        producers = graph.producers()
+        self.producer_of = producers
+
+    def sync(self, c: int, needed: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Waits that make lane column `c` cover every instance in `needed`."""
+        mine = self.cur[c]
+        latest: dict[int, tuple[int, int]] = {}
+        for p in needed:
+            pc = self.lane_of[p]
+            if pc == c or mine[pc] >= self.seq[p]:
+                continue
+            if pc not in latest or self.seq[p] > self.seq[latest[pc]]:
+                latest[pc] = p
+        chosen = [
+            p
+            for pc, p in latest.items()
+            if not any(self.clock[q][pc] >= self.seq[p] for d, q in latest.items() if d != pc)
+        ]
+        for p in chosen:
+            self.record_after.setdefault(p[0], set()).add(p[1])
+            mine[:] = [max(a, b) for a, b in zip(mine, self.clock[p])]
+        return sorted(chosen)
+
+    def event(self, node: Node) -> None:
+        for d in node.devices:
+            c = self.col[(d, node.stream)]
+            if node.op == "record":
+                self.recorded[(node.name, d)] = list(self.cur[c])
+            elif (node.name, d) in self.recorded:
+                self.cur[c][:] = [
+                    max(a, b) for a, b in zip(self.cur[c], self.recorded[(node.name, d)])
+                ]
+
+    def compute(self, i: int, node: Node) -> None:
+        cols = [self.col[(d, node.stream)] for d in node.devices]
+        for d, c in zip(node.devices, cols):
+            needed = []
+            for _, operand in instance_reads(node, d):
+                p = self.producer_of.get(operand)
+                if p is not None and d in self.nodes[p].devices:
+                    needed.append((p, d))
+            for p, _ in self.sync(c, needed):
+                self.waits_before.setdefault(i, {}).setdefault(p, set()).add(d)
+        if node.op in GROUP_COLLECTIVES:
+            joined = [max(column) for column in zip(*(self.cur[c] for c in cols))]
+            for c in cols:
+                self.cur[c][:] = joined
+        elif node.op == "recv" and node.operands and node.operands[0] in self.producer_of:
+            sender = self.producer_of[node.operands[0]]
+            if (sender, self.nodes[sender].devices[0]) in self.clock:
+                sent = self.clock[(sender, self.nodes[sender].devices[0])]
+                self.cur[cols[0]][:] = [max(a, b) for a, b in zip(self.cur[cols[0]], sent)]
+        ticked = [self.cur[c][c] + 1 for c in cols]
+        for d, c, t in zip(node.devices, cols, ticked):
+            row = list(self.cur[c])
+            row[c] = t
+            self.clock[(i, d)], self.seq[(i, d)], self.lane_of[(i, d)] = row, t, c
+            self.last_on[c] = (i, d)
+        for c in cols:
+            for other, t in zip(cols, ticked):
+                if node.op in GROUP_COLLECTIVES or other == c:
+                    self.cur[c][other] = t
+
+    def final_waits(self) -> dict[int, list[tuple[int, int]]]:
+        """Per device: the instances its stream 0 waits for at the end."""
+        out: dict[int, list[tuple[int, int]]] = {}
+        for (d, s), c in self.col.items():
+            if s != 0:
+                continue
+            others = [p for oc, p in self.last_on.items() if p[1] == d and oc != c]
+            out[d] = self.sync(c, others)
+        return out
+
+
+def _event_ann(node: Node, devices: set[int], annotated: bool) -> Annotations:
+    """An event runs on its node's stream (and backend, for split graphs) on the given devices."""
+    device = tuple(sorted(devices)) if annotated else None
+    return Annotations(device=device, stream=node.stream, backend=node.ann.backend)
 
 
 @dataclass(frozen=True)
@@ -61,67 +162,28 @@ class InsertSyncPass(Pass):
 
     def run(self, graph: Graph) -> Graph:
         nodes = graph.nodes
-        streams = sorted({n.stream for n in nodes} | {0})
-        col = {s: c for c, s in enumerate(streams)}
-        k = len(streams)
-        preds = data_predecessors(graph)
-        names = _event_names(graph)
-        cur = [[0] * k for _ in range(k)]  # each stream's clock
-        clock: list[list[int]] = [[] for _ in nodes]
-        seq = [0] * len(nodes)
-        recorded: dict[str, list[int]] = {}
-        record_after: set[int] = set()  # producers followed by a new record
-        waits_before: dict[int, list[int]] = {}  # node -> producers whose records it waits on
-        last_on: dict[int, int] = {}  # column -> last compute node
-
-        def sync(consumer_col: int, needed: list[int]) -> list[int]:
-            """Waits that make stream column `consumer_col` cover every node in `needed`."""
-            mine = cur[consumer_col]
-            latest: dict[int, int] = {}
-            for p in needed:
-                c = col[nodes[p].stream]
-                if c == consumer_col or mine[c] >= seq[p]:
-                    continue
-                if c not in latest or seq[p] > seq[latest[c]]:
-                    latest[c] = p
-            chosen = [
-                p
-                for c, p in latest.items()
-                if not any(clock[q][c] >= seq[p] for d, q in latest.items() if d != c)
-            ]
-            for p in chosen:
-                record_after.add(p)
-                mine[:] = [max(a, b) for a, b in zip(mine, clock[p])]
-            return sorted(chosen)
-
+        walk = _LaneClocks(graph)
         for i, node in enumerate(nodes):
-            c = col[node.stream]
-            if node.op == "record":
-                recorded[node.name] = list(cur[c])
-                continue
-            if node.op == "wait":
-                if node.name in recorded:
-                    cur[c][:] = [max(a, b) for a, b in zip(cur[c], recorded[node.name])]
-                continue
-            if preds[i]:
-                waits = sync(c, preds[i])
-                if waits:
-                    waits_before[i] = waits
-            cur[c][c] += 1
-            seq[i] = cur[c][c]
-            clock[i] = list(cur[c])
-            last_on[c] = i
-        final_waits = sync(col[0], [i for c, i in last_on.items() if c != col[0]])
-
+            if node.is_event:
+                walk.event(node)
+            else:
+                walk.compute(i, node)
+        final = walk.final_waits()
+        annotated = any(n.ann.device is not None for n in nodes)
+        names = _event_names(graph)
         out: list[Node] = []
         event_of: dict[int, str] = {}  # named in issue order of the records
         for i, node in enumerate(nodes):
-            for p in waits_before.get(i, ()):
-                out.append(Node(event_of[p], "wait", ann=_event_ann(node), span=node.span))
+            for p, devices in sorted(walk.waits_before.get(i, {}).items()):
+                ann = _event_ann(node, devices, annotated)
+                out.append(Node(event_of[p], "wait", ann=ann, span=node.span))
             out.append(node)
-            if i in record_after:
+            if i in walk.record_after:
                 event_of[i] = next(names)
-                out.append(Node(event_of[i], "record", ann=_event_ann(node), span=node.span))
-        end = Annotations(stream=0)
-        out.extend(Node(event_of[p], "wait", ann=end) for p in final_waits)
+                ann = _event_ann(node, walk.record_after[i], annotated)
+                out.append(Node(event_of[i], "record", ann=ann, span=node.span))
+        for d, waits in sorted(final.items()):
+            device = (d,) if annotated else None
+            end = Annotations(device=device, stream=0)
+            out.extend(Node(event_of[p], "wait", ann=end) for p, _ in waits)
         return graph.with_nodes(out)
