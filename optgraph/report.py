@@ -50,6 +50,8 @@ class Report:
     copies: int | None
     streamed_bytes: int | None
     peak_device_bytes: int | None
+    devices: int | None
+    max_device_weight_bytes: int | None
     critical_path_us: float | None
     estimated_speedup: float | None
     races: int | None
@@ -83,6 +85,8 @@ ROW_LABELS: dict[str, str] = {
     "copies": "copies",
     "streamed_bytes": "streamed weight bytes",
     "peak_device_bytes": "peak device bytes",
+    "devices": "devices",
+    "max_device_weight_bytes": "weight bytes per device (max)",
     "critical_path_us": "critical path (us)",
     "estimated_speedup": "speedup over 1 stream (est.)",
     "races": "races",
@@ -150,11 +154,25 @@ def compute_report(graph: Graph, compile_seconds: float | None = None) -> Report
         streamed_bytes=streamed,
         # arena (with prefetch slots) + device-resident weights + device inputs
         peak_device_bytes=device_memory(graph).peak if planned else None,
+        **_device_figures(graph),
         critical_path_us=concurrency.critical_path_us if concurrency else None,
         estimated_speedup=concurrency.estimated_speedup if concurrency else None,
         races=len(find_races(graph)),
         compile_seconds=compile_seconds,
     )
+
+
+def _device_figures(graph: Graph) -> dict[str, int | None]:
+    """Devices and the weight bytes of the fullest one, for a graph placed on several devices
+    (tensor-parallel, pipeline-parallel); a replicated weight counts on each of its devices."""
+    count = graph.device_count()
+    if count == 1:
+        return {"devices": None, "max_device_weight_bytes": None}
+    per_device = [0] * count
+    for weight in graph.weights:
+        for device in weight.ann.devices:
+            per_device[device] += weight.type.nbytes
+    return {"devices": count, "max_device_weight_bytes": max(per_device)}
 
 
 def _streamed_weight_bytes(graph: Graph) -> int | None:

@@ -34,8 +34,8 @@ from optgraph.passes.facts import FACTS
 from optgraph.passes.fuse import FusePass
 from optgraph.passes.fuse_siblings import FuseSiblingsPass
 from optgraph.passes.insert_sync import InsertSyncPass
-from optgraph.passes.plan_memory import PlanMemoryPass
 from optgraph.passes.pipeline_parallel import PipelineParallelPass
+from optgraph.passes.plan_memory import PlanMemoryPass
 from optgraph.passes.plan_prefetch import PlanPrefetchPass
 from optgraph.passes.split_backends import SplitBackendsPass
 from optgraph.passes.tensor_parallel import TensorParallelPass

@@ -21,6 +21,7 @@ from optgraph.analysis.schedule_estimate import DEFAULT_DEVICE, node_seconds, pr
 from optgraph.errors import OptGraphError
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
+from optgraph.report import compute_report
 from tests.cli.test_examples import gen_llama
 from tests.support.parallel_models import PARALLEL_MODELS, compare
 
@@ -40,6 +41,7 @@ def test_stages_compute_the_original_bit_for_bit(name: str, stages: int) -> None
     staged = _stage(graph, f"stages={stages}")
     assert staged.device_count() == stages
     assert og.parse(og.print_graph(staged)) == staged
+    _check_transfers(staged)
     assert set(compare(graph, staged, seed=stages).values()) == {0.0}
 
 
@@ -105,3 +107,15 @@ def test_refuses_a_placed_graph() -> None:
     staged = _stage(DECODER, "stages=2")
     with pytest.raises(OptGraphError, match="already placed on devices"):
         _stage(staged, "stages=2")
+
+
+def test_report_gives_the_fullest_device_weight_bytes() -> None:
+    staged = _stage(DECODER, "stages=2")
+    per_device = [
+        sum(w.type.nbytes for w in staged.weights if d in w.ann.devices) for d in range(2)
+    ]
+    report = compute_report(staged)
+    assert report.devices == 2 and report.max_device_weight_bytes == max(per_device)
+    assert max(per_device) < sum(w.type.nbytes for w in DECODER.weights)
+    single = compute_report(DECODER)
+    assert single.devices is None and single.max_device_weight_bytes is None
