@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # One GPU-machine session: GPU tests, the benchmark, compute-sanitizer; logs under $OUT.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh [tests] [bench] [sanitize] [kernels] [h2h] \
-#       [gemv] [offload] [threshold] [host]
+#       [gemv] [offload] [threshold] [host] [multi]
 # bench: benchmarks/bench_gpu.py (the examples); sanitize: compute-sanitizer over
 # benchmarks/sanitize_examples.py; kernels: benchmarks/bench_kernels.py (single kernels at the
 # Llama shapes, old vs new); h2h: the head-to-head suite (H2H_ONLY=llama,
 # H2H_VARIANTS=torch-graph,og-fused-1s restrict it); gemv: benchmarks/bench_gemv.py (GEMV_ARGS=--sweep
 # for every layout); offload: benchmarks/bench_offload.py; threshold:
-# benchmarks/bench_stream_threshold.py; host: benchmarks/bench_host_cost.py. docs/benchmarks.md says what each measures.
+# benchmarks/bench_stream_threshold.py; host: benchmarks/bench_host_cost.py; multi: the several-GPU
+# tests (tests/gpu/test_multi_gpu.py: one GPU runs its one-GPU part) and, with 2+ GPUs,
+# benchmarks/bench_multi_gpu.py (MULTI_ARGS passes options). docs/benchmarks.md says what each measures.
 # Each part runs under its own time limit so one slow part cannot hide the others' logs.
 set -u
 OUT=${OUT:-/tmp/optgraph-gpu}
@@ -62,12 +64,19 @@ for part in $parts; do
       timeout "${HOST_S:-200}" python3 benchmarks/bench_host_cost.py --markdown "$OUT/host_cost.md" \
         > "$OUT/host_cost.log" 2>&1
       echo "host rc=$?"; tail -n 12 "$OUT/host_cost.log" ;;
+    multi)
+      timeout "${MULTI_TESTS_S:-300}" python3 -m pytest -q tests/gpu/test_multi_gpu.py -p no:cacheprovider \
+        -rfEs --durations=8 > "$OUT/multi_tests.log" 2>&1
+      echo "multi tests rc=$?"; tail -n 20 "$OUT/multi_tests.log"
+      timeout "${MULTI_S:-480}" python3 benchmarks/bench_multi_gpu.py ${MULTI_ARGS:-} \
+        --markdown "$OUT/multi.md" > "$OUT/multi.log" 2>&1
+      echo "multi bench rc=$?"; tail -n 12 "$OUT/multi.log" ;;
     sanitize)
       for tool in memcheck racecheck; do
         timeout "${SAN_S:-75}" compute-sanitizer --tool "$tool" --error-exitcode 3 \
           python3 benchmarks/sanitize_examples.py > "$OUT/$tool.log" 2>&1
         echo "$tool rc=$?"; tail -n 4 "$OUT/$tool.log"
       done ;;
-    *) echo "unknown part: $part (tests bench sanitize kernels h2h gemv offload threshold host)" ;;
+    *) echo "unknown part: $part (tests bench sanitize kernels h2h gemv offload threshold host multi)" ;;
   esac
 done

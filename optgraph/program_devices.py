@@ -5,7 +5,8 @@
 
 - `device_pipeline(graph, pipeline, devices)`: a graph with no device annotations run on N > 1
   devices gets `tensor-parallel{ways=N}` at the head of its pipeline (as `optgraph run --devices
-  N` does); a graph already placed on devices keeps its pipeline.
+  N` does), unless the pipeline splits it itself (tensor-parallel or pipeline-parallel); a graph
+  already placed on devices keeps its pipeline.
 - `check_device_count(planned, devices)`: the planned graph must use exactly the devices asked for.
 - `MultiDeviceRunner`: the planned graph lowered per rank (`codegen/rank_programs.lower_ranks`,
   once) and run on that many GPUs (`runtime/multi_gpu.MultiGpuProgram`, started on the first
@@ -24,7 +25,11 @@ from optgraph.codegen.lowered import RankPrograms
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph
 from optgraph.ir.ops import get_op
+from optgraph.passes.manager import parse_pipeline
+from optgraph.passes.tensor_parallel import shard_weights
 from optgraph.runtime.multi_gpu import MultiGpuProgram
+
+SPLITTING_PASSES = frozenset({"tensor-parallel", "pipeline-parallel"})
 
 
 def is_placed(graph: Graph) -> bool:
@@ -37,14 +42,18 @@ def needs_ranks(graph: Graph) -> bool:
     """Whether `graph` runs as rank programs: several devices, or any collective."""
     if graph.device_count() > 1:
         return True
-    return any((op := get_op(n.op)) is not None and op.category == "collective" for n in graph.nodes)
+    return any(
+        (op := get_op(n.op)) is not None and op.category == "collective" for n in graph.nodes
+    )
 
 
 def device_pipeline(graph: Graph, pipeline: str, devices: int) -> str:
-    """`pipeline`, with `tensor-parallel{ways=devices}` first for an unplaced graph on several."""
+    """`pipeline`, with `tensor-parallel{ways=devices}` first for an unplaced graph on several
+    devices whose pipeline does not split it itself."""
     if devices < 1:
         raise OptGraphError(f"devices must be at least 1, got {devices}")
-    if devices == 1 or is_placed(graph):
+    splits = {p.name for p in parse_pipeline(pipeline)} & SPLITTING_PASSES
+    if devices == 1 or is_placed(graph) or splits:
         return pipeline
     return f"tensor-parallel{{ways={devices}}},{pipeline}"
 
@@ -55,7 +64,7 @@ def check_device_count(planned: Graph, devices: int) -> None:
     if used != devices:
         raise OptGraphError(
             f"graph '{planned.name}' is placed on {used} device(s) but {devices} were asked for "
-            f"(run it with devices={used}, or split it with tensor-parallel{{ways={devices}}} "
+            f"(run it on {used}, or split it with tensor-parallel{{ways={devices}}} "
             f"or pipeline-parallel{{stages={devices}}})"
         )
 
@@ -63,13 +72,19 @@ def check_device_count(planned: Graph, devices: int) -> None:
 def parallel_weights(
     source: Graph, planned: Graph, weights: Mapping[str, Any]
 ) -> dict[str, np.ndarray]:
-    """The arrays `planned` names: the given ones by name (a graph placed by hand), else the
-    pieces tensor-parallel cut from `source`'s weights."""
+    """The arrays `planned` names: the given ones by name (a graph placed by hand, or placed
+    whole by pipeline-parallel), else the pieces tensor-parallel cut from `source`'s weights
+    (`passes/tensor_parallel.shard_weights`, which recomputes its recipes from `source`)."""
     names = [w.name for w in planned.weights]
     if all(n in weights for n in names):
         return {n: weights[n] for n in names}
-    missing = next(w for w in planned.weights if w.name not in weights)
-    raise InputError(f"missing weight '%{missing.name}' ({missing.type})", missing.span)
+    missing = [w for w in source.weights if w.name not in weights]
+    if missing:
+        raise InputError(
+            f"missing weight '%{missing[0].name}' ({missing[0].type})", missing[0].span
+        )
+    arrays = {name: np.asarray(value) for name, value in weights.items()}
+    return shard_weights(source, planned, arrays)
 
 
 class MultiDeviceRunner:
@@ -90,6 +105,15 @@ class MultiDeviceRunner:
             self._weights_seen = seen
         outputs: dict[str, Any] = self._program.run(inputs)
         return outputs
+
+    def time(
+        self, inputs: Mapping[str, Any], weights: Mapping[str, Any], warmup: int, reps: int
+    ) -> list[float]:
+        """Each rank's median ms per replay (`MultiGpuProgram.time`), started if need be."""
+        if self._program is None:
+            self.run(inputs, weights)
+        medians: list[float] = self._program.time(inputs, warmup, reps)
+        return medians
 
     def close(self) -> None:
         if self._program is not None:

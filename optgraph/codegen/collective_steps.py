@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from math import prod
 
 from optgraph.codegen.cuda_source import CodegenError
-from optgraph.codegen.cuda_steps import CollectiveStep, Location
+from optgraph.codegen.cuda_steps import CollectiveStep, Extent, Location
 from optgraph.ir.graph import Node, TensorType
 
 COLLECTIVE_OPS = frozenset({"all_reduce", "all_gather", "send", "recv"})
@@ -48,6 +48,22 @@ def _int(node: Node, key: str) -> int:
     return value
 
 
+def _check_buffers(
+    node: Node, src: Location, src_bytes: int, dst: Location, dst_bytes: int
+) -> None:
+    """NCCL reads the operand while it writes the result: the two may be the very same buffer
+    (an in-place all_reduce) but must not overlap otherwise."""
+    if node.op == "all_reduce" and src == dst:
+        return
+    a = Extent(src.space, src.key, src.offset, src_bytes)
+    if a.overlaps(Extent(dst.space, dst.key, dst.offset, dst_bytes)):
+        raise CodegenError(
+            f"{node.op}: '%{node.name}' is planned over its operand '%{node.operands[0]}' "
+            "(NCCL reads one while writing the other); plan memory again",
+            node.span,
+        )
+
+
 def collective_step(
     node: Node, device: int, roles: Mapping[str, Location], types: Mapping[str, TensorType]
 ) -> CollectiveStep:
@@ -67,6 +83,7 @@ def collective_step(
         if node.op == "all_gather":
             axis = _int(node, "axis") % max(len(out.shape), 1)
             rows = prod(out.shape[:axis])
+        _check_buffers(node, roles["in0"], src_type.nbytes, roles["out"], out.nbytes)
         return CollectiveStep(
             node.name, node.stream, node.op, group, group.index(device), out.dtype,
             src_type.numel, roles["in0"], roles["out"], rows,

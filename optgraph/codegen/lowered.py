@@ -58,15 +58,21 @@ class LoweredProgram:
     in_place: Mapping[str, str]
 
 
+# What the runtime asks for a variant it has not got: (input types, in-place pairs) -> variant.
+Relower = Callable[[Mapping[str, TensorType], Mapping[str, str]], LoweredVariant]
+
+
 @dataclass(frozen=True)
 class RankPrograms:
     """A several-device graph lowered per rank: `ranks[r]` is device r's program; `outputs`:
-    the rank each output is read from; `groups`: the communicators a run needs."""
+    the rank each output is read from; `groups`: the communicators a run needs; `relowers[r]`:
+    rank r's variant for in-place outputs (a picklable callback: it travels to the rank)."""
 
     graph: Graph
     ranks: tuple[LoweredProgram, ...]
     outputs: Mapping[str, int]
     groups: tuple[tuple[int, ...], ...]
+    relowers: tuple[Relower, ...] = ()
 
     @property
     def world(self) -> int:
@@ -76,7 +82,3 @@ class RankPrograms:
         """Rank `rank`'s collective steps in issue order."""
         steps = self.ranks[rank].main.plan.steps
         return [s for s in steps if isinstance(s, CollectiveStep)]
-
-
-# What the runtime asks for a variant it has not got: (input types, in-place pairs) -> variant.
-Relower = Callable[[Mapping[str, TensorType], Mapping[str, str]], LoweredVariant]

@@ -26,14 +26,17 @@ communicators a run needs: every collective's group, and the whole world for `se
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from functools import partial
 
 from optgraph.codegen.collective_steps import COLLECTIVE_OPS
-from optgraph.codegen.cuda_plan import lower_for_cuda
+from optgraph.codegen.cuda_plan import lower_for_cuda, lower_variant
+from optgraph.codegen.cuda_source import CodegenError
 from optgraph.codegen.cuda_steps import CollectiveStep
-from optgraph.codegen.lowered import LoweredProgram, RankPrograms
+from optgraph.codegen.lowered import LoweredProgram, LoweredVariant, RankPrograms
 from optgraph.codegen.lowering_options import LoweringOptions
-from optgraph.ir.graph import Graph, Node
+from optgraph.ir.graph import Graph, Node, TensorType
 
 POINT_TO_POINT = ("send", "recv")
 
@@ -81,9 +84,26 @@ def communicator_groups(ranks: tuple[LoweredProgram, ...]) -> tuple[tuple[int, .
     return tuple(sorted(groups))
 
 
+def relower_rank(
+    graph: Graph,
+    options: LoweringOptions,
+    types: Mapping[str, TensorType],
+    in_place: Mapping[str, str],
+) -> LoweredVariant:
+    """A rank program's variant with outputs in their inputs' buffers (KV caches bound in
+    place); other input types are refused: a split graph is compiled for its shapes."""
+    if dict(types) != {i.name: i.type for i in graph.inputs}:
+        raise CodegenError(
+            f"graph '{graph.name}': a program on several devices runs the input types it was "
+            "compiled for only; compile it again for other shapes"
+        )
+    return lower_variant(graph, options, in_place)
+
+
 def lower_ranks(graph: Graph, options: LoweringOptions | None = None) -> RankPrograms:
     """`graph` (planned, device-annotated) lowered to one program per device."""
     options = options or LoweringOptions()
     world = graph.device_count()
     ranks = tuple(lower_for_cuda(rank_graph(graph, r), options) for r in range(world))
-    return RankPrograms(graph, ranks, output_ranks(graph), communicator_groups(ranks))
+    relowers = tuple(partial(relower_rank, p.graph, options) for p in ranks)
+    return RankPrograms(graph, ranks, output_ranks(graph), communicator_groups(ranks), relowers)

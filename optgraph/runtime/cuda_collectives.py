@@ -32,7 +32,7 @@ from optgraph.codegen.lowered import LoweredVariant
 from optgraph.errors import OptGraphError
 from optgraph.ir.graph import DTYPE_BYTES
 from optgraph.runtime.cuda import CudaProgram
-from optgraph.runtime.cuda_device import cupy
+from optgraph.runtime.cuda_device import cupy, nccl
 from optgraph.runtime.cuda_launch import Variant
 from optgraph.runtime.cuda_memory import D2D, D2H, H2D
 from optgraph.runtime.reference_kernels import numpy_dtype
@@ -46,7 +46,7 @@ Call = Callable[[], Any]
 
 def unique_id() -> tuple[int, ...]:
     """A fresh NCCL unique id (the rendezvous token every member of one communicator shares)."""
-    return tuple(cupy().cuda.nccl.get_unique_id())
+    return tuple(nccl().get_unique_id())
 
 
 class Communicators:
@@ -54,12 +54,11 @@ class Communicators:
     unique id). Groups are initialized in sorted order (see the module docstring)."""
 
     def __init__(self, device: int, ids: Mapping[Group, tuple[int, ...]]):
-        nccl = cupy().cuda.nccl
         self.device = device
         self.comms: dict[Group, Any] = {}
         for group in sorted(ids):
             if device in group:
-                self.comms[group] = nccl.NcclCommunicator(
+                self.comms[group] = nccl().NcclCommunicator(
                     len(group), ids[group], group.index(device)
                 )
         self.world = max((len(g) for g in ids), default=1)
@@ -116,7 +115,7 @@ class NcclCollectives:
             return [partial(comm.allGather, src, dst, step.count, dtype, stream)]
         # NCCL lays the chunks out rank after rank; the result interleaves them row by row.
         scratch = int(self.scratch.ptr)
-        calls = [partial(comm.allGather, src, scratch, step.count, dtype, stream)]
+        calls: list[Call] = [partial(comm.allGather, src, scratch, step.count, dtype, stream)]
         chunk = step.count * DTYPE_BYTES[step.dtype]
         width = chunk // step.rows
         pitch = width * len(step.group)

@@ -18,6 +18,14 @@ def cupy() -> Any:
     return module
 
 
+def nccl() -> Any:
+    """`cupy.cuda.nccl` (NCCL through CuPy), imported on first use: a submodule `import cupy`
+    does not load, and one that is missing where CuPy was built without NCCL."""
+    import cupy.cuda.nccl as module
+
+    return module
+
+
 def is_available() -> bool:
     """Whether CuPy imports and sees at least one CUDA device."""
     try:

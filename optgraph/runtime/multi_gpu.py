@@ -97,7 +97,8 @@ class MultiGpuProgram:
         self._workers: list[_Rank] = []
         for r, program in enumerate(ranks.ranks):
             rank_weights = _values_for(program.graph, weights, "weight")
-            spec = RankSpec(r, self.devices[r], program, ids, rank_weights)
+            relower = ranks.relowers[r] if ranks.relowers else None
+            spec = RankSpec(r, self.devices[r], program, ids, rank_weights, relower)
             self._workers.append(self._start(spec, launcher, setup))
         self.nvls = self._gather([None] * ranks.world)  # each rank's NCCL_NVLS_ENABLE
 

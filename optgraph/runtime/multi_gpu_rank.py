@@ -17,6 +17,7 @@ Every reply is `("ok", value)` or `("error", text)`; a rank never raises into th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import traceback
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from optgraph.codegen.lowered import LoweredProgram
+from optgraph.codegen.lowered import LoweredProgram, Relower
 from optgraph.runtime.cuda_device import cupy
 from optgraph.runtime.reference_kernels import numpy_dtype
 
@@ -43,6 +44,7 @@ class RankSpec:
     program: LoweredProgram
     ids: Mapping[tuple[int, ...], tuple[int, ...]]
     weights: Mapping[str, np.ndarray] = field(default_factory=dict)
+    relower: Relower | None = None
 
 
 def nccl_environment() -> None:
@@ -51,13 +53,16 @@ def nccl_environment() -> None:
 
 
 def _time_replays(program: Any, inputs: Mapping[str, Any], warmup: int, reps: int) -> list[float]:
-    """Milliseconds of each of `reps` replays of the bound program (device arrays, no copies)."""
+    """Milliseconds of each of `reps` replays of the bound program (device arrays, no copies;
+    each replay timed alone between CUDA events on stream 0 and synchronized)."""
     cp = cupy()
     dev_in = {k: cp.asarray(np.asarray(v)) for k, v in inputs.items()}
     plan = program.lowered.main.plan
+    # Outputs the program may compute in their input's buffer (KV caches) are bound so.
+    in_place = {o: dev_in[i] for o, i in program.lowered.in_place.items() if i in dev_in}
     out = {
-        n: cp.empty(plan.types[n].shape, numpy_dtype(plan.types[n].dtype))
-        for n in dict.fromkeys(plan.outputs)
+        n: in_place[n] if n in in_place else cp.empty(plan.types[n].shape, numpy_dtype(t.dtype))
+        for n, t in ((n, plan.types[n]) for n in dict.fromkeys(plan.outputs))
     }
     step = program.bind(dev_in, out)
     for _ in range(1 + warmup):  # the first call runs eagerly and captures
@@ -74,25 +79,34 @@ def _time_replays(program: Any, inputs: Mapping[str, Any], warmup: int, reps: in
     return times
 
 
+def _reply(conn: Any, status: str, value: object) -> None:
+    """Send a reply; a parent that has gone away (it stopped the run) is not an error here."""
+    with contextlib.suppress(OSError):
+        conn.send((status, value))
+
+
 def _serve(program: Any, conn: Any) -> None:
     while True:
-        request = conn.recv()
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return  # the parent has gone away
         kind = request[0]
         try:
             if kind == "close":
-                conn.send(("ok", None))
+                _reply(conn, "ok", None)
                 return
             if kind == "run":
                 outputs = program.run(request[1])
                 program.synchronize()
-                conn.send(("ok", {k: np.asarray(v) for k, v in outputs.items()}))
+                _reply(conn, "ok", {k: np.asarray(v) for k, v in outputs.items()})
             elif kind == "time":
                 times = _time_replays(program, request[1], request[2], request[3])
-                conn.send(("ok", {"median_ms": statistics.median(times), "times": times}))
+                _reply(conn, "ok", {"median_ms": statistics.median(times), "times": times})
             else:
-                conn.send(("error", f"unknown request '{kind}'"))
+                _reply(conn, "error", f"unknown request '{kind}'")
         except Exception:  # noqa: BLE001 - every failure goes back to the parent as text
-            conn.send(("error", traceback.format_exc(limit=8)))
+            _reply(conn, "error", traceback.format_exc(limit=8))
 
 
 def rank_main(spec: RankSpec, conn: Any, setup: Callable[[], None] | None = None) -> None:
@@ -111,12 +125,15 @@ def rank_main(spec: RankSpec, conn: Any, setup: Callable[[], None] | None = None
         cupy().cuda.Device(spec.device).use()
         communicators = Communicators(spec.rank, spec.ids)
         program = RankProgram(
-            spec.program, collectives=NcclCollectives(communicators), weights=spec.weights
+            spec.program,
+            collectives=NcclCollectives(communicators),
+            weights=spec.weights,
+            relower=spec.relower,
         )
     except Exception:  # noqa: BLE001 - reported to the parent, which stops the other ranks
-        conn.send(("error", traceback.format_exc(limit=8)))
+        _reply(conn, "error", traceback.format_exc(limit=8))
         return
-    conn.send(("ok", os.environ.get("NCCL_NVLS_ENABLE")))
+    _reply(conn, "ok", os.environ.get("NCCL_NVLS_ENABLE"))
     try:
         _serve(program, conn)
     finally:

@@ -108,6 +108,7 @@ class FakeCupy:
         self.launches: list[str] = []  # kernel names, as they run (eagerly or replayed)
         self.gemms = 0
         self.graph_launches = 0
+        self.instantiations = 0
         self.memcpys = 0
 
     @property
@@ -192,6 +193,7 @@ class FakeCupy:
 
     def instantiate(self, graph: int) -> int:
         exec_ = next(_ids)
+        self.instantiations += 1
         self.execs[exec_] = list(self.graphs[graph])
         return exec_
 
@@ -265,6 +267,7 @@ def _modules(fake: FakeCupy) -> dict[str, types.ModuleType]:
     cuda.using_allocator = fake.using_allocator  # type: ignore[attr-defined]
     cuda.Stream = Stream  # type: ignore[attr-defined]
     cuda.Event = Event  # type: ignore[attr-defined]
+    cuda.get_elapsed_time = lambda start, end: 0.25  # type: ignore[attr-defined]
     cuda.nccl = nccl_module(fake.issue)  # type: ignore[attr-defined]
 
     class Device:
@@ -288,6 +291,8 @@ def _modules(fake: FakeCupy) -> dict[str, types.ModuleType]:
     cupy.RawModule = RawModule  # type: ignore[attr-defined]
     cupy.ndarray = DeviceArray  # type: ignore[attr-defined]
     cupy.ascontiguousarray = lambda array: array  # type: ignore[attr-defined]
+    cupy.asarray = fake.asarray  # type: ignore[attr-defined]
+    cupy.empty = lambda shape, dtype: DeviceArray(fake, np.zeros(shape, dtype))  # type: ignore[attr-defined]
     cupy.fake = fake  # type: ignore[attr-defined]
 
     handles = itertools.count(1)
