@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 from optgraph.codegen.cuda_source import STORAGE, f32_literal, in_param, load
 from optgraph.ir.attrs import float_attr, int_attr
-from optgraph.ir.op_rules_attention import attention_operands
 from optgraph.ir.graph import Node, TensorType
+from optgraph.ir.op_rules_attention import attention_operands
 from optgraph.ir.ops import attrs_with_defaults
 
 ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2}

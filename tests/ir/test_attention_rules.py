@@ -8,8 +8,8 @@ import pytest
 
 import optgraph as og
 from optgraph.errors import OptGraphError
-from optgraph.ir.verify import verify
 from optgraph.ir.op_rules_attention import AttentionOperands, attention_operands
+from optgraph.ir.verify import verify
 from tests.ir.test_ops_types import error, infer
 
 Q, KV = "f32[2,4,3,16]", "f32[2,2,7,16]"
