@@ -139,6 +139,7 @@ def _rows(s: AttentionShape, lay: _Layout) -> list[str]:
         *([f"long long lo[{rb}];"] if s.window else []),
         *([f"unsigned long long moff[{rb}];"] if s.mask is not None else []),
         "unsigned int kend = 0u;",
+        *(["unsigned int kbeg = 0xffffffffu;"] if s.window else []),
         f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
         f"  const unsigned int gr = rt * {rb}u + r;",
         f"  const bool active = gr < {s.group * s.sq}u;",
@@ -172,6 +173,8 @@ def _row_extras(s: AttentionShape) -> list[str]:
     lines = []
     if s.window:
         lines.append(f"  lo[r] = {s.window_low('L', f'gr % {s.sq}u')};")
+        # the block's first key any row sees in its window: keys before it are not read
+        lines.append("  if (active) kbeg = og_min(kbeg, (unsigned int)og_max(lo[r], 0LL));")
     if s.mask is not None:
         offset = s.mask_offset("bz", f"hk * {s.group}u + gr / {s.sq}u", f"gr % {s.sq}u")
         lines.append(f"  moff[r] = active ? {offset} : 0ull;")
@@ -197,6 +200,7 @@ def _walk_keys(s: AttentionShape, lay: _Layout) -> list[str]:
             f"for (unsigned int j0 = k0 + (unsigned int)warp * {un}u; j0 < kc1;"
             f" j0 += {lay.warps * un}u) {{"
         ),
+        *([f"  if (j0 + {un}u <= kbeg) continue;"] if s.window else []),
         # rows past kc1 read row j0 (valid: j0 < kc1); rows past k1 are masked in `consume`
         *(
             "  " + x

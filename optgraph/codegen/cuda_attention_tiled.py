@@ -87,6 +87,7 @@ def _tile_loader(shape: AttentionShape, threads: int) -> list[str]:
     epu = _vector_units(shape)
     if not epu:
         return ["const bool vec_ok = false;"]
+    first = "kfirst" if shape.window else "0u"
     units = KEYS * shape.d // epu
     upt = -(-units // threads)
     zero = "uint4{0u, 0u, 0u, 0u}"
@@ -105,7 +106,7 @@ def _tile_loader(shape: AttentionShape, threads: int) -> list[str]:
         f"    vr[p] = ok ? *reinterpret_cast<const uint4*>(in2 + g) : {zero};",
         "  }",
         "};",
-        "if (vec_ok && kend > 0u) fetch(0u);",
+        f"if (vec_ok && kend > {first}) fetch({first});",
     ]
 
 
@@ -164,7 +165,7 @@ def tiled_attention(shape: AttentionShape) -> Launch:
     lines = [
         *_rows(s, qtiles),
         *_tile_loader(s, threads),
-        f"for (unsigned int k0 = 0; k0 < kend; k0 += {KEYS}u) {{",
+        f"for (unsigned int k0 = {'kfirst' if s.window else '0'}; k0 < kend; k0 += {KEYS}u) {{",
         "  __syncthreads();",
         *("  " + x for x in _tile_store(s, threads)),
         "  __syncthreads();",
@@ -210,6 +211,7 @@ def _rows(s: AttentionShape, qtiles: int) -> list[str]:
         "long long kend_l;",
         "{ const long long i = last; kend_l = " + limit + "; }",
         "const unsigned int kend = kend_l > 0 ? (unsigned int)kend_l : 0u;",
+        *_first_tile(s, rows),
         f"float qv[{rw}][{e}], acc[{rw}][{e}], m[{rw}], l[{rw}];",
         f"unsigned int lim[{rw}];",
         *([f"long long lo[{rw}];"] if s.window else []),
@@ -232,6 +234,18 @@ def _rows(s: AttentionShape, qtiles: int) -> list[str]:
         ),
         "  }",
         "}",
+    ]
+
+
+def _first_tile(s: AttentionShape, rows: int) -> list[str]:
+    """With a window, `kfirst`: the tile holding the first key the block's first row (the one
+    with the earliest window) sees; the tiles before it are not read."""
+    if not s.window:
+        return []
+    return [
+        "long long kfirst_l;",
+        f"{{ const long long i = (long long)qt * {rows}LL; kfirst_l = {s.window_low('L', 'i')}; }}",
+        f"const unsigned int kfirst = kfirst_l > 0 ? (unsigned int)(kfirst_l / {KEYS}) * {KEYS}u : 0u;",
     ]
 
 

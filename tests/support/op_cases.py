@@ -228,7 +228,7 @@ input %hmask : {T}[1,8,1,300]
 %maskdec = attention(%mq, %mk, %mk, %rowlen, %bmask) {causal = true, masked = true, softcap = 2.0, window = 9} : {T}[2,4,1,16]
 %topleft = attention(%tq, %tk, %tk, %fmask) {causal = true, causal_align = "top_left", masked = true} : {T}[1,2,8,16]
 %window = attention(%nq, %nk, %nk, %rowlen2) {causal = true, softcap = 1.0, window = 7} : {T}[2,2,40,64]
-%splitmask = attention(%sq, %sk, %sv, %len3, %hmask) {causal = true, masked = true, window = 50} : {T}[1,8,1,128]
+%splitmask = attention(%sq, %sk, %sv, %len3, %hmask) {causal = true, masked = true, window = 51} : {T}[1,8,1,128]
 output %decode, %prefill, %decode2, %long, %wide, %split, %gqa, %maskdec, %topleft, %window, %splitmask""",
     "conv2d": """input %x : {T}[1,8,10,10]
 weight %w : {T}[16,8,3,3]
