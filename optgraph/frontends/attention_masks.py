@@ -20,7 +20,7 @@ import numpy as np
 from optgraph.ir.graph import AttrValue
 
 
-def _visible(mask: np.ndarray, sq: int, skv: int) -> np.ndarray | None:
+def shared_pattern(mask: np.ndarray, sq: int, skv: int) -> np.ndarray | None:
     """The [Sq, Skv] bool pattern of a constant mask shared by every batch row and head."""
     if mask.ndim > 4 or mask.ndim == 0:
         return None
@@ -36,11 +36,15 @@ def _visible(mask: np.ndarray, sq: int, skv: int) -> np.ndarray | None:
     return np.broadcast_to(lead[0], (sq, skv))
 
 
-def _pattern(sq: int, skv: int, top_left: bool, window: int) -> np.ndarray:
+def causal_pattern(
+    sq: int, skv: int, top_left: bool, window: int, length: int | None = None
+) -> np.ndarray:
+    """[Sq, Skv]: the keys attention {causal, window} shows each row, `length` (L) valid keys."""
     rows = np.arange(sq)[:, None]
     keys = np.arange(skv)[None, :]
-    position = rows if top_left else skv - sq + rows
-    seen = keys <= position
+    length = skv if length is None else length
+    position = rows if top_left else length - sq + rows
+    seen = (keys <= position) & (keys < length)
     if window:
         seen = seen & (keys > position - window)
     return seen
@@ -52,7 +56,7 @@ def raised_mask_attrs(mask: np.ndarray, sq: int, skv: int) -> dict[str, AttrValu
     {} for a mask that hides nothing; `causal` (with `causal_align = "top_left"` where only that
     alignment fits and Sq != Skv) and `window` for causal and sliding-window masks.
     """
-    seen = _visible(mask, sq, skv)
+    seen = shared_pattern(mask, sq, skv)
     if seen is None:
         return None
     if seen.all():
@@ -61,9 +65,9 @@ def raised_mask_attrs(mask: np.ndarray, sq: int, skv: int) -> dict[str, AttrValu
         align: dict[str, AttrValue] = {"causal_align": "top_left"} if top_left else {}
         if top_left and sq == skv:
             continue
-        if np.array_equal(seen, _pattern(sq, skv, top_left, 0)):
+        if np.array_equal(seen, causal_pattern(sq, skv, top_left, 0)):
             return {"causal": True, **align}
         window = int(seen.sum(axis=1).max())
-        if 0 < window and np.array_equal(seen, _pattern(sq, skv, top_left, window)):
+        if 0 < window and np.array_equal(seen, causal_pattern(sq, skv, top_left, window)):
             return {"causal": True, "window": window, **align}
     return None
