@@ -20,10 +20,13 @@ zeros. Scores and accumulators are float32 (online softmax). Three kernels, by s
 
 from __future__ import annotations
 
-import math
-
 from optgraph.codegen import cuda_attention_decode, cuda_attention_tiled
-from optgraph.codegen.cuda_head_rows import attention_shape
+from optgraph.codegen.cuda_head_rows import (
+    AttentionShape,
+    attention_shape,
+    operand_args,
+    operand_decls,
+)
 from optgraph.codegen.cuda_source import (
     STORAGE,
     Launch,
@@ -96,16 +99,18 @@ def _attention_rows(node: Node, types: tuple[TensorType, ...]) -> Launch:
     b, hq, sq, d = q.shape
     hkv, skv = k.shape[1], k.shape[2]
     group = hq // hkv
-    attrs = attrs_with_defaults(node)
-    scale_attr = attrs.get("scale")
-    scale = 1.0 / math.sqrt(d) if scale_attr is None else float_attr(attrs, "scale")
-    causal = bool(attrs["causal"])
-    has_len = len(types) == 4
+    shape = attention_shape(node, types)
+    scale = shape.scale
+    causal = shape.causal
+    extras = shape.has_extras
     per_thread = -(-d // THREADS)
     idx = index_type(max(q.numel, k.numel) + TILE)
-    length = f"og_min((long long)in3[0], {skv}LL)" if has_len else f"{skv}LL"
+    length = shape.length_expr()
     limit = "(long long)L - SQ + i + 1" if causal else "(long long)L"
+    if shape.top_left:
+        limit = shape.causal_limit("L", "i")
     dt = q.dtype
+    neg_inf = f32_literal(float("-inf"))
     lines = [
         f"typedef {idx} IDX;",
         f"const IDX D = {d}u, SQ = {sq}u, SKV = {skv}u;",
@@ -121,9 +126,15 @@ def _attention_rows(node: Node, types: tuple[TensorType, ...]) -> Launch:
         f"long long lim = {limit};",
         "if (lim > (long long)L) lim = L;",
         "const IDX limit = lim > 0 ? (IDX)lim : 0u;",
+        *([f"const long long lo = {shape.window_low('L', 'i')};"] if shape.window else []),
+        *(
+            [f"const unsigned long long moff = {shape.mask_offset('bz', 'h', 'i')};"]
+            if shape.mask is not None
+            else []
+        ),
         f"for (IDX t = threadIdx.x; t < D; t += blockDim.x) sq_[t] = {load(dt, 'in0[qoff + t]')};",
         "__syncthreads();",
-        f"float m = {f32_literal(float('-inf'))}, l = 0.0f;",
+        f"float m = {neg_inf}, l = 0.0f;",
         f"float acc[{per_thread}];",
         f"for (int r = 0; r < {per_thread}; ++r) acc[r] = 0.0f;",
         f"for (IDX t0 = 0; t0 < limit; t0 += {TILE}u) {{",
@@ -132,17 +143,21 @@ def _attention_rows(node: Node, types: tuple[TensorType, ...]) -> Launch:
         "    const IDX krow = kvoff + (t0 + j) * D;",
         "    float dot = 0.0f;",
         f"    for (IDX t = 0; t < D; ++t) dot += sq_[t] * {load(dt, 'in1[krow + t]')};",
-        f"    sc[j] = dot * {f32_literal(scale)};",
+        _row_score(shape, f"dot * {f32_literal(scale)}"),
         "  }",
         "  __syncthreads();",
-        f"  float tm = {f32_literal(float('-inf'))};",
+        f"  float tm = {neg_inf};",
         "  for (IDX j = threadIdx.x; j < n; j += blockDim.x) tm = og_max(tm, sc[j]);",
-        f"  tm = og_block_reduce(tm, og_scratch, OgMax(), {f32_literal(float('-inf'))});",
+        f"  tm = og_block_reduce(tm, og_scratch, OgMax(), {neg_inf});",
         "  const float mn = og_max(m, tm);",
-        "  const float corr = expf(m - mn);",
+        f"  const float corr = mn == {neg_inf} ? 1.0f : expf(m - mn);"
+        if extras
+        else "  const float corr = expf(m - mn);",
         "  float ts = 0.0f;",
         "  for (IDX j = threadIdx.x; j < n; j += blockDim.x) {",
-        "    const float p = expf(sc[j] - mn);",
+        f"    const float p = sc[j] == {neg_inf} ? 0.0f : expf(sc[j] - mn);"
+        if extras
+        else "    const float p = expf(sc[j] - mn);",
         "    sc[j] = p;",
         "    ts += p;",
         "  }",
@@ -161,12 +176,20 @@ def _attention_rows(node: Node, types: tuple[TensorType, ...]) -> Launch:
         f"for (int r = 0; r < {per_thread}; ++r) {{",
         f"  const IDX t = threadIdx.x + (IDX)r * {THREADS}u;",
         "  if (t >= D) break;",
-        f"  out[qoff + t] = {store(dt, 'limit > 0 ? acc[r] / l : 0.0f')};",
+        f"  out[qoff + t] = {store(dt, ('l > 0.0f' if extras else 'limit > 0') + ' ? acc[r] / l : 0.0f')};",
         "}",
     ]
     decls = [out_param(dt), in_param(dt, 0), in_param(dt, 1), in_param(dt, 2)]
-    if has_len:
-        decls.append(f"const {STORAGE[types[3].dtype]}* in3")
+    decls += operand_decls(shape)
     kernel = make_kernel("attention", decls, "\n".join("  " + s for s in lines))
-    args = ("out", "in0", "in1", "in2") + (("in3",) if has_len else ())
+    args = ("out", "in0", "in1", "in2") + operand_args(shape)
     return Launch(kernel, (sq, hq, b), (THREADS, 1, 1), args)
+
+
+def _row_score(shape: AttentionShape, scaled: str) -> str:
+    """sc[j]: the score of key t0 + j, -inf where the row does not see it."""
+    if not shape.has_extras:
+        return f"    sc[j] = {scaled};"
+    seen = shape.seen_expr("t0 + j", "lo", "moff")
+    score = shape.score_expr(scaled, "t0 + j", "moff")
+    return f"    sc[j] = {seen} ? {score} : {f32_literal(float('-inf'))};"

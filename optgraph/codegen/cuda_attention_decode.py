@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from optgraph.codegen.cuda_head_rows import (
     AttentionShape,
     contiguous_rows,
+    operand_args,
+    operand_decls,
     vector_check,
     warp_sum,
 )
 from optgraph.codegen.cuda_source import (
-    STORAGE,
     Kernel,
     Launch,
     f32_literal,
@@ -104,15 +105,14 @@ def decode_attention(shape: AttentionShape, salt: str) -> Launch:
     stores, decl = _store(s, lay, salt)
     lines += stores
     decls = [out_param(dt), in_param(dt, 0), in_param(dt, 1), in_param(dt, 2)]
-    if s.has_len:
-        decls.append(f"const {STORAGE[s.len_dtype]}* in3")
+    decls += operand_decls(s)
     text = "\n".join("  " + line for line in "\n".join(lines).split("\n"))
     family = f"attention_decode|{salt}" if lay.chunks > 1 else "attention_decode"
     template = kernel_template(decls, text)
     name = "og_attention_decode_"
     name += hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
     kernel = Kernel.assemble(name, decls, text, (decl,))
-    args = ("out", "in0", "in1", "in2") + (("in3",) if s.has_len else ())
+    args = ("out", "in0", "in1", "in2") + operand_args(s)
     return Launch(kernel, (lay.chunks, s.hkv * lay.rt, s.b), (lay.warps * 32, 1, 1), args)
 
 
@@ -136,17 +136,26 @@ def _rows(s: AttentionShape, lay: _Layout) -> list[str]:
         "};",
         f"float qv[{rb}][{e}];",
         f"unsigned int lim[{rb}];",
+        *([f"long long lo[{rb}];"] if s.window else []),
+        *([f"unsigned long long moff[{rb}];"] if s.mask is not None else []),
         "unsigned int kend = 0u;",
+        *(["unsigned int kbeg = 0xffffffffu;"] if s.window else []),
         f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
         f"  const unsigned int gr = rt * {rb}u + r;",
         f"  const bool active = gr < {s.group * s.sq}u;",
         "  long long lm = active ? (long long)L : 0LL;",
     ]
-    if s.causal:
+    if s.causal and s.top_left:
+        lines += [
+            f"  if (active) lm = og_min(lm, {s.causal_limit('L', f'gr % {s.sq}u')});",
+            "  if (lm < 0) lm = 0;",
+        ]
+    elif s.causal:
         lines += [
             f"  if (active) lm = og_min(lm, (long long)L - {s.sq}LL + (long long)(gr % {s.sq}u) + 1LL);",
             "  if (lm < 0) lm = 0;",
         ]
+    lines += _row_extras(s)
     return lines + [
         "  lim[r] = (unsigned int)lm;",
         "  kend = og_max(kend, lim[r]);",
@@ -157,6 +166,19 @@ def _rows(s: AttentionShape, lay: _Layout) -> list[str]:
         "  }",
         "}",
     ]
+
+
+def _row_extras(s: AttentionShape) -> list[str]:
+    """Row r's window start lo[r] and mask offset moff[r], where the node has them."""
+    lines = []
+    if s.window:
+        lines.append(f"  lo[r] = {s.window_low('L', f'gr % {s.sq}u')};")
+        # the block's first key any row sees in its window: keys before it are not read
+        lines.append("  if (active) kbeg = og_min(kbeg, (unsigned int)og_max(lo[r], 0LL));")
+    if s.mask is not None:
+        offset = s.mask_offset("bz", f"hk * {s.group}u + gr / {s.sq}u", f"gr % {s.sq}u")
+        lines.append(f"  moff[r] = active ? {offset} : 0ull;")
+    return lines
 
 
 def _walk_keys(s: AttentionShape, lay: _Layout) -> list[str]:
@@ -178,6 +200,7 @@ def _walk_keys(s: AttentionShape, lay: _Layout) -> list[str]:
             f"for (unsigned int j0 = k0 + (unsigned int)warp * {un}u; j0 < kc1;"
             f" j0 += {lay.warps * un}u) {{"
         ),
+        *([f"  if (j0 + {un}u <= kbeg) continue;"] if s.window else []),
         # rows past kc1 read row j0 (valid: j0 < kc1); rows past k1 are masked in `consume`
         *(
             "  " + x
@@ -201,7 +224,7 @@ def _consume(s: AttentionShape, lay: _Layout) -> list[str]:
         "    float dot = 0.0f;",
         f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) dot += qv[r][k] * kf[u][k];",
         f"    {warp_sum('dot')}",
-        f"    sc[u] = (j0 + u < k1 && j0 + u < lim[r]) ? dot * {f32_literal(s.scale)} : {NEG_INF};",
+        _score_line(s),
         "    mx = og_max(mx, sc[u]);",
         "  }",
         f"  if (mx == {NEG_INF}) continue;",  # nothing visible yet (uniform over the warp)
@@ -216,6 +239,16 @@ def _consume(s: AttentionShape, lay: _Layout) -> list[str]:
         "  m[r] = mx;",
         "}",
     ]
+
+
+def _score_line(s: AttentionShape) -> str:
+    """sc[u]: the score of key j0 + u for row r, -inf where the row does not see it."""
+    scaled = f"dot * {f32_literal(s.scale)}"
+    if not s.has_extras:
+        return f"    sc[u] = (j0 + u < k1 && j0 + u < lim[r]) ? {scaled} : {NEG_INF};"
+    seen = s.seen_expr("j0 + u", "lo[r]", "moff[r]")
+    score = s.score_expr(scaled, "j0 + u", "moff[r]")
+    return f"    sc[u] = (j0 + u < k1 && j0 + u < lim[r] && {seen}) ? {score} : {NEG_INF};"
 
 
 def _share_warps(s: AttentionShape, lay: _Layout) -> list[str]:
@@ -260,7 +293,8 @@ def _store(s: AttentionShape, lay: _Layout, salt: str) -> tuple[list[str], str]:
     if chunks == 1:
         return [loop, *merge_warps, *write, "}"], ""
     layout = (rb, rt, warps, chunks, lay.per_chunk, lay.un)
-    digest = hashlib.sha1(f"{salt}|attention|{s}|{layout}".encode()).hexdigest()[:12]
+    extras = f"|{s.extras_key()}" if s.has_extras else ""
+    digest = hashlib.sha1(f"{salt}|attention|{s}|{layout}{extras}".encode()).hexdigest()[:12]
     ws, ml, cnt = f"og_ws_{digest}", f"og_ml_{digest}", f"og_cnt_{digest}"
     tiles = s.b * s.hkv * rt
     decl = (

@@ -27,12 +27,13 @@ from optgraph.codegen.cuda_head_rows import (
     ELEMENT_BYTES,
     VECTOR_TYPES,
     AttentionShape,
+    operand_args,
+    operand_decls,
     unpack,
     warp_max,
     warp_sum,
 )
 from optgraph.codegen.cuda_source import (
-    STORAGE,
     Launch,
     f32_literal,
     in_param,
@@ -86,6 +87,7 @@ def _tile_loader(shape: AttentionShape, threads: int) -> list[str]:
     epu = _vector_units(shape)
     if not epu:
         return ["const bool vec_ok = false;"]
+    first = "kfirst" if shape.window else "0u"
     units = KEYS * shape.d // epu
     upt = -(-units // threads)
     zero = "uint4{0u, 0u, 0u, 0u}"
@@ -104,7 +106,7 @@ def _tile_loader(shape: AttentionShape, threads: int) -> list[str]:
         f"    vr[p] = ok ? *reinterpret_cast<const uint4*>(in2 + g) : {zero};",
         "  }",
         "};",
-        "if (vec_ok && kend > 0u) fetch(0u);",
+        f"if (vec_ok && kend > {first}) fetch({first});",
     ]
 
 
@@ -163,7 +165,7 @@ def tiled_attention(shape: AttentionShape) -> Launch:
     lines = [
         *_rows(s, qtiles),
         *_tile_loader(s, threads),
-        f"for (unsigned int k0 = 0; k0 < kend; k0 += {KEYS}u) {{",
+        f"for (unsigned int k0 = {'kfirst' if s.window else '0'}; k0 < kend; k0 += {KEYS}u) {{",
         "  __syncthreads();",
         *("  " + x for x in _tile_store(s, threads)),
         "  __syncthreads();",
@@ -177,10 +179,9 @@ def tiled_attention(shape: AttentionShape) -> Launch:
         *_store_rows(s),
     ]
     decls = [out_param(dt), in_param(dt, 0), in_param(dt, 1), in_param(dt, 2)]
-    if s.has_len:
-        decls.append(f"const {STORAGE[s.len_dtype]}* in3")
+    decls += operand_decls(s)
     kernel = make_kernel("attention_tiled", decls, "\n".join("  " + x for x in lines))
-    args = ("out", "in0", "in1", "in2") + (("in3",) if s.has_len else ())
+    args = ("out", "in0", "in1", "in2") + operand_args(s)
     return Launch(kernel, (qtiles, s.hq, s.b), (threads, 1, 1), args)
 
 
@@ -191,6 +192,8 @@ def _rows(s: AttentionShape, qtiles: int) -> list[str]:
     e, d, rw = s.per_lane, s.d, ROWS_PER_WARP
     rows = WARPS * rw
     limit = "og_min((long long)L, (long long)L - SQ + (long long)i + 1LL)" if s.causal else "L"
+    if s.causal and s.top_left:
+        limit = s.causal_limit("L", "i")
     return [
         f"const long long SQ = {s.sq}LL;",
         f"const unsigned int qt = {qtiles - 1}u - blockIdx.x, h = blockIdx.y, bz = blockIdx.z;",
@@ -208,13 +211,18 @@ def _rows(s: AttentionShape, qtiles: int) -> list[str]:
         "long long kend_l;",
         "{ const long long i = last; kend_l = " + limit + "; }",
         "const unsigned int kend = kend_l > 0 ? (unsigned int)kend_l : 0u;",
+        *_first_tile(s, rows),
         f"float qv[{rw}][{e}], acc[{rw}][{e}], m[{rw}], l[{rw}];",
         f"unsigned int lim[{rw}];",
+        *([f"long long lo[{rw}];"] if s.window else []),
+        *([f"unsigned long long moff[{rw}];"] if s.mask is not None else []),
         "unsigned int wlim = 0u;",
         f"#pragma unroll\nfor (int r = 0; r < {rw}; ++r) {{",
         f"  const long long i = (long long)qt * {rows}LL + warp * {rw} + r;",
         "  long long lm = i < SQ ? (long long)(" + limit + ") : 0LL;",
         "  lim[r] = lm > 0 ? (unsigned int)lm : 0u;",
+        *([f"  lo[r] = {s.window_low('L', 'i')};"] if s.window else []),
+        *([f"  moff[r] = {s.mask_offset('bz', 'h', 'i')};"] if s.mask is not None else []),
         "  wlim = og_max(wlim, lim[r]);",
         f"  m[r] = {NEG_INF}; l[r] = 0.0f;",
         f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k) {{",
@@ -226,6 +234,18 @@ def _rows(s: AttentionShape, qtiles: int) -> list[str]:
         ),
         "  }",
         "}",
+    ]
+
+
+def _first_tile(s: AttentionShape, rows: int) -> list[str]:
+    """With a window, `kfirst`: the tile holding the first key the block's first row (the one
+    with the earliest window) sees; the tiles before it are not read."""
+    if not s.window:
+        return []
+    return [
+        "long long kfirst_l;",
+        f"{{ const long long i = (long long)qt * {rows}LL; kfirst_l = {s.window_low('L', 'i')}; }}",
+        f"const unsigned int kfirst = kfirst_l > 0 ? (unsigned int)(kfirst_l / {KEYS}) * {KEYS}u : 0u;",
     ]
 
 
@@ -260,7 +280,7 @@ def _softmax_step(s: AttentionShape) -> list[str]:
     return [
         "  const unsigned int key = k0 + (unsigned int)lane;",
         f"  #pragma unroll\n  for (int r = 0; r < {rw}; ++r) {{",
-        f"    const float sc = key < lim[r] ? part[r][0] * {f32_literal(s.scale)} : {NEG_INF};",
+        _score_line(s),
         "    float mx = sc;",
         f"    {warp_max('mx')}",
         "    mx = og_max(mx, m[r]);",
@@ -275,6 +295,16 @@ def _softmax_step(s: AttentionShape) -> list[str]:
         "    og_p[warp][r][lane] = p;",
         "  }",
     ]
+
+
+def _score_line(s: AttentionShape) -> str:
+    """sc: the score of key `key` for row r, -inf where the row does not see it."""
+    scaled = f"part[r][0] * {f32_literal(s.scale)}"
+    if not s.has_extras:
+        return f"    const float sc = key < lim[r] ? {scaled} : {NEG_INF};"
+    seen = s.seen_expr("key", "lo[r]", "moff[r]")
+    score = s.score_expr(scaled, "key", "moff[r]")
+    return f"    const float sc = (key < lim[r] && {seen}) ? {score} : {NEG_INF};"
 
 
 def _accumulate(s: AttentionShape) -> list[str]:

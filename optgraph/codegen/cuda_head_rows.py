@@ -10,17 +10,20 @@ coalesced access. Two slicings:
 - *strided* (the tiled kernel's shared-memory tiles): lane l owns `l + 32·e`, which is free of
   shared-memory bank conflicts for any E.
 
-Also the attention attributes every kernel needs (`AttentionShape`).
+Also the attention attributes every kernel needs (`AttentionShape`), with the C expressions of
+the optional parts (per-batch-row kv_len, top-left causal alignment, window, softcap, mask) that
+the three kernels share. A node that uses none of them gets the kernels' text unchanged.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from optgraph.codegen.cuda_source import load
-from optgraph.ir.attrs import float_attr
+from optgraph.codegen.cuda_source import STORAGE, f32_literal, in_param, load
+from optgraph.ir.attrs import float_attr, int_attr
 from optgraph.ir.graph import Node, TensorType
+from optgraph.ir.op_rules_attention import attention_operands
 from optgraph.ir.ops import attrs_with_defaults
 
 ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
@@ -29,8 +32,21 @@ VECTOR_TYPES[16] = ("uint4", (".x", ".y", ".z", ".w"))
 
 
 @dataclass(frozen=True)
+class MaskOperand:
+    """The mask operand: its kernel parameter, dtype and element strides for (b, h, i, j), 0
+    along the axes it broadcasts over."""
+
+    arg: str
+    dtype: str
+    strides: tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
 class AttentionShape:
-    """Sizes and attributes of one attention node (q [B,Hq,Sq,D], k/v [B,Hkv,Skv,D])."""
+    """Sizes and attributes of one attention node (q [B,Hq,Sq,D], k/v [B,Hkv,Skv,D]).
+
+    The fields after `len_dtype` stay out of the repr, which names the decode kernel's workspace:
+    a node without them keeps its kernels' text."""
 
     dtype: str
     b: int
@@ -43,6 +59,11 @@ class AttentionShape:
     causal: bool
     has_len: bool
     len_dtype: str
+    len_per_batch: bool = field(default=False, repr=False)
+    top_left: bool = field(default=False, repr=False)
+    window: int = field(default=0, repr=False)
+    softcap: float = field(default=0.0, repr=False)
+    mask: MaskOperand | None = field(default=None, repr=False)
 
     @property
     def group(self) -> int:
@@ -52,11 +73,98 @@ class AttentionShape:
     def per_lane(self) -> int:
         return -(-self.d // 32)
 
+    @property
+    def has_extras(self) -> bool:
+        """Whether the node uses any part beyond causal, kv_len[1] and scale."""
+        return self.extras_key() != ""
+
+    def extras_key(self) -> str:
+        """The optional parts as text ("" for none): kernels with them differ in their name."""
+        parts = []
+        if self.len_per_batch:
+            parts.append("len_per_batch")
+        if self.top_left:
+            parts.append("top_left")
+        if self.window:
+            parts.append(f"window={self.window}")
+        if self.softcap:
+            parts.append(f"softcap={self.softcap!r}")
+        if self.mask is not None:
+            parts.append(f"mask={self.mask}")
+        return ",".join(parts)
+
     def length_expr(self) -> str:
         """C expression (long long) of the visible cache length L before clamping to [0, Skv]."""
         if self.has_len:
-            return f"og_min((long long)in3[0], {self.skv}LL)"
+            at = "bz" if self.len_per_batch else "0"
+            return f"og_min((long long)in3[{at}], {self.skv}LL)"
         return f"{self.skv}LL"
+
+    def position_expr(self, length: str, row: str) -> str:
+        """C expression (long long) of query `row`'s position: L - Sq + i or i."""
+        if self.top_left:
+            return f"(long long)({row})"
+        return f"((long long)({length}) - {self.sq}LL + (long long)({row}))"
+
+    def causal_limit(self, length: str, row: str) -> str:
+        """C expression (long long) of the keys a causal row sees, before clamping to >= 0."""
+        return f"og_min((long long)({length}), {self.position_expr(length, row)} + 1LL)"
+
+    def window_low(self, length: str, row: str) -> str:
+        """C expression (long long) of the row's first key inside the window (may be < 0)."""
+        return f"({self.position_expr(length, row)} - {self.window - 1}LL)"
+
+    def mask_offset(self, b: str, h: str, i: str) -> str:
+        """C expression (unsigned long long) of the mask element of (b, h, i, key 0)."""
+        assert self.mask is not None
+        terms = [
+            f"(unsigned long long)({var}) * {stride}ull"
+            for var, stride in zip((b, h, i), self.mask.strides[:3])
+            if stride
+        ]
+        return " + ".join(terms) if terms else "0ull"
+
+    def mask_decl(self) -> list[str]:
+        """The mask's kernel parameter (none without a mask)."""
+        if self.mask is None:
+            return []
+        index = int(self.mask.arg.removeprefix("in"))
+        return [in_param(self.mask.dtype, index)]
+
+    def mask_is_bool(self) -> bool:
+        return self.mask is not None and self.mask.dtype == "bool"
+
+    def seen_expr(self, key: str, low: str, moff: str) -> str:
+        """C condition beyond the row's upper limit: inside the window, allowed by a bool mask
+        ("true" when neither applies)."""
+        conds = []
+        if self.window:
+            conds.append(f"(long long)({key}) >= {low}")
+        if self.mask is not None and self.mask.dtype == "bool":
+            at = f"{moff} + (unsigned long long)({key}) * {self.mask.strides[3]}ull"
+            conds.append(f"{self.mask.arg}[{at}] != 0")
+        return " && ".join(conds) if conds else "true"
+
+    def score_expr(self, scaled: str, key: str, moff: str) -> str:
+        """C expression of a seen key's score from `scaled` = (q·k)·scale: the softcap, then a
+        float mask added."""
+        out = scaled
+        if self.softcap:
+            cap = f32_literal(self.softcap)
+            out = f"({cap} * tanhf(({scaled}) / {cap}))"
+        if self.mask is not None and self.mask.dtype != "bool":
+            at = f"{moff} + (unsigned long long)({key}) * {self.mask.strides[3]}ull"
+            out = f"({out} + {load(self.mask.dtype, f'{self.mask.arg}[{at}]')})"
+        return out
+
+
+def _mask_operand(arg: str, mask: TensorType) -> MaskOperand:
+    dims = (1,) * (4 - mask.rank) + mask.shape
+    strides, step = [0, 0, 0, 0], 1
+    for axis in range(3, -1, -1):
+        strides[axis] = step if dims[axis] != 1 else 0
+        step *= dims[axis]
+    return MaskOperand(arg, mask.dtype, (strides[0], strides[1], strides[2], strides[3]))
 
 
 def attention_shape(node: Node, types: tuple[TensorType, ...]) -> AttentionShape:
@@ -65,7 +173,12 @@ def attention_shape(node: Node, types: tuple[TensorType, ...]) -> AttentionShape
     attrs = attrs_with_defaults(node)
     scale_attr = attrs.get("scale")
     scale = 1.0 / math.sqrt(d) if scale_attr is None else float_attr(attrs, "scale")
-    has_len = len(types) == 4
+    roles = attention_operands(len(types), bool(attrs["masked"]))
+    has_len = roles.kv_len is not None
+    mask = None
+    if roles.mask is not None:
+        mask = _mask_operand(f"in{roles.mask}", types[roles.mask])
+    causal = bool(attrs["causal"])
     return AttentionShape(
         dtype=q.dtype,
         b=b,
@@ -75,10 +188,27 @@ def attention_shape(node: Node, types: tuple[TensorType, ...]) -> AttentionShape
         hkv=k.shape[1],
         skv=k.shape[2],
         scale=scale,
-        causal=bool(attrs["causal"]),
+        causal=causal,
         has_len=has_len,
         len_dtype=types[3].dtype if has_len else "i32",
+        len_per_batch=has_len and b > 1 and types[3].shape == (b,),
+        top_left=causal and attrs["causal_align"] == "top_left",
+        window=int_attr(attrs, "window"),
+        softcap=float_attr(attrs, "softcap"),
+        mask=mask,
     )
+
+
+def operand_decls(shape: AttentionShape) -> list[str]:
+    """Kernel parameters after out, q, k, v: kv_len, then the mask, where present."""
+    decls = [f"const {STORAGE[shape.len_dtype]}* in3"] if shape.has_len else []
+    return decls + shape.mask_decl()
+
+
+def operand_args(shape: AttentionShape) -> tuple[str, ...]:
+    """Launch arguments after out, q, k, v, matching `operand_decls`."""
+    args = ("in3",) if shape.has_len else ()
+    return args + ((shape.mask.arg,) if shape.mask is not None else ())
 
 
 def vector_bytes(shape: AttentionShape) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from optgraph.frontends.aten_attention_ops import ATTENTION_CONVERTERS
 from optgraph.frontends.aten_image_ops import IMAGE_CONVERTERS
 from optgraph.frontends.aten_indexing_ops import INDEXING_CONVERTERS
 from optgraph.frontends.aten_mask_ops import MASK_CONVERTERS
@@ -159,28 +160,6 @@ def _addmm(ctx: TorchContext, node: Any) -> None:
     ctx.emit(node, "add", [partial, ctx.name_of(node.args[0])])
 
 
-def _attention(ctx: TorchContext, node: Any) -> None:
-    q, k = ctx.type_of(node.args[0]), ctx.type_of(node.args[1])
-    if arg(node, 3, "attn_mask") is not None:
-        raise unsupported(node, "an attention mask operand is not supported yet")
-    if float(arg(node, 4, "dropout_p", 0.0)) != 0.0:
-        raise unsupported(node, "dropout in attention is not supported")
-    causal = bool(arg(node, 5, "is_causal", False))
-    if causal and q.shape[2] != k.shape[2]:
-        raise unsupported(
-            node,
-            f"is_causal with {q.shape[2]} queries and {k.shape[2]} keys: PyTorch aligns the mask "
-            "top-left, optgraph bottom-right; they agree only for equal lengths",
-        )
-    attrs: dict[str, AttrValue] = {"causal": causal}
-    scale = arg(node, 6, "scale")
-    if scale is not None:
-        attrs["scale"] = float(scale)
-    if q.shape[1] != k.shape[1] and not arg(node, 7, "enable_gqa", False):
-        raise unsupported(node, "query and key head counts differ without enable_gqa")
-    ctx.emit(node, "attention", [ctx.name_of(a) for a in node.args[:3]], attrs)
-
-
 # -- data movement ------------------------------------------------------------------------------
 
 
@@ -286,6 +265,7 @@ def _embedding(ctx: TorchContext, node: Any) -> None:
 
 
 CONVERTERS: dict[str, Converter] = {
+    **ATTENTION_CONVERTERS,
     **IMAGE_CONVERTERS,
     **INDEXING_CONVERTERS,
     **MASK_CONVERTERS,
@@ -329,7 +309,6 @@ CONVERTERS: dict[str, Converter] = {
     "aten.reshape.default": _reshape,
     "aten.rms_norm.default": _rms_norm,
     "aten.rsqrt.default": _unary("rsqrt"),
-    "aten.scaled_dot_product_attention.default": _attention,
     "aten.select.int": _select,
     "aten.sigmoid.default": _unary("sigmoid"),
     "aten.silu.default": _unary("silu"),

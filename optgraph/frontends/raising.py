@@ -13,6 +13,8 @@ unless something else reads them. Rules (applied in this order, each over the wh
   angles `e` are computed from one integer input `pos` and constants only, and evaluating them on
   probe positions gives `pos · theta^(-2i/D)` repeated twice (rotate-half) -> `rope(x', pos)`,
   with `x` transposed to `[B,S,H,D]` and back when it is `[B,H,S,D]`.
+- `attention_kv_len` (raise_attention_masks.py): a decode step's mask computed from its one
+  position input -> `attention {causal, window}` over `kv_len = pos + c` keys.
 
 Before/after (rms_norm)::
 
@@ -32,6 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from optgraph.frontends.draft import Draft
+from optgraph.frontends.raise_attention_masks import attention_kv_len
 from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
 from optgraph.runtime.reference_kernels import KERNELS, erf, numpy_dtype
@@ -52,7 +55,7 @@ _GELU_PROBE = np.linspace(-6.0, 6.0, 97, dtype=np.float32)
 
 def raise_patterns(draft: Draft) -> None:
     """Apply every rule, in order, to the whole draft (in place)."""
-    for rule in (_rms_norm, _gelu, _rope):
+    for rule in (_rms_norm, _gelu, _rope, attention_kv_len):
         producers = {n.name: n for n in draft.nodes}
         rewritten: list[Node] = []
         for node in draft.nodes:

@@ -174,10 +174,13 @@ def rope(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
 
 
 def attention(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
-    """QK^T and PV: 2·2·B·Hq·Sq·Skv·D, plus the softmax over the scores."""
+    """QK^T and PV: 2·2·B·Hq·Sq·Skv·D, plus the softmax over the scores. With a window each row
+    scores at most W keys; the bytes still count all of k and v (what the kernels may read)."""
     b, hq, sq, d = types[0].shape
     skv = types[1].shape[2]
-    scores = b * hq * sq * skv
+    window = attrs.get("window", 0)
+    keys = min(skv, window) if isinstance(window, int) and window > 0 else skv
+    scores = b * hq * sq * keys
     return Cost(_io_bytes(types, result), 4 * scores * d + 6 * scores)
 
 

@@ -4,7 +4,7 @@ interpreter, on graphs beyond the op cases (tests/codegen/test_op_kernels_emulat
 Covers the kernels with warp shuffles, shared memory and cross-block workspaces, where an
 indexing or ordering bug would otherwise only show on a GPU: the three attention kernels (split-KV
 decode with one and several chunks and row tiles, the tiled prefill kernel, the row kernel for
-wide heads), the row kernels of softmax and the norms, the one-row product kernel (single pass and
+wide heads, each also with masks, per-row kv_len, windows, softcap and top-left causal), the row kernels of softmax and the norms, the one-row product kernel (single pass and
 split-K with its last-block reduction) and the cache copy of kv_cache_write. Bounds are the GPU tests' own
 (tests/support/gpu_support.py). Skipped where g++ (C++20) is missing.
 """
@@ -31,6 +31,20 @@ WIDE_HEADS = """graph wide_heads {
   %d = attention(%q, %k, %v) {causal = true} : f32[1,2,3,288]
   %p = attention(%pq, %pq, %pq) {causal = true} : f32[1,1,9,192]
   output %d, %p
+}
+"""
+WIDE_HEADS_MASKED = """graph wide_heads_masked {
+  input %q : {T}[1,2,3,288]
+  input %k : {T}[1,1,40,288]
+  input %len : i32[1]
+  input %m : bool[1,2,3,40]
+  input %bq : {T}[2,2,3,288]
+  input %bk : {T}[2,1,40,288]
+  input %blen : i32[2]
+  input %bm : {T}[2,1,1,40]
+  %d = attention(%q, %k, %k, %len, %m) {causal = true, causal_align = "top_left", masked = true, softcap = 1.0, window = 2} : {T}[1,2,3,288]
+  %b = attention(%bq, %bk, %bk, %blen, %bm) {causal = true, masked = true, window = 5} : {T}[2,2,3,288]
+  output %d, %b
 }
 """
 ROWS = """graph rows {
@@ -97,6 +111,11 @@ def test_attention_kernels_match_reference() -> None:
 
 def test_attention_row_kernel_for_wide_heads() -> None:
     _check(og.parse(WIDE_HEADS))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_attention_row_kernel_with_masks_windows_and_softcap(dtype: str) -> None:
+    _check(og.parse(WIDE_HEADS_MASKED.replace("{T}", dtype)))
 
 
 def test_row_kernels_match_reference() -> None:

@@ -8,8 +8,10 @@ import pytest
 
 import optgraph as og
 from optgraph.errors import OptGraphError
-from optgraph.ir.verify import verify
+from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.op_rules_attention import AttentionOperands, attention_operands
+from optgraph.ir.ops import cost
+from optgraph.ir.verify import verify
 from tests.ir.test_ops_types import error, infer
 
 Q, KV = "f32[2,4,3,16]", "f32[2,2,7,16]"
@@ -92,3 +94,12 @@ def test_round_trip_prints_the_attributes() -> None:
 """
     graph = og.parse(text)
     assert og.parse(og.print_graph(graph)) == graph
+
+
+def test_a_window_bounds_the_flops_not_the_bytes() -> None:
+    q, kv = TensorType("f32", (1, 2, 8, 16)), TensorType("f32", (1, 2, 64, 16))
+    full = cost(Node("y", "attention", ("q", "k", "v"), {"causal": True}), [q, kv, kv], q)
+    node = Node("y", "attention", ("q", "k", "v"), {"causal": True, "window": 4})
+    windowed = cost(node, [q, kv, kv], q)
+    assert windowed.bytes == full.bytes
+    assert windowed.flops * 16 == full.flops  # 4 keys a row instead of 64
