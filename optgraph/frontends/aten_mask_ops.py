@@ -6,10 +6,10 @@ What attention masks, per-row kv_len, sliding windows and softcaps export as:
     scores.masked_fill(~mask, -inf)             aten.masked_fill     -> where(mask', fill, scores)
     logits.clamp(-30, 30)                       aten.clamp           -> clip
 
-`le`/`ge` become `not(greater)`/`not(less)`, exact for integers and bools only (a NaN makes
-`not(greater)` true where `<=` is false), so float `le`/`ge` are refused; `ne` is
-`not(equal)`, exact for every dtype. Operands are compared in one dtype, the promoted one as
-PyTorch does (an int tensor against a float scalar or tensor compares as float).
+`le`/`ge` become `less_equal`/`greater_equal` (on bools, which those refuse,
+`not(greater)`/`not(less)`); `ne` is `not(equal)`, exact for every dtype. Operands are
+compared in one dtype, the promoted one as PyTorch does (an int tensor against a float scalar
+or tensor compares as float).
 """
 
 from __future__ import annotations
@@ -47,10 +47,9 @@ def _compare(op: str, negate: bool = False) -> Converter:
         if not negate:
             ctx.emit(node, op, operands)
             return
-        if op != "equal" and dtype in FLOAT_DTYPES:
-            raise unsupported(
-                node, f"<= and >= on {dtype} (not({op}) differs from them for NaN operands)"
-            )
+        if op != "equal" and dtype != "bool":  # <= and >=: their own ops (NaN compares false)
+            ctx.emit(node, "greater_equal" if op == "less" else "less_equal", operands)
+            return
         partial = ctx.step(node, op, operands, ctx.result_type(node))
         ctx.emit(node, "not", [partial])
 

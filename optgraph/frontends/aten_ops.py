@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from optgraph.frontends.aten_arithmetic_ops import ARITHMETIC_CONVERTERS
 from optgraph.frontends.aten_image_ops import IMAGE_CONVERTERS
 from optgraph.frontends.aten_indexing_ops import INDEXING_CONVERTERS
 from optgraph.frontends.aten_mask_ops import MASK_CONVERTERS
@@ -286,6 +287,7 @@ def _embedding(ctx: TorchContext, node: Any) -> None:
 
 
 CONVERTERS: dict[str, Converter] = {
+    **ARITHMETIC_CONVERTERS,
     **IMAGE_CONVERTERS,
     **INDEXING_CONVERTERS,
     **MASK_CONVERTERS,

@@ -4,8 +4,8 @@
     Where(mask, scores, -inf)       -> where
     Clip(x, min, max)               -> clip {min, max}   (min, max: constant inputs or attributes)
 
-`LessOrEqual`/`GreaterOrEqual` become `not(greater)`/`not(less)`, exact for integers and
-bools only (NaN), so on floats they are refused. ONNX comparisons take one dtype already.
+`LessOrEqual`/`GreaterOrEqual` become `less_equal`/`greater_equal` (on bools, which those
+refuse, `not(greater)`/`not(less)`). ONNX comparisons take one dtype already.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from optgraph.frontends.onnx_context import Converter, OnnxContext
-from optgraph.ir.graph import FLOAT_DTYPES, AttrValue
+from optgraph.ir.graph import AttrValue
 
 
 def _compare(op: str, negate: bool = False) -> Converter:
@@ -23,9 +23,9 @@ def _compare(op: str, negate: bool = False) -> Converter:
         if not negate:
             ctx.emit(node, op, operands)
             return
-        dtype = ctx.type_of(node.input[0]).dtype
-        if dtype in FLOAT_DTYPES:
-            raise ctx.error(node, f"on {dtype} (not({op}) differs from it for NaN operands)")
+        if ctx.type_of(node.input[0]).dtype != "bool":  # NaN compares false: their own ops
+            ctx.emit(node, "greater_equal" if op == "less" else "less_equal", operands)
+            return
         ctx.emit(node, "not", [ctx.step(node, op, operands)])
 
     return convert

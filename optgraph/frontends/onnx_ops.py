@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from optgraph.frontends.onnx_arithmetic_ops import ARITHMETIC_CONVERTERS
 from optgraph.frontends.onnx_context import ONNX_DTYPES, Converter, OnnxContext
 from optgraph.frontends.onnx_image_ops import IMAGE_CONVERTERS
 from optgraph.frontends.onnx_indexing_ops import INDEXING_CONVERTERS
@@ -251,6 +252,7 @@ def _gather(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
 
 
 CONVERTERS: dict[str, Converter] = {
+    **ARITHMETIC_CONVERTERS,
     **IMAGE_CONVERTERS,
     **INDEXING_CONVERTERS,
     **MASK_CONVERTERS,
