@@ -358,14 +358,18 @@ input %y : {T}[3,5,7]
 %a = cumsum(%x) {axis = -1} : {T}[4,64]
 %b = cumsum(%y) {axis = 1} : {T}[3,5,7]
 %c = cumsum(%y) {axis = 0} : {T}[3,5,7]
-output %a, %b, %c""",
+input %w : {T}[2,700,3]
+%d = cumsum(%w) {axis = 1} : {T}[2,700,3]
+output %a, %b, %c, %d""",
     "argmax": """input %x : {T}[4,64]
 input %y : {T}[3,5,7]
 input %z : {T}[2,5000]
 %a = argmax(%x) : i64[4]
 %b = argmax(%y) {axis = 1, keepdims = true} : i64[3,1,7]
 %c = argmax(%z) {axis = 1} : i64[2]
-output %a, %b, %c""",
+input %w : {T}[2,700,3]
+%d = argmax(%w) {axis = 1} : i64[2,3]
+output %a, %b, %c, %d""",
     "copy": """input %x : {T}[4,5]
 %y = copy(%x) {to = "cuda"} : {T}[4,5]
 output %y""",
