@@ -1,15 +1,16 @@
 """Indexing ops: expand, tile and pad (copies that move raw bits or fill), cumsum and argmax
-(one thread per line along the axis).
+(a block per line along the axis).
 
 A thread per output element finds its source element from its coordinates:
 
     %y = tile(%x) {repeats = [2, 1]} : f32[4,3]   (%x : f32[2,3])
     ->  out[i] = in0[((i / 3u) % 4u % 2u) * 3u + (i % 3u)]
 
-`cumsum` and `argmax` walk each line (the elements sharing every coordinate but the axis) in
-order in one thread: cumsum adds in float32 (integers in their own type) exactly in the
-reference's order; argmax keeps the first maximum, a NaN counting as the largest (NumPy). A
-line is walked serially, so a long axis (a vocabulary's argmax) is latency-bound, not wrong.
+`cumsum` and `argmax` give each line (the elements sharing every coordinate but the axis) a
+block of up to 256 threads. cumsum scans tiles of blockDim.x elements (warp shuffles, then the
+warps' sums, then the carry of earlier tiles) in float32 (integers in their own type, exact);
+argmax reduces (value, index) pairs over the block, keeping the first maximum with a NaN as the
+largest (NumPy, torch, ONNX `select_last_index = 0`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from optgraph.codegen.cuda_source import (
     grid_1d,
     index_type,
     load,
+    lowest,
     make_kernel,
     store,
     strides,
@@ -112,39 +114,98 @@ def _line_geometry(node: Node, x: TensorType) -> tuple[int, int, int]:
     return (x.numel // length if length else 0), length, inner
 
 
+def _scan_threads(length: int) -> int:
+    """Threads a block: the line's length rounded up to whole warps, at most 256."""
+    return min(256, max(32, -(-length // 32) * 32))
+
+
 def _scan(node: Node, x: TensorType) -> Launch:
-    """cumsum and argmax: a thread walks one line in order."""
+    """cumsum and argmax: a block per line (a block-stride loop past 65535 lines)."""
     assert node.type is not None
     lines_count, length, inner = _line_geometry(node, x)
     idx = index_type(x.numel + 1)
     acc = "float" if x.dtype in FLOAT_DTYPES else COMPUTE[x.dtype]
-    at = load(x.dtype, "in0[base + k * INNER]")
     head = [
-        _loop(lines_count, idx),
-        f"  const {idx} INNER = {inner}u;",
-        f"  const {idx} base = (i / INNER) * {length}u * INNER + i % INNER;",
+        "const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;",
+        f"for ({idx} line = blockIdx.x; line < {lines_count}u; line += gridDim.x) {{",
+        f"  const {idx} base = (line / {inner}u) * {length * inner}u + line % {inner}u;",
     ]
-    if node.op == "cumsum":
-        body = [
-            f"  {acc} acc = ({acc})0;",
-            f"  for ({idx} k = 0; k < {length}u; ++k) {{",
-            f"    acc += {at};",
-            f"    out[base + k * INNER] = {store(x.dtype, 'acc')};",
-            "  }",
-        ]
-    else:
-        body = [
-            f"  {acc} best = {load(x.dtype, 'in0[base]')};",
-            "  long long arg = 0;",
-            f"  for ({idx} k = 1; k < {length}u; ++k) {{",
-            f"    const {acc} v = {at};",
-            "    if (best == best && (v > best || v != v)) { best = v; arg = (long long)k; }",
-            "  }",
-            "  out[i] = arg;",
-        ]
+    body = (
+        _cumsum(x, acc, idx, length, inner)
+        if node.op == "cumsum"
+        else _argmax(x, acc, idx, length, inner)
+    )
     out_t = STORAGE[node.type.dtype]
     decls = [f"{out_t}* out", f"const {STORAGE[x.dtype]}* in0"]
-    return _launch(node.op, decls, head + body + ["}"], lines_count)
+    kernel = make_kernel(node.op, decls, "\n".join("  " + s for s in head + body + ["}"]))
+    grid = (max(1, min(lines_count, 65535)), 1, 1)
+    return Launch(kernel, grid, (_scan_threads(length), 1, 1), ("out", "in0"))
+
+
+def _cumsum(x: TensorType, acc: str, idx: str, length: int, inner: int) -> list[str]:
+    """Tiles of blockDim.x elements: a warp scan (shuffles), a scan of the warps' sums, then the
+    carry of the tiles before; float32 sums, so rounding may differ from the reference's serial
+    order within float32's tolerance (integers are exact)."""
+    shuffle = "for (int o = 1; o < 32; o <<= 1) {{ const {t} n = __shfl_up_sync(0xffffffffu, {v}, o); if (lane >= o) {v} += n; }}"
+    return [
+        f"  __shared__ {acc} og_warp_sums[32];",
+        f"  {acc} carry = ({acc})0;",
+        f"  for ({idx} start = 0; start < {length}u; start += blockDim.x) {{",
+        f"    const {idx} k = start + threadIdx.x;",
+        f"    {acc} v = k < {length}u ? {load(x.dtype, f'in0[base + k * {inner}u]')} : ({acc})0;",
+        "    " + shuffle.format(t=acc, v="v"),
+        "    if (lane == 31) og_warp_sums[warp] = v;",
+        "    __syncthreads();",
+        "    if (warp == 0) {",
+        f"      {acc} s = lane < warps ? og_warp_sums[lane] : ({acc})0;",
+        "      " + shuffle.format(t=acc, v="s"),
+        "      og_warp_sums[lane] = s;",
+        "    }",
+        "    __syncthreads();",
+        "    if (warp > 0) v += og_warp_sums[warp - 1];",
+        f"    if (k < {length}u) out[base + k * {inner}u] = {store(x.dtype, 'v + carry')};",
+        "    carry += og_warp_sums[warps - 1];",
+        "    __syncthreads();",
+        "  }",
+    ]
+
+
+def _argmax(x: TensorType, acc: str, idx: str, length: int, inner: int) -> list[str]:
+    """Each thread keeps the first maximum of its strided elements, then a warp and a block
+    reduction of (value, index) pairs: a NaN beats any number, equal values the lower index."""
+    better = (
+        "({v} != {v} ? ({b} == {b} || {kv} < {kb}) :"
+        " ({b} == {b} && ({v} > {b} || ({v} == {b} && {kv} < {kb}))))"
+    )
+    reduce = [
+        "for (int o = 16; o > 0; o >>= 1) {",
+        f"  const {acc} ob = __shfl_xor_sync(0xffffffffu, best, o);",
+        "  const long long oa = __shfl_xor_sync(0xffffffffu, arg, o);",
+        "  if " + better.format(v="ob", kv="oa", b="best", kb="arg") + " { best = ob; arg = oa; }",
+        "}",
+    ]
+    return [
+        f"  __shared__ {acc} og_best[32];",
+        "  __shared__ long long og_arg[32];",
+        f"  {acc} best = {lowest(x.dtype)};",
+        f"  long long arg = {length}LL;",
+        f"  for ({idx} k = threadIdx.x; k < {length}u; k += blockDim.x) {{",
+        f"    const {acc} v = {load(x.dtype, f'in0[base + k * {inner}u]')};",
+        "    if "
+        + better.format(v="v", kv="(long long)k", b="best", kb="arg")
+        + " { best = v; arg = (long long)k; }",
+        "  }",
+        *("  " + r for r in reduce),
+        "  if (lane == 0) { og_best[warp] = best; og_arg[warp] = arg; }",
+        "  __syncthreads();",
+        "  if (warp == 0) {",
+        f"    best = lane < warps ? og_best[lane] : {lowest(x.dtype)};",
+        f"    arg = lane < warps ? og_arg[lane] : {length}LL;",
+        *("    " + r for r in reduce),
+        "    if (lane == 0) out[line] = arg;",
+        "  }",
+        "  __syncthreads();",
+    ]
 
 
 def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Launch]:

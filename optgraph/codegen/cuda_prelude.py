@@ -36,6 +36,23 @@ __device__ __forceinline__ float og_max(float a, float b) {
   return (a != a || a > b) ? a : b;  // NaN propagates, as in NumPy
 }
 __device__ __forceinline__ float og_min(float a, float b) { return (a != a || a < b) ? a : b; }
+// div and mod of integers (docs/ir.md): by zero gives 0 and the lowest integer by -1 wraps
+// (C leaves both undefined and x86 traps); og_mod takes the divisor's sign, og_rem the dividend's.
+template <typename T> __device__ __forceinline__ T og_idiv(T a, T b) {
+  return b == 0 ? T(0) : b == T(-1) ? T(0ull - (unsigned long long)a) : a / b;
+}
+template <typename T> __device__ __forceinline__ T og_rem(T a, T b) {
+  return (b == 0 || b == T(-1)) ? T(0) : a % b;
+}
+template <typename T> __device__ __forceinline__ T og_mod(T a, T b) {
+  const T r = og_rem(a, b);
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+__device__ __forceinline__ float og_rem(float a, float b) { return fmodf(a, b); }
+__device__ __forceinline__ float og_mod(float a, float b) {
+  const float r = fmodf(a, b);
+  return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
+}
 
 // Programmatic Dependent Launch (sm_90+). Every kernel calls both first (`kernel_template`).
 // wait: block until the preceding grid has completed and its memory is visible (a no-op when

@@ -52,11 +52,13 @@ BINARY: dict[str, str] = {
     "equal": "({0} == {1})",
     "less": "({0} < {1})",
     "greater": "({0} > {1})",
+    "less_equal": "({0} <= {1})",
+    "greater_equal": "({0} >= {1})",
     "and": "({0} && {1})",
     "or": "({0} || {1})",
 }
 SCALAR_OPS = frozenset(UNARY_FLOAT) | frozenset(BINARY) | {
-    "neg", "abs", "relu", "gelu", "cast", "scale", "not", "where", "clip", "prelu",
+    "neg", "abs", "relu", "gelu", "cast", "scale", "not", "where", "clip", "prelu", "mod",
 }  # fmt: skip
 
 _SQRT_2_OVER_PI = 0.7978845608028654
@@ -74,6 +76,10 @@ def scalar_expr(node: Node, args: Sequence[str], arg_dtypes: Sequence[str]) -> s
     attrs = attrs_with_defaults(node)
     if op in UNARY_FLOAT:
         return UNARY_FLOAT[op].format(a)
+    if op == "div" and dtype not in FLOAT_DTYPES:
+        return f"og_idiv({a}, {args[1]})"
+    if op == "mod":
+        return f"og_{'rem' if attrs['fmod'] else 'mod'}({a}, {args[1]})"
     if op in BINARY:
         return BINARY[op].format(a, args[1])
     if op == "neg":

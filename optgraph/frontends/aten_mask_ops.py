@@ -5,11 +5,13 @@ What attention masks, per-row kv_len, sliding windows and softcaps export as:
     mask = pos[None, :] < kv_len[:, None]       aten.lt.Tensor       -> less
     scores.masked_fill(~mask, -inf)             aten.masked_fill     -> where(mask', fill, scores)
     logits.clamp(-30, 30)                       aten.clamp           -> clip
+    scores.triu(1), x.tril()                    aten.triu, aten.tril -> where(keep, x, 0), the
+                                                                        keep mask a constant
 
-`le`/`ge` become `not(greater)`/`not(less)`, exact for integers and bools only (a NaN makes
-`not(greater)` true where `<=` is false), so float `le`/`ge` are refused; `ne` is
-`not(equal)`, exact for every dtype. Operands are compared in one dtype, the promoted one as
-PyTorch does (an int tensor against a float scalar or tensor compares as float).
+`le`/`ge` become `less_equal`/`greater_equal` (on bools, which those refuse,
+`not(greater)`/`not(less)`); `ne` is `not(equal)`, exact for every dtype. Operands are
+compared in one dtype, the promoted one as PyTorch does (an int tensor against a float scalar
+or tensor compares as float).
 """
 
 from __future__ import annotations
@@ -47,10 +49,9 @@ def _compare(op: str, negate: bool = False) -> Converter:
         if not negate:
             ctx.emit(node, op, operands)
             return
-        if op != "equal" and dtype in FLOAT_DTYPES:
-            raise unsupported(
-                node, f"<= and >= on {dtype} (not({op}) differs from them for NaN operands)"
-            )
+        if op != "equal" and dtype != "bool":  # <= and >=: their own ops (NaN compares false)
+            ctx.emit(node, "greater_equal" if op == "less" else "less_equal", operands)
+            return
         partial = ctx.step(node, op, operands, ctx.result_type(node))
         ctx.emit(node, "not", [partial])
 
@@ -110,6 +111,24 @@ def _clamp(low_index: int | None, high_index: int | None) -> Converter:
     return convert
 
 
+def triangle_keep(rows: int, cols: int, diagonal: int, upper: bool) -> np.ndarray:
+    """Which entries of an [rows, cols] matrix triu/tril (ONNX Trilu) keep."""
+    offset = np.arange(cols)[None, :] - np.arange(rows)[:, None]
+    return offset >= diagonal if upper else offset <= diagonal
+
+
+def _triangle(upper: bool) -> Converter:
+    def convert(ctx: TorchContext, node: Any) -> None:
+        x = ctx.type_of(node.args[0])
+        if x.rank < 2:
+            raise unsupported(node, f"expected a tensor of rank >= 2, got {x}")
+        keep = triangle_keep(x.shape[-2], x.shape[-1], int(arg(node, 1, "diagonal", 0)), upper)
+        zero = ctx.draft.constant(np.zeros((), numpy_dtype(x.dtype)))
+        ctx.emit(node, "where", [ctx.draft.constant(keep, "keep"), ctx.name_of(node.args[0]), zero])
+
+    return convert
+
+
 MASK_CONVERTERS: dict[str, Converter] = {
     "aten.bitwise_and.Tensor": _logical("and"),
     "aten.bitwise_or.Tensor": _logical("or"),
@@ -134,6 +153,8 @@ MASK_CONVERTERS: dict[str, Converter] = {
     "aten.masked_fill.Tensor": _masked_fill,
     "aten.ne.Scalar": _compare("equal", negate=True),
     "aten.ne.Tensor": _compare("equal", negate=True),
+    "aten.tril.default": _triangle(upper=False),
+    "aten.triu.default": _triangle(upper=True),
     "aten.where.self": _where,
     "aten.where.ScalarOther": _where,
     "aten.where.ScalarSelf": _where,

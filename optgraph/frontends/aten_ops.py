@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from optgraph.frontends.aten_arithmetic_ops import ARITHMETIC_CONVERTERS
 from optgraph.frontends.aten_attention_ops import ATTENTION_CONVERTERS
 from optgraph.frontends.aten_image_ops import IMAGE_CONVERTERS
 from optgraph.frontends.aten_indexing_ops import INDEXING_CONVERTERS
@@ -266,6 +267,7 @@ def _embedding(ctx: TorchContext, node: Any) -> None:
 
 CONVERTERS: dict[str, Converter] = {
     **ATTENTION_CONVERTERS,
+    **ARITHMETIC_CONVERTERS,
     **IMAGE_CONVERTERS,
     **INDEXING_CONVERTERS,
     **MASK_CONVERTERS,

@@ -3,9 +3,10 @@
     Less(pos, kv_len)               -> less
     Where(mask, scores, -inf)       -> where
     Clip(x, min, max)               -> clip {min, max}   (min, max: constant inputs or attributes)
+    Trilu(x, k) {upper}             -> where(keep, x, 0) (k: a constant; keep: a constant mask)
 
-`LessOrEqual`/`GreaterOrEqual` become `not(greater)`/`not(less)`, exact for integers and
-bools only (NaN), so on floats they are refused. ONNX comparisons take one dtype already.
+`LessOrEqual`/`GreaterOrEqual` become `less_equal`/`greater_equal` (on bools, which those
+refuse, `not(greater)`/`not(less)`). ONNX comparisons take one dtype already.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from optgraph.frontends.aten_mask_ops import triangle_keep
 from optgraph.frontends.onnx_context import Converter, OnnxContext
-from optgraph.ir.graph import FLOAT_DTYPES, AttrValue
+from optgraph.ir.graph import AttrValue
 
 
 def _compare(op: str, negate: bool = False) -> Converter:
@@ -23,9 +25,9 @@ def _compare(op: str, negate: bool = False) -> Converter:
         if not negate:
             ctx.emit(node, op, operands)
             return
-        dtype = ctx.type_of(node.input[0]).dtype
-        if dtype in FLOAT_DTYPES:
-            raise ctx.error(node, f"on {dtype} (not({op}) differs from it for NaN operands)")
+        if ctx.type_of(node.input[0]).dtype != "bool":  # NaN compares false: their own ops
+            ctx.emit(node, "greater_equal" if op == "less" else "less_equal", operands)
+            return
         ctx.emit(node, "not", [ctx.step(node, op, operands)])
 
     return convert
@@ -61,6 +63,20 @@ def _clip(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     ctx.emit(node, "clip", [ctx.name(node.input[0])], bounds)
 
 
+def _trilu(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
+    x = ctx.type_of(node.input[0])
+    if x.rank < 2:
+        raise ctx.error(node, f"expected a tensor of rank >= 2, got {x}")
+    diagonal = 0
+    if len(node.input) > 1 and node.input[1]:
+        if not ctx.is_constant(node.input[1]):
+            raise ctx.error(node, "input 1 (k) must be a constant")
+        diagonal = int(ctx.constant(node.input[1]).reshape(-1)[0])
+    keep = triangle_keep(x.shape[-2], x.shape[-1], diagonal, bool(attrs.get("upper", 1)))
+    name = ctx.name(node.input[0])
+    ctx.emit(node, "where", [ctx.draft.constant(keep, "keep"), name, ctx.scalar_like(0.0, name)])
+
+
 MASK_CONVERTERS: dict[str, Converter] = {
     "And": _logical("and"),
     "Or": _logical("or"),
@@ -71,5 +87,6 @@ MASK_CONVERTERS: dict[str, Converter] = {
     "Less": _compare("less"),
     "LessOrEqual": _compare("greater", negate=True),
     "Not": _not,
+    "Trilu": _trilu,
     "Where": _where,
 }

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from optgraph.frontends.onnx_arithmetic_ops import ARITHMETIC_CONVERTERS
 from optgraph.frontends.onnx_attention_ops import ATTENTION_CONVERTERS
 from optgraph.frontends.onnx_context import ONNX_DTYPES, Converter, OnnxContext
 from optgraph.frontends.onnx_image_ops import IMAGE_CONVERTERS
@@ -253,6 +254,7 @@ def _gather(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
 
 CONVERTERS: dict[str, Converter] = {
     **ATTENTION_CONVERTERS,
+    **ARITHMETIC_CONVERTERS,
     **IMAGE_CONVERTERS,
     **INDEXING_CONVERTERS,
     **MASK_CONVERTERS,

@@ -9,10 +9,13 @@ unless something else reads them. Rules (applied in this order, each over the wh
 - `gelu`: a `mul` computed elementwise from one value `x` and scalar constants through `erf` (or
   `tanh`) is evaluated on probe values; when it equals GELU (exact or tanh) it becomes
   `gelu(x) {approximate}`. So every spelling of the formula raises, none that differs does.
-- `rope`: `add(mul(x, cos(e)), mul(concat(neg(x[..., D/2:]), x[..., :D/2]), sin(e)))` where the
-  angles `e` are computed from one integer input `pos` and constants only, and evaluating them on
-  probe positions gives `pos · theta^(-2i/D)` repeated twice (rotate-half) -> `rope(x', pos)`,
-  with `x` transposed to `[B,S,H,D]` and back when it is `[B,H,S,D]`.
+- `rope`: `add(mul(x, cos(e)·a), mul(concat(neg(x[..., D/2:]), x[..., :D/2]), sin(e)·a))` where
+  the angles `e` are computed from one integer input `pos` and constants only: the frequencies
+  (the angles at position 1) are fitted to a scaling (`rope_tables`), the factor `a` is the
+  length of (cos, sin), and the tables on other probe positions must equal that rope's ->
+  `rope(x', pos) {theta, scaling, ...}`, with `x` transposed to `[B,S,H,D]` and back when it is
+  `[B,H,S,D]`; then `concat(rope(x[..., :r]), x[..., r:])` -> `rope(x) {rotary_dim = r}`
+  (`raising_partial_rope`).
 - `attention_kv_len` (raise_attention_masks.py): a decode step's mask computed from its one
   position input -> `attention {causal, window}` over `kv_len = pos + c` keys.
 
@@ -22,8 +25,8 @@ Before/after (rms_norm)::
     %r = rsqrt(%a); %n = mul(%x, %r); %y = mul(%n, %w)
     ->  %y = rms_norm(%x, %w) {eps = 1e-06}
 
-Not handled: norms over several axes, rope with partial rotary or interleaved (GPT-J) pairs, rope
-whose positions differ between batch rows.
+Not handled: norms over several axes, rope with interleaved (GPT-J) pairs, rope whose positions
+differ between batch rows.
 """
 
 from __future__ import annotations
@@ -35,18 +38,15 @@ import numpy as np
 
 from optgraph.frontends.draft import Draft
 from optgraph.frontends.raise_attention_masks import attention_kv_len
-from optgraph.ir.graph import Node, TensorType
-from optgraph.ir.ops import attrs_with_defaults
+from optgraph.frontends.raising_partial_rope import partial_rope
+from optgraph.frontends.raising_probe import PSEUDO_KERNELS, ancestors, probe
+from optgraph.frontends.rope_tables import rope_attributes
+from optgraph.ir.graph import AttrValue, Node, TensorType
+from optgraph.ir.op_rules_rope import rope_frequencies
 from optgraph.runtime.reference_kernels import KERNELS, erf, numpy_dtype
 
 Rule = Callable[[Draft, Node, dict[str, Node]], list[Node] | None]
 
-# Ops the probe evaluator may run besides the IR's elementwise ones (pseudo ops of the draft).
-_PSEUDO_KERNELS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "erf": lambda x: erf(x).astype(np.float32),
-    "cos": np.cos,
-    "sin": np.sin,
-}
 _ELEMENTWISE = frozenset(
     {"add", "sub", "mul", "div", "neg", "exp", "tanh", "sqrt", "rsqrt", "pow", "scale", "erf"}
 )
@@ -55,7 +55,7 @@ _GELU_PROBE = np.linspace(-6.0, 6.0, 97, dtype=np.float32)
 
 def raise_patterns(draft: Draft) -> None:
     """Apply every rule, in order, to the whole draft (in place)."""
-    for rule in (_rms_norm, _gelu, _rope, attention_kv_len):
+    for rule in (_rms_norm, _gelu, _rope, partial_rope, attention_kv_len):
         producers = {n.name: n for n in draft.nodes}
         rewritten: list[Node] = []
         for node in draft.nodes:
@@ -174,18 +174,6 @@ def _single_source_cones(
             yield x, found[1]
 
 
-def _probe(draft: Draft, nodes: Sequence[Node], inputs: dict[str, np.ndarray]) -> np.ndarray:
-    """The last of `nodes` evaluated with `inputs` and the draft's constants."""
-    env = dict(inputs)
-    for node in nodes:
-        args = [env[o] if o in env else draft.constants[o] for o in node.operands]
-        if node.op in _PSEUDO_KERNELS:
-            env[node.name] = _PSEUDO_KERNELS[node.op](args[0])
-        else:
-            env[node.name] = np.asarray(KERNELS[node.op](node, args, attrs_with_defaults(node)))
-    return env[nodes[-1].name]
-
-
 def _gelu_reference(x: np.ndarray, approximate: str) -> np.ndarray:
     if approximate == "tanh":
         inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)
@@ -202,7 +190,7 @@ def _gelu(draft: Draft, node: Node, producers: dict[str, Node]) -> list[Node] | 
         if approximate is None:
             continue
         with np.errstate(all="ignore"):
-            got = _probe(draft, cone, {x: _GELU_PROBE})
+            got = probe(draft, cone, {x: _GELU_PROBE})
         expected = _gelu_reference(_GELU_PROBE.astype(np.float64), approximate)
         if got.shape == expected.shape and np.allclose(got, expected, rtol=1e-5, atol=1e-5):
             attrs = {"approximate": approximate}
@@ -227,7 +215,7 @@ def _position_cone(
         node = producers.get(name)
         if node is None:
             leaves.add(name)
-        elif len(cone) < 32 and (node.op in KERNELS or node.op in _PSEUDO_KERNELS):
+        elif len(cone) < 32 and (node.op in KERNELS or node.op in PSEUDO_KERNELS):
             cone[name] = node
             stack.extend(node.operands)
         else:
@@ -260,30 +248,36 @@ def _rotate_half_of(node: Node | None, producers: dict[str, Node], rank: int) ->
     return upper.operands[0]
 
 
-def _rope_theta(draft: Draft, cos_node: Node, pos: str, cone: list[Node]) -> float | None:
-    """theta such that cos's angles are pos · theta^(-2i/D), repeated for both halves."""
-    wanted = _ancestors(cone, cos_node.operands[0])
+def _rope_attrs(
+    draft: Draft, cone: list[Node], tables: tuple[str, str], pos: str
+) -> dict[str, AttrValue] | None:
+    """The rope attributes (scaling included, `rope_tables`) whose angles and factor the tables
+    have: the frequencies are the angles at position 1, repeated for both halves (rotate-half);
+    the attention factor is the length of (cos, sin)."""
+    cos_node = next(n for n in cone if n.op == "cos")
+    wanted = ancestors(cone, cos_node.operands[0])
     angles_at = [n for n in cone if n.name in wanted]
     pos_type = draft.type_of(pos)
-    probe = (
+    positions = (
         np.arange(1, pos_type.numel + 1).reshape(pos_type.shape).astype(numpy_dtype(pos_type.dtype))
     )
-    angles = _probe(draft, angles_at, {pos: probe}) if angles_at else None
+    angles = probe(draft, angles_at, {pos: positions}) if angles_at else None
     if angles is None or angles.shape[-1] < 4:
         return None
     first = angles.reshape(-1, angles.shape[-1])[0].astype(np.float64)
     half = first.size // 2
-    if first[1] <= 0 or not np.allclose(first[:half], first[half:]):
+    if not np.allclose(first[:half], first[half:]):
         return None
-    theta = float(first[1] ** (-half))
-    # The model's float32 frequency table moves theta in its 7th digit: keep the value it meant.
-    return float(f"{theta:.6g}")
+    cos, sin = (_table(draft, cone, t, pos, positions) for t in tables)
+    factor = float(np.median(np.hypot(cos, sin)))
+    return rope_attributes(first[:half], factor)
 
 
-def _rope_table(positions: np.ndarray, theta: float, dim: int) -> np.ndarray:
-    inv_freq = theta ** (-2.0 * np.arange(dim // 2, dtype=np.float64) / dim)
-    angles = positions.astype(np.float64).reshape(-1)[:, None] * inv_freq[None, :]
-    return np.concatenate([angles, angles], axis=-1)  # [S, D]
+def _table(
+    draft: Draft, cone: list[Node], table: str, pos: str, positions: np.ndarray
+) -> np.ndarray:
+    table_cone = [n for n in cone if n.name == table or n.name in ancestors(cone, table)]
+    return probe(draft, table_cone, {pos: positions}).astype(np.float64)
 
 
 def _rope_layout(x: TensorType, table: TensorType, positions: int) -> str | None:
@@ -301,36 +295,32 @@ def _rope_layout(x: TensorType, table: TensorType, positions: int) -> str | None
 
 
 def _rope_tables_match(
-    draft: Draft, cone: list[Node], tables: tuple[str, str], pos: str, theta: float, dim: int
+    draft: Draft,
+    cone: list[Node],
+    tables: tuple[str, str],
+    pos: str,
+    attrs: dict[str, AttrValue],
+    dim: int,
 ) -> bool:
+    """The tables equal cos and sin of `pos · inv_freq` (times the attention factor) on other,
+    shuffled probe positions."""
     pos_type = draft.type_of(pos)
     rng = np.random.default_rng(0)
-    probe = (
+    positions = (
         (rng.permutation(pos_type.numel) + 3)
         .reshape(pos_type.shape)
         .astype(numpy_dtype(pos_type.dtype))
     )
-    angles = _rope_table(probe, theta, dim)
+    freq = rope_frequencies(attrs, dim)
+    inv_freq = np.array(freq.inv_freq)
+    angles = positions.astype(np.float64).reshape(-1)[:, None] * inv_freq[None, :]
+    angles = np.concatenate([angles, angles], axis=-1)  # [S, rotary_dim]
     for table, fn in zip(tables, (np.cos, np.sin)):
-        table_cone = [n for n in cone if n.name == table or n.name in _ancestors(cone, table)]
-        got = _probe(draft, table_cone, {pos: probe})
-        if got.size != angles.size or not np.allclose(
-            got.reshape(angles.shape), fn(angles), atol=1e-5
-        ):
+        got = _table(draft, cone, table, pos, positions)
+        want = fn(angles) * freq.attention_factor
+        if got.size != want.size or not np.allclose(got.reshape(want.shape), want, atol=1e-5):
             return False
     return True
-
-
-def _ancestors(cone: list[Node], name: str) -> set[str]:
-    by_name = {n.name: n for n in cone}
-    seen: set[str] = set()
-    stack = [name]
-    while stack:
-        node = by_name.get(stack.pop())
-        if node is not None and node.name not in seen:
-            seen.add(node.name)
-            stack.extend(node.operands)
-    return seen
 
 
 def _rope(draft: Draft, node: Node, producers: dict[str, Node]) -> list[Node] | None:
@@ -368,9 +358,8 @@ def _raise_rope(
     layout = _rope_layout(x_type, draft.type_of(tables[0]), pos_type.numel)
     if len(cos_nodes) != 1 or layout is None:
         return None
-    theta = _rope_theta(draft, cos_nodes[0], pos, cone)
-    dim = x_type.shape[3]
-    if theta is None or not _rope_tables_match(draft, cone, tables, pos, theta, dim):
+    attrs = _rope_attrs(draft, cone, tables, pos)
+    if attrs is None or not _rope_tables_match(draft, cone, tables, pos, attrs, x_type.shape[3]):
         return None
     nodes: list[Node] = []
     if pos_type.shape != (pos_type.numel,):
@@ -378,7 +367,6 @@ def _raise_rope(
         reshaped = draft.fresh(f"{pos}.flat")
         nodes.append(Node(reshaped, "reshape", (pos,), {"shape": flat.shape}, flat, span=node.span))
         pos = reshaped
-    attrs = {"theta": theta}
     if layout == "bshd":
         return [*nodes, Node(node.name, "rope", (x, pos), attrs, node.type, span=node.span)]
     perm = {"perm": (0, 2, 1, 3)}

@@ -27,7 +27,8 @@ def _broadcast_all(node: Node, types: Types) -> tuple[int, ...]:
 
 
 def compare(node: Node, types: Types, attrs: Attrs) -> TensorType:
-    """equal, less, greater: operands of one dtype (any, bool included for equal), a bool result."""
+    """equal, less, greater, less_equal, greater_equal: operands of one dtype (any, bool included
+    for equal), a bool result."""
     a, b = types
     if a.dtype != b.dtype:
         fail(node, f"operand dtypes differ ({a.dtype} vs {b.dtype})")

@@ -212,7 +212,7 @@ OPS: dict[str, OpDef] = {
     "cumsum": _op(
         "cumsum", "reduction", (1, 1), indexing.cumsum, costs.reduction, axis=_REQUIRED_INT
     ),
-    "div": _elementwise("div", 2, rules.binary_float),
+    "div": _elementwise("div", 2, rules.binary_numeric),
     "equal": _elementwise("equal", 2, logic.compare),
     "erf": _elementwise("erf", 1, rules.unary_float),
     "exp": _elementwise("exp", 1, rules.unary_float),
@@ -226,6 +226,7 @@ OPS: dict[str, OpDef] = {
     ),
     "get_rows": _op("get_rows", "data_movement", (2, 2), rules.get_rows, costs.get_rows),
     "greater": _elementwise("greater", 2, logic.compare),
+    "greater_equal": _elementwise("greater_equal", 2, logic.compare),
     "kv_cache_write": OpDef(
         "kv_cache_write", "data_movement", 3, 3, rules.kv_cache_write, costs.kv_cache_write,
         inplace_operand=0,
@@ -234,6 +235,7 @@ OPS: dict[str, OpDef] = {
         "layer_norm", "reduction", (3, 3), rules.norm, costs.reduction, eps=AttrSpec("float", 1e-5)
     ),
     "less": _elementwise("less", 2, logic.compare),
+    "less_equal": _elementwise("less_equal", 2, logic.compare),
     "log": _elementwise("log", 1, rules.unary_float),
     "log_softmax": _op(
         "log_softmax", "reduction", (1, 1), rules.softmax, costs.reduction,
@@ -248,6 +250,7 @@ OPS: dict[str, OpDef] = {
     "maximum": _elementwise("maximum", 2, rules.binary_numeric),
     "mean": _reduction("mean", rules.reduce_mean),
     "minimum": _elementwise("minimum", 2, rules.binary_numeric),
+    "mod": _elementwise("mod", 2, rules.binary_numeric, fmod=_FALSE),
     "mul": _elementwise("mul", 2, rules.binary_numeric),
     "neg": _elementwise("neg", 1, rules.unary_numeric),
     "not": _elementwise("not", 1, logic.logical_not),

@@ -32,6 +32,7 @@ import numpy as np
 from optgraph.errors import InputError
 from optgraph.ir.graph import AttrValue, Node
 from optgraph.ir.op_rules_rope import rope_frequencies
+from optgraph.runtime.reference_arithmetic import KERNELS as ARITHMETIC_KERNELS
 from optgraph.runtime.reference_attention import attention
 from optgraph.runtime.reference_collectives import KERNELS as COLLECTIVE_KERNELS
 from optgraph.runtime.reference_indexing import KERNELS as INDEXING_KERNELS
@@ -332,6 +333,7 @@ def avg_pool2d(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarr
 KERNELS: dict[str, Kernel] = {
     **INDEXING_KERNELS,
     **COLLECTIVE_KERNELS,
+    **ARITHMETIC_KERNELS,
     "abs": unary(np.abs),
     "add": binary(np.add),
     "and": binary(np.logical_and),
@@ -342,7 +344,6 @@ KERNELS: dict[str, Kernel] = {
     "conv2d": conv2d,
     "copy": copy,
     "cos": unary(np.cos),
-    "div": binary(np.divide),
     "equal": binary(np.equal),
     "erf": unary(erf),
     "exp": unary(np.exp),

@@ -12,7 +12,6 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-import optgraph as og
 from optgraph.frontends.onnx import from_onnx
 from tests.frontends.numerics import assert_matches, ops_of
 
@@ -72,9 +71,17 @@ def test_kv_len_mask_and_clip_match_the_reference_evaluator() -> None:
     assert (clip.attrs["min"], clip.attrs["max"]) == (-1.0, 1.0)
 
 
-def test_float_less_or_equal_is_refused_with_its_reason() -> None:
-    with pytest.raises(og.OptGraphError, match="LessOrEqual.*on f32"):
-        from_onnx(_masked_scores(TensorProto.FLOAT))
+def test_float_less_or_equal_is_less_equal_and_nan_compares_false() -> None:
+    model = _masked_scores(TensorProto.FLOAT)
+    feeds = {
+        "scores": np.random.default_rng(4).normal(size=(2, 4, 6)).astype(np.float32),
+        "pos": np.array([0, 1, np.nan, 3, 4, 5], np.float32),
+        "kv_len": np.array([3, np.nan], np.float32).reshape(2, 1, 1),
+    }
+    expected = [np.asarray(o) for o in ReferenceEvaluator(model).run(None, feeds)]
+    graph, weights = from_onnx(model)
+    assert_matches(graph, weights, feeds, expected)
+    assert "less_equal" in ops_of(graph)
 
 
 def _indexing_model() -> onnx.ModelProto:

@@ -42,7 +42,7 @@ def test_kv_len_and_window_mask_match_pytorch() -> None:
     graph = _import_and_check(KvLenMaskedScores(), args)
     ops = ops_of(graph)
     assert {"less", "not", "where", "equal", "and", "or"} <= set(ops), ops
-    assert "greater" in ops  # <= on integers is not(greater)
+    assert "less_equal" in ops or "greater_equal" in ops  # <= and >= on integers
 
 
 class Clamps(torch.nn.Module):
@@ -71,13 +71,15 @@ def test_log_softmax_matches_pytorch() -> None:
 
 
 class FloatLessEqual(torch.nn.Module):
-    def forward(self, x):  # type: ignore[no-untyped-def]
-        return x <= 0.5
+    def forward(self, x, y):  # type: ignore[no-untyped-def]
+        return x <= 0.5, x >= y, y.ge(x)
 
 
-def test_float_less_equal_is_refused_with_its_reason() -> None:
-    with pytest.raises(og.OptGraphError, match="<= and >= on f32"):
-        from_torch(FloatLessEqual(), (torch.randn(4),))
+def test_float_less_equal_maps_and_nan_compares_false() -> None:
+    x = torch.tensor([0.0, 0.5, float("nan"), 1.0, -2.0])
+    y = torch.tensor([0.0, float("nan"), 1.0, 0.5, -3.0])
+    graph = _import_and_check(FloatLessEqual(), (x, y))
+    assert {"less_equal", "greater_equal"} <= set(ops_of(graph)) and "not" not in ops_of(graph)
 
 
 class IndexingOps(torch.nn.Module):

@@ -217,7 +217,8 @@ def test_binary_broadcast_and_dtypes() -> None:
     assert infer("pow", "f32[3]", "f32[1]") == "f32[3]"
     assert error("add", "f32[2,3]", "f32[4]") == "add: cannot broadcast f32[2,3] with f32[4]"
     assert error("add", "f32[2]", "f16[2]") == "add: operand dtypes differ (f32 vs f16)"
-    assert error("div", "i32[2]", "i32[2]") == "div: expected a float operand, got i32[2]"
+    assert error("pow", "i32[2]", "i32[2]") == "pow: expected a float operand, got i32[2]"
+    assert infer("div", "i32[2]", "i32[2]") == "i32[2]"
     assert (
         error("minimum", "bool[2]", "bool[2]") == "minimum: expected a numeric operand, got bool[2]"
     )

@@ -113,6 +113,15 @@ template <typename T> T __shfl_xor_sync(unsigned int, T v, int o) {
   og_emu_wait(og_emu_warp[w]);
   T out; std::memcpy(&out, &got, sizeof(T)); return out;
 }
+template <typename T> T __shfl_up_sync(unsigned int, T v, unsigned int d) {
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  unsigned long long bits = 0; std::memcpy(&bits, &v, sizeof(T));
+  og_emu_slot[w][l] = bits;
+  og_emu_wait(og_emu_warp[w]);
+  unsigned long long got = og_emu_slot[w][(unsigned int)l >= d ? l - d : l];
+  og_emu_wait(og_emu_warp[w]);
+  T out; std::memcpy(&out, &got, sizeof(T)); return out;
+}
 inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline float __int_as_float(int u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }

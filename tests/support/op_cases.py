@@ -269,6 +269,32 @@ input %b : {T}[4,1]
 %y1 = less(%a, %b) : bool[3,4,5]
 %y2 = less(%x, %x) : bool[4,64]
 output %y0, %y1, %y2""",
+    "less_equal": """input %x : {T}[4,64]
+input %z : {T}[64]
+input %a : {T}[3,1,5]
+input %b : {T}[4,1]
+%y0 = less_equal(%x, %z) : bool[4,64]
+%y1 = less_equal(%a, %b) : bool[3,4,5]
+%y2 = less_equal(%x, %x) : bool[4,64]
+output %y0, %y1, %y2""",
+    "greater_equal": """input %x : {T}[4,64]
+input %z : {T}[64]
+%y0 = greater_equal(%x, %z) : bool[4,64]
+%y1 = greater_equal(%z, %x) : bool[4,64]
+%y2 = greater_equal(%x, %x) : bool[4,64]
+output %y0, %y1, %y2""",
+    "mod": """input %a : {T}[4,64]
+input %b : {T}[4,64]
+input %c : {T}[64]
+%d = sub(%a, %b) : {T}[4,64]
+%m = mul(%c, %b) : {T}[4,64]
+%e = neg(%m) : {T}[4,64]
+%y0 = mod(%d, %c) : {T}[4,64]
+%y1 = mod(%d, %e) {fmod = true} : {T}[4,64]
+%y2 = mod(%a, %e) : {T}[4,64]
+%y3 = mod(%d, %e) : {T}[4,64]
+%y4 = div(%d, %e) : {T}[4,64]
+output %y0, %y1, %y2, %y3, %y4""",
     "greater": """input %x : {T}[4,64]
 input %z : {T}[64]
 input %a : {T}[]
@@ -347,14 +373,18 @@ input %y : {T}[3,5,7]
 %a = cumsum(%x) {axis = -1} : {T}[4,64]
 %b = cumsum(%y) {axis = 1} : {T}[3,5,7]
 %c = cumsum(%y) {axis = 0} : {T}[3,5,7]
-output %a, %b, %c""",
+input %w : {T}[2,700,3]
+%d = cumsum(%w) {axis = 1} : {T}[2,700,3]
+output %a, %b, %c, %d""",
     "argmax": """input %x : {T}[4,64]
 input %y : {T}[3,5,7]
 input %z : {T}[2,5000]
 %a = argmax(%x) : i64[4]
 %b = argmax(%y) {axis = 1, keepdims = true} : i64[3,1,7]
 %c = argmax(%z) {axis = 1} : i64[2]
-output %a, %b, %c""",
+input %w : {T}[2,700,3]
+%d = argmax(%w) {axis = 1} : i64[2,3]
+output %a, %b, %c, %d""",
     "copy": """input %x : {T}[4,5]
 %y = copy(%x) {to = "cuda"} : {T}[4,5]
 output %y""",
@@ -400,9 +430,11 @@ for _op in BINARY:
 NARROW = ("add", "mul", "exp", "gelu", "cast", "sum", "mean", "softmax", "rms_norm",
           "layer_norm", "matmul", "attention", "rope", "conv2d", "get_rows", "kv_cache_write",
           "transpose", "fused", "where", "clip", "less", "log_softmax", "prelu", "expand",
-          "pad", "cumsum", "argmax")  # fmt: skip
+          "pad", "cumsum", "argmax", "mod", "less_equal")  # fmt: skip
 INTEGER = ("add", "mul", "maximum", "neg", "abs", "relu", "sum", "max", "concat", "equal", "less",
-           "greater", "not", "where", "and", "or", "expand", "tile", "pad", "cumsum", "argmax")  # fmt: skip
+           "greater", "not", "where", "and", "or", "expand", "tile", "pad", "cumsum", "argmax",
+           "div", "mod", "sub", "minimum", "less_equal", "greater_equal", "transpose",
+           "reshape", "slice")  # fmt: skip
 
 
 def params() -> list[tuple[str, str]]:

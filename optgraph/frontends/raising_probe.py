@@ -1,0 +1,49 @@
+"""Evaluating part of a draft on probe values: how raising checks that a pattern computes what
+the fast op it becomes computes (a GELU formula on probe inputs, a rope's angle tables on probe
+positions), with the reference interpreter's kernels.
+
+    probe(draft, [n1, n2], {"x": values})  ->  n2's value for those x and the draft's constants
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from optgraph.frontends.draft import Draft
+from optgraph.ir.graph import Node
+from optgraph.ir.ops import attrs_with_defaults
+from optgraph.runtime.reference_kernels import KERNELS, erf
+
+# Ops the probe evaluator may run besides the IR's elementwise ones (pseudo ops of the draft).
+PSEUDO_KERNELS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "erf": lambda x: erf(x).astype(np.float32),
+    "cos": np.cos,
+    "sin": np.sin,
+}
+
+
+def probe(draft: Draft, nodes: Sequence[Node], inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """The last of `nodes` evaluated with `inputs` and the draft's constants."""
+    env = dict(inputs)
+    for node in nodes:
+        args = [env[o] if o in env else draft.constants[o] for o in node.operands]
+        if node.op in PSEUDO_KERNELS:
+            env[node.name] = PSEUDO_KERNELS[node.op](args[0])
+        else:
+            env[node.name] = np.asarray(KERNELS[node.op](node, args, attrs_with_defaults(node)))
+    return env[nodes[-1].name]
+
+
+def ancestors(cone: list[Node], name: str) -> set[str]:
+    """The names in `cone` that `name` is computed from, itself included."""
+    by_name = {n.name: n for n in cone}
+    seen: set[str] = set()
+    stack = [name]
+    while stack:
+        node = by_name.get(stack.pop())
+        if node is not None and node.name not in seen:
+            seen.add(node.name)
+            stack.extend(node.operands)
+    return seen
