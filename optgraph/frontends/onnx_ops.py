@@ -79,10 +79,11 @@ def _dropout(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     training = node.input[2] if len(node.input) > 2 else ""
     if training and not ctx.is_constant(training):
         raise ctx.error(node, "a training_mode input that is not a constant is not supported")
-    ratio = node.input[1] if len(node.input) > 1 else ""
-    if training and bool(ctx.constant(training).reshape(-1)[0]):
-        if not ratio or not ctx.is_constant(ratio) or float(ctx.constant(ratio).reshape(-1)[0]):
-            raise ctx.error(node, "training_mode = true drops at random: not supported")
+    ratio = node.input[1] if len(node.input) > 1 else ""  # absent: 0.5
+    is_training = bool(training) and bool(ctx.constant(training).reshape(-1)[0])
+    drops = not ratio or not ctx.is_constant(ratio) or float(ctx.constant(ratio).reshape(-1)[0])
+    if is_training and drops:
+        raise ctx.error(node, "training_mode = true drops at random: not supported")
     _identity(ctx, node, attrs)
 
 
