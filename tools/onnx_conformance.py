@@ -6,8 +6,11 @@ onnx wheels no longer ship them as `onnx/backend/test/data/node/*` files). Each 
 an op in `optgraph.frontends.onnx_ops.CONVERTERS` is imported with `og.from_onnx`, compiled with
 `og.compile(target="cpu")`, run on the case's inputs and compared with its expected outputs:
 
-- float outputs (f32, f16, bf16): the same infinities and NaNs, and NMSE <= 1e-10 (`F32_NMSE`) over
-  the finite values;
+- float outputs: the same infinities and NaNs, and over the finite values an NMSE within the output
+  dtype's bound (`NMSE_BOUNDS`): 1e-10 for f32 (and f64 expectations); 1e-6 for f16 and 1e-4 for
+  bf16, where a result one ulp of the narrow dtype away in every element gives at most 2^-20 and
+  2^-14 (onnx computes the expectation in float32 and rounds once, optgraph may round a value
+  inside the op once more);
 - integer and bool outputs: equal.
 
 Node tests pass some parameters as graph inputs that exporters write as initializers (a Reshape's
@@ -43,7 +46,7 @@ from optgraph.runtime.reference import nmse
 
 DOC = ROOT / "docs" / "importers.md"
 BEGIN, END = "<!-- onnx-conformance:begin -->", "<!-- onnx-conformance:end -->"
-F32_NMSE = 1e-10
+NMSE_BOUNDS = {"float64": 1e-10, "float32": 1e-10, "float16": 1e-6, "bfloat16": 1e-4}
 # Operand positions that exporters write as initializers (parameters, not data).
 STATIC_OPERANDS: dict[str, tuple[int, ...]] = {
     "Clip": (1, 2),
@@ -158,15 +161,16 @@ def _compare(got: list[Any], expected: list[np.ndarray]) -> str:
         have, want = np.asarray(have), np.asarray(want)
         if have.shape != want.shape:
             return f"output {index}: shape {have.shape}, expected {want.shape}"
-        if want.dtype.kind == "f" or want.dtype.name == "bfloat16":
+        bound = NMSE_BOUNDS.get(want.dtype.name)
+        if bound is not None:
             have, want = have.astype(np.float64), want.astype(np.float64)
             finite = np.isfinite(want)
             same_specials = np.array_equal(want[~finite], have[~finite], equal_nan=True)
             if not np.array_equal(finite, np.isfinite(have)) or not same_specials:
                 return f"output {index}: inf/nan differ"
             error = nmse(have[finite], want[finite])
-            if error > F32_NMSE:
-                return f"output {index}: nmse {error:.3g} > {F32_NMSE:g}"
+            if error > bound:
+                return f"output {index}: nmse {error:.3g} > {bound:g}"
         elif not np.array_equal(have, want):
             return f"output {index}: values differ"
     return ""
