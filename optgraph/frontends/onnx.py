@@ -58,6 +58,12 @@ def load_onnx(path: str) -> Any:
 
 
 def _input_type(onnx: Any, value: Any, path: str) -> tuple[np.dtype, list[int]]:
+    if not value.type.HasField("tensor_type"):
+        kind = value.type.WhichOneof("value") or "untyped"
+        raise OptGraphError(
+            f"import: input '{value.name}' is a {kind.removesuffix('_type')}, not a tensor",
+            Span(path, 1, 1),
+        )
     tensor = value.type.tensor_type
     dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))
     shape = []
@@ -101,8 +107,10 @@ def from_onnx(model: Any) -> tuple[Graph, dict[str, np.ndarray]]:
         name = ir_name(value.name)
         draft.input(name, tensor_type(dtype, shape, f"input '{value.name}'"))
         context.values[value.name] = name
+    read = {i for n in proto.graph.node for i in n.input} | {o.name for o in proto.graph.output}
     for index, node in enumerate(proto.graph.node):
         _convert_node(onnx, context, node, index)
+        _check_outputs(context, node, read)
     draft.outputs = [context.values[o.name] for o in proto.graph.output]
     raise_patterns(draft)
     return draft.finish()
@@ -148,6 +156,14 @@ def _convert_node(onnx: Any, context: OnnxContext, node: Any, index: int) -> Non
         context.unmapped(node, name)
         return
     convert(context, node, attrs)
+
+
+def _check_outputs(context: OnnxContext, node: Any, read: set[str]) -> None:
+    """A node output that the model reads but the converter did not produce (a Dropout's mask,
+    a training-mode BatchNormalization's statistics, MaxPool's indices) is refused by name."""
+    for index, output in enumerate(node.output):
+        if output and output in read and output not in context.values:
+            raise context.error(node, f"output {index} ('{output}') is not supported")
 
 
 def _constant_attr(onnx: Any, attrs: Mapping[str, Any]) -> np.ndarray:

@@ -76,6 +76,36 @@ def _identity(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     ctx.values[node.output[0]] = ctx.name(node.input[0])
 
 
+def _dropout(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
+    """Inference: the identity. Training mode with a nonzero ratio drops at random: refused."""
+    training = node.input[2] if len(node.input) > 2 else ""
+    if training and not ctx.is_constant(training):
+        raise ctx.error(node, "a training_mode input that is not a constant is not supported")
+    ratio = node.input[1] if len(node.input) > 1 else ""  # absent: 0.5
+    is_training = bool(training) and bool(ctx.constant(training).reshape(-1)[0])
+    drops = not ratio or not ctx.is_constant(ratio) or float(ctx.constant(ratio).reshape(-1)[0])
+    if is_training and drops:
+        raise ctx.error(node, "training_mode = true drops at random: not supported")
+    _identity(ctx, node, attrs)
+
+
+def _variadic(op: str) -> Converter:
+    """Max/Min of one or more operands: a chain of binary ops."""
+
+    def convert(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
+        operands = [i for i in node.input if i]
+        if len(operands) == 1:
+            _identity(ctx, node, attrs)
+            return
+        like = ctx.type_of(operands[0])
+        result = ctx.name(operands[0])
+        for other in operands[1:-1]:
+            result = ctx.step(node, op, [result, _same_dtype(ctx, other, like)])
+        ctx.emit(node, op, [result, _same_dtype(ctx, operands[-1], like)])
+
+    return convert
+
+
 def _matmul(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     ctx.emit(node, "matmul", [ctx.name(node.input[0]), ctx.name(node.input[1])])
 
@@ -184,7 +214,8 @@ def _split(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
 
 def _flatten(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     x = ctx.type_of(node.input[0])
-    axis = int(attrs.get("axis", 1)) % (x.rank + 1)
+    axis = int(attrs.get("axis", 1))
+    axis = axis + x.rank if axis < 0 else axis  # [-rank, rank]: -1 keeps the last axis apart
     _reshape_to(ctx, node, (int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))))
 
 
@@ -264,7 +295,7 @@ CONVERTERS: dict[str, Converter] = {
     "Concat": _concat,
     "Cos": _unary("cos"),
     "Div": _binary("div"),
-    "Dropout": _identity,
+    "Dropout": _dropout,
     "Erf": _unary("erf"),
     "Exp": _unary("exp"),
     "Flatten": _flatten,
@@ -276,8 +307,8 @@ CONVERTERS: dict[str, Converter] = {
     "Log": _unary("log"),
     "LogSoftmax": _softmax("log_softmax"),
     "MatMul": _matmul,
-    "Max": _binary("maximum"),
-    "Min": _binary("minimum"),
+    "Max": _variadic("maximum"),
+    "Min": _variadic("minimum"),
     "Mul": _binary("mul"),
     "Neg": _unary("neg"),
     "Pow": _binary("pow"),

@@ -103,3 +103,31 @@ def test_a_safetensors_checkpoint_loads_under_the_models_own_names(imported, tmp
     assert_matches(steps.decode, weights, inputs, expected)
     stale = og.compile(steps.decode, target="cpu").run(inputs, steps.decode_weights)
     assert not np.allclose(stale[steps.logits], expected[-1])  # the checkpoint was really used
+
+
+def test_both_steps_cuda_kernels_in_the_emulator_match_the_reference(imported) -> None:  # type: ignore[no-untyped-def]
+    """What `--device cuda` runs, on the CPU: the default pipeline, each decode cache updated in
+    place (the in-place kv_cache_write kernel with i64 positions), every kernel emulated."""
+    from optgraph.codegen.cuda_plan import lower_cuda
+    from optgraph.codegen.in_place_outputs import in_place_candidates
+    from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
+    from optgraph.runtime.reference import nmse, run_reference
+    from tests.support import cuda_emulator
+
+    model, steps = imported
+    decode_inputs, _ = _decode_case(model, steps, seed=2)
+    prompt = np.random.default_rng(4).integers(0, 64, (1, PROMPT))
+    cases = [
+        (steps.decode, steps.decode_weights, decode_inputs, 4),
+        (steps.prefill, steps.prefill_weights, hf_generate._prefill_feed(prompt), 0),
+    ]
+    for graph, weights, inputs, in_place in cases:
+        planned = run_pipeline(graph, DEFAULT_PIPELINE)
+        pairs = in_place_candidates(planned)
+        assert len(pairs) == in_place
+        want = run_reference(graph, dict(inputs), weights)
+        plan = lower_cuda(planned, in_place=pairs)
+        got = cuda_emulator.run_plan(plan, {k: v.copy() for k, v in inputs.items()}, weights)
+        for name in graph.output_names():
+            error = nmse(np.asarray(got[name], np.float64), np.asarray(want[name], np.float64))
+            assert error <= 1e-10, f"{graph.name} %{name}: nmse {error:.3g}"
