@@ -1,9 +1,12 @@
 """Text to `Graph`: the lark LALR parser with source spans.
 
 The tree is never built: a `Transformer` runs inside the LALR parser and produces `Node`s as rules
-are reduced, so parsing is linear in the text. Every syntax error becomes a `ParseError` located at
-`file:line:col` with a caret; a syntax that parses but says something impossible (an unknown dtype,
-an annotation of the wrong kind) is also reported here, at the offending token.
+are reduced, so parsing is linear in the text. Text laid out one item a line (what the printer and
+the generators write) first goes through `optgraph.ir.line_parser`, a faster reader of that subset
+of the grammar that leaves everything else, errors included, to lark. Every syntax error becomes a
+`ParseError` located at `file:line:col` with a caret; a syntax that parses but says something
+impossible (an unknown dtype, an annotation of the wrong kind) is also reported here, at the
+offending token.
 
 Checks that need the whole graph (names, shapes, cycles) belong to `optgraph.ir.verify`.
 Reading and decoding files lives in `optgraph.ir.source`, the wording of lark's syntax errors in
@@ -40,10 +43,11 @@ from optgraph.ir.graph import (
     Weight,
 )
 from optgraph.ir.limits import MAX_INTEGER_DIGITS
+from optgraph.ir.line_parser import WORD_LITERALS, parse_lines
 from optgraph.ir.source import SourceText, decode_source, normalize_source, read_model_text
 from optgraph.ir.syntax_errors import syntax_error
 
-__all__ = ["decode_source", "parse", "parse_file", "read_model_text"]
+__all__ = ["decode_source", "parse", "parse_file", "parse_with_lark", "read_model_text"]
 
 _GRAMMAR = Path(__file__).with_name("grammar.lark")
 
@@ -60,17 +64,6 @@ _ANNOTATION_KINDS: dict[str, str] = {
     "layout": "str",
 }
 assert tuple(_ANNOTATION_KINDS) == ANNOTATION_KEYS
-
-
-# One shared NaN object: containers compare NaN by identity first, so graphs parsed from the same
-# text compare equal (`parse(print(g)) == g` holds for `{factor = nan}`).
-_NAN = float("nan")
-_WORD_LITERALS: dict[str, AttrValue] = {
-    "true": True,
-    "false": False,
-    "inf": float("inf"),
-    "nan": _NAN,
-}
 
 
 @dataclass(frozen=True)
@@ -112,7 +105,7 @@ class _Builder(Transformer[Token, Any]):
 
     def name_lit(self, children: list[Token]) -> tuple[AttrValue, Token]:
         token = children[0]
-        words = _WORD_LITERALS
+        words = WORD_LITERALS
         if str(token) not in words:
             raise self.at.error(
                 f"expected a literal (number, string, true, false or [ints]), found '{token}'",
@@ -340,7 +333,22 @@ def _parser_and_builder() -> tuple[Lark, _Builder]:
 
 
 def parse(text: str, path: str = "<string>") -> Graph:
-    """Parse IR text into a `Graph` (no verification). Raises `ParseError`."""
+    """Parse IR text into a `Graph` (no verification). Raises `ParseError`.
+
+    Text laid out one item a line takes the fast path (`optgraph.ir.line_parser`); any other
+    text, and every text with an error, is parsed by lark, which reports the error."""
+    located = _located_source(text, path)
+    fast = parse_lines(path, located.lines)
+    return fast if fast is not None else _parse_located(located)
+
+
+def parse_with_lark(text: str, path: str = "<string>") -> Graph:
+    """`parse` without the fast path: what the grammar itself makes of `text`."""
+    return _parse_located(_located_source(text, path))
+
+
+def _located_source(text: str, path: str) -> SourceText:
+    """`text` normalized (BOM, line endings) as a `SourceText`; a NUL byte is an error."""
     text = normalize_source(text)
     located = SourceText(path, text)
     if "\x00" in text:
@@ -351,10 +359,14 @@ def parse(text: str, path: str = "<string>") -> Graph:
             "unexpected NUL byte (is this a binary file?)",
             Span(path, line, col, None, located.lines[line - 1]),
         )
+    return located
+
+
+def _parse_located(located: SourceText) -> Graph:
     lark, builder = _parser_and_builder()
     builder.at = located
     try:
-        graph = lark.parse(text)
+        graph = lark.parse(located.text)
     except OptGraphError:
         raise
     except VisitError as err:

@@ -1,0 +1,398 @@
+"""The parser's fast path: IR text laid out one item a line, read with a few regular expressions.
+
+Lark's LALR parser spends a few microseconds on every token; a 100k-node model has 2.5 million
+tokens. Machine-written IR (the printer, the importers, `examples/gen_llama.py`) puts one
+declaration, node, event or `output` on a line, so a line-at-a-time reader with one regular
+expression per kind of line builds the same `Graph` in a fraction of that time:
+
+    %l0.q = matmul(%l0.attn_in, %l0.wq) {transpose_b = true} : f32[1,64] !{stream = 1}
+    -> Node("l0.q", "matmul", ("l0.attn_in", "l0.wq"), {"transpose_b": True}, f32[1,64], ...)
+
+`parse_lines` accepts a strict subset of the grammar and gives up (returns None) on anything else:
+a construct split over lines, several items on one line, a keyword used as a name, an escape in a
+string, a literal it does not know, and every input that is wrong in any way. `optgraph.ir.parser`
+then parses the whole text with lark, which alone reports errors, so diagnostics are lark's exactly.
+Where it accepts, the graph (spans included) is the one lark builds: tests/ir/test_line_parser.py
+checks both on every example and fixture and on mutated texts. O(size of the text).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from optgraph.errors import Span
+from optgraph.ir.graph import (
+    BACKENDS,
+    DTYPES,
+    NO_ANNOTATIONS,
+    WEIGHT_PLACEMENTS,
+    Annotations,
+    AttrValue,
+    Graph,
+    Input,
+    Node,
+    Output,
+    Region,
+    TensorType,
+    Weight,
+)
+from optgraph.ir.limits import MAX_INTEGER_DIGITS
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_.]*"
+_VALUE = r"%[A-Za-z0-9_.]+"
+_S = r"[ \t]*"  # the fast path reads spaces and tabs only; a form feed sends the text to lark
+_INT_RE = re.compile(r"-?[0-9]+")
+_FLOAT_RE = re.compile(
+    r"-?([0-9]+\.[0-9]*([eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+|\.[0-9]+([eE][-+]?[0-9]+)?)|-inf"
+)
+_VALUE_RE = re.compile(_VALUE)
+_INTS_RE = re.compile(rf"{_S}(?:-?[0-9]+(?:{_S},{_S}-?[0-9]+)*)?{_S}")
+_VALUES_RE = re.compile(rf"{_S}(?:{_VALUE}(?:{_S},{_S}{_VALUE})*)?{_S}")
+# One `key = literal` of an attribute or annotation list and what follows it (a comma or the end).
+# A literal is a string without escapes or control characters, a list, or a bare word (a number,
+# true, false, inf, nan) classified afterwards.
+_ATTR_RE = re.compile(
+    rf"{_S}({_NAME}){_S}={_S}(\"[^\"\\\x00-\x1f]*\"|\[[^\[\]]*\]|[^\s,\[\]\"]+){_S}(,|$)"
+)
+_TYPE = rf"({_NAME}){_S}\[([^\[\]]*)\]"
+_NODE_RE = re.compile(
+    rf"({_VALUE}){_S}={_S}({_NAME}){_S}\(([^()]*)\){_S}(?:\{{([^{{}}]*)\}}{_S})?:{_S}{_TYPE}{_S}"
+    rf"(?:!\{{([^{{}}]*)\}}{_S})?(body{_S}\(([^()]*)\){_S}\{{{_S})?"
+)
+_INPUT_RE = re.compile(rf"input[ \t]+({_VALUE}){_S}:{_S}{_TYPE}{_S}")
+_WEIGHT_RE = re.compile(
+    rf"weight[ \t]+({_VALUE}){_S}:{_S}{_TYPE}{_S}(?:(device|host)(?![A-Za-z0-9_.]){_S})?"
+    rf"(?:!\{{([^{{}}]*)\}}{_S})?"
+)
+_EVENT_RE = re.compile(rf"(record|wait)[ \t]+(\^[A-Za-z0-9_.]+){_S}(?:!\{{([^{{}}]*)\}}{_S})?")
+_OUTPUT_RE = re.compile(rf"output[ \t]+({_VALUE}(?:{_S},{_S}{_VALUE})*){_S}")
+_YIELD_RE = re.compile(rf"yield[ \t]+({_VALUE}){_S}")
+_HEADER_RE = re.compile(rf"{_S}graph[ \t]+({_NAME}){_S}\{{{_S}")
+
+# Words that are keywords somewhere in the grammar: lark's contextual lexer reads them as names in
+# some places only, so the fast path leaves every such use to lark.
+_KEYWORDS = frozenset({"graph", "input", "weight", "output", "body", "yield", "record", "wait"})
+# One shared NaN object for both parsers: containers compare NaN by identity first, so graphs parsed
+# from the same text compare equal (`parse(print(g)) == g` holds for `{factor = nan}`).
+_NAN = float("nan")
+WORD_LITERALS: dict[str, AttrValue] = {
+    "true": True,
+    "false": False,
+    "inf": float("inf"),
+    "nan": _NAN,
+}
+_ANNOTATION_KINDS = {
+    "stream": "int",
+    "backend": "str",
+    "offset": "int",
+    "size": "int",
+    "live": "pair",
+    "visible": "ints",
+    "segment": "int",
+    "slot": "int",
+}
+
+
+class _GiveUp(Exception):
+    """The text is not in the fast path's subset: lark parses it instead."""
+
+
+def _integer(text: str) -> int:
+    if len(text) - text.startswith("-") > MAX_INTEGER_DIGITS:
+        raise _GiveUp
+    return int(text)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    if _INTS_RE.fullmatch(text) is None:
+        raise _GiveUp
+    return tuple(_integer(t) for t in _INT_RE.findall(text))
+
+
+def _literal(text: str) -> AttrValue:
+    first = text[0]
+    if first == '"':
+        return text[1:-1]
+    if first == "[":
+        return _ints(text[1:-1])
+    if _INT_RE.fullmatch(text):
+        return _integer(text)
+    if _FLOAT_RE.fullmatch(text):
+        return float(text)
+    if text in WORD_LITERALS:
+        return WORD_LITERALS[text]
+    raise _GiveUp
+
+
+def _pairs(text: str) -> dict[str, AttrValue]:
+    """`key = literal, ...` (the inside of `{...}` or `!{...}`) as a dict in text order."""
+    out: dict[str, AttrValue] = {}
+    pos, end = 0, len(text)
+    if not text.strip(" \t"):
+        return out
+    while True:
+        m = _ATTR_RE.match(text, pos)
+        if m is None:
+            raise _GiveUp
+        key = m.group(1)
+        if key in out or key in _KEYWORDS:
+            raise _GiveUp
+        out[key] = _literal(m.group(2))
+        pos = m.end()
+        if m.group(3) != ",":
+            return out
+        if pos >= end:
+            raise _GiveUp  # a trailing comma
+
+
+def _annotations(text: str | None) -> Annotations:
+    if text is None:
+        return NO_ANNOTATIONS
+    fields: dict[str, Any] = {}
+    for key, value in _pairs(text).items():
+        kind = _ANNOTATION_KINDS.get(key)
+        if kind == "int":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise _GiveUp
+        elif kind == "str":
+            if value not in BACKENDS:
+                raise _GiveUp
+        elif kind == "ints" or kind == "pair":
+            if not isinstance(value, tuple) or (kind == "pair" and len(value) != 2):
+                raise _GiveUp
+        else:
+            raise _GiveUp
+        fields[key] = value
+    return Annotations(**fields)
+
+
+def _new_type(dtype: str, dims: str) -> TensorType:
+    if dtype not in DTYPES:
+        raise _GiveUp
+    shape = _ints(dims)
+    if any(d < 0 for d in shape):
+        raise _GiveUp
+    return TensorType(dtype, shape)
+
+
+class _LineReader:
+    """Builds the graph item by item; every method raises `_GiveUp` on what it does not accept."""
+
+    def __init__(self, path: str, lines: list[str]):
+        self.path = path
+        self.lines = lines
+        # A model repeats a few types, attribute lists and annotations many times: each text is
+        # read once. Types and annotations are immutable and shared; attribute dicts are copied.
+        self.types: dict[tuple[str, str], TensorType] = {}
+        self.attr_lists: dict[str, dict[str, AttrValue]] = {}
+        self.annotation_lists: dict[str | None, Annotations] = {None: NO_ANNOTATIONS}
+
+    def type(self, dtype: str, dims: str) -> TensorType:
+        key = (dtype, dims)
+        found = self.types.get(key)
+        if found is None:
+            found = self.types[key] = _new_type(dtype, dims)
+        return found
+
+    def attrs(self, text: str | None) -> dict[str, AttrValue]:
+        if text is None:
+            return {}
+        found = self.attr_lists.get(text)
+        if found is None:
+            found = self.attr_lists[text] = _pairs(text)
+        return dict(found)
+
+    def ann(self, text: str | None) -> Annotations:
+        found = self.annotation_lists.get(text)
+        if found is None:
+            found = self.annotation_lists[text] = _annotations(text)
+        return found
+
+    def span(self, line: int, start: int, end: int) -> Span:
+        """The span of line[start:end] (0-based offsets) on 1-based `line`."""
+        return Span(self.path, line, start + 1, end + 1, self.lines[line - 1])
+
+    def values(self, text: str, offset: int, line: int) -> tuple[tuple[str, ...], tuple[Span, ...]]:
+        """The `%name`s of a comma-separated list at `offset` in the line, and their spans."""
+        if _VALUES_RE.fullmatch(text) is None:
+            raise _GiveUp
+        names, spans = [], []
+        for m in _VALUE_RE.finditer(text):
+            names.append(m.group()[1:])
+            spans.append(self.span(line, offset + m.start(), offset + m.end()))
+        return tuple(names), tuple(spans)
+
+    def node(self, m: re.Match[str], line: int, indent: int, body: Region | None) -> Node:
+        op = m.group(2)
+        if op in _KEYWORDS or (body is None) == (op == "fused"):
+            raise _GiveUp  # lark reports a fused node without a body (and a body elsewhere)
+        operands, operand_spans = self.values(m.group(3), indent + m.start(3), line)
+        attrs = self.attrs(m.group(4))
+        return Node(
+            name=m.group(1)[1:],
+            op=op,
+            operands=operands,
+            attrs=attrs,
+            type=self.type(m.group(5), m.group(6)),
+            ann=self.ann(m.group(7)),
+            body=body,
+            span=self.span(line, indent + m.start(2), indent + m.end(2)),
+            operand_spans=operand_spans,
+        )
+
+    def body(self, m: re.Match[str], line: int, indent: int) -> tuple[Region, int]:
+        """The body opened on `line`: its region and the number of the line that closes it."""
+        params, _ = self.values(m.group(9), 0, line)
+        nodes = []
+        number = line
+        while True:
+            number += 1
+            if number > len(self.lines):
+                raise _GiveUp
+            text = _uncommented(self.lines[number - 1])
+            stripped = text.lstrip(" \t")
+            if not stripped:
+                continue
+            inner = len(text) - len(stripped)
+            if stripped[0] == "%":
+                n = _NODE_RE.fullmatch(stripped)
+                if n is None or n.group(8) is not None:
+                    raise _GiveUp
+                if n.group(2) == "fused":
+                    raise _GiveUp
+                nodes.append(self.body_node(n, number, inner))
+                continue
+            y = _YIELD_RE.fullmatch(stripped)
+            if y is None:
+                raise _GiveUp
+            closing = number + 1
+            while closing <= len(self.lines) and not _uncommented(self.lines[closing - 1]).strip(
+                " \t"
+            ):
+                closing += 1
+            if (
+                closing > len(self.lines)
+                or _uncommented(self.lines[closing - 1]).strip(" \t") != "}"
+            ):
+                raise _GiveUp
+            return Region(params, tuple(nodes), y.group(1)[1:]), closing
+
+    def body_node(self, m: re.Match[str], line: int, indent: int) -> Node:
+        op = m.group(2)
+        if op in _KEYWORDS:
+            raise _GiveUp
+        operands, operand_spans = self.values(m.group(3), indent + m.start(3), line)
+        return Node(
+            name=m.group(1)[1:],
+            op=op,
+            operands=operands,
+            attrs=self.attrs(m.group(4)),
+            type=self.type(m.group(5), m.group(6)),
+            ann=self.ann(m.group(7)),
+            span=self.span(line, indent + m.start(2), indent + m.end(2)),
+            operand_spans=operand_spans,
+        )
+
+    def graph(self) -> Graph:
+        lines = self.lines
+        number = _first_item_line(lines)
+        header = _HEADER_RE.fullmatch(_uncommented(lines[number - 1]))
+        if header is None or header.group(1) in _KEYWORDS:
+            raise _GiveUp
+        inputs: list[Input] = []
+        weights: list[Weight] = []
+        nodes: list[Node] = []
+        outputs: list[Output] = []
+        while True:
+            number += 1
+            if number > len(lines):
+                raise _GiveUp
+            text = _uncommented(lines[number - 1])
+            stripped = text.lstrip(" \t")
+            if not stripped:
+                continue
+            indent = len(text) - len(stripped)
+            first = stripped[0]
+            if first == "%":
+                m = _NODE_RE.fullmatch(stripped)
+                if m is None:
+                    raise _GiveUp
+                if m.group(8) is None:
+                    nodes.append(self.node(m, number, indent, None))
+                else:
+                    region, closing = self.body(m, number, indent)
+                    nodes.append(self.node(m, number, indent, region))
+                    number = closing
+            elif first == "}":
+                if stripped.rstrip(" \t") != "}" or _first_item_line(lines, number + 1) != 0:
+                    raise _GiveUp
+                return Graph(
+                    header.group(1),
+                    tuple(inputs),
+                    tuple(weights),
+                    tuple(nodes),
+                    tuple(outputs),
+                    self.path,
+                )
+            else:
+                self.declaration(stripped, number, indent, inputs, weights, nodes, outputs)
+
+    def declaration(
+        self,
+        text: str,
+        line: int,
+        indent: int,
+        inputs: list[Input],
+        weights: list[Weight],
+        nodes: list[Node],
+        outputs: list[Output],
+    ) -> None:
+        """An `input`, `weight`, `record`/`wait` or `output` line, appended where it belongs."""
+        if m := _INPUT_RE.fullmatch(text):
+            span = self.span(line, indent + m.start(1), indent + m.end(1))
+            inputs.append(Input(m.group(1)[1:], self.type(m.group(2), m.group(3)), span))
+        elif m := _WEIGHT_RE.fullmatch(text):
+            span = self.span(line, indent + m.start(1), indent + m.end(1))
+            placement = m.group(4) or "device"
+            assert placement in WEIGHT_PLACEMENTS
+            tensor_type = self.type(m.group(2), m.group(3))
+            ann = self.ann(m.group(5))
+            weights.append(Weight(m.group(1)[1:], tensor_type, placement, ann, span))
+        elif m := _EVENT_RE.fullmatch(text):
+            span = self.span(line, indent + m.start(2), indent + m.end(2))
+            ann = self.ann(m.group(3))
+            nodes.append(Node(name=m.group(2)[1:], op=m.group(1), ann=ann, span=span))
+        elif m := _OUTPUT_RE.fullmatch(text):
+            names, spans = self.values(m.group(1), indent + m.start(1), line)
+            outputs.extend(Output(n, s) for n, s in zip(names, spans, strict=True))
+        else:
+            raise _GiveUp
+
+
+def _uncommented(line: str) -> str:
+    """`line` without a trailing `# comment`; a `#` that may sit inside a string gives up."""
+    if "#" not in line:
+        return line
+    if '"' in line:
+        raise _GiveUp
+    return line[: line.index("#")]
+
+
+def _first_item_line(lines: list[str], start: int = 1) -> int:
+    """The 1-based number of the first line from `start` holding more than a comment; 0 if none."""
+    for number in range(start, len(lines) + 1):
+        if _uncommented(lines[number - 1]).strip(" \t"):
+            return number
+    return 0
+
+
+def parse_lines(path: str, lines: list[str]) -> Graph | None:
+    """The graph of the source `lines` (the text split at "\\n"), or None where the text is
+    outside the fast path's subset (lark then parses it and reports any error)."""
+    try:
+        if _first_item_line(lines) == 0:
+            return None
+        return _LineReader(path, lines).graph()
+    except _GiveUp:
+        return None
