@@ -284,8 +284,8 @@ class _CopyPlanner:
                 key = self.split[self.producers[value]]
                 to_device.setdefault(key, []).append((value, remote))
             else:  # a host weight read on the GPU: copied in before its first reader
-                group, waits = self.copies_in([(value, remote)])
-                self.before.setdefault(remote[0], []).extend(group)
+                copies, waits = self.copies_in([(value, remote)])
+                self.before.setdefault(remote[0], []).extend(copies)
                 self.add_waits(waits)
         for group in to_host.values():
             self.copies_out(group)
