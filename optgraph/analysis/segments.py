@@ -244,12 +244,10 @@ def choose_layout(
 def spread(n: int, k: int) -> frozenset[int]:
     """`k` of `n` segment indices spread evenly, the first one included: which to keep resident.
 
-    Why spread rather than the leading ones: the copy stream may run at most `depth` segments
-    ahead of the compute, so while a run of resident segments computes it soon has no free slot
-    and idles. Kept segments spread among the streamed ones give the copy stream work (slots freed
-    by the streamed segments before them) all along: when compute and copying take about the same
-    time, leading residents leave the copy stream idle for most of their compute, spread ones do
-    not. Keeping the first segment lets compute start while the first copy runs.
+    Why not the leading ones: the copy stream runs at most `depth` segments ahead of the compute,
+    so while a run of resident segments computes it soon has no free slot and idles; spread among
+    the streamed ones, residents compute while the copy stream refills the slots the streamed
+    segments before them freed. Keeping the first lets compute start while the first copy runs.
     """
     return frozenset((j * n) // k for j in range(k)) if k else frozenset()
 
@@ -260,13 +258,9 @@ def _slot_sizes(segments: list[Segment], kept: frozenset[int], depth: int) -> tu
 
 
 def _fit(segments: list[Segment], fits: Callable[[int, int], bool], depth: int) -> Layout | None:
-    """The most segments kept resident (`spread` among the streamed ones) such that
-    `fits(resident, slot pool)`; each slot is as big as the largest segment it holds (a big last
-    weight, the lm_head, enlarges one slot only).
-
-    Resident bytes grow with the number kept (not strictly: spread positions move as it grows), so
-    a binary search finds the largest count that fits. O(n log n).
-    """
+    """The most segments kept resident (`spread`) such that `fits(resident, slot pool)`; each
+    slot is as big as the largest segment it holds (a big lm_head enlarges one slot only). Resident
+    bytes grow with the count (not strictly), so a binary search finds it. O(n log n)."""
     n = len(segments)
 
     def layout(k: int) -> Layout | None:

@@ -16,7 +16,8 @@ argument, so it imports no CuPy.
   `cuLaunchHostFunc` through ctypes. During capture each becomes a host node of the one CUDA graph,
   ordered by the same record/wait events as the kernels: the GPU runs on while the host computes,
   and waits only where an event says so. The function evaluates the node with the reference
-  kernels on NumPy views of the pinned buffers (built once, before capture).
+  kernels on NumPy views of the pinned buffers (built once, before capture); gathers and products
+  write straight into the pinned result (the reference kernels' NumPy calls with `out=`).
 
 Why host nodes rather than running CPU splits from Python between graph launches: the program stays
 one CUDA graph (no host round trip per split), the overlap is exactly what happens-before allows,
