@@ -31,6 +31,7 @@ then these programs are timed in one process:
 | sync | `plan-prefetch{sync=true}`: each segment copied on its reader's stream right before it |
 | depth N | `plan-prefetch{depth=N}`: copies on a copy stream into N slots, overlapping compute |
 | depth 2 no-pdl | depth 2 lowered without PDL and merged launches (tells a runtime effect from a plan one) |
+| depth 2 eager | depth 2 issued call by call on its streams, no CUDA graph (whether the graph's mapping of streams serializes copies) |
 | copy alone | the depth-2 program's own weight copies (same pinned sources, slots and sizes), back to back on one stream, no compute |
 
 A step is one replay of the captured CUDA graph (inputs staged, outputs copied back); each figure
@@ -84,9 +85,13 @@ VARIANTS = {
     "depth 2": ",depth=2",
     "depth 3": ",depth=3",
     "depth 2 no-pdl": ",depth=2",
+    "depth 2 eager": ",depth=2",
 }
 # Lowering options per variant (the default elsewhere).
-OPTIONS = {"depth 2 no-pdl": LoweringOptions(pdl=False, merge_launches=False)}
+OPTIONS = {
+    "depth 2 no-pdl": LoweringOptions(pdl=False, merge_launches=False),
+    "depth 2 eager": LoweringOptions(use_graph=False),
+}
 
 
 def fast_weights(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
@@ -188,9 +193,12 @@ def pinned_bandwidth(cp: Any, nbytes: int = 1 << 30) -> float:
 
 
 def _time_replays(cp: Any, program: Any, args: argparse.Namespace) -> float:
-    """ms per replay of the program's captured CUDA graph."""
-    exec_ = program._cache.get(program.last_key).exec
+    """ms per replay of the program's captured CUDA graph (or per eager issue of its calls)."""
     stream = program.stream
+    if not program.options.use_graph:
+        _, ops = program._issue[program.last_key]
+        return _time(cp, stream, lambda: [op() for op in ops], args.iters, args.repeats)
+    exec_ = program._cache.get(program.last_key).exec
     launch = cp.cuda.runtime.graphLaunch
     return _time(cp, stream, lambda: launch(exec_, stream.ptr), args.iters, args.repeats)
 
@@ -342,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--balance", type=float, default=1.2, help="balanced mode: compute / copying (estimated)"
     )
     p.add_argument("--modes", default="decode,prefill,balanced")
-    p.add_argument("--variants", default="sync,depth 2,depth 3,depth 2 no-pdl")
+    p.add_argument("--variants", default="sync,depth 2,depth 3,depth 2 no-pdl,depth 2 eager")
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--markdown", metavar="FILE")
