@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from bench_split import describe, max_rel_diff
+from split_plan import describe, max_rel_diff
 
 from optgraph.codegen.cuda_steps import HOST_SPACES, CopyStep, EventStep, HostStep
 from optgraph.ir.graph import Graph

@@ -20,8 +20,8 @@ pytestmark = pytest.mark.gpu
 cupy = require_gpu()
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from bench_split import SPLIT
 from moe_decode import MoeSizes, generate_moe_decode
+from split_plan import SPLIT
 from split_sync_way import SyncWay
 
 from optgraph.program import cuda_program

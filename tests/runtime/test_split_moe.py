@@ -22,8 +22,8 @@ from optgraph.runtime.reference import evaluate_node, random_inputs, random_weig
 from tests.support.offload_models import run_planned
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from bench_split import SPLIT
 from moe_decode import MoeSizes, generate_moe_decode
+from split_plan import SPLIT
 
 SIZES = MoeSizes(
     layers=2, hidden=32, heads=4, kv_heads=2, experts=6, expert_ffn=16, shared_ffn=24, vocab=64,
