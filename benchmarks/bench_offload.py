@@ -1,26 +1,47 @@
-"""Weight streaming on the GPU: Llama decode and prefill steps whose weights are 2-4x the budget.
+"""Weight streaming on the GPU: Llama steps whose weights are 2-4x the budget.
 
-    python benchmarks/bench_offload.py [--ratio 3] [--layers 8] [--hidden 2048] [--ffn 5632]
-        [--vocab 32000] [--prefill-seq 256] [--iters 5] [--repeats 3] [--markdown FILE]
-    python benchmarks/bench_offload.py --dry-run        # plan only (no GPU): budgets and segments
+    python benchmarks/bench_offload.py [--modes decode,prefill,balanced] [--ratio 3] [--layers 8]
+        [--hidden 2048] [--ffn 5632] [--vocab 16384] [--prefill-seq 256] [--balanced-batch auto]
+        [--variants ...] [--iters 5] [--repeats 3] [--markdown FILE] [--json FILE]
+    python benchmarks/bench_offload.py --dry-run     # no GPU: budgets, segments, what each plan
+                                                     # orders, and its estimated step
 
-For each mode (decode: batch 1, one new token, KV cache 512; prefill: `--prefill-seq` tokens) the
-model is planned once (`fuse`, `assign-streams{max-streams=2}`, `insert-sync`, memory plan), the
-budget is set to (resident weight bytes) / `--ratio`, and these programs are timed in one process:
+Modes (one generated Llama, f16):
+
+- `decode`: batch 1, one new token, KV cache 512; `prefill`: `--prefill-seq` tokens. Both are
+  copy-bound (compute is a tenth of the copying).
+- `balanced`: a prefill of `--balanced-batch` sequences of `--balanced-seq` tokens (vocab
+  `--balanced-vocab`, so the logits of every token stay a small copy), where compute and copying
+  take about as long: the batch is chosen from the pinned bandwidth and the f16 GEMM rate
+  measured in the same run (`auto`; on `--dry-run` from nominal H100 figures, or
+  `--pinned-gbs`/`--f16-tflops`) so that the estimated compute is `--balance` (1.2) times the
+  estimated copying: exactly equal, a depth-2 pipeline pays its fill and drain in full; a fifth
+  more compute leaves the copy stream slack and still makes synchronous copies cost about as
+  much as the compute.
+
+The budget is what the step needs besides its weights (arena, inputs) + (weight bytes) /
+`--ratio`: the weights are `ratio` times the room the budget leaves them.
+
+Each mode is planned once (`fuse`, `assign-streams{max-streams=2}`, `insert-sync`, memory plan),
+then these programs are timed in one process:
 
 | variant | what runs |
 |---|---|
 | resident | every weight on the device: the compute alone (the same kernels as below) |
 | sync | `plan-prefetch{sync=true}`: each segment copied on its reader's stream right before it |
 | depth N | `plan-prefetch{depth=N}`: copies on a copy stream into N slots, overlapping compute |
+| depth 2 no-pdl | depth 2 lowered without PDL and merged launches (tells a runtime effect from a plan one) |
+| depth 2 eager | depth 2 issued call by call on its streams, no CUDA graph (whether the graph's mapping of streams serializes copies) |
 | copy alone | the depth-2 program's own weight copies (same pinned sources, slots and sizes), back to back on one stream, no compute |
 
 A step is one replay of the captured CUDA graph (inputs staged, outputs copied back); each figure
 is the median over `--repeats` timings of `--iters` back-to-back replays between two CUDA events.
 Pinned bandwidth is one 1 GiB host-to-device copy from pinned memory, timed the same way in the
 same run. Reported: ms per step; overlap = depth-2 step / max(copy alone, resident) (target <=
-1.10); copy efficiency = copy-alone bandwidth / pinned bandwidth (target >= 0.80); whether every
-streamed program's outputs equal the resident program's bit for bit.
+1.10); depth 2 / sync (target <= 0.6 in the balanced mode); copy efficiency = copy-alone bandwidth
+/ pinned bandwidth; whether every streamed program's outputs equal the resident program's bit for
+bit; and the plan's own estimate of the depth-2 step (`offload_plan.estimate_step`, with this
+run's bandwidth and GEMM rate), so a measured step far above it points at the runtime.
 """
 
 from __future__ import annotations
@@ -41,9 +62,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 from gen_llama import generate_llama
+from offload_plan import (
+    NOMINAL_F16,
+    NOMINAL_PINNED,
+    estimate_step,
+    layout_pattern,
+    plan_order,
+)
 
 import optgraph as og
 from optgraph.analysis.segments import device_memory, format_size
+from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
 from optgraph.runtime.reference import random_inputs
@@ -55,6 +84,13 @@ VARIANTS = {
     "depth 1": ",depth=1",
     "depth 2": ",depth=2",
     "depth 3": ",depth=3",
+    "depth 2 no-pdl": ",depth=2",
+    "depth 2 eager": ",depth=2",
+}
+# Lowering options per variant (the default elsewhere).
+OPTIONS = {
+    "depth 2 no-pdl": LoweringOptions(pdl=False, merge_launches=False),
+    "depth 2 eager": LoweringOptions(use_graph=False),
 }
 
 
@@ -72,21 +108,45 @@ def fast_weights(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
-def plan_variants(args: argparse.Namespace, mode: str) -> tuple[Graph, dict[str, Graph], int]:
-    seq = 1 if mode == "decode" else args.prefill_seq
-    text = generate_llama(
+def balanced_batch(args: argparse.Namespace, pinned: float, f16_flops: float) -> int:
+    """Sequences per balanced step: the resident program's compute at `f16_flops` takes
+    `--balance` times as long as the depth-2 plan's copies at `pinned` bytes/s (both
+    `offload_plan.estimate_step`), scaled from a probe of 8 sequences (compute grows with the
+    tokens, the streamed bytes barely)."""
+    if args.balanced_batch != "auto":
+        return int(args.balanced_batch)
+    probe = 8
+    _, graphs, _ = plan_variants(args, "balanced", probe, ["depth 2"])
+    copy = estimate_step(graphs["depth 2"], pinned, f16_flops).copy_ms
+    compute = estimate_step(graphs["resident"], pinned, f16_flops).compute_ms
+    return max(1, round(probe * args.balance * copy / compute))
+
+
+def model_text(args: argparse.Namespace, mode: str, batch: int = 1) -> str:
+    balanced = mode == "balanced"
+    return generate_llama(
         layers=args.layers, hidden=args.hidden, heads=args.heads, kv_heads=args.kv_heads,
-        ffn=args.ffn, vocab=args.vocab, dtype="f16", batch=1, seq=seq, cache_len=512, mode=mode,
+        ffn=args.ffn, vocab=args.balanced_vocab if balanced else args.vocab, dtype="f16",
+        batch=batch if balanced else 1,
+        seq={"decode": 1, "prefill": args.prefill_seq}.get(mode, args.balanced_seq),
+        cache_len=512, mode="decode" if mode == "decode" else "prefill",
     )  # fmt: skip
-    source = og.parse(text)
+
+
+def plan_variants(
+    args: argparse.Namespace, mode: str, batch: int = 1, variants: list[str] | None = None
+) -> tuple[Graph, dict[str, Graph], int]:
+    source = og.parse(model_text(args, mode, batch))
     resident = run_pipeline(source, PLAN)
     memory = device_memory(resident)
-    budget = memory.resident_weights // args.ratio
+    # What the step needs besides its weights (arena, inputs) + a `ratio`-th of the weights.
+    budget = memory.peak - memory.resident_weights + memory.resident_weights // args.ratio
     graphs = {"resident": resident}
-    for name, options in VARIANTS.items():
+    for name in variants or args.variants.split(","):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            graphs[name] = run_pipeline(resident, f"plan-prefetch{{budget={budget}{options}}}")
+            pipeline = f"plan-prefetch{{budget={budget}{VARIANTS[name]}}}"
+            graphs[name] = run_pipeline(resident, pipeline)
     return source, graphs, budget
 
 
@@ -99,7 +159,8 @@ def describe(graphs: dict[str, Graph], budget: int) -> list[str]:
             f"  {name:9s} peak {format_size(m.peak):>11s} (budget {format_size(budget)}), "
             f"resident {format_size(m.resident_weights)}, "
             f"streamed {format_size(m.streamed_weights)}"
-            f" in {len(segments)} segments, slots {format_size(m.slots)}"
+            f" in {len(segments)} segments, slots {format_size(m.slots)} "
+            f"{layout_pattern(g)}"
         )
     return lines
 
@@ -132,9 +193,12 @@ def pinned_bandwidth(cp: Any, nbytes: int = 1 << 30) -> float:
 
 
 def _time_replays(cp: Any, program: Any, args: argparse.Namespace) -> float:
-    """ms per replay of the program's captured CUDA graph."""
-    exec_ = program._cache.get(program.last_key).exec
+    """ms per replay of the program's captured CUDA graph (or per eager issue of its calls)."""
     stream = program.stream
+    if not program.options.use_graph:
+        _, ops = program._issue[program.last_key]
+        return _time(cp, stream, lambda: [op() for op in ops], args.iters, args.repeats)
+    exec_ = program._cache.get(program.last_key).exec
     launch = cp.cuda.runtime.graphLaunch
     return _time(cp, stream, lambda: launch(exec_, stream.ptr), args.iters, args.repeats)
 
@@ -160,20 +224,34 @@ def _time_copies(cp: Any, program: Any, args: argparse.Namespace) -> tuple[int, 
     return sum(c[2] for c in copies), _time(cp, side, copy_all, args.iters, args.repeats)
 
 
-def measure(args: argparse.Namespace, mode: str) -> dict[str, Any]:
+def gemm_rate(cp: Any, args: argparse.Namespace, rows: int = 8192) -> float:
+    """f16 flops/s of one large product at the model's FFN shape (CuPy's cuBLAS, no capture)."""
+    a = cp.ones((rows, args.hidden), dtype=cp.float16)
+    b = cp.ones((args.hidden, args.ffn), dtype=cp.float16)
+    out = cp.empty((rows, args.ffn), dtype=cp.float16)
+    stream = cp.cuda.Stream.null
+    ms = _time(cp, stream, lambda: cp.matmul(a, b, out=out), 10, 3)
+    return 2 * rows * args.hidden * args.ffn / (ms * 1e-3)
+
+
+def measure(args: argparse.Namespace, mode: str, pinned: float, f16_flops: float) -> dict[str, Any]:
     import cupy as cp
 
     from optgraph.program import cuda_program
 
-    source, graphs, budget = plan_variants(args, mode)
-    print(f"{mode}: weights {format_size(sum(w.type.nbytes for w in source.weights))}")
+    batch = balanced_batch(args, pinned, f16_flops) if mode == "balanced" else 1
+    source, graphs, budget = plan_variants(args, mode, batch)
+    print(
+        f"{mode}: batch {batch}, weights {format_size(sum(w.type.nbytes for w in source.weights))}"
+    )
     print("\n".join(describe(graphs, budget)), flush=True)
     inputs, weights = random_inputs(source), fast_weights(source)
-    row: dict[str, Any] = {"mode": mode, "budget": budget}
+    row: dict[str, Any] = {"mode": mode, "budget": budget, "batch": batch}
+    row["estimate"] = estimate_step(graphs["depth 2"], pinned, f16_flops).step_ms
     reference_out = None
     exact = True
     for name, graph in graphs.items():
-        program = cuda_program(graph, weights=weights)
+        program = cuda_program(graph, weights=weights, options=OPTIONS.get(name))
         program.run(inputs)  # eager, then captured
         out = program.run(inputs)  # a replay
         if reference_out is None:
@@ -190,34 +268,72 @@ def measure(args: argparse.Namespace, mode: str) -> dict[str, Any]:
     return row
 
 
-def table(rows: list[dict[str, Any]], pinned: float, device: str) -> str:
+def _cell(row: dict[str, Any], name: str) -> str:
+    return f"{row[name]:.2f} ms" if name in row else "-"
+
+
+def table(rows: list[dict[str, Any]], pinned: float, f16_flops: float, device: str) -> str:
+    names = [n for n in VARIANTS if any(n in r for r in rows)]
     head = (
-        "| mode | budget | streamed / step | resident (compute) | copy alone | sync | depth 1 "
-        "| depth 2 | depth 3 | depth 2 / max(copy, compute) | copy GB/s (of pinned) | exact |"
+        "| mode | budget | streamed / step | resident (compute) | copy alone | "
+        + " | ".join(names)
+        + " | depth 2 / max(copy, compute) | depth 2 / sync | depth 2 estimated "
+        "| copy GB/s (of pinned) | exact |"
     )
     lines = [
         (
             f"**{device}, {datetime.date.today().isoformat()}**, pinned host-to-device "
-            f"{pinned / 1e9:.1f} GB/s (1 GiB copy, same run)."
+            f"{pinned / 1e9:.1f} GB/s (1 GiB copy), f16 GEMM {f16_flops / 1e12:.0f} TFLOP/s "
+            "(8192 rows at the FFN shape), same run."
         ),
         "",
         head,
-        "|" + "---|" * 12,
+        "|" + "---|" * (10 + len(names)),
     ]
     for r in rows:
         copy_bw = r["streamed_bytes"] / (r["copy alone"] * 1e-3)
         overlap = r["depth 2"] / max(r["copy alone"], r["resident"])
+        mode = r["mode"] + (f" (batch {r['batch']})" if r["mode"] == "balanced" else "")
         lines.append(
-            f"| {r['mode']} | {format_size(r['budget'])} | {format_size(r['streamed_bytes'])} "
-            f"| {r['resident']:.2f} ms | {r['copy alone']:.2f} ms | {r['sync']:.2f} ms "
-            f"| {r['depth 1']:.2f} ms | {r['depth 2']:.2f} ms | {r['depth 3']:.2f} ms "
-            f"| {overlap:.3f} | {copy_bw / 1e9:.1f} ({copy_bw / pinned:.0%}) "
+            f"| {mode} | {format_size(r['budget'])} | {format_size(r['streamed_bytes'])} "
+            f"| {r['resident']:.2f} ms | {r['copy alone']:.2f} ms | "
+            + " | ".join(_cell(r, n) for n in names)
+            + f" | {overlap:.3f} | "
+            + (f"{r['depth 2'] / r['sync']:.3f}" if "sync" in r else "-")
+            + f" | {r['estimate']:.2f} ms | {copy_bw / 1e9:.1f} ({copy_bw / pinned:.0%}) "
             f"| {'yes' if r['exact'] else 'NO'} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+def dry_run(args: argparse.Namespace, modes: list[str]) -> None:
+    """Plans, what they order, and their estimated steps at nominal (or given) figures."""
+    pinned, f16_flops = args.pinned_gbs * 1e9, args.f16_tflops * 1e12
+    print(f"estimates at {pinned / 1e9:.0f} GB/s pinned, {f16_flops / 1e12:.0f} TFLOP/s f16")
+    for mode in modes:
+        batch = balanced_batch(args, pinned, f16_flops) if mode == "balanced" else 1
+        _, graphs, budget = plan_variants(args, mode, batch)
+        print(f"{mode}" + (f" (batch {batch} x {args.balanced_seq} tokens)" if batch > 1 else ""))
+        print("\n".join(describe(graphs, budget)))
+        resident = estimate_step(graphs["resident"], pinned, f16_flops).compute_ms
+        for name, graph in graphs.items():
+            if name == "resident":
+                continue
+            e = estimate_step(graph, pinned, f16_flops)
+            sync = (
+                estimate_step(graphs["sync"], pinned, f16_flops).step_ms if "sync" in graphs else 0
+            )
+            print(
+                f"  {name:14s} estimated {e.step_ms:7.2f} ms: copy {e.copy_ms:.2f}, compute "
+                f"{resident:.2f}, step / max {e.step_ms / max(e.copy_ms, resident):.3f}"
+                + (f", step / sync {e.step_ms / sync:.3f}" if sync else "")
+            )
+        if "depth 2" in graphs and args.show_order:
+            print("  depth 2 plan order:")
+            print("\n".join(plan_order(graphs["depth 2"])))
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ratio", type=int, default=3, help="resident weight bytes / budget")
     p.add_argument("--layers", type=int, default=8)
@@ -227,32 +343,49 @@ def main() -> int:
     p.add_argument("--ffn", type=int, default=5632)
     p.add_argument("--vocab", type=int, default=16384)
     p.add_argument("--prefill-seq", type=int, default=256)
-    p.add_argument("--modes", default="decode,prefill")
+    p.add_argument("--balanced-seq", type=int, default=512)
+    p.add_argument("--balanced-batch", default="auto", help="sequences, or auto")
+    p.add_argument("--balanced-vocab", type=int, default=2048)
+    p.add_argument(
+        "--balance", type=float, default=1.2, help="balanced mode: compute / copying (estimated)"
+    )
+    p.add_argument("--modes", default="decode,prefill,balanced")
+    p.add_argument("--variants", default="sync,depth 2,depth 3,depth 2 no-pdl,depth 2 eager")
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--markdown", metavar="FILE")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--dry-run", action="store_true", help="plan only, no GPU")
-    args = p.parse_args()
+    p.add_argument("--show-order", action="store_true", help="dry run: the depth-2 plan order")
+    p.add_argument("--pinned-gbs", type=float, default=NOMINAL_PINNED / 1e9)
+    p.add_argument("--f16-tflops", type=float, default=NOMINAL_F16 / 1e12)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
+    args = p.parse_args(argv)
     modes = args.modes.split(",")
+    unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
+    if unknown or not {"sync", "depth 2"} <= set(args.variants.split(",")):
+        p.error(f"--variants: from {', '.join(VARIANTS)}, with sync and depth 2")
     if args.dry_run:
-        for mode in modes:
-            _, graphs, budget = plan_variants(args, mode)
-            print(mode)
-            print("\n".join(describe(graphs, budget)))
+        dry_run(args, modes)
         return 0
     import cupy as cp
 
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     pinned = pinned_bandwidth(cp)
-    print(f"{device}: pinned H2D {pinned / 1e9:.1f} GB/s", flush=True)
-    rows = [measure(args, mode) for mode in modes]
-    text = table(rows, pinned, device)
+    f16_flops = gemm_rate(cp, args)
+    print(f"{device}: pinned H2D {pinned / 1e9:.1f} GB/s, f16 GEMM {f16_flops / 1e12:.0f} TFLOP/s")
+    rows = [measure(args, mode, pinned, f16_flops) for mode in modes]
+    text = table(rows, pinned, f16_flops, device)
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text)
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": device, "pinned": pinned, "rows": rows}))
+        payload = {"device": device, "pinned": pinned, "f16_flops": f16_flops, "rows": rows}
+        Path(args.json).write_text(json.dumps(payload))
     return 0
 
 

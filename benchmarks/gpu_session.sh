@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One GPU-machine session: GPU tests, the benchmark, compute-sanitizer; logs under $OUT.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh [tests] [bench] [sanitize] [kernels] [h2h] \
-#       [gemv] [offload] [threshold] [host] [multi]
+#       [gemv] [offload] [split] [threshold] [host] [multi]
 # bench: benchmarks/bench_gpu.py (the examples); sanitize: compute-sanitizer over
 # benchmarks/sanitize_examples.py; kernels: benchmarks/bench_kernels.py (single kernels at the
 # Llama shapes, old vs new); h2h: the head-to-head suite (H2H_ONLY=llama,
 # H2H_VARIANTS=torch-graph,og-fused-1s restrict it); gemv: benchmarks/bench_gemv.py (GEMV_ARGS=--sweep
-# for every layout); offload: benchmarks/bench_offload.py; threshold:
+# for every layout); offload: benchmarks/bench_offload.py (OFFLOAD_ARGS, e.g. "--modes balanced");
+# split: benchmarks/bench_split.py (SPLIT_ARGS, e.g. "--expert-ffn 128"); threshold:
 # benchmarks/bench_stream_threshold.py; host: benchmarks/bench_host_cost.py; multi: the several-GPU
 # tests (tests/gpu/test_multi_gpu.py: one GPU runs its one-GPU part) and, with 2+ GPUs,
 # benchmarks/bench_multi_gpu.py (MULTI_ARGS passes options). docs/benchmarks.md says what each measures.
@@ -53,9 +54,13 @@ for part in $parts; do
         --markdown "$OUT/gemv.md" > "$OUT/gemv.log" 2>&1
       echo "gemv rc=$?"; tail -n 20 "$OUT/gemv.log" ;;
     offload)
-      timeout "${OFFLOAD_S:-300}" python3 benchmarks/bench_offload.py \
+      timeout "${OFFLOAD_S:-240}" python3 benchmarks/bench_offload.py ${OFFLOAD_ARGS:-} \
         --markdown "$OUT/offload.md" --json "$OUT/offload.json" > "$OUT/offload.log" 2>&1
-      echo "offload rc=$?"; tail -n 12 "$OUT/offload.log" ;;
+      echo "offload rc=$?"; tail -n 8 "$OUT/offload.log" ;;
+    split)
+      timeout "${SPLIT_S:-180}" python3 benchmarks/bench_split.py ${SPLIT_ARGS:-} \
+        --markdown "$OUT/split.md" --json "$OUT/split.json" > "$OUT/split.log" 2>&1
+      echo "split rc=$?"; tail -n 8 "$OUT/split.log" ;;
     threshold)
       timeout "${THRESHOLD_S:-240}" python3 benchmarks/bench_stream_threshold.py \
         --budget-s "${THRESHOLD_BUDGET_S:-170}" --json "$OUT/threshold.json" > "$OUT/threshold.log" 2>&1
@@ -77,6 +82,6 @@ for part in $parts; do
           python3 benchmarks/sanitize_examples.py > "$OUT/$tool.log" 2>&1
         echo "$tool rc=$?"; tail -n 4 "$OUT/$tool.log"
       done ;;
-    *) echo "unknown part: $part (tests bench sanitize kernels h2h gemv offload threshold host multi)" ;;
+    *) echo "unknown part: $part (tests bench sanitize kernels h2h gemv offload split threshold host multi)" ;;
   esac
 done

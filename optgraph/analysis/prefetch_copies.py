@@ -1,9 +1,9 @@
 """The prefetch copies of streamed weight segments: insert them with their events, or strip them.
 
 `plan-prefetch` chooses which segments to stream (`optgraph.analysis.segments.choose_layout`);
-`insert_prefetches` turns that layout into IR: for segment `n`, a `prefetch` node per weight on
-the copy stream, writing slot `n mod depth` above the arena, after `wait ^pfN.free.S` for every
-stream S that read the slot's previous occupant, then `record ^pfN.ready`, waited on by every
+`insert_prefetches` turns that layout into IR: for segment `n`, the k-th streamed one, a `prefetch`
+node per weight on the copy stream, writing slot `k mod depth` above the arena, after `wait
+^pfN.free.S` for every stream S that read the slot's previous occupant, then `record ^pfN.ready`, waited on by every
 stream reading the segment before its first read; readers read the copies. `strip_prefetch`
 undoes that, and `synchronous_prefetch` re-plans the same segments through one slot, each copy on
 its first reader's stream (what a runtime falls back to when the slot pool cannot be allocated).
@@ -73,8 +73,15 @@ def synchronous_prefetch(graph: Graph) -> Graph:
         reads = [i for w in names for i in accesses[w]]
         size = sum(align_up(t.nbytes) for w in base.weights if w.name in names for t in [w.type])
         segments.append(Segment(names, size, min(reads), max(reads)))
-    first = min(numbers)
-    layout = Layout([segments[0]] * first + segments, first, (max(s.nbytes for s in segments),))
+    # Numbers missing from the annotations were kept resident: empty placeholders hold their place.
+    by_number = dict(zip(sorted(numbers), segments))
+    placeholder = Segment((), 0, 0, 0)
+    top = max(numbers)
+    layout = Layout(
+        [by_number.get(k, placeholder) for k in range(top + 1)],
+        frozenset(k for k in range(top + 1) if k not in by_number),
+        (max(s.nbytes for s in segments),),
+    )
     return insert_prefetches(base, layout, accesses, align_up(device_memory(base).arena), True)
 
 
@@ -101,8 +108,7 @@ def insert_prefetches(
     depth = 1 if sync else layout.depth
     sizes = (max(layout.slot_sizes),) if sync else layout.slot_sizes
     slot_base = [arena_base + sum(sizes[:k]) for k in range(len(sizes))]
-    for z, segment in enumerate(layout.streamed):
-        number = layout.resident + z
+    for z, (number, segment) in enumerate(layout.numbered):
         slot = z % depth
         readers = sorted({i for w in segment.weights for i in accesses[w]})
         first = readers[0]

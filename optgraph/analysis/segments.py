@@ -191,25 +191,31 @@ SEGMENT_OVERHEAD_BYTES = 256 << 10  # ~5 us of PCIe per streamed segment: its ev
 
 @dataclass(frozen=True)
 class Layout:
-    """The chosen split: segments, how many lead resident, and the slots' sizes."""
+    """The chosen split: segments, which of them stay resident, and the slots' sizes."""
 
     segments: list[Segment]
-    resident: int  # number of leading segments kept resident
-    slot_sizes: tuple[int, ...]  # slot k holds streamed segments k, k + depth, ...
+    kept: frozenset[int]  # indices (in `segments`) of the segments kept resident
+    slot_sizes: tuple[int, ...]  # slot k holds the k-th, (k + depth)-th, ... streamed segment
 
     @property
     def depth(self) -> int:
         return len(self.slot_sizes)
 
     @property
+    def numbered(self) -> list[tuple[int, Segment]]:
+        """The streamed segments in issue order, each with its number (index in `segments`)."""
+        return [(i, s) for i, s in enumerate(self.segments) if i not in self.kept]
+
+    @property
     def streamed(self) -> list[Segment]:
-        return self.segments[self.resident :]
+        return [s for _, s in self.numbered]
 
 
 def choose_layout(
     groups: list[Segment], fits: Callable[[int, int], bool], depth: int, target: int | None
 ) -> Layout | None:
-    """The layout streaming the fewest bytes for which `fits(resident bytes, slot bytes)`."""
+    """The layout for which `fits(resident bytes, slot bytes)` that streams the fewest bytes,
+    counting `SEGMENT_OVERHEAD_BYTES` per streamed segment and the largest segment once more."""
     total = sum(g.nbytes for g in groups)
     if target is not None:
         targets = [target]
@@ -226,33 +232,55 @@ def choose_layout(
         layout = _fit(segments, fits, depth)
         if layout is None:
             continue
-        streamed = sum(s.nbytes for s in layout.streamed)
-        score = streamed + SEGMENT_OVERHEAD_BYTES * len(layout.streamed)
+        streamed = [s.nbytes for s in layout.streamed]
+        # The pipeline fills and drains by about one segment (the first copy nothing hides,
+        # the last segment's compute after every copy): count the largest once.
+        score = sum(streamed) + SEGMENT_OVERHEAD_BYTES * len(streamed) + max(streamed, default=0)
         if best is None or (score, -t) < best[:2]:
             best = (score, -t, layout)
     return None if best is None else best[2]
 
 
-def _fit(segments: list[Segment], fits: Callable[[int, int], bool], depth: int) -> Layout | None:
-    """Most leading resident segments such that `fits(resident, slot pool)`; each slot is as big
-    as the largest segment it holds (a big last weight, the lm_head, enlarges one slot only).
+def spread(n: int, k: int) -> frozenset[int]:
+    """`k` of `n` segment indices spread evenly, the first one included: which to keep resident.
 
-    With k resident, slot j holds segments k + j, k + j + depth, ...: its size is `every[k + j]`,
-    the largest of every depth-th segment from there on. O(n·depth).
+    Why not the leading ones: the copy stream runs at most `depth` segments ahead of the compute,
+    so while a run of resident segments computes it soon has no free slot and idles; spread among
+    the streamed ones, residents compute while the copy stream refills the slots the streamed
+    segments before them freed. Keeping the first lets compute start while the first copy runs.
     """
+    return frozenset((j * n) // k for j in range(k)) if k else frozenset()
+
+
+def _slot_sizes(segments: list[Segment], kept: frozenset[int], depth: int) -> tuple[int, ...]:
+    streamed = [s.nbytes for i, s in enumerate(segments) if i not in kept]
+    return tuple(max(streamed[j::depth]) for j in range(min(depth, len(streamed))))
+
+
+def _fit(segments: list[Segment], fits: Callable[[int, int], bool], depth: int) -> Layout | None:
+    """The most segments kept resident (`spread`) such that `fits(resident, slot pool)`; each
+    slot is as big as the largest segment it holds (a big lm_head enlarges one slot only). Resident
+    bytes grow with the count (not strictly), so a binary search finds it. O(n log n)."""
     n = len(segments)
-    every = [s.nbytes for s in segments] + [0] * depth
-    for i in range(n - 1, -1, -1):
-        every[i] = max(every[i], every[i + depth])
-    resident = 0
-    chosen: Layout | None = None
-    for k in range(n + 1):
-        sizes = tuple(every[k + j] for j in range(min(depth, n - k)))
-        if fits(resident, sum(sizes)):
-            chosen = Layout(segments, k, sizes)
-        if k < n:
-            resident += segments[k].nbytes
-    return chosen
+
+    def layout(k: int) -> Layout | None:
+        kept = spread(n, k)
+        sizes = _slot_sizes(segments, kept, depth)
+        resident = sum(segments[i].nbytes for i in kept)
+        return Layout(segments, kept, sizes) if fits(resident, sum(sizes)) else None
+
+    if layout(0) is None:
+        # The slots for streaming everything do not fit: keeping some segments may shrink them
+        # (rare: the budget is nearly too small), so try every count. O(n^2).
+        return next((f for k in range(1, n + 1) if (f := layout(k)) is not None), None)
+    lo, hi = 0, n  # layout(lo) fits; find the largest k that does
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if layout(mid) is not None:
+            lo = mid
+        else:
+            hi = mid - 1
+    return layout(lo)
 
 
 # -- device memory ------------------------------------------------------------------------------

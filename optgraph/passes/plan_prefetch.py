@@ -3,9 +3,10 @@ not fit the GPU budget through a pool of prefetch slots.
 
 When arena + device inputs + device weights exceed `budget`, the weights the GPU reads are cut into
 segments (runs of weights in first-use order whose readers occupy disjoint ranges of the issue
-order: layers, in a decoder). Leading segments stay resident as far as the budget allows; each
-later segment `n` is copied every step from pinned host memory into slot `n mod depth` on a
-dedicated copy stream, and its readers read the copy:
+order: layers, in a decoder). As many segments as the budget allows stay resident, spread evenly
+among the streamed ones (`segments.spread`: leading residents starve the copy stream, which may
+run only `depth` segments ahead); the k-th streamed segment is copied every step from pinned host
+memory into slot `k mod depth` on a dedicated copy stream, and its readers read the copy:
 
     before: %q = matmul(%h, %l5.wq) : f16[1,4096] !{stream = 0, offset = 0, size = 8192}
     after:  %l5.wq.s = prefetch(%l5.wq) : f16[4096,4096] !{stream = 2, segment = 5, slot = 1, ..}
@@ -14,10 +15,10 @@ dedicated copy stream, and its readers read the copy:
 
 Ordering, all of it record/wait events, so happens-before (and check-races) sees it:
 - the prefetches of segment `n` wait for `^pfN.free.S`, recorded on every stream S right after its
-  last read of slot `n mod depth`'s previous occupant (segment `n - depth`): a slot is rewritten
-  only after every read of it happens-before the copy;
+  last read of the slot's previous occupant (the streamed segment `depth` before): a slot is
+  rewritten only after every read of it happens-before the copy;
 - every stream reading segment `n` waits for `^pfN.ready` before its first read.
-Segment `n + 1`'s copy thus overlaps segment `n`'s compute (depth 2: double buffering).
+The next streamed segment's copy thus overlaps this one's compute (depth 2: double buffering).
 
 The slots are `depth` regions of `slot bytes` (the largest streamed segment) placed above the
 planned arena, so prefetch results have `offset`/`size` like any buffer, the planned and CUDA
@@ -33,7 +34,8 @@ slot pool cannot be allocated.
 
 Segment size: `segment-bytes=auto` tries sizes from the largest weight group up to all weights
 (x1.1 steps) and keeps the one streaming the fewest bytes, counting 256 KiB per streamed segment
-(`segments.SEGMENT_OVERHEAD_BYTES`: its events and launch); a size such as `256MiB` fixes it.
+(`segments.SEGMENT_OVERHEAD_BYTES`: its events and launch) and the largest segment once more (the
+pipeline's fill and drain); a size such as `256MiB` fixes it.
 
 Requires a memory plan (it reads the arena size) and refreshes `live`/`visible`. Does not handle:
 weights read on the CPU or by an output, or only gathered from (`get_rows`: streaming a table to

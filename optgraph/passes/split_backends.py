@@ -7,7 +7,10 @@ Placement, in order:
 2. an op reading a weight placed on the `host` runs on the CPU unless it applies the weight to at
    least `gpu-min-batch` rows (the rows of a matmul, result elements / weight elements otherwise):
    then it runs on the GPU and the weight is copied in (ggml's batch >= 32 rule, as an option);
-   a `get_rows` of a host table always gathers on the CPU;
+   a `get_rows` of a host table always gathers on the CPU; rows so gathered that a matmul applies
+   as its right operand (a mixture of experts picking its experts' weights by router ids) count
+   as a host weight there, so a decode step's routed experts run on the CPU beside their tables
+   instead of copying the picked experts in;
 3. views follow their operand; the rest starts on the GPU, then cheap ops (not matmul, attention,
    conv2d) move to the CPU while that lowers the bytes copied between backends (a hill climb, as
    ggml's expansion sweeps).
@@ -109,18 +112,20 @@ class SplitBackendsPass(Pass):
         nodes = graph.nodes
         backends = [""] * len(nodes)
         free = [False] * len(nodes)
+        gathered: set[str] = set()  # rows gathered on the CPU from host tables (and views)
         for i, node in enumerate(nodes):
             if node.is_event:
                 continue
-            reads_host = [
-                k
-                for k, o in enumerate(node.operands)
-                if (roots[o][0] if o in roots else o) in host_weights
-            ]
+            root = [roots[o][0] if o in roots else o for o in node.operands]
+            reads_host = [k for k, r in enumerate(root) if r in host_weights]
+            if node.op == "matmul" and len(root) == 2 and root[1] in gathered:
+                reads_host.append(1)  # experts' weights picked by a router: a gathered weight
             if node.op in unsupported:
                 backends[i] = "cpu"
             elif node.op in VIEW_OPS:
                 src = node.operands[0]
+                if src in gathered:
+                    gathered.add(node.name)
                 backends[i] = (
                     backends[producers[src]]
                     if src in producers
@@ -131,6 +136,8 @@ class SplitBackendsPass(Pass):
                     weight_batch(node, k, types) >= self.gpu_min_batch for k in reads_host
                 )
                 backends[i] = "cuda" if gpu else "cpu"
+                if node.op == "get_rows":
+                    gathered.add(node.name)
             else:
                 backends[i] = "cuda"
                 free[i] = node.op not in HEAVY_OPS
@@ -182,109 +189,161 @@ def _hill_climb(
 
 
 def insert_copies(graph: Graph, backends: list[str]) -> Graph:
-    """Annotate backends and streams; one copy per value per destination; record/wait events."""
-    nodes = graph.nodes
-    host = max((n.stream for n in nodes), default=0) + 1
-    copy_stream = host + 1
-    taken = {n.name for n in nodes} | {i.name for i in graph.inputs} | graph.weight_names()
-    types = graph.value_types()
-    producers = graph.producers()
-    host_weights = {w.name for w in graph.weights if w.placement == "host"}
-    streams = [host if b == "cpu" else n.stream for n, b in zip(nodes, backends)]
+    """Annotate backends and streams; one copy per value per destination; record/wait events,
+    one host<->device wait per split and direction (see `_CopyPlanner`)."""
+    planner = _CopyPlanner(graph, backends)
+    planner.plan()
+    out: list[Node] = []
+    for i, node in enumerate(graph.nodes):
+        out.extend(planner.before.get(i, []))
+        if not node.is_event:
+            operands = tuple(planner.rename.get((i, o), o) for o in node.operands)
+            node = replace(node, operands=operands).with_ann(
+                backend=backends[i], stream=planner.streams[i]
+            )
+        out.append(node)
+        out.extend(planner.after.get(i, []))
+    return graph.with_nodes(out)
 
-    def unique(base: str) -> str:
+
+class _CopyPlanner:
+    """Where the copies and events of a placement go.
+
+    Fewest host<->device synchronizations: the values one CPU split reads from one GPU stream are
+    copied to the host right after their producers, but the host waits once, before the first
+    of them is read, for the copy issued last (earlier copies on that stream happen-before it);
+    the values one CPU split produces for the GPU are copied after the last of them is computed,
+    behind one host event. So each split boundary costs one wait per direction and GPU stream,
+    the least a placement allows (a CPU split that reads GPU results must wait for the GPU once;
+    a GPU node reading a CPU result must wait for the host once).
+    """
+
+    def __init__(self, graph: Graph, backends: list[str]):
+        self.graph, self.backends = graph, backends
+        nodes = graph.nodes
+        self.host = max((n.stream for n in nodes), default=0) + 1
+        self.copy_stream = self.host + 1
+        self.taken = {n.name for n in nodes} | {i.name for i in graph.inputs}
+        self.taken |= graph.weight_names()
+        self.types = graph.value_types()
+        self.producers = graph.producers()
+        self.host_weights = {w.name for w in graph.weights if w.placement == "host"}
+        self.streams = [self.host if b == "cpu" else n.stream for n, b in zip(nodes, backends)]
+        self.split = _split_ids(backends)
+        self.before: dict[int, list[Node]] = {}
+        self.after: dict[int, list[Node]] = {}
+        self.rename: dict[tuple[int, str], str] = {}  # (reader index, operand) -> copy's name
+        self.counter = {"host": 0, "h2d": 0, "d2h": 0}
+
+    def unique(self, base: str) -> str:
         name, k = base, 1
-        while name in taken:
+        while name in self.taken:
             name, k = f"{base}{k}", k + 1
-        taken.add(name)
+        self.taken.add(name)
         return name
 
-    before: dict[int, list[Node]] = {}
-    after: dict[int, list[Node]] = {}
-    rename: dict[tuple[int, str], str] = {}  # (reader index, operand) -> copy's name
-    counter = {"host": 0, "h2d": 0, "d2h": 0}
-
-    def event(kind: str) -> str:
-        name = unique(f"{kind}{counter[kind]}")
-        counter[kind] += 1
+    def event(self, kind: str) -> str:
+        name = self.unique(f"{kind}{self.counter[kind]}")
+        self.counter[kind] += 1
         return name
 
-    def ev(op: str, name: str, stream: int, like: Node) -> Node:
-        ann = Annotations(stream=stream, backend="cpu" if stream == host else None)
+    def ev(self, op: str, name: str, stream: int, like: Node) -> Node:
+        ann = Annotations(stream=stream, backend="cpu" if stream == self.host else None)
         return Node(name, op, (), {}, None, ann, span=like.span)
 
-    readers: dict[str, list[int]] = {}
-    for i, node in enumerate(nodes):
-        for o in dict.fromkeys(node.operands):
-            readers.setdefault(o, []).append(i)
-    for value, idx in readers.items():
-        if value in producers:
-            src = backends[producers[value]]
-        elif value in host_weights:
-            src = "cpu"
-        else:
-            continue  # inputs and device weights are on both backends
-        remote = [i for i in idx if backends[i] not in ("", src)]
-        if not remote:
-            continue
-        dst = backends[remote[0]]
-        first = remote[0]
-        copy_name = unique(f"{value}.{dst}")
-        like = nodes[producers[value]] if value in producers else nodes[first]
-        copy_ann = Annotations(backend="cuda")
+    def copy_node(self, value: str, dst: str, stream: int, like: Node) -> Node:
+        name = self.unique(f"{value}.{dst}")
         # A copy node's backend is "cuda" (a CUDA stream issues it); its result lives on `to`.
-        if dst == "cpu":  # device to host, on the producer's stream
-            p = producers[value]
-            done = event("d2h")
-            copy = Node(
-                copy_name,
-                "copy",
-                (value,),
-                {"to": "cpu"},
-                types[value],
-                replace(copy_ann, stream=streams[p]),
-                span=like.span,
-            )
-            after.setdefault(p, []).extend([copy, ev("record", done, streams[p], like)])
-            wait_stream = {host}
-        else:  # host to device, on the copy stream
-            group: list[Node] = []
-            if value in producers:
-                p = producers[value]
-                ready = event("host")
-                after.setdefault(p, []).append(ev("record", ready, host, like))
-                group.append(ev("wait", ready, copy_stream, like))
-            done = event("h2d")
-            group.append(
-                Node(
-                    copy_name,
-                    "copy",
-                    (value,),
-                    {"to": "cuda"},
-                    types[value],
-                    replace(copy_ann, stream=copy_stream),
-                    span=like.span,
-                )
-            )
-            group.append(ev("record", done, copy_stream, like))
-            if value in producers:
-                after[producers[value]].extend(group)
-            else:
-                before.setdefault(first, []).extend(group)
-            wait_stream = {streams[i] for i in remote}
-        waited: set[int] = set()
-        for i in remote:
-            rename[(i, value)] = copy_name
-            if streams[i] not in waited and streams[i] in wait_stream:
-                waited.add(streams[i])
-                before.setdefault(i, []).append(ev("wait", done, streams[i], nodes[i]))
+        ann = Annotations(backend="cuda", stream=stream)
+        return Node(name, "copy", (value,), {"to": dst}, self.types[value], ann, span=like.span)
 
-    out: list[Node] = []
-    for i, node in enumerate(nodes):
-        out.extend(before.get(i, []))
-        if not node.is_event:
-            operands = tuple(rename.get((i, o), o) for o in node.operands)
-            node = replace(node, operands=operands).with_ann(backend=backends[i], stream=streams[i])
-        out.append(node)
-        out.extend(after.get(i, []))
-    return graph.with_nodes(out)
+    def plan(self) -> None:
+        nodes, backends = self.graph.nodes, self.backends
+        readers: dict[str, list[int]] = {}
+        for i, node in enumerate(nodes):
+            for o in dict.fromkeys(node.operands):
+                readers.setdefault(o, []).append(i)
+        to_host: dict[tuple[int, int], list[tuple[int, str, list[int]]]] = {}
+        to_device: dict[int, list[tuple[str, list[int]]]] = {}  # producer split -> values
+        for value, idx in readers.items():
+            if value in self.producers:
+                src = backends[self.producers[value]]
+            elif value in self.host_weights:
+                src = "cpu"
+            else:
+                continue  # inputs and device weights are on both backends
+            remote = [i for i in idx if backends[i] not in ("", src)]
+            if not remote:
+                continue
+            if backends[remote[0]] == "cpu":
+                p = self.producers[value]
+                to_host.setdefault((self.split[remote[0]], self.streams[p]), []).append(
+                    (p, value, remote)
+                )
+            elif value in self.producers:
+                key = self.split[self.producers[value]]
+                to_device.setdefault(key, []).append((value, remote))
+            else:  # a host weight read on the GPU: copied in before its first reader
+                copies, waits = self.copies_in([(value, remote)])
+                self.before.setdefault(remote[0], []).extend(copies)
+                self.add_waits(waits)
+        for group in to_host.values():
+            self.copies_out(group)
+        for values in to_device.values():
+            last = max(self.producers[v] for v, _ in values)
+            ready = self.event("host")
+            self.after.setdefault(last, []).append(self.ev("record", ready, self.host, nodes[last]))
+            copies, waits = self.copies_in(values)
+            self.after[last].append(self.ev("wait", ready, self.copy_stream, nodes[last]))
+            self.after[last].extend(copies)
+            self.add_waits(waits)
+
+    def copies_out(self, group: list[tuple[int, str, list[int]]]) -> None:
+        """Copies to the host of values one CPU split reads from one GPU stream; one wait."""
+        nodes = self.graph.nodes
+        done = ""
+        for p, value, remote in sorted(group):
+            copy = self.copy_node(value, "cpu", self.streams[p], nodes[p])
+            for i in remote:
+                self.rename[(i, value)] = copy.name
+            self.after.setdefault(p, []).append(copy)
+            if p == max(g[0] for g in group):
+                done = self.event("d2h")
+                self.after[p].append(self.ev("record", done, self.streams[p], nodes[p]))
+        first = min(r[0] for _, _, r in group)
+        self.before.setdefault(first, []).append(self.ev("wait", done, self.host, nodes[first]))
+
+    def add_waits(self, waits: list[tuple[int, Node]]) -> None:
+        for i, wait in waits:
+            self.before.setdefault(i, []).append(wait)
+
+    def copies_in(
+        self, values: list[tuple[str, list[int]]]
+    ) -> tuple[list[Node], list[tuple[int, Node]]]:
+        """Copies to the GPU on the copy stream, each recording an event, and the waits of its
+        readers' streams (placed after the copies, before the first reader on each stream)."""
+        nodes = self.graph.nodes
+        group: list[Node] = []
+        waits: list[tuple[int, Node]] = []
+        for value, remote in values:
+            like = nodes[self.producers[value]] if value in self.producers else nodes[remote[0]]
+            copy = self.copy_node(value, "cuda", self.copy_stream, like)
+            done = self.event("h2d")
+            group += [copy, self.ev("record", done, self.copy_stream, like)]
+            waited: set[int] = set()
+            for i in remote:
+                self.rename[(i, value)] = copy.name
+                if self.streams[i] not in waited:
+                    waited.add(self.streams[i])
+                    waits.append((i, self.ev("wait", done, self.streams[i], nodes[i])))
+        return group, waits
+
+
+def _split_ids(backends: list[str]) -> list[int]:
+    """For each node, the index of its split (maximal run of one backend; events join the run)."""
+    ids, current, run = [], None, -1
+    for b in backends:
+        if b and b != current:
+            current, run = b, run + 1
+        ids.append(max(run, 0))
+    return ids

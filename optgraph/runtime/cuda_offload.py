@@ -16,7 +16,8 @@ argument, so it imports no CuPy.
   `cuLaunchHostFunc` through ctypes. During capture each becomes a host node of the one CUDA graph,
   ordered by the same record/wait events as the kernels: the GPU runs on while the host computes,
   and waits only where an event says so. The function evaluates the node with the reference
-  kernels on NumPy views of the pinned buffers (built once, before capture).
+  kernels on NumPy views of the pinned buffers (built once, before capture); gathers and products
+  write straight into the pinned result (the reference kernels' NumPy calls with `out=`).
 
 Why host nodes rather than running CPU splits from Python between graph launches: the program stays
 one CUDA graph (no host round trip per split), the overlap is exactly what happens-before allows,
@@ -173,9 +174,28 @@ class HostFunction:
 
     def _call(self, _: int | None) -> None:
         try:
-            self.out[...] = evaluate_node(self.node, self.args)
+            if not self._into_result():
+                self.out[...] = evaluate_node(self.node, self.args)
         except BaseException as err:  # noqa: BLE001 - reported after the run
             self.errors.append(err)
+
+    def _into_result(self) -> bool:
+        """Products and gathers straight into the pinned result (the same NumPy calls as the
+        reference kernels, without their temporary and its copy: a gather of expert weights
+        moves megabytes). False where the node takes the general path."""
+        node, args = self.node, self.args
+        if node.op == "get_rows" and self.out.flags.c_contiguous:
+            rows = args[0].reshape(-1, args[0].shape[-1])
+            ids = args[1].reshape(-1)
+            if ids.size and (ids.min() < 0 or ids.max() >= rows.shape[0]):
+                return False  # the reference kernel raises the error with its message
+            np.take(rows, ids, axis=0, out=self.out.reshape(-1, rows.shape[1]))
+            return True
+        plain = not node.attrs.get("transpose_a") and not node.attrs.get("transpose_b")
+        if node.op == "matmul" and plain and self.out.dtype == args[0].dtype:
+            np.matmul(args[0], args[1], out=self.out)
+            return True
+        return False
 
     def launch(self, stream_ptr: int) -> None:
         status = _driver().cuLaunchHostFunc(ctypes.c_void_p(stream_ptr), self.callback, None)

@@ -5,15 +5,24 @@ synchronous fallback; combined with split-backends."""
 
 from __future__ import annotations
 
+import itertools
 import warnings
 
 import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.analysis.prefetch_copies import strip_prefetch
+from optgraph.analysis.prefetch_copies import insert_prefetches, strip_prefetch
 from optgraph.analysis.races import find_races
-from optgraph.analysis.segments import device_memory, parse_size
+from optgraph.analysis.schedule_estimate import estimate_schedule
+from optgraph.analysis.segments import (
+    Layout,
+    Segment,
+    device_memory,
+    parse_size,
+    spread,
+    weight_accesses,
+)
 from optgraph.codegen.program_lowering import lower
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
@@ -183,3 +192,60 @@ def test_a_big_last_weight_enlarges_one_slot_only() -> None:
     assert len(sizes) == 2 and sizes == [1024, 16 * 256 * 4]
     assert device_memory(streamed).slots == sum(sizes)
     _check_matches(streamed, og.parse(text), range(3))
+
+
+def test_spread_keeps_the_first_and_spaces_the_rest() -> None:
+    assert spread(8, 0) == frozenset()
+    assert spread(8, 2) == {0, 4}
+    assert spread(9, 3) == {0, 3, 6}
+    assert spread(5, 5) == set(range(5))
+    for n in range(1, 30):
+        for k in range(n + 1):
+            kept = sorted(spread(n, k))
+            assert len(kept) == k and all(0 <= i < n for i in kept)
+            gaps = [b - a for a, b in itertools.pairwise(kept)]
+            assert not gaps or max(gaps) - min(gaps) <= 1
+
+
+def _chain(layers: int) -> Graph:
+    """`layers` matmuls in a chain, each reading its own 64x64 f32 weight (16 KiB)."""
+    text = "graph g {\n  input %x : f32[64,64]\n"
+    text += "".join(f"  weight %w{i} : f32[64,64]\n" for i in range(layers))
+    text += "  %h0 = matmul(%x, %w0) : f32[64,64]\n"
+    text += "".join(f"  %h{i} = matmul(%h{i - 1}, %w{i}) : f32[64,64]\n" for i in range(1, layers))
+    text += f"  output %h{layers - 1}\n}}\n"
+    return run_pipeline(og.parse(text), "analyze-lifetimes,plan-memory")
+
+
+def _estimated_step(graph: Graph, copy_s: float, matmul_s: float) -> tuple[float, float, float]:
+    """(step, copy alone, compute alone) of the list schedule with the given durations."""
+    seconds = [
+        copy_s if n.op == "prefetch" else matmul_s if n.op == "matmul" else 0.0 for n in graph.nodes
+    ]
+    end = max(estimate_schedule(graph, "h100", seconds).end)
+    copies = sum(s for s, n in zip(seconds, graph.nodes) if n.op == "prefetch")
+    return end, copies, sum(s for s, n in zip(seconds, graph.nodes) if n.op == "matmul")
+
+
+def test_resident_segments_are_spread_so_copies_overlap_compute() -> None:
+    """Compute and copying about equal: leading residents left the copy stream idle while they
+    computed (the copy stream may run only `depth` segments ahead); spread ones keep it busy."""
+    planned = _chain(24)
+    budget = device_memory(planned).peak - 16 * 16 * 1024  # 16 of 24 weights must stream
+    streamed = run_pipeline(planned, f"plan-prefetch{{budget={budget},segment-bytes=16KiB}}")
+    kept = [w.name for w in streamed.weights if w.ann.segment is None]
+    assert kept and kept[0] == "w0" and len(kept) < 24
+    numbers = sorted(w.ann.segment for w in streamed.weights if w.ann.segment is not None)
+    assert numbers[-1] > len(numbers)  # kept segments are spread, not all leading
+    # One weight's compute equals its copy's time x (streamed / all weights): balanced overall.
+    step, copies, compute = _estimated_step(streamed, 1.0, len(numbers) / 24)
+    # The same number kept, leading (the layout plan-prefetch chose before).
+    segments = [Segment((f"w{i}",), 16384, 0, 0) for i in range(24)]
+    leading = Layout(segments, frozenset(range(24 - len(numbers))), (16384, 16384))
+    accesses = weight_accesses(planned)
+    old = insert_prefetches(planned, leading, accesses, device_memory(planned).arena, False)
+    old_step, old_copies, _ = _estimated_step(old, 1.0, len(numbers) / 24)
+    assert old_copies == copies
+    # Exactly balanced, filling and draining the pipeline costs about one segment either way.
+    assert step <= 1.12 * max(copies, compute) < old_step / 1.05, (step, old_step, copies)
+    _check_matches(streamed, strip_prefetch(streamed), range(2))

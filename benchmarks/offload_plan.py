@@ -1,0 +1,87 @@
+"""What a weight-streaming plan orders, and how long it should take, without a GPU.
+
+`bench_offload.py --dry-run` prints these for every variant, so a step that measures slower than
+its plan allows points at the runtime, and one the plan itself serializes shows here first:
+
+- `plan_order`: per streamed segment, its slot and bytes, the issue index its copies are issued
+  at, the segment whose reads they wait for (the slot's previous occupant) and where the compute
+  first waits for them; `layout_pattern` draws resident (R) and streamed (s) segments in order;
+- `estimate_step`: the list schedule of `analysis.schedule_estimate` (streams in issue order,
+  record/wait events) with each prefetch taking bytes / pinned bandwidth on its copy stream and
+  each kernel its roofline time at the given f16 rate: (step, copy alone, compute alone) in ms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from optgraph.analysis.schedule_estimate import estimate_schedule, node_seconds, profile_named
+from optgraph.analysis.segments import format_size
+from optgraph.ir.graph import Graph
+
+NOMINAL_PINNED = 25e9  # bytes/s: a host-to-device copy from pinned memory on a PCIe H100
+NOMINAL_F16 = 700e12  # flops/s: dense f16 tensor-core rate a large GEMM reaches on an H100
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    step_ms: float
+    copy_ms: float  # the prefetches alone, back to back
+    compute_ms: float  # everything but the prefetches, on their streams
+
+    @property
+    def overlap(self) -> float:
+        """Step / max(copy alone, compute alone): 1.0 is perfect overlap."""
+        return self.step_ms / max(self.copy_ms, self.compute_ms, 1e-12)
+
+
+def estimate_step(graph: Graph, pinned: float, f16_flops: float) -> StepEstimate:
+    """The estimated step of `graph` (see the module docstring)."""
+    profile = replace(profile_named("h100"), peak_flops_f16=f16_flops)
+    seconds = node_seconds(graph, profile)
+    copy = 0.0
+    for i, node in enumerate(graph.nodes):
+        if node.op == "prefetch" and node.type is not None:
+            seconds[i] = node.type.nbytes / pinned
+            copy += seconds[i]
+    compute = sum(seconds) - copy
+    step = max(estimate_schedule(graph, profile, seconds).end, default=0.0)
+    return StepEstimate(step * 1e3, copy * 1e3, compute * 1e3)
+
+
+def layout_pattern(graph: Graph) -> str:
+    """Segments in issue order: `R` resident, `s` streamed (from the weights' annotations)."""
+    streamed = {w.ann.segment for w in graph.weights if w.ann.segment is not None}
+    if not streamed:
+        return ""
+    return "".join("s" if k in streamed else "R" for k in range(max(streamed) + 1))
+
+
+def plan_order(graph: Graph) -> list[str]:
+    """One line per streamed segment: where its copies go and what orders them."""
+    lines = []
+    segments: dict[int, list[int]] = {}
+    for i, node in enumerate(graph.nodes):
+        if node.op == "prefetch" and node.ann.segment is not None:
+            segments.setdefault(node.ann.segment, []).append(i)
+    waits = {n.name: i for i, n in enumerate(graph.nodes) if n.op == "wait"}
+    for number, copies in sorted(segments.items()):
+        first = graph.nodes[copies[0]]
+        nbytes = sum(graph.nodes[i].type.nbytes for i in copies)  # type: ignore[union-attr]
+        frees, k = [], copies[0] - 1  # the copy stream's waits just before its copies
+        while k >= 0 and graph.nodes[k].op == "wait" and graph.nodes[k].stream == first.stream:
+            frees.append(graph.nodes[k].name)
+            k -= 1
+        names = {graph.nodes[i].name for i in copies}
+        readers = [
+            i for i, n in enumerate(graph.nodes) if not n.is_event and names & set(n.operands)
+        ]
+        ready = next((waits[w] for w in waits if w == f"pf{number}.ready"), None)
+        lines.append(
+            f"    segment {number:3d} slot {first.ann.slot} {format_size(nbytes):>10s} on stream "
+            f"{first.stream}: copies at {copies[0]}-{copies[-1]}"
+            + (f" after {', '.join('^' + f for f in frees)}" if frees else " (no wait)")
+            + (f"; compute waits at {ready}" if ready is not None else "")
+            + (f", reads {readers[0]}-{readers[-1]}" if readers else "")
+        )
+    return lines

@@ -1,0 +1,78 @@
+"""bench_split.py: the dry run's placement and sync counts on the CPU, and the three variants end
+to end on the fake CuPy (tests/support/fake_cupy.py: kernels compute nothing, host functions run
+where the fake stream is, so only the plumbing, the counts and the table are checked)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from optgraph.analysis.host_syncs import host_device_waits, min_host_device_syncs
+from tests.benchmarks.test_gpu_benchmarks_on_fake_cupy import benchmarks  # noqa: F401
+
+TINY = [
+    "--layers", "3", "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--experts", "8",
+    "--expert-ffn", "32", "--shared-ffn", "64", "--vocab", "128", "--cache-len", "16",
+]  # fmt: skip
+
+
+def test_dry_run_syncs_at_the_placements_minimum(
+    benchmarks: Any,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench = benchmarks("bench_split")
+    assert bench.main([*TINY, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "split 6 in the lowered program (6 in the IR; the placement's minimum is 6)" in out
+    assert "syncs at the minimum: yes" in out
+
+
+def test_the_routed_experts_run_on_the_cpu_and_nothing_else(benchmarks: Any) -> None:  # noqa: F811
+    bench = benchmarks("bench_split")
+    args = bench.build_parser().parse_args(TINY)
+    _, split, gpu = benchmarks("split_plan").plan_graphs(args)
+    cpu = {
+        n.name.split(".", 1)[1]
+        for n in split.nodes
+        if n.ann.backend == "cpu" and not n.is_event and n.name.startswith("l")
+    }
+    assert {"w_gate", "w_up", "w_down", "e_up", "e_mid", "e_down"} <= cpu
+    assert not {"attn", "logits", "probs", "s_up", "out"} & cpu
+    # Per layer one wait each way: the host for the router's ids, the copy stream for the host.
+    assert host_device_waits(split) == min_host_device_syncs(split) == 2 * 3
+    assert host_device_waits(gpu) == 0 and min_host_device_syncs(gpu) == 0
+
+
+def test_three_variants_on_fake_cupy(
+    benchmarks: Any,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import cupy
+
+    from optgraph.runtime import cuda_offload
+
+    fake = cupy.fake
+
+    class Driver:  # host functions run where the fake issues them (eagerly, or in the graph)
+        @staticmethod
+        def cuLaunchHostFunc(stream: Any, callback: Any, data: Any) -> int:
+            fake.issue("HOST", lambda: callback(None))
+            return 0
+
+    monkeypatch.setattr(cuda_offload, "_DRIVER", Driver())
+    bench = benchmarks("bench_split")
+    out = tmp_path / "split.md"
+    argv = [*TINY, "--iters", "2", "--repeats", "1", "--markdown", str(out), "--json"]
+    assert bench.main([*argv, str(tmp_path / "split.json")]) == 0
+    import json
+
+    row = json.loads((tmp_path / "split.json").read_text())
+    assert row["plan_syncs"] == row["min_syncs"] == 6
+    # The sync way counted what its plan says it makes, and more than the split's.
+    assert row["sync_way_counted"] == row["sync_way_syncs"] > row["plan_syncs"] + 1
+    assert row["sync_diff"] == 0.0  # the same kernels (none, here) and the same CPU functions
+    text = out.read_text()
+    assert "| split (optgraph, one CUDA graph) |" in text and "6 + 1" in text

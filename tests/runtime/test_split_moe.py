@@ -1,0 +1,114 @@
+"""The MoE decode step of benchmarks/bench_split.py on the CPU: split by split-backends, it runs
+in the planned executor (random stream interleavings, the host a stream like the others)
+bit-identical to the reference; every CPU node's host function (gathers and products written
+straight into their pinned results) computes its node's reference bits."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import optgraph as og
+from optgraph.codegen.cuda_plan import lower_cuda
+from optgraph.codegen.cuda_steps import HostStep
+from optgraph.errors import OptGraphError
+from optgraph.ir.graph import Graph
+from optgraph.passes.manager import run_pipeline
+from optgraph.runtime.cuda_offload import HostErrors, HostFunction, HostMemory, HostWeights
+from optgraph.runtime.reference import evaluate_node, random_inputs, random_weights, run_reference
+from tests.support.offload_models import run_planned
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from moe_decode import MoeSizes, generate_moe_decode
+from split_plan import SPLIT
+
+SIZES = MoeSizes(
+    layers=2, hidden=32, heads=4, kv_heads=2, experts=6, expert_ffn=16, shared_ffn=24, vocab=64,
+    cache_len=8,
+)  # fmt: skip
+
+
+def _moe() -> tuple[Graph, Graph]:
+    source = og.parse(generate_moe_decode(SIZES))
+    return source, run_pipeline(source, SPLIT)
+
+
+def _inputs(source: Graph) -> dict[str, np.ndarray]:
+    inputs = random_inputs(source, seed=1)
+    inputs["pos"][:] = 3
+    inputs["kv_len"][:] = 4
+    return inputs
+
+
+def test_split_moe_matches_the_reference_in_any_interleaving() -> None:
+    source, split = _moe()
+    assert any(n.ann.backend == "cpu" for n in split.nodes)
+    inputs, weights = _inputs(source), random_weights(source, seed=2)
+    expected = run_reference(source, inputs, weights)
+    for seed in (None, 0, 1, 2):
+        got = run_planned(split, inputs, weights, seed)
+        for name, value in expected.items():
+            assert np.array_equal(got[name], value), (seed, name)
+
+
+Fills = list[tuple[np.ndarray, np.ndarray]]
+
+
+def _host_functions(ids: np.ndarray | None = None) -> list[tuple[HostFunction, Fills, np.ndarray]]:
+    """Every CPU node's host function, its operands filled from the reference, and the
+    reference result (`ids`: the routers' picks replaced)."""
+    source, split = _moe()
+    plan = lower_cuda(split)
+    inputs, weights = _inputs(source), random_weights(source, seed=2)
+    host_weights = HostWeights(plan, bytearray)
+    for name in host_weights.offsets:
+        host_weights.set(name, weights[name])
+    memory = HostMemory(plan, host_weights, bytearray)
+    staged = {n: np.ascontiguousarray(a).reshape(-1).view(np.uint8) for n, a in inputs.items()}
+    values = dict(inputs) | dict(weights)
+    for node in split.nodes:
+        if not node.is_event:
+            args = [values[o] for o in node.operands]
+            if ids is not None and node.op == "get_rows" and args[1].shape == ids.shape:
+                args[1] = ids
+            try:
+                values[node.name] = evaluate_node(node, args)
+            except OptGraphError:
+                values[node.name] = np.zeros(node.type.shape, np.float32)  # type: ignore[union-attr]
+    out = []
+    for step in (s for s in plan.steps if isinstance(s, HostStep)):
+        fn = HostFunction(split, step, plan, memory, staged, HostErrors())
+        fills = [
+            (view, ids if ids is not None and view.shape == ids.shape else values[operand])
+            for operand, view in zip(fn.node.operands, fn.args)
+            if operand not in weights and operand not in inputs
+        ]
+        out.append((fn, fills, values[fn.node.name]))
+    return out
+
+
+def _call(fn: HostFunction, fills: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    """Write the operands (the pinned arena is shared: planned offsets are reused), then run."""
+    for view, value in fills:
+        view[...] = value
+    fn._call(None)
+
+
+def test_host_functions_compute_their_nodes_bits() -> None:
+    functions = _host_functions()
+    assert {fn.node.op for fn, _, _ in functions} >= {"get_rows", "matmul"}
+    for fn, fills, expected in functions:
+        _call(fn, fills)
+        fn.errors.raise_first()
+        assert np.array_equal(fn.out, expected), fn.node.name
+
+
+def test_a_gather_out_of_range_reports_the_reference_error() -> None:
+    functions = _host_functions(ids=np.array([0, SIZES.experts], np.int64))
+    fn, fills, _ = next(f for f in functions if f[0].node.op == "get_rows")
+    _call(fn, fills)
+    with pytest.raises(OptGraphError, match="out of range"):
+        fn.errors.raise_first()
