@@ -18,6 +18,8 @@ unless something else reads them. Rules (applied in this order, each over the wh
   (`raising_partial_rope`).
 - `attention_kv_len` (raise_attention_masks.py): a decode step's mask computed from its one
   position input -> `attention {causal, window}` over `kv_len = pos + c` keys.
+- `shared_kv_heads` (raising_gqa.py): keys and values repeated to the query heads
+  (transformers' `repeat_kv`: reshape, expand, reshape) -> the attention reads them unrepeated.
 
 Before/after (rms_norm)::
 
@@ -38,6 +40,7 @@ import numpy as np
 
 from optgraph.frontends.draft import Draft
 from optgraph.frontends.raise_attention_masks import attention_kv_len
+from optgraph.frontends.raising_gqa import shared_kv_heads
 from optgraph.frontends.raising_partial_rope import partial_rope
 from optgraph.frontends.raising_probe import PSEUDO_KERNELS, ancestors, probe
 from optgraph.frontends.rope_tables import rope_attributes
@@ -55,7 +58,7 @@ _GELU_PROBE = np.linspace(-6.0, 6.0, 97, dtype=np.float32)
 
 def raise_patterns(draft: Draft) -> None:
     """Apply every rule, in order, to the whole draft (in place)."""
-    for rule in (_rms_norm, _gelu, _rope, partial_rope, attention_kv_len):
+    for rule in (_rms_norm, _gelu, _rope, partial_rope, attention_kv_len, shared_kv_heads):
         producers = {n.name: n for n in draft.nodes}
         rewritten: list[Node] = []
         for node in draft.nodes:
