@@ -42,18 +42,22 @@ NCCL_DTYPES = {"f32": 7, "f16": 6, "bf16": 9, "i32": 2, "i64": 4, "bool": 1}
 NCCL_SUM = 0
 Group = tuple[int, ...]
 Call = Callable[[], Any]
+# What `cupy.cuda.nccl.get_unique_id()` returns: bytes in CuPy 14 (a tuple of ints before); passed
+# on to `NcclCommunicator` exactly as it came, since each version accepts only its own form.
+UniqueId = bytes | tuple[int, ...]
 
 
-def unique_id() -> tuple[int, ...]:
+def unique_id() -> UniqueId:
     """A fresh NCCL unique id (the rendezvous token every member of one communicator shares)."""
-    return tuple(nccl().get_unique_id())
+    made: UniqueId = nccl().get_unique_id()
+    return made
 
 
 class Communicators:
     """Device `device`'s NCCL communicators, one per group it belongs to (`ids`: group ->
     unique id). Groups are initialized in sorted order (see the module docstring)."""
 
-    def __init__(self, device: int, ids: Mapping[Group, tuple[int, ...]]):
+    def __init__(self, device: int, ids: Mapping[Group, UniqueId]):
         self.device = device
         self.comms: dict[Group, Any] = {}
         for group in sorted(ids):

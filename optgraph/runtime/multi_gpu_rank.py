@@ -23,13 +23,16 @@ import statistics
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from optgraph.codegen.lowered import LoweredProgram, Relower
 from optgraph.runtime.cuda_device import cupy
 from optgraph.runtime.reference_kernels import numpy_dtype
+
+if TYPE_CHECKING:
+    from optgraph.runtime.cuda_collectives import UniqueId
 
 NVLS_OFF = {"NCCL_NVLS_ENABLE": "0"}
 
@@ -42,7 +45,7 @@ class RankSpec:
     rank: int
     device: int
     program: LoweredProgram
-    ids: Mapping[tuple[int, ...], tuple[int, ...]]
+    ids: Mapping[tuple[int, ...], UniqueId]
     weights: Mapping[str, np.ndarray] = field(default_factory=dict)
     relower: Relower | None = None
 

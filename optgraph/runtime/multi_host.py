@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -44,7 +44,10 @@ from optgraph.ir.printer import print_graph
 from optgraph.runtime.cuda_device import cupy
 from optgraph.runtime.multi_gpu_rank import nccl_environment
 
-Ids = dict[tuple[int, ...], tuple[int, ...]]
+if TYPE_CHECKING:
+    from optgraph.runtime.cuda_collectives import UniqueId
+
+Ids = dict[tuple[int, ...], "UniqueId"]
 
 
 def program_token(ranks: RankPrograms) -> bytes:
