@@ -192,7 +192,9 @@ class HostFunction:
             np.take(rows, ids, axis=0, out=self.out.reshape(-1, rows.shape[1]))
             return True
         plain = not node.attrs.get("transpose_a") and not node.attrs.get("transpose_b")
-        if node.op == "matmul" and plain and self.out.dtype == args[0].dtype:
+        # f32 only: the reference widens f16/bf16 operands to f32 and rounds the product once.
+        f32 = all(a.dtype == np.float32 for a in (*args, self.out))
+        if node.op == "matmul" and plain and f32 and all(a.flags.c_contiguous for a in args):
             np.matmul(args[0], args[1], out=self.out)
             return True
         return False

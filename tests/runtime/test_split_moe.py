@@ -112,3 +112,33 @@ def test_a_gather_out_of_range_reports_the_reference_error() -> None:
     _call(fn, fills)
     with pytest.raises(OptGraphError, match="out of range"):
         fn.errors.raise_first()
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])
+def test_a_cpu_product_rounds_as_the_reference(dtype: str) -> None:
+    """f16/bf16 products are widened to f32 and rounded once, as the reference does; only f32
+    products are written straight into their result."""
+    text = f"""graph g {{
+  input %x : {dtype}[2,64]
+  weight %w : {dtype}[64,64] host
+  %y = matmul(%x, %w) : {dtype}[2,64]
+  %z = tanh(%y) : {dtype}[2,64]
+  output %z
+}}
+"""
+    source = og.parse(text)
+    split = run_pipeline(source, "split-backends,insert-sync,analyze-lifetimes,plan-memory")
+    plan = lower_cuda(split)
+    inputs, weights = random_inputs(source, seed=5), random_weights(source, seed=6)
+    host_weights = HostWeights(plan, bytearray)
+    host_weights.set("w", weights["w"])
+    memory = HostMemory(plan, host_weights, bytearray)
+    staged = {n: np.ascontiguousarray(a).reshape(-1).view(np.uint8) for n, a in inputs.items()}
+    (step,) = [
+        s for s in plan.steps if isinstance(s, HostStep) and split.nodes[s.index].op == "matmul"
+    ]
+    fn = HostFunction(split, step, plan, memory, staged, HostErrors())
+    fn._call(None)
+    fn.errors.raise_first()
+    want = evaluate_node(fn.node, [inputs["x"], weights["w"]])
+    assert fn.out.tobytes() == want.tobytes()
