@@ -345,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefill-seq", type=int, default=256)
     p.add_argument("--balanced-seq", type=int, default=512)
     p.add_argument("--balanced-batch", default="auto", help="sequences, or auto")
-    p.add_argument("--balanced-vocab", type=int, default=2048)
+    p.add_argument("--balanced-vocab", type=int, default=512)
     p.add_argument(
         "--balance", type=float, default=1.2, help="balanced mode: compute / copying (estimated)"
     )

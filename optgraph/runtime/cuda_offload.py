@@ -16,8 +16,10 @@ argument, so it imports no CuPy.
   `cuLaunchHostFunc` through ctypes. During capture each becomes a host node of the one CUDA graph,
   ordered by the same record/wait events as the kernels: the GPU runs on while the host computes,
   and waits only where an event says so. The function evaluates the node with the reference
-  kernels on NumPy views of the pinned buffers (built once, before capture); gathers and products
-  write straight into the pinned result (the reference kernels' NumPy calls with `out=`).
+  kernels on NumPy views of the pinned buffers (built once, before capture); gathers and f32
+  products write straight into the pinned result (the reference kernels' NumPy calls with
+  `out=`), and products of expert rows gathered from a host table read the rows in place there
+  (`host_gathers`: the gather keeps only its ids, in its own buffer).
 
 Why host nodes rather than running CPU splits from Python between graph launches: the program stays
 one CUDA graph (no host round trip per split), the overlap is exactly what happens-before allows,
@@ -41,8 +43,9 @@ import numpy as np
 from optgraph.codegen.cuda_steps import CudaPlan, HostStep, Location
 from optgraph.codegen.lowered import LoweredVariant
 from optgraph.errors import InputError, OptGraphError
-from optgraph.ir.graph import Graph
+from optgraph.ir.graph import Graph, TensorType
 from optgraph.ir.layout import alias_roots
+from optgraph.runtime.host_gathers import gathers_read_in_place, rows_product
 from optgraph.runtime.reference import evaluate_node, numpy_dtype
 
 _HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -128,6 +131,13 @@ def allocate_arena(
     return sync, alloc(max(sync.plan.arena_bytes, 1))
 
 
+def _ids_in(buffer: np.ndarray, ids: TensorType) -> np.ndarray:
+    """The ids, flat, over the first bytes of a gather's (unmaterialized) pinned buffer."""
+    raw = buffer.reshape(-1).view(np.uint8)
+    dtype = numpy_dtype(ids.dtype)
+    return raw[: ids.numel * dtype.itemsize].view(dtype)
+
+
 class HostFunction:
     """One CPU node as a host function: NumPy views of its operands and result, built once."""
 
@@ -145,6 +155,21 @@ class HostFunction:
         roots = alias_roots(graph)
         self.args = [self._view(o, plan, memory, staged_inputs, roots) for o in self.node.operands]
         self.out = self._view(self.node.name, plan, memory, staged_inputs, roots)
+        # Gathers of expert rows no node needs materialized (`host_gathers`): the gather does
+        # nothing, the products read the rows in place, by operand index.
+        # The ids are kept at the start of the gather's own buffer, live until its last reader
+        # (the ids' buffer may be reused after the gather, their last reader in the plan).
+        in_place = gathers_read_in_place(graph)
+        self.skip = self.node.name in in_place
+        self.rows: dict[int, tuple[np.ndarray, np.ndarray, tuple[int, int]]] = {}
+        for k, operand in enumerate(self.node.operands):
+            gather = in_place.get(roots.get(operand, (operand, 0))[0])
+            if gather is not None:
+                ids = _ids_in(self.args[k], plan.types[gather.ids])
+                kn = plan.types[operand].shape[1:]
+                self.rows[k] = (memory.weights.view(gather.table), ids, (kn[0], kn[1]))
+        if self.skip:
+            self.ids = (self.args[1], _ids_in(self.out, plan.types[self.node.operands[1]]))
         self.callback = _HOSTFN(self._call)  # kept alive as long as this object
 
     def _view(
@@ -174,10 +199,37 @@ class HostFunction:
 
     def _call(self, _: int | None) -> None:
         try:
-            if not self._into_result():
+            if self.skip:  # its readers read the table's rows in place
+                source, kept = self.ids
+                kept[...] = source.reshape(-1)
+                return
+            if self.rows:
+                self._with_rows_in_place()
+            elif not self._into_result():
                 self.out[...] = evaluate_node(self.node, self.args)
         except BaseException as err:  # noqa: BLE001 - reported after the run
             self.errors.append(err)
+
+    def _with_rows_in_place(self) -> None:
+        """A product (or a fused body's products) of rows gathered from a host table."""
+        node = self.node
+        if node.op == "matmul":
+            table, ids, kn = self.rows[1]
+            rows_product(self.args[0], table, ids, kn, self.out)
+            return
+        assert node.body is not None
+        params = {node.body.params[k]: rows for k, rows in self.rows.items()}
+        env = dict(zip(node.body.params, self.args))
+        for inner in node.body.nodes:
+            if inner.op == "matmul" and inner.operands[1] in params:
+                assert inner.type is not None
+                table, ids, kn = params[inner.operands[1]]
+                value = np.empty(inner.type.shape, np.float32)
+                rows_product(env[inner.operands[0]], table, ids, kn, value)
+                env[inner.name] = value
+            else:
+                env[inner.name] = evaluate_node(inner, [env[o] for o in inner.operands])
+        self.out[...] = env[node.body.result]
 
     def _into_result(self) -> bool:
         """Products and gathers straight into the pinned result (the same NumPy calls as the
@@ -192,7 +244,9 @@ class HostFunction:
             np.take(rows, ids, axis=0, out=self.out.reshape(-1, rows.shape[1]))
             return True
         plain = not node.attrs.get("transpose_a") and not node.attrs.get("transpose_b")
-        if node.op == "matmul" and plain and self.out.dtype == args[0].dtype:
+        # f32 only: the reference widens f16/bf16 operands to f32 and rounds the product once.
+        f32 = all(a.dtype == np.float32 for a in (*args, self.out))
+        if node.op == "matmul" and plain and f32 and all(a.flags.c_contiguous for a in args):
             np.matmul(args[0], args[1], out=self.out)
             return True
         return False
