@@ -42,12 +42,16 @@ class SyncWay:
             n: variant.in_host[o : o + plan.types[n].nbytes] for n, o in variant.in_offsets.items()
         }
         rt = cp.cuda.runtime
+        # Events of its own: the program's were recorded inside its graph capture, and a stream
+        # may not wait outside a capture for an event last recorded inside one (the H100 refused
+        # it with cudaErrorInvalidValue).
+        self.events = {e: cp.cuda.Event(block=False, disable_timing=True) for e in plan.events}
         self.calls: list[tuple[str, Callable[[], Any]]] = []
         for step in plan.steps:
             if isinstance(step, EventStep):
                 if step.stream in host or recorded.get(step.event) in host:
                     continue  # the host's own ordering is its synchronizations
-                self.calls.append(("event", variant._op(step, {})))
+                self.calls.append(("event", self._event(rt, variant, step)))
             elif isinstance(step, HostStep):
                 fn = HostFunction(
                     variant.graph, step, plan, variant.host, staged, variant.host_errors
@@ -66,6 +70,12 @@ class SyncWay:
             if plan.locations[n].space not in HOST_SPACES and plan.types[n].nbytes
         ]  # fmt: skip
         self.syncs = 0
+
+    def _event(self, rt: Any, variant: Any, step: EventStep) -> Callable[[], Any]:
+        event, stream = self.events[step.event].ptr, variant.streams.get(step.stream).ptr
+        if step.kind == "record":
+            return partial(rt.eventRecord, event, stream)
+        return partial(rt.streamWaitEvent, stream, event, 0)
 
     def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         v, rt = self.variant, self.cp.cuda.runtime
