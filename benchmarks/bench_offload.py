@@ -108,17 +108,34 @@ def fast_weights(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
-def balanced_batch(args: argparse.Namespace, pinned: float, f16_flops: float) -> int:
-    """Sequences per balanced step: the resident program's compute at `f16_flops` takes
-    `--balance` times as long as the depth-2 plan's copies at `pinned` bytes/s (both
-    `offload_plan.estimate_step`), scaled from a probe of 8 sequences (compute grows with the
-    tokens, the streamed bytes barely)."""
+def balanced_batch(
+    args: argparse.Namespace, pinned: float, f16_flops: float, measured: bool = False
+) -> int:
+    """Sequences per balanced step: the resident program's compute takes `--balance` times as long
+    as the depth-2 plan's copies at `pinned` bytes/s (`offload_plan.estimate_step`), scaled from
+    a probe of a few sequences (compute grows with the tokens, the streamed bytes barely).
+
+    `measured` (on a GPU): the probe's compute is timed, not estimated. The estimate prices
+    compute at the f16 GEMM rate; on the H100 the prefill's other kernels made the resident step
+    3x slower than that (batch 23 computed 32 ms against 10 ms of copying), far from balanced."""
     if args.balanced_batch != "auto":
         return int(args.balanced_batch)
-    probe = 8
+    probe = 2 if measured else 8
     _, graphs, _ = plan_variants(args, "balanced", probe, ["depth 2"])
     copy = estimate_step(graphs["depth 2"], pinned, f16_flops).copy_ms
-    compute = estimate_step(graphs["resident"], pinned, f16_flops).compute_ms
+    if measured:
+        import cupy as cp
+
+        from optgraph.program import cuda_program
+
+        source = graphs["resident"]
+        program = cuda_program(source, weights=fast_weights(source))
+        program.run(random_inputs(source))  # eager, then captured
+        program.run(random_inputs(source))
+        compute = _time_replays(cp, program, args)
+        program.close()
+    else:
+        compute = estimate_step(graphs["resident"], pinned, f16_flops).compute_ms
     return max(1, round(probe * args.balance * copy / compute))
 
 
@@ -239,7 +256,7 @@ def measure(args: argparse.Namespace, mode: str, pinned: float, f16_flops: float
 
     from optgraph.program import cuda_program
 
-    batch = balanced_batch(args, pinned, f16_flops) if mode == "balanced" else 1
+    batch = balanced_batch(args, pinned, f16_flops, measured=True) if mode == "balanced" else 1
     source, graphs, budget = plan_variants(args, mode, batch)
     print(
         f"{mode}: batch {batch}, weights {format_size(sum(w.type.nbytes for w in source.weights))}"
