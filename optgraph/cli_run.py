@@ -87,9 +87,9 @@ def device_pipeline(graph: Graph, pipeline: str, devices: int) -> tuple[str, boo
     device annotations gets `tensor-parallel{ways=N}` first; an annotated graph must already
     use exactly N devices."""
     count = graph.device_count()
-    annotated = count > 1 or any(
-        d.ann.device is not None for d in (*graph.inputs, *graph.weights, *graph.nodes)
-    )
+    annotations = [d.ann for d in graph.inputs] + [w.ann for w in graph.weights]
+    annotations += [n.ann for n in graph.nodes]
+    annotated = count > 1 or any(a.device is not None for a in annotations)
     if devices == 1 and not annotated:
         return pipeline, False
     if not annotated:
@@ -159,7 +159,9 @@ def check_against_reference(
     if exact:
         bounds = {}
     elif bounds is None:
-        from optgraph.runtime.cuda import CHECK_BOUNDS as bounds
+        from optgraph.runtime.cuda import CHECK_BOUNDS
+
+        bounds = CHECK_BOUNDS
     expected = run_reference(graph, inputs, weights)
     types = graph.value_types()
     table = Table(title="check against the reference interpreter")
