@@ -132,6 +132,7 @@ def test_each_device_has_its_own_arena() -> None:
     assert report.devices == 2
     assert report.arena_bytes_per_device == (32768, 32768)
     assert report.weight_bytes_per_device == (0, 0)
+    assert report.peak_device_bytes == 32768 + 16384  # device 0: its arena and the input
     assert ("devices", "2") in report.rows()
 
 
