@@ -245,26 +245,8 @@ def cmd_opt(args: argparse.Namespace) -> int:
 # -- run ----------------------------------------------------------------------------------------
 
 
-def _device_count(text: str) -> int:
-    """`--devices`' type: an integer from 1 to 1024."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a device count, got '{text}'") from None
-    if not 1 <= value <= 1024:
-        raise argparse.ArgumentTypeError(f"expected 1 to 1024 devices, got {value}")
-    return value
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from optgraph.cli_run import (
-        RUNNERS,
-        SPLIT_BOUNDS,
-        check_against_reference,
-        device_pipeline,
-        load_values,
-        output_table,
-    )
+    from optgraph.cli_run import RUNNERS, check_against_reference, load_values, output_table
     from optgraph.cli_run import cuda_usable as _cuda_usable
 
     device = args.device or ("cuda" if _cuda_usable() else "cpu")
@@ -287,14 +269,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             pdl=not args.no_pdl,
             use_graph=not args.no_graph,
         )
-        pipeline, split = device_pipeline(graph, _pipeline(args), args.devices)
-        if device == "cuda" and graph.device_count() * args.devices > 1:
-            raise OptGraphError(
-                "run --device cuda: several devices need the NCCL runtime; use --device cpu to "
-                "emulate them"
-            )
         with progress.phase(f"compile and run on {device}"):
-            results = RUNNERS[device](graph, inputs, weights, pipeline=pipeline, options=options)
+            results = RUNNERS[device](
+                graph, inputs, weights, pipeline=_pipeline(args), options=options
+            )
         if args.save_outputs is not None:
             from optgraph.output_files import write_npz
 
@@ -306,9 +284,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.save_outputs is not None:
         console.print(f"wrote {args.save_outputs}", markup=False)
     if args.check:
-        exact = device == "cpu" and not split
-        bounds = SPLIT_BOUNDS if split else None
-        return check_against_reference(graph, inputs, weights, results, console, exact, bounds)
+        return check_against_reference(
+            graph, inputs, weights, results, console, exact=device == "cpu"
+        )
     return 0
 
 
@@ -360,13 +338,6 @@ def _add_run(sub: Any) -> None:
     p.add_argument("model", metavar="MODEL.ir")
     p.add_argument("--device", choices=DEVICES, help="default: cuda when usable, else cpu")
     p.add_argument("--check", action="store_true", help="compare with the reference interpreter")
-    p.add_argument(
-        "--devices",
-        type=_device_count,
-        default=1,
-        metavar="N",
-        help="cpu: N emulated devices (a graph without device annotations is split first)",
-    )
     p.add_argument("--inputs", metavar="FILE.npz", help="input arrays by name")
     p.add_argument("--weights", metavar="FILE", help="weights (.npz or .safetensors)")
     p.add_argument("--seed", type=_seed, default=0, help="seed for random inputs and weights")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 
+from optgraph.analysis.arena_packing import align_up
 from optgraph.analysis.memory_bounds import device_arena_bytes, device_weight_bytes, memory_figures
 from optgraph.analysis.races import find_races
 from optgraph.analysis.schedule_estimate import stream_figures
@@ -158,8 +159,9 @@ def compute_report(graph: Graph, compile_seconds: float | None = None) -> Report
         cpu_ops=sum(1 for n in compute if n.ann.backend == "cpu") if has_backends else None,
         copies=copy_nodes if has_backends or copy_nodes else None,
         streamed_bytes=streamed,
-        # arena (with prefetch slots) + device-resident weights + device inputs
-        peak_device_bytes=device_memory(graph).peak if planned else None,
+        # arena (with prefetch slots) + device-resident weights + device inputs; with several
+        # devices, the largest device's
+        peak_device_bytes=_peak_device_bytes(graph) if planned else None,
         critical_path_us=concurrency.critical_path_us if concurrency else None,
         estimated_speedup=concurrency.estimated_speedup if concurrency else None,
         races=len(find_races(graph)),
@@ -167,6 +169,19 @@ def compute_report(graph: Graph, compile_seconds: float | None = None) -> Report
         devices=graph.device_count() if graph.device_count() > 1 else None,
         **_device_figures(graph),
     )
+
+
+def _peak_device_bytes(graph: Graph) -> int:
+    """Arena, resident weights and inputs of the device that needs the most."""
+    if graph.device_count() == 1:
+        return device_memory(graph).peak
+    arenas = device_arena_bytes(graph) or tuple(0 for _ in range(graph.device_count()))
+    weights = device_weight_bytes(graph)
+    inputs = [0] * graph.device_count()
+    for i in graph.inputs:
+        for d in i.ann.devices:
+            inputs[d] += align_up(max(i.type.nbytes, 1))
+    return max(a + w + x for a, w, x in zip(arenas, weights, inputs))
 
 
 def _device_figures(graph: Graph) -> dict[str, tuple[int, ...] | None]:

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 import optgraph as og
 from optgraph.analysis.arena_plan import check_plan, plan
-from optgraph.analysis.happens_before import instance_reads
+from optgraph.analysis.happens_before import HappensBefore, instance_reads
+from optgraph.analysis.lifetimes import compute_lifetimes, stream_ids
 from optgraph.analysis.memory_bounds import device_arena_bytes, device_weight_bytes
 from optgraph.analysis.races import find_races
 from optgraph.ir.graph import Graph
@@ -131,6 +132,7 @@ def test_each_device_has_its_own_arena() -> None:
     assert report.devices == 2
     assert report.arena_bytes_per_device == (32768, 32768)
     assert report.weight_bytes_per_device == (0, 0)
+    assert report.peak_device_bytes == 32768 + 16384  # device 0: its arena and the input
     assert ("devices", "2") in report.rows()
 
 
@@ -157,3 +159,33 @@ def test_check_plan_catches_buffers_moved_onto_each_other(graph: Graph) -> None:
         n.with_ann(offset=0) if n.ann.offset is not None else n for n in planned.nodes
     )
     assert bool(check_plan(mutant)) == bool(overlapping_unordered(mutant))
+
+
+@settings(deadline=None)
+@given(random_device_graphs(), st.sampled_from(("chains", "fanout")))
+def test_visible_per_lane_equals_a_brute_force(graph: Graph, policy: str) -> None:
+    """visible[d·S + s]: the first compute node on lane (d, s) that every access of the buffer
+    on device d happens-before, by pairwise queries; -1 where none or off the buffer's devices."""
+    synced = run_pipeline(graph, PLAN.format(policy=policy, inplace="true"))
+    hb = HappensBefore(synced)
+    streams = len(stream_ids(synced))
+    for lt in compute_lifetimes(synced, hb).values():
+        assert len(lt.visible) == streams * synced.device_count()
+        for d in range(synced.device_count()):
+            on_d = [x for x in lt.accesses if hb.device_of[x] == d]
+            for s in range(streams):
+                want = -1
+                if d in lt.devices and not lt.is_output:
+                    lane = [
+                        x for x in range(len(hb.node_of)) if hb.lane_col[x] == hb.column.get((d, s))
+                    ]
+                    lane = [x for x in lane if not synced.nodes[hb.node_of[x]].is_event]
+                    want = next(
+                        (
+                            hb.node_of[y]
+                            for y in lane
+                            if all(hb.ordered_instances(x, y) for x in on_d)
+                        ),
+                        -1,
+                    )
+                assert lt.visible[d * streams + s] == want, (lt.name, d, s)
