@@ -46,7 +46,7 @@ from optgraph.ir.graph import AttrValue, Graph, Node, Weight
 from optgraph.ir.ops import attrs_with_defaults, get_op
 from optgraph.passes.base import Pass
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # `optgraph passes` and the other light commands load no NumPy
     import numpy as np
 
 MAX_WAYS = 1024
