@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 
-from optgraph.analysis.memory_bounds import memory_figures
+from optgraph.analysis.memory_bounds import device_arena_bytes, device_weight_bytes, memory_figures
 from optgraph.analysis.races import find_races
 from optgraph.analysis.schedule_estimate import stream_figures
 from optgraph.analysis.segments import count_splits, device_memory
@@ -50,14 +50,15 @@ class Report:
     copies: int | None
     streamed_bytes: int | None
     peak_device_bytes: int | None
-    devices: int | None
-    max_device_weight_bytes: int | None
     critical_path_us: float | None
     estimated_speedup: float | None
     races: int | None
     compile_seconds: float | None
+    devices: int | None = None  # several devices only: then the two rows below, per device
+    arena_bytes_per_device: tuple[int, ...] | None = None
+    weight_bytes_per_device: tuple[int, ...] | None = None
 
-    def to_dict(self) -> dict[str, float | None]:
+    def to_dict(self) -> dict[str, float | tuple[int, ...] | None]:
         return asdict(self)
 
     def to_json(self) -> str:
@@ -65,9 +66,11 @@ class Report:
 
     def rows(self) -> list[tuple[str, str]]:
         """(label, formatted value) for the report table, in field order."""
-        return [(ROW_LABELS[f.name], _format(f.name, getattr(self, f.name))) for f in fields(self)]
+        shown = [f for f in fields(self) if f.name not in _DEVICE_ROWS or self.devices is not None]
+        return [(ROW_LABELS[f.name], _format(f.name, getattr(self, f.name))) for f in shown]
 
 
+_DEVICE_ROWS = ("devices", "arena_bytes_per_device", "weight_bytes_per_device")
 ROW_LABELS: dict[str, str] = {
     "ops": "ops",
     "fused_groups": "fused groups",
@@ -85,18 +88,21 @@ ROW_LABELS: dict[str, str] = {
     "copies": "copies",
     "streamed_bytes": "streamed weight bytes",
     "peak_device_bytes": "peak device bytes",
-    "devices": "devices",
-    "max_device_weight_bytes": "weight bytes per device (max)",
     "critical_path_us": "critical path (us)",
     "estimated_speedup": "speedup over 1 stream (est.)",
     "races": "races",
     "compile_seconds": "compile time (s)",
+    "devices": "devices",
+    "arena_bytes_per_device": "arena bytes per device",
+    "weight_bytes_per_device": "weight bytes per device",
 }
 
 
-def _format(name: str, value: float | None) -> str:
+def _format(name: str, value: float | tuple[int, ...] | None) -> str:
     if value is None:
         return "-"
+    if isinstance(value, tuple):
+        return " / ".join(f"{v:,}" for v in value)
     if isinstance(value, float):
         if name == "estimated_speedup":
             return f"{value:.2f}x"
@@ -154,25 +160,23 @@ def compute_report(graph: Graph, compile_seconds: float | None = None) -> Report
         streamed_bytes=streamed,
         # arena (with prefetch slots) + device-resident weights + device inputs
         peak_device_bytes=device_memory(graph).peak if planned else None,
-        **_device_figures(graph),
         critical_path_us=concurrency.critical_path_us if concurrency else None,
         estimated_speedup=concurrency.estimated_speedup if concurrency else None,
         races=len(find_races(graph)),
         compile_seconds=compile_seconds,
+        devices=graph.device_count() if graph.device_count() > 1 else None,
+        **_device_figures(graph),
     )
 
 
-def _device_figures(graph: Graph) -> dict[str, int | None]:
-    """Devices and the weight bytes of the fullest one, for a graph placed on several devices
-    (tensor-parallel, pipeline-parallel); a replicated weight counts on each of its devices."""
-    count = graph.device_count()
-    if count == 1:
-        return {"devices": None, "max_device_weight_bytes": None}
-    per_device = [0] * count
-    for weight in graph.weights:
-        for device in weight.ann.devices:
-            per_device[device] += weight.type.nbytes
-    return {"devices": count, "max_device_weight_bytes": max(per_device)}
+def _device_figures(graph: Graph) -> dict[str, tuple[int, ...] | None]:
+    """Arena and weight bytes per device: only for a graph over several devices."""
+    if graph.device_count() == 1:
+        return {}
+    return {
+        "arena_bytes_per_device": device_arena_bytes(graph),
+        "weight_bytes_per_device": device_weight_bytes(graph),
+    }
 
 
 def _streamed_weight_bytes(graph: Graph) -> int | None:

@@ -46,9 +46,15 @@ class Slot:
     members: list[str]
     size: int
     start: int  # issue index of the first member's producer
-    stream: int  # stream of that producer
+    stream: int  # lane of that producer (its stream, with one device)
     last: int  # last access of the last member (len(nodes) for outputs)
-    ends: list[int]  # per stream: the first member-free node index there, NEVER if none
+    ends: list[int]  # per lane: the first member-free node index there, NEVER if none
+    lanes: tuple[int, ...] = ()  # every lane the first producer runs on (several devices)
+    devices: tuple[int, ...] = (0,)  # devices whose arenas hold the slot (at one offset)
+
+    def __post_init__(self) -> None:
+        if not self.lanes:
+            self.lanes = (self.stream,)
 
 
 def conflict_graph(
@@ -58,7 +64,8 @@ def conflict_graph(
     conflicting pairs.
 
     Slots are in order of `start`; A (earlier) and B conflict iff B starts before A is free on
-    B's stream: start_A < start_B < ends_A[stream_B].
+    B's stream: start_A < start_B < ends_A[stream_B]. With several devices, on any of B's lanes
+    (a slot's ends on the lanes of devices it does not live on are 0: never a conflict there).
     """
     import numpy as np
 
@@ -66,13 +73,16 @@ def conflict_graph(
     if n == 0:
         return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     starts = np.array([s.start for s in slots], dtype=np.int64)
-    streams = np.array([s.stream for s in slots], dtype=np.int64)
     ends = np.array([s.ends for s in slots], dtype=np.int64)
+    on_lane: dict[int, list[int]] = {}
+    for i, slot in enumerate(slots):
+        for lane in slot.lanes:
+            on_lane.setdefault(lane, []).append(i)
     ranges = []
     for s in range(ends.shape[1]):
-        ids = np.flatnonzero(streams == s)
-        if ids.size == 0:
+        if s not in on_lane:
             continue
+        ids = np.array(on_lane[s], dtype=np.int64)
         on_s = starts[ids]  # sorted, since slots are in start order
         lo = np.searchsorted(on_s, starts, side="right")
         counts = np.maximum(np.searchsorted(on_s, ends[:, s], side="left") - lo, 0)
@@ -101,8 +111,9 @@ def conflict_graph(
 
 
 def is_permanent(slot: Slot) -> bool:
-    """Never free on any stream (outputs, mostly): it conflicts with every later slot."""
-    return all(e == NEVER for e in slot.ends)
+    """Never free on any stream (outputs, mostly): it conflicts with every later slot on its
+    devices (its ends on other devices' lanes are 0)."""
+    return all(e in (NEVER, 0) for e in slot.ends) and NEVER in slot.ends
 
 
 class StackedPermanents:
@@ -110,26 +121,39 @@ class StackedPermanents:
     a prefix [0, top): a later slot then needs only a floor, the top of the last permanent slot it
     conflicts with, instead of one conflict per permanent slot (a Llama decode step has two
     permanent KV caches per layer, and every later buffer would conflict with all of them).
+
+    Several devices: one stack per device (a slot on several goes above each of their tops), so
+    a device's arena holds no other device's permanent slots; a later slot conflicts only with
+    permanent slots of its own devices.
     """
 
     def __init__(self, slots: list[Slot], ids: list[int]):
         self.offsets: dict[int, int] = {}
-        cursor = 0
-        self.starts: list[int] = []
-        self.tops: list[int] = []
-        self.by_stream: dict[int, tuple[list[int], list[int]]] = {}
+        cursor: dict[int, int] = {}
+        self.starts: dict[int, list[int]] = {}  # per device, in start order
+        self.tops: dict[int, list[int]] = {}
+        self.by_stream: dict[int, tuple[list[int], list[int]]] = {}  # per lane
         for i in sorted(ids, key=lambda i: slots[i].start):
-            self.offsets[i] = cursor
-            cursor += slots[i].size
-            self.starts.append(slots[i].start)
-            self.tops.append(cursor)
-            on_s = self.by_stream.setdefault(slots[i].stream, ([], []))
-            on_s[0].append(slots[i].start)
-            on_s[1].append(cursor)
+            slot = slots[i]
+            offset = max(cursor.get(d, 0) for d in slot.devices)
+            self.offsets[i] = offset
+            top = offset + slot.size
+            for d in slot.devices:
+                cursor[d] = top
+                self.starts.setdefault(d, []).append(slot.start)
+                self.tops.setdefault(d, []).append(top)
+            for lane in slot.lanes:
+                on_s = self.by_stream.setdefault(lane, ([], []))
+                on_s[0].append(slot.start)
+                on_s[1].append(top)
 
     def floor(self, slot: Slot) -> int:
-        k = bisect_left(self.starts, slot.start)  # every earlier permanent slot conflicts
-        top = self.tops[k - 1] if k else 0
+        top = 0
+        for d in slot.devices:  # every earlier permanent slot of a shared device conflicts
+            starts = self.starts.get(d, [])
+            k = bisect_left(starts, slot.start)
+            if k:  # tops only grow along a device's stack
+                top = max(top, self.tops[d][k - 1])
         for s, (starts, tops) in self.by_stream.items():
             end = slot.ends[s] if s < len(slot.ends) else NEVER
             k = bisect_left(starts, end)  # later ones that start before `slot` is free there

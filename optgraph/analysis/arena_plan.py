@@ -10,7 +10,13 @@ reports each overlapping pair that is neither ordered nor a legal in-place reuse
 
     buffers %a [0, 1] and %b [1, 2], %b = neg(%a) elementwise:  one slot, %a@0 and %b@0 (in place)
 
-Complexity: O(n·k·log n + P) to find the P conflicting pairs (k streams), then O(P log P) per
+Several devices: each device has its own arena, and a buffer that lives on several devices (a
+replicated value) gets one offset valid in each of them. The slots are planned jointly: a slot's
+`ends` are per lane (device, stream), 0 on the lanes of devices it does not live on, so two slots
+conflict only if they share a device and the later one starts before the earlier is free on one
+of its lanes there. `MemoryPlan.device_arena_bytes` gives each device's arena (its buffers' top).
+
+Complexity: O(n·k·log n + P) to find the P conflicting pairs (k lanes), then O(P log P) per
 ordering; `check_plan` O(n log n + overlapping pairs).
 """
 
@@ -20,7 +26,7 @@ from dataclasses import dataclass, field
 
 from optgraph.analysis.arena_packing import NEVER, Slot, align_up, placements
 from optgraph.analysis.happens_before import HappensBefore
-from optgraph.analysis.lifetimes import Lifetime, compute_lifetimes
+from optgraph.analysis.lifetimes import Lifetime, compute_lifetimes, stream_ids
 from optgraph.ir.graph import Graph, TensorType
 from optgraph.ir.layout import alias_roots
 from optgraph.ir.ops import get_op
@@ -36,6 +42,7 @@ class MemoryPlan:
     algo: str  # the ordering that produced it
     arenas: dict[str, int] = field(default_factory=dict)  # every ordering tried -> its arena
     inplace: dict[str, str] = field(default_factory=dict)  # result -> operand buffer it reuses
+    device_arena_bytes: dict[int, int] = field(default_factory=dict)  # device -> its arena
 
 
 def _end(visible: int) -> int:
@@ -72,11 +79,27 @@ def inplace_source(
         others = [o for o in node.operands if o != operand and roots.get(o, (o, 0))[0] == root]
         if others:
             continue
-        before = [a for a in lt.accesses if a != index]
-        if before and hb.first_node_after(before, node.stream) not in range(index + 1):
+        mine = hb.instances_of(index)
+        if any(
+            _not_free_before(hb, [a for a in lt.accesses if a not in mine], index, node.stream, d)
+            for d in node.devices
+        ):
             continue
         return root
     return None
+
+
+def _not_free_before(
+    hb: HappensBefore, accesses: list[int], index: int, stream: int, d: int
+) -> bool:
+    """Whether some access on device d does not happen-before node `index` on (d, stream)."""
+    on_device = [a for a in accesses if hb.device_of[a] == d]
+    return bool(on_device) and hb.first_node_after(on_device, stream, d) not in range(index + 1)
+
+
+def _slot_ends(lt: Lifetime, streams: int) -> list[int]:
+    """Per lane: from where the buffer is free; 0 (always) on devices it does not live on."""
+    return [_end(v) if lane // streams in lt.devices else 0 for lane, v in enumerate(lt.visible)]
 
 
 def build_slots(
@@ -89,6 +112,7 @@ def build_slots(
     """Group buffers into slots (in-place chains), in issue order of their first producer."""
     roots = alias_roots(graph)
     types = graph.value_types()
+    streams = len(stream_ids(graph))
     slot_of: dict[str, int] = {}
     slots: list[Slot] = []
     reuse: dict[str, str] = {}
@@ -101,7 +125,8 @@ def build_slots(
             slot = slots[slot_of[source]]
             slot.members.append(lt.name)
             slot.last = max(slot.last, lt.last)
-            slot.ends = [max(e, _end(v)) for e, v in zip(slot.ends, lt.visible)]
+            slot.ends = [max(e, v) for e, v in zip(slot.ends, _slot_ends(lt, streams))]
+            slot.devices = tuple(sorted(set(slot.devices) | set(lt.devices)))
             slot_of[lt.name] = slot_of[source]
             reuse[lt.name] = source
             continue
@@ -111,9 +136,11 @@ def build_slots(
                 members=[lt.name],
                 size=align_up(lt.nbytes, alignment),
                 start=lt.producer,
-                stream=node.stream,
+                stream=node.devices[0] * streams + node.stream,
                 last=lt.last,
-                ends=[_end(v) for v in lt.visible],
+                ends=_slot_ends(lt, streams),
+                lanes=tuple(d * streams + node.stream for d in node.devices),
+                devices=node.devices,
             )
         )
     return slots, reuse
@@ -150,17 +177,23 @@ def plan(
         offsets = results[chosen]
     out_offsets: dict[str, int] = {}
     out_sizes: dict[str, int] = {}
+    device_arena: dict[int, int] = dict.fromkeys(range(graph.device_count()), 0)
     for slot, offset in zip(slots, offsets):
         for name in slot.members:
             out_offsets[name] = offset
             out_sizes[name] = slot.size
-    return MemoryPlan(out_offsets, out_sizes, arenas[chosen], chosen, arenas, reuse)
+        for d in slot.devices:
+            device_arena[d] = max(device_arena[d], offset + slot.size)
+    return MemoryPlan(out_offsets, out_sizes, arenas[chosen], chosen, arenas, reuse, device_arena)
 
 
 def entirely_before(a: Lifetime, b: Lifetime, graph: Graph) -> bool:
-    """Every access to `a` happens-before `b`'s first write (read off a's visible points)."""
-    s = graph.nodes[b.producer].stream
-    return s < len(a.visible) and 0 <= a.visible[s] <= b.producer
+    """Every access to `a` happens-before `b`'s first write on each device both live on (read
+    off a's visible points)."""
+    node = graph.nodes[b.producer]
+    streams = len(stream_ids(graph))
+    lanes = [d * streams + node.stream for d in node.devices if d in a.devices]
+    return all(lane < len(a.visible) and 0 <= a.visible[lane] <= b.producer for lane in lanes)
 
 
 def check_plan(graph: Graph) -> list[str]:
@@ -191,6 +224,8 @@ def check_plan(graph: Graph) -> list[str]:
     for lo, hi, b in placed:
         active = [t for t in active if t[1] > lo]
         for _, _, a in active:
+            if not set(a.devices) & set(b.devices):
+                continue  # different arenas
             first, second = (a, b) if a.producer < b.producer else (b, a)
             if entirely_before(first, second, graph):
                 continue

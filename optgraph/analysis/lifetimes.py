@@ -11,6 +11,13 @@ access of its root. Inputs and weights are not arena buffers.
   (`HappensBefore.first_node_after`): from there on, work issued on s may reuse the bytes; `-1`
   where no such node exists (and always for outputs).
 
+Several devices: a buffer exists on each device of its producer, and each copy is accessed by the
+instances on that device only (`happens_before.instance_reads`: a collective's instance reads its
+own operand, a send's instance the sent buffer, a recv none of its own device). `visible` then has
+one entry per lane, device-major: entry d·S + s for stream s of device d (S = 1 + the largest
+stream id), computed from the accesses on device d; `-1` on devices the buffer does not live on.
+With one device this is the per-stream tuple above.
+
 Complexity: O(V·k) for the clocks plus O(A·k·log V) for the visible points (A = accesses,
 k = streams).
 """
@@ -22,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.happens_before import HappensBefore, instance_reads
 from optgraph.ir.graph import EVENT_OPS, Graph
 from optgraph.ir.layout import alias_roots
 
@@ -33,35 +40,41 @@ class Lifetime:
 
     name: str
     producer: int
-    accesses: tuple[int, ...]  # sorted node indices: producer, readers, views and their readers
+    accesses: tuple[int, ...]  # sorted instance ids (node indices with one device per node)
     nbytes: int
     is_output: bool
     first: int
     last: int  # len(nodes) for outputs: they live until the graph returns
-    visible: tuple[int, ...]  # per stream id 0..max: first node on it after every access; -1 never
+    visible: tuple[int, ...]  # per lane d·S + s: first node on it after every access; -1 never
+    devices: tuple[int, ...] = (0,)  # the devices the buffer lives on
 
 
-def buffer_accesses(graph: Graph) -> tuple[dict[str, list[int]], set[str]]:
-    """Accesses of every arena buffer (by root name) and the set of buffers outputs keep alive.
+def buffer_accesses(
+    graph: Graph, hb: HappensBefore | None = None
+) -> tuple[dict[str, list[int]], set[str]]:
+    """Accesses of every arena buffer (by root name), as instance ids of `hb` (node indices in a
+    graph whose nodes each run on one device), and the set of buffers outputs keep alive.
 
     Aliasing views are accesses of their root (as are their readers); inputs and weights are not
     arena buffers and are left out.
     """
+    hb = hb or HappensBefore(graph)
     roots = alias_roots(graph)
     accesses: dict[str, list[int]] = {}
     for i, node in enumerate(graph.nodes):  # one pass: issue order defines before use
         if node.op in EVENT_OPS:
             continue
-        if node.name in roots:
-            root = roots[node.name][0]
-            if root in accesses:
-                accesses[root].append(i)
-        else:
-            accesses[node.name] = [i]
-        for operand in node.operands:
-            root = roots[operand][0] if operand in roots else operand
-            if root in accesses:
-                accesses[root].append(i)
+        for x, d in zip(hb.instances_of(i), node.devices):
+            if node.name in roots:
+                root = roots[node.name][0]
+                if root in accesses:
+                    accesses[root].append(x)
+            elif x == hb.first[i]:
+                accesses[node.name] = list(hb.instances_of(i))
+            for _, operand in instance_reads(node, d):
+                root = roots[operand][0] if operand in roots else operand
+                if root in accesses:
+                    accesses[root].append(x)
     kept: set[str] = set()
     for name in graph.output_names():
         root = roots[name][0] if name in roots else name
@@ -74,33 +87,50 @@ def buffer_accesses(graph: Graph) -> tuple[dict[str, list[int]], set[str]]:
 
 
 def stream_ids(graph: Graph) -> range:
-    """Streams 0..max stream id used in the graph (the length of every `visible` tuple)."""
+    """Streams 0..max stream id used in the graph (per device: `visible` has one entry per
+    device and stream id)."""
     return range(max((n.stream for n in graph.nodes), default=0) + 1)
+
+
+def lane_index(graph_streams: int, device: int, stream: int) -> int:
+    """The position of lane (device, stream) in a `visible` tuple: device-major."""
+    return device * graph_streams + stream
 
 
 def compute_lifetimes(graph: Graph, hb: HappensBefore | None = None) -> dict[str, Lifetime]:
     """Lifetime of every arena buffer, keyed by the producing value's name, in issue order."""
     hb = hb or HappensBefore(graph)
-    accesses, kept = buffer_accesses(graph)
+    accesses, kept = buffer_accesses(graph, hb)
     streams = stream_ids(graph)
+    devices = range(graph.device_count())
     nodes = graph.nodes
     end = len(nodes)
     out: dict[str, Lifetime] = {}
     for name, acc in accesses.items():
         is_output = name in kept
+        producer = hb.node_of[acc[0]]
+        home = nodes[producer].devices
         if is_output:
-            visible = tuple(-1 for _ in streams)
-        else:
+            visible = tuple(-1 for _ in devices for _ in streams)
+        elif len(devices) == 1:
             visible = tuple(hb.first_node_after(acc, s) for s in streams)
+        else:
+            on = {d: [x for x in acc if hb.device_of[x] == d] for d in home}
+            visible = tuple(
+                hb.first_node_after(on[d], s, d) if d in on else -1
+                for d in devices
+                for s in streams
+            )
         out[name] = Lifetime(
             name=name,
-            producer=acc[0],
+            producer=producer,
             accesses=tuple(acc),
-            nbytes=nodes[acc[0]].type.nbytes,  # type: ignore[union-attr]
+            nbytes=nodes[producer].type.nbytes,  # type: ignore[union-attr]
             is_output=is_output,
-            first=acc[0],
-            last=end if is_output else acc[-1],
+            first=producer,
+            last=end if is_output else hb.node_of[acc[-1]],
             visible=visible,
+            devices=home,
         )
     return out
 

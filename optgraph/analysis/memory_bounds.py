@@ -87,7 +87,8 @@ def without_streams(graph: Graph) -> Graph:
 
 
 def arena_of(graph: Graph) -> int | None:
-    """Arena bytes a planned graph uses (max offset + size), None when it is not planned."""
+    """Arena bytes a planned graph uses (max offset + size), None when it is not planned. With
+    several devices, the largest device's arena."""
     ends = [n.ann.offset + (n.ann.size or 0) for n in graph.nodes if n.ann.offset is not None]
     if not ends and any(not n.is_event for n in graph.nodes):
         return None
@@ -115,10 +116,22 @@ def memory_figures(
     arena = arena_of(graph)
     if arena is None:
         arena = plan(graph, algo, alignment, True, lifetimes, hb).arena_bytes
-    lower = issue_order_bound(lifetimes, alignment, len(graph.nodes))
     one = without_streams(graph)
     one_lifetimes = compute_lifetimes(one)
     one_arena = plan(one, algo, alignment, True, one_lifetimes).arena_bytes
+    if graph.device_count() > 1:
+        # Each device has its own arena: the bounds are the largest device's; the antichain
+        # bound's flow network is built per stream and is not extended to lanes.
+        return {
+            "arena_bytes": arena,
+            "memory_lower_bound_bytes": _largest_device_bound(graph, lifetimes, alignment),
+            "concurrency_bound_bytes": None,
+            "no_reuse_bytes": sum(align_up(lt.nbytes, alignment) for lt in lifetimes.values()),
+            "one_stream_arena_bytes": one_arena,
+            "stream_extra_bytes": arena - one_arena,
+            "one_stream_lower_bound_bytes": _largest_device_bound(one, one_lifetimes, alignment),
+        }
+    lower = issue_order_bound(lifetimes, alignment, len(graph.nodes))
     return {
         "arena_bytes": arena,
         "memory_lower_bound_bytes": lower,
@@ -130,9 +143,42 @@ def memory_figures(
     }
 
 
+def _largest_device_bound(graph: Graph, lifetimes: dict[str, Lifetime], alignment: int) -> int:
+    """The issue-order bound of the device whose buffers need the most bytes at once."""
+    return max(
+        issue_order_bound(
+            {k: lt for k, lt in lifetimes.items() if d in lt.devices}, alignment, len(graph.nodes)
+        )
+        for d in range(graph.device_count())
+    )
+
+
+def device_arena_bytes(graph: Graph) -> tuple[int, ...] | None:
+    """Per device 0..n-1: its arena's bytes (the top of its planned buffers); None unplanned."""
+    tops = [0] * graph.device_count()
+    planned = False
+    for n in graph.nodes:
+        if n.ann.offset is not None and not n.is_event:
+            planned = True
+            for d in n.devices:
+                tops[d] = max(tops[d], n.ann.offset + (n.ann.size or 0))
+    return tuple(tops) if planned else None
+
+
+def device_weight_bytes(graph: Graph) -> tuple[int, ...]:
+    """Per device 0..n-1: the bytes of the weights stored on it (a replicated weight on each)."""
+    totals = [0] * graph.device_count()
+    for w in graph.weights:
+        for d in w.ann.devices:
+            totals[d] += w.type.nbytes
+    return tuple(totals)
+
+
 __all__ = [
     "arena_of",
     "concurrency_bound",
+    "device_arena_bytes",
+    "device_weight_bytes",
     "issue_order_bound",
     "memory_figures",
     "planned_alignment",

@@ -10,6 +10,13 @@
   `input` or `weight` (arrays of their own);
 - the arena size, the graph's inputs, weights and outputs.
 
+Several devices (docs/ir.md, "Devices"): a node has one step per device it runs on (`Step.device`),
+in `streams[stream id]` with the steps of every device on that stream id; each lane (device,
+stream) runs its own steps in order. Each device has its own arena (`device_arena_bytes`); an
+arena buffer lists its devices and has the same offset in each of their arenas. Collectives are
+`launch` steps of their `all_reduce`/`all_gather`/`send`/`recv` nodes (a runtime runs one
+instance per participant). With one device every step is on device 0 and the JSON is unchanged.
+
 `to_json()`/`from_json()` serialize it (`optgraph compile -o DIR` writes `program.json`); the JSON
 holds the planned IR text too, so node operands and attributes travel with it.
 
@@ -46,6 +53,7 @@ class Buffer:
     offset: int = 0
     size: int = 0  # bytes reserved (arena), else the value's bytes
     root: str | None = None
+    devices: tuple[int, ...] = (0,)  # the devices holding the value (arena: at `offset` in each)
 
     @property
     def nbytes(self) -> int:
@@ -57,6 +65,7 @@ class Step:
     kind: str  # "launch" | "record" | "wait"
     name: str  # the value a launch computes, or the event
     node: int  # index of the node in the planned graph
+    device: int = 0  # the device whose lane (device, stream) runs the step
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,15 @@ class Program:
     inputs: tuple[str, ...]
     weights: tuple[str, ...]
     outputs: tuple[str, ...]
+    device_arena_bytes: tuple[int, ...] = ()  # per device 0..n-1; () means one device
+
+    @property
+    def device_count(self) -> int:
+        return max(1, len(self.device_arena_bytes))
+
+    def arena_of(self, device: int) -> int:
+        """Bytes of `device`'s arena."""
+        return self.device_arena_bytes[device] if self.device_arena_bytes else self.arena_bytes
 
     @property
     def events(self) -> tuple[str, ...]:
@@ -87,11 +105,13 @@ class Program:
             "events": list(self.events),
             "buffers": {name: _buffer_json(b) for name, b in self.buffers.items()},
             "streams": {
-                str(s): [[x.kind, x.name, x.node] for x in steps]
+                str(s): [[x.kind, x.name, x.node, *([x.device] if x.device else [])] for x in steps]
                 for s, steps in self.streams.items()
             },
             "ir": print_graph(self.graph),
         }
+        if self.device_arena_bytes:
+            data["device_arena_bytes"] = list(self.device_arena_bytes)
         return json.dumps(data, indent=1) + "\n"
 
     @classmethod
@@ -113,12 +133,12 @@ class Program:
                 offset=b["offset"],
                 size=b["size"],
                 root=b.get("root"),
+                devices=tuple(b.get("devices", (0,))),
             )
             for name, b in data["buffers"].items()
         }
         streams = {
-            int(s): tuple(Step(k, n, i) for k, n, i in steps)
-            for s, steps in data["streams"].items()
+            int(s): tuple(Step(*step) for step in steps) for s, steps in data["streams"].items()
         }
         return cls(
             graph=graph,
@@ -128,6 +148,7 @@ class Program:
             inputs=tuple(data["inputs"]),
             weights=tuple(data["weights"]),
             outputs=tuple(data["outputs"]),
+            device_arena_bytes=tuple(data.get("device_arena_bytes", ())),
         )
 
 
@@ -138,4 +159,8 @@ def _buffer_json(b: Buffer) -> dict[str, object]:
     out["strides"] = list(b.strides)
     if b.root is None:
         del out["root"]
+    if b.devices == (0,):
+        del out["devices"]
+    else:
+        out["devices"] = list(b.devices)
     return out

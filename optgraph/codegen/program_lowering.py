@@ -3,6 +3,9 @@
     before: %a = exp(%x) : f32[64] !{stream = 1, offset = 0, size = 256}  ...
     after:  streams[1] = [launch %a (node 0), record ^e0]; buffers["a"] = arena @0, 256 bytes
 
+Several devices: one step per device of a node (`Step.device`), buffers list their devices, and
+each device's arena is the top of its buffers (`Program.device_arena_bytes`).
+
 Does not handle: kernels (codegen's CUDA sources are separate); graphs that are not planned (run
 plan-memory first). Complexity O(V).
 """
@@ -30,7 +33,14 @@ def lower(graph: Graph) -> Program:
     buffers: dict[str, Buffer] = {}
     for i in graph.inputs:
         buffers[i.name] = Buffer(
-            i.name, "input", i.type.dtype, i.type.shape, row_major_strides(i.type), 0, i.type.nbytes
+            i.name,
+            "input",
+            i.type.dtype,
+            i.type.shape,
+            row_major_strides(i.type),
+            0,
+            i.type.nbytes,
+            devices=i.ann.devices,
         )
     for w in graph.weights:
         buffers[w.name] = Buffer(
@@ -41,11 +51,13 @@ def lower(graph: Graph) -> Program:
             row_major_strides(w.type),
             0,
             w.type.nbytes,
+            devices=w.ann.devices,
         )
     streams: dict[int, list[Step]] = {}
     for index, node in enumerate(graph.nodes):
+        lane = streams.setdefault(node.stream, [])
         if node.is_event:
-            streams.setdefault(node.stream, []).append(Step(node.op, node.name, index))
+            lane.extend(Step(node.op, node.name, index, d) for d in node.devices)
             continue
         assert node.type is not None
         strides = row_major_strides(node.type)
@@ -53,8 +65,18 @@ def lower(graph: Graph) -> Program:
         if node.name in roots:
             root, offset = roots[node.name]
             buffers[node.name] = Buffer(
-                node.name, "alias", dtype, shape, strides, offset, node.type.nbytes, root
+                node.name,
+                "alias",
+                dtype,
+                shape,
+                strides,
+                offset,
+                node.type.nbytes,
+                root,
+                node.devices,
             )
+            if node.op == "send":  # a transfer, though its result owns no bytes
+                lane.extend(Step("launch", node.name, index, d) for d in node.devices)
             continue
         if node.ann.offset is None or node.ann.size is None:
             raise OptGraphError(
@@ -68,16 +90,30 @@ def lower(graph: Graph) -> Program:
                 node.span,
             )
         buffers[node.name] = Buffer(
-            node.name, "arena", dtype, shape, strides, node.ann.offset, node.ann.size
+            node.name,
+            "arena",
+            dtype,
+            shape,
+            strides,
+            node.ann.offset,
+            node.ann.size,
+            None,
+            node.devices,
         )
-        streams.setdefault(node.stream, []).append(Step("launch", node.name, index))
+        lane.extend(Step("launch", node.name, index, d) for d in node.devices)
     arena = max((b.offset + b.size for b in buffers.values() if b.kind == "arena"), default=0)
+    per_device = [0] * graph.device_count()
+    for b in buffers.values():
+        if b.kind == "arena":
+            for d in b.devices:
+                per_device[d] = max(per_device[d], b.offset + b.size)
     return Program(
         graph=graph,
         arena_bytes=arena,
         buffers=buffers,
-        streams={s: tuple(steps) for s, steps in sorted(streams.items())},
+        streams={s: tuple(steps) for s, steps in sorted(streams.items()) if steps},
         inputs=tuple(i.name for i in graph.inputs),
         weights=tuple(w.name for w in graph.weights),
         outputs=graph.output_names(),
+        device_arena_bytes=tuple(per_device) if len(per_device) > 1 else (),
     )

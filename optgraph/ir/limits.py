@@ -68,8 +68,9 @@ def _annotation_diagnostics(ann: Annotations, where: str, span: Span | None) -> 
         values = getattr(ann, key)
         if values is not None and any(abs(v) > MAX_GRAPH_BYTES for v in values):
             out.append(Diagnostic(f"{where}: annotation '{key}' is out of range", span))
-    if ann.visible is not None and len(ann.visible) > MAX_STREAM_ID + 1:
-        out.append(Diagnostic(f"{where}: annotation 'visible' has more entries than streams", span))
+    if ann.visible is not None and len(ann.visible) > (MAX_STREAM_ID + 1) * (MAX_DEVICE_ID + 1):
+        # one entry per (device, stream) lane
+        out.append(Diagnostic(f"{where}: annotation 'visible' has more entries than lanes", span))
     return out
 
 

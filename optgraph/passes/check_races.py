@@ -19,6 +19,10 @@ Accesses are:
   stream's last node must happen-before it; the host then reads every output, so no later write
   may land on an output's bytes (a plan that reuses them after the output's last in-graph read).
 
+Several devices: also collectives that wait for each other (`optgraph.analysis.deadlocks`): a
+send blocks until its recv is posted and a group collective until every participant reached it,
+so a cycle of lane order, events and rendezvous is a deadlock, reported naming the collectives.
+
 Overlapping buffers are checked in order of their first write against an interval map of the arena
 holding, per byte range, the buffers not yet "entirely before" a later one. A buffer entirely before
 the next one (every access of one happens-before every access of the other) is retired under it;
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from optgraph.analysis.deadlocks import find_deadlocks
 from optgraph.analysis.races import find_races, race_diagnostics
 from optgraph.errors import VerifyError
 from optgraph.ir.graph import Graph
@@ -46,6 +51,8 @@ class CheckRacesPass(Pass):
 
     def run(self, graph: Graph) -> Graph:
         races = find_races(graph)
-        if races:
-            raise VerifyError.from_diagnostics(race_diagnostics(graph, races))
+        diagnostics = race_diagnostics(graph, races) if races else []
+        diagnostics += find_deadlocks(graph)
+        if diagnostics:
+            raise VerifyError.from_diagnostics(diagnostics)
         return graph

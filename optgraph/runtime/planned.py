@@ -23,8 +23,18 @@ Checks, all raising `PlanViolation` (or collected in `Execution.violations` with
 
     execute(lower(planned), inputs, weights, seed=3)   -> Execution(outputs={...}, trace=[...])
 
+Several devices (docs/ir.md, "Devices"): each device has its own arena (`device_arena_bytes`),
+a replicated buffer at its one offset in each; each lane (device, stream) is a queue, and the
+seeded random choice runs over all lanes of all devices. Collectives are computed in NumPy with a
+rendezvous: an `all_reduce`/`all_gather` runs once every participant's lane has reached it
+(operand k read from device group[k]'s arena, the result written into every participant's), a
+`send` and its `recv` run together once both lanes have reached them (NCCL's blocking case: the
+sent bytes are read from the sender's arena, written into the receiver's). When no lane can move,
+the run is a deadlock: a `PlanViolation` naming each blocked collective and what it waits for.
+Events are recorded and waited per device.
+
 Does not model partial overlap of two kernels (each step is atomic) or host-side copies.
-Complexity: O(steps · k) scheduling plus the kernels; read checks add O(bytes read).
+Complexity: O(steps · k) scheduling (k lanes) plus the kernels; read checks add O(bytes read).
 """
 
 from __future__ import annotations
@@ -77,6 +87,10 @@ def _checked_arrays(
     return out
 
 
+GROUP_COLLECTIVES = frozenset({"all_reduce", "all_gather"})
+Lane = tuple[int, int]  # (device, stream)
+
+
 class _Machine:
     def __init__(
         self,
@@ -89,21 +103,33 @@ class _Machine:
     ):
         self.program = program
         self.guard = guard_bytes
-        self.arena = np.full(program.arena_bytes + 2 * guard_bytes, POISON, dtype=np.uint8)
-        self.arena[:guard_bytes] = GUARD
-        self.arena[guard_bytes + program.arena_bytes :] = GUARD
+        self.arenas: dict[int, np.ndarray] = {}
+        for d in range(program.device_count):
+            size = program.arena_of(d)
+            arena = np.full(size + 2 * guard_bytes, POISON, dtype=np.uint8)
+            arena[:guard_bytes] = GUARD
+            arena[guard_bytes + size :] = GUARD
+            self.arenas[d] = arena
         self.own = {**inputs, **weights}
         for b in program.buffers.values():
-            if b.kind == "arena" and (b.offset < 0 or b.offset + b.size > program.arena_bytes):
-                raise PlanViolation(
-                    f"'%{b.name}' at {b.offset}+{b.size} lies outside the {program.arena_bytes}-byte arena"
-                )
-            if b.kind == "arena" and b.size < b.nbytes:
+            if b.kind != "arena":
+                continue
+            for d in b.devices:
+                if b.offset < 0 or b.offset + b.size > program.arena_of(d):
+                    raise PlanViolation(
+                        f"'%{b.name}' at {b.offset}+{b.size} lies outside the "
+                        f"{program.arena_of(d)}-byte arena{self.of(d)}"
+                    )
+            if b.size < b.nbytes:
                 raise PlanViolation(f"'%{b.name}' needs {b.nbytes} bytes but reserves {b.size}")
         self.check_reads = check_reads
         self.strict = strict
-        self.digests: dict[str, int] = {}
+        self.digests: dict[tuple[str, int], int] = {}
         self.violations: list[str] = []
+
+    def of(self, device: int) -> str:
+        """` of device d` in messages about a program over several devices."""
+        return f" of device {device}" if self.program.device_count > 1 else ""
 
     def fail(self, message: str) -> None:
         if self.strict:
@@ -118,45 +144,49 @@ class _Machine:
             return root, offset + b.offset
         return b, 0
 
-    def view(self, name: str) -> np.ndarray:
+    def view(self, name: str, device: int = 0) -> np.ndarray:
         b = self.program.buffers[name]
         root, offset = self.root(name)
         dtype = numpy_dtype(b.dtype)
         if root.kind == "arena":
-            return np.ndarray(b.shape, dtype, self.arena, self.guard + root.offset + offset)
+            return np.ndarray(
+                b.shape, dtype, self.arenas[device], self.guard + root.offset + offset
+            )
         base = self.own[root.name]
         flat = base.reshape(-1).view(np.uint8)
         return np.ndarray(b.shape, dtype, flat, offset)
 
-    def _bytes(self, b: Buffer) -> memoryview:
+    def _bytes(self, b: Buffer, device: int) -> memoryview:
         """The buffer's bytes in the (contiguous, uint8) arena, as zlib.crc32 reads them."""
         start = self.guard + b.offset
-        return self.arena[start : start + b.nbytes].data
+        return self.arenas[device][start : start + b.nbytes].data
 
-    def _slack(self, b: Buffer) -> np.ndarray:
+    def _slack(self, b: Buffer, device: int) -> np.ndarray:
         start = self.guard + b.offset
-        return self.arena[start + b.nbytes : start + b.size]
+        return self.arenas[device][start + b.nbytes : start + b.size]
 
-    def check_buffer(self, name: str, reader: str) -> None:
+    def check_buffer(self, name: str, reader: str, device: int = 0) -> None:
         b, _ = self.root(name)
         if b.kind != "arena":
             return
-        if np.any(self._slack(b) != GUARD):
-            self.fail(f"guard bytes after '%{b.name}' overwritten (seen by '%{reader}')")
-        digest = self.digests.get(b.name) if self.check_reads else None
-        if digest is not None and zlib.crc32(self._bytes(b)) != digest:
+        if np.any(self._slack(b, device) != GUARD):
             self.fail(
-                f"'%{b.name}' was overwritten while still live (read by '%{reader}'; its bytes "
-                f"@{b.offset}+{b.nbytes})"
+                f"guard bytes after '%{b.name}'{self.of(device)} overwritten (seen by '%{reader}')"
+            )
+        digest = self.digests.get((b.name, device)) if self.check_reads else None
+        if digest is not None and zlib.crc32(self._bytes(b, device)) != digest:
+            self.fail(
+                f"'%{b.name}'{self.of(device)} was overwritten while still live (read by "
+                f"'%{reader}'; its bytes @{b.offset}+{b.nbytes})"
             )
 
-    def check_operand_overlap(self, node: Node) -> None:
+    def check_operand_overlap(self, node: Node, operands: list[tuple[int, str]]) -> None:
         """A kernel may write over an operand only element for element (in place): the same
         start and length, and an elementwise op (or kv_cache_write over its cache). NumPy reads
         every operand before writing, so without this check a GPU-only corruption would pass."""
         out = self.program.buffers[node.name]
         op = get_op(node.op)
-        for k, operand in enumerate(node.operands):
+        for k, operand in operands:
             root, offset = self.root(operand)
             if root.kind != "arena":
                 continue
@@ -170,31 +200,110 @@ class _Machine:
                 continue
             self.fail(f"'%{node.name}' is written over its operand '%{operand}' while reading it")
 
-    def launch(self, step: Step) -> None:
-        node = self.program.graph.nodes[step.node]
-        for operand in node.operands:
-            self.check_buffer(operand, node.name)
-        self.check_operand_overlap(node)
-        args = [self.view(o) for o in node.operands]
-        result = evaluate_node(node, args)
-        dst = self.view(node.name)
+    def write(self, node: Node, result: np.ndarray, device: int) -> None:
+        dst = self.view(node.name, device)
         dst[...] = result
         b = self.program.buffers[node.name]
-        self._slack(b)[...] = GUARD
+        self._slack(b, device)[...] = GUARD
         if self.check_reads:
-            self.digests[node.name] = zlib.crc32(self._bytes(b))
+            self.digests[(node.name, device)] = zlib.crc32(self._bytes(b, device))
+
+    def launch(self, step: Step) -> None:
+        node = self.program.graph.nodes[step.node]
+        d = step.device
+        for operand in node.operands:
+            self.check_buffer(operand, node.name, d)
+        self.check_operand_overlap(node, list(enumerate(node.operands)))
+        self.write(node, evaluate_node(node, [self.view(o, d) for o in node.operands]), d)
+
+    def collective(self, node: Node) -> None:
+        """Run every instance of a collective at once: operand k read on group[k] (a recv's
+        operand on the sender), the result written on each participant (none for a send)."""
+        if node.op == "send":
+            return  # its recv reads the sent bytes; the pair runs together
+        if node.op == "recv":
+            sender = node.attrs["from"]
+            assert isinstance(sender, int)
+            pairs = [(sender, node.operands[0])]
+        else:
+            group = node.attrs["group"]
+            assert isinstance(group, tuple)
+            pairs = list(zip(group, node.operands))
+        for d, operand in pairs:
+            self.check_buffer(operand, node.name, d)
+        result = evaluate_node(node, [self.view(o, d) for d, o in pairs])
+        for d in node.devices:
+            local = [(k, o) for k, (e, o) in enumerate(pairs) if e == d]
+            self.check_operand_overlap(node, local)
+            self.write(node, result, d)
 
     def finish(self) -> dict[str, np.ndarray]:
         outputs = {}
         for name in self.program.outputs:
-            self.check_buffer(name, "output")
-            outputs[name] = np.array(self.view(name), copy=True)
+            device = self.program.buffers[name].devices[0]  # outputs: the first device
+            self.check_buffer(name, "output", device)
+            outputs[name] = np.array(self.view(name, device), copy=True)
         g = self.guard
-        if np.any(self.arena[:g] != GUARD) or np.any(
-            self.arena[g + self.program.arena_bytes :] != GUARD
-        ):
-            self.fail("guard bytes around the arena were overwritten")
+        for d, arena in self.arenas.items():
+            size = self.program.arena_of(d)
+            if np.any(arena[:g] != GUARD) or np.any(arena[g + size :] != GUARD):
+                self.fail(f"guard bytes around the arena{self.of(d)} were overwritten")
         return outputs
+
+
+class _Lanes:
+    """The lanes' step queues and which collective instances have arrived at their heads."""
+
+    def __init__(self, program: Program):
+        self.nodes = program.graph.nodes
+        self.queues: dict[Lane, deque[Step]] = {}
+        for stream, steps in program.streams.items():
+            for step in steps:
+                self.queues.setdefault((step.device, stream), deque()).append(step)
+        receiver = {n.operands[0]: i for i, n in enumerate(self.nodes) if n.op == "recv"}
+        self.partner: dict[int, int] = {}  # send <-> recv node indices
+        for i, n in enumerate(self.nodes):
+            if n.op == "send" and n.name in receiver:
+                self.partner[i] = receiver[n.name]
+                self.partner[receiver[n.name]] = i
+
+    def party(self, step: Step) -> list[tuple[Lane, int]] | None:
+        """The (lane, node) heads a collective step needs at once; None for other steps."""
+        node = self.nodes[step.node]
+        if step.kind != "launch":
+            return None
+        if node.op in GROUP_COLLECTIVES:
+            return [((d, node.stream), step.node) for d in node.devices]
+        if node.op in ("send", "recv") and step.node in self.partner:
+            other = self.partner[step.node]
+            peer = self.nodes[other]
+            mine = ((step.device, node.stream), step.node)
+            return sorted([mine, ((peer.devices[0], peer.stream), other)], key=lambda x: x[1])
+        return None
+
+    def arrived(self, lane: Lane, node: int) -> bool:
+        q = self.queues.get(lane)
+        return q is not None and q[0].node == node
+
+    def blocked(self) -> str:
+        """Why no lane can move: each waiting collective and event, named."""
+        why = []
+        for (d, s), q in sorted(self.queues.items()):
+            step = q[0]
+            party = self.party(step)
+            if step.kind == "wait":
+                why.append(f"stream {s} of device {d} waits on ^{step.name}, never recorded")
+                continue
+            node = self.nodes[step.node]
+            for lane, index in party or ():
+                if not self.arrived(lane, index):
+                    other = self.queues.get(lane)
+                    at = f"at '%{other[0].name}'" if other else "finished"
+                    why.append(
+                        f"{node.op} '%{node.name}' on device {d} waits for device {lane[0]} "
+                        f"(its stream {lane[1]} is {at})"
+                    )
+        return "; ".join(dict.fromkeys(why))
 
 
 def execute(
@@ -208,7 +317,7 @@ def execute(
     check_reads: bool = True,
     strict: bool = True,
 ) -> Execution:
-    """Run `program`; `seed=None` runs the streams in issue order (the host's order)."""
+    """Run `program`; `seed=None` runs the lanes in issue order (the host's order)."""
     machine = _Machine(
         program,
         _checked_arrays(inputs, program, program.inputs, "input"),
@@ -217,33 +326,40 @@ def execute(
         check_reads,
         strict,
     )
-    queues = {s: deque(steps) for s, steps in program.streams.items() if steps}
-    recorded: set[str] = set()
+    lanes = _Lanes(program)
+    queues = lanes.queues
+    recorded: set[tuple[str, int]] = set()
     rng = np.random.default_rng(seed) if seed is not None else None
     trace: list[tuple[int, Step]] = []
+
+    def is_ready(lane: Lane, step: Step) -> bool:
+        if step.kind == "wait":
+            return ignore_events or (step.name, lane[0]) in recorded
+        party = lanes.party(step)
+        return party is None or all(lanes.arrived(other, node) for other, node in party)
+
     while queues:
-        ready = [
-            s
-            for s, q in queues.items()
-            if q[0].kind != "wait" or ignore_events or q[0].name in recorded
-        ]
+        ready = [lane for lane, q in queues.items() if is_ready(lane, q[0])]
         if not ready:
-            raise PlanViolation(
-                "deadlock: every stream waits on an event not yet recorded ("
-                + ", ".join(f"stream {s}: ^{q[0].name}" for s, q in queues.items())
-                + ")"
-            )
+            raise PlanViolation("deadlock: " + lanes.blocked())
         if rng is None:
-            stream = min(ready, key=lambda s: queues[s][0].node)
+            lane = min(ready, key=lambda x: (queues[x][0].node, x[0]))
         else:
-            stream = ready[int(rng.integers(len(ready)))]
-        step = queues[stream].popleft()
-        if not queues[stream]:
-            del queues[stream]
-        trace.append((stream, step))
-        if step.kind == "launch":
+            lane = ready[int(rng.integers(len(ready)))]
+        step = queues[lane][0]
+        party = lanes.party(step)
+        taken = party if party is not None else [(lane, step.node)]
+        for other, _ in taken:
+            done = queues[other].popleft()
+            trace.append((other[1], done))
+            if not queues[other]:
+                del queues[other]
+        if step.kind == "record":
+            recorded.add((step.name, lane[0]))
+        elif party is None and step.kind == "launch":
             machine.launch(step)
-        elif step.kind == "record":
-            recorded.add(step.name)
+        elif party is not None:
+            last = program.graph.nodes[taken[-1][1]]  # the recv of a pair, else the collective
+            machine.collective(last)
     outputs = machine.finish()
     return Execution(outputs, trace, machine.violations)

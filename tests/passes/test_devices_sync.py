@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import optgraph as og
+from optgraph.analysis.deadlocks import find_deadlocks
 from optgraph.analysis.happens_before import GROUP_COLLECTIVES, HappensBefore, instance_reads
 from optgraph.analysis.races import find_races
 from optgraph.ir.graph import Graph
@@ -99,6 +100,7 @@ def test_synced_device_graphs_are_race_free(graph: Graph, schedule: tuple[str, i
     assert hb.unordered_data_edges() == []
     assert hb.joined_at_end()
     assert find_races(synced) == []
+    assert find_deadlocks(synced) == []
     assert not ground_truth_racy(synced)
     assert og.parse(og.print_graph(synced)) == synced
 
