@@ -20,6 +20,8 @@ from rich.text import Text
 
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph
+from optgraph.passes.manager import parse_pipeline
+from optgraph.passes.tensor_parallel import shard_weights
 from optgraph.program import compile as compile_program
 from optgraph.program import run_on_cuda
 
@@ -80,6 +82,7 @@ def load_values(
 # changes the order of reductions (an all_reduce sums partial products), so f32 is not
 # bit-identical; narrow dtypes round partial results once more.
 SPLIT_BOUNDS: dict[str, float] = {"f32": 1e-12, "f16": 1e-6, "bf16": 1e-4}
+SPLITTING = ("tensor-parallel", "pipeline-parallel")
 
 
 def device_pipeline(graph: Graph, pipeline: str, devices: int) -> tuple[str, bool]:
@@ -93,6 +96,8 @@ def device_pipeline(graph: Graph, pipeline: str, devices: int) -> tuple[str, boo
     if devices == 1 and not annotated:
         return pipeline, False
     if not annotated:
+        if any(p.name in SPLITTING for p in parse_pipeline(pipeline)):  # the pipeline splits it
+            return pipeline, True
         return f"tensor-parallel{{ways={devices}}},{pipeline}", True
     if count != devices:
         raise OptGraphError(
@@ -112,7 +117,8 @@ def run_on_cpu(
 ) -> dict[str, Any]:
     """The compiled program on the planned executor: a NumPy arena at the planned offsets (the
     `options`, which shape CUDA lowering and launches, do not apply)."""
-    return compile_program(graph, pipeline, target="cpu").run(inputs, weights)
+    program = compile_program(graph, pipeline, target="cpu")
+    return program.run(inputs, shard_weights(graph, program.graph, weights))  # pieces of a split
 
 
 RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {

@@ -14,8 +14,9 @@ across it wins (in a decoder: between layers or between a layer's attention and 
 the residual stream crosses; the nearest to the target breaks ties). With `memory-budget=BYTES`
 the stages are filled instead, in issue order, until the next node's weights would take the
 stage's weight bytes over the budget; the cut is then the cheapest position (fewest bytes across)
-in the last quarter of the stage's weight bytes. It is an error when N stages cannot hold the
-weights, or one node's weights exceed the budget (the message names the node).
+in the last quarter of the stage's weight bytes; fewer stages (devices) when fewer hold the
+weights. It is an error when N stages cannot hold them, or one node's weights exceed the budget
+(the message names the node).
 
 Every node runs on its stage's device; a value read by a later stage is sent once to each stage
 that reads it, the send and recv issued where that stage starts. Inputs and weights are placed on

@@ -30,9 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import ClassVar
-
-import numpy as np
+from typing import TYPE_CHECKING, ClassVar
 
 from optgraph.analysis.tensor_shards import (
     ShardRecipe,
@@ -47,6 +45,9 @@ from optgraph.errors import PipelineError, Span, VerifyError
 from optgraph.ir.graph import AttrValue, Graph, Node, Weight
 from optgraph.ir.ops import attrs_with_defaults, get_op
 from optgraph.passes.base import Pass
+
+if TYPE_CHECKING:  # `optgraph passes` and the other light commands load no NumPy
+    import numpy as np
 
 MAX_WAYS = 1024
 Attrs = Mapping[str, AttrValue]

@@ -13,8 +13,7 @@ option or pass name, or an option without a value. The property, for each pipeli
   bit-identical when the pipeline only schedules, within fusion's tolerance of
   tests/passes/test_fuse.py when it fuses (`fuse`, `fuse-siblings` or `default`) or splits matmuls
   (`tensor-parallel`: row-parallel partial sums are added in another order). A graph placed on
-  several devices has a plan per device, which the one-arena planned executor cannot run: its
-  reference result is compared instead.
+  several devices runs on the planned executor's emulated devices.
 
 CI runs a derandomizable sample (`examples(80)`); `HYPOTHESIS_PROFILE=fuzz` runs ~83 times more.
 """
@@ -95,10 +94,7 @@ def _assert_equal_to_reference(source: Graph, planned: Graph, pipeline: str, see
     inputs, weights = random_inputs(source, seed), random_weights(source, seed)
     want = run_reference(source, inputs, weights)
     used = shard_weights(source, planned, weights)  # tensor-parallel's pieces; the rest as is
-    if planned.device_count() > 1:  # per-device arenas: this executor runs one; the reference
-        got = run_reference(planned, inputs, used)
-    else:
-        got = execute(lower(planned), inputs, used, seed=seed).outputs
+    got = execute(lower(planned), inputs, used, seed=seed).outputs
     assert list(got) == list(want)
     fuses = any(p in pipeline for p in REROUNDING)
     for name, value in want.items():

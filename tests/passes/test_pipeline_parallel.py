@@ -109,13 +109,12 @@ def test_refuses_a_placed_graph() -> None:
         _stage(staged, "stages=2")
 
 
-def test_report_gives_the_fullest_device_weight_bytes() -> None:
+def test_report_gives_weight_bytes_per_device() -> None:
     staged = _stage(DECODER, "stages=2")
-    per_device = [
+    per_device = tuple(
         sum(w.type.nbytes for w in staged.weights if d in w.ann.devices) for d in range(2)
-    ]
+    )
     report = compute_report(staged)
-    assert report.devices == 2 and report.max_device_weight_bytes == max(per_device)
-    assert max(per_device) < sum(w.type.nbytes for w in DECODER.weights)
-    single = compute_report(DECODER)
-    assert single.devices is None and single.max_device_weight_bytes is None
+    assert report.devices == 2 and report.weight_bytes_per_device == per_device
+    assert sum(per_device) == sum(w.type.nbytes for w in DECODER.weights)  # nothing shared
+    assert compute_report(DECODER).devices is None
