@@ -21,13 +21,6 @@ from tests.support.placed_graphs import COLLECTIVES, FOUR_DEVICES, ONE_MEMBER, T
 from tests.support.rank_emulator import expected_sent, run_rank_emulated
 
 GRAPHS = {"collectives": COLLECTIVES, "tp_pp": TP_PP, "four": FOUR_DEVICES, "one": ONE_MEMBER}
-# plan-memory across devices (mgpu-core) gives a value that a collective reads a `visible` at the
-# collective itself, so its buffer is reused while still read: in tp_pp, %g and %r share bytes
-# on device 1 and %o = mul(%r, %g) reads one of them wrong; in the tensor-parallel Llama, the
-# logits' all_gather is planned over rank 1's operand. Strict, so the fix shows up here.
-PLANNER_BUG = pytest.mark.xfail(
-    strict=True, reason="per-device lifetimes: an operand free at its collective (mgpu-core)"
-)
 
 
 def planned(text: str, pipeline: str) -> Graph:
@@ -101,14 +94,8 @@ def test_planned_rank_programs_use_their_arena_and_streams() -> None:
 
 
 @pytest.mark.skipif(not cuda_emulator.available(), reason="needs g++ (C++20)")
-@pytest.mark.parametrize(
-    ("name", "pipeline"),
-    [(n, "none") for n in sorted(GRAPHS)]
-    + [
-        pytest.param(n, "default", marks=[PLANNER_BUG] if n == "tp_pp" else [])
-        for n in sorted(GRAPHS)
-    ],
-)
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+@pytest.mark.parametrize("pipeline", ["none", "default"])
 def test_each_rank_alone_in_the_emulator_equals_the_reference(name: str, pipeline: str) -> None:
     graph = og.parse(GRAPHS[name])
     ranks = lower_ranks(planned(GRAPHS[name], pipeline))
@@ -160,7 +147,7 @@ def test_sliced_weights_fit_the_split_graph_and_keep_its_results(split: str) -> 
 
 
 @pytest.mark.skipif(not cuda_emulator.available(), reason="needs g++ (C++20)")
-@pytest.mark.parametrize("split", [pytest.param(SPLITS[0], marks=PLANNER_BUG), SPLITS[1]])
+@pytest.mark.parametrize("split", SPLITS)
 def test_each_rank_of_a_split_llama_in_the_emulator_equals_the_reference(split: str) -> None:
     from optgraph.program_devices import parallel_weights
 

@@ -8,8 +8,7 @@ the graphs run across them through NCCL, one spawned process per GPU, outputs ga
 compared with the single-device reference, the replay equal to the first run bit for bit.
 
 Each graph runs *unplanned* (one buffer per value: the NCCL path alone) and through the default
-pipeline (memory planned per device). The planned cases that hit the per-device lifetimes bug
-(tests/codegen/test_rank_programs.py, PLANNER_BUG) are strict xfails here too.
+pipeline (memory planned per device).
 """
 
 from __future__ import annotations
@@ -36,9 +35,6 @@ ROOT = Path(__file__).resolve().parents[2]
 GPUS = int(cupy.cuda.runtime.getDeviceCount())
 TWO_GPUS = pytest.mark.skipif(GPUS < 2, reason=f"needs 2 GPUs ({GPUS} present)")
 FOUR_GPUS = pytest.mark.skipif(GPUS < 4, reason=f"needs 4 GPUs ({GPUS} present)")
-PLANNER_BUG = pytest.mark.xfail(
-    strict=True, reason="per-device lifetimes: an operand free at its collective (mgpu-core)"
-)
 PLACED = {"collectives": COLLECTIVES, "tp_pp": TP_PP, "four": FOUR_DEVICES}
 LLAMA = {
     "layers": 2, "hidden": 128, "heads": 4, "kv_heads": 2, "ffn": 256, "vocab": 256,
@@ -62,13 +58,9 @@ def prepared(source: Graph, split: str, planning: str) -> Graph:
     return og.compile(source, f"{split},default" if split else "default", "cpu").graph
 
 
-def cases(names: list[str], bugs: set[str]) -> list[object]:
-    """(name, planning) for each name, both plannings, the known-bug ones marked."""
-    return [
-        pytest.param(n, p, marks=[PLANNER_BUG] if (n, p) in {(b, "default") for b in bugs} else [])
-        for n in names
-        for p in ("unplanned", "default")
-    ]
+def cases(names: list[str]) -> list[tuple[str, str]]:
+    """(name, planning) for each name, unplanned and through the default pipeline."""
+    return [(n, p) for n in names for p in ("unplanned", "default")]
 
 
 def run_ranks(graph: Graph, source: Graph) -> list[str]:
@@ -90,12 +82,12 @@ def test_one_rank_with_a_one_member_nccl_communicator(planning: str) -> None:
     assert run_ranks(prepared(source, "", planning), source) == ["0"]
 
 
-@pytest.mark.parametrize(("name", "planning"), cases(sorted(PLACED), {"tp_pp"}))
+@pytest.mark.parametrize(("name", "planning"), cases(sorted(PLACED)))
 def test_each_rank_alone_on_one_gpu(name: str, planning: str) -> None:
     check_ranks_alone(og.parse(PLACED[name]), "", planning, bound=1e-7)
 
 
-@pytest.mark.parametrize(("split", "planning"), cases([TP, PP], {TP}))
+@pytest.mark.parametrize(("split", "planning"), cases([TP, PP]))
 def test_each_llama_rank_alone_on_one_gpu(split: str, planning: str) -> None:
     check_ranks_alone(llama(), split, planning, bound=1e-6)
 
@@ -121,7 +113,7 @@ def check_ranks_alone(source: Graph, split: str, planning: str, bound: float) ->
 
 
 @TWO_GPUS
-@pytest.mark.parametrize(("name", "planning"), cases(["collectives", "tp_pp"], {"tp_pp"}))
+@pytest.mark.parametrize(("name", "planning"), cases(["collectives", "tp_pp"]))
 def test_two_gpus_run_placed_graphs(name: str, planning: str) -> None:
     source = og.parse(PLACED[name])
     assert run_ranks(prepared(source, "", planning), source) == ["0", "0"]
@@ -136,14 +128,14 @@ def test_four_gpus_run_sub_groups(planning: str) -> None:
 
 @TWO_GPUS
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
-@pytest.mark.parametrize(("split", "planning"), cases([TP, PP], {TP}))
+@pytest.mark.parametrize(("split", "planning"), cases([TP, PP]))
 def test_two_gpus_run_a_split_llama(split: str, planning: str, dtype: str) -> None:
     source = llama(dtype)
     run_ranks(prepared(source, split, planning), source)
 
 
 @TWO_GPUS
-@pytest.mark.parametrize("split", [pytest.param(TP, marks=PLANNER_BUG), PP])
+@pytest.mark.parametrize("split", [TP, PP])
 def test_og_compile_on_two_gpus(split: str) -> None:
     source = llama()
     inputs, weights, want = reference(source)
