@@ -147,23 +147,6 @@ def _compile_outputs(
     return lines
 
 
-DEVICES_HELP = (
-    "run on N devices: cuda, N GPUs (one process each, NCCL); cpu, N emulated devices. A graph "
-    "not placed on devices gets tensor-parallel{ways=N} first"
-)
-
-
-def _device_count(text: str) -> int:
-    """`--devices`: a positive integer."""
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {count}")
-    return count
-
-
 def _seed(text: str) -> int:
     """`--seed`'s type: `cli_run.seed_value`, imported only when a seed is given."""
     from optgraph.cli_run import seed_value
@@ -286,12 +269,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             pdl=not args.no_pdl,
             use_graph=not args.no_graph,
         )
-        on = device if args.devices is None else f"{args.devices} {device} devices"
-        with progress.phase(f"compile and run on {on}"):
+        pipeline, split = device_pipeline(graph, _pipeline(args), args.devices)
+        # cuda: one process per GPU through NCCL (runtime/multi_gpu.py) for several devices.
+        on_gpus = {"devices": args.devices} if device == "cuda" else {}
+        with progress.phase(f"compile and run on {device}"):
             results = RUNNERS[device](
-                graph, inputs, weights, pipeline=_pipeline(args), options=options,
-                devices=args.devices,
-            )  # fmt: skip
+                graph, inputs, weights, pipeline=pipeline, options=options, **on_gpus
+            )
         if args.save_outputs is not None:
             from optgraph.output_files import write_npz
 
@@ -357,10 +341,17 @@ def _add_run(sub: Any) -> None:
     p.add_argument("model", metavar="MODEL.ir")
     p.add_argument("--device", choices=DEVICES, help="default: cuda when usable, else cpu")
     p.add_argument("--check", action="store_true", help="compare with the reference interpreter")
+    p.add_argument(
+        "--devices",
+        type=_device_count,
+        default=1,
+        metavar="N",
+        help="N devices: cuda, N GPUs (a process each, NCCL); cpu, N emulated devices (a graph "
+        "without device annotations is split first)",
+    )
     p.add_argument("--inputs", metavar="FILE.npz", help="input arrays by name")
     p.add_argument("--weights", metavar="FILE", help="weights (.npz or .safetensors)")
     p.add_argument("--seed", type=_seed, default=0, help="seed for random inputs and weights")
-    p.add_argument("--devices", type=_device_count, metavar="N", help=DEVICES_HELP)
     p.add_argument("-p", "--pipeline", default="default", help="pipeline for --device cuda")
     p.add_argument(
         "--save-outputs", metavar="FILE.npz", help="write the outputs by name (as --inputs reads)"

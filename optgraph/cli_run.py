@@ -83,11 +83,11 @@ def run_on_cpu(
     *,
     pipeline: str = "default",
     options: LoweringOptions | None = None,
-    devices: int | None = None,
 ) -> dict[str, Any]:
     """The compiled program on the planned executor: a NumPy arena at the planned offsets (the
-    `options`, which shape CUDA lowering and launches, do not apply), on `devices` devices."""
-    return compile_program(graph, pipeline, target="cpu", devices=devices).run(inputs, weights)
+    `options`, which shape CUDA lowering and launches, do not apply)."""
+    program = compile_program(graph, pipeline, target="cpu")
+    return program.run(inputs, shard_weights(graph, program.graph, weights))  # pieces of a split
 
 
 RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {

@@ -49,19 +49,24 @@ def _int(node: Node, key: str) -> int:
 
 
 def _check_buffers(
-    node: Node, src: Location, src_bytes: int, dst: Location, dst_bytes: int
+    node: Node, rank: int, rows: int, src: Location, src_bytes: int, dst: Location, dst_bytes: int
 ) -> None:
-    """NCCL reads the operand while it writes the result: the two may be the very same buffer
-    (an in-place all_reduce) but must not overlap otherwise."""
+    """NCCL reads the operand while it writes the result: they must not overlap, except in
+    NCCL's in-place forms (an all_reduce on one buffer; an all_gather whose operand is this
+    rank's chunk of the result) and a gather through scratch (rows > 1: the operand is read
+    into scratch before the result is written)."""
+    a = Extent(src.space, src.key, src.offset, src_bytes)
+    if not a.overlaps(Extent(dst.space, dst.key, dst.offset, dst_bytes)):
+        return
     if node.op == "all_reduce" and src == dst:
         return
-    a = Extent(src.space, src.key, src.offset, src_bytes)
-    if a.overlaps(Extent(dst.space, dst.key, dst.offset, dst_bytes)):
-        raise CodegenError(
-            f"{node.op}: '%{node.name}' is planned over its operand '%{node.operands[0]}' "
-            "(NCCL reads one while writing the other); plan memory again",
-            node.span,
-        )
+    if node.op == "all_gather" and (rows > 1 or src == dst.shifted(rank * src_bytes)):
+        return
+    raise CodegenError(
+        f"{node.op}: '%{node.name}' is planned over its operand '%{node.operands[0]}' "
+        "(NCCL reads one while writing the other); plan memory again",
+        node.span,
+    )
 
 
 def collective_step(
@@ -83,7 +88,8 @@ def collective_step(
         if node.op == "all_gather":
             axis = _int(node, "axis") % max(len(out.shape), 1)
             rows = prod(out.shape[:axis])
-        _check_buffers(node, roles["in0"], src_type.nbytes, roles["out"], out.nbytes)
+        rank = group.index(device)
+        _check_buffers(node, rank, rows, roles["in0"], src_type.nbytes, roles["out"], out.nbytes)
         return CollectiveStep(
             node.name, node.stream, node.op, group, group.index(device), out.dtype,
             src_type.numel, roles["in0"], roles["out"], rows,

@@ -85,7 +85,13 @@ class MultiGpuProgram:
         if len(self.devices) != ranks.world:
             raise OptGraphError(f"{ranks.world} ranks but {len(self.devices)} devices given")
         nccl_environment()
-        found = int(cupy().cuda.runtime.getDeviceCount())
+        try:
+            found = int(cupy().cuda.runtime.getDeviceCount())
+        except Exception as err:  # noqa: BLE001 - no CuPy or no driver: say so, no traceback
+            raise OptGraphError(
+                f"graph '{ranks.graph.name}' runs on {ranks.world} GPUs but none is usable "
+                f"(CuPy missing or no device: {err})"
+            ) from None
         if found <= max(self.devices, default=0):
             raise OptGraphError(
                 f"graph '{ranks.graph.name}' runs on {ranks.world} GPUs "

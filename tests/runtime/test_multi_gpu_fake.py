@@ -16,9 +16,9 @@ from optgraph.codegen.rank_programs import lower_ranks
 from optgraph.errors import InputError, OptGraphError
 from optgraph.program_devices import MultiDeviceRunner, device_pipeline
 from optgraph.runtime.reference import random_inputs, run_reference
-from tests.support.placed_graphs import COLLECTIVES, FOUR_DEVICES, ONE_MEMBER
 from tests.support.fake_cupy import fake_cupy, install_in_process
 from tests.support.fake_nccl import NcclCommunicator
+from tests.support.placed_graphs import COLLECTIVES, FOUR_DEVICES, ONE_MEMBER
 
 
 def failing_setup() -> None:
@@ -209,3 +209,13 @@ def test_a_split_llama_runs_and_times_with_its_caches_bound_in_place(
     assert medians == [0.25, 0.25]
     # Each rank: the run's capture, then the in-place variant's (the caches bound in place).
     assert fake.instantiations == 4
+
+
+def test_no_cupy_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from optgraph.runtime.multi_gpu import MultiGpuProgram
+
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy raises ImportError
+    with pytest.raises(OptGraphError, match="runs on 2 GPUs but none is usable"):
+        MultiGpuProgram(lower_ranks(og.parse(COLLECTIVES)), {}, launcher="thread")

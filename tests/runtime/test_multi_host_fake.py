@@ -26,8 +26,8 @@ from optgraph.runtime.multi_host import (
 )
 from optgraph.runtime.reference import random_inputs, run_reference
 from tests.support import fake_nccl
-from tests.support.placed_graphs import COLLECTIVES
 from tests.support.fake_cupy import fake_cupy
+from tests.support.placed_graphs import COLLECTIVES
 
 
 def free_port() -> int:
