@@ -67,6 +67,10 @@ def _softmax(x: Any, axis: int) -> Any:
 
 
 def _attention(node: Node, attrs: Mapping[str, Any]) -> Fn:
+    extras = attrs.get("masked") or attrs.get("window") or attrs.get("softcap")
+    if extras or (attrs["causal"] and attrs.get("causal_align") != "bottom_right"):
+        raise NotImplementedError(f"attention %{node.name}: masks, windows, softcap, top-left")
+
     def run(q: Any, k: Any, v: Any, kv_len: Any = None) -> Any:
         sq, d, skv = q.shape[2], q.shape[3], k.shape[2]
         group = q.shape[1] // k.shape[1]

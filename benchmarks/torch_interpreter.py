@@ -110,8 +110,16 @@ def _rope(theta: float, head_dim: int, device: torch.device) -> Fn:
     return run
 
 
+def _refuse_attention_extras(node: Node, attrs: Mapping[str, Any]) -> None:
+    """This baseline runs causal / kv_len[1] attention only; say so rather than differ."""
+    extras = attrs["masked"] or attrs["window"] or attrs["softcap"]
+    if extras or (attrs["causal"] and attrs["causal_align"] != "bottom_right"):
+        raise NotImplementedError(f"attention %{node.name}: masks, windows, softcap, top-left")
+
+
 def _attention(node: Node, q_shape: Sequence[int], kv_shape: Sequence[int], device: Any) -> Fn:
     attrs = attrs_with_defaults(node)
+    _refuse_attention_extras(node, attrs)
     sq, d, skv = q_shape[2], q_shape[3], kv_shape[2]
     scale = attrs.get("scale")
     factor = 1.0 / math.sqrt(d) if scale is None else float(scale)

@@ -192,4 +192,6 @@ def _row_score(shape: AttentionShape, scaled: str) -> str:
         return f"    sc[j] = {scaled};"
     seen = shape.seen_expr("t0 + j", "lo", "moff")
     score = shape.score_expr(scaled, "t0 + j", "moff")
-    return f"    sc[j] = {seen} ? {score} : {f32_literal(float('-inf'))};"
+    if not seen:
+        return f"    sc[j] = {score};"
+    return f"    sc[j] = ({seen}) ? {score} : {f32_literal(float('-inf'))};"

@@ -246,9 +246,9 @@ def _score_line(s: AttentionShape) -> str:
     scaled = f"dot * {f32_literal(s.scale)}"
     if not s.has_extras:
         return f"    sc[u] = (j0 + u < k1 && j0 + u < lim[r]) ? {scaled} : {NEG_INF};"
-    seen = s.seen_expr("j0 + u", "lo[r]", "moff[r]")
+    seen = s.seen_and("j0 + u < k1 && j0 + u < lim[r]", "j0 + u", "lo[r]", "moff[r]")
     score = s.score_expr(scaled, "j0 + u", "moff[r]")
-    return f"    sc[u] = (j0 + u < k1 && j0 + u < lim[r] && {seen}) ? {score} : {NEG_INF};"
+    return f"    sc[u] = ({seen}) ? {score} : {NEG_INF};"
 
 
 def _share_warps(s: AttentionShape, lay: _Layout) -> list[str]:

@@ -302,9 +302,9 @@ def _score_line(s: AttentionShape) -> str:
     scaled = f"part[r][0] * {f32_literal(s.scale)}"
     if not s.has_extras:
         return f"    const float sc = key < lim[r] ? {scaled} : {NEG_INF};"
-    seen = s.seen_expr("key", "lo[r]", "moff[r]")
+    seen = s.seen_and("key < lim[r]", "key", "lo[r]", "moff[r]")
     score = s.score_expr(scaled, "key", "moff[r]")
-    return f"    const float sc = (key < lim[r] && {seen}) ? {score} : {NEG_INF};"
+    return f"    const float sc = ({seen}) ? {score} : {NEG_INF};"
 
 
 def _accumulate(s: AttentionShape) -> list[str]:

@@ -136,14 +136,19 @@ class AttentionShape:
 
     def seen_expr(self, key: str, low: str, moff: str) -> str:
         """C condition beyond the row's upper limit: inside the window, allowed by a bool mask
-        ("true" when neither applies)."""
+        ("" when neither applies; `seen_and` joins it to another condition)."""
         conds = []
         if self.window:
             conds.append(f"(long long)({key}) >= {low}")
         if self.mask is not None and self.mask.dtype == "bool":
             at = f"{moff} + (unsigned long long)({key}) * {self.mask.strides[3]}ull"
             conds.append(f"{self.mask.arg}[{at}] != 0")
-        return " && ".join(conds) if conds else "true"
+        return " && ".join(conds)
+
+    def seen_and(self, limit: str, key: str, low: str, moff: str) -> str:
+        """`limit && seen_expr(...)`, or `limit` alone."""
+        seen = self.seen_expr(key, low, moff)
+        return f"{limit} && {seen}" if seen else limit
 
     def score_expr(self, scaled: str, key: str, moff: str) -> str:
         """C expression of a seen key's score from `scaled` = (q·k)·scale: the softcap, then a

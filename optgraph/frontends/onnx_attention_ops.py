@@ -109,9 +109,10 @@ def _mask(
         raised = raised_mask_attrs(value, q.shape[2], skv) if may_raise else None
         if raised is not None:
             return None, raised
-        if value.dtype != np.bool_:
-            value = value.astype(numpy_dtype(q.dtype))
-        return ctx.draft.constant(value, "attn_mask"), {"masked": True}
+        if short:  # the padded copy replaces the initializer
+            if value.dtype != np.bool_:
+                value = value.astype(numpy_dtype(q.dtype))
+            return ctx.draft.constant(value, "attn_mask"), {"masked": True}
     return _mask_operand(ctx, node, ctx.name(name), q.dtype), {"masked": True}
 
 

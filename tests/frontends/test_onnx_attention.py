@@ -124,3 +124,12 @@ def test_a_short_mask_input_is_padded_in_the_graph() -> None:
     feeds |= {"past_key": _randn(1, 2, 4, 8), "past_value": _randn(1, 2, 4, 8)}
     attrs = _check(_model(feeds, {"is_causal": 1}, 23), feeds)
     assert attrs["masked"] and attrs["causal"]
+
+
+def test_a_full_float_mask_initializer_stays_a_weight() -> None:
+    feeds = {"Q": _randn(1, 2, 3, 8), "K": _randn(1, 2, 7, 8), "V": _randn(1, 2, 7, 8)}
+    model = _model(feeds, {}, 23, {"attn_mask": _randn(3, 7)})
+    attrs = _check(model, feeds)
+    assert attrs["masked"] and attrs["operands"] == 4
+    graph, _ = from_onnx(model)
+    assert "attn_mask" in [w.name for w in graph.weights]

@@ -193,7 +193,7 @@ __device__ __forceinline__ void og_attention_decode_ab799052b5a3_part(const dim3
   if (threadIdx.x == 0) og_cnt_b9eb84f2a9bc[tile] = 0u;
 }
 
-__device__ __forceinline__ void og_attention_tiled_f72b28952d0f_part(const dim3 og_block_idx, const dim3 og_grid_dim, og_f16* out, const og_f16* in0, const og_f16* in1, const og_f16* in2, const og_f16* in3) {
+__device__ __forceinline__ void og_attention_tiled_0eeb8a47f611_part(const dim3 og_block_idx, const dim3 og_grid_dim, og_f16* out, const og_f16* in0, const og_f16* in1, const og_f16* in2, const og_f16* in3) {
   const long long SQ = 32LL;
   const unsigned int qt = 1u - og_block_idx.x, h = og_block_idx.y, bz = og_block_idx.z;
   const unsigned int hk = h / 1u;
@@ -350,7 +350,7 @@ for (int r = 0; r < 2; ++r) {
     const unsigned int key = k0 + (unsigned int)lane;
     #pragma unroll
   for (int r = 0; r < 2; ++r) {
-      const float sc = (key < lim[r] && true) ? (part[r][0] * 1.250000000e-01f + og_f16_to_f32(in3[moff[r] + (unsigned long long)(key) * 1ull])) : __int_as_float(0xff800000);
+      const float sc = (key < lim[r]) ? (part[r][0] * 1.250000000e-01f + og_f16_to_f32(in3[moff[r] + (unsigned long long)(key) * 1ull])) : __int_as_float(0xff800000);
       float mx = sc;
       for (int o = 16; o > 0; o >>= 1) mx = og_max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
       mx = og_max(mx, m[r]);
@@ -604,7 +604,7 @@ for (int r = 0; r < 2; ++r) {
   }
 }
 
-extern "C" __global__ void og_merged_b859694a10ed(og_f16* m0_out, const og_f16* m0_in0, const og_f16* m0_in1, const og_f16* m0_in2, const int* m0_in3, const unsigned char* m0_in4, og_f16* m1_out, const og_f16* m1_in0, const og_f16* m1_in1, const og_f16* m1_in2, const og_f16* m1_in3, og_f16* m2_out, const og_f16* m2_in0, const og_f16* m2_in1, const og_f16* m2_in2) {
+extern "C" __global__ void og_merged_0b1b8be2e461(og_f16* m0_out, const og_f16* m0_in0, const og_f16* m0_in1, const og_f16* m0_in2, const int* m0_in3, const unsigned char* m0_in4, og_f16* m1_out, const og_f16* m1_in0, const og_f16* m1_in1, const og_f16* m1_in2, const og_f16* m1_in3, og_f16* m2_out, const og_f16* m2_in0, const og_f16* m2_in1, const og_f16* m2_in2) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   {
@@ -613,7 +613,7 @@ extern "C" __global__ void og_merged_b859694a10ed(og_f16* m0_out, const og_f16* 
     og_attention_decode_ab799052b5a3_part(dim3{og_b % 4u, (og_b / 4u) % 2u, og_b / 8u}, dim3{4u, 2u, 2u}, m0_out, m0_in0, m0_in1, m0_in2, m0_in3, m0_in4);
   } else if (og_b < 24u) {
     const unsigned int og_r = og_b - 16u;
-    og_attention_tiled_f72b28952d0f_part(dim3{og_r % 2u, (og_r / 2u) % 4u, 0u}, dim3{2u, 4u, 1u}, m1_out, m1_in0, m1_in1, m1_in2, m1_in3);
+    og_attention_tiled_0eeb8a47f611_part(dim3{og_r % 2u, (og_r / 2u) % 4u, 0u}, dim3{2u, 4u, 1u}, m1_out, m1_in0, m1_in1, m1_in2, m1_in3);
   } else {
     const unsigned int og_r = og_b - 24u;
     og_attention_tiled_420ca568112a_part(dim3{og_r % 2u, (og_r / 2u) % 4u, 0u}, dim3{2u, 4u, 1u}, m2_out, m2_in0, m2_in1, m2_in2);
