@@ -150,14 +150,14 @@ def _yarn(
     if context is not None:
         yield {**attrs, "original_max_position": context}
     if inside.any():  # not truncated: the ramp's line gives the original length
-        i, r = np.flatnonzero(inside), ramp[inside]
-        if i.size >= 2:
-            slope = float((r[-1] - r[0]) / (i[-1] - i[0]))
-            low = float(i[0] - r[0] / slope)
+        at, r = np.flatnonzero(inside), ramp[inside]
+        if at.size >= 2:
+            slope = float((r[-1] - r[0]) / (at[-1] - at[0]))
+            low = float(at[0] - r[0] / slope)
         else:  # one point: the ramp starts at 0 (a negative low clamps there)
-            slope, low = float(r[0] / i[0]), 0.0
-        context = length(32, low) if low > 1e-3 else length(1, low + 1 / slope)
-        yield {**attrs, "original_max_position": round(context), "truncate": False}
+            slope, low = float(r[0] / at[0]), 0.0
+        unclamped = length(32, low) if low > 1e-3 else length(1, low + 1 / slope)
+        yield {**attrs, "original_max_position": round(unclamped), "truncate": False}
 
 
 def _roundest_integer(lower: float, upper: float) -> int | None:
