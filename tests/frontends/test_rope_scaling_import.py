@@ -147,8 +147,10 @@ class HfRopeFromArange(HfRope):
         return super().forward(q, positions)
 
 
-@pytest.mark.parametrize(("parameters", "partial", "expected"), [CASES[2], CASES[4], CASES[0]])
-@pytest.mark.parametrize("start", [0, 37])
+@pytest.mark.parametrize(
+    ("parameters", "partial", "expected", "start"),
+    [(*CASES[2], 37), (*CASES[4], 0), (*CASES[0], 5)],
+)
 def test_constant_tables_raise_to_rope_with_constant_positions(
     parameters: dict[str, object], partial: float | None, expected: dict[str, object], start: int
 ) -> None:
