@@ -40,6 +40,7 @@ import numpy as np
 
 from optgraph.frontends.draft import Draft
 from optgraph.frontends.raise_attention_masks import attention_kv_len
+from optgraph.frontends.raising_constant_rope import constant_table_rope, rope_layout
 from optgraph.frontends.raising_gqa import shared_kv_heads
 from optgraph.frontends.raising_partial_rope import partial_rope
 from optgraph.frontends.raising_probe import PSEUDO_KERNELS, ancestors, probe
@@ -283,20 +284,6 @@ def _table(
     return probe(draft, table_cone, {pos: positions}).astype(np.float64)
 
 
-def _rope_layout(x: TensorType, table: TensorType, positions: int) -> str | None:
-    """ "bshd" or "bhsd": where the table's positions fall in x; None when it fits neither."""
-    if x.rank != 4 or table.rank > 4:
-        return None
-    padded = (1,) * (4 - table.rank) + table.shape
-    if padded[0] != 1 or padded[3] != x.shape[3]:
-        return None
-    if padded[1:3] == (positions, 1) and x.shape[1] == positions:
-        return "bshd"
-    if padded[1:3] == (1, positions) and x.shape[2] == positions:
-        return "bhsd"
-    return None
-
-
 def _rope_tables_match(
     draft: Draft,
     cone: list[Node],
@@ -349,21 +336,14 @@ def _raise_rope(
     draft: Draft, node: Node, x: str, tables: tuple[str, str], producers: dict[str, Node]
 ) -> list[Node] | None:
     assert node.type is not None
-    found = _position_cone(draft, tables[0], producers)
-    found_sin = _position_cone(draft, tables[1], producers)
-    if found is None or found_sin is None or found[0] != found_sin[0]:
+    x_type = draft.type_of(x)
+    found = _traced_rope(draft, x_type, tables, producers)
+    if found is None:
+        found = constant_table_rope(draft, x_type, tables)
+    if found is None:
         return None
-    pos, cone = found
-    names = {n.name for n in cone} | {n.name for n in found_sin[1]}
-    cone = [n for n in draft.nodes if n.name in names]
-    cos_nodes = [n for n in cone if n.op == "cos"]
-    x_type, pos_type = draft.type_of(x), draft.type_of(pos)
-    layout = _rope_layout(x_type, draft.type_of(tables[0]), pos_type.numel)
-    if len(cos_nodes) != 1 or layout is None:
-        return None
-    attrs = _rope_attrs(draft, cone, tables, pos)
-    if attrs is None or not _rope_tables_match(draft, cone, tables, pos, attrs, x_type.shape[3]):
-        return None
+    pos, attrs, layout = found
+    pos_type = draft.type_of(pos)
     nodes: list[Node] = []
     if pos_type.shape != (pos_type.numel,):
         flat = TensorType(pos_type.dtype, (pos_type.numel,))
@@ -381,3 +361,27 @@ def _raise_rope(
         Node(rt, "rope", (xt, pos), attrs, swapped, span=node.span),
         Node(node.name, "transpose", (rt,), perm, node.type, span=node.span),
     ]
+
+
+Found = tuple[str, dict[str, AttrValue], str]
+
+
+def _traced_rope(
+    draft: Draft, x_type: TensorType, tables: tuple[str, str], producers: dict[str, Node]
+) -> Found | None:
+    """(pos, attrs, layout) when the tables are computed from one integer input."""
+    found = _position_cone(draft, tables[0], producers)
+    found_sin = _position_cone(draft, tables[1], producers)
+    if found is None or found_sin is None or found[0] != found_sin[0]:
+        return None
+    pos, cone = found
+    names = {n.name for n in cone} | {n.name for n in found_sin[1]}
+    cone = [n for n in draft.nodes if n.name in names]
+    cos_nodes = [n for n in cone if n.op == "cos"]
+    layout = rope_layout(x_type, draft.type_of(tables[0]), draft.type_of(pos).numel)
+    if len(cos_nodes) != 1 or layout is None:
+        return None
+    attrs = _rope_attrs(draft, cone, tables, pos)
+    if attrs is None or not _rope_tables_match(draft, cone, tables, pos, attrs, x_type.shape[3]):
+        return None
+    return pos, attrs, layout

@@ -15,7 +15,9 @@ and ends. The fit then takes transformers' defaults (low_freq_factor 1; beta_fas
 beta_slow 1) and solves for the rest, so the attributes may differ from the model's config while
 the rotation they describe is the same; the table is what is checked. A table no candidate
 reproduces (yarn with other betas than the defaults and an original length no integer fits) is
-not raised: it runs through the general ops.
+not raised: it runs through the general ops. theta is taken as the roundest value within 3e-6
+of its estimate (float32 frequencies move it by about 1e-6), so a model's theta that is not
+round to that precision (500001) is read as the round one.
 """
 
 from __future__ import annotations
@@ -62,8 +64,12 @@ def _thetas(g: np.ndarray) -> list[float]:
         estimates = (run[1:] / run[0]) ** (-d / (2.0 * np.where(run is g, steps, -steps)))
         agree = np.abs(estimates / estimates[0] - 1) < 1e-4
         longest = int(np.argmin(agree)) if not agree.all() else agree.size
-        found.append(_round(float(estimates[max(longest - 1, 0)])))
-    return list(dict.fromkeys(t for t in found if math.isfinite(t) and t > 1))
+        estimate = float(estimates[max(longest - 1, 0)])
+        if math.isfinite(estimate) and estimate > 1:
+            # The roundest value within float32's reach first (500000, not 499999).
+            rounded = (float(f"{estimate:.{digits}g}") for digits in range(1, 7))
+            found += [t for t in rounded if abs(t / estimate - 1) < 3e-6]
+    return list(dict.fromkeys(found))
 
 
 def _candidates(g: np.ndarray, attention_factor: float) -> Iterator[Attributes]:
@@ -144,14 +150,14 @@ def _yarn(
     if context is not None:
         yield {**attrs, "original_max_position": context}
     if inside.any():  # not truncated: the ramp's line gives the original length
-        i, r = np.flatnonzero(inside), ramp[inside]
-        if i.size >= 2:
-            slope = float((r[-1] - r[0]) / (i[-1] - i[0]))
-            low = float(i[0] - r[0] / slope)
+        at, r = np.flatnonzero(inside), ramp[inside]
+        if at.size >= 2:
+            slope = float((r[-1] - r[0]) / (at[-1] - at[0]))
+            low = float(at[0] - r[0] / slope)
         else:  # one point: the ramp starts at 0 (a negative low clamps there)
-            slope, low = float(r[0] / i[0]), 0.0
-        context = length(32, low) if low > 1e-3 else length(1, low + 1 / slope)
-        yield {**attrs, "original_max_position": round(context), "truncate": False}
+            slope, low = float(r[0] / at[0]), 0.0
+        unclamped = length(32, low) if low > 1e-3 else length(1, low + 1 / slope)
+        yield {**attrs, "original_max_position": round(unclamped), "truncate": False}
 
 
 def _roundest_integer(lower: float, upper: float) -> int | None:

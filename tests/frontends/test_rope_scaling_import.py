@@ -132,3 +132,39 @@ def test_the_fit_names_the_scaling_of_every_table_of_a_grid(head: int) -> None:
         fitted = rope_frequencies(attrs, head)
         assert np.allclose(fitted.inv_freq, inv_freq.double().numpy(), rtol=1e-5, atol=0)
         assert fitted.attention_factor == pytest.approx(attention_factor, rel=1e-5)
+
+
+class HfRopeFromArange(HfRope):
+    """A prefill exported without position inputs: the positions are an arange that folds, so
+    the cos and sin tables reach the importer as constants."""
+
+    def __init__(self, config: object, start: int) -> None:
+        super().__init__(config)
+        self.start = start
+
+    def forward(self, q: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        positions = torch.arange(self.start, self.start + q.shape[2])[None]
+        return super().forward(q, positions)
+
+
+@pytest.mark.parametrize(
+    ("parameters", "partial", "expected", "start"),
+    [(*CASES[2], 37), (*CASES[4], 0), (*CASES[0], 5)],
+)
+def test_constant_tables_raise_to_rope_with_constant_positions(
+    parameters: dict[str, object], partial: float | None, expected: dict[str, object], start: int
+) -> None:
+    torch.manual_seed(1)
+    module = HfRopeFromArange(_config(parameters, partial=partial), start).eval()
+    args = (torch.randn(1, 4, 6, 32),)
+    graph, weights = og.from_torch(module, args)
+    ops = ops_of(graph)
+    assert ops.count("rope") == 1 and not {"cos", "sin", "concat"} & set(ops), ops
+    rope = next(n for n in graph.nodes if n.op == "rope")
+    assert weights[rope.operands[1].removesuffix(".flat")].tolist() == list(range(start, start + 6))
+    for key, value in expected.items():
+        if key != "original_max_position":  # with few rows the fit may pick an equivalent length
+            assert rope.attrs[key] == value, (key, rope.attrs)
+    with torch.no_grad():
+        want = module(*args).numpy()
+    assert_matches(graph, weights, {"q": args[0].numpy()}, [want])
