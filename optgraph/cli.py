@@ -245,8 +245,26 @@ def cmd_opt(args: argparse.Namespace) -> int:
 # -- run ----------------------------------------------------------------------------------------
 
 
+def _device_count(text: str) -> int:
+    """`--devices`' type: an integer from 1 to 1024."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a device count, got '{text}'") from None
+    if not 1 <= value <= 1024:
+        raise argparse.ArgumentTypeError(f"expected 1 to 1024 devices, got {value}")
+    return value
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from optgraph.cli_run import RUNNERS, check_against_reference, load_values, output_table
+    from optgraph.cli_run import (
+        RUNNERS,
+        SPLIT_BOUNDS,
+        check_against_reference,
+        device_pipeline,
+        load_values,
+        output_table,
+    )
     from optgraph.cli_run import cuda_usable as _cuda_usable
 
     device = args.device or ("cuda" if _cuda_usable() else "cpu")
@@ -287,9 +305,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.save_outputs is not None:
         console.print(f"wrote {args.save_outputs}", markup=False)
     if args.check:
-        return check_against_reference(
-            graph, inputs, weights, results, console, exact=device == "cpu"
-        )
+        exact = device == "cpu" and not split
+        bounds = SPLIT_BOUNDS if split else None
+        return check_against_reference(graph, inputs, weights, results, console, exact, bounds)
     return 0
 
 

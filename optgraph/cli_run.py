@@ -20,6 +20,8 @@ from rich.text import Text
 
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph
+from optgraph.passes.manager import parse_pipeline
+from optgraph.passes.tensor_parallel import shard_weights
 from optgraph.program import compile as compile_program
 from optgraph.program import run_on_cuda
 
@@ -76,6 +78,35 @@ def load_values(
     return inputs, weights
 
 
+# NMSE a run over several devices may differ from the single-device reference by: the split
+# changes the order of reductions (an all_reduce sums partial products), so f32 is not
+# bit-identical; narrow dtypes round partial results once more.
+SPLIT_BOUNDS: dict[str, float] = {"f32": 1e-12, "f16": 1e-6, "bf16": 1e-4}
+SPLITTING = ("tensor-parallel", "pipeline-parallel")
+
+
+def device_pipeline(graph: Graph, pipeline: str, devices: int) -> tuple[str, bool]:
+    """The pipeline for `run --devices N` and whether it splits the graph: a graph with no
+    device annotations gets `tensor-parallel{ways=N}` first; an annotated graph must already
+    use exactly N devices."""
+    count = graph.device_count()
+    annotations = [d.ann for d in graph.inputs] + [w.ann for w in graph.weights]
+    annotations += [n.ann for n in graph.nodes]
+    annotated = count > 1 or any(a.device is not None for a in annotations)
+    if devices == 1 and not annotated:
+        return pipeline, False
+    if not annotated:
+        if any(p.name in SPLITTING for p in parse_pipeline(pipeline)):  # the pipeline splits it
+            return pipeline, True
+        return f"tensor-parallel{{ways={devices}}},{pipeline}", True
+    if count != devices:
+        raise OptGraphError(
+            f"run --devices {devices}: graph '{graph.name}' is annotated for {count} "
+            f"device{'s' if count > 1 else ''}"
+        )
+    return pipeline, False
+
+
 def run_on_cpu(
     graph: Graph,
     inputs: dict[str, Any],
@@ -124,15 +155,19 @@ def check_against_reference(
     results: dict[str, Any],
     console: Console,
     exact: bool = False,
+    bounds: dict[str, float] | None = None,
 ) -> int:
     """Print every output's max abs difference and NMSE against the reference interpreter; raise
-    when one is off. `exact` (the cpu planned executor): results must be bit-identical."""
+    when one is off. `exact` (the cpu planned executor): results must be bit-identical; else
+    within `bounds` (NMSE per dtype; default the CUDA runtime's)."""
     from optgraph.runtime.reference import nmse, run_reference
 
     if exact:
-        bounds: dict[str, float] = {}
-    else:
-        from optgraph.runtime.cuda import CHECK_BOUNDS as bounds
+        bounds = {}
+    elif bounds is None:
+        from optgraph.runtime.cuda import CHECK_BOUNDS
+
+        bounds = CHECK_BOUNDS
     expected = run_reference(graph, inputs, weights)
     types = graph.value_types()
     table = Table(title="check against the reference interpreter")
