@@ -103,7 +103,10 @@ def _reduce(op: str) -> Converter:
 
 def _softmax(op: str) -> Converter:
     def convert(ctx: TorchContext, node: Any) -> None:
-        ctx.emit(node, op, [ctx.name_of(node.args[0])], {"axis": int(node.args[1])})
+        # softmax(x, dim, dtype=torch.float32) (transformers' eager attention): computed in the
+        # result's dtype, so a narrower x is cast first.
+        x = ctx.operand(node.args[0], ctx.result_type(node))
+        ctx.emit(node, op, [x], {"axis": int(node.args[1])})
 
     return convert
 

@@ -120,7 +120,7 @@ def _fold(torch: Any, node: Any, context: TorchContext) -> bool:
 
     def value(arg: Any) -> Any:
         if isinstance(arg, torch.fx.Node):
-            return torch.from_numpy(np.array(context.draft.constants[context.values[arg.name]]))
+            return from_numpy(np.array(context.draft.constants[context.values[arg.name]]))
         if isinstance(arg, (list, tuple)):
             return type(arg)(value(a) for a in arg)
         return arg
@@ -130,6 +130,14 @@ def _fold(torch: Any, node: Any, context: TorchContext) -> bool:
         return False
     context.values[node.name] = context.draft.constant(to_numpy(result), node.name)
     return True
+
+
+def from_numpy(array: np.ndarray) -> Any:
+    """A torch tensor of `array`; bfloat16 (ml_dtypes, which torch cannot read) by its bits."""
+    torch = torch_module()
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 def _unmapped(context: TorchContext, node: Any, target: str) -> None:

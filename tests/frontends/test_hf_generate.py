@@ -131,3 +131,28 @@ def test_both_steps_cuda_kernels_in_the_emulator_match_the_reference(imported) -
         for name in graph.output_names():
             error = nmse(np.asarray(got[name], np.float64), np.asarray(want[name], np.float64))
             assert error <= 1e-10, f"{graph.name} %{name}: nmse {error:.3g}"
+
+
+def test_a_bf16_decode_step_matches_transformers() -> None:
+    """bf16 weights and caches: transformers' eager softmax runs in float32 (`softmax(...,
+    dtype=torch.float32)`: the operand is cast first) and bf16 constants fold through torch."""
+    from optgraph.frontends.torch_values import to_numpy
+    from optgraph.runtime.reference import nmse
+
+    model = hf_generate.build_model(hf_generate._parse([*SIZES, "--dtype", "bf16"]))
+    steps = hf_generate.import_steps(model, PROMPT, PROMPT + NEW)
+    types = steps.decode.value_types()
+    torch.manual_seed(5)
+    caches = {n: torch.randn(types[n].shape).bfloat16() for n in steps.cache_inputs}
+    inputs = {"input_ids": np.array([[11]]), "cache_position": np.array([7])}
+    inputs.update({n: to_numpy(c) for n, c in caches.items()})
+    step = hf_generate.DecodeStep(model, PROMPT + NEW)
+    with torch.no_grad():
+        logits = step(torch.tensor([[11]]), torch.tensor([7]), *caches.values()).float().numpy()
+    got = og.compile(steps.decode, target="cpu").run(inputs, steps.decode_weights)
+    assert got[steps.logits].dtype.name == "bfloat16"
+    error = nmse(np.asarray(got[steps.logits], np.float64), logits.astype(np.float64))
+    assert error <= 1e-4, f"bf16 logits: nmse {error:.3g}"
+    for name in steps.cache_inputs:  # transformers wrote row 7 into `caches` in place
+        updated = np.asarray(got[steps.cache_outputs[name]], np.float32)
+        assert np.array_equal(updated, caches[name].float().numpy())
