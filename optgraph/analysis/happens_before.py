@@ -68,14 +68,20 @@ class HappensBefore:
         self._stream_clock_cols: list[np.ndarray] = [
             self.clocks[idx] if idx else np.zeros((0, k), dtype=np.int64) for idx in self.on_stream
         ]
+        # Python lists of the same figures for `ordered` and `first_node_after`, called once per
+        # data edge or buffer: a NumPy scalar read costs more than the whole query on lists.
+        self._stream_col_list: list[int] = self.stream_col.tolist()
+        self._seq_list: list[int] = self.seq.tolist()
+        self._clock_columns: dict[tuple[int, int], list[int]] = {}
+        self._clock_rows: list[list[int]] = self.clocks.tolist()
 
     def ordered(self, a: int, b: int) -> bool:
         """Whether node a happens-before node b (both compute nodes; False when a == b)."""
         if a == b:
             return False
-        return bool(self.clocks[b, self.stream_col[a]] >= self.seq[a]) and (
-            self.stream_col[a] != self.stream_col[b] or a < b
-        )
+        stream_col = self._stream_col_list
+        ca = stream_col[a]
+        return self._clock_rows[b][ca] >= self._seq_list[a] and (ca != stream_col[b] or a < b)
 
     def concurrent(self, a: int, b: int) -> bool:
         """Neither orders the other."""
@@ -101,18 +107,28 @@ class HappensBefore:
         if c is None:
             return -1
         indices = self.on_stream[c]
-        rows = self._stream_clock_cols[c]
+        stream_col, seq = self._stream_col_list, self._seq_list
         position = 0
         for a in accesses:
-            sa = int(self.stream_col[a])
+            sa = stream_col[a]
             if sa == c:
                 pos = bisect_left(indices, a + 1)  # strictly later on the same stream
             else:
-                pos = int(rows[:, sa].searchsorted(self.seq[a], side="left"))
-            position = max(position, pos)
+                pos = bisect_left(self._clock_column(c, sa), seq[a])
+            if pos > position:
+                position = pos
             if position >= len(indices):
                 return -1
         return indices[position] if position < len(indices) else -1
+
+    def _clock_column(self, c: int, sa: int) -> list[int]:
+        """Entry `sa` of the clocks of the nodes on stream column `c`, in issue order (it only
+        grows along a stream, so it can be bisected)."""
+        key = (c, sa)
+        column = self._clock_columns.get(key)
+        if column is None:
+            column = self._clock_columns[key] = self._stream_clock_cols[c][:, sa].tolist()
+        return column
 
     def joined_at_end(self, stream: int = 0) -> bool:
         """Whether every node on every stream happens-before the end of `stream` (default 0)."""
