@@ -115,8 +115,7 @@ class HappensBefore:
                 pos = bisect_left(indices, a + 1)  # strictly later on the same stream
             else:
                 pos = bisect_left(self._clock_column(c, sa), seq[a])
-            if pos > position:
-                position = pos
+            position = max(position, pos)
             if position >= len(indices):
                 return -1
         return indices[position] if position < len(indices) else -1
