@@ -163,6 +163,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from optgraph.analysis.races import find_races, race_diagnostics
     from optgraph.artifacts import ARTIFACTS, check_output_paths
     from optgraph.errors import VerifyError
+    from optgraph.ir.gc_pause import gc_paused
     from optgraph.passes.manager import parse_pipeline
     from optgraph.report import compute_report
 
@@ -175,7 +176,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         graph = _read_model(progress, args.model)
         graph = progress.run_pipeline(graph, passes)
         seconds = time.perf_counter() - start
-        with progress.phase("report"):
+        with progress.phase("report"), gc_paused():
             report = compute_report(graph, compile_seconds=seconds)
         wrote = _compile_outputs(args, progress, graph, report)
 

@@ -117,7 +117,10 @@ def memory_figures(
     if arena is None:
         arena = plan(graph, algo, alignment, True, lifetimes, hb).arena_bytes
     one = without_streams(graph)
-    one_lifetimes = compute_lifetimes(one)
+    # Without events and streams other than 0, dropping the streams changes no index and no
+    # clock: the one-stream lifetimes are the graph's own.
+    is_one_stream = len(one.nodes) == len(graph.nodes) and all(n.stream == 0 for n in graph.nodes)
+    one_lifetimes = lifetimes if is_one_stream else compute_lifetimes(one)
     one_arena = plan(one, algo, alignment, True, one_lifetimes).arena_bytes
     if graph.device_count() > 1:
         # Each device has its own arena: the bounds are the largest device's; the antichain

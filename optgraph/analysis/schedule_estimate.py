@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from optgraph.ir import ops
-from optgraph.ir.graph import Graph
+from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import is_alias
 from optgraph.ir.ops import DEVICE_PROFILES, DeviceProfile
 
@@ -73,8 +73,24 @@ def node_costs(graph: Graph) -> list[ops.Cost | None]:
         if node.operands and is_alias(node, operand_types[0]):
             out.append(None)
             continue
-        out.append(ops.cost(node, operand_types, node.type))
+        out.append(_cost(node, operand_types))
     return out
+
+
+def _cost(node: Node, operand_types: list[TensorType]) -> ops.Cost:
+    """`ops.cost` of `node`, remembered on the node for these operand types: the cost of a fused
+    node infers its whole body, and assign-streams and the report ask for the same nodes' costs
+    several times (`Node.with_ann` keeps the memo)."""
+    assert node.type is not None
+    key = tuple(operand_types)
+    facts = node.type_facts()
+    memo = facts.get("cost")
+    if memo is not None and memo[0] == key:
+        found: ops.Cost = memo[1]
+        return found
+    cost = ops.cost(node, operand_types, node.type)
+    facts["cost"] = (key, cost)
+    return cost
 
 
 def node_seconds(graph: Graph, profile: DeviceProfile) -> list[float]:

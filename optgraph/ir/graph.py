@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 from optgraph.errors import Span
 
@@ -133,6 +133,7 @@ ANNOTATION_KEYS: tuple[str, ...] = (
     "layout",
 )
 NO_ANNOTATIONS = Annotations()
+_ANNOTATION_FIELDS = frozenset(ANNOTATION_KEYS)
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,13 @@ class Region:
     params: tuple[str, ...]
     nodes: tuple[Node, ...]
     result: str
+
+
+# Where a node keeps, in its instance `__dict__`, facts derived from its op, attributes, type and
+# body for given operand types (never from annotations, names or spans): the verifier's inferred
+# type, the cost model's bytes and flops. Like `functools.cached_property`, the entry sits outside
+# the dataclass fields, so equality and printing never see it; `dataclasses.replace` drops it.
+TYPE_FACTS = "_type_facts"
 
 
 @dataclass(frozen=True)
@@ -176,7 +184,25 @@ class Node:
         return self.attrs.get(key, default)
 
     def with_ann(self, **changes: Unpack[AnnotationChanges]) -> Node:
-        return replace(self, ann=replace(self.ann, **changes))
+        """This node with some annotations changed. Annotations change neither type nor cost,
+        so the new node shares this one's `TYPE_FACTS`. A field-for-field copy: passes annotate
+        every node of a graph, and `dataclasses.replace` costs several times more."""
+        if not changes.keys() <= _ANNOTATION_FIELDS:
+            raise TypeError(f"unknown annotations {sorted(changes.keys() - _ANNOTATION_FIELDS)}")
+        ann = object.__new__(Annotations)
+        ann.__dict__.update(self.ann.__dict__)
+        ann.__dict__.update(changes)
+        node = object.__new__(Node)
+        node.__dict__.update(self.__dict__)
+        node.__dict__["ann"] = ann
+        return node
+
+    def type_facts(self) -> dict[str, Any]:
+        """The node's `TYPE_FACTS` (made empty on first use)."""
+        facts: dict[str, Any] | None = self.__dict__.get(TYPE_FACTS)
+        if facts is None:
+            facts = self.__dict__[TYPE_FACTS] = {}
+        return facts
 
 
 @dataclass(frozen=True)

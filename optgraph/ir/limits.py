@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from optgraph.errors import Diagnostic, Span
-from optgraph.ir.graph import Annotations, Graph, Node, TensorType
+from optgraph.ir.graph import NO_ANNOTATIONS, Annotations, Graph, Node, TensorType
 
 MAX_TENSOR_BYTES = 1 << 48  # 256 TiB: far above any device or host, far below int64
 MAX_GRAPH_BYTES = 1 << 62  # all tensors together: sums of sizes stay within int64
@@ -78,12 +78,29 @@ def _node_where(node: Node) -> str:
     return f"^{node.name}" if node.is_event else f"%{node.name}"
 
 
+def _is_within_limits(ann: Annotations) -> bool:
+    """The quick test `_annotation_diagnostics` makes in full: no annotation beyond a limit."""
+    if ann.stream is not None and ann.stream > MAX_STREAM_ID:
+        return False
+    for value in (ann.offset, ann.size, ann.segment, ann.slot):
+        if value is not None and value > MAX_GRAPH_BYTES:
+            return False
+    for values in (ann.live, ann.visible):
+        if values and (max(values) > MAX_GRAPH_BYTES or min(values) < -MAX_GRAPH_BYTES):
+            return False
+    return ann.visible is None or len(ann.visible) <= MAX_STREAM_ID + 1
+
+
 def limit_diagnostics(graph: Graph) -> list[Diagnostic]:
-    """Every tensor, stream id and annotation of `graph` beyond the limits above."""
+    """Every tensor, stream id and annotation of `graph` beyond the limits above. O(V): a type's
+    bytes are computed once per type object (parsed and derived graphs share them)."""
     out: list[Diagnostic] = []
     total = 0
+    sizes: dict[int, int] = {}  # id(type) -> bytes, for the types alive during this call
     for name, tensor_type, span in _typed_declarations(graph):
-        nbytes = tensor_type.nbytes
+        nbytes = sizes.get(id(tensor_type))
+        if nbytes is None:
+            nbytes = sizes[id(tensor_type)] = tensor_type.nbytes
         total += nbytes
         if nbytes > MAX_TENSOR_BYTES:
             out.append(
@@ -104,7 +121,10 @@ def limit_diagnostics(graph: Graph) -> list[Diagnostic]:
     for decl in graph.inputs:
         out.extend(_annotation_diagnostics(decl.ann, f"%{decl.name}", decl.span))
     for weight in graph.weights:
-        out.extend(_annotation_diagnostics(weight.ann, f"%{weight.name}", weight.span))
+        if not _is_within_limits(weight.ann):
+            out.extend(_annotation_diagnostics(weight.ann, f"%{weight.name}", weight.span))
     for node in graph.nodes:
-        out.extend(_annotation_diagnostics(node.ann, _node_where(node), node.span))
+        ann = node.ann
+        if ann is not NO_ANNOTATIONS and not _is_within_limits(ann):
+            out.extend(_annotation_diagnostics(ann, _node_where(node), node.span))
     return out

@@ -26,6 +26,7 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedInput, VisitError
 
 from optgraph.errors import OptGraphError, ParseError, Span, did_you_mean
+from optgraph.ir.gc_pause import gc_paused
 from optgraph.ir.graph import (
     ANNOTATION_KEYS,
     BACKENDS,
@@ -338,8 +339,9 @@ def parse(text: str, path: str = "<string>") -> Graph:
     Text laid out one item a line takes the fast path (`optgraph.ir.line_parser`); any other
     text, and every text with an error, is parsed by lark, which reports the error."""
     located = _located_source(text, path)
-    fast = parse_lines(path, located.lines)
-    return fast if fast is not None else _parse_located(located)
+    with gc_paused():
+        fast = parse_lines(path, located.lines)
+        return fast if fast is not None else _parse_located(located)
 
 
 def parse_with_lark(text: str, path: str = "<string>") -> Graph:

@@ -22,6 +22,7 @@ from typing import Any, get_type_hints
 
 from optgraph.analysis.segments import parse_size
 from optgraph.errors import OptGraphError, PipelineError, Span, did_you_mean
+from optgraph.ir.gc_pause import gc_paused
 from optgraph.ir.graph import Graph
 from optgraph.ir.verify import verify
 from optgraph.passes.analyze_lifetimes import AnalyzeLifetimesPass
@@ -227,16 +228,17 @@ def run_pipeline(
 ) -> Graph:
     """Run passes in order, checking contracts before and verifying after each one."""
     passes = parse_pipeline(pipeline) if isinstance(pipeline, str) else list(pipeline)
-    verify(graph)
-    for p in passes:
-        check_contract(p, graph)
-        graph = p.run(graph)
-        try:
-            verify(graph)
-        except OptGraphError as err:
-            raise AssertionError(f"pass {p.name} produced an invalid graph:\n{err}") from err
-        if after_each is not None:
-            after_each(p, graph)
+    with gc_paused():  # the passes build whole graphs and create no reference cycles
+        verify(graph)
+        for p in passes:
+            check_contract(p, graph)
+            graph = p.run(graph)
+            try:
+                verify(graph)
+            except OptGraphError as err:
+                raise AssertionError(f"pass {p.name} produced an invalid graph:\n{err}") from err
+            if after_each is not None:
+                after_each(p, graph)
     return graph
 
 
