@@ -82,13 +82,15 @@ def _is_within_limits(ann: Annotations) -> bool:
     """The quick test `_annotation_diagnostics` makes in full: no annotation beyond a limit."""
     if ann.stream is not None and ann.stream > MAX_STREAM_ID:
         return False
+    if ann.device is not None and max(ann.device) > MAX_DEVICE_ID:
+        return False
     for value in (ann.offset, ann.size, ann.segment, ann.slot):
         if value is not None and value > MAX_GRAPH_BYTES:
             return False
     for values in (ann.live, ann.visible):
         if values and (max(values) > MAX_GRAPH_BYTES or min(values) < -MAX_GRAPH_BYTES):
             return False
-    return ann.visible is None or len(ann.visible) <= MAX_STREAM_ID + 1
+    return ann.visible is None or len(ann.visible) <= (MAX_STREAM_ID + 1) * (MAX_DEVICE_ID + 1)
 
 
 def limit_diagnostics(graph: Graph) -> list[Diagnostic]:
