@@ -15,9 +15,10 @@ Cost: one copy of each transposed weight, at bind time.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from optgraph.ir.graph import TensorType, Weight
+from optgraph.ir.graph import Graph, TensorType, Weight
 
 
 def model_type(weight: Weight) -> TensorType:
@@ -36,4 +37,14 @@ def stored_array(weight: Weight, array: Any) -> Any:
     return array
 
 
-__all__ = ["model_type", "stored_array"]
+def stored_weights(graph: Graph, weights: Mapping[str, Any]) -> dict[str, Any]:
+    """`weights` (the model's arrays by name) as `graph` reads them: `stored_array` of each
+    weight `graph` declares; other entries are passed through."""
+    declared = {w.name: w for w in graph.weights}
+    return {
+        name: stored_array(declared[name], array) if name in declared else array
+        for name, array in weights.items()
+    }
+
+
+__all__ = ["model_type", "stored_array", "stored_weights"]

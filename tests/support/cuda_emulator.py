@@ -51,6 +51,7 @@ from optgraph.codegen.cuda_source import (
 )
 from optgraph.ir.graph import Graph
 from optgraph.ir.layout import alias_roots
+from optgraph.ir.weight_layout import stored_weights
 from optgraph.runtime.reference_kernels import numpy_dtype
 
 EMULATION = r"""
@@ -377,9 +378,16 @@ def _gemm(step: GemmStep, a: str, b: str, c: str) -> str:
 
 
 def run_plan(
-    plan: CudaPlan, inputs: Mapping[str, np.ndarray], weights: Mapping[str, np.ndarray]
+    plan: CudaPlan,
+    inputs: Mapping[str, np.ndarray],
+    weights: Mapping[str, np.ndarray],
+    graph: Graph | None = None,
 ) -> dict[str, np.ndarray]:
-    """The plan's steps in issue order on the CPU; returns the graph's outputs."""
+    """The plan's steps in issue order on the CPU; returns the graph's outputs. `weights` are as
+    the plan reads them, or, with the planned `graph`, the model's arrays (a weight transpose-weights
+    stored transposed is transposed here, as the CUDA runtime's upload does)."""
+    if graph is not None:
+        weights = stored_weights(graph, weights)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         setup = [
