@@ -127,7 +127,15 @@ def test_both_steps_cuda_kernels_in_the_emulator_match_the_reference(imported) -
         assert len(pairs) == in_place
         want = run_reference(graph, dict(inputs), weights)
         plan = lower_cuda(planned, in_place=pairs)
-        got = cuda_emulator.run_plan(plan, {k: v.copy() for k, v in inputs.items()}, weights)
+        # Bound as the CUDA runtime binds them: a weight the pipeline stores transposed
+        # (`!{layout = "transposed"}`) gets the transpose of the model's array.
+        stored = {
+            w.name: weights[w.name].T.copy()
+            if getattr(w.ann, "layout", None) == "transposed"
+            else weights[w.name]
+            for w in planned.weights
+        }
+        got = cuda_emulator.run_plan(plan, {k: v.copy() for k, v in inputs.items()}, stored)
         for name in graph.output_names():
             error = nmse(np.asarray(got[name], np.float64), np.asarray(want[name], np.float64))
             assert error <= 1e-10, f"{graph.name} %{name}: nmse {error:.3g}"
