@@ -162,5 +162,10 @@ def test_a_bf16_decode_step_matches_transformers() -> None:
     error = nmse(np.asarray(got[steps.logits], np.float64), logits.astype(np.float64))
     assert error <= 1e-4, f"bf16 logits: nmse {error:.3g}"
     for name in steps.cache_inputs:  # transformers wrote row 7 into `caches` in place
-        updated = np.asarray(got[steps.cache_outputs[name]], np.float32)
-        assert np.array_equal(updated, caches[name].float().numpy())
+        updated = np.asarray(got[steps.cache_outputs[name]], np.float64)
+        want = caches[name].double().numpy()
+        # Fusion may keep a bf16 value in float32 inside a region (one rounding fewer): a new
+        # row may sit one bf16 ulp away; the old rows are copied bit for bit.
+        assert np.array_equal(np.delete(updated, 7, axis=2), np.delete(want, 7, axis=2))
+        error = nmse(updated[:, :, 7], want[:, :, 7])
+        assert error <= 1e-4, f"%{name} row 7: nmse {error:.3g}"
