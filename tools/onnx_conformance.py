@@ -14,9 +14,9 @@ an op in `optgraph.frontends.onnx_ops.CONVERTERS` is imported with `og.from_onnx
 - integer and bool outputs: equal.
 
 Node tests pass some parameters as graph inputs that exporters write as initializers (a Reshape's
-shape, a Pad's pads, a Slice's starts, reduction axes, Clip's bounds): `STATIC_OPERANDS` names them
-per op, and they are made initializers holding the case's values, since optgraph imports static
-shapes. A case the importer refuses is "unsupported" with the importer's reason; a case imported
+shape, a Pad's pads, a Slice's starts, reduction axes, Clip's bounds, Trilu's k):
+`STATIC_OPERANDS` names them per op, and they are made initializers holding the case's values,
+since optgraph imports static shapes. A case the importer refuses is "unsupported" with the importer's reason; a case imported
 and computed differently is a failure.
 
     python tools/onnx_conformance.py            # rewrite the table in docs/importers.md
@@ -62,6 +62,7 @@ STATIC_OPERANDS: dict[str, tuple[int, ...]] = {
     "Split": (1,),
     "Squeeze": (1,),
     "Tile": (1,),
+    "Trilu": (1,),
     "Unsqueeze": (1,),
 }
 
