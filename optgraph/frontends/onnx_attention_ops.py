@@ -131,12 +131,21 @@ def _attention(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     q = _heads_first(ctx, node, node.input[0], q_heads, "q")
     k = _heads_first(ctx, node, node.input[1], kv_heads, "k")
     v = _heads_first(ctx, node, node.input[2], kv_heads, "v")
+    new_keys = ctx.draft.type_of(k).shape[2]
     k = _with_past(ctx, node, k, 4, 1)
     v = _with_past(ctx, node, v, 5, 2)
     sq, skv = ctx.draft.type_of(q).shape[2], ctx.draft.type_of(k).shape[2]
     nonpad = _input(node, 6)
     cached = nonpad is not None or _input(node, 4) is not None
     out_attrs = _causal_attrs(ctx, node, attrs, sq, skv, cached)
+    if "causal" in out_attrs and _input(node, 4) is not None and nonpad is None and new_keys != sq:
+        # ONNX puts query i at past + i; bottom-right alignment at (past + new) - Sq + i.
+        raise ctx.error(
+            node,
+            f"is_causal with a past of {skv - new_keys} keys, {new_keys} new keys and {sq} queries"
+            " (ONNX places query i at the past's length + i: only equal query and new-key counts"
+            " are supported)",
+        )
     operands = [q, k, v]
     if nonpad is not None:
         operands.append(ctx.name(nonpad))
