@@ -125,7 +125,12 @@ def _scan(node: Node, x: TensorType) -> Launch:
     lines_count, length, inner = _line_geometry(node, x)
     idx = index_type(x.numel + 1)
     acc = "float" if x.dtype in FLOAT_DTYPES else COMPUTE[x.dtype]
+    if node.op == "cumsum":
+        shared = [f"__shared__ {acc} og_warp_sums[32];"]
+    else:
+        shared = [f"__shared__ {acc} og_best[32];", "__shared__ long long og_arg[32];"]
     head = [
+        *shared,
         "const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;",
         f"for ({idx} line = blockIdx.x; line < {lines_count}u; line += gridDim.x) {{",
         f"  const {idx} base = (line / {inner}u) * {length * inner}u + line % {inner}u;",
@@ -148,7 +153,6 @@ def _cumsum(x: TensorType, acc: str, idx: str, length: int, inner: int) -> list[
     order within float32's tolerance (integers are exact)."""
     shuffle = "for (int o = 1; o < 32; o <<= 1) {{ const {t} n = __shfl_up_sync(0xffffffffu, {v}, o); if (lane >= o) {v} += n; }}"
     return [
-        f"  __shared__ {acc} og_warp_sums[32];",
         f"  {acc} carry = ({acc})0;",
         f"  for ({idx} start = 0; start < {length}u; start += blockDim.x) {{",
         f"    const {idx} k = start + threadIdx.x;",
@@ -185,8 +189,6 @@ def _argmax(x: TensorType, acc: str, idx: str, length: int, inner: int) -> list[
         "}",
     ]
     return [
-        f"  __shared__ {acc} og_best[32];",
-        "  __shared__ long long og_arg[32];",
         f"  {acc} best = {lowest(x.dtype)};",
         f"  long long arg = {length}LL;",
         f"  for ({idx} k = threadIdx.x; k < {length}u; k += blockDim.x) {{",

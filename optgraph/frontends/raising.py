@@ -43,7 +43,7 @@ from optgraph.frontends.raise_attention_masks import attention_kv_len
 from optgraph.frontends.raising_constant_rope import constant_table_rope, rope_layout
 from optgraph.frontends.raising_gqa import shared_kv_heads
 from optgraph.frontends.raising_partial_rope import partial_rope
-from optgraph.frontends.raising_probe import PSEUDO_KERNELS, ancestors, probe
+from optgraph.frontends.raising_probe import PSEUDO_KERNELS, ancestors, known_value, probe
 from optgraph.frontends.rope_tables import rope_attributes
 from optgraph.ir.graph import AttrValue, Node, TensorType
 from optgraph.ir.op_rules_rope import rope_frequencies
@@ -214,7 +214,7 @@ def _position_cone(
     stack = [table]
     while stack:
         name = stack.pop()
-        if name in cone or name in leaves or name in draft.constants:
+        if name in cone or name in leaves or known_value(draft, name) is not None:
             continue
         node = producers.get(name)
         if node is None:

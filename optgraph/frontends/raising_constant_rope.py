@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from optgraph.frontends.draft import Draft
+from optgraph.frontends.raising_probe import known_value
 from optgraph.frontends.rope_tables import rope_attributes
 from optgraph.ir.graph import AttrValue, TensorType
 from optgraph.ir.op_rules_rope import rope_frequencies
@@ -25,7 +26,7 @@ def constant_rope(
 ) -> tuple[np.ndarray, dict[str, AttrValue]] | None:
     """(positions, rope attributes) when the constant tables `[..., rows, head_dim]` (one row
     per position, broadcast over the rest) are a rope's cos and sin."""
-    found = [draft.constants.get(t) for t in tables]
+    found = [known_value(draft, t) for t in tables]
     if found[0] is None or found[1] is None or rows < 2:
         return None
     cos, sin = (np.asarray(t, np.float64) for t in found)
@@ -77,7 +78,7 @@ def constant_table_rope(
     draft: Draft, x_type: TensorType, tables: tuple[str, str]
 ) -> tuple[str, dict[str, AttrValue], str] | None:
     """(a constant pos, attrs, layout) when the tables folded to constants."""
-    if x_type.rank != 4 or any(t not in draft.constants for t in tables):
+    if x_type.rank != 4 or any(known_value(draft, t) is None for t in tables):
         return None
     for layout, rows in (("bshd", x_type.shape[1]), ("bhsd", x_type.shape[2])):
         if rope_layout(x_type, draft.type_of(tables[0]), rows) != layout:

@@ -24,11 +24,23 @@ PSEUDO_KERNELS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
+def known_value(draft: Draft, name: str) -> np.ndarray | None:
+    """The value of a constant or a weight (an ONNX float initializer), None for the others."""
+    found = draft.constants.get(name)
+    return draft.weights.get(name) if found is None else found
+
+
+def _known(draft: Draft, name: str) -> np.ndarray:
+    value = known_value(draft, name)
+    assert value is not None, f"probe: '{name}' is neither computed nor known"
+    return value
+
+
 def probe(draft: Draft, nodes: Sequence[Node], inputs: dict[str, np.ndarray]) -> np.ndarray:
-    """The last of `nodes` evaluated with `inputs` and the draft's constants."""
+    """The last of `nodes` evaluated with `inputs` and the draft's constants and weights."""
     env = dict(inputs)
     for node in nodes:
-        args = [env[o] if o in env else draft.constants[o] for o in node.operands]
+        args = [env[o] if o in env else _known(draft, o) for o in node.operands]
         if node.op in PSEUDO_KERNELS:
             env[node.name] = PSEUDO_KERNELS[node.op](args[0])
         else:
