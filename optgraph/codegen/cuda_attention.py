@@ -1,8 +1,4 @@
-"""rope and attention.
-
-rope (NeoX rotate-half on `x [B,S,H,D]`, `pos [S]`): a thread per pair (i, i + D/2); the angle
-`pos · theta^(-2i/D)` and its cosine and sine are computed in double, then the rotation in float32,
-exactly as the reference interpreter does.
+"""attention (rope has its own family: `cuda_rope.py`).
 
 attention (`q [B,Hq,Sq,D]`, `k, v [B,Hkv,Skv,D]`, optional `kv_len [1]`): query head h reads kv
 head h / (Hq / Hkv) (grouped-query). The row's visible keys are `j < L` with `L = kv_len` (clamped
@@ -28,11 +24,8 @@ from optgraph.codegen.cuda_head_rows import (
     operand_decls,
 )
 from optgraph.codegen.cuda_source import (
-    STORAGE,
     Launch,
     f32_literal,
-    f64_literal,
-    grid_1d,
     in_param,
     index_type,
     load,
@@ -40,18 +33,14 @@ from optgraph.codegen.cuda_source import (
     out_param,
     store,
 )
-from optgraph.ir.attrs import float_attr
 from optgraph.ir.graph import Node, TensorType
-from optgraph.ir.ops import attrs_with_defaults
 
-OPS = frozenset({"rope", "attention"})
+OPS = frozenset({"attention"})
 TILE = 256
 THREADS = 128
 
 
 def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Launch]:
-    if node.op == "rope":
-        return [_rope(node, types)]
     return [attention_launch(node, types)]
 
 
@@ -63,35 +52,6 @@ def attention_launch(node: Node, types: tuple[TensorType, ...]) -> Launch:
     if cuda_attention_tiled.fits(shape):
         return cuda_attention_tiled.tiled_attention(shape)
     return _attention_rows(node, types)
-
-
-def _rope(node: Node, types: tuple[TensorType, ...]) -> Launch:
-    x, pos = types
-    b, s, h, d = x.shape
-    half = d // 2
-    theta = float_attr(attrs_with_defaults(node), "theta")
-    n = b * s * h * half
-    idx = index_type(x.numel)
-    lines = [
-        (
-            f"for ({idx} t = ({idx})blockIdx.x * blockDim.x + threadIdx.x; t < {n}u;"
-            f" t += ({idx})gridDim.x * blockDim.x) {{"
-        ),
-        f"  const {idx} i = t % {half}u, row = t / {half}u, si = (row / {h}u) % {s}u;",
-        f"  const double inv_freq = pow({f64_literal(theta)}, -2.0 * (double)i / {d}.0);",
-        "  const double angle = (double)in1[si] * inv_freq;",
-        "  const float c = (float)cos(angle), sn = (float)sin(angle);",
-        f"  const {idx} base = row * {d}u;",
-        f"  const float x1 = {load(x.dtype, 'in0[base + i]')};",
-        f"  const float x2 = {load(x.dtype, f'in0[base + i + {half}u]')};",
-        f"  out[base + i] = {store(x.dtype, 'x1 * c - x2 * sn')};",
-        f"  out[base + i + {half}u] = {store(x.dtype, 'x2 * c + x1 * sn')};",
-        "}",
-    ]
-    decls = [out_param(x.dtype), in_param(x.dtype, 0), f"const {STORAGE[pos.dtype]}* in1"]
-    kernel = make_kernel("rope", decls, "\n".join("  " + s for s in lines))
-    grid, block = grid_1d(n)
-    return Launch(kernel, grid, block, ("out", "in0", "in1"))
 
 
 def _attention_rows(node: Node, types: tuple[TensorType, ...]) -> Launch:
