@@ -41,7 +41,7 @@ from optgraph.analysis.segments import (
     host_weight_layout,
 )
 from optgraph.codegen.collective_steps import COLLECTIVE_OPS, collective_step, first_device
-from optgraph.codegen.cuda_dispatch import node_code
+from optgraph.codegen.cuda_dispatch import node_code, scratch_bytes
 from optgraph.codegen.cuda_matmul import Gemm
 from optgraph.codegen.cuda_source import CodegenError, DeviceCopy, Kernel, Launch
 from optgraph.codegen.cuda_steps import (
@@ -139,6 +139,41 @@ def storage(graph: Graph) -> tuple[dict[str, Location], dict[str, int], dict[str
     return locations, weight_offsets, value_bytes, arena, cursor
 
 
+def place_scratch(
+    graph: Graph, arena: int, value_bytes: dict[str, int]
+) -> tuple[dict[str, Location], int]:
+    """Each node's scratch (`cuda_dispatch.scratch_bytes`, role "scratch") and the arena's new
+    size. Planned graphs: past the planned arena, one region per stream as large as its largest
+    need (a stream runs its nodes one after another; two streams never share one). Unplanned
+    graphs: a `value` buffer of its own (added to `value_bytes`). Either way the runtime
+    allocates it with the arena or the values, before any capture."""
+    types = graph.value_types()
+    needs: dict[str, tuple[int, int]] = {}
+    for node in graph.nodes:
+        if node.is_event or node.op in COLLECTIVE_OPS or node.ann.backend == "cpu":
+            continue
+        nbytes = scratch_bytes(node, [types[o] for o in node.operands])
+        if nbytes:
+            needs[node.name] = (node.stream, nbytes)
+    if not needs:
+        return {}, arena
+    if not _is_planned(graph):
+        for name, (_, nbytes) in needs.items():
+            value_bytes[f"{name}#scratch"] = nbytes
+        return {name: Location("value", f"{name}#scratch", 0) for name in needs}, arena
+    largest: dict[int, int] = {}
+    for stream, nbytes in needs.values():
+        largest[stream] = max(largest.get(stream, 0), nbytes)
+    base: dict[int, int] = {}
+    cursor = _align(arena)
+    for stream in sorted(largest):
+        base[stream] = cursor
+        cursor += _align(largest[stream])
+    return {
+        name: Location("arena", "", base[stream]) for name, (stream, _) in needs.items()
+    }, cursor
+
+
 def _extent(loc: Location, t: TensorType) -> Extent:
     return Extent(loc.space, loc.key, loc.offset, t.nbytes)
 
@@ -157,6 +192,10 @@ def _step_for(
         assert node.type is not None
         reads = tuple(_extent(roles[f"in{k}"], types[o]) for k, o in enumerate(node.operands))
         writes = (_extent(roles["out"], node.type),)
+        if "scratch" in work.args:  # it writes its scratch, not the result: never merged
+            return KernelStep(
+                node.name, stream, work.kernel.name, work.grid, work.block, work.shared_mem, args
+            )
         return KernelStep(
             node.name, stream, work.kernel.name, work.grid, work.block, work.shared_mem, args,
             reads, writes,
@@ -209,6 +248,7 @@ def lower_cuda(
         for name, (root, offset) in roots.items():
             if root in in_place:
                 locations[name] = locations[root].shifted(offset)
+    scratch, arena = place_scratch(graph, arena, value_bytes)
     steps: list[Step] = []
     origins: list[int] = []  # the index in graph.nodes of each step's node
     kernels: dict[str, Kernel] = {}
@@ -235,6 +275,8 @@ def lower_cuda(
         operand_types = [types[o] for o in node.operands]
         roles = {"out": locations[node.name]}
         roles.update((f"in{k}", locations[o]) for k, o in enumerate(node.operands))
+        if node.name in scratch:
+            roles["scratch"] = scratch[node.name]
         overwrites = bool(node.operands) and roles["out"] == roles["in0"]
         for work in node_code(node, operand_types, in_place=overwrites):
             if isinstance(work, Launch):
