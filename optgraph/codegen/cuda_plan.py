@@ -374,7 +374,7 @@ def describe_plan(plan: CudaPlan) -> str:
             g = step.gemm
             ops = "NT"[g.transa] + "NT"[g.transb]
             lines.append(
-                f"gemm %{step.node} {g.dtype} {ops} m={g.m} n={g.n} k={g.k} lda={g.lda}"
+                f"gemm %{step.node} {g.dtype}{'->' + g.c_dtype if g.c_dtype else ''} {ops} m={g.m} n={g.n} k={g.k} lda={g.lda}"
                 f" ldb={g.ldb} ldc={g.ldc} batch={g.batch} strides={g.stride_a},{g.stride_b},"
                 f"{g.stride_c} a={_where(step.a)} b={_where(step.b)} c={_where(step.c)}"
                 f" stream {step.stream}"

@@ -13,6 +13,7 @@ import optgraph as og
 from optgraph.codegen import cuda_attention
 from optgraph.codegen.cuda_plan import GemmStep, KernelStep, lower_cuda
 from optgraph.ir.graph import DTYPE_BYTES
+from optgraph.passes.manager import run_pipeline
 from optgraph.program import plan_graph
 from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
 from tests.codegen.test_cuda_emulated import BOUNDS
@@ -47,9 +48,8 @@ def gemm_attention(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _inputs(graph: og.Graph) -> dict[str, np.ndarray]:
     inputs = random_inputs(graph, 3)
-    inputs["len"] = np.array([7], np.int32)
-    inputs["blen"] = np.array([9, 4], np.int32)
-    return inputs
+    lengths = {"len": np.array([7], np.int32), "blen": np.array([9, 4], np.int32)}
+    return inputs | {k: v for k, v in lengths.items() if k in inputs}
 
 
 def _check(graph: og.Graph, plan_source: og.Graph) -> None:
@@ -112,3 +112,33 @@ def test_gemm_attention_threshold_keeps_decode_rows_on_the_kernels() -> None:
     plan = lower_cuda(graph)
     assert not any(isinstance(s, GemmStep) for s in plan.steps)
     assert not plan.value_bytes.keys() - {"d"}
+
+
+TWO_BRANCHES = """graph two_branches {
+  input %q : f16[1,4,6,16]
+  input %k : f16[1,2,6,16]
+  input %v : f16[1,2,6,16]
+  input %q2 : f16[1,4,6,16]
+  %a = attention(%q, %k, %v) {causal = true} : f16[1,4,6,16]
+  %b = attention(%q2, %k, %v) {causal = true} : f16[1,4,6,16]
+  %o = add(%a, %b) : f16[1,4,6,16]
+  output %o
+}
+"""
+STREAMS = (
+    "verify,assign-streams{max-streams=2,min-branch-us=0},insert-sync,analyze-lifetimes,plan-memory"
+)
+
+
+@pytest.mark.usefixtures("gemm_attention")
+def test_gemm_attention_scratch_per_stream_does_not_overlap() -> None:
+    graph = og.parse(TWO_BRANCHES)
+    planned = run_pipeline(graph, STREAMS)
+    streams = {n.name: n.stream for n in planned.nodes if n.op == "attention"}
+    assert streams["a"] != streams["b"]  # the branches run concurrently
+    plan = lower_cuda(planned)
+    where = {s.node: s.c for s in plan.steps if isinstance(s, GemmStep) and s.gemm.c == "scratch"}
+    size = 4 * 6 * 6 * 4
+    low, high = sorted(loc.offset for loc in where.values())
+    assert high >= low + size and plan.arena_bytes >= high + size
+    _check(graph, planned)
