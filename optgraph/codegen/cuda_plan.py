@@ -41,7 +41,7 @@ from optgraph.analysis.segments import (
     host_weight_layout,
 )
 from optgraph.codegen.collective_steps import COLLECTIVE_OPS, collective_step, first_device
-from optgraph.codegen.cuda_dispatch import node_code, scratch_bytes
+from optgraph.codegen.cuda_dispatch import node_code
 from optgraph.codegen.cuda_matmul import Gemm
 from optgraph.codegen.cuda_source import CodegenError, DeviceCopy, Kernel, Launch
 from optgraph.codegen.cuda_steps import (
@@ -61,6 +61,7 @@ from optgraph.codegen.in_place_outputs import check_in_place, in_place_candidate
 from optgraph.codegen.lowered import LoweredProgram, LoweredVariant
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.codegen.merge_launches import merge_kernel_steps
+from optgraph.codegen.scratch_space import place_scratch
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
 
@@ -137,41 +138,6 @@ def storage(graph: Graph) -> tuple[dict[str, Location], dict[str, int], dict[str
         locations[name] = locations[root].shifted(offset)
     del types
     return locations, weight_offsets, value_bytes, arena, cursor
-
-
-def place_scratch(
-    graph: Graph, arena: int, value_bytes: dict[str, int]
-) -> tuple[dict[str, Location], int]:
-    """Each node's scratch (`cuda_dispatch.scratch_bytes`, role "scratch") and the arena's new
-    size. Planned graphs: past the planned arena, one region per stream as large as its largest
-    need (a stream runs its nodes one after another; two streams never share one). Unplanned
-    graphs: a `value` buffer of its own (added to `value_bytes`). Either way the runtime
-    allocates it with the arena or the values, before any capture."""
-    types = graph.value_types()
-    needs: dict[str, tuple[int, int]] = {}
-    for node in graph.nodes:
-        if node.is_event or node.op in COLLECTIVE_OPS or node.ann.backend == "cpu":
-            continue
-        nbytes = scratch_bytes(node, [types[o] for o in node.operands])
-        if nbytes:
-            needs[node.name] = (node.stream, nbytes)
-    if not needs:
-        return {}, arena
-    if not _is_planned(graph):
-        for name, (_, nbytes) in needs.items():
-            value_bytes[f"{name}#scratch"] = nbytes
-        return {name: Location("value", f"{name}#scratch", 0) for name in needs}, arena
-    largest: dict[int, int] = {}
-    for stream, nbytes in needs.values():
-        largest[stream] = max(largest.get(stream, 0), nbytes)
-    base: dict[int, int] = {}
-    cursor = _align(arena)
-    for stream in sorted(largest):
-        base[stream] = cursor
-        cursor += _align(largest[stream])
-    return {
-        name: Location("arena", "", base[stream]) for name, (stream, _) in needs.items()
-    }, cursor
 
 
 def _extent(loc: Location, t: TensorType) -> Extent:
@@ -336,6 +302,8 @@ def plan_json(plan: CudaPlan) -> dict[str, object]:
     def step_json(step: Step) -> dict[str, object]:
         data = asdict(step)
         data["kind"] = type(step).__name__.removesuffix("Step").lower()
+        if isinstance(step, GemmStep) and not step.gemm.c_dtype:
+            del data["gemm"]["c_dtype"]  # C in A's dtype: the plan as it was written before
         return data
 
     return {
