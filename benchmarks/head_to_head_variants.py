@@ -10,6 +10,7 @@ GPU time by kernel family through torch.profiler (CUPTI sees CuPy's kernels too)
 
 from __future__ import annotations
 
+import importlib
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -113,21 +114,20 @@ def cublas_variant(build_fused: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 def codegen_setting_variant(
-    build_fused: Callable[[Any], Any], name: str, value: Any
+    build_fused: Callable[[Any], Any], name: str, value: Any, module: str = "cuda_fused"
 ) -> Callable[[Any], Any]:
-    """The same optgraph variant built with `cuda_fused.<name>` set to `value`."""
+    """The same optgraph variant built with `optgraph.codegen.<module>.<name>` set to `value`."""
 
     def build(model: Any) -> tuple[Callable[[], Any], Any]:
-        from optgraph.codegen import cuda_fused
-
-        old = getattr(cuda_fused, name)
-        setattr(cuda_fused, name, value)
+        setting = importlib.import_module(f"optgraph.codegen.{module}")
+        old = getattr(setting, name)
+        setattr(setting, name, value)
         try:
             run, stream = build_fused(model)
             run()  # the kernels are generated at the first run
             stream.synchronize()
         finally:
-            setattr(cuda_fused, name, old)
+            setattr(setting, name, old)
         return run, stream
 
     return build

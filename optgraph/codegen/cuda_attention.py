@@ -12,17 +12,23 @@ zeros. Scores and accumulators are float32 (online softmax). Three kernels, by s
   two query rows, fully masked causal tiles skipped;
 - head sizes neither takes (D > 256 for decode, D > 160 otherwise): `_attention_rows` below, one
   block of 128 threads per query row, tiles of 256 keys.
+
+Opt-in, before those: with `GEMM_PREFILL_MIN_ROWS` > 0, a node with at least that many query rows
+(and at most `cuda_attention_gemm.MAX_KEYS` keys) runs on tensor cores as two cuBLAS batched
+products around a softmax row kernel (`cuda_attention_gemm`); it needs `scratch_bytes` of scratch,
+which `cuda_plan` places.
 """
 
 from __future__ import annotations
 
-from optgraph.codegen import cuda_attention_decode, cuda_attention_tiled
+from optgraph.codegen import cuda_attention_decode, cuda_attention_gemm, cuda_attention_tiled
 from optgraph.codegen.cuda_head_rows import (
     AttentionShape,
     attention_shape,
     operand_args,
     operand_decls,
 )
+from optgraph.codegen.cuda_matmul import Gemm
 from optgraph.codegen.cuda_source import (
     Launch,
     f32_literal,
@@ -38,10 +44,28 @@ from optgraph.ir.graph import Node, TensorType
 OPS = frozenset({"attention"})
 TILE = 256
 THREADS = 128
+# Query rows from which attention takes the tensor-core path (cuda_attention_gemm); 0 = never.
+GEMM_PREFILL_MIN_ROWS = 0
 
 
-def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Launch]:
+def emit(
+    node: Node, types: tuple[TensorType, ...], *, in_place: bool = False
+) -> list[Launch | Gemm]:
+    if node.op == "attention":
+        shape = attention_shape(node, types)
+        if cuda_attention_gemm.fits(shape, GEMM_PREFILL_MIN_ROWS):
+            return cuda_attention_gemm.gemm_attention(shape)
     return [attention_launch(node, types)]
+
+
+def scratch_bytes(node: Node, types: tuple[TensorType, ...]) -> int:
+    """Scratch bytes `emit` needs for `node` (0: none)."""
+    if node.op != "attention":
+        return 0
+    shape = attention_shape(node, types)
+    if not cuda_attention_gemm.fits(shape, GEMM_PREFILL_MIN_ROWS):
+        return 0
+    return cuda_attention_gemm.scratch_bytes(shape)
 
 
 def attention_launch(node: Node, types: tuple[TensorType, ...]) -> Launch:

@@ -83,6 +83,13 @@ def node_code(
     raise CodegenError(f"{node.op}: no CUDA code generator for this op", node.span)
 
 
+def scratch_bytes(node: Node, operand_types: Sequence[TensorType]) -> int:
+    """Bytes of scratch the work of `node` needs besides its result (role "scratch"; 0: none)."""
+    if node.op == "attention" and node.type is not None and node.type.numel:
+        return cuda_attention.scratch_bytes(node, tuple(operand_types))
+    return 0
+
+
 def fused_code(node: Node, types: tuple[TensorType, ...]) -> list[Work]:
     """The work of a fused region, by the kind of its plan (see the module docstring)."""
     assert node.type is not None and node.body is not None

@@ -31,7 +31,7 @@ OP_N, OP_T = 0, 1
 @dataclass(frozen=True)
 class Gemm:
     """One `cublasGemmStridedBatchedEx` call in cuBLAS's terms; buffers are roles + byte offsets,
-    strides are in elements."""
+    strides are in elements (C's in elements of `out_dtype`)."""
 
     dtype: str
     transa: int
@@ -52,6 +52,11 @@ class Gemm:
     a_offset: int = 0
     b_offset: int = 0
     c_offset: int = 0
+    c_dtype: str = ""  # C's dtype where it differs from A's and B's ("": the same)
+
+    @property
+    def out_dtype(self) -> str:
+        return self.c_dtype or self.dtype
 
 
 def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Gemm]:

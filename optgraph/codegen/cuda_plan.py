@@ -61,6 +61,7 @@ from optgraph.codegen.in_place_outputs import check_in_place, in_place_candidate
 from optgraph.codegen.lowered import LoweredProgram, LoweredVariant
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.codegen.merge_launches import merge_kernel_steps
+from optgraph.codegen.scratch_space import place_scratch
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
 
@@ -157,6 +158,10 @@ def _step_for(
         assert node.type is not None
         reads = tuple(_extent(roles[f"in{k}"], types[o]) for k, o in enumerate(node.operands))
         writes = (_extent(roles["out"], node.type),)
+        if "scratch" in work.args:  # it writes its scratch, not the result: never merged
+            return KernelStep(
+                node.name, stream, work.kernel.name, work.grid, work.block, work.shared_mem, args
+            )
         return KernelStep(
             node.name, stream, work.kernel.name, work.grid, work.block, work.shared_mem, args,
             reads, writes,
@@ -209,6 +214,7 @@ def lower_cuda(
         for name, (root, offset) in roots.items():
             if root in in_place:
                 locations[name] = locations[root].shifted(offset)
+    scratch, arena = place_scratch(graph, arena, value_bytes)
     steps: list[Step] = []
     origins: list[int] = []  # the index in graph.nodes of each step's node
     kernels: dict[str, Kernel] = {}
@@ -235,6 +241,8 @@ def lower_cuda(
         operand_types = [types[o] for o in node.operands]
         roles = {"out": locations[node.name]}
         roles.update((f"in{k}", locations[o]) for k, o in enumerate(node.operands))
+        if node.name in scratch:
+            roles["scratch"] = scratch[node.name]
         overwrites = bool(node.operands) and roles["out"] == roles["in0"]
         for work in node_code(node, operand_types, in_place=overwrites):
             if isinstance(work, Launch):
@@ -294,6 +302,8 @@ def plan_json(plan: CudaPlan) -> dict[str, object]:
     def step_json(step: Step) -> dict[str, object]:
         data = asdict(step)
         data["kind"] = type(step).__name__.removesuffix("Step").lower()
+        if isinstance(step, GemmStep) and not step.gemm.c_dtype:
+            del data["gemm"]["c_dtype"]  # C in A's dtype: the plan as it was written before
         return data
 
     return {
@@ -332,7 +342,7 @@ def describe_plan(plan: CudaPlan) -> str:
             g = step.gemm
             ops = "NT"[g.transa] + "NT"[g.transb]
             lines.append(
-                f"gemm %{step.node} {g.dtype} {ops} m={g.m} n={g.n} k={g.k} lda={g.lda}"
+                f"gemm %{step.node} {g.dtype}{'->' + g.c_dtype if g.c_dtype else ''} {ops} m={g.m} n={g.n} k={g.k} lda={g.lda}"
                 f" ldb={g.ldb} ldc={g.ldc} batch={g.batch} strides={g.stride_a},{g.stride_b},"
                 f"{g.stride_c} a={_where(step.a)} b={_where(step.b)} c={_where(step.c)}"
                 f" stream {step.stream}"

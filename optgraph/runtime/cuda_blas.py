@@ -100,17 +100,17 @@ class CtypesBlas:
 
     def gemm_call(self, handle: int, g: Any, a: int, b: int, c: int) -> Callable[[], None]:
         """A closure issuing one `Gemm` (codegen.cuda_matmul) with resolved pointers."""
-        t = CUDA_DTYPES[g.dtype]
+        t, tc = CUDA_DTYPES[g.dtype], CUDA_DTYPES[g.c_dtype or g.dtype]
         check = self._check
         args: tuple[Any, ...]
         if g.batch == 1:
             fn = self.lib.cublasGemmEx
             args = (handle, g.transa, g.transb, g.m, g.n, g.k, self.alpha, a, t, g.lda, b, t,
-                    g.ldb, self.beta, c, t, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)  # fmt: skip
+                    g.ldb, self.beta, c, tc, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)  # fmt: skip
         else:
             fn = self.lib.cublasGemmStridedBatchedEx
             args = (handle, g.transa, g.transb, g.m, g.n, g.k, self.alpha, a, t, g.lda,
-                    g.stride_a, b, t, g.ldb, g.stride_b, self.beta, c, t, g.ldc, g.stride_c,
+                    g.stride_a, b, t, g.ldb, g.stride_b, self.beta, c, tc, g.ldc, g.stride_c,
                     g.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)  # fmt: skip
 
         def call() -> None:
@@ -144,10 +144,10 @@ class CupyBlas:
         self.cublas.destroy(handle)
 
     def gemm_call(self, handle: int, g: Any, a: int, b: int, c: int) -> Callable[[], None]:
-        t = CUDA_DTYPES[g.dtype]
+        t, tc = CUDA_DTYPES[g.dtype], CUDA_DTYPES[g.c_dtype or g.dtype]
         fn = self.cublas.gemmStridedBatchedEx
         args = (handle, g.transa, g.transb, g.m, g.n, g.k, self.alpha, a, t, g.lda, g.stride_a,
-                b, t, g.ldb, g.stride_b, self.beta, c, t, g.ldc, g.stride_c, max(g.batch, 1),
+                b, t, g.ldb, g.stride_b, self.beta, c, tc, g.ldc, g.stride_c, max(g.batch, 1),
                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)  # fmt: skip
         return lambda: fn(*args)
 

@@ -364,6 +364,7 @@ def _gemm(step: GemmStep, a: str, b: str, c: str) -> str:
     """One cublasGemmStridedBatchedEx (column-major, alpha 1, beta 0) as a float32 loop nest over
     the buffers at pointer expressions `a`, `b`, `c`."""
     g, st = step.gemm, STORAGE[step.gemm.dtype]
+    ct = STORAGE[g.out_dtype]
     a_at = f"l + i * {g.lda}u" if g.transa else f"i + l * {g.lda}u"  # op(A)(i, l)
     b_at = f"j + l * {g.ldb}u" if g.transb else f"l + j * {g.ldb}u"  # op(B)(l, j)
     return (
@@ -373,7 +374,7 @@ def _gemm(step: GemmStep, a: str, b: str, c: str) -> str:
         f"const {st}* B = ({st}*){b} + p * {g.stride_b}u; "
         f"for (unsigned l = 0; l < {g.k}u; ++l) "
         f"acc += {load(g.dtype, f'A[{a_at}]')} * {load(g.dtype, f'B[{b_at}]')}; "
-        f"(({st}*){c} + p * {g.stride_c}u)[i + j * {g.ldc}u] = {store(g.dtype, 'acc')}; }}"
+        f"(({ct}*){c} + p * {g.stride_c}u)[i + j * {g.ldc}u] = {store(g.out_dtype, 'acc')}; }}"
     )
 
 

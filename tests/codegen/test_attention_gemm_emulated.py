@@ -1,0 +1,144 @@
+"""The tensor-core prefill attention (codegen/cuda_attention_gemm.py: two cuBLAS products around
+a softmax row kernel) run in the CPU emulator against the reference, with
+`cuda_attention.GEMM_PREFILL_MIN_ROWS` switched on: f32/f16/bf16, grouped-query heads, causal
+bottom-right and top-left, kv_len (one and per batch), windows, softcap, bool and float masks;
+unplanned (scratch in a value buffer) and memory-planned (scratch past the arena) plans."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import optgraph as og
+from optgraph.codegen import cuda_attention
+from optgraph.codegen.cuda_plan import GemmStep, KernelStep, lower_cuda
+from optgraph.ir.graph import DTYPE_BYTES
+from optgraph.passes.manager import run_pipeline
+from optgraph.program import plan_graph
+from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from tests.codegen.test_cuda_emulated import BOUNDS
+from tests.support import cuda_emulator
+
+pytestmark = pytest.mark.skipif(not cuda_emulator.available(), reason="needs g++ (C++20)")
+
+PREFILL = """graph prefill {
+  input %q : {T}[2,4,5,16]
+  input %k : {T}[2,2,9,16]
+  input %v : {T}[2,2,9,16]
+  input %len : i32[1]
+  input %blen : i32[2]
+  input %m : bool[2,1,5,9]
+  input %fm : {T}[1,4,5,9]
+  %c = attention(%q, %k, %v) {causal = true} : {T}[2,4,5,16]
+  %t = attention(%q, %k, %v) {causal = true, causal_align = "top_left", softcap = 2.0} : {T}[2,4,5,16]
+  %l = attention(%q, %k, %v, %len) {causal = true, window = 3} : {T}[2,4,5,16]
+  %b = attention(%q, %k, %v, %blen, %m) {causal = true, masked = true} : {T}[2,4,5,16]
+  %f = attention(%q, %k, %v, %fm) {masked = true, scale = 0.5} : {T}[2,4,5,16]
+  %s = attention(%q, %q, %q) {causal = true} : {T}[2,4,5,16]
+  %o = add(%c, %t) : {T}[2,4,5,16]
+  output %o, %l, %b, %f, %s
+}
+"""
+
+
+@pytest.fixture
+def gemm_attention(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cuda_attention, "GEMM_PREFILL_MIN_ROWS", 4)
+
+
+def _inputs(graph: og.Graph) -> dict[str, np.ndarray]:
+    inputs = random_inputs(graph, 3)
+    lengths = {"len": np.array([7], np.int32), "blen": np.array([9, 4], np.int32)}
+    return inputs | {k: v for k, v in lengths.items() if k in inputs}
+
+
+def _check(graph: og.Graph, plan_source: og.Graph) -> None:
+    inputs, weights = _inputs(graph), random_weights(graph, 3)
+    want = run_reference(graph, inputs, weights)
+    plan = lower_cuda(plan_source)
+    attention = {n.name for n in graph.nodes if n.op == "attention"}
+    gemms = [s for s in plan.steps if isinstance(s, GemmStep)]
+    assert {s.node for s in gemms} == attention and len(gemms) == 2 * len(attention)
+    softmax = [s for s in plan.steps if isinstance(s, KernelStep) and "softmax" in s.kernel]
+    assert len(softmax) == len(attention)
+    for step in gemms[1::2]:  # p·v reads the probabilities where each row's f32 scores were
+        key_count = step.gemm.k
+        assert step.gemm.ldb * DTYPE_BYTES[step.gemm.dtype] == key_count * 4
+    got = cuda_emulator.run_plan(plan, inputs, weights)
+    types = graph.value_types()
+    for name in graph.output_names():
+        err = nmse(np.asarray(got[name], np.float64), np.asarray(want[name], np.float64))
+        bound = BOUNDS[types[name].dtype]
+        assert err <= bound, f"%{name} ({types[name]}): nmse {err:.3e} > {bound:g}"
+
+
+@pytest.mark.usefixtures("gemm_attention")
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_gemm_attention_unplanned_matches_reference(dtype: str) -> None:
+    graph = og.parse(PREFILL.replace("{T}", dtype))
+    _check(graph, graph)
+
+
+@pytest.mark.usefixtures("gemm_attention")
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_gemm_attention_planned_matches_reference(dtype: str) -> None:
+    graph = og.parse(PREFILL.replace("{T}", dtype))
+    planned = plan_graph(graph, "default")
+    plan = lower_cuda(planned)
+    top = max(n.ann.offset + n.ann.size for n in planned.nodes if n.ann.offset is not None)
+    scratch = {s.c.offset for s in plan.steps if isinstance(s, GemmStep) and s.gemm.c == "scratch"}
+    assert scratch and min(scratch) >= top  # past every planned buffer
+    assert plan.arena_bytes >= max(scratch) + 2 * 4 * 5 * 9 * 4
+    _check(graph, planned)
+
+
+def test_gemm_attention_is_off_by_default() -> None:
+    graph = og.parse(PREFILL.replace("{T}", "f16"))
+    plan = lower_cuda(graph)
+    assert cuda_attention.GEMM_PREFILL_MIN_ROWS == 0
+    assert not any(isinstance(s, GemmStep) for s in plan.steps)
+    assert not any(k.endswith("#scratch") for k in plan.value_bytes)
+
+
+@pytest.mark.usefixtures("gemm_attention")
+def test_gemm_attention_threshold_keeps_decode_rows_on_the_kernels() -> None:
+    graph = og.parse("""graph decode {
+  input %q : f16[1,4,1,16]
+  input %k : f16[1,2,9,16]
+  %d = attention(%q, %k, %k) {causal = true} : f16[1,4,1,16]
+  output %d
+}
+""")
+    plan = lower_cuda(graph)
+    assert not any(isinstance(s, GemmStep) for s in plan.steps)
+    assert not plan.value_bytes.keys() - {"d"}
+
+
+TWO_BRANCHES = """graph two_branches {
+  input %q : f16[1,4,6,16]
+  input %k : f16[1,2,6,16]
+  input %v : f16[1,2,6,16]
+  input %q2 : f16[1,4,6,16]
+  %a = attention(%q, %k, %v) {causal = true} : f16[1,4,6,16]
+  %b = attention(%q2, %k, %v) {causal = true} : f16[1,4,6,16]
+  %o = add(%a, %b) : f16[1,4,6,16]
+  output %o
+}
+"""
+STREAMS = (
+    "verify,assign-streams{max-streams=2,min-branch-us=0},insert-sync,analyze-lifetimes,plan-memory"
+)
+
+
+@pytest.mark.usefixtures("gemm_attention")
+def test_gemm_attention_scratch_per_stream_does_not_overlap() -> None:
+    graph = og.parse(TWO_BRANCHES)
+    planned = run_pipeline(graph, STREAMS)
+    streams = {n.name: n.stream for n in planned.nodes if n.op == "attention"}
+    assert streams["a"] != streams["b"]  # the branches run concurrently
+    plan = lower_cuda(planned)
+    where = {s.node: s.c for s in plan.steps if isinstance(s, GemmStep) and s.gemm.c == "scratch"}
+    size = 4 * 6 * 6 * 4
+    low, high = sorted(loc.offset for loc in where.values())
+    assert high >= low + size and plan.arena_bytes >= high + size
+    _check(graph, planned)

@@ -1,0 +1,55 @@
+"""The tensor-core prefill attention (codegen/cuda_attention_gemm.py) on the GPU, switched on with
+`cuda_attention.GEMM_PREFILL_MIN_ROWS`: the emulator's graph of every attention variant
+(unplanned: scratch in value buffers) and a Llama-sized prefill layer memory-planned (scratch
+past the arena), each eager then replayed, within the bounds and bit-identical across the two."""
+
+from __future__ import annotations
+
+import pytest
+
+import optgraph as og
+from tests.codegen.test_attention_gemm_emulated import PREFILL
+from tests.support.gpu_support import assert_close, reference, require_gpu, same_bits
+
+pytestmark = pytest.mark.gpu
+require_gpu()
+
+from optgraph.codegen import cuda_attention
+from optgraph.codegen.cuda_plan import GemmStep
+from optgraph.program import cuda_program, plan_graph
+
+LAYER = """graph prefill_layer {
+  input %q : f16[1,32,512,128]
+  input %k : f16[1,8,512,128]
+  input %v : f16[1,8,512,128]
+  %o = attention(%q, %k, %v) {causal = true} : f16[1,32,512,128]
+  %t = attention(%q, %k, %v) {causal = true, causal_align = "top_left", window = 128} : f16[1,32,512,128]
+  output %o, %t
+}
+"""
+
+
+@pytest.fixture(autouse=True)
+def gemm_attention(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cuda_attention, "GEMM_PREFILL_MIN_ROWS", 4)
+
+
+def _run_twice(graph: og.Graph, source: og.Graph) -> None:
+    inputs, weights, want = reference(graph)
+    program = cuda_program(source, weights=weights)
+    assert any(isinstance(s, GemmStep) for s in program.lowered.main.plan.steps)
+    first = program.run(inputs)  # eager, then capture
+    second = program.run(inputs)  # replay
+    assert_close(graph, first, want)
+    assert same_bits(first, second)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_gemm_attention_variants_match_reference(dtype: str) -> None:
+    graph = og.parse(PREFILL.replace("{T}", dtype))
+    _run_twice(graph, graph)
+
+
+def test_gemm_attention_planned_prefill_layer_matches_reference() -> None:
+    graph = og.parse(LAYER)
+    _run_twice(graph, plan_graph(graph, "default"))
