@@ -72,9 +72,8 @@ ONLY_ON = {
     "torch-compile-ro": {"llama_launch", "llama_real"},
     "og-fused-1s-cublas": {"llama_launch", "llama_real"},
     "og-fused-1s-nomerge": {"llama_launch", "llama_real"},
-    "og-fused-1s-gemm-attn": {"llama_prefill_512"},
+    "og-fused-1s-tiled-attn": {"llama_prefill_512"},
 }
-GEMM_ATTENTION_ROWS = 64  # query rows from which og-fused-1s-gemm-attn takes the cuBLAS path
 ORDER = ("llama_real", "llama_launch", "moe_block", "inception_block", "llama_prefill_512")
 LLAMA_LAUNCH = {
     "layers": 8, "hidden": 512, "heads": 8, "kv_heads": 2, "ffn": 1376, "vocab": 1024,
@@ -203,12 +202,10 @@ def suite_variants() -> list[Variant]:
             optgraph_variant(FUSED_CHAINS, True, pdl=False),
         ),
         Variant(
-            "og-fused-1s-gemm-attn",
-            "og-fused-1s with prefill attention on tensor cores (cuBLAS q·kᵀ, softmax rows, p·v;"
-            f" cuda_attention.GEMM_PREFILL_MIN_ROWS = {GEMM_ATTENTION_ROWS})",
-            codegen_setting_variant(
-                fused_1s, "GEMM_PREFILL_MIN_ROWS", GEMM_ATTENTION_ROWS, module="cuda_attention"
-            ),
+            "og-fused-1s-tiled-attn",
+            "og-fused-1s with prefill attention on the tiled CUDA-core kernel, as before the"
+            " tensor-core path became the default (cuda_attention.GEMM_PREFILL_MIN_ROWS = 0)",
+            codegen_setting_variant(fused_1s, "GEMM_PREFILL_MIN_ROWS", 0, module="cuda_attention"),
         ),
         Variant(
             "og-fused-1s-cublas",

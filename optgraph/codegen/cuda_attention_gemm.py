@@ -38,13 +38,18 @@ from optgraph.ir.graph import DTYPE_BYTES
 THREADS = 128
 MAX_PER_THREAD = 64
 MAX_KEYS = THREADS * MAX_PER_THREAD
+# The scores of a node must fit in this much scratch (f32), else the tiled kernel runs: 32 heads
+# of 512 x 512 take 32 MiB; a long prompt's B·H·S² would take gigabytes.
+MAX_SCRATCH_BYTES = 256 << 20
 SCRATCH = "scratch"  # the role of the node's scratch bytes
 NEG_INF = f32_literal(float("-inf"))
 
 
 def fits(shape: AttentionShape, min_rows: int) -> bool:
     """Whether this path takes `shape` given the row threshold (0 = never)."""
-    return 0 < min_rows <= shape.sq and shape.skv <= MAX_KEYS and shape.dtype in DTYPE_BYTES
+    if not (0 < min_rows <= shape.sq and shape.skv <= MAX_KEYS and shape.dtype in DTYPE_BYTES):
+        return False
+    return scratch_bytes(shape) <= MAX_SCRATCH_BYTES
 
 
 def scratch_bytes(shape: AttentionShape) -> int:

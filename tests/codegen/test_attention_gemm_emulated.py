@@ -92,12 +92,32 @@ def test_gemm_attention_planned_matches_reference(dtype: str) -> None:
     _check(graph, planned)
 
 
-def test_gemm_attention_is_off_by_default() -> None:
-    graph = og.parse(PREFILL.replace("{T}", "f16"))
+def test_gemm_attention_is_off_below_the_default_threshold() -> None:
+    graph = og.parse(PREFILL.replace("{T}", "f16"))  # fewer query rows than the threshold
     plan = lower_cuda(graph)
-    assert cuda_attention.GEMM_PREFILL_MIN_ROWS == 0
+    assert cuda_attention.GEMM_PREFILL_MIN_ROWS == 64
     assert not any(isinstance(s, GemmStep) for s in plan.steps)
     assert not any(k.endswith("#scratch") for k in plan.value_bytes)
+
+
+def test_a_long_prompt_whose_scores_exceed_the_scratch_cap_keeps_the_tiled_kernel() -> None:
+    graph = og.parse("""graph long {
+  input %q : f16[1,32,4096,128]
+  input %k : f16[1,8,4096,128]
+  %d = attention(%q, %k, %k) {causal = true} : f16[1,32,4096,128]
+  output %d
+}
+""")
+    plan = lower_cuda(graph)  # 32 x 4096 x 4096 f32 scores: 2 GiB, above MAX_SCRATCH_BYTES
+    assert not any(isinstance(s, GemmStep) for s in plan.steps)
+    graph = og.parse("""graph prompt {
+  input %q : f16[1,32,512,128]
+  input %k : f16[1,8,512,128]
+  %d = attention(%q, %k, %k) {causal = true} : f16[1,32,512,128]
+  output %d
+}
+""")
+    assert sum(isinstance(s, GemmStep) for s in lower_cuda(graph).steps) == 2  # on by default
 
 
 @pytest.mark.usefixtures("gemm_attention")
