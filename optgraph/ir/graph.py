@@ -57,7 +57,13 @@ class TensorType:
         return TensorType(dtype, self.shape)
 
     def __str__(self) -> str:
-        return f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
+        # Printed once per type object (kept in the instance `__dict__`, outside the fields): a
+        # graph shares a few type objects among all its nodes, and printing and cse's node keys
+        # format every node.
+        text: str | None = self.__dict__.get("_text")
+        if text is None:
+            text = self.__dict__["_text"] = f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
+        return text
 
 
 class AnnotationChanges(TypedDict, total=False):
@@ -105,10 +111,8 @@ class Annotations:
 
     def items(self) -> Iterator[tuple[str, int | str | tuple[int, ...]]]:
         """The fields that are set, in canonical (declaration) order."""
-        for key in ANNOTATION_KEYS:
-            value = getattr(self, key)
-            if value is not None:
-                yield key, value
+        fields = self.__dict__  # read directly: the printer asks every node's annotations
+        return iter([(key, fields[key]) for key in ANNOTATION_KEYS if fields[key] is not None])
 
     def is_empty(self) -> bool:
         return next(self.items(), None) is None

@@ -55,8 +55,22 @@ def alias_roots(graph: Graph) -> dict[str, tuple[str, int]]:
     """For every value that aliases another buffer: (root buffer value, byte offset in it).
 
     Chains of aliasing views resolve to the buffer that owns the bytes (a node result, an input or
-    a weight). Values that own their bytes are absent.
+    a weight). Values that own their bytes are absent. Computed once per graph (graphs are
+    immutable; a pass, its analyses and the report ask for the same graph's roots several times)
+    and copied for each caller.
     """
+    cached: dict[str, tuple[str, int]] | None = graph.__dict__.get(_ALIAS_ROOTS)
+    if cached is None:
+        cached = graph.__dict__[_ALIAS_ROOTS] = _alias_roots(graph)
+    return dict(cached)
+
+
+# Where a graph keeps its alias roots, in its instance `__dict__` (outside the dataclass fields,
+# like `functools.cached_property`: equality and `replace` never see it).
+_ALIAS_ROOTS = "_alias_roots"
+
+
+def _alias_roots(graph: Graph) -> dict[str, tuple[str, int]]:
     types = graph.value_types()
     roots: dict[str, tuple[str, int]] = {}
     for node in graph.nodes:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 
-from optgraph.ir.graph import Annotations, AttrValue, Graph, Node
+from optgraph.ir.graph import NO_ANNOTATIONS, Annotations, AttrValue, Graph, Node
 
 
 def format_literal(value: AttrValue) -> str:
@@ -37,6 +37,8 @@ def _annotation_literal(key: str, value: AttrValue) -> str:
 
 
 def format_annotations(ann: Annotations) -> str:
+    if ann is NO_ANNOTATIONS:
+        return ""
     items = list(ann.items())
     if not items:
         return ""

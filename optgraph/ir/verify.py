@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from optgraph.errors import Diagnostic, OptGraphError, Span, VerifyError, did_you_mean
 from optgraph.ir import ops
+from optgraph.ir.gc_pause import gc_paused
 from optgraph.ir.graph import Graph, Input, Node, TensorType, Weight
 from optgraph.ir.limits import limit_diagnostics
 from optgraph.ir.verify_devices import device_diagnostics
@@ -125,6 +126,21 @@ def _inferred_type(node: Node, operand_types: list[TensorType]) -> TensorType:
 
 def verify(graph: Graph) -> None:
     """Raise `VerifyError` listing every problem in `graph`; return None when it is well-formed."""
+    if graph.__dict__.get(_VERIFIED):
+        return
+    with gc_paused():  # O(V) small objects next to the graph's own: see optgraph.ir.gc_pause
+        _verify(graph)
+    graph.__dict__[_VERIFIED] = True
+
+
+# Set in a graph's instance `__dict__` (outside the dataclass fields, so equality and `replace`
+# never see it) once it verified: graphs are immutable, and a compile verifies the same graph
+# object several times (after reading it, when a pipeline starts, in the verify pass, after a
+# pass that returns its input). Failures are not remembered.
+_VERIFIED = "_verified"
+
+
+def _verify(graph: Graph) -> None:
     beyond_limits = limit_diagnostics(graph)
     if beyond_limits:  # sizes and ids every later check would compute with
         raise VerifyError.from_diagnostics(beyond_limits)

@@ -26,7 +26,9 @@ from optgraph.passes.base import Pass
 
 
 def _key(node: Node) -> str:
-    return format_node(replace(node, name=""), indent="")
+    """The node's text without its result name (`%h = ...` -> `% = ...`). Cut from the printed
+    text rather than printing a renamed copy: a copy of every node costs as much as the print."""
+    return "%" + format_node(node, indent="")[len(node.name) + 1 :]
 
 
 @dataclass(frozen=True)
