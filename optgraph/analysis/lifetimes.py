@@ -24,9 +24,6 @@ k = streams).
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from optgraph.analysis.happens_before import HappensBefore, instance_reads
@@ -146,17 +143,3 @@ def annotate_lifetimes(graph: Graph, lifetimes: dict[str, Lifetime]) -> Graph:
             live=(lt.first, lt.last), visible=lt.visible
         )
     return graph.with_nodes(nodes)
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: these analyses allocate O(V) small objects next to a
-    graph of O(V) nodes, and every full collection walks the whole heap (2-3x slower at 100k
-    buffers). They create no reference cycles, so nothing is lost."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optgraph.analysis.lifetimes import annotate_lifetimes, compute_lifetimes, gc_paused
+from optgraph.analysis.lifetimes import annotate_lifetimes, compute_lifetimes
+from optgraph.ir.gc_pause import gc_paused
 from optgraph.ir.graph import Graph
 from optgraph.passes.base import Pass
 

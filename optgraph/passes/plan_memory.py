@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 from optgraph.analysis.arena_plan import ALGOS, apply_plan, plan
 from optgraph.analysis.happens_before import HappensBefore
-from optgraph.analysis.lifetimes import annotate_lifetimes, compute_lifetimes, gc_paused
+from optgraph.analysis.lifetimes import annotate_lifetimes, compute_lifetimes
+from optgraph.ir.gc_pause import gc_paused
 from optgraph.ir.graph import Graph
 from optgraph.passes.base import Pass
 
