@@ -33,8 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 import optgraph as og
 from optgraph.analysis.arena_plan import plan
-from optgraph.analysis.lifetimes import compute_lifetimes, gc_paused
+from optgraph.analysis.lifetimes import compute_lifetimes
 from optgraph.analysis.memory_bounds import memory_figures
+from optgraph.ir.gc_pause import gc_paused
 from optgraph.passes.manager import run_pipeline
 
 FRONT = "verify,dce,cse,fuse"
