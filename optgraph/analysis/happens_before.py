@@ -130,12 +130,11 @@ class HappensBefore:
                 self.clocks[first + x] = current[c]
                 self.clocks[first + x, c] = ticked[x]
                 self.on_lane[c].append(first + x)
-            if node.op in GROUP_COLLECTIVES:  # after it, every participant saw every tick
-                for c in cols:
-                    current[c, cols] = ticked
-            else:
-                for x, c in enumerate(cols):
-                    current[c, c] = ticked[x]
+            # A collective orders every participant's earlier work (joined above) before every
+            # participant's later work; its instances are not ordered with each other: one rank's
+            # collective may still be reading or writing its buffers when another's completes.
+            for x, c in enumerate(cols):
+                current[c, c] = ticked[x]
             if node.op == "send":
                 sends[node.name] = first
         self.final = current  # each lane's clock when the host reaches the end
