@@ -12,6 +12,8 @@ Batch dimensions broadcast. When `b` has no batch (a shared weight) and `a` is n
 batch folds into M (one plain GEMM). Otherwise each operand's batch stride is its matrix size or 0
 (broadcast); where that does not hold over all batch dims, the leading dims are looped over with
 one strided-batched call each.
+
+Integer products (i32, i64) do not go to cuBLAS: `cuda_int_matmul` emits one exact kernel.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from optgraph.ir.graph import DTYPE_BYTES, Node, TensorType
+from optgraph.codegen.cuda_int_matmul import int_matmul_launch
+from optgraph.codegen.cuda_source import Launch
+from optgraph.ir.graph import DTYPE_BYTES, INT_DTYPES, Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
 
 OPS = frozenset({"matmul"})
@@ -59,7 +63,9 @@ class Gemm:
         return self.c_dtype or self.dtype
 
 
-def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Gemm]:
+def emit(
+    node: Node, types: tuple[TensorType, ...], *, in_place: bool = False
+) -> list[Gemm | Launch]:
     """The cuBLAS calls of a plain matmul (`cuda_dispatch` gives one-row products to
     `cuda_fused` first)."""
     return emit_roles(node, types, ("in0", "in1"))
@@ -97,10 +103,15 @@ def _uniform_from(strides: Sequence[int], batch: Sequence[int], matrix: int) -> 
     return start
 
 
-def emit_roles(node: Node, types: Sequence[TensorType], roles: Sequence[str]) -> list[Gemm]:
-    """The cuBLAS calls of `node`, reading a and b from `roles` and writing "out"."""
+def emit_roles(
+    node: Node, types: Sequence[TensorType], roles: Sequence[str]
+) -> list[Gemm | Launch]:
+    """The cuBLAS calls of `node` (our kernel for integers), reading a and b from `roles` and
+    writing "out"."""
     assert node.type is not None
     a, b = types[0], types[1]
+    if a.dtype in INT_DTYPES:
+        return [int_matmul_launch(node, types, roles)]
     attrs = attrs_with_defaults(node)
     ta, tb = bool(attrs["transpose_a"]), bool(attrs["transpose_b"])
     m, n = node.type.shape[-2], node.type.shape[-1]
@@ -146,7 +157,7 @@ def emit_roles(node: Node, types: Sequence[TensorType], roles: Sequence[str]) ->
     count = math.prod(inner)
     step_a = next((s for s, d in zip(reversed(sa[split:]), reversed(inner)) if d != 1), 0)
     step_b = next((s for s, d in zip(reversed(sb[split:]), reversed(inner)) if d != 1), 0)
-    calls = []
+    calls: list[Gemm | Launch] = []
     for outer in itertools.product(*(range(d) for d in batch[:split])):
         off_a = sum(i * s for i, s in zip(outer, sa))
         off_b = sum(i * s for i, s in zip(outer, sb))

@@ -210,12 +210,15 @@ def matmul_dims(a: TensorType, b: TensorType, attrs: Attrs) -> tuple[int, int, i
 
 
 def matmul(node: Node, types: Types, attrs: Attrs) -> TensorType:
+    """Both operands float or both the same integer dtype (i32/i64: an exact product that wraps
+    in the dtype); mixed int/float is refused, like every other dtype mismatch."""
     a, b = types
     for role, t in (("a", a), ("b", b)):
         if t.rank < 2:
             fail(node, f"operand {role} must have rank >= 2, got {t}")
     _same_dtype(node, types)
-    _require_float(node, a)
+    if a.dtype not in FLOAT_DTYPES and a.dtype not in INT_DTYPES:
+        fail(node, f"expected a float or integer (i32, i64) operand, got {a}")
     m, ka, kb, n = matmul_dims(a, b, attrs)
     if ka != kb:
         fail(node, f"inner dimensions differ ({ka} vs {kb})")
@@ -322,8 +325,6 @@ def _position_scalar(node: Node, t: TensorType, role: str) -> None:
 
 
 # -- opaque ------------------------------------------------------------------------------------
-
-
 
 
 def conv_output(node: Node, size: int, kernel: int, stride: int, pad: int) -> int:

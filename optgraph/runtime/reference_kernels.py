@@ -189,6 +189,11 @@ def matmul(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
         a = np.ascontiguousarray(np.swapaxes(a, -1, -2))
     if attrs["transpose_b"]:
         b = np.ascontiguousarray(np.swapaxes(b, -1, -2))
+    if a.dtype.kind == "i":
+        # NumPy's integer matmul takes no BLAS (float) path: exact products and sums that wrap
+        # around in the dtype, like the CUDA kernel's (codegen/cuda_int_matmul.py).
+        assert a.dtype == b.dtype, (a.dtype, b.dtype)
+        return np.matmul(a, b, dtype=a.dtype)
     return np.matmul(a, b)
 
 

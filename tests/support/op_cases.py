@@ -434,13 +434,15 @@ NARROW = ("add", "mul", "exp", "gelu", "cast", "sum", "mean", "softmax", "rms_no
 INTEGER = ("add", "mul", "maximum", "neg", "abs", "relu", "sum", "max", "concat", "equal", "less",
            "greater", "not", "where", "and", "or", "expand", "tile", "pad", "cumsum", "argmax",
            "div", "mod", "sub", "minimum", "less_equal", "greater_equal", "transpose",
-           "reshape", "slice")  # fmt: skip
+           "reshape", "slice", "matmul")  # fmt: skip
+WIDE_INTEGER = ("matmul",)  # also in i64: the integer product kernel accumulates in the dtype
 
 
 def params() -> list[tuple[str, str]]:
     params = [(op, "f32") for op in sorted(CASES)]
     params += [(op, t) for t in ("f16", "bf16") for op in NARROW]
     params += [(op, "i32") for op in INTEGER]
+    params += [(op, "i64") for op in WIDE_INTEGER]
     return params
 
 
