@@ -8,7 +8,8 @@ equal; the later one is removed and its uses read the earlier one. Equal annotat
 safe on a scheduled graph: the survivor runs on the same stream, before the removed node would have.
 A graph output is never the one removed: output names are the graph's calling convention.
 
-Does not handle: commutative operands in another order (`add(%a, %b)` and `add(%b, %a)` stay two
+Collectives and send/recv are never merged (each pairs with its peers). Does not handle:
+commutative operands in another order (`add(%a, %b)` and `add(%b, %a)` stay two
 nodes), equal values inside fused bodies, equal nodes with different annotations (streams,
 offsets). Invalidates live ranges and arena offsets (removing a node shifts issue indices and
 lengthens the survivor's life): it runs before analyze-lifetimes and plan-memory.
@@ -21,8 +22,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from optgraph.ir.graph import Graph, Node
+from optgraph.ir.ops import get_op
 from optgraph.ir.printer import format_node
 from optgraph.passes.base import Pass
+
+
+def _communicates(node: Node) -> bool:
+    """Collectives and send/recv pair up across devices: two equal sends are two transfers, each
+    received once, so merging them would leave a send received twice."""
+    op = get_op(node.op)
+    return op is not None and op.category == "collective"
 
 
 def _key(node: Node) -> str:
@@ -45,7 +54,7 @@ class CsePass(Pass):
         for node in graph.nodes:
             if any(o in rename for o in node.operands):
                 node = replace(node, operands=tuple(rename.get(o, o) for o in node.operands))
-            if node.is_event:
+            if node.is_event or _communicates(node):
                 nodes.append(node)
                 continue
             key = _key(node)

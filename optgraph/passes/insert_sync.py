@@ -130,10 +130,10 @@ class _LaneClocks:
             row[c] = t
             self.clock[(i, d)], self.seq[(i, d)], self.lane_of[(i, d)] = row, t, c
             self.last_on[c] = (i, d)
-        for c in cols:
-            for other, t in zip(cols, ticked):
-                if node.op in GROUP_COLLECTIVES or other == c:
-                    self.cur[c][other] = t
+        # As in analysis/happens_before: a collective's own instances are not ordered with the
+        # other participants' later work, so each lane learns only its own tick.
+        for c, t in zip(cols, ticked):
+            self.cur[c][c] = t
 
     def final_waits(self) -> dict[int, list[tuple[int, int]]]:
         """Per device: the instances its stream 0 waits for at the end."""
