@@ -137,6 +137,22 @@ ANNOTATION_KEYS: tuple[str, ...] = (
     "layout",
 )
 NO_ANNOTATIONS = Annotations()
+# How each annotation's value is written (both parsers read by this): "devices" an id or a list of
+# ids, "int" a non-negative integer, "str" one of ANNOTATION_CHOICES, "ints" a list, "pair" two.
+ANNOTATION_KINDS: dict[str, str] = {
+    "device": "devices",
+    "stream": "int",
+    "backend": "str",
+    "offset": "int",
+    "size": "int",
+    "live": "pair",
+    "visible": "ints",
+    "segment": "int",
+    "slot": "int",
+    "layout": "str",
+}
+ANNOTATION_CHOICES: dict[str, tuple[str, ...]] = {"backend": BACKENDS, "layout": WEIGHT_LAYOUTS}
+assert tuple(ANNOTATION_KINDS) == ANNOTATION_KEYS
 _ANNOTATION_FIELDS = frozenset(ANNOTATION_KEYS)
 
 

@@ -23,7 +23,8 @@ from typing import Any
 
 from optgraph.errors import Span
 from optgraph.ir.graph import (
-    BACKENDS,
+    ANNOTATION_CHOICES,
+    ANNOTATION_KINDS,
     DTYPES,
     NO_ANNOTATIONS,
     WEIGHT_PLACEMENTS,
@@ -81,16 +82,6 @@ WORD_LITERALS: dict[str, AttrValue] = {
     "false": False,
     "inf": float("inf"),
     "nan": _NAN,
-}
-_ANNOTATION_KINDS = {
-    "stream": "int",
-    "backend": "str",
-    "offset": "int",
-    "size": "int",
-    "live": "pair",
-    "visible": "ints",
-    "segment": "int",
-    "slot": "int",
 }
 
 
@@ -151,12 +142,12 @@ def _annotations(text: str | None) -> Annotations:
         return NO_ANNOTATIONS
     fields: dict[str, Any] = {}
     for key, value in _pairs(text).items():
-        kind = _ANNOTATION_KINDS.get(key)
+        kind = ANNOTATION_KINDS.get(key)
         if kind == "int":
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise _GiveUp
         elif kind == "str":
-            if value not in BACKENDS:
+            if value not in ANNOTATION_CHOICES[key]:
                 raise _GiveUp
         elif kind == "ints" or kind == "pair":
             if not isinstance(value, tuple) or (kind == "pair" and len(value) != 2):

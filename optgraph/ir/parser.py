@@ -29,6 +29,7 @@ from optgraph.errors import OptGraphError, ParseError, Span, did_you_mean
 from optgraph.ir.gc_pause import gc_paused
 from optgraph.ir.graph import (
     ANNOTATION_KEYS,
+    ANNOTATION_KINDS,
     BACKENDS,
     DTYPES,
     WEIGHT_LAYOUTS,
@@ -51,20 +52,6 @@ from optgraph.ir.syntax_errors import syntax_error
 __all__ = ["decode_source", "parse", "parse_file", "parse_with_lark", "read_model_text"]
 
 _GRAMMAR = Path(__file__).with_name("grammar.lark")
-
-_ANNOTATION_KINDS: dict[str, str] = {
-    "device": "devices",
-    "stream": "int",
-    "backend": "str",
-    "offset": "int",
-    "size": "int",
-    "live": "pair",
-    "visible": "ints",
-    "segment": "int",
-    "slot": "int",
-    "layout": "str",
-}
-assert tuple(_ANNOTATION_KINDS) == ANNOTATION_KEYS
 
 
 @dataclass(frozen=True)
@@ -138,7 +125,7 @@ class _Builder(Transformer[Token, Any]):
         for a in children:
             if a is None:
                 continue
-            kind = _ANNOTATION_KINDS.get(a.key)
+            kind = ANNOTATION_KINDS.get(a.key)
             if kind is None:
                 raise self.at.error(
                     f"unknown annotation '{a.key}'{did_you_mean(a.key, ANNOTATION_KEYS)}",
