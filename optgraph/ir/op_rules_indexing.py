@@ -53,29 +53,28 @@ def pad(node: Node, types: Types, attrs: Attrs) -> TensorType:
     return x.with_shape(d + pads[i] + pads[r + i] for i, d in enumerate(x.shape))
 
 
-def cumsum(node: Node, types: Types, attrs: Attrs) -> TensorType:
-    """cumsum(x) {axis}: running sums along `axis`, like x (numeric)."""
-    x = types[0]
+def _numeric_axis(node: Node, x: TensorType, attrs: Attrs) -> int:
+    """The normalized `axis` of a numeric operand of rank >= 1 (cumsum, argmax)."""
     if x.dtype == "bool":
         fail(node, f"expected a numeric operand, got {x}")
     if x.rank == 0:
         fail(node, f"expected an operand of rank >= 1, got {x}")
     axis = attrs["axis"]
     assert isinstance(axis, int)
-    normalize_axis(node, axis, x)
+    return normalize_axis(node, axis, x)
+
+
+def cumsum(node: Node, types: Types, attrs: Attrs) -> TensorType:
+    """cumsum(x) {axis}: running sums along `axis`, like x (numeric)."""
+    x = types[0]
+    _numeric_axis(node, x, attrs)
     return x
 
 
 def argmax(node: Node, types: Types, attrs: Attrs) -> TensorType:
     """argmax(x) {axis, keepdims}: i64 index of the first maximum along `axis`."""
     x = types[0]
-    if x.dtype == "bool":
-        fail(node, f"expected a numeric operand, got {x}")
-    if x.rank == 0:
-        fail(node, f"expected an operand of rank >= 1, got {x}")
-    axis = attrs["axis"]
-    assert isinstance(axis, int)
-    a = normalize_axis(node, axis, x)
+    a = _numeric_axis(node, x, attrs)
     if x.shape[a] == 0:
         fail(node, f"the empty axis {a} of {x} has no maximum")
     if attrs["keepdims"]:
