@@ -194,6 +194,12 @@ def suite_variants() -> list[Variant]:
             codegen_setting_variant(fused_1s, "PREFETCH", True),
         ),
         Variant(
+            "og-fused-1s-nopdl",
+            "og-fused-1s without Programmatic Dependent Launch (plain launches: kernel profiles"
+            " then give each kernel's own duration)",
+            optgraph_variant(FUSED_ONE_STREAM, True, pdl=False),
+        ),
+        Variant(
             "og-fused-streams", "optgraph, fusion + streams", optgraph_variant(FUSED_CHAINS, True)
         ),
         Variant(
