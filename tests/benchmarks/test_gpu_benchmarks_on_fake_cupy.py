@@ -103,3 +103,59 @@ def test_stream_threshold_launch_figures(benchmarks: Any) -> None:
     assert len(times) == 5 and all(t == INTERVAL_MS * 1000 for t in times.values())
     merged = next(line for line in lines if "lockstep" in line)
     assert merged.split("|")[2:4] == [" 16 ", " 4L "]  # 4 chains × 4 kernels in 4 merged launches
+
+
+SMALL_LOOP = {
+    "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 96, "vocab": 128,
+    "dtype": "f16", "batch": 1, "seq": 1, "cache_len": 32, "mode": "decode",
+}  # fmt: skip
+
+
+def test_bench_decode_loop_plumbing(
+    benchmarks: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop: ModuleType = benchmarks("bench_decode_loop")
+    monkeypatch.setattr(loop, "model_sizes", lambda model: dict(SMALL_LOOP))
+    cp = sys.modules["cupy"]
+    from optgraph.runtime.reference import random_weights
+
+    def host_drawn(graph: Any) -> dict[str, Any]:
+        return {k: cp.asarray(v) for k, v in random_weights(graph, 0).items()}
+
+    monkeypatch.setattr(loop, "draw_weights", host_drawn)
+    monkeypatch.setattr(cp.cuda.runtime, "deviceSynchronize", lambda: None, raising=False)
+    out = tmp_path / "loop.md"
+    args = ["--variants", "og,og-nopdl", "--steps", "8", "--repeats", "2", "--check-steps", "3"]
+    assert loop.main([*args, "--markdown", str(out)]) == 0
+    rows = _rows(out.read_text())
+    assert set(rows) == {"variant", "og", "og-nopdl"}
+    for name in ("og", "og-nopdl"):
+        assert rows[name][1] == f"{INTERVAL_MS * 1000 / 8:.1f}"  # GPU µs/step from the events
+        assert rows[name][2].endswith("/3")
+
+
+def test_decode_loop_graph_feeds_back_token_and_position() -> None:
+    """The loop's step graph: the next token is the argmax of the logits, pos and kv_len advance,
+    and the reference loop's caches grow one row a step (checked against the step run by hand)."""
+    sys.path[:0] = [str(ROOT / "examples"), str(ROOT / "benchmarks")]
+    try:
+        loop = importlib.import_module("bench_decode_loop")
+        from optgraph.runtime.reference import random_weights, run_reference
+
+        graph = loop.loop_step_graph(dict(SMALL_LOOP))
+        weights = random_weights(graph, 0)
+        values = loop.start_values(graph, 5)
+        out = run_reference(graph, values, weights)
+        logits_graph = loop.og.parse(
+            loop.og.print_graph(graph).replace(
+                "output %l0.k_cache_new", "output %logits, %l0.k_cache_new"
+            )
+        )
+        logits = run_reference(logits_graph, values, weights)["logits"]
+        assert int(out["next_token"][0]) == int(np.argmax(logits[0]))
+        assert int(out["next_pos"][0]) == 6 and int(out["next_kv_len"][0]) == 7
+        tokens = loop.reference_tokens(graph, weights, values, 3)
+        assert tokens[0] == int(out["next_token"][0]) and len(tokens) == 3
+    finally:
+        sys.path[:2] = []
+        sys.modules.pop("bench_decode_loop", None)

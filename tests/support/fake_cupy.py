@@ -93,6 +93,11 @@ class DeviceArray:
         nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
         return self.data.bytes(0, nbytes).view(self.dtype).reshape(self.shape).copy()
 
+    def set(self, host: np.ndarray) -> None:
+        """`cupy.ndarray.set`: the host array's values copied in (same shape and dtype)."""
+        host = np.ascontiguousarray(host, dtype=self.dtype).reshape(self.shape)
+        self.data.bytes(0, host.nbytes)[...] = host.reshape(-1).view(np.uint8)
+
 
 class FakeCupy:
     """The state behind the fake modules: allocations, captures, graphs, what was launched."""
