@@ -180,6 +180,9 @@ def node_fn(node: Node, shapes: Sequence[Sequence[int]], device: Any, in_place: 
     if op == "cast":
         dtype = TORCH_DTYPES[str(attrs["dtype"])]
         return lambda x: x.to(dtype)
+    if op == "argmax":
+        axis, keep = int(attrs["axis"]), bool(attrs["keepdims"])
+        return lambda x: torch.argmax(x, dim=axis, keepdim=keep)
     if op in ("sum", "mean", "max"):
         return _reduce(node, len(shapes[0]))
     if op == "softmax":

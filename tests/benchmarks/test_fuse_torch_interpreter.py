@@ -44,3 +44,23 @@ def test_examples_match_reference(path: Path, fused: bool, device: str) -> None:
         np.testing.assert_allclose(
             actual[name].astype(np.float64), value.astype(np.float64), rtol=2e-3, atol=2e-3
         )
+
+
+def test_decode_loop_feedback_ops_match_reference() -> None:
+    """argmax (first maximum), cast and integer add, as the decode-loop benchmark feeds back."""
+    graph = og.parse(
+        "graph g {\n input %x : f32[3,7]\n input %p : i32[1]\n input %one : i32[1]\n"
+        ' %t = argmax(%x) {axis = -1} : i64[3]\n %t32 = cast(%t) {dtype = "i32"} : i32[3]\n'
+        " %k = argmax(%x) {axis = 0, keepdims = true} : i64[1,7]\n"
+        " %q = add(%p, %one) : i32[1]\n output %t32, %k, %q\n}\n"
+    )
+    x = np.random.default_rng(0).standard_normal((3, 7)).astype(np.float32)
+    x[1, 2] = x[1, 5] = x[1].max() + 1  # a tie: the first index wins in both
+    inputs = {"x": x, "p": np.array([41], np.int32), "one": np.array([1], np.int32)}
+    expected = run_reference(graph, inputs, {})
+    with torch.no_grad():
+        got = to_numpy(
+            TorchModel(graph, device="cpu")({k: torch.tensor(v) for k, v in inputs.items()})
+        )
+    for name, want in expected.items():
+        np.testing.assert_array_equal(got[name], want)
