@@ -74,10 +74,12 @@ def cupy_eager(model: Model) -> Runner:
 
 
 def optgraph_variant(
-    pipeline: str, use_graph: bool, pdl: bool = True, merge: bool = True
+    pipeline: str, use_graph: bool, pdl: bool = True, merge: bool = True, bound: bool = True
 ) -> Callable[[Model], Runner]:
     """A builder running `pipeline`, then the CUDA runtime (one CUDA graph unless `use_graph`
-    is false; PDL and merged launches as given)."""
+    is false; PDL and merged launches as given). A run is the bound step (`program.bind(inputs,
+    out)`: what a serving loop calls, as PyTorch replays its CUDA graph) unless `bound` is false:
+    then `program.run(inputs, out=out)`, which checks the arrays and picks the graph every call."""
 
     def build(model: Model) -> Runner:
         import cupy as cp
@@ -93,6 +95,8 @@ def optgraph_variant(
             t = types[name]
             source = in_place.get(name)
             out[name] = inputs[source] if source else cp.empty(t.shape, dtype=numpy_dtype(t.dtype))
+        if bound:
+            return program.bind(inputs, out), program.stream
         return (lambda: program.run(inputs, out=out)), program.stream
 
     return build

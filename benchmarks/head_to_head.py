@@ -194,6 +194,12 @@ def suite_variants() -> list[Variant]:
             codegen_setting_variant(fused_1s, "PREFETCH", True),
         ),
         Variant(
+            "og-fused-1s-run",
+            "og-fused-1s called through program.run(inputs, out=out) (the arrays checked and the"
+            " graph picked every call) instead of the bound step",
+            optgraph_variant(FUSED_ONE_STREAM, True, bound=False),
+        ),
+        Variant(
             "og-fused-1s-nopdl",
             "og-fused-1s without Programmatic Dependent Launch (plain launches: kernel profiles"
             " then give each kernel's own duration)",
