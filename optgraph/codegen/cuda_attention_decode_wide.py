@@ -1,0 +1,410 @@
+"""Decode attention with every K/V load of a block in flight at once (split-KV, 16-byte loads).
+
+    %o = attention(%q, %k, %v, %len) : f16[1,32,1,128]    (k, v : f16[1,8,1024,128])
+    ->  grid (C = 16 key chunks, 8 KV heads x 1 row tile, 1), 256 threads, 1 pass of 4 slots
+
+Layout. A key row of D elements is `LR = D·bytes/16` lanes of one 16-byte vector each (f16
+D = 128: 16 lanes), so a block of 256 threads reads `KPS = 256 / LR` keys with one load per
+thread: a *slot*. A block owns one KV head, one tile of up to `rb` query rows of that head's
+group (the group's q heads x the Sq queries: the K/V rows are read once per group, not once per
+q head) and one chunk of the keys; it walks its chunk in passes of `U` slots (at most
+`MAX_SLOTS`), and each pass issues all of its 2·U K and V loads before using any, so a
+thread has up to 128 bytes in flight and a whole decode step's cache is read in about one memory
+latency.
+
+Each pass: dot products over a row's LR lanes (xor shuffles), the pass's score maximum over the
+block (warp shuffles, then shared memory in warp order), then every thread rescales its running
+(l, acc) to the block's running maximum and adds its keys: all threads share one maximum, so
+the end needs no rescaling: the accumulators are summed over the warp's keys (shuffles), then
+over the warps in warp order (shared memory). One chunk: the block stores the rows. C > 1
+chunks: each block writes (max, sum, acc) to the kernel's workspace (`__device__` arrays named
+after the node, like the split-K products' and `cuda_attention_decode`'s), arrives at its tile's
+counter (`og_arrive`), and the block that arrives last merges the C partials in chunk order,
+stores and resets the counter. Every sum has a fixed order: replays are bit-identical.
+
+Chunks (`wide_layout`), with S = ⌈Skv / KPS⌉ slots per head and `base` = B · Hkv · row tiles:
+C = 1 when S ≤ MAX_SLOTS (one pass: a second kernel phase would cost more than the parallelism
+it buys), else C = min(⌈TARGET_BLOCKS / base⌉, ⌈S / MAX_SLOTS⌉, MAX_CHUNKS): about one block a
+multiprocessor, each with at least MAX_SLOTS slots; then the slots are spread evenly over the
+chunks. Examples (f16): 32/8 heads, D 128, Skv 1024 -> KPS 16, S 64, C 16, one pass of 4 slots,
+128 blocks; 8/2 heads, D 64, Skv 128 -> KPS 32, S 4, C 1, 2 blocks.
+
+K/V rows are read up to the end of the cache (Skv), not only to kv_len: the loads do not wait
+for kv_len (they are issued alongside its read); values of keys at or past kv_len are zeroed
+before use, so stale cache rows cannot turn a weight of 0 into NaN. Rows whose window starts
+later are read too (correct, wasted bandwidth on windowed long caches).
+
+Not handled (the caller uses `cuda_attention_decode`): D·bytes not 16·2^n bytes with at most 32
+lanes (f16/bf16 D ≤ 256, f32 D ≤ 128, powers of two times 8 or 4), more than `MAX_SQ` queries
+or `MAX_ROWS` rows per KV head. Unaligned K/V views take scalar loads of the same slices.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from optgraph.codegen.cuda_head_rows import (
+    ELEMENT_BYTES,
+    AttentionShape,
+    operand_args,
+    operand_decls,
+    unpack,
+)
+from optgraph.codegen.cuda_source import (
+    Kernel,
+    Launch,
+    f32_literal,
+    in_param,
+    kernel_template,
+    load,
+    out_param,
+    store,
+)
+
+THREADS = 256
+WARPS = THREADS // 32
+VECTOR = 16  # bytes a lane loads of a row
+MAX_SLOTS = 4  # key slots a thread has in flight (K and V: 2 x 16 bytes each)
+TARGET_BLOCKS = 132  # about one block a multiprocessor (H100: 132)
+MAX_CHUNKS = 32
+MAX_SQ = 4
+MAX_ROWS = 16  # query rows per KV head (group x Sq)
+ROWS = 8  # rows per block, at most (fewer for wide heads: `SHARED_ACC`)
+SHARED_ACC = 32768  # bytes of the warps' accumulators in shared memory, at most
+NEG_INF = f32_literal(float("-inf"))
+PARTS = (".x", ".y", ".z", ".w")
+
+
+@dataclass(frozen=True)
+class WideLayout:
+    """`lr` lanes a key row of `e` elements each, `kps` keys a slot; `rb` query rows a block of
+    `rt` row tiles; `chunks` chunks of `chunk_keys` keys, walked in `passes` passes of `slots`
+    slots."""
+
+    lr: int
+    e: int
+    kps: int
+    rb: int
+    rt: int
+    chunks: int
+    chunk_keys: int
+    slots: int
+    passes: int
+
+
+def _lanes(shape: AttentionShape) -> int:
+    """Lanes of a key row (one 16-byte vector each); 0 where the row is no such split."""
+    size = ELEMENT_BYTES.get(shape.dtype, 0)
+    if not size or (shape.d * size) % VECTOR:
+        return 0
+    lr = shape.d * size // VECTOR
+    return lr if lr <= 32 and lr & (lr - 1) == 0 else 0
+
+
+def fits(shape: AttentionShape) -> bool:
+    rows = shape.group * shape.sq
+    return _lanes(shape) > 0 and shape.sq <= MAX_SQ and rows <= MAX_ROWS and shape.skv > 0
+
+
+def wide_layout(shape: AttentionShape) -> WideLayout:
+    """The block layout and chunking of `shape` (the rule is the module docstring's)."""
+    lr = _lanes(shape)
+    e = shape.d // lr
+    kps = THREADS // lr
+    rows = shape.group * shape.sq
+    rb = min(rows, ROWS, max(1, SHARED_ACC // (WARPS * shape.d * 4)))
+    rt = -(-rows // rb)
+    total = -(-shape.skv // kps)
+    base = shape.b * shape.hkv * rt
+    chunks = 1
+    if total > MAX_SLOTS:
+        chunks = max(1, min(-(-TARGET_BLOCKS // base), -(-total // MAX_SLOTS), MAX_CHUNKS))
+    per_chunk = -(-total // chunks)
+    chunks = -(-total // per_chunk)
+    # two slots a pass when the rows' q and accumulators already take many registers
+    most = MAX_SLOTS if rb * e <= 32 else MAX_SLOTS // 2
+    slots = min(most, per_chunk)
+    return WideLayout(lr, e, kps, rb, rt, chunks, per_chunk * kps, slots, -(-per_chunk // slots))
+
+
+def decode_attention_wide(shape: AttentionShape, salt: str) -> Launch:
+    """The launch of the kernel for `shape`; `salt` (the node's name) names its workspace when it
+    has more than one key chunk. Phases: the block's rows (`_rows`), the passes over the chunk
+    (`_passes`: loads, scores, block maximum, accumulation), the sums over the block's keys
+    (`_share`), then the store, directly or through the workspace (`_store`)."""
+    s, lay = shape, wide_layout(shape)
+    lines = [*_rows(s, lay), *_passes(s, lay), *_share(s, lay)]
+    stores, decl = _store(s, lay, salt)
+    lines += stores
+    decls = [out_param(s.dtype), in_param(s.dtype, 0), in_param(s.dtype, 1), in_param(s.dtype, 2)]
+    decls += operand_decls(s)
+    text = "\n".join("  " + line for line in "\n".join(lines).split("\n"))
+    family = f"attention_decode_wide|{salt}" if lay.chunks > 1 else "attention_decode_wide"
+    template = kernel_template(decls, text)
+    name = "og_attention_decode_wide_"
+    name += hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
+    kernel = Kernel.assemble(name, decls, text, (decl,))
+    args = ("out", "in0", "in1", "in2") + operand_args(s)
+    return Launch(kernel, (lay.chunks, s.hkv * lay.rt, s.b), (THREADS, 1, 1), args)
+
+
+def _rows(s: AttentionShape, lay: WideLayout) -> list[str]:
+    """Coordinates, the visible length L, and for each query row r of the block the slice
+    `qv[r]` this lane holds and `lim[r]`, the keys the row sees (`kend` the most of them)."""
+    rb, e, d = lay.rb, lay.e, s.d
+    lines = [
+        "const unsigned int c = blockIdx.x, hr = blockIdx.y, bz = blockIdx.z;",
+        f"const unsigned int hk = hr / {lay.rt}u, rt = hr % {lay.rt}u;",
+        f"const unsigned int li = threadIdx.x % {lay.lr}u, kid = threadIdx.x / {lay.lr}u;",
+        "const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;",
+        f"const unsigned long long kvoff = (unsigned long long)(bz * {s.hkv}u + hk) * {s.skv * d}ull;",
+        f"const bool vec_ok = (((unsigned long long)in1 | (unsigned long long)in2) & {VECTOR - 1}ull) == 0ull;",
+        f"const unsigned int k0 = c * {lay.chunk_keys}u;",
+        f"const unsigned int kc1 = og_min(k0 + {lay.chunk_keys}u, {s.skv}u);",
+        f"long long Lx = {s.length_expr()};",
+        "if (Lx < 0) Lx = 0;",
+        "const unsigned int L = (unsigned int)Lx;",
+        "auto qoff_of = [&](unsigned int gr) -> unsigned long long {",
+        f"  const unsigned int h = hk * {s.group}u + gr / {s.sq}u, i = gr % {s.sq}u;",
+        f"  return ((unsigned long long)(bz * {s.hq}u + h) * {s.sq}u + i) * {d}u;",
+        "};",
+        f"float qv[{rb}][{e}];",
+        f"unsigned int lim[{rb}];",
+        *([f"long long lo[{rb}];"] if s.window else []),
+        *([f"unsigned long long moff[{rb}];"] if s.mask is not None else []),
+        "unsigned int kend = 0u;",
+        f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
+        f"  const unsigned int gr = rt * {rb}u + r;",
+        f"  const bool active = gr < {s.group * s.sq}u;",
+        "  long long lm = active ? (long long)L : 0LL;",
+    ]
+    if s.causal:
+        lines += [
+            f"  if (active) lm = og_min(lm, {s.causal_limit('L', f'gr % {s.sq}u')});",
+            "  if (lm < 0) lm = 0;",
+        ]
+    if s.window:
+        lines.append(f"  lo[r] = {s.window_low('L', f'gr % {s.sq}u')};")
+    if s.mask is not None:
+        offset = s.mask_offset("bz", f"hk * {s.group}u + gr / {s.sq}u", f"gr % {s.sq}u")
+        lines.append(f"  moff[r] = active ? {offset} : 0ull;")
+    return lines + [
+        "  lim[r] = (unsigned int)lm;",
+        "  kend = og_max(kend, lim[r]);",
+        "  const unsigned long long qo = active ? qoff_of(gr) : 0ull;",
+        f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k)",
+        f"    qv[r][k] = active ? {load(s.dtype, f'in0[qo + li * {e}u + k]')} : 0.0f;",
+        "}",
+    ]
+
+
+def _passes(s: AttentionShape, lay: WideLayout) -> list[str]:
+    """The running state (m, l, acc per row; m is the block's, shared by all threads) and the
+    passes over the chunk's keys."""
+    rb, e = lay.rb, lay.e
+    return [
+        f"float m[{rb}], l[{rb}], acc[{rb}][{e}];",
+        f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
+        f"  m[r] = {NEG_INF}; l[r] = 0.0f;",
+        f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k) acc[r][k] = 0.0f;",
+        "}",
+        f"__shared__ float og_pm[2][{WARPS}][{rb}];",
+        f"for (unsigned int p = 0; p < {lay.passes}u; ++p) {{",
+        *("  " + x for x in [*_loads(s, lay), *_scores(s, lay), *_accumulate(s, lay)]),
+        "}",
+    ]
+
+
+def _key(lay: WideLayout) -> str:
+    """The key of slot u of pass p for this thread."""
+    return f"k0 + (p * {lay.slots}u + (unsigned int)u) * {lay.kps}u + kid"
+
+
+def _loads(s: AttentionShape, lay: WideLayout) -> list[str]:
+    """kf[u], vf[u]: this lane's slice of the K and V rows of its key in slot u (zeros past the
+    chunk; V zeros at or past the visible length). Vector path: every load issued first."""
+    u_, e, dt = lay.slots, lay.e, s.dtype
+    at = f"kvoff + (unsigned long long)j * {s.d}u + li * {e}u"
+    words = VECTOR // 4
+    vt = "uint4"
+    vector = [
+        f"{vt} kw[{u_}], vw[{u_}];",
+        f"#pragma unroll\nfor (int u = 0; u < {u_}; ++u) {{",
+        f"  const unsigned int j = {_key(lay)};",
+        f"  kw[u] = {vt}{{0u, 0u, 0u, 0u}}; vw[u] = {vt}{{0u, 0u, 0u, 0u}};",
+        "  if (j < kc1) {",
+        f"    kw[u] = *reinterpret_cast<const {vt}*>(in1 + {at});",
+        f"    vw[u] = *reinterpret_cast<const {vt}*>(in2 + {at});",
+        "  }",
+        "}",
+        f"#pragma unroll\nfor (int u = 0; u < {u_}; ++u) {{",
+        *("  " + x for x in unpack(dt, "kw[u]", PARTS[:words], "kf[u]")),
+        *("  " + x for x in unpack(dt, "vw[u]", PARTS[:words], "vf[u]")),
+        "}",
+    ]
+    scalar = [
+        f"#pragma unroll\nfor (int u = 0; u < {u_}; ++u) {{",
+        f"  const unsigned int j = {_key(lay)};",
+        f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k) {{",
+        f"    kf[u][k] = j < kc1 ? {load(dt, f'in1[{at} + k]')} : 0.0f;",
+        f"    vf[u][k] = j < kc1 ? {load(dt, f'in2[{at} + k]')} : 0.0f;",
+        "  }",
+        "}",
+    ]
+    return [
+        f"float kf[{u_}][{e}], vf[{u_}][{e}];",
+        "if (vec_ok) {",
+        *("  " + x for x in vector),
+        "} else {",
+        *("  " + x for x in scalar),
+        "}",
+        f"#pragma unroll\nfor (int u = 0; u < {u_}; ++u) {{",
+        f"  if ({_key(lay)} >= kend) {{",
+        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) vf[u][k] = 0.0f;",
+        "  }",
+        "}",
+    ]
+
+
+def _scores(s: AttentionShape, lay: WideLayout) -> list[str]:
+    """sc[r][u]: the score of slot u's key for row r (-inf where not seen); then the pass's
+    maximum of each row over the block into og_pm[p & 1] (double-buffered: one barrier a pass)."""
+    rb, u_, e = lay.rb, lay.slots, lay.e
+    scaled = f"dot * {f32_literal(s.scale)}"
+    seen = s.seen_and("j < kc1 && j < lim[r]", "j", "lo[r]", "moff[r]")
+    score = s.score_expr(scaled, "j", "moff[r]")
+    return [
+        f"float sc[{rb}][{u_}];",
+        f"#pragma unroll\nfor (int u = 0; u < {u_}; ++u) {{",
+        f"  const unsigned int j = {_key(lay)};",
+        f"  #pragma unroll\n  for (int r = 0; r < {rb}; ++r) {{",
+        "    float dot = 0.0f;",
+        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) dot += qv[r][k] * kf[u][k];",
+        f"    for (int o = {lay.lr // 2}; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);",
+        f"    sc[r][u] = ({seen}) ? {score} : {NEG_INF};",
+        "  }",
+        "}",
+        f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
+        "  float t = sc[r][0];",
+        f"  #pragma unroll\n  for (int u = 1; u < {u_}; ++u) t = og_max(t, sc[r][u]);",
+        f"  for (int o = {lay.lr}; o < 32; o <<= 1) t = og_max(t, __shfl_xor_sync(0xffffffffu, t, o));",
+        "  if (lane == 0u) og_pm[p & 1u][warp][r] = t;",
+        "}",
+        "__syncthreads();",
+    ]
+
+
+def _accumulate(s: AttentionShape, lay: WideLayout) -> list[str]:
+    """The block's new running maximum of each row (warps in order), the rescale of (l, acc)
+    to it, then this thread's keys added."""
+    rb, u_, e = lay.rb, lay.slots, lay.e
+    return [
+        f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
+        "  float mx = m[r];",
+        f"  #pragma unroll\n  for (int w = 0; w < {WARPS}; ++w) mx = og_max(mx, og_pm[p & 1u][w][r]);",
+        f"  if (mx == {NEG_INF}) continue;",  # nothing seen yet: the same in every thread
+        "  const float corr = expf(m[r] - mx);",
+        "  l[r] *= corr;",
+        f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k) acc[r][k] *= corr;",
+        f"  #pragma unroll\n  for (int u = 0; u < {u_}; ++u) {{",
+        f"    const float pr = sc[r][u] == {NEG_INF} ? 0.0f : expf(sc[r][u] - mx);",
+        "    l[r] += pr;",
+        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) acc[r][k] += pr * vf[u][k];",
+        "  }",
+        "  m[r] = mx;",
+        "}",
+    ]
+
+
+def _share(s: AttentionShape, lay: WideLayout) -> list[str]:
+    """(l, acc) summed over the warp's keys (shuffles), then each warp's into shared memory
+    (og_a, og_l) for the sums in warp order; og_mf the rows' maxima."""
+    rb, e, d = lay.rb, lay.e, s.d
+    return [
+        f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
+        f"  for (int o = {lay.lr}; o < 32; o <<= 1) {{",
+        "    l[r] += __shfl_xor_sync(0xffffffffu, l[r], o);",
+        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k)",
+        "      acc[r][k] += __shfl_xor_sync(0xffffffffu, acc[r][k], o);",
+        "  }",
+        "}",
+        f"__shared__ float og_l[{WARPS}][{rb}], og_mf[{rb}];",
+        f"__shared__ float og_a[{WARPS}][{rb}][{d}];",
+        f"if (lane < {lay.lr}u) {{",
+        f"  #pragma unroll\n  for (int r = 0; r < {rb}; ++r) {{",
+        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) og_a[warp][r][li * {e}u + k] = acc[r][k];",
+        "    if (lane == 0u) og_l[warp][r] = l[r];",
+        "  }",
+        "}",
+        f"if (threadIdx.x == 0u) {{\n  #pragma unroll\n  for (int r = 0; r < {rb}; ++r) og_mf[r] = m[r];\n}}",
+        "__syncthreads();",
+    ]
+
+
+def _store(s: AttentionShape, lay: WideLayout, salt: str) -> tuple[list[str], str]:
+    """(statements, file-scope declarations): each (row, element) of the block summed over the
+    warps in order, then stored; with C > 1 chunks, written to the workspace instead, and the
+    block that arrives last at the tile merges the C partials in chunk order, stores and resets
+    the tile's counter."""
+    rb, chunks, d = lay.rb, lay.chunks, s.d
+    loop = f"for (unsigned int t = threadIdx.x; t < {rb * d}u; t += {THREADS}u) {{"
+    head = [f"  const unsigned int r = t / {d}u, dd = t % {d}u;"]
+    sum_warps = [
+        "  float Ls = 0.0f, A = 0.0f;",
+        f"  #pragma unroll\n  for (int w = 0; w < {WARPS}; ++w) {{ Ls += og_l[w][r]; A += og_a[w][r][dd]; }}",
+    ]
+    write = [
+        f"  const unsigned int gr = rt * {rb}u + r;",
+        f"  if (gr < {s.group * s.sq}u) out[qoff_of(gr) + dd] = {store(s.dtype, 'Ls > 0.0f ? A / Ls : 0.0f')};",
+    ]
+    if chunks == 1:
+        return [loop, *head, *sum_warps, *write, "}"], ""
+    extras = f"|{s.extras_key()}" if s.has_extras else ""
+    digest = hashlib.sha1(f"{salt}|attention_wide|{s}|{lay}{extras}".encode()).hexdigest()[:12]
+    ws, ml, cnt = f"og_ws_{digest}", f"og_ml_{digest}", f"og_cnt_{digest}"
+    tiles = s.b * s.hkv * lay.rt
+    decl = (
+        f"__device__ float {ws}[{tiles * chunks * rb * d}];\n"
+        f"__device__ float {ml}[{tiles * chunks * rb * 2}];\n"
+        f"__device__ unsigned int {cnt}[{tiles}];\n"
+    )
+    part = f"(tile * {chunks}u + {{c}}) * {rb}u + r"
+    lines = [
+        f"const unsigned int tile = bz * {s.hkv * lay.rt}u + hr;",
+        loop,
+        *head,
+        *sum_warps,
+        f"  {ws}[({part.format(c='c')}) * {d}u + dd] = A;",
+        (
+            f"  if (dd == 0u) {{ {ml}[({part.format(c='c')}) * 2u] = og_mf[r]; "
+            f"{ml}[({part.format(c='c')}) * 2u + 1u] = Ls; }}"
+        ),
+        "}",
+        "__syncthreads();",
+        "__shared__ bool og_last;",
+        f"if (threadIdx.x == 0u) og_last = og_arrive(&{cnt}[tile]) == {chunks - 1}u;",
+        "__syncthreads();",
+        "if (!og_last) return;",
+        loop,
+        *head,
+        # every load first (unrolled: all in flight), then the sums in chunk order
+        f"  float mq[{chunks}], lq[{chunks}], aq[{chunks}];",
+        f"  #pragma unroll\n  for (unsigned int q = 0; q < {chunks}u; ++q) {{",
+        f"    mq[q] = __ldcg(&{ml}[({part.format(c='q')}) * 2u]);",
+        f"    lq[q] = __ldcg(&{ml}[({part.format(c='q')}) * 2u + 1u]);",
+        f"    aq[q] = __ldcg(&{ws}[({part.format(c='q')}) * {d}u + dd]);",
+        "  }",
+        f"  float M = {NEG_INF};",
+        f"  #pragma unroll\n  for (int q = 0; q < {chunks}; ++q) M = og_max(M, mq[q]);",
+        "  float Ls = 0.0f, A = 0.0f;",
+        f"  #pragma unroll\n  for (int q = 0; q < {chunks}; ++q) {{",
+        f"    const float wt = mq[q] == {NEG_INF} ? 0.0f : expf(mq[q] - M);",
+        "    Ls += lq[q] * wt;",
+        "    A += aq[q] * wt;",
+        "  }",
+        *write,
+        "}",
+        f"if (threadIdx.x == 0u) {cnt}[tile] = 0u;",
+    ]
+    return lines, decl
