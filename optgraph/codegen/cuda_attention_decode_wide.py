@@ -130,11 +130,12 @@ def wide_layout(shape: AttentionShape) -> WideLayout:
 
 def decode_attention_wide(shape: AttentionShape, salt: str) -> Launch:
     """The launch of the kernel for `shape`; `salt` (the node's name) names its workspace when it
-    has more than one key chunk. Phases: the block's rows (`_rows`), the passes over the chunk
-    (`_passes`: loads, scores, block maximum, accumulation), the sums over the block's keys
-    (`_share`), then the store, directly or through the workspace (`_store`)."""
+    has more than one key chunk. Phases: the block's coordinates (`_coordinates`), the passes
+    over the chunk (`_passes`: pass 0's loads, then the rows (`_rows`: q, kv_len, limits), then
+    for each pass its loads, scores, block maximum and accumulation), the sums over the block's
+    keys (`_share`), then the store, directly or through the workspace (`_store`)."""
     s, lay = shape, wide_layout(shape)
-    lines = [*_rows(s, lay), *_passes(s, lay), *_share(s, lay)]
+    lines = [*_coordinates(s, lay), *_passes(s, lay), *_share(s, lay)]
     stores, decl = _store(s, lay, salt)
     lines += stores
     decls = [out_param(s.dtype), in_param(s.dtype, 0), in_param(s.dtype, 1), in_param(s.dtype, 2)]
@@ -149,19 +150,27 @@ def decode_attention_wide(shape: AttentionShape, salt: str) -> Launch:
     return Launch(kernel, (lay.chunks, s.hkv * lay.rt, s.b), (THREADS, 1, 1), args)
 
 
-def _rows(s: AttentionShape, lay: WideLayout) -> list[str]:
-    """Coordinates, the visible length L, and for each query row r of the block the slice
-    `qv[r]` this lane holds and `lim[r]`, the keys the row sees (`kend` the most of them)."""
-    rb, e, d = lay.rb, lay.e, s.d
-    lines = [
+def _coordinates(s: AttentionShape, lay: WideLayout) -> list[str]:
+    """The block's KV head, row tile and chunk [k0, kc1); this thread's lane in its key row
+    (li) and key of a slot (kid); whether every pointer allows 16-byte loads."""
+    ptrs = " | ".join(f"(unsigned long long){r}" for r in ("in0", "in1", "in2"))
+    return [
         "const unsigned int c = blockIdx.x, hr = blockIdx.y, bz = blockIdx.z;",
         f"const unsigned int hk = hr / {lay.rt}u, rt = hr % {lay.rt}u;",
         f"const unsigned int li = threadIdx.x % {lay.lr}u, kid = threadIdx.x / {lay.lr}u;",
         "const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;",
-        f"const unsigned long long kvoff = (unsigned long long)(bz * {s.hkv}u + hk) * {s.skv * d}ull;",
-        f"const bool vec_ok = (((unsigned long long)in1 | (unsigned long long)in2) & {VECTOR - 1}ull) == 0ull;",
+        f"const unsigned long long kvoff = (unsigned long long)(bz * {s.hkv}u + hk) * {s.skv * s.d}ull;",
+        f"const bool vec_ok = (({ptrs}) & {VECTOR - 1}ull) == 0ull;",
         f"const unsigned int k0 = c * {lay.chunk_keys}u;",
         f"const unsigned int kc1 = og_min(k0 + {lay.chunk_keys}u, {s.skv}u);",
+    ]
+
+
+def _rows(s: AttentionShape, lay: WideLayout) -> list[str]:
+    """The visible length L, and for each query row r of the block the slice `qv[r]` this lane
+    holds and `lim[r]`, the keys the row sees (`kend` the most of them)."""
+    rb, e, d = lay.rb, lay.e, s.d
+    lines = [
         f"long long Lx = {s.length_expr()};",
         "if (Lx < 0) Lx = 0;",
         "const unsigned int L = (unsigned int)Lx;",
@@ -192,9 +201,15 @@ def _rows(s: AttentionShape, lay: WideLayout) -> list[str]:
     return lines + [
         "  lim[r] = (unsigned int)lm;",
         "  kend = og_max(kend, lim[r]);",
-        "  const unsigned long long qo = active ? qoff_of(gr) : 0ull;",
-        f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k)",
-        f"    qv[r][k] = active ? {load(s.dtype, f'in0[qo + li * {e}u + k]')} : 0.0f;",
+        f"  const unsigned long long qo = (active ? qoff_of(gr) : 0ull) + li * {e}u;",
+        "  if (vec_ok) {",
+        "    const uint4 qw = *reinterpret_cast<const uint4*>(in0 + qo);",
+        *("    " + x for x in unpack(s.dtype, "qw", PARTS, "qv[r]")),
+        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) if (!active) qv[r][k] = 0.0f;",
+        "  } else {",
+        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k)",
+        f"      qv[r][k] = active ? {load(s.dtype, 'in0[qo + k]')} : 0.0f;",
+        "  }",
         "}",
     ]
 
@@ -204,6 +219,13 @@ def _passes(s: AttentionShape, lay: WideLayout) -> list[str]:
     passes over the chunk's keys."""
     rb, e = lay.rb, lay.e
     return [
+        # pass 0's loads come first: issued before q and kv_len are read, not after them
+        f"uint4 kw[{lay.slots}], vw[{lay.slots}];",
+        "{",
+        "  const unsigned int p = 0u;",
+        *("  " + x for x in _loads(s, lay)),
+        "}",
+        *_rows(s, lay),
         f"float m[{rb}], l[{rb}], acc[{rb}][{e}];",
         f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
         f"  m[r] = {NEG_INF}; l[r] = 0.0f;",
@@ -211,7 +233,8 @@ def _passes(s: AttentionShape, lay: WideLayout) -> list[str]:
         "}",
         f"__shared__ float og_pm[2][{WARPS}][{rb}];",
         f"for (unsigned int p = 0; p < {lay.passes}u; ++p) {{",
-        *("  " + x for x in [*_loads(s, lay), *_scores(s, lay), *_accumulate(s, lay)]),
+        *("  " + x for x in ["if (p > 0u) {", *("  " + y for y in _loads(s, lay)), "}"]),
+        *("  " + x for x in [*_zero_unseen(lay), *_scores(s, lay), *_accumulate(s, lay)]),
         "}",
     ]
 
@@ -222,48 +245,47 @@ def _key(lay: WideLayout) -> str:
 
 
 def _loads(s: AttentionShape, lay: WideLayout) -> list[str]:
-    """kf[u], vf[u]: this lane's slice of the K and V rows of its key in slot u (zeros past the
-    chunk; V zeros at or past the visible length). Vector path: every load issued first."""
-    u_, e, dt = lay.slots, lay.e, s.dtype
-    at = f"kvoff + (unsigned long long)j * {s.d}u + li * {e}u"
-    words = VECTOR // 4
-    vt = "uint4"
+    """kw[u], vw[u] (declared by the caller): the 16 bytes of this lane's slice of the K and V
+    rows of its key in slot u of pass p, zeros past the chunk; one vector load each where the
+    pointers are aligned, else scalar loads packed into the same words. Converted on use."""
+    at = f"kvoff + (unsigned long long)j * {s.d}u + li * {lay.e}u"
+    zero = "uint4{0u, 0u, 0u, 0u}"
+    head = [
+        f"#pragma unroll\nfor (int u = 0; u < {lay.slots}; ++u) {{",
+        f"  const unsigned int j = {_key(lay)};",
+        f"  kw[u] = {zero}; vw[u] = {zero};",
+    ]
     vector = [
-        f"{vt} kw[{u_}], vw[{u_}];",
-        f"#pragma unroll\nfor (int u = 0; u < {u_}; ++u) {{",
-        f"  const unsigned int j = {_key(lay)};",
-        f"  kw[u] = {vt}{{0u, 0u, 0u, 0u}}; vw[u] = {vt}{{0u, 0u, 0u, 0u}};",
         "  if (j < kc1) {",
-        f"    kw[u] = *reinterpret_cast<const {vt}*>(in1 + {at});",
-        f"    vw[u] = *reinterpret_cast<const {vt}*>(in2 + {at});",
-        "  }",
-        "}",
-        f"#pragma unroll\nfor (int u = 0; u < {u_}; ++u) {{",
-        *("  " + x for x in unpack(dt, "kw[u]", PARTS[:words], "kf[u]")),
-        *("  " + x for x in unpack(dt, "vw[u]", PARTS[:words], "vf[u]")),
-        "}",
-    ]
-    scalar = [
-        f"#pragma unroll\nfor (int u = 0; u < {u_}; ++u) {{",
-        f"  const unsigned int j = {_key(lay)};",
-        f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k) {{",
-        f"    kf[u][k] = j < kc1 ? {load(dt, f'in1[{at} + k]')} : 0.0f;",
-        f"    vf[u][k] = j < kc1 ? {load(dt, f'in2[{at} + k]')} : 0.0f;",
+        f"    kw[u] = *reinterpret_cast<const uint4*>(in1 + {at});",
+        f"    vw[u] = *reinterpret_cast<const uint4*>(in2 + {at});",
         "  }",
         "}",
     ]
+    scalar = ["  if (j < kc1) {"]
+    for i, part in enumerate(PARTS):
+        for w, role in (("kw", "in1"), ("vw", "in2")):
+            if s.dtype == "f32":
+                word = f"__float_as_uint({role}[{at} + {i}u])"
+            else:
+                lo, hi = f"{role}[{at} + {2 * i}u]", f"{role}[{at} + {2 * i + 1}u]"
+                word = f"(unsigned int){lo} | ((unsigned int){hi} << 16)"
+            scalar.append(f"    {w}[u]{part} = {word};")
+    scalar += ["  }", "}"]
     return [
-        f"float kf[{u_}][{e}], vf[{u_}][{e}];",
         "if (vec_ok) {",
-        *("  " + x for x in vector),
+        *("  " + x for x in head + vector),
         "} else {",
-        *("  " + x for x in scalar),
+        *("  " + x for x in head + scalar),
         "}",
-        f"#pragma unroll\nfor (int u = 0; u < {u_}; ++u) {{",
-        f"  if ({_key(lay)} >= kend) {{",
-        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) vf[u][k] = 0.0f;",
-        "  }",
-        "}",
+    ]
+
+
+def _zero_unseen(lay: WideLayout) -> list[str]:
+    """V of keys at or past every row's limit zeroed: stale cache rows (even NaN) weigh 0."""
+    return [
+        f"#pragma unroll\nfor (int u = 0; u < {lay.slots}; ++u)",
+        f"  if ({_key(lay)} >= kend) vw[u] = uint4{{0u, 0u, 0u, 0u}};",
     ]
 
 
@@ -278,9 +300,11 @@ def _scores(s: AttentionShape, lay: WideLayout) -> list[str]:
         f"float sc[{rb}][{u_}];",
         f"#pragma unroll\nfor (int u = 0; u < {u_}; ++u) {{",
         f"  const unsigned int j = {_key(lay)};",
+        f"  float kf[{e}];",
+        *("  " + x for x in unpack(s.dtype, "kw[u]", PARTS, "kf")),
         f"  #pragma unroll\n  for (int r = 0; r < {rb}; ++r) {{",
         "    float dot = 0.0f;",
-        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) dot += qv[r][k] * kf[u][k];",
+        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) dot += qv[r][k] * kf[k];",
         f"    for (int o = {lay.lr // 2}; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);",
         f"    sc[r][u] = ({seen}) ? {score} : {NEG_INF};",
         "  }",
@@ -296,32 +320,36 @@ def _scores(s: AttentionShape, lay: WideLayout) -> list[str]:
 
 
 def _accumulate(s: AttentionShape, lay: WideLayout) -> list[str]:
-    """The block's new running maximum of each row (warps in order), the rescale of (l, acc)
-    to it, then this thread's keys added."""
+    """Each row's new running maximum (the block's: warps in order) and the rescale of (l, acc)
+    to it, then this thread's keys added (V converted once a key, for every row)."""
     rb, u_, e = lay.rb, lay.slots, lay.e
     return [
         f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
         "  float mx = m[r];",
         f"  #pragma unroll\n  for (int w = 0; w < {WARPS}; ++w) mx = og_max(mx, og_pm[p & 1u][w][r]);",
-        f"  if (mx == {NEG_INF}) continue;",  # nothing seen yet: the same in every thread
-        "  const float corr = expf(m[r] - mx);",
+        # nothing seen yet (then l and acc are 0 and every score is -inf): no rescale
+        f"  const float corr = mx == {NEG_INF} ? 1.0f : expf(m[r] - mx);",
         "  l[r] *= corr;",
         f"  #pragma unroll\n  for (int k = 0; k < {e}; ++k) acc[r][k] *= corr;",
-        f"  #pragma unroll\n  for (int u = 0; u < {u_}; ++u) {{",
-        f"    const float pr = sc[r][u] == {NEG_INF} ? 0.0f : expf(sc[r][u] - mx);",
-        "    l[r] += pr;",
-        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) acc[r][k] += pr * vf[u][k];",
-        "  }",
         "  m[r] = mx;",
+        "}",
+        f"#pragma unroll\nfor (int u = 0; u < {u_}; ++u) {{",
+        f"  float vf[{e}];",
+        *("  " + x for x in unpack(s.dtype, "vw[u]", PARTS, "vf")),
+        f"  #pragma unroll\n  for (int r = 0; r < {rb}; ++r) {{",
+        f"    const float pr = sc[r][u] == {NEG_INF} ? 0.0f : expf(sc[r][u] - m[r]);",
+        "    l[r] += pr;",
+        f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) acc[r][k] += pr * vf[k];",
+        "  }",
         "}",
     ]
 
 
 def _share(s: AttentionShape, lay: WideLayout) -> list[str]:
     """(l, acc) summed over the warp's keys (shuffles), then each warp's into shared memory
-    (og_a, og_l) for the sums in warp order; og_mf the rows' maxima."""
+    (og_a, og_l) for the sums in warp order; with several chunks og_mf, the rows' maxima."""
     rb, e, d = lay.rb, lay.e, s.d
-    return [
+    lines = [
         f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
         f"  for (int o = {lay.lr}; o < 32; o <<= 1) {{",
         "    l[r] += __shfl_xor_sync(0xffffffffu, l[r], o);",
@@ -329,7 +357,7 @@ def _share(s: AttentionShape, lay: WideLayout) -> list[str]:
         "      acc[r][k] += __shfl_xor_sync(0xffffffffu, acc[r][k], o);",
         "  }",
         "}",
-        f"__shared__ float og_l[{WARPS}][{rb}], og_mf[{rb}];",
+        f"__shared__ float og_l[{WARPS}][{rb}];",
         f"__shared__ float og_a[{WARPS}][{rb}][{d}];",
         f"if (lane < {lay.lr}u) {{",
         f"  #pragma unroll\n  for (int r = 0; r < {rb}; ++r) {{",
@@ -337,9 +365,12 @@ def _share(s: AttentionShape, lay: WideLayout) -> list[str]:
         "    if (lane == 0u) og_l[warp][r] = l[r];",
         "  }",
         "}",
-        f"if (threadIdx.x == 0u) {{\n  #pragma unroll\n  for (int r = 0; r < {rb}; ++r) og_mf[r] = m[r];\n}}",
         "__syncthreads();",
     ]
+    if lay.chunks > 1:
+        maxima = f"__shared__ float og_mf[{rb}];\nif (threadIdx.x == 0u) {{\n  #pragma unroll\n"
+        lines[-1:-1] = [maxima + f"  for (int r = 0; r < {rb}; ++r) og_mf[r] = m[r];\n}}"]
+    return lines
 
 
 def _store(s: AttentionShape, lay: WideLayout, salt: str) -> tuple[list[str], str]:

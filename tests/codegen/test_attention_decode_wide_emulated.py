@@ -159,3 +159,28 @@ def test_the_old_kernel_stays_selectable(monkeypatch: pytest.MonkeyPatch) -> Non
     node = next(n for n in graph.nodes if n.op == "attention")
     kernel = cuda_attention.attention_launch(node, tuple(types[o] for o in node.operands)).kernel
     assert kernel.name.startswith("og_attention_decode_") and "wide" not in kernel.name
+
+
+# K and V as views 3 elements into their buffers: not 16-byte aligned, so the scalar loads
+UNALIGNED = """graph unaligned {
+  input %q : {T}[1,8,1,64]
+  input %kb : {T}[12803]
+  input %vb : {T}[12803]
+  input %len : i32[1]
+  %ks = slice(%kb) {axis = 0, start = 3, end = 12803} : {T}[12800]
+  %vs = slice(%vb) {axis = 0, start = 3, end = 12803} : {T}[12800]
+  %k = reshape(%ks) {shape = [1,2,100,64]} : {T}[1,2,100,64]
+  %v = reshape(%vs) {shape = [1,2,100,64]} : {T}[1,2,100,64]
+  %o = attention(%q, %k, %v, %len) : {T}[1,8,1,64]
+  output %o
+}
+"""
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_unaligned_views_take_scalar_loads(dtype: str) -> None:
+    graph = og.parse(UNALIGNED.replace("{T}", dtype))
+    _layout(graph)
+    inputs = random_inputs(graph, 8)
+    inputs["len"] = np.array([90], np.int32)
+    _check(graph, inputs)

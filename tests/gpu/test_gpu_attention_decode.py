@@ -1,7 +1,7 @@
 """The wide decode attention kernel (codegen/cuda_attention_decode_wide.py) on the GPU: the
-emulator's cases (GQA with kv_len below the cache and stale NaN rows past it, batch rows with
-window, softcap and a bool mask, float mask with top-left causal and row tiles, several chunks of
-several passes) and the head-to-head models' decode shapes (Llama-real 32/8 heads x 1024 keys,
+emulator's cases (GQA with kv_len below the cache, batch rows with window, softcap and a bool
+mask, float mask with top-left causal and row tiles, several chunks of several passes, K/V views
+not 16-byte aligned; stale NaN rows past kv_len) and the head-to-head models' decode shapes (Llama-real 32/8 heads x 1024 keys,
 launch-bound 8/2 heads x 64 x 128 keys; full and partial kv_len, batch 2), each within the
 bounds, eager then replayed twice, the replays bit-identical (the chunk merge has a fixed order),
 and the same graphs on the earlier kernel (`cuda_attention.WIDE_DECODE = False`) for A/B."""
@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from tests.codegen.test_attention_decode_wide_emulated import FLOAT_MASK, GQA_LEN, LONG, MASKED
+from tests.codegen.test_attention_decode_wide_emulated import (
+    FLOAT_MASK,
+    GQA_LEN,
+    LONG,
+    MASKED,
+    UNALIGNED,
+)
 from tests.support.gpu_support import assert_close, require_gpu, same_bits
 
 pytestmark = pytest.mark.gpu
@@ -57,7 +63,8 @@ def _check(graph: og.Graph, inputs: dict[str, np.ndarray], wide: bool) -> None:
 
 
 def _emulator_case(name: str, dtype: str) -> tuple[og.Graph, dict[str, np.ndarray]]:
-    text = {"gqa": GQA_LEN, "masked": MASKED, "float_mask": FLOAT_MASK, "long": LONG}[name]
+    cases = {"gqa": GQA_LEN, "masked": MASKED, "float_mask": FLOAT_MASK, "long": LONG}
+    text = {**cases, "unaligned": UNALIGNED}[name]
     graph = og.parse(text.replace("{T}", dtype))
     inputs = random_inputs(graph, 11)
     rng = np.random.default_rng(12)
@@ -72,12 +79,14 @@ def _emulator_case(name: str, dtype: str) -> tuple[og.Graph, dict[str, np.ndarra
         inputs["fm"] = fm.astype(inputs["fm"].dtype)
     if name == "long":
         inputs["len"] = np.array([1037], np.int32)
+    if name == "unaligned":
+        inputs["len"] = np.array([90], np.int32)
     return graph, inputs
 
 
 @pytest.mark.parametrize("wide", [True, False], ids=["wide", "old"])
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
-@pytest.mark.parametrize("case", ["gqa", "masked", "float_mask", "long"])
+@pytest.mark.parametrize("case", ["gqa", "masked", "float_mask", "long", "unaligned"])
 def test_emulator_cases_match_reference(
     case: str, dtype: str, wide: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,5 +1,5 @@
 
-extern "C" __global__ void og_attention_decode_wide_fe660c749f8e(float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
+extern "C" __global__ void og_attention_decode_wide_ad0d6b673996(float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   const unsigned int c = blockIdx.x, hr = blockIdx.y, bz = blockIdx.z;
@@ -7,9 +7,40 @@ extern "C" __global__ void og_attention_decode_wide_fe660c749f8e(float* out, con
   const unsigned int li = threadIdx.x % 4u, kid = threadIdx.x / 4u;
   const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const unsigned long long kvoff = (unsigned long long)(bz * 2u + hk) * 256ull;
-  const bool vec_ok = (((unsigned long long)in1 | (unsigned long long)in2) & 15ull) == 0ull;
+  const bool vec_ok = (((unsigned long long)in0 | (unsigned long long)in1 | (unsigned long long)in2) & 15ull) == 0ull;
   const unsigned int k0 = c * 64u;
   const unsigned int kc1 = og_min(k0 + 64u, 16u);
+  uint4 kw[1], vw[1];
+  {
+    const unsigned int p = 0u;
+    if (vec_ok) {
+      #pragma unroll
+  for (int u = 0; u < 1; ++u) {
+        const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
+        kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
+        if (j < kc1) {
+          kw[u] = *reinterpret_cast<const uint4*>(in1 + kvoff + (unsigned long long)j * 16u + li * 4u);
+          vw[u] = *reinterpret_cast<const uint4*>(in2 + kvoff + (unsigned long long)j * 16u + li * 4u);
+        }
+      }
+    } else {
+      #pragma unroll
+  for (int u = 0; u < 1; ++u) {
+        const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
+        kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
+        if (j < kc1) {
+          kw[u].x = __float_as_uint(in1[kvoff + (unsigned long long)j * 16u + li * 4u + 0u]);
+          vw[u].x = __float_as_uint(in2[kvoff + (unsigned long long)j * 16u + li * 4u + 0u]);
+          kw[u].y = __float_as_uint(in1[kvoff + (unsigned long long)j * 16u + li * 4u + 1u]);
+          vw[u].y = __float_as_uint(in2[kvoff + (unsigned long long)j * 16u + li * 4u + 1u]);
+          kw[u].z = __float_as_uint(in1[kvoff + (unsigned long long)j * 16u + li * 4u + 2u]);
+          vw[u].z = __float_as_uint(in2[kvoff + (unsigned long long)j * 16u + li * 4u + 2u]);
+          kw[u].w = __float_as_uint(in1[kvoff + (unsigned long long)j * 16u + li * 4u + 3u]);
+          vw[u].w = __float_as_uint(in2[kvoff + (unsigned long long)j * 16u + li * 4u + 3u]);
+        }
+      }
+    }
+  }
   long long Lx = og_min((long long)in3[0], 16LL);
   if (Lx < 0) Lx = 0;
   const unsigned int L = (unsigned int)Lx;
@@ -29,10 +60,20 @@ extern "C" __global__ void og_attention_decode_wide_fe660c749f8e(float* out, con
     if (lm < 0) lm = 0;
     lim[r] = (unsigned int)lm;
     kend = og_max(kend, lim[r]);
-    const unsigned long long qo = active ? qoff_of(gr) : 0ull;
-    #pragma unroll
-    for (int k = 0; k < 4; ++k)
-      qv[r][k] = active ? in0[qo + li * 4u + k] : 0.0f;
+    const unsigned long long qo = (active ? qoff_of(gr) : 0ull) + li * 4u;
+    if (vec_ok) {
+      const uint4 qw = *reinterpret_cast<const uint4*>(in0 + qo);
+      qv[r][0] = __uint_as_float(qw.x);
+      qv[r][1] = __uint_as_float(qw.y);
+      qv[r][2] = __uint_as_float(qw.z);
+      qv[r][3] = __uint_as_float(qw.w);
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) if (!active) qv[r][k] = 0.0f;
+    } else {
+      #pragma unroll
+      for (int k = 0; k < 4; ++k)
+        qv[r][k] = active ? in0[qo + k] : 0.0f;
+    }
   }
   float m[2], l[2], acc[2][4];
   #pragma unroll
@@ -43,56 +84,52 @@ extern "C" __global__ void og_attention_decode_wide_fe660c749f8e(float* out, con
   }
   __shared__ float og_pm[2][8][2];
   for (unsigned int p = 0; p < 1u; ++p) {
-    float kf[1][4], vf[1][4];
-    if (vec_ok) {
-      uint4 kw[1], vw[1];
-      #pragma unroll
-  for (int u = 0; u < 1; ++u) {
-        const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
-        kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
-        if (j < kc1) {
-          kw[u] = *reinterpret_cast<const uint4*>(in1 + kvoff + (unsigned long long)j * 16u + li * 4u);
-          vw[u] = *reinterpret_cast<const uint4*>(in2 + kvoff + (unsigned long long)j * 16u + li * 4u);
-        }
-      }
-      #pragma unroll
-  for (int u = 0; u < 1; ++u) {
-        kf[u][0] = __uint_as_float(kw[u].x);
-        kf[u][1] = __uint_as_float(kw[u].y);
-        kf[u][2] = __uint_as_float(kw[u].z);
-        kf[u][3] = __uint_as_float(kw[u].w);
-        vf[u][0] = __uint_as_float(vw[u].x);
-        vf[u][1] = __uint_as_float(vw[u].y);
-        vf[u][2] = __uint_as_float(vw[u].z);
-        vf[u][3] = __uint_as_float(vw[u].w);
-      }
-    } else {
-      #pragma unroll
-  for (int u = 0; u < 1; ++u) {
-        const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
+    if (p > 0u) {
+      if (vec_ok) {
         #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-          kf[u][k] = j < kc1 ? in1[kvoff + (unsigned long long)j * 16u + li * 4u + k] : 0.0f;
-          vf[u][k] = j < kc1 ? in2[kvoff + (unsigned long long)j * 16u + li * 4u + k] : 0.0f;
+  for (int u = 0; u < 1; ++u) {
+          const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
+          kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
+          if (j < kc1) {
+            kw[u] = *reinterpret_cast<const uint4*>(in1 + kvoff + (unsigned long long)j * 16u + li * 4u);
+            vw[u] = *reinterpret_cast<const uint4*>(in2 + kvoff + (unsigned long long)j * 16u + li * 4u);
+          }
+        }
+      } else {
+        #pragma unroll
+  for (int u = 0; u < 1; ++u) {
+          const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
+          kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
+          if (j < kc1) {
+            kw[u].x = __float_as_uint(in1[kvoff + (unsigned long long)j * 16u + li * 4u + 0u]);
+            vw[u].x = __float_as_uint(in2[kvoff + (unsigned long long)j * 16u + li * 4u + 0u]);
+            kw[u].y = __float_as_uint(in1[kvoff + (unsigned long long)j * 16u + li * 4u + 1u]);
+            vw[u].y = __float_as_uint(in2[kvoff + (unsigned long long)j * 16u + li * 4u + 1u]);
+            kw[u].z = __float_as_uint(in1[kvoff + (unsigned long long)j * 16u + li * 4u + 2u]);
+            vw[u].z = __float_as_uint(in2[kvoff + (unsigned long long)j * 16u + li * 4u + 2u]);
+            kw[u].w = __float_as_uint(in1[kvoff + (unsigned long long)j * 16u + li * 4u + 3u]);
+            vw[u].w = __float_as_uint(in2[kvoff + (unsigned long long)j * 16u + li * 4u + 3u]);
+          }
         }
       }
     }
     #pragma unroll
-  for (int u = 0; u < 1; ++u) {
-      if (k0 + (p * 1u + (unsigned int)u) * 64u + kid >= kend) {
-        #pragma unroll
-      for (int k = 0; k < 4; ++k) vf[u][k] = 0.0f;
-      }
-    }
+  for (int u = 0; u < 1; ++u)
+      if (k0 + (p * 1u + (unsigned int)u) * 64u + kid >= kend) vw[u] = uint4{0u, 0u, 0u, 0u};
     float sc[2][1];
     #pragma unroll
   for (int u = 0; u < 1; ++u) {
       const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
+      float kf[4];
+      kf[0] = __uint_as_float(kw[u].x);
+      kf[1] = __uint_as_float(kw[u].y);
+      kf[2] = __uint_as_float(kw[u].z);
+      kf[3] = __uint_as_float(kw[u].w);
       #pragma unroll
     for (int r = 0; r < 2; ++r) {
         float dot = 0.0f;
         #pragma unroll
-      for (int k = 0; k < 4; ++k) dot += qv[r][k] * kf[u][k];
+      for (int k = 0; k < 4; ++k) dot += qv[r][k] * kf[k];
         for (int o = 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
         sc[r][u] = (j < kc1 && j < lim[r]) ? dot * 2.500000000e-01f : __int_as_float(0xff800000);
       }
@@ -111,19 +148,26 @@ extern "C" __global__ void og_attention_decode_wide_fe660c749f8e(float* out, con
       float mx = m[r];
       #pragma unroll
     for (int w = 0; w < 8; ++w) mx = og_max(mx, og_pm[p & 1u][w][r]);
-      if (mx == __int_as_float(0xff800000)) continue;
-      const float corr = expf(m[r] - mx);
+      const float corr = mx == __int_as_float(0xff800000) ? 1.0f : expf(m[r] - mx);
       l[r] *= corr;
       #pragma unroll
     for (int k = 0; k < 4; ++k) acc[r][k] *= corr;
+      m[r] = mx;
+    }
+    #pragma unroll
+  for (int u = 0; u < 1; ++u) {
+      float vf[4];
+      vf[0] = __uint_as_float(vw[u].x);
+      vf[1] = __uint_as_float(vw[u].y);
+      vf[2] = __uint_as_float(vw[u].z);
+      vf[3] = __uint_as_float(vw[u].w);
       #pragma unroll
-    for (int u = 0; u < 1; ++u) {
-        const float pr = sc[r][u] == __int_as_float(0xff800000) ? 0.0f : expf(sc[r][u] - mx);
+    for (int r = 0; r < 2; ++r) {
+        const float pr = sc[r][u] == __int_as_float(0xff800000) ? 0.0f : expf(sc[r][u] - m[r]);
         l[r] += pr;
         #pragma unroll
-      for (int k = 0; k < 4; ++k) acc[r][k] += pr * vf[u][k];
+      for (int k = 0; k < 4; ++k) acc[r][k] += pr * vf[k];
       }
-      m[r] = mx;
     }
   }
   #pragma unroll
@@ -135,7 +179,7 @@ extern "C" __global__ void og_attention_decode_wide_fe660c749f8e(float* out, con
         acc[r][k] += __shfl_xor_sync(0xffffffffu, acc[r][k], o);
     }
   }
-  __shared__ float og_l[8][2], og_mf[2];
+  __shared__ float og_l[8][2];
   __shared__ float og_a[8][2][16];
   if (lane < 4u) {
     #pragma unroll
@@ -144,10 +188,6 @@ extern "C" __global__ void og_attention_decode_wide_fe660c749f8e(float* out, con
       for (int k = 0; k < 4; ++k) og_a[warp][r][li * 4u + k] = acc[r][k];
       if (lane == 0u) og_l[warp][r] = l[r];
     }
-  }
-  if (threadIdx.x == 0u) {
-    #pragma unroll
-    for (int r = 0; r < 2; ++r) og_mf[r] = m[r];
   }
   __syncthreads();
   for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {

@@ -1,13 +1,44 @@
 
-__device__ __forceinline__ void og_attention_decode_wide_7fb6d81a1301_part(const dim3 og_block_idx, const dim3 og_grid_dim, og_f16* out, const og_f16* in0, const og_f16* in1, const og_f16* in2, const int* in3, const unsigned char* in4) {
+__device__ __forceinline__ void og_attention_decode_wide_ae26fa58db29_part(const dim3 og_block_idx, const dim3 og_grid_dim, og_f16* out, const og_f16* in0, const og_f16* in1, const og_f16* in2, const int* in3, const unsigned char* in4) {
   const unsigned int c = og_block_idx.x, hr = og_block_idx.y, bz = og_block_idx.z;
   const unsigned int hk = hr / 1u, rt = hr % 1u;
   const unsigned int li = threadIdx.x % 8u, kid = threadIdx.x / 8u;
   const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const unsigned long long kvoff = (unsigned long long)(bz * 2u + hk) * 4096ull;
-  const bool vec_ok = (((unsigned long long)in1 | (unsigned long long)in2) & 15ull) == 0ull;
+  const bool vec_ok = (((unsigned long long)in0 | (unsigned long long)in1 | (unsigned long long)in2) & 15ull) == 0ull;
   const unsigned int k0 = c * 64u;
   const unsigned int kc1 = og_min(k0 + 64u, 64u);
+  uint4 kw[2], vw[2];
+  {
+    const unsigned int p = 0u;
+    if (vec_ok) {
+      #pragma unroll
+  for (int u = 0; u < 2; ++u) {
+        const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
+        kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
+        if (j < kc1) {
+          kw[u] = *reinterpret_cast<const uint4*>(in1 + kvoff + (unsigned long long)j * 64u + li * 8u);
+          vw[u] = *reinterpret_cast<const uint4*>(in2 + kvoff + (unsigned long long)j * 64u + li * 8u);
+        }
+      }
+    } else {
+      #pragma unroll
+  for (int u = 0; u < 2; ++u) {
+        const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
+        kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
+        if (j < kc1) {
+          kw[u].x = (unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 0u] | ((unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 1u] << 16);
+          vw[u].x = (unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 0u] | ((unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 1u] << 16);
+          kw[u].y = (unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 2u] | ((unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 3u] << 16);
+          vw[u].y = (unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 2u] | ((unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 3u] << 16);
+          kw[u].z = (unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 4u] | ((unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 5u] << 16);
+          vw[u].z = (unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 4u] | ((unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 5u] << 16);
+          kw[u].w = (unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 6u] | ((unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 7u] << 16);
+          vw[u].w = (unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 6u] | ((unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 7u] << 16);
+        }
+      }
+    }
+  }
   long long Lx = og_min((long long)in3[bz], 64LL);
   if (Lx < 0) Lx = 0;
   const unsigned int L = (unsigned int)Lx;
@@ -31,10 +62,20 @@ __device__ __forceinline__ void og_attention_decode_wide_7fb6d81a1301_part(const
     moff[r] = active ? (unsigned long long)(bz) * 64ull : 0ull;
     lim[r] = (unsigned int)lm;
     kend = og_max(kend, lim[r]);
-    const unsigned long long qo = active ? qoff_of(gr) : 0ull;
-    #pragma unroll
-    for (int k = 0; k < 8; ++k)
-      qv[r][k] = active ? og_f16_to_f32(in0[qo + li * 8u + k]) : 0.0f;
+    const unsigned long long qo = (active ? qoff_of(gr) : 0ull) + li * 8u;
+    if (vec_ok) {
+      const uint4 qw = *reinterpret_cast<const uint4*>(in0 + qo);
+      qv[r][0] = og_f16_to_f32((unsigned short)(qw.x & 0xffffu)); qv[r][1] = og_f16_to_f32((unsigned short)(qw.x >> 16));
+      qv[r][2] = og_f16_to_f32((unsigned short)(qw.y & 0xffffu)); qv[r][3] = og_f16_to_f32((unsigned short)(qw.y >> 16));
+      qv[r][4] = og_f16_to_f32((unsigned short)(qw.z & 0xffffu)); qv[r][5] = og_f16_to_f32((unsigned short)(qw.z >> 16));
+      qv[r][6] = og_f16_to_f32((unsigned short)(qw.w & 0xffffu)); qv[r][7] = og_f16_to_f32((unsigned short)(qw.w >> 16));
+      #pragma unroll
+      for (int k = 0; k < 8; ++k) if (!active) qv[r][k] = 0.0f;
+    } else {
+      #pragma unroll
+      for (int k = 0; k < 8; ++k)
+        qv[r][k] = active ? og_f16_to_f32(in0[qo + k]) : 0.0f;
+    }
   }
   float m[2], l[2], acc[2][8];
   #pragma unroll
@@ -45,56 +86,52 @@ __device__ __forceinline__ void og_attention_decode_wide_7fb6d81a1301_part(const
   }
   __shared__ float og_pm[2][8][2];
   for (unsigned int p = 0; p < 1u; ++p) {
-    float kf[2][8], vf[2][8];
-    if (vec_ok) {
-      uint4 kw[2], vw[2];
-      #pragma unroll
-  for (int u = 0; u < 2; ++u) {
-        const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
-        kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
-        if (j < kc1) {
-          kw[u] = *reinterpret_cast<const uint4*>(in1 + kvoff + (unsigned long long)j * 64u + li * 8u);
-          vw[u] = *reinterpret_cast<const uint4*>(in2 + kvoff + (unsigned long long)j * 64u + li * 8u);
-        }
-      }
-      #pragma unroll
-  for (int u = 0; u < 2; ++u) {
-        kf[u][0] = og_f16_to_f32((unsigned short)(kw[u].x & 0xffffu)); kf[u][1] = og_f16_to_f32((unsigned short)(kw[u].x >> 16));
-        kf[u][2] = og_f16_to_f32((unsigned short)(kw[u].y & 0xffffu)); kf[u][3] = og_f16_to_f32((unsigned short)(kw[u].y >> 16));
-        kf[u][4] = og_f16_to_f32((unsigned short)(kw[u].z & 0xffffu)); kf[u][5] = og_f16_to_f32((unsigned short)(kw[u].z >> 16));
-        kf[u][6] = og_f16_to_f32((unsigned short)(kw[u].w & 0xffffu)); kf[u][7] = og_f16_to_f32((unsigned short)(kw[u].w >> 16));
-        vf[u][0] = og_f16_to_f32((unsigned short)(vw[u].x & 0xffffu)); vf[u][1] = og_f16_to_f32((unsigned short)(vw[u].x >> 16));
-        vf[u][2] = og_f16_to_f32((unsigned short)(vw[u].y & 0xffffu)); vf[u][3] = og_f16_to_f32((unsigned short)(vw[u].y >> 16));
-        vf[u][4] = og_f16_to_f32((unsigned short)(vw[u].z & 0xffffu)); vf[u][5] = og_f16_to_f32((unsigned short)(vw[u].z >> 16));
-        vf[u][6] = og_f16_to_f32((unsigned short)(vw[u].w & 0xffffu)); vf[u][7] = og_f16_to_f32((unsigned short)(vw[u].w >> 16));
-      }
-    } else {
-      #pragma unroll
-  for (int u = 0; u < 2; ++u) {
-        const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
+    if (p > 0u) {
+      if (vec_ok) {
         #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-          kf[u][k] = j < kc1 ? og_f16_to_f32(in1[kvoff + (unsigned long long)j * 64u + li * 8u + k]) : 0.0f;
-          vf[u][k] = j < kc1 ? og_f16_to_f32(in2[kvoff + (unsigned long long)j * 64u + li * 8u + k]) : 0.0f;
+  for (int u = 0; u < 2; ++u) {
+          const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
+          kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
+          if (j < kc1) {
+            kw[u] = *reinterpret_cast<const uint4*>(in1 + kvoff + (unsigned long long)j * 64u + li * 8u);
+            vw[u] = *reinterpret_cast<const uint4*>(in2 + kvoff + (unsigned long long)j * 64u + li * 8u);
+          }
+        }
+      } else {
+        #pragma unroll
+  for (int u = 0; u < 2; ++u) {
+          const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
+          kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
+          if (j < kc1) {
+            kw[u].x = (unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 0u] | ((unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 1u] << 16);
+            vw[u].x = (unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 0u] | ((unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 1u] << 16);
+            kw[u].y = (unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 2u] | ((unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 3u] << 16);
+            vw[u].y = (unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 2u] | ((unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 3u] << 16);
+            kw[u].z = (unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 4u] | ((unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 5u] << 16);
+            vw[u].z = (unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 4u] | ((unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 5u] << 16);
+            kw[u].w = (unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 6u] | ((unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 7u] << 16);
+            vw[u].w = (unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 6u] | ((unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 7u] << 16);
+          }
         }
       }
     }
     #pragma unroll
-  for (int u = 0; u < 2; ++u) {
-      if (k0 + (p * 2u + (unsigned int)u) * 32u + kid >= kend) {
-        #pragma unroll
-      for (int k = 0; k < 8; ++k) vf[u][k] = 0.0f;
-      }
-    }
+  for (int u = 0; u < 2; ++u)
+      if (k0 + (p * 2u + (unsigned int)u) * 32u + kid >= kend) vw[u] = uint4{0u, 0u, 0u, 0u};
     float sc[2][2];
     #pragma unroll
   for (int u = 0; u < 2; ++u) {
       const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
+      float kf[8];
+      kf[0] = og_f16_to_f32((unsigned short)(kw[u].x & 0xffffu)); kf[1] = og_f16_to_f32((unsigned short)(kw[u].x >> 16));
+      kf[2] = og_f16_to_f32((unsigned short)(kw[u].y & 0xffffu)); kf[3] = og_f16_to_f32((unsigned short)(kw[u].y >> 16));
+      kf[4] = og_f16_to_f32((unsigned short)(kw[u].z & 0xffffu)); kf[5] = og_f16_to_f32((unsigned short)(kw[u].z >> 16));
+      kf[6] = og_f16_to_f32((unsigned short)(kw[u].w & 0xffffu)); kf[7] = og_f16_to_f32((unsigned short)(kw[u].w >> 16));
       #pragma unroll
     for (int r = 0; r < 2; ++r) {
         float dot = 0.0f;
         #pragma unroll
-      for (int k = 0; k < 8; ++k) dot += qv[r][k] * kf[u][k];
+      for (int k = 0; k < 8; ++k) dot += qv[r][k] * kf[k];
         for (int o = 4; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
         sc[r][u] = (j < kc1 && j < lim[r] && (long long)(j) >= lo[r] && in4[moff[r] + (unsigned long long)(j) * 1ull] != 0) ? (3.000000000e+01f * tanhf((dot * 1.250000000e-01f) / 3.000000000e+01f)) : __int_as_float(0xff800000);
       }
@@ -113,19 +150,26 @@ __device__ __forceinline__ void og_attention_decode_wide_7fb6d81a1301_part(const
       float mx = m[r];
       #pragma unroll
     for (int w = 0; w < 8; ++w) mx = og_max(mx, og_pm[p & 1u][w][r]);
-      if (mx == __int_as_float(0xff800000)) continue;
-      const float corr = expf(m[r] - mx);
+      const float corr = mx == __int_as_float(0xff800000) ? 1.0f : expf(m[r] - mx);
       l[r] *= corr;
       #pragma unroll
     for (int k = 0; k < 8; ++k) acc[r][k] *= corr;
+      m[r] = mx;
+    }
+    #pragma unroll
+  for (int u = 0; u < 2; ++u) {
+      float vf[8];
+      vf[0] = og_f16_to_f32((unsigned short)(vw[u].x & 0xffffu)); vf[1] = og_f16_to_f32((unsigned short)(vw[u].x >> 16));
+      vf[2] = og_f16_to_f32((unsigned short)(vw[u].y & 0xffffu)); vf[3] = og_f16_to_f32((unsigned short)(vw[u].y >> 16));
+      vf[4] = og_f16_to_f32((unsigned short)(vw[u].z & 0xffffu)); vf[5] = og_f16_to_f32((unsigned short)(vw[u].z >> 16));
+      vf[6] = og_f16_to_f32((unsigned short)(vw[u].w & 0xffffu)); vf[7] = og_f16_to_f32((unsigned short)(vw[u].w >> 16));
       #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-        const float pr = sc[r][u] == __int_as_float(0xff800000) ? 0.0f : expf(sc[r][u] - mx);
+    for (int r = 0; r < 2; ++r) {
+        const float pr = sc[r][u] == __int_as_float(0xff800000) ? 0.0f : expf(sc[r][u] - m[r]);
         l[r] += pr;
         #pragma unroll
-      for (int k = 0; k < 8; ++k) acc[r][k] += pr * vf[u][k];
+      for (int k = 0; k < 8; ++k) acc[r][k] += pr * vf[k];
       }
-      m[r] = mx;
     }
   }
   #pragma unroll
@@ -137,7 +181,7 @@ __device__ __forceinline__ void og_attention_decode_wide_7fb6d81a1301_part(const
         acc[r][k] += __shfl_xor_sync(0xffffffffu, acc[r][k], o);
     }
   }
-  __shared__ float og_l[8][2], og_mf[2];
+  __shared__ float og_l[8][2];
   __shared__ float og_a[8][2][64];
   if (lane < 8u) {
     #pragma unroll
@@ -146,10 +190,6 @@ __device__ __forceinline__ void og_attention_decode_wide_7fb6d81a1301_part(const
       for (int k = 0; k < 8; ++k) og_a[warp][r][li * 8u + k] = acc[r][k];
       if (lane == 0u) og_l[warp][r] = l[r];
     }
-  }
-  if (threadIdx.x == 0u) {
-    #pragma unroll
-    for (int r = 0; r < 2; ++r) og_mf[r] = m[r];
   }
   __syncthreads();
   for (unsigned int t = threadIdx.x; t < 128u; t += 256u) {
@@ -573,13 +613,13 @@ for (int r = 0; r < 2; ++r) {
   }
 }
 
-extern "C" __global__ void og_merged_c6096c6f871d(og_f16* m0_out, const og_f16* m0_in0, const og_f16* m0_in1, const og_f16* m0_in2, const int* m0_in3, const unsigned char* m0_in4, og_f16* m1_out, const og_f16* m1_in0, const og_f16* m1_in1, const og_f16* m1_in2, const og_f16* m1_in3, og_f16* m2_out, const og_f16* m2_in0, const og_f16* m2_in1, const og_f16* m2_in2) {
+extern "C" __global__ void og_merged_a157f7a2fb2d(og_f16* m0_out, const og_f16* m0_in0, const og_f16* m0_in1, const og_f16* m0_in2, const int* m0_in3, const unsigned char* m0_in4, og_f16* m1_out, const og_f16* m1_in0, const og_f16* m1_in1, const og_f16* m1_in2, const og_f16* m1_in3, og_f16* m2_out, const og_f16* m2_in0, const og_f16* m2_in1, const og_f16* m2_in2) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   {
   const unsigned int og_b = blockIdx.x;
   if (og_b < 4u) {
-    og_attention_decode_wide_7fb6d81a1301_part(dim3{og_b % 1u, (og_b / 1u) % 2u, og_b / 2u}, dim3{1u, 2u, 2u}, m0_out, m0_in0, m0_in1, m0_in2, m0_in3, m0_in4);
+    og_attention_decode_wide_ae26fa58db29_part(dim3{og_b % 1u, (og_b / 1u) % 2u, og_b / 2u}, dim3{1u, 2u, 2u}, m0_out, m0_in0, m0_in1, m0_in2, m0_in3, m0_in4);
   } else if (og_b < 12u) {
     const unsigned int og_r = og_b - 4u;
     og_attention_tiled_0eeb8a47f611_part(dim3{og_r % 2u, (og_r / 2u) % 4u, 0u}, dim3{2u, 4u, 1u}, m1_out, m1_in0, m1_in1, m1_in2, m1_in3);
