@@ -74,6 +74,7 @@ ONLY_ON = {
     "og-fused-1s-nomerge": {"llama_launch", "llama_real"},
     "og-fused-1s-old-decode-attn": {"llama_launch", "llama_real"},
     "og-fused-1s-nopdl-old-decode-attn": {"llama_launch", "llama_real"},
+    "og-fused-1s-decode-attn-prefetch": {"llama_launch", "llama_real"},
     "og-fused-1s-tiled-attn": {"llama_prefill_512"},
 }
 ORDER = ("llama_real", "llama_launch", "moe_block", "inception_block", "llama_prefill_512")
@@ -212,6 +213,14 @@ def suite_variants() -> list[Variant]:
             "og-fused-1s-nopdl-old-decode-attn",
             "og-fused-1s-nopdl with the earlier decode attention kernel (WIDE_DECODE = False)",
             codegen_setting_variant(fused_1s_nopdl, "WIDE_DECODE", False, module="cuda_attention"),
+        ),
+        Variant(
+            "og-fused-1s-decode-attn-prefetch",
+            "og-fused-1s with decode attention's K/V chunk prefetched into L2 before the PDL wait"
+            " (cuda_attention_decode_wide.PREFETCH = True)",
+            codegen_setting_variant(
+                fused_1s, "PREFETCH", True, module="cuda_attention_decode_wide"
+            ),
         ),
         Variant(
             "og-fused-streams", "optgraph, fusion + streams", optgraph_variant(FUSED_CHAINS, True)

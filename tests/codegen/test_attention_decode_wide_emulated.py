@@ -184,3 +184,17 @@ def test_unaligned_views_take_scalar_loads(dtype: str) -> None:
     inputs = random_inputs(graph, 8)
     inputs["len"] = np.array([90], np.int32)
     _check(graph, inputs)
+
+
+def test_l2_prefetch_before_the_dependency_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PREFETCH adds the chunk's L2 hints ahead of the PDL entry; results unchanged."""
+    monkeypatch.setattr(cuda_attention_decode_wide, "PREFETCH", True)
+    graph = og.parse(MASKED.replace("{T}", "f16"))
+    types = graph.value_types()
+    node = next(n for n in graph.nodes if n.op == "attention")
+    kernel = cuda_attention.attention_launch(node, tuple(types[o] for o in node.operands)).kernel
+    assert "og_prefetch_l2" in kernel.early
+    assert kernel.source.index("og_prefetch_l2") < kernel.source.index("og_grid_dependency_wait")
+    inputs = random_inputs(graph, 9)
+    inputs["len"] = np.array([300, 131], np.int32)
+    _check(graph, inputs)
