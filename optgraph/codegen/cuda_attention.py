@@ -4,7 +4,7 @@ attention (`q [B,Hq,Sq,D]`, `k, v [B,Hkv,Skv,D]`, optional `kv_len [1]`): query 
 head h / (Hq / Hkv) (grouped-query). The row's visible keys are `j < L` with `L = kv_len` (clamped
 to [0, Skv]) or `Skv`, and, when causal, `j <= L - Sq + i`: this serves prefill (Sq = Skv, L = Skv)
 and decode (Sq new rows at the end of the first L cache rows) alike. A row that sees no key yields
-zeros. Scores and accumulators are float32 (online softmax). Three kernels, by shape:
+zeros. Scores and accumulators are float32 (online softmax). Four kernels, by shape:
 
 - few query rows (decode): `cuda_attention_decode_wide`, split-KV over the key chunks, one block
   per (key chunk, KV head, row tile), the K/V rows read once per KV group with 16-byte loads, all
