@@ -29,10 +29,12 @@ multiprocessor, each with at least MAX_SLOTS slots; then the slots are spread ev
 chunks. Examples (f16): 32/8 heads, D 128, Skv 1024 -> KPS 16, S 64, C 16, one pass of 4 slots,
 128 blocks; 8/2 heads, D 64, Skv 128 -> KPS 32, S 4, C 1, 2 blocks.
 
-K/V rows are read up to the end of the cache (Skv), not only to kv_len: the loads do not wait
-for kv_len (they are issued alongside its read); values of keys at or past kv_len are zeroed
-before use, so stale cache rows cannot turn a weight of 0 into NaN. Rows whose window starts
-later are read too (correct, wasted bandwidth on windowed long caches).
+kv_len: pass 0 reads its whole slots (up to the cache's end) without waiting for kv_len, its
+loads issued alongside kv_len's read; later passes read only keys below the block's last visible
+key and stop past it. So a cache longer than kv_len costs at most one pass a block of extra
+reads (the whole cache when every chunk is one pass, as at the examples above). V of keys at or
+past every row's limit is zeroed before use: stale cache rows cannot turn a weight of 0 into NaN.
+Keys before a window's start are read too (correct; wasted bandwidth on windowed long caches).
 
 Not handled (the caller uses `cuda_attention_decode`): D·bytes not 16·2^n bytes with at most 32
 lanes (f16/bf16 D ≤ 256, f32 D ≤ 128, powers of two times 8 or 4), more than `MAX_SQ` queries
@@ -249,9 +251,11 @@ def _passes(s: AttentionShape, lay: WideLayout) -> list[str]:
         f"uint4 kw[{lay.slots}], vw[{lay.slots}];",
         "{",
         "  const unsigned int p = 0u;",
-        *("  " + x for x in _loads(s, lay)),
+        *("  " + x for x in _loads(s, lay, "kc1")),
         "}",
         *_rows(s, lay),
+        # later passes read only keys some row sees, and stop past the last of them
+        "const unsigned int kv1 = og_min(kc1, kend);",
         f"float m[{rb}], l[{rb}], acc[{rb}][{e}];",
         f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
         f"  m[r] = {NEG_INF}; l[r] = 0.0f;",
@@ -259,7 +263,8 @@ def _passes(s: AttentionShape, lay: WideLayout) -> list[str]:
         "}",
         f"__shared__ float og_pm[2][{WARPS}][{rb}];",
         f"for (unsigned int p = 0; p < {lay.passes}u; ++p) {{",
-        *("  " + x for x in ["if (p > 0u) {", *("  " + y for y in _loads(s, lay)), "}"]),
+        f"  if (p > 0u && k0 + p * {lay.slots * lay.kps}u >= kv1) break;",  # the same in the block
+        *("  " + x for x in ["if (p > 0u) {", *("  " + y for y in _loads(s, lay, "kv1")), "}"]),
         *("  " + x for x in [*_zero_unseen(lay), *_scores(s, lay), *_accumulate(s, lay)]),
         "}",
     ]
@@ -270,10 +275,10 @@ def _key(lay: WideLayout) -> str:
     return f"k0 + (p * {lay.slots}u + (unsigned int)u) * {lay.kps}u + kid"
 
 
-def _loads(s: AttentionShape, lay: WideLayout) -> list[str]:
+def _loads(s: AttentionShape, lay: WideLayout, end: str) -> list[str]:
     """kw[u], vw[u] (declared by the caller): the 16 bytes of this lane's slice of the K and V
-    rows of its key in slot u of pass p, zeros past the chunk; one vector load each where the
-    pointers are aligned, else scalar loads packed into the same words. Converted on use."""
+    rows of its key in slot u of pass p, zeros at or past key `end`; one vector load each where
+    the pointers are aligned, else scalar loads packed into the same words. Converted on use."""
     at = f"kvoff + (unsigned long long)j * {s.d}u + li * {lay.e}u"
     zero = "uint4{0u, 0u, 0u, 0u}"
     head = [
@@ -282,13 +287,13 @@ def _loads(s: AttentionShape, lay: WideLayout) -> list[str]:
         f"  kw[u] = {zero}; vw[u] = {zero};",
     ]
     vector = [
-        "  if (j < kc1) {",
+        f"  if (j < {end}) {{",
         f"    kw[u] = *reinterpret_cast<const uint4*>(in1 + {at});",
         f"    vw[u] = *reinterpret_cast<const uint4*>(in2 + {at});",
         "  }",
         "}",
     ]
-    scalar = ["  if (j < kc1) {"]
+    scalar = [f"  if (j < {end}) {{"]
     for i, part in enumerate(PARTS):
         for w, role in (("kw", "in1"), ("vw", "in2")):
             if s.dtype == "f32":

@@ -131,8 +131,12 @@ def test_float_mask_top_left_and_row_tiles(dtype: str) -> None:
     _check(graph, inputs)
 
 
+@pytest.mark.parametrize("length", [1037, 300])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_several_chunks_of_several_passes(dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_several_chunks_of_several_passes(
+    dtype: str, length: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kv_len 1037: the last chunk's last pass lies past it (not walked); 300: a whole chunk."""
     monkeypatch.setattr(cuda_attention_decode_wide, "MAX_CHUNKS", 2)
     graph = og.parse(LONG.replace("{T}", dtype))
     lay = _layout(graph)
@@ -140,7 +144,7 @@ def test_several_chunks_of_several_passes(dtype: str, monkeypatch: pytest.Monkey
     # the last pass of the last chunk reaches past the cache
     assert lay.chunks * lay.passes * lay.slots * lay.kps > 1100
     inputs = random_inputs(graph, 6)
-    inputs["len"] = np.array([1037], np.int32)
+    inputs["len"] = np.array([length], np.int32)
     _check(graph, inputs)
 
 

@@ -1,5 +1,5 @@
 
-extern "C" __global__ void og_attention_decode_wide_ad0d6b673996(float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
+extern "C" __global__ void og_attention_decode_wide_8b547665c1dc(float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   const unsigned int c = blockIdx.x, hr = blockIdx.y, bz = blockIdx.z;
@@ -75,6 +75,7 @@ extern "C" __global__ void og_attention_decode_wide_ad0d6b673996(float* out, con
         qv[r][k] = active ? in0[qo + k] : 0.0f;
     }
   }
+  const unsigned int kv1 = og_min(kc1, kend);
   float m[2], l[2], acc[2][4];
   #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -84,13 +85,14 @@ extern "C" __global__ void og_attention_decode_wide_ad0d6b673996(float* out, con
   }
   __shared__ float og_pm[2][8][2];
   for (unsigned int p = 0; p < 1u; ++p) {
+    if (p > 0u && k0 + p * 64u >= kv1) break;
     if (p > 0u) {
       if (vec_ok) {
         #pragma unroll
   for (int u = 0; u < 1; ++u) {
           const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
           kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
-          if (j < kc1) {
+          if (j < kv1) {
             kw[u] = *reinterpret_cast<const uint4*>(in1 + kvoff + (unsigned long long)j * 16u + li * 4u);
             vw[u] = *reinterpret_cast<const uint4*>(in2 + kvoff + (unsigned long long)j * 16u + li * 4u);
           }
@@ -100,7 +102,7 @@ extern "C" __global__ void og_attention_decode_wide_ad0d6b673996(float* out, con
   for (int u = 0; u < 1; ++u) {
           const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
           kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
-          if (j < kc1) {
+          if (j < kv1) {
             kw[u].x = __float_as_uint(in1[kvoff + (unsigned long long)j * 16u + li * 4u + 0u]);
             vw[u].x = __float_as_uint(in2[kvoff + (unsigned long long)j * 16u + li * 4u + 0u]);
             kw[u].y = __float_as_uint(in1[kvoff + (unsigned long long)j * 16u + li * 4u + 1u]);

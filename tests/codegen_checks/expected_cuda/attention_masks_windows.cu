@@ -1,5 +1,5 @@
 
-__device__ __forceinline__ void og_attention_decode_wide_ae26fa58db29_part(const dim3 og_block_idx, const dim3 og_grid_dim, og_f16* out, const og_f16* in0, const og_f16* in1, const og_f16* in2, const int* in3, const unsigned char* in4) {
+__device__ __forceinline__ void og_attention_decode_wide_339007402052_part(const dim3 og_block_idx, const dim3 og_grid_dim, og_f16* out, const og_f16* in0, const og_f16* in1, const og_f16* in2, const int* in3, const unsigned char* in4) {
   const unsigned int c = og_block_idx.x, hr = og_block_idx.y, bz = og_block_idx.z;
   const unsigned int hk = hr / 1u, rt = hr % 1u;
   const unsigned int li = threadIdx.x % 8u, kid = threadIdx.x / 8u;
@@ -77,6 +77,7 @@ __device__ __forceinline__ void og_attention_decode_wide_ae26fa58db29_part(const
         qv[r][k] = active ? og_f16_to_f32(in0[qo + k]) : 0.0f;
     }
   }
+  const unsigned int kv1 = og_min(kc1, kend);
   float m[2], l[2], acc[2][8];
   #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -86,13 +87,14 @@ __device__ __forceinline__ void og_attention_decode_wide_ae26fa58db29_part(const
   }
   __shared__ float og_pm[2][8][2];
   for (unsigned int p = 0; p < 1u; ++p) {
+    if (p > 0u && k0 + p * 64u >= kv1) break;
     if (p > 0u) {
       if (vec_ok) {
         #pragma unroll
   for (int u = 0; u < 2; ++u) {
           const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
           kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
-          if (j < kc1) {
+          if (j < kv1) {
             kw[u] = *reinterpret_cast<const uint4*>(in1 + kvoff + (unsigned long long)j * 64u + li * 8u);
             vw[u] = *reinterpret_cast<const uint4*>(in2 + kvoff + (unsigned long long)j * 64u + li * 8u);
           }
@@ -102,7 +104,7 @@ __device__ __forceinline__ void og_attention_decode_wide_ae26fa58db29_part(const
   for (int u = 0; u < 2; ++u) {
           const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
           kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
-          if (j < kc1) {
+          if (j < kv1) {
             kw[u].x = (unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 0u] | ((unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 1u] << 16);
             vw[u].x = (unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 0u] | ((unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 1u] << 16);
             kw[u].y = (unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 2u] | ((unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 3u] << 16);
@@ -613,13 +615,13 @@ for (int r = 0; r < 2; ++r) {
   }
 }
 
-extern "C" __global__ void og_merged_a157f7a2fb2d(og_f16* m0_out, const og_f16* m0_in0, const og_f16* m0_in1, const og_f16* m0_in2, const int* m0_in3, const unsigned char* m0_in4, og_f16* m1_out, const og_f16* m1_in0, const og_f16* m1_in1, const og_f16* m1_in2, const og_f16* m1_in3, og_f16* m2_out, const og_f16* m2_in0, const og_f16* m2_in1, const og_f16* m2_in2) {
+extern "C" __global__ void og_merged_3a07e5d13255(og_f16* m0_out, const og_f16* m0_in0, const og_f16* m0_in1, const og_f16* m0_in2, const int* m0_in3, const unsigned char* m0_in4, og_f16* m1_out, const og_f16* m1_in0, const og_f16* m1_in1, const og_f16* m1_in2, const og_f16* m1_in3, og_f16* m2_out, const og_f16* m2_in0, const og_f16* m2_in1, const og_f16* m2_in2) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   {
   const unsigned int og_b = blockIdx.x;
   if (og_b < 4u) {
-    og_attention_decode_wide_ae26fa58db29_part(dim3{og_b % 1u, (og_b / 1u) % 2u, og_b / 2u}, dim3{1u, 2u, 2u}, m0_out, m0_in0, m0_in1, m0_in2, m0_in3, m0_in4);
+    og_attention_decode_wide_339007402052_part(dim3{og_b % 1u, (og_b / 1u) % 2u, og_b / 2u}, dim3{1u, 2u, 2u}, m0_out, m0_in0, m0_in1, m0_in2, m0_in3, m0_in4);
   } else if (og_b < 12u) {
     const unsigned int og_r = og_b - 4u;
     og_attention_tiled_0eeb8a47f611_part(dim3{og_r % 2u, (og_r / 2u) % 4u, 0u}, dim3{2u, 4u, 1u}, m1_out, m1_in0, m1_in1, m1_in2, m1_in3);
