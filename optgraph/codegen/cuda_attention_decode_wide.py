@@ -24,9 +24,10 @@ stores and resets the counter. Every sum has a fixed order: replays are bit-iden
 
 Chunks (`wide_layout`), with S = ⌈Skv / KPS⌉ slots per head and `base` = B · Hkv · row tiles:
 C = 1 when S ≤ MAX_SLOTS (one pass: a second kernel phase would cost more than the parallelism
-it buys), else C = min(⌈TARGET_BLOCKS / base⌉, ⌈S / MAX_SLOTS⌉, MAX_CHUNKS): about one block a
-multiprocessor, each with at least MAX_SLOTS slots; then the slots are spread evenly over the
-chunks. Examples (f16): 32/8 heads, D 128, Skv 1024 -> KPS 16, S 64, C 16, one pass of 4 slots,
+it buys), else C = max(1, min(⌊TARGET_BLOCKS / base⌋, ⌈S / MAX_SLOTS⌉, MAX_CHUNKS)): at most
+one block a multiprocessor (a block takes over 128 registers a thread with several chunks, so
+only one fits: more blocks would leave a second wave), each with at least MAX_SLOTS slots; then
+the slots are spread evenly over the chunks. Examples (f16): 32/8 heads, D 128, Skv 1024 -> KPS 16, S 64, C 16, one pass of 4 slots,
 128 blocks; 8/2 heads, D 64, Skv 128 -> KPS 32, S 4, C 1, 2 blocks.
 
 kv_len: pass 0 reads its whole slots (up to the cache's end) without waiting for kv_len, its
@@ -68,7 +69,7 @@ THREADS = 256
 WARPS = THREADS // 32
 VECTOR = 16  # bytes a lane loads of a row
 MAX_SLOTS = 4  # key slots a thread has in flight (K and V: 2 x 16 bytes each)
-TARGET_BLOCKS = 132  # about one block a multiprocessor (H100: 132)
+TARGET_BLOCKS = 132  # at most one block a multiprocessor (H100: 132)
 MAX_CHUNKS = 32
 MAX_SQ = 4
 MAX_ROWS = 16  # query rows per KV head (group x Sq)
@@ -126,7 +127,7 @@ def wide_layout(shape: AttentionShape) -> WideLayout:
     base = shape.b * shape.hkv * rt
     chunks = 1
     if total > MAX_SLOTS:
-        chunks = max(1, min(-(-TARGET_BLOCKS // base), -(-total // MAX_SLOTS), MAX_CHUNKS))
+        chunks = max(1, min(TARGET_BLOCKS // base, -(-total // MAX_SLOTS), MAX_CHUNKS))
     per_chunk = -(-total // chunks)
     chunks = -(-total // per_chunk)
     # two slots a pass when the rows' q and accumulators already take many registers
