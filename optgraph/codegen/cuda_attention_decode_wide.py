@@ -101,6 +101,11 @@ class WideLayout:
     passes: int
 
 
+def _indent(lines: list[str], by: str = "  ") -> list[str]:
+    """`lines` indented by `by`, every line of a multi-line entry too."""
+    return [by + line for entry in lines for line in entry.split("\n")]
+
+
 def _lanes(shape: AttentionShape) -> int:
     """Lanes of a key row (one 16-byte vector each); 0 where the row is no such split."""
     size = ELEMENT_BYTES.get(shape.dtype, 0)
@@ -148,7 +153,7 @@ def decode_attention_wide(shape: AttentionShape, salt: str) -> Launch:
     lines += stores
     decls = [out_param(s.dtype), in_param(s.dtype, 0), in_param(s.dtype, 1), in_param(s.dtype, 2)]
     decls += operand_decls(s)
-    text = "\n".join("  " + line for line in "\n".join(lines).split("\n"))
+    text = "\n".join(_indent(lines))
     family = f"attention_decode_wide|{salt}" if lay.chunks > 1 else "attention_decode_wide"
     early = _prefetch_chunk(s, lay) if PREFETCH else ""
     template = kernel_template(decls, text, None, early)
@@ -192,7 +197,7 @@ def _prefetch_chunk(s: AttentionShape, lay: WideLayout) -> str:
         "  }",
         "}",
     ]
-    return "\n".join("  " + line for line in lines)
+    return "\n".join(_indent(lines))
 
 
 def _rows(s: AttentionShape, lay: WideLayout) -> list[str]:
@@ -233,7 +238,7 @@ def _rows(s: AttentionShape, lay: WideLayout) -> list[str]:
         f"  const unsigned long long qo = (active ? qoff_of(gr) : 0ull) + li * {e}u;",
         "  if (vec_ok) {",
         "    const uint4 qw = *reinterpret_cast<const uint4*>(in0 + qo);",
-        *("    " + x for x in unpack(s.dtype, "qw", PARTS, "qv[r]")),
+        *_indent(unpack(s.dtype, "qw", PARTS, "qv[r]"), "    "),
         f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) if (!active) qv[r][k] = 0.0f;",
         "  } else {",
         f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k)",
@@ -252,7 +257,7 @@ def _passes(s: AttentionShape, lay: WideLayout) -> list[str]:
         f"uint4 kw[{lay.slots}], vw[{lay.slots}];",
         "{",
         "  const unsigned int p = 0u;",
-        *("  " + x for x in _loads(s, lay, "kc1")),
+        *_indent(_loads(s, lay, "kc1")),
         "}",
         *_rows(s, lay),
         # later passes read only keys some row sees, and stop past the last of them
@@ -265,8 +270,8 @@ def _passes(s: AttentionShape, lay: WideLayout) -> list[str]:
         f"__shared__ float og_pm[2][{WARPS}][{rb}];",
         f"for (unsigned int p = 0; p < {lay.passes}u; ++p) {{",
         f"  if (p > 0u && k0 + p * {lay.slots * lay.kps}u >= kv1) break;",  # the same in the block
-        *("  " + x for x in ["if (p > 0u) {", *("  " + y for y in _loads(s, lay, "kv1")), "}"]),
-        *("  " + x for x in [*_zero_unseen(lay), *_scores(s, lay), *_accumulate(s, lay)]),
+        *_indent(["if (p > 0u) {", *_indent(_loads(s, lay, "kv1")), "}"]),
+        *_indent([*_zero_unseen(lay), *_scores(s, lay), *_accumulate(s, lay)]),
         "}",
     ]
 
@@ -306,9 +311,9 @@ def _loads(s: AttentionShape, lay: WideLayout, end: str) -> list[str]:
     scalar += ["  }", "}"]
     return [
         "if (vec_ok) {",
-        *("  " + x for x in head + vector),
+        *_indent(head + vector),
         "} else {",
-        *("  " + x for x in head + scalar),
+        *_indent(head + scalar),
         "}",
     ]
 
@@ -333,7 +338,7 @@ def _scores(s: AttentionShape, lay: WideLayout) -> list[str]:
         f"#pragma unroll\nfor (int u = 0; u < {u_}; ++u) {{",
         f"  const unsigned int j = {_key(lay)};",
         f"  float kf[{e}];",
-        *("  " + x for x in unpack(s.dtype, "kw[u]", PARTS, "kf")),
+        *_indent(unpack(s.dtype, "kw[u]", PARTS, "kf")),
         f"  #pragma unroll\n  for (int r = 0; r < {rb}; ++r) {{",
         "    float dot = 0.0f;",
         f"    #pragma unroll\n    for (int k = 0; k < {e}; ++k) dot += qv[r][k] * kf[k];",
@@ -367,7 +372,7 @@ def _accumulate(s: AttentionShape, lay: WideLayout) -> list[str]:
         "}",
         f"#pragma unroll\nfor (int u = 0; u < {u_}; ++u) {{",
         f"  float vf[{e}];",
-        *("  " + x for x in unpack(s.dtype, "vw[u]", PARTS, "vf")),
+        *_indent(unpack(s.dtype, "vw[u]", PARTS, "vf")),
         f"  #pragma unroll\n  for (int r = 0; r < {rb}; ++r) {{",
         f"    const float pr = sc[r][u] == {NEG_INF} ? 0.0f : expf(sc[r][u] - m[r]);",
         "    l[r] += pr;",

@@ -1,5 +1,5 @@
 
-__device__ __forceinline__ void og_attention_decode_wide_339007402052_part(const dim3 og_block_idx, const dim3 og_grid_dim, og_f16* out, const og_f16* in0, const og_f16* in1, const og_f16* in2, const int* in3, const unsigned char* in4) {
+__device__ __forceinline__ void og_attention_decode_wide_75c3092bb3c3_part(const dim3 og_block_idx, const dim3 og_grid_dim, og_f16* out, const og_f16* in0, const og_f16* in1, const og_f16* in2, const int* in3, const unsigned char* in4) {
   const unsigned int c = og_block_idx.x, hr = og_block_idx.y, bz = og_block_idx.z;
   const unsigned int hk = hr / 1u, rt = hr % 1u;
   const unsigned int li = threadIdx.x % 8u, kid = threadIdx.x / 8u;
@@ -13,7 +13,7 @@ __device__ __forceinline__ void og_attention_decode_wide_339007402052_part(const
     const unsigned int p = 0u;
     if (vec_ok) {
       #pragma unroll
-  for (int u = 0; u < 2; ++u) {
+      for (int u = 0; u < 2; ++u) {
         const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
         kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
         if (j < kc1) {
@@ -23,7 +23,7 @@ __device__ __forceinline__ void og_attention_decode_wide_339007402052_part(const
       }
     } else {
       #pragma unroll
-  for (int u = 0; u < 2; ++u) {
+      for (int u = 0; u < 2; ++u) {
         const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
         kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
         if (j < kc1) {
@@ -91,7 +91,7 @@ __device__ __forceinline__ void og_attention_decode_wide_339007402052_part(const
     if (p > 0u) {
       if (vec_ok) {
         #pragma unroll
-  for (int u = 0; u < 2; ++u) {
+        for (int u = 0; u < 2; ++u) {
           const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
           kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
           if (j < kv1) {
@@ -101,7 +101,7 @@ __device__ __forceinline__ void og_attention_decode_wide_339007402052_part(const
         }
       } else {
         #pragma unroll
-  for (int u = 0; u < 2; ++u) {
+        for (int u = 0; u < 2; ++u) {
           const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
           kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
           if (j < kv1) {
@@ -118,11 +118,11 @@ __device__ __forceinline__ void og_attention_decode_wide_339007402052_part(const
       }
     }
     #pragma unroll
-  for (int u = 0; u < 2; ++u)
+    for (int u = 0; u < 2; ++u)
       if (k0 + (p * 2u + (unsigned int)u) * 32u + kid >= kend) vw[u] = uint4{0u, 0u, 0u, 0u};
     float sc[2][2];
     #pragma unroll
-  for (int u = 0; u < 2; ++u) {
+    for (int u = 0; u < 2; ++u) {
       const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
       float kf[8];
       kf[0] = og_f16_to_f32((unsigned short)(kw[u].x & 0xffffu)); kf[1] = og_f16_to_f32((unsigned short)(kw[u].x >> 16));
@@ -130,47 +130,47 @@ __device__ __forceinline__ void og_attention_decode_wide_339007402052_part(const
       kf[4] = og_f16_to_f32((unsigned short)(kw[u].z & 0xffffu)); kf[5] = og_f16_to_f32((unsigned short)(kw[u].z >> 16));
       kf[6] = og_f16_to_f32((unsigned short)(kw[u].w & 0xffffu)); kf[7] = og_f16_to_f32((unsigned short)(kw[u].w >> 16));
       #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < 2; ++r) {
         float dot = 0.0f;
         #pragma unroll
-      for (int k = 0; k < 8; ++k) dot += qv[r][k] * kf[k];
+        for (int k = 0; k < 8; ++k) dot += qv[r][k] * kf[k];
         for (int o = 4; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
         sc[r][u] = (j < kc1 && j < lim[r] && (long long)(j) >= lo[r] && in4[moff[r] + (unsigned long long)(j) * 1ull] != 0) ? (3.000000000e+01f * tanhf((dot * 1.250000000e-01f) / 3.000000000e+01f)) : __int_as_float(0xff800000);
       }
     }
     #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 2; ++r) {
       float t = sc[r][0];
       #pragma unroll
-    for (int u = 1; u < 2; ++u) t = og_max(t, sc[r][u]);
+      for (int u = 1; u < 2; ++u) t = og_max(t, sc[r][u]);
       for (int o = 8; o < 32; o <<= 1) t = og_max(t, __shfl_xor_sync(0xffffffffu, t, o));
       if (lane == 0u) og_pm[p & 1u][warp][r] = t;
     }
     __syncthreads();
     #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 2; ++r) {
       float mx = m[r];
       #pragma unroll
-    for (int w = 0; w < 8; ++w) mx = og_max(mx, og_pm[p & 1u][w][r]);
+      for (int w = 0; w < 8; ++w) mx = og_max(mx, og_pm[p & 1u][w][r]);
       const float corr = mx == __int_as_float(0xff800000) ? 1.0f : expf(m[r] - mx);
       l[r] *= corr;
       #pragma unroll
-    for (int k = 0; k < 8; ++k) acc[r][k] *= corr;
+      for (int k = 0; k < 8; ++k) acc[r][k] *= corr;
       m[r] = mx;
     }
     #pragma unroll
-  for (int u = 0; u < 2; ++u) {
+    for (int u = 0; u < 2; ++u) {
       float vf[8];
       vf[0] = og_f16_to_f32((unsigned short)(vw[u].x & 0xffffu)); vf[1] = og_f16_to_f32((unsigned short)(vw[u].x >> 16));
       vf[2] = og_f16_to_f32((unsigned short)(vw[u].y & 0xffffu)); vf[3] = og_f16_to_f32((unsigned short)(vw[u].y >> 16));
       vf[4] = og_f16_to_f32((unsigned short)(vw[u].z & 0xffffu)); vf[5] = og_f16_to_f32((unsigned short)(vw[u].z >> 16));
       vf[6] = og_f16_to_f32((unsigned short)(vw[u].w & 0xffffu)); vf[7] = og_f16_to_f32((unsigned short)(vw[u].w >> 16));
       #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < 2; ++r) {
         const float pr = sc[r][u] == __int_as_float(0xff800000) ? 0.0f : expf(sc[r][u] - m[r]);
         l[r] += pr;
         #pragma unroll
-      for (int k = 0; k < 8; ++k) acc[r][k] += pr * vf[k];
+        for (int k = 0; k < 8; ++k) acc[r][k] += pr * vf[k];
       }
     }
   }
@@ -615,13 +615,13 @@ for (int r = 0; r < 2; ++r) {
   }
 }
 
-extern "C" __global__ void og_merged_3a07e5d13255(og_f16* m0_out, const og_f16* m0_in0, const og_f16* m0_in1, const og_f16* m0_in2, const int* m0_in3, const unsigned char* m0_in4, og_f16* m1_out, const og_f16* m1_in0, const og_f16* m1_in1, const og_f16* m1_in2, const og_f16* m1_in3, og_f16* m2_out, const og_f16* m2_in0, const og_f16* m2_in1, const og_f16* m2_in2) {
+extern "C" __global__ void og_merged_6dff8dc8e044(og_f16* m0_out, const og_f16* m0_in0, const og_f16* m0_in1, const og_f16* m0_in2, const int* m0_in3, const unsigned char* m0_in4, og_f16* m1_out, const og_f16* m1_in0, const og_f16* m1_in1, const og_f16* m1_in2, const og_f16* m1_in3, og_f16* m2_out, const og_f16* m2_in0, const og_f16* m2_in1, const og_f16* m2_in2) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   {
   const unsigned int og_b = blockIdx.x;
   if (og_b < 4u) {
-    og_attention_decode_wide_339007402052_part(dim3{og_b % 1u, (og_b / 1u) % 2u, og_b / 2u}, dim3{1u, 2u, 2u}, m0_out, m0_in0, m0_in1, m0_in2, m0_in3, m0_in4);
+    og_attention_decode_wide_75c3092bb3c3_part(dim3{og_b % 1u, (og_b / 1u) % 2u, og_b / 2u}, dim3{1u, 2u, 2u}, m0_out, m0_in0, m0_in1, m0_in2, m0_in3, m0_in4);
   } else if (og_b < 12u) {
     const unsigned int og_r = og_b - 4u;
     og_attention_tiled_0eeb8a47f611_part(dim3{og_r % 2u, (og_r / 2u) % 4u, 0u}, dim3{2u, 4u, 1u}, m1_out, m1_in0, m1_in1, m1_in2, m1_in3);

@@ -1,5 +1,5 @@
 
-extern "C" __global__ void og_attention_decode_wide_f2efd9cbf947(float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
+extern "C" __global__ void og_attention_decode_wide_0d5c0f83b5d0(float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   const unsigned int c = blockIdx.x, hr = blockIdx.y, bz = blockIdx.z;
@@ -15,7 +15,7 @@ extern "C" __global__ void og_attention_decode_wide_f2efd9cbf947(float* out, con
     const unsigned int p = 0u;
     if (vec_ok) {
       #pragma unroll
-  for (int u = 0; u < 1; ++u) {
+      for (int u = 0; u < 1; ++u) {
         const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
         kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
         if (j < kc1) {
@@ -25,7 +25,7 @@ extern "C" __global__ void og_attention_decode_wide_f2efd9cbf947(float* out, con
       }
     } else {
       #pragma unroll
-  for (int u = 0; u < 1; ++u) {
+      for (int u = 0; u < 1; ++u) {
         const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
         kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
         if (j < kc1) {
@@ -87,7 +87,7 @@ extern "C" __global__ void og_attention_decode_wide_f2efd9cbf947(float* out, con
     if (p > 0u) {
       if (vec_ok) {
         #pragma unroll
-  for (int u = 0; u < 1; ++u) {
+        for (int u = 0; u < 1; ++u) {
           const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
           kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
           if (j < kv1) {
@@ -97,7 +97,7 @@ extern "C" __global__ void og_attention_decode_wide_f2efd9cbf947(float* out, con
         }
       } else {
         #pragma unroll
-  for (int u = 0; u < 1; ++u) {
+        for (int u = 0; u < 1; ++u) {
           const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
           kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
           if (j < kv1) {
@@ -114,11 +114,11 @@ extern "C" __global__ void og_attention_decode_wide_f2efd9cbf947(float* out, con
       }
     }
     #pragma unroll
-  for (int u = 0; u < 1; ++u)
+    for (int u = 0; u < 1; ++u)
       if (k0 + (p * 1u + (unsigned int)u) * 64u + kid >= kend) vw[u] = uint4{0u, 0u, 0u, 0u};
     float sc[2][1];
     #pragma unroll
-  for (int u = 0; u < 1; ++u) {
+    for (int u = 0; u < 1; ++u) {
       const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
       float kf[4];
       kf[0] = __uint_as_float(kw[u].x);
@@ -126,47 +126,47 @@ extern "C" __global__ void og_attention_decode_wide_f2efd9cbf947(float* out, con
       kf[2] = __uint_as_float(kw[u].z);
       kf[3] = __uint_as_float(kw[u].w);
       #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < 2; ++r) {
         float dot = 0.0f;
         #pragma unroll
-      for (int k = 0; k < 4; ++k) dot += qv[r][k] * kf[k];
+        for (int k = 0; k < 4; ++k) dot += qv[r][k] * kf[k];
         for (int o = 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
         sc[r][u] = (j < kc1 && j < lim[r]) ? dot * 2.500000000e-01f : __int_as_float(0xff800000);
       }
     }
     #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 2; ++r) {
       float t = sc[r][0];
       #pragma unroll
-    for (int u = 1; u < 1; ++u) t = og_max(t, sc[r][u]);
+      for (int u = 1; u < 1; ++u) t = og_max(t, sc[r][u]);
       for (int o = 4; o < 32; o <<= 1) t = og_max(t, __shfl_xor_sync(0xffffffffu, t, o));
       if (lane == 0u) og_pm[p & 1u][warp][r] = t;
     }
     __syncthreads();
     #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 2; ++r) {
       float mx = m[r];
       #pragma unroll
-    for (int w = 0; w < 8; ++w) mx = og_max(mx, og_pm[p & 1u][w][r]);
+      for (int w = 0; w < 8; ++w) mx = og_max(mx, og_pm[p & 1u][w][r]);
       const float corr = mx == __int_as_float(0xff800000) ? 1.0f : expf(m[r] - mx);
       l[r] *= corr;
       #pragma unroll
-    for (int k = 0; k < 4; ++k) acc[r][k] *= corr;
+      for (int k = 0; k < 4; ++k) acc[r][k] *= corr;
       m[r] = mx;
     }
     #pragma unroll
-  for (int u = 0; u < 1; ++u) {
+    for (int u = 0; u < 1; ++u) {
       float vf[4];
       vf[0] = __uint_as_float(vw[u].x);
       vf[1] = __uint_as_float(vw[u].y);
       vf[2] = __uint_as_float(vw[u].z);
       vf[3] = __uint_as_float(vw[u].w);
       #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < 2; ++r) {
         const float pr = sc[r][u] == __int_as_float(0xff800000) ? 0.0f : expf(sc[r][u] - m[r]);
         l[r] += pr;
         #pragma unroll
-      for (int k = 0; k < 4; ++k) acc[r][k] += pr * vf[k];
+        for (int k = 0; k < 4; ++k) acc[r][k] += pr * vf[k];
       }
     }
   }
