@@ -3,43 +3,36 @@
     %o = attention(%q, %k, %v, %len) : f16[1,32,1,128]    (k, v : f16[1,8,1024,128])
     ->  grid (C = 16 key chunks, 8 KV heads x 1 row tile, 1), 256 threads, 1 pass of 4 slots
 
-Layout. A key row of D elements is `LR = D·bytes/16` lanes of one 16-byte vector each (f16
-D = 128: 16 lanes), so a block of 256 threads reads `KPS = 256 / LR` keys with one load per
-thread: a *slot*. A block owns one KV head, one tile of up to `rb` query rows of that head's
-group (the group's q heads x the Sq queries: the K/V rows are read once per group, not once per
-q head) and one chunk of the keys; it walks its chunk in passes of `U` slots (at most
-`MAX_SLOTS`), and each pass issues all of its 2·U K and V loads before using any, so a
-thread has up to 128 bytes in flight and a whole decode step's cache is read in about one memory
-latency.
-
-Each pass: dot products over a row's LR lanes (xor shuffles), the pass's score maximum over the
-block (warp shuffles, then shared memory in warp order), then every thread rescales its running
-(l, acc) to the block's running maximum and adds its keys: all threads share one maximum, so
-the end needs no rescaling: the accumulators are summed over the warp's keys (shuffles), then
-over the warps in warp order (shared memory). One chunk: the block stores the rows. C > 1
-chunks: each block writes (max, sum, acc) to the kernel's workspace (`__device__` arrays named
-after the node, like the split-K products' and `cuda_attention_decode`'s), arrives at its tile's
-counter (`og_arrive`), and the block that arrives last merges the C partials in chunk order,
-stores and resets the counter. Every sum has a fixed order: replays are bit-identical.
+Layout. A key row is `LR = D·bytes/16` lanes of one 16-byte vector each (f16 D 128: 16 lanes),
+so 256 threads read `KPS = 256 / LR` keys with one load each: a *slot*. A block owns a KV head,
+a tile of up to `rb` rows of its group (q heads x queries: K/V read once per group) and a chunk
+of the keys, walked in passes of up to `MAX_SLOTS` slots whose 2·U K/V loads are all issued
+before any is used: up to 128 bytes in flight a thread, a decode step's cache read in about one
+memory latency. Each pass: dot products over the row's lanes (xor shuffles), the pass's maximum
+over the block (shuffles, then shared memory in warp order), then every thread rescales its
+(l, acc) to the block's running maximum and adds its keys. All threads share that maximum, so
+the end sums need no rescaling: over the warp's keys (shuffles), then the warps in order (shared
+memory). C > 1 chunks merge in chunk order through a workspace (`cuda_attention_chunk_merge`).
+Every sum has a fixed order: replays are bit-identical.
 
 Chunks (`wide_layout`), with S = ⌈Skv / KPS⌉ slots per head and `base` = B · Hkv · row tiles:
-C = 1 when S ≤ MAX_SLOTS (one pass: a second kernel phase would cost more than the parallelism
-it buys), else C = max(1, min(⌊TARGET_BLOCKS / base⌋, ⌈S / MAX_SLOTS⌉, MAX_CHUNKS)): at most
-one block a multiprocessor (a block takes over 128 registers a thread with several chunks, so
-only one fits: more blocks would leave a second wave), each with at least MAX_SLOTS slots; then
-the slots are spread evenly over the chunks. Examples (f16): 32/8 heads, D 128, Skv 1024 -> KPS 16, S 64, C 16, one pass of 4 slots,
-128 blocks; 8/2 heads, D 64, Skv 128 -> KPS 32, S 4, C 1, 2 blocks.
+C = 1 when S ≤ MAX_SLOTS (one pass: merging chunks would cost more than the parallelism buys),
+else C = max(1, min(⌊TARGET_BLOCKS / base⌋, ⌈S / MAX_SLOTS⌉, MAX_CHUNKS)): at most one block a
+multiprocessor (with several chunks a block takes over 128 registers a thread, so one fits:
+more would leave a second wave), each of at least MAX_SLOTS slots; the slots spread evenly.
+Examples (f16): 32/8 heads, D 128, Skv 1024 -> KPS 16, S 64, C 16, one pass of 4 slots, 128
+blocks; 8/2 heads, D 64, Skv 128 -> KPS 32, S 4, C 1, 2 blocks.
 
-kv_len: pass 0 reads its whole slots (up to the cache's end) without waiting for kv_len, its
-loads issued alongside kv_len's read; later passes read only keys below the block's last visible
-key and stop past it. So a cache longer than kv_len costs at most one pass a block of extra
-reads (the whole cache when every chunk is one pass, as at the examples above). V of keys at or
-past every row's limit is zeroed before use: stale cache rows cannot turn a weight of 0 into NaN.
-Keys before a window's start are read too (correct; wasted bandwidth on windowed long caches).
+kv_len: pass 0 reads all its slots (to the cache's end) without waiting for kv_len, its loads
+issued alongside kv_len's read; later passes read only keys below the block's last visible key
+and stop past it: a cache longer than kv_len costs at most one pass a block of extra reads (the
+whole cache when every chunk is one pass, as in the examples). V of keys at or past every row's
+limit is zeroed: stale cache rows cannot turn a weight of 0 into NaN. Keys before a window's
+start are read too (correct; wasted bandwidth on windowed long caches).
 
-Not handled (the caller uses `cuda_attention_decode`): D·bytes not 16·2^n bytes with at most 32
-lanes (f16/bf16 D ≤ 256, f32 D ≤ 128, powers of two times 8 or 4), more than `MAX_SQ` queries
-or `MAX_ROWS` rows per KV head. Unaligned K/V views take scalar loads of the same slices.
+Not handled (the caller uses `cuda_attention_decode`): rows that are no 1-32 lanes of 16 bytes
+(f16/bf16 D = 8·2^n ≤ 256, f32 D = 4·2^n ≤ 128), more than `MAX_SQ` queries or `MAX_ROWS` rows
+per KV head. Unaligned K/V/q views take scalar loads packed into the same words.
 """
 
 from __future__ import annotations
@@ -47,6 +40,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from optgraph.codegen.cuda_attention_chunk_merge import ChunkMerge, merge_chunks
 from optgraph.codegen.cuda_head_rows import (
     ELEMENT_BYTES,
     AttentionShape,
@@ -412,12 +406,13 @@ def _share(s: AttentionShape, lay: WideLayout) -> list[str]:
 
 def _store(s: AttentionShape, lay: WideLayout, salt: str) -> tuple[list[str], str]:
     """(statements, file-scope declarations): each (row, element) of the block summed over the
-    warps in order, then stored; with C > 1 chunks, written to the workspace instead, and the
-    block that arrives last at the tile merges the C partials in chunk order, stores and resets
-    the tile's counter."""
-    rb, chunks, d = lay.rb, lay.chunks, s.d
-    loop = f"for (unsigned int t = threadIdx.x; t < {rb * d}u; t += {THREADS}u) {{"
-    head = [f"  const unsigned int r = t / {d}u, dd = t % {d}u;"]
+    warps in order, then stored; with C > 1 chunks, merged through the workspace instead
+    (`cuda_attention_chunk_merge`)."""
+    rb, d = lay.rb, s.d
+    loop = [
+        f"for (unsigned int t = threadIdx.x; t < {rb * d}u; t += {THREADS}u) {{",
+        f"  const unsigned int r = t / {d}u, dd = t % {d}u;",
+    ]
     sum_warps = [
         "  float Ls = 0.0f, A = 0.0f;",
         f"  #pragma unroll\n  for (int w = 0; w < {WARPS}; ++w) {{ Ls += og_l[w][r]; A += og_a[w][r][dd]; }}",
@@ -426,53 +421,10 @@ def _store(s: AttentionShape, lay: WideLayout, salt: str) -> tuple[list[str], st
         f"  const unsigned int gr = rt * {rb}u + r;",
         f"  if (gr < {s.group * s.sq}u) out[qoff_of(gr) + dd] = {store(s.dtype, 'Ls > 0.0f ? A / Ls : 0.0f')};",
     ]
-    if chunks == 1:
-        return [loop, *head, *sum_warps, *write, "}"], ""
+    if lay.chunks == 1:
+        return [*loop, *sum_warps, *write, "}"], ""
     extras = f"|{s.extras_key()}" if s.has_extras else ""
-    digest = hashlib.sha1(f"{salt}|attention_wide|{s}|{lay}{extras}".encode()).hexdigest()[:12]
-    ws, ml, cnt = f"og_ws_{digest}", f"og_ml_{digest}", f"og_cnt_{digest}"
-    tiles = s.b * s.hkv * lay.rt
-    decl = (
-        f"__device__ float {ws}[{tiles * chunks * rb * d}];\n"
-        f"__device__ float {ml}[{tiles * chunks * rb * 2}];\n"
-        f"__device__ unsigned int {cnt}[{tiles}];\n"
-    )
-    part = f"(tile * {chunks}u + {{c}}) * {rb}u + r"
-    lines = [
-        f"const unsigned int tile = bz * {s.hkv * lay.rt}u + hr;",
-        loop,
-        *head,
-        *sum_warps,
-        f"  {ws}[({part.format(c='c')}) * {d}u + dd] = A;",
-        (
-            f"  if (dd == 0u) {{ {ml}[({part.format(c='c')}) * 2u] = og_mf[r]; "
-            f"{ml}[({part.format(c='c')}) * 2u + 1u] = Ls; }}"
-        ),
-        "}",
-        "__syncthreads();",
-        "__shared__ bool og_last;",
-        f"if (threadIdx.x == 0u) og_last = og_arrive(&{cnt}[tile]) == {chunks - 1}u;",
-        "__syncthreads();",
-        "if (!og_last) return;",
-        loop,
-        *head,
-        # every load first (unrolled: all in flight), then the sums in chunk order
-        f"  float mq[{chunks}], lq[{chunks}], aq[{chunks}];",
-        f"  #pragma unroll\n  for (unsigned int q = 0; q < {chunks}u; ++q) {{",
-        f"    mq[q] = __ldcg(&{ml}[({part.format(c='q')}) * 2u]);",
-        f"    lq[q] = __ldcg(&{ml}[({part.format(c='q')}) * 2u + 1u]);",
-        f"    aq[q] = __ldcg(&{ws}[({part.format(c='q')}) * {d}u + dd]);",
-        "  }",
-        f"  float M = {NEG_INF};",
-        f"  #pragma unroll\n  for (int q = 0; q < {chunks}; ++q) M = og_max(M, mq[q]);",
-        "  float Ls = 0.0f, A = 0.0f;",
-        f"  #pragma unroll\n  for (int q = 0; q < {chunks}; ++q) {{",
-        f"    const float wt = mq[q] == {NEG_INF} ? 0.0f : expf(mq[q] - M);",
-        "    Ls += lq[q] * wt;",
-        "    A += aq[q] * wt;",
-        "  }",
-        *write,
-        "}",
-        f"if (threadIdx.x == 0u) {cnt}[tile] = 0u;",
-    ]
-    return lines, decl
+    key = f"{salt}|attention_wide|{s}|{lay}{extras}"
+    merge = ChunkMerge(key, s.b * s.hkv * lay.rt, lay.chunks, rb, d)
+    lines, decl = merge_chunks(merge, loop, sum_warps, "og_mf[r]", write)
+    return [f"const unsigned int tile = bz * {s.hkv * lay.rt}u + hr;", *lines], decl
