@@ -4,7 +4,7 @@
 #       [gemv] [offload] [split] [threshold] [host] [multi]
 # bench: benchmarks/bench_gpu.py (the examples); sanitize: compute-sanitizer over
 # benchmarks/sanitize_examples.py; kernels: benchmarks/bench_kernels.py (single kernels at the
-# Llama shapes, old vs new); h2h: the head-to-head suite (H2H_ONLY=llama,
+# Llama shapes, old vs new; KERNELS_ARGS=--no-pdl for each kernel's own time); h2h: the head-to-head suite (H2H_ONLY=llama,
 # H2H_VARIANTS=torch-graph,og-fused-1s restrict it; H2H_PROFILE=a,b: per-kernel profiles of those variants); gemv: benchmarks/bench_gemv.py (GEMV_ARGS=--sweep
 # for every layout); offload: benchmarks/bench_offload.py (OFFLOAD_ARGS, e.g. "--modes balanced");
 # split: benchmarks/bench_split.py (SPLIT_ARGS, e.g. "--expert-ffn 128"); threshold:
@@ -40,7 +40,7 @@ for part in $parts; do
         --markdown "$OUT/bench.md" > "$OUT/bench.log" 2>&1
       echo "bench rc=$?"; tail -n 12 "$OUT/bench.log" ;;
     kernels)
-      timeout "${KERNELS_S:-150}" python3 benchmarks/bench_kernels.py ${KERNELS_ONLY:+--only "$KERNELS_ONLY"} \
+      timeout "${KERNELS_S:-150}" python3 benchmarks/bench_kernels.py ${KERNELS_ONLY:+--only "$KERNELS_ONLY"} ${KERNELS_ARGS:-} \
         --markdown "$OUT/kernels.md" \
         > "$OUT/kernels.log" 2>&1
       echo "kernels rc=$?"; tail -n 32 "$OUT/kernels.log" ;;
