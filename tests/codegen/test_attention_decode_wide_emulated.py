@@ -2,9 +2,10 @@
 against the reference, in f32, f16 and bf16: GQA groups, kv_len below the cache (one and one per
 batch row), caches that are no multiple of a slot or a chunk, one chunk and several, several
 passes a chunk (a last pass only partly inside the chunk), causal Sq > 1 (both alignments),
-window, softcap, bool and float masks, and row tiles. Each case also checks that its node takes
-the wide kernel with the layout it is meant to cover, so a change of the chunk rule cannot leave
-a path untested. Skipped where g++ (C++20) is missing.
+window, softcap, bool and float masks, row tiles, stale NaN rows past kv_len, K/V views that are
+not 16-byte aligned (scalar loads), a row that sees no key, and the L2 prefetch. Each case also
+checks that its node takes the wide kernel with the layout it is meant to cover, so a change of
+the chunk rule cannot leave a path untested. Skipped where g++ (C++20) is missing.
 """
 
 from __future__ import annotations
