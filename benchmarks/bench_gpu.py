@@ -70,8 +70,8 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--profile",
-        help="head-to-head: print the kernel breakdown of this variant (default: og-fused-1s on"
-        " the Llama decodes) for every model, one line per kernel",
+        help="head-to-head: print the kernel breakdown of these variants (comma-separated; default:"
+        " og-fused-1s on the Llama decodes) for every model, one line per kernel",
     )
     return parser
 

@@ -31,11 +31,14 @@ from timing import device_name, median_us
 
 import optgraph as og
 from optgraph.codegen import (
+    cuda_attention,
     cuda_attention_decode,
+    cuda_attention_decode_wide,
     cuda_attention_tiled,
     cuda_gemv_layout,
     cuda_reduction,
 )
+from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.program import cuda_program
 from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
 from optgraph.runtime.reference_kernels import numpy_dtype
@@ -51,7 +54,13 @@ def setting(module: Any, name: str, value: Any) -> Iterator[None]:
         setattr(module, name, old)
 
 
-OLD_ATTENTION = [(cuda_attention_decode, "MAX_ROWS", 0), (cuda_attention_tiled, "MAX_D", 0)]
+EARLIER_DECODE = [(cuda_attention, "WIDE_DECODE", False)]
+OLD_ATTENTION = [
+    *EARLIER_DECODE,
+    (cuda_attention_decode, "MAX_ROWS", 0),
+    (cuda_attention_tiled, "MAX_D", 0),
+]
+WIDE = cuda_attention_decode_wide
 # name -> (one copy's IR lines with {i}, reference check?, variants: name -> settings)
 CASES: dict[str, tuple[str, bool, dict[str, list[tuple[Any, str, Any]]]]] = {
     "attn_decode_real": (
@@ -62,10 +71,12 @@ input %len{i} : i32[1]
 %o{i} = attention(%q{i}, %k{i}, %v{i}, %len{i}) : f16[1,32,1,128]""",
         True,
         {
-            "split-kv": [],
-            "split-kv unroll 8": [(cuda_attention_decode, "UNROLL", 8)],
-            "split-kv unroll 2": [(cuda_attention_decode, "UNROLL", 2)],
-            "split-kv 32 chunks": [(cuda_attention_decode, "MAX_CHUNKS", 32)],
+            "wide (16 chunks x 4 slots)": [],
+            "wide 32 chunks x 2 slots": [(WIDE, "MAX_SLOTS", 2), (WIDE, "TARGET_BLOCKS", 264)],
+            "wide 8 chunks x 8 slots (2 passes)": [(WIDE, "MAX_CHUNKS", 8)],
+            "wide + L2 prefetch before the PDL wait": [(WIDE, "PREFETCH", True)],
+            "split-kv (earlier)": EARLIER_DECODE,
+            "split-kv (earlier) unroll 2": [*EARLIER_DECODE, (cuda_attention_decode, "UNROLL", 2)],
             "rows (old)": OLD_ATTENTION,
         },
     ),
@@ -77,11 +88,15 @@ input %len{i} : i32[1]
 %o{i} = attention(%q{i}, %k{i}, %v{i}, %len{i}) : f16[1,8,1,64]""",
         True,
         {
-            "split-kv": [],
-            "split-kv unroll 8": [(cuda_attention_decode, "SHORT_CACHE_UNROLL", 8)],
-            "split-kv unroll 4": [(cuda_attention_decode, "SHORT_CACHE_UNROLL", 4)],
-            "split-kv unroll 1": [(cuda_attention_decode, "SHORT_CACHE_UNROLL", 1)],
-            "split-kv 1 chunk": [(cuda_attention_decode, "MAX_CHUNKS", 1)],
+            "wide (1 chunk x 4 slots)": [],
+            "wide 2 chunks x 2 slots": [(WIDE, "MAX_SLOTS", 2)],
+            "wide 4 chunks x 1 slot": [(WIDE, "MAX_SLOTS", 1)],
+            "wide + L2 prefetch before the PDL wait": [(WIDE, "PREFETCH", True)],
+            "split-kv (earlier)": EARLIER_DECODE,
+            "split-kv (earlier) 1 chunk": [
+                *EARLIER_DECODE,
+                (cuda_attention_decode, "MAX_CHUNKS", 1),
+            ],
             "rows (old)": OLD_ATTENTION,
         },
     ),
@@ -166,7 +181,7 @@ def kernel_us(run: Callable[[], Any], iters: int = 10) -> float:
     return total / count if count else float("nan")
 
 
-def bench_case(name: str, copies: int, iters: int) -> list[list[str]]:
+def bench_case(name: str, copies: int, iters: int, pdl: bool = True) -> list[list[str]]:
     import cupy as cp
 
     text, check, variants = CASES[name]
@@ -187,7 +202,8 @@ def bench_case(name: str, copies: int, iters: int) -> list[list[str]]:
         for c in ctx:
             c.__enter__()
         try:
-            program = cuda_program(graph, weights=weights)
+            options = LoweringOptions(pdl=pdl)
+            program = cuda_program(graph, weights=weights, options=options)
             out = {
                 o: cp.empty(types[o].shape, dtype=numpy_dtype(types[o].dtype))
                 for o in graph.output_names()
@@ -227,17 +243,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--copies", type=int, default=16)
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--markdown", help="also write the table to this file")
+    parser.add_argument(
+        "--no-pdl",
+        action="store_true",
+        help="plain launches: each kernel's CUPTI time is then its own, not overlapping the"
+        " previous kernel's (with PDL a kernel starts early and waits)",
+    )
     args = parser.parse_args(argv)
     device = device_name()
     head = "| case | variant | graph µs / op | kernel µs | GB/s (kernel) | nmse vs reference |"
-    lines = [f"device: {device}", "", head, "|---|---|---|---|---|---|"]
+    pdl = "off" if args.no_pdl else "on"
+    lines = [f"device: {device}, PDL {pdl}", "", head, "|---|---|---|---|---|---|"]
     for name in CASES:
         if args.only and args.only not in name:
             continue
         big = ("prefill", "512x4096", "4096x4096")
         copies = 4 if any(b in name for b in big) else args.copies
         try:
-            rows = bench_case(name, copies, args.iters)
+            rows = bench_case(name, copies, args.iters, pdl=not args.no_pdl)
         except Exception as err:  # noqa: BLE001 - one broken case must not hide the rest
             rows = [[name, "error", f"{type(err).__name__}: {err}"[:200], "", "", ""]]
             print(rows[0], flush=True)

@@ -4,8 +4,8 @@
 #       [gemv] [offload] [split] [threshold] [host] [multi]
 # bench: benchmarks/bench_gpu.py (the examples); sanitize: compute-sanitizer over
 # benchmarks/sanitize_examples.py; kernels: benchmarks/bench_kernels.py (single kernels at the
-# Llama shapes, old vs new); h2h: the head-to-head suite (H2H_ONLY=llama,
-# H2H_VARIANTS=torch-graph,og-fused-1s restrict it); gemv: benchmarks/bench_gemv.py (GEMV_ARGS=--sweep
+# Llama shapes, old vs new; KERNELS_ARGS=--no-pdl for each kernel's own time); h2h: the head-to-head suite (H2H_ONLY=llama,
+# H2H_VARIANTS=torch-graph,og-fused-1s restrict it; H2H_PROFILE=a,b: per-kernel profiles of those variants); gemv: benchmarks/bench_gemv.py (GEMV_ARGS=--sweep
 # for every layout); offload: benchmarks/bench_offload.py (OFFLOAD_ARGS, e.g. "--modes balanced");
 # split: benchmarks/bench_split.py (SPLIT_ARGS, e.g. "--expert-ffn 128"); threshold:
 # benchmarks/bench_stream_threshold.py; host: benchmarks/bench_host_cost.py; multi: the several-GPU
@@ -40,14 +40,14 @@ for part in $parts; do
         --markdown "$OUT/bench.md" > "$OUT/bench.log" 2>&1
       echo "bench rc=$?"; tail -n 12 "$OUT/bench.log" ;;
     kernels)
-      timeout "${KERNELS_S:-150}" python3 benchmarks/bench_kernels.py ${KERNELS_ONLY:+--only "$KERNELS_ONLY"} \
+      timeout "${KERNELS_S:-150}" python3 benchmarks/bench_kernels.py ${KERNELS_ONLY:+--only "$KERNELS_ONLY"} ${KERNELS_ARGS:-} \
         --markdown "$OUT/kernels.md" \
         > "$OUT/kernels.log" 2>&1
       echo "kernels rc=$?"; tail -n 32 "$OUT/kernels.log" ;;
     h2h)
       timeout "${H2H_S:-600}" python3 benchmarks/bench_gpu.py --suite head-to-head \
         --iters "${ITERS:-100}" --warmup 10 ${H2H_ONLY:+--only "$H2H_ONLY"} \
-        ${H2H_VARIANTS:+--variants "$H2H_VARIANTS"} --markdown "$OUT/h2h.md" > "$OUT/h2h.log" 2>&1
+        ${H2H_VARIANTS:+--variants "$H2H_VARIANTS"} ${H2H_PROFILE:+--profile "$H2H_PROFILE"} --markdown "$OUT/h2h.md" > "$OUT/h2h.log" 2>&1
       echo "h2h rc=$?"; tail -n 45 "$OUT/h2h.log" ;;
     gemv)
       timeout "${GEMV_S:-300}" python3 benchmarks/bench_gemv.py ${GEMV_ARGS:-} \

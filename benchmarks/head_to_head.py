@@ -72,6 +72,9 @@ ONLY_ON = {
     "torch-compile-ro": {"llama_launch", "llama_real"},
     "og-fused-1s-cublas": {"llama_launch", "llama_real"},
     "og-fused-1s-nomerge": {"llama_launch", "llama_real"},
+    "og-fused-1s-old-decode-attn": {"llama_launch", "llama_real"},
+    "og-fused-1s-nopdl-old-decode-attn": {"llama_launch", "llama_real"},
+    "og-fused-1s-decode-attn-prefetch": {"llama_launch", "llama_real"},
     "og-fused-1s-tiled-attn": {"llama_prefill_512"},
 }
 ORDER = ("llama_real", "llama_launch", "moe_block", "inception_block", "llama_prefill_512")
@@ -158,6 +161,7 @@ def copy_bandwidth(nbytes: int = 1 << 30, iters: int = 20) -> float:
 def suite_variants() -> list[Variant]:
     """Every variant of the suite, in table order (`--variants` picks some by name)."""
     fused_1s = optgraph_variant(FUSED_ONE_STREAM, True)
+    fused_1s_nopdl = optgraph_variant(FUSED_ONE_STREAM, True, pdl=False)
     no_prologue = FUSED_ONE_STREAM.replace(FUSION, "fuse{row-prologues=false}")
     return [
         Variant("cupy-eager", "CuPy, op by op", cupy_eager),
@@ -203,7 +207,26 @@ def suite_variants() -> list[Variant]:
             "og-fused-1s-nopdl",
             "og-fused-1s without Programmatic Dependent Launch (plain launches: kernel profiles"
             " then give each kernel's own duration)",
-            optgraph_variant(FUSED_ONE_STREAM, True, pdl=False),
+            fused_1s_nopdl,
+        ),
+        Variant(
+            "og-fused-1s-old-decode-attn",
+            "og-fused-1s with decode attention on the earlier split-KV kernel of a warp per key"
+            " row (cuda_attention.WIDE_DECODE = False)",
+            codegen_setting_variant(fused_1s, "WIDE_DECODE", False, module="cuda_attention"),
+        ),
+        Variant(
+            "og-fused-1s-nopdl-old-decode-attn",
+            "og-fused-1s-nopdl with the earlier decode attention kernel (WIDE_DECODE = False)",
+            codegen_setting_variant(fused_1s_nopdl, "WIDE_DECODE", False, module="cuda_attention"),
+        ),
+        Variant(
+            "og-fused-1s-decode-attn-prefetch",
+            "og-fused-1s with decode attention's K/V chunk prefetched into L2 before the PDL wait"
+            " (cuda_attention_decode_wide.PREFETCH = True)",
+            codegen_setting_variant(
+                fused_1s, "PREFETCH", True, module="cuda_attention_decode_wide"
+            ),
         ),
         Variant(
             "og-fused-streams", "optgraph, fusion + streams", optgraph_variant(FUSED_CHAINS, True)
@@ -359,8 +382,8 @@ def run_suite(args: argparse.Namespace, variants: list[Variant]) -> int:
             try:
                 run, stream = variant.build(model)
                 row[variant.name] = median_us(run, stream, iters, min(args.warmup, iters))
-                profiled = args.profile or PROFILED.get(model.name)
-                if variant.name == profiled:
+                profiled = args.profile.split(",") if args.profile else [PROFILED.get(model.name)]
+                if variant.name in profiled:
                     try:
                         breakdown = kernel_profile(run, stream, by_kernel=bool(args.profile))
                     except Exception as err:  # noqa: BLE001 - a profile must not lose the time

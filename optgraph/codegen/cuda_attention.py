@@ -4,10 +4,13 @@ attention (`q [B,Hq,Sq,D]`, `k, v [B,Hkv,Skv,D]`, optional `kv_len [1]`): query 
 head h / (Hq / Hkv) (grouped-query). The row's visible keys are `j < L` with `L = kv_len` (clamped
 to [0, Skv]) or `Skv`, and, when causal, `j <= L - Sq + i`: this serves prefill (Sq = Skv, L = Skv)
 and decode (Sq new rows at the end of the first L cache rows) alike. A row that sees no key yields
-zeros. Scores and accumulators are float32 (online softmax). Three kernels, by shape:
+zeros. Scores and accumulators are float32 (online softmax). Four kernels, by shape:
 
-- few query rows (decode): `cuda_attention_decode`, split-KV over the key chunks, one block per
-  (key chunk, KV head, row tile), the K/V rows read once per KV group;
+- few query rows (decode): `cuda_attention_decode_wide`, split-KV over the key chunks, one block
+  per (key chunk, KV head, row tile), the K/V rows read once per KV group with 16-byte loads, all
+  of a pass in flight at once; head sizes it does not split into 16-byte lane slices (and every
+  decode node when `WIDE_DECODE` is off: the A/B switch) take `cuda_attention_decode`, the
+  earlier split-KV kernel of a warp per key row;
 - many rows (prefill): `cuda_attention_tiled`, K/V tiles of 32 keys in shared memory, a warp per
   two query rows, fully masked causal tiles skipped;
 - head sizes neither takes (D > 256 for decode, D > 160 otherwise): `_attention_rows` below, one
@@ -21,7 +24,12 @@ which `cuda_plan` places.
 
 from __future__ import annotations
 
-from optgraph.codegen import cuda_attention_decode, cuda_attention_gemm, cuda_attention_tiled
+from optgraph.codegen import (
+    cuda_attention_decode,
+    cuda_attention_decode_wide,
+    cuda_attention_gemm,
+    cuda_attention_tiled,
+)
 from optgraph.codegen.cuda_head_rows import (
     AttentionShape,
     attention_shape,
@@ -48,6 +56,9 @@ THREADS = 128
 # On by default from 64 rows: on the H100 it took a 512-token Llama prefill from 5,098 to 4,293 µs
 # (docs/benchmarks.md); decode steps (a few rows) keep the split-KV kernel.
 GEMM_PREFILL_MIN_ROWS = 64
+# Decode attention on `cuda_attention_decode_wide` where it fits; False: always the earlier
+# `cuda_attention_decode` (the head-to-head variant og-fused-1s-old-decode-attn sets it).
+WIDE_DECODE = True
 
 
 def emit(
@@ -73,6 +84,8 @@ def scratch_bytes(node: Node, types: tuple[TensorType, ...]) -> int:
 def attention_launch(node: Node, types: tuple[TensorType, ...]) -> Launch:
     """The attention kernel that suits the node's shape (see the module docstring)."""
     shape = attention_shape(node, types)
+    if WIDE_DECODE and cuda_attention_decode_wide.fits(shape):
+        return cuda_attention_decode_wide.decode_attention_wide(shape, node.name)
     if cuda_attention_decode.fits(shape):
         return cuda_attention_decode.decode_attention(shape, node.name)
     if cuda_attention_tiled.fits(shape):

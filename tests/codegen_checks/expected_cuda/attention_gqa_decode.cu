@@ -1,5 +1,5 @@
 
-extern "C" __global__ void og_attention_decode_ad8d08a5811b(float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
+extern "C" __global__ void og_attention_decode_6adf0a61696d(float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   const unsigned int c = blockIdx.x, hr = blockIdx.y, bz = blockIdx.z;
@@ -8,10 +8,10 @@ extern "C" __global__ void og_attention_decode_ad8d08a5811b(float* out, const fl
   long long Lx = og_min((long long)in3[0], 16LL);
   if (Lx < 0) Lx = 0;
   const unsigned int L = (unsigned int)Lx;
-  const unsigned long long kvoff = (unsigned long long)(bz * 2u + hk) * 256ull;
+  const unsigned long long kvoff = (unsigned long long)(bz * 2u + hk) * 384ull;
   auto qoff_of = [&](unsigned int gr) -> unsigned long long {
     const unsigned int h = hk * 2u + gr / 1u, i = gr % 1u;
-    return ((unsigned long long)(bz * 4u + h) * 1u + i) * 16u;
+    return ((unsigned long long)(bz * 4u + h) * 1u + i) * 24u;
   };
   float qv[2][1];
   unsigned int lim[2];
@@ -29,7 +29,7 @@ extern "C" __global__ void og_attention_decode_ad8d08a5811b(float* out, const fl
     #pragma unroll
     for (int k = 0; k < 1; ++k) {
       const unsigned int t = (unsigned int)lane * 1u + k;
-      qv[r][k] = (active && t < 16u) ? in0[qo + t] : 0.0f;
+      qv[r][k] = (active && t < 24u) ? in0[qo + t] : 0.0f;
     }
   }
   const unsigned int k0 = c * 16u;
@@ -49,8 +49,8 @@ extern "C" __global__ void og_attention_decode_ad8d08a5811b(float* out, const fl
       #pragma unroll
     for (int k = 0; k < 1; ++k) {
         const unsigned int t = (unsigned int)lane * 1u + k;
-        kf[u][k] = t < 16u ? in1[kvoff + (unsigned long long)((j0 + u < kc1 ? j0 + u : j0)) * 16u + t] : 0.0f;
-        vf[u][k] = t < 16u ? in2[kvoff + (unsigned long long)((j0 + u < kc1 ? j0 + u : j0)) * 16u + t] : 0.0f;
+        kf[u][k] = t < 24u ? in1[kvoff + (unsigned long long)((j0 + u < kc1 ? j0 + u : j0)) * 24u + t] : 0.0f;
+        vf[u][k] = t < 24u ? in2[kvoff + (unsigned long long)((j0 + u < kc1 ? j0 + u : j0)) * 24u + t] : 0.0f;
       }
     }
     if (j0 >= k1) break;
@@ -83,19 +83,19 @@ extern "C" __global__ void og_attention_decode_ad8d08a5811b(float* out, const fl
     }
   }
   __shared__ float og_m[8][2], og_l[8][2];
-  __shared__ float og_a[8][2][16];
+  __shared__ float og_a[8][2][24];
   #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (lane == 0) { og_m[warp][r] = m[r]; og_l[warp][r] = l[r]; }
     #pragma unroll
     for (int k = 0; k < 1; ++k) {
       const unsigned int t = (unsigned int)lane * 1u + k;
-      if (t < 16u) og_a[warp][r][t] = acc[r][k];
+      if (t < 24u) og_a[warp][r][t] = acc[r][k];
     }
   }
   __syncthreads();
-  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
-    const unsigned int r = t / 16u, dd = t % 16u;
+  for (unsigned int t = threadIdx.x; t < 48u; t += 256u) {
+    const unsigned int r = t / 24u, dd = t % 24u;
     float M = __int_as_float(0xff800000);
     for (int w = 0; w < 8; ++w) M = og_max(M, og_m[w][r]);
     float Ls = 0.0f, A = 0.0f;

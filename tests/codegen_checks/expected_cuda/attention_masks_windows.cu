@@ -1,196 +1,207 @@
 
-__device__ float og_ws_b9eb84f2a9bc[2048];
-__device__ float og_ml_b9eb84f2a9bc[64];
-__device__ unsigned int og_cnt_b9eb84f2a9bc[4];
-
-__device__ __forceinline__ void og_attention_decode_ab799052b5a3_part(const dim3 og_block_idx, const dim3 og_grid_dim, og_f16* out, const og_f16* in0, const og_f16* in1, const og_f16* in2, const int* in3, const unsigned char* in4) {
+__device__ __forceinline__ void og_attention_decode_wide_75c3092bb3c3_part(const dim3 og_block_idx, const dim3 og_grid_dim, og_f16* out, const og_f16* in0, const og_f16* in1, const og_f16* in2, const int* in3, const unsigned char* in4) {
   const unsigned int c = og_block_idx.x, hr = og_block_idx.y, bz = og_block_idx.z;
   const unsigned int hk = hr / 1u, rt = hr % 1u;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const unsigned int li = threadIdx.x % 8u, kid = threadIdx.x / 8u;
+  const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  const unsigned long long kvoff = (unsigned long long)(bz * 2u + hk) * 4096ull;
+  const bool vec_ok = (((unsigned long long)in0 | (unsigned long long)in1 | (unsigned long long)in2) & 15ull) == 0ull;
+  const unsigned int k0 = c * 64u;
+  const unsigned int kc1 = og_min(k0 + 64u, 64u);
+  uint4 kw[2], vw[2];
+  {
+    const unsigned int p = 0u;
+    if (vec_ok) {
+      #pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
+        kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
+        if (j < kc1) {
+          kw[u] = *reinterpret_cast<const uint4*>(in1 + kvoff + (unsigned long long)j * 64u + li * 8u);
+          vw[u] = *reinterpret_cast<const uint4*>(in2 + kvoff + (unsigned long long)j * 64u + li * 8u);
+        }
+      }
+    } else {
+      #pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
+        kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
+        if (j < kc1) {
+          kw[u].x = (unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 0u] | ((unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 1u] << 16);
+          vw[u].x = (unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 0u] | ((unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 1u] << 16);
+          kw[u].y = (unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 2u] | ((unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 3u] << 16);
+          vw[u].y = (unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 2u] | ((unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 3u] << 16);
+          kw[u].z = (unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 4u] | ((unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 5u] << 16);
+          vw[u].z = (unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 4u] | ((unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 5u] << 16);
+          kw[u].w = (unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 6u] | ((unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 7u] << 16);
+          vw[u].w = (unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 6u] | ((unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 7u] << 16);
+        }
+      }
+    }
+  }
   long long Lx = og_min((long long)in3[bz], 64LL);
   if (Lx < 0) Lx = 0;
   const unsigned int L = (unsigned int)Lx;
-  const unsigned long long kvoff = (unsigned long long)(bz * 2u + hk) * 4096ull;
-  const bool vec_ok = (((unsigned long long)in1 | (unsigned long long)in2) & 3ull) == 0ull;
   auto qoff_of = [&](unsigned int gr) -> unsigned long long {
     const unsigned int h = hk * 2u + gr / 1u, i = gr % 1u;
     return ((unsigned long long)(bz * 4u + h) * 1u + i) * 64u;
   };
-  float qv[2][2];
+  float qv[2][8];
   unsigned int lim[2];
   long long lo[2];
   unsigned long long moff[2];
   unsigned int kend = 0u;
-  unsigned int kbeg = 0xffffffffu;
   #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const unsigned int gr = rt * 2u + r;
     const bool active = gr < 2u;
     long long lm = active ? (long long)L : 0LL;
-    if (active) lm = og_min(lm, (long long)L - 1LL + (long long)(gr % 1u) + 1LL);
+    if (active) lm = og_min(lm, og_min((long long)(L), ((long long)(L) - 1LL + (long long)(gr % 1u)) + 1LL));
     if (lm < 0) lm = 0;
     lo[r] = (((long long)(L) - 1LL + (long long)(gr % 1u)) - 15LL);
-    if (active) kbeg = og_min(kbeg, (unsigned int)og_max(lo[r], 0LL));
     moff[r] = active ? (unsigned long long)(bz) * 64ull : 0ull;
     lim[r] = (unsigned int)lm;
     kend = og_max(kend, lim[r]);
-    const unsigned long long qo = active ? qoff_of(gr) : 0ull;
-    #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const unsigned int t = (unsigned int)lane * 2u + k;
-      qv[r][k] = (active && t < 64u) ? og_f16_to_f32(in0[qo + t]) : 0.0f;
+    const unsigned long long qo = (active ? qoff_of(gr) : 0ull) + li * 8u;
+    if (vec_ok) {
+      const uint4 qw = *reinterpret_cast<const uint4*>(in0 + qo);
+      qv[r][0] = og_f16_to_f32((unsigned short)(qw.x & 0xffffu)); qv[r][1] = og_f16_to_f32((unsigned short)(qw.x >> 16));
+      qv[r][2] = og_f16_to_f32((unsigned short)(qw.y & 0xffffu)); qv[r][3] = og_f16_to_f32((unsigned short)(qw.y >> 16));
+      qv[r][4] = og_f16_to_f32((unsigned short)(qw.z & 0xffffu)); qv[r][5] = og_f16_to_f32((unsigned short)(qw.z >> 16));
+      qv[r][6] = og_f16_to_f32((unsigned short)(qw.w & 0xffffu)); qv[r][7] = og_f16_to_f32((unsigned short)(qw.w >> 16));
+      #pragma unroll
+      for (int k = 0; k < 8; ++k) if (!active) qv[r][k] = 0.0f;
+    } else {
+      #pragma unroll
+      for (int k = 0; k < 8; ++k)
+        qv[r][k] = active ? og_f16_to_f32(in0[qo + k]) : 0.0f;
     }
   }
-  const unsigned int k0 = c * 16u;
-  const unsigned int kc1 = og_min(k0 + 16u, 64u);
-  const unsigned int k1 = og_min(kc1, kend);
-  float m[2], l[2], acc[2][2];
+  const unsigned int kv1 = og_min(kc1, kend);
+  float m[2], l[2], acc[2][8];
   #pragma unroll
   for (int r = 0; r < 2; ++r) {
     m[r] = __int_as_float(0xff800000); l[r] = 0.0f;
     #pragma unroll
-    for (int k = 0; k < 2; ++k) acc[r][k] = 0.0f;
+    for (int k = 0; k < 8; ++k) acc[r][k] = 0.0f;
   }
-  for (unsigned int j0 = k0 + (unsigned int)warp * 2u; j0 < kc1; j0 += 16u) {
-    if (j0 + 2u <= kbeg) continue;
-    if (vec_ok) {
-      unsigned int kw[2], vw[2];
-      #pragma unroll
-  for (int u = 0; u < 2; ++u) {
-        kw[u] = *reinterpret_cast<const unsigned int*>(in1 + kvoff + (unsigned long long)((j0 + u < kc1 ? j0 + u : j0)) * 64u + (unsigned int)lane * 2u);
-        vw[u] = *reinterpret_cast<const unsigned int*>(in2 + kvoff + (unsigned long long)((j0 + u < kc1 ? j0 + u : j0)) * 64u + (unsigned int)lane * 2u);
-      }
-      float kf[2][2], vf[2][2];
-      #pragma unroll
-  for (int u = 0; u < 2; ++u) {
-        kf[u][0] = og_f16_to_f32((unsigned short)(kw[u] & 0xffffu)); kf[u][1] = og_f16_to_f32((unsigned short)(kw[u] >> 16));
-        vf[u][0] = og_f16_to_f32((unsigned short)(vw[u] & 0xffffu)); vf[u][1] = og_f16_to_f32((unsigned short)(vw[u] >> 16));
-      }
-      if (j0 >= k1) break;
-      #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-        float sc[2];
-        float mx = m[r];
+  __shared__ float og_pm[2][8][2];
+  for (unsigned int p = 0; p < 1u; ++p) {
+    if (p > 0u && k0 + p * 64u >= kv1) break;
+    if (p > 0u) {
+      if (vec_ok) {
         #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-          float dot = 0.0f;
-          #pragma unroll
-      for (int k = 0; k < 2; ++k) dot += qv[r][k] * kf[u][k];
-          for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-          sc[u] = (j0 + u < k1 && j0 + u < lim[r] && (long long)(j0 + u) >= lo[r] && in4[moff[r] + (unsigned long long)(j0 + u) * 1ull] != 0) ? (3.000000000e+01f * tanhf((dot * 1.250000000e-01f) / 3.000000000e+01f)) : __int_as_float(0xff800000);
-          mx = og_max(mx, sc[u]);
+        for (int u = 0; u < 2; ++u) {
+          const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
+          kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
+          if (j < kv1) {
+            kw[u] = *reinterpret_cast<const uint4*>(in1 + kvoff + (unsigned long long)j * 64u + li * 8u);
+            vw[u] = *reinterpret_cast<const uint4*>(in2 + kvoff + (unsigned long long)j * 64u + li * 8u);
+          }
         }
-        if (mx == __int_as_float(0xff800000)) continue;
-        const float corr = expf(m[r] - mx);
-        l[r] *= corr;
+      } else {
         #pragma unroll
-    for (int k = 0; k < 2; ++k) acc[r][k] *= corr;
-        #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-          const float p = sc[u] == __int_as_float(0xff800000) ? 0.0f : expf(sc[u] - mx);
-          l[r] += p;
-          #pragma unroll
-      for (int k = 0; k < 2; ++k) acc[r][k] += p * vf[u][k];
-        }
-        m[r] = mx;
-      }
-    } else {
-      float kf[2][2], vf[2][2];
-      #pragma unroll
-  for (int u = 0; u < 2; ++u) {
-        #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-          const unsigned int t = (unsigned int)lane * 2u + k;
-          kf[u][k] = t < 64u ? og_f16_to_f32(in1[kvoff + (unsigned long long)((j0 + u < kc1 ? j0 + u : j0)) * 64u + t]) : 0.0f;
-          vf[u][k] = t < 64u ? og_f16_to_f32(in2[kvoff + (unsigned long long)((j0 + u < kc1 ? j0 + u : j0)) * 64u + t]) : 0.0f;
+        for (int u = 0; u < 2; ++u) {
+          const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
+          kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
+          if (j < kv1) {
+            kw[u].x = (unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 0u] | ((unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 1u] << 16);
+            vw[u].x = (unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 0u] | ((unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 1u] << 16);
+            kw[u].y = (unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 2u] | ((unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 3u] << 16);
+            vw[u].y = (unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 2u] | ((unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 3u] << 16);
+            kw[u].z = (unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 4u] | ((unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 5u] << 16);
+            vw[u].z = (unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 4u] | ((unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 5u] << 16);
+            kw[u].w = (unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 6u] | ((unsigned int)in1[kvoff + (unsigned long long)j * 64u + li * 8u + 7u] << 16);
+            vw[u].w = (unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 6u] | ((unsigned int)in2[kvoff + (unsigned long long)j * 64u + li * 8u + 7u] << 16);
+          }
         }
       }
-      if (j0 >= k1) break;
+    }
+    #pragma unroll
+    for (int u = 0; u < 2; ++u)
+      if (k0 + (p * 2u + (unsigned int)u) * 32u + kid >= kend) vw[u] = uint4{0u, 0u, 0u, 0u};
+    float sc[2][2];
+    #pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
+      float kf[8];
+      kf[0] = og_f16_to_f32((unsigned short)(kw[u].x & 0xffffu)); kf[1] = og_f16_to_f32((unsigned short)(kw[u].x >> 16));
+      kf[2] = og_f16_to_f32((unsigned short)(kw[u].y & 0xffffu)); kf[3] = og_f16_to_f32((unsigned short)(kw[u].y >> 16));
+      kf[4] = og_f16_to_f32((unsigned short)(kw[u].z & 0xffffu)); kf[5] = og_f16_to_f32((unsigned short)(kw[u].z >> 16));
+      kf[6] = og_f16_to_f32((unsigned short)(kw[u].w & 0xffffu)); kf[7] = og_f16_to_f32((unsigned short)(kw[u].w >> 16));
       #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-        float sc[2];
-        float mx = m[r];
+      for (int r = 0; r < 2; ++r) {
+        float dot = 0.0f;
         #pragma unroll
+        for (int k = 0; k < 8; ++k) dot += qv[r][k] * kf[k];
+        for (int o = 4; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        sc[r][u] = (j < kc1 && j < lim[r] && (long long)(j) >= lo[r] && in4[moff[r] + (unsigned long long)(j) * 1ull] != 0) ? (3.000000000e+01f * tanhf((dot * 1.250000000e-01f) / 3.000000000e+01f)) : __int_as_float(0xff800000);
+      }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float t = sc[r][0];
+      #pragma unroll
+      for (int u = 1; u < 2; ++u) t = og_max(t, sc[r][u]);
+      for (int o = 8; o < 32; o <<= 1) t = og_max(t, __shfl_xor_sync(0xffffffffu, t, o));
+      if (lane == 0u) og_pm[p & 1u][warp][r] = t;
+    }
+    __syncthreads();
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = m[r];
+      #pragma unroll
+      for (int w = 0; w < 8; ++w) mx = og_max(mx, og_pm[p & 1u][w][r]);
+      const float corr = mx == __int_as_float(0xff800000) ? 1.0f : expf(m[r] - mx);
+      l[r] *= corr;
+      #pragma unroll
+      for (int k = 0; k < 8; ++k) acc[r][k] *= corr;
+      m[r] = mx;
+    }
+    #pragma unroll
     for (int u = 0; u < 2; ++u) {
-          float dot = 0.0f;
-          #pragma unroll
-      for (int k = 0; k < 2; ++k) dot += qv[r][k] * kf[u][k];
-          for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-          sc[u] = (j0 + u < k1 && j0 + u < lim[r] && (long long)(j0 + u) >= lo[r] && in4[moff[r] + (unsigned long long)(j0 + u) * 1ull] != 0) ? (3.000000000e+01f * tanhf((dot * 1.250000000e-01f) / 3.000000000e+01f)) : __int_as_float(0xff800000);
-          mx = og_max(mx, sc[u]);
-        }
-        if (mx == __int_as_float(0xff800000)) continue;
-        const float corr = expf(m[r] - mx);
-        l[r] *= corr;
+      float vf[8];
+      vf[0] = og_f16_to_f32((unsigned short)(vw[u].x & 0xffffu)); vf[1] = og_f16_to_f32((unsigned short)(vw[u].x >> 16));
+      vf[2] = og_f16_to_f32((unsigned short)(vw[u].y & 0xffffu)); vf[3] = og_f16_to_f32((unsigned short)(vw[u].y >> 16));
+      vf[4] = og_f16_to_f32((unsigned short)(vw[u].z & 0xffffu)); vf[5] = og_f16_to_f32((unsigned short)(vw[u].z >> 16));
+      vf[6] = og_f16_to_f32((unsigned short)(vw[u].w & 0xffffu)); vf[7] = og_f16_to_f32((unsigned short)(vw[u].w >> 16));
+      #pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float pr = sc[r][u] == __int_as_float(0xff800000) ? 0.0f : expf(sc[r][u] - m[r]);
+        l[r] += pr;
         #pragma unroll
-    for (int k = 0; k < 2; ++k) acc[r][k] *= corr;
-        #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-          const float p = sc[u] == __int_as_float(0xff800000) ? 0.0f : expf(sc[u] - mx);
-          l[r] += p;
-          #pragma unroll
-      for (int k = 0; k < 2; ++k) acc[r][k] += p * vf[u][k];
-        }
-        m[r] = mx;
+        for (int k = 0; k < 8; ++k) acc[r][k] += pr * vf[k];
       }
     }
   }
-  __shared__ float og_m[8][2], og_l[8][2];
-  __shared__ float og_a[8][2][64];
   #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (lane == 0) { og_m[warp][r] = m[r]; og_l[warp][r] = l[r]; }
+    for (int o = 8; o < 32; o <<= 1) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], o);
+      #pragma unroll
+      for (int k = 0; k < 8; ++k)
+        acc[r][k] += __shfl_xor_sync(0xffffffffu, acc[r][k], o);
+    }
+  }
+  __shared__ float og_l[8][2];
+  __shared__ float og_a[8][2][64];
+  if (lane < 8u) {
     #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const unsigned int t = (unsigned int)lane * 2u + k;
-      if (t < 64u) og_a[warp][r][t] = acc[r][k];
+    for (int r = 0; r < 2; ++r) {
+      #pragma unroll
+      for (int k = 0; k < 8; ++k) og_a[warp][r][li * 8u + k] = acc[r][k];
+      if (lane == 0u) og_l[warp][r] = l[r];
     }
   }
   __syncthreads();
-  const unsigned int tile = bz * 2u + hr;
   for (unsigned int t = threadIdx.x; t < 128u; t += 256u) {
     const unsigned int r = t / 64u, dd = t % 64u;
-    float M = __int_as_float(0xff800000);
-    for (int w = 0; w < 8; ++w) M = og_max(M, og_m[w][r]);
-    float Ls = 0.0f, A = 0.0f;
-    for (int w = 0; w < 8; ++w) {
-      const float wt = og_m[w][r] == __int_as_float(0xff800000) ? 0.0f : expf(og_m[w][r] - M);
-      Ls += og_l[w][r] * wt;
-      A += og_a[w][r][dd] * wt;
-    }
-    og_ws_b9eb84f2a9bc[((tile * 4u + c) * 2u + r) * 64u + dd] = A;
-    if (dd == 0u) { og_ml_b9eb84f2a9bc[((tile * 4u + c) * 2u + r) * 2u] = M; og_ml_b9eb84f2a9bc[((tile * 4u + c) * 2u + r) * 2u + 1u] = Ls; }
-  }
-  __threadfence();
-  __syncthreads();
-  __shared__ bool og_last;
-  if (threadIdx.x == 0) og_last = atomicAdd(&og_cnt_b9eb84f2a9bc[tile], 1u) == 3u;
-  __syncthreads();
-  if (!og_last) return;
-  __threadfence();
-  for (unsigned int t = threadIdx.x; t < 128u; t += 256u) {
-    const unsigned int r = t / 64u, dd = t % 64u;
-    float mq[4], lq[4], aq[4];
-    #pragma unroll
-    for (unsigned int q = 0; q < 4u; ++q) {
-      mq[q] = __ldcg(&og_ml_b9eb84f2a9bc[((tile * 4u + q) * 2u + r) * 2u]);
-      lq[q] = __ldcg(&og_ml_b9eb84f2a9bc[((tile * 4u + q) * 2u + r) * 2u + 1u]);
-      aq[q] = __ldcg(&og_ws_b9eb84f2a9bc[((tile * 4u + q) * 2u + r) * 64u + dd]);
-    }
-    float M = __int_as_float(0xff800000);
-    #pragma unroll
-    for (int q = 0; q < 4; ++q) M = og_max(M, mq[q]);
     float Ls = 0.0f, A = 0.0f;
     #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float wt = mq[q] == __int_as_float(0xff800000) ? 0.0f : expf(mq[q] - M);
-      Ls += lq[q] * wt;
-      A += aq[q] * wt;
-    }
+    for (int w = 0; w < 8; ++w) { Ls += og_l[w][r]; A += og_a[w][r][dd]; }
     const unsigned int gr = rt * 2u + r;
     if (gr < 2u) out[qoff_of(gr) + dd] = og_f32_to_f16((float)(Ls > 0.0f ? A / Ls : 0.0f));
   }
-  if (threadIdx.x == 0) og_cnt_b9eb84f2a9bc[tile] = 0u;
 }
 
 __device__ __forceinline__ void og_attention_tiled_0eeb8a47f611_part(const dim3 og_block_idx, const dim3 og_grid_dim, og_f16* out, const og_f16* in0, const og_f16* in1, const og_f16* in2, const og_f16* in3) {
@@ -604,18 +615,18 @@ for (int r = 0; r < 2; ++r) {
   }
 }
 
-extern "C" __global__ void og_merged_0b1b8be2e461(og_f16* m0_out, const og_f16* m0_in0, const og_f16* m0_in1, const og_f16* m0_in2, const int* m0_in3, const unsigned char* m0_in4, og_f16* m1_out, const og_f16* m1_in0, const og_f16* m1_in1, const og_f16* m1_in2, const og_f16* m1_in3, og_f16* m2_out, const og_f16* m2_in0, const og_f16* m2_in1, const og_f16* m2_in2) {
+extern "C" __global__ void og_merged_6dff8dc8e044(og_f16* m0_out, const og_f16* m0_in0, const og_f16* m0_in1, const og_f16* m0_in2, const int* m0_in3, const unsigned char* m0_in4, og_f16* m1_out, const og_f16* m1_in0, const og_f16* m1_in1, const og_f16* m1_in2, const og_f16* m1_in3, og_f16* m2_out, const og_f16* m2_in0, const og_f16* m2_in1, const og_f16* m2_in2) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   {
   const unsigned int og_b = blockIdx.x;
-  if (og_b < 16u) {
-    og_attention_decode_ab799052b5a3_part(dim3{og_b % 4u, (og_b / 4u) % 2u, og_b / 8u}, dim3{4u, 2u, 2u}, m0_out, m0_in0, m0_in1, m0_in2, m0_in3, m0_in4);
-  } else if (og_b < 24u) {
-    const unsigned int og_r = og_b - 16u;
+  if (og_b < 4u) {
+    og_attention_decode_wide_75c3092bb3c3_part(dim3{og_b % 1u, (og_b / 1u) % 2u, og_b / 2u}, dim3{1u, 2u, 2u}, m0_out, m0_in0, m0_in1, m0_in2, m0_in3, m0_in4);
+  } else if (og_b < 12u) {
+    const unsigned int og_r = og_b - 4u;
     og_attention_tiled_0eeb8a47f611_part(dim3{og_r % 2u, (og_r / 2u) % 4u, 0u}, dim3{2u, 4u, 1u}, m1_out, m1_in0, m1_in1, m1_in2, m1_in3);
   } else {
-    const unsigned int og_r = og_b - 24u;
+    const unsigned int og_r = og_b - 12u;
     og_attention_tiled_420ca568112a_part(dim3{og_r % 2u, (og_r / 2u) % 4u, 0u}, dim3{2u, 4u, 1u}, m2_out, m2_in0, m2_in1, m2_in2);
   }
   }

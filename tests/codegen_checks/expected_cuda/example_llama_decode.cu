@@ -1,23 +1,54 @@
 
-__device__ float og_ws_f286954a901b[128];
-__device__ float og_ml_f286954a901b[16];
-__device__ unsigned int og_cnt_f286954a901b[2];
-
-extern "C" __global__ void og_attention_decode_3ad9250c320e(float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
+extern "C" __global__ void og_attention_decode_wide_0d5c0f83b5d0(float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   const unsigned int c = blockIdx.x, hr = blockIdx.y, bz = blockIdx.z;
   const unsigned int hk = hr / 1u, rt = hr % 1u;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const unsigned int li = threadIdx.x % 4u, kid = threadIdx.x / 4u;
+  const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  const unsigned long long kvoff = (unsigned long long)(bz * 2u + hk) * 512ull;
+  const bool vec_ok = (((unsigned long long)in0 | (unsigned long long)in1 | (unsigned long long)in2) & 15ull) == 0ull;
+  const unsigned int k0 = c * 64u;
+  const unsigned int kc1 = og_min(k0 + 64u, 32u);
+  uint4 kw[1], vw[1];
+  {
+    const unsigned int p = 0u;
+    if (vec_ok) {
+      #pragma unroll
+      for (int u = 0; u < 1; ++u) {
+        const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
+        kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
+        if (j < kc1) {
+          kw[u] = *reinterpret_cast<const uint4*>(in1 + kvoff + (unsigned long long)j * 16u + li * 4u);
+          vw[u] = *reinterpret_cast<const uint4*>(in2 + kvoff + (unsigned long long)j * 16u + li * 4u);
+        }
+      }
+    } else {
+      #pragma unroll
+      for (int u = 0; u < 1; ++u) {
+        const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
+        kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
+        if (j < kc1) {
+          kw[u].x = __float_as_uint(in1[kvoff + (unsigned long long)j * 16u + li * 4u + 0u]);
+          vw[u].x = __float_as_uint(in2[kvoff + (unsigned long long)j * 16u + li * 4u + 0u]);
+          kw[u].y = __float_as_uint(in1[kvoff + (unsigned long long)j * 16u + li * 4u + 1u]);
+          vw[u].y = __float_as_uint(in2[kvoff + (unsigned long long)j * 16u + li * 4u + 1u]);
+          kw[u].z = __float_as_uint(in1[kvoff + (unsigned long long)j * 16u + li * 4u + 2u]);
+          vw[u].z = __float_as_uint(in2[kvoff + (unsigned long long)j * 16u + li * 4u + 2u]);
+          kw[u].w = __float_as_uint(in1[kvoff + (unsigned long long)j * 16u + li * 4u + 3u]);
+          vw[u].w = __float_as_uint(in2[kvoff + (unsigned long long)j * 16u + li * 4u + 3u]);
+        }
+      }
+    }
+  }
   long long Lx = og_min((long long)in3[0], 32LL);
   if (Lx < 0) Lx = 0;
   const unsigned int L = (unsigned int)Lx;
-  const unsigned long long kvoff = (unsigned long long)(bz * 2u + hk) * 512ull;
   auto qoff_of = [&](unsigned int gr) -> unsigned long long {
     const unsigned int h = hk * 2u + gr / 1u, i = gr % 1u;
     return ((unsigned long long)(bz * 4u + h) * 1u + i) * 16u;
   };
-  float qv[2][1];
+  float qv[2][4];
   unsigned int lim[2];
   unsigned int kend = 0u;
   #pragma unroll
@@ -27,262 +58,146 @@ extern "C" __global__ void og_attention_decode_3ad9250c320e(float* out, const fl
     long long lm = active ? (long long)L : 0LL;
     lim[r] = (unsigned int)lm;
     kend = og_max(kend, lim[r]);
-    const unsigned long long qo = active ? qoff_of(gr) : 0ull;
-    #pragma unroll
-    for (int k = 0; k < 1; ++k) {
-      const unsigned int t = (unsigned int)lane * 1u + k;
-      qv[r][k] = (active && t < 16u) ? in0[qo + t] : 0.0f;
+    const unsigned long long qo = (active ? qoff_of(gr) : 0ull) + li * 4u;
+    if (vec_ok) {
+      const uint4 qw = *reinterpret_cast<const uint4*>(in0 + qo);
+      qv[r][0] = __uint_as_float(qw.x);
+      qv[r][1] = __uint_as_float(qw.y);
+      qv[r][2] = __uint_as_float(qw.z);
+      qv[r][3] = __uint_as_float(qw.w);
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) if (!active) qv[r][k] = 0.0f;
+    } else {
+      #pragma unroll
+      for (int k = 0; k < 4; ++k)
+        qv[r][k] = active ? in0[qo + k] : 0.0f;
     }
   }
-  const unsigned int k0 = c * 16u;
-  const unsigned int kc1 = og_min(k0 + 16u, 32u);
-  const unsigned int k1 = og_min(kc1, kend);
-  float m[2], l[2], acc[2][1];
+  const unsigned int kv1 = og_min(kc1, kend);
+  float m[2], l[2], acc[2][4];
   #pragma unroll
   for (int r = 0; r < 2; ++r) {
     m[r] = __int_as_float(0xff800000); l[r] = 0.0f;
     #pragma unroll
-    for (int k = 0; k < 1; ++k) acc[r][k] = 0.0f;
+    for (int k = 0; k < 4; ++k) acc[r][k] = 0.0f;
   }
-  for (unsigned int j0 = k0 + (unsigned int)warp * 2u; j0 < kc1; j0 += 16u) {
-    float kf[2][1], vf[2][1];
-    #pragma unroll
-  for (int u = 0; u < 2; ++u) {
-      #pragma unroll
-    for (int k = 0; k < 1; ++k) {
-        const unsigned int t = (unsigned int)lane * 1u + k;
-        kf[u][k] = t < 16u ? in1[kvoff + (unsigned long long)((j0 + u < kc1 ? j0 + u : j0)) * 16u + t] : 0.0f;
-        vf[u][k] = t < 16u ? in2[kvoff + (unsigned long long)((j0 + u < kc1 ? j0 + u : j0)) * 16u + t] : 0.0f;
+  __shared__ float og_pm[2][8][2];
+  for (unsigned int p = 0; p < 1u; ++p) {
+    if (p > 0u && k0 + p * 64u >= kv1) break;
+    if (p > 0u) {
+      if (vec_ok) {
+        #pragma unroll
+        for (int u = 0; u < 1; ++u) {
+          const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
+          kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
+          if (j < kv1) {
+            kw[u] = *reinterpret_cast<const uint4*>(in1 + kvoff + (unsigned long long)j * 16u + li * 4u);
+            vw[u] = *reinterpret_cast<const uint4*>(in2 + kvoff + (unsigned long long)j * 16u + li * 4u);
+          }
+        }
+      } else {
+        #pragma unroll
+        for (int u = 0; u < 1; ++u) {
+          const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
+          kw[u] = uint4{0u, 0u, 0u, 0u}; vw[u] = uint4{0u, 0u, 0u, 0u};
+          if (j < kv1) {
+            kw[u].x = __float_as_uint(in1[kvoff + (unsigned long long)j * 16u + li * 4u + 0u]);
+            vw[u].x = __float_as_uint(in2[kvoff + (unsigned long long)j * 16u + li * 4u + 0u]);
+            kw[u].y = __float_as_uint(in1[kvoff + (unsigned long long)j * 16u + li * 4u + 1u]);
+            vw[u].y = __float_as_uint(in2[kvoff + (unsigned long long)j * 16u + li * 4u + 1u]);
+            kw[u].z = __float_as_uint(in1[kvoff + (unsigned long long)j * 16u + li * 4u + 2u]);
+            vw[u].z = __float_as_uint(in2[kvoff + (unsigned long long)j * 16u + li * 4u + 2u]);
+            kw[u].w = __float_as_uint(in1[kvoff + (unsigned long long)j * 16u + li * 4u + 3u]);
+            vw[u].w = __float_as_uint(in2[kvoff + (unsigned long long)j * 16u + li * 4u + 3u]);
+          }
+        }
       }
     }
-    if (j0 >= k1) break;
     #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-      float sc[2];
-      float mx = m[r];
+    for (int u = 0; u < 1; ++u)
+      if (k0 + (p * 1u + (unsigned int)u) * 64u + kid >= kend) vw[u] = uint4{0u, 0u, 0u, 0u};
+    float sc[2][1];
+    #pragma unroll
+    for (int u = 0; u < 1; ++u) {
+      const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
+      float kf[4];
+      kf[0] = __uint_as_float(kw[u].x);
+      kf[1] = __uint_as_float(kw[u].y);
+      kf[2] = __uint_as_float(kw[u].z);
+      kf[3] = __uint_as_float(kw[u].w);
       #pragma unroll
-    for (int u = 0; u < 2; ++u) {
+      for (int r = 0; r < 2; ++r) {
         float dot = 0.0f;
         #pragma unroll
-      for (int k = 0; k < 1; ++k) dot += qv[r][k] * kf[u][k];
-        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        sc[u] = (j0 + u < k1 && j0 + u < lim[r]) ? dot * 2.500000000e-01f : __int_as_float(0xff800000);
-        mx = og_max(mx, sc[u]);
+        for (int k = 0; k < 4; ++k) dot += qv[r][k] * kf[k];
+        for (int o = 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        sc[r][u] = (j < kc1 && j < lim[r]) ? dot * 2.500000000e-01f : __int_as_float(0xff800000);
       }
-      if (mx == __int_as_float(0xff800000)) continue;
-      const float corr = expf(m[r] - mx);
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float t = sc[r][0];
+      #pragma unroll
+      for (int u = 1; u < 1; ++u) t = og_max(t, sc[r][u]);
+      for (int o = 4; o < 32; o <<= 1) t = og_max(t, __shfl_xor_sync(0xffffffffu, t, o));
+      if (lane == 0u) og_pm[p & 1u][warp][r] = t;
+    }
+    __syncthreads();
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = m[r];
+      #pragma unroll
+      for (int w = 0; w < 8; ++w) mx = og_max(mx, og_pm[p & 1u][w][r]);
+      const float corr = mx == __int_as_float(0xff800000) ? 1.0f : expf(m[r] - mx);
       l[r] *= corr;
       #pragma unroll
-    for (int k = 0; k < 1; ++k) acc[r][k] *= corr;
-      #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-        const float p = sc[u] == __int_as_float(0xff800000) ? 0.0f : expf(sc[u] - mx);
-        l[r] += p;
-        #pragma unroll
-      for (int k = 0; k < 1; ++k) acc[r][k] += p * vf[u][k];
-      }
+      for (int k = 0; k < 4; ++k) acc[r][k] *= corr;
       m[r] = mx;
     }
+    #pragma unroll
+    for (int u = 0; u < 1; ++u) {
+      float vf[4];
+      vf[0] = __uint_as_float(vw[u].x);
+      vf[1] = __uint_as_float(vw[u].y);
+      vf[2] = __uint_as_float(vw[u].z);
+      vf[3] = __uint_as_float(vw[u].w);
+      #pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float pr = sc[r][u] == __int_as_float(0xff800000) ? 0.0f : expf(sc[r][u] - m[r]);
+        l[r] += pr;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) acc[r][k] += pr * vf[k];
+      }
+    }
   }
-  __shared__ float og_m[8][2], og_l[8][2];
-  __shared__ float og_a[8][2][16];
   #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (lane == 0) { og_m[warp][r] = m[r]; og_l[warp][r] = l[r]; }
+    for (int o = 4; o < 32; o <<= 1) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], o);
+      #pragma unroll
+      for (int k = 0; k < 4; ++k)
+        acc[r][k] += __shfl_xor_sync(0xffffffffu, acc[r][k], o);
+    }
+  }
+  __shared__ float og_l[8][2];
+  __shared__ float og_a[8][2][16];
+  if (lane < 4u) {
     #pragma unroll
-    for (int k = 0; k < 1; ++k) {
-      const unsigned int t = (unsigned int)lane * 1u + k;
-      if (t < 16u) og_a[warp][r][t] = acc[r][k];
+    for (int r = 0; r < 2; ++r) {
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) og_a[warp][r][li * 4u + k] = acc[r][k];
+      if (lane == 0u) og_l[warp][r] = l[r];
     }
   }
   __syncthreads();
-  const unsigned int tile = bz * 2u + hr;
   for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
     const unsigned int r = t / 16u, dd = t % 16u;
-    float M = __int_as_float(0xff800000);
-    for (int w = 0; w < 8; ++w) M = og_max(M, og_m[w][r]);
-    float Ls = 0.0f, A = 0.0f;
-    for (int w = 0; w < 8; ++w) {
-      const float wt = og_m[w][r] == __int_as_float(0xff800000) ? 0.0f : expf(og_m[w][r] - M);
-      Ls += og_l[w][r] * wt;
-      A += og_a[w][r][dd] * wt;
-    }
-    og_ws_f286954a901b[((tile * 2u + c) * 2u + r) * 16u + dd] = A;
-    if (dd == 0u) { og_ml_f286954a901b[((tile * 2u + c) * 2u + r) * 2u] = M; og_ml_f286954a901b[((tile * 2u + c) * 2u + r) * 2u + 1u] = Ls; }
-  }
-  __threadfence();
-  __syncthreads();
-  __shared__ bool og_last;
-  if (threadIdx.x == 0) og_last = atomicAdd(&og_cnt_f286954a901b[tile], 1u) == 1u;
-  __syncthreads();
-  if (!og_last) return;
-  __threadfence();
-  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
-    const unsigned int r = t / 16u, dd = t % 16u;
-    float mq[2], lq[2], aq[2];
-    #pragma unroll
-    for (unsigned int q = 0; q < 2u; ++q) {
-      mq[q] = __ldcg(&og_ml_f286954a901b[((tile * 2u + q) * 2u + r) * 2u]);
-      lq[q] = __ldcg(&og_ml_f286954a901b[((tile * 2u + q) * 2u + r) * 2u + 1u]);
-      aq[q] = __ldcg(&og_ws_f286954a901b[((tile * 2u + q) * 2u + r) * 16u + dd]);
-    }
-    float M = __int_as_float(0xff800000);
-    #pragma unroll
-    for (int q = 0; q < 2; ++q) M = og_max(M, mq[q]);
     float Ls = 0.0f, A = 0.0f;
     #pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const float wt = mq[q] == __int_as_float(0xff800000) ? 0.0f : expf(mq[q] - M);
-      Ls += lq[q] * wt;
-      A += aq[q] * wt;
-    }
+    for (int w = 0; w < 8; ++w) { Ls += og_l[w][r]; A += og_a[w][r][dd]; }
     const unsigned int gr = rt * 2u + r;
     if (gr < 2u) out[qoff_of(gr) + dd] = (float)(Ls > 0.0f ? A / Ls : 0.0f);
   }
-  if (threadIdx.x == 0) og_cnt_f286954a901b[tile] = 0u;
-}
-
-__device__ float og_ws_5eb6c2d4576b[128];
-__device__ float og_ml_5eb6c2d4576b[16];
-__device__ unsigned int og_cnt_5eb6c2d4576b[2];
-
-extern "C" __global__ void og_attention_decode_9f3cc5b8d90a(float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
-  og_grid_dependency_wait();
-  og_grid_launch_dependents();
-  const unsigned int c = blockIdx.x, hr = blockIdx.y, bz = blockIdx.z;
-  const unsigned int hk = hr / 1u, rt = hr % 1u;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  long long Lx = og_min((long long)in3[0], 32LL);
-  if (Lx < 0) Lx = 0;
-  const unsigned int L = (unsigned int)Lx;
-  const unsigned long long kvoff = (unsigned long long)(bz * 2u + hk) * 512ull;
-  auto qoff_of = [&](unsigned int gr) -> unsigned long long {
-    const unsigned int h = hk * 2u + gr / 1u, i = gr % 1u;
-    return ((unsigned long long)(bz * 4u + h) * 1u + i) * 16u;
-  };
-  float qv[2][1];
-  unsigned int lim[2];
-  unsigned int kend = 0u;
-  #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const unsigned int gr = rt * 2u + r;
-    const bool active = gr < 2u;
-    long long lm = active ? (long long)L : 0LL;
-    lim[r] = (unsigned int)lm;
-    kend = og_max(kend, lim[r]);
-    const unsigned long long qo = active ? qoff_of(gr) : 0ull;
-    #pragma unroll
-    for (int k = 0; k < 1; ++k) {
-      const unsigned int t = (unsigned int)lane * 1u + k;
-      qv[r][k] = (active && t < 16u) ? in0[qo + t] : 0.0f;
-    }
-  }
-  const unsigned int k0 = c * 16u;
-  const unsigned int kc1 = og_min(k0 + 16u, 32u);
-  const unsigned int k1 = og_min(kc1, kend);
-  float m[2], l[2], acc[2][1];
-  #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    m[r] = __int_as_float(0xff800000); l[r] = 0.0f;
-    #pragma unroll
-    for (int k = 0; k < 1; ++k) acc[r][k] = 0.0f;
-  }
-  for (unsigned int j0 = k0 + (unsigned int)warp * 2u; j0 < kc1; j0 += 16u) {
-    float kf[2][1], vf[2][1];
-    #pragma unroll
-  for (int u = 0; u < 2; ++u) {
-      #pragma unroll
-    for (int k = 0; k < 1; ++k) {
-        const unsigned int t = (unsigned int)lane * 1u + k;
-        kf[u][k] = t < 16u ? in1[kvoff + (unsigned long long)((j0 + u < kc1 ? j0 + u : j0)) * 16u + t] : 0.0f;
-        vf[u][k] = t < 16u ? in2[kvoff + (unsigned long long)((j0 + u < kc1 ? j0 + u : j0)) * 16u + t] : 0.0f;
-      }
-    }
-    if (j0 >= k1) break;
-    #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-      float sc[2];
-      float mx = m[r];
-      #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-        float dot = 0.0f;
-        #pragma unroll
-      for (int k = 0; k < 1; ++k) dot += qv[r][k] * kf[u][k];
-        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        sc[u] = (j0 + u < k1 && j0 + u < lim[r]) ? dot * 2.500000000e-01f : __int_as_float(0xff800000);
-        mx = og_max(mx, sc[u]);
-      }
-      if (mx == __int_as_float(0xff800000)) continue;
-      const float corr = expf(m[r] - mx);
-      l[r] *= corr;
-      #pragma unroll
-    for (int k = 0; k < 1; ++k) acc[r][k] *= corr;
-      #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-        const float p = sc[u] == __int_as_float(0xff800000) ? 0.0f : expf(sc[u] - mx);
-        l[r] += p;
-        #pragma unroll
-      for (int k = 0; k < 1; ++k) acc[r][k] += p * vf[u][k];
-      }
-      m[r] = mx;
-    }
-  }
-  __shared__ float og_m[8][2], og_l[8][2];
-  __shared__ float og_a[8][2][16];
-  #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (lane == 0) { og_m[warp][r] = m[r]; og_l[warp][r] = l[r]; }
-    #pragma unroll
-    for (int k = 0; k < 1; ++k) {
-      const unsigned int t = (unsigned int)lane * 1u + k;
-      if (t < 16u) og_a[warp][r][t] = acc[r][k];
-    }
-  }
-  __syncthreads();
-  const unsigned int tile = bz * 2u + hr;
-  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
-    const unsigned int r = t / 16u, dd = t % 16u;
-    float M = __int_as_float(0xff800000);
-    for (int w = 0; w < 8; ++w) M = og_max(M, og_m[w][r]);
-    float Ls = 0.0f, A = 0.0f;
-    for (int w = 0; w < 8; ++w) {
-      const float wt = og_m[w][r] == __int_as_float(0xff800000) ? 0.0f : expf(og_m[w][r] - M);
-      Ls += og_l[w][r] * wt;
-      A += og_a[w][r][dd] * wt;
-    }
-    og_ws_5eb6c2d4576b[((tile * 2u + c) * 2u + r) * 16u + dd] = A;
-    if (dd == 0u) { og_ml_5eb6c2d4576b[((tile * 2u + c) * 2u + r) * 2u] = M; og_ml_5eb6c2d4576b[((tile * 2u + c) * 2u + r) * 2u + 1u] = Ls; }
-  }
-  __threadfence();
-  __syncthreads();
-  __shared__ bool og_last;
-  if (threadIdx.x == 0) og_last = atomicAdd(&og_cnt_5eb6c2d4576b[tile], 1u) == 1u;
-  __syncthreads();
-  if (!og_last) return;
-  __threadfence();
-  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
-    const unsigned int r = t / 16u, dd = t % 16u;
-    float mq[2], lq[2], aq[2];
-    #pragma unroll
-    for (unsigned int q = 0; q < 2u; ++q) {
-      mq[q] = __ldcg(&og_ml_5eb6c2d4576b[((tile * 2u + q) * 2u + r) * 2u]);
-      lq[q] = __ldcg(&og_ml_5eb6c2d4576b[((tile * 2u + q) * 2u + r) * 2u + 1u]);
-      aq[q] = __ldcg(&og_ws_5eb6c2d4576b[((tile * 2u + q) * 2u + r) * 16u + dd]);
-    }
-    float M = __int_as_float(0xff800000);
-    #pragma unroll
-    for (int q = 0; q < 2; ++q) M = og_max(M, mq[q]);
-    float Ls = 0.0f, A = 0.0f;
-    #pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const float wt = mq[q] == __int_as_float(0xff800000) ? 0.0f : expf(mq[q] - M);
-      Ls += lq[q] * wt;
-      A += aq[q] * wt;
-    }
-    const unsigned int gr = rt * 2u + r;
-    if (gr < 2u) out[qoff_of(gr) + dd] = (float)(Ls > 0.0f ? A / Ls : 0.0f);
-  }
-  if (threadIdx.x == 0) og_cnt_5eb6c2d4576b[tile] = 0u;
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2) og_gemv_20ee396b15e6(float* out, const float* in0, const float* in1, const float* in2, const float* in3) {
