@@ -49,18 +49,73 @@ def _grid_loop(n: int, idx: str) -> str:
 
 
 def strided_copy(out_type: TensorType, src_strides: list[int], base: int, src_numel: int) -> Launch:
-    """out[i] = in0[base + offset(i)]: the copy kernel of materialized transposes and slices."""
+    """out[i] = in0[base + offset(i)]: the copy kernel of materialized transposes and slices.
+
+    Where the innermost output dim is contiguous in the source and every offset is a multiple
+    of a wider unit (`copy_unit`: up to 16 bytes), a thread moves one unit, not one element
+    (a run-time test of the pointers' alignment keeps the one-element loop for the rest)."""
     n = out_type.numel
     idx = index_type(max(n, src_numel))
     t = _bits(out_type.dtype)
     offset = gather_offset("i", out_type.shape, src_strides)
     start = f"{base}u + " if base else ""
-    body = [_grid_loop(n, idx), f"  out[i] = in0[{start}{offset}];", "}"]
+    elements = [_grid_loop(n, idx), f"  out[i] = in0[{start}{offset}];", "}"]
+    size = DTYPE_BYTES[out_type.dtype]
+    unit = copy_unit(out_type.shape, src_strides, base, size)
+    if unit == size:
+        body, count = elements, n
+    else:
+        per = unit // size
+        shape = [*out_type.shape[:-1], out_type.shape[-1] // per]
+        wide = [s // per for s in src_strides[:-1]] + [1]
+        count = n // per
+        offset = gather_offset("i", shape, wide)
+        start = f"{base // per}u + " if base else ""
+        u = UNITS[unit]
+        pointers = (
+            "reinterpret_cast<unsigned long long>(out) | reinterpret_cast<unsigned long long>(in0)"
+        )
+        move = (
+            f"reinterpret_cast<{u}*>(out)[i] = reinterpret_cast<const {u}*>(in0)[{start}{offset}];"
+        )
+        body = [
+            f"if ((({pointers}) & {unit - 1}ull) == 0ull) {{",
+            f"  {_grid_loop(count, idx)}",
+            f"    {move}",
+            "  }",
+            "} else {",
+            *("  " + e for e in elements),
+            "}",
+        ]
     kernel = make_kernel(
         "copy", [f"{t}* out", f"const {t}* in0"], "\n".join("  " + b for b in body)
     )
-    grid, block = grid_1d(n)
+    grid, block = grid_1d(count)
     return Launch(kernel, grid, block, ("out", "in0"))
+
+
+# The raw-bit type a thread moves in a widened copy, by bytes.
+UNITS = {4: "unsigned int", 8: "uint2", 16: "uint4"}
+# Widened copies (`strided_copy`); False: one element a thread.
+VECTOR_COPIES = True
+
+
+def copy_unit(
+    shape: list[int] | tuple[int, ...], src_strides: list[int], base: int, size: int
+) -> int:
+    """The widest unit in bytes (element size up to 16) a strided copy can move per thread:
+    the innermost dim contiguous in the source, its length, every other source stride and the
+    start all multiples of the unit."""
+    if not VECTOR_COPIES or not shape or src_strides[-1] != 1 or len(shape) < 2:
+        return size
+    for unit in (16, 8, 4):
+        per = unit // size
+        if per <= 1:
+            break
+        if shape[-1] % per or base % per or any(s % per for s in src_strides[:-1]):
+            continue
+        return unit
+    return size
 
 
 def emit(
