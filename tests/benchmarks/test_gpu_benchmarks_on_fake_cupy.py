@@ -103,3 +103,25 @@ def test_stream_threshold_launch_figures(benchmarks: Any) -> None:
     assert len(times) == 5 and all(t == INTERVAL_MS * 1000 for t in times.values())
     merged = next(line for line in lines if "lockstep" in line)
     assert merged.split("|")[2:4] == [" 16 ", " 4L "]  # 4 chains × 4 kernels in 4 merged launches
+
+
+def test_prefill_compute_floor_counts_products_and_visible_attention(benchmarks: Any) -> None:
+    checks: ModuleType = benchmarks("head_to_head_checks")
+    import optgraph as og
+
+    graph = og.parse("""graph p {
+  input %x : f16[6,32]
+  input %w : f16[32,16]
+  input %q : f16[1,4,6,8]
+  input %k : f16[1,2,6,8]
+  %y = matmul(%x, %w) : f16[6,16]
+  %a = attention(%q, %k, %k) {causal = true} : f16[1,4,6,8]
+  %b = attention(%q, %k, %k) : f16[1,4,6,8]
+  output %y, %a, %b
+}
+""")
+    causal_pairs = 6 * 7 // 2  # row i sees i + 1 keys
+    want = 2 * 6 * 16 * 32 + 4 * 8 * 4 * causal_pairs + 4 * 8 * 4 * 36
+    assert checks.compute_flops(graph) == want
+    assert checks._visible_pairs(2, 5, True) == 4 + 5  # bottom-right: rows see 4 and 5 keys
+    assert "TFLOP/s" in checks.rate_line(7e14)
