@@ -35,7 +35,7 @@ import argparse
 import datetime
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,7 @@ from head_to_head_variants import (
 )
 from timing import device_name, median_us, results_table
 
+from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import FUSION
 from optgraph.runtime.reference import random_inputs
@@ -255,28 +256,37 @@ def _fresh_weights(model: Model) -> dict[str, Any]:
 
 def _agreement(model: Model, pipeline: str) -> str:
     """nmse of optgraph (`pipeline`) against PyTorch eager and CuPy eager, each on fresh copies
-    of the inputs and weights (head_to_head_checks.agreement)."""
+    of the inputs and weights (head_to_head_checks.agreement); where optgraph and PyTorch
+    disagree, optgraph also runs without PDL and without its CUDA graph (eager launches)."""
     from optgraph.passes.manager import run_pipeline
     from optgraph.program import cuda_program
 
     graph = run_pipeline(model.graph, pipeline)
 
-    def ours(inputs: dict[str, Any], weights: dict[str, Any]) -> dict[str, Any]:
-        program = cuda_program(graph, weights=weights)
-        try:
-            return program.run(inputs)
-        finally:
-            program.close()
+    def ours(options: LoweringOptions | None = None) -> Callable[..., dict[str, Any]]:
+        def run(inputs: dict[str, Any], weights: dict[str, Any]) -> dict[str, Any]:
+            program = cuda_program(graph, weights=weights, options=options)
+            try:
+                return program.run(inputs)
+            finally:
+                program.close()
+
+        return run
 
     before = FINGERPRINTS.get(model.name)
     changed = changed_weights(before, model.weights) if before else None
+    diagnostics = {
+        "og-nopdl": ours(LoweringOptions(pdl=False)),
+        "og-eager": ours(LoweringOptions(use_graph=False)),
+    }
     return agreement(
         model.graph,
         model.inputs,
         lambda: _fresh_weights(model),
-        ours,
+        ours(),
         lambda i, w: torch_eager_outputs(model.graph, i, w),
         changed,
+        diagnostics,
     )
 
 

@@ -163,35 +163,51 @@ def _health(name: str, arr: np.ndarray) -> str:
     return ""
 
 
+Run = Callable[[dict[str, Any], dict[str, Any]], Mapping[str, Any]]
+SUSPECT_NMSE = 1e-3  # above it, the cell says which side is off and tries the diagnostics
+
+
 def agreement(
     graph: Graph,
     inputs: Mapping[str, np.ndarray],
     fresh_weights: Callable[[], dict[str, Any]],
-    run_ours: Callable[[dict[str, Any], dict[str, Any]], Mapping[str, Any]],
-    run_torch: Callable[[dict[str, Any], dict[str, Any]], Mapping[str, Any]],
+    run_ours: Run,
+    run_torch: Run,
     changed: list[str] | None = None,
+    diagnostics: Mapping[str, Run] | None = None,
 ) -> str:
     """The agreement cell: each implementation on its own fresh copies (see the docstring);
-    `changed` names the shared weights whose fingerprint moved since the model was built."""
+    `changed` names the shared weights whose fingerprint moved since the model was built;
+    `diagnostics` (other ways to run ours, e.g. without PDL) run only when optgraph and PyTorch
+    disagree by more than `SUSPECT_NMSE`, each compared with PyTorch."""
     from cupy_interpreter import CupyModel
 
     first = graph.output_names()[0]
     results: dict[str, np.ndarray] = {}
-    runs = {
-        "ours": run_ours,
-        "torch": run_torch,
-        "cupy": lambda i, w: CupyModel(graph)({**i, **w}),
-    }
-    for who, run in runs.items():
+
+    def run_fresh(who: str, run: Run) -> None:
         fresh_inputs = {k: cp.asarray(np.array(v, copy=True)) for k, v in inputs.items()}
         out = run(fresh_inputs, fresh_weights())
         results[who] = _host(out[first])
         del out
         cp.get_default_memory_pool().free_all_blocks()
+
+    run_fresh("ours", run_ours)
+    run_fresh("torch", run_torch)
+    run_fresh("cupy", lambda i, w: CupyModel(graph)({**i, **w}))
+    versus_torch = _nmse(results["ours"], results["torch"])
     cells = [
-        f"og~torch {_nmse(results['ours'], results['torch']):.1e}",
+        f"og~torch {versus_torch:.1e}",
         f"og~cupy {_nmse(results['ours'], results['cupy']):.1e}",
     ]
+    if versus_torch > SUSPECT_NMSE:
+        cells.append(f"torch~cupy {_nmse(results['torch'], results['cupy']):.1e}")
+        for who, run in (diagnostics or {}).items():
+            try:
+                run_fresh(who, run)
+                cells.append(f"{who}~torch {_nmse(results[who], results['torch']):.1e}")
+            except Exception as err:  # noqa: BLE001 - a diagnostic must not hide the cell
+                cells.append(f"{who}: {type(err).__name__}")
     notes = [h for who, arr in results.items() if (h := _health(who, arr))]
     if changed:
         more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""

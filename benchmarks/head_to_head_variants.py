@@ -171,6 +171,14 @@ def prefill_variants(build_fused: Callable[[Any], Any]) -> list[Any]:
                 codegen_settings_variant(build_fused, {key: off}))
         for tag, (key, off, what) in PREFILL_SETTINGS.items()
     ]  # fmt: skip
+    variants.append(
+        Variant(
+            "og-fused-1s-residual",
+            "og-fused-1s with residual adds as a copy + beta = 1 cuBLAS product"
+            " (cuda_matmul.RESIDUAL_IN_GEMM, off by default)",
+            codegen_settings_variant(build_fused, {("cuda_matmul", "RESIDUAL_IN_GEMM"): True}),
+        )
+    )
     every = {key: off for key, off, _ in PREFILL_SETTINGS.values()}
     variants.append(
         Variant(

@@ -304,6 +304,8 @@ def plan_json(plan: CudaPlan) -> dict[str, object]:
         data["kind"] = type(step).__name__.removesuffix("Step").lower()
         if isinstance(step, GemmStep) and not step.gemm.c_dtype:
             del data["gemm"]["c_dtype"]  # C in A's dtype: the plan as it was written before
+        if isinstance(step, GemmStep) and not step.gemm.beta:
+            del data["gemm"]["beta"]  # C overwritten: likewise
         return data
 
     return {
@@ -345,6 +347,7 @@ def describe_plan(plan: CudaPlan) -> str:
                 f"gemm %{step.node} {g.dtype}{'->' + g.c_dtype if g.c_dtype else ''} {ops} m={g.m} n={g.n} k={g.k} lda={g.lda}"
                 f" ldb={g.ldb} ldc={g.ldc} batch={g.batch} strides={g.stride_a},{g.stride_b},"
                 f"{g.stride_c} a={_where(step.a)} b={_where(step.b)} c={_where(step.c)}"
+                f"{f' beta={g.beta:g}' if g.beta else ''}"
                 f" stream {step.stream}"
             )
         elif isinstance(step, HostStep):

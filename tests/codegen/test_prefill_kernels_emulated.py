@@ -2,7 +2,8 @@
 setting on and off: 128-bit elementwise regions and epilogues (`cuda_elementwise.VECTOR_LOADS`),
 widened transposes and slices (`cuda_data_movement.VECTOR_COPIES`), rope with one angle for
 several heads (`cuda_rope.HEADS_PER_THREAD`) and the warp-per-row softmax of the tensor-core
-attention (`cuda_attention_gemm.WARP_ROWS`); f32, f16 and bf16, with broadcast operands and
+attention (`cuda_attention_gemm.WARP_ROWS`) and residual adds as beta = 1 products
+(`cuda_matmul.RESIDUAL_IN_GEMM`); f32, f16 and bf16, with broadcast operands and
 misaligned views (which take the one-element loop at run time)."""
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from optgraph.codegen import (
     cuda_attention_gemm,
     cuda_data_movement,
     cuda_elementwise,
+    cuda_matmul,
     cuda_rope,
 )
-from optgraph.codegen.cuda_plan import CudaPlan, KernelStep, lower_cuda
+from optgraph.codegen.cuda_plan import CopyStep, CudaPlan, GemmStep, KernelStep, lower_cuda
 from optgraph.ir.graph import TensorType
 from optgraph.passes.manager import run_pipeline
 from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
@@ -185,3 +187,47 @@ def test_gemm_attention_softmax_rows(
     for name in graph.output_names():
         err = nmse(np.asarray(got[name], np.float64), np.asarray(want[name], np.float64))
         assert err <= BOUNDS[dtype], f"%{name}: nmse {err:.3e}"
+
+
+# Residual adds after products: a plain one, one with the residual first, a batched product
+# (one cuBLAS call per batch), one that reads the residual as its own operand (never folded: C
+# would be A in place when planned in place) and a bias add (not a residual: the epilogue stays).
+RESIDUAL = """graph residual {
+  input %x : {T}[8,16]
+  input %w : {T}[16,16]
+  input %r : {T}[8,16]
+  input %bx : {T}[2,8,16]
+  input %bw : {T}[2,16,16]
+  input %br : {T}[2,8,16]
+  input %bias : {T}[16]
+  %p = matmul(%x, %w) : {T}[8,16]
+  %h = add(%r, %p) : {T}[8,16]
+  %p2 = matmul(%h, %w) : {T}[8,16]
+  %h2 = add(%p2, %h) : {T}[8,16]
+  %bp = matmul(%bx, %bw) : {T}[2,8,16]
+  %bh = add(%br, %bp) : {T}[2,8,16]
+  %p3 = matmul(%h2, %w) : {T}[8,16]
+  %h3 = add(%p3, %bias) : {T}[8,16]
+  output %h2, %bh, %h3
+}
+"""
+
+
+@pytest.mark.parametrize("folded", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_residual_adds_in_the_product(
+    dtype: str, folded: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cuda_matmul, "RESIDUAL_IN_GEMM", folded)
+    plan = _check(RESIDUAL, dtype, FUSED)
+    gemms = [s for s in plan.steps if isinstance(s, GemmStep)]
+    accumulating = {s.node for s in gemms if s.gemm.beta == 1.0}
+    copies = {s.node for s in plan.steps if isinstance(s, CopyStep)}
+    epilogues = {s.node for s in plan.steps if isinstance(s, KernelStep)}
+    if folded:
+        # %h2 = add(%p2, %h) reads %h as the product's operand too: it keeps its epilogue
+        assert accumulating == {"h", "bh"} and copies == {"h", "bh"}
+        assert epilogues == {"h2", "h3"}
+    else:
+        assert not accumulating and not copies and epilogues == {"h", "h2", "bh", "h3"}
+    assert sum(s.node == "bh" for s in gemms) == 1  # batched: one strided call

@@ -1,7 +1,7 @@
 """The prefill's bandwidth kernels on the GPU, each setting on and off: the emulator's graphs
 (tests/codegen/test_prefill_kernels_emulated.py: elementwise regions and product epilogues with
 broadcast operands and a misaligned view, widened transposes and slices, rope with several heads
-a thread, the warp-per-row softmax) unplanned and memory-planned, and a 2-layer Llama prefill of
+a thread, the warp-per-row softmax, residual adds as beta = 1 products) unplanned and memory-planned, and a 2-layer Llama prefill of
 realistic width (the whole-model bound of `optgraph run --check`), each eager then replayed, within the bounds and bit-identical across the two."""
 
 from __future__ import annotations
@@ -13,7 +13,13 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from tests.codegen.test_prefill_kernels_emulated import ELEMENTWISE, FUSED, MOVEMENT, PREFILL
+from tests.codegen.test_prefill_kernels_emulated import (
+    ELEMENTWISE,
+    FUSED,
+    MOVEMENT,
+    PREFILL,
+    RESIDUAL,
+)
 from tests.support.gpu_support import assert_close, reference, require_gpu, same_bits
 
 pytestmark = pytest.mark.gpu
@@ -24,6 +30,7 @@ from optgraph.codegen import (
     cuda_attention_gemm,
     cuda_data_movement,
     cuda_elementwise,
+    cuda_matmul,
     cuda_rope,
 )
 from optgraph.passes.manager import run_pipeline
@@ -40,9 +47,12 @@ OFF = {
 }
 
 
-@pytest.fixture(params=["on", "off"])
+@pytest.fixture(params=["on", "off", "residual"])
 def settings(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The settings as they are, all off, or with residual adds in the products."""
     monkeypatch.setattr(cuda_attention, "GEMM_PREFILL_MIN_ROWS", 4)
+    if request.param == "residual":
+        monkeypatch.setattr(cuda_matmul, "RESIDUAL_IN_GEMM", True)
     if request.param == "off":
         for (module, name), value in OFF.items():
             monkeypatch.setattr(module, name, value)
@@ -68,7 +78,9 @@ def _run_twice(graph: og.Graph, source: og.Graph, bound: float | None = None) ->
 
 @pytest.mark.usefixtures("settings")
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
-@pytest.mark.parametrize("text", [ELEMENTWISE, MOVEMENT, PREFILL], ids=["elem", "move", "attn"])
+@pytest.mark.parametrize(
+    "text", [ELEMENTWISE, MOVEMENT, PREFILL, RESIDUAL], ids=["elem", "move", "attn", "residual"]
+)
 def test_prefill_kernels_match_reference(text: str, dtype: str) -> None:
     graph = og.parse(text.replace("{T}", dtype))
     _run_twice(graph, graph)
