@@ -132,12 +132,14 @@ def codegen_settings_variant(
     build_fused: Callable[[Any], Any], settings: dict[tuple[str, str], Any]
 ) -> Callable[[Any], Any]:
     """The same optgraph variant built with each `optgraph.codegen.<module>.<name>` of
-    `settings` set to its value (restored afterwards)."""
+    `settings` (or `<module>.<name>` for a module named in full) set to its value (restored
+    afterwards)."""
 
     def build(model: Any) -> tuple[Callable[[], Any], Any]:
         olds = []
         for (module, name), value in settings.items():
-            setting = importlib.import_module(f"optgraph.codegen.{module}")
+            path = module if module.startswith("optgraph.") else f"optgraph.codegen.{module}"
+            setting = importlib.import_module(path)
             olds.append((setting, name, getattr(setting, name)))
             setattr(setting, name, value)
         try:
@@ -161,6 +163,9 @@ PREFILL_SETTINGS = {
 }  # fmt: skip
 
 
+PDL_SMALL_BLOCKS = 1024
+
+
 def prefill_variants(build_fused: Callable[[Any], Any]) -> list[Any]:
     """og-fused-1s with each prefill kernel setting off, and with all of them off (the kernels
     as before them), to A/B them in one run."""
@@ -177,6 +182,25 @@ def prefill_variants(build_fused: Callable[[Any], Any]) -> list[Any]:
             "og-fused-1s with residual adds as a copy + beta = 1 cuBLAS product"
             " (cuda_matmul.RESIDUAL_IN_GEMM, off by default)",
             codegen_settings_variant(build_fused, {("cuda_matmul", "RESIDUAL_IN_GEMM"): True}),
+        )
+    )
+    from gpu_variants import FUSED_ONE_STREAM, optgraph_variant
+
+    variants.append(
+        Variant(
+            "og-fused-1s-nopdl",
+            "og-fused-1s without Programmatic Dependent Launch",
+            optgraph_variant(FUSED_ONE_STREAM, True, pdl=False),
+        )
+    )
+    variants.append(
+        Variant(
+            "og-fused-1s-pdlsmall",
+            f"og-fused-1s with PDL only between grids of at most {PDL_SMALL_BLOCKS} blocks"
+            " (runtime.cuda_pdl.MAX_BLOCKS)",
+            codegen_settings_variant(
+                build_fused, {("optgraph.runtime.cuda_pdl", "MAX_BLOCKS"): PDL_SMALL_BLOCKS}
+            ),
         )
     )
     every = {key: off for key, off, _ in PREFILL_SETTINGS.values()}
