@@ -102,7 +102,11 @@ LLAMA_REAL = {
 LLAMA_PREFILL = {**LLAMA_REAL, "seq": 512, "cache_len": 512, "mode": "prefill"}
 ITERS = {"llama_real": 40, "llama_prefill_512": 20}  # big models: fewer timed runs
 COMPUTE_FLOORS = {"llama_prefill_512"}  # the floor is FLOPs at the GEMM rate, not bytes
-PROFILED = {"llama_launch": "og-fused-1s", "llama_real": "og-fused-1s"}  # kernel breakdowns
+PROFILED = {
+    "llama_launch": "og-fused-1s",
+    "llama_real": "og-fused-1s",
+    "llama_prefill_512": "og-fused-1s",
+}  # kernel breakdowns
 
 
 def device_weights(graph: Graph, seed: int = 0) -> dict[str, Any]:
