@@ -184,15 +184,6 @@ def prefill_variants(build_fused: Callable[[Any], Any]) -> list[Any]:
             codegen_settings_variant(build_fused, {("cuda_matmul", "RESIDUAL_IN_GEMM"): True}),
         )
     )
-    from gpu_variants import FUSED_ONE_STREAM, optgraph_variant
-
-    variants.append(
-        Variant(
-            "og-fused-1s-nopdl",
-            "og-fused-1s without Programmatic Dependent Launch",
-            optgraph_variant(FUSED_ONE_STREAM, True, pdl=False),
-        )
-    )
     variants.append(
         Variant(
             "og-fused-1s-pdlsmall",
