@@ -194,7 +194,9 @@ def agreement(
 
     run_fresh("ours", run_ours)
     run_fresh("torch", run_torch)
-    run_fresh("cupy", lambda i, w: CupyModel(graph)({**i, **w}))
+    run_fresh(
+        "cupy", lambda i, w: CupyModel(graph)({**i, **{k: cp.asarray(v) for k, v in w.items()}})
+    )
     versus_torch = _nmse(results["ours"], results["torch"])
     cells = [
         f"og~torch {versus_torch:.1e}",

@@ -177,6 +177,8 @@ def _concat(node: Node, types: tuple[TensorType, ...]) -> Launch:
 
 
 def _get_rows(node: Node, types: tuple[TensorType, ...]) -> Launch:
+    """A thread per element, or per 16-byte unit of a row where rows are whole units
+    (`VECTOR_COPIES`; the pointers' alignment tested at run time)."""
     assert node.type is not None
     table, ids = types
     width = table.shape[-1]
@@ -184,18 +186,40 @@ def _get_rows(node: Node, types: tuple[TensorType, ...]) -> Launch:
     n = node.type.numel
     idx = index_type(max(n, table.numel))
     t = _bits(table.dtype)
-    lines = [
-        _grid_loop(n, idx),
-        f"  const long long row = (long long)in1[i / {width}u];",
-        (
-            f"  out[i] = (row >= 0 && row < {rows}LL) ? in0[({idx})row * {width}u + i % {width}u]"
-            f" : ({t})0;"
-        ),
-        "}",
-    ]
+
+    def loop(count: int, cols: int, unit: str | None) -> list[str]:
+        """The copy loop moving elements (`unit` None) or `unit`s."""
+        dst, src, zero = "out", "in0", f"({t})0"
+        if unit is not None:
+            dst, src = f"reinterpret_cast<{unit}*>(out)", f"reinterpret_cast<const {unit}*>(in0)"
+            zero = f"{unit}{{}}"
+        return [
+            _grid_loop(count, idx),
+            f"  const long long row = (long long)in1[i / {cols}u];",
+            f"  if (row >= 0 && row < {rows}LL) {dst}[i] = {src}[({idx})row * {cols}u + i % {cols}u];",
+            f"  else {dst}[i] = {zero};",
+            "}",
+        ]
+
+    size = DTYPE_BYTES[table.dtype]
+    per = 16 // size
+    if VECTOR_COPIES and width and size < 16 and width % per == 0:
+        pointers = (
+            "reinterpret_cast<unsigned long long>(out) | reinterpret_cast<unsigned long long>(in0)"
+        )
+        lines = [
+            f"if ((({pointers}) & 15ull) == 0ull) {{",
+            *("  " + x for x in loop(n // per, width // per, "uint4")),
+            "} else {",
+            *("  " + x for x in loop(n, width, None)),
+            "}",
+        ]
+        count = n // per
+    else:
+        lines, count = loop(n, width, None), n
     decls = [f"{t}* out", f"const {t}* in0", f"const {STORAGE[ids.dtype]}* in1"]
     kernel = make_kernel("get_rows", decls, "\n".join("  " + s for s in lines))
-    grid, block = grid_1d(n)
+    grid, block = grid_1d(count)
     return Launch(kernel, grid, block, ("out", "in0", "in1"))
 
 

@@ -63,12 +63,18 @@ FUSED = (
 )
 
 # Transposes that keep the innermost dim (widened), one that moves it (never widened), a slice
-# inside the innermost dim whose start is not a multiple of a unit and rope with 8 and 6 heads
+# inside the innermost dim whose start is not a multiple of a unit, get_rows of whole 16-byte
+# units (f32, f16, bf16 rows of 16) and of rows that are not (4 f16 values: 8 bytes) and rope with 8 and 6 heads
 # (4 and 3 heads a thread), partial rotary and scaling.
 MOVEMENT = """graph movement {
   input %q : {T}[1,6,8,16]
   input %k : {T}[1,6,6,16]
   input %pos : i32[6]
+  input %tab : {T}[7,16]
+  input %tab2 : {T}[7,4]
+  input %ids : i32[5]
+  %rows = get_rows(%tab, %ids) : {T}[5,16]
+  %rows2 = get_rows(%tab2, %ids) : {T}[5,4]
   %qr = rope(%q, %pos) {theta = 10000.0} : {T}[1,6,8,16]
   %kr = rope(%k, %pos) {theta = 500.0, rotary_dim = 8} : {T}[1,6,6,16]
   %qt = transpose(%qr) {perm = [0, 2, 1, 3]} : {T}[1,8,6,16]
@@ -76,7 +82,7 @@ MOVEMENT = """graph movement {
   %ki = transpose(%k) {perm = [0, 1, 3, 2]} : {T}[1,6,16,6]
   %ks = slice(%k) {axis = 3, start = 3, end = 11} : {T}[1,6,6,8]
   %kw = slice(%k) {axis = 3, start = 8, end = 16} : {T}[1,6,6,8]
-  output %qt, %kt, %ki, %ks, %kw
+  output %qt, %kt, %ki, %ks, %kw, %rows, %rows2
 }
 """
 

@@ -646,12 +646,21 @@ extern "C" __global__ void __launch_bounds__(256, 2) og_gemv_f53a45730706(float*
   }
 }
 
-extern "C" __global__ void og_get_rows_5a9f021f8049(unsigned int* out, const unsigned int* in0, const int* in1) {
+extern "C" __global__ void og_get_rows_224ada12257e(unsigned int* out, const unsigned int* in0, const int* in1) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
-  for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 64u; i += (unsigned int)gridDim.x * blockDim.x) {
-    const long long row = (long long)in1[i / 64u];
-    out[i] = (row >= 0 && row < 128LL) ? in0[(unsigned int)row * 64u + i % 64u] : (unsigned int)0;
+  if (((reinterpret_cast<unsigned long long>(out) | reinterpret_cast<unsigned long long>(in0)) & 15ull) == 0ull) {
+    for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 16u; i += (unsigned int)gridDim.x * blockDim.x) {
+      const long long row = (long long)in1[i / 16u];
+      if (row >= 0 && row < 128LL) reinterpret_cast<uint4*>(out)[i] = reinterpret_cast<const uint4*>(in0)[(unsigned int)row * 16u + i % 16u];
+      else reinterpret_cast<uint4*>(out)[i] = uint4{};
+    }
+  } else {
+    for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 64u; i += (unsigned int)gridDim.x * blockDim.x) {
+      const long long row = (long long)in1[i / 64u];
+      if (row >= 0 && row < 128LL) out[i] = in0[(unsigned int)row * 64u + i % 64u];
+      else out[i] = (unsigned int)0;
+    }
   }
 }
 
