@@ -237,3 +237,25 @@ def test_residual_adds_in_the_product(
     else:
         assert not accumulating and not copies and epilogues == {"h", "h2", "bh", "h3"}
     assert sum(s.node == "bh" for s in gemms) == 1  # batched: one strided call
+
+
+def test_an_accumulating_product_never_reads_its_result_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from optgraph.codegen.cuda_dispatch import node_code
+    from optgraph.codegen.cuda_plan import Location, _check_accumulation
+    from optgraph.codegen.cuda_source import CodegenError
+
+    monkeypatch.setattr(cuda_matmul, "RESIDUAL_IN_GEMM", True)
+    graph = run_pipeline(og.parse(RESIDUAL.replace("{T}", "f16")), FUSED)
+    node = next(n for n in graph.nodes if n.name == "h")
+    types = graph.value_types()
+    work = node_code(node, [types[o] for o in node.operands])
+    residual = node.operands.index("r")
+    roles = {f"in{k}": Location("arena", "", 4096 * k) for k in range(len(node.operands))}
+    roles["out"] = roles[f"in{residual}"]  # in place over the residual: legal
+    _check_accumulation(node, work, roles, types)
+    product = node.operands.index("x")
+    roles["out"] = roles[f"in{product}"]  # over the product's own operand: refused
+    with pytest.raises(CodegenError, match="accumulates into bytes its product reads"):
+        _check_accumulation(node, work, roles, types)
