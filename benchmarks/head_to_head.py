@@ -20,10 +20,13 @@ models, to keep the whole suite within a few minutes of GPU time. For the decode
 `kernel_profile` (CUPTI through torch.profiler) splits a run into the GPU time of each kernel family
 and the rest (gaps, host issue).
 
-The bandwidth floor of a decode step is the bytes it must move (every weight byte read, the
-embedding rows gathered rather than the whole table, every input including the KV caches read,
-outputs written, KV rows written once) divided by the device-to-device copy bandwidth measured in
-the same run (bytes read + written).
+The floors (head_to_head_checks.py): a decode step's is the bytes it must move divided by the
+device-to-device copy bandwidth measured in the same run; the prefill's is its FLOPs divided by
+the f16 GEMM rate measured in the same run. The agreement column runs optgraph, PyTorch eager
+and CuPy eager each on fresh copies of the inputs and of the weights (drawn again from their
+seed) and names weights that a timed variant changed. `og-fused-1s-<tag>` variants turn the
+prefill's bandwidth kernels off one at a time (`head_to_head_variants.PREFILL_SETTINGS`;
+`og-fused-1s-scalar`: all of them).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import argparse
 import datetime
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,17 +50,29 @@ from gpu_variants import (
     cupy_eager,
     optgraph_variant,
 )
+from head_to_head_checks import (
+    agreement,
+    changed_weights,
+    compute_flops,
+    copy_bandwidth,
+    floor_bytes,
+    gemm_rate,
+    rate_line,
+    weight_fingerprint,
+)
 from head_to_head_variants import (
     COMPILE_SECONDS,
     codegen_setting_variant,
     cublas_variant,
     kernel_profile,
+    prefill_variants,
     release_torch_model,
-    torch_outputs,
+    torch_eager_outputs,
     torch_variant,
 )
 from timing import device_name, median_us, results_table
 
+from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import FUSION
 from optgraph.runtime.reference import random_inputs
@@ -76,6 +91,7 @@ ONLY_ON = {
     "og-fused-1s-nopdl-old-decode-attn": {"llama_launch", "llama_real"},
     "og-fused-1s-decode-attn-prefetch": {"llama_launch", "llama_real"},
     "og-fused-1s-tiled-attn": {"llama_prefill_512"},
+    **{v.name: {"llama_prefill_512"} for v in prefill_variants(lambda model: None)},
 }
 ORDER = ("llama_real", "llama_launch", "moe_block", "inception_block", "llama_prefill_512")
 LLAMA_LAUNCH = {
@@ -88,7 +104,12 @@ LLAMA_REAL = {
 }  # fmt: skip
 LLAMA_PREFILL = {**LLAMA_REAL, "seq": 512, "cache_len": 512, "mode": "prefill"}
 ITERS = {"llama_real": 40, "llama_prefill_512": 20}  # big models: fewer timed runs
-PROFILED = {"llama_launch": "og-fused-1s", "llama_real": "og-fused-1s"}  # kernel breakdowns
+COMPUTE_FLOORS = {"llama_prefill_512"}  # the floor is FLOPs at the GEMM rate, not bytes
+PROFILED = {
+    "llama_launch": "og-fused-1s",
+    "llama_real": "og-fused-1s",
+    "llama_prefill_512": "og-fused-1s",
+}  # kernel breakdowns
 
 
 def device_weights(graph: Graph, seed: int = 0) -> dict[str, Any]:
@@ -117,42 +138,6 @@ def decode_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
         inputs["pos"] = np.arange(length - seq, length, dtype=inputs["pos"].dtype)
         inputs["kv_len"] = np.array([length], dtype=inputs["kv_len"].dtype)
     return inputs
-
-
-def floor_bytes(graph: Graph) -> int:
-    """Bytes a decode step must move at least (see the module docstring)."""
-    gathered: dict[str, int] = {}
-    types = graph.value_types()
-    for node in graph.nodes:
-        if node.op == "get_rows" and node.type is not None:
-            table = node.operands[0]
-            gathered[table] = gathered.get(table, 0) + node.type.nbytes
-    total = sum(gathered.get(w.name, w.type.nbytes) for w in graph.weights)
-    total += sum(i.type.nbytes for i in graph.inputs)
-    for name in graph.output_names():
-        producer = next(n for n in graph.nodes if n.name == name)
-        if producer.op == "kv_cache_write":
-            total += types[producer.operands[1]].nbytes  # only the new rows are written
-        else:
-            total += types[name].nbytes
-    return total
-
-
-def copy_bandwidth(nbytes: int = 1 << 30, iters: int = 20) -> float:
-    """Device-to-device copy bandwidth in bytes/s, counting bytes read and written."""
-    src = cp.ones(nbytes // 2, dtype=cp.float16)
-    dst = cp.empty_like(src)
-    for _ in range(3):
-        cp.copyto(dst, src)
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(iters):
-        cp.copyto(dst, src)
-    end.record()
-    end.synchronize()
-    seconds = cp.cuda.get_elapsed_time(start, end) / 1000.0 / iters
-    del src, dst
-    return 2.0 * nbytes / seconds
 
 
 # -- the suite -----------------------------------------------------------------------------------
@@ -247,6 +232,7 @@ def suite_variants() -> list[Variant]:
             "og-fused-1s with cuBLAS + epilogue kernel instead of the one-row kernel",
             cublas_variant(fused_1s),
         ),
+        *prefill_variants(fused_1s),
     ]
 
 
@@ -258,6 +244,7 @@ def models(only: str | None) -> Iterator[Model]:
     from optgraph.runtime.reference import random_weights
 
     real_weights: dict[str, Any] | None = None
+    FINGERPRINTS.clear()
     specs: dict[str, Any] = {
         "llama_launch": LLAMA_LAUNCH,
         "llama_real": LLAMA_REAL,
@@ -272,8 +259,11 @@ def models(only: str | None) -> Iterator[Model]:
         if isinstance(spec, dict):
             graph = og.parse(generate_llama(**spec))
             if spec["hidden"] >= 4096:
-                real_weights = real_weights or device_weights(graph)
+                if real_weights is None:
+                    real_weights = device_weights(graph)
+                    FINGERPRINTS["real"] = _fingerprint(real_weights)
                 weights = real_weights
+                FINGERPRINTS[name] = FINGERPRINTS["real"]
             else:
                 weights = device_weights(graph)
         else:
@@ -282,20 +272,61 @@ def models(only: str | None) -> Iterator[Model]:
         yield Model(name, graph, decode_inputs(graph), weights)
 
 
+# The weights' fingerprints when each model was built (the big models share theirs: taken once).
+FINGERPRINTS: dict[str, dict[str, float] | None] = {}
+
+
+def _fingerprint(weights: dict[str, Any]) -> dict[str, float] | None:
+    try:
+        return weight_fingerprint(weights)
+    except Exception:  # noqa: BLE001 - a missing fingerprint must not stop the suite
+        return None
+
+
+def _fresh_weights(model: Model) -> dict[str, Any]:
+    """The model's weights drawn again from their seed (device_weights and random_weights are
+    deterministic), so no array a timed variant touched is read."""
+    from optgraph.runtime.reference import random_weights
+
+    if model.name in ("llama_real", "llama_prefill_512", "llama_launch"):
+        return device_weights(model.graph)
+    return random_weights(model.graph, 0)
+
+
 def _agreement(model: Model, pipeline: str) -> str:
-    """nmse between optgraph (fusion + streams) and PyTorch eager on the first output."""
+    """nmse of optgraph (`pipeline`) against PyTorch eager and CuPy eager, each on fresh copies
+    of the inputs and weights (head_to_head_checks.agreement); where optgraph and PyTorch
+    disagree, optgraph also runs without PDL and without its CUDA graph (eager launches)."""
     from optgraph.passes.manager import run_pipeline
     from optgraph.program import cuda_program
-    from optgraph.runtime.reference import nmse
 
     graph = run_pipeline(model.graph, pipeline)
-    program = cuda_program(graph, weights=model.weights)
-    ours = program.run(model.device_inputs())
-    program.close()
-    first = model.graph.output_names()[0]
-    theirs = torch_outputs(model)[first]
-    ours_first = cp.asnumpy(ours[first]) if isinstance(ours[first], cp.ndarray) else ours[first]
-    return f"{nmse(np.asarray(ours_first, dtype=np.float32), theirs):.1e}"
+
+    def ours(options: LoweringOptions | None = None) -> Callable[..., dict[str, Any]]:
+        def run(inputs: dict[str, Any], weights: dict[str, Any]) -> dict[str, Any]:
+            program = cuda_program(graph, weights=weights, options=options)
+            try:
+                return program.run(inputs)
+            finally:
+                program.close()
+
+        return run
+
+    before = FINGERPRINTS.get(model.name)
+    changed = changed_weights(before, model.weights) if before else None
+    diagnostics = {
+        "og-nopdl": ours(LoweringOptions(pdl=False)),
+        "og-eager": ours(LoweringOptions(use_graph=False)),
+    }
+    return agreement(
+        model.graph,
+        model.inputs,
+        lambda: _fresh_weights(model),
+        ours(),
+        lambda i, w: torch_eager_outputs(model.graph, i, w),
+        changed,
+        diagnostics,
+    )
 
 
 def _num(row: dict[str, float | str], key: str) -> float | None:
@@ -308,9 +339,11 @@ def summary(
     floors: dict[str, float],
     agreement: dict[str, str],
     bandwidth: float,
+    rate: float | None = None,
 ) -> str:
     lines = [
         f"device-to-device copy bandwidth (read + write): {bandwidth / 1e12:.2f} TB/s",
+        *([rate_line(rate)] if rate else []),
         "",
         (
             "| model | floor (µs) | best PyTorch (µs) | best optgraph (µs) | optgraph / PyTorch |"
@@ -369,9 +402,14 @@ def run_suite(args: argparse.Namespace, variants: list[Variant]) -> int:
     floors: dict[str, float] = {}
     agreement: dict[str, str] = {}
     profiles: list[str] = []
+    rate: float | None = None
     for model in models(args.only):
         if model.graph.inputs and any(i.name.endswith("k_cache") for i in model.graph.inputs):
             floors[model.name] = floor_bytes(model.graph) / bandwidth * 1e6
+        elif model.name in COMPUTE_FLOORS:
+            rate = rate or gemm_rate()
+            floors[model.name] = compute_flops(model.graph) / rate * 1e6
+            print(f"f16 GEMM rate {rate / 1e12:.0f} TFLOP/s", flush=True)
         iters = min(args.iters, ITERS.get(model.name, args.iters))
         row: dict[str, float | str] = {}
         for variant in variants:
@@ -409,10 +447,10 @@ def run_suite(args: argparse.Namespace, variants: list[Variant]) -> int:
         cp.get_default_memory_pool().free_all_blocks()
         if args.markdown:  # after every model: a time limit still leaves the rows so far
             partial = table(results)
-            partial += "\n\n" + summary(results, floors, agreement, bandwidth)
+            partial += "\n\n" + summary(results, floors, agreement, bandwidth, rate)
             Path(args.markdown).write_text(partial + "\n\n" + "\n".join(profiles) + "\n")
     text = table(results)
-    text += "\n\n" + summary(results, floors, agreement, bandwidth)
+    text += "\n\n" + summary(results, floors, agreement, bandwidth, rate)
     text += "\n\n" + "\n".join(profiles)
     text += f"\n\ndate: {datetime.date.today()}"
     print(text)

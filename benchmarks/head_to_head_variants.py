@@ -96,14 +96,22 @@ def torch_variant(kind: str) -> Callable[[Any], tuple[Callable[[], Any], Any]]:
     return build
 
 
-def torch_outputs(model: Any) -> dict[str, np.ndarray]:
-    """PyTorch eager outputs of a model (for the agreement column)."""
+def torch_eager_outputs(
+    graph: Any, inputs: dict[str, Any], weights: dict[str, Any]
+) -> dict[str, Any]:
+    """PyTorch eager outputs of `graph` on these device arrays (for the agreement column): a
+    module of its own, sharing the arrays' memory, nothing cached."""
     import torch
+    from torch_interpreter import TorchModel, TorchModule
 
-    module, inputs = _torch_module(model)
+    module = TorchModule(
+        TorchModel(graph, device="cuda"),
+        {k: torch.from_dlpack(cp.asarray(v)) for k, v in weights.items()},
+    ).eval()
     with torch.no_grad():
-        out = module(inputs)
-    return {k: v.float().cpu().numpy() for k, v in out.items()}
+        out = module({k: torch.from_dlpack(cp.asarray(v)) for k, v in inputs.items()})
+    torch.cuda.synchronize()
+    return {k: cp.from_dlpack(v.float().contiguous()) for k, v in out.items()}
 
 
 def cublas_variant(build_fused: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -117,20 +125,86 @@ def codegen_setting_variant(
     build_fused: Callable[[Any], Any], name: str, value: Any, module: str = "cuda_fused"
 ) -> Callable[[Any], Any]:
     """The same optgraph variant built with `optgraph.codegen.<module>.<name>` set to `value`."""
+    return codegen_settings_variant(build_fused, {(module, name): value})
+
+
+def codegen_settings_variant(
+    build_fused: Callable[[Any], Any], settings: dict[tuple[str, str], Any]
+) -> Callable[[Any], Any]:
+    """The same optgraph variant built with each `optgraph.codegen.<module>.<name>` of
+    `settings` (or `<module>.<name>` for a module named in full) set to its value (restored
+    afterwards)."""
 
     def build(model: Any) -> tuple[Callable[[], Any], Any]:
-        setting = importlib.import_module(f"optgraph.codegen.{module}")
-        old = getattr(setting, name)
-        setattr(setting, name, value)
+        olds = []
+        for (module, name), value in settings.items():
+            path = module if module.startswith("optgraph.") else f"optgraph.codegen.{module}"
+            setting = importlib.import_module(path)
+            olds.append((setting, name, getattr(setting, name)))
+            setattr(setting, name, value)
         try:
             run, stream = build_fused(model)
             run()  # the kernels are generated at the first run
             stream.synchronize()
         finally:
-            setattr(setting, name, old)
+            for setting, name, old in reversed(olds):
+                setattr(setting, name, old)
         return run, stream
 
     return build
+
+
+# The prefill's bandwidth kernels (on by default): each one's setting and its value when off.
+PREFILL_SETTINGS = {
+    "novec": (("cuda_elementwise", "VECTOR_LOADS"), False, "scalar elementwise and epilogues"),
+    "nowidecopy": (("cuda_data_movement", "VECTOR_COPIES"), False, "transposes per element"),
+    "rope1": (("cuda_rope", "HEADS_PER_THREAD"), 1, "rope angles per head"),
+    "blocksoftmax": (("cuda_attention_gemm", "WARP_ROWS"), 0, "a block per softmax row"),
+}  # fmt: skip
+
+
+PDL_SMALL_BLOCKS = 1024
+
+
+def prefill_variants(build_fused: Callable[[Any], Any]) -> list[Any]:
+    """og-fused-1s with each prefill kernel setting off, and with all of them off (the kernels
+    as before them), to A/B them in one run."""
+    from gpu_variants import Variant
+
+    variants = [
+        Variant(f"og-fused-1s-{tag}", f"og-fused-1s with {what}",
+                codegen_settings_variant(build_fused, {key: off}))
+        for tag, (key, off, what) in PREFILL_SETTINGS.items()
+    ]  # fmt: skip
+    variants.append(
+        Variant(
+            "og-fused-1s-residual",
+            "og-fused-1s with residual adds as a copy + beta = 1 cuBLAS product"
+            " (cuda_matmul.RESIDUAL_IN_GEMM, off by default)",
+            codegen_settings_variant(build_fused, {("cuda_matmul", "RESIDUAL_IN_GEMM"): True}),
+        )
+    )
+    variants.append(
+        Variant(
+            "og-fused-1s-pdlsmall",
+            f"og-fused-1s with PDL only between grids of at most {PDL_SMALL_BLOCKS} blocks"
+            " (runtime.cuda_pdl.MAX_BLOCKS)",
+            codegen_settings_variant(
+                build_fused, {("optgraph.runtime.cuda_pdl", "MAX_BLOCKS"): PDL_SMALL_BLOCKS}
+            ),
+        )
+    )
+    every = {key: off for key, off, _ in PREFILL_SETTINGS.values()}
+    variants.append(
+        Variant(
+            "og-fused-1s-scalar",
+            "og-fused-1s with every prefill kernel setting off ("
+            + ", ".join(PREFILL_SETTINGS)
+            + ")",
+            codegen_settings_variant(build_fused, every),
+        )
+    )
+    return variants
 
 
 def kernel_profile(

@@ -16,7 +16,10 @@ reference applies in its order (scale, softcap, float mask; kv_len, both causal 
 window, bool mask as visibility), takes the softmax in float32 and writes the probabilities in
 q's dtype over the same row (row stride Skv·4 bytes, so p's leading dimension is Skv·4 / its
 element size): every read of the row precedes the block reductions' barriers, every write follows
-them. A row that sees no key gets zeros. Both products accumulate in float32.
+them. A row that sees no key gets zeros. Both products accumulate in float32. Up to `WARP_MAX_KEYS`
+keys a row is one warp's (`WARP_ROWS` rows a block, warp shuffles instead of block barriers),
+beyond it one block's; either way the keys a causal row cannot see are neither read nor
+exponentiated, only written as zeros.
 
 Taken when `cuda_attention.GEMM_PREFILL_MIN_ROWS` (0 = never) is at most Sq and Skv is at most
 `MAX_KEYS` (a row's scores stay in registers).
@@ -24,7 +27,13 @@ Taken when `cuda_attention.GEMM_PREFILL_MIN_ROWS` (0 = never) is at most Sq and 
 
 from __future__ import annotations
 
-from optgraph.codegen.cuda_head_rows import AttentionShape, operand_args, operand_decls
+from optgraph.codegen.cuda_head_rows import (
+    AttentionShape,
+    operand_args,
+    operand_decls,
+    warp_max,
+    warp_sum,
+)
 from optgraph.codegen.cuda_matmul import OP_N, OP_T, Gemm
 from optgraph.codegen.cuda_source import (
     STORAGE,
@@ -43,6 +52,10 @@ MAX_KEYS = THREADS * MAX_PER_THREAD
 MAX_SCRATCH_BYTES = 256 << 20
 SCRATCH = "scratch"  # the role of the node's scratch bytes
 NEG_INF = f32_literal(float("-inf"))
+# Rows of softmax a block takes, one warp each (`softmax_warp_rows`), where a row's scores fit
+# in 32 registers a lane; 0: a block of THREADS per row (`softmax_rows`) always.
+WARP_ROWS = 4
+WARP_MAX_KEYS = 32 * 32
 
 
 def fits(shape: AttentionShape, min_rows: int) -> bool:
@@ -82,35 +95,20 @@ def gemm_attention(shape: AttentionShape) -> list[Gemm | Launch]:
         "out", s.d, rows * s.d,
         s.b * s.hkv,
     )  # fmt: skip
-    return [scores, softmax_rows(s), out]
+    rows_kernel = softmax_warp_rows(s) if 0 < WARP_ROWS and s.skv <= WARP_MAX_KEYS else None
+    return [scores, rows_kernel or softmax_rows(s), out]
 
 
 def softmax_rows(s: AttentionShape) -> Launch:
     """One block per (row, head, batch): the row's probabilities over its scores, in place."""
     per = -(-s.skv // THREADS)
     dt = s.dtype
-    limit = "L"
-    if s.causal:
-        limit = s.causal_limit("L", "i")
     seen = s.seen_and("j < limit", "j", "lo", "moff")
     score = s.score_expr(f"srow[j] * {f32_literal(s.scale)}", "j", "moff")
     lines = [
         "const unsigned int i = blockIdx.x, h = blockIdx.y, bz = blockIdx.z;",
-        f"const unsigned long long row = ((unsigned long long)bz * {s.hq}u + h) * {s.sq}u + i;",
-        f"const float* srow = scratch + row * {s.skv}ull;",
-        f"{STORAGE[dt]}* prow = reinterpret_cast<{STORAGE[dt]}*>(scratch) + row * {prob_stride(s)}ull;",
         "__shared__ float og_scratch[32];",
-        f"long long L = {s.length_expr()};",
-        "if (L < 0) L = 0;",
-        f"long long lim = {limit};",
-        "if (lim > L) lim = L;",
-        "const unsigned int limit = lim > 0 ? (unsigned int)lim : 0u;",
-        *([f"const long long lo = {s.window_low('L', 'i')};"] if s.window else []),
-        *(
-            [f"const unsigned long long moff = {s.mask_offset('bz', 'h', 'i')};"]
-            if s.mask is not None
-            else []
-        ),
+        *_row_prologue(s),
         f"float sc[{per}];",
         f"float mx = {NEG_INF};",
         f"#pragma unroll\nfor (int r = 0; r < {per}; ++r) {{",
@@ -133,3 +131,65 @@ def softmax_rows(s: AttentionShape) -> Launch:
     decls = ["float* scratch", *operand_decls(s)]
     kernel = make_kernel("attention_softmax", decls, "\n".join("  " + x for x in lines))
     return Launch(kernel, (s.sq, s.hq, s.b), (THREADS, 1, 1), (SCRATCH, *operand_args(s)))
+
+
+def _row_prologue(s: AttentionShape) -> list[str]:
+    """The statements after `i`, `h`, `bz` are known: the row's pointers, limit, window, mask."""
+    limit = s.causal_limit("L", "i") if s.causal else "L"
+    return [
+        f"const unsigned long long row = ((unsigned long long)bz * {s.hq}u + h) * {s.sq}u + i;",
+        f"const float* srow = scratch + row * {s.skv}ull;",
+        (
+            f"{STORAGE[s.dtype]}* prow = reinterpret_cast<{STORAGE[s.dtype]}*>(scratch)"
+            f" + row * {prob_stride(s)}ull;"
+        ),
+        f"long long L = {s.length_expr()};",
+        "if (L < 0) L = 0;",
+        f"long long lim = {limit};",
+        "if (lim > L) lim = L;",
+        "const unsigned int limit = lim > 0 ? (unsigned int)lim : 0u;",
+        *([f"const long long lo = {s.window_low('L', 'i')};"] if s.window else []),
+        *(
+            [f"const unsigned long long moff = {s.mask_offset('bz', 'h', 'i')};"]
+            if s.mask is not None
+            else []
+        ),
+    ]
+
+
+def softmax_warp_rows(s: AttentionShape) -> Launch:
+    """One warp per (row, head, batch), `WARP_ROWS` rows a block: the softmax_rows work with
+    warp shuffles for the row's max and sum (no block barrier)."""
+    per = -(-s.skv // 32)
+    seen = s.seen_and("j < limit", "j", "lo", "moff")
+    score = s.score_expr(f"srow[j] * {f32_literal(s.scale)}", "j", "moff")
+    lines = [
+        (
+            f"const unsigned int i = blockIdx.x * {WARP_ROWS}u + (threadIdx.x >> 5),"
+            " h = blockIdx.y, bz = blockIdx.z, lane = threadIdx.x & 31u;"
+        ),
+        f"if (i >= {s.sq}u) return;  // the whole warp: no shuffle waits for it",
+        *_row_prologue(s),
+        f"float sc[{per}];",
+        f"float mx = {NEG_INF};",
+        f"#pragma unroll\nfor (int r = 0; r < {per}; ++r) {{",
+        "  const unsigned int j = lane + r * 32u;",
+        f"  sc[r] = ({seen}) ? {score} : {NEG_INF};",
+        "  mx = og_max(mx, sc[r]);",
+        "}",
+        warp_max("mx"),
+        "float total = 0.0f;",
+        f"#pragma unroll\nfor (int r = 0; r < {per}; ++r) {{",
+        f"  sc[r] = sc[r] == {NEG_INF} ? 0.0f : expf(sc[r] - mx);",
+        "  total += sc[r];",
+        "}",
+        warp_sum("total"),  # every lane's reads are before it
+        f"#pragma unroll\nfor (int r = 0; r < {per}; ++r) {{",
+        "  const unsigned int j = lane + r * 32u;",
+        f"  if (j < {s.skv}u) prow[j] = {store(s.dtype, 'total > 0.0f ? sc[r] / total : 0.0f')};",
+        "}",
+    ]
+    decls = ["float* scratch", *operand_decls(s)]
+    kernel = make_kernel("attention_softmax", decls, "\n".join("  " + x for x in lines))
+    grid = (-(-s.sq // WARP_ROWS), s.hq, s.b)
+    return Launch(kernel, grid, (32 * WARP_ROWS, 1, 1), (SCRATCH, *operand_args(s)))

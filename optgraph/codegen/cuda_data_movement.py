@@ -49,18 +49,73 @@ def _grid_loop(n: int, idx: str) -> str:
 
 
 def strided_copy(out_type: TensorType, src_strides: list[int], base: int, src_numel: int) -> Launch:
-    """out[i] = in0[base + offset(i)]: the copy kernel of materialized transposes and slices."""
+    """out[i] = in0[base + offset(i)]: the copy kernel of materialized transposes and slices.
+
+    Where the innermost output dim is contiguous in the source and every offset is a multiple
+    of a wider unit (`copy_unit`: up to 16 bytes), a thread moves one unit, not one element
+    (a run-time test of the pointers' alignment keeps the one-element loop for the rest)."""
     n = out_type.numel
     idx = index_type(max(n, src_numel))
     t = _bits(out_type.dtype)
     offset = gather_offset("i", out_type.shape, src_strides)
     start = f"{base}u + " if base else ""
-    body = [_grid_loop(n, idx), f"  out[i] = in0[{start}{offset}];", "}"]
+    elements = [_grid_loop(n, idx), f"  out[i] = in0[{start}{offset}];", "}"]
+    size = DTYPE_BYTES[out_type.dtype]
+    unit = copy_unit(out_type.shape, src_strides, base, size)
+    if unit == size:
+        body, count = elements, n
+    else:
+        per = unit // size
+        shape = [*out_type.shape[:-1], out_type.shape[-1] // per]
+        wide = [s // per for s in src_strides[:-1]] + [1]
+        count = n // per
+        offset = gather_offset("i", shape, wide)
+        start = f"{base // per}u + " if base else ""
+        u = UNITS[unit]
+        pointers = (
+            "reinterpret_cast<unsigned long long>(out) | reinterpret_cast<unsigned long long>(in0)"
+        )
+        move = (
+            f"reinterpret_cast<{u}*>(out)[i] = reinterpret_cast<const {u}*>(in0)[{start}{offset}];"
+        )
+        body = [
+            f"if ((({pointers}) & {unit - 1}ull) == 0ull) {{",
+            f"  {_grid_loop(count, idx)}",
+            f"    {move}",
+            "  }",
+            "} else {",
+            *("  " + e for e in elements),
+            "}",
+        ]
     kernel = make_kernel(
         "copy", [f"{t}* out", f"const {t}* in0"], "\n".join("  " + b for b in body)
     )
-    grid, block = grid_1d(n)
+    grid, block = grid_1d(count)
     return Launch(kernel, grid, block, ("out", "in0"))
+
+
+# The raw-bit type a thread moves in a widened copy, by bytes.
+UNITS = {4: "unsigned int", 8: "uint2", 16: "uint4"}
+# Widened copies (`strided_copy`); False: one element a thread.
+VECTOR_COPIES = True
+
+
+def copy_unit(
+    shape: list[int] | tuple[int, ...], src_strides: list[int], base: int, size: int
+) -> int:
+    """The widest unit in bytes (element size up to 16) a strided copy can move per thread:
+    the innermost dim contiguous in the source, its length, every other source stride and the
+    start all multiples of the unit."""
+    if not VECTOR_COPIES or not shape or src_strides[-1] != 1 or len(shape) < 2:
+        return size
+    for unit in (16, 8, 4):
+        per = unit // size
+        if per <= 1:
+            break
+        if shape[-1] % per or base % per or any(s % per for s in src_strides[:-1]):
+            continue
+        return unit
+    return size
 
 
 def emit(
@@ -122,6 +177,8 @@ def _concat(node: Node, types: tuple[TensorType, ...]) -> Launch:
 
 
 def _get_rows(node: Node, types: tuple[TensorType, ...]) -> Launch:
+    """A thread per element, or per 16-byte unit of a row where rows are whole units
+    (`VECTOR_COPIES`; the pointers' alignment tested at run time)."""
     assert node.type is not None
     table, ids = types
     width = table.shape[-1]
@@ -129,18 +186,40 @@ def _get_rows(node: Node, types: tuple[TensorType, ...]) -> Launch:
     n = node.type.numel
     idx = index_type(max(n, table.numel))
     t = _bits(table.dtype)
-    lines = [
-        _grid_loop(n, idx),
-        f"  const long long row = (long long)in1[i / {width}u];",
-        (
-            f"  out[i] = (row >= 0 && row < {rows}LL) ? in0[({idx})row * {width}u + i % {width}u]"
-            f" : ({t})0;"
-        ),
-        "}",
-    ]
+
+    def loop(count: int, cols: int, unit: str | None) -> list[str]:
+        """The copy loop moving elements (`unit` None) or `unit`s."""
+        dst, src, zero = "out", "in0", f"({t})0"
+        if unit is not None:
+            dst, src = f"reinterpret_cast<{unit}*>(out)", f"reinterpret_cast<const {unit}*>(in0)"
+            zero = f"{unit}{{}}"
+        return [
+            _grid_loop(count, idx),
+            f"  const long long row = (long long)in1[i / {cols}u];",
+            f"  if (row >= 0 && row < {rows}LL) {dst}[i] = {src}[({idx})row * {cols}u + i % {cols}u];",
+            f"  else {dst}[i] = {zero};",
+            "}",
+        ]
+
+    size = DTYPE_BYTES[table.dtype]
+    per = 16 // size
+    if VECTOR_COPIES and width and size < 16 and width % per == 0:
+        pointers = (
+            "reinterpret_cast<unsigned long long>(out) | reinterpret_cast<unsigned long long>(in0)"
+        )
+        lines = [
+            f"if ((({pointers}) & 15ull) == 0ull) {{",
+            *("  " + x for x in loop(n // per, width // per, "uint4")),
+            "} else {",
+            *("  " + x for x in loop(n, width, None)),
+            "}",
+        ]
+        count = n // per
+    else:
+        lines, count = loop(n, width, None), n
     decls = [f"{t}* out", f"const {t}* in0", f"const {STORAGE[ids.dtype]}* in1"]
     kernel = make_kernel("get_rows", decls, "\n".join("  " + s for s in lines))
-    grid, block = grid_1d(n)
+    grid, block = grid_1d(count)
     return Launch(kernel, grid, block, ("out", "in0", "in1"))
 
 

@@ -1,14 +1,16 @@
 """rope: NeoX rotate-half on `x [B,S,H,D]`, `pos [S]`, with scaling and partial rotary.
 
-A thread per rotating pair (i, i + rotary_dim/2) and, when `rotary_dim < D`, per pass-through
-element (copied). The angle `pos · inv_freq[i]` and its cosine and sine are computed in double,
+A thread per rotating pair (i, i + rotary_dim/2) of `HEADS_PER_THREAD` heads of one position
+(the largest divisor of H up to it: the angle depends on the position and i only, so its cosine
+and sine are computed once for those heads) and, when `rotary_dim < D`, per pass-through element
+of those heads (copied). The angle `pos · inv_freq[i]` and its cosine and sine are computed in double,
 then the rotation in float32, exactly as the reference interpreter does. Unscaled rope computes
 `inv_freq = theta^(-2i/D)` with `pow`; a scaled one reads the table `op_rules_rope` computes (the
 same float64 values the reference uses) from a constant array in the kernel, and multiplies the
 cosine and sine by the attention factor when it is not 1 (yarn).
 
     %q2 = rope(%q, %pos) {rotary_dim = 32} : f16[1,1,32,128]
-    ->  og_rope_<hash>: 1·1·32·(16 + 96) threads: 16 pairs and 96 copied entries per head
+    ->  og_rope_<hash>: 1·1·8·(16 + 96) threads (4 heads each): 16 pairs and 96 copied entries
 """
 
 from __future__ import annotations
@@ -31,6 +33,13 @@ from optgraph.ir.op_rules_rope import rope_frequencies
 from optgraph.ir.ops import attrs_with_defaults
 
 OPS = frozenset({"rope"})
+# Heads one thread rotates with one cosine and sine (1: a thread per pair of every head).
+HEADS_PER_THREAD = 4
+
+
+def heads_per_thread(heads: int) -> int:
+    """The largest divisor of `heads` that is at most `HEADS_PER_THREAD`."""
+    return max(g for g in range(1, max(1, HEADS_PER_THREAD) + 1) if heads % g == 0)
 
 
 def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Launch]:
@@ -44,7 +53,8 @@ def rope_launch(node: Node, types: tuple[TensorType, ...]) -> Launch:
     freq = rope_frequencies(attrs, d)
     half, rotary = freq.rotary_dim // 2, freq.rotary_dim
     per_row = half + d - rotary  # pairs, then the pass-through entries
-    n = b * s * h * per_row
+    g = heads_per_thread(h)
+    n = b * s * (h // g) * per_row
     idx = index_type(x.numel)
     lines = []
     if attrs["scaling"] == "none":
@@ -59,12 +69,13 @@ def rope_launch(node: Node, types: tuple[TensorType, ...]) -> Launch:
         f" t += ({idx})gridDim.x * blockDim.x) {{"
     )
     lines.append(
-        f"  const {idx} i = t % {per_row}u, row = t / {per_row}u, si = (row / {h}u) % {s}u;"
+        f"  const {idx} i = t % {per_row}u, group = t / {per_row}u, bs = group / {h // g}u;"
     )
+    lines.append(f"  const {idx} first = bs * {h}u + (group % {h // g}u) * {g}u, si = bs % {s}u;")
     if per_row != half:
         lines.append(
-            f"  if (i >= {half}u) {{ const {idx} k = row * {d}u + i + {half}u;"
-            " out[k] = in0[k]; continue; }"
+            f"  if (i >= {half}u) {{ for ({idx} row = first; row < first + {g}u; ++row) {{"
+            f" const {idx} k = row * {d}u + i + {half}u; out[k] = in0[k]; }} continue; }}"
         )
     cos, sin = "cos(angle)", "sin(angle)"
     if freq.attention_factor != 1.0:
@@ -74,11 +85,13 @@ def rope_launch(node: Node, types: tuple[TensorType, ...]) -> Launch:
         f"  const double inv_freq = {inv_freq};",
         "  const double angle = (double)in1[si] * inv_freq;",
         f"  const float c = (float){cos}, sn = (float){sin};",
-        f"  const {idx} base = row * {d}u;",
-        f"  const float x1 = {load(x.dtype, 'in0[base + i]')};",
-        f"  const float x2 = {load(x.dtype, f'in0[base + i + {half}u]')};",
-        f"  out[base + i] = {store(x.dtype, 'x1 * c - x2 * sn')};",
-        f"  out[base + i + {half}u] = {store(x.dtype, 'x2 * c + x1 * sn')};",
+        f"  #pragma unroll\n  for (unsigned int og_h = 0; og_h < {g}u; ++og_h) {{",
+        f"    const {idx} base = (first + og_h) * {d}u;",
+        f"    const float x1 = {load(x.dtype, 'in0[base + i]')};",
+        f"    const float x2 = {load(x.dtype, f'in0[base + i + {half}u]')};",
+        f"    out[base + i] = {store(x.dtype, 'x1 * c - x2 * sn')};",
+        f"    out[base + i + {half}u] = {store(x.dtype, 'x2 * c + x1 * sn')};",
+        "  }",
         "}",
     ]
     decls = [out_param(x.dtype), in_param(x.dtype, 0), f"const {STORAGE[pos.dtype]}* in1"]

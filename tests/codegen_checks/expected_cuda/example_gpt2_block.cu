@@ -201,47 +201,111 @@ for (int r = 0; r < 2; ++r) {
   }
 }
 
-extern "C" __global__ void og_copy_0dc772524313(unsigned int* out, const unsigned int* in0) {
+extern "C" __global__ void og_copy_8697eb34f077(unsigned int* out, const unsigned int* in0) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
-  for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 512u; i += (unsigned int)gridDim.x * blockDim.x) {
-    out[i] = in0[(i / 64u) * 16u + ((i / 16u) % 4u) * 128u + (i % 16u)];
+  if (((reinterpret_cast<unsigned long long>(out) | reinterpret_cast<unsigned long long>(in0)) & 15ull) == 0ull) {
+    for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 128u; i += (unsigned int)gridDim.x * blockDim.x) {
+      reinterpret_cast<uint4*>(out)[i] = reinterpret_cast<const uint4*>(in0)[(i / 16u) * 4u + ((i / 4u) % 4u) * 32u + (i % 4u)];
+    }
+  } else {
+    for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 512u; i += (unsigned int)gridDim.x * blockDim.x) {
+      out[i] = in0[(i / 64u) * 16u + ((i / 16u) % 4u) * 128u + (i % 16u)];
+    }
   }
 }
 
-extern "C" __global__ void og_epilogue_468255b60163(float* out, const float* in0, const float* in1, const float* in2) {
+extern "C" __global__ void og_epilogue_443f3c172b3d(float* out, const float* in0, const float* in1, const float* in2, const float* in3) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
-  for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 1536u; i += (unsigned int)gridDim.x * blockDim.x) {
-    const float a = out[i];
-    const float p2 = in2[(i % 192u)];
-    const float v0 = (a + p2);
-    out[i] = (float)(v0);
+  const bool og_aligned = ((reinterpret_cast<unsigned long long>(out) | reinterpret_cast<unsigned long long>(in3)) & 15ull) == 0ull;
+  if (og_aligned) {
+    for (unsigned int og_v = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; og_v < 128u; og_v += (unsigned int)gridDim.x * blockDim.x) {
+      const uint4 og_ra = reinterpret_cast<const uint4*>(out)[og_v];
+      const uint4 og_r3 = reinterpret_cast<const uint4*>(in3)[og_v];
+      uint4 og_o;
+      float* og_oe = reinterpret_cast<float*>(&og_o);
+      #pragma unroll
+  for (unsigned int og_e = 0; og_e < 4u; ++og_e) {
+        const unsigned int i = og_v * 4u + og_e;
+        const float a = reinterpret_cast<const float*>(&og_ra)[og_e];
+        const float p3 = reinterpret_cast<const float*>(&og_r3)[og_e];
+        const float p2 = in2[(i % 64u)];
+        const float v0 = (a + p2);
+        const float v1 = (p3 + v0);
+        og_oe[og_e] = (float)(v1);
+      }
+      reinterpret_cast<uint4*>(out)[og_v] = og_o;
+    }
+  } else {
+    for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 512u; i += (unsigned int)gridDim.x * blockDim.x) {
+      const float a = out[i];
+      const float p2 = in2[(i % 64u)];
+      const float p3 = in3[i];
+      const float v0 = (a + p2);
+      const float v1 = (p3 + v0);
+      out[i] = (float)(v1);
+    }
   }
 }
 
-extern "C" __global__ void og_epilogue_573b83fe0091(float* out, const float* in0, const float* in1, const float* in2) {
+extern "C" __global__ void og_epilogue_71b5a2758d56(float* out, const float* in0, const float* in1, const float* in2) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
-  for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 2048u; i += (unsigned int)gridDim.x * blockDim.x) {
-    const float a = out[i];
-    const float p2 = in2[(i % 256u)];
-    const float v0 = (a + p2);
-    const float v1 = (0.5f * v0 * (1.0f + tanhf(7.978845835e-01f * (v0 + 4.471499845e-02f * v0 * v0 * v0))));
-    out[i] = (float)(v1);
+  const bool og_aligned = ((reinterpret_cast<unsigned long long>(out)) & 15ull) == 0ull;
+  if (og_aligned) {
+    for (unsigned int og_v = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; og_v < 512u; og_v += (unsigned int)gridDim.x * blockDim.x) {
+      const uint4 og_ra = reinterpret_cast<const uint4*>(out)[og_v];
+      uint4 og_o;
+      float* og_oe = reinterpret_cast<float*>(&og_o);
+      #pragma unroll
+  for (unsigned int og_e = 0; og_e < 4u; ++og_e) {
+        const unsigned int i = og_v * 4u + og_e;
+        const float a = reinterpret_cast<const float*>(&og_ra)[og_e];
+        const float p2 = in2[(i % 256u)];
+        const float v0 = (a + p2);
+        const float v1 = (0.5f * v0 * (1.0f + tanhf(7.978845835e-01f * (v0 + 4.471499845e-02f * v0 * v0 * v0))));
+        og_oe[og_e] = (float)(v1);
+      }
+      reinterpret_cast<uint4*>(out)[og_v] = og_o;
+    }
+  } else {
+    for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 2048u; i += (unsigned int)gridDim.x * blockDim.x) {
+      const float a = out[i];
+      const float p2 = in2[(i % 256u)];
+      const float v0 = (a + p2);
+      const float v1 = (0.5f * v0 * (1.0f + tanhf(7.978845835e-01f * (v0 + 4.471499845e-02f * v0 * v0 * v0))));
+      out[i] = (float)(v1);
+    }
   }
 }
 
-extern "C" __global__ void og_epilogue_b15062b27634(float* out, const float* in0, const float* in1, const float* in2, const float* in3) {
+extern "C" __global__ void og_epilogue_af7b5377fb2a(float* out, const float* in0, const float* in1, const float* in2) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
-  for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 512u; i += (unsigned int)gridDim.x * blockDim.x) {
-    const float a = out[i];
-    const float p2 = in2[(i % 64u)];
-    const float p3 = in3[i];
-    const float v0 = (a + p2);
-    const float v1 = (p3 + v0);
-    out[i] = (float)(v1);
+  const bool og_aligned = ((reinterpret_cast<unsigned long long>(out)) & 15ull) == 0ull;
+  if (og_aligned) {
+    for (unsigned int og_v = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; og_v < 384u; og_v += (unsigned int)gridDim.x * blockDim.x) {
+      const uint4 og_ra = reinterpret_cast<const uint4*>(out)[og_v];
+      uint4 og_o;
+      float* og_oe = reinterpret_cast<float*>(&og_o);
+      #pragma unroll
+  for (unsigned int og_e = 0; og_e < 4u; ++og_e) {
+        const unsigned int i = og_v * 4u + og_e;
+        const float a = reinterpret_cast<const float*>(&og_ra)[og_e];
+        const float p2 = in2[(i % 192u)];
+        const float v0 = (a + p2);
+        og_oe[og_e] = (float)(v0);
+      }
+      reinterpret_cast<uint4*>(out)[og_v] = og_o;
+    }
+  } else {
+    for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 1536u; i += (unsigned int)gridDim.x * blockDim.x) {
+      const float a = out[i];
+      const float p2 = in2[(i % 192u)];
+      const float v0 = (a + p2);
+      out[i] = (float)(v0);
+    }
   }
 }
 
@@ -301,60 +365,84 @@ extern "C" __global__ void og_layer_norm_497aa43e34fe(float* out, const float* i
   }
 }
 
-__device__ __forceinline__ void og_copy_da447d0ef833_part(const dim3 og_block_idx, const dim3 og_grid_dim, unsigned int* out, const unsigned int* in0) {
-  for (unsigned int i = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; i < 512u; i += (unsigned int)og_grid_dim.x * blockDim.x) {
-    out[i] = in0[(i / 64u) * 192u + (i % 64u)];
+__device__ __forceinline__ void og_copy_5a6405a022a9_part(const dim3 og_block_idx, const dim3 og_grid_dim, unsigned int* out, const unsigned int* in0) {
+  if (((reinterpret_cast<unsigned long long>(out) | reinterpret_cast<unsigned long long>(in0)) & 15ull) == 0ull) {
+    for (unsigned int i = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; i < 128u; i += (unsigned int)og_grid_dim.x * blockDim.x) {
+      reinterpret_cast<uint4*>(out)[i] = reinterpret_cast<const uint4*>(in0)[(i / 32u) * 4u + ((i / 4u) % 8u) * 16u + (i % 4u)];
+    }
+  } else {
+    for (unsigned int i = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; i < 512u; i += (unsigned int)og_grid_dim.x * blockDim.x) {
+      out[i] = in0[(i / 128u) * 16u + ((i / 16u) % 8u) * 64u + (i % 16u)];
+    }
   }
 }
 
-__device__ __forceinline__ void og_copy_3db331ee17a5_part(const dim3 og_block_idx, const dim3 og_grid_dim, unsigned int* out, const unsigned int* in0) {
-  for (unsigned int i = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; i < 512u; i += (unsigned int)og_grid_dim.x * blockDim.x) {
-    out[i] = in0[64u + (i / 64u) * 192u + (i % 64u)];
-  }
-}
-
-__device__ __forceinline__ void og_copy_c2b551c2949a_part(const dim3 og_block_idx, const dim3 og_grid_dim, unsigned int* out, const unsigned int* in0) {
-  for (unsigned int i = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; i < 512u; i += (unsigned int)og_grid_dim.x * blockDim.x) {
-    out[i] = in0[128u + (i / 64u) * 192u + (i % 64u)];
-  }
-}
-
-extern "C" __global__ void og_merged_19010035d686(unsigned int* m0_out, const unsigned int* m0_in0, unsigned int* m1_out, const unsigned int* m1_in0, unsigned int* m2_out, const unsigned int* m2_in0) {
+extern "C" __global__ void og_merged_a89de209612d(unsigned int* m0_out, const unsigned int* m0_in0, unsigned int* m1_out, const unsigned int* m1_in0, unsigned int* m2_out, const unsigned int* m2_in0) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   {
   const unsigned int og_b = blockIdx.x;
-  if (og_b < 2u) {
-    og_copy_da447d0ef833_part(dim3{og_b, 0u, 0u}, dim3{2u, 1u, 1u}, m0_out, m0_in0);
-  } else if (og_b < 4u) {
-    const unsigned int og_r = og_b - 2u;
-    og_copy_3db331ee17a5_part(dim3{og_r, 0u, 0u}, dim3{2u, 1u, 1u}, m1_out, m1_in0);
+  if (og_b < 1u) {
+    og_copy_5a6405a022a9_part(dim3{og_b, 0u, 0u}, dim3{1u, 1u, 1u}, m0_out, m0_in0);
+  } else if (og_b < 2u) {
+    const unsigned int og_r = og_b - 1u;
+    og_copy_5a6405a022a9_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m1_out, m1_in0);
   } else {
-    const unsigned int og_r = og_b - 4u;
-    og_copy_c2b551c2949a_part(dim3{og_r, 0u, 0u}, dim3{2u, 1u, 1u}, m2_out, m2_in0);
+    const unsigned int og_r = og_b - 2u;
+    og_copy_5a6405a022a9_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m2_out, m2_in0);
   }
   }
 }
 
-__device__ __forceinline__ void og_copy_562dab4c4ac7_part(const dim3 og_block_idx, const dim3 og_grid_dim, unsigned int* out, const unsigned int* in0) {
-  for (unsigned int i = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; i < 512u; i += (unsigned int)og_grid_dim.x * blockDim.x) {
-    out[i] = in0[(i / 128u) * 16u + ((i / 16u) % 8u) * 64u + (i % 16u)];
+__device__ __forceinline__ void og_copy_f80ae311d2f2_part(const dim3 og_block_idx, const dim3 og_grid_dim, unsigned int* out, const unsigned int* in0) {
+  if (((reinterpret_cast<unsigned long long>(out) | reinterpret_cast<unsigned long long>(in0)) & 15ull) == 0ull) {
+    for (unsigned int i = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; i < 128u; i += (unsigned int)og_grid_dim.x * blockDim.x) {
+      reinterpret_cast<uint4*>(out)[i] = reinterpret_cast<const uint4*>(in0)[(i / 16u) * 48u + (i % 16u)];
+    }
+  } else {
+    for (unsigned int i = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; i < 512u; i += (unsigned int)og_grid_dim.x * blockDim.x) {
+      out[i] = in0[(i / 64u) * 192u + (i % 64u)];
+    }
   }
 }
 
-extern "C" __global__ void og_merged_27a9b07bdf2b(unsigned int* m0_out, const unsigned int* m0_in0, unsigned int* m1_out, const unsigned int* m1_in0, unsigned int* m2_out, const unsigned int* m2_in0) {
+__device__ __forceinline__ void og_copy_9a104b3841fb_part(const dim3 og_block_idx, const dim3 og_grid_dim, unsigned int* out, const unsigned int* in0) {
+  if (((reinterpret_cast<unsigned long long>(out) | reinterpret_cast<unsigned long long>(in0)) & 15ull) == 0ull) {
+    for (unsigned int i = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; i < 128u; i += (unsigned int)og_grid_dim.x * blockDim.x) {
+      reinterpret_cast<uint4*>(out)[i] = reinterpret_cast<const uint4*>(in0)[16u + (i / 16u) * 48u + (i % 16u)];
+    }
+  } else {
+    for (unsigned int i = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; i < 512u; i += (unsigned int)og_grid_dim.x * blockDim.x) {
+      out[i] = in0[64u + (i / 64u) * 192u + (i % 64u)];
+    }
+  }
+}
+
+__device__ __forceinline__ void og_copy_ff7dd463e3ac_part(const dim3 og_block_idx, const dim3 og_grid_dim, unsigned int* out, const unsigned int* in0) {
+  if (((reinterpret_cast<unsigned long long>(out) | reinterpret_cast<unsigned long long>(in0)) & 15ull) == 0ull) {
+    for (unsigned int i = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; i < 128u; i += (unsigned int)og_grid_dim.x * blockDim.x) {
+      reinterpret_cast<uint4*>(out)[i] = reinterpret_cast<const uint4*>(in0)[32u + (i / 16u) * 48u + (i % 16u)];
+    }
+  } else {
+    for (unsigned int i = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; i < 512u; i += (unsigned int)og_grid_dim.x * blockDim.x) {
+      out[i] = in0[128u + (i / 64u) * 192u + (i % 64u)];
+    }
+  }
+}
+
+extern "C" __global__ void og_merged_f0d6ee0adfb0(unsigned int* m0_out, const unsigned int* m0_in0, unsigned int* m1_out, const unsigned int* m1_in0, unsigned int* m2_out, const unsigned int* m2_in0) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   {
   const unsigned int og_b = blockIdx.x;
-  if (og_b < 2u) {
-    og_copy_562dab4c4ac7_part(dim3{og_b, 0u, 0u}, dim3{2u, 1u, 1u}, m0_out, m0_in0);
-  } else if (og_b < 4u) {
-    const unsigned int og_r = og_b - 2u;
-    og_copy_562dab4c4ac7_part(dim3{og_r, 0u, 0u}, dim3{2u, 1u, 1u}, m1_out, m1_in0);
+  if (og_b < 1u) {
+    og_copy_f80ae311d2f2_part(dim3{og_b, 0u, 0u}, dim3{1u, 1u, 1u}, m0_out, m0_in0);
+  } else if (og_b < 2u) {
+    const unsigned int og_r = og_b - 1u;
+    og_copy_9a104b3841fb_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m1_out, m1_in0);
   } else {
-    const unsigned int og_r = og_b - 4u;
-    og_copy_562dab4c4ac7_part(dim3{og_r, 0u, 0u}, dim3{2u, 1u, 1u}, m2_out, m2_in0);
+    const unsigned int og_r = og_b - 2u;
+    og_copy_ff7dd463e3ac_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m2_out, m2_in0);
   }
   }
 }

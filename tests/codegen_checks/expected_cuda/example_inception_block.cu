@@ -115,41 +115,109 @@ extern "C" __global__ void og_conv2d_c1851749eb71(float* out, const float* x, co
   }
 }
 
-extern "C" __global__ void og_epilogue_0eddfe2ba960(float* out, const float* in0, const float* in1, const float* in2) {
+extern "C" __global__ void og_epilogue_830441cca792(float* out, const float* in0, const float* in1, const float* in2) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
-  for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096u; i += (unsigned int)gridDim.x * blockDim.x) {
-    const float a = out[i];
-    const float v0 = og_max(a, 0.0f);
-    out[i] = (float)(v0);
+  const bool og_aligned = ((reinterpret_cast<unsigned long long>(out)) & 15ull) == 0ull;
+  if (og_aligned) {
+    for (unsigned int og_v = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; og_v < 1536u; og_v += (unsigned int)gridDim.x * blockDim.x) {
+      const uint4 og_ra = reinterpret_cast<const uint4*>(out)[og_v];
+      uint4 og_o;
+      float* og_oe = reinterpret_cast<float*>(&og_o);
+      #pragma unroll
+  for (unsigned int og_e = 0; og_e < 4u; ++og_e) {
+        const unsigned int i = og_v * 4u + og_e;
+        const float a = reinterpret_cast<const float*>(&og_ra)[og_e];
+        const float v0 = og_max(a, 0.0f);
+        og_oe[og_e] = (float)(v0);
+      }
+      reinterpret_cast<uint4*>(out)[og_v] = og_o;
+    }
+  } else {
+    for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 6144u; i += (unsigned int)gridDim.x * blockDim.x) {
+      const float a = out[i];
+      const float v0 = og_max(a, 0.0f);
+      out[i] = (float)(v0);
+    }
   }
 }
 
-extern "C" __global__ void og_epilogue_6d1548b6bc05(float* out, const float* in0, const float* in1, const float* in2) {
+extern "C" __global__ void og_epilogue_a7b954a23107(float* out, const float* in0, const float* in1, const float* in2) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
-  for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 2048u; i += (unsigned int)gridDim.x * blockDim.x) {
-    const float a = out[i];
-    const float v0 = og_max(a, 0.0f);
-    out[i] = (float)(v0);
+  const bool og_aligned = ((reinterpret_cast<unsigned long long>(out)) & 15ull) == 0ull;
+  if (og_aligned) {
+    for (unsigned int og_v = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; og_v < 512u; og_v += (unsigned int)gridDim.x * blockDim.x) {
+      const uint4 og_ra = reinterpret_cast<const uint4*>(out)[og_v];
+      uint4 og_o;
+      float* og_oe = reinterpret_cast<float*>(&og_o);
+      #pragma unroll
+  for (unsigned int og_e = 0; og_e < 4u; ++og_e) {
+        const unsigned int i = og_v * 4u + og_e;
+        const float a = reinterpret_cast<const float*>(&og_ra)[og_e];
+        const float v0 = og_max(a, 0.0f);
+        og_oe[og_e] = (float)(v0);
+      }
+      reinterpret_cast<uint4*>(out)[og_v] = og_o;
+    }
+  } else {
+    for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 2048u; i += (unsigned int)gridDim.x * blockDim.x) {
+      const float a = out[i];
+      const float v0 = og_max(a, 0.0f);
+      out[i] = (float)(v0);
+    }
   }
 }
 
-extern "C" __global__ void og_epilogue_bd13caab3a44(float* out, const float* in0, const float* in1, const float* in2) {
+extern "C" __global__ void og_epilogue_f3ab4dd9ae4d(float* out, const float* in0, const float* in1, const float* in2) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
-  for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 6144u; i += (unsigned int)gridDim.x * blockDim.x) {
-    const float a = out[i];
-    const float v0 = og_max(a, 0.0f);
-    out[i] = (float)(v0);
+  const bool og_aligned = ((reinterpret_cast<unsigned long long>(out)) & 15ull) == 0ull;
+  if (og_aligned) {
+    for (unsigned int og_v = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; og_v < 1024u; og_v += (unsigned int)gridDim.x * blockDim.x) {
+      const uint4 og_ra = reinterpret_cast<const uint4*>(out)[og_v];
+      uint4 og_o;
+      float* og_oe = reinterpret_cast<float*>(&og_o);
+      #pragma unroll
+  for (unsigned int og_e = 0; og_e < 4u; ++og_e) {
+        const unsigned int i = og_v * 4u + og_e;
+        const float a = reinterpret_cast<const float*>(&og_ra)[og_e];
+        const float v0 = og_max(a, 0.0f);
+        og_oe[og_e] = (float)(v0);
+      }
+      reinterpret_cast<uint4*>(out)[og_v] = og_o;
+    }
+  } else {
+    for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096u; i += (unsigned int)gridDim.x * blockDim.x) {
+      const float a = out[i];
+      const float v0 = og_max(a, 0.0f);
+      out[i] = (float)(v0);
+    }
   }
 }
 
-__device__ __forceinline__ void og_epilogue_0eddfe2ba960_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2) {
-  for (unsigned int i = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; i < 4096u; i += (unsigned int)og_grid_dim.x * blockDim.x) {
-    const float a = out[i];
-    const float v0 = og_max(a, 0.0f);
-    out[i] = (float)(v0);
+__device__ __forceinline__ void og_epilogue_f3ab4dd9ae4d_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2) {
+  const bool og_aligned = ((reinterpret_cast<unsigned long long>(out)) & 15ull) == 0ull;
+  if (og_aligned) {
+    for (unsigned int og_v = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; og_v < 1024u; og_v += (unsigned int)og_grid_dim.x * blockDim.x) {
+      const uint4 og_ra = reinterpret_cast<const uint4*>(out)[og_v];
+      uint4 og_o;
+      float* og_oe = reinterpret_cast<float*>(&og_o);
+      #pragma unroll
+  for (unsigned int og_e = 0; og_e < 4u; ++og_e) {
+        const unsigned int i = og_v * 4u + og_e;
+        const float a = reinterpret_cast<const float*>(&og_ra)[og_e];
+        const float v0 = og_max(a, 0.0f);
+        og_oe[og_e] = (float)(v0);
+      }
+      reinterpret_cast<uint4*>(out)[og_v] = og_o;
+    }
+  } else {
+    for (unsigned int i = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; i < 4096u; i += (unsigned int)og_grid_dim.x * blockDim.x) {
+      const float a = out[i];
+      const float v0 = og_max(a, 0.0f);
+      out[i] = (float)(v0);
+    }
   }
 }
 
@@ -173,15 +241,15 @@ __device__ __forceinline__ void og_max_pool2d_f49607007688_part(const dim3 og_bl
   }
 }
 
-extern "C" __global__ void og_merged_85038f0a0cce(float* m0_out, const float* m0_in0, const float* m0_in1, const float* m0_in2, float* m1_out, const float* m1_in0) {
+extern "C" __global__ void og_merged_c66fdd5cccad(float* m0_out, const float* m0_in0, const float* m0_in1, const float* m0_in2, float* m1_out, const float* m1_in0) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   {
   const unsigned int og_b = blockIdx.x;
-  if (og_b < 16u) {
-    og_epilogue_0eddfe2ba960_part(dim3{og_b, 0u, 0u}, dim3{16u, 1u, 1u}, m0_out, m0_in0, m0_in1, m0_in2);
+  if (og_b < 4u) {
+    og_epilogue_f3ab4dd9ae4d_part(dim3{og_b, 0u, 0u}, dim3{4u, 1u, 1u}, m0_out, m0_in0, m0_in1, m0_in2);
   } else {
-    const unsigned int og_r = og_b - 16u;
+    const unsigned int og_r = og_b - 4u;
     og_max_pool2d_f49607007688_part(dim3{og_r, 0u, 0u}, dim3{32u, 1u, 1u}, m1_out, m1_in0);
   }
   }

@@ -561,12 +561,21 @@ extern "C" __global__ void __launch_bounds__(256, 2) og_gemv_f53a45730706(float*
   }
 }
 
-extern "C" __global__ void og_get_rows_5a9f021f8049(unsigned int* out, const unsigned int* in0, const int* in1) {
+extern "C" __global__ void og_get_rows_224ada12257e(unsigned int* out, const unsigned int* in0, const int* in1) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
-  for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 64u; i += (unsigned int)gridDim.x * blockDim.x) {
-    const long long row = (long long)in1[i / 64u];
-    out[i] = (row >= 0 && row < 128LL) ? in0[(unsigned int)row * 64u + i % 64u] : (unsigned int)0;
+  if (((reinterpret_cast<unsigned long long>(out) | reinterpret_cast<unsigned long long>(in0)) & 15ull) == 0ull) {
+    for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 16u; i += (unsigned int)gridDim.x * blockDim.x) {
+      const long long row = (long long)in1[i / 16u];
+      if (row >= 0 && row < 128LL) reinterpret_cast<uint4*>(out)[i] = reinterpret_cast<const uint4*>(in0)[(unsigned int)row * 16u + i % 16u];
+      else reinterpret_cast<uint4*>(out)[i] = uint4{};
+    }
+  } else {
+    for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 64u; i += (unsigned int)gridDim.x * blockDim.x) {
+      const long long row = (long long)in1[i / 64u];
+      if (row >= 0 && row < 128LL) out[i] = in0[(unsigned int)row * 64u + i % 64u];
+      else out[i] = (unsigned int)0;
+    }
   }
 }
 
@@ -1154,44 +1163,52 @@ extern "C" __global__ void __launch_bounds__(256, 2) og_merged_237828f5cf52(floa
   }
 }
 
-__device__ __forceinline__ void og_rope_d545171c99c7_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const int* in1) {
-  for (unsigned int t = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; t < 32u; t += (unsigned int)og_grid_dim.x * blockDim.x) {
-    const unsigned int i = t % 8u, row = t / 8u, si = (row / 4u) % 1u;
+__device__ __forceinline__ void og_rope_d9456d1f785e_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const int* in1) {
+  for (unsigned int t = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; t < 8u; t += (unsigned int)og_grid_dim.x * blockDim.x) {
+    const unsigned int i = t % 8u, group = t / 8u, bs = group / 1u;
+    const unsigned int first = bs * 4u + (group % 1u) * 4u, si = bs % 1u;
     const double inv_freq = pow(10000.0, -2.0 * (double)i / 16.0);
     const double angle = (double)in1[si] * inv_freq;
     const float c = (float)cos(angle), sn = (float)sin(angle);
-    const unsigned int base = row * 16u;
-    const float x1 = in0[base + i];
-    const float x2 = in0[base + i + 8u];
-    out[base + i] = (float)(x1 * c - x2 * sn);
-    out[base + i + 8u] = (float)(x2 * c + x1 * sn);
+    #pragma unroll
+  for (unsigned int og_h = 0; og_h < 4u; ++og_h) {
+      const unsigned int base = (first + og_h) * 16u;
+      const float x1 = in0[base + i];
+      const float x2 = in0[base + i + 8u];
+      out[base + i] = (float)(x1 * c - x2 * sn);
+      out[base + i + 8u] = (float)(x2 * c + x1 * sn);
+    }
   }
 }
 
-__device__ __forceinline__ void og_rope_951aa0f23a49_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const int* in1) {
-  for (unsigned int t = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; t < 16u; t += (unsigned int)og_grid_dim.x * blockDim.x) {
-    const unsigned int i = t % 8u, row = t / 8u, si = (row / 2u) % 1u;
+__device__ __forceinline__ void og_rope_c021bcefdc83_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const int* in1) {
+  for (unsigned int t = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; t < 8u; t += (unsigned int)og_grid_dim.x * blockDim.x) {
+    const unsigned int i = t % 8u, group = t / 8u, bs = group / 1u;
+    const unsigned int first = bs * 2u + (group % 1u) * 2u, si = bs % 1u;
     const double inv_freq = pow(10000.0, -2.0 * (double)i / 16.0);
     const double angle = (double)in1[si] * inv_freq;
     const float c = (float)cos(angle), sn = (float)sin(angle);
-    const unsigned int base = row * 16u;
-    const float x1 = in0[base + i];
-    const float x2 = in0[base + i + 8u];
-    out[base + i] = (float)(x1 * c - x2 * sn);
-    out[base + i + 8u] = (float)(x2 * c + x1 * sn);
+    #pragma unroll
+  for (unsigned int og_h = 0; og_h < 2u; ++og_h) {
+      const unsigned int base = (first + og_h) * 16u;
+      const float x1 = in0[base + i];
+      const float x2 = in0[base + i + 8u];
+      out[base + i] = (float)(x1 * c - x2 * sn);
+      out[base + i + 8u] = (float)(x2 * c + x1 * sn);
+    }
   }
 }
 
-extern "C" __global__ void og_merged_8b357493ab64(float* m0_out, const float* m0_in0, const int* m0_in1, float* m1_out, const float* m1_in0, const int* m1_in1) {
+extern "C" __global__ void og_merged_f6c70d1451be(float* m0_out, const float* m0_in0, const int* m0_in1, float* m1_out, const float* m1_in0, const int* m1_in1) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   {
   const unsigned int og_b = blockIdx.x;
   if (og_b < 1u) {
-    og_rope_d545171c99c7_part(dim3{og_b, 0u, 0u}, dim3{1u, 1u, 1u}, m0_out, m0_in0, m0_in1);
+    og_rope_d9456d1f785e_part(dim3{og_b, 0u, 0u}, dim3{1u, 1u, 1u}, m0_out, m0_in0, m0_in1);
   } else {
     const unsigned int og_r = og_b - 1u;
-    og_rope_951aa0f23a49_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m1_out, m1_in0, m1_in1);
+    og_rope_c021bcefdc83_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m1_out, m1_in0, m1_in1);
   }
   }
 }

@@ -1,31 +1,84 @@
 
-extern "C" __global__ void og_add_b04d0b3a3034(float* out, const float* in0, const float* in1) {
+extern "C" __global__ void og_add_25d8b2e89184(float* out, const float* in0, const float* in1) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
-  for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 256u; i += (unsigned int)gridDim.x * blockDim.x) {
-    const float p0 = in0[i];
-    const float p1 = in1[i];
-    const float v0 = (p0 + p1);
-    out[i] = (float)(v0);
+  const bool og_aligned = ((reinterpret_cast<unsigned long long>(out) | reinterpret_cast<unsigned long long>(in0) | reinterpret_cast<unsigned long long>(in1)) & 15ull) == 0ull;
+  if (og_aligned) {
+    for (unsigned int og_v = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; og_v < 64u; og_v += (unsigned int)gridDim.x * blockDim.x) {
+      const uint4 og_r0 = reinterpret_cast<const uint4*>(in0)[og_v];
+      const uint4 og_r1 = reinterpret_cast<const uint4*>(in1)[og_v];
+      uint4 og_o;
+      float* og_oe = reinterpret_cast<float*>(&og_o);
+      #pragma unroll
+  for (unsigned int og_e = 0; og_e < 4u; ++og_e) {
+        const unsigned int i = og_v * 4u + og_e;
+        const float p0 = reinterpret_cast<const float*>(&og_r0)[og_e];
+        const float p1 = reinterpret_cast<const float*>(&og_r1)[og_e];
+        const float v0 = (p0 + p1);
+        og_oe[og_e] = (float)(v0);
+      }
+      reinterpret_cast<uint4*>(out)[og_v] = og_o;
+    }
+  } else {
+    for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 256u; i += (unsigned int)gridDim.x * blockDim.x) {
+      const float p0 = in0[i];
+      const float p1 = in1[i];
+      const float v0 = (p0 + p1);
+      out[i] = (float)(v0);
+    }
   }
 }
 
-extern "C" __global__ void og_exp_db175953b979(float* out, const float* in0) {
+extern "C" __global__ void og_exp_58525875048b(float* out, const float* in0) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
-  for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 256u; i += (unsigned int)gridDim.x * blockDim.x) {
-    const float p0 = in0[i];
-    const float v0 = expf(p0);
-    out[i] = (float)(v0);
+  const bool og_aligned = ((reinterpret_cast<unsigned long long>(out) | reinterpret_cast<unsigned long long>(in0)) & 15ull) == 0ull;
+  if (og_aligned) {
+    for (unsigned int og_v = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; og_v < 64u; og_v += (unsigned int)gridDim.x * blockDim.x) {
+      const uint4 og_r0 = reinterpret_cast<const uint4*>(in0)[og_v];
+      uint4 og_o;
+      float* og_oe = reinterpret_cast<float*>(&og_o);
+      #pragma unroll
+  for (unsigned int og_e = 0; og_e < 4u; ++og_e) {
+        const unsigned int i = og_v * 4u + og_e;
+        const float p0 = reinterpret_cast<const float*>(&og_r0)[og_e];
+        const float v0 = expf(p0);
+        og_oe[og_e] = (float)(v0);
+      }
+      reinterpret_cast<uint4*>(out)[og_v] = og_o;
+    }
+  } else {
+    for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 256u; i += (unsigned int)gridDim.x * blockDim.x) {
+      const float p0 = in0[i];
+      const float v0 = expf(p0);
+      out[i] = (float)(v0);
+    }
   }
 }
 
-extern "C" __global__ void og_tanh_e9f7e515f4f7(float* out, const float* in0) {
+extern "C" __global__ void og_tanh_6d3aac38658b(float* out, const float* in0) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
-  for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 256u; i += (unsigned int)gridDim.x * blockDim.x) {
-    const float p0 = in0[i];
-    const float v0 = tanhf(p0);
-    out[i] = (float)(v0);
+  const bool og_aligned = ((reinterpret_cast<unsigned long long>(out) | reinterpret_cast<unsigned long long>(in0)) & 15ull) == 0ull;
+  if (og_aligned) {
+    for (unsigned int og_v = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; og_v < 64u; og_v += (unsigned int)gridDim.x * blockDim.x) {
+      const uint4 og_r0 = reinterpret_cast<const uint4*>(in0)[og_v];
+      uint4 og_o;
+      float* og_oe = reinterpret_cast<float*>(&og_o);
+      #pragma unroll
+  for (unsigned int og_e = 0; og_e < 4u; ++og_e) {
+        const unsigned int i = og_v * 4u + og_e;
+        const float p0 = reinterpret_cast<const float*>(&og_r0)[og_e];
+        const float v0 = tanhf(p0);
+        og_oe[og_e] = (float)(v0);
+      }
+      reinterpret_cast<uint4*>(out)[og_v] = og_o;
+    }
+  } else {
+    for (unsigned int i = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; i < 256u; i += (unsigned int)gridDim.x * blockDim.x) {
+      const float p0 = in0[i];
+      const float v0 = tanhf(p0);
+      out[i] = (float)(v0);
+    }
   }
 }
