@@ -61,6 +61,7 @@ from optgraph.codegen.in_place_outputs import check_in_place, in_place_candidate
 from optgraph.codegen.lowered import LoweredProgram, LoweredVariant
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.codegen.merge_launches import merge_kernel_steps
+from optgraph.codegen.rope_cache_writes import rope_cache_step, rope_cache_writes
 from optgraph.codegen.scratch_space import place_scratch
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
@@ -215,6 +216,8 @@ def lower_cuda(
             if root in in_place:
                 locations[name] = locations[root].shifted(offset)
     scratch, arena = place_scratch(graph, arena, value_bytes)
+    folded = rope_cache_writes(graph, in_place or {})  # a key's rope and its cache write
+    folded_writes = {w.name for w in folded.values()}
     steps: list[Step] = []
     origins: list[int] = []  # the index in graph.nodes of each step's node
     kernels: dict[str, Kernel] = {}
@@ -237,6 +240,13 @@ def lower_cuda(
             continue  # an aliasing view (a send's result too): its bytes are its root's
         if node.ann.backend == "cpu":
             steps.append(HostStep(node.name, node.stream, index))
+            continue
+        if node.name in folded_writes:
+            continue  # written by its rope's kernel (codegen/rope_cache_writes.py)
+        if node.name in folded:
+            step, kernel = rope_cache_step(node, folded[node.name], locations, types)
+            kernels[kernel.name] = kernel
+            steps.append(step)
             continue
         operand_types = [types[o] for o in node.operands]
         roles = {"out": locations[node.name]}
