@@ -38,10 +38,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from optgraph.analysis.fusion_rules import PRODUCT, plan_body
-from optgraph.codegen.cuda_gemv_layout import BATCH, BOUNDS, THREADS, VECTOR, layout, product_loop
+from optgraph.codegen.cuda_gemv_layout import (
+    BATCH,
+    BOUNDS,
+    THREADS,
+    VECTOR,
+    first_batch,
+    layout,
+    product_loop,
+)
 from optgraph.codegen.cuda_row_prologue import row_prologue, stage_row
 from optgraph.codegen.cuda_scalars import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_source import (
+    PDL_ENTRY,
     Kernel,
     Launch,
     in_param,
@@ -117,8 +126,13 @@ def gemv_kernel(
     result: str,
     out_type: TensorType,
     prologue: Sequence[Node] = (),
+    resident: frozenset[str] = frozenset(),
 ) -> tuple[Kernel, tuple[int, int, int]] | None:
     """(kernel, grid) of the fused product, or None when the shape does not qualify.
+
+    `resident`: params bound to weights no kernel writes; when the product's weight is one (and
+    `EARLY_WEIGHTS`), each thread loads its first batch of weight rows into registers before
+    the PDL wait, so during the preceding kernel.
 
     `params` name the region's operands in0, in1, ...; the anchor's weight is a param, its row
     a param or the value of `prologue` (see `row_prologue`). The kernel's phases: the product
@@ -143,7 +157,8 @@ def gemv_kernel(
     vec = VECTOR[a_type.dtype]
     g = _Geometry(m, k, n, a_type.dtype, vec, *layout(k, n, vec))
     b_role = f"in{index[anchor.operands[1]]}"
-    body = _product(g, params, types, prologue, anchor.operands[0], a_type, b_role)
+    preload = EARLY_WEIGHTS and anchor.operands[1] in resident
+    body = _product(g, params, types, prologue, anchor.operands[0], a_type, b_role, preload)
     body += _reduce_lanes(g)
     epi = _epilogue(params, types, epilogue, anchor, result, out_type, n)
     stores, decl = _store(g, salt, epi)
@@ -151,10 +166,10 @@ def gemv_kernel(
     decls = [out_param(out_type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
     text = "\n".join("  " + line for line in "\n".join(body).split("\n"))
     family = f"gemv|{salt}" if g.splits > 1 else "gemv"
-    early = _prefetch_weights(b_role, g) if PREFETCH else ""
-    template = kernel_template(decls, text, BOUNDS, early)
+    early = _prefetch_weights(b_role, g) if PREFETCH and not preload else ""
+    template = kernel_template(decls, text, BOUNDS, early, preload)
     name = "og_gemv_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
-    kernel = Kernel.assemble(name, decls, text, (decl,), BOUNDS, early)
+    kernel = Kernel.assemble(name, decls, text, (decl,), BOUNDS, early, preload)
     return kernel, (g.tiles, g.splits, 1)
 
 
@@ -166,21 +181,31 @@ def _product(
     row: str,
     row_type: TensorType,
     b_role: str,
+    preload: bool = False,
 ) -> list[str]:
     """The thread's tile, column and rows of K, its row (a parameter, or computed by the
     prologue and staged in shared memory when it fits), and `acc[i][v]`: the products of its
-    rows of K."""
+    rows of K. `preload`: the first batch of weight rows is loaded, then the PDL entry runs
+    (the kernel has `self_wait`), then everything that reads what other kernels write."""
     row_setup, row_value = row_prologue(params, types, prologue, row, row_type, g.m)
     staged = stage_row(row in params, g.dtype, g.m, g.rows)
     if staged:
         row_value = load(g.dtype, f"og_xs[i * {g.rows}u + (kk - k0)]")
-    return [
-        *row_setup,
+    indexing = [
         "const unsigned int tile = blockIdx.x, split = blockIdx.y;",
         f"const unsigned int cg = threadIdx.x % {g.ct}u, rl = threadIdx.x / {g.ct}u;",
         f"const unsigned int n0 = tile * {g.tile_cols}u + cg * {g.vec}u;",
         f"const unsigned int k0 = split * {g.rows}u;",
         f"const unsigned int k1 = min({g.k}u, k0 + {g.rows}u);",
+    ]
+    if preload:
+        weights = [f"{b_role} + n0"]
+        head = [*indexing, *first_batch(g.dtype, weights, g.n, g.lanes)]
+        head += [PDL_ENTRY.strip().replace("\n  ", "\n"), *row_setup]
+    else:
+        head = [*row_setup, *indexing]
+    return [
+        *head,
         *staged,
         f"float acc[{g.m}][{g.vec}];",
         f"#pragma unroll\nfor (int i = 0; i < {g.m}; ++i) {{",
@@ -189,7 +214,9 @@ def _product(
         f"if (n0 < {g.n}u) {{",
         *(
             "  " + s
-            for s in product_loop(g.dtype, [f"{b_role} + n0"], g.n, g.lanes, g.m, row_value)
+            for s in product_loop(
+                g.dtype, [f"{b_role} + n0"], g.n, g.lanes, g.m, row_value, preload
+            )
         ),
         "}",
     ]
@@ -273,6 +300,11 @@ def _store(g: _Geometry, salt: str, epi: Sequence[str]) -> tuple[list[str], str]
 # gain is established (see docs/benchmarks.md).
 PREFETCH = False
 
+# Load each thread's first batch of weight rows into registers before the PDL wait (weights in
+# the device's weight buffer only: no kernel writes them), so the loads overlap the preceding
+# kernel; the L2 prefetch above is then not emitted. False: every load after the wait.
+EARLY_WEIGHTS = True
+
 
 def _prefetch_weights(b_role: str, g: _Geometry) -> str:
     """Statements (a block of their own) bringing the rows of `b` this thread loads first into
@@ -323,8 +355,11 @@ def _launch(kernel: Kernel, grid: tuple[int, int, int], arity: int) -> Launch:
     return Launch(kernel, grid, (THREADS, 1, 1), ("out",) + tuple(f"in{j}" for j in range(arity)))
 
 
-def gemv_region(node: Node, types: Sequence[TensorType]) -> list[Launch] | None:
-    """The one launch of a fused product region with few rows, or None (use cuBLAS)."""
+def gemv_region(
+    node: Node, types: Sequence[TensorType], resident: frozenset[int] = frozenset()
+) -> list[Launch] | None:
+    """The one launch of a fused product region with few rows, or None (use cuBLAS).
+    `resident`: the operands (by index) that are weights no kernel writes."""
     if node.body is None or node.type is None:
         return None  # GEMV_MAX_M is applied by gemv_shape: a prologue needs this kernel anyway
     try:
@@ -343,6 +378,7 @@ def gemv_region(node: Node, types: Sequence[TensorType]) -> list[Launch] | None:
         node.body.result,
         node.type,
         [by_name[p] for p in plan.prologue],
+        frozenset(node.body.params[k] for k in resident if k < len(node.body.params)),
     )
     if made is None:
         return None
@@ -350,13 +386,16 @@ def gemv_region(node: Node, types: Sequence[TensorType]) -> list[Launch] | None:
     return [_launch(kernel, grid, len(types))]
 
 
-def gemv_matmul(node: Node, types: Sequence[TensorType]) -> list[Launch] | None:
+def gemv_matmul(
+    node: Node, types: Sequence[TensorType], resident: frozenset[int] = frozenset()
+) -> list[Launch] | None:
     """A plain matmul with few rows as the same kernel (no epilogue), or None."""
     if node.op != "matmul" or node.type is None or len(types) != 2:
         return None
     params = ("#a", "#b")  # cannot clash with IR names
     anchor = Node(node.name, "matmul", params, node.attrs, node.type)
-    made = gemv_kernel(node.name, params, types, anchor, [], node.name, node.type)
+    named = frozenset(params[k] for k in resident if k < len(params))
+    made = gemv_kernel(node.name, params, types, anchor, [], node.name, node.type, (), named)
     if made is None:
         return None
     kernel, grid = made

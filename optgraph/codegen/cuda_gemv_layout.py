@@ -88,64 +88,112 @@ def unpack(dtype: str, var: str, out: str) -> list[str]:
     return lines
 
 
+PRELOADED = "og_wv0"  # the first batch of weight vectors, loaded before the PDL wait
+
+
+def first_batch(dtype: str, weights: Sequence[str], n: int, lanes: int) -> list[str]:
+    """Statements declaring `PRELOADED` and loading into it the thread's first batch of weight
+    rows (kb = k0 + rl, guarded by k1; nothing where the column is past N): they may run before
+    the PDL wait when every weight is one no kernel writes. Needs `k0`, `k1`, `rl`, `n0`."""
+    p = len(weights)
+    batch = _batch(p)
+    return [
+        f"uint4 {PRELOADED}[{p}][{batch}];",
+        "{",
+        "  const unsigned int kb = k0 + rl;",
+        f"  if (n0 < {n}u) {{",
+        *_indented("    ", _loads(weights, n, lanes, batch, True, PRELOADED)),
+        "  }",
+        "}",
+    ]
+
+
+def _batch(p: int) -> int:
+    return max(1, BATCH // p)  # loads in flight: BATCH, whatever the number of weights
+
+
+def _loads(
+    weights: Sequence[str], n: int, lanes: int, batch: int, guarded: bool, into: str = "wv"
+) -> list[str]:
+    lines = []
+    for j in range(batch):
+        row = f"kb + {j * lanes}u"
+        each = [
+            f"{into}[{q}][{j}] = og_load_stream({w} + (unsigned long long)({row}) * {n}u);"
+            for q, w in enumerate(weights)
+        ]
+        lines.append(f"if ({row} < k1) {{ {' '.join(each)} }}" if guarded else " ".join(each))
+    return lines
+
+
+def _use(
+    dtype: str, p: int, m: int, lanes: int, row_value: str, guarded: bool, wv: str = "wv"
+) -> list[str]:
+    """Statements of loop index j: the multiply-adds of row kk = kb + j · lanes."""
+    vec = VECTOR[dtype]
+    lines = [
+        f"const unsigned int kk = kb + j * {lanes}u;",
+        f"float wf[{p}][{vec}];",
+    ]
+    for q in range(p):
+        lines += unpack(dtype, f"{wv}[{q}][j]", f"wf[{q}]")
+    lines += [
+        f"#pragma unroll\nfor (int i = 0; i < {m}; ++i) {{",
+        f"  const float xv = {row_value};",
+        f"  #pragma unroll\n  for (int q = 0; q < {p}; ++q) {{",
+        f"    #pragma unroll\n    for (int v = 0; v < {vec}; ++v)",
+        f"      acc[q * {m} + i][v] += xv * wf[q][v];",
+        "  }",
+        "}",
+    ]
+    if guarded:
+        lines = ["if (kk < k1) {", *_indented("  ", lines[1:]), "}"]
+        lines.insert(0, f"const unsigned int kk = kb + j * {lanes}u;")
+    return lines
+
+
 def product_loop(
-    dtype: str, weights: Sequence[str], n: int, lanes: int, m: int, row_value: str
+    dtype: str,
+    weights: Sequence[str],
+    n: int,
+    lanes: int,
+    m: int,
+    row_value: str,
+    preloaded: bool = False,
 ) -> list[str]:
     """Statements adding the thread's rows kk = k0 + rl, k0 + rl + lanes, ... < k1 into
     `acc[q * m + i][v]` += row(i, kk) · `weights[q]`[kk · n + v], for every weight q (a pointer
     expression at the thread's first column) and row i < m; `row_value` is the C expression of
-    row(i, kk). Declares `kb`; needs `k0`, `k1`, `rl` and `acc`."""
-    vec, p = VECTOR[dtype], len(weights)
-    batch = max(1, BATCH // p)  # loads in flight: BATCH, whatever the number of weights
-
-    def loads(guarded: bool) -> list[str]:
-        lines = []
-        for j in range(batch):
-            row = f"kb + {j * lanes}u"
-            each = [
-                f"wv[{q}][{j}] = og_load_stream({w} + (unsigned long long)({row}) * {n}u);"
-                for q, w in enumerate(weights)
-            ]
-            lines.append(f"if ({row} < k1) {{ {' '.join(each)} }}" if guarded else " ".join(each))
-        return lines
-
-    def use(guarded: bool) -> list[str]:
-        lines = [
-            f"const unsigned int kk = kb + j * {lanes}u;",
-            f"float wf[{p}][{vec}];",
-        ]
-        for q in range(p):
-            lines += unpack(dtype, f"wv[{q}][j]", f"wf[{q}]")
-        lines += [
-            f"#pragma unroll\nfor (int i = 0; i < {m}; ++i) {{",
-            f"  const float xv = {row_value};",
-            f"  #pragma unroll\n  for (int q = 0; q < {p}; ++q) {{",
-            f"    #pragma unroll\n    for (int v = 0; v < {vec}; ++v)",
-            f"      acc[q * {m} + i][v] += xv * wf[q][v];",
+    row(i, kk). Declares `kb`; needs `k0`, `k1`, `rl` and `acc`. `preloaded`: the first batch
+    is already in `PRELOADED` (`first_batch`, before the PDL wait)."""
+    p = len(weights)
+    batch = _batch(p)
+    head = ["unsigned int kb = k0 + rl;"]
+    if preloaded:
+        head += [
+            "{  // the first batch, loaded before the dependency wait",
+            f"  #pragma unroll\n  for (int j = 0; j < {batch}; ++j) {{",
+            *_indented("    ", _use(dtype, p, m, lanes, row_value, True, PRELOADED)),
             "  }",
             "}",
+            f"kb += {batch * lanes}u;",
         ]
-        if guarded:
-            lines = ["if (kk < k1) {", *_indented("  ", lines[1:]), "}"]
-            lines.insert(0, f"const unsigned int kk = kb + j * {lanes}u;")
-        return lines
-
     return _indented(
         "",
         [
-            "unsigned int kb = k0 + rl;",
+            *head,
             f"for (; kb + {(batch - 1) * lanes}u < k1; kb += {batch * lanes}u) {{",
             f"  uint4 wv[{p}][{batch}];",
-            *_indented("  ", loads(False)),
+            *_indented("  ", _loads(weights, n, lanes, batch, False)),
             f"  #pragma unroll\n  for (int j = 0; j < {batch}; ++j) {{",
-            *_indented("    ", use(False)),
+            *_indented("    ", _use(dtype, p, m, lanes, row_value, False)),
             "  }",
             "}",
             "if (kb < k1) {  // the rows left, fewer than a batch: guarded loads, all in flight",
             f"  uint4 wv[{p}][{batch}];",
-            *_indented("  ", loads(True)),
+            *_indented("  ", _loads(weights, n, lanes, batch, True)),
             f"  #pragma unroll\n  for (int j = 0; j < {batch}; ++j) {{",
-            *_indented("    ", use(True)),
+            *_indented("    ", _use(dtype, p, m, lanes, row_value, True)),
             "  }",
             "}",
         ],

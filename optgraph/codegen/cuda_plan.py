@@ -254,7 +254,8 @@ def lower_cuda(
         if node.name in scratch:
             roles["scratch"] = scratch[node.name]
         overwrites = bool(node.operands) and roles["out"] == roles["in0"]
-        for work in node_code(node, operand_types, in_place=overwrites):
+        resident = frozenset(k for k, o in enumerate(node.operands) if o in weight_offsets)
+        for work in node_code(node, operand_types, in_place=overwrites, resident=resident):
             if isinstance(work, Launch):
                 kernels[work.kernel.name] = work.kernel
             if isinstance(work, DeviceCopy) and roles[work.dst] == roles[work.src]:

@@ -13,10 +13,11 @@ import optgraph as og
 from optgraph.codegen.cuda_dispatch import node_code
 from optgraph.codegen.cuda_gemv_layout import BOUNDS, SMS, THREADS, VECTOR, layout
 from optgraph.codegen.cuda_merged import merged_kernel
+from optgraph.codegen.cuda_plan import KernelStep, lower_cuda
 from optgraph.codegen.cuda_source import Launch
-from optgraph.passes.manager import run_pipeline
+from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
 from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
-from tests.support.cuda_emulator import available, run_graph
+from tests.support.cuda_emulator import available, run_graph, run_plan
 
 BOUNDS_NMSE = {"f32": 1e-7, "f16": 1e-6, "bf16": 1e-4}  # the GPU tests' bounds
 
@@ -109,3 +110,22 @@ def test_every_layout_branch_matches_reference() -> None:
         err = nmse(np.asarray(value, np.float64), np.asarray(want[name], np.float64))
         bound = BOUNDS_NMSE[types[name].dtype]
         assert err <= bound, f"%{name} ({types[name]}): nmse {err:.3e} > {bound:g}"
+
+
+@pytest.mark.skipif(not available(), reason="needs g++ (C++20)")
+@pytest.mark.parametrize("merge", [False, True])
+def test_weights_loaded_before_the_wait_give_the_same_bits(merge: bool) -> None:
+    """`cuda_fused.EARLY_WEIGHTS`: every layout branch (f16, f32, bf16, a norm prologue, split-K)
+    loads its first weight rows before the PDL entry, in a plan (alone and merged), and gives
+    the bits of the kernels that load them after it (`run_graph` passes no resident weights)."""
+    graph = run_pipeline(
+        og.parse(LAYOUTS), DEFAULT_PIPELINE.replace("fuse", "fuse{prologue-max-k=8192}")
+    )
+    plan = lower_cuda(graph, merge_launches=merge)
+    launched = [plan.kernels[s.kernel] for s in plan.steps if isinstance(s, KernelStep)]
+    assert all(k.self_wait for k in launched) and "og_wv0" in plan.source()
+    inputs, weights = random_inputs(graph, 0), random_weights(graph, 0)
+    got = run_plan(plan, inputs, weights)
+    want = run_graph(graph, inputs, weights)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
