@@ -10,10 +10,12 @@ program called as a bound step (`program.bind(inputs, out)`). Variants (codegen 
 set while the program is lowered, captured and first run):
 
 - `all-on`: the defaults;
-- `no-rope-kv`: `rope_cache_writes.ROPE_CACHE_WRITES = False` (a key's rope and its cache
-  write as two kernels);
+- `no-qkv-fold`: `qkv_folds.FOLD_QKV = False` (rope(q), rope(k) and the cache writes not in
+  the q/k/v products' store: six launches a layer instead of five);
+- `no-rope-kv`: that and `rope_cache_writes.ROPE_CACHE_WRITES = False` (a key's rope and its
+  cache write as two kernels: seven launches a layer);
 - `no-early-w`: `cuda_fused.EARLY_WEIGHTS = False` (weights loaded after the PDL wait);
-- `none`: both off (main before these settings).
+- `none`: all off (main before these settings).
 
 Columns: kernel launches a step (the bound plan's kernel steps); `step µs`: median of `--iters`
 steps each timed alone with CUDA events; `loop µs`: `--loop` steps issued back to back then one
@@ -39,14 +41,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
 
 SETTINGS = {
+    "qkv": ("qkv_folds", "FOLD_QKV"),
     "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
     "early": ("cuda_fused", "EARLY_WEIGHTS"),
 }
 VARIANTS: dict[str, dict[str, bool]] = {
     "all-on": {},
-    "no-rope-kv": {"rope": False},
+    "no-qkv-fold": {"qkv": False},
+    "no-rope-kv": {"qkv": False, "rope": False},
     "no-early-w": {"early": False},
-    "none": {"rope": False, "early": False},
+    "none": {"qkv": False, "rope": False, "early": False},
 }
 
 

@@ -35,9 +35,17 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from optgraph.analysis.fusion_rules import PRODUCT, plan_body
+from optgraph.codegen.cuda_gemv_epilogues import (
+    GemvFold,
+    column,
+    fold_store,
+    pairing,
+    partner_global,
+    partner_local,
+)
 from optgraph.codegen.cuda_gemv_layout import (
     BATCH,
     BOUNDS,
@@ -103,10 +111,18 @@ class _Geometry:
     tiles: int
     splits: int
     rows: int
+    fold: GemvFold | None = None
+    pairing: str = ""  # how tiles hold rope's column pairs (`cuda_gemv_epilogues.pairing`)
 
     @property
     def tile_cols(self) -> int:
         return self.ct * self.vec
+
+    def column(self, local: str) -> str:
+        """C expression of the global column of the tile's column `local` (`tile` in scope)."""
+        if self.fold is None or self.pairing != "chunked":
+            return f"tile * {self.tile_cols}u + {local}"
+        return column(self.pairing, self.fold, self.tile_cols, local)
 
     @property
     def warps(self) -> int:
@@ -127,8 +143,13 @@ def gemv_kernel(
     out_type: TensorType,
     prologue: Sequence[Node] = (),
     resident: frozenset[str] = frozenset(),
+    fold: GemvFold | None = None,
 ) -> tuple[Kernel, tuple[int, int, int]] | None:
     """(kernel, grid) of the fused product, or None when the shape does not qualify.
+
+    `fold`: the store rotates the value and/or writes it to cache rows (`cuda_gemv_epilogues`;
+    the region must have no epilogue); extra params follow the region's. None where the layout
+    cannot hold rope's column pairs in one tile.
 
     `resident`: params bound to weights no kernel writes; when the product's weight is one (and
     `EARLY_WEIGHTS`), each thread loads its first batch of weight rows into registers before
@@ -156,14 +177,23 @@ def gemv_kernel(
     m, k, n = shape
     vec = VECTOR[a_type.dtype]
     g = _Geometry(m, k, n, a_type.dtype, vec, *layout(k, n, vec))
+    if fold is not None:
+        mode = pairing(fold, g.tile_cols, g.ct, n)
+        if mode is None or epilogue or result != anchor.name:
+            return None
+        g = replace(g, fold=fold, pairing=mode)
     b_role = f"in{index[anchor.operands[1]]}"
     preload = EARLY_WEIGHTS and anchor.operands[1] in resident
     body = _product(g, params, types, prologue, anchor.operands[0], a_type, b_role, preload)
     body += _reduce_lanes(g)
-    epi = _epilogue(params, types, epilogue, anchor, result, out_type, n)
+    if fold is None:
+        epi = _epilogue(params, types, epilogue, anchor, result, out_type, n)
+    else:
+        epi = fold_store(fold, anchor.type.dtype, out_type.dtype, n, len(types))
     stores, decl = _store(g, salt, epi)
     body += stores
     decls = [out_param(out_type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
+    decls += fold.params(len(types)) if fold is not None else []
     text = "\n".join("  " + line for line in "\n".join(body).split("\n"))
     family = f"gemv|{salt}" if g.splits > 1 else "gemv"
     early = _prefetch_weights(b_role, g) if PREFETCH and not preload else ""
@@ -194,7 +224,7 @@ def _product(
     indexing = [
         "const unsigned int tile = blockIdx.x, split = blockIdx.y;",
         f"const unsigned int cg = threadIdx.x % {g.ct}u, rl = threadIdx.x / {g.ct}u;",
-        f"const unsigned int n0 = tile * {g.tile_cols}u + cg * {g.vec}u;",
+        f"const unsigned int n0 = {g.column(f'cg * {g.vec}u')};",
         f"const unsigned int k0 = split * {g.rows}u;",
         f"const unsigned int k1 = min({g.k}u, k0 + {g.rows}u);",
     ]
@@ -262,10 +292,18 @@ def _store(g: _Geometry, salt: str, epi: Sequence[str]) -> tuple[list[str], str]
     loop = (
         f"for (unsigned int t = threadIdx.x; t < {m * tile_cols}u; t += {THREADS}u) {{\n"
         f"  const unsigned int i = t / {tile_cols}u, c = t % {tile_cols}u;\n"
-        f"  const unsigned int col = tile * {tile_cols}u + c;\n"
+        f"  const unsigned int col = {g.column('c')};\n"
         f"  if (col >= {n}u) continue;"
     )
+    rope = g.fold is not None and g.fold.rope is not None
     if g.splits == 1:
+        if rope:
+            assert g.fold is not None
+            pc = partner_local(g.pairing, g.fold, tile_cols)
+            reduce_block += [
+                "float pval = 0.0f;",
+                f"#pragma unroll\nfor (int w = 0; w < {g.warps}; ++w) pval += og_red[w][i][{pc}];",
+            ]
         return [loop, *("  " + s for s in reduce_block), *("  " + s for s in epi), "}"], ""
     digest = hashlib.sha1(f"{salt}|{m},{g.k},{n},{g.dtype}".encode()).hexdigest()[:12]
     ws, cnt = f"og_ws_{digest}", f"og_cnt_{digest}"
@@ -288,11 +326,25 @@ def _store(g: _Geometry, salt: str, epi: Sequence[str]) -> tuple[list[str], str]
             f"  for (unsigned int s = 0; s < {g.splits}u; ++s) "
             f"val += __ldcg(&{ws}[(s * {m}u + i) * {n}u + col]);"
         ),
+        *(_partner_sum(g, ws) if rope else []),
         *("  " + s for s in epi),
         "}",
         f"if (threadIdx.x == 0) {cnt}[tile] = 0u;",
     ]
     return lines, decl
+
+
+def _partner_sum(g: _Geometry, ws: str) -> list[str]:
+    """`pval`: the split-K sum of the rope partner of column `col` (the same tile's)."""
+    assert g.fold is not None
+    pcol = partner_global(g.fold)
+    return [
+        "  float pval = 0.0f;",
+        (
+            f"  for (unsigned int s = 0; s < {g.splits}u; ++s) "
+            f"pval += __ldcg(&{ws}[(s * {g.m}u + i) * {g.n}u + {pcol}]);"
+        ),
+    ]
 
 
 # Prefetch each thread's first batch of weight rows into L2 before the PDL wait. Off: on an H100
@@ -313,7 +365,8 @@ def _prefetch_weights(b_role: str, g: _Geometry) -> str:
     ct, n, k, rows = g.ct, g.n, g.k, g.rows
     lines = [
         "{",
-        f"  const unsigned int n0 = blockIdx.x * {g.tile_cols}u + (threadIdx.x % {ct}u) * {g.vec}u;",
+        "  const unsigned int tile = blockIdx.x;",
+        f"  const unsigned int n0 = {g.column(f'(threadIdx.x % {ct}u) * {g.vec}u')};",
         f"  const unsigned int k0 = blockIdx.y * {rows}u, k1 = min({k}u, k0 + {rows}u);",
         f"  if (n0 < {n}u) {{",
         "    #pragma unroll",
@@ -356,10 +409,14 @@ def _launch(kernel: Kernel, grid: tuple[int, int, int], arity: int) -> Launch:
 
 
 def gemv_region(
-    node: Node, types: Sequence[TensorType], resident: frozenset[int] = frozenset()
+    node: Node,
+    types: Sequence[TensorType],
+    resident: frozenset[int] = frozenset(),
+    fold: GemvFold | None = None,
 ) -> list[Launch] | None:
     """The one launch of a fused product region with few rows, or None (use cuBLAS).
-    `resident`: the operands (by index) that are weights no kernel writes."""
+    `resident`: the operands (by index) that are weights no kernel writes; `fold`: see
+    `gemv_kernel` (its extra params are the launch's last roles)."""
     if node.body is None or node.type is None:
         return None  # GEMV_MAX_M is applied by gemv_shape: a prologue needs this kernel anyway
     try:
@@ -379,15 +436,20 @@ def gemv_region(
         node.type,
         [by_name[p] for p in plan.prologue],
         frozenset(node.body.params[k] for k in resident if k < len(node.body.params)),
+        fold,
     )
     if made is None:
         return None
     kernel, grid = made
-    return [_launch(kernel, grid, len(types))]
+    extra = len(fold.params(0)) if fold is not None else 0
+    return [_launch(kernel, grid, len(types) + extra)]
 
 
 def gemv_matmul(
-    node: Node, types: Sequence[TensorType], resident: frozenset[int] = frozenset()
+    node: Node,
+    types: Sequence[TensorType],
+    resident: frozenset[int] = frozenset(),
+    fold: GemvFold | None = None,
 ) -> list[Launch] | None:
     """A plain matmul with few rows as the same kernel (no epilogue), or None."""
     if node.op != "matmul" or node.type is None or len(types) != 2:
@@ -395,8 +457,8 @@ def gemv_matmul(
     params = ("#a", "#b")  # cannot clash with IR names
     anchor = Node(node.name, "matmul", params, node.attrs, node.type)
     named = frozenset(params[k] for k in resident if k < len(params))
-    made = gemv_kernel(node.name, params, types, anchor, [], node.name, node.type, (), named)
+    made = gemv_kernel(node.name, params, types, anchor, [], node.name, node.type, (), named, fold)
     if made is None:
         return None
     kernel, grid = made
-    return [_launch(kernel, grid, 2)]
+    return [_launch(kernel, grid, 2 + (len(fold.params(0)) if fold is not None else 0))]

@@ -126,4 +126,10 @@ def test_decode_launch_settings_table(
     assert bench.main(["--iters", "2", "--loop", "2", "--markdown", str(out)]) == 0
     rows = [line.split("|")[1:-1] for line in out.read_text().splitlines() if "llama" in line]
     launches = {cells[1].strip(): int(cells[2]) for cells in rows}
-    assert launches == {"all-on": 2 + 6 * 2, "no-rope-kv": 2 + 7 * 2, "no-early-w": 14, "none": 16}
+    assert launches == {
+        "all-on": 2 + 5 * 2,
+        "no-qkv-fold": 2 + 6 * 2,
+        "no-rope-kv": 2 + 7 * 2,
+        "no-early-w": 12,
+        "none": 16,
+    }

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen import rope_cache_writes
+from optgraph.codegen import qkv_folds, rope_cache_writes
 from optgraph.codegen.cuda_plan import KernelStep, lower_cuda
 from optgraph.codegen.in_place_outputs import in_place_candidates
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
@@ -20,6 +20,13 @@ from tests.support import cuda_emulator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from gen_llama import generate_llama
+
+
+@pytest.fixture(autouse=True)
+def _without_product_folds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The q/k/v products' own folds (qkv_folds.py, tested there) would take these pairs."""
+    monkeypatch.setattr(qkv_folds, "FOLD_QKV", False)
+
 
 NEEDS_GXX = pytest.mark.skipif(not cuda_emulator.available(), reason="needs g++ (C++20)")
 
