@@ -35,26 +35,25 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from optgraph.analysis.fusion_rules import PRODUCT, plan_body
 from optgraph.codegen.cuda_gemv_epilogues import (
     GemvFold,
-    column,
     fold_store,
     pairing,
-    partner_global,
-    partner_local,
 )
 from optgraph.codegen.cuda_gemv_layout import (
     BATCH,
     BOUNDS,
     THREADS,
     VECTOR,
+    Geometry,
     first_batch,
     layout,
     product_loop,
 )
+from optgraph.codegen.cuda_gemv_reduce import reduce_lanes, store_sums
 from optgraph.codegen.cuda_row_prologue import row_prologue, stage_row
 from optgraph.codegen.cuda_scalars import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_source import (
@@ -97,42 +96,6 @@ def gemv_shape(
     return m, k, n
 
 
-@dataclass(frozen=True)
-class _Geometry:
-    """The product `[m, k] @ [k, n]` and its layout (`cuda_gemv_layout.layout`): `ct` column
-    threads of `vec` elements a tile, `tiles` tiles, `splits` slices of K of `rows` rows."""
-
-    m: int
-    k: int
-    n: int
-    dtype: str
-    vec: int
-    ct: int
-    tiles: int
-    splits: int
-    rows: int
-    fold: GemvFold | None = None
-    pairing: str = ""  # how tiles hold rope's column pairs (`cuda_gemv_epilogues.pairing`)
-
-    @property
-    def tile_cols(self) -> int:
-        return self.ct * self.vec
-
-    def column(self, local: str) -> str:
-        """C expression of the global column of the tile's column `local` (`tile` in scope)."""
-        if self.fold is None or self.pairing != "chunked":
-            return f"tile * {self.tile_cols}u + {local}"
-        return column(self.pairing, self.fold, self.tile_cols, local)
-
-    @property
-    def warps(self) -> int:
-        return THREADS // 32
-
-    @property
-    def lanes(self) -> int:
-        return THREADS // self.ct
-
-
 def gemv_kernel(
     salt: str,
     params: Sequence[str],
@@ -158,8 +121,8 @@ def gemv_kernel(
     `params` name the region's operands in0, in1, ...; the anchor's weight is a param, its row
     a param or the value of `prologue` (see `row_prologue`). The kernel's phases: the product
     (`_product`: indexing, the row, the weights' loads and the multiply-adds), the reduction of
-    each tile's row lanes (`_reduce_lanes`), then the epilogue and store, in one pass or after
-    the split-K partial sums (`_store`).
+    each tile's row lanes (`cuda_gemv_reduce.reduce_lanes`), then the epilogue and store, in one
+    pass or after the split-K partial sums (`cuda_gemv_reduce.store_sums`).
     """
     index = {p: k for k, p in enumerate(params)}
     computed = {n.name: n.type for n in prologue if n.type is not None}
@@ -176,7 +139,7 @@ def gemv_kernel(
     assert anchor.type is not None
     m, k, n = shape
     vec = VECTOR[a_type.dtype]
-    g = _Geometry(m, k, n, a_type.dtype, vec, *layout(k, n, vec))
+    g = Geometry(m, k, n, a_type.dtype, vec, *layout(k, n, vec))
     if fold is not None:
         mode = pairing(fold, g.tile_cols, g.ct, n)
         if mode is None or epilogue or result != anchor.name:
@@ -185,12 +148,12 @@ def gemv_kernel(
     b_role = f"in{index[anchor.operands[1]]}"
     preload = EARLY_WEIGHTS and anchor.operands[1] in resident
     body = _product(g, params, types, prologue, anchor.operands[0], a_type, b_role, preload)
-    body += _reduce_lanes(g)
+    body += reduce_lanes(g)
     if fold is None:
         epi = _epilogue(params, types, epilogue, anchor, result, out_type, n)
     else:
         epi = fold_store(fold, anchor.type.dtype, out_type.dtype, n, len(types))
-    stores, decl = _store(g, salt, epi)
+    stores, decl = store_sums(g, salt, epi)
     body += stores
     decls = [out_param(out_type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
     decls += fold.params(len(types)) if fold is not None else []
@@ -204,7 +167,7 @@ def gemv_kernel(
 
 
 def _product(
-    g: _Geometry,
+    g: Geometry,
     params: Sequence[str],
     types: Sequence[TensorType],
     prologue: Sequence[Node],
@@ -252,101 +215,6 @@ def _product(
     ]
 
 
-def _reduce_lanes(g: _Geometry) -> list[str]:
-    """Sum the row lanes of one warp (lane bits above the column group) by shuffles, then write
-    each warp's sums to `og_red[warp]` for the block reduction."""
-    m, vec, ct = g.m, g.vec, g.ct
-    return [
-        f"#pragma unroll\nfor (int i = 0; i < {m}; ++i) {{",
-        f"  #pragma unroll\n  for (int v = 0; v < {vec}; ++v) {{",
-        (
-            f"    for (int o = {ct}; o < 32; o <<= 1) "
-            "acc[i][v] += __shfl_xor_sync(0xffffffffu, acc[i][v], o);"
-        ),
-        "  }",
-        "}",
-        f"__shared__ float og_red[{g.warps}][{m}][{g.tile_cols}];",
-        "const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;",
-        f"if (lane < {ct}u) {{",
-        f"  #pragma unroll\n  for (int i = 0; i < {m}; ++i) {{",
-        (
-            f"    #pragma unroll\n    for (int v = 0; v < {vec}; ++v) "
-            f"og_red[warp][i][lane * {vec}u + v] = acc[i][v];"
-        ),
-        "  }",
-        "}",
-        "__syncthreads();",
-    ]
-
-
-def _store(g: _Geometry, salt: str, epi: Sequence[str]) -> tuple[list[str], str]:
-    """(statements, file-scope declarations): the block sums of each (row, column) of the tile,
-    then `epi` (the epilogue and store). With S splits of K, each block first writes its sums to
-    the kernel's workspace; the block that arrives last at the tile adds the S partials in split
-    order, runs `epi` and resets the tile's counter for the next launch."""
-    m, n, tile_cols = g.m, g.n, g.tile_cols
-    reduce_block = [
-        "float val = 0.0f;",
-        f"#pragma unroll\nfor (int w = 0; w < {g.warps}; ++w) val += og_red[w][i][c];",
-    ]
-    loop = (
-        f"for (unsigned int t = threadIdx.x; t < {m * tile_cols}u; t += {THREADS}u) {{\n"
-        f"  const unsigned int i = t / {tile_cols}u, c = t % {tile_cols}u;\n"
-        f"  const unsigned int col = {g.column('c')};\n"
-        f"  if (col >= {n}u) continue;"
-    )
-    rope = g.fold is not None and g.fold.rope is not None
-    if g.splits == 1:
-        if rope:
-            assert g.fold is not None
-            pc = partner_local(g.pairing, g.fold, tile_cols)
-            reduce_block += [
-                "float pval = 0.0f;",
-                f"#pragma unroll\nfor (int w = 0; w < {g.warps}; ++w) pval += og_red[w][i][{pc}];",
-            ]
-        return [loop, *("  " + s for s in reduce_block), *("  " + s for s in epi), "}"], ""
-    digest = hashlib.sha1(f"{salt}|{m},{g.k},{n},{g.dtype}".encode()).hexdigest()[:12]
-    ws, cnt = f"og_ws_{digest}", f"og_cnt_{digest}"
-    decl = (
-        f"__device__ float {ws}[{g.splits * m * n}];\n__device__ unsigned int {cnt}[{g.tiles}];\n"
-    )
-    lines = [
-        loop,
-        *("  " + s for s in reduce_block),
-        f"  {ws}[(split * {m}u + i) * {n}u + col] = val;",
-        "}",
-        "__syncthreads();",
-        "__shared__ bool og_last;",
-        f"if (threadIdx.x == 0) og_last = og_arrive(&{cnt}[tile]) == {g.splits - 1}u;",
-        "__syncthreads();",
-        "if (!og_last) return;",
-        loop,
-        "  float val = 0.0f;",
-        (
-            f"  for (unsigned int s = 0; s < {g.splits}u; ++s) "
-            f"val += __ldcg(&{ws}[(s * {m}u + i) * {n}u + col]);"
-        ),
-        *(_partner_sum(g, ws) if rope else []),
-        *("  " + s for s in epi),
-        "}",
-        f"if (threadIdx.x == 0) {cnt}[tile] = 0u;",
-    ]
-    return lines, decl
-
-
-def _partner_sum(g: _Geometry, ws: str) -> list[str]:
-    """`pval`: the split-K sum of the rope partner of column `col` (the same tile's)."""
-    assert g.fold is not None
-    pcol = partner_global(g.fold)
-    return [
-        "  float pval = 0.0f;",
-        (
-            f"  for (unsigned int s = 0; s < {g.splits}u; ++s) "
-            f"pval += __ldcg(&{ws}[(s * {g.m}u + i) * {g.n}u + {pcol}]);"
-        ),
-    ]
-
-
 # Prefetch each thread's first batch of weight rows into L2 before the PDL wait. Off: on an H100
 # the decode steps with and without it differed less than two runs of one program did, so no
 # gain is established (see docs/benchmarks.md).
@@ -358,7 +226,7 @@ PREFETCH = False
 EARLY_WEIGHTS = True
 
 
-def _prefetch_weights(b_role: str, g: _Geometry) -> str:
+def _prefetch_weights(b_role: str, g: Geometry) -> str:
     """Statements (a block of their own) bringing the rows of `b` this thread loads first into
     L2: they run before the dependency wait, during the preceding kernel (a hint only: the
     loads after the wait read whatever is current)."""

@@ -38,6 +38,9 @@ each choice are in docs/benchmarks.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+from optgraph.codegen.cuda_gemv_epilogues import GemvFold, column
 
 THREADS = 256
 SMS = 132  # multiprocessors of an H100 / H200
@@ -47,6 +50,42 @@ BATCH = 8  # 16-byte loads of b a thread issues before using the first
 SINGLE_PASS_ROWS = 8  # small K: rows a thread may take without split-K (0: never single pass)
 MIN_ROWS_PER_SPLIT = 64
 VECTOR = {"f16": 8, "bf16": 8, "f32": 4}  # elements per 16-byte load
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The product `[m, k] @ [k, n]` and its layout (`layout` below): `ct` column
+    threads of `vec` elements a tile, `tiles` tiles, `splits` slices of K of `rows` rows."""
+
+    m: int
+    k: int
+    n: int
+    dtype: str
+    vec: int
+    ct: int
+    tiles: int
+    splits: int
+    rows: int
+    fold: GemvFold | None = None
+    pairing: str = ""  # how tiles hold rope's column pairs (`cuda_gemv_epilogues.pairing`)
+
+    @property
+    def tile_cols(self) -> int:
+        return self.ct * self.vec
+
+    def column(self, local: str) -> str:
+        """C expression of the global column of the tile's column `local` (`tile` in scope)."""
+        if self.fold is None or self.pairing != "chunked":
+            return f"tile * {self.tile_cols}u + {local}"
+        return column(self.pairing, self.fold, self.tile_cols, local)
+
+    @property
+    def warps(self) -> int:
+        return THREADS // 32
+
+    @property
+    def lanes(self) -> int:
+        return THREADS // self.ct
 
 
 def layout(k: int, n: int, vec: int) -> tuple[int, int, int, int]:
