@@ -15,7 +15,10 @@ set while the program is lowered, captured and first run):
 - `no-rope-kv`: that and `rope_cache_writes.ROPE_CACHE_WRITES = False` (a key's rope and its
   cache write as two kernels: seven launches a layer);
 - `no-early-w`: `cuda_fused.EARLY_WEIGHTS = False` (weights loaded after the PDL wait);
-- `none`: all off (main before these settings).
+- `none`: all off (main before these settings);
+- `all-on-pk8k`: the defaults with `fuse{prologue-max-k=8192}` (the realistic step's norms
+  recomputed in each product reading them, whose first weight loads now overlap that work: two
+  launches fewer a layer; the launch-bound step's program is the same as `all-on`'s).
 
 Columns: kernel launches a step (the bound plan's kernel steps); `step µs`: median of `--iters`
 steps each timed alone with CUDA events; `loop µs`: `--loop` steps issued back to back then one
@@ -47,11 +50,13 @@ SETTINGS = {
 }
 VARIANTS: dict[str, dict[str, bool]] = {
     "all-on": {},
+    "all-on-pk8k": {},
     "no-qkv-fold": {"qkv": False},
     "no-rope-kv": {"qkv": False, "rope": False},
     "no-early-w": {"early": False},
     "none": {"qkv": False, "rope": False, "early": False},
 }
+PIPELINES = {"all-on-pk8k": ("fuse,", "fuse{prologue-max-k=8192},")}  # (text, replaced by)
 
 
 @contextmanager
@@ -70,8 +75,11 @@ def settings(values: dict[str, bool]) -> Iterator[None]:
             setattr(setting, name, value)
 
 
-def build(model: Any, values: dict[str, bool]) -> tuple[Callable[[], Any], Any, int, Any]:
-    """(step, stream, kernel launches a step, logits array) of `model` under `values`."""
+def build(
+    model: Any, values: dict[str, bool], fusion: tuple[str, str] | None = None
+) -> tuple[Callable[[], Any], Any, int, Any]:
+    """(step, stream, kernel launches a step, logits array) of `model` under `values`, with
+    `fusion` = (the pipeline's fuse pass, its replacement) where given."""
     import cupy as cp
     from gpu_variants import FUSED_ONE_STREAM
 
@@ -81,7 +89,8 @@ def build(model: Any, values: dict[str, bool]) -> tuple[Callable[[], Any], Any, 
     from optgraph.program import cuda_program
     from optgraph.runtime.reference_kernels import numpy_dtype
 
-    graph = run_pipeline(model.graph, FUSED_ONE_STREAM)
+    pipeline = FUSED_ONE_STREAM.replace(*fusion, 1) if fusion else FUSED_ONE_STREAM
+    graph = run_pipeline(model.graph, pipeline)
     inputs = model.device_inputs()
     types = graph.value_types()
     in_place = in_place_candidates(graph)
@@ -138,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines), flush=True)
     for model in models(args.only):
         floor_us = floor_bytes(model.graph) / bandwidth * 1e6
-        built = {name: build(model, VARIANTS[name]) for name in names}
+        built = {name: build(model, VARIANTS[name], PIPELINES.get(name)) for name in names}
         reference = built[names[0]][3].get().astype("float64")
         iters = args.iters if model.name == "llama_launch" else max(20, args.iters // 4)
         first = {n: median_us(built[n][0], built[n][1], iters, 10) for n in names}
