@@ -16,6 +16,9 @@ set while the program is lowered, captured and first run):
   cache write as two kernels: seven launches a layer);
 - `no-early-w`: `cuda_fused.EARLY_WEIGHTS = False` (weights loaded after the PDL wait);
 - `none`: all off (main before these settings);
+- `spread`: the defaults with `cuda_gemv_layout.SPREAD_SMALL = True` (off by default: small
+  single-pass products take the most tiles up to one a multiprocessor, e.g. the launch-bound
+  o-projection 64 blocks instead of 32);
 - `all-on-pk8k`: the defaults with `fuse{prologue-max-k=8192}` (the realistic step's norms
   recomputed in each product reading them, whose first weight loads now overlap that work: two
   launches fewer a layer; the launch-bound step's program is the same as `all-on`'s).
@@ -47,6 +50,7 @@ SETTINGS = {
     "qkv": ("qkv_folds", "FOLD_QKV"),
     "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
     "early": ("cuda_fused", "EARLY_WEIGHTS"),
+    "spread": ("cuda_gemv_layout", "SPREAD_SMALL"),
 }
 VARIANTS: dict[str, dict[str, bool]] = {
     "all-on": {},
@@ -55,6 +59,7 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "no-rope-kv": {"qkv": False, "rope": False},
     "no-early-w": {"early": False},
     "none": {"qkv": False, "rope": False, "early": False},
+    "spread": {"spread": True},
 }
 PIPELINES = {"all-on-pk8k": ("fuse,", "fuse{prologue-max-k=8192},")}  # (text, replaced by)
 

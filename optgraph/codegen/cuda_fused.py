@@ -139,7 +139,8 @@ def gemv_kernel(
     assert anchor.type is not None
     m, k, n = shape
     vec = VECTOR[a_type.dtype]
-    g = Geometry(m, k, n, a_type.dtype, vec, *layout(k, n, vec))
+    even = fold is not None and fold.rope is not None  # rope pairs the halves of a tile
+    g = Geometry(m, k, n, a_type.dtype, vec, *layout(k, n, vec, even))
     if fold is not None:
         mode = pairing(fold, g.tile_cols, g.ct, n)
         if mode is None or epilogue or result != anchor.name:

@@ -88,12 +88,22 @@ class Geometry:
         return THREADS // self.ct
 
 
-def layout(k: int, n: int, vec: int) -> tuple[int, int, int, int]:
-    """(column threads, tiles, splits, rows per split) of a [K, N] matrix (see the docstring)."""
+# Small single-pass products: the most tiles (fewest column threads) that still fit one a
+# multiprocessor, so more multiprocessors stream the weights (one-thread tiles read 16 bytes of a
+# 32-byte sector a row). False: the widest tile that keeps the rows a thread takes (measured).
+SPREAD_SMALL = False
+
+
+def layout(k: int, n: int, vec: int, even: bool = False) -> tuple[int, int, int, int]:
+    """(column threads, tiles, splits, rows per split) of a [K, N] matrix (see the docstring).
+    `even`: an even number of column threads (a rope fold pairs the halves of a tile)."""
     for limit in (min(4, SINGLE_PASS_ROWS), SINGLE_PASS_ROWS):
-        for ct in (8, 4, 2, 1):
-            if limit and k <= limit * (THREADS // ct):
-                return ct, -(-n // (ct * vec)), 1, k
+        fits = [ct for ct in (8, 4, 2, 1) if limit and k <= limit * (THREADS // ct)]
+        fits = [ct for ct in fits if not (even and ct % 2)]
+        if fits:
+            spread = [ct for ct in fits if -(-n // (ct * vec)) <= SMS]
+            ct = min(spread) if SPREAD_SMALL and spread else fits[0]
+            return ct, -(-n // (ct * vec)), 1, k
     for ct in (32, 16, 8):
         tiles = -(-n // (ct * vec))
         if SMS <= tiles <= MIN_BLOCKS * SMS:

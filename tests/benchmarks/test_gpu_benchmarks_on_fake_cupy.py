@@ -133,4 +133,5 @@ def test_decode_launch_settings_table(
         "no-rope-kv": 2 + 7 * 2,
         "no-early-w": 12,
         "none": 16,
+        "spread": 12,
     }
