@@ -94,9 +94,9 @@ class _Graph:
             return False
         mine = Extent(where.space, where.key, where.offset, self.types[product.name].nbytes)
         views = self.views(rope.name)
-        last = max(
-            self.index[self.graph.nodes[u].name] for v in views for u in self.users.get(v, [])
-        )
+        last = max((u for v in views for u in self.users.get(v, [])), default=-1)
+        if last < 0:
+            return False  # read by no node (an unoptimized graph): nothing to gain
         for node in self.graph.nodes[self.index[product.name] + 1 : last + 1]:
             if node.is_event or node.name in self.roots or node.name not in self.locations:
                 continue
