@@ -19,6 +19,8 @@ set while the program is lowered, captured and first run):
 - `spread`: the defaults with `cuda_gemv_layout.SPREAD_SMALL = True` (off by default: small
   single-pass products take the most tiles up to one a multiprocessor, e.g. the launch-bound
   o-projection 64 blocks instead of 32);
+- `trigger-first`: the defaults with `cuda_source.TRIGGER_FIRST = True` (off by default: every
+  kernel lets the next grid launch before it waits for the preceding one);
 - `all-on-pk8k`: the defaults with `fuse{prologue-max-k=8192}` (the realistic step's norms
   recomputed in each product reading them, whose first weight loads now overlap that work: two
   launches fewer a layer; the launch-bound step's program is the same as `all-on`'s).
@@ -51,6 +53,7 @@ SETTINGS = {
     "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
     "early": ("cuda_fused", "EARLY_WEIGHTS"),
     "spread": ("cuda_gemv_layout", "SPREAD_SMALL"),
+    "trigger": ("cuda_source", "TRIGGER_FIRST"),
 }
 VARIANTS: dict[str, dict[str, bool]] = {
     "all-on": {},
@@ -60,6 +63,7 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "no-early-w": {"early": False},
     "none": {"qkv": False, "rope": False, "early": False},
     "spread": {"spread": True},
+    "trigger-first": {"trigger": True},
 }
 PIPELINES = {"all-on-pk8k": ("fuse,", "fuse{prologue-max-k=8192},")}  # (text, replaced by)
 

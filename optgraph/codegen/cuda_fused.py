@@ -57,9 +57,9 @@ from optgraph.codegen.cuda_gemv_reduce import reduce_lanes, store_sums
 from optgraph.codegen.cuda_row_prologue import row_prologue, stage_row
 from optgraph.codegen.cuda_scalars import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_source import (
-    PDL_ENTRY,
     Kernel,
     Launch,
+    body_entry,
     in_param,
     kernel_template,
     load,
@@ -195,7 +195,7 @@ def _product(
     if preload:
         weights = [f"{b_role} + n0"]
         head = [*indexing, *first_batch(g.dtype, weights, g.n, g.lanes)]
-        head += [PDL_ENTRY.strip().replace("\n  ", "\n"), *row_setup]
+        head += [body_entry(), *row_setup]
     else:
         head = [*row_setup, *indexing]
     return [

@@ -33,12 +33,9 @@ import hashlib
 import re
 from collections.abc import Sequence
 
-from optgraph.codegen.cuda_source import Kernel, kernel_template
+from optgraph.codegen.cuda_source import Kernel, body_entry, kernel_template
 
 BLOCK_INDEX, GRID_DIM = "og_block_idx", "og_grid_dim"
-# The PDL entry of a member that does not wait itself, in a merged kernel whose other members
-# load weights before their own wait (`Kernel.self_wait`): each block waits in its member's code.
-_ENTRY = "og_grid_dependency_wait(); og_grid_launch_dependents(); "
 _BUILTINS = re.compile(r"\b(blockIdx|gridDim)\b")
 
 
@@ -108,7 +105,8 @@ def merged_kernel(members: Sequence[tuple[Kernel, tuple[int, int, int]]]) -> Ker
         if kernel.early.strip():
             decls[part_function(kernel, early=True)] = None
             early = early_name(kernel) + tail
-        entry = _ENTRY if self_wait and not kernel.self_wait else ""
+        # a member that does not wait itself, beside members that do: it waits in its branch
+        entry = body_entry().replace("\n", " ") + " " if self_wait and not kernel.self_wait else ""
         calls.append((entry + part_name(kernel) + tail, early))
     grids = [grid for _, grid in members]
     body = _dispatch([c for c, _ in calls], grids)

@@ -134,4 +134,5 @@ def test_decode_launch_settings_table(
         "no-early-w": 12,
         "none": 16,
         "spread": 12,
+        "trigger-first": 12,
     }
