@@ -128,7 +128,7 @@ def test_decode_launch_settings_table(
     launches = {cells[1].strip(): int(cells[2]) for cells in rows}
     assert launches == {
         "all-on": 2 + 5 * 2,
-        "all-on-pk8k": 2 + 5 * 2,  # hidden 64: the same program
+        "all-on-pk16k": 2 + 5 * 2,  # hidden 64: the same program
         "no-qkv-fold": 2 + 6 * 2,
         "no-rope-kv": 2 + 7 * 2,
         "no-early-w": 12,
