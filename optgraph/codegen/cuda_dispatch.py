@@ -69,8 +69,9 @@ def node_code(
 
     `in_place` says the planner gave the result its operand 0's bytes (kv_cache_write then only
     writes the new rows). `resident`: the operands (by index) that are weights in the device's
-    weight buffer, which no kernel writes (a one-row product loads them before its PDL wait). Views that alias their operand are not passed here (they cost nothing);
-    views that do not are materialized with a copy kernel.
+    weight buffer, which no kernel writes (a one-row product loads them before its PDL wait).
+    Views that alias their operand are not passed here (they cost nothing); views that do not
+    are materialized with a copy kernel.
     """
     assert node.type is not None, node
     if node.type.numel == 0:

@@ -13,7 +13,7 @@ import pytest
 
 import optgraph as og
 from optgraph.codegen import qkv_folds, rope_cache_writes
-from optgraph.codegen.cuda_plan import KernelStep, lower_cuda, storage
+from optgraph.codegen.cuda_plan import CudaPlan, KernelStep, lower_cuda, storage
 from optgraph.codegen.cuda_steps import Location
 from optgraph.codegen.in_place_outputs import in_place_candidates
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
@@ -62,8 +62,8 @@ def _llama(dt: str = "f32", layers: int = 2) -> og.Graph:
     return run_pipeline(og.parse(text), DEFAULT_PIPELINE)
 
 
-def _launches(plan: object) -> list[tuple[str, ...]]:
-    return [s.members for s in plan.steps if isinstance(s, KernelStep)]  # type: ignore[attr-defined]
+def _launches(plan: CudaPlan) -> list[tuple[str, ...]]:
+    return [s.members for s in plan.steps if isinstance(s, KernelStep)]
 
 
 def test_a_decode_layer_is_five_launches(monkeypatch: pytest.MonkeyPatch) -> None:

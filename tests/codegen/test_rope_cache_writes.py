@@ -12,7 +12,7 @@ import pytest
 
 import optgraph as og
 from optgraph.codegen import qkv_folds, rope_cache_writes
-from optgraph.codegen.cuda_plan import KernelStep, lower_cuda
+from optgraph.codegen.cuda_plan import CudaPlan, KernelStep, lower_cuda
 from optgraph.codegen.in_place_outputs import in_place_candidates
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference
@@ -54,8 +54,8 @@ def _keys(
     return run_pipeline(og.parse(text), DEFAULT_PIPELINE)
 
 
-def _kernels(plan: object) -> list[KernelStep]:
-    return [s for s in plan.steps if isinstance(s, KernelStep)]  # type: ignore[attr-defined]
+def _kernels(plan: CudaPlan) -> list[KernelStep]:
+    return [s for s in plan.steps if isinstance(s, KernelStep)]
 
 
 def test_pairs_need_an_in_place_write_and_no_other_reader(monkeypatch) -> None:

@@ -1,8 +1,8 @@
 """A decode step's launch settings on the GPU (qkv_folds.FOLD_QKV,
 rope_cache_writes.ROPE_CACHE_WRITES, cuda_fused.EARLY_WEIGHTS, and the opt-in
-cuda_source.TRIGGER_FIRST and cuda_gemv_layout.SPREAD_SMALL): with each on and off, caches bound in place, the step as a bound
-step equals the reference, gives the same bits replay after replay, and takes the launches the
-setting says (5, 6 or 7 a layer). Shapes: the launch-bound decode's (head 64, chunked tiles)
+cuda_source.TRIGGER_FIRST and cuda_gemv_layout.SPREAD_SMALL): with each on and off, caches
+bound in place, the step as a bound step equals the reference, gives the same bits replay after
+replay, and takes the launches the setting says (5, 6 or 7 a layer). Shapes: the launch-bound decode's (head 64, chunked tiles)
 and realistic heads (head 128, K > 2048: split-K, tiles of whole heads)."""
 
 from __future__ import annotations
