@@ -17,6 +17,7 @@ Legality:
   whose result and its views have exactly the one reader named, none of them an output, on the
   same stream and backend; rope with full rotary; the product's layout can hold rope's column
   pairs in one tile (`cuda_gemv_epilogues.pairing`);
+- the positions (rope's, the write's) computed before the product is issued, on its stream;
 - a cache write: in place (`in_place_outputs`: nothing else reads the cache input, so writing
   its rows at the product's place instead of the write's changes what no one reads), the new
   rows the product's (or its rope's) result or a view of it at offset 0 in the same order;
@@ -38,6 +39,7 @@ from optgraph.codegen import cuda_fused
 from optgraph.codegen.cuda_gemv_epilogues import GemvFold, is_full_rotary
 from optgraph.codegen.cuda_source import Kernel, Launch
 from optgraph.codegen.cuda_steps import Extent, KernelStep, Location
+from optgraph.codegen.rope_cache_writes import is_ready
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
 
@@ -154,6 +156,11 @@ def _fold_of(g: _Graph, product: Node, in_place: Mapping[str, str]) -> ProductFo
         write = reader
     else:
         return None
+    extra = ([rope.operands[1]] if rope is not None else []) + (
+        [write.operands[2]] if write is not None else []
+    )
+    if not all(is_ready(g.graph, value, product) for value in extra):
+        return None  # a position computed after the product: not readable at its place
     fold = _gemv_fold(g, product, rope, write)
     if fold is None:
         return None

@@ -13,7 +13,8 @@ nothing. The rotated key is never stored in the arena.
 
 Legal because the cache input has no reader but the write (`in_place_candidates`), so writing
 its new rows earlier (at the rope, on the same stream) changes what no one reads; every reader
-of the write's result follows the write, which follows the rope. The write's new rows must be
+of the write's result follows the write, which follows the rope. The write's position must be
+computed before the rope is issued (an imported model's position may be a node of its own). The write's new rows must be
 the rope's result itself or a view of it at offset 0 with the same element order (a transpose
 of a one-token key), so row r of the rope's x is row r of the new rows. Out-of-range positions
 write no row, as the in-place write does. With the rope and the v cache write, the step's three
@@ -70,8 +71,23 @@ def rope_cache_writes(graph: Graph, in_place: Mapping[str, str]) -> dict[str, No
         readers = {graph.nodes[u].name for v in aliases for u in users.get(v, [])} - aliases
         if readers != {name} or aliases & outputs or not _same_rows(types, rope, write):
             continue
+        if not is_ready(graph, write.operands[2], rope):
+            continue  # the write's position is computed after the rope
         pairs[rope_name] = write
     return pairs
+
+
+def is_ready(graph: Graph, value: str, at: Node) -> bool:
+    """Whether `value` is computed before `at` is issued, on its stream (inputs and weights are
+    always ready): what a kernel issued at `at`'s place may read."""
+    if value in graph.input_names() or any(w.name == value for w in graph.weights):
+        return True
+    for node in graph.nodes:
+        if node is at:
+            return False
+        if node.name == value:
+            return node.stream == at.stream
+    return False
 
 
 def _same_rows(types: Mapping[str, TensorType], rope: Node, write: Node) -> bool:

@@ -187,3 +187,14 @@ def test_llama_decode_folded_gives_the_unfolded_bits(dt: str) -> None:
     inputs["pos"] = np.array([5], np.int32)
     inputs["kv_len"] = np.array([6], np.int32)
     _same_bits_folded_or_not(graph, weights, inputs, 2 + 5 * 2)
+
+
+def test_a_write_position_computed_after_the_product_blocks_its_fold() -> None:
+    text = _qkv_text().replace(
+        "  input %pos : i32[1]\n", "  input %pos : i32[1]\n  input %one : i32[1]\n"
+    )
+    text = text.replace("  %q4 = reshape", "  %wp = add(%pos, %one) : i32[1]\n  %q4 = reshape")
+    text = text.replace("_t, %pos) :", "_t, %wp) :")
+    graph = run_pipeline(og.parse(text), ONE_STREAM)
+    pairs = in_place_candidates(graph)
+    assert set(qkv_folds.product_folds(graph, _placed(graph, pairs), pairs)) == {"q"}

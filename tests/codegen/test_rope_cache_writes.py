@@ -146,3 +146,42 @@ def test_llama_decode_folded_matches_reference(dt: str) -> None:
         np.testing.assert_allclose(
             np.asarray(got[name], np.float64), np.asarray(want[name], np.float64), atol=tol
         )
+
+
+LATE_POSITION = """graph late {
+  input %k : f16[1,1,2,8]
+  input %k_cache : f16[1,2,16,8]
+  input %pos : i32[1]
+  input %one : i32[1]
+  %k_rot = rope(%k, %pos) {theta = 10000.0} : f16[1,1,2,8]
+  %wpos = add(%pos, %one) : i32[1]
+  %k_t = transpose(%k_rot) {perm = [0, 2, 1, 3]} : f16[1,2,1,8]
+  %kc = kv_cache_write(%k_cache, %k_t, %wpos) : f16[1,2,16,8]
+  output %kc
+}
+"""
+
+
+def test_a_write_position_computed_after_the_rope_blocks_the_fold() -> None:
+    """An imported model's write position may be a node of its own, issued after the rope: the
+    rope's kernel could not read it yet (found by the HF decode step in the emulator)."""
+    pipeline = "verify,assign-streams{max-streams=1},insert-sync,analyze-lifetimes,plan-memory"
+    graph = run_pipeline(og.parse(LATE_POSITION), pipeline)
+    assert [n.name for n in graph.nodes].index("wpos") > [n.name for n in graph.nodes].index(
+        "k_rot"
+    )
+    pairs = in_place_candidates(graph)
+    assert pairs == {"kc": "k_cache"}
+    assert rope_cache_writes.rope_cache_writes(graph, pairs) == {}
+    early = og.parse(
+        LATE_POSITION.replace("%wpos = add(%pos, %one) : i32[1]\n", "").replace(
+            "  %k_rot = rope", "  %wpos = add(%pos, %one) : i32[1]\n  %k_rot = rope"
+        )
+    )
+    early = run_pipeline(early, pipeline)
+    assert set(rope_cache_writes.rope_cache_writes(early, in_place_candidates(early))) == {"k_rot"}
+    if cuda_emulator.available():
+        inputs = random_inputs(graph, 0)
+        inputs["pos"], inputs["one"] = np.array([4], np.int32), np.array([1], np.int32)
+        got = cuda_emulator.run_plan(lower_cuda(graph, in_place=pairs), inputs, {})
+        np.testing.assert_array_equal(got["kc"], run_reference(graph, inputs, {})["kc"])
