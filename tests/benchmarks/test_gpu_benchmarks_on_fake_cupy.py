@@ -136,3 +136,38 @@ def test_decode_launch_settings_table(
         "spread": 12,
         "trigger-first": 12,
     }
+
+
+def test_decode_launch_variant_that_fails_gets_a_row(
+    benchmarks: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bench: ModuleType = benchmarks("bench_decode_launches")
+    head_to_head: ModuleType = benchmarks("head_to_head")
+    from gen_llama import generate_llama
+    from gpu_variants import Model
+
+    import optgraph as og
+    from optgraph.runtime.reference import random_weights
+
+    graph = og.parse(generate_llama(layers=1, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=64))
+    model = Model("llama_launch", graph, head_to_head.decode_inputs(graph), random_weights(graph))
+    monkeypatch.setattr(head_to_head, "copy_bandwidth", lambda: 3e12)
+    monkeypatch.setattr(head_to_head, "models", lambda only: iter([model]))
+    real = bench.build
+
+    def build(model: Any, values: Any, fusion: Any = None) -> Any:
+        if values.get("spread"):
+            raise RuntimeError("no such kernel")
+        return real(model, values, fusion)
+
+    monkeypatch.setattr(bench, "build", build)
+    out = tmp_path / "decode.md"
+    assert (
+        bench.main(
+            ["--variants", "all-on,spread", "--iters", "1", "--loop", "1", "--markdown", str(out)]
+        )
+        == 0
+    )
+    text = out.read_text()
+    assert "| llama_launch | spread | RuntimeError: no such kernel |" in text
+    assert "| llama_launch | all-on | 7 |" in text
