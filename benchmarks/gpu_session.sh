@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # One GPU-machine session: GPU tests, the benchmark, compute-sanitizer; logs under $OUT.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh [tests] [bench] [sanitize] [kernels] [h2h] \
-#       [gemv] [offload] [split] [threshold] [host] [multi]
+#       [gemv] [decode] [offload] [split] [threshold] [host] [multi]
 # bench: benchmarks/bench_gpu.py (the examples); sanitize: compute-sanitizer over
 # benchmarks/sanitize_examples.py; kernels: benchmarks/bench_kernels.py (single kernels at the
 # Llama shapes, old vs new; KERNELS_ARGS=--no-pdl for each kernel's own time); h2h: the head-to-head suite (H2H_ONLY=llama,
 # H2H_VARIANTS=torch-graph,og-fused-1s restrict it; H2H_PROFILE=a,b: per-kernel profiles of those variants); gemv: benchmarks/bench_gemv.py (GEMV_ARGS=--sweep
-# for every layout); offload: benchmarks/bench_offload.py (OFFLOAD_ARGS, e.g. "--modes balanced");
+# for every layout); decode: benchmarks/bench_decode_launches.py (DECODE_ARGS); offload: benchmarks/bench_offload.py (OFFLOAD_ARGS, e.g. "--modes balanced");
 # split: benchmarks/bench_split.py (SPLIT_ARGS, e.g. "--expert-ffn 128"); threshold:
 # benchmarks/bench_stream_threshold.py; host: benchmarks/bench_host_cost.py; multi: the several-GPU
 # tests (tests/gpu/test_multi_gpu.py: one GPU runs its one-GPU part) and, with 2+ GPUs,
@@ -49,6 +49,10 @@ for part in $parts; do
         --iters "${ITERS:-100}" --warmup 10 ${H2H_ONLY:+--only "$H2H_ONLY"} \
         ${H2H_VARIANTS:+--variants "$H2H_VARIANTS"} ${H2H_PROFILE:+--profile "$H2H_PROFILE"} --markdown "$OUT/h2h.md" > "$OUT/h2h.log" 2>&1
       echo "h2h rc=$?"; tail -n 45 "$OUT/h2h.log" ;;
+    decode)
+      timeout "${DECODE_S:-300}" python3 benchmarks/bench_decode_launches.py ${DECODE_ARGS:-} \
+        --markdown "$OUT/decode.md" > "$OUT/decode.log" 2>&1
+      echo "decode rc=$?"; tail -n 16 "$OUT/decode.log" ;;
     gemv)
       timeout "${GEMV_S:-300}" python3 benchmarks/bench_gemv.py ${GEMV_ARGS:-} \
         --markdown "$OUT/gemv.md" > "$OUT/gemv.log" 2>&1

@@ -61,22 +61,28 @@ FAMILIES = (
 
 
 def node_code(
-    node: Node, operand_types: Sequence[TensorType], *, in_place: bool = False
+    node: Node,
+    operand_types: Sequence[TensorType],
+    *,
+    in_place: bool = False,
+    resident: frozenset[int] = frozenset(),
 ) -> tuple[Work, ...]:
     """What to issue for `node`, given its operands' types.
 
     `in_place` says the planner gave the result its operand 0's bytes (kv_cache_write then only
-    writes the new rows). Views that alias their operand are not passed here (they cost nothing);
-    views that do not are materialized with a copy kernel.
+    writes the new rows). `resident`: the operands (by index) that are weights in the device's
+    weight buffer, which no kernel writes (a one-row product loads them before its PDL wait).
+    Views that alias their operand are not passed here (they cost nothing); views that do not
+    are materialized with a copy kernel.
     """
     assert node.type is not None, node
     if node.type.numel == 0:
         return ()
     types = tuple(operand_types)
     if node.op == "fused":
-        return tuple(fused_code(node, types))
+        return tuple(fused_code(node, types, resident))
     if node.op == "matmul":
-        one_kernel = cuda_fused.gemv_matmul(node, types)  # one row (decode): our kernel
+        one_kernel = cuda_fused.gemv_matmul(node, types, resident)  # one row (decode): ours
         if one_kernel is not None:
             return tuple(one_kernel)
     for family in FAMILIES:
@@ -92,7 +98,9 @@ def scratch_bytes(node: Node, operand_types: Sequence[TensorType]) -> int:
     return 0
 
 
-def fused_code(node: Node, types: tuple[TensorType, ...]) -> list[Work]:
+def fused_code(
+    node: Node, types: tuple[TensorType, ...], resident: frozenset[int] = frozenset()
+) -> list[Work]:
     """The work of a fused region, by the kind of its plan (see the module docstring)."""
     assert node.type is not None and node.body is not None
     body = node.body
@@ -115,7 +123,7 @@ def fused_code(node: Node, types: tuple[TensorType, ...]) -> list[Work]:
     if plan.kind == REDUCTION:
         return [cuda_reduction.fused_row_launch(node, types, plan, roles)]
     assert plan.kind == PRODUCT
-    one_kernel = cuda_fused.gemv_region(node, types)  # a matrix-vector product: the epilogue inside
+    one_kernel = cuda_fused.gemv_region(node, types, resident)  # the epilogue inside
     if one_kernel is not None:
         return list(one_kernel)
     work = _product_anchor(node, anchor, types, roles)

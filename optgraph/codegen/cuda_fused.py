@@ -35,15 +35,31 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 
 from optgraph.analysis.fusion_rules import PRODUCT, plan_body
-from optgraph.codegen.cuda_gemv_layout import BATCH, BOUNDS, THREADS, VECTOR, layout, product_loop
+from optgraph.codegen.cuda_gemv_epilogues import (
+    GemvFold,
+    fold_store,
+    pairing,
+)
+from optgraph.codegen.cuda_gemv_layout import (
+    BATCH,
+    BOUNDS,
+    THREADS,
+    VECTOR,
+    Geometry,
+    first_batch,
+    layout,
+    product_loop,
+)
+from optgraph.codegen.cuda_gemv_reduce import reduce_lanes, store_sums
 from optgraph.codegen.cuda_row_prologue import row_prologue, stage_row
 from optgraph.codegen.cuda_scalars import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_source import (
     Kernel,
     Launch,
+    body_entry,
     in_param,
     kernel_template,
     load,
@@ -80,34 +96,6 @@ def gemv_shape(
     return m, k, n
 
 
-@dataclass(frozen=True)
-class _Geometry:
-    """The product `[m, k] @ [k, n]` and its layout (`cuda_gemv_layout.layout`): `ct` column
-    threads of `vec` elements a tile, `tiles` tiles, `splits` slices of K of `rows` rows."""
-
-    m: int
-    k: int
-    n: int
-    dtype: str
-    vec: int
-    ct: int
-    tiles: int
-    splits: int
-    rows: int
-
-    @property
-    def tile_cols(self) -> int:
-        return self.ct * self.vec
-
-    @property
-    def warps(self) -> int:
-        return THREADS // 32
-
-    @property
-    def lanes(self) -> int:
-        return THREADS // self.ct
-
-
 def gemv_kernel(
     salt: str,
     params: Sequence[str],
@@ -117,14 +105,24 @@ def gemv_kernel(
     result: str,
     out_type: TensorType,
     prologue: Sequence[Node] = (),
+    resident: frozenset[str] = frozenset(),
+    fold: GemvFold | None = None,
 ) -> tuple[Kernel, tuple[int, int, int]] | None:
     """(kernel, grid) of the fused product, or None when the shape does not qualify.
+
+    `fold`: the store rotates the value and/or writes it to cache rows (`cuda_gemv_epilogues`;
+    the region must have no epilogue); extra params follow the region's. None where the layout
+    cannot hold rope's column pairs in one tile.
+
+    `resident`: params bound to weights no kernel writes; when the product's weight is one (and
+    `EARLY_WEIGHTS`), each thread loads its first batch of weight rows into registers before
+    the PDL wait, so during the preceding kernel.
 
     `params` name the region's operands in0, in1, ...; the anchor's weight is a param, its row
     a param or the value of `prologue` (see `row_prologue`). The kernel's phases: the product
     (`_product`: indexing, the row, the weights' loads and the multiply-adds), the reduction of
-    each tile's row lanes (`_reduce_lanes`), then the epilogue and store, in one pass or after
-    the split-K partial sums (`_store`).
+    each tile's row lanes (`cuda_gemv_reduce.reduce_lanes`), then the epilogue and store, in one
+    pass or after the split-K partial sums (`cuda_gemv_reduce.store_sums`).
     """
     index = {p: k for k, p in enumerate(params)}
     computed = {n.name: n.type for n in prologue if n.type is not None}
@@ -141,46 +139,67 @@ def gemv_kernel(
     assert anchor.type is not None
     m, k, n = shape
     vec = VECTOR[a_type.dtype]
-    g = _Geometry(m, k, n, a_type.dtype, vec, *layout(k, n, vec))
+    even = fold is not None and fold.rope is not None  # rope pairs the halves of a tile
+    g = Geometry(m, k, n, a_type.dtype, vec, *layout(k, n, vec, even))
+    if fold is not None:
+        mode = pairing(fold, g.tile_cols, g.ct, n)
+        if mode is None or epilogue or result != anchor.name:
+            return None
+        g = replace(g, fold=fold, pairing=mode)
     b_role = f"in{index[anchor.operands[1]]}"
-    body = _product(g, params, types, prologue, anchor.operands[0], a_type, b_role)
-    body += _reduce_lanes(g)
-    epi = _epilogue(params, types, epilogue, anchor, result, out_type, n)
-    stores, decl = _store(g, salt, epi)
+    preload = EARLY_WEIGHTS and anchor.operands[1] in resident
+    body = _product(g, params, types, prologue, anchor.operands[0], a_type, b_role, preload)
+    body += reduce_lanes(g)
+    if fold is None:
+        epi = _epilogue(params, types, epilogue, anchor, result, out_type, n)
+    else:
+        epi = fold_store(fold, anchor.type.dtype, out_type.dtype, n, len(types))
+    stores, decl = store_sums(g, salt, epi)
     body += stores
     decls = [out_param(out_type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
+    decls += fold.params(len(types)) if fold is not None else []
     text = "\n".join("  " + line for line in "\n".join(body).split("\n"))
     family = f"gemv|{salt}" if g.splits > 1 else "gemv"
-    early = _prefetch_weights(b_role, g) if PREFETCH else ""
-    template = kernel_template(decls, text, BOUNDS, early)
+    early = _prefetch_weights(b_role, g) if PREFETCH and not preload else ""
+    template = kernel_template(decls, text, BOUNDS, early, preload)
     name = "og_gemv_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
-    kernel = Kernel.assemble(name, decls, text, (decl,), BOUNDS, early)
+    kernel = Kernel.assemble(name, decls, text, (decl,), BOUNDS, early, preload)
     return kernel, (g.tiles, g.splits, 1)
 
 
 def _product(
-    g: _Geometry,
+    g: Geometry,
     params: Sequence[str],
     types: Sequence[TensorType],
     prologue: Sequence[Node],
     row: str,
     row_type: TensorType,
     b_role: str,
+    preload: bool = False,
 ) -> list[str]:
     """The thread's tile, column and rows of K, its row (a parameter, or computed by the
     prologue and staged in shared memory when it fits), and `acc[i][v]`: the products of its
-    rows of K."""
+    rows of K. `preload`: the first batch of weight rows is loaded, then the PDL entry runs
+    (the kernel has `self_wait`), then everything that reads what other kernels write."""
     row_setup, row_value = row_prologue(params, types, prologue, row, row_type, g.m)
     staged = stage_row(row in params, g.dtype, g.m, g.rows)
     if staged:
         row_value = load(g.dtype, f"og_xs[i * {g.rows}u + (kk - k0)]")
-    return [
-        *row_setup,
+    indexing = [
         "const unsigned int tile = blockIdx.x, split = blockIdx.y;",
         f"const unsigned int cg = threadIdx.x % {g.ct}u, rl = threadIdx.x / {g.ct}u;",
-        f"const unsigned int n0 = tile * {g.tile_cols}u + cg * {g.vec}u;",
+        f"const unsigned int n0 = {g.column(f'cg * {g.vec}u')};",
         f"const unsigned int k0 = split * {g.rows}u;",
         f"const unsigned int k1 = min({g.k}u, k0 + {g.rows}u);",
+    ]
+    if preload:
+        weights = [f"{b_role} + n0"]
+        head = [*indexing, *first_batch(g.dtype, weights, g.n, g.lanes)]
+        head += [body_entry(), *row_setup]
+    else:
+        head = [*row_setup, *indexing]
+    return [
+        *head,
         *staged,
         f"float acc[{g.m}][{g.vec}];",
         f"#pragma unroll\nfor (int i = 0; i < {g.m}; ++i) {{",
@@ -189,83 +208,12 @@ def _product(
         f"if (n0 < {g.n}u) {{",
         *(
             "  " + s
-            for s in product_loop(g.dtype, [f"{b_role} + n0"], g.n, g.lanes, g.m, row_value)
+            for s in product_loop(
+                g.dtype, [f"{b_role} + n0"], g.n, g.lanes, g.m, row_value, preload
+            )
         ),
         "}",
     ]
-
-
-def _reduce_lanes(g: _Geometry) -> list[str]:
-    """Sum the row lanes of one warp (lane bits above the column group) by shuffles, then write
-    each warp's sums to `og_red[warp]` for the block reduction."""
-    m, vec, ct = g.m, g.vec, g.ct
-    return [
-        f"#pragma unroll\nfor (int i = 0; i < {m}; ++i) {{",
-        f"  #pragma unroll\n  for (int v = 0; v < {vec}; ++v) {{",
-        (
-            f"    for (int o = {ct}; o < 32; o <<= 1) "
-            "acc[i][v] += __shfl_xor_sync(0xffffffffu, acc[i][v], o);"
-        ),
-        "  }",
-        "}",
-        f"__shared__ float og_red[{g.warps}][{m}][{g.tile_cols}];",
-        "const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;",
-        f"if (lane < {ct}u) {{",
-        f"  #pragma unroll\n  for (int i = 0; i < {m}; ++i) {{",
-        (
-            f"    #pragma unroll\n    for (int v = 0; v < {vec}; ++v) "
-            f"og_red[warp][i][lane * {vec}u + v] = acc[i][v];"
-        ),
-        "  }",
-        "}",
-        "__syncthreads();",
-    ]
-
-
-def _store(g: _Geometry, salt: str, epi: Sequence[str]) -> tuple[list[str], str]:
-    """(statements, file-scope declarations): the block sums of each (row, column) of the tile,
-    then `epi` (the epilogue and store). With S splits of K, each block first writes its sums to
-    the kernel's workspace; the block that arrives last at the tile adds the S partials in split
-    order, runs `epi` and resets the tile's counter for the next launch."""
-    m, n, tile_cols = g.m, g.n, g.tile_cols
-    reduce_block = [
-        "float val = 0.0f;",
-        f"#pragma unroll\nfor (int w = 0; w < {g.warps}; ++w) val += og_red[w][i][c];",
-    ]
-    loop = (
-        f"for (unsigned int t = threadIdx.x; t < {m * tile_cols}u; t += {THREADS}u) {{\n"
-        f"  const unsigned int i = t / {tile_cols}u, c = t % {tile_cols}u;\n"
-        f"  const unsigned int col = tile * {tile_cols}u + c;\n"
-        f"  if (col >= {n}u) continue;"
-    )
-    if g.splits == 1:
-        return [loop, *("  " + s for s in reduce_block), *("  " + s for s in epi), "}"], ""
-    digest = hashlib.sha1(f"{salt}|{m},{g.k},{n},{g.dtype}".encode()).hexdigest()[:12]
-    ws, cnt = f"og_ws_{digest}", f"og_cnt_{digest}"
-    decl = (
-        f"__device__ float {ws}[{g.splits * m * n}];\n__device__ unsigned int {cnt}[{g.tiles}];\n"
-    )
-    lines = [
-        loop,
-        *("  " + s for s in reduce_block),
-        f"  {ws}[(split * {m}u + i) * {n}u + col] = val;",
-        "}",
-        "__syncthreads();",
-        "__shared__ bool og_last;",
-        f"if (threadIdx.x == 0) og_last = og_arrive(&{cnt}[tile]) == {g.splits - 1}u;",
-        "__syncthreads();",
-        "if (!og_last) return;",
-        loop,
-        "  float val = 0.0f;",
-        (
-            f"  for (unsigned int s = 0; s < {g.splits}u; ++s) "
-            f"val += __ldcg(&{ws}[(s * {m}u + i) * {n}u + col]);"
-        ),
-        *("  " + s for s in epi),
-        "}",
-        f"if (threadIdx.x == 0) {cnt}[tile] = 0u;",
-    ]
-    return lines, decl
 
 
 # Prefetch each thread's first batch of weight rows into L2 before the PDL wait. Off: on an H100
@@ -273,15 +221,21 @@ def _store(g: _Geometry, salt: str, epi: Sequence[str]) -> tuple[list[str], str]
 # gain is established (see docs/benchmarks.md).
 PREFETCH = False
 
+# Load each thread's first batch of weight rows into registers before the PDL wait (weights in
+# the device's weight buffer only: no kernel writes them), so the loads overlap the preceding
+# kernel; the L2 prefetch above is then not emitted. False: every load after the wait.
+EARLY_WEIGHTS = True
 
-def _prefetch_weights(b_role: str, g: _Geometry) -> str:
+
+def _prefetch_weights(b_role: str, g: Geometry) -> str:
     """Statements (a block of their own) bringing the rows of `b` this thread loads first into
     L2: they run before the dependency wait, during the preceding kernel (a hint only: the
     loads after the wait read whatever is current)."""
     ct, n, k, rows = g.ct, g.n, g.k, g.rows
     lines = [
         "{",
-        f"  const unsigned int n0 = blockIdx.x * {g.tile_cols}u + (threadIdx.x % {ct}u) * {g.vec}u;",
+        "  const unsigned int tile = blockIdx.x;",
+        f"  const unsigned int n0 = {g.column(f'(threadIdx.x % {ct}u) * {g.vec}u')};",
         f"  const unsigned int k0 = blockIdx.y * {rows}u, k1 = min({k}u, k0 + {rows}u);",
         f"  if (n0 < {n}u) {{",
         "    #pragma unroll",
@@ -323,8 +277,15 @@ def _launch(kernel: Kernel, grid: tuple[int, int, int], arity: int) -> Launch:
     return Launch(kernel, grid, (THREADS, 1, 1), ("out",) + tuple(f"in{j}" for j in range(arity)))
 
 
-def gemv_region(node: Node, types: Sequence[TensorType]) -> list[Launch] | None:
-    """The one launch of a fused product region with few rows, or None (use cuBLAS)."""
+def gemv_region(
+    node: Node,
+    types: Sequence[TensorType],
+    resident: frozenset[int] = frozenset(),
+    fold: GemvFold | None = None,
+) -> list[Launch] | None:
+    """The one launch of a fused product region with few rows, or None (use cuBLAS).
+    `resident`: the operands (by index) that are weights no kernel writes; `fold`: see
+    `gemv_kernel` (its extra params are the launch's last roles)."""
     if node.body is None or node.type is None:
         return None  # GEMV_MAX_M is applied by gemv_shape: a prologue needs this kernel anyway
     try:
@@ -343,21 +304,30 @@ def gemv_region(node: Node, types: Sequence[TensorType]) -> list[Launch] | None:
         node.body.result,
         node.type,
         [by_name[p] for p in plan.prologue],
+        frozenset(node.body.params[k] for k in resident if k < len(node.body.params)),
+        fold,
     )
     if made is None:
         return None
     kernel, grid = made
-    return [_launch(kernel, grid, len(types))]
+    extra = len(fold.params(0)) if fold is not None else 0
+    return [_launch(kernel, grid, len(types) + extra)]
 
 
-def gemv_matmul(node: Node, types: Sequence[TensorType]) -> list[Launch] | None:
+def gemv_matmul(
+    node: Node,
+    types: Sequence[TensorType],
+    resident: frozenset[int] = frozenset(),
+    fold: GemvFold | None = None,
+) -> list[Launch] | None:
     """A plain matmul with few rows as the same kernel (no epilogue), or None."""
     if node.op != "matmul" or node.type is None or len(types) != 2:
         return None
     params = ("#a", "#b")  # cannot clash with IR names
     anchor = Node(node.name, "matmul", params, node.attrs, node.type)
-    made = gemv_kernel(node.name, params, types, anchor, [], node.name, node.type)
+    named = frozenset(params[k] for k in resident if k < len(params))
+    made = gemv_kernel(node.name, params, types, anchor, [], node.name, node.type, (), named, fold)
     if made is None:
         return None
     kernel, grid = made
-    return [_launch(kernel, grid, 2)]
+    return [_launch(kernel, grid, 2 + (len(fold.params(0)) if fold is not None else 0))]

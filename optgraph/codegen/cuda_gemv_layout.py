@@ -38,6 +38,9 @@ each choice are in docs/benchmarks.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+from optgraph.codegen.cuda_gemv_epilogues import GemvFold, column
 
 THREADS = 256
 SMS = 132  # multiprocessors of an H100 / H200
@@ -49,12 +52,58 @@ MIN_ROWS_PER_SPLIT = 64
 VECTOR = {"f16": 8, "bf16": 8, "f32": 4}  # elements per 16-byte load
 
 
-def layout(k: int, n: int, vec: int) -> tuple[int, int, int, int]:
-    """(column threads, tiles, splits, rows per split) of a [K, N] matrix (see the docstring)."""
+@dataclass(frozen=True)
+class Geometry:
+    """The product `[m, k] @ [k, n]` and its layout (`layout` below): `ct` column
+    threads of `vec` elements a tile, `tiles` tiles, `splits` slices of K of `rows` rows."""
+
+    m: int
+    k: int
+    n: int
+    dtype: str
+    vec: int
+    ct: int
+    tiles: int
+    splits: int
+    rows: int
+    fold: GemvFold | None = None
+    pairing: str = ""  # how tiles hold rope's column pairs (`cuda_gemv_epilogues.pairing`)
+
+    @property
+    def tile_cols(self) -> int:
+        return self.ct * self.vec
+
+    def column(self, local: str) -> str:
+        """C expression of the global column of the tile's column `local` (`tile` in scope)."""
+        if self.fold is None or self.pairing != "chunked":
+            return f"tile * {self.tile_cols}u + {local}"
+        return column(self.pairing, self.fold, self.tile_cols, local)
+
+    @property
+    def warps(self) -> int:
+        return THREADS // 32
+
+    @property
+    def lanes(self) -> int:
+        return THREADS // self.ct
+
+
+# Small single-pass products: the most tiles (fewest column threads) that still fit one a
+# multiprocessor, so more multiprocessors stream the weights (one-thread tiles read 16 bytes of a
+# 32-byte sector a row). False: the widest tile that keeps the rows a thread takes (measured).
+SPREAD_SMALL = False
+
+
+def layout(k: int, n: int, vec: int, even: bool = False) -> tuple[int, int, int, int]:
+    """(column threads, tiles, splits, rows per split) of a [K, N] matrix (see the docstring).
+    `even`: an even number of column threads (a rope fold pairs the halves of a tile)."""
     for limit in (min(4, SINGLE_PASS_ROWS), SINGLE_PASS_ROWS):
-        for ct in (8, 4, 2, 1):
-            if limit and k <= limit * (THREADS // ct):
-                return ct, -(-n // (ct * vec)), 1, k
+        fits = [ct for ct in (8, 4, 2, 1) if limit and k <= limit * (THREADS // ct)]
+        fits = [ct for ct in fits if not (even and ct % 2)]
+        if fits:
+            spread = [ct for ct in fits if -(-n // (ct * vec)) <= SMS]
+            ct = min(spread) if SPREAD_SMALL and spread else fits[0]
+            return ct, -(-n // (ct * vec)), 1, k
     for ct in (32, 16, 8):
         tiles = -(-n // (ct * vec))
         if SMS <= tiles <= MIN_BLOCKS * SMS:
@@ -88,64 +137,112 @@ def unpack(dtype: str, var: str, out: str) -> list[str]:
     return lines
 
 
+PRELOADED = "og_wv0"  # the first batch of weight vectors, loaded before the PDL wait
+
+
+def first_batch(dtype: str, weights: Sequence[str], n: int, lanes: int) -> list[str]:
+    """Statements declaring `PRELOADED` and loading into it the thread's first batch of weight
+    rows (kb = k0 + rl, guarded by k1; nothing where the column is past N): they may run before
+    the PDL wait when every weight is one no kernel writes. Needs `k0`, `k1`, `rl`, `n0`."""
+    p = len(weights)
+    batch = _batch(p)
+    return [
+        f"uint4 {PRELOADED}[{p}][{batch}];",
+        "{",
+        "  const unsigned int kb = k0 + rl;",
+        f"  if (n0 < {n}u) {{",
+        *_indented("    ", _loads(weights, n, lanes, batch, True, PRELOADED)),
+        "  }",
+        "}",
+    ]
+
+
+def _batch(p: int) -> int:
+    return max(1, BATCH // p)  # loads in flight: BATCH, whatever the number of weights
+
+
+def _loads(
+    weights: Sequence[str], n: int, lanes: int, batch: int, guarded: bool, into: str = "wv"
+) -> list[str]:
+    lines = []
+    for j in range(batch):
+        row = f"kb + {j * lanes}u"
+        each = [
+            f"{into}[{q}][{j}] = og_load_stream({w} + (unsigned long long)({row}) * {n}u);"
+            for q, w in enumerate(weights)
+        ]
+        lines.append(f"if ({row} < k1) {{ {' '.join(each)} }}" if guarded else " ".join(each))
+    return lines
+
+
+def _use(
+    dtype: str, p: int, m: int, lanes: int, row_value: str, guarded: bool, wv: str = "wv"
+) -> list[str]:
+    """Statements of loop index j: the multiply-adds of row kk = kb + j · lanes."""
+    vec = VECTOR[dtype]
+    lines = [
+        f"const unsigned int kk = kb + j * {lanes}u;",
+        f"float wf[{p}][{vec}];",
+    ]
+    for q in range(p):
+        lines += unpack(dtype, f"{wv}[{q}][j]", f"wf[{q}]")
+    lines += [
+        f"#pragma unroll\nfor (int i = 0; i < {m}; ++i) {{",
+        f"  const float xv = {row_value};",
+        f"  #pragma unroll\n  for (int q = 0; q < {p}; ++q) {{",
+        f"    #pragma unroll\n    for (int v = 0; v < {vec}; ++v)",
+        f"      acc[q * {m} + i][v] += xv * wf[q][v];",
+        "  }",
+        "}",
+    ]
+    if guarded:
+        lines = ["if (kk < k1) {", *_indented("  ", lines[1:]), "}"]
+        lines.insert(0, f"const unsigned int kk = kb + j * {lanes}u;")
+    return lines
+
+
 def product_loop(
-    dtype: str, weights: Sequence[str], n: int, lanes: int, m: int, row_value: str
+    dtype: str,
+    weights: Sequence[str],
+    n: int,
+    lanes: int,
+    m: int,
+    row_value: str,
+    preloaded: bool = False,
 ) -> list[str]:
     """Statements adding the thread's rows kk = k0 + rl, k0 + rl + lanes, ... < k1 into
     `acc[q * m + i][v]` += row(i, kk) · `weights[q]`[kk · n + v], for every weight q (a pointer
     expression at the thread's first column) and row i < m; `row_value` is the C expression of
-    row(i, kk). Declares `kb`; needs `k0`, `k1`, `rl` and `acc`."""
-    vec, p = VECTOR[dtype], len(weights)
-    batch = max(1, BATCH // p)  # loads in flight: BATCH, whatever the number of weights
-
-    def loads(guarded: bool) -> list[str]:
-        lines = []
-        for j in range(batch):
-            row = f"kb + {j * lanes}u"
-            each = [
-                f"wv[{q}][{j}] = og_load_stream({w} + (unsigned long long)({row}) * {n}u);"
-                for q, w in enumerate(weights)
-            ]
-            lines.append(f"if ({row} < k1) {{ {' '.join(each)} }}" if guarded else " ".join(each))
-        return lines
-
-    def use(guarded: bool) -> list[str]:
-        lines = [
-            f"const unsigned int kk = kb + j * {lanes}u;",
-            f"float wf[{p}][{vec}];",
-        ]
-        for q in range(p):
-            lines += unpack(dtype, f"wv[{q}][j]", f"wf[{q}]")
-        lines += [
-            f"#pragma unroll\nfor (int i = 0; i < {m}; ++i) {{",
-            f"  const float xv = {row_value};",
-            f"  #pragma unroll\n  for (int q = 0; q < {p}; ++q) {{",
-            f"    #pragma unroll\n    for (int v = 0; v < {vec}; ++v)",
-            f"      acc[q * {m} + i][v] += xv * wf[q][v];",
+    row(i, kk). Declares `kb`; needs `k0`, `k1`, `rl` and `acc`. `preloaded`: the first batch
+    is already in `PRELOADED` (`first_batch`, before the PDL wait)."""
+    p = len(weights)
+    batch = _batch(p)
+    head = ["unsigned int kb = k0 + rl;"]
+    if preloaded:
+        head += [
+            "{  // the first batch, loaded before the dependency wait",
+            f"  #pragma unroll\n  for (int j = 0; j < {batch}; ++j) {{",
+            *_indented("    ", _use(dtype, p, m, lanes, row_value, True, PRELOADED)),
             "  }",
             "}",
+            f"kb += {batch * lanes}u;",
         ]
-        if guarded:
-            lines = ["if (kk < k1) {", *_indented("  ", lines[1:]), "}"]
-            lines.insert(0, f"const unsigned int kk = kb + j * {lanes}u;")
-        return lines
-
     return _indented(
         "",
         [
-            "unsigned int kb = k0 + rl;",
+            *head,
             f"for (; kb + {(batch - 1) * lanes}u < k1; kb += {batch * lanes}u) {{",
             f"  uint4 wv[{p}][{batch}];",
-            *_indented("  ", loads(False)),
+            *_indented("  ", _loads(weights, n, lanes, batch, False)),
             f"  #pragma unroll\n  for (int j = 0; j < {batch}; ++j) {{",
-            *_indented("    ", use(False)),
+            *_indented("    ", _use(dtype, p, m, lanes, row_value, False)),
             "  }",
             "}",
             "if (kb < k1) {  // the rows left, fewer than a batch: guarded loads, all in flight",
             f"  uint4 wv[{p}][{batch}];",
-            *_indented("  ", loads(True)),
+            *_indented("  ", _loads(weights, n, lanes, batch, True)),
             f"  #pragma unroll\n  for (int j = 0; j < {batch}; ++j) {{",
-            *_indented("    ", use(True)),
+            *_indented("    ", _use(dtype, p, m, lanes, row_value, True)),
             "  }",
             "}",
         ],

@@ -10,7 +10,9 @@ block index and grid dims as parameters `og_block_idx` / `og_grid_dim` in place 
 `return` leaves its function and so its share of the merged kernel. `threadIdx` and `blockDim`
 stay: every member has the same block dims, so a member's `__syncthreads` is reached by the
 whole block (a block runs exactly one member). A member's `__launch_bounds__` (the one-row
-products' register budget) carries over to the merged kernel (`merged_bounds`).
+products' register budget) carries over to the merged kernel (`merged_bounds`). When a member
+waits for the preceding grid itself (`Kernel.self_wait`: its weight loads come first), the merged
+kernel has no entry of its own and every other member's call is preceded by the entry.
 
     extern "C" __global__ void og_merged_<hash>(float* m0_out, const float* m0_in0, ...) {
       og_grid_dependency_wait(); og_grid_launch_dependents();
@@ -31,7 +33,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 
-from optgraph.codegen.cuda_source import Kernel, kernel_template
+from optgraph.codegen.cuda_source import Kernel, body_entry, kernel_template
 
 BLOCK_INDEX, GRID_DIM = "og_block_idx", "og_grid_dim"
 _BUILTINS = re.compile(r"\b(blockIdx|gridDim)\b")
@@ -85,6 +87,7 @@ def merged_kernel(members: Sequence[tuple[Kernel, tuple[int, int, int]]]) -> Ker
     params: list[str] = []
     decls: dict[str, None] = {}
     calls: list[tuple[str, str]] = []  # (body call, early call or "") per member
+    self_wait = any(kernel.self_wait for kernel, _ in members)
     for j, (kernel, grid) in enumerate(members):
         assert kernel.params is not None
         decls.update(dict.fromkeys(kernel.decls))
@@ -102,14 +105,16 @@ def merged_kernel(members: Sequence[tuple[Kernel, tuple[int, int, int]]]) -> Ker
         if kernel.early.strip():
             decls[part_function(kernel, early=True)] = None
             early = early_name(kernel) + tail
-        calls.append((part_name(kernel) + tail, early))
+        # a member that does not wait itself, beside members that do: it waits in its branch
+        entry = body_entry().replace("\n", " ") + " " if self_wait and not kernel.self_wait else ""
+        calls.append((entry + part_name(kernel) + tail, early))
     grids = [grid for _, grid in members]
     body = _dispatch([c for c, _ in calls], grids)
     early = _dispatch([e for _, e in calls], grids) if any(e for _, e in calls) else ""
     bounds = merged_bounds([kernel for kernel, _ in members])
-    text = "".join(decls) + kernel_template(params, body, bounds, early)
+    text = "".join(decls) + kernel_template(params, body, bounds, early, self_wait)
     name = "og_merged_" + hashlib.sha1(text.encode()).hexdigest()[:12]
-    return Kernel.assemble(name, params, body, tuple(decls), bounds, early)
+    return Kernel.assemble(name, params, body, tuple(decls), bounds, early, self_wait)
 
 
 def _dispatch(calls: Sequence[str], grids: Sequence[tuple[int, int, int]]) -> str:

@@ -61,6 +61,8 @@ from optgraph.codegen.in_place_outputs import check_in_place, in_place_candidate
 from optgraph.codegen.lowered import LoweredProgram, LoweredVariant
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.codegen.merge_launches import merge_kernel_steps
+from optgraph.codegen.qkv_folds import fold_step, place_folds
+from optgraph.codegen.rope_cache_writes import rope_cache_step, rope_cache_writes
 from optgraph.codegen.scratch_space import place_scratch
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
@@ -237,6 +239,10 @@ def lower_cuda(
             if root in in_place:
                 locations[name] = locations[root].shifted(offset)
     scratch, arena = place_scratch(graph, arena, value_bytes)
+    folds, absorbed = place_folds(graph, locations, in_place or {})  # q/k/v products' stores
+    folded = rope_cache_writes(graph, in_place or {})  # a key's rope and its cache write
+    folded = {r: w for r, w in folded.items() if r not in absorbed}
+    folded_writes = {w.name for w in folded.values()} | absorbed
     steps: list[Step] = []
     origins: list[int] = []  # the index in graph.nodes of each step's node
     kernels: dict[str, Kernel] = {}
@@ -260,13 +266,24 @@ def lower_cuda(
         if node.ann.backend == "cpu":
             steps.append(HostStep(node.name, node.stream, index))
             continue
+        if node.name in folded_writes:
+            continue  # done by another node's kernel (rope_cache_writes.py, qkv_folds.py)
+        if node.name in folded or node.name in folds:
+            if node.name in folds:
+                step, kernel = fold_step(folds[node.name], locations, types)
+            else:
+                step, kernel = rope_cache_step(node, folded[node.name], locations, types)
+            kernels[kernel.name] = kernel
+            steps.append(step)
+            continue
         operand_types = [types[o] for o in node.operands]
         roles = {"out": locations[node.name]}
         roles.update((f"in{k}", locations[o]) for k, o in enumerate(node.operands))
         if node.name in scratch:
             roles["scratch"] = scratch[node.name]
         overwrites = bool(node.operands) and roles["out"] == roles["in0"]
-        work_list = node_code(node, operand_types, in_place=overwrites)
+        resident = frozenset(k for k, o in enumerate(node.operands) if o in weight_offsets)
+        work_list = node_code(node, operand_types, in_place=overwrites, resident=resident)
         _check_accumulation(node, work_list, roles, types)
         for work in work_list:
             if isinstance(work, Launch):

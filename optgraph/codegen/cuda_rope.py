@@ -48,13 +48,33 @@ def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -
 
 def rope_launch(node: Node, types: tuple[TensorType, ...]) -> Launch:
     x, pos = types
-    b, s, h, d = x.shape
+    lines = rope_lines(node, types, "out", "")
+    decls = [out_param(x.dtype), in_param(x.dtype, 0), f"const {STORAGE[pos.dtype]}* in1"]
+    kernel = make_kernel("rope", decls, "\n".join("  " + s for s in lines))
+    grid, block = grid_1d(rope_threads(node, types))
+    return Launch(kernel, grid, block, ("out", "in0", "in1"))
+
+
+def rope_threads(node: Node, types: tuple[TensorType, ...]) -> int:
+    """Threads of the grid-stride loop: one per rotating pair or pass-through entry of a group
+    of `heads_per_thread(H)` heads."""
+    b, s, h, d = types[0].shape
+    freq = rope_frequencies(attrs_with_defaults(node), d)
+    return b * s * (h // heads_per_thread(h)) * (freq.rotary_dim // 2 + d - freq.rotary_dim)
+
+
+def rope_lines(node: Node, types: tuple[TensorType, ...], out: str, row_map: str) -> list[str]:
+    """The grid-stride loop of `node`'s rope: element `e` of row `row` (rows of D entries, in
+    x's order) is stored to `out[dest + e]`, where `dest` is `row * D` or, given `row_map` (a C
+    expression of `row`), `row_map * D` (a cache write places each row at its cache row)."""
+    x = types[0]
+    _, s, h, d = x.shape
     attrs = attrs_with_defaults(node)
     freq = rope_frequencies(attrs, d)
     half, rotary = freq.rotary_dim // 2, freq.rotary_dim
     per_row = half + d - rotary  # pairs, then the pass-through entries
+    n = rope_threads(node, types)
     g = heads_per_thread(h)
-    n = b * s * (h // g) * per_row
     idx = index_type(x.numel)
     lines = []
     if attrs["scaling"] == "none":
@@ -72,10 +92,12 @@ def rope_launch(node: Node, types: tuple[TensorType, ...]) -> Launch:
         f"  const {idx} i = t % {per_row}u, group = t / {per_row}u, bs = group / {h // g}u;"
     )
     lines.append(f"  const {idx} first = bs * {h}u + (group % {h // g}u) * {g}u, si = bs % {s}u;")
+    dest = "dest" if row_map else "base"
     if per_row != half:
+        target = f"({row_map}) * {d}u + i + {half}u" if row_map else "k"
         lines.append(
             f"  if (i >= {half}u) {{ for ({idx} row = first; row < first + {g}u; ++row) {{"
-            f" const {idx} k = row * {d}u + i + {half}u; out[k] = in0[k]; }} continue; }}"
+            f" const {idx} k = row * {d}u + i + {half}u; {out}[{target}] = in0[k]; }} continue; }}"
         )
     cos, sin = "cos(angle)", "sin(angle)"
     if freq.attention_factor != 1.0:
@@ -86,15 +108,13 @@ def rope_launch(node: Node, types: tuple[TensorType, ...]) -> Launch:
         "  const double angle = (double)in1[si] * inv_freq;",
         f"  const float c = (float){cos}, sn = (float){sin};",
         f"  #pragma unroll\n  for (unsigned int og_h = 0; og_h < {g}u; ++og_h) {{",
-        f"    const {idx} base = (first + og_h) * {d}u;",
+        f"    const {idx} row = first + og_h, base = row * {d}u;",
+        *([f"    const {idx} dest = ({row_map}) * {d}u;"] if row_map else []),
         f"    const float x1 = {load(x.dtype, 'in0[base + i]')};",
         f"    const float x2 = {load(x.dtype, f'in0[base + i + {half}u]')};",
-        f"    out[base + i] = {store(x.dtype, 'x1 * c - x2 * sn')};",
-        f"    out[base + i + {half}u] = {store(x.dtype, 'x2 * c + x1 * sn')};",
+        f"    {out}[{dest} + i] = {store(x.dtype, 'x1 * c - x2 * sn')};",
+        f"    {out}[{dest} + i + {half}u] = {store(x.dtype, 'x2 * c + x1 * sn')};",
         "  }",
         "}",
     ]
-    decls = [out_param(x.dtype), in_param(x.dtype, 0), f"const {STORAGE[pos.dtype]}* in1"]
-    kernel = make_kernel("rope", decls, "\n".join("  " + s for s in lines))
-    grid, block = grid_1d(n)
-    return Launch(kernel, grid, block, ("out", "in0", "in1"))
+    return lines

@@ -48,6 +48,8 @@ class Kernel:
     is its `__launch_bounds__`, None for none (a merged launch keeps its members'). `early`:
     statements run before the PDL dependency wait, so during the preceding kernel: only hints
     (L2 prefetches of weights), self-contained (a block of its own), never a store.
+    `self_wait`: the body issues the PDL entry itself (`PDL_ENTRY`, after loading weights that no
+    kernel writes into registers: `cuda_fused.EARLY_WEIGHTS`), so the template does not.
     """
 
     name: str
@@ -57,6 +59,7 @@ class Kernel:
     decls: tuple[str, ...] = ()
     bounds: tuple[int, int] | None = None
     early: str = ""
+    self_wait: bool = False
 
     @classmethod
     def assemble(
@@ -67,11 +70,14 @@ class Kernel:
         decls: Iterable[str] = (),
         bounds: tuple[int, int] | None = None,
         early: str = "",
+        self_wait: bool = False,
     ) -> Kernel:
         """The kernel `name` from its parts: `decls` (empty ones dropped), then the function."""
         params, decls = tuple(params), tuple(d for d in decls if d)
-        function = kernel_template(params, body, bounds, early).replace("KERNEL_NAME", name)
-        return cls(name, "".join(decls) + function, params, body.rstrip(), decls, bounds, early)
+        function = kernel_template(params, body, bounds, early, self_wait)
+        function = function.replace("KERNEL_NAME", name)
+        source = "".join(decls) + function
+        return cls(name, source, params, body.rstrip(), decls, bounds, early, self_wait)
 
     @property
     def function(self) -> str:
@@ -255,9 +261,27 @@ def make_kernel(family: str, params: Iterable[str], body: str) -> Kernel:
 
 PDL_ENTRY = "  og_grid_dependency_wait();\n  og_grid_launch_dependents();\n"
 
+# Let the next grid launch before waiting for the preceding one (`og_grid_launch_dependents`
+# first in every kernel). Correct either way: a grid's wait is for its predecessor's completion,
+# which implies every earlier grid's; the next grid's blocks only take the slots this one's
+# running blocks leave. Off: not measured (the dependents launch once this grid's wait is over).
+TRIGGER_FIRST = False
+
+
+def body_entry() -> str:
+    """The PDL statements a self-waiting body (or a merged kernel's member) runs at its wait:
+    the wait, and the trigger after it unless `TRIGGER_FIRST` put it at the kernel's top."""
+    if TRIGGER_FIRST:
+        return "og_grid_dependency_wait();"
+    return "og_grid_dependency_wait();\nog_grid_launch_dependents();"
+
 
 def kernel_template(
-    params: Iterable[str], body: str, bounds: tuple[int, int] | None = None, early: str = ""
+    params: Iterable[str],
+    body: str,
+    bounds: tuple[int, int] | None = None,
+    early: str = "",
+    self_wait: bool = False,
 ) -> str:
     """The text of one kernel named `KERNEL_NAME`: every generated kernel is assembled here.
 
@@ -267,14 +291,19 @@ def kernel_template(
     are empty (see `PRELUDE`). `bounds` = (threads, blocks) adds `__launch_bounds__(threads,
     blocks)`: ptxas then budgets registers for that many blocks a multiprocessor instead of
     full occupancy (which can leave only one load in flight per thread). `early` statements come
-    before the PDL entry (see `Kernel.early`).
+    before the PDL entry (see `Kernel.early`); `self_wait`: the body has the entry (see
+    `Kernel.self_wait`).
     """
     signature = ", ".join(params)
     head = f"__launch_bounds__({bounds[0]}, {bounds[1]}) " if bounds else ""
     lead = early.rstrip() + "\n" if early.strip() else ""
+    entry = "" if self_wait else PDL_ENTRY
+    if TRIGGER_FIRST:
+        wait = "" if self_wait else "  og_grid_dependency_wait();\n"
+        entry = "  og_grid_launch_dependents();\n" + wait
     return (
         f'extern "C" __global__ void {head}KERNEL_NAME({signature}) {{\n'
-        f"{lead}{PDL_ENTRY}{body.rstrip()}\n}}\n"
+        f"{lead}{entry}{body.rstrip()}\n}}\n"
     )
 
 

@@ -159,3 +159,36 @@ def test_decode_loop_graph_feeds_back_token_and_position() -> None:
     finally:
         sys.path[:2] = []
         sys.modules.pop("bench_decode_loop", None)
+
+
+def test_decode_launch_settings_table(
+    benchmarks: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench_decode_launches.py: every variant built under its settings (launch counts differ
+    where they should), the table written."""
+    bench: ModuleType = benchmarks("bench_decode_launches")
+    head_to_head: ModuleType = benchmarks("head_to_head")
+    from gen_llama import generate_llama
+    from gpu_variants import Model
+
+    import optgraph as og
+    from optgraph.runtime.reference import random_weights
+
+    graph = og.parse(generate_llama(layers=2, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=64))
+    model = Model("llama_launch", graph, head_to_head.decode_inputs(graph), random_weights(graph))
+    monkeypatch.setattr(head_to_head, "copy_bandwidth", lambda: 3e12)
+    monkeypatch.setattr(head_to_head, "models", lambda only: iter([model]))
+    out = tmp_path / "decode.md"
+    assert bench.main(["--iters", "2", "--loop", "2", "--markdown", str(out)]) == 0
+    rows = [line.split("|")[1:-1] for line in out.read_text().splitlines() if "llama" in line]
+    launches = {cells[1].strip(): int(cells[2]) for cells in rows}
+    assert launches == {
+        "all-on": 2 + 5 * 2,
+        "all-on-pk16k": 2 + 5 * 2,  # hidden 64: the same program
+        "no-qkv-fold": 2 + 6 * 2,
+        "no-rope-kv": 2 + 7 * 2,
+        "no-early-w": 12,
+        "none": 16,
+        "spread": 12,
+        "trigger-first": 12,
+    }

@@ -68,10 +68,12 @@ def test_plan_writes_rows_into_the_input_and_rejects_illegal_pairs() -> None:
 def test_llama_decode_with_caches_in_place_matches_reference(
     merge: bool, prefetch: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """In the emulator, also with the products' early L2 prefetch (alone and in merged kernels)."""
+    """In the emulator, also with the products' early L2 prefetch (alone and in merged kernels;
+    it replaces the weight loads before the wait, `EARLY_WEIGHTS`)."""
     from optgraph.codegen import cuda_fused
 
     monkeypatch.setattr(cuda_fused, "PREFETCH", prefetch)
+    monkeypatch.setattr(cuda_fused, "EARLY_WEIGHTS", not prefetch)
     graph = og.parse(generate_llama(layers=2, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=64))
     planned = run_pipeline(graph, DEFAULT_PIPELINE)
     pairs = in_place_candidates(planned)

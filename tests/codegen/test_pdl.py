@@ -13,16 +13,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen.cuda_plan import KernelStep, lower_cuda
+from optgraph.codegen import cuda_source
+from optgraph.codegen.cuda_plan import CudaPlan, KernelStep, lower_cuda
 from optgraph.codegen.cuda_prelude import PRELUDE
-from optgraph.codegen.cuda_source import PDL_ENTRY
+from optgraph.codegen.cuda_source import PDL_ENTRY, body_entry
 from optgraph.passes.manager import run_pipeline
 from optgraph.runtime import cuda_pdl
 from optgraph.runtime.cuda_pdl import LAUNCH_KERNEL_EX, lookup_launch_entry, pdl_steps
-from optgraph.runtime.reference import random_inputs, random_weights
+from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from tests.support import cuda_emulator
 from tests.support.fake_cupy import fake_cupy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,16 +51,86 @@ def test_every_kernel_begins_with_the_dependency_wait(path: Path) -> None:
     graph = og.parse(text, str(path))
     if run and run.group(1).strip() != "none":
         graph = run_pipeline(graph, run.group(1).strip())
-    _assert_wait_first(lower_cuda(graph).source())
+    _assert_wait_first(lower_cuda(graph))
 
 
-def _assert_wait_first(source: str) -> None:
+# What a kernel that waits itself (`Kernel.self_wait`) may do before its PDL entry: index
+# arithmetic on its block and thread, and 16-byte loads of weight rows into `og_wv0`.
+_PRELOAD_LINE = re.compile(
+    r"(?:[{}]|uint4 og_wv0\[\d+\]\[\d+\];|if \(n0 < \d+u\) \{"
+    r"|const unsigned int (?![^;]*(?:\bin\d|\bout\b|\*\())[^\[;]*;"
+    r"|if \(kb \+ \d+u < k1\) \{ og_wv0\[\d+\]\[\d+\] = og_load_stream\((\w+) \+ n0 \+ "
+    r"\(unsigned long long\)\(kb \+ \d+u\) \* \d+u\); \})"
+)
+
+
+def _entry() -> str:
+    """The PDL statements a kernel begins with (`cuda_source.TRIGGER_FIRST`: the trigger first)."""
+    if cuda_source.TRIGGER_FIRST:
+        return "  og_grid_launch_dependents();\n  og_grid_dependency_wait();\n"
+    return PDL_ENTRY
+
+
+def _preloads(body: str) -> set[str]:
+    """The params a self-waiting body loads before its PDL entry (checking that it does nothing
+    else there)."""
+    entry = body.index("og_grid_dependency_wait();")
+    assert body[entry:].startswith(body_entry().replace("\n", "\n  "))
+    params: set[str] = set()
+    for line in body[:entry].splitlines():
+        if not line.strip():
+            continue
+        match = _PRELOAD_LINE.fullmatch(line.strip())
+        assert match, line
+        if match.group(1):
+            params.add(match.group(1))
+    assert params, "a self-waiting kernel loads a weight before its entry"
+    return params
+
+
+def _assert_wait_first(plan: CudaPlan) -> dict[str, set[str]]:
     """Every kernel's first statements are the PDL entry, or L2 prefetch hints and then the PDL
-    entry (`Kernel.early`: no load whose value is used, no store, no atomic before the wait)."""
+    entry (`Kernel.early`: no load whose value is used, no store, no atomic before the wait), or
+    (`Kernel.self_wait`) weight loads and then the entry, in a merged kernel each member's. Returns
+    {kernel: params loaded before the entry} of the self-waiting kernels."""
+    preloads: dict[str, set[str]] = {}
+    for kernel in plan.kernels.values():
+        if not kernel.self_wait:
+            _assert_entry_first(kernel.function)
+            continue
+        head = kernel.function.split(") {\n", 1)[1]
+        assert kernel.body is not None and _entry() not in head[:80]
+        if cuda_source.TRIGGER_FIRST:  # the trigger first, the wait in the body
+            assert head.startswith("  og_grid_launch_dependents();\n")
+            assert kernel.source.count("og_grid_launch_dependents") == 1
+        if not kernel.name.startswith("og_merged_"):
+            preloads[kernel.name] = _preloads(kernel.body)
+            continue
+        parts = {
+            m.group(1): m.group(2)
+            for decl in kernel.decls
+            for m in re.finditer(r"void (\w+_part)\([^)]*\) \{\n(.*?)\n\}\n", decl, re.DOTALL)
+        }
+        for call in re.finditer(r"^ *(.*?)(\w+_part)\(", kernel.body, re.MULTILINE):
+            if call.group(1):  # a member that does not wait itself: the entry comes first
+                assert call.group(1) == body_entry().replace("\n", " ") + " "
+                assert "og_grid_dependency_wait" not in parts[call.group(2)]
+            else:
+                _preloads(parts[call.group(2)])
+    waiting = {k.name for k in plan.kernels.values() if k.self_wait}
+    _assert_entry_first(plan.source(), skip=waiting)
+    return preloads
+
+
+def _assert_entry_first(source: str, skip: set[str] | frozenset[str] = frozenset()) -> None:
+    """Every kernel of `source` but those named in `skip` begins with the PDL entry, perhaps
+    after early statements (L2 prefetch hints)."""
     heads = list(KERNEL_HEAD.finditer(source))
     assert len(heads) == source.count("__global__")  # every kernel (cuBLAS-only plans: none)
     for head in heads:
-        entry = source.index(PDL_ENTRY, head.end())
+        if head.group(1) in skip:
+            continue
+        entry = source.index(_entry(), head.end())
         early = source[head.end() : entry]
         assert "}\n}" not in early, head.group(1)  # the entry is in this kernel's own body
         for banned in ("[", "*(", "og_load", "__ld", "atomic", "og_arrive"):
@@ -67,21 +140,91 @@ def _assert_wait_first(source: str) -> None:
         assert "[" not in function.group(2) and "og_prefetch_l2(" in function.group(2)
 
 
-def test_decode_kernels_wait_first_and_products_prefetch_before_waiting(monkeypatch) -> None:
-    """The one-row products of a decode step (alone and merged) prefetch weight rows into L2
-    before their dependency wait; nothing else happens before it."""
+def _decode_plan(merge: bool = True) -> CudaPlan:
     sys.path.insert(0, str(EXAMPLES))
     from gen_llama import generate_llama
 
+    graph = og.parse(generate_llama(layers=1, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=64))
+    return lower_cuda(run_pipeline(graph, "default"), merge_launches=merge)
+
+
+def test_decode_kernels_wait_first_and_products_prefetch_before_waiting(monkeypatch) -> None:
+    """With `EARLY_WEIGHTS` off, the one-row products of a decode step (alone and merged)
+    prefetch weight rows into L2 before their dependency wait; nothing else happens before it."""
     from optgraph.codegen import cuda_fused
 
-    graph = og.parse(generate_llama(layers=1, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=64))
-    scheduled = run_pipeline(graph, "default")
-    assert "og_prefetch_l2(in" not in lower_cuda(scheduled).source()  # off by default
+    monkeypatch.setattr(cuda_fused, "EARLY_WEIGHTS", False)
+    assert "og_prefetch_l2(in" not in _decode_plan().source()  # off by default
     monkeypatch.setattr(cuda_fused, "PREFETCH", True)
-    source = lower_cuda(scheduled).source()
-    _assert_wait_first(source)
+    plan = _decode_plan()
+    assert _assert_wait_first(plan) == {}
+    source = plan.source()
     assert source.count("og_prefetch_l2(in") >= 1 and "_early(" in source
+
+
+def test_products_load_only_weights_before_their_wait() -> None:
+    """`EARLY_WEIGHTS` (on): every one-row product of a decode step loads its first weight rows
+    before its PDL entry, and every param loaded there is bound to the weight buffer."""
+    plan = _decode_plan(merge=False)
+    preloads = _assert_wait_first(plan)
+    steps = [s for s in plan.steps if isinstance(s, KernelStep) and s.kernel in preloads]
+    assert len(steps) == 3 + 1 + 2 + 1 + 1  # q, k, v, o, gate, up, down, lm head
+    for step in steps:
+        params = plan.kernels[step.kernel].params
+        assert params is not None
+        for param in preloads[step.kernel]:
+            where = step.args[[p.rsplit(None, 1)[1] for p in params].index(param)]
+            assert where.space == "weights", (step.node, param, where)
+    merged = _decode_plan()
+    assert any(k.self_wait and k.name.startswith("og_merged_") for k in merged.kernels.values())
+    _assert_wait_first(merged)
+
+
+def test_trigger_first_puts_the_trigger_at_every_kernels_top(monkeypatch) -> None:
+    """`TRIGGER_FIRST`: every kernel (alone, merged, waiting itself or not) triggers its
+    dependents first, once, and still waits before touching what other kernels write."""
+    monkeypatch.setattr(cuda_source, "TRIGGER_FIRST", True)
+    for merge in (False, True):
+        plan = _decode_plan(merge)
+        preloads = _assert_wait_first(plan)
+        assert preloads or merge
+        for kernel in plan.kernels.values():
+            assert kernel.function.split(") {\n", 1)[1].startswith("  og_grid_launch_dependents();")
+            assert kernel.source.count("og_grid_launch_dependents") == 1, kernel.name
+    graph = run_pipeline(og.parse(MIXED), PIPELINE)
+    plan = lower_cuda(graph)
+    _assert_wait_first(plan)
+    if cuda_emulator.available():  # the text compiles and computes (the PDL calls are no-ops)
+        inputs, weights = random_inputs(graph, 0), random_weights(graph, 0)
+        got = cuda_emulator.run_plan(plan, inputs, weights)
+        np.testing.assert_array_equal(got["z"], run_reference(graph, inputs, weights)["z"])
+
+
+MIXED = """graph mixed {
+  input %a : f16[1,64]
+  input %b : f16[1,300]
+  weight %w : f16[64,96]
+  %y = matmul(%a, %w) : f16[1,96]
+  %z = neg(%b) : f16[1,300]
+  output %y, %z
+}
+"""
+
+
+def test_a_merged_kernel_of_waiting_and_plain_members() -> None:
+    """A product that loads weights before its wait merged with a kernel that does not: the
+    merged kernel has no entry of its own, the plain member's blocks wait before its code."""
+    graph = run_pipeline(og.parse(MIXED), PIPELINE)
+    plan = lower_cuda(graph)
+    (step,) = [s for s in plan.steps if isinstance(s, KernelStep)]
+    assert step.members == ("y", "z") and plan.kernels[step.kernel].self_wait
+    _assert_wait_first(plan)
+    if cuda_emulator.available():
+        inputs, weights = random_inputs(graph, 0), random_weights(graph, 0)
+        got = cuda_emulator.run_plan(plan, inputs, weights)
+        want = run_reference(graph, inputs, weights)
+        np.testing.assert_array_equal(got["z"], want["z"])
+        np.testing.assert_allclose(got["y"].astype(np.float64), want["y"], atol=2e-3)
 
 
 def test_pdl_steps_only_follow_a_kernel_on_the_same_stream() -> None:

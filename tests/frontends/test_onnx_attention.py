@@ -71,7 +71,11 @@ def test_bool_mask_gqa_and_softcap() -> None:
 def test_is_causal_without_a_cache_aligns_top_left() -> None:
     feeds = {"Q": _randn(1, 2, 3, 8), "K": _randn(1, 2, 7, 8), "V": _randn(1, 2, 7, 8)}
     attrs = _check(_model(feeds, {"is_causal": 1, "scale": 0.2}, 23), feeds)
-    assert attrs["causal"] and attrs["causal_align"] == "top_left" and attrs["scale"] == pytest.approx(0.2)
+    assert (
+        attrs["causal"]
+        and attrs["causal_align"] == "top_left"
+        and attrs["scale"] == pytest.approx(0.2)
+    )
 
 
 def test_past_key_value_with_a_short_float_mask() -> None:

@@ -1,5 +1,5 @@
 
-extern "C" __global__ void og_rope_fd16d780673e(float* out, const float* in0, const int* in1) {
+extern "C" __global__ void og_rope_fcb387e43b1e(float* out, const float* in0, const int* in1) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   for (unsigned int t = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; t < 24u; t += (unsigned int)gridDim.x * blockDim.x) {
@@ -10,7 +10,7 @@ extern "C" __global__ void og_rope_fd16d780673e(float* out, const float* in0, co
     const float c = (float)cos(angle), sn = (float)sin(angle);
     #pragma unroll
   for (unsigned int og_h = 0; og_h < 4u; ++og_h) {
-      const unsigned int base = (first + og_h) * 16u;
+      const unsigned int row = first + og_h, base = row * 16u;
       const float x1 = in0[base + i];
       const float x2 = in0[base + i + 8u];
       out[base + i] = (float)(x1 * c - x2 * sn);

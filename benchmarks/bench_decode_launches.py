@@ -1,0 +1,193 @@
+"""Decode steps with each launch-count and one-row-product setting on and off, in one table.
+
+    python benchmarks/bench_decode_launches.py [--only llama_launch,llama_real] [--iters 200]
+        [--loop 256] [--markdown FILE]
+
+Models: head_to_head's launch-bound decode (LLAMA_LAUNCH: 8 layers, hidden 512, KV 128) and
+realistic one (LLAMA_REAL: hidden 4096, FFN 14336, vocab 32000, KV 1024), f16, on
+`og-fused-1s`'s pipeline (fusion, one stream), KV caches updated in the caller's arrays, each
+program called as a bound step (`program.bind(inputs, out)`). Variants (codegen module settings,
+set while the program is lowered, captured and first run):
+
+- `all-on`: the defaults;
+- `no-qkv-fold`: `qkv_folds.FOLD_QKV = False` (rope(q), rope(k) and the cache writes not in
+  the q/k/v products' store: six launches a layer instead of five);
+- `no-rope-kv`: that and `rope_cache_writes.ROPE_CACHE_WRITES = False` (a key's rope and its
+  cache write as two kernels: seven launches a layer);
+- `no-early-w`: `cuda_fused.EARLY_WEIGHTS = False` (weights loaded after the PDL wait);
+- `none`: all off (main before these settings);
+- `spread`: the defaults with `cuda_gemv_layout.SPREAD_SMALL = True` (off by default: small
+  single-pass products take the most tiles up to one a multiprocessor, e.g. the launch-bound
+  o-projection 64 blocks instead of 32);
+- `trigger-first`: the defaults with `cuda_source.TRIGGER_FIRST = True` (off by default: every
+  kernel lets the next grid launch before it waits for the preceding one);
+- `all-on-pk16k`: the defaults with `fuse{prologue-max-k=16384}`: the realistic step's norms
+  (4096 rows) recomputed in each product reading them, whose first weight loads now overlap
+  that work, and SwiGLU's mul (14336) in the down product, so gate and up merge: five launches
+  a layer instead of eight (the launch-bound step's program is the same as `all-on`'s).
+
+Columns: kernel launches a step (the bound plan's kernel steps); `step µs`: median of `--iters`
+steps each timed alone with CUDA events; `loop µs`: `--loop` steps issued back to back then one
+synchronization, per step, host included (a serving loop that does not read results between
+steps); `max |Δ| logits` against the first variant that ran (`all-on`; 0: the same bits); the
+step against its bandwidth floor (head_to_head.floor_bytes ÷ the copy bandwidth measured here).
+The variants run in order, then again in reverse order (`step µs` of both passes shown: their
+spread is the run-to-run noise). Needs CuPy and a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
+
+SETTINGS = {
+    "qkv": ("qkv_folds", "FOLD_QKV"),
+    "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
+    "early": ("cuda_fused", "EARLY_WEIGHTS"),
+    "spread": ("cuda_gemv_layout", "SPREAD_SMALL"),
+    "trigger": ("cuda_source", "TRIGGER_FIRST"),
+}
+VARIANTS: dict[str, dict[str, bool]] = {
+    "all-on": {},
+    "all-on-pk16k": {},
+    "no-qkv-fold": {"qkv": False},
+    "no-rope-kv": {"qkv": False, "rope": False},
+    "no-early-w": {"early": False},
+    "none": {"qkv": False, "rope": False, "early": False},
+    "spread": {"spread": True},
+    "trigger-first": {"trigger": True},
+}
+PIPELINES = {"all-on-pk16k": ("fuse,", "fuse{prologue-max-k=16384},")}  # (text, replaced by)
+
+
+@contextmanager
+def settings(values: dict[str, bool]) -> Iterator[None]:
+    """`optgraph.codegen` module settings set to `values` inside the block, restored after."""
+    old: list[tuple[Any, str, Any]] = []
+    try:
+        for key, value in values.items():
+            module, name = SETTINGS[key]
+            setting = importlib.import_module(f"optgraph.codegen.{module}")
+            old.append((setting, name, getattr(setting, name)))
+            setattr(setting, name, value)
+        yield
+    finally:
+        for setting, name, value in reversed(old):
+            setattr(setting, name, value)
+
+
+def build(
+    model: Any, values: dict[str, bool], fusion: tuple[str, str] | None = None
+) -> tuple[Callable[[], Any], Any, int, Any]:
+    """(step, stream, kernel launches a step, logits array) of `model` under `values`, with
+    `fusion` = (the pipeline's fuse pass, its replacement) where given."""
+    import cupy as cp
+    from gpu_variants import FUSED_ONE_STREAM
+
+    from optgraph.codegen.cuda_plan import KernelStep
+    from optgraph.codegen.in_place_outputs import in_place_candidates
+    from optgraph.passes.manager import run_pipeline
+    from optgraph.program import cuda_program
+    from optgraph.runtime.reference_kernels import numpy_dtype
+
+    pipeline = FUSED_ONE_STREAM.replace(*fusion, 1) if fusion else FUSED_ONE_STREAM
+    graph = run_pipeline(model.graph, pipeline)
+    inputs = model.device_inputs()
+    types = graph.value_types()
+    in_place = in_place_candidates(graph)
+    out = {}
+    for name in dict.fromkeys(graph.output_names()):
+        t = types[name]
+        source = in_place.get(name)
+        out[name] = inputs[source] if source else cp.empty(t.shape, dtype=numpy_dtype(t.dtype))
+    with settings(values):  # lowered (in place), compiled and captured here
+        program = cuda_program(graph, weights=model.weights)
+        step = program.bind(inputs, out)
+        step()
+        step()
+        program.stream.synchronize()
+    plan = step.bound.variant.plan
+    launches = sum(isinstance(s, KernelStep) for s in plan.steps)
+    return step, program.stream, launches, out["logits"]
+
+
+def loop_us(step: Callable[[], Any], stream: Any, calls: int) -> float:
+    for _ in range(10):
+        step()
+    stream.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        step()
+    stream.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--only", default="llama_launch,llama_real", help="models, by name")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="variants, by name")
+    parser.add_argument("--iters", type=int, default=200, help="steps timed alone per variant")
+    parser.add_argument("--loop", type=int, default=256, help="steps of the back-to-back loop")
+    parser.add_argument("--markdown", metavar="FILE", help="also write the table there")
+    args = parser.parse_args(argv)
+    from head_to_head import copy_bandwidth, floor_bytes, models
+    from timing import device_name, median_us
+
+    names = [v for v in args.variants.split(",") if v]
+    bandwidth = copy_bandwidth()
+    head = (
+        f"device: {device_name()}; date: {time.strftime('%Y-%m-%d')}; copy bandwidth "
+        f"{bandwidth / 1e12:.2f} TB/s; iters {args.iters}, loop {args.loop}"
+    )
+    lines = [
+        head,
+        "",
+        "| model | variant | launches | step µs (pass 1 / 2) | loop µs | max abs Δ logits | vs floor |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    print("\n".join(lines), flush=True)
+    for model in models(args.only):
+        floor_us = floor_bytes(model.graph) / bandwidth * 1e6
+        built = {}
+        for name in names:
+            try:
+                built[name] = build(model, VARIANTS[name], PIPELINES.get(name))
+            except Exception as err:  # noqa: BLE001 (a variant that cannot run says why)
+                lines.append(f"| {model.name} | {name} | {type(err).__name__}: {err} | | | | |")
+                print(lines[-1], flush=True)
+        ran = [n for n in names if n in built]
+        if not ran:
+            continue
+        reference = built[ran[0]][3].get().astype("float64")
+        iters = args.iters if model.name == "llama_launch" else max(20, args.iters // 4)
+        first = {n: median_us(built[n][0], built[n][1], iters, 10) for n in ran}
+        second = {n: median_us(built[n][0], built[n][1], iters, 10) for n in reversed(ran)}
+        for name in ran:
+            step, stream, launches, logits = built[name]
+            loop = loop_us(step, stream, args.loop)
+            delta = float(abs(logits.get().astype("float64") - reference).max())
+            best = min(first[name], second[name])
+            row = (
+                f"| {model.name} | {name} | {launches} | {first[name]:.1f} / {second[name]:.1f} "
+                f"| {loop:.1f} | {delta:.3g} | {best / floor_us:.2f}× of {floor_us:.0f} µs |"
+            )
+            lines.append(row)
+            print(row, flush=True)
+        del built
+    text = "\n".join(lines) + "\n"
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

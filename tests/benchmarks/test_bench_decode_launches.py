@@ -1,0 +1,80 @@
+"""benchmarks/bench_decode_launches.py on the fake CuPy: a variant that fails to build is
+reported in its row and the others still run (the table itself and every variant's launch
+count: test_gpu_benchmarks_on_fake_cupy.py)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.support.fake_cupy import fake_cupy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def benchmarks(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The fake CuPy with what the decode benchmark uses beyond the runtime, and benchmarks/
+    importable (its modules dropped again afterwards): as test_gpu_benchmarks_on_fake_cupy's."""
+    with fake_cupy(monkeypatch) as fake:
+        cp = sys.modules["cupy"]
+
+        def device_array(host: Any) -> Any:
+            return fake.asarray(np.array(host))
+
+        monkeypatch.setattr(cp, "asarray", device_array, raising=False)
+        monkeypatch.setattr(
+            cp, "empty", lambda shape, dtype: device_array(np.empty(shape, dtype)), raising=False
+        )
+        monkeypatch.setattr(cp.cuda, "get_elapsed_time", lambda a, b: 0.01, raising=False)
+        monkeypatch.setattr(cp.cuda.runtime, "getDevice", lambda: 0, raising=False)
+        props = {"name": b"Fake GPU"}
+        monkeypatch.setattr(cp.cuda.runtime, "getDeviceProperties", lambda d: props, raising=False)
+        monkeypatch.syspath_prepend(str(ROOT / "examples"))
+        monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+        names = {p.stem for p in (ROOT / "benchmarks").glob("*.py")}
+        yield lambda name: importlib.import_module(name)
+        for name in names:
+            sys.modules.pop(name, None)
+
+
+def test_decode_launch_variant_that_fails_gets_a_row(
+    benchmarks: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bench: ModuleType = benchmarks("bench_decode_launches")
+    head_to_head: ModuleType = benchmarks("head_to_head")
+    from gen_llama import generate_llama
+    from gpu_variants import Model
+
+    import optgraph as og
+    from optgraph.runtime.reference import random_weights
+
+    graph = og.parse(generate_llama(layers=1, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=64))
+    model = Model("llama_launch", graph, head_to_head.decode_inputs(graph), random_weights(graph))
+    monkeypatch.setattr(head_to_head, "copy_bandwidth", lambda: 3e12)
+    monkeypatch.setattr(head_to_head, "models", lambda only: iter([model]))
+    real = bench.build
+
+    def build(model: Any, values: Any, fusion: Any = None) -> Any:
+        if values.get("spread"):
+            raise RuntimeError("no such kernel")
+        return real(model, values, fusion)
+
+    monkeypatch.setattr(bench, "build", build)
+    out = tmp_path / "decode.md"
+    assert (
+        bench.main(
+            ["--variants", "all-on,spread", "--iters", "1", "--loop", "1", "--markdown", str(out)]
+        )
+        == 0
+    )
+    text = out.read_text()
+    assert "| llama_launch | spread | RuntimeError: no such kernel |" in text
+    assert "| llama_launch | all-on | 7 |" in text
