@@ -1,0 +1,86 @@
+"""A one-row product that also stores the rms_norm of the row it produced (`norm_folds`).
+
+A decode layer's o-projection and down products store the residual stream `h`; the next norm
+reads it back in a kernel of one block. Folded, the product does that norm itself: each tile's
+storing block (the last of its split-K blocks, or the tile's only block) sums the squares of
+the values it stored (as stored: rounded to h's dtype), writes that partial to a per-kernel
+workspace and arrives at a per-kernel counter; the block that arrives last adds the partials in
+tile order (deterministic: bit-stable across replays), and normalizes the finished row:
+
+    %h = fused(%x, %w, %r) { matmul, add }   %n = rms_norm(%h, %g)
+    ->  one launch: tile t stores h[cols of t] and og_nss[t] = sum of h² over them;
+        last tile:  r = sqrtf(sum_t og_nss[t] / K + eps);  n[j] = round(h[j] / r * g[j])
+
+The partial sums are float32, added in a fixed order; the norm is rounded to its dtype as the
+stand-alone kernel (`cuda_reduction`) rounds it, so results differ from it only by the order of
+the sum of squares. Only one-row products (M = 1) whose row is the whole normalized row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from optgraph.codegen.cuda_gemv_layout import THREADS
+from optgraph.codegen.cuda_source import STORAGE, f32_literal, load, store
+
+
+@dataclass(frozen=True)
+class RowNorm:
+    """The rms_norm a product kernel computes after its store: `eps`, the weight's and the
+    norm's dtypes; the weight is kernel parameter `in{first}`, the norm's result `nout`."""
+
+    eps: float
+    weight_dtype: str
+    dtype: str
+
+    def params(self, first: int) -> list[str]:
+        return [f"const {STORAGE[self.weight_dtype]}* in{first}", f"{STORAGE[self.dtype]}* nout"]
+
+
+def stored_square(dtype: str, value: str) -> list[str]:
+    """Statements storing `value` (a float expression) at out[oi] and adding its square, as
+    stored, to `og_sq`."""
+    return [
+        f"const {STORAGE[dtype]} og_o = {store(dtype, value)};",
+        "out[oi] = og_o;",
+        f"const float og_q = {load(dtype, 'og_o')};",
+        "og_sq += og_q * og_q;",
+    ]
+
+
+def norm_tail(
+    norm: RowNorm, salt: str, tiles: int, k: int, out_dtype: str, first: int
+) -> tuple[list[str], str]:
+    """(statements after the store loop, file-scope declarations): the tile's partial, the
+    arrival, and in the last block the norm of the whole row (see the module docstring)."""
+    digest = hashlib.sha1(f"norm|{salt}|{tiles},{k},{out_dtype}".encode()).hexdigest()[:12]
+    ss, cnt = f"og_nss_{digest}", f"og_ncnt_{digest}"
+    decl = f"__device__ float {ss}[{tiles}];\n__device__ unsigned int {cnt}[1];\n"
+    eps = f32_literal(norm.eps)
+    x = load(out_dtype, "__ldcg(&out[j])")
+    w = load(norm.weight_dtype, f"in{first}[j]")
+    lines = [
+        "__shared__ float og_nred[32];",
+        "__shared__ bool og_nlast;",
+        "{",
+        "  const float og_tss = og_block_reduce(og_sq, og_nred, OgSum(), 0.0f);",
+        "  if (threadIdx.x == 0) {",
+        f"    {ss}[tile] = og_tss;",
+        f"    og_nlast = og_arrive(&{cnt}[0]) == {tiles - 1}u;",
+        "  }",
+        "  __syncthreads();",
+        "}",
+        "if (!og_nlast) return;",
+        "float og_ss = 0.0f;",
+        "#pragma unroll",
+        f"for (unsigned int p = 0; p < {tiles}u; ++p) og_ss += __ldcg(&{ss}[p]);",
+        f"const float og_nr = sqrtf(og_ss / (float){k} + {eps});",
+        "#pragma unroll",  # every load of the row in flight at once
+        f"for (unsigned int j = threadIdx.x; j < {k}u; j += {THREADS}u) {{",
+        f"  const float og_h = {x};",
+        f"  nout[j] = {store(norm.dtype, f'og_h / og_nr * {w}')};",
+        "}",
+        f"if (threadIdx.x == 0) {cnt}[0] = 0u;",
+    ]
+    return lines, decl
