@@ -24,7 +24,11 @@ set while the program is lowered, captured and first run):
 - `all-on-pk16k`: the defaults with `fuse{prologue-max-k=16384}`: the realistic step's norms
   (4096 rows) recomputed in each product reading them, whose first weight loads now overlap
   that work, and SwiGLU's mul (14336) in the down product, so gate and up merge: five launches
-  a layer instead of eight (the launch-bound step's program is the same as `all-on`'s).
+  a layer instead of eight (the launch-bound step's program is the same as `all-on`'s);
+- `norm-fold`: the defaults with `norm_folds.NORM_FOLDS = True`: a norm right after the product
+  that stores its row (the o-projection's, the down product's residual add) is computed by that
+  product's last block from per-tile partial sums of squares, no kernel of its own (the
+  realistic step: 16 of its 17 norm launches; the first layer's follows get_rows).
 
 Columns: kernel launches a step (the bound plan's kernel steps); `step µs`: median of `--iters`
 steps each timed alone with CUDA events; `loop µs`: `--loop` steps issued back to back then one
@@ -55,6 +59,7 @@ SETTINGS = {
     "early": ("cuda_fused", "EARLY_WEIGHTS"),
     "spread": ("cuda_gemv_layout", "SPREAD_SMALL"),
     "trigger": ("cuda_source", "TRIGGER_FIRST"),
+    "norm": ("norm_folds", "NORM_FOLDS"),
 }
 VARIANTS: dict[str, dict[str, bool]] = {
     "all-on": {},
@@ -65,6 +70,7 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "none": {"qkv": False, "rope": False, "early": False},
     "spread": {"spread": True},
     "trigger-first": {"trigger": True},
+    "norm-fold": {"norm": True},
 }
 PIPELINES = {"all-on-pk16k": ("fuse,", "fuse{prologue-max-k=16384},")}  # (text, replaced by)
 
