@@ -27,8 +27,8 @@ set while the program is lowered, captured and first run):
   a layer instead of eight (the launch-bound step's program is the same as `all-on`'s);
 - `norm-fold`: the defaults with `norm_folds.NORM_FOLDS = True`: a norm right after the product
   that stores its row (the o-projection's, the down product's residual add) is computed by that
-  product's last block from per-tile partial sums of squares, no kernel of its own (the
-  realistic step: 16 of its 17 norm launches; the first layer's follows get_rows).
+  product's last block from per-tile partial sums of squares, the first layer's by one block
+  that gathers the embedding row and normalizes it: the realistic step's 17 norm launches go.
 
 Columns: kernel launches a step (the bound plan's kernel steps); `step µs`: median of `--iters`
 steps each timed alone with CUDA events; `loop µs`: `--loop` steps issued back to back then one

@@ -22,7 +22,8 @@ import hashlib
 from dataclasses import dataclass
 
 from optgraph.codegen.cuda_gemv_layout import THREADS
-from optgraph.codegen.cuda_source import STORAGE, f32_literal, load, store
+from optgraph.codegen.cuda_source import STORAGE, Launch, f32_literal, load, make_kernel, store
+from optgraph.ir.graph import TensorType
 
 
 @dataclass(frozen=True)
@@ -84,3 +85,58 @@ def norm_tail(
         f"if (threadIdx.x == 0) {cnt}[0] = 0u;",
     ]
     return lines, decl
+
+
+GATHER_PER_THREAD = 16  # row elements a thread of the gather-and-norm kernel keeps in registers
+
+
+def gather_norm_launch(
+    norm: RowNorm, table: TensorType, ids: TensorType, out_dtype: str
+) -> Launch | None:
+    """One block gathering row `ids[0]` of `table` into `out` (a zero row when out of range, as
+    `get_rows`) and storing its rms_norm into `nout`: the first layer's norm, no kernel of its
+    own. Every element is loaded once (registers), the sum of squares reduced over the block.
+    None for rows over `GATHER_PER_THREAD` × 1024 elements."""
+    k = table.shape[-1]
+    threads = 256 if k <= GATHER_PER_THREAD * 256 else 1024
+    per = -(-k // threads)
+    if per > GATHER_PER_THREAD or ids.numel != 1 or table.rank != 2:
+        return None
+    storage = STORAGE[out_dtype]
+    guard = f"if (j < {k}u) " if k % threads else ""
+    eps = f32_literal(norm.eps)
+    weight = load(norm.weight_dtype, "in2[j]")
+    normalized = store(norm.dtype, f"og_x[u] / og_nr * {weight}")
+    each = f"#pragma unroll\nfor (unsigned int u = 0; u < {per}u; ++u) {{"
+    lines = [
+        "const long long row = (long long)in1[0];",
+        f"const bool og_in = row >= 0 && row < {table.shape[0]}LL;",
+        f"float og_x[{per}];",
+        "float og_ss = 0.0f;",
+        each,
+        f"  const unsigned int j = threadIdx.x + u * {threads}u;",
+        "  og_x[u] = 0.0f;",
+        f"  {guard}{{",
+        f"    const {storage} v = og_in ? in0[(unsigned long long)row * {k}u + j] : ({storage})0;",
+        "    out[j] = v;",
+        f"    og_x[u] = {load(out_dtype, 'v')};",
+        "    og_ss += og_x[u] * og_x[u];",
+        "  }",
+        "}",
+        "__shared__ float og_nred[32];",
+        "og_ss = og_block_reduce(og_ss, og_nred, OgSum(), 0.0f);",
+        f"const float og_nr = sqrtf(og_ss / (float){k} + {eps});",
+        each,
+        f"  const unsigned int j = threadIdx.x + u * {threads}u;",
+        f"  {guard}nout[j] = {normalized};",
+        "}",
+    ]
+    decls = [
+        f"{storage}* out",
+        f"const {storage}* in0",
+        f"const {STORAGE[ids.dtype]}* in1",
+        *norm.params(2),
+    ]
+    body = "\n".join("  " + part for line in lines for part in line.split("\n"))
+    kernel = make_kernel("gather_norm", decls, body)
+    return Launch(kernel, (1, 1, 1), (threads, 1, 1), ("out", "in0", "in1", "in2", "nout"))

@@ -21,8 +21,12 @@ block that arrives last, after every block of the grid has done all its reads.
 The step lists every byte it reads and writes (`KernelStep.reads` / `writes`), so launch
 merging and the race checks see the norm's result as the product's write.
 
-Not handled: layer_norm, rows computed by other kernels (the first layer's `get_rows`), several
-rows, products folded with rope or cache writes.
+The first layer's norm follows `get_rows` of one row: that becomes one block gathering the row
+and normalizing it (`cuda_gemv_norm.gather_norm_launch`; the norm's bytes then overlap none of
+the gather's).
+
+Not handled: layer_norm, rows computed by other kernels, several rows, products folded with rope
+or cache writes.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from optgraph.codegen import cuda_fused
-from optgraph.codegen.cuda_gemv_norm import RowNorm
+from optgraph.codegen.cuda_gemv_norm import RowNorm, gather_norm_launch
 from optgraph.codegen.cuda_source import Kernel, Launch
 from optgraph.codegen.cuda_steps import Extent, KernelStep, Location
 from optgraph.ir.attrs import float_attr
@@ -63,7 +67,7 @@ def _fold(
     types: Mapping[str, TensorType],
 ) -> NormFold | None:
     """The fold of `norm` into `product` (issued just before it), or None when illegal."""
-    if product.op != "fused" or product.type is None or norm.type is None:
+    if product.op not in ("fused", "get_rows") or product.type is None or norm.type is None:
         return None
     if norm.operands[0] != product.name or norm.operands[1] == product.name:
         return None
@@ -74,13 +78,19 @@ def _fold(
         return None
     # The tail reads the row and the weight; the product's operands may share the norm's bytes
     # (the planner gives it the residual's): every block has read them before the last arrives.
+    # The gather (one block) writes the norm while its threads read: no overlap at all.
+    read_late = [product.name, norm.operands[1]]
+    read_late += list(product.operands) if product.op == "get_rows" else []
     mine = _extent(locations[norm.name], norm.type)
-    tail = [_extent(locations[v], types[v]) for v in (product.name, norm.operands[1])]
-    if any(mine.overlaps(e) for e in tail):
+    if any(mine.overlaps(_extent(locations[v], types[v])) for v in read_late):
         return None
     weight = types[norm.operands[1]]
     eps = float_attr(attrs_with_defaults(norm), "eps")
     spec = RowNorm(eps, weight.dtype, norm.type.dtype)
+    if product.op == "get_rows":
+        table, ids = (types[o] for o in product.operands)
+        gather = gather_norm_launch(spec, table, ids, row.dtype)
+        return NormFold(product, norm, gather) if gather is not None else None
     operand_types = tuple(types[o] for o in product.operands)
     resident = frozenset(
         k for k, o in enumerate(product.operands) if locations[o].space == "weights"

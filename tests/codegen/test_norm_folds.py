@@ -104,12 +104,12 @@ pytestmark = pytest.mark.skipif(not cuda_emulator.available(), reason="needs g++
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_llama_decode_norms_folded(dtype: str) -> None:
     source = og.parse(generate_llama(layers=2, dtype=dtype))
-    # l0.attn_in follows get_rows (no product kernel).
+    # l0.attn_in follows get_rows: one gather-and-norm block.
     graph = run_pipeline(source, ONE_STREAM)
     with folding():
         folds = norm_folds.norm_folds(graph, lower_cuda(graph).locations)
     names = {f.norm.name for f in folds.values()}
-    assert {"l0.mlp_in", "l1.attn_in", "l1.mlp_in"} <= names
+    assert {"l0.attn_in", "l0.mlp_in", "l1.attn_in", "l1.mlp_in"} <= names
     _check(source, ONE_STREAM, names)
 
 

@@ -88,8 +88,8 @@ def test_decode_settings_match_reference_and_replay_bits(
         program.stream.synchronize()
         runs.append({n: cp.asnumpy(a) for n, a in out.items()})
     launches = sum(isinstance(s, KernelStep) for s in step.bound.variant.plan.steps)
-    # norm-fold: every norm kernel but the first layer's (after get_rows) done by its producer
-    folded = 2 * norms if setting == "norm-fold" else 0
+    # norm-fold: every norm kernel (2 a layer, the final one) done by the kernel before it
+    folded = 2 * norms + 1 if setting == "norm-fold" and norms else 0
     assert launches == fixed + 2 * (per_layer + norms) - folded
     for later in runs[1:]:
         for name in runs[0]:
