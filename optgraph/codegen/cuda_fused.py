@@ -53,7 +53,12 @@ from optgraph.codegen.cuda_gemv_layout import (
     layout,
     product_loop,
 )
-from optgraph.codegen.cuda_gemv_norm import RowNorm, norm_tail, stored_square
+from optgraph.codegen.cuda_gemv_norm import (
+    TAIL_PER_THREAD,
+    RowNorm,
+    norm_tail,
+    stored_square,
+)
 from optgraph.codegen.cuda_gemv_reduce import reduce_lanes, store_sums
 from optgraph.codegen.cuda_row_prologue import row_prologue, stage_row
 from optgraph.codegen.cuda_scalars import emit_scalars, load_params, used_values
@@ -146,7 +151,7 @@ def gemv_kernel(
     vec = VECTOR[a_type.dtype]
     even = fold is not None and fold.rope is not None  # rope pairs the halves of a tile
     g = Geometry(m, k, n, a_type.dtype, vec, *layout(k, n, vec, even))
-    if norm is not None and (m != 1 or fold is not None):
+    if norm is not None and (m != 1 or fold is not None or n > TAIL_PER_THREAD * THREADS):
         return None
     if fold is not None:
         mode = pairing(fold, g.tile_cols, g.ct, n)

@@ -50,18 +50,32 @@ def stored_square(dtype: str, value: str) -> list[str]:
     ]
 
 
+TAIL_PER_THREAD = 32  # row elements a thread of the last block keeps in registers (K ≤ 8192)
+
+
 def norm_tail(
     norm: RowNorm, salt: str, tiles: int, k: int, out_dtype: str, first: int
 ) -> tuple[list[str], str]:
     """(statements after the store loop, file-scope declarations): the tile's partial, the
-    arrival, and in the last block the norm of the whole row (see the module docstring)."""
+    arrival, and in the last block the norm of the whole row (see the module docstring). The
+    weight is loaded before the arrival (every storing block: its loads overlap the reduction
+    and the atomic), the row and the partials after it, all in flight at once."""
+    per = -(-k // THREADS)
+    assert per <= TAIL_PER_THREAD, "a row over the tail's registers (cuda_fused checks)"
     digest = hashlib.sha1(f"norm|{salt}|{tiles},{k},{out_dtype}".encode()).hexdigest()[:12]
     ss, cnt = f"og_nss_{digest}", f"og_ncnt_{digest}"
     decl = f"__device__ float {ss}[{tiles}];\n__device__ unsigned int {cnt}[1];\n"
     eps = f32_literal(norm.eps)
-    x = load(out_dtype, "__ldcg(&out[j])")
-    w = load(norm.weight_dtype, f"in{first}[j]")
+    guard = f"if (j < {k}u) " if k % THREADS else ""
+    each = f"#pragma unroll\nfor (unsigned int u = 0; u < {per}u; ++u) {{"
+    at = f"  const unsigned int j = threadIdx.x + u * {THREADS}u;"
+    value = store(norm.dtype, "og_hv[u] / og_nr * og_w[u]")
     lines = [
+        f"float og_w[{per}], og_hv[{per}];",
+        each,
+        at,
+        f"  og_w[u] = 0.0f; {guard}og_w[u] = {load(norm.weight_dtype, f'in{first}[j]')};",
+        "}",
         "__shared__ float og_nred[32];",
         "__shared__ bool og_nlast;",
         "{",
@@ -73,18 +87,21 @@ def norm_tail(
         "  __syncthreads();",
         "}",
         "if (!og_nlast) return;",
+        each,
+        at,
+        f"  og_hv[u] = 0.0f; {guard}og_hv[u] = {load(out_dtype, '__ldcg(&out[j])')};",
+        "}",
         "float og_ss = 0.0f;",
         "#pragma unroll",
         f"for (unsigned int p = 0; p < {tiles}u; ++p) og_ss += __ldcg(&{ss}[p]);",
         f"const float og_nr = sqrtf(og_ss / (float){k} + {eps});",
-        "#pragma unroll",  # every load of the row in flight at once
-        f"for (unsigned int j = threadIdx.x; j < {k}u; j += {THREADS}u) {{",
-        f"  const float og_h = {x};",
-        f"  nout[j] = {store(norm.dtype, f'og_h / og_nr * {w}')};",
+        each,
+        at,
+        f"  {guard}nout[j] = {value};",
         "}",
         f"if (threadIdx.x == 0) {cnt}[0] = 0u;",
     ]
-    return lines, decl
+    return [part for line in lines for part in line.split("\n")], decl
 
 
 GATHER_PER_THREAD = 16  # row elements a thread of the gather-and-norm kernel keeps in registers
