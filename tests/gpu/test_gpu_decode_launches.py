@@ -103,3 +103,18 @@ def test_decode_settings_match_reference_and_replay_bits(
             rtol=tol,
             err_msg=f"%{name} ({setting})",
         )
+    # Another token in the bound input array, one more replay: a split-K or norm counter not
+    # reset by the replays before would leave stale results (the same bits as before).
+    inputs["tokens"] = (inputs["tokens"] + 1) % sizes["vocab"]
+    dev["tokens"][...] = cp.asarray(inputs["tokens"])
+    want = run_reference(graph, inputs, weights)
+    step()
+    program.stream.synchronize()
+    for name in planned.output_names():
+        np.testing.assert_allclose(
+            cp.asnumpy(out[name]).astype(np.float64),
+            np.asarray(want[name], np.float64),
+            atol=tol,
+            rtol=tol,
+            err_msg=f"%{name} ({setting}, next token)",
+        )
