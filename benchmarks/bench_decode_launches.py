@@ -28,7 +28,12 @@ set while the program is lowered, captured and first run):
 - `norm-fold`: the defaults with `norm_folds.NORM_FOLDS = True`: a norm right after the product
   that stores its row (the o-projection's, the down product's residual add) is computed by that
   product's last block from per-tile partial sums of squares, the first layer's by one block
-  that gathers the embedding row and normalizes it: the realistic step's 17 norm launches go.
+  that gathers the embedding row and normalizes it: the realistic step's 17 norm launches go;
+- `pk16k-staged`: `all-on-pk16k` with `cuda_row_prologue.STAGE_IN_FLIGHT = True` (a prologue
+  row's slice staged with all its loads in flight, not one element after another);
+- `norm-fold-swiglu`: `norm-fold` and `STAGE_IN_FLIGHT` with `fuse{prologue-max-k=16384,
+  norm-max-k=2048}`: SwiGLU's mul in the down product (gate and up in one launch), the norms
+  folded into the products before them: five launches a layer.
 
 Columns: kernel launches a step (the bound plan's kernel steps); `step µs`: median of `--iters`
 steps each timed alone with CUDA events; `loop µs`: `--loop` steps issued back to back then one
@@ -60,6 +65,7 @@ SETTINGS = {
     "spread": ("cuda_gemv_layout", "SPREAD_SMALL"),
     "trigger": ("cuda_source", "TRIGGER_FIRST"),
     "norm": ("norm_folds", "NORM_FOLDS"),
+    "stage": ("cuda_row_prologue", "STAGE_IN_FLIGHT"),
 }
 VARIANTS: dict[str, dict[str, bool]] = {
     "all-on": {},
@@ -71,8 +77,15 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "spread": {"spread": True},
     "trigger-first": {"trigger": True},
     "norm-fold": {"norm": True},
+    "norm-fold-swiglu": {"norm": True, "stage": True},
+    "pk16k-staged": {"stage": True},
 }
-PIPELINES = {"all-on-pk16k": ("fuse,", "fuse{prologue-max-k=16384},")}  # (text, replaced by)
+PK16K = ("fuse,", "fuse{prologue-max-k=16384},")
+PIPELINES = {  # (text, replaced by)
+    "all-on-pk16k": PK16K,
+    "pk16k-staged": PK16K,
+    "norm-fold-swiglu": ("fuse,", "fuse{prologue-max-k=16384,norm-max-k=2048},"),
+}
 
 
 @contextmanager
