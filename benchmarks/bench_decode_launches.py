@@ -33,7 +33,10 @@ set while the program is lowered, captured and first run):
   row's slice staged with all its loads in flight, not one element after another);
 - `norm-fold-swiglu`: `norm-fold` and `STAGE_IN_FLIGHT` with `fuse{prologue-max-k=16384,
   norm-max-k=2048}`: SwiGLU's mul in the down product (gate and up in one launch), the norms
-  folded into the products before them: five launches a layer.
+  folded into the products before them: five launches a layer;
+- `norm-fold-narrow`: `norm-fold` with `cuda_gemv_layout.NARROW_SPLIT_BLOCKS = 52`: the k and v
+  products (4 tiles) in 52 blocks each instead of 132, so the merged q/k/v launch is 264 blocks
+  (two a multiprocessor) instead of 424.
 
 Columns: kernel launches a step (the bound plan's kernel steps); `step µs`: median of `--iters`
 steps each timed alone with CUDA events; `loop µs`: `--loop` steps issued back to back then one
@@ -66,8 +69,9 @@ SETTINGS = {
     "trigger": ("cuda_source", "TRIGGER_FIRST"),
     "norm": ("norm_folds", "NORM_FOLDS"),
     "stage": ("cuda_row_prologue", "STAGE_IN_FLIGHT"),
+    "narrow": ("cuda_gemv_layout", "NARROW_SPLIT_BLOCKS"),
 }
-VARIANTS: dict[str, dict[str, bool]] = {
+VARIANTS: dict[str, dict[str, bool | int]] = {
     "all-on": {},
     "all-on-pk16k": {},
     "no-qkv-fold": {"qkv": False},
@@ -79,6 +83,7 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "norm-fold": {"norm": True},
     "norm-fold-swiglu": {"norm": True, "stage": True},
     "pk16k-staged": {"stage": True},
+    "norm-fold-narrow": {"norm": True, "narrow": 52},
 }
 PK16K = ("fuse,", "fuse{prologue-max-k=16384},")
 PIPELINES = {  # (text, replaced by)
@@ -89,7 +94,7 @@ PIPELINES = {  # (text, replaced by)
 
 
 @contextmanager
-def settings(values: dict[str, bool]) -> Iterator[None]:
+def settings(values: dict[str, bool | int]) -> Iterator[None]:
     """`optgraph.codegen` module settings set to `values` inside the block, restored after."""
     old: list[tuple[Any, str, Any]] = []
     try:
@@ -105,7 +110,7 @@ def settings(values: dict[str, bool]) -> Iterator[None]:
 
 
 def build(
-    model: Any, values: dict[str, bool], fusion: tuple[str, str] | None = None
+    model: Any, values: dict[str, bool | int], fusion: tuple[str, str] | None = None
 ) -> tuple[Callable[[], Any], Any, int, Any]:
     """(step, stream, kernel launches a step, logits array) of `model` under `values`, with
     `fusion` = (the pipeline's fuse pass, its replacement) where given."""

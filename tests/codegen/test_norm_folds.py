@@ -207,3 +207,17 @@ def test_swiglu_in_down_with_folded_norms(dtype: str, monkeypatch: pytest.Monkey
     staged = [k.source for k in lower_cuda(graph).kernels.values() if "og_sv[u]" in k.source]
     assert staged, "SwiGLU's mul is no staged prologue"
     _check(source, pipeline, {"l0.attn_in", "l0.mlp_in", "l1.attn_in", "l1.mlp_in", "h_final"})
+
+
+def test_narrow_split_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cuda_gemv_layout.NARROW_SPLIT_BLOCKS`: a narrow split-K product in fewer blocks, the
+    same results within the bounds (another order of the partial sums)."""
+    from optgraph.codegen import cuda_gemv_layout
+
+    source = og.parse(SPLIT_K_NORM.replace("DT", "f16"))
+    graph = run_pipeline(source, SPLIT_PIPELINE)
+    before = [s.grid for s in lower_cuda(graph).steps if isinstance(s, KernelStep)]
+    monkeypatch.setattr(cuda_gemv_layout, "NARROW_SPLIT_BLOCKS", 8)
+    after = [s.grid for s in lower_cuda(graph).steps if isinstance(s, KernelStep)]
+    assert (1, 40, 1) in before and (1, 8, 1) in after  # one tile of 256 columns
+    _check(source, SPLIT_PIPELINE, {"n"})
