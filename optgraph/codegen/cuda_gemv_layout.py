@@ -113,9 +113,17 @@ def layout(k: int, n: int, vec: int, even: bool = False) -> tuple[int, int, int,
     return (ct, tiles, *splits(k, tiles))
 
 
+# Split-K products of fewer than NARROW_TILES tiles aim at this many blocks instead of SMS (0:
+# SMS). A decode layer's k and v products (4 tiles each at hidden 4096) run merged with q's
+# 160 blocks: at 52 each the merged launch is 264 blocks, two a multiprocessor, one wave.
+NARROW_SPLIT_BLOCKS = 0
+NARROW_TILES = 8
+
+
 def splits(k: int, tiles: int) -> tuple[int, int]:
     """(S, rows per split): about a block per multiprocessor, ≥ MIN_ROWS_PER_SPLIT rows each."""
-    s = max(1, min(-(-SMS // tiles), k // MIN_ROWS_PER_SPLIT))
+    target = NARROW_SPLIT_BLOCKS if NARROW_SPLIT_BLOCKS and tiles < NARROW_TILES else SMS
+    s = max(1, min(-(-target // tiles), k // MIN_ROWS_PER_SPLIT))
     rows = -(-k // s)
     return -(-k // rows), rows
 
