@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from optgraph.analysis.arena_packing import NEVER, Slot, align_up, placements
-from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.happens_before import HappensBefore, happens_before
 from optgraph.analysis.lifetimes import Lifetime, compute_lifetimes, stream_ids
 from optgraph.ir.graph import Graph, TensorType
 from optgraph.ir.layout import alias_roots
@@ -156,7 +156,7 @@ def plan(
     explicit_limit: int = 2_000_000,
 ) -> MemoryPlan:
     """Plan the arena. `lifetimes` may be given (tests shorten them to prove they matter)."""
-    hb = hb or HappensBefore(graph)
+    hb = hb or happens_before(graph)
     lifetimes = compute_lifetimes(graph, hb) if lifetimes is None else lifetimes
     slots, reuse = build_slots(graph, lifetimes, alignment, hb, inplace and algo != "none")
     if algo == "none":
@@ -203,7 +203,7 @@ def check_plan(graph: Graph) -> list[str]:
     buffers whose bytes overlap: one must be entirely before the other, or the later one must be a
     legal in-place reuse of the earlier at the same offset. O(n log n + overlapping pairs).
     """
-    hb = HappensBefore(graph)
+    hb = happens_before(graph)
     lifetimes = compute_lifetimes(graph, hb)
     roots = alias_roots(graph)
     types = graph.value_types()

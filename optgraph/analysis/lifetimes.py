@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optgraph.analysis.happens_before import HappensBefore, instance_reads
+from optgraph.analysis.happens_before import HappensBefore, happens_before, instance_reads
 from optgraph.ir.graph import EVENT_OPS, Graph
 from optgraph.ir.layout import alias_roots
 
@@ -55,7 +55,7 @@ def buffer_accesses(
     Aliasing views are accesses of their root (as are their readers); inputs and weights are not
     arena buffers and are left out.
     """
-    hb = hb or HappensBefore(graph)
+    hb = hb or happens_before(graph)
     roots = alias_roots(graph)
     accesses: dict[str, list[int]] = {}
     for i, node in enumerate(graph.nodes):  # one pass: issue order defines before use
@@ -96,7 +96,7 @@ def lane_index(graph_streams: int, device: int, stream: int) -> int:
 
 def compute_lifetimes(graph: Graph, hb: HappensBefore | None = None) -> dict[str, Lifetime]:
     """Lifetime of every arena buffer, keyed by the producing value's name, in issue order."""
-    hb = hb or HappensBefore(graph)
+    hb = hb or happens_before(graph)
     accesses, kept = buffer_accesses(graph, hb)
     streams = stream_ids(graph)
     devices = range(graph.device_count())

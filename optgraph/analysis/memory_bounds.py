@@ -28,7 +28,7 @@ import numpy as np
 
 from optgraph.analysis.arena_packing import align_up
 from optgraph.analysis.arena_plan import plan
-from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.happens_before import happens_before
 from optgraph.analysis.lifetimes import Lifetime, compute_lifetimes
 from optgraph.ir.graph import Graph
 
@@ -111,7 +111,7 @@ def memory_figures(
     the extra bytes the stream assignment costs against a one-stream plan of the same order.
     `alignment` defaults to the one the graph's plan used."""
     alignment = alignment or planned_alignment(graph)
-    hb = HappensBefore(graph)
+    hb = happens_before(graph)
     lifetimes = compute_lifetimes(graph, hb)
     arena = arena_of(graph)
     if arena is None:

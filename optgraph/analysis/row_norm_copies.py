@@ -80,9 +80,9 @@ def recompute_row_norms(graph: Graph, max_k: int = 2048) -> tuple[Graph, dict[st
                 name = f"{node.name}.{n}"
             taken.add(name)
             copies[name] = node.name
-            out.append(replace(node, name=name))
+            out.append(node.with_fields(name=name))
             reader = renamed.get(r, graph.nodes[r])
-            renamed[r] = replace(reader, operands=(name, *reader.operands[1:]))
+            renamed[r] = reader.with_fields(operands=(name, *reader.operands[1:]))
     return (graph.with_nodes(out), copies) if copies else (graph, {})
 
 
@@ -94,8 +94,8 @@ def restore_names(node: Node, copies: dict[str, str]) -> Node:
     rename = {n.name: copies[n.name] for n in body.nodes if n.name in copies}
     rename = {k: v for k, v in rename.items() if v not in {n.name for n in body.nodes}}
     nodes = tuple(
-        replace(
-            n, name=rename.get(n.name, n.name), operands=tuple(rename.get(o, o) for o in n.operands)
+        n.with_fields(
+            name=rename.get(n.name, n.name), operands=tuple(rename.get(o, o) for o in n.operands)
         )
         for n in body.nodes
     )

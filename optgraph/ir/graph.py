@@ -48,7 +48,12 @@ class TensorType:
 
     @property
     def nbytes(self) -> int:
-        return self.numel * DTYPE_BYTES[self.dtype]
+        # Kept in the instance `__dict__` like the text below: cost models, limits and memory
+        # plans ask the few type objects of a graph for their bytes once per node.
+        nbytes: int | None = self.__dict__.get("_nbytes")
+        if nbytes is None:
+            nbytes = self.__dict__["_nbytes"] = math.prod(self.shape) * DTYPE_BYTES[self.dtype]
+        return nbytes
 
     def with_shape(self, shape: Iterable[int]) -> TensorType:
         return TensorType(self.dtype, tuple(shape))
@@ -167,8 +172,9 @@ class Region:
 
 # Where a node keeps, in its instance `__dict__`, facts derived from its op, attributes, type and
 # body for given operand types (never from annotations, names or spans): the verifier's inferred
-# type, the cost model's bytes and flops. Like `functools.cached_property`, the entry sits outside
-# the dataclass fields, so equality and printing never see it; `dataclasses.replace` drops it.
+# type, the cost model's bytes and flops, the attributes with their defaults. Like
+# `functools.cached_property`, the entry sits outside the dataclass fields, so equality and printing
+# never see it; `dataclasses.replace` drops it.
 TYPE_FACTS = "_type_facts"
 
 
@@ -217,12 +223,27 @@ class Node:
         node.__dict__["ann"] = ann
         return node
 
+    def with_fields(self, **changes: Any) -> Node:
+        """This node with other `name`, `operands`, `ann`, `span` or `operand_spans` (fields the
+        `TYPE_FACTS` do not depend on, so the new node shares them): `dataclasses.replace` for
+        the passes that rename or re-wire every node they move (fuse builds each region's body
+        this way), a field-for-field copy at a fraction of its cost."""
+        if not changes.keys() <= _RELINK_FIELDS:
+            raise TypeError(f"with_fields cannot change {sorted(changes.keys() - _RELINK_FIELDS)}")
+        node = object.__new__(Node)
+        node.__dict__.update(self.__dict__)
+        node.__dict__.update(changes)
+        return node
+
     def type_facts(self) -> dict[str, Any]:
         """The node's `TYPE_FACTS` (made empty on first use)."""
         facts: dict[str, Any] | None = self.__dict__.get(TYPE_FACTS)
         if facts is None:
             facts = self.__dict__[TYPE_FACTS] = {}
         return facts
+
+
+_RELINK_FIELDS = frozenset({"name", "operands", "ann", "span", "operand_spans"})
 
 
 @dataclass(frozen=True)

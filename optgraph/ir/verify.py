@@ -107,23 +107,6 @@ def _cycle_through(graph: Graph, producers: dict[str, int], user: str, operand: 
     return [user, *reversed(path)] if user != operand else [user, user]
 
 
-def _inferred_type(node: Node, operand_types: list[TensorType]) -> TensorType:
-    """`ops.infer_type(node, operand_types)`, remembered on `node` for these operand types.
-
-    Nodes are immutable and a pipeline verifies after every pass, mostly the same nodes (or the
-    same nodes re-annotated by `Node.with_ann`) with the same operand types: each is inferred
-    once, not once a pass. Failures are not remembered: their diagnostics carry spans."""
-    key = tuple(operand_types)
-    facts = node.type_facts()
-    memo = facts.get("inferred")
-    if memo is not None and memo[0] == key:
-        inferred: TensorType = memo[1]
-        return inferred
-    inferred = ops.infer_type(node, operand_types)
-    facts["inferred"] = (key, inferred)
-    return inferred
-
-
 def verify(graph: Graph) -> None:
     """Raise `VerifyError` listing every problem in `graph`; return None when it is well-formed."""
     if graph.__dict__.get(_VERIFIED):
@@ -220,7 +203,7 @@ def _verify(graph: Graph) -> None:
             )
         elif not missing:
             try:
-                inferred = _inferred_type(node, operand_types)
+                inferred = ops.remembered_type(node, operand_types)
             except OptGraphError as err:
                 diags.extend(err.diagnostics)
             else:

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from optgraph.analysis.fusion_rules import (
     PRODUCT,
@@ -68,7 +68,7 @@ from optgraph.analysis.fusion_rules import (
     one_row_product,
     plan_region,
 )
-from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.happens_before import HappensBefore, happens_before
 from optgraph.analysis.row_norm_copies import recompute_row_norms, restore_names
 from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node, Region, TensorType
 from optgraph.ir.layout import alias_roots
@@ -281,7 +281,7 @@ def fused_node(nodes: Sequence[Node], outside: Sequence[str]) -> Node:
     params = _param_names(len(outside), {n.name for n in nodes})
     rename = dict(zip(outside, params))
     body = tuple(
-        replace(n, operands=tuple(rename.get(o, o) for o in n.operands), ann=NO_ANNOTATIONS)
+        n.with_fields(operands=tuple(rename.get(o, o) for o in n.operands), ann=NO_ANNOTATIONS)
         for n in nodes
     )
     return Node(
@@ -323,7 +323,7 @@ class FusePass(Pass):
             group_of=[None] * len(graph.nodes),
             members={},
             planned=planned,
-            hb=HappensBefore(graph) if planned else None,
+            hb=happens_before(graph) if planned else None,
             ranges=_arena_ranges(graph, types) if planned else {},
             row_prologues=self.row_prologues,
             prologue_max_k=self.prologue_max_k,

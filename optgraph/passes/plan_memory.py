@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optgraph.analysis.arena_plan import ALGOS, apply_plan, plan
-from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.happens_before import happens_before
 from optgraph.analysis.lifetimes import annotate_lifetimes, compute_lifetimes
 from optgraph.ir.gc_pause import gc_paused
 from optgraph.ir.graph import Graph
@@ -64,7 +64,7 @@ class PlanMemoryPass(Pass):
     def run(self, graph: Graph) -> Graph:
         # Lifetimes are recomputed, never trusted from annotations a later pass may have staled.
         with gc_paused():
-            hb = HappensBefore(graph)
+            hb = happens_before(graph)
             lifetimes = compute_lifetimes(graph, hb)
             memory = plan(graph, self.algo, self.alignment, self.inplace, lifetimes, hb)
             return apply_plan(annotate_lifetimes(graph, lifetimes), memory)
