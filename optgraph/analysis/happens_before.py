@@ -104,6 +104,9 @@ class HappensBefore:
         self._walk()
         self._lane_columns: dict[tuple[int, int], list[int]] = {}
         self._arrays: dict[str, np.ndarray] = {}
+        # What analyses derive from this schedule alone (lifetimes, arena plans), shared by every
+        # graph `happens_before` finds scheduled alike: see `schedule_memo`.
+        self.memo: dict[object, object] = {}
 
     def _walk(self) -> None:
         current = self.final  # each lane's clock so far; at the end, when the host reaches it
@@ -194,7 +197,10 @@ class HappensBefore:
 
     def instance(self, node: int, device: int) -> int:
         """The instance of node index `node` on `device` (which must be one of its devices)."""
-        return self.first[node] + self.graph.nodes[node].devices.index(device)
+        first = self.first[node]
+        if self.first[node + 1] == first + 1 and self.device_of[first] == device:
+            return first
+        return first + self.graph.nodes[node].devices.index(device)
 
     def instances_of(self, node: int) -> range:
         return range(self.first[node], self.first[node + 1])
@@ -309,9 +315,9 @@ _last_built: list[weakref.ref[HappensBefore]] = []  # the most recent one, to re
 
 
 def happens_before(graph: Graph) -> HappensBefore:
-    """`happens_before(graph)`, built once per graph object; a graph whose nodes differ from the
-    last one built only in what the clocks never read (annotations other than stream and device,
-    spans) shares its clocks: a pass that annotates offsets or lifetimes keeps them. O(V) then."""
+    """`HappensBefore(graph)`, built once per graph object; a graph that differs from the last one
+    built only in annotations other than stream and device (and in spans) shares its clocks and
+    their `memo`: a pass that annotates offsets or lifetimes keeps them. O(V) then."""
     hb: HappensBefore | None = graph.__dict__.get(_MEMO)
     if hb is not None:
         return hb
@@ -326,10 +332,22 @@ def happens_before(graph: Graph) -> HappensBefore:
     return hb
 
 
+def schedule_memo(graph: Graph, hb: HappensBefore) -> dict[object, object] | None:
+    """Where an analysis of `graph` that reads only its schedule and values (names, ops,
+    operands, attributes, types, bodies, streams, devices, inputs, weights, outputs: not offsets,
+    lifetimes or spans) may remember its result: `hb.memo` when `hb` is `graph`'s own clocks,
+    None for clocks given from elsewhere."""
+    return hb.memo if hb.graph is graph else None
+
+
 def _same_schedule(a: Graph, b: Graph) -> bool:
-    """Whether the clocks of `a` are those of `b`: the same nodes in the same order, differing at
-    most in annotations other than stream and device."""
-    if len(a.nodes) != len(b.nodes):
+    """Whether `a` and `b` differ at most in annotations other than stream and device (and in
+    spans): then their clocks, and all `schedule_memo` holds, are the same."""
+    if len(a.nodes) != len(b.nodes) or (a.inputs, a.weights, a.outputs) != (
+        b.inputs,
+        b.weights,
+        b.outputs,
+    ):
         return False
     for x, y in zip(a.nodes, b.nodes):
         if x is y:
@@ -340,7 +358,9 @@ def _same_schedule(a: Graph, b: Graph) -> bool:
             or x.operands != y.operands
             or x.ann.stream != y.ann.stream
             or x.ann.device != y.ann.device
+            or (x.type is not y.type and x.type != y.type)
             or (x.attrs is not y.attrs and x.attrs != y.attrs)
+            or (x.body is not y.body and x.body != y.body)
         ):
             return False
     return True

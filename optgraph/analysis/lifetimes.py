@@ -26,7 +26,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optgraph.analysis.happens_before import HappensBefore, happens_before, instance_reads
+from optgraph.analysis.happens_before import (
+    HappensBefore,
+    happens_before,
+    instance_reads,
+    schedule_memo,
+)
 from optgraph.ir.graph import EVENT_OPS, Graph
 from optgraph.ir.layout import alias_roots
 
@@ -95,8 +100,20 @@ def lane_index(graph_streams: int, device: int, stream: int) -> int:
 
 
 def compute_lifetimes(graph: Graph, hb: HappensBefore | None = None) -> dict[str, Lifetime]:
-    """Lifetime of every arena buffer, keyed by the producing value's name, in issue order."""
+    """Lifetime of every arena buffer, keyed by the producing value's name, in issue order.
+    Computed once per schedule (`schedule_memo`: analyze-lifetimes, plan-memory and the report
+    ask for the same ones); each caller gets a dict of its own."""
     hb = hb or happens_before(graph)
+    memo = schedule_memo(graph, hb)
+    found = memo.get("lifetimes") if memo is not None else None
+    if not isinstance(found, dict):
+        found = _compute_lifetimes(graph, hb)
+        if memo is not None:
+            memo["lifetimes"] = found
+    return dict(found)
+
+
+def _compute_lifetimes(graph: Graph, hb: HappensBefore) -> dict[str, Lifetime]:
     accesses, kept = buffer_accesses(graph, hb)
     streams = stream_ids(graph)
     devices = range(graph.device_count())

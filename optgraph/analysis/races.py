@@ -171,6 +171,8 @@ def find_races(graph: Graph) -> list[Race]:
     hb = f.hb
     roots = alias_roots(graph)
     for x, y in hb.data_edges():  # values: every data edge, on each device
+        if hb.ordered_instances(x, y) or hb.ordered_instances(y, x):
+            continue  # what `pair` would find first, without making the two accesses
         p, i = hb.node_of[x], hb.node_of[y]
         value = nodes[p].name
         f.pair(Access(i, value, False, hb.device_of[y]), Access(p, value, True, hb.device_of[x]))

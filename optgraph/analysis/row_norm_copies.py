@@ -65,7 +65,7 @@ def recompute_row_norms(graph: Graph, max_k: int = 2048) -> tuple[Graph, dict[st
     out: list[Node] = []
     renamed: dict[int, Node] = {}
     for i, node in enumerate(graph.nodes):
-        readers = sorted(set(users.get(node.name, [])))
+        readers = sorted(set(users.get(node.name, []))) if node.op in NORM_OPS else []
         if (
             node.is_event
             or not _shares_row_norm(graph, types, node, readers, outputs)
@@ -88,7 +88,7 @@ def recompute_row_norms(graph: Graph, max_k: int = 2048) -> tuple[Graph, dict[st
 
 def restore_names(node: Node, copies: dict[str, str]) -> Node:
     """Inside a region, a norm copy takes back its original's name (bodies are scopes)."""
-    if node.body is None or not any(n.name in copies for n in node.body.nodes):
+    if not copies or node.body is None or not any(n.name in copies for n in node.body.nodes):
         return node
     body = node.body
     rename = {n.name: copies[n.name] for n in body.nodes if n.name in copies}

@@ -44,7 +44,10 @@ class TensorType:
 
     @property
     def numel(self) -> int:
-        return math.prod(self.shape)
+        numel: int | None = self.__dict__.get("_numel")  # kept like `nbytes` below
+        if numel is None:
+            numel = self.__dict__["_numel"] = math.prod(self.shape)
+        return numel
 
     @property
     def nbytes(self) -> int:
@@ -52,7 +55,7 @@ class TensorType:
         # plans ask the few type objects of a graph for their bytes once per node.
         nbytes: int | None = self.__dict__.get("_nbytes")
         if nbytes is None:
-            nbytes = self.__dict__["_nbytes"] = math.prod(self.shape) * DTYPE_BYTES[self.dtype]
+            nbytes = self.__dict__["_nbytes"] = self.numel * DTYPE_BYTES[self.dtype]
         return nbytes
 
     def with_shape(self, shape: Iterable[int]) -> TensorType:
