@@ -32,7 +32,6 @@ per ordered() query, O(k·log V) for `first_node_after` (plus O(I) once per pair
 from __future__ import annotations
 
 import copy
-import weakref
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -40,7 +39,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-from optgraph.ir.graph import Graph, Node
+from optgraph.ir.graph import Graph, Node, differs_only_in_annotations
 
 GROUP_COLLECTIVES = frozenset({"all_reduce", "all_gather"})
 EVENT_OPS = frozenset({"record", "wait"})
@@ -311,7 +310,9 @@ class HappensBefore:
 # (outside the dataclass fields, like the verifier's mark): graphs are immutable, and a compile
 # asks for the clocks of one graph several times (a pass's contract, the pass, the report).
 _MEMO = "_happens_before"
-_last_built: list[weakref.ref[HappensBefore]] = []  # the most recent one, to rebind
+# The clocks built last (and their graph), kept to be shared: the graph a pass returns is often
+# its input re-annotated, and the input may be gone by the time the clocks are asked for.
+_last_built: list[HappensBefore] = []
 
 
 def happens_before(graph: Graph) -> HappensBefore:
@@ -321,13 +322,13 @@ def happens_before(graph: Graph) -> HappensBefore:
     hb: HappensBefore | None = graph.__dict__.get(_MEMO)
     if hb is not None:
         return hb
-    last = _last_built[0]() if _last_built else None
+    last = _last_built[0] if _last_built else None
     if last is not None and _same_schedule(last.graph, graph):
         hb = copy.copy(last)
         hb.graph = graph
     else:
         hb = HappensBefore(graph)
-        _last_built[:] = [weakref.ref(hb)]
+        _last_built[:] = [hb]
     graph.__dict__[_MEMO] = hb
     return hb
 
@@ -343,24 +344,4 @@ def schedule_memo(graph: Graph, hb: HappensBefore) -> dict[object, object] | Non
 def _same_schedule(a: Graph, b: Graph) -> bool:
     """Whether `a` and `b` differ at most in annotations other than stream and device (and in
     spans): then their clocks, and all `schedule_memo` holds, are the same."""
-    if len(a.nodes) != len(b.nodes) or (a.inputs, a.weights, a.outputs) != (
-        b.inputs,
-        b.weights,
-        b.outputs,
-    ):
-        return False
-    for x, y in zip(a.nodes, b.nodes):
-        if x is y:
-            continue
-        if (
-            x.name != y.name
-            or x.op != y.op
-            or x.operands != y.operands
-            or x.ann.stream != y.ann.stream
-            or x.ann.device != y.ann.device
-            or (x.type is not y.type and x.type != y.type)
-            or (x.attrs is not y.attrs and x.attrs != y.attrs)
-            or (x.body is not y.body and x.body != y.body)
-        ):
-            return False
-    return True
+    return differs_only_in_annotations(a, b, kept=("stream", "device"))

@@ -334,3 +334,34 @@ class Graph:
 
     def with_nodes(self, nodes: Iterable[Node]) -> Graph:
         return replace(self, nodes=tuple(nodes))
+
+
+def differs_only_in_annotations(a: Graph, b: Graph, kept: tuple[str, ...] = ()) -> bool:
+    """Whether `b` is `a` with some node annotations changed (none of those named in `kept`) and
+    spans: the same name, inputs, weights and outputs, and node for node the same name, op,
+    operands, attributes, type and body. O(V), mostly identity tests: passes that annotate keep
+    the other fields' objects (`Node.with_ann`)."""
+    if a is b:
+        return True
+    if len(a.nodes) != len(b.nodes) or (a.name, a.inputs, a.weights, a.outputs) != (
+        b.name,
+        b.inputs,
+        b.weights,
+        b.outputs,
+    ):
+        return False
+    for x, y in zip(a.nodes, b.nodes):
+        if x is y:
+            continue
+        if (
+            x.name != y.name
+            or x.op != y.op
+            or x.operands != y.operands
+            or (x.type is not y.type and x.type != y.type)
+            or (x.attrs is not y.attrs and x.attrs != y.attrs)
+            or (x.body is not y.body and x.body != y.body)
+        ):
+            return False
+        if x.ann is not y.ann and any(getattr(x.ann, k) != getattr(y.ann, k) for k in kept):
+            return False
+    return True

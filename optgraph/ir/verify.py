@@ -22,8 +22,15 @@ from collections.abc import Callable
 from optgraph.errors import Diagnostic, OptGraphError, Span, VerifyError, did_you_mean
 from optgraph.ir import ops
 from optgraph.ir.gc_pause import gc_paused
-from optgraph.ir.graph import Graph, Input, Node, TensorType, Weight
-from optgraph.ir.limits import limit_diagnostics
+from optgraph.ir.graph import (
+    Graph,
+    Input,
+    Node,
+    TensorType,
+    Weight,
+    differs_only_in_annotations,
+)
+from optgraph.ir.limits import limit_diagnostics, node_annotation_diagnostics
 from optgraph.ir.verify_devices import device_diagnostics
 
 _MAX_SUGGESTIONS = 10
@@ -107,13 +114,39 @@ def _cycle_through(graph: Graph, producers: dict[str, int], user: str, operand: 
     return [user, *reversed(path)] if user != operand else [user, user]
 
 
-def verify(graph: Graph) -> None:
-    """Raise `VerifyError` listing every problem in `graph`; return None when it is well-formed."""
+def verify(graph: Graph, previous: Graph | None = None) -> None:
+    """Raise `VerifyError` listing every problem in `graph`; return None when it is well-formed.
+
+    `previous`: a graph `graph` was made from (a pass's input). When it verified and `graph`
+    differs from it only in node annotations other than `device` (what analyze-lifetimes and
+    plan-memory change), only the checks that read those annotations run: everything else would
+    find what it found in `previous`, nothing."""
     if graph.__dict__.get(_VERIFIED):
         return
     with gc_paused():  # O(V) small objects next to the graph's own: see optgraph.ir.gc_pause
-        _verify(graph)
+        if (
+            previous is not None
+            and previous.__dict__.get(_VERIFIED)
+            and differs_only_in_annotations(previous, graph, kept=("device",))
+        ):
+            _verify_node_annotations(graph)
+        else:
+            _verify(graph)
     graph.__dict__[_VERIFIED] = True
+
+
+def _verify_node_annotations(graph: Graph) -> None:
+    """What `_verify` reports about node annotations: limits, then layouts (in node order)."""
+    beyond_limits = node_annotation_diagnostics(graph)
+    if beyond_limits:
+        raise VerifyError.from_diagnostics(beyond_limits)
+    diags = [
+        Diagnostic(f"'%{node.name}': only weights take a layout", node.span)
+        for node in graph.nodes
+        if node.ann.layout is not None
+    ]
+    if diags:
+        raise VerifyError.from_diagnostics(diags)
 
 
 # Set in a graph's instance `__dict__` (outside the dataclass fields, so equality and `replace`
