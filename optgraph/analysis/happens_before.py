@@ -31,6 +31,7 @@ per ordered() query, O(k·log V) for `first_node_after` (plus O(I) once per pair
 
 from __future__ import annotations
 
+import atexit
 import copy
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
@@ -306,30 +307,30 @@ class HappensBefore:
         return sum(1 for idx in self.on_lane if idx)
 
 
-# Where `happens_before` keeps a graph's HappensBefore, in the graph's instance `__dict__`
-# (outside the dataclass fields, like the verifier's mark): graphs are immutable, and a compile
-# asks for the clocks of one graph several times (a pass's contract, the pass, the report).
-_MEMO = "_happens_before"
-# The clocks built last (and their graph), kept to be shared: the graph a pass returns is often
-# its input re-annotated, and the input may be gone by the time the clocks are asked for.
-_last_built: list[HappensBefore] = []
+# The clocks asked for last, most recent first: a compile asks for the clocks of one graph
+# several times (a pass's contract, the pass, the report), and the graph a pass returns is often
+# its input re-annotated. Kept here rather than on the graphs: no reference cycles, and graphs
+# stay plain data.
+_RECENT = 3
+_recent: list[HappensBefore] = []
+# Emptied at exit, while reference counts free the graphs it holds: left to the interpreter's
+# finalization, its collections would walk every object of them.
+atexit.register(_recent.clear)
 
 
 def happens_before(graph: Graph) -> HappensBefore:
-    """`HappensBefore(graph)`, built once per graph object; a graph that differs from the last one
-    built only in annotations other than stream and device (and in spans) shares its clocks and
-    their `memo`: a pass that annotates offsets or lifetimes keeps them. O(V) then."""
-    hb: HappensBefore | None = graph.__dict__.get(_MEMO)
-    if hb is not None:
-        return hb
-    last = _last_built[0] if _last_built else None
-    if last is not None and _same_schedule(last.graph, graph):
-        hb = copy.copy(last)
-        hb.graph = graph
-    else:
-        hb = HappensBefore(graph)
-        _last_built[:] = [hb]
-    graph.__dict__[_MEMO] = hb
+    """`HappensBefore(graph)`, remembered for the last few graphs asked for; a graph that differs
+    from one of those only in annotations other than stream and device (and in spans) shares its
+    clocks and their `memo`: a pass that annotates offsets or lifetimes keeps them. O(V) then."""
+    hb = next((h for h in _recent if h.graph is graph), None)
+    if hb is None:
+        like = next((h for h in _recent if _same_schedule(h.graph, graph)), None)
+        if like is not None:
+            hb = copy.copy(like)
+            hb.graph = graph
+        else:
+            hb = HappensBefore(graph)
+    _recent[:] = [hb, *(h for h in _recent if h is not hb)][:_RECENT]
     return hb
 
 

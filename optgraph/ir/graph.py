@@ -286,17 +286,27 @@ class Graph:
     path: str = field(default="<graph>", compare=False, repr=False)
 
     # -- lookups (O(V) each; callers that need them repeatedly keep the result) --
+    # value_types, producers and device_count are computed once per graph object (graphs are
+    # immutable) and kept in the instance `__dict__`, outside the fields; each caller gets a
+    # dict of its own.
 
     def value_types(self) -> dict[str, TensorType]:
         """Type of every value: inputs, weights and node results (events excluded)."""
-        types: dict[str, TensorType] = {i.name: i.type for i in self.inputs}
-        types.update((w.name, w.type) for w in self.weights)
-        types.update((n.name, n.type) for n in self.nodes if n.type is not None)
-        return types
+        types: dict[str, TensorType] | None = self.__dict__.get("_value_types")
+        if types is None:
+            types = {i.name: i.type for i in self.inputs}
+            types.update((w.name, w.type) for w in self.weights)
+            types.update((n.name, n.type) for n in self.nodes if n.type is not None)
+            self.__dict__["_value_types"] = types
+        return dict(types)
 
     def producers(self) -> dict[str, int]:
         """Index in `nodes` of the node defining each value (inputs and weights are absent)."""
-        return {n.name: i for i, n in enumerate(self.nodes) if not n.is_event}
+        found: dict[str, int] | None = self.__dict__.get("_producers")
+        if found is None:
+            found = {n.name: i for i, n in enumerate(self.nodes) if n.op not in EVENT_OPS}
+            self.__dict__["_producers"] = found
+        return dict(found)
 
     def users(self) -> dict[str, list[int]]:
         """Indices of the nodes reading each value, in issue order."""
@@ -310,14 +320,18 @@ class Graph:
         """The devices every value lives on: inputs, weights and node results (events excluded)."""
         devices: dict[str, tuple[int, ...]] = {i.name: i.ann.devices for i in self.inputs}
         devices.update((w.name, w.ann.devices) for w in self.weights)
-        devices.update((n.name, n.devices) for n in self.nodes if not n.is_event)
+        devices.update((n.name, n.devices) for n in self.nodes if n.op not in EVENT_OPS)
         return devices
 
     def device_count(self) -> int:
         """1 + the largest device id named by an annotation (1 for a single-device graph)."""
-        annotated = [i.ann for i in self.inputs] + [w.ann for w in self.weights]
-        annotated += [n.ann for n in self.nodes]
-        return 1 + max((max(a.device) for a in annotated if a.device), default=0)
+        count: int | None = self.__dict__.get("_device_count")
+        if count is None:
+            annotated = [i.ann for i in self.inputs] + [w.ann for w in self.weights]
+            annotated += [n.ann for n in self.nodes]
+            count = 1 + max((max(a.device) for a in annotated if a.device), default=0)
+            self.__dict__["_device_count"] = count
+        return count
 
     def output_names(self) -> tuple[str, ...]:
         return tuple(o.name for o in self.outputs)
@@ -330,7 +344,7 @@ class Graph:
 
     def compute_nodes(self) -> Iterator[tuple[int, Node]]:
         """(index, node) for every node that is not an event."""
-        return ((i, n) for i, n in enumerate(self.nodes) if not n.is_event)
+        return ((i, n) for i, n in enumerate(self.nodes) if n.op not in EVENT_OPS)
 
     def with_nodes(self, nodes: Iterable[Node]) -> Graph:
         return replace(self, nodes=tuple(nodes))
