@@ -237,8 +237,17 @@ class HappensBefore:
         and (send instance, recv instance) of every transfer."""
         producers = self.graph.producers()
         nodes = self.graph.nodes
+        first = self.first
         for i, node in self.graph.compute_nodes():
-            for x, d in enumerate(node.devices):
+            devices = node.devices
+            if len(devices) == 1 and node.op not in _JOINING_OPS:  # reads every operand there
+                d = devices[0]
+                for operand in node.operands:
+                    p = producers.get(operand)
+                    if p is not None and d in nodes[p].devices:
+                        yield self.instance(p, d), first[i]
+                continue
+            for x, d in enumerate(devices):
                 for _, operand in instance_reads(node, d):
                     p = producers.get(operand)
                     if p is not None and d in nodes[p].devices:

@@ -48,17 +48,25 @@ def profile_named(name: str) -> DeviceProfile:
 
 
 def data_predecessors(graph: Graph) -> list[list[int]]:
-    """For each node index, the distinct indices of the nodes producing its operands."""
-    producers = graph.producers()
-    preds: list[list[int]] = []
-    for node in graph.nodes:
-        mine: list[int] = []
-        for o in node.operands:
-            p = producers.get(o)
-            if p is not None and p not in mine:
-                mine.append(p)
-        preds.append(mine)
-    return preds
+    """For each node index, the distinct indices of the nodes producing its operands. Computed
+    once per graph object (kept in its `__dict__`, outside the fields, like its value types);
+    each caller gets lists of its own."""
+    preds: list[list[int]] | None = graph.__dict__.get(_PREDECESSORS)
+    if preds is None:
+        producers = graph.producers()
+        preds = []
+        for node in graph.nodes:
+            mine: list[int] = []
+            for o in node.operands:
+                p = producers.get(o)
+                if p is not None and p not in mine:
+                    mine.append(p)
+            preds.append(mine)
+        graph.__dict__[_PREDECESSORS] = preds
+    return [list(p) for p in preds]
+
+
+_PREDECESSORS = "_data_predecessors"
 
 
 def node_costs(graph: Graph) -> list[ops.Cost | None]:

@@ -471,7 +471,21 @@ def remembered_type(node: Node, operand_types: Sequence[TensorType]) -> TensorTy
 
 
 def _fused_types(node: Node, types: Sequence[TensorType]) -> dict[str, TensorType]:
-    """Types of a fused node's parameters and body values, inferred in order."""
+    """Types of a fused node's parameters and body values, inferred in order; remembered on the
+    node for these operand types (verify infers them, the cost model reads them again). Callers
+    only read the dict."""
+    key = tuple(types)
+    facts = node.type_facts()
+    memo = facts.get("body_types")
+    if memo is not None and memo[0] == key:
+        known: dict[str, TensorType] = memo[1]
+        return known
+    env = _infer_fused_types(node, types)
+    facts["body_types"] = (key, env)
+    return env
+
+
+def _infer_fused_types(node: Node, types: Sequence[TensorType]) -> dict[str, TensorType]:
     body = node.body
     if body is None:
         raise _fail(node, "missing body")
