@@ -52,7 +52,8 @@ reductions over leading axes (they stay alone), fusing through views or into att
 Complexity: O((V + E)·k²) with k = max-ops, i.e. linear in graph size: each node's group retries
 its at most k·arity outside operands after each of at most k merges, and each check is O(k). On a
 planned graph add O(V·s) for happens-before (s streams) and O(log V + w) per operand for the
-w buffers sharing its bytes.
+w buffers sharing its bytes. Region bodies are made of the original nodes re-wired
+(`Node.with_fields`), so verify and the cost model keep what they inferred for them.
 """
 
 from __future__ import annotations

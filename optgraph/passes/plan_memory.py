@@ -22,7 +22,9 @@ so placement is a greedy over the conflict graph, as in TFLite and XLA:
 
 Does not handle: several arenas (per backend or device), reordering nodes to lower the peak, exact
 (optimal) packing. Complexity: O(n·k·log n + P) to find the P conflicting pairs (k streams), then
-O(P log P) per ordering for the best-fit placement.
+O(P log P) per ordering for the best-fit placement; O(V) for the clocks and lifetimes when the
+graph is analyze-lifetimes' result (they are shared by graphs scheduled alike:
+`analysis.happens_before.happens_before`).
 """
 
 from __future__ import annotations
