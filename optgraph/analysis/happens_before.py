@@ -256,14 +256,28 @@ class HappensBefore:
                 sender = producers[node.operands[0]]
                 yield self.first[sender], self.first[i]
 
+    def unordered_instance_edges(self) -> list[tuple[int, int]]:
+        """The `data_edges` (producer instance, consumer instance) whose producer does not
+        happen-before the consumer, in the same order. Remembered in `memo` (the `synced`
+        contract check and the race finder ask for them)."""
+        found = self.memo.get("unordered_edges")
+        if not isinstance(found, list):
+            rows, seqs, lanes = self.rows, self.seqs, self.lanes_of
+            found = []
+            for x, y in self.data_edges():  # `ordered_instances(x, y)`, inlined
+                lane = lanes[x]
+                if x == y or rows[y][lane] < seqs[x] or (lane == lanes[y] and x > y):
+                    found.append((x, y))
+            self.memo["unordered_edges"] = found
+        return list(found)
+
     def unordered_data_edges(self) -> list[tuple[int, int]]:
         """(producer, consumer) node pairs of data edges that happens-before does not cover."""
         bad: list[tuple[int, int]] = []
-        for x, y in self.data_edges():
-            if not self.ordered_instances(x, y):
-                pair = (self.node_of[x], self.node_of[y])
-                if not bad or bad[-1] != pair:
-                    bad.append(pair)
+        for x, y in self.unordered_instance_edges():
+            pair = (self.node_of[x], self.node_of[y])
+            if not bad or bad[-1] != pair:
+                bad.append(pair)
         return bad
 
     def first_node_after(self, accesses: Iterable[int], stream: int, device: int = 0) -> int:

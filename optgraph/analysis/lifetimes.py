@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optgraph.analysis.happens_before import (
+    GROUP_COLLECTIVES,
     HappensBefore,
     happens_before,
     instance_reads,
@@ -63,8 +64,22 @@ def buffer_accesses(
     hb = hb or happens_before(graph)
     roots = alias_roots(graph)
     accesses: dict[str, list[int]] = {}
+    first = hb.first
     for i, node in enumerate(graph.nodes):  # one pass: issue order defines before use
         if node.op in EVENT_OPS:
+            continue
+        if first[i + 1] == first[i] + 1 and node.op not in _OWN_READS:  # one instance: reads all
+            x = first[i]
+            if node.name in roots:
+                root = roots[node.name][0]
+                if root in accesses:
+                    accesses[root].append(x)
+            else:
+                accesses[node.name] = [x]
+            for operand in node.operands:
+                root = roots[operand][0] if operand in roots else operand
+                if root in accesses:
+                    accesses[root].append(x)
             continue
         for x, d in zip(hb.instances_of(i), node.devices):
             if node.name in roots:
@@ -86,6 +101,10 @@ def buffer_accesses(
         if len(acc) > 1:
             accesses[name] = sorted(set(acc))
     return accesses, kept
+
+
+# Ops whose instances read other than every operand (`happens_before.instance_reads`).
+_OWN_READS = GROUP_COLLECTIVES | {"recv"}
 
 
 def stream_ids(graph: Graph) -> range:

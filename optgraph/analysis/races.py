@@ -170,8 +170,8 @@ def find_races(graph: Graph) -> list[Race]:
     nodes = graph.nodes
     hb = f.hb
     roots = alias_roots(graph)
-    for x, y in hb.data_edges():  # values: every data edge, on each device
-        if hb.ordered_instances(x, y) or hb.ordered_instances(y, x):
+    for x, y in hb.unordered_instance_edges():  # values: every data edge, on each device
+        if hb.ordered_instances(y, x):
             continue  # what `pair` would find first, without making the two accesses
         p, i = hb.node_of[x], hb.node_of[y]
         value = nodes[p].name
@@ -231,14 +231,14 @@ def _check_arena(
         return
     accesses = {name: every_access.get((name, device), []) for _, name, _, _ in buffers}
     lanes = len(hb.lanes)
-    rows, seqs, lanes_of = hb.rows, hb.seqs, hb.lanes_of
+    rows, seqs, lanes_of, instance = hb.rows, hb.seqs, hb.lanes_of, hb.instance
     # Per buffer: need[c], the latest sequence number of its accesses on lane c; least, the
     # earliest clock among its accesses (entry by entry). Every access of A happens-before
     # every access of B when least(B) >= need(A) entry by entry.
     need: dict[str, list[int]] = {}
     least: dict[str, list[int]] = {}
     for _, name, _, _ in buffers:
-        idx = [f.inst(x) for x in accesses[name]]
+        idx = [instance(a.node, a.device) for a in accesses[name]]
         row = [0] * lanes
         for x in idx:
             row[lanes_of[x]] = max(row[lanes_of[x]], seqs[x])
