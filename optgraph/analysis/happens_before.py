@@ -83,9 +83,9 @@ class HappensBefore:
         self.device_of: list[int] = []
         for i, node in enumerate(nodes):
             self.first.append(len(self.node_of))
-            devices = node.devices
-            self.node_of.extend(i for _ in devices)
-            self.device_of.extend(devices)
+            node_devices = node.devices
+            self.node_of.extend(i for _ in node_devices)
+            self.device_of.extend(node_devices)
         self.first.append(len(self.node_of))
         devices = sorted({d for n in nodes for d in n.devices} | {0})
         self.devices = devices
@@ -261,15 +261,16 @@ class HappensBefore:
         happen-before the consumer, in the same order. Remembered in `memo` (the `synced`
         contract check and the race finder ask for them)."""
         found = self.memo.get("unordered_edges")
-        if not isinstance(found, list):
-            rows, seqs, lanes = self.rows, self.seqs, self.lanes_of
-            found = []
-            for x, y in self.data_edges():  # `ordered_instances(x, y)`, inlined
-                lane = lanes[x]
-                if x == y or rows[y][lane] < seqs[x] or (lane == lanes[y] and x > y):
-                    found.append((x, y))
-            self.memo["unordered_edges"] = found
-        return list(found)
+        if isinstance(found, list):
+            return list(found)
+        rows, seqs, lanes = self.rows, self.seqs, self.lanes_of
+        edges: list[tuple[int, int]] = []
+        for x, y in self.data_edges():  # `ordered_instances(x, y)`, inlined
+            lane = lanes[x]
+            if x == y or rows[y][lane] < seqs[x] or (lane == lanes[y] and x > y):
+                edges.append((x, y))
+        self.memo["unordered_edges"] = edges
+        return list(edges)
 
     def unordered_data_edges(self) -> list[tuple[int, int]]:
         """(producer, consumer) node pairs of data edges that happens-before does not cover."""

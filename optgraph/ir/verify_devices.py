@@ -207,7 +207,7 @@ def device_diagnostics(graph: Graph) -> list[Diagnostic]:
 def _is_one_device_graph(graph: Graph) -> bool:
     """No device named anywhere and no collective, send or recv: every value and node is on
     device 0, so no rule above can fail (the checks would find nothing). O(V)."""
-    declarations = (*graph.inputs, *graph.weights)
-    return all(d.ann.device is None for d in declarations) and all(
+    declarations = [i.ann for i in graph.inputs] + [w.ann for w in graph.weights]
+    return all(ann.device is None for ann in declarations) and all(
         n.ann.device is None and n.op not in COLLECTIVE_OPS for n in graph.nodes
     )
