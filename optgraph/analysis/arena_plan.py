@@ -22,10 +22,10 @@ ordering; `check_plan` O(n log n + overlapping pairs).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from optgraph.analysis.arena_packing import NEVER, Slot, align_up, placements
-from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.happens_before import HappensBefore, happens_before, schedule_memo
 from optgraph.analysis.lifetimes import Lifetime, compute_lifetimes, stream_ids
 from optgraph.ir.graph import Graph, TensorType
 from optgraph.ir.layout import alias_roots
@@ -155,9 +155,43 @@ def plan(
     hb: HappensBefore | None = None,
     explicit_limit: int = 2_000_000,
 ) -> MemoryPlan:
-    """Plan the arena. `lifetimes` may be given (tests shorten them to prove they matter)."""
-    hb = hb or HappensBefore(graph)
+    """Plan the arena. `lifetimes` may be given (tests shorten them to prove they matter).
+    Planned once per schedule, options and lifetimes (`schedule_memo`: the report plans the
+    one-stream order again, which for a graph on one stream is plan-memory's); each caller gets
+    a plan of its own."""
+    hb = hb or happens_before(graph)
     lifetimes = compute_lifetimes(graph, hb) if lifetimes is None else lifetimes
+    memo = schedule_memo(graph, hb)
+    key = ("plan", algo, alignment, inplace, explicit_limit)
+    found = memo.get(key) if memo is not None else None
+    if isinstance(found, tuple) and found[0] == lifetimes:
+        return _copy_plan(found[1])
+    memory = _plan(graph, algo, alignment, inplace, lifetimes, hb, explicit_limit)
+    if memo is not None:
+        memo[key] = (dict(lifetimes), _copy_plan(memory))
+    return memory
+
+
+def _copy_plan(memory: MemoryPlan) -> MemoryPlan:
+    return replace(
+        memory,
+        offsets=dict(memory.offsets),
+        sizes=dict(memory.sizes),
+        arenas=dict(memory.arenas),
+        inplace=dict(memory.inplace),
+        device_arena_bytes=dict(memory.device_arena_bytes),
+    )
+
+
+def _plan(
+    graph: Graph,
+    algo: str,
+    alignment: int,
+    inplace: bool,
+    lifetimes: dict[str, Lifetime],
+    hb: HappensBefore,
+    explicit_limit: int,
+) -> MemoryPlan:
     slots, reuse = build_slots(graph, lifetimes, alignment, hb, inplace and algo != "none")
     if algo == "none":
         offsets, cursor = [], 0
@@ -203,7 +237,7 @@ def check_plan(graph: Graph) -> list[str]:
     buffers whose bytes overlap: one must be entirely before the other, or the later one must be a
     legal in-place reuse of the earlier at the same offset. O(n log n + overlapping pairs).
     """
-    hb = HappensBefore(graph)
+    hb = happens_before(graph)
     lifetimes = compute_lifetimes(graph, hb)
     roots = alias_roots(graph)
     types = graph.value_types()

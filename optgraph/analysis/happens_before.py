@@ -20,8 +20,10 @@ into the waiting lane. Then A (lane c, sequence number q) happens-before B iff c
 Instances are numbered in issue order, a node's instances in the order of its device list. In a
 graph where every node has one device (every single-device graph), instance i is node i.
 
-Complexity: O(I·k) time and memory to build (I instances, k lanes), O(1) per ordered() query,
-O(k·log V) for `first_node_after`.
+Complexity: O(I·k) time and memory to build (I instances, k lanes; the clocks are Python tuples,
+one per instance, and a node with one device outside events and collectives costs one tick), O(1)
+per ordered() query, O(k·log V) for `first_node_after` (plus O(I) once per pair of lanes it reads).
+`happens_before(graph)` builds them once per graph (and shares them with a graph scheduled alike).
 
     before: %a = exp(%x) !{stream = 1}   record ^e !{stream = 1}   wait ^e !{stream = 0}   %b = neg(%a)
     after:  ordered(%a, %b) is True; without the wait it is False.
@@ -29,6 +31,8 @@ O(k·log V) for `first_node_after`.
 
 from __future__ import annotations
 
+import atexit
+import copy
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -36,9 +40,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-from optgraph.ir.graph import Graph, Node
+from optgraph.ir.graph import Graph, Node, differs_only_in_annotations
 
 GROUP_COLLECTIVES = frozenset({"all_reduce", "all_gather"})
+EVENT_OPS = frozenset({"record", "wait"})
+_JOINING_OPS = GROUP_COLLECTIVES | EVENT_OPS | {"recv", "send"}  # the walk's slow path
 Lane = tuple[int, int]  # (device, stream)
 
 
@@ -62,11 +68,14 @@ def instance_reads(node: Node, device: int) -> Iterator[tuple[int, str]]:
 
 
 class HappensBefore:
-    """Vector clocks of a graph's node instances (see the module docstring)."""
+    """Vector clocks of a graph's node instances (see the module docstring).
+
+    Lanes are numbered once (`lanes`, `column`); each instance's clock is a tuple with one entry
+    per lane. Queries read these lists; `clocks`, `seq` and `lane_col` give the same as NumPy
+    arrays, made on first use, for callers that work on many instances at once.
+    """
 
     def __init__(self, graph: Graph):
-        import numpy as np
-
         self.graph = graph
         nodes = graph.nodes
         self.first: list[int] = []  # node index -> its first instance; then len(instances)
@@ -74,8 +83,9 @@ class HappensBefore:
         self.device_of: list[int] = []
         for i, node in enumerate(nodes):
             self.first.append(len(self.node_of))
-            self.node_of.extend(i for _ in node.devices)
-            self.device_of.extend(node.devices)
+            node_devices = node.devices
+            self.node_of.extend(i for _ in node_devices)
+            self.device_of.extend(node_devices)
         self.first.append(len(self.node_of))
         devices = sorted({d for n in nodes for d in n.devices} | {0})
         self.devices = devices
@@ -84,66 +94,113 @@ class HappensBefore:
         )
         self.column: dict[Lane, int] = {lane: c for c, lane in enumerate(self.lanes)}
         k = len(self.lanes)
-        count = len(self.node_of)
-        self.clocks = np.zeros((count, k), dtype=np.int64)
-        self.seq = np.zeros(count, dtype=np.int64)
-        self.lane_col = np.zeros(count, dtype=np.int64)
-        # Per lane: instance ids in issue order and their clock rows, for first_node_after().
+        self.rows: list[tuple[int, ...]] = []  # instance -> its clock
+        self.seqs: list[int] = []  # instance -> its sequence number on its lane
+        self.lanes_of: list[int] = []  # instance -> its lane's column
+        # Per lane: instance ids in issue order, for first_node_after().
         self.on_lane: list[list[int]] = [[] for _ in range(k)]
         self.missing_events: list[int] = []
-        self._walk(np.zeros((k, k), dtype=np.int64))
-        self._lane_clock_rows: list[np.ndarray] = [
-            self.clocks[idx] if idx else np.zeros((0, k), dtype=np.int64) for idx in self.on_lane
-        ]
+        self.final: list[list[int]] = [[0] * k for _ in range(k)]
+        self._walk()
+        self._lane_columns: dict[tuple[int, int], list[int]] = {}
+        self._arrays: dict[str, np.ndarray] = {}
+        # What analyses derive from this schedule alone (lifetimes, arena plans), shared by every
+        # graph `happens_before` finds scheduled alike: see `schedule_memo`.
+        self.memo: dict[object, object] = {}
 
-    def _walk(self, current: np.ndarray) -> None:
-        import numpy as np
-
-        events: dict[tuple[str, int], np.ndarray] = {}
+    def _walk(self) -> None:
+        current = self.final  # each lane's clock so far; at the end, when the host reaches it
+        rows, seqs, lanes_of, on_lane = self.rows, self.seqs, self.lanes_of, self.on_lane
+        column = self.column
+        events: dict[tuple[str, int], tuple[int, ...]] = {}
         sends: dict[str, int] = {}  # send result -> its instance
         for i, node in enumerate(self.graph.nodes):
-            first = self.first[i]
-            cols = [self.column[(d, node.stream)] for d in node.devices]
-            for x, c in enumerate(cols):
-                self.lane_col[first + x] = c
-            if node.is_event:
-                for x, (d, c) in enumerate(zip(node.devices, cols)):
-                    if node.op == "record":
-                        events[(node.name, d)] = current[c].copy()
+            devices = node.devices
+            stream = node.stream
+            op = node.op
+            if len(devices) == 1 and op not in _JOINING_OPS:  # the common case: one tick
+                c = column[(devices[0], stream)]
+                row = current[c]
+                tick = row[c] + 1
+                row[c] = tick
+                on_lane[c].append(len(rows))
+                rows.append(tuple(row))
+                seqs.append(tick)
+                lanes_of.append(c)
+                continue
+            first = len(rows)
+            cols = [column[(d, stream)] for d in devices]
+            if op in EVENT_OPS:
+                for d, c in zip(devices, cols):
+                    if op == "record":
+                        events[(node.name, d)] = tuple(current[c])
                     elif (clock := events.get((node.name, d))) is not None:
-                        np.maximum(current[c], clock, out=current[c])
+                        current[c] = list(map(max, current[c], clock))
                     elif not self.missing_events or self.missing_events[-1] != i:
                         self.missing_events.append(i)
-                    self.seq[first + x] = current[c, c]
-                    self.clocks[first + x] = current[c]
+                    rows.append(tuple(current[c]))
+                    seqs.append(current[c][c])
+                    lanes_of.append(c)
                 continue
-            if node.op in GROUP_COLLECTIVES:
-                joined = current[cols].max(axis=0)
+            if op in GROUP_COLLECTIVES:
+                joined = list(map(max, *(current[c] for c in cols))) if len(cols) > 1 else None
                 for c in cols:
-                    current[c] = joined
-            elif node.op == "recv" and node.operands and node.operands[0] in sends:
-                sender = sends[node.operands[0]]
-                np.maximum(current[cols[0]], self.clocks[sender], out=current[cols[0]])
-            ticked = [int(current[c, c]) + 1 for c in cols]
+                    current[c] = list(joined) if joined is not None else current[c]
+            elif op == "recv" and node.operands and node.operands[0] in sends:
+                sender = rows[sends[node.operands[0]]]
+                current[cols[0]] = list(map(max, current[cols[0]], sender))
+            ticked = [current[c][c] + 1 for c in cols]
             for x, c in enumerate(cols):
-                self.seq[first + x] = ticked[x]
-                self.clocks[first + x] = current[c]
-                self.clocks[first + x, c] = ticked[x]
-                self.on_lane[c].append(first + x)
+                row = list(current[c])
+                row[c] = ticked[x]
+                rows.append(tuple(row))
+                seqs.append(ticked[x])
+                lanes_of.append(c)
+                on_lane[c].append(first + x)
             # A collective orders every participant's earlier work (joined above) before every
             # participant's later work; its instances are not ordered with each other: one rank's
             # collective may still be reading or writing its buffers when another's completes.
             for x, c in enumerate(cols):
-                current[c, c] = ticked[x]
-            if node.op == "send":
+                current[c][c] = ticked[x]
+            if op == "send":
                 sends[node.name] = first
-        self.final = current  # each lane's clock when the host reaches the end
+
+    # -- the clocks as arrays ----------------------------------------------------------------
+
+    def _array(self, key: str, values: list[int] | list[tuple[int, ...]]) -> np.ndarray:
+        import numpy as np
+
+        array = self._arrays.get(key)
+        if array is None:
+            array = np.array(values, dtype=np.int64)
+            if key == "clocks":
+                array = array.reshape(len(values), len(self.lanes))
+            self._arrays[key] = array
+        return array
+
+    @property
+    def clocks(self) -> np.ndarray:
+        """`rows` as an (instances, lanes) array."""
+        return self._array("clocks", self.rows)
+
+    @property
+    def seq(self) -> np.ndarray:
+        """`seqs` as an array."""
+        return self._array("seq", self.seqs)
+
+    @property
+    def lane_col(self) -> np.ndarray:
+        """`lanes_of` as an array."""
+        return self._array("lane_col", self.lanes_of)
 
     # -- instances ---------------------------------------------------------------------------
 
     def instance(self, node: int, device: int) -> int:
         """The instance of node index `node` on `device` (which must be one of its devices)."""
-        return self.first[node] + self.graph.nodes[node].devices.index(device)
+        first = self.first[node]
+        if self.first[node + 1] == first + 1 and self.device_of[first] == device:
+            return first
+        return first + self.graph.nodes[node].devices.index(device)
 
     def instances_of(self, node: int) -> range:
         return range(self.first[node], self.first[node + 1])
@@ -152,9 +209,8 @@ class HappensBefore:
         """Whether instance x happens-before instance y (False when x == y)."""
         if x == y:
             return False
-        return bool(self.clocks[y, self.lane_col[x]] >= self.seq[x]) and (
-            self.lane_col[x] != self.lane_col[y] or x < y
-        )
+        lane = self.lanes_of[x]
+        return self.rows[y][lane] >= self.seqs[x] and (lane != self.lanes_of[y] or x < y)
 
     # -- nodes -------------------------------------------------------------------------------
 
@@ -181,8 +237,17 @@ class HappensBefore:
         and (send instance, recv instance) of every transfer."""
         producers = self.graph.producers()
         nodes = self.graph.nodes
+        first = self.first
         for i, node in self.graph.compute_nodes():
-            for x, d in enumerate(node.devices):
+            devices = node.devices
+            if len(devices) == 1 and node.op not in _JOINING_OPS:  # reads every operand there
+                d = devices[0]
+                for operand in node.operands:
+                    p = producers.get(operand)
+                    if p is not None and d in nodes[p].devices:
+                        yield self.instance(p, d), first[i]
+                continue
+            for x, d in enumerate(devices):
                 for _, operand in instance_reads(node, d):
                     p = producers.get(operand)
                     if p is not None and d in nodes[p].devices:
@@ -191,14 +256,29 @@ class HappensBefore:
                 sender = producers[node.operands[0]]
                 yield self.first[sender], self.first[i]
 
+    def unordered_instance_edges(self) -> list[tuple[int, int]]:
+        """The `data_edges` (producer instance, consumer instance) whose producer does not
+        happen-before the consumer, in the same order. Remembered in `memo` (the `synced`
+        contract check and the race finder ask for them)."""
+        found = self.memo.get("unordered_edges")
+        if isinstance(found, list):
+            return list(found)
+        rows, seqs, lanes = self.rows, self.seqs, self.lanes_of
+        edges: list[tuple[int, int]] = []
+        for x, y in self.data_edges():  # `ordered_instances(x, y)`, inlined
+            lane = lanes[x]
+            if x == y or rows[y][lane] < seqs[x] or (lane == lanes[y] and x > y):
+                edges.append((x, y))
+        self.memo["unordered_edges"] = edges
+        return list(edges)
+
     def unordered_data_edges(self) -> list[tuple[int, int]]:
         """(producer, consumer) node pairs of data edges that happens-before does not cover."""
         bad: list[tuple[int, int]] = []
-        for x, y in self.data_edges():
-            if not self.ordered_instances(x, y):
-                pair = (self.node_of[x], self.node_of[y])
-                if not bad or bad[-1] != pair:
-                    bad.append(pair)
+        for x, y in self.unordered_instance_edges():
+            pair = (self.node_of[x], self.node_of[y])
+            if not bad or bad[-1] != pair:
+                bad.append(pair)
         return bad
 
     def first_node_after(self, accesses: Iterable[int], stream: int, device: int = 0) -> int:
@@ -208,18 +288,25 @@ class HappensBefore:
         if c is None:
             return -1
         indices = self.on_lane[c]
-        rows = self._lane_clock_rows[c]
         position = 0
         for a in accesses:
-            sa = int(self.lane_col[a])
+            sa = self.lanes_of[a]
             if sa == c:
                 pos = bisect_left(indices, a + 1)  # strictly later on the same lane
             else:
-                pos = int(rows[:, sa].searchsorted(self.seq[a], side="left"))
+                pos = bisect_left(self._lane_column(c, sa), self.seqs[a])
             position = max(position, pos)
             if position >= len(indices):
                 return -1
         return self.node_of[indices[position]] if position < len(indices) else -1
+
+    def _lane_column(self, c: int, other: int) -> list[int]:
+        """Entry `other` of the clocks of lane c's instances, in issue order (non-decreasing)."""
+        values = self._lane_columns.get((c, other))
+        if values is None:
+            rows = self.rows
+            values = self._lane_columns[(c, other)] = [rows[x][other] for x in self.on_lane[c]]
+        return values
 
     def end_lane(self, device: int) -> int:
         """The column of the lane the host waits on at the end for `device`: its stream 0."""
@@ -231,7 +318,7 @@ class HappensBefore:
         for c, on_lane in enumerate(self.on_lane):
             device = self.lanes[c][0]
             end = self.end_lane(device)
-            if c != end and on_lane and self.final[end, c] < self.seq[on_lane[-1]]:
+            if c != end and on_lane and self.final[end][c] < self.seqs[on_lane[-1]]:
                 out.append(c)
         return out
 
@@ -242,3 +329,44 @@ class HappensBefore:
     def width(self) -> int:
         """Number of lanes in use."""
         return sum(1 for idx in self.on_lane if idx)
+
+
+# The clocks asked for last, most recent first: a compile asks for the clocks of one graph
+# several times (a pass's contract, the pass, the report), and the graph a pass returns is often
+# its input re-annotated. Kept here rather than on the graphs: no reference cycles, and graphs
+# stay plain data.
+_RECENT = 3
+_recent: list[HappensBefore] = []
+# Emptied at exit, while reference counts free the graphs it holds: left to the interpreter's
+# finalization, its collections would walk every object of them.
+atexit.register(_recent.clear)
+
+
+def happens_before(graph: Graph) -> HappensBefore:
+    """`HappensBefore(graph)`, remembered for the last few graphs asked for; a graph that differs
+    from one of those only in annotations other than stream and device (and in spans) shares its
+    clocks and their `memo`: a pass that annotates offsets or lifetimes keeps them. O(V) then."""
+    hb = next((h for h in _recent if h.graph is graph), None)
+    if hb is None:
+        like = next((h for h in _recent if _same_schedule(h.graph, graph)), None)
+        if like is not None:
+            hb = copy.copy(like)
+            hb.graph = graph
+        else:
+            hb = HappensBefore(graph)
+    _recent[:] = [hb, *(h for h in _recent if h is not hb)][:_RECENT]
+    return hb
+
+
+def schedule_memo(graph: Graph, hb: HappensBefore) -> dict[object, object] | None:
+    """Where an analysis of `graph` that reads only its schedule and values (names, ops,
+    operands, attributes, types, bodies, streams, devices, inputs, weights, outputs: not offsets,
+    lifetimes or spans) may remember its result: `hb.memo` when `hb` is `graph`'s own clocks,
+    None for clocks given from elsewhere."""
+    return hb.memo if hb.graph is graph else None
+
+
+def _same_schedule(a: Graph, b: Graph) -> bool:
+    """Whether `a` and `b` differ at most in annotations other than stream and device (and in
+    spans): then their clocks, and all `schedule_memo` holds, are the same."""
+    return differs_only_in_annotations(a, b, kept=("stream", "device"))

@@ -26,7 +26,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optgraph.analysis.happens_before import HappensBefore, instance_reads
+from optgraph.analysis.happens_before import (
+    GROUP_COLLECTIVES,
+    HappensBefore,
+    happens_before,
+    instance_reads,
+    schedule_memo,
+)
 from optgraph.ir.graph import EVENT_OPS, Graph
 from optgraph.ir.layout import alias_roots
 
@@ -55,11 +61,25 @@ def buffer_accesses(
     Aliasing views are accesses of their root (as are their readers); inputs and weights are not
     arena buffers and are left out.
     """
-    hb = hb or HappensBefore(graph)
+    hb = hb or happens_before(graph)
     roots = alias_roots(graph)
     accesses: dict[str, list[int]] = {}
+    first = hb.first
     for i, node in enumerate(graph.nodes):  # one pass: issue order defines before use
         if node.op in EVENT_OPS:
+            continue
+        if first[i + 1] == first[i] + 1 and node.op not in _OWN_READS:  # one instance: reads all
+            x = first[i]
+            if node.name in roots:
+                root = roots[node.name][0]
+                if root in accesses:
+                    accesses[root].append(x)
+            else:
+                accesses[node.name] = [x]
+            for operand in node.operands:
+                root = roots[operand][0] if operand in roots else operand
+                if root in accesses:
+                    accesses[root].append(x)
             continue
         for x, d in zip(hb.instances_of(i), node.devices):
             if node.name in roots:
@@ -83,6 +103,10 @@ def buffer_accesses(
     return accesses, kept
 
 
+# Ops whose instances read other than every operand (`happens_before.instance_reads`).
+_OWN_READS = GROUP_COLLECTIVES | {"recv"}
+
+
 def stream_ids(graph: Graph) -> range:
     """Streams 0..max stream id used in the graph (per device: `visible` has one entry per
     device and stream id)."""
@@ -95,8 +119,20 @@ def lane_index(graph_streams: int, device: int, stream: int) -> int:
 
 
 def compute_lifetimes(graph: Graph, hb: HappensBefore | None = None) -> dict[str, Lifetime]:
-    """Lifetime of every arena buffer, keyed by the producing value's name, in issue order."""
-    hb = hb or HappensBefore(graph)
+    """Lifetime of every arena buffer, keyed by the producing value's name, in issue order.
+    Computed once per schedule (`schedule_memo`: analyze-lifetimes, plan-memory and the report
+    ask for the same ones); each caller gets a dict of its own."""
+    hb = hb or happens_before(graph)
+    memo = schedule_memo(graph, hb)
+    found = memo.get("lifetimes") if memo is not None else None
+    if not isinstance(found, dict):
+        found = _compute_lifetimes(graph, hb)
+        if memo is not None:
+            memo["lifetimes"] = found
+    return dict(found)
+
+
+def _compute_lifetimes(graph: Graph, hb: HappensBefore) -> dict[str, Lifetime]:
     accesses, kept = buffer_accesses(graph, hb)
     streams = stream_ids(graph)
     devices = range(graph.device_count())

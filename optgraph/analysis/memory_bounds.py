@@ -28,7 +28,7 @@ import numpy as np
 
 from optgraph.analysis.arena_packing import align_up
 from optgraph.analysis.arena_plan import plan
-from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.happens_before import happens_before
 from optgraph.analysis.lifetimes import Lifetime, compute_lifetimes
 from optgraph.ir.graph import Graph
 
@@ -111,17 +111,18 @@ def memory_figures(
     the extra bytes the stream assignment costs against a one-stream plan of the same order.
     `alignment` defaults to the one the graph's plan used."""
     alignment = alignment or planned_alignment(graph)
-    hb = HappensBefore(graph)
+    hb = happens_before(graph)
     lifetimes = compute_lifetimes(graph, hb)
     arena = arena_of(graph)
     if arena is None:
         arena = plan(graph, algo, alignment, True, lifetimes, hb).arena_bytes
-    one = without_streams(graph)
-    # Without events and streams other than 0, dropping the streams changes no index and no
-    # clock: the one-stream lifetimes are the graph's own.
-    is_one_stream = len(one.nodes) == len(graph.nodes) and all(n.stream == 0 for n in graph.nodes)
+    # Without events and streams other than 0, dropping the streams changes no index, no clock
+    # and no plan: the one-stream order is the graph's own (and so are its lifetimes and plan).
+    is_one_stream = all(n.stream == 0 and not n.is_event for n in graph.nodes)
+    one = graph if is_one_stream else without_streams(graph)
     one_lifetimes = lifetimes if is_one_stream else compute_lifetimes(one)
-    one_arena = plan(one, algo, alignment, True, one_lifetimes).arena_bytes
+    one_hb = hb if is_one_stream else None
+    one_arena = plan(one, algo, alignment, True, one_lifetimes, one_hb).arena_bytes
     if graph.device_count() > 1:
         # Each device has its own arena: the bounds are the largest device's; the antichain
         # bound's flow network is built per stream and is not extended to lanes.

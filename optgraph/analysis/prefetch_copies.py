@@ -22,7 +22,7 @@ import re
 from dataclasses import replace
 
 from optgraph.analysis.arena_packing import align_up
-from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.happens_before import happens_before
 from optgraph.analysis.lifetimes import annotate_lifetimes, compute_lifetimes
 from optgraph.analysis.segments import Layout, Segment, device_memory, weight_accesses
 from optgraph.ir.graph import Annotations, Graph, Node
@@ -94,7 +94,7 @@ def insert_prefetches(
 ) -> Graph:
     """Insert the prefetch nodes and events, point readers at the copies, annotate, re-analyze."""
     nodes = graph.nodes
-    hb = HappensBefore(graph)
+    hb = happens_before(graph)
     taken = {n.name for n in nodes} | {i.name for i in graph.inputs} | graph.weight_names()
     has_backends = any(n.ann.backend is not None for n in nodes if not n.is_event)
     backend = "cuda" if has_backends else None

@@ -16,20 +16,18 @@ B planned buffers when race-free, plus O(accesses²) for each racing pair of buf
 
 from __future__ import annotations
 
+import operator
 from bisect import bisect_left, insort
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import numpy as np
-
-from optgraph.analysis.happens_before import HappensBefore, instance_reads
+from optgraph.analysis.happens_before import happens_before, instance_reads
 from optgraph.errors import Diagnostic, Span
 from optgraph.ir.graph import Graph, Node
 from optgraph.ir.layout import alias_roots
 from optgraph.ir.ops import get_op
 
 END = -1  # the graph's end, as the second party of a race
+_NEVER = (1 << 63) - 1  # a sequence number no access reaches
 
 
 @dataclass(frozen=True)
@@ -121,7 +119,7 @@ def race_diagnostics(graph: Graph, races: list[Race]) -> list[Diagnostic]:
 class _Finder:
     def __init__(self, graph: Graph):
         self.graph = graph
-        self.hb = HappensBefore(graph)
+        self.hb = happens_before(graph)
         self.races: list[Race] = []
         self.seen: set[tuple[int, str, int, str]] = set()
 
@@ -172,7 +170,9 @@ def find_races(graph: Graph) -> list[Race]:
     nodes = graph.nodes
     hb = f.hb
     roots = alias_roots(graph)
-    for x, y in hb.data_edges():  # values: every data edge, on each device
+    for x, y in hb.unordered_instance_edges():  # values: every data edge, on each device
+        if hb.ordered_instances(y, x):
+            continue  # what `pair` would find first, without making the two accesses
         p, i = hb.node_of[x], hb.node_of[y]
         value = nodes[p].name
         f.pair(Access(i, value, False, hb.device_of[y]), Access(p, value, True, hb.device_of[x]))
@@ -219,8 +219,6 @@ def _check_arena(
     f: _Finder, every_access: Buffers, roots: dict[str, tuple[str, int]], device: int
 ) -> None:
     """Overlapping planned buffers in the arena of `device` (each device has its own)."""
-    import numpy as np  # deferred: `optgraph passes` imports this module and needs no NumPy
-
     graph, hb = f.graph, f.hb
     rule = _InPlaceRule(graph, roots)
     buffers = []
@@ -233,17 +231,22 @@ def _check_arena(
         return
     accesses = {name: every_access.get((name, device), []) for _, name, _, _ in buffers}
     lanes = len(hb.lanes)
-    need: dict[str, np.ndarray] = {}
-    least: dict[str, np.ndarray] = {}
+    rows, seqs, lanes_of, instance = hb.rows, hb.seqs, hb.lanes_of, hb.instance
+    # Per buffer: need[c], the latest sequence number of its accesses on lane c; least, the
+    # earliest clock among its accesses (entry by entry). Every access of A happens-before
+    # every access of B when least(B) >= need(A) entry by entry.
+    need: dict[str, list[int]] = {}
+    least: dict[str, list[int]] = {}
     for _, name, _, _ in buffers:
-        idx = [f.inst(x) for x in accesses[name]]
-        row = np.zeros(lanes, dtype=np.int64)
-        np.maximum.at(row, hb.lane_col[idx], hb.seq[idx])
+        idx = [instance(a.node, a.device) for a in accesses[name]]
+        row = [0] * lanes
+        for x in idx:
+            row[lanes_of[x]] = max(row[lanes_of[x]], seqs[x])
         need[name] = row
-        least[name] = hb.clocks[idx].min(axis=0)
+        least[name] = list(map(min, *(rows[x] for x in idx))) if len(idx) > 1 else [*rows[idx[0]]]
     read_at_end = _output_roots(graph, roots)
     for name in read_at_end & need.keys():  # read by the host after every node: never before
-        need[name] = np.full(lanes, np.iinfo(np.int64).max, dtype=np.int64)
+        need[name] = [_NEVER] * lanes
     span = {name: (lo, hi) for _, name, lo, hi in buffers}
     children: dict[str, list[str]] = {}
     bounds: list[int] = []
@@ -268,7 +271,7 @@ def _check_arena(
             olo, ohi = span[older]
             if ohi <= lo or olo >= hi:
                 continue
-            if bool(np.all(least[name] >= need[older])) and not _writes_over_own_read(
+            if all(map(operator.ge, least[name], need[older])) and not _writes_over_own_read(
                 rule, accesses, older, name
             ):
                 if older in found:

@@ -65,7 +65,7 @@ def recompute_row_norms(graph: Graph, max_k: int = 2048) -> tuple[Graph, dict[st
     out: list[Node] = []
     renamed: dict[int, Node] = {}
     for i, node in enumerate(graph.nodes):
-        readers = sorted(set(users.get(node.name, [])))
+        readers = sorted(set(users.get(node.name, []))) if node.op in NORM_OPS else []
         if (
             node.is_event
             or not _shares_row_norm(graph, types, node, readers, outputs)
@@ -80,22 +80,22 @@ def recompute_row_norms(graph: Graph, max_k: int = 2048) -> tuple[Graph, dict[st
                 name = f"{node.name}.{n}"
             taken.add(name)
             copies[name] = node.name
-            out.append(replace(node, name=name))
+            out.append(node.with_fields(name=name))
             reader = renamed.get(r, graph.nodes[r])
-            renamed[r] = replace(reader, operands=(name, *reader.operands[1:]))
+            renamed[r] = reader.with_fields(operands=(name, *reader.operands[1:]))
     return (graph.with_nodes(out), copies) if copies else (graph, {})
 
 
 def restore_names(node: Node, copies: dict[str, str]) -> Node:
     """Inside a region, a norm copy takes back its original's name (bodies are scopes)."""
-    if node.body is None or not any(n.name in copies for n in node.body.nodes):
+    if not copies or node.body is None or not any(n.name in copies for n in node.body.nodes):
         return node
     body = node.body
     rename = {n.name: copies[n.name] for n in body.nodes if n.name in copies}
     rename = {k: v for k, v in rename.items() if v not in {n.name for n in body.nodes}}
     nodes = tuple(
-        replace(
-            n, name=rename.get(n.name, n.name), operands=tuple(rename.get(o, o) for o in n.operands)
+        n.with_fields(
+            name=rename.get(n.name, n.name), operands=tuple(rename.get(o, o) for o in n.operands)
         )
         for n in body.nodes
     )

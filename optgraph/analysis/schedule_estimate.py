@@ -48,17 +48,25 @@ def profile_named(name: str) -> DeviceProfile:
 
 
 def data_predecessors(graph: Graph) -> list[list[int]]:
-    """For each node index, the distinct indices of the nodes producing its operands."""
-    producers = graph.producers()
-    preds: list[list[int]] = []
-    for node in graph.nodes:
-        mine: list[int] = []
-        for o in node.operands:
-            p = producers.get(o)
-            if p is not None and p not in mine:
-                mine.append(p)
-        preds.append(mine)
-    return preds
+    """For each node index, the distinct indices of the nodes producing its operands. Computed
+    once per graph object (kept in its `__dict__`, outside the fields, like its value types);
+    each caller gets lists of its own."""
+    preds: list[list[int]] | None = graph.__dict__.get(_PREDECESSORS)
+    if preds is None:
+        producers = graph.producers()
+        preds = []
+        for node in graph.nodes:
+            mine: list[int] = []
+            for o in node.operands:
+                p = producers.get(o)
+                if p is not None and p not in mine:
+                    mine.append(p)
+            preds.append(mine)
+        graph.__dict__[_PREDECESSORS] = preds
+    return [list(p) for p in preds]
+
+
+_PREDECESSORS = "_data_predecessors"
 
 
 def node_costs(graph: Graph) -> list[ops.Cost | None]:
@@ -93,19 +101,24 @@ def _cost(node: Node, operand_types: list[TensorType]) -> ops.Cost:
     return cost
 
 
-def node_seconds(graph: Graph, profile: DeviceProfile) -> list[float]:
-    """Estimated run time of every node; events and aliasing views take none."""
+def node_seconds(
+    graph: Graph, profile: DeviceProfile, costs: Sequence[ops.Cost | None] | None = None
+) -> list[float]:
+    """Estimated run time of every node; events and aliasing views take none. `costs`: the
+    graph's `node_costs`, where the caller has them."""
     return [
         0.0 if cost is None else ops.estimate_seconds(cost, node.type.dtype, profile)  # type: ignore[union-attr]
-        for node, cost in zip(graph.nodes, node_costs(graph))
+        for node, cost in zip(graph.nodes, node_costs(graph) if costs is None else costs)
     ]
 
 
-def device_floor(graph: Graph, profile: DeviceProfile) -> float:
+def device_floor(
+    graph: Graph, profile: DeviceProfile, costs: Sequence[ops.Cost | None] | None = None
+) -> float:
     """Seconds the whole graph needs at least on one device, however many streams run: all bytes
     at full memory bandwidth, all flops at peak (concurrent kernels share both)."""
     moved, compute = 0.0, 0.0
-    for node, cost in zip(graph.nodes, node_costs(graph)):
+    for node, cost in zip(graph.nodes, node_costs(graph) if costs is None else costs):
         if cost is None or node.type is None:
             continue
         f16 = node.type.dtype in ("f16", "bf16")
@@ -158,7 +171,8 @@ def estimate_schedule(
     """List-schedule `graph` in issue order on its streams (see the module docstring)."""
     if isinstance(profile, str):
         profile = profile_named(profile)
-    durations = list(seconds) if seconds is not None else node_seconds(graph, profile)
+    costs = node_costs(graph)
+    durations = list(seconds) if seconds is not None else node_seconds(graph, profile, costs)
     preds = data_predecessors(graph)
     free: dict[int, float] = {}
     recorded: dict[str, float] = {}
@@ -179,7 +193,7 @@ def estimate_schedule(
         at = max([at] + [end[p] for p in preds[i]])
         start[i], end[i] = at, at + durations[i]
         free[s] = end[i]
-    return ScheduleEstimate(start, end, sum(durations), device_floor(graph, profile))
+    return ScheduleEstimate(start, end, sum(durations), device_floor(graph, profile, costs))
 
 
 def chrome_trace(graph: Graph, estimate: ScheduleEstimate) -> dict[str, Any]:
@@ -248,7 +262,8 @@ def stream_figures(graph: Graph, profile: DeviceProfile | str = DEFAULT_DEVICE) 
     """Width, estimated critical path and speedup over one stream. O((V + E)·C) for the width."""
     from optgraph.analysis.chain_cover import width
 
-    plain = graph.with_nodes(n for n in graph.nodes if not n.is_event)
+    has_events = any(n.is_event for n in graph.nodes)
+    plain = graph.with_nodes(n for n in graph.nodes if not n.is_event) if has_events else graph
     estimate = estimate_schedule(graph, profile)
     return StreamFigures(
         width(data_predecessors(plain)), estimate.critical_path_us, estimate.speedup

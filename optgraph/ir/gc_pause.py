@@ -22,4 +22,11 @@ def gc_paused() -> Iterator[None]:
         yield
     finally:
         if enabled:
+            if gc.get_freeze_count() == 0:
+                # Everything allocated during the pause is still in the youngest generation:
+                # the first collection after it would walk all of it. Freezing and unfreezing
+                # moves every tracked object to the oldest generation in constant time (still
+                # collected there, with the next full collection).
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()

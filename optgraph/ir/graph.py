@@ -44,11 +44,19 @@ class TensorType:
 
     @property
     def numel(self) -> int:
-        return math.prod(self.shape)
+        numel: int | None = self.__dict__.get("_numel")  # kept like `nbytes` below
+        if numel is None:
+            numel = self.__dict__["_numel"] = math.prod(self.shape)
+        return numel
 
     @property
     def nbytes(self) -> int:
-        return self.numel * DTYPE_BYTES[self.dtype]
+        # Kept in the instance `__dict__` like the text below: cost models, limits and memory
+        # plans ask the few type objects of a graph for their bytes once per node.
+        nbytes: int | None = self.__dict__.get("_nbytes")
+        if nbytes is None:
+            nbytes = self.__dict__["_nbytes"] = self.numel * DTYPE_BYTES[self.dtype]
+        return nbytes
 
     def with_shape(self, shape: Iterable[int]) -> TensorType:
         return TensorType(self.dtype, tuple(shape))
@@ -167,8 +175,9 @@ class Region:
 
 # Where a node keeps, in its instance `__dict__`, facts derived from its op, attributes, type and
 # body for given operand types (never from annotations, names or spans): the verifier's inferred
-# type, the cost model's bytes and flops. Like `functools.cached_property`, the entry sits outside
-# the dataclass fields, so equality and printing never see it; `dataclasses.replace` drops it.
+# type, the cost model's bytes and flops, the attributes with their defaults. Like
+# `functools.cached_property`, the entry sits outside the dataclass fields, so equality and printing
+# never see it; `dataclasses.replace` drops it.
 TYPE_FACTS = "_type_facts"
 
 
@@ -217,12 +226,27 @@ class Node:
         node.__dict__["ann"] = ann
         return node
 
+    def with_fields(self, **changes: Any) -> Node:
+        """This node with other `name`, `operands`, `ann`, `span` or `operand_spans` (fields the
+        `TYPE_FACTS` do not depend on, so the new node shares them): `dataclasses.replace` for
+        the passes that rename or re-wire every node they move (fuse builds each region's body
+        this way), a field-for-field copy at a fraction of its cost."""
+        if not changes.keys() <= _RELINK_FIELDS:
+            raise TypeError(f"with_fields cannot change {sorted(changes.keys() - _RELINK_FIELDS)}")
+        node = object.__new__(Node)
+        node.__dict__.update(self.__dict__)
+        node.__dict__.update(changes)
+        return node
+
     def type_facts(self) -> dict[str, Any]:
         """The node's `TYPE_FACTS` (made empty on first use)."""
         facts: dict[str, Any] | None = self.__dict__.get(TYPE_FACTS)
         if facts is None:
             facts = self.__dict__[TYPE_FACTS] = {}
         return facts
+
+
+_RELINK_FIELDS = frozenset({"name", "operands", "ann", "span", "operand_spans"})
 
 
 @dataclass(frozen=True)
@@ -262,17 +286,27 @@ class Graph:
     path: str = field(default="<graph>", compare=False, repr=False)
 
     # -- lookups (O(V) each; callers that need them repeatedly keep the result) --
+    # value_types, producers and device_count are computed once per graph object (graphs are
+    # immutable) and kept in the instance `__dict__`, outside the fields; each caller gets a
+    # dict of its own.
 
     def value_types(self) -> dict[str, TensorType]:
         """Type of every value: inputs, weights and node results (events excluded)."""
-        types: dict[str, TensorType] = {i.name: i.type for i in self.inputs}
-        types.update((w.name, w.type) for w in self.weights)
-        types.update((n.name, n.type) for n in self.nodes if n.type is not None)
-        return types
+        types: dict[str, TensorType] | None = self.__dict__.get("_value_types")
+        if types is None:
+            types = {i.name: i.type for i in self.inputs}
+            types.update((w.name, w.type) for w in self.weights)
+            types.update((n.name, n.type) for n in self.nodes if n.type is not None)
+            self.__dict__["_value_types"] = types
+        return dict(types)
 
     def producers(self) -> dict[str, int]:
         """Index in `nodes` of the node defining each value (inputs and weights are absent)."""
-        return {n.name: i for i, n in enumerate(self.nodes) if not n.is_event}
+        found: dict[str, int] | None = self.__dict__.get("_producers")
+        if found is None:
+            found = {n.name: i for i, n in enumerate(self.nodes) if n.op not in EVENT_OPS}
+            self.__dict__["_producers"] = found
+        return dict(found)
 
     def users(self) -> dict[str, list[int]]:
         """Indices of the nodes reading each value, in issue order."""
@@ -286,14 +320,18 @@ class Graph:
         """The devices every value lives on: inputs, weights and node results (events excluded)."""
         devices: dict[str, tuple[int, ...]] = {i.name: i.ann.devices for i in self.inputs}
         devices.update((w.name, w.ann.devices) for w in self.weights)
-        devices.update((n.name, n.devices) for n in self.nodes if not n.is_event)
+        devices.update((n.name, n.devices) for n in self.nodes if n.op not in EVENT_OPS)
         return devices
 
     def device_count(self) -> int:
         """1 + the largest device id named by an annotation (1 for a single-device graph)."""
-        annotated = [i.ann for i in self.inputs] + [w.ann for w in self.weights]
-        annotated += [n.ann for n in self.nodes]
-        return 1 + max((max(a.device) for a in annotated if a.device), default=0)
+        count: int | None = self.__dict__.get("_device_count")
+        if count is None:
+            annotated = [i.ann for i in self.inputs] + [w.ann for w in self.weights]
+            annotated += [n.ann for n in self.nodes]
+            count = 1 + max((max(a.device) for a in annotated if a.device), default=0)
+            self.__dict__["_device_count"] = count
+        return count
 
     def output_names(self) -> tuple[str, ...]:
         return tuple(o.name for o in self.outputs)
@@ -306,7 +344,38 @@ class Graph:
 
     def compute_nodes(self) -> Iterator[tuple[int, Node]]:
         """(index, node) for every node that is not an event."""
-        return ((i, n) for i, n in enumerate(self.nodes) if not n.is_event)
+        return ((i, n) for i, n in enumerate(self.nodes) if n.op not in EVENT_OPS)
 
     def with_nodes(self, nodes: Iterable[Node]) -> Graph:
         return replace(self, nodes=tuple(nodes))
+
+
+def differs_only_in_annotations(a: Graph, b: Graph, kept: tuple[str, ...] = ()) -> bool:
+    """Whether `b` is `a` with some node annotations changed (none of those named in `kept`) and
+    spans: the same name, inputs, weights and outputs, and node for node the same name, op,
+    operands, attributes, type and body. O(V), mostly identity tests: passes that annotate keep
+    the other fields' objects (`Node.with_ann`)."""
+    if a is b:
+        return True
+    if len(a.nodes) != len(b.nodes) or (a.name, a.inputs, a.weights, a.outputs) != (
+        b.name,
+        b.inputs,
+        b.weights,
+        b.outputs,
+    ):
+        return False
+    for x, y in zip(a.nodes, b.nodes):
+        if x is y:
+            continue
+        if (
+            x.name != y.name
+            or x.op != y.op
+            or x.operands != y.operands
+            or (x.type is not y.type and x.type != y.type)
+            or (x.attrs is not y.attrs and x.attrs != y.attrs)
+            or (x.body is not y.body and x.body != y.body)
+        ):
+            return False
+        if x.ann is not y.ann and any(getattr(x.ann, k) != getattr(y.ann, k) for k in kept):
+            return False
+    return True

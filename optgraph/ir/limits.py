@@ -125,6 +125,12 @@ def limit_diagnostics(graph: Graph) -> list[Diagnostic]:
     for weight in graph.weights:
         if not _is_within_limits(weight.ann):
             out.extend(_annotation_diagnostics(weight.ann, f"%{weight.name}", weight.span))
+    return out + node_annotation_diagnostics(graph)
+
+
+def node_annotation_diagnostics(graph: Graph) -> list[Diagnostic]:
+    """The annotations of `graph`'s nodes beyond the limits above. O(V)."""
+    out: list[Diagnostic] = []
     for node in graph.nodes:
         ann = node.ann
         if ann is not NO_ANNOTATIONS and not _is_within_limits(ann):

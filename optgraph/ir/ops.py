@@ -408,11 +408,15 @@ def attrs_with_defaults(node: Node) -> dict[str, AttrValue]:
     opdef = OPS.get(node.op)
     if opdef is None:
         return dict(node.attrs)
-    resolved = {
-        k: _normalized(v, opdef.attrs[k].kind) if k in opdef.attrs else v
-        for k, v in node.attrs.items()
-    }
-    return _fill_defaults(resolved, opdef.attrs)
+    facts = node.type_facts()  # derived from op and attributes only: remembered on the node
+    resolved: dict[str, AttrValue] | None = facts.get("attrs")
+    if resolved is None:
+        resolved = {
+            k: _normalized(v, opdef.attrs[k].kind) if k in opdef.attrs else v
+            for k, v in node.attrs.items()
+        }
+        resolved = facts["attrs"] = _fill_defaults(resolved, opdef.attrs)
+    return dict(resolved)  # a copy: callers may change theirs
 
 
 def _check_arity(node: Node, opdef: OpDef, count: int) -> None:
@@ -448,8 +452,40 @@ def infer_type(node: Node, operand_types: Sequence[TensorType]) -> TensorType:
     return opdef.infer(node, operand_types, attrs)
 
 
+def remembered_type(node: Node, operand_types: Sequence[TensorType]) -> TensorType:
+    """`infer_type(node, operand_types)`, remembered on `node` for these operand types.
+
+    Nodes are immutable and a pipeline verifies after every pass, mostly the same nodes (or the
+    same nodes re-annotated by `Node.with_ann`, or moved into a fused body by
+    `Node.with_fields`) with the same operand types: each is inferred once, not once a pass.
+    Failures are not remembered: their diagnostics carry spans."""
+    key = tuple(operand_types)
+    facts = node.type_facts()
+    memo = facts.get("inferred")
+    if memo is not None and memo[0] == key:
+        inferred: TensorType = memo[1]
+        return inferred
+    inferred = infer_type(node, operand_types)
+    facts["inferred"] = (key, inferred)
+    return inferred
+
+
 def _fused_types(node: Node, types: Sequence[TensorType]) -> dict[str, TensorType]:
-    """Types of a fused node's parameters and body values, inferred in order."""
+    """Types of a fused node's parameters and body values, inferred in order; remembered on the
+    node for these operand types (verify infers them, the cost model reads them again). Callers
+    only read the dict."""
+    key = tuple(types)
+    facts = node.type_facts()
+    memo = facts.get("body_types")
+    if memo is not None and memo[0] == key:
+        known: dict[str, TensorType] = memo[1]
+        return known
+    env = _infer_fused_types(node, types)
+    facts["body_types"] = (key, env)
+    return env
+
+
+def _infer_fused_types(node: Node, types: Sequence[TensorType]) -> dict[str, TensorType]:
     body = node.body
     if body is None:
         raise _fail(node, "missing body")
@@ -467,7 +503,7 @@ def _fused_types(node: Node, types: Sequence[TensorType]) -> dict[str, TensorTyp
                 )
         if inner.name in env:
             raise VerifyError(f"fused: '%{inner.name}' is defined twice in the body", inner.span)
-        inferred = infer_type(inner, [env[o] for o in inner.operands])
+        inferred = remembered_type(inner, [env[o] for o in inner.operands])
         if inner.type is not None and inner.type != inferred:
             raise VerifyError(
                 f"{inner.op}: declared type {inner.type} but the operands give {inferred}",

@@ -22,8 +22,15 @@ from collections.abc import Callable
 from optgraph.errors import Diagnostic, OptGraphError, Span, VerifyError, did_you_mean
 from optgraph.ir import ops
 from optgraph.ir.gc_pause import gc_paused
-from optgraph.ir.graph import Graph, Input, Node, TensorType, Weight
-from optgraph.ir.limits import limit_diagnostics
+from optgraph.ir.graph import (
+    Graph,
+    Input,
+    Node,
+    TensorType,
+    Weight,
+    differs_only_in_annotations,
+)
+from optgraph.ir.limits import limit_diagnostics, node_annotation_diagnostics
 from optgraph.ir.verify_devices import device_diagnostics
 
 _MAX_SUGGESTIONS = 10
@@ -107,30 +114,39 @@ def _cycle_through(graph: Graph, producers: dict[str, int], user: str, operand: 
     return [user, *reversed(path)] if user != operand else [user, user]
 
 
-def _inferred_type(node: Node, operand_types: list[TensorType]) -> TensorType:
-    """`ops.infer_type(node, operand_types)`, remembered on `node` for these operand types.
+def verify(graph: Graph, previous: Graph | None = None) -> None:
+    """Raise `VerifyError` listing every problem in `graph`; return None when it is well-formed.
 
-    Nodes are immutable and a pipeline verifies after every pass, mostly the same nodes (or the
-    same nodes re-annotated by `Node.with_ann`) with the same operand types: each is inferred
-    once, not once a pass. Failures are not remembered: their diagnostics carry spans."""
-    key = tuple(operand_types)
-    facts = node.type_facts()
-    memo = facts.get("inferred")
-    if memo is not None and memo[0] == key:
-        inferred: TensorType = memo[1]
-        return inferred
-    inferred = ops.infer_type(node, operand_types)
-    facts["inferred"] = (key, inferred)
-    return inferred
-
-
-def verify(graph: Graph) -> None:
-    """Raise `VerifyError` listing every problem in `graph`; return None when it is well-formed."""
+    `previous`: a graph `graph` was made from (a pass's input). When it verified and `graph`
+    differs from it only in node annotations other than `device` (what analyze-lifetimes and
+    plan-memory change), only the checks that read those annotations run: everything else would
+    find what it found in `previous`, nothing."""
     if graph.__dict__.get(_VERIFIED):
         return
     with gc_paused():  # O(V) small objects next to the graph's own: see optgraph.ir.gc_pause
-        _verify(graph)
+        if (
+            previous is not None
+            and previous.__dict__.get(_VERIFIED)
+            and differs_only_in_annotations(previous, graph, kept=("device",))
+        ):
+            _verify_node_annotations(graph)
+        else:
+            _verify(graph)
     graph.__dict__[_VERIFIED] = True
+
+
+def _verify_node_annotations(graph: Graph) -> None:
+    """What `_verify` reports about node annotations: limits, then layouts (in node order)."""
+    beyond_limits = node_annotation_diagnostics(graph)
+    if beyond_limits:
+        raise VerifyError.from_diagnostics(beyond_limits)
+    diags = [
+        Diagnostic(f"'%{node.name}': only weights take a layout", node.span)
+        for node in graph.nodes
+        if node.ann.layout is not None
+    ]
+    if diags:
+        raise VerifyError.from_diagnostics(diags)
 
 
 # Set in a graph's instance `__dict__` (outside the dataclass fields, so equality and `replace`
@@ -220,7 +236,7 @@ def _verify(graph: Graph) -> None:
             )
         elif not missing:
             try:
-                inferred = _inferred_type(node, operand_types)
+                inferred = ops.remembered_type(node, operand_types)
             except OptGraphError as err:
                 diags.extend(err.diagnostics)
             else:

@@ -22,7 +22,8 @@ stream is done reading. `visible` is the "becomes visible at" table it proposed 
 
 Does not handle: buffers of inputs and weights (they are not in the arena); fused bodies (a fused
 node is one access of each operand). Complexity: O(V·k) for the clocks plus O(A·k·log V) for the
-visible points (A = accesses, k = streams).
+visible points (A = accesses, k = streams); the clocks are the ones the `synced` contract check
+built for this graph, and the lifetimes are remembered for plan-memory and the report.
 """
 
 from __future__ import annotations

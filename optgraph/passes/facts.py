@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.happens_before import happens_before
 from optgraph.ir.graph import Graph
 from optgraph.ir.layout import alias_roots
 
@@ -72,7 +72,7 @@ def _has_offsets(graph: Graph) -> bool:
 
 
 def _synced(graph: Graph) -> bool:
-    return not HappensBefore(graph).unordered_data_edges()
+    return not happens_before(graph).unordered_data_edges()
 
 
 def _has_events(graph: Graph) -> bool:

@@ -55,14 +55,15 @@ reductions over leading axes (they stay alone), fusing through views or into att
 Complexity: O((V + E)·k²) with k = max-ops, i.e. linear in graph size: each node's group retries
 its at most k·arity outside operands after each of at most k merges, and each check is O(k). On a
 planned graph add O(V·s) for happens-before (s streams) and O(log V + w) per operand for the
-w buffers sharing its bytes.
+w buffers sharing its bytes. Region bodies are made of the original nodes re-wired
+(`Node.with_fields`), so verify and the cost model keep what they inferred for them.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from optgraph.analysis.fusion_rules import (
     NORM_OPS,
@@ -72,7 +73,7 @@ from optgraph.analysis.fusion_rules import (
     one_row_product,
     plan_region,
 )
-from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.happens_before import HappensBefore, happens_before
 from optgraph.analysis.row_norm_copies import recompute_row_norms, restore_names
 from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node, Region, TensorType
 from optgraph.ir.layout import alias_roots
@@ -291,7 +292,7 @@ def fused_node(nodes: Sequence[Node], outside: Sequence[str]) -> Node:
     params = _param_names(len(outside), {n.name for n in nodes})
     rename = dict(zip(outside, params))
     body = tuple(
-        replace(n, operands=tuple(rename.get(o, o) for o in n.operands), ann=NO_ANNOTATIONS)
+        n.with_fields(operands=tuple(rename.get(o, o) for o in n.operands), ann=NO_ANNOTATIONS)
         for n in nodes
     )
     return Node(
@@ -338,7 +339,7 @@ class FusePass(Pass):
             group_of=[None] * len(graph.nodes),
             members={},
             planned=planned,
-            hb=HappensBefore(graph) if planned else None,
+            hb=happens_before(graph) if planned else None,
             ranges=_arena_ranges(graph, types) if planned else {},
             row_prologues=self.row_prologues,
             prologue_max_k=self.prologue_max_k,

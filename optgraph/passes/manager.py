@@ -5,7 +5,8 @@
 Before each pass the manager checks its contract on the graph (`optgraph.passes.base`): every
 required fact must hold (else the message names the pass to run first), and the graph must carry
 no annotations the pass invalidates (else the message names the pass it must run before). After
-each pass the graph is verified again, so a broken pass is caught where it broke. `after_each`
+each pass the graph is verified again, so a broken pass is caught where it broke (a pass that
+only changed node annotations has those checked: `verify(graph, previous=...)`). `after_each`
 receives (pass, graph) after every pass, which is how `--print-ir-after-all` works.
 
 A pipeline is a list of passes: `parse_pipeline` reads one, `format_pipeline` writes one back, and
@@ -232,11 +233,12 @@ def run_pipeline(
         verify(graph)
         for p in passes:
             check_contract(p, graph)
-            graph = p.run(graph)
+            result = p.run(graph)
             try:
-                verify(graph)
+                verify(result, previous=graph)  # only the annotations, where only they changed
             except OptGraphError as err:
                 raise AssertionError(f"pass {p.name} produced an invalid graph:\n{err}") from err
+            graph = result
             if after_each is not None:
                 after_each(p, graph)
     return graph

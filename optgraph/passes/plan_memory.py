@@ -22,7 +22,9 @@ so placement is a greedy over the conflict graph, as in TFLite and XLA:
 
 Does not handle: several arenas (per backend or device), reordering nodes to lower the peak, exact
 (optimal) packing. Complexity: O(n·k·log n + P) to find the P conflicting pairs (k streams), then
-O(P log P) per ordering for the best-fit placement.
+O(P log P) per ordering for the best-fit placement; O(V) for the clocks and lifetimes when the
+graph is analyze-lifetimes' result (they are shared by graphs scheduled alike:
+`analysis.happens_before.happens_before`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optgraph.analysis.arena_plan import ALGOS, apply_plan, plan
-from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.happens_before import happens_before
 from optgraph.analysis.lifetimes import annotate_lifetimes, compute_lifetimes
 from optgraph.ir.gc_pause import gc_paused
 from optgraph.ir.graph import Graph
@@ -64,7 +66,7 @@ class PlanMemoryPass(Pass):
     def run(self, graph: Graph) -> Graph:
         # Lifetimes are recomputed, never trusted from annotations a later pass may have staled.
         with gc_paused():
-            hb = HappensBefore(graph)
+            hb = happens_before(graph)
             lifetimes = compute_lifetimes(graph, hb)
             memory = plan(graph, self.algo, self.alignment, self.inplace, lifetimes, hb)
             return apply_plan(annotate_lifetimes(graph, lifetimes), memory)
