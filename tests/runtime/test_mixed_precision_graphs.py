@@ -54,7 +54,8 @@ def test_the_mixed_generator_makes_every_kind_of_output() -> None:
     """Narrow outputs, f32 outputs fed by narrow paths and pure f32 ones all occur."""
     kinds: set[tuple[str, bool]] = set()
 
-    @settings(max_examples=60, database=None)
+    # derandomized: a fixed draw of 200 graphs, so the coverage asserted below cannot flake
+    @settings(max_examples=200, database=None, derandomize=True)
     @given(graph=random_dag_graphs(max_nodes=14, mixed=True))
     def collect(graph: Graph) -> None:
         types, ancestry = graph.value_types(), narrow_ancestry(graph)
