@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -88,6 +88,7 @@ class Bound:
     ops: list[Callable[[], Any]]
     staged: dict[str, np.ndarray]  # host inputs, copied in through pinned staging
     outputs: dict[str, Any]  # the caller's `out` arrays, by output name
+    calling_thread: bool = False  # `ops` are run in order: GPU parts, host waits, CPU nodes
 
 
 class BoundStep:
@@ -100,7 +101,7 @@ class BoundStep:
         """Launch (the first call: eager run and capture); the bound `out` arrays, by name."""
         bound = self.bound
         self.program.host_errors.raise_first()  # a CPU node's failure in an earlier launch
-        self.program._launch(bound.key, bound.binding, bound.ops)
+        self.program._start(bound)
         return bound.outputs
 
 
@@ -182,7 +183,14 @@ class CudaProgram:
 
     def _new_variant(self, lowered: LoweredVariant) -> Variant:
         """The runtime side of a lowered variant (`cuda_collectives.RankProgram` adds NCCL)."""
-        return Variant(lowered, self.weights, self.streams, self.host_errors, pdl=self.options.pdl)
+        return Variant(
+            lowered,
+            self.weights,
+            self.streams,
+            self.host_errors,
+            pdl=self.options.pdl,
+            cpu_nodes=self.options.cpu_nodes,
+        )
 
     def _lowered_variant(
         self, types: Mapping[str, TensorType], in_place: dict[str, str]
@@ -229,7 +237,7 @@ class CudaProgram:
         if variant.done_recorded:
             variant.done.synchronize()  # the last run's copies from staging are finished
         variant.stage_inputs(bound.staged)
-        self._launch(bound.key, bound.binding, bound.ops)
+        self._start(bound)
         variant.done.record(self.stream)
         variant.done_recorded = True
         if any(n not in bound.outputs for n in variant.plan.outputs):
@@ -283,12 +291,38 @@ class CudaProgram:
             bound_out[name] = int(arr.data.ptr)
         key = GraphKey.of(types, frozenset(bound_in), frozenset(bound_out), in_place)
         binding = Binding.of(bound_in, bound_out)
+        calling_thread = self.options.cpu_nodes == "calling-thread" and variant.host_steps
         cached = self._issue.get(key)
         if cached is None or cached[0] != binding:
-            cached = self._issue[key] = (binding, variant.issue_list(bound_in, bound_out))
+            if calling_thread:
+                ops = self._calling_thread_ops(variant, key, binding, bound_in, bound_out)
+            else:
+                ops = variant.issue_list(bound_in, bound_out)
+            cached = self._issue[key] = (binding, ops)
         self.last_key = key
         outputs = {name: out[name] for name in bound_out}
-        return Bound(variant, key, binding, cached[1], staged, outputs)
+        return Bound(variant, key, binding, cached[1], staged, outputs, calling_thread)
+
+    def _calling_thread_ops(
+        self,
+        variant: Variant,
+        key: GraphKey,
+        binding: Binding,
+        bound_in: Mapping[str, int],
+        bound_out: Mapping[str, int],
+    ) -> list[Callable[[], Any]]:
+        """A split program's run with its CPU nodes on this thread (`cpu_node_schedule`): each
+        GPU part is launched (captured, updated, replayed) as its own CUDA graph, keyed by
+        `key` and its index, and its end recorded on stream 0 for the host's waits."""
+
+        def launch_part(index: int, ops: list[Callable[[], Any]]) -> None:
+            self._launch(replace(key, part=index), binding, ops)
+            variant.part_ends[index].record(self.stream)
+
+        calls, parts = variant.calling_thread_list(bound_in, bound_out, launch_part)
+        # Every part of a run in the cache at once: a run must not evict its own parts.
+        self._cache.capacity = max(self._cache.capacity, parts * self.options.graph_capacity)
+        return calls
 
     def _classify(
         self, inputs: Mapping[str, Any]
@@ -320,6 +354,14 @@ class CudaProgram:
             else:
                 staged[decl.name] = value
         return types, bound, staged
+
+    def _start(self, bound: Bound) -> None:
+        """Launch one run: the whole issue list as one graph, or the calling thread's pieces."""
+        if bound.calling_thread:
+            for call in bound.ops:
+                call()
+        else:
+            self._launch(bound.key, bound.binding, bound.ops)
 
     def _launch(self, key: GraphKey, binding: Binding, ops: list[Callable[[], Any]]) -> None:
         """Run `ops` eagerly, or capture, update or replay the graph of `key` (see the module

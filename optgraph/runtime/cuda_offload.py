@@ -251,7 +251,32 @@ class HostFunction:
             return True
         return False
 
+    def __call__(self) -> None:
+        """Run the node now, in the calling thread (errors go to `errors`, as in a callback)."""
+        self._call(None)
+
     def launch(self, stream_ptr: int) -> None:
-        status = _driver().cuLaunchHostFunc(ctypes.c_void_p(stream_ptr), self.callback, None)
-        if status != 0:
-            raise OptGraphError(f"cuLaunchHostFunc failed with CUresult {status}")
+        launch_host_func(stream_ptr, self.callback)
+
+
+class HostSegment:
+    """Consecutive CPU nodes of one stream as one host function: one ctypes callback (and one
+    GIL acquisition by the driver's thread) for the whole segment instead of one per node."""
+
+    def __init__(self, functions: list[HostFunction]):
+        self.functions = functions
+        self.callback = _HOSTFN(self._call)  # kept alive as long as this object
+
+    def _call(self, _: int | None) -> None:
+        for fn in self.functions:
+            fn._call(None)
+
+    def launch(self, stream_ptr: int) -> None:
+        launch_host_func(stream_ptr, self.callback)
+
+
+def launch_host_func(stream_ptr: int, callback: Any) -> None:
+    """`cuLaunchHostFunc(stream, callback, NULL)`: a host node when the stream is capturing."""
+    status = _driver().cuLaunchHostFunc(ctypes.c_void_p(stream_ptr), callback, None)
+    if status != 0:
+        raise OptGraphError(f"cuLaunchHostFunc failed with CUresult {status}")
