@@ -35,9 +35,6 @@ from optgraph.codegen.cuda_steps import (
     KernelStep,
 )
 from optgraph.codegen.lowered import LoweredVariant
-from optgraph.runtime.cuda_blas import BLAS, WORKSPACE_BYTES
-from optgraph.runtime.cuda_device import cupy
-from optgraph.runtime.cuda_memory import D2D, D2H, H2D, DeviceWeights, VariantMemory
 from optgraph.runtime.cpu_node_schedule import (
     GpuPart,
     HostPart,
@@ -46,6 +43,9 @@ from optgraph.runtime.cpu_node_schedule import (
     cpu_segments,
     host_streams,
 )
+from optgraph.runtime.cuda_blas import BLAS, WORKSPACE_BYTES
+from optgraph.runtime.cuda_device import cupy
+from optgraph.runtime.cuda_memory import D2D, D2H, H2D, DeviceWeights, VariantMemory
 from optgraph.runtime.cuda_offload import HostErrors, HostFunction, HostSegment
 from optgraph.runtime.cuda_pdl import PdlLauncher, driver_for_pdl, pdl_steps
 
