@@ -48,9 +48,12 @@ from optgraph.codegen.cuda_steps import EventStep, HostStep
 
 
 class GpuPart(NamedTuple):
-    """GPU steps (indices into `plan.steps`), launched as one CUDA graph on stream 0."""
+    """GPU steps (indices into `plan.steps`), launched as one CUDA graph on stream 0;
+    `after_host`: a step of it waited for a host event (the part is launched after the host
+    work instead: the GPU side of a CPU -> GPU boundary)."""
 
     steps: tuple[int, ...]
+    after_host: bool = False
 
 
 class HostWait(NamedTuple):
@@ -78,15 +81,16 @@ def calling_thread_schedule(steps: Sequence[object]) -> list[Piece]:
     pieces: list[Piece] = []
     parts = 0  # GpuParts emitted so far
     pending: list[int] = []  # steps of the part being filled (index `parts` once emitted)
+    after_host = False
     recorded_in: dict[str, int] = {}  # GPU event -> the part that last recorded it
     host_recorded: set[str] = set()
 
     def flush() -> None:
-        nonlocal parts, pending
+        nonlocal parts, pending, after_host
         if pending:
-            pieces.append(GpuPart(tuple(pending)))
+            pieces.append(GpuPart(tuple(pending), after_host))
             parts += 1
-            pending = []
+            pending, after_host = [], False
 
     for i, step in enumerate(steps):
         if isinstance(step, HostStep):
@@ -104,6 +108,7 @@ def calling_thread_schedule(steps: Sequence[object]) -> list[Piece]:
             pieces.append(HostWait(recorded_in[step.event]))
         elif isinstance(step, EventStep) and step.kind == "wait":
             if step.event in host_recorded:
+                after_host = True
                 continue  # the host passed its record before this part is launched
             if recorded_in.get(step.event, parts) < parts:
                 continue  # recorded in an earlier part, which ends before this one starts
@@ -118,8 +123,15 @@ def calling_thread_schedule(steps: Sequence[object]) -> list[Piece]:
 
 
 def host_waits(pieces: Sequence[Piece]) -> int:
-    """The host<->device synchronizations of one run of the schedule (before the caller's)."""
+    """The host's waits for the GPU in one run of the schedule (before the caller's)."""
     return sum(isinstance(p, HostWait) for p in pieces)
+
+
+def boundary_syncs(pieces: Sequence[Piece]) -> int:
+    """Host<->device synchronizations of one run, both directions: the host's waits, and the
+    GPU parts ordered after host work (where the graph way has a GPU stream wait for the
+    host). Compare with `analysis.host_syncs.min_host_device_syncs`."""
+    return host_waits(pieces) + sum(isinstance(p, GpuPart) and p.after_host for p in pieces)
 
 
 def cpu_segments(steps: Sequence[object]) -> list[list[int]]:
