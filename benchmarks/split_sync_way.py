@@ -13,7 +13,6 @@ way for every variant (`step_arrays`), warms it up and times it (`wall_ms`).
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -182,6 +181,7 @@ def measure_variant(args: argparse.Namespace, name: str) -> dict[str, Any]:
     options = LoweringOptions(cpu_nodes=mode if mode in SPLIT_MODES else "calling-thread")
     program = cuda_program(graph, weights=weights, options=options)
     row: dict[str, Any] = {"variant": name}
+    row["device"] = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     try:
         if name == "sync":
             sync_way = SyncWay(cp, program, inputs, out)
