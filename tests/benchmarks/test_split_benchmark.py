@@ -71,3 +71,22 @@ def test_every_variant_on_fake_cupy(
     text = out.read_text()
     assert "| split, CPU nodes on the calling thread (optgraph's default) |" in text
     assert "6 + 1 (placement's minimum 6 + 1)" in text
+
+
+def test_the_diagnosis_runs_every_way_on_fake_cupy(
+    benchmarks: Any,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from optgraph.runtime.cuda_offload import HostFunction
+
+    monkeypatch.setattr(HostFunction, "_call", HostFunction._call)  # the probe undone after
+    diagnose = benchmarks("split_diagnose")
+    assert diagnose.main([*TINY, "--steps", "2", "--budget", "60"]) == 0
+    out = capsys.readouterr().out
+    for mode in ("graph-per-node", "graph", "calling-thread"):
+        assert f"== {mode}: " in out
+    # Every CPU node of a layer is probed in every way (6 per layer, 3 layers), each with its
+    # time inside the run and alone in the main thread and in a fresh thread.
+    assert out.count("18 CPU node calls per step on 1 thread(s)") == 3
+    assert "l0.e_down" in out and "main thread at entry" in out
