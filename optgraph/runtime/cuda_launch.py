@@ -180,6 +180,11 @@ class Variant(VariantMemory):
         while len(self.part_ends) < len(parts):
             self.part_ends.append(cupy().cuda.Event(block=False, disable_timing=True))
         calls: list[Callable[[], Any]] = []
+        first_host = next((p for p in pieces if not isinstance(p, GpuPart)), None)
+        if isinstance(first_host, HostPart) and self.part_ends:
+            # CPU nodes before any wait: the previous run's last part may still copy from the
+            # pinned host arena they write (a bound step does not wait for the previous run).
+            calls.append(self.part_ends[-1].synchronize)
         k = 0
         for piece in pieces:
             if isinstance(piece, HostPart):
