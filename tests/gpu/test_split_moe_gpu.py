@@ -47,7 +47,7 @@ def _case() -> tuple[og.Graph, og.Graph, dict[str, np.ndarray], dict[str, np.nda
 
 
 def _runs(mode: str) -> list[dict[str, np.ndarray]]:
-    source, split, inputs, weights = _case()
+    _, split, inputs, weights = _case()
     program = cuda_program(split, weights=weights, options=LoweringOptions(cpu_nodes=mode))
     try:
         outs = [program.run(inputs) for _ in range(2 + REPLAYS)]  # eager + capture, replays

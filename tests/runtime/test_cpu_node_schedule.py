@@ -26,7 +26,6 @@ from optgraph.passes.manager import run_pipeline
 from optgraph.runtime.cpu_node_schedule import (
     GpuPart,
     HostPart,
-    HostWait,
     Piece,
     boundary_syncs,
     calling_thread_schedule,
