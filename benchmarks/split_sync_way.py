@@ -81,6 +81,13 @@ class SyncWay:
             elif plan.types[n].nbytes:
                 dst = variant.out_host.ctypes.data + variant.out_offsets[n]
                 self.outputs.append((dst, src, plan.types[n].nbytes, D2H))
+        # The staged inputs' slots, copied in at once (not the slots of bound inputs).
+        spans = [
+            (o, o + plan.types[n].nbytes)
+            for n, o in variant.in_offsets.items()
+            if n not in self.bound_in
+        ]
+        self.staged_span = (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0)
         self.syncs = 0
 
     def _event(self, rt: Any, variant: Any, step: EventStep) -> Callable[[], Any]:
@@ -93,7 +100,8 @@ class SyncWay:
         v, rt = self.variant, self.cp.cuda.runtime
         v.stage_inputs({n: a for n, a in inputs.items() if n not in self.bound_in})
         self.syncs = 1
-        rt.memcpy(int(v.in_dev.ptr), v.in_host.ctypes.data, v.in_bytes, H2D)
+        lo, hi = self.staged_span
+        rt.memcpy(int(v.in_dev.ptr) + lo, v.in_host.ctypes.data + lo, hi - lo, H2D)
         dirty = False  # GPU work issued since the last synchronization
         for kind, call in self.calls:
             if kind in ("gpu", "event"):
