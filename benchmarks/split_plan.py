@@ -34,7 +34,7 @@ from optgraph.codegen.cuda_steps import (
 from optgraph.codegen.lowering_options import CPU_NODE_MODES
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.cpu_node_schedule import boundary_syncs, calling_thread_schedule
+from optgraph.codegen.cpu_node_schedule import boundary_syncs, calling_thread_schedule
 
 SPLIT = (
     "verify,dce,cse,assign-streams{max-streams=2},split-backends,fuse,insert-sync,"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# How the CUDA runtime runs a split program's CPU nodes (runtime/cpu_node_schedule.py).
+# How the CUDA runtime runs a split program's CPU nodes (codegen/cpu_node_schedule.py).
 CPU_NODE_MODES = ("calling-thread", "graph", "graph-per-node")
 
 
@@ -29,7 +29,7 @@ class LoweringOptions:
     - `use_graph`: capture a CUDA graph and replay it; False: every run launches eagerly.
     - `capture_mode`: the CUDA stream-capture mode (0 global, 1 thread local, 2 relaxed).
     - `graph_capacity`: captured graphs kept at once (least recently used evicted first).
-    - `cpu_nodes`: how a split program's CPU nodes run (`runtime/cpu_node_schedule.py`):
+    - `cpu_nodes`: how a split program's CPU nodes run (`codegen/cpu_node_schedule.py`):
       `"calling-thread"` (the thread that called `run`, between CUDA graphs of the GPU
       segments), `"graph"` (one host function per CPU segment inside the one CUDA graph) or
       `"graph-per-node"` (one host function per CPU node).

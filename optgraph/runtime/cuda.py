@@ -291,7 +291,7 @@ class CudaProgram:
             bound_out[name] = int(arr.data.ptr)
         key = GraphKey.of(types, frozenset(bound_in), frozenset(bound_out), in_place)
         binding = Binding.of(bound_in, bound_out)
-        calling_thread = self.options.cpu_nodes == "calling-thread" and variant.host_steps
+        calling_thread = bool(variant.lowered.cpu_schedule)
         cached = self._issue.get(key)
         if cached is None or cached[0] != binding:
             if calling_thread:

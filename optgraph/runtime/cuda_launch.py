@@ -26,6 +26,13 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+from optgraph.codegen.cpu_node_schedule import (
+    GpuPart,
+    HostPart,
+    HostWait,
+    cpu_segments,
+    host_streams,
+)
 from optgraph.codegen.cuda_steps import (
     HOST_SPACES,
     CopyStep,
@@ -35,14 +42,6 @@ from optgraph.codegen.cuda_steps import (
     KernelStep,
 )
 from optgraph.codegen.lowered import LoweredVariant
-from optgraph.runtime.cpu_node_schedule import (
-    GpuPart,
-    HostPart,
-    HostWait,
-    calling_thread_schedule,
-    cpu_segments,
-    host_streams,
-)
 from optgraph.runtime.cuda_blas import BLAS, WORKSPACE_BYTES
 from optgraph.runtime.cuda_device import cupy
 from optgraph.runtime.cuda_memory import D2D, D2H, H2D, DeviceWeights, VariantMemory
@@ -117,7 +116,6 @@ class Variant(VariantMemory):
         self.host_functions: list[HostFunction] = []
         self.host_segments: list[HostSegment] = []
         self.cpu_nodes = cpu_nodes
-        self.host_steps = any(isinstance(s, HostStep) for s in plan.steps)
         self.part_ends: list[Any] = []  # the end of each GPU part (cpu_nodes="calling-thread")
         # Loading every function now compiles the module before any capture.
         self.functions: dict[str, Any] = {}
@@ -170,7 +168,7 @@ class Variant(VariantMemory):
         and joined into stream 0) go to `launch_part(index, calls)`, which launches them (as a
         CUDA graph) and records the part's end; a host wait synchronizes on that end."""
         plan = self.plan
-        pieces = calling_thread_schedule(plan.steps)
+        pieces = list(self.lowered.cpu_schedule)
         host = host_streams(plan.steps)
         parts = [p for p in pieces if isinstance(p, GpuPart)]
         outputs = self._output_ops(bound_in, bound_out)

@@ -1,4 +1,4 @@
-"""The calling thread's schedule of a split program (runtime/cpu_node_schedule.py): every step
+"""The calling thread's schedule of a split program (codegen/cpu_node_schedule.py): every step
 kept once (events aside), every happens-before edge of the plan across the host/device
 boundary kept (the host waits for a part that contains the GPU side, or the part containing the
 GPU side is launched after the host side), on the MoE step, a split llama and random split
@@ -22,8 +22,9 @@ from optgraph.codegen.cuda_source import CodegenError
 from optgraph.codegen.cuda_steps import CudaPlan, EventStep, HostStep, KernelStep
 from optgraph.codegen.lowering_options import CPU_NODE_MODES, LoweringOptions
 from optgraph.ir.graph import Graph
+from optgraph.ir.layout import VIEW_OPS
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.cpu_node_schedule import (
+from optgraph.codegen.cpu_node_schedule import (
     GpuPart,
     HostPart,
     Piece,
@@ -140,7 +141,8 @@ def test_a_split_llama_keeps_every_edge(batch: int) -> None:
 @settings(max_examples=40, deadline=None)
 @given(graph=random_dag_graphs(max_nodes=14), data=st.data())
 def test_random_split_graphs_keep_every_edge(graph: Graph, data: Any) -> None:
-    ops = sorted({n.op for n in graph.nodes})
+    ops = sorted({n.op for n in graph.nodes if n.op not in VIEW_OPS})  # views: no step
+    assume(ops)
     cpu = data.draw(st.lists(st.sampled_from(ops), min_size=1, max_size=3, unique=True))
     streams = data.draw(st.sampled_from(["", "assign-streams{max-streams=3},"]))
     split = run_pipeline(graph, f"{streams}split-backends{{cpu-ops={'+'.join(cpu)}}},{PLAN}")

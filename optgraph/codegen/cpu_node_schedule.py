@@ -44,7 +44,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from optgraph.codegen.cuda_steps import EventStep, HostStep
+from optgraph.codegen.cuda_steps import CudaPlan, EventStep, HostStep
+from optgraph.codegen.lowering_options import LoweringOptions
 
 
 class GpuPart(NamedTuple):
@@ -120,6 +121,14 @@ def calling_thread_schedule(steps: Sequence[object]) -> list[Piece]:
             pending.append(i)
     flush()
     return pieces
+
+
+def cpu_schedule(plan: CudaPlan, options: LoweringOptions) -> tuple[Piece, ...]:
+    """The calling thread's schedule of `plan` where `options` ask for it and it has CPU nodes
+    (kept in the lowered variant: the runtime only follows it), else ()."""
+    if options.cpu_nodes != "calling-thread" or not host_streams(plan.steps):
+        return ()
+    return tuple(calling_thread_schedule(plan.steps))
 
 
 def host_waits(pieces: Sequence[Piece]) -> int:
