@@ -17,13 +17,6 @@ from hypothesis import strategies as st
 
 import optgraph as og
 from optgraph.analysis.host_syncs import host_device_waits, min_host_device_syncs
-from optgraph.codegen.cuda_plan import lower_cuda
-from optgraph.codegen.cuda_source import CodegenError
-from optgraph.codegen.cuda_steps import CudaPlan, EventStep, HostStep, KernelStep
-from optgraph.codegen.lowering_options import CPU_NODE_MODES, LoweringOptions
-from optgraph.ir.graph import Graph
-from optgraph.ir.layout import VIEW_OPS
-from optgraph.passes.manager import run_pipeline
 from optgraph.codegen.cpu_node_schedule import (
     GpuPart,
     HostPart,
@@ -34,6 +27,13 @@ from optgraph.codegen.cpu_node_schedule import (
     host_streams,
     host_waits,
 )
+from optgraph.codegen.cuda_plan import lower_cuda
+from optgraph.codegen.cuda_source import CodegenError
+from optgraph.codegen.cuda_steps import CudaPlan, EventStep, HostStep, KernelStep
+from optgraph.codegen.lowering_options import CPU_NODE_MODES, LoweringOptions
+from optgraph.ir.graph import Graph
+from optgraph.ir.layout import VIEW_OPS
+from optgraph.passes.manager import run_pipeline
 from optgraph.runtime.reference import random_inputs, random_weights
 from tests.support.fake_cupy import fake_cupy
 from tests.support.offload_models import llama
