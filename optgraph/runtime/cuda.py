@@ -28,6 +28,9 @@ kernels and warms cuBLAS up), then the issue list is captured on stream 0 (the o
 through the fork event) with allocation forbidden, and instantiated; later runs replay it. A run
 whose bound pointers changed captures again and applies it with `cudaGraphExecUpdate`; new input
 shapes build a new variant (`relower`) and capture anew. `counters` says which happened.
+A split program whose CPU nodes run on the calling thread (`LoweringOptions.cpu_nodes`, the
+default) is a CUDA graph per GPU part, each captured, updated and replayed so (its key is the
+run's, with the part's index), and the CPU nodes run by the caller between them.
 CuPy is imported lazily (`cuda_device.cupy`): importing this module needs no CuPy.
 """
 

@@ -6,14 +6,18 @@
   `RawModule` per distinct module source, shared by every program, so loading them compiles once
   and before any capture), its events, and `issue_list`: every host call of one run, in order,
   as closures over resolved pointers. The same list runs eagerly, or under stream capture.
+  `calling_thread_list` is the same for a split program whose CPU nodes run on the calling
+  thread (`LoweredVariant.cpu_schedule`): per GPU part its calls (a CUDA graph each), host
+  waits, and the CPU nodes themselves.
 
 The order of a run (`issue_list`), all of it host calls in `graph.nodes` order:
 
 1. staged inputs: one `memcpyAsync` from pinned staging into the program's input buffer on
    stream 0 (inputs given as CuPy arrays are read in place instead: bound by pointer);
 2. fork: stream 0 records an event that every other stream waits for;
-3. every step of the variant's lowered plan (`codegen.cuda_steps`) on its node's stream: our kernels, cuBLAS, device copies,
-   CPU nodes as host functions (`cuda_offload.HostFunction`), and `record`/`wait` events;
+3. every step of the variant's lowered plan (`codegen.cuda_steps`) on its node's stream: our
+   kernels, cuBLAS, device copies, CPU nodes as host functions (`cuda_offload.HostSegment` per
+   run of consecutive CPU nodes, or `HostFunction` per node), and `record`/`wait` events;
    a kernel right after another on its stream is launched with Programmatic Dependent Launch
    where the program allows it and the device is sm_90+ (`cuda_pdl`);
 4. join: every other stream records an event stream 0 waits for;
