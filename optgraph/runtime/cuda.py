@@ -427,11 +427,14 @@ class CudaProgram:
         return self._variant(key.types(), dict(key.in_place)).plan
 
     def debug_dot_str(self, key: GraphKey | None = None) -> str:
-        """cudaGraphDebugDotPrint (verbose) of the captured graph of `key` (default: last run)."""
+        """cudaGraphDebugDotPrint (verbose) of the captured graph of `key` (default: last run);
+        for a run in GPU parts (CPU nodes on the calling thread), each part's, one after another."""
         key = key or self.last_key
-        if key is None or key not in self._cache:
+        parts = [replace(key, part=i) for i in range(len(self._cache))] if key else []
+        graphs = [k for k in [key, *parts] if k is not None and k in self._cache]
+        if not graphs:
             raise OptGraphError("no CUDA graph has been captured for this key yet")
-        return dot_text(self._cache.get(key).graph)
+        return "\n".join(dot_text(self._cache.get(k).graph) for k in graphs)
 
     def close(self) -> None:
         """Destroy graphs and cuBLAS handles (buffers go back to CuPy's pool with the program)."""

@@ -187,6 +187,7 @@ def _trace(mode: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[
             for s in plan.steps
             if isinstance(s, HostStep | KernelStep)
         ]
+        assert program.debug_dot_str().count("digraph") == program.counters.captures
         return list(fake.launches), expected, program.counters
 
 
