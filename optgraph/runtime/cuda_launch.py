@@ -291,10 +291,10 @@ class Variant(VariantMemory):
         return fn
 
     def _host_segment(self, run: list[int], bound: Mapping[str, int]) -> Callable[[], Any]:
-        steps = [self.plan.steps[i] for i in run]
-        segment = HostSegment([self.host_function(s, bound) for s in steps])  # type: ignore[arg-type]
+        steps = [s for s in (self.plan.steps[i] for i in run) if isinstance(s, HostStep)]
+        segment = HostSegment([self.host_function(s, bound) for s in steps])
         self.host_segments.append(segment)  # the captured graph calls it on every replay
-        host_stream = self.streams.get(steps[0].stream).ptr  # type: ignore[attr-defined]
+        host_stream = self.streams.get(steps[0].stream).ptr
         return lambda: segment.launch(host_stream)
 
     def _op(
