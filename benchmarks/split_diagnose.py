@@ -14,9 +14,10 @@ seconds (each section is short: a few steps of one program):
    calling-thread): ms per step, process CPU time per step (cores kept busy: spinning waits
    show here), then the same steps with every CPU node probed (`time.perf_counter` at entry and
    exit, the thread, and where the main thread was at entry, from `sys._current_frames`), in one
-   table: per CPU node its time inside the run, the gap before it (since the previous node's
-   exit, or since `run` was called), and the same node's NumPy work timed alone in the main
-   thread and in a fresh Python thread;
+   table: per CPU node its time inside the run, the CPU time of the thread that ran it over the
+   same span (much less than the time inside: the thread waited, for the GIL or a core), the
+   gap before it (since the previous node's exit, or since `run` was called), and the same
+   node's NumPy work timed alone in the main thread and in a fresh Python thread;
 4. a summary line per way: sum of node times, sum of gaps, step time.
 """
 
@@ -48,11 +49,12 @@ MODES = ("graph-per-node", "graph", "calling-thread")
 
 
 class Probe:
-    """Records every CPU node's call while `on`: (node, thread id, enter, exit, main's frame)."""
+    """Records every CPU node's call while `on`: (node, thread id, enter, exit, main's frame,
+    the calling thread's CPU time inside the call)."""
 
     def __init__(self) -> None:
         self.on = False
-        self.calls: list[tuple[str, int, float, float, str]] = []
+        self.calls: list[tuple[str, int, float, float, str, float]] = []
         self.main = threading.main_thread().ident
         self.original = HostFunction._call
 
@@ -63,11 +65,11 @@ class Probe:
             if not probe.on:
                 original(fn, arg)
                 return
-            enter = time.perf_counter()
             where = probe.main_frame()
+            cpu0, enter = time.thread_time(), time.perf_counter()
             original(fn, arg)
-            leave = time.perf_counter()
-            probe.calls.append((fn.node.name, threading.get_ident(), enter, leave, where))
+            leave, cpu = time.perf_counter(), time.thread_time() - cpu0
+            probe.calls.append((fn.node.name, threading.get_ident(), enter, leave, where, cpu))
 
         HostFunction._call = probed  # type: ignore[method-assign]
 
@@ -246,21 +248,24 @@ def report(
     inside: dict[str, list[float]] = collections.defaultdict(list)
     gaps: dict[str, list[float]] = collections.defaultdict(list)
     where: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    threads = {tid for _, tid, _, _, _ in probe.calls}
+    threads = {call[1] for call in probe.calls}
+    on_cpu: dict[str, list[float]] = collections.defaultdict(list)
     for s, start in enumerate(starts):
         prev = start
-        for name, _, enter, leave, frame in probe.calls[s * per_step : (s + 1) * per_step]:
+        for name, _, enter, leave, frame, cpu in probe.calls[s * per_step : (s + 1) * per_step]:
             inside[name].append((leave - enter) * 1e3)
+            on_cpu[name].append(cpu * 1e3)
             gaps[name].append((enter - prev) * 1e3)
             where[name][frame] += 1
             prev = leave
     ops = {fn.node.name: fn.node.op for fn in fns}
     say(f"  {per_step} CPU node calls per step on {len(threads)} thread(s); ms (medians):")
-    say(f"  {'node':<16} {'op':<9} {'in run':>8} {'gap before':>10} {'main alone':>10} "
-        f"{'thread alone':>12}  main thread at entry")  # fmt: skip
+    say(f"  {'node':<16} {'op':<9} {'in run':>8} {'its CPU':>8} {'gap before':>10} "
+        f"{'main alone':>10} {'thread alone':>12}  main thread at entry")  # fmt: skip
     for name, times in inside.items():
         common = where[name].most_common(1)[0][0]
         say(f"  {name:<16} {ops.get(name, '?'):<9} {statistics.median(times):>8.3f} "
+            f"{statistics.median(on_cpu[name]):>8.3f} "
             f"{statistics.median(gaps[name]):>10.3f} {main.get(name, float('nan')):>10.3f} "
             f"{other.get(name, float('nan')):>12.3f}  {common}")  # fmt: skip
     sums = {
