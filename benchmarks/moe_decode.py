@@ -110,6 +110,7 @@ def _layer(lines: list[str], z: MoeSizes, i: int, x: str, cache: str) -> str:
     out(f"  {p}h_attn = add({x}, {p}attn_out) : {row}")
     out(f"  # layer {i}: router, top 2 (GPU)")
     out(f"  {p}moe_in = rms_norm({p}h_attn, {p}moe_norm) {{eps = 1e-06}} : {row}")
+    out(f"  {p}x3 = reshape({p}moe_in) {{shape = [1, 1, {h}]}} : f32[1,1,{h}]")
     out(f"  {p}logits = matmul({p}moe_in, {p}router) : f32[1,{e}]")
     out(f"  {p}probs = softmax({p}logits) {{axis = -1}} : f32[1,{e}]")
     out(f"  {p}top1 = argmax({p}probs) {{axis = -1}} : i64[1]")
@@ -125,7 +126,8 @@ def _layer(lines: list[str], z: MoeSizes, i: int, x: str, cache: str) -> str:
     out(f"  {p}gates = div({p}pp, {p}psum) : f32[2,1]")
     out(f"  {p}gates3 = reshape({p}gates) {{shape = [2, 1, 1]}} : f32[2,1,1]")
     out(
-        f"  # layer {i}: shared expert (GPU: issued first, it runs while the CPU computes the routed experts)"
+        f"  # layer {i}: shared expert (GPU: issued after the routed experts' inputs are copied "
+        "out, so it runs while the CPU computes the routed experts)"
     )
     out(f"  {p}s_gate = matmul({p}moe_in, {p}shared_gate) : f32[1,{s}]")
     out(f"  {p}s_up = matmul({p}moe_in, {p}shared_up) : f32[1,{s}]")
@@ -133,7 +135,6 @@ def _layer(lines: list[str], z: MoeSizes, i: int, x: str, cache: str) -> str:
     out(f"  {p}s_mid = mul({p}s_act, {p}s_up) : f32[1,{s}]")
     out(f"  {p}s_out = matmul({p}s_mid, {p}shared_down) : {row}")
     out(f"  # layer {i}: routed experts (host tables: CPU)")
-    out(f"  {p}x3 = reshape({p}moe_in) {{shape = [1, 1, {h}]}} : f32[1,1,{h}]")
     for name, shape in (("gate", (h, f)), ("up", (h, f)), ("down", (f, h))):
         out(f"  {p}w_{name} = get_rows({p}experts_{name}, {p}ids) : f32[2,{h * f}]")
         out(

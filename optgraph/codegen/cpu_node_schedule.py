@@ -5,11 +5,11 @@ the GPU streams by `record`/`wait` events. The CUDA runtime runs them one of thr
 (`LoweringOptions.cpu_nodes`):
 
 - `"calling-thread"` (the default): the thread that called `run` runs the CPU nodes itself,
-  between CUDA graphs of the GPU work (one graph per *segment*: the GPU steps between two points
+  between CUDA graphs of the GPU work (one graph per *part*: the GPU steps between two points
   where the host must wait or has work to do). Where the host waits for a GPU event it
-  synchronizes on the end of the segment that recorded it (`cudaEventSynchronize`); where the
-  GPU waits for a host event, nothing is needed: the segment after it is launched only once the
-  host has run the steps before the event. GPU work of a segment launched before CPU work runs
+  synchronizes on the end of the part that recorded it (`cudaEventSynchronize`); where the
+  GPU waits for a host event, nothing is needed: the part after it is launched only once the
+  host has run the steps before the event. GPU work of a part launched before CPU work runs
   on while the host computes.
 - `"graph"`: one CUDA graph; each run of consecutive CPU nodes is one host function in it
   (`cuLaunchHostFunc`: one ctypes callback and one GIL acquisition per CPU segment).
@@ -26,8 +26,11 @@ CPU node). Which events it drops, and why that keeps every happens-before edge:
 - `wait E` on a GPU stream for an event recorded in an earlier part: dropped; the parts run one
   after another on stream 0 (each part's graph forks from and joins into stream 0), and a stream
   may not wait inside a capture for an event recorded outside it.
-- `wait E` on the host stream for a GPU event: a `HostWait` on the part that recorded `E` (that
-  part is launched first if it is still being filled).
+- `wait E` on the host stream for a GPU event: a `HostWait` on the part that recorded `E`, after
+  launching every GPU step issued before the wait. A part ends right after the `record` of
+  an event the host waits for, so GPU work issued after that record (a shared expert, while the
+  CPU computes the routed ones) is in the next part, launched before the host waits, and runs
+  on while the host computes.
 
     before: [k0 (s0), copy d2h (s0), record ^d2h0 (s0), wait ^d2h0 (host), h1, h2 (host),
              record ^host0 (host), wait ^host0 (s2), copy h2d (s2), record ^h2d0 (s2),
@@ -35,8 +38,10 @@ CPU node). Which events it drops, and why that keeps every happens-before edge:
     after:  [GpuPart(k0, copy, record ^d2h0), HostWait(0), HostPart(h1), HostPart(h2),
              GpuPart(copy h2d, record ^h2d0, wait ^h2d0, k3)]
 
-`host_waits(schedule)` counts the host's waits (one per GPU -> CPU boundary; the GPU -> host
-waits of the graph way cost no synchronization here).
+`host_waits(pieces)` counts the host's waits (one per GPU -> CPU boundary); `boundary_syncs`
+adds the parts launched after host work (the GPU -> host waits of the graph way, which cost no
+synchronization here). `cpu_segments(steps)`: the runs of consecutive CPU nodes, each one host
+function in the `"graph"` way. Lowering keeps the schedule in `LoweredVariant.cpu_schedule`.
 """
 
 from __future__ import annotations
@@ -79,6 +84,9 @@ def host_streams(steps: Sequence[object]) -> set[int]:
 def calling_thread_schedule(steps: Sequence[object]) -> list[Piece]:
     """The pieces of one run in issue order (see the module docstring)."""
     host = host_streams(steps)
+    host_waited = {
+        s.event for s in steps if isinstance(s, EventStep) and s.kind == "wait" and s.stream in host
+    }
     pieces: list[Piece] = []
     parts = 0  # GpuParts emitted so far
     pending: list[int] = []  # steps of the part being filled (index `parts` once emitted)
@@ -104,8 +112,7 @@ def calling_thread_schedule(steps: Sequence[object]) -> list[Piece]:
                 continue
             if step.event not in recorded_in:
                 continue  # a host event, or one never recorded: nothing to wait for
-            if recorded_in[step.event] == parts:
-                flush()  # the part being filled records it: launch it first
+            flush()  # GPU work issued before the wait is launched before it
             pieces.append(HostWait(recorded_in[step.event]))
         elif isinstance(step, EventStep) and step.kind == "wait":
             if step.event in host_recorded:
@@ -115,10 +122,12 @@ def calling_thread_schedule(steps: Sequence[object]) -> list[Piece]:
                 continue  # recorded in an earlier part, which ends before this one starts
             pending.append(i)
         else:
+            pending.append(i)
             if isinstance(step, EventStep):
                 recorded_in[step.event] = parts
                 host_recorded.discard(step.event)
-            pending.append(i)
+                if step.event in host_waited:
+                    flush()  # the host waits for what comes before; later GPU work runs on
     flush()
     return pieces
 

@@ -20,6 +20,7 @@ from optgraph.analysis.host_syncs import host_device_waits, min_host_device_sync
 from optgraph.codegen.cpu_node_schedule import (
     GpuPart,
     HostPart,
+    HostWait,
     Piece,
     boundary_syncs,
     calling_thread_schedule,
@@ -73,6 +74,15 @@ def _happens_before(plan: CudaPlan) -> list[dict[int, int]]:
     return out
 
 
+def _nodes_of(plan: CudaPlan, part: GpuPart) -> set[str]:
+    """The nodes a part's steps compute (a merged launch: each of its members)."""
+    names: set[str] = set()
+    for i in part.steps:
+        step = plan.steps[i]
+        names |= set(step.members) if isinstance(step, KernelStep) else {getattr(step, "node", "")}
+    return names
+
+
 def check_schedule(plan: CudaPlan, pieces: list[Piece]) -> None:
     """Every non-event step once; every cross-boundary happens-before edge kept."""
     steps = plan.steps
@@ -119,11 +129,19 @@ def test_the_moe_step_waits_once_per_boundary() -> None:
     pieces = calling_thread_schedule(plan.steps)
     check_schedule(plan, pieces)
     kinds = [type(p).__name__ for p in pieces]
-    layer = ["GpuPart", "HostWait", *["HostPart"] * 6]
+    # Per layer: the GPU up to the router's ids and their copy; the shared expert, launched
+    # before the host waits for the first part (it runs while the CPU computes the routed
+    # experts); the six CPU nodes.
+    layer = ["GpuPart", "GpuPart", "HostWait", *["HostPart"] * 6]
     assert kinds == layer * SIZES.layers + ["GpuPart"]
     assert host_waits(pieces) == SIZES.layers
+    waits = [p.part for p in pieces if isinstance(p, HostWait)]
+    assert waits == [2 * k for k in range(SIZES.layers)]
+    shared = [p for p in pieces if isinstance(p, GpuPart)][1]
+    assert _nodes_of(plan, shared) >= {"l0.s_up", "l0.s_act"}
     # The host waits for the router's ids; the GPU parts after the experts wait for the host.
-    assert [p.after_host for p in pieces if isinstance(p, GpuPart)] == [False] + [True] * 3
+    after = [p.after_host for p in pieces if isinstance(p, GpuPart)]
+    assert after == [False, False] + [True, False] * (SIZES.layers - 1) + [True]
     assert boundary_syncs(pieces) == min_host_device_syncs(split) == 2 * SIZES.layers
     # The graph way: one host function per layer (its six CPU nodes in a row).
     assert [len(run) for run in cpu_segments(plan.steps)] == [6] * SIZES.layers
@@ -197,6 +215,6 @@ def test_the_runtime_runs_kernels_and_cpu_nodes_in_plan_order(
 ) -> None:
     trace, expected, counters = _trace(mode, monkeypatch)
     assert trace == expected
-    parts = SIZES.layers + 1 if mode == "calling-thread" else 1
+    parts = 2 * SIZES.layers + 1 if mode == "calling-thread" else 1
     assert counters.captures == parts  # every part captured once, on the second run
     assert counters.replays == 2 * parts
