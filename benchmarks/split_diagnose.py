@@ -7,18 +7,22 @@ seconds (each section is short: a few steps of one program):
 
 1. the setting: Python, GIL switch interval, cores, the CUDA context's scheduling flags (spin,
    yield or blocking sync), the BLAS library and its threads, the process's threads by name;
-2. whether a CUDA wait releases the GIL: a Python thread counts in a loop while the main thread
-   sits in `Stream.synchronize`, `Event.synchronize`, and a whole `program.run`; the count
-   against the same time with the main thread asleep is the share of the GIL it left free;
-3. per way of running CPU nodes (`LoweringOptions.cpu_nodes`: graph-per-node, graph,
+2. per way of running CPU nodes (`LoweringOptions.cpu_nodes`: graph-per-node, graph,
    calling-thread): ms per step, process CPU time per step (cores kept busy: spinning waits
    show here), then the same steps with every CPU node probed (`time.perf_counter` at entry and
    exit, the thread, and where the main thread was at entry, from `sys._current_frames`), in one
    table: per CPU node its time inside the run, the CPU time of the thread that ran it over the
    same span (much less than the time inside: the thread waited, for the GIL or a core), the
    gap before it (since the previous node's exit, or since `run` was called), and the same
-   node's NumPy work timed alone in the main thread and in a fresh Python thread;
-4. a summary line per way: sum of node times, sum of gaps, step time.
+   node's NumPy work timed alone in the main thread, in a fresh Python thread, and in a fresh
+   thread while the main thread sits in CUDA waits (`Stream.synchronize` of GPU work, as
+   while a graph's host functions run: a spinning wait takes a core from BLAS's threads);
+3. whether a CUDA wait releases the GIL: a Python thread counts in a loop while the main thread
+   sits in `Stream.synchronize`, `Event.synchronize`, and 20 `program.run`s (calling-thread and
+   graph ways); the count against the same time with the main thread asleep is the share of
+   the GIL it left free (with the counting thread competing for the GIL: the runs' ms show what
+   a busy Python thread costs each way);
+4. a summary line per way: step time, sums of node times, gaps and alone times.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +156,7 @@ def gil_left_free(wait: Callable[[], Any], seconds: float = 0.2) -> tuple[float,
     return rate / max(free_rate, 1e-9), elapsed * 1e3
 
 
-def gil_section(cp: Any, run_step: Callable[[], Any]) -> None:
+def gil_section(cp: Any, runs: dict[str, Callable[[], Any]]) -> None:
     say("== does the main thread leave the GIL free while it waits? (1.0: fully free)")
 
     def long_work() -> Any:
@@ -169,20 +174,31 @@ def gil_section(cp: Any, run_step: Callable[[], Any]) -> None:
         event.record()
         event.synchronize()
 
-    for what, call in (("Stream.synchronize", stream_wait), ("Event.synchronize", event_wait),
-                       ("program.run (calling-thread)", run_step)):  # fmt: skip
+    calls = [("Stream.synchronize", stream_wait), ("Event.synchronize", event_wait)]
+    calls += [(f"20 x program.run ({mode})", run) for mode, run in runs.items()]
+    for what, call in calls:
         try:
             call()  # warm
             share, ms = gil_left_free(call)
         except Exception as err:  # noqa: BLE001 - a diagnostic goes on with the next
             say(f"  {what}: failed ({err!r})")
             continue
-        say(f"  {what}: {share:.2f} of the GIL left free over {ms:.2f} ms")
+        say(
+            f"  {what}: {share:.2f} of the GIL left free over {ms:.2f} ms (a Python thread "
+            "counting meanwhile)"
+        )
 
 
-def alone_ms(fns: list[HostFunction], steps: int, in_thread: bool) -> dict[str, float]:
+def alone_ms(
+    fns: list[HostFunction],
+    steps: int,
+    in_thread: bool,
+    main_wait: Callable[[], Any] | None = None,
+) -> dict[str, float]:
     """Each CPU node's NumPy work, called in plan order, timed in the main thread or in a fresh
-    Python thread (the main thread waiting in `join`): median ms by node."""
+    Python thread while the main thread waits in `join` (or, with `main_wait`, keeps calling
+    it: a CUDA wait, as the main thread does while a graph's host functions run): median ms by
+    node."""
     times: dict[str, list[float]] = collections.defaultdict(list)
 
     def loop() -> None:
@@ -195,6 +211,8 @@ def alone_ms(fns: list[HostFunction], steps: int, in_thread: bool) -> dict[str, 
     if in_thread:
         worker = threading.Thread(target=loop)
         worker.start()
+        while main_wait is not None and worker.is_alive():
+            main_wait()
         worker.join()
     else:
         loop()
@@ -231,19 +249,37 @@ def way_section(
         fns = list(dict.fromkeys(variant.host_functions))
         main = alone_ms(fns, args.steps, in_thread=False)
         other = alone_ms(fns, args.steps, in_thread=True)
-        return report(probe, starts, fns, main, other, wall)
+        try:
+            waiting = alone_ms(fns, args.steps, in_thread=True, main_wait=gpu_wait(cp))
+        except Exception as err:  # noqa: BLE001 - a diagnostic goes on without the column
+            say(f"  (thread alone with the main thread in a CUDA wait: failed, {err!r})")
+            waiting = {}
+        return report(probe, starts, fns, (main, other, waiting), wall)
     finally:
         program.close()
+
+
+def gpu_wait(cp: Any) -> Callable[[], None]:
+    """A call that keeps the GPU busy for a few ms and waits for it in `Stream.synchronize`."""
+    a = cp.ones((2048, 2048), cp.float32)
+
+    def wait() -> None:
+        b = a
+        for _ in range(8):
+            b = b @ a * cp.float32(1e-4)
+        cp.cuda.get_current_stream().synchronize()
+
+    return wait
 
 
 def report(
     probe: Probe,
     starts: list[float],
     fns: list[HostFunction],
-    main: dict[str, float],
-    other: dict[str, float],
+    alone: tuple[dict[str, float], dict[str, float], dict[str, float]],
     wall: float,
 ) -> dict[str, float]:
+    main, other, waiting = alone
     per_step = len(probe.calls) // max(len(starts), 1)
     inside: dict[str, list[float]] = collections.defaultdict(list)
     gaps: dict[str, list[float]] = collections.defaultdict(list)
@@ -261,19 +297,22 @@ def report(
     ops = {fn.node.name: fn.node.op for fn in fns}
     say(f"  {per_step} CPU node calls per step on {len(threads)} thread(s); ms (medians):")
     say(f"  {'node':<16} {'op':<9} {'in run':>8} {'its CPU':>8} {'gap before':>10} "
-        f"{'main alone':>10} {'thread alone':>12}  main thread at entry")  # fmt: skip
+        f"{'main alone':>10} {'thread alone':>12} {'thread, main in CUDA wait':>25}  "
+        "main thread at entry")  # fmt: skip
     for name, times in inside.items():
         common = where[name].most_common(1)[0][0]
         say(f"  {name:<16} {ops.get(name, '?'):<9} {statistics.median(times):>8.3f} "
             f"{statistics.median(on_cpu[name]):>8.3f} "
             f"{statistics.median(gaps[name]):>10.3f} {main.get(name, float('nan')):>10.3f} "
-            f"{other.get(name, float('nan')):>12.3f}  {common}")  # fmt: skip
+            f"{other.get(name, float('nan')):>12.3f} {waiting.get(name, float('nan')):>25.3f}  "
+            f"{common}")  # fmt: skip
     sums = {
         "step": wall,
         "in_run": sum(statistics.median(v) for v in inside.values()),
         "gaps": sum(statistics.median(v) for v in gaps.values()),
         "main_alone": sum(main.values()),
         "thread_alone": sum(other.values()),
+        "thread_main_waiting": sum(waiting.values()),
     }
     say("  sums: " + ", ".join(f"{k} {v:.3f}" for k, v in sums.items()))
     return sums
@@ -306,13 +345,20 @@ def main(argv: list[str] | None = None) -> int:
             continue
         summary[mode] = way_section(cp, probe, mode, parts, args)
     if time.monotonic() < deadline:
-        program = cuda_program(split, weights=weights)
+        programs = {
+            mode: cuda_program(split, weights=weights, options=LoweringOptions(cpu_nodes=mode))
+            for mode in ("calling-thread", "graph")
+        }
         try:
-            for _ in range(3):
-                program.run(inputs, out=out)
-            gil_section(cp, lambda: [program.run(inputs, out=out) for _ in range(20)])
+            runs = {}
+            for mode, program in programs.items():
+                for _ in range(3):
+                    program.run(inputs, out=out)
+                runs[mode] = partial(lambda p: [p.run(inputs, out=out) for _ in range(20)], program)
+            gil_section(cp, runs)
         finally:
-            program.close()
+            for program in programs.values():
+                program.close()
     say("== summary (ms per step: step, CPU nodes inside the run, gaps before them, the same "
         "work alone in the main thread / a fresh thread)")  # fmt: skip
     for mode, sums in summary.items():
