@@ -58,7 +58,7 @@ for part in $parts; do
         --markdown "$OUT/offload.md" --json "$OUT/offload.json" > "$OUT/offload.log" 2>&1
       echo "offload rc=$?"; tail -n 8 "$OUT/offload.log" ;;
     split)
-      timeout "${SPLIT_S:-180}" python3 benchmarks/bench_split.py ${SPLIT_ARGS:-} \
+      timeout "${SPLIT_S:-300}" python3 benchmarks/bench_split.py ${SPLIT_ARGS:-} \
         --markdown "$OUT/split.md" --json "$OUT/split.json" > "$OUT/split.log" 2>&1
       echo "split rc=$?"; tail -n 8 "$OUT/split.log" ;;
     threshold)

@@ -90,3 +90,5 @@ def test_the_diagnosis_runs_every_way_on_fake_cupy(
     # time inside the run and alone in the main thread and in a fresh thread.
     assert out.count("18 CPU node calls per step on 1 thread(s)") == 3
     assert "l0.e_down" in out and "main thread at entry" in out
+    assert "20 x program.run (calling-thread): " in out and "20 x program.run (graph): " in out
+    assert "thread, main in CUDA wait" in out
