@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -298,7 +299,8 @@ class CudaProgram:
         cached = self._issue.get(key)
         if cached is None or cached[0] != binding:
             if calling_thread:
-                ops = self._calling_thread_ops(variant, key, binding, bound_in, bound_out)
+                launch = partial(self._launch_part, key, binding)
+                ops = variant.calling_thread_list(bound_in, bound_out, launch)
             else:
                 ops = variant.issue_list(bound_in, bound_out)
             cached = self._issue[key] = (binding, ops)
@@ -306,26 +308,13 @@ class CudaProgram:
         outputs = {name: out[name] for name in bound_out}
         return Bound(variant, key, binding, cached[1], staged, outputs, calling_thread)
 
-    def _calling_thread_ops(
-        self,
-        variant: Variant,
-        key: GraphKey,
-        binding: Binding,
-        bound_in: Mapping[str, int],
-        bound_out: Mapping[str, int],
-    ) -> list[Callable[[], Any]]:
-        """A split program's run with its CPU nodes on this thread (`cpu_node_schedule`): each
-        GPU part is launched (captured, updated, replayed) as its own CUDA graph, keyed by
-        `key` and its index, and its end recorded on stream 0 for the host's waits."""
-
-        def launch_part(index: int, ops: list[Callable[[], Any]]) -> None:
-            self._launch(replace(key, part=index), binding, ops)
-            variant.part_ends[index].record(self.stream)
-
-        calls, parts = variant.calling_thread_list(bound_in, bound_out, launch_part)
-        # Every part of a run in the cache at once: a run must not evict its own parts.
-        self._cache.capacity = max(self._cache.capacity, parts * self.options.graph_capacity)
-        return calls
+    def _launch_part(
+        self, key: GraphKey, binding: Binding, index: int, ops: list[Callable[[], Any]]
+    ) -> None:
+        """One GPU part of a run whose CPU nodes run on this thread: its own CUDA graph, keyed
+        by the run's key and the part's index (every part of a run kept in the cache at once)."""
+        self._cache.capacity = max(self._cache.capacity, (index + 1) * self.options.graph_capacity)
+        self._launch(replace(key, part=index), binding, ops)
 
     def _classify(
         self, inputs: Mapping[str, Any]

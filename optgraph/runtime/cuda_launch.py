@@ -166,11 +166,12 @@ class Variant(VariantMemory):
         bound_in: Mapping[str, int],
         bound_out: Mapping[str, int],
         launch_part: Callable[[int, list[Callable[[], Any]]], None],
-    ) -> tuple[list[Callable[[], Any]], int]:
+    ) -> list[Callable[[], Any]]:
         """The host calls of one run with the CPU nodes on the calling thread
-        (`cpu_node_schedule`), and the number of GPU parts: each GPU part's calls (forked from
-        and joined into stream 0) go to `launch_part(index, calls)`, which launches them (as a
-        CUDA graph) and records the part's end; a host wait synchronizes on that end."""
+        (`LoweredVariant.cpu_schedule`): each GPU part's calls (forked from and joined into
+        stream 0) go to `launch_part(index, calls)`, which launches them (as a CUDA graph), then
+        the part's end is recorded on stream 0; a host wait synchronizes on that end; a CPU
+        node is called."""
         plan = self.plan
         pieces = list(self.lowered.cpu_schedule)
         host = host_streams(plan.steps)
@@ -198,9 +199,18 @@ class Variant(VariantMemory):
             else:
                 ops = self._part_ops(piece, host, bound_in, first=k == 0)
                 ops += outputs if k == len(parts) - 1 else []
-                calls.append(partial(launch_part, k, ops))
+                calls.append(partial(self._run_part, launch_part, k, ops))
                 k += 1
-        return calls, len(parts)
+        return calls
+
+    def _run_part(
+        self,
+        launch_part: Callable[[int, list[Callable[[], Any]]], None],
+        index: int,
+        ops: list[Callable[[], Any]],
+    ) -> None:
+        launch_part(index, ops)
+        self.part_ends[index].record(self.streams.get(0))
 
     def _part_ops(
         self, part: GpuPart, host: set[int], bound_in: Mapping[str, int], *, first: bool
