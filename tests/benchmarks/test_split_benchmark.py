@@ -71,6 +71,7 @@ def test_every_variant_on_fake_cupy(
     text = out.read_text()
     assert "| split, CPU nodes on the calling thread (optgraph's default) |" in text
     assert "6 + 1 (placement's minimum 6 + 1)" in text
+    assert "split ways' syncs at the placement's minimum: yes" in text
 
 
 def test_the_diagnosis_runs_every_way_on_fake_cupy(
