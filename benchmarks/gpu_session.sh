@@ -7,7 +7,7 @@
 # Llama shapes, old vs new); h2h: the head-to-head suite (H2H_ONLY=llama,
 # H2H_VARIANTS=torch-graph,og-fused-1s restrict it); gemv: benchmarks/bench_gemv.py (GEMV_ARGS=--sweep
 # for every layout); offload: benchmarks/bench_offload.py (OFFLOAD_ARGS, e.g. "--modes balanced");
-# split: benchmarks/bench_split.py (SPLIT_ARGS, e.g. "--expert-ffn 128"); threshold:
+# split: benchmarks/bench_split.py and split_diagnose.py (SPLIT_ARGS, e.g. "--expert-ffn 128"); threshold:
 # benchmarks/bench_stream_threshold.py; host: benchmarks/bench_host_cost.py; multi: the several-GPU
 # tests (tests/gpu/test_multi_gpu.py: one GPU runs its one-GPU part) and, with 2+ GPUs,
 # benchmarks/bench_multi_gpu.py (MULTI_ARGS passes options). docs/benchmarks.md says what each measures.
@@ -60,7 +60,10 @@ for part in $parts; do
     split)
       timeout "${SPLIT_S:-300}" python3 benchmarks/bench_split.py ${SPLIT_ARGS:-} \
         --markdown "$OUT/split.md" --json "$OUT/split.json" > "$OUT/split.log" 2>&1
-      echo "split rc=$?"; tail -n 8 "$OUT/split.log" ;;
+      echo "split rc=$?"; tail -n 12 "$OUT/split.log"
+      timeout "${SPLIT_DIAGNOSE_S:-150}" python3 benchmarks/split_diagnose.py ${SPLIT_ARGS:-} \
+        > "$OUT/split_diagnose.log" 2>&1
+      echo "split_diagnose rc=$?"; tail -n 6 "$OUT/split_diagnose.log" ;;
     threshold)
       timeout "${THRESHOLD_S:-240}" python3 benchmarks/bench_stream_threshold.py \
         --budget-s "${THRESHOLD_BUDGET_S:-170}" --json "$OUT/threshold.json" > "$OUT/threshold.log" 2>&1
