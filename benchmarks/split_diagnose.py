@@ -246,7 +246,7 @@ def way_section(
             program.run(inputs, out=out)
         probe.on = False
         (variant,) = program._variants.values()
-        fns = list(dict.fromkeys(variant.host_functions))
+        fns = list(dict.fromkeys(variant.host_functions or variant.calling_thread_functions))
         main = alone_ms(fns, args.steps, in_thread=False)
         other = alone_ms(fns, args.steps, in_thread=True)
         try:

@@ -121,6 +121,7 @@ class Variant(VariantMemory):
         self.host_segments: list[HostSegment] = []
         self.cpu_nodes = cpu_nodes
         self.part_ends: list[Any] = []  # the end of each GPU part (cpu_nodes="calling-thread")
+        self.calling_thread_functions: list[HostFunction] = []  # the last calling-thread list's
         # Loading every function now compiles the module before any capture.
         self.functions: dict[str, Any] = {}
         if plan.kernels:
@@ -193,7 +194,7 @@ class Variant(VariantMemory):
             if isinstance(piece, HostPart):
                 step = plan.steps[piece.step]
                 assert isinstance(step, HostStep)
-                calls.append(self.host_function(step, bound_in))
+                calls.append(self.host_function(step, bound_in, keep=False))
             elif isinstance(piece, HostWait):
                 calls.append(self.part_ends[piece.part].synchronize)
             else:
@@ -201,6 +202,7 @@ class Variant(VariantMemory):
                 ops += outputs if k == len(parts) - 1 else []
                 calls.append(partial(self._run_part, launch_part, k, ops))
                 k += 1
+        self.calling_thread_functions = [c for c in calls if isinstance(c, HostFunction)]
         return calls
 
     def _run_part(
@@ -289,15 +291,19 @@ class Variant(VariantMemory):
             ops.append(partial(rt.memcpyAsync, *a))
         return ops
 
-    def host_function(self, step: HostStep, bound: Mapping[str, int]) -> HostFunction:
-        """The CPU node of `step` over NumPy views of its buffers (kept: a graph calls it)."""
+    def host_function(
+        self, step: HostStep, bound: Mapping[str, int], *, keep: bool = True
+    ) -> HostFunction:
+        """The CPU node of `step` over NumPy views of its buffers (`keep`: in `host_functions`,
+        alive as long as the variant: a captured graph calls it)."""
         staged = {
             n: self.in_host[o : o + self.plan.types[n].nbytes]
             for n, o in self.in_offsets.items()
             if n not in bound
         }
         fn = HostFunction(self.graph, step, self.plan, self.host, staged, self.host_errors)
-        self.host_functions.append(fn)
+        if keep:
+            self.host_functions.append(fn)
         return fn
 
     def _host_segment(self, run: list[int], bound: Mapping[str, int]) -> Callable[[], Any]:

@@ -93,3 +93,7 @@ def test_the_diagnosis_runs_every_way_on_fake_cupy(
     assert "l0.e_down" in out and "main thread at entry" in out
     assert "20 x program.run (calling-thread): " in out and "20 x program.run (graph): " in out
     assert "thread, main in CUDA wait" in out
+    calling_thread = out[out.index("== calling-thread: ") : out.index("== does the main")]
+    # The calling thread's CPU nodes were found for the alone timings too.
+    main_alone = float(calling_thread.split("main_alone ")[1].split(",")[0])
+    assert "l2.e_down" in calling_thread and main_alone > 0
