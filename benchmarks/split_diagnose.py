@@ -79,15 +79,23 @@ class Probe:
         HostFunction._call = probed  # type: ignore[method-assign]
 
     def main_frame(self) -> str:
-        """Where the main thread is: its innermost two Python frames (or 'running this')."""
-        if threading.get_ident() == self.main:
-            return "(is the main thread)"
-        frame = sys._current_frames().get(self.main)
-        parts = []
-        while frame is not None and len(parts) < 2:
-            parts.append(f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}")
-            frame = frame.f_back
-        return " < ".join(parts)
+        """Where the main thread is (its innermost two Python frames), and how many other
+        Python threads there are, with where the first of them is."""
+        me = threading.get_ident()
+        frames = sys._current_frames()
+        where = "(is the main thread)" if me == self.main else _where(frames.get(self.main))
+        others = [f for tid, f in frames.items() if tid not in (me, self.main)]
+        if others:
+            where += f"; {len(others)} other Python thread(s), one at {_where(others[0])}"
+        return where
+
+
+def _where(frame: Any) -> str:
+    parts = []
+    while frame is not None and len(parts) < 2:
+        parts.append(f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}")
+        frame = frame.f_back
+    return " < ".join(parts)
 
 
 def say(text: str = "") -> None:
