@@ -7,7 +7,7 @@
 # Llama shapes, old vs new); h2h: the head-to-head suite (H2H_ONLY=llama,
 # H2H_VARIANTS=torch-graph,og-fused-1s restrict it); gemv: benchmarks/bench_gemv.py (GEMV_ARGS=--sweep
 # for every layout); offload: benchmarks/bench_offload.py (OFFLOAD_ARGS, e.g. "--modes balanced");
-# split: benchmarks/bench_split.py and split_diagnose.py (SPLIT_ARGS, e.g. "--expert-ffn 128"); threshold:
+# split: benchmarks/bench_split.py (SPLIT_ARGS, e.g. "--expert-ffn 128"); threshold:
 # benchmarks/bench_stream_threshold.py; host: benchmarks/bench_host_cost.py; multi: the several-GPU
 # tests (tests/gpu/test_multi_gpu.py: one GPU runs its one-GPU part) and, with 2+ GPUs,
 # benchmarks/bench_multi_gpu.py (MULTI_ARGS passes options). docs/benchmarks.md says what each measures.
