@@ -1,29 +1,42 @@
 """Hybrid CPU+GPU: an MoE decode step whose routed experts stay in host memory and run on the CPU.
 
     python benchmarks/bench_split.py [--layers 4] [--hidden 2048] [--experts 16] [--expert-ffn 256]
-        [--shared-ffn 1024] [--iters 20] [--repeats 5] [--markdown FILE] [--json FILE]
+        [--shared-ffn 1024] [--iters 20] [--repeats 5] [--variants gpu,calling-thread,...]
+        [--host-caches] [--in-process] [--markdown FILE] [--json FILE]
     python benchmarks/bench_split.py --dry-run     # no GPU: placement, splits, sync counts
+    python benchmarks/split_diagnose.py            # where a split step's time goes
 
 The model (`moe_decode.py`): one token through `--layers` layers of attention over a KV cache and
 an MoE FFN whose router picks 2 of `--experts` experts; the experts' weight tables are placed on
 the `host`, so `split-backends` gathers the two picked experts' weights and runs them on the CPU
-beside their tables; attention, router, shared expert, residuals and head run on the GPU. The same
-split program (pipeline `SPLIT`) is run two ways, and the whole model on the GPU a third:
+beside their tables; attention, router, shared expert, residuals and head run on the GPU. The
+split program (pipeline `SPLIT`) runs in each of the runtime's ways of running CPU nodes
+(`LoweringOptions.cpu_nodes`) and the synchronous way; the whole model on the GPU is the floor:
 
 | variant | what runs |
 |---|---|
-| split (optgraph) | one CUDA graph: CPU nodes as host functions on the host stream, copies asynchronous from pinned memory, one host<->device wait per split boundary and direction |
+| gpu | the experts' tables on the device too (pipeline `GPU`), one CUDA graph |
+| calling-thread | optgraph's default: the CPU nodes on the thread that called `run`, the GPU work between them as one CUDA graph per part, a host wait only where a CPU node needs a GPU result |
+| graph | one CUDA graph; each CPU segment one host function (`cuLaunchHostFunc`) in it |
+| graph-per-node | one CUDA graph; one host function per CPU node (the runtime's earlier way) |
 | sync | the same lowered steps issued eagerly (no graph); at each split boundary the host synchronizes every stream, copies synchronously (`cudaMemcpy`) and runs the CPU nodes itself |
-| all GPU | the experts' tables on the device too (pipeline `GPU`), one CUDA graph |
 
-A step is one run with staged inputs and outputs copied back; each figure is the median over
-`--repeats` timings of `--iters` back-to-back steps between CUDA events (the sync way returns
-only after its last synchronous copy, so its events bracket the whole step too). Reported: ms per
-step, split / sync speedup (target >= 1.35x), host<->device synchronizations per step (split:
-cross-boundary waits in the lowered program, checked against `min_host_device_syncs` of the
-placement; sync: the stream synchronizations and synchronous copies it makes), and the largest
-difference between the variants' logits (split and sync run the same kernels and CPU functions:
-equal bit for bit; all-GPU computes the experts on the GPU: within rounding).
+How each is measured, the same way for all: every variant runs **alone in a fresh process**
+(`--in-process` runs them one after another in this one: a program measured after another ran
+up to 3x slower on the H100), built from the same graphs, weights (seed 0) and inputs; the KV
+caches stay on the device (CuPy inputs, the updated caches written into device `out` arrays) and
+only the token, position and length go in and the logits come out through the host, as in a
+serving loop (`--host-caches`: the caches too as NumPy, 8 MB each way per step at the default
+sizes, which then dominates every variant). `--warmup` steps first (eager run, capture,
+replays), then `--repeats` timings of `--iters` back-to-back steps by the wall clock (each step
+returns with its logits on the host, so the clock brackets all of its work); the figure is the
+median. Reported: ms per step, speedup over sync (target >= 1.35x), host<->device
+synchronizations per step (graph ways: the cross-boundary waits of the lowered program;
+calling-thread: the host's waits plus the GPU parts launched after host work; both checked
+against `min_host_device_syncs` of the placement; sync: what it counted), and the largest
+difference between each variant's logits and the calling-thread's (the split ways and sync run
+the same kernels and CPU functions: equal bit for bit; gpu computes the experts on the GPU:
+within rounding).
 """
 
 from __future__ import annotations
@@ -31,15 +44,28 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
+import numpy as np
 from moe_decode import MoeSizes
-from split_plan import describe, plan_graphs
+from split_plan import describe, max_rel_diff, plan_graphs
+
+VARIANT_NAMES = ("gpu", "calling-thread", "graph", "graph-per-node", "sync")
+SPLIT_WAYS = ("calling-thread", "graph", "graph-per-node")
+LABELS = {
+    "gpu": "all GPU (one CUDA graph)",
+    "calling-thread": "split, CPU nodes on the calling thread (optgraph's default)",
+    "graph": "split, one CUDA graph, a host function per CPU segment",
+    "graph-per-node": "split, one CUDA graph, a host function per CPU node",
+    "sync": "sync (per-boundary waits, synchronous copies, no graph)",
+}
 
 
 def dry_run(args: argparse.Namespace) -> int:
@@ -53,51 +79,108 @@ def dry_run(args: argparse.Namespace) -> int:
     print(
         f"host<->device syncs per step: split {facts['plan_syncs']} in the lowered program "
         f"({facts['ir_syncs']} in the IR; the placement's minimum is {facts['min_syncs']}); "
-        f"sync way {facts['sync_way_syncs']}"
+        f"calling thread {facts['calling_thread_syncs']}; sync way {facts['sync_way_syncs']}"
     )
     ok = facts["plan_syncs"] == facts["ir_syncs"] == facts["min_syncs"]
+    ok = ok and facts["calling_thread_syncs"] == facts["min_syncs"]
     print("syncs at the minimum: " + ("yes" if ok else "NO"))
     return 0 if ok else 1
 
 
+def run_variant(args: argparse.Namespace, argv: list[str], name: str) -> dict[str, Any]:
+    """One variant's row: in this process, or alone in a child (`--only NAME`)."""
+    if args.in_process:
+        from split_sync_way import measure_variant
+
+        return measure_variant(args, name)
+    cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--only", name]
+    try:
+        done = subprocess.run(
+            cmd, check=False, capture_output=True, text=True, timeout=args.timeout
+        )
+    except subprocess.TimeoutExpired:
+        return {"variant": name, "error": f"timed out after {args.timeout} s"}
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        return {"variant": name, "error": f"exit {done.returncode}: " + " | ".join(tail)}
+    row: dict[str, Any] = json.loads(lines[-1])
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     if args.dry_run:
         return dry_run(args)
-    from split_sync_way import measure_all
+    if args.only:
+        from split_sync_way import measure_variant
 
-    row = measure_all(args, *plan_graphs(args))
-    text = table(row)
+        print(json.dumps(measure_variant(args, args.only)), flush=True)
+        return 0
+    names = [n for n in args.variants.split(",") if n]
+    unknown = [n for n in names if n not in VARIANT_NAMES]
+    if unknown:
+        print(f"bench_split: unknown variant {unknown[0]!r} ({', '.join(VARIANT_NAMES)})")
+        return 1
+    rows = {}
+    for name in names:
+        start = time.perf_counter()
+        rows[name] = run_variant(args, argv, name)
+        r = rows[name]
+        what = r.get("error") or f"{np.median(r['ms']):.3f} ms/step {r['ms']}"
+        print(f"  {name}: {what} ({time.perf_counter() - start:.1f} s)", flush=True)
+    source, split, _ = plan_graphs(args)
+    from optgraph.codegen.cuda_plan import lower_cuda
+
+    facts = describe(source, split, lower_cuda(split))
+    text = table(args, facts, rows)
+    split_syncs = [r["syncs"] for n, r in rows.items() if n in SPLIT_WAYS and "syncs" in r]
+    at_minimum = all(n == facts["min_syncs"] for n in split_syncs)
+    text += (
+        "\nsplit ways' syncs at the placement's minimum: " + ("yes" if at_minimum else "NO") + "\n"
+    )
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text)
     if args.json:
-        Path(args.json).write_text(json.dumps(row))
-    return 0
+        Path(args.json).write_text(json.dumps({"facts": facts, "rows": rows}))
+    return 0 if at_minimum and all("error" not in r for r in rows.values()) else 1
 
 
-def table(r: dict[str, Any]) -> str:
-    speedup = r["sync"] / r["split"]
+def table(args: argparse.Namespace, facts: dict[str, Any], rows: dict[str, Any]) -> str:
+    ok = {n: r for n, r in rows.items() if "error" not in r}
+    ms = {n: float(np.median(r["ms"])) for n, r in ok.items()}
+    ref = ok.get("calling-thread") or next(iter(ok.values()), None)
+    device = next((r["device"] + ", " for r in ok.values() if "device" in r), "")
+    caches = "host (NumPy in and out)" if args.host_caches else "device"
     title = (
-        f"**{r['device']}, {datetime.date.today().isoformat()}**: MoE decode, {r['layers']} "
-        f"layers, {r['experts']} experts (top 2, ffn {r['expert_ffn']}), host weights "
-        f"{r['host_weights']}; {r['splits']} splits, {r['cpu_ops']} CPU ops."
+        f"**{device}{datetime.date.today().isoformat()}**: MoE decode, {args.layers} layers, "
+        f"{args.experts} experts (top 2, ffn {args.expert_ffn}), host weights "
+        f"{facts['host_weights']}; {facts['splits']} splits, {facts['cpu_ops']} CPU ops; KV "
+        f"caches on the {caches}; each variant alone in its process, median of {args.repeats} "
+        f"x {args.iters} steps after {args.warmup} warm-up steps."
     )
     head = (
         "| variant | ms / step | host<->device syncs / step (+1: the caller's wait) | vs sync "
-        "| logits vs split (max rel. diff) |"
+        "| logits vs calling-thread (max rel. diff) |"
     )
-    rows = [
-        ("split (optgraph, one CUDA graph)", r["split"],
-         f"{r['plan_syncs']} + 1 (placement's minimum {r['min_syncs']} + 1)",
-         f"**{speedup:.2f}x**", "-"),
-        ("sync (per-boundary waits, synchronous copies, no graph)", r["sync"],
-         str(r["sync_way_counted"]), "1.00x", f"{r['sync_diff']:.1e}"),
-        ("all GPU (one CUDA graph)", r["gpu"], "0 + 1", f"{r['sync'] / r['gpu']:.2f}x",
-         f"{r['gpu_diff']:.1e}"),
-    ]  # fmt: skip
     lines = [title, "", head, "|---|---|---|---|---|"]
-    lines += [f"| {a} | {ms:.3f} | {c} | {d} | {e} |" for a, ms, c, d, e in rows]
+    for name, r in rows.items():
+        if "error" in r:
+            lines.append(f"| {LABELS[name]} | - | - | - | {r['error']} |")
+            continue
+        if name == "gpu":
+            syncs = "0 + 1"
+        elif name == "sync":
+            syncs = str(r["syncs"])
+        else:
+            syncs = f"{r['syncs']} + 1 (placement's minimum {facts['min_syncs']} + 1)"
+        speed = f"**{ms['sync'] / ms[name]:.2f}x**" if "sync" in ms else "-"
+        diff = "-"
+        if ref is not None and r is not ref:
+            diff = f"{max_rel_diff(np.array(r['logits']), np.array(ref['logits'])):.1e}"
+        lines.append(f"| {LABELS[name]} | {ms[name]:.3f} | {syncs} | {speed} | {diff} |")
     return "\n".join(lines) + "\n"
 
 
@@ -110,6 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-len", type=int, default=defaults.cache_len)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--variants", default=",".join(VARIANT_NAMES))
+    p.add_argument("--host-caches", action="store_true", help="KV caches as NumPy in and out")
+    p.add_argument("--in-process", action="store_true", help="every variant in this process")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per variant's process")
+    p.add_argument("--only", choices=VARIANT_NAMES, help=argparse.SUPPRESS)
     p.add_argument("--markdown", metavar="FILE")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--dry-run", action="store_true", help="plan and count syncs only, no GPU")

@@ -62,9 +62,12 @@ for part in $parts; do
         --markdown "$OUT/offload.md" --json "$OUT/offload.json" > "$OUT/offload.log" 2>&1
       echo "offload rc=$?"; tail -n 8 "$OUT/offload.log" ;;
     split)
-      timeout "${SPLIT_S:-180}" python3 benchmarks/bench_split.py ${SPLIT_ARGS:-} \
+      timeout "${SPLIT_S:-300}" python3 benchmarks/bench_split.py ${SPLIT_ARGS:-} \
         --markdown "$OUT/split.md" --json "$OUT/split.json" > "$OUT/split.log" 2>&1
-      echo "split rc=$?"; tail -n 8 "$OUT/split.log" ;;
+      echo "split rc=$?"; tail -n 12 "$OUT/split.log"
+      timeout "${SPLIT_DIAGNOSE_S:-150}" python3 benchmarks/split_diagnose.py ${SPLIT_ARGS:-} \
+        > "$OUT/split_diagnose.log" 2>&1
+      echo "split_diagnose rc=$?"; tail -n 6 "$OUT/split_diagnose.log" ;;
     threshold)
       timeout "${THRESHOLD_S:-240}" python3 benchmarks/bench_stream_threshold.py \
         --budget-s "${THRESHOLD_BUDGET_S:-170}" --json "$OUT/threshold.json" > "$OUT/threshold.log" 2>&1

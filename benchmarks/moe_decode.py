@@ -120,12 +120,14 @@ def _layer(lines: list[str], z: MoeSizes, i: int, x: str, cache: str) -> str:
     out(f"  {p}top2 = argmax({p}rest) {{axis = -1}} : i64[1]")
     out(f"  {p}p2 = max({p}rest) {{axes = [-1], keepdims = true}} : f32[1,1]")
     out(f"  {p}ids = concat({p}top1, {p}top2) {{axis = 0}} : i64[2]")
+    out(f"  {p}x3 = reshape({p}moe_in) {{shape = [1, 1, {h}]}} : f32[1,1,{h}]")
     out(f"  {p}pp = concat({p}p1, {p}p2) {{axis = 0}} : f32[2,1]")
     out(f"  {p}psum = sum({p}pp) {{axes = [0], keepdims = true}} : f32[1,1]")
     out(f"  {p}gates = div({p}pp, {p}psum) : f32[2,1]")
     out(f"  {p}gates3 = reshape({p}gates) {{shape = [2, 1, 1]}} : f32[2,1,1]")
     out(
-        f"  # layer {i}: shared expert (GPU: issued first, it runs while the CPU computes the routed experts)"
+        f"  # layer {i}: shared expert (GPU: issued after the routed experts' inputs are copied "
+        "out, so it runs while the CPU computes the routed experts)"
     )
     out(f"  {p}s_gate = matmul({p}moe_in, {p}shared_gate) : f32[1,{s}]")
     out(f"  {p}s_up = matmul({p}moe_in, {p}shared_up) : f32[1,{s}]")
@@ -133,7 +135,6 @@ def _layer(lines: list[str], z: MoeSizes, i: int, x: str, cache: str) -> str:
     out(f"  {p}s_mid = mul({p}s_act, {p}s_up) : f32[1,{s}]")
     out(f"  {p}s_out = matmul({p}s_mid, {p}shared_down) : {row}")
     out(f"  # layer {i}: routed experts (host tables: CPU)")
-    out(f"  {p}x3 = reshape({p}moe_in) {{shape = [1, 1, {h}]}} : f32[1,1,{h}]")
     for name, shape in (("gate", (h, f)), ("up", (h, f)), ("down", (f, h))):
         out(f"  {p}w_{name} = get_rows({p}experts_{name}, {p}ids) : f32[2,{h * f}]")
         out(

@@ -4,8 +4,10 @@
   `split-backends` places the routed experts on the CPU) and, with every weight on the device,
   through `GPU`;
 - `plan_syncs`: the lowered program's host<->device waits (a wait on the host stream for an event
-  recorded on a GPU stream, or the reverse); `sync_way_syncs`: the synchronizations
-  `split_sync_way.SyncWay` makes running the same steps without a graph;
+  recorded on a GPU stream, or the reverse); `schedule_syncs`: those one run makes in a given
+  `cpu_nodes` way (the calling thread's: its waits, and the GPU parts launched after host work);
+  `sync_way_syncs`: the synchronizations `split_sync_way.SyncWay` makes running the same steps
+  without a graph;
 - `describe`: the figures the dry run and the table print.
 """
 
@@ -29,14 +31,17 @@ from optgraph.codegen.cuda_steps import (
     HostStep,
     KernelStep,
 )
+from optgraph.codegen.lowering_options import CPU_NODE_MODES
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
+from optgraph.codegen.cpu_node_schedule import boundary_syncs, calling_thread_schedule
 
 SPLIT = (
     "verify,dce,cse,assign-streams{max-streams=2},split-backends,fuse,insert-sync,"
     "analyze-lifetimes,plan-memory"
 )
 GPU = "verify,dce,cse,fuse,assign-streams{max-streams=2},insert-sync,analyze-lifetimes,plan-memory"
+SPLIT_MODES = CPU_NODE_MODES  # the ways the runtime runs CPU nodes (LoweringOptions.cpu_nodes)
 
 
 def plan_graphs(args: argparse.Namespace) -> tuple[Graph, Graph, Graph]:
@@ -63,6 +68,13 @@ def plan_syncs(plan: CudaPlan) -> int:
         elif isinstance(step, EventStep) and step.event in recorded:
             count += (recorded[step.event] in host) != (step.stream in host)
     return count
+
+
+def schedule_syncs(plan: CudaPlan, cpu_nodes: str) -> int:
+    """Host<->device synchronizations of one run in the `cpu_nodes` way, before the caller's."""
+    if cpu_nodes == "calling-thread":
+        return boundary_syncs(calling_thread_schedule(plan.steps))
+    return plan_syncs(plan)
 
 
 def sync_way_syncs(plan: CudaPlan) -> int:
@@ -92,6 +104,7 @@ def describe(source: Graph, split: Graph, plan: CudaPlan) -> dict[str, Any]:
         "ir_syncs": host_device_waits(split),
         "min_syncs": min_host_device_syncs(split),
         "plan_syncs": plan_syncs(plan),
+        "calling_thread_syncs": schedule_syncs(plan, "calling-thread"),
         "sync_way_syncs": sync_way_syncs(plan),
     }
 

@@ -1,45 +1,54 @@
-"""The GPU side of bench_split.py: the three variants, timed in one process.
+"""The GPU side of bench_split.py: each variant built, warmed up and timed on its own.
 
 `SyncWay` issues a split program's lowered steps eagerly (no CUDA graph) the way a runtime
 without host functions in graphs must: whenever the host is about to run CPU nodes or copy
 between host and device after GPU work was issued, it synchronizes every stream; copies are
 synchronous `cudaMemcpy`; CPU nodes run in the calling thread (the same `HostFunction`s the
-graph calls, so both ways compute the same bits). It counts the synchronizations it makes.
+runtime calls, so every way computes the same bits). It counts the synchronizations it makes.
+
+`measure_variant(args, name)` builds one variant (`VARIANTS`), stages the same inputs the same
+way for every variant (`step_arrays`), warms it up and times it (`wall_ms`).
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
-import statistics
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
 import numpy as np
-from split_plan import describe, max_rel_diff
+from split_plan import SPLIT_MODES, describe, plan_graphs, schedule_syncs
 
-from optgraph.codegen.cuda_steps import HOST_SPACES, CopyStep, EventStep, HostStep
+from optgraph.codegen.cuda_steps import CopyStep, EventStep, HostStep
+from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.ir.graph import Graph
 from optgraph.runtime.cuda_launch import COPY_KINDS
 from optgraph.runtime.cuda_offload import HostFunction
 from optgraph.runtime.reference import random_inputs
 
-H2D, D2H = 1, 2
+H2D, D2H, D2D = 1, 2, 3
+# name -> what it runs; the split ways are `LoweringOptions.cpu_nodes` of the one split program
+VARIANTS = ("gpu", *SPLIT_MODES, "sync")
 
 
 class SyncWay:
     """A split program's steps, issued eagerly with a host synchronization at every boundary."""
 
-    def __init__(self, cp: Any, program: Any):
-        (variant,) = program._variants.values()
+    def __init__(self, cp: Any, program: Any, inputs: Mapping[str, Any], out: Mapping[str, Any]):
+        bound = program._bind(inputs, out)
+        variant = bound.variant
         self.cp, self.variant = cp, variant
+        self.bound_in = dict(bound.binding.inputs)
+        self.bound_out = dict(bound.binding.outputs)
         plan = variant.plan
         host = {s.stream for s in plan.steps if isinstance(s, HostStep)}
         recorded = {s.event: s.stream for s in plan.steps if isinstance(s, EventStep)}
         staged = {
-            n: variant.in_host[o : o + plan.types[n].nbytes] for n, o in variant.in_offsets.items()
+            n: variant.in_host[o : o + plan.types[n].nbytes]
+            for n, o in variant.in_offsets.items()
+            if n not in self.bound_in
         }
         rt = cp.cuda.runtime
         # Events of its own: the program's were recorded inside its graph capture, and a stream
@@ -56,19 +65,29 @@ class SyncWay:
                 fn = HostFunction(
                     variant.graph, step, plan, variant.host, staged, variant.host_errors
                 )
-                self.calls.append(("host", partial(fn._call, None)))
+                self.calls.append(("host", fn))
             elif isinstance(step, CopyStep) and step.kind in ("h2d", "d2h"):
-                dst, src = variant.pointer(step.dst, {}), variant.pointer(step.src, {})
+                dst = variant.pointer(step.dst, self.bound_in)
+                src = variant.pointer(step.src, self.bound_in)
                 copy = partial(rt.memcpy, dst, src, step.nbytes, COPY_KINDS[step.kind])
                 self.calls.append(("copy", copy))
             else:
-                self.calls.append(("gpu", variant._op(step, {})))
-        self.outputs = [
-            (variant.out_host.ctypes.data + variant.out_offsets[n],
-             variant.pointer(plan.locations[n], {}), plan.types[n].nbytes)
-            for n in dict.fromkeys(plan.outputs)
-            if plan.locations[n].space not in HOST_SPACES and plan.types[n].nbytes
-        ]  # fmt: skip
+                self.calls.append(("gpu", variant._op(step, self.bound_in)))
+        self.outputs = []
+        for n in dict.fromkeys(plan.outputs):
+            src = variant.pointer(plan.locations[n], self.bound_in)
+            if n in self.bound_out:
+                self.outputs.append((self.bound_out[n], src, plan.types[n].nbytes, D2D))
+            elif plan.types[n].nbytes:
+                dst = variant.out_host.ctypes.data + variant.out_offsets[n]
+                self.outputs.append((dst, src, plan.types[n].nbytes, D2H))
+        # The staged inputs' slots, copied in at once (not the slots of bound inputs).
+        spans = [
+            (o, o + plan.types[n].nbytes)
+            for n, o in variant.in_offsets.items()
+            if n not in self.bound_in
+        ]
+        self.staged_span = (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0)
         self.syncs = 0
 
     def _event(self, rt: Any, variant: Any, step: EventStep) -> Callable[[], Any]:
@@ -77,11 +96,12 @@ class SyncWay:
             return partial(rt.eventRecord, event, stream)
         return partial(rt.streamWaitEvent, stream, event, 0)
 
-    def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def __call__(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         v, rt = self.variant, self.cp.cuda.runtime
-        v.stage_inputs(inputs)
+        v.stage_inputs({n: a for n, a in inputs.items() if n not in self.bound_in})
         self.syncs = 1
-        rt.memcpy(int(v.in_dev.ptr), v.in_host.ctypes.data, v.in_bytes, H2D)
+        lo, hi = self.staged_span
+        rt.memcpy(int(v.in_dev.ptr) + lo, v.in_host.ctypes.data + lo, hi - lo, H2D)
         dirty = False  # GPU work issued since the last synchronization
         for kind, call in self.calls:
             if kind in ("gpu", "event"):
@@ -96,22 +116,26 @@ class SyncWay:
             self.syncs += kind == "copy"
         v.streams.synchronize()
         self.syncs += 1
-        for dst, src, n in self.outputs:
-            rt.memcpy(dst, src, n, D2H)
+        for dst, src, n, kind in self.outputs:
+            rt.memcpy(dst, src, n, kind)
             self.syncs += 1
         v.host_errors.raise_first()
-        return {n: v.read_output(n) for n in dict.fromkeys(v.plan.outputs)}
+        return {
+            n: None if n in self.bound_out else v.read_output(n)
+            for n in dict.fromkeys(v.plan.outputs)
+        }
 
 
-def _wall_ms(step: Callable[[], Any], iters: int, repeats: int) -> float:
-    """Median wall-clock ms of one step (each returns with its results on the host)."""
+def wall_ms(step: Callable[[], Any], iters: int, repeats: int) -> list[float]:
+    """ms per step of each of `repeats` timings of `iters` back-to-back steps (each step returns
+    with its results on the host, so the wall clock brackets all of its work)."""
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         for _ in range(iters):
             step()
         times.append((time.perf_counter() - start) * 1e3 / iters)
-    return statistics.median(times)
+    return times
 
 
 def moe_weights(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
@@ -130,38 +154,59 @@ def moe_weights(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
-def measure_all(
-    args: argparse.Namespace, source: Graph, split: Graph, gpu: Graph
-) -> dict[str, Any]:
+def step_arrays(
+    cp: Any, source: Graph, args: argparse.Namespace
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(inputs, out) of one decode step, the same for every variant: the KV caches on the device
+    (CuPy inputs, the updated caches into device `out` arrays), the token, position and length
+    as NumPy, the logits back to NumPy; with `--host-caches` the caches too as NumPy in and
+    out (8 MB each way at the default sizes, staged through pinned memory every step)."""
+    inputs: dict[str, Any] = random_inputs(source)
+    inputs["pos"][:] = args.cache_len // 2
+    inputs["kv_len"][:] = args.cache_len // 2 + 1
+    if args.host_caches:
+        return inputs, {}
+    out = {}
+    for name in list(inputs):
+        if name.endswith("_cache"):
+            inputs[name] = cp.asarray(inputs[name])
+            new = name.removesuffix("_cache") + "_new"
+            out[new] = cp.empty(inputs[name].shape, inputs[name].dtype)
+    return inputs, out
+
+
+def measure_variant(args: argparse.Namespace, name: str) -> dict[str, Any]:
+    """Build variant `name`, warm it up (eager run, capture, replays) and time it alone."""
     import cupy as cp
 
     from optgraph.program import cuda_program
 
-    inputs = random_inputs(source)
-    inputs["pos"][:] = args.cache_len // 2
-    inputs["kv_len"][:] = args.cache_len // 2 + 1
+    source, split, gpu = plan_graphs(args)
     weights = moe_weights(source)
-    row: dict[str, Any] = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode()}
-    row |= {k: getattr(args, k) for k in ("layers", "experts", "expert_ffn")}
-    # The all-GPU program first, in a fresh process state: measured after the split program and
-    # the synchronous way it ran 3x slower on the H100 than alone (same inputs, same arrays).
-    on_gpu = cuda_program(gpu, weights=weights)
-    on_gpu.run(inputs)  # eager, then captured
-    gpu_out = on_gpu.run(inputs)["logits"]
-    row["gpu"] = _wall_ms(lambda: on_gpu.run(inputs), args.iters, args.repeats)
-    on_gpu.close()
-    gc.collect()
-    program = cuda_program(split, weights=weights)
-    program.run(inputs)
-    split_out = program.run(inputs)["logits"]
-    (variant,) = program._variants.values()
-    row |= describe(source, split, variant.plan)
-    row["split"] = _wall_ms(lambda: program.run(inputs), args.iters, args.repeats)
-    row["gpu_diff"] = max_rel_diff(gpu_out, split_out)
-    sync_way = SyncWay(cp, program)
-    sync_out = sync_way(inputs)["logits"]
-    row["sync"] = _wall_ms(lambda: sync_way(inputs), args.iters, args.repeats)
-    row["sync_way_counted"] = sync_way.syncs
-    row["sync_diff"] = max_rel_diff(sync_out, split_out)
-    program.close()
+    inputs, out = step_arrays(cp, source, args)
+    mode = "calling-thread" if name == "sync" else name
+    graph = gpu if name == "gpu" else split
+    options = LoweringOptions(cpu_nodes=mode if mode in SPLIT_MODES else "calling-thread")
+    program = cuda_program(graph, weights=weights, options=options)
+    row: dict[str, Any] = {"variant": name}
+    row["device"] = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    try:
+        if name == "sync":
+            sync_way = SyncWay(cp, program, inputs, out)
+            step: Callable[[], Any] = partial(sync_way, inputs)
+        else:
+            step = partial(program.run, inputs, out=out)
+        for _ in range(args.warmup):
+            logits = np.array(step()["logits"])
+        row["ms"] = wall_ms(step, args.iters, args.repeats)
+        row["logits"] = np.array(step()["logits"]).reshape(-1).tolist()
+        if name == "sync":
+            row["syncs"] = sync_way.syncs
+        elif name != "gpu":
+            (variant,) = program._variants.values()
+            row |= describe(source, split, variant.plan)
+            row["syncs"] = schedule_syncs(variant.plan, mode)
+        row["warmup_logits_equal"] = bool(np.array_equal(logits.reshape(-1), row["logits"]))
+    finally:
+        program.close()
     return row

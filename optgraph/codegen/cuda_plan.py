@@ -41,6 +41,7 @@ from optgraph.analysis.segments import (
     host_weight_layout,
 )
 from optgraph.codegen.collective_steps import COLLECTIVE_OPS, collective_step, first_device
+from optgraph.codegen.cpu_node_schedule import cpu_schedule
 from optgraph.codegen.cuda_dispatch import node_code
 from optgraph.codegen.cuda_matmul import Gemm
 from optgraph.codegen.cuda_source import CodegenError, DeviceCopy, Kernel, Launch
@@ -336,8 +337,8 @@ def lower_variant(
     if any(n.op == "prefetch" for n in graph.nodes):
         sync = synchronous_prefetch(graph)
         sync_plan = lower_cuda(sync, merge_launches=options.merge_launches, in_place=pairs)
-        fallback = LoweredVariant(sync, sync_plan, pairs)
-    return LoweredVariant(graph, plan, pairs, fallback)
+        fallback = LoweredVariant(sync, sync_plan, pairs, None, cpu_schedule(sync_plan, options))
+    return LoweredVariant(graph, plan, pairs, fallback, cpu_schedule(plan, options))
 
 
 def lower_for_cuda(graph: Graph, options: LoweringOptions | None = None) -> LoweredProgram:

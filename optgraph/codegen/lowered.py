@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from optgraph.codegen.cpu_node_schedule import Piece
 from optgraph.codegen.cuda_steps import CollectiveStep, CudaPlan
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.ir.graph import Graph, TensorType
@@ -40,12 +41,16 @@ class LoweredVariant:
 
     `fallback`: the same program with its streamed weights copied synchronously through one
     prefetch slot (a smaller arena), for when this plan's arena cannot be allocated; None for a
-    program that streams nothing."""
+    program that streams nothing. `cpu_schedule`: see the field."""
 
     graph: Graph
     plan: CudaPlan
     in_place: Mapping[str, str] = field(default_factory=dict)
     fallback: LoweredVariant | None = None
+    # A split program run with `cpu_nodes="calling-thread"`: the calling thread's pieces
+    # (`cpu_node_schedule`); empty where the CPU nodes are host functions in the one graph,
+    # or where there are none.
+    cpu_schedule: tuple[Piece, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# How the CUDA runtime runs a split program's CPU nodes (codegen/cpu_node_schedule.py).
+CPU_NODE_MODES = ("calling-thread", "graph", "graph-per-node")
+
 
 @dataclass(frozen=True)
 class LoweringOptions:
@@ -26,6 +29,10 @@ class LoweringOptions:
     - `use_graph`: capture a CUDA graph and replay it; False: every run launches eagerly.
     - `capture_mode`: the CUDA stream-capture mode (0 global, 1 thread local, 2 relaxed).
     - `graph_capacity`: captured graphs kept at once (least recently used evicted first).
+    - `cpu_nodes`: how a split program's CPU nodes run (`codegen/cpu_node_schedule.py`):
+      `"calling-thread"` (the thread that called `run`, between CUDA graphs of the GPU
+      segments), `"graph"` (one host function per CPU segment inside the one CUDA graph) or
+      `"graph-per-node"` (one host function per CPU node).
     """
 
     merge_launches: bool = True
@@ -33,3 +40,10 @@ class LoweringOptions:
     use_graph: bool = True
     capture_mode: int = 2
     graph_capacity: int = 8
+    cpu_nodes: str = "calling-thread"
+
+    def __post_init__(self) -> None:
+        if self.cpu_nodes not in CPU_NODE_MODES:
+            raise ValueError(
+                f"cpu_nodes: expected one of {', '.join(CPU_NODE_MODES)}, got {self.cpu_nodes!r}"
+            )

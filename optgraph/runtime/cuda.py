@@ -28,6 +28,9 @@ kernels and warms cuBLAS up), then the issue list is captured on stream 0 (the o
 through the fork event) with allocation forbidden, and instantiated; later runs replay it. A run
 whose bound pointers changed captures again and applies it with `cudaGraphExecUpdate`; new input
 shapes build a new variant (`relower`) and capture anew. `counters` says which happened.
+A split program whose CPU nodes run on the calling thread (`LoweringOptions.cpu_nodes`, the
+default) is a CUDA graph per GPU part, each captured, updated and replayed so (its key is the
+run's, with the part's index), and the CPU nodes run by the caller between them.
 CuPy is imported lazily (`cuda_device.cupy`): importing this module needs no CuPy.
 """
 
@@ -35,7 +38,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -88,6 +92,7 @@ class Bound:
     ops: list[Callable[[], Any]]
     staged: dict[str, np.ndarray]  # host inputs, copied in through pinned staging
     outputs: dict[str, Any]  # the caller's `out` arrays, by output name
+    calling_thread: bool = False  # `ops` are run in order: GPU parts, host waits, CPU nodes
 
 
 class BoundStep:
@@ -100,7 +105,7 @@ class BoundStep:
         """Launch (the first call: eager run and capture); the bound `out` arrays, by name."""
         bound = self.bound
         self.program.host_errors.raise_first()  # a CPU node's failure in an earlier launch
-        self.program._launch(bound.key, bound.binding, bound.ops)
+        self.program._start(bound)
         return bound.outputs
 
 
@@ -182,7 +187,14 @@ class CudaProgram:
 
     def _new_variant(self, lowered: LoweredVariant) -> Variant:
         """The runtime side of a lowered variant (`cuda_collectives.RankProgram` adds NCCL)."""
-        return Variant(lowered, self.weights, self.streams, self.host_errors, pdl=self.options.pdl)
+        return Variant(
+            lowered,
+            self.weights,
+            self.streams,
+            self.host_errors,
+            pdl=self.options.pdl,
+            cpu_nodes=self.options.cpu_nodes,
+        )
 
     def _lowered_variant(
         self, types: Mapping[str, TensorType], in_place: dict[str, str]
@@ -229,7 +241,7 @@ class CudaProgram:
         if variant.done_recorded:
             variant.done.synchronize()  # the last run's copies from staging are finished
         variant.stage_inputs(bound.staged)
-        self._launch(bound.key, bound.binding, bound.ops)
+        self._start(bound)
         variant.done.record(self.stream)
         variant.done_recorded = True
         if any(n not in bound.outputs for n in variant.plan.outputs):
@@ -283,12 +295,26 @@ class CudaProgram:
             bound_out[name] = int(arr.data.ptr)
         key = GraphKey.of(types, frozenset(bound_in), frozenset(bound_out), in_place)
         binding = Binding.of(bound_in, bound_out)
+        calling_thread = bool(variant.lowered.cpu_schedule)
         cached = self._issue.get(key)
         if cached is None or cached[0] != binding:
-            cached = self._issue[key] = (binding, variant.issue_list(bound_in, bound_out))
+            if calling_thread:
+                launch = partial(self._launch_part, key, binding)
+                ops = variant.calling_thread_list(bound_in, bound_out, launch)
+            else:
+                ops = variant.issue_list(bound_in, bound_out)
+            cached = self._issue[key] = (binding, ops)
         self.last_key = key
         outputs = {name: out[name] for name in bound_out}
-        return Bound(variant, key, binding, cached[1], staged, outputs)
+        return Bound(variant, key, binding, cached[1], staged, outputs, calling_thread)
+
+    def _launch_part(
+        self, key: GraphKey, binding: Binding, index: int, ops: list[Callable[[], Any]]
+    ) -> None:
+        """One GPU part of a run whose CPU nodes run on this thread: its own CUDA graph, keyed
+        by the run's key and the part's index (every part of a run kept in the cache at once)."""
+        self._cache.capacity = max(self._cache.capacity, (index + 1) * self.options.graph_capacity)
+        self._launch(replace(key, part=index), binding, ops)
 
     def _classify(
         self, inputs: Mapping[str, Any]
@@ -320,6 +346,14 @@ class CudaProgram:
             else:
                 staged[decl.name] = value
         return types, bound, staged
+
+    def _start(self, bound: Bound) -> None:
+        """Launch one run: the whole issue list as one graph, or the calling thread's pieces."""
+        if bound.calling_thread:
+            for call in bound.ops:
+                call()
+        else:
+            self._launch(bound.key, bound.binding, bound.ops)
 
     def _launch(self, key: GraphKey, binding: Binding, ops: list[Callable[[], Any]]) -> None:
         """Run `ops` eagerly, or capture, update or replay the graph of `key` (see the module
@@ -382,11 +416,14 @@ class CudaProgram:
         return self._variant(key.types(), dict(key.in_place)).plan
 
     def debug_dot_str(self, key: GraphKey | None = None) -> str:
-        """cudaGraphDebugDotPrint (verbose) of the captured graph of `key` (default: last run)."""
+        """cudaGraphDebugDotPrint (verbose) of the captured graph of `key` (default: last run);
+        for a run in GPU parts (CPU nodes on the calling thread), each part's, one after another."""
         key = key or self.last_key
-        if key is None or key not in self._cache:
+        parts = [replace(key, part=i) for i in range(len(self._cache))] if key else []
+        graphs = [k for k in [key, *parts] if k is not None and k in self._cache]
+        if not graphs:
             raise OptGraphError("no CUDA graph has been captured for this key yet")
-        return dot_text(self._cache.get(key).graph)
+        return "\n".join(dot_text(self._cache.get(k).graph) for k in graphs)
 
     def close(self) -> None:
         """Destroy graphs and cuBLAS handles (buffers go back to CuPy's pool with the program)."""

@@ -218,5 +218,5 @@ class RankProgram(CudaProgram):
     def _new_variant(self, lowered: LoweredVariant) -> Variant:
         return RankVariant(
             lowered, self.collectives, weights=self.weights, streams=self.streams,
-            host_errors=self.host_errors, pdl=self.options.pdl,
+            host_errors=self.host_errors, pdl=self.options.pdl, cpu_nodes=self.options.cpu_nodes,
         )  # fmt: skip

@@ -54,6 +54,7 @@ class GraphKey:
     bound_inputs: frozenset[str] = frozenset()
     bound_outputs: frozenset[str] = frozenset()
     in_place: frozenset[tuple[str, str]] = frozenset()  # (output, input) computed in place
+    part: int | None = None  # one GPU part of a run whose CPU nodes run on the calling thread
 
     @staticmethod
     def of(

@@ -12,22 +12,23 @@ argument, so it imports no CuPy.
 - `allocate_arena`: when a streamed program's arena (with its `depth` slots) cannot be allocated,
   fall back to the variant lowered with synchronous copies through one slot (`LoweredVariant.
   fallback`, made at lowering), with a warning, never to a wrong program.
-- CPU nodes (`HostStep`) are CUDA host functions on the node's stream, launched with the driver's
-  `cuLaunchHostFunc` through ctypes. During capture each becomes a host node of the one CUDA graph,
-  ordered by the same record/wait events as the kernels: the GPU runs on while the host computes,
-  and waits only where an event says so. The function evaluates the node with the reference
-  kernels on NumPy views of the pinned buffers (built once, before capture); gathers and f32
-  products write straight into the pinned result (the reference kernels' NumPy calls with
-  `out=`), and products of expert rows gathered from a host table read the rows in place there
-  (`host_gathers`: the gather keeps only its ids, in its own buffer).
+- CPU nodes (`HostStep`): a `HostFunction` evaluates one node with the reference kernels on
+  NumPy views of the pinned buffers (built once, before capture); gathers and f32 products write
+  straight into the pinned result (the reference kernels' NumPy calls with `out=`), and products
+  of expert rows gathered from a host table read the rows in place there (`host_gathers`: the
+  gather keeps only its ids, in its own buffer). Who calls it is `LoweringOptions.cpu_nodes`
+  (`codegen/cpu_node_schedule.py`): the thread that called `run`, between CUDA graphs of the GPU
+  parts (the default); or the driver, as a CUDA host function on the node's stream, launched
+  with `cuLaunchHostFunc` through ctypes, one per node or one per run of consecutive nodes
+  (`HostSegment`: one callback, one GIL acquisition). During capture a host function becomes a
+  host node of the one CUDA graph, ordered by the same record/wait events as the kernels.
 
-Why host nodes rather than running CPU splits from Python between graph launches: the program stays
-one CUDA graph (no host round trip per split), the overlap is exactly what happens-before allows,
-and the events already in the IR are the whole contract. CuPy's own `Stream.launch_host_func`
-releases its callback after the first call, so a replayed graph would call a freed object; a
-ctypes callback kept alive by the program is safe to replay.
+CuPy's own `Stream.launch_host_func` releases its callback after the first call, so a replayed
+graph would call a freed object; a ctypes callback kept alive by the program is safe to replay.
+Every host function call from the driver takes the GIL on the driver's thread, which is why the
+calling thread is the default.
 
-A host function must not call CUDA; exceptions are kept in `HostErrors` and raised by the runtime
+A CPU node must not call CUDA; exceptions are kept in `HostErrors` and raised by the runtime
 after the run. Does not handle: CPU nodes reading inputs bound by device pointer (CuPy inputs).
 """
 
@@ -251,7 +252,32 @@ class HostFunction:
             return True
         return False
 
+    def __call__(self) -> None:
+        """Run the node now, in the calling thread (errors go to `errors`, as in a callback)."""
+        self._call(None)
+
     def launch(self, stream_ptr: int) -> None:
-        status = _driver().cuLaunchHostFunc(ctypes.c_void_p(stream_ptr), self.callback, None)
-        if status != 0:
-            raise OptGraphError(f"cuLaunchHostFunc failed with CUresult {status}")
+        launch_host_func(stream_ptr, self.callback)
+
+
+class HostSegment:
+    """Consecutive CPU nodes of one stream as one host function: one ctypes callback (and one
+    GIL acquisition by the driver's thread) for the whole segment instead of one per node."""
+
+    def __init__(self, functions: list[HostFunction]):
+        self.functions = functions
+        self.callback = _HOSTFN(self._call)  # kept alive as long as this object
+
+    def _call(self, _: int | None) -> None:
+        for fn in self.functions:
+            fn._call(None)
+
+    def launch(self, stream_ptr: int) -> None:
+        launch_host_func(stream_ptr, self.callback)
+
+
+def launch_host_func(stream_ptr: int, callback: Any) -> None:
+    """`cuLaunchHostFunc(stream, callback, NULL)`: a host node when the stream is capturing."""
+    status = _driver().cuLaunchHostFunc(ctypes.c_void_p(stream_ptr), callback, None)
+    if status != 0:
+        raise OptGraphError(f"cuLaunchHostFunc failed with CUresult {status}")

@@ -45,34 +45,55 @@ def test_the_routed_experts_run_on_the_cpu_and_nothing_else(benchmarks: Any) -> 
     assert host_device_waits(gpu) == 0 and min_host_device_syncs(gpu) == 0
 
 
-def test_three_variants_on_fake_cupy(
+@pytest.mark.parametrize("caches", [[], ["--host-caches"]])
+def test_every_variant_on_fake_cupy(
     benchmarks: Any,  # noqa: F811
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    caches: list[str],
 ) -> None:
-    import cupy
-
-    from optgraph.runtime import cuda_offload
-
-    fake = cupy.fake
-
-    class Driver:  # host functions run where the fake issues them (eagerly, or in the graph)
-        @staticmethod
-        def cuLaunchHostFunc(stream: Any, callback: Any, data: Any) -> int:
-            fake.issue("HOST", lambda: callback(None))
-            return 0
-
-    monkeypatch.setattr(cuda_offload, "_DRIVER", Driver())
     bench = benchmarks("bench_split")
     out = tmp_path / "split.md"
-    argv = [*TINY, "--iters", "2", "--repeats", "1", "--markdown", str(out), "--json"]
-    assert bench.main([*argv, str(tmp_path / "split.json")]) == 0
+    argv = [*TINY, *caches, "--iters", "2", "--repeats", "1", "--warmup", "3", "--in-process"]
+    assert bench.main([*argv, "--markdown", str(out), "--json", str(tmp_path / "s.json")]) == 0
     import json
 
-    row = json.loads((tmp_path / "split.json").read_text())
-    assert row["plan_syncs"] == row["min_syncs"] == 6
-    # The sync way counted what its plan says it makes, and more than the split's.
-    assert row["sync_way_counted"] == row["sync_way_syncs"] > row["plan_syncs"] + 1
-    assert row["sync_diff"] == 0.0  # the same kernels (none, here) and the same CPU functions
+    result = json.loads((tmp_path / "s.json").read_text())
+    facts, rows = result["facts"], result["rows"]
+    assert set(rows) == {"gpu", "calling-thread", "graph", "graph-per-node", "sync"}
+    assert facts["plan_syncs"] == facts["min_syncs"] == 6
+    # Every split way synchronizes at the placement's minimum; the sync way counted what its
+    # plan says it makes, and more.
+    assert [rows[n]["syncs"] for n in ("calling-thread", "graph", "graph-per-node")] == [6] * 3
+    assert rows["sync"]["syncs"] == facts["sync_way_syncs"] > facts["min_syncs"] + 1
+    # The same kernels (none compute here) and the same CPU functions in every split way.
+    logits = {n: rows[n]["logits"] for n in ("calling-thread", "graph", "graph-per-node", "sync")}
+    assert all(v == logits["sync"] for v in logits.values())
     text = out.read_text()
-    assert "| split (optgraph, one CUDA graph) |" in text and "6 + 1" in text
+    assert "| split, CPU nodes on the calling thread (optgraph's default) |" in text
+    assert "6 + 1 (placement's minimum 6 + 1)" in text
+    assert "split ways' syncs at the placement's minimum: yes" in text
+
+
+def test_the_diagnosis_runs_every_way_on_fake_cupy(
+    benchmarks: Any,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from optgraph.runtime.cuda_offload import HostFunction
+
+    monkeypatch.setattr(HostFunction, "_call", HostFunction._call)  # the probe undone after
+    diagnose = benchmarks("split_diagnose")
+    assert diagnose.main([*TINY, "--steps", "2", "--budget", "60"]) == 0
+    out = capsys.readouterr().out
+    for mode in ("graph-per-node", "graph", "calling-thread"):
+        assert f"== {mode}: " in out
+    # Every CPU node of a layer is probed in every way (6 per layer, 3 layers), each with its
+    # time inside the run and alone in the main thread and in a fresh thread.
+    assert out.count("18 CPU node calls per step on 1 thread(s)") == 3
+    assert "l0.e_down" in out and "main thread at entry" in out
+    assert "20 x program.run (calling-thread): " in out and "20 x program.run (graph): " in out
+    assert "thread, main in CUDA wait" in out
+    calling_thread = out[out.index("== calling-thread: ") : out.index("== does the main")]
+    # The calling thread's CPU nodes were found for the alone timings too.
+    main_alone = float(calling_thread.split("main_alone ")[1].split(",")[0])
+    assert "l2.e_down" in calling_thread and main_alone > 0

@@ -52,8 +52,12 @@ RUNTIME_MAY_IMPORT = {
     "optgraph.codegen.lowered",
     "optgraph.codegen.lowering_options",
     "optgraph.codegen.program",  # the planned executor's Program, Buffer and Step
+    "optgraph.codegen.cpu_node_schedule",  # the calling thread's pieces (made at lowering)
 }
-LOWERING = {"run_pipeline", "lower_cuda", "lower_for_cuda", "lower_variant", "lower"}
+LOWERING = {
+    *("run_pipeline", "lower_cuda", "lower_for_cuda", "lower_variant", "lower"),
+    *("calling_thread_schedule", "cpu_schedule"),
+}
 
 
 def _planned(name: str) -> og.Graph:

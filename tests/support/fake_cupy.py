@@ -115,6 +115,7 @@ class FakeCupy:
         self.graph_launches = 0
         self.instantiations = 0
         self.memcpys = 0
+        self.driver: FakeDriver | None = None
 
     @property
     def capture(self) -> list[tuple[str, Callable[[], None]]] | None:
@@ -333,6 +334,23 @@ def _modules(fake: FakeCupy) -> dict[str, types.ModuleType]:
     }
 
 
+class FakeDriver:
+    """libcuda's `cuLaunchHostFunc` (runtime/cuda_offload.py calls it through ctypes): the host
+    function runs in issue order, or at replay when issued during a capture."""
+
+    def __init__(self, fake: FakeCupy):
+        self.fake = fake
+        self.host_functions = 0
+
+    def cuLaunchHostFunc(self, stream: Any, callback: Callable[[Any], None], arg: Any) -> int:
+        def call() -> None:
+            self.host_functions += 1
+            callback(None)
+
+        self.fake.issue("HOST_FUNC", call)
+        return 0
+
+
 def install_in_process() -> FakeCupy:
     """Install the fake modules for the rest of this process (a spawned rank process of the
     several-GPU tests: `MultiGpuProgram(..., setup=install_in_process)`)."""
@@ -361,7 +379,10 @@ def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCupy]:
     for name, module in _modules(fake).items():
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setattr(cuda_blas, "_candidate_paths", list)  # CuPy's wrappers, not ctypes
-    from optgraph.runtime import cuda_launch
+    from optgraph.runtime import cuda_launch, cuda_offload
+
+    fake.driver = FakeDriver(fake)
+    monkeypatch.setattr(cuda_offload, "_DRIVER", fake.driver)
 
     monkeypatch.setattr(cuda_launch, "_MODULES", {})  # compiled modules outlive programs
     yield fake
