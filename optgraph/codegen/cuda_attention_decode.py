@@ -28,6 +28,7 @@ from optgraph.codegen.cuda_head_rows import (
     contiguous_rows,
     operand_args,
     operand_decls,
+    query_rows_start,
     vector_check,
     warp_sum,
 )
@@ -129,21 +130,7 @@ def _rows(s: AttentionShape, lay: _Layout) -> list[str]:
         "const unsigned int L = (unsigned int)Lx;",
         f"const unsigned long long kvoff = (unsigned long long)(bz * {s.hkv}u + hk) * {s.skv * d}ull;",
         *vector_check(s, ("in1", "in2")),
-        # the block's rows: q head hk * group + gr / Sq, query gr % Sq
-        "auto qoff_of = [&](unsigned int gr) -> unsigned long long {",
-        f"  const unsigned int h = hk * {s.group}u + gr / {s.sq}u, i = gr % {s.sq}u;",
-        f"  return ((unsigned long long)(bz * {s.hq}u + h) * {s.sq}u + i) * {d}u;",
-        "};",
-        f"float qv[{rb}][{e}];",
-        f"unsigned int lim[{rb}];",
-        *([f"long long lo[{rb}];"] if s.window else []),
-        *([f"unsigned long long moff[{rb}];"] if s.mask is not None else []),
-        "unsigned int kend = 0u;",
-        *(["unsigned int kbeg = 0xffffffffu;"] if s.window else []),
-        f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
-        f"  const unsigned int gr = rt * {rb}u + r;",
-        f"  const bool active = gr < {s.group * s.sq}u;",
-        "  long long lm = active ? (long long)L : 0LL;",
+        *query_rows_start(s, rb, e, kbeg=True),
     ]
     if s.causal and s.top_left:
         lines += [

@@ -46,6 +46,7 @@ from optgraph.codegen.cuda_head_rows import (
     AttentionShape,
     operand_args,
     operand_decls,
+    query_rows_start,
     unpack,
 )
 from optgraph.codegen.cuda_source import (
@@ -197,24 +198,12 @@ def _prefetch_chunk(s: AttentionShape, lay: WideLayout) -> str:
 def _rows(s: AttentionShape, lay: WideLayout) -> list[str]:
     """The visible length L, and for each query row r of the block the slice `qv[r]` this lane
     holds and `lim[r]`, the keys the row sees (`kend` the most of them)."""
-    rb, e, d = lay.rb, lay.e, s.d
+    rb, e = lay.rb, lay.e
     lines = [
         f"long long Lx = {s.length_expr()};",
         "if (Lx < 0) Lx = 0;",
         "const unsigned int L = (unsigned int)Lx;",
-        "auto qoff_of = [&](unsigned int gr) -> unsigned long long {",
-        f"  const unsigned int h = hk * {s.group}u + gr / {s.sq}u, i = gr % {s.sq}u;",
-        f"  return ((unsigned long long)(bz * {s.hq}u + h) * {s.sq}u + i) * {d}u;",
-        "};",
-        f"float qv[{rb}][{e}];",
-        f"unsigned int lim[{rb}];",
-        *([f"long long lo[{rb}];"] if s.window else []),
-        *([f"unsigned long long moff[{rb}];"] if s.mask is not None else []),
-        "unsigned int kend = 0u;",
-        f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
-        f"  const unsigned int gr = rt * {rb}u + r;",
-        f"  const bool active = gr < {s.group * s.sq}u;",
-        "  long long lm = active ? (long long)L : 0LL;",
+        *query_rows_start(s, rb, e, kbeg=False),
     ]
     if s.causal:
         lines += [

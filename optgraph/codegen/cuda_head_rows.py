@@ -305,3 +305,27 @@ def warp_max(var: str) -> str:
         "for (int o = 16; o > 0; o >>= 1) "
         f"{var} = og_max({var}, __shfl_xor_sync(0xffffffffu, {var}, o));"
     )
+
+
+def query_rows_start(shape: AttentionShape, rb: int, e: int, *, kbeg: bool) -> list[str]:
+    """The decode kernels' per-block row state, up to the head of the loop over the block's `rb`
+    query rows: `qoff_of(gr)` (the offset of row gr: q head `hk * group + gr / Sq`, query `gr %
+    Sq`), q values (`e` per thread), key limits, window starts and mask offsets; `kbeg` adds the
+    first key any row sees (the earlier kernel walks from it)."""
+    s = shape
+    return [
+        "auto qoff_of = [&](unsigned int gr) -> unsigned long long {",
+        f"  const unsigned int h = hk * {s.group}u + gr / {s.sq}u, i = gr % {s.sq}u;",
+        f"  return ((unsigned long long)(bz * {s.hq}u + h) * {s.sq}u + i) * {s.d}u;",
+        "};",
+        f"float qv[{rb}][{e}];",
+        f"unsigned int lim[{rb}];",
+        *([f"long long lo[{rb}];"] if s.window else []),
+        *([f"unsigned long long moff[{rb}];"] if s.mask is not None else []),
+        "unsigned int kend = 0u;",
+        *(["unsigned int kbeg = 0xffffffffu;"] if kbeg and s.window else []),
+        f"#pragma unroll\nfor (int r = 0; r < {rb}; ++r) {{",
+        f"  const unsigned int gr = rt * {rb}u + r;",
+        f"  const bool active = gr < {s.group * s.sq}u;",
+        "  long long lm = active ? (long long)L : 0LL;",
+    ]
