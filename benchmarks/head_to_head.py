@@ -412,6 +412,8 @@ def run_suite(args: argparse.Namespace, variants: list[Variant]) -> int:
             print(f"f16 GEMM rate {rate / 1e12:.0f} TFLOP/s", flush=True)
         iters = min(args.iters, ITERS.get(model.name, args.iters))
         row: dict[str, float | str] = {}
+        profiled = args.profile.split(",") if args.profile else [PROFILED.get(model.name)]
+        to_profile: list[tuple[str, Any, Any]] = []  # profiled once the model's timing is done
         for variant in variants:
             if model.name not in ONLY_ON.get(variant.name, {model.name}):
                 row[variant.name] = "not run"
@@ -420,14 +422,8 @@ def run_suite(args: argparse.Namespace, variants: list[Variant]) -> int:
             try:
                 run, stream = variant.build(model)
                 row[variant.name] = median_us(run, stream, iters, min(args.warmup, iters))
-                profiled = args.profile.split(",") if args.profile else [PROFILED.get(model.name)]
                 if variant.name in profiled:
-                    try:
-                        breakdown = kernel_profile(run, stream, by_kernel=bool(args.profile))
-                    except Exception as err:  # noqa: BLE001 - a profile must not lose the time
-                        breakdown = f"profile failed: {type(err).__name__}: {err}"
-                    profiles.append(f"{model.name} / {variant.name}: {breakdown}")
-                    print(profiles[-1], flush=True)
+                    to_profile.append((variant.name, run, stream))
                 del run
             except Exception as err:  # noqa: BLE001 - one broken variant must not hide the rest
                 row[variant.name] = f"error: {type(err).__name__}"
@@ -437,6 +433,16 @@ def run_suite(args: argparse.Namespace, variants: list[Variant]) -> int:
                 f" ({time.perf_counter() - started:.1f} s)",
                 flush=True,
             )
+        # After every variant of the model is timed: a variant timed after a profile ran much
+        # slower (docs/results/2026-11-24-h100-decode-prefill-split-loop.md, the MoE's streams)
+        for name, run, stream in to_profile:
+            try:
+                breakdown = kernel_profile(run, stream, by_kernel=bool(args.profile))
+            except Exception as err:  # noqa: BLE001 - a profile must not lose the time
+                breakdown = f"profile failed: {type(err).__name__}: {err}"
+            profiles.append(f"{model.name} / {name}: {breakdown}")
+            print(profiles[-1], flush=True)
+        del to_profile
         try:
             agreement[model.name] = _agreement(model, FUSED_CHAINS)
         except Exception as err:  # noqa: BLE001
