@@ -262,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     import cupy as cp
+
     sizes = model_sizes(args.model)
     graph = loop_step_graph(sizes)
     # timed loops start at position 0 and stay inside the cache; the check starts at a quarter
