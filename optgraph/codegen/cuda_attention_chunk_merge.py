@@ -67,7 +67,19 @@ def merge_chunks(
         "__syncthreads();",
         "if (!og_last) return;",
         *loop,
-        # every load first (unrolled: all in flight), then the sums in chunk order
+        *merged_sums(chunks, d, ws, ml, other),
+        *write,
+        "}",
+        f"if (threadIdx.x == 0u) {cnt}[tile] = 0u;",
+    ]
+    return lines, decl
+
+
+def merged_sums(chunks: int, d: int, ws: str, ml: str, other: str) -> list[str]:
+    """Inside the last block's loop over (r, dd): chunk q's partial (M, L, A) read from the
+    workspaces `ws` / `ml` at row index `other` (an expression of q and r), every load first (all
+    in flight), then `Ls` and `A` summed in chunk order, each weighted by exp(M_q - max M)."""
+    return [
         f"  float mq[{chunks}], lq[{chunks}], aq[{chunks}];",
         f"  #pragma unroll\n  for (unsigned int q = 0; q < {chunks}u; ++q) {{",
         f"    mq[q] = __ldcg(&{ml}[({other}) * 2u]);",
@@ -82,8 +94,4 @@ def merge_chunks(
         "    Ls += lq[q] * wt;",
         "    A += aq[q] * wt;",
         "  }",
-        *write,
-        "}",
-        f"if (threadIdx.x == 0u) {cnt}[tile] = 0u;",
     ]
-    return lines, decl

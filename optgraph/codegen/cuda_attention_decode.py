@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from optgraph.codegen.cuda_attention_chunk_merge import NEG_INF, merged_sums
 from optgraph.codegen.cuda_head_rows import (
     AttentionShape,
     contiguous_rows,
@@ -56,7 +57,6 @@ SHORT_CACHE = 256  # caches up to this many keys use SHORT_CACHE_UNROLL
 SHORT_CACHE_UNROLL = 2
 TARGET_BLOCKS = 132 * 2
 MAX_CHUNKS = 16
-NEG_INF = f32_literal(float("-inf"))
 
 
 def fits(shape: AttentionShape) -> bool:
@@ -309,21 +309,7 @@ def _store(s: AttentionShape, lay: _Layout, salt: str) -> tuple[list[str], str]:
         "__threadfence();",
         loop,
         f"  const unsigned int r = t / {d}u, dd = t % {d}u;",
-        # every load first (unrolled: all in flight), then the sums in chunk order
-        f"  float mq[{chunks}], lq[{chunks}], aq[{chunks}];",
-        f"  #pragma unroll\n  for (unsigned int q = 0; q < {chunks}u; ++q) {{",
-        f"    mq[q] = __ldcg(&{ml}[({part.format(c='q')}) * 2u]);",
-        f"    lq[q] = __ldcg(&{ml}[({part.format(c='q')}) * 2u + 1u]);",
-        f"    aq[q] = __ldcg(&{ws}[({part.format(c='q')}) * {d}u + dd]);",
-        "  }",
-        f"  float M = {NEG_INF};",
-        f"  #pragma unroll\n  for (int q = 0; q < {chunks}; ++q) M = og_max(M, mq[q]);",
-        "  float Ls = 0.0f, A = 0.0f;",
-        f"  #pragma unroll\n  for (int q = 0; q < {chunks}; ++q) {{",
-        f"    const float wt = mq[q] == {NEG_INF} ? 0.0f : expf(mq[q] - M);",
-        "    Ls += lq[q] * wt;",
-        "    A += aq[q] * wt;",
-        "  }",
+        *merged_sums(chunks, d, ws, ml, part.format(c="q")),
         *write,
         "}",
         f"if (threadIdx.x == 0) {cnt}[tile] = 0u;",

@@ -40,7 +40,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from optgraph.codegen.cuda_attention_chunk_merge import ChunkMerge, merge_chunks
+from optgraph.codegen.cuda_attention_chunk_merge import NEG_INF, ChunkMerge, merge_chunks
 from optgraph.codegen.cuda_head_rows import (
     ELEMENT_BYTES,
     AttentionShape,
@@ -75,7 +75,6 @@ SHARED_ACC = 32768  # bytes of the warps' accumulators in shared memory, at most
 # until measured (head-to-head variant og-fused-1s-decode-attn-prefetch).
 PREFETCH = False
 LINE = 128  # bytes an L2 prefetch brings
-NEG_INF = f32_literal(float("-inf"))
 PARTS = (".x", ".y", ".z", ".w")
 
 
