@@ -93,20 +93,40 @@ class Bound:
     staged: dict[str, np.ndarray]  # host inputs, copied in through pinned staging
     outputs: dict[str, Any]  # the caller's `out` arrays, by output name
     calling_thread: bool = False  # `ops` are run in order: GPU parts, host waits, CPU nodes
+    # The caller's device arrays whose addresses the run reads or writes: held so that CuPy's
+    # pool cannot hand their memory to another array while a launch may still use it.
+    arrays: tuple[Any, ...] = ()
 
 
 class BoundStep:
-    """`CudaProgram.bind`'s step: a call launches the program on the arrays bound once."""
+    """`CudaProgram.bind`'s step: a call launches the program on the arrays bound once.
+
+    Once the step's graph is captured and bound to its arrays, a call is one `cudaGraphLaunch`
+    of the graph it remembers, for as long as the program's graph cache has not changed since
+    (`GraphCache.generation`: another key's capture, an update to other pointers, an eviction);
+    otherwise, or while a CPU node's failure waits to be raised, it takes the full path."""
 
     def __init__(self, program: CudaProgram, bound: Bound):
         self.program, self.bound = program, bound
+        self._replay: tuple[int, int] | None = None  # (cache generation, graph exec)
+        self._graph_launch = cupy().cuda.runtime.graphLaunch
+        self._stream = int(program.stream.ptr)
 
     def __call__(self) -> dict[str, Any]:
         """Launch (the first call: eager run and capture); the bound `out` arrays, by name."""
-        bound = self.bound
-        self.program.host_errors.raise_first()  # a CPU node's failure in an earlier launch
-        self.program._start(bound)
-        return bound.outputs
+        program, replay = self.program, self._replay
+        if (
+            replay is not None
+            and replay[0] == program._cache.generation
+            and not program.host_errors
+        ):
+            self._graph_launch(replay[1], self._stream)
+            program.counters.replays += 1
+            return self.bound.outputs
+        program.host_errors.raise_first()  # a CPU node's failure in an earlier launch
+        program._start(self.bound)
+        self._replay = program._replayable(self.bound)
+        return self.bound.outputs
 
 
 class CudaProgram:
@@ -149,6 +169,7 @@ class CudaProgram:
         self.weights = DeviceWeights(self.graph, lowered.main.plan)
         self.host_weights = self.weights.host
         self.host_errors = HostErrors()
+        self._in_flight: Bound | None = None  # the last run's arrays, held (see `_start`)
         self.last_key: GraphKey | None = None
         if weights is not None:
             self.set_weights(weights)
@@ -306,7 +327,9 @@ class CudaProgram:
             cached = self._issue[key] = (binding, ops)
         self.last_key = key
         outputs = {name: out[name] for name in bound_out}
-        return Bound(variant, key, binding, cached[1], staged, outputs, calling_thread)
+        arrays = tuple(v for v in inputs.values() if isinstance(v, cp.ndarray))
+        arrays += tuple(outputs.values())
+        return Bound(variant, key, binding, cached[1], staged, outputs, calling_thread, arrays)
 
     def _launch_part(
         self, key: GraphKey, binding: Binding, index: int, ops: list[Callable[[], Any]]
@@ -348,7 +371,9 @@ class CudaProgram:
         return types, bound, staged
 
     def _start(self, bound: Bound) -> None:
-        """Launch one run: the whole issue list as one graph, or the calling thread's pieces."""
+        """Launch one run: the whole issue list as one graph, or the calling thread's pieces.
+        The run's arrays stay referenced until the next run starts."""
+        self._in_flight = bound
         if bound.calling_thread:
             for call in bound.ops:
                 call()
@@ -391,6 +416,14 @@ class CudaProgram:
             self._cache.rebind(key, binding)
         rt.graphLaunch(captured.exec, self.stream.ptr)
         self.counters.replays += 1
+
+    def _replayable(self, bound: Bound) -> tuple[int, int] | None:
+        """(cache generation, graph exec) of `bound`'s graph where a later run of it may be that
+        graph's launch alone: one graph (not GPU parts), captured and bound to its pointers."""
+        if bound.calling_thread or not self.options.use_graph:
+            return None
+        captured = self._cache.current(bound.key, bound.binding)
+        return None if captured is None else (self._cache.generation, int(captured.exec))
 
     def allocation_forbidden(self) -> contextlib.AbstractContextManager[None]:
         """Device allocations through CuPy raise `AllocationDuringCapture` (and are counted)."""

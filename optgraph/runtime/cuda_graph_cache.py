@@ -120,6 +120,9 @@ class GraphCache(Generic[Handle]):
     capacity: int = 8
     on_evict: Callable[[Handle], None] | None = None
     _entries: OrderedDict[GraphKey, _Entry[Handle]] = field(default_factory=OrderedDict)
+    # Bumped whenever an entry's handle or binding changes or an entry goes: a caller holding a
+    # handle and the generation it read it at may launch it while the generation is unchanged.
+    generation: int = 0
 
     def decide(self, key: GraphKey, binding: Binding) -> Action:
         entry = self._entries.get(key)
@@ -133,6 +136,7 @@ class GraphCache(Generic[Handle]):
 
     def store(self, key: GraphKey, binding: Binding, handle: Handle) -> int:
         """Remember `handle` for `key`; returns how many entries were evicted."""
+        self.generation += 1
         old = self._entries.pop(key, None)
         if old is not None and old.handle is not handle and self.on_evict is not None:
             self.on_evict(old.handle)
@@ -147,9 +151,16 @@ class GraphCache(Generic[Handle]):
 
     def rebind(self, key: GraphKey, binding: Binding) -> None:
         """The graph of `key` was updated in place to `binding`'s pointers."""
+        self.generation += 1
         self._entries[key].binding = binding
 
+    def current(self, key: GraphKey, binding: Binding) -> Handle | None:
+        """The handle of `key` if its graph is bound to `binding` now, else None."""
+        entry = self._entries.get(key)
+        return entry.handle if entry is not None and entry.binding == binding else None
+
     def clear(self) -> None:
+        self.generation += 1
         while self._entries:
             _, entry = self._entries.popitem()
             if self.on_evict is not None:

@@ -103,3 +103,62 @@ def test_compiled_program_bind_uses_default_weights_and_is_cuda_only(monkeypatch
             step()
         c = program._cuda.counters
         assert (c.weight_uploads, c.captures, c.replays) == (1, 1, 2)
+
+
+def test_a_bound_step_replays_directly_until_the_graph_cache_changes(monkeypatch) -> None:
+    """Two steps of one key on different arrays: each call after the other step's is a full
+    call (the graph is updated back to its pointers); calls in a row are bare graph launches."""
+    with fake_cupy(monkeypatch) as fake:
+        graph = _planned("diamond")
+        program = cuda_program(graph)
+        x = random_inputs(graph)["x"]
+        first = program.bind(
+            {"x": fake.asarray(x)}, out={"y": fake.asarray(np.zeros((4, 64), np.float32))}
+        )
+        second = program.bind(
+            {"x": fake.asarray(x)}, out={"y": fake.asarray(np.zeros((4, 64), np.float32))}
+        )
+        decided: list[object] = []
+        decide = program._cache.decide
+
+        def counted(*args: object) -> object:
+            decided.append(args[0])
+            return decide(*args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(program._cache, "decide", counted)
+        c = program.counters
+        first()  # eager run and capture
+        first()
+        first()  # both bare launches of the captured graph
+        assert len(decided) == 1 and (c.captures, c.replays) == (1, 2)
+        second()  # the same key on other pointers: the graph is updated to them
+        assert len(decided) == 2 and c.updates == 1
+        first()  # the cache changed: a full call, which updates the graph back
+        assert len(decided) == 3 and c.updates == 2
+        first()
+        assert len(decided) == 3 and c.replays == 5 and fake.graph_launches == 5
+        program.close()  # destroys the graphs: the next call captures anew, never launches blind
+        first()
+        assert len(decided) == 4 and c.captures == 2 and fake.graph_launches == 5
+
+
+def test_a_bound_step_holds_the_arrays_it_was_bound_to(monkeypatch) -> None:
+    """The graph bakes the arrays' addresses in: they must outlive every launch of the step,
+    even when the caller keeps no reference (CuPy's pool would hand their memory out again)."""
+    import gc
+    import weakref
+
+    with fake_cupy(monkeypatch) as fake:
+        graph = _planned("diamond")
+        program = cuda_program(graph)
+        x = fake.asarray(random_inputs(graph)["x"])
+        y = fake.asarray(np.zeros((4, 64), np.float32))
+        refs = [weakref.ref(x), weakref.ref(y)]
+        step = program.bind({"x": x}, out={"y": y})
+        del x, y
+        gc.collect()
+        assert all(r() is not None for r in refs)
+        del step
+        program._in_flight = None
+        gc.collect()
+        assert all(r() is None for r in refs)
