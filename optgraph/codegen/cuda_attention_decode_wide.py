@@ -1,7 +1,7 @@
 """Decode attention with every K/V load of a block in flight at once (split-KV, 16-byte loads).
 
     %o = attention(%q, %k, %v, %len) : f16[1,32,1,128]    (k, v : f16[1,8,1024,128])
-    ->  grid (C = 16 key chunks, 8 KV heads x 1 row tile, 1), 256 threads, 1 pass of 4 slots
+    ->  grid (C = 8 key chunks, 8 KV heads x 4 row tiles, 1), 256 threads, 2 passes of 4 slots
 
 Layout. A key row is `LR = D·bytes/16` lanes of one 16-byte vector each (f16 D 128: 16 lanes),
 so 256 threads read `KPS = 256 / LR` keys with one load each: a *slot*. A block owns a KV head,
@@ -15,13 +15,20 @@ the end sums need no rescaling: over the warp's keys (shuffles), then the warps 
 memory). C > 1 chunks merge in chunk order through a workspace (`cuda_attention_chunk_merge`).
 Every sum has a fixed order: replays are bit-identical.
 
-Chunks (`wide_layout`), with S = ⌈Skv / KPS⌉ slots per head and `base` = B · Hkv · row tiles:
-C = 1 when S ≤ MAX_SLOTS (one pass: merging chunks would cost more than the parallelism buys),
-else C = max(1, min(⌊TARGET_BLOCKS / base⌋, ⌈S / MAX_SLOTS⌉, MAX_CHUNKS)): at most one block a
-multiprocessor (with several chunks a block takes over 128 registers a thread, so one fits:
-more would leave a second wave), each of at least MAX_SLOTS slots; the slots spread evenly.
-Examples (f16): 32/8 heads, D 128, Skv 1024 -> KPS 16, S 64, C 16, one pass of 4 slots, 128
-blocks; 8/2 heads, D 64, Skv 128 -> KPS 32, S 4, C 1, 2 blocks.
+Rows a block (`wide_layout`): where the K/V a step reads fit easily in L2 (at most
+`L2_REREAD_BYTES`), one query row a block: a block's work per thread is a quarter of a 4-row
+block's (a short chain of dependent instructions, the latency that bounds a decode attention)
+and the group's rows read the same K/V from L2; larger caches keep up to `ROWS` rows a block, so
+that K/V leave DRAM once per group.
+
+Chunks, with S = ⌈Skv / KPS⌉ slots per head and `base` = B · Hkv · row tiles: C = 1 when
+S ≤ MAX_SLOTS (one pass: merging chunks would cost more than the parallelism buys), else
+C = max(1, min(⌊target / base⌋, ⌈S / MAX_SLOTS⌉, MAX_CHUNKS)), each chunk of at least MAX_SLOTS
+slots, the slots spread evenly. `target`: two blocks a multiprocessor with one row a block
+(`TARGET_BLOCKS`), one with several (such a block takes over 128 registers a thread: a second
+would leave a wave). Examples (f16): 32/8 heads, D 128, Skv 1024 (4 MiB of K/V) -> KPS 16, S 64,
+1 row a block, C 8, two passes of 4 slots, 256 blocks; 8/2 heads, D 64, Skv 128 -> KPS 32, S 4,
+C 1, 8 blocks.
 
 kv_len: pass 0 reads all its slots (to the cache's end) without waiting for kv_len, its loads
 issued alongside kv_len's read; later passes read only keys below the block's last visible key
@@ -64,11 +71,12 @@ THREADS = 256
 WARPS = THREADS // 32
 VECTOR = 16  # bytes a lane loads of a row
 MAX_SLOTS = 4  # key slots a thread has in flight (K and V: 2 x 16 bytes each)
-TARGET_BLOCKS = 132  # at most one block a multiprocessor (H100: 132)
+TARGET_BLOCKS = 264  # blocks of one row each: two a multiprocessor (H100: 132)
 MAX_CHUNKS = 32
 MAX_SQ = 4
 MAX_ROWS = 16  # query rows per KV head (group x Sq)
-ROWS = 8  # rows per block, at most (fewer for wide heads: `SHARED_ACC`)
+ROWS = 8  # rows per block, at most, where K/V exceed L2_REREAD_BYTES (fewer for wide heads)
+L2_REREAD_BYTES = 16 << 20  # K/V bytes a step reads, at most, for one query row a block
 SHARED_ACC = 32768  # bytes of the warps' accumulators in shared memory, at most
 # Bring the block's chunk of K and V into L2 before the PDL dependency wait, so that the reads
 # overlap the preceding kernel (a hint: the loads after the wait read whatever is current). Off
@@ -120,13 +128,16 @@ def wide_layout(shape: AttentionShape) -> WideLayout:
     e = shape.d // lr
     kps = THREADS // lr
     rows = shape.group * shape.sq
-    rb = min(rows, ROWS, max(1, SHARED_ACC // (WARPS * shape.d * 4)))
+    kv_bytes = 2 * shape.b * shape.hkv * shape.skv * shape.d * ELEMENT_BYTES[shape.dtype]
+    most = 1 if kv_bytes <= L2_REREAD_BYTES else ROWS
+    rb = min(rows, most, max(1, SHARED_ACC // (WARPS * shape.d * 4)))
     rt = -(-rows // rb)
     total = -(-shape.skv // kps)
     base = shape.b * shape.hkv * rt
+    target = TARGET_BLOCKS if rb == 1 else TARGET_BLOCKS // 2
     chunks = 1
     if total > MAX_SLOTS:
-        chunks = max(1, min(TARGET_BLOCKS // base, -(-total // MAX_SLOTS), MAX_CHUNKS))
+        chunks = max(1, min(target // base, -(-total // MAX_SLOTS), MAX_CHUNKS))
     per_chunk = -(-total // chunks)
     chunks = -(-total // per_chunk)
     # two slots a pass when the rows' q and accumulators already take many registers

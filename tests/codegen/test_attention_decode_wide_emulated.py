@@ -2,7 +2,7 @@
 against the reference, in f32, f16 and bf16: GQA groups, kv_len below the cache (one and one per
 batch row), caches that are no multiple of a slot or a chunk, one chunk and several, several
 passes a chunk (a last pass only partly inside the chunk), causal Sq > 1 (both alignments),
-window, softcap, bool and float masks, row tiles, stale NaN rows past kv_len, K/V views that are
+window, softcap, bool and float masks, one row a block and row tiles of several, stale NaN rows past kv_len, K/V views that are
 not 16-byte aligned (scalar loads), a row that sees no key, and the L2 prefetch. Each case also
 checks that its node takes the wide kernel with the layout it is meant to cover, so a change of
 the chunk rule cannot leave a path untested. Skipped where g++ (C++20) is missing.
@@ -119,11 +119,18 @@ def test_batch_rows_with_window_softcap_and_bool_mask(dtype: str) -> None:
     _check(graph, inputs)
 
 
+@pytest.mark.parametrize("shared", [True, False])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_float_mask_top_left_and_row_tiles(dtype: str) -> None:
+def test_float_mask_top_left_and_row_tiles(
+    dtype: str, shared: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`shared`: K/V over `L2_REREAD_BYTES`, so a block takes 8 of the 12 rows (two row tiles);
+    else one row a block (12 row tiles)."""
+    if shared:
+        monkeypatch.setattr(cuda_attention_decode_wide, "L2_REREAD_BYTES", 0)
     graph = og.parse(FLOAT_MASK.replace("{T}", dtype))
     lay = _layout(graph)
-    assert lay.rt == 2
+    assert (lay.rb, lay.rt) == ((8, 2) if shared else (1, 12))
     inputs = random_inputs(graph, 4)
     rng = np.random.default_rng(5)
     fm = rng.normal(size=(1, 1, 2, 150)).astype(np.float32)

@@ -1,7 +1,7 @@
 
-__device__ __forceinline__ void og_attention_decode_wide_75c3092bb3c3_part(const dim3 og_block_idx, const dim3 og_grid_dim, og_f16* out, const og_f16* in0, const og_f16* in1, const og_f16* in2, const int* in3, const unsigned char* in4) {
+__device__ __forceinline__ void og_attention_decode_wide_a2bc1d287dc3_part(const dim3 og_block_idx, const dim3 og_grid_dim, og_f16* out, const og_f16* in0, const og_f16* in1, const og_f16* in2, const int* in3, const unsigned char* in4) {
   const unsigned int c = og_block_idx.x, hr = og_block_idx.y, bz = og_block_idx.z;
-  const unsigned int hk = hr / 1u, rt = hr % 1u;
+  const unsigned int hk = hr / 2u, rt = hr % 2u;
   const unsigned int li = threadIdx.x % 8u, kid = threadIdx.x / 8u;
   const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const unsigned long long kvoff = (unsigned long long)(bz * 2u + hk) * 4096ull;
@@ -46,14 +46,14 @@ __device__ __forceinline__ void og_attention_decode_wide_75c3092bb3c3_part(const
     const unsigned int h = hk * 2u + gr / 1u, i = gr % 1u;
     return ((unsigned long long)(bz * 4u + h) * 1u + i) * 64u;
   };
-  float qv[2][8];
-  unsigned int lim[2];
-  long long lo[2];
-  unsigned long long moff[2];
+  float qv[1][8];
+  unsigned int lim[1];
+  long long lo[1];
+  unsigned long long moff[1];
   unsigned int kend = 0u;
   #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const unsigned int gr = rt * 2u + r;
+  for (int r = 0; r < 1; ++r) {
+    const unsigned int gr = rt * 1u + r;
     const bool active = gr < 2u;
     long long lm = active ? (long long)L : 0LL;
     if (active) lm = og_min(lm, og_min((long long)(L), ((long long)(L) - 1LL + (long long)(gr % 1u)) + 1LL));
@@ -78,14 +78,14 @@ __device__ __forceinline__ void og_attention_decode_wide_75c3092bb3c3_part(const
     }
   }
   const unsigned int kv1 = og_min(kc1, kend);
-  float m[2], l[2], acc[2][8];
+  float m[1], l[1], acc[1][8];
   #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < 1; ++r) {
     m[r] = __int_as_float(0xff800000); l[r] = 0.0f;
     #pragma unroll
     for (int k = 0; k < 8; ++k) acc[r][k] = 0.0f;
   }
-  __shared__ float og_pm[2][8][2];
+  __shared__ float og_pm[2][8][1];
   for (unsigned int p = 0; p < 1u; ++p) {
     if (p > 0u && k0 + p * 64u >= kv1) break;
     if (p > 0u) {
@@ -120,7 +120,7 @@ __device__ __forceinline__ void og_attention_decode_wide_75c3092bb3c3_part(const
     #pragma unroll
     for (int u = 0; u < 2; ++u)
       if (k0 + (p * 2u + (unsigned int)u) * 32u + kid >= kend) vw[u] = uint4{0u, 0u, 0u, 0u};
-    float sc[2][2];
+    float sc[1][2];
     #pragma unroll
     for (int u = 0; u < 2; ++u) {
       const unsigned int j = k0 + (p * 2u + (unsigned int)u) * 32u + kid;
@@ -130,7 +130,7 @@ __device__ __forceinline__ void og_attention_decode_wide_75c3092bb3c3_part(const
       kf[4] = og_f16_to_f32((unsigned short)(kw[u].z & 0xffffu)); kf[5] = og_f16_to_f32((unsigned short)(kw[u].z >> 16));
       kf[6] = og_f16_to_f32((unsigned short)(kw[u].w & 0xffffu)); kf[7] = og_f16_to_f32((unsigned short)(kw[u].w >> 16));
       #pragma unroll
-      for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < 1; ++r) {
         float dot = 0.0f;
         #pragma unroll
         for (int k = 0; k < 8; ++k) dot += qv[r][k] * kf[k];
@@ -139,7 +139,7 @@ __device__ __forceinline__ void og_attention_decode_wide_75c3092bb3c3_part(const
       }
     }
     #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 1; ++r) {
       float t = sc[r][0];
       #pragma unroll
       for (int u = 1; u < 2; ++u) t = og_max(t, sc[r][u]);
@@ -148,7 +148,7 @@ __device__ __forceinline__ void og_attention_decode_wide_75c3092bb3c3_part(const
     }
     __syncthreads();
     #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 1; ++r) {
       float mx = m[r];
       #pragma unroll
       for (int w = 0; w < 8; ++w) mx = og_max(mx, og_pm[p & 1u][w][r]);
@@ -166,7 +166,7 @@ __device__ __forceinline__ void og_attention_decode_wide_75c3092bb3c3_part(const
       vf[4] = og_f16_to_f32((unsigned short)(vw[u].z & 0xffffu)); vf[5] = og_f16_to_f32((unsigned short)(vw[u].z >> 16));
       vf[6] = og_f16_to_f32((unsigned short)(vw[u].w & 0xffffu)); vf[7] = og_f16_to_f32((unsigned short)(vw[u].w >> 16));
       #pragma unroll
-      for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < 1; ++r) {
         const float pr = sc[r][u] == __int_as_float(0xff800000) ? 0.0f : expf(sc[r][u] - m[r]);
         l[r] += pr;
         #pragma unroll
@@ -175,7 +175,7 @@ __device__ __forceinline__ void og_attention_decode_wide_75c3092bb3c3_part(const
     }
   }
   #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < 1; ++r) {
     for (int o = 8; o < 32; o <<= 1) {
       l[r] += __shfl_xor_sync(0xffffffffu, l[r], o);
       #pragma unroll
@@ -183,23 +183,23 @@ __device__ __forceinline__ void og_attention_decode_wide_75c3092bb3c3_part(const
         acc[r][k] += __shfl_xor_sync(0xffffffffu, acc[r][k], o);
     }
   }
-  __shared__ float og_l[8][2];
-  __shared__ float og_a[8][2][64];
+  __shared__ float og_l[8][1];
+  __shared__ float og_a[8][1][64];
   if (lane < 8u) {
     #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 1; ++r) {
       #pragma unroll
       for (int k = 0; k < 8; ++k) og_a[warp][r][li * 8u + k] = acc[r][k];
       if (lane == 0u) og_l[warp][r] = l[r];
     }
   }
   __syncthreads();
-  for (unsigned int t = threadIdx.x; t < 128u; t += 256u) {
+  for (unsigned int t = threadIdx.x; t < 64u; t += 256u) {
     const unsigned int r = t / 64u, dd = t % 64u;
     float Ls = 0.0f, A = 0.0f;
     #pragma unroll
     for (int w = 0; w < 8; ++w) { Ls += og_l[w][r]; A += og_a[w][r][dd]; }
-    const unsigned int gr = rt * 2u + r;
+    const unsigned int gr = rt * 1u + r;
     if (gr < 2u) out[qoff_of(gr) + dd] = og_f32_to_f16((float)(Ls > 0.0f ? A / Ls : 0.0f));
   }
 }
@@ -615,18 +615,18 @@ for (int r = 0; r < 2; ++r) {
   }
 }
 
-extern "C" __global__ void og_merged_6dff8dc8e044(og_f16* m0_out, const og_f16* m0_in0, const og_f16* m0_in1, const og_f16* m0_in2, const int* m0_in3, const unsigned char* m0_in4, og_f16* m1_out, const og_f16* m1_in0, const og_f16* m1_in1, const og_f16* m1_in2, const og_f16* m1_in3, og_f16* m2_out, const og_f16* m2_in0, const og_f16* m2_in1, const og_f16* m2_in2) {
+extern "C" __global__ void og_merged_abf5fbb861aa(og_f16* m0_out, const og_f16* m0_in0, const og_f16* m0_in1, const og_f16* m0_in2, const int* m0_in3, const unsigned char* m0_in4, og_f16* m1_out, const og_f16* m1_in0, const og_f16* m1_in1, const og_f16* m1_in2, const og_f16* m1_in3, og_f16* m2_out, const og_f16* m2_in0, const og_f16* m2_in1, const og_f16* m2_in2) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   {
   const unsigned int og_b = blockIdx.x;
-  if (og_b < 4u) {
-    og_attention_decode_wide_75c3092bb3c3_part(dim3{og_b % 1u, (og_b / 1u) % 2u, og_b / 2u}, dim3{1u, 2u, 2u}, m0_out, m0_in0, m0_in1, m0_in2, m0_in3, m0_in4);
-  } else if (og_b < 12u) {
-    const unsigned int og_r = og_b - 4u;
+  if (og_b < 8u) {
+    og_attention_decode_wide_a2bc1d287dc3_part(dim3{og_b % 1u, (og_b / 1u) % 4u, og_b / 4u}, dim3{1u, 4u, 2u}, m0_out, m0_in0, m0_in1, m0_in2, m0_in3, m0_in4);
+  } else if (og_b < 16u) {
+    const unsigned int og_r = og_b - 8u;
     og_attention_tiled_0eeb8a47f611_part(dim3{og_r % 2u, (og_r / 2u) % 4u, 0u}, dim3{2u, 4u, 1u}, m1_out, m1_in0, m1_in1, m1_in2, m1_in3);
   } else {
-    const unsigned int og_r = og_b - 12u;
+    const unsigned int og_r = og_b - 16u;
     og_attention_tiled_420ca568112a_part(dim3{og_r % 2u, (og_r / 2u) % 4u, 0u}, dim3{2u, 4u, 1u}, m2_out, m2_in0, m2_in1, m2_in2);
   }
   }

@@ -1,9 +1,9 @@
 
-extern "C" __global__ void og_attention_decode_wide_0d5c0f83b5d0(float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
+extern "C" __global__ void og_attention_decode_wide_2655e3a9b448(float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   const unsigned int c = blockIdx.x, hr = blockIdx.y, bz = blockIdx.z;
-  const unsigned int hk = hr / 1u, rt = hr % 1u;
+  const unsigned int hk = hr / 2u, rt = hr % 2u;
   const unsigned int li = threadIdx.x % 4u, kid = threadIdx.x / 4u;
   const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const unsigned long long kvoff = (unsigned long long)(bz * 2u + hk) * 512ull;
@@ -48,12 +48,12 @@ extern "C" __global__ void og_attention_decode_wide_0d5c0f83b5d0(float* out, con
     const unsigned int h = hk * 2u + gr / 1u, i = gr % 1u;
     return ((unsigned long long)(bz * 4u + h) * 1u + i) * 16u;
   };
-  float qv[2][4];
-  unsigned int lim[2];
+  float qv[1][4];
+  unsigned int lim[1];
   unsigned int kend = 0u;
   #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const unsigned int gr = rt * 2u + r;
+  for (int r = 0; r < 1; ++r) {
+    const unsigned int gr = rt * 1u + r;
     const bool active = gr < 2u;
     long long lm = active ? (long long)L : 0LL;
     lim[r] = (unsigned int)lm;
@@ -74,14 +74,14 @@ extern "C" __global__ void og_attention_decode_wide_0d5c0f83b5d0(float* out, con
     }
   }
   const unsigned int kv1 = og_min(kc1, kend);
-  float m[2], l[2], acc[2][4];
+  float m[1], l[1], acc[1][4];
   #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < 1; ++r) {
     m[r] = __int_as_float(0xff800000); l[r] = 0.0f;
     #pragma unroll
     for (int k = 0; k < 4; ++k) acc[r][k] = 0.0f;
   }
-  __shared__ float og_pm[2][8][2];
+  __shared__ float og_pm[2][8][1];
   for (unsigned int p = 0; p < 1u; ++p) {
     if (p > 0u && k0 + p * 64u >= kv1) break;
     if (p > 0u) {
@@ -116,7 +116,7 @@ extern "C" __global__ void og_attention_decode_wide_0d5c0f83b5d0(float* out, con
     #pragma unroll
     for (int u = 0; u < 1; ++u)
       if (k0 + (p * 1u + (unsigned int)u) * 64u + kid >= kend) vw[u] = uint4{0u, 0u, 0u, 0u};
-    float sc[2][1];
+    float sc[1][1];
     #pragma unroll
     for (int u = 0; u < 1; ++u) {
       const unsigned int j = k0 + (p * 1u + (unsigned int)u) * 64u + kid;
@@ -126,7 +126,7 @@ extern "C" __global__ void og_attention_decode_wide_0d5c0f83b5d0(float* out, con
       kf[2] = __uint_as_float(kw[u].z);
       kf[3] = __uint_as_float(kw[u].w);
       #pragma unroll
-      for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < 1; ++r) {
         float dot = 0.0f;
         #pragma unroll
         for (int k = 0; k < 4; ++k) dot += qv[r][k] * kf[k];
@@ -135,7 +135,7 @@ extern "C" __global__ void og_attention_decode_wide_0d5c0f83b5d0(float* out, con
       }
     }
     #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 1; ++r) {
       float t = sc[r][0];
       #pragma unroll
       for (int u = 1; u < 1; ++u) t = og_max(t, sc[r][u]);
@@ -144,7 +144,7 @@ extern "C" __global__ void og_attention_decode_wide_0d5c0f83b5d0(float* out, con
     }
     __syncthreads();
     #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 1; ++r) {
       float mx = m[r];
       #pragma unroll
       for (int w = 0; w < 8; ++w) mx = og_max(mx, og_pm[p & 1u][w][r]);
@@ -162,7 +162,7 @@ extern "C" __global__ void og_attention_decode_wide_0d5c0f83b5d0(float* out, con
       vf[2] = __uint_as_float(vw[u].z);
       vf[3] = __uint_as_float(vw[u].w);
       #pragma unroll
-      for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < 1; ++r) {
         const float pr = sc[r][u] == __int_as_float(0xff800000) ? 0.0f : expf(sc[r][u] - m[r]);
         l[r] += pr;
         #pragma unroll
@@ -171,7 +171,7 @@ extern "C" __global__ void og_attention_decode_wide_0d5c0f83b5d0(float* out, con
     }
   }
   #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < 1; ++r) {
     for (int o = 4; o < 32; o <<= 1) {
       l[r] += __shfl_xor_sync(0xffffffffu, l[r], o);
       #pragma unroll
@@ -179,23 +179,23 @@ extern "C" __global__ void og_attention_decode_wide_0d5c0f83b5d0(float* out, con
         acc[r][k] += __shfl_xor_sync(0xffffffffu, acc[r][k], o);
     }
   }
-  __shared__ float og_l[8][2];
-  __shared__ float og_a[8][2][16];
+  __shared__ float og_l[8][1];
+  __shared__ float og_a[8][1][16];
   if (lane < 4u) {
     #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 1; ++r) {
       #pragma unroll
       for (int k = 0; k < 4; ++k) og_a[warp][r][li * 4u + k] = acc[r][k];
       if (lane == 0u) og_l[warp][r] = l[r];
     }
   }
   __syncthreads();
-  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
+  for (unsigned int t = threadIdx.x; t < 16u; t += 256u) {
     const unsigned int r = t / 16u, dd = t % 16u;
     float Ls = 0.0f, A = 0.0f;
     #pragma unroll
     for (int w = 0; w < 8; ++w) { Ls += og_l[w][r]; A += og_a[w][r][dd]; }
-    const unsigned int gr = rt * 2u + r;
+    const unsigned int gr = rt * 1u + r;
     if (gr < 2u) out[qoff_of(gr) + dd] = (float)(Ls > 0.0f ? A / Ls : 0.0f);
   }
 }
