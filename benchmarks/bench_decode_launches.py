@@ -29,11 +29,9 @@ set while the program is lowered, captured and first run):
   that stores its row (the o-projection's, the down product's residual add) is computed by that
   product's last block from per-tile partial sums of squares, the first layer's by one block
   that gathers the embedding row and normalizes it: the realistic step's 17 norm launches go;
-- `pk16k-staged`: `all-on-pk16k` with `cuda_row_prologue.STAGE_IN_FLIGHT = True` (a prologue
-  row's slice staged with all its loads in flight, not one element after another);
-- `norm-fold-swiglu`: `norm-fold` and `STAGE_IN_FLIGHT` with `fuse{prologue-max-k=16384,
-  norm-max-k=2048}`: SwiGLU's mul in the down product (gate and up in one launch), the norms
-  folded into the products before them: five launches a layer;
+- `norm-fold-swiglu`: `norm-fold` with `fuse{prologue-max-k=16384,norm-max-k=2048}`: SwiGLU's
+  mul in the down product (gate and up in one launch), the norms folded into the products
+  before them: five launches a layer;
 - `norm-fold-narrow`: `norm-fold` with `cuda_gemv_layout.NARROW_SPLIT_BLOCKS = 52`: the k and v
   products (4 tiles) in 52 blocks each instead of 132, so the merged q/k/v launch is 264 blocks
   (two a multiprocessor) instead of 424.
@@ -68,7 +66,6 @@ SETTINGS = {
     "spread": ("cuda_gemv_layout", "SPREAD_SMALL"),
     "trigger": ("cuda_source", "TRIGGER_FIRST"),
     "norm": ("norm_folds", "NORM_FOLDS"),
-    "stage": ("cuda_row_prologue", "STAGE_IN_FLIGHT"),
     "narrow": ("cuda_gemv_layout", "NARROW_SPLIT_BLOCKS"),
 }
 VARIANTS: dict[str, dict[str, bool | int]] = {
@@ -81,14 +78,12 @@ VARIANTS: dict[str, dict[str, bool | int]] = {
     "spread": {"spread": True},
     "trigger-first": {"trigger": True},
     "norm-fold": {"norm": True},
-    "norm-fold-swiglu": {"norm": True, "stage": True},
-    "pk16k-staged": {"stage": True},
+    "norm-fold-swiglu": {"norm": True},
     "norm-fold-narrow": {"norm": True, "narrow": 52},
 }
 PK16K = ("fuse,", "fuse{prologue-max-k=16384},")
 PIPELINES = {  # (text, replaced by)
     "all-on-pk16k": PK16K,
-    "pk16k-staged": PK16K,
     "norm-fold-swiglu": ("fuse,", "fuse{prologue-max-k=16384,norm-max-k=2048},"),
 }
 

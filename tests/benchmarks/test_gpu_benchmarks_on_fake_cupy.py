@@ -193,6 +193,5 @@ def test_decode_launch_settings_table(
         "trigger-first": 12,
         "norm-fold": 12,  # hidden 64: every norm a prologue, none left to fold
         "norm-fold-swiglu": 12,  # norm-max-k leaves them prologues too (64 <= 2048)
-        "pk16k-staged": 12,
         "norm-fold-narrow": 12,
     }

@@ -150,65 +150,6 @@ def test_norm_over_its_row_is_not_folded() -> None:
         assert norm_folds.norm_folds(graph, locations) == {}
 
 
-PROLOGUE_SPLIT = """graph prologue_split {
-  input %x : DT[1,2560]
-  weight %g : DT[2560]
-  weight %w : DT[2560,64]
-  %n = rms_norm(%x, %g) : DT[1,2560]
-  %y = matmul(%n, %w) : DT[1,64]
-  output %y
-}
-"""
-
-
-@pytest.mark.parametrize(
-    ("name", "dtype"), [("llama", "f16"), ("llama", "bf16"), ("split", "f32"), ("split", "f16")]
-)
-def test_row_staged_in_flight_gives_the_same_bits(
-    name: str, dtype: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`cuda_row_prologue.STAGE_IN_FLIGHT`: the same values staged in another order."""
-    from optgraph.codegen import cuda_row_prologue
-
-    if name == "llama":
-        source = og.parse(generate_llama(layers=2, dtype=dtype))
-        pipeline = DEFAULT_PIPELINE.replace("assign-streams", "assign-streams{max-streams=1}")
-    else:
-        source = og.parse(PROLOGUE_SPLIT.replace("DT", dtype))
-        pipeline = SPLIT_PIPELINE.replace("prologue-max-k=128", "prologue-max-k=4096")
-    graph = run_pipeline(source, pipeline)
-    inputs, weights = random_inputs(source, seed=0), random_weights(source, seed=0)
-    want = run_reference(source, inputs, weights)
-    before = lower_cuda(graph)
-    monkeypatch.setattr(cuda_row_prologue, "STAGE_IN_FLIGHT", True)
-    after = lower_cuda(graph)
-    sources = [k.source for k in after.kernels.values()]
-    assert any("og_sv[u]" in s for s in sources), "no staged prologue row"
-    got_before = cuda_emulator.run_plan(before, inputs, weights)
-    got = cuda_emulator.run_plan(after, inputs, weights)
-    for out in want:
-        assert np.array_equal(got[out], got_before[out]), f"%{out}: staged bits differ"
-    _assert_close(got, want)
-
-
-@pytest.mark.parametrize("dtype", ["f16", "bf16"])
-def test_swiglu_in_down_with_folded_norms(dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """bench_decode_launches' `norm-fold-swiglu` at a small size: norms over norm-max-k stay
-    nodes and fold into the products before them, SwiGLU's mul is the down product's staged
-    prologue (rows in flight), gate and up merge."""
-    from optgraph.codegen import cuda_row_prologue
-
-    source = og.parse(generate_llama(layers=2, dtype=dtype))
-    fuse = "fuse{prologue-max-k=16384,norm-max-k=32},"
-    pipeline = ONE_STREAM.replace("fuse{row-prologues=false},", fuse, 1)
-    monkeypatch.setattr(cuda_row_prologue, "STAGE_IN_FLIGHT", True)
-    graph = run_pipeline(source, pipeline)
-    assert sum(n.op == "rms_norm" for n in graph.nodes) == 5  # 2 a layer and the final one
-    staged = [k.source for k in lower_cuda(graph).kernels.values() if "og_sv[u]" in k.source]
-    assert staged, "SwiGLU's mul is no staged prologue"
-    _check(source, pipeline, {"l0.attn_in", "l0.mlp_in", "l1.attn_in", "l1.mlp_in", "h_final"})
-
-
 def test_narrow_split_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     """`cuda_gemv_layout.NARROW_SPLIT_BLOCKS`: a narrow split-K product in fewer blocks, the
     same results within the bounds (another order of the partial sums)."""
