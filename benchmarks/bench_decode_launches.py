@@ -16,9 +16,6 @@ set while the program is lowered, captured and first run):
   cache write as two kernels: seven launches a layer);
 - `no-early-w`: `cuda_fused.EARLY_WEIGHTS = False` (weights loaded after the PDL wait);
 - `none`: all off (main before these settings);
-- `spread`: the defaults with `cuda_gemv_layout.SPREAD_SMALL = True` (off by default: small
-  single-pass products take the most tiles up to one a multiprocessor, e.g. the launch-bound
-  o-projection 64 blocks instead of 32);
 - `trigger-first`: the defaults with `cuda_source.TRIGGER_FIRST = True` (off by default: every
   kernel lets the next grid launch before it waits for the preceding one);
 - `all-on-pk16k`: the defaults with `fuse{prologue-max-k=16384}`: the realistic step's norms
@@ -32,9 +29,6 @@ set while the program is lowered, captured and first run):
 - `norm-fold-swiglu`: `norm-fold` with `fuse{prologue-max-k=16384,norm-max-k=2048}`: SwiGLU's
   mul in the down product (gate and up in one launch), the norms folded into the products
   before them: five launches a layer;
-- `norm-fold-narrow`: `norm-fold` with `cuda_gemv_layout.NARROW_SPLIT_BLOCKS = 52`: the k and v
-  products (4 tiles) in 52 blocks each instead of 132, so the merged q/k/v launch is 264 blocks
-  (two a multiprocessor) instead of 424.
 
 Columns: kernel launches a step (the bound plan's kernel steps); `step µs`: median of `--iters`
 steps each timed alone with CUDA events; `loop µs`: `--loop` steps issued back to back then one
@@ -63,10 +57,8 @@ SETTINGS = {
     "qkv": ("qkv_folds", "FOLD_QKV"),
     "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
     "early": ("cuda_fused", "EARLY_WEIGHTS"),
-    "spread": ("cuda_gemv_layout", "SPREAD_SMALL"),
     "trigger": ("cuda_source", "TRIGGER_FIRST"),
     "norm": ("norm_folds", "NORM_FOLDS"),
-    "narrow": ("cuda_gemv_layout", "NARROW_SPLIT_BLOCKS"),
 }
 VARIANTS: dict[str, dict[str, bool | int]] = {
     "all-on": {},
@@ -75,11 +67,9 @@ VARIANTS: dict[str, dict[str, bool | int]] = {
     "no-rope-kv": {"qkv": False, "rope": False},
     "no-early-w": {"early": False},
     "none": {"qkv": False, "rope": False, "early": False},
-    "spread": {"spread": True},
     "trigger-first": {"trigger": True},
     "norm-fold": {"norm": True},
     "norm-fold-swiglu": {"norm": True},
-    "norm-fold-narrow": {"norm": True, "narrow": 52},
 }
 PK16K = ("fuse,", "fuse{prologue-max-k=16384},")
 PIPELINES = {  # (text, replaced by)

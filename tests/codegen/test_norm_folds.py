@@ -148,17 +148,3 @@ def test_norm_over_its_row_is_not_folded() -> None:
         assert set(norm_folds.norm_folds(graph, locations)) == {"h"}
         locations["n"] = locations["h"]  # the row itself: the tail reads it
         assert norm_folds.norm_folds(graph, locations) == {}
-
-
-def test_narrow_split_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`cuda_gemv_layout.NARROW_SPLIT_BLOCKS`: a narrow split-K product in fewer blocks, the
-    same results within the bounds (another order of the partial sums)."""
-    from optgraph.codegen import cuda_gemv_layout
-
-    source = og.parse(SPLIT_K_NORM.replace("DT", "f16"))
-    graph = run_pipeline(source, SPLIT_PIPELINE)
-    before = [s.grid for s in lower_cuda(graph).steps if isinstance(s, KernelStep)]
-    monkeypatch.setattr(cuda_gemv_layout, "NARROW_SPLIT_BLOCKS", 8)
-    after = [s.grid for s in lower_cuda(graph).steps if isinstance(s, KernelStep)]
-    assert (1, 40, 1) in before and (1, 8, 1) in after  # one tile of 256 columns
-    _check(source, SPLIT_PIPELINE, {"n"})
