@@ -16,8 +16,6 @@ set while the program is lowered, captured and first run):
   cache write as two kernels: seven launches a layer);
 - `no-early-w`: `cuda_fused.EARLY_WEIGHTS = False` (weights loaded after the PDL wait);
 - `none`: all off (main before these settings);
-- `trigger-first`: the defaults with `cuda_source.TRIGGER_FIRST = True` (off by default: every
-  kernel lets the next grid launch before it waits for the preceding one);
 - `all-on-pk16k`: the defaults with `fuse{prologue-max-k=16384}`: the realistic step's norms
   (4096 rows) recomputed in each product reading them, whose first weight loads now overlap
   that work, and SwiGLU's mul (14336) in the down product, so gate and up merge: five launches
@@ -57,7 +55,6 @@ SETTINGS = {
     "qkv": ("qkv_folds", "FOLD_QKV"),
     "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
     "early": ("cuda_fused", "EARLY_WEIGHTS"),
-    "trigger": ("cuda_source", "TRIGGER_FIRST"),
     "norm": ("norm_folds", "NORM_FOLDS"),
 }
 VARIANTS: dict[str, dict[str, bool | int]] = {
@@ -67,7 +64,6 @@ VARIANTS: dict[str, dict[str, bool | int]] = {
     "no-rope-kv": {"qkv": False, "rope": False},
     "no-early-w": {"early": False},
     "none": {"qkv": False, "rope": False, "early": False},
-    "trigger-first": {"trigger": True},
     "norm-fold": {"norm": True},
     "norm-fold-swiglu": {"norm": True},
 }

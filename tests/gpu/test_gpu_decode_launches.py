@@ -1,6 +1,6 @@
 """A decode step's launch settings on the GPU (qkv_folds.FOLD_QKV,
 rope_cache_writes.ROPE_CACHE_WRITES, cuda_fused.EARLY_WEIGHTS, and the opt-in
-cuda_source.TRIGGER_FIRST and norm_folds.NORM_FOLDS): with each on and off, caches
+norm_folds.NORM_FOLDS): with each on and off, caches
 bound in place, the step as a bound step equals the reference, gives the same bits replay after
 replay, and takes the launches the setting says (5, 6 or 7 a layer). Shapes: the launch-bound decode's (head 64, chunked tiles)
 and realistic heads (head 128, K > 2048: split-K, tiles of whole heads)."""
@@ -36,7 +36,6 @@ from gen_llama import generate_llama
 SETTINGS = {  # name: ({module: {setting: value}}, launches a layer)
     "all-on": ({}, 5),
     "no-qkv-fold": ({"qkv_folds": {"FOLD_QKV": False}}, 6),
-    "trigger-first": ({"cuda_source": {"TRIGGER_FIRST": True}}, 5),
     "norm-fold": ({"norm_folds": {"NORM_FOLDS": True}}, 5),
     "none": (
         {
