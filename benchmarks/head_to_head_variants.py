@@ -178,14 +178,6 @@ def prefill_variants(build_fused: Callable[[Any], Any]) -> list[Any]:
     ]  # fmt: skip
     variants.append(
         Variant(
-            "og-fused-1s-residual",
-            "og-fused-1s with residual adds as a copy + beta = 1 cuBLAS product"
-            " (cuda_matmul.RESIDUAL_IN_GEMM, off by default)",
-            codegen_settings_variant(build_fused, {("cuda_matmul", "RESIDUAL_IN_GEMM"): True}),
-        )
-    )
-    variants.append(
-        Variant(
             "og-fused-1s-pdlsmall",
             f"og-fused-1s with PDL only between grids of at most {PDL_SMALL_BLOCKS} blocks"
             " (runtime.cuda_pdl.MAX_BLOCKS)",

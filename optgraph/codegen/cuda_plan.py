@@ -196,28 +196,6 @@ def _step_for(
     )
 
 
-def _check_accumulation(
-    node: Node,
-    work_list: tuple[object, ...],
-    roles: Mapping[str, Location],
-    types: Mapping[str, TensorType],
-) -> None:
-    """A beta = 1 product (a residual accumulated into the result, `cuda_matmul`) must not read
-    its A or B from the result's bytes: C = A·B + C in place over A would race."""
-    if not any(isinstance(w, Gemm) and w.beta for w in work_list):
-        return
-    assert node.type is not None
-    out = _extent(roles["out"], node.type)
-    read = {r for w in work_list if isinstance(w, Gemm) and w.beta for r in (w.a, w.b)}
-    for k, operand in enumerate(node.operands):
-        if f"in{k}" in read and _extent(roles[f"in{k}"], types[operand]).overlaps(out):
-            raise CodegenError(
-                f"{node.op}: '%{node.name}' accumulates into bytes its product reads"
-                f" ('%{operand}'); plan it out of place",
-                node.span,
-            )
-
-
 def lower_cuda(
     graph: Graph, merge_launches: bool = True, in_place: Mapping[str, str] | None = None
 ) -> CudaPlan:
@@ -294,7 +272,6 @@ def lower_cuda(
         overwrites = bool(node.operands) and roles["out"] == roles["in0"]
         resident = frozenset(k for k, o in enumerate(node.operands) if o in weight_offsets)
         work_list = node_code(node, operand_types, in_place=overwrites, resident=resident)
-        _check_accumulation(node, work_list, roles, types)
         for work in work_list:
             if isinstance(work, Launch):
                 kernels[work.kernel.name] = work.kernel
@@ -355,8 +332,6 @@ def plan_json(plan: CudaPlan) -> dict[str, object]:
         data["kind"] = type(step).__name__.removesuffix("Step").lower()
         if isinstance(step, GemmStep) and not step.gemm.c_dtype:
             del data["gemm"]["c_dtype"]  # C in A's dtype: the plan as it was written before
-        if isinstance(step, GemmStep) and not step.gemm.beta:
-            del data["gemm"]["beta"]  # C overwritten: likewise
         return data
 
     return {
@@ -398,7 +373,6 @@ def describe_plan(plan: CudaPlan) -> str:
                 f"gemm %{step.node} {g.dtype}{'->' + g.c_dtype if g.c_dtype else ''} {ops} m={g.m} n={g.n} k={g.k} lda={g.lda}"
                 f" ldb={g.ldb} ldc={g.ldc} batch={g.batch} strides={g.stride_a},{g.stride_b},"
                 f"{g.stride_c} a={_where(step.a)} b={_where(step.b)} c={_where(step.c)}"
-                f"{f' beta={g.beta:g}' if g.beta else ''}"
                 f" stream {step.stream}"
             )
         elif isinstance(step, HostStep):
