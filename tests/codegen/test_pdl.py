@@ -205,17 +205,6 @@ def test_pdl_steps_only_follow_a_kernel_on_the_same_stream() -> None:
     assert pdl_steps(steps) == {1, 3, 6, 7}
 
 
-def test_pdl_steps_can_keep_to_small_grids(monkeypatch: pytest.MonkeyPatch) -> None:
-    def k(blocks: int) -> KernelStep:
-        return KernelStep("n", 0, "og_k", (blocks, 1, 1), (32, 1, 1), 0, ())
-
-    steps = [k(8), k(16), k(4096), k(8), k(2), k(1)]
-    monkeypatch.setattr(cuda_pdl, "MAX_BLOCKS", 16)
-    assert pdl_steps(steps) == {1, 4, 5}  # not into nor out of the 4096-block grid
-    monkeypatch.setattr(cuda_pdl, "MAX_BLOCKS", None)
-    assert pdl_steps(steps) == {1, 2, 3, 4, 5}
-
-
 # -- the runtime, with a fake driver ----------------------------------------------------------
 
 PIPELINE = "verify,dce,cse,assign-streams{max-streams=1},insert-sync,analyze-lifetimes,plan-memory"
