@@ -62,7 +62,6 @@ from optgraph.codegen.in_place_outputs import check_in_place, in_place_candidate
 from optgraph.codegen.lowered import LoweredProgram, LoweredVariant
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.codegen.merge_launches import merge_kernel_steps
-from optgraph.codegen.norm_folds import norm_fold_step, norm_folds
 from optgraph.codegen.qkv_folds import fold_step, place_folds
 from optgraph.codegen.rope_cache_writes import rope_cache_step, rope_cache_writes
 from optgraph.codegen.scratch_space import place_scratch
@@ -223,9 +222,6 @@ def lower_cuda(
     folded = rope_cache_writes(graph, in_place or {})  # a key's rope and its cache write
     folded = {r: w for r, w in folded.items() if r not in absorbed}
     folded_writes = {w.name for w in folded.values()} | absorbed
-    taken = {*folds, *folded, *folded_writes}
-    norms = norm_folds(graph, locations, taken)  # a row's producer stores its rms_norm too
-    folded_writes |= {fold.norm.name for fold in norms.values()}
     steps: list[Step] = []
     origins: list[int] = []  # the index in graph.nodes of each step's node
     kernels: dict[str, Kernel] = {}
@@ -251,11 +247,6 @@ def lower_cuda(
             continue
         if node.name in folded_writes:
             continue  # done by another node's kernel (rope_cache_writes.py, qkv_folds.py)
-        if node.name in norms:
-            step, kernel = norm_fold_step(norms[node.name], locations, types)
-            kernels[kernel.name] = kernel
-            steps.append(step)
-            continue
         if node.name in folded or node.name in folds:
             if node.name in folds:
                 step, kernel = fold_step(folds[node.name], locations, types)
