@@ -16,27 +16,10 @@ set while the program is lowered, captured and first run):
   cache write as two kernels: seven launches a layer);
 - `no-early-w`: `cuda_fused.EARLY_WEIGHTS = False` (weights loaded after the PDL wait);
 - `none`: all off (main before these settings);
-- `spread`: the defaults with `cuda_gemv_layout.SPREAD_SMALL = True` (off by default: small
-  single-pass products take the most tiles up to one a multiprocessor, e.g. the launch-bound
-  o-projection 64 blocks instead of 32);
-- `trigger-first`: the defaults with `cuda_source.TRIGGER_FIRST = True` (off by default: every
-  kernel lets the next grid launch before it waits for the preceding one);
 - `all-on-pk16k`: the defaults with `fuse{prologue-max-k=16384}`: the realistic step's norms
   (4096 rows) recomputed in each product reading them, whose first weight loads now overlap
   that work, and SwiGLU's mul (14336) in the down product, so gate and up merge: five launches
-  a layer instead of eight (the launch-bound step's program is the same as `all-on`'s);
-- `norm-fold`: the defaults with `norm_folds.NORM_FOLDS = True`: a norm right after the product
-  that stores its row (the o-projection's, the down product's residual add) is computed by that
-  product's last block from per-tile partial sums of squares, the first layer's by one block
-  that gathers the embedding row and normalizes it: the realistic step's 17 norm launches go;
-- `pk16k-staged`: `all-on-pk16k` with `cuda_row_prologue.STAGE_IN_FLIGHT = True` (a prologue
-  row's slice staged with all its loads in flight, not one element after another);
-- `norm-fold-swiglu`: `norm-fold` and `STAGE_IN_FLIGHT` with `fuse{prologue-max-k=16384,
-  norm-max-k=2048}`: SwiGLU's mul in the down product (gate and up in one launch), the norms
-  folded into the products before them: five launches a layer;
-- `norm-fold-narrow`: `norm-fold` with `cuda_gemv_layout.NARROW_SPLIT_BLOCKS = 52`: the k and v
-  products (4 tiles) in 52 blocks each instead of 132, so the merged q/k/v launch is 264 blocks
-  (two a multiprocessor) instead of 424.
+  a layer instead of eight (the launch-bound step's program is the same as `all-on`'s).
 
 Columns: kernel launches a step (the bound plan's kernel steps); `step µs`: median of `--iters`
 steps each timed alone with CUDA events; `loop µs`: `--loop` steps issued back to back then one
@@ -65,36 +48,22 @@ SETTINGS = {
     "qkv": ("qkv_folds", "FOLD_QKV"),
     "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
     "early": ("cuda_fused", "EARLY_WEIGHTS"),
-    "spread": ("cuda_gemv_layout", "SPREAD_SMALL"),
-    "trigger": ("cuda_source", "TRIGGER_FIRST"),
-    "norm": ("norm_folds", "NORM_FOLDS"),
-    "stage": ("cuda_row_prologue", "STAGE_IN_FLIGHT"),
-    "narrow": ("cuda_gemv_layout", "NARROW_SPLIT_BLOCKS"),
 }
-VARIANTS: dict[str, dict[str, bool | int]] = {
+VARIANTS: dict[str, dict[str, bool]] = {
     "all-on": {},
     "all-on-pk16k": {},
     "no-qkv-fold": {"qkv": False},
     "no-rope-kv": {"qkv": False, "rope": False},
     "no-early-w": {"early": False},
     "none": {"qkv": False, "rope": False, "early": False},
-    "spread": {"spread": True},
-    "trigger-first": {"trigger": True},
-    "norm-fold": {"norm": True},
-    "norm-fold-swiglu": {"norm": True, "stage": True},
-    "pk16k-staged": {"stage": True},
-    "norm-fold-narrow": {"norm": True, "narrow": 52},
 }
-PK16K = ("fuse,", "fuse{prologue-max-k=16384},")
 PIPELINES = {  # (text, replaced by)
-    "all-on-pk16k": PK16K,
-    "pk16k-staged": PK16K,
-    "norm-fold-swiglu": ("fuse,", "fuse{prologue-max-k=16384,norm-max-k=2048},"),
+    "all-on-pk16k": ("fuse,", "fuse{prologue-max-k=16384},"),
 }
 
 
 @contextmanager
-def settings(values: dict[str, bool | int]) -> Iterator[None]:
+def settings(values: dict[str, bool]) -> Iterator[None]:
     """`optgraph.codegen` module settings set to `values` inside the block, restored after."""
     old: list[tuple[Any, str, Any]] = []
     try:
@@ -110,7 +79,7 @@ def settings(values: dict[str, bool | int]) -> Iterator[None]:
 
 
 def build(
-    model: Any, values: dict[str, bool | int], fusion: tuple[str, str] | None = None
+    model: Any, values: dict[str, bool], fusion: tuple[str, str] | None = None
 ) -> tuple[Callable[[], Any], Any, int, Any]:
     """(step, stream, kernel launches a step, logits array) of `model` under `values`, with
     `fusion` = (the pipeline's fuse pass, its replacement) where given."""

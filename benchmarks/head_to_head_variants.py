@@ -132,14 +132,12 @@ def codegen_settings_variant(
     build_fused: Callable[[Any], Any], settings: dict[tuple[str, str], Any]
 ) -> Callable[[Any], Any]:
     """The same optgraph variant built with each `optgraph.codegen.<module>.<name>` of
-    `settings` (or `<module>.<name>` for a module named in full) set to its value (restored
-    afterwards)."""
+    `settings` set to its value (restored afterwards)."""
 
     def build(model: Any) -> tuple[Callable[[], Any], Any]:
         olds = []
         for (module, name), value in settings.items():
-            path = module if module.startswith("optgraph.") else f"optgraph.codegen.{module}"
-            setting = importlib.import_module(path)
+            setting = importlib.import_module(f"optgraph.codegen.{module}")
             olds.append((setting, name, getattr(setting, name)))
             setattr(setting, name, value)
         try:
@@ -163,9 +161,6 @@ PREFILL_SETTINGS = {
 }  # fmt: skip
 
 
-PDL_SMALL_BLOCKS = 1024
-
-
 def prefill_variants(build_fused: Callable[[Any], Any]) -> list[Any]:
     """og-fused-1s with each prefill kernel setting off, and with all of them off (the kernels
     as before them), to A/B them in one run."""
@@ -176,24 +171,6 @@ def prefill_variants(build_fused: Callable[[Any], Any]) -> list[Any]:
                 codegen_settings_variant(build_fused, {key: off}))
         for tag, (key, off, what) in PREFILL_SETTINGS.items()
     ]  # fmt: skip
-    variants.append(
-        Variant(
-            "og-fused-1s-residual",
-            "og-fused-1s with residual adds as a copy + beta = 1 cuBLAS product"
-            " (cuda_matmul.RESIDUAL_IN_GEMM, off by default)",
-            codegen_settings_variant(build_fused, {("cuda_matmul", "RESIDUAL_IN_GEMM"): True}),
-        )
-    )
-    variants.append(
-        Variant(
-            "og-fused-1s-pdlsmall",
-            f"og-fused-1s with PDL only between grids of at most {PDL_SMALL_BLOCKS} blocks"
-            " (runtime.cuda_pdl.MAX_BLOCKS)",
-            codegen_settings_variant(
-                build_fused, {("optgraph.runtime.cuda_pdl", "MAX_BLOCKS"): PDL_SMALL_BLOCKS}
-            ),
-        )
-    )
     every = {key: off for key, off, _ in PREFILL_SETTINGS.values()}
     variants.append(
         Variant(

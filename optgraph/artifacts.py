@@ -62,7 +62,7 @@ def _kernels_cu(result: CompileResult) -> str:
 def _cuda_plan(result: CompileResult) -> str:
     import json
 
-    from optgraph.codegen.cuda_plan import plan_json
+    from optgraph.codegen.cuda_plan_text import plan_json
 
     return json.dumps(plan_json(result.lowered.main.plan), indent=1) + "\n"
 

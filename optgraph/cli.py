@@ -23,6 +23,9 @@ as its located diagnostic on stderr and exits 1; any other exception is a bug an
 traceback. Results go to stdout; progress goes to stderr (`optgraph.cli_progress`: a live line on
 a terminal, else a line per phase; `-q` for none).
 
+The options of each command are declared in `optgraph.cli_arguments`; this module runs the
+command `main` parsed (`COMMANDS`).
+
 Start-up is kept short (`--help`, `--version` and `passes` import neither NumPy nor networkx nor
 lark): this module imports only argparse and small modules at the top, and each command imports
 the layers it uses when it runs.
@@ -33,9 +36,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
+from optgraph.cli_arguments import build_parser
 from optgraph.errors import OptGraphError
 
 if TYPE_CHECKING:
@@ -46,8 +50,6 @@ if TYPE_CHECKING:
     from optgraph.passes.base import Pass
     from optgraph.report import Report
 
-DEVICES = ("cpu", "cuda")
-
 
 def _console(stderr: bool = False) -> Console:
     from rich.console import Console
@@ -56,21 +58,6 @@ def _console(stderr: bool = False) -> Console:
     # A pipe or file gets a wide, colourless table rather than one wrapped at 80 columns.
     width = None if stream.isatty() else 120
     return Console(file=stream, width=width, highlight=False)
-
-
-class VersionAction(argparse.Action):
-    """`--version`: print `optgraph X.Y.Z` and exit 0, like argparse's own version action, but
-    reading the version only when asked (importlib.metadata is not free at start-up)."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
-        kwargs.setdefault("help", "print the version of optgraph and exit")
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
-        from optgraph.cli_info import version
-
-        sys.stdout.write(f"optgraph {version()}\n")
-        parser.exit()
 
 
 def _progress(quiet: bool, total: int) -> PhaseProgress:
@@ -92,11 +79,6 @@ def _read_model(progress: PhaseProgress, path: str) -> Graph:
 
 
 # -- compile ------------------------------------------------------------------------------------
-
-
-NO_MERGE_HELP = "cuda: one launch per kernel (do not merge independent kernels of a stream)"
-VRAM_HELP = "e.g. 2GiB: stream the weights that do not fit (appends plan-prefetch{budget=SIZE})"
-QUIET_HELP = "no progress on stderr (by default: a live line on a terminal, else a line per phase)"
 
 
 def _pipeline(args: argparse.Namespace) -> str:
@@ -145,13 +127,6 @@ def _compile_outputs(
             if path is not None:
                 lines.append(f"wrote {path}")
     return lines
-
-
-def _seed(text: str) -> int:
-    """`--seed`'s type: `cli_run.seed_value`, imported only when a seed is given."""
-    from optgraph.cli_run import seed_value
-
-    return seed_value(text)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -246,17 +221,6 @@ def cmd_opt(args: argparse.Namespace) -> int:
 # -- run ----------------------------------------------------------------------------------------
 
 
-def _device_count(text: str) -> int:
-    """`--devices`' type: an integer from 1 to 1024."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a device count, got '{text}'") from None
-    if not 1 <= value <= 1024:
-        raise argparse.ArgumentTypeError(f"expected 1 to 1024 devices, got {value}")
-    return value
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from optgraph.cli_run import (
         RUNNERS,
@@ -336,95 +300,6 @@ def cmd_import(args: argparse.Namespace) -> int:
 # -- entry point --------------------------------------------------------------------------------
 
 
-def _add_compile(sub: Any) -> None:
-    p = sub.add_parser("compile", help="run a pipeline and report what it decided")
-    p.add_argument("model", metavar="MODEL.ir")
-    p.add_argument("-p", "--pipeline", default="default", help="pass pipeline (default: default)")
-    p.add_argument("-o", "--output", metavar="DIR", help="write model.opt.ir, report.json, ...")
-    p.add_argument("--report-json", metavar="FILE", help="write the report figures as JSON")
-    p.add_argument("--vram-budget", metavar="SIZE", help=VRAM_HELP)
-    p.add_argument(
-        "--timeline", metavar="FILE.json", help="write the estimated schedule as a Chrome trace"
-    )
-    p.add_argument(
-        "--no-merge-launches",
-        action="store_true",
-        help="-o: the CUDA plan with one launch per kernel (kernels.cu, cuda_plan.json)",
-    )
-    p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
-    p.set_defaults(handler=cmd_compile)
-
-
-def _add_run(sub: Any) -> None:
-    p = sub.add_parser("run", help="run on seeded random or given inputs and weights")
-    p.add_argument("model", metavar="MODEL.ir")
-    p.add_argument("--device", choices=DEVICES, help="default: cuda when usable, else cpu")
-    p.add_argument("--check", action="store_true", help="compare with the reference interpreter")
-    p.add_argument(
-        "--devices",
-        type=_device_count,
-        default=1,
-        metavar="N",
-        help="N devices: cuda, N GPUs (a process each, NCCL); cpu, N emulated devices (a graph "
-        "without device annotations is split first)",
-    )
-    p.add_argument("--inputs", metavar="FILE.npz", help="input arrays by name")
-    p.add_argument("--weights", metavar="FILE", help="weights (.npz or .safetensors)")
-    p.add_argument("--seed", type=_seed, default=0, help="seed for random inputs and weights")
-    p.add_argument("-p", "--pipeline", default="default", help="pipeline for --device cuda")
-    p.add_argument(
-        "--save-outputs", metavar="FILE.npz", help="write the outputs by name (as --inputs reads)"
-    )
-    p.add_argument(
-        "--no-graph", action="store_true", help="cuda: launch eagerly, no CUDA graph (debugging)"
-    )
-    p.add_argument(
-        "--no-pdl",
-        action="store_true",
-        help="cuda: plain kernel launches, no Programmatic Dependent Launch (sm_90+)",
-    )
-    p.add_argument("--no-merge-launches", action="store_true", help=NO_MERGE_HELP)
-    p.add_argument("--vram-budget", metavar="SIZE", help=VRAM_HELP + " (cpu: planned executor)")
-    p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
-    p.set_defaults(handler=cmd_run)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="optgraph", description="Graph-optimization compiler for GPU inference graphs."
-    )
-    parser.add_argument("--version", action=VersionAction)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _add_compile(sub)
-
-    p = sub.add_parser("dot", help="draw the stream assignment (DOT text, .svg or .png)")
-    p.add_argument("model", metavar="MODEL.ir")
-    p.add_argument("-p", "--pipeline", default="default", help="pass pipeline (default: default)")
-    p.add_argument(
-        "-o", "--output", metavar="FILE", help=".dot, .svg or .png (default: DOT on stdout)"
-    )
-    p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
-    p.set_defaults(handler=cmd_dot)
-
-    p = sub.add_parser("opt", help="print the IR after the given passes")
-    p.add_argument("model", metavar="MODEL.ir")
-    p.add_argument("-p", "--pipeline", required=True, help="e.g. dce,cse")
-    p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after each pass")
-    p.set_defaults(handler=cmd_opt)
-
-    _add_run(sub)
-
-    p = sub.add_parser("import", help="a model in: MODEL.onnx or MODEL.pt2 to MODEL.ir")
-    p.add_argument("model", metavar="MODEL.onnx|MODEL.pt2")
-    p.add_argument("-o", "--output", metavar="MODEL.ir", required=True, help="the IR to write")
-    p.add_argument("--weights-out", metavar="W.safetensors", help="write the weights (or .npz)")
-    p.set_defaults(handler=cmd_import)
-
-    p = sub.add_parser("passes", help="list every pass with its options")
-    p.set_defaults(handler=cmd_passes)
-    return parser
-
-
 MAX_SHOWN_DIAGNOSTICS = 50
 
 
@@ -438,11 +313,21 @@ def render_error(err: OptGraphError) -> str:
     return text
 
 
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "compile": cmd_compile,
+    "dot": cmd_dot,
+    "import": cmd_import,
+    "opt": cmd_opt,
+    "passes": cmd_passes,
+    "run": cmd_run,
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (0 ok, 1 user error, 2 usage error)."""
     args = build_parser().parse_args(argv)
     try:
-        return int(args.handler(args))
+        return int(COMMANDS[args.command](args))
     except OptGraphError as err:
         sys.stdout.flush()
         print(render_error(err), file=sys.stderr)

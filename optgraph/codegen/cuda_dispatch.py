@@ -19,14 +19,12 @@ Families (`cuda_elementwise`, `cuda_data_movement`, `cuda_indexing`, `cuda_reduc
 region is one `cuda_elementwise` kernel, a reduction region one `cuda_reduction` row kernel, a
 siblings region one `cuda_fused_siblings` kernel, a product region the one-row kernel of
 `cuda_fused` where it qualifies, else its matmul (cuBLAS) or conv2d into the result buffer and
-one epilogue kernel that reads the product back in place (a residual add alone: a copy of the
-residual into the result and the product with beta = 1, `cuda_matmul.residual_operand`).
+one epilogue kernel that reads the product back in place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
 from optgraph.analysis.fusion_rules import ELEMENTWISE, PRODUCT, REDUCTION, SIBLINGS, plan_body
 from optgraph.codegen import (
@@ -128,13 +126,6 @@ def fused_code(
         return list(one_kernel)
     work = _product_anchor(node, anchor, types, roles)
     epilogue = [by_name[n] for n in plan.epilogue]
-    residual = cuda_matmul.residual_operand(
-        anchor, epilogue, body.result, body.params, dict(zip(body.params, types))
-    )
-    folds = residual is not None and residual not in anchor.operands  # never C = A in place
-    if folds and residual is not None and all(isinstance(w, Gemm) and not w.c_dtype for w in work):
-        copy = DeviceCopy("out", roles[residual], node.type.nbytes)  # none where in place
-        return [copy, *(replace(w, beta=1.0) for w in work if isinstance(w, Gemm))]
     if epilogue:
         work.append(
             cuda_elementwise.region_launch(

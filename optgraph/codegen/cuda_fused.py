@@ -53,12 +53,6 @@ from optgraph.codegen.cuda_gemv_layout import (
     layout,
     product_loop,
 )
-from optgraph.codegen.cuda_gemv_norm import (
-    TAIL_PER_THREAD,
-    RowNorm,
-    norm_tail,
-    stored_square,
-)
 from optgraph.codegen.cuda_gemv_reduce import reduce_lanes, store_sums
 from optgraph.codegen.cuda_row_prologue import row_prologue, stage_row
 from optgraph.codegen.cuda_scalars import emit_scalars, load_params, used_values
@@ -113,16 +107,12 @@ def gemv_kernel(
     prologue: Sequence[Node] = (),
     resident: frozenset[str] = frozenset(),
     fold: GemvFold | None = None,
-    norm: RowNorm | None = None,
 ) -> tuple[Kernel, tuple[int, int, int]] | None:
     """(kernel, grid) of the fused product, or None when the shape does not qualify.
 
     `fold`: the store rotates the value and/or writes it to cache rows (`cuda_gemv_epilogues`;
     the region must have no epilogue); extra params follow the region's. None where the layout
     cannot hold rope's column pairs in one tile.
-
-    `norm`: the kernel also stores the rms_norm of the row it produced (`cuda_gemv_norm`; one
-    row, no fold); its params follow the region's. None where that does not hold.
 
     `resident`: params bound to weights no kernel writes; when the product's weight is one (and
     `EARLY_WEIGHTS`), each thread loads its first batch of weight rows into registers before
@@ -151,8 +141,6 @@ def gemv_kernel(
     vec = VECTOR[a_type.dtype]
     even = fold is not None and fold.rope is not None  # rope pairs the halves of a tile
     g = Geometry(m, k, n, a_type.dtype, vec, *layout(k, n, vec, even))
-    if norm is not None and (m != 1 or fold is not None or n > TAIL_PER_THREAD * THREADS):
-        return None
     if fold is not None:
         mode = pairing(fold, g.tile_cols, g.ct, n)
         if mode is None or epilogue or result != anchor.name:
@@ -163,19 +151,15 @@ def gemv_kernel(
     body = _product(g, params, types, prologue, anchor.operands[0], a_type, b_role, preload)
     body += reduce_lanes(g)
     if fold is None:
-        epi = _epilogue(params, types, epilogue, anchor, result, out_type, n, norm is not None)
+        epi = _epilogue(params, types, epilogue, anchor, result, out_type, n)
     else:
         epi = fold_store(fold, anchor.type.dtype, out_type.dtype, n, len(types))
-    tail = None
-    if norm is not None:
-        tail = norm_tail(norm, salt, g.tiles, n, out_type.dtype, len(types))
-    stores, decl = store_sums(g, salt, epi, tail)
+    stores, decl = store_sums(g, salt, epi)
     body += stores
     decls = [out_param(out_type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
     decls += fold.params(len(types)) if fold is not None else []
-    decls += norm.params(len(types)) if norm is not None else []
     text = "\n".join("  " + line for line in "\n".join(body).split("\n"))
-    family = f"gemv|{salt}" if g.splits > 1 or norm is not None else "gemv"
+    family = f"gemv|{salt}" if g.splits > 1 else "gemv"
     early = _prefetch_weights(b_role, g) if PREFETCH and not preload else ""
     template = kernel_template(decls, text, BOUNDS, early, preload)
     name = "og_gemv_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
@@ -273,10 +257,8 @@ def _epilogue(
     result: str,
     out_type: TensorType,
     n: int,
-    squares: bool = False,
 ) -> list[str]:
-    """Statements storing out[i * n + col] = epilogue(val) (val: the product, float);
-    `squares`: also add the stored value's square to `og_sq` (a folded norm's partial)."""
+    """Statements storing out[i * n + col] = epilogue(val) (val: the product, float)."""
     assert anchor.type is not None
     dtype = anchor.type.dtype
     lines = [f"const unsigned int oi = i * {n}u + col;"]
@@ -287,8 +269,6 @@ def _epilogue(
     used = used_values(epilogue, (result,))
     lines += load_params(params, types, roles, used, "oi", out_type.shape, env, "q")
     lines += emit_scalars(epilogue, env, "v")
-    if squares:
-        return lines + stored_square(out_type.dtype, env[result][0])
     lines.append(f"out[oi] = {store(out_type.dtype, env[result][0])};")
     return lines
 
@@ -302,12 +282,10 @@ def gemv_region(
     types: Sequence[TensorType],
     resident: frozenset[int] = frozenset(),
     fold: GemvFold | None = None,
-    norm: RowNorm | None = None,
 ) -> list[Launch] | None:
     """The one launch of a fused product region with few rows, or None (use cuBLAS).
-    `resident`: the operands (by index) that are weights no kernel writes; `fold`, `norm`: see
-    `gemv_kernel` (their extra params are the launch's last roles: in{arity}, ..., and for a
-    norm `in{arity}` its weight, `nout` its result)."""
+    `resident`: the operands (by index) that are weights no kernel writes; `fold`: see
+    `gemv_kernel` (its extra params are the launch's last roles: in{arity}, ...)."""
     if node.body is None or node.type is None:
         return None  # GEMV_MAX_M is applied by gemv_shape: a prologue needs this kernel anyway
     try:
@@ -328,14 +306,10 @@ def gemv_region(
         [by_name[p] for p in plan.prologue],
         frozenset(node.body.params[k] for k in resident if k < len(node.body.params)),
         fold,
-        norm,
     )
     if made is None:
         return None
     kernel, grid = made
-    if norm is not None:
-        launch = _launch(kernel, grid, len(types) + 1)
-        return [replace(launch, args=(*launch.args, "nout"))]
     extra = len(fold.params(0)) if fold is not None else 0
     return [_launch(kernel, grid, len(types) + extra)]
 

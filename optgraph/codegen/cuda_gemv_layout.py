@@ -88,12 +88,6 @@ class Geometry:
         return THREADS // self.ct
 
 
-# Small single-pass products: the most tiles (fewest column threads) that still fit one a
-# multiprocessor, so more multiprocessors stream the weights (one-thread tiles read 16 bytes of a
-# 32-byte sector a row). False: the widest tile that keeps the rows a thread takes (measured).
-SPREAD_SMALL = False
-
-
 def layout(k: int, n: int, vec: int, even: bool = False) -> tuple[int, int, int, int]:
     """(column threads, tiles, splits, rows per split) of a [K, N] matrix (see the docstring).
     `even`: an even number of column threads (a rope fold pairs the halves of a tile)."""
@@ -101,8 +95,7 @@ def layout(k: int, n: int, vec: int, even: bool = False) -> tuple[int, int, int,
         fits = [ct for ct in (8, 4, 2, 1) if limit and k <= limit * (THREADS // ct)]
         fits = [ct for ct in fits if not (even and ct % 2)]
         if fits:
-            spread = [ct for ct in fits if -(-n // (ct * vec)) <= SMS]
-            ct = min(spread) if SPREAD_SMALL and spread else fits[0]
+            ct = fits[0]
             return ct, -(-n // (ct * vec)), 1, k
     for ct in (32, 16, 8):
         tiles = -(-n // (ct * vec))
@@ -113,17 +106,9 @@ def layout(k: int, n: int, vec: int, even: bool = False) -> tuple[int, int, int,
     return (ct, tiles, *splits(k, tiles))
 
 
-# Split-K products of fewer than NARROW_TILES tiles aim at this many blocks instead of SMS (0:
-# SMS). A decode layer's k and v products (4 tiles each at hidden 4096) run merged with q's
-# 160 blocks: at 52 each the merged launch is 264 blocks, two a multiprocessor, one wave.
-NARROW_SPLIT_BLOCKS = 0
-NARROW_TILES = 8
-
-
 def splits(k: int, tiles: int) -> tuple[int, int]:
     """(S, rows per split): about a block per multiprocessor, ≥ MIN_ROWS_PER_SPLIT rows each."""
-    target = NARROW_SPLIT_BLOCKS if NARROW_SPLIT_BLOCKS and tiles < NARROW_TILES else SMS
-    s = max(1, min(-(-target // tiles), k // MIN_ROWS_PER_SPLIT))
+    s = max(1, min(-(-SMS // tiles), k // MIN_ROWS_PER_SPLIT))
     rows = -(-k // s)
     return -(-k // rows), rows
 

@@ -45,17 +45,11 @@ def reduce_lanes(g: Geometry) -> list[str]:
     ]
 
 
-def store_sums(
-    g: Geometry, salt: str, epi: Sequence[str], tail: tuple[Sequence[str], str] | None = None
-) -> tuple[list[str], str]:
+def store_sums(g: Geometry, salt: str, epi: Sequence[str]) -> tuple[list[str], str]:
     """(statements, file-scope declarations): the block sums of each (row, column) of the tile,
     then `epi` (the epilogue and store). With S splits of K, each block first writes its sums to
     the kernel's workspace; the block that arrives last at the tile adds the S partials in split
-    order, runs `epi` and resets the tile's counter for the next launch. `tail`: (statements
-    run by the storing block after its store loop, their declarations), e.g. a folded norm's
-    (`cuda_gemv_norm`: `epi` adds to `og_sq`, declared here)."""
-    after, tail_decl = ([*tail[0]], tail[1]) if tail is not None else ([], "")
-    before = ["float og_sq = 0.0f;"] if tail is not None else []
+    order, runs `epi` and resets the tile's counter for the next launch."""
     m, n, tile_cols = g.m, g.n, g.tile_cols
     reduce_block = [
         "float val = 0.0f;",
@@ -76,8 +70,7 @@ def store_sums(
                 "float pval = 0.0f;",
                 f"#pragma unroll\nfor (int w = 0; w < {g.warps}; ++w) pval += og_red[w][i][{pc}];",
             ]
-        stores = [loop, *("  " + s for s in reduce_block), *("  " + s for s in epi), "}"]
-        return [*before, *stores, *after], tail_decl
+        return [loop, *("  " + s for s in reduce_block), *("  " + s for s in epi), "}"], ""
     digest = hashlib.sha1(f"{salt}|{m},{g.k},{n},{g.dtype}".encode()).hexdigest()[:12]
     ws, cnt = f"og_ws_{digest}", f"og_cnt_{digest}"
     decl = (
@@ -93,7 +86,6 @@ def store_sums(
         f"if (threadIdx.x == 0) og_last = og_arrive(&{cnt}[tile]) == {g.splits - 1}u;",
         "__syncthreads();",
         "if (!og_last) return;",
-        *before,
         loop,
         "  float val = 0.0f;",
         (
@@ -104,9 +96,8 @@ def store_sums(
         *("  " + s for s in epi),
         "}",
         f"if (threadIdx.x == 0) {cnt}[tile] = 0u;",
-        *after,
     ]
-    return lines, decl + tail_decl
+    return lines, decl
 
 
 def _partner_sum(g: Geometry, ws: str) -> list[str]:

@@ -14,31 +14,22 @@ batch folds into M (one plain GEMM). Otherwise each operand's batch stride is it
 one strided-batched call each.
 
 Integer products (i32, i64) do not go to cuBLAS: `cuda_int_matmul` emits one exact kernel.
-
-A product region whose epilogue is only a residual add (`residual_in_gemm`, setting
-`RESIDUAL_IN_GEMM`) becomes a copy of the residual into the result (none where the planner gave
-the result the residual's bytes) and the product with beta = 1, no epilogue kernel:
-
-    %h = fused(%x, %w, %r) { %p = matmul(%p0, %p1); %h = add(%p2, %p) }
-    ->  copy out <- in2;  Gemm(..., c=out, beta=1)
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from optgraph.codegen.cuda_int_matmul import int_matmul_launch
 from optgraph.codegen.cuda_source import Launch
-from optgraph.ir.graph import DTYPE_BYTES, FLOAT_DTYPES, INT_DTYPES, Node, TensorType
+from optgraph.ir.graph import DTYPE_BYTES, INT_DTYPES, Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
 
 OPS = frozenset({"matmul"})
 OP_N, OP_T = 0, 1
-# A product region `add(residual, matmul(...))` as a copy and a beta = 1 product (no epilogue).
-RESIDUAL_IN_GEMM = False  # off by default until measured (a copy of the residual, unless in place)
 
 
 @dataclass(frozen=True)
@@ -66,7 +57,6 @@ class Gemm:
     b_offset: int = 0
     c_offset: int = 0
     c_dtype: str = ""  # C's dtype where it differs from A's and B's ("": the same)
-    beta: float = 0.0  # 1.0: C = A·B + C (a residual already in C), accumulated in float32
 
     @property
     def out_dtype(self) -> str:
@@ -196,25 +186,3 @@ def emit_roles(
             )
         )
     return calls
-
-
-def residual_operand(
-    anchor: Node,
-    epilogue: Sequence[Node],
-    result: str,
-    params: Sequence[str],
-    types: Mapping[str, TensorType],
-) -> str | None:
-    """The region parameter a product region only adds to its product (`add(p, product)` or
-    `add(product, p)` as the whole epilogue, p of the result's type), or None."""
-    if not RESIDUAL_IN_GEMM or len(epilogue) != 1 or anchor.type is None:
-        return None
-    add = epilogue[0]
-    if add.op != "add" or add.name != result or add.type != anchor.type:
-        return None
-    if anchor.type.dtype not in FLOAT_DTYPES or len(add.operands) != 2:
-        return None
-    others = [o for o in add.operands if o != anchor.name]
-    if len(others) != 1 or others[0] not in params or types[others[0]] != add.type:
-        return None
-    return others[0]

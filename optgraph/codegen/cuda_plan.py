@@ -23,15 +23,14 @@ runtime runs (`codegen/lowered.py`), made of `lower_cuda` plans. `lower_cuda(gra
     %h = matmul(%x, %w) !{stream = 0, offset = 0}     -> GemmStep(stream 0, a=weights+0, b=input x, c=arena+0)
     record ^e0 !{stream = 0}                           -> EventStep("record", "e0", 0)
 
-`describe_plan(plan)` is the launch list as text; `plan_json(plan)` the plan as JSON-ready data (kernels by name, every step with its pointers
-spelled as space/key/offset); `plan.source()` the CUDA source (the `kernels.cu` of `optgraph compile -o`).
+`cuda_plan_text` spells a plan as text and as JSON; `plan.source()` is its CUDA source (the
+`kernels.cu` of `optgraph compile -o`).
 Complexity: O(V) plus the kernel text.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict
 
 from optgraph.analysis.prefetch_copies import synchronous_prefetch
 from optgraph.analysis.segments import (
@@ -62,7 +61,6 @@ from optgraph.codegen.in_place_outputs import check_in_place, in_place_candidate
 from optgraph.codegen.lowered import LoweredProgram, LoweredVariant
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.codegen.merge_launches import merge_kernel_steps
-from optgraph.codegen.norm_folds import norm_fold_step, norm_folds
 from optgraph.codegen.qkv_folds import fold_step, place_folds
 from optgraph.codegen.rope_cache_writes import rope_cache_step, rope_cache_writes
 from optgraph.codegen.scratch_space import place_scratch
@@ -83,11 +81,9 @@ __all__ = [
     "KernelStep",
     "Location",
     "Step",
-    "describe_plan",
     "lower_cuda",
     "lower_for_cuda",
     "lower_variant",
-    "plan_json",
     "storage",
 ]
 
@@ -196,28 +192,6 @@ def _step_for(
     )
 
 
-def _check_accumulation(
-    node: Node,
-    work_list: tuple[object, ...],
-    roles: Mapping[str, Location],
-    types: Mapping[str, TensorType],
-) -> None:
-    """A beta = 1 product (a residual accumulated into the result, `cuda_matmul`) must not read
-    its A or B from the result's bytes: C = A·B + C in place over A would race."""
-    if not any(isinstance(w, Gemm) and w.beta for w in work_list):
-        return
-    assert node.type is not None
-    out = _extent(roles["out"], node.type)
-    read = {r for w in work_list if isinstance(w, Gemm) and w.beta for r in (w.a, w.b)}
-    for k, operand in enumerate(node.operands):
-        if f"in{k}" in read and _extent(roles[f"in{k}"], types[operand]).overlaps(out):
-            raise CodegenError(
-                f"{node.op}: '%{node.name}' accumulates into bytes its product reads"
-                f" ('%{operand}'); plan it out of place",
-                node.span,
-            )
-
-
 def lower_cuda(
     graph: Graph, merge_launches: bool = True, in_place: Mapping[str, str] | None = None
 ) -> CudaPlan:
@@ -245,9 +219,6 @@ def lower_cuda(
     folded = rope_cache_writes(graph, in_place or {})  # a key's rope and its cache write
     folded = {r: w for r, w in folded.items() if r not in absorbed}
     folded_writes = {w.name for w in folded.values()} | absorbed
-    taken = {*folds, *folded, *folded_writes}
-    norms = norm_folds(graph, locations, taken)  # a row's producer stores its rms_norm too
-    folded_writes |= {fold.norm.name for fold in norms.values()}
     steps: list[Step] = []
     origins: list[int] = []  # the index in graph.nodes of each step's node
     kernels: dict[str, Kernel] = {}
@@ -273,11 +244,6 @@ def lower_cuda(
             continue
         if node.name in folded_writes:
             continue  # done by another node's kernel (rope_cache_writes.py, qkv_folds.py)
-        if node.name in norms:
-            step, kernel = norm_fold_step(norms[node.name], locations, types)
-            kernels[kernel.name] = kernel
-            steps.append(step)
-            continue
         if node.name in folded or node.name in folds:
             if node.name in folds:
                 step, kernel = fold_step(folds[node.name], locations, types)
@@ -294,7 +260,6 @@ def lower_cuda(
         overwrites = bool(node.operands) and roles["out"] == roles["in0"]
         resident = frozenset(k for k, o in enumerate(node.operands) if o in weight_offsets)
         work_list = node_code(node, operand_types, in_place=overwrites, resident=resident)
-        _check_accumulation(node, work_list, roles, types)
         for work in work_list:
             if isinstance(work, Launch):
                 kernels[work.kernel.name] = work.kernel
@@ -345,83 +310,3 @@ def lower_for_cuda(graph: Graph, options: LoweringOptions | None = None) -> Lowe
     """The lowered program of `graph` (any graph: streams, events and offsets optional)."""
     options = options or LoweringOptions()
     return LoweredProgram(graph, options, lower_variant(graph, options), in_place_candidates(graph))
-
-
-def plan_json(plan: CudaPlan) -> dict[str, object]:
-    """The plan as JSON-ready data (what `optgraph compile -o` writes as cuda_plan.json)."""
-
-    def step_json(step: Step) -> dict[str, object]:
-        data = asdict(step)
-        data["kind"] = type(step).__name__.removesuffix("Step").lower()
-        if isinstance(step, GemmStep) and not step.gemm.c_dtype:
-            del data["gemm"]["c_dtype"]  # C in A's dtype: the plan as it was written before
-        if isinstance(step, GemmStep) and not step.gemm.beta:
-            del data["gemm"]["beta"]  # C overwritten: likewise
-        return data
-
-    return {
-        "graph": plan.graph_name,
-        "streams": list(plan.streams),
-        "arena_bytes": plan.arena_bytes,
-        "weights_bytes": plan.weights_bytes,
-        "planned": plan.is_planned,
-        "inputs": list(plan.inputs),
-        "outputs": list(plan.outputs),
-        "locations": {name: asdict(loc) for name, loc in plan.locations.items()},
-        "kernels": sorted(plan.kernels),
-        "steps": [step_json(s) for s in plan.steps],
-    }
-
-
-def _where(loc: Location) -> str:
-    space = f"{loc.space}:{loc.key}" if loc.key else loc.space
-    return f"{space}+{loc.offset}"
-
-
-def describe_plan(plan: CudaPlan) -> str:
-    """The launch list as text, each kernel's source after its first launch (what the CHECK
-    fixtures of tests/codegen_checks match against)."""
-    lines: list[str] = []
-    shown: set[str] = set()
-    for step in plan.steps:
-        if isinstance(step, EventStep):
-            lines.append(f"{step.kind} ^{step.event} stream {step.stream}")
-        elif isinstance(step, CopyStep):
-            lines.append(
-                f"copy %{step.node} {step.nbytes} bytes {_where(step.dst)} <- {_where(step.src)}"
-                f" stream {step.stream}"
-            )
-        elif isinstance(step, GemmStep):
-            g = step.gemm
-            ops = "NT"[g.transa] + "NT"[g.transb]
-            lines.append(
-                f"gemm %{step.node} {g.dtype}{'->' + g.c_dtype if g.c_dtype else ''} {ops} m={g.m} n={g.n} k={g.k} lda={g.lda}"
-                f" ldb={g.ldb} ldc={g.ldc} batch={g.batch} strides={g.stride_a},{g.stride_b},"
-                f"{g.stride_c} a={_where(step.a)} b={_where(step.b)} c={_where(step.c)}"
-                f"{f' beta={g.beta:g}' if g.beta else ''}"
-                f" stream {step.stream}"
-            )
-        elif isinstance(step, HostStep):
-            lines.append(f"host %{step.node} stream {step.stream}")
-        elif isinstance(step, CollectiveStep):
-            ends = " ".join(
-                f"{side}={_where(loc)}"
-                for side, loc in (("src", step.src), ("dst", step.dst))
-                if loc
-            )
-            group = ",".join(str(d) for d in step.group)
-            lines.append(
-                f"{step.kind} %{step.node} {step.dtype} count={step.count} group=[{group}]"
-                f" rank={step.rank} rows={step.rows} {ends} stream {step.stream}"
-            )
-        else:
-            args = ",".join(_where(a) for a in step.args)
-            nodes = "+".join(f"%{n}" for n in step.members)
-            lines.append(
-                f"kernel {nodes} {step.kernel} grid={step.grid} block={step.block}"
-                f" args={args} stream {step.stream}"
-            )
-            if step.kernel not in shown:
-                shown.add(step.kernel)
-                lines.append(plan.kernels[step.kernel].source.rstrip())
-    return "\n".join(lines) + "\n"

@@ -171,12 +171,6 @@ def _normalized_element(
 
 STAGED_ROW_BYTES = 16384  # a computed row slice up to this size is staged in shared memory
 
-# Stage the row slice with every load in flight: each thread computes its elements into
-# registers (a constant, unrolled trip count) before storing any to shared memory. False: one
-# element after another, where a store to shared memory may keep the next element's loads
-# waiting (the row's parameters are generic pointers the compiler cannot tell from it).
-STAGE_IN_FLIGHT = False
-
 
 def stage_row(is_param: bool, dtype: str, m: int, rows: int) -> list[str]:
     """Statements computing the block's slice of a prologue row once, into shared memory in the
@@ -185,33 +179,8 @@ def stage_row(is_param: bool, dtype: str, m: int, rows: int) -> list[str]:
     over `STAGED_ROW_BYTES`."""
     if is_param or m * rows * DTYPE_BYTES[dtype] > STAGED_ROW_BYTES:
         return []
-    head = [f"__shared__ {STORAGE[dtype]} og_xs[{m * rows}];"]
-    if STAGE_IN_FLIGHT:
-        per = -(-m * rows // THREADS)
-        each = f"#pragma unroll\nfor (unsigned int u = 0; u < {per}u; ++u) {{"
-        at = (
-            f"  const unsigned int t = threadIdx.x + u * {THREADS}u;"
-            f" const unsigned int i = t / {rows}u, kk = k0 + t % {rows}u;"
-        )
-        inside = f"t < {m * rows}u && kk < k1"
-        lines = [
-            *head,
-            "{",
-            f"  {STORAGE[dtype]} og_sv[{per}];",
-            *("  " + part for part in each.split("\n")),
-            "  " + at,
-            f"    og_sv[u] = {inside} ? {store(dtype, 'og_row(i, kk)')} : ({STORAGE[dtype]})0;",
-            "  }",
-            *("  " + part for part in each.split("\n")),
-            "  " + at,
-            f"    if ({inside}) og_xs[t] = og_sv[u];",
-            "  }",
-            "}",
-            "__syncthreads();",
-        ]
-        return lines
     return [
-        *head,
+        f"__shared__ {STORAGE[dtype]} og_xs[{m * rows}];",
         f"for (unsigned int t = threadIdx.x; t < {m * rows}u; t += {THREADS}u) {{",
         f"  const unsigned int i = t / {rows}u, kk = k0 + t % {rows}u;",
         f"  if (kk < k1) og_xs[t] = {store(dtype, 'og_row(i, kk)')};",

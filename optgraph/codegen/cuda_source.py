@@ -261,18 +261,10 @@ def make_kernel(family: str, params: Iterable[str], body: str) -> Kernel:
 
 PDL_ENTRY = "  og_grid_dependency_wait();\n  og_grid_launch_dependents();\n"
 
-# Let the next grid launch before waiting for the preceding one (`og_grid_launch_dependents`
-# first in every kernel). Correct either way: a grid's wait is for its predecessor's completion,
-# which implies every earlier grid's; the next grid's blocks only take the slots this one's
-# running blocks leave. Off: not measured (the dependents launch once this grid's wait is over).
-TRIGGER_FIRST = False
-
 
 def body_entry() -> str:
     """The PDL statements a self-waiting body (or a merged kernel's member) runs at its wait:
-    the wait, and the trigger after it unless `TRIGGER_FIRST` put it at the kernel's top."""
-    if TRIGGER_FIRST:
-        return "og_grid_dependency_wait();"
+    the wait, then the trigger."""
     return "og_grid_dependency_wait();\nog_grid_launch_dependents();"
 
 
@@ -298,9 +290,6 @@ def kernel_template(
     head = f"__launch_bounds__({bounds[0]}, {bounds[1]}) " if bounds else ""
     lead = early.rstrip() + "\n" if early.strip() else ""
     entry = "" if self_wait else PDL_ENTRY
-    if TRIGGER_FIRST:
-        wait = "" if self_wait else "  og_grid_dependency_wait();\n"
-        entry = "  og_grid_launch_dependents();\n" + wait
     return (
         f'extern "C" __global__ void {head}KERNEL_NAME({signature}) {{\n'
         f"{lead}{entry}{body.rstrip()}\n}}\n"

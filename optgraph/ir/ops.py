@@ -14,6 +14,10 @@
   cache's buffer is its purpose;
 - `infer` and `cost`: functions from `op_rules` and `op_costs`.
 
+`OpDef`, `AttrSpec` and the checks of a node's attributes and arity against them live in
+`op_specs`; this module holds the table and what needs it (fused regions infer their body's
+nodes through it).
+
 Public entry points: `infer_type(node, operand_types)` checks arity, attributes and operands and
 returns the result type (raising `VerifyError` at the node's span); `cost(node, operand_types,
 result_type)` estimates bytes and flops; `attrs_with_defaults(node)` gives the attributes a kernel
@@ -25,8 +29,7 @@ Example: `%y = softmax(%x) {axsi = 1} : f32[2,4]` fails with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 
 from optgraph.errors import VerifyError, did_you_mean
 from optgraph.ir import op_costs as costs
@@ -45,7 +48,17 @@ from optgraph.ir.op_costs import (
     DeviceProfile,
     estimate_seconds,
 )
-from optgraph.ir.printer import format_literal
+from optgraph.ir.op_specs import (
+    AttrSpec,
+    CostFn,
+    InferFn,
+    OpDef,
+    check_arity,
+    checked_attrs,
+    fail,
+    fill_defaults,
+    normalized,
+)
 
 __all__ = [
     "DEVICE_PROFILES",
@@ -63,52 +76,6 @@ __all__ = [
     "infer_type",
     "op_names",
 ]
-
-CATEGORIES: tuple[str, ...] = (
-    "elementwise",
-    "reduction",
-    "matmul",
-    "data_movement",
-    "opaque",
-    "collective",
-)
-ATTR_KINDS: Mapping[str, str] = {
-    "bool": "a bool",
-    "int": "an int",
-    "float": "a float",
-    "str": "a string",
-    "ints": "an integer list",
-}
-
-InferFn = Callable[[Node, Sequence[TensorType], Mapping[str, AttrValue]], TensorType]
-CostFn = Callable[[Node, Sequence[TensorType], TensorType, Mapping[str, AttrValue]], Cost]
-
-
-@dataclass(frozen=True)
-class AttrSpec:
-    """One attribute: its kind, default (None: none), whether it must be given, allowed strings.
-
-    `default_from` names another attribute whose value is the default (a pool's stride = kernel).
-    """
-
-    kind: str
-    default: AttrValue | None = None
-    required: bool = False
-    choices: tuple[str, ...] = ()
-    default_from: str | None = None
-
-
-@dataclass(frozen=True)
-class OpDef:
-    name: str
-    category: str
-    min_arity: int
-    max_arity: int | None
-    infer: InferFn
-    cost: CostFn
-    attrs: Mapping[str, AttrSpec] = field(default_factory=dict)
-    is_view: bool = False
-    inplace_operand: int | None = None
 
 
 def _elementwise(name: str, arity: int, infer: InferFn, **attrs: AttrSpec) -> OpDef:
@@ -317,88 +284,6 @@ def op_names() -> tuple[str, ...]:
     return tuple(OPS)
 
 
-def _fail(node: Node, message: str) -> VerifyError:
-    return VerifyError(f"{node.op}: {message}", node.span)
-
-
-def _has_kind(value: object, kind: str) -> bool:
-    if isinstance(value, bool):
-        return kind == "bool"
-    if kind == "int":
-        return isinstance(value, int)
-    if kind == "float":
-        return isinstance(value, (int, float))
-    if kind == "str":
-        return isinstance(value, str)
-    if kind == "ints":
-        return isinstance(value, (tuple, list)) and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value
-        )
-    return False
-
-
-def _choices_text(choices: Sequence[str]) -> str:
-    quoted = [format_literal(c) for c in choices]
-    if len(quoted) == 2:
-        return f"{quoted[0]} or {quoted[1]}"
-    return "one of " + ", ".join(quoted)
-
-
-def _normalized(value: AttrValue, kind: str) -> AttrValue:
-    if kind == "float":
-        assert isinstance(value, (int, float))
-        return float(value)
-    if kind == "ints":
-        assert isinstance(value, (tuple, list))
-        return tuple(value)
-    return value
-
-
-def _checked_attrs(node: Node, opdef: OpDef) -> dict[str, AttrValue]:
-    """The node's attributes checked against the op's specs, with defaults filled in."""
-    specs = opdef.attrs
-    for key in sorted(node.attrs):
-        if key not in specs:
-            if not specs:
-                hint = f" ({node.op} takes no attributes)"
-            else:
-                hint = did_you_mean(key, list(specs)) or f" (expected one of: {', '.join(specs)})"
-            raise _fail(node, f"unknown attribute '{key}'{hint}")
-    resolved: dict[str, AttrValue] = {}
-    for key, spec in specs.items():
-        if key not in node.attrs:
-            if spec.required:
-                raise _fail(node, f"missing required attribute '{key}'")
-            continue
-        value = node.attrs[key]
-        if not _has_kind(value, spec.kind):
-            raise _fail(
-                node,
-                f"attribute '{key}' must be {ATTR_KINDS[spec.kind]}, got {format_literal(value)}",
-            )
-        if spec.choices and value not in spec.choices:
-            raise _fail(
-                node,
-                f"attribute '{key}' must be {_choices_text(spec.choices)}, "
-                f"got {format_literal(value)}",
-            )
-        resolved[key] = _normalized(value, spec.kind)
-    return _fill_defaults(resolved, specs)
-
-
-def _fill_defaults(
-    resolved: dict[str, AttrValue], specs: Mapping[str, AttrSpec]
-) -> dict[str, AttrValue]:
-    for key, spec in specs.items():
-        if key in resolved:
-            continue
-        if spec.default is not None:
-            resolved[key] = spec.default
-        elif spec.default_from is not None and spec.default_from in resolved:
-            resolved[key] = resolved[spec.default_from]
-    return resolved
-
-
 def attrs_with_defaults(node: Node) -> dict[str, AttrValue]:
     """The attributes a kernel sees: given ones (floats as float, lists as tuples) and defaults.
 
@@ -412,25 +297,11 @@ def attrs_with_defaults(node: Node) -> dict[str, AttrValue]:
     resolved: dict[str, AttrValue] | None = facts.get("attrs")
     if resolved is None:
         resolved = {
-            k: _normalized(v, opdef.attrs[k].kind) if k in opdef.attrs else v
+            k: normalized(v, opdef.attrs[k].kind) if k in opdef.attrs else v
             for k, v in node.attrs.items()
         }
-        resolved = facts["attrs"] = _fill_defaults(resolved, opdef.attrs)
+        resolved = facts["attrs"] = fill_defaults(resolved, opdef.attrs)
     return dict(resolved)  # a copy: callers may change theirs
-
-
-def _check_arity(node: Node, opdef: OpDef, count: int) -> None:
-    lo, hi = opdef.min_arity, opdef.max_arity
-    if lo <= count and (hi is None or count <= hi):
-        return
-    if hi is None:
-        expected = f"at least {lo}"
-    elif lo == hi:
-        expected = str(lo)
-    else:
-        expected = f"{lo} to {hi}"
-    plural = "" if expected in ("1", "at least 1") else "s"
-    raise _fail(node, f"expected {expected} operand{plural}, got {count}")
 
 
 def infer_type(node: Node, operand_types: Sequence[TensorType]) -> TensorType:
@@ -443,12 +314,12 @@ def infer_type(node: Node, operand_types: Sequence[TensorType]) -> TensorType:
     opdef = OPS.get(node.op)
     if opdef is None:
         if node.is_event:
-            raise _fail(node, "events have no result type")
+            raise fail(node, "events have no result type")
         raise VerifyError(f"unknown op '{node.op}'{did_you_mean(node.op, list(OPS))}", node.span)
-    _check_arity(node, opdef, len(operand_types))
+    check_arity(node, opdef, len(operand_types))
     if node.body is not None and node.op != "fused":
-        raise _fail(node, "only fused nodes have a body")
-    attrs = _checked_attrs(node, opdef)
+        raise fail(node, "only fused nodes have a body")
+    attrs = checked_attrs(node, opdef)
     return opdef.infer(node, operand_types, attrs)
 
 
@@ -488,9 +359,9 @@ def _fused_types(node: Node, types: Sequence[TensorType]) -> dict[str, TensorTyp
 def _infer_fused_types(node: Node, types: Sequence[TensorType]) -> dict[str, TensorType]:
     body = node.body
     if body is None:
-        raise _fail(node, "missing body")
+        raise fail(node, "missing body")
     if len(body.params) != len(types):
-        raise _fail(node, f"body has {len(body.params)} parameters but {len(types)} operands")
+        raise fail(node, f"body has {len(body.params)} parameters but {len(types)} operands")
     env: dict[str, TensorType] = dict(zip(body.params, types))
     for inner in body.nodes:
         if inner.is_event or inner.op == "fused":
@@ -511,7 +382,7 @@ def _infer_fused_types(node: Node, types: Sequence[TensorType]) -> dict[str, Ten
             )
         env[inner.name] = inferred
     if body.result not in env:
-        raise _fail(node, f"yield of undefined value '%{body.result}'")
+        raise fail(node, f"yield of undefined value '%{body.result}'")
     return env
 
 

@@ -37,9 +37,6 @@ recomputes the row's statistics; see docs/benchmarks.md), and SwiGLU's `mul(silu
 read only as the row of a one-row product, becomes that product's prologue instead of the gate
 product's epilogue (`_joins_row_products`), so the gate and up products stay independent (their
 launches merge into one).
-`norm-max-k` (default 0: `prologue-max-k`) bounds the rows whose norm becomes a prologue on its
-own, e.g. `fuse{prologue-max-k=16384,norm-max-k=2048}`: SwiGLU's mul in the down product, the
-norms kernels of their own (which `codegen/norm_folds.py` can then fold into the product before).
 
 The fused node takes the root's name, type, annotations and place in issue order; its parameters
 bind to the distinct outside values the body reads, in first-use order. Moving work later on its
@@ -66,7 +63,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from optgraph.analysis.fusion_rules import (
-    NORM_OPS,
     PRODUCT,
     is_anchor,
     is_elementwise,
@@ -100,7 +96,6 @@ class _State:
     max_size: int = 0
     row_prologues: bool = True
     prologue_max_k: int = 2048
-    norm_max_k: int = 2048
     overlaps: dict[str, list[int]] = field(default_factory=dict)
 
 
@@ -208,12 +203,7 @@ def _try_absorb(state: _State, root: int, producer: int, max_ops: int) -> bool:
         return False
     if plan.kind == PRODUCT and plan.prologue and plan.anchor is not None:
         anchor = nodes[next(j for j in union if nodes[j].name == plan.anchor)]
-        k = state.types[anchor.operands[0]].shape[-1]
-        if k > state.prologue_max_k:
-            return False
-        if k > state.norm_max_k and any(
-            nodes[j].op in NORM_OPS for j in union if nodes[j].name in plan.prologue
-        ):
+        if state.types[anchor.operands[0]].shape[-1] > state.prologue_max_k:
             return False
     if state.planned and not _memory_allows(state, root, union):
         return False
@@ -314,21 +304,16 @@ class FusePass(Pass):
     max_ops: int = 64
     row_prologues: bool = True
     prologue_max_k: int = 2048
-    norm_max_k: int = 0
 
     def __post_init__(self) -> None:
         if self.max_ops < 1:
             raise ValueError(f"max-ops must be at least 1, got {self.max_ops}")
 
-    @property
-    def _norm_max_k(self) -> int:
-        return self.norm_max_k or self.prologue_max_k
-
     def run(self, graph: Graph) -> Graph:
         planned = any(n.ann.offset is not None for n in graph.nodes)
         copies: dict[str, str] = {}
         if self.row_prologues and not planned:
-            graph, copies = recompute_row_norms(graph, self._norm_max_k)
+            graph, copies = recompute_row_norms(graph, self.prologue_max_k)
         types = graph.value_types()
         state = _State(
             graph=graph,
@@ -343,7 +328,6 @@ class FusePass(Pass):
             ranges=_arena_ranges(graph, types) if planned else {},
             row_prologues=self.row_prologues,
             prologue_max_k=self.prologue_max_k,
-            norm_max_k=self._norm_max_k,
         )
         if planned:
             _index_arena(state)

@@ -5,9 +5,10 @@
             %o.d0 = matmul(%a.d0, %wo.d0) : f32[1,64] !{device = 0}  (and %o.d1)
             %o = all_reduce(%o.d0, %o.d1) {group = [0, 1]} : f32[1,64] !{device = [0, 1]}
 
-Found from the graph, not from names (`analysis/tensor_shards`): a matmul with a weight is
-column-parallel when its result reaches attention, another matmul with a weight (MLP gate/up) or
-an output (logits, by vocabulary); attention runs on each device's heads, query heads
+Found from the graph, not from names (`analysis/tensor_shards`; the pieces written for each
+device: `analysis/device_pieces`): a matmul with a weight is column-parallel when its result
+reaches attention, another matmul with a weight (MLP gate/up) or an output (logits, by
+vocabulary); attention runs on each device's heads, query heads
 [i*H/N, (i+1)*H/N) with KV heads [i*KV/N, (i+1)*KV/N) (the grouped-query mapping kept; with
 N a multiple of KV, device i reads KV head i // (N/KV)); a split input times a weight cut by rows
 (o, down) is row-parallel, then `all_reduce`; the embedding is cut along hidden, then
@@ -28,10 +29,10 @@ Complexity O(V + E) plus the O(V·N) nodes it writes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
+from optgraph.analysis.device_pieces import DevicePieces
 from optgraph.analysis.tensor_shards import (
     ShardRecipe,
     Split,
@@ -41,8 +42,8 @@ from optgraph.analysis.tensor_shards import (
     split_demand,
     view_split,
 )
-from optgraph.errors import PipelineError, Span, VerifyError
-from optgraph.ir.graph import AttrValue, Graph, Node, Weight
+from optgraph.errors import PipelineError, VerifyError
+from optgraph.ir.graph import Graph, Node
 from optgraph.ir.ops import attrs_with_defaults, get_op
 from optgraph.passes.base import Pass
 
@@ -50,7 +51,6 @@ if TYPE_CHECKING:  # `optgraph passes` and the other light commands load no NumP
     import numpy as np
 
 MAX_WAYS = 1024
-Attrs = Mapping[str, AttrValue]
 
 
 @dataclass(frozen=True)
@@ -76,26 +76,15 @@ class TensorParallelPass(Pass):
         return split_graph(graph, self.ways)[0]
 
 
-class TensorSplitter:
+class TensorSplitter(DevicePieces):
     """One sweep in issue order: each node is written replicated, split (one piece per device),
     or row-parallel (partial sums and an all_reduce), by the layout of its operands."""
 
     def __init__(self, graph: Graph, ways: int) -> None:
-        self.graph, self.ways = graph, ways
-        self.everywhere = tuple(range(ways))
-        self.types = graph.value_types()
-        self.weights = {w.name: w for w in graph.weights}
+        super().__init__(graph, ways)
         self.demand = split_demand(graph, ways)
         self.required = split_demand(graph, ways, outputs=False)  # else only an output wants it
         self.cuts = slice_bounds(graph)
-        self.taken = set(self.types)
-        self.has_replica = set(graph.input_names())  # values whose own name exists on every device
-        self.pieces: dict[str, tuple[Split, tuple[str, ...]]] = {}
-        self.nodes: list[Node] = []
-        self.weight_pieces: dict[tuple[str, int, tuple[int, ...]], tuple[str, ...]] = {}
-        self.recipes: dict[str, ShardRecipe] = {}
-        self.replicated_weights: set[str] = set()
-        self.cut_weights: dict[str, list[Weight]] = {}
 
     def run(self) -> Graph:
         for node in self.graph.nodes:
@@ -111,109 +100,8 @@ class TensorSplitter:
                 None if first is None else first.span,
             )
         for output in self.graph.outputs:
-            self._replicated(output.name, output.span)
-        return self._assembled()
-
-    # -- names and placement --
-
-    def _fresh(self, name: str) -> str:
-        candidate, k = name, 1
-        while candidate in self.taken:
-            candidate, k = f"{name}_{k}", k + 1
-        self.taken.add(candidate)
-        return candidate
-
-    def _emit(self, node: Node, devices: tuple[int, ...]) -> None:
-        self.nodes.append(replace(node, ann=replace(node.ann, device=devices)))
-
-    def _replicated(self, value: str, span: Span | None) -> str:
-        """`value` readable on every device: a weight or input as is, a split value gathered."""
-        if value in self.weights:
-            self.replicated_weights.add(value)
-            return value
-        if value in self.has_replica:
-            return value
-        split, names = self.pieces[value]
-        if len(split.segments) > 1:
-            raise VerifyError(
-                f"tensor-parallel: %{value} is split in {len(split.segments)} segments along axis "
-                f"{split.axis} and is read whole: read it through slices of one segment each",
-                span,
-            )
-        gather = Node(value, "all_gather", names, {"axis": split.axis, "group": self.everywhere},
-                      self.types[value], span=span)  # fmt: skip
-        self._emit(gather, self.everywhere)
-        self.has_replica.add(value)
-        return value
-
-    def _can_piece(self, value: str, split: Split) -> bool:
-        have = self.pieces.get(value)
-        if (have is not None and have[0] == split) or value in self.weights:
-            return True
-        return value in self.has_replica and len(split.segments) == 1
-
-    def _pieces_of(self, value: str, split: Split) -> tuple[str, ...]:
-        """Per-device names of `value` under `split` (`_can_piece` holds): its own pieces, a
-        weight cut at compile time, or a replicated value sliced on each device."""
-        have = self.pieces.get(value)
-        if have is not None and have[0] == split:
-            return have[1]
-        if value in self.weights:
-            return self._weight_pieces(value, split)
-        chunk = split.segments[0] // self.ways
-        bounds = [(i * chunk, (i + 1) * chunk) for i in range(self.ways)]
-        names = self._slices(value, split.axis, bounds)
-        self.pieces[value] = (split, names)
-        return names
-
-    def _slices(self, value: str, axis: int, bounds: list[tuple[int, int]]) -> tuple[str, ...]:
-        """`slice(value)` on each device i, [start, end) = bounds[i] along `axis`."""
-        names = []
-        for i, (start, end) in enumerate(bounds):
-            t = self.types[value]
-            local = t.with_shape(end - start if k == axis else d for k, d in enumerate(t.shape))
-            name = self._fresh(f"{value}.d{i}")
-            attrs = {"axis": axis, "end": end, "start": start}
-            self._emit(Node(name, "slice", (value,), attrs, local), (i,))
-            names.append(name)
-        return tuple(names)
-
-    def _weight_pieces(self, weight: str, split: Split) -> tuple[str, ...]:
-        key = (weight, split.axis, split.segments)
-        if key not in self.weight_pieces:
-            family = sum(1 for k in self.weight_pieces if k[0] == weight)
-            stem = weight if family == 0 else f"{weight}.s{family}"
-            names = tuple(self._fresh(f"{stem}.d{i}") for i in range(self.ways))
-            source = self.weights[weight]
-            local = split.local_type(source.type, self.ways)
-            for i, name in enumerate(names):
-                self.recipes[name] = ShardRecipe(weight, split.axis, split.segments, i, self.ways)
-                piece = replace(source, name=name, type=local, ann=replace(source.ann, device=(i,)))
-                self.cut_weights.setdefault(weight, []).append(piece)
-            self.weight_pieces[key] = names
-        return self.weight_pieces[key]
-
-    def _emit_split(
-        self, node: Node, split: Split, operands: list[tuple[str, ...]], attrs: list[Attrs] | None
-    ) -> None:
-        """One piece of `node` per device: operand lists per device, attributes per device."""
-        assert node.type is not None
-        local = split.local_type(node.type, self.ways)
-        names = []
-        for i in range(self.ways):
-            name = self._fresh(f"{node.name}.d{i}")
-            mine = node.attrs if attrs is None else attrs[i]
-            piece = Node(name, node.op, operands[i], mine, local, span=node.span,
-                         operand_spans=node.operand_spans)  # fmt: skip
-            self._emit(piece, (i,))
-            names.append(name)
-        self.pieces[node.name] = (split, tuple(names))
-
-    def _per_device(self, names: list[str | tuple[str, ...]]) -> list[tuple[str, ...]]:
-        """Operand lists per device from, per operand, one replicated name or per-device names."""
-        return [tuple(n if isinstance(n, str) else n[i] for n in names) for i in range(self.ways)]
-
-    # -- the rules --
+            self.replicated(output.name, output.span)
+        return self.assembled()
 
     def _visit(self, node: Node) -> None:
         category = getattr(get_op(node.op), "category", "")
@@ -229,13 +117,9 @@ class TensorSplitter:
             return
         if node.op in ("rope", "attention") and self._heads(node):
             return
-        operands = tuple(self._replicated(o, node.span) for o in node.operands)
-        self._emit(replace(node, operands=operands), self.everywhere)
+        operands = tuple(self.replicated(o, node.span) for o in node.operands)
+        self.emit(replace(node, operands=operands), self.everywhere)
         self.has_replica.add(node.name)
-
-    def _split_of(self, value: str) -> Split | None:
-        have = self.pieces.get(value)
-        return None if have is None else have[0]
 
     def _matmul(self, node: Node) -> bool:
         a, b = node.operands
@@ -244,19 +128,19 @@ class TensorSplitter:
         if b not in self.weights or self.types[b].rank != 2 or node.type is None:
             return False
         rank_a = self.types[a].rank
-        split_a = self._split_of(a)
+        split_a = self.split_of(a)
         if split_a is not None and split_a.axis == rank_a - (2 if ta else 1):  # row-parallel
-            weight = self._weight_pieces(b, Split(1 if tb else 0, split_a.segments))
+            weight = self.weightpieces_of(b, Split(1 if tb else 0, split_a.segments))
             partials = []
             for i in range(self.ways):
-                name = self._fresh(f"{node.name}.d{i}")
+                name = self.fresh(f"{node.name}.d{i}")
                 piece = Node(name, "matmul", (self.pieces[a][1][i], weight[i]), node.attrs,
                              node.type, span=node.span)  # fmt: skip
-                self._emit(piece, (i,))
+                self.emit(piece, (i,))
                 partials.append(name)
             total = Node(node.name, "all_reduce", tuple(partials), {"group": self.everywhere},
                          node.type, span=node.span)  # fmt: skip
-            self._emit(total, self.everywhere)
+            self.emit(total, self.everywhere)
             self.has_replica.add(node.name)
             return True
         if split_a is not None or node.name not in self.demand:
@@ -273,8 +157,8 @@ class TensorSplitter:
                 f"columns{cut}, which {self.ways} devices cannot share evenly",
                 node.span,
             )
-        weight = self._weight_pieces(b, Split(n_axis, split.segments))
-        self._emit_split(node, split, self._per_device([self._replicated(a, node.span), weight]),
+        weight = self.weightpieces_of(b, Split(n_axis, split.segments))
+        self.emit_split(node, split, self.per_device([self.replicated(a, node.span), weight]),
                          None)  # fmt: skip
         return True
 
@@ -285,58 +169,58 @@ class TensorSplitter:
         width = self.types[table].shape[-1]
         if self.types[table].rank != 2 or width % self.ways:
             return False
-        pieces = self._weight_pieces(table, Split(1, (width,)))
-        operands = self._per_device([pieces, self._replicated(ids, node.span)])
-        self._emit_split(node, Split(node.type.rank - 1, (width,)), operands, None)
+        pieces = self.weightpieces_of(table, Split(1, (width,)))
+        operands = self.per_device([pieces, self.replicated(ids, node.span)])
+        self.emit_split(node, Split(node.type.rank - 1, (width,)), operands, None)
         return True
 
     def _view(self, node: Node) -> bool:
         (source,) = node.operands
-        split = self._split_of(source)
+        split = self.split_of(source)
         moved = None if split is None else view_split(node, split, self.types[source], self.ways)
         if moved is None:
             return False
         pieces = self.pieces[source][1]
-        self._emit_split(node, moved[0], self._per_device([pieces]), [moved[1]] * self.ways)
+        self.emit_split(node, moved[0], self.per_device([pieces]), [moved[1]] * self.ways)
         return True
 
     def _elementwise(self, node: Node) -> bool:
         """Elementwise ops and kv_cache_write: split like their first split operand."""
         assert node.type is not None
         rank = node.type.rank
-        first = next((o for o in node.operands if self._split_of(o) is not None), None)
+        first = next((o for o in node.operands if self.split_of(o) is not None), None)
         if first is None or (node.op == "kv_cache_write" and first != node.operands[0]):
             return False  # a whole cache stays whole: its new rows are gathered (a few bytes)
-        split = self._split_of(first)
+        split = self.split_of(first)
         assert split is not None
         axis = split.axis + rank - self.types[first].rank
         wanted = [aligned_axis(axis, rank, self.types[o]) for o in node.operands]
         # keep a split only where it is wanted downstream or costs nothing (operands already
         # split, or weights cut at compile time): the residual stream stays replicated
         free = all(
-            k is None or self._split_of(o) is not None or o in self.weights
+            k is None or self.split_of(o) is not None or o in self.weights
             for o, k in zip(node.operands, wanted)
         )
         if node.name not in self.demand and not free:
             return False
         if not all(
-            self._can_piece(o, Split(k, split.segments))
+            self.can_piece(o, Split(k, split.segments))
             for o, k in zip(node.operands, wanted)
             if k is not None
         ):
             return False
         operands: list[str | tuple[str, ...]] = [
-            self._replicated(o, node.span)
+            self.replicated(o, node.span)
             if k is None
-            else self._pieces_of(o, Split(k, split.segments))
+            else self.pieces_of(o, Split(k, split.segments))
             for o, k in zip(node.operands, wanted)
         ]
-        self._emit_split(node, Split(axis, split.segments), self._per_device(operands), None)
+        self.emit_split(node, Split(axis, split.segments), self.per_device(operands), None)
         return True
 
     def _heads(self, node: Node) -> bool:
         """rope and attention on each device's heads ([B,S,H,D] and [B,H,S,D] respectively)."""
-        split = self._split_of(node.operands[0])
+        split = self.split_of(node.operands[0])
         head_axis = 2 if node.op == "rope" else 1
         if split is None or split.axis != head_axis or len(split.segments) != 1:
             return False
@@ -352,25 +236,25 @@ class TensorSplitter:
             return False
         wanted = [] if few_kv else [(o, Split(1, (self.types[o].shape[1],))) for o in kv]
         wanted += [(o, r) for o, r in zip(rest, rest_splits) if r is not None]
-        if not all(self._can_piece(o, r) for o, r in wanted):
+        if not all(self.can_piece(o, r) for o, r in wanted):
             return False
         operands: list[str | tuple[str, ...]] = [self.pieces[node.operands[0]][1]]
         if few_kv:
-            operands += [self._kv_head_slices(o) for o in kv]
+            operands += [self._kv_headslices(o) for o in kv]
         else:
-            operands += [self._pieces_of(o, Split(1, (self.types[o].shape[1],))) for o in kv]
+            operands += [self.pieces_of(o, Split(1, (self.types[o].shape[1],))) for o in kv]
         operands += [
-            self._replicated(o, node.span) if r is None else self._pieces_of(o, r)
+            self.replicated(o, node.span) if r is None else self.pieces_of(o, r)
             for o, r in zip(rest, rest_splits)
         ]
-        self._emit_split(node, split, self._per_device(operands), None)
+        self.emit_split(node, split, self.per_device(operands), None)
         return True
 
-    def _kv_head_slices(self, value: str) -> tuple[str, ...]:
+    def _kv_headslices(self, value: str) -> tuple[str, ...]:
         """Fewer KV heads than devices (ways a multiple of them): device i reads KV head
         i // (ways / kv_heads) of the replicated k or v, the one its query heads map to."""
         copies = self.ways // self.types[value].shape[1]
-        return self._slices(value, 1, [(i // copies, i // copies + 1) for i in range(self.ways)])
+        return self.slices(value, 1, [(i // copies, i // copies + 1) for i in range(self.ways)])
 
     def _check_heads(self, node: Node) -> None:
         q_heads = self.types[node.operands[0]].shape[1]
@@ -383,16 +267,6 @@ class TensorSplitter:
                 "query heads of each device read whole KV heads of their own",
                 node.span,
             )
-
-    def _assembled(self) -> Graph:
-        inputs = tuple(replace(i, ann=replace(i.ann, device=self.everywhere))
-                       for i in self.graph.inputs)  # fmt: skip
-        weights: list[Weight] = []
-        for weight in self.graph.weights:
-            if weight.name in self.replicated_weights:
-                weights.append(replace(weight, ann=replace(weight.ann, device=self.everywhere)))
-            weights += self.cut_weights.get(weight.name, [])
-        return replace(self.graph, inputs=inputs, weights=tuple(weights), nodes=tuple(self.nodes))
 
 
 def _refuse_placed(graph: Graph) -> None:

@@ -6,7 +6,7 @@ discards a user workspace (cuBLAS then falls back to its own pool, which allocat
 capture we want neither, so the library CuPy already loaded is called through ctypes:
 `cublasSetStream` and `cublasSetWorkspace` once per handle before any capture, then only
 `cublasGemmEx` / `cublasGemmStridedBatchedEx` (float32 compute, `CUBLAS_GEMM_DEFAULT`, host
-pointer mode, alpha 1, beta 0 or 1 (`Gemm.beta`: a residual accumulated into C), reduced-precision split-K reductions disallowed so f16/bf16 accumulate in float32).
+pointer mode, reduced-precision split-K reductions disallowed so f16/bf16 accumulate in float32).
 
 If the library cannot be located, `CupyBlas` uses CuPy's wrappers instead (same calls; the
 workspace is set when CuPy exposes `setWorkspace`). `BLAS.kind` says which one is in use.
@@ -81,12 +81,6 @@ class CtypesBlas:
         self.alpha = ctypes.addressof(self._one)
         self.beta = ctypes.addressof(self._zero)
 
-    def beta_of(self, g: Any) -> int:
-        """The host pointer of the call's beta: 0 (C overwritten) or 1 (C = A·B + C)."""
-        if g.beta not in (0.0, 1.0):
-            raise ValueError(f"cuBLAS call with beta {g.beta}: only 0 and 1 are bound")
-        return self.alpha if g.beta else self.beta
-
     def _check(self, status: int, what: str) -> None:
         if status != 0:
             raise RuntimeError(f"cuBLAS {what} failed with status {status}")
@@ -112,11 +106,11 @@ class CtypesBlas:
         if g.batch == 1:
             fn = self.lib.cublasGemmEx
             args = (handle, g.transa, g.transb, g.m, g.n, g.k, self.alpha, a, t, g.lda, b, t,
-                    g.ldb, self.beta_of(g), c, tc, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)  # fmt: skip
+                    g.ldb, self.beta, c, tc, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)  # fmt: skip
         else:
             fn = self.lib.cublasGemmStridedBatchedEx
             args = (handle, g.transa, g.transb, g.m, g.n, g.k, self.alpha, a, t, g.lda,
-                    g.stride_a, b, t, g.ldb, g.stride_b, self.beta_of(g), c, tc, g.ldc, g.stride_c,
+                    g.stride_a, b, t, g.ldb, g.stride_b, self.beta, c, tc, g.ldc, g.stride_c,
                     g.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)  # fmt: skip
 
         def call() -> None:
@@ -137,11 +131,6 @@ class CupyBlas:
         self.alpha = ctypes.addressof(self._one)
         self.beta = ctypes.addressof(self._zero)
 
-    def beta_of(self, g: Any) -> int:
-        if g.beta not in (0.0, 1.0):
-            raise ValueError(f"cuBLAS call with beta {g.beta}: only 0 and 1 are bound")
-        return self.alpha if g.beta else self.beta
-
     def create(self, stream: int, workspace: int, workspace_bytes: int) -> int:
         h = self.cublas.create()
         self.cublas.setStream(h, stream)
@@ -158,7 +147,7 @@ class CupyBlas:
         t, tc = CUDA_DTYPES[g.dtype], CUDA_DTYPES[g.c_dtype or g.dtype]
         fn = self.cublas.gemmStridedBatchedEx
         args = (handle, g.transa, g.transb, g.m, g.n, g.k, self.alpha, a, t, g.lda, g.stride_a,
-                b, t, g.ldb, g.stride_b, self.beta_of(g), c, tc, g.ldc, g.stride_c, max(g.batch, 1),
+                b, t, g.ldb, g.stride_b, self.beta, c, tc, g.ldc, g.stride_c, max(g.batch, 1),
                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)  # fmt: skip
         return lambda: fn(*args)
 

@@ -7,9 +7,9 @@ has completed and its memory is visible, so only the launch latency overlaps. St
 records the dependency as a programmatic graph edge.
 
 `Variant.issue_list` (cuda_launch) uses it only for a kernel whose previous step on its stream
-is one of our kernels (`pdl_steps`; with `MAX_BLOCKS` set, only where both grids are at most
-that large): after cuBLAS, a copy, a host function or an event the launch is an ordinary one. `driver_for_pdl` returns the driver's `cuLaunchKernelEx` only where
-the current device's compute capability is at least 9.0 and the driver has it.
+is one of our kernels (`pdl_steps`): after cuBLAS, a copy, a host function or an event the launch
+is an ordinary one. `driver_for_pdl` returns the driver's `cuLaunchKernelEx` only where the
+current device's compute capability is at least 9.0 and the driver has it.
 
 The one entry point is looked up once per process, through `cuGetProcAddress_v2` with the CUDA
 version the installed driver reports (`cuDriverGetVersion`), and called through ctypes with the
@@ -130,33 +130,15 @@ def driver_for_pdl() -> DriverLaunch | None:
     return driver_launch() if cc >= MIN_COMPUTE_CAPABILITY else None
 
 
-# PDL only where both kernels of an edge have at most this many blocks (None: every edge). An
-# early-launched grid's blocks wait on the multiprocessors while the kernel before still runs:
-# worth it for launch-bound steps, to be measured for grids that fill the GPU (a prefill's).
-MAX_BLOCKS: int | None = None
-
-
-def _blocks(step: KernelStep) -> int:
-    x, y, z = step.grid
-    return x * y * z
-
-
 def pdl_steps(steps: Iterable[object]) -> set[int]:
     """Indices (in `steps`) of the kernel steps whose previous step on the same stream is a
-    kernel step (both of at most `MAX_BLOCKS` blocks when it is set): those may be launched
-    with the programmatic attribute."""
+    kernel step: those may be launched with the programmatic attribute."""
     last: dict[int, KernelStep | None] = {}
     chosen: set[int] = set()
     for i, step in enumerate(steps):
         stream = getattr(step, "stream", 0)
         kernel = step if isinstance(step, KernelStep) else None
-        before = last.get(stream)
-        small = MAX_BLOCKS is None or (
-            kernel is not None
-            and before is not None
-            and max(_blocks(kernel), _blocks(before)) <= MAX_BLOCKS
-        )
-        if kernel is not None and before is not None and small:
+        if kernel is not None and last.get(stream) is not None:
             chosen.add(i)
         last[stream] = kernel
     return chosen

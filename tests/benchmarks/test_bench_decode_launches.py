@@ -63,7 +63,7 @@ def test_decode_launch_variant_that_fails_gets_a_row(
     real = bench.build
 
     def build(model: Any, values: Any, fusion: Any = None) -> Any:
-        if values.get("spread"):
+        if values.get("early") is False:
             raise RuntimeError("no such kernel")
         return real(model, values, fusion)
 
@@ -71,10 +71,19 @@ def test_decode_launch_variant_that_fails_gets_a_row(
     out = tmp_path / "decode.md"
     assert (
         bench.main(
-            ["--variants", "all-on,spread", "--iters", "1", "--loop", "1", "--markdown", str(out)]
+            [
+                "--variants",
+                "all-on,no-early-w",
+                "--iters",
+                "1",
+                "--loop",
+                "1",
+                "--markdown",
+                str(out),
+            ]
         )
         == 0
     )
     text = out.read_text()
-    assert "| llama_launch | spread | RuntimeError: no such kernel |" in text
+    assert "| llama_launch | no-early-w | RuntimeError: no such kernel |" in text
     assert "| llama_launch | all-on | 7 |" in text

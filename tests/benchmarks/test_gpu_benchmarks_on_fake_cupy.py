@@ -189,10 +189,4 @@ def test_decode_launch_settings_table(
         "no-rope-kv": 2 + 7 * 2,
         "no-early-w": 12,
         "none": 16,
-        "spread": 12,
-        "trigger-first": 12,
-        "norm-fold": 12,  # hidden 64: every norm a prologue, none left to fold
-        "norm-fold-swiglu": 12,  # norm-max-k leaves them prologues too (64 <= 2048)
-        "pk16k-staged": 12,
-        "norm-fold-narrow": 12,
     }

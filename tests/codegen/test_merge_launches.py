@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 import optgraph as og
 from optgraph.codegen.cuda_merged import merged_kernel
-from optgraph.codegen.cuda_plan import EventStep, KernelStep, describe_plan, lower_cuda, plan_json
+from optgraph.codegen.cuda_plan import EventStep, KernelStep, lower_cuda
+from optgraph.codegen.cuda_plan_text import describe_plan, plan_json
 from optgraph.codegen.cuda_source import Kernel, kernels_source, make_kernel
 from optgraph.codegen.merge_launches import MAX_MEMBERS, Group, conflict
 from optgraph.ir.graph import Node, TensorType

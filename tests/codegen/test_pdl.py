@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen import cuda_source
 from optgraph.codegen.cuda_plan import CudaPlan, KernelStep, lower_cuda
 from optgraph.codegen.cuda_prelude import PRELUDE
 from optgraph.codegen.cuda_source import PDL_ENTRY, body_entry
@@ -64,13 +63,6 @@ _PRELOAD_LINE = re.compile(
 )
 
 
-def _entry() -> str:
-    """The PDL statements a kernel begins with (`cuda_source.TRIGGER_FIRST`: the trigger first)."""
-    if cuda_source.TRIGGER_FIRST:
-        return "  og_grid_launch_dependents();\n  og_grid_dependency_wait();\n"
-    return PDL_ENTRY
-
-
 def _preloads(body: str) -> set[str]:
     """The params a self-waiting body loads before its PDL entry (checking that it does nothing
     else there)."""
@@ -99,10 +91,7 @@ def _assert_wait_first(plan: CudaPlan) -> dict[str, set[str]]:
             _assert_entry_first(kernel.function)
             continue
         head = kernel.function.split(") {\n", 1)[1]
-        assert kernel.body is not None and _entry() not in head[:80]
-        if cuda_source.TRIGGER_FIRST:  # the trigger first, the wait in the body
-            assert head.startswith("  og_grid_launch_dependents();\n")
-            assert kernel.source.count("og_grid_launch_dependents") == 1
+        assert kernel.body is not None and PDL_ENTRY not in head[:80]
         if not kernel.name.startswith("og_merged_"):
             preloads[kernel.name] = _preloads(kernel.body)
             continue
@@ -130,7 +119,7 @@ def _assert_entry_first(source: str, skip: set[str] | frozenset[str] = frozenset
     for head in heads:
         if head.group(1) in skip:
             continue
-        entry = source.index(_entry(), head.end())
+        entry = source.index(PDL_ENTRY, head.end())
         early = source[head.end() : entry]
         assert "}\n}" not in early, head.group(1)  # the entry is in this kernel's own body
         for banned in ("[", "*(", "og_load", "__ld", "atomic", "og_arrive"):
@@ -180,26 +169,6 @@ def test_products_load_only_weights_before_their_wait() -> None:
     _assert_wait_first(merged)
 
 
-def test_trigger_first_puts_the_trigger_at_every_kernels_top(monkeypatch) -> None:
-    """`TRIGGER_FIRST`: every kernel (alone, merged, waiting itself or not) triggers its
-    dependents first, once, and still waits before touching what other kernels write."""
-    monkeypatch.setattr(cuda_source, "TRIGGER_FIRST", True)
-    for merge in (False, True):
-        plan = _decode_plan(merge)
-        preloads = _assert_wait_first(plan)
-        assert preloads or merge
-        for kernel in plan.kernels.values():
-            assert kernel.function.split(") {\n", 1)[1].startswith("  og_grid_launch_dependents();")
-            assert kernel.source.count("og_grid_launch_dependents") == 1, kernel.name
-    graph = run_pipeline(og.parse(MIXED), PIPELINE)
-    plan = lower_cuda(graph)
-    _assert_wait_first(plan)
-    if cuda_emulator.available():  # the text compiles and computes (the PDL calls are no-ops)
-        inputs, weights = random_inputs(graph, 0), random_weights(graph, 0)
-        got = cuda_emulator.run_plan(plan, inputs, weights)
-        np.testing.assert_array_equal(got["z"], run_reference(graph, inputs, weights)["z"])
-
-
 MIXED = """graph mixed {
   input %a : f16[1,64]
   input %b : f16[1,300]
@@ -234,17 +203,6 @@ def test_pdl_steps_only_follow_a_kernel_on_the_same_stream() -> None:
     other = types.SimpleNamespace(stream=0)  # a copy, GEMM, host function or event
     steps = [k(0), k(0), k(1), k(1), other, k(0), k(0), k(1)]
     assert pdl_steps(steps) == {1, 3, 6, 7}
-
-
-def test_pdl_steps_can_keep_to_small_grids(monkeypatch: pytest.MonkeyPatch) -> None:
-    def k(blocks: int) -> KernelStep:
-        return KernelStep("n", 0, "og_k", (blocks, 1, 1), (32, 1, 1), 0, ())
-
-    steps = [k(8), k(16), k(4096), k(8), k(2), k(1)]
-    monkeypatch.setattr(cuda_pdl, "MAX_BLOCKS", 16)
-    assert pdl_steps(steps) == {1, 4, 5}  # not into nor out of the 4096-block grid
-    monkeypatch.setattr(cuda_pdl, "MAX_BLOCKS", None)
-    assert pdl_steps(steps) == {1, 2, 3, 4, 5}
 
 
 # -- the runtime, with a fake driver ----------------------------------------------------------

@@ -2,9 +2,9 @@
 setting on and off: 128-bit elementwise regions and epilogues (`cuda_elementwise.VECTOR_LOADS`),
 widened transposes and slices (`cuda_data_movement.VECTOR_COPIES`), rope with one angle for
 several heads (`cuda_rope.HEADS_PER_THREAD`) and the warp-per-row softmax of the tensor-core
-attention (`cuda_attention_gemm.WARP_ROWS`) and residual adds as beta = 1 products
-(`cuda_matmul.RESIDUAL_IN_GEMM`); f32, f16 and bf16, with broadcast operands and
-misaligned views (which take the one-element loop at run time)."""
+attention (`cuda_attention_gemm.WARP_ROWS`), and residual adds after products as epilogue
+kernels; f32, f16 and bf16, with broadcast operands and misaligned views (which take the
+one-element loop at run time)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from optgraph.codegen import (
     cuda_attention_gemm,
     cuda_data_movement,
     cuda_elementwise,
-    cuda_matmul,
     cuda_rope,
 )
 from optgraph.codegen.cuda_plan import CopyStep, CudaPlan, GemmStep, KernelStep, lower_cuda
@@ -196,8 +195,7 @@ def test_gemm_attention_softmax_rows(
 
 
 # Residual adds after products: a plain one, one with the residual first, a batched product
-# (one cuBLAS call per batch), one that reads the residual as its own operand (never folded: C
-# would be A in place when planned in place) and a bias add (not a residual: the epilogue stays).
+# (one cuBLAS call per batch), one that reads the residual as its own operand and a bias add.
 RESIDUAL = """graph residual {
   input %x : {T}[8,16]
   input %w : {T}[16,16]
@@ -219,43 +217,12 @@ RESIDUAL = """graph residual {
 """
 
 
-@pytest.mark.parametrize("folded", [True, False])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_residual_adds_in_the_product(
-    dtype: str, folded: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(cuda_matmul, "RESIDUAL_IN_GEMM", folded)
+def test_residual_adds_after_products(dtype: str) -> None:
+    """Each product region's cuBLAS call writes the product, one epilogue kernel adds to it."""
     plan = _check(RESIDUAL, dtype, FUSED)
     gemms = [s for s in plan.steps if isinstance(s, GemmStep)]
-    accumulating = {s.node for s in gemms if s.gemm.beta == 1.0}
-    copies = {s.node for s in plan.steps if isinstance(s, CopyStep)}
     epilogues = {s.node for s in plan.steps if isinstance(s, KernelStep)}
-    if folded:
-        # %h2 = add(%p2, %h) reads %h as the product's operand too: it keeps its epilogue
-        assert accumulating == {"h", "bh"} and copies == {"h", "bh"}
-        assert epilogues == {"h2", "h3"}
-    else:
-        assert not accumulating and not copies and epilogues == {"h", "h2", "bh", "h3"}
+    assert not any(isinstance(s, CopyStep) for s in plan.steps)
+    assert epilogues == {"h", "h2", "bh", "h3"}
     assert sum(s.node == "bh" for s in gemms) == 1  # batched: one strided call
-
-
-def test_an_accumulating_product_never_reads_its_result_bytes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from optgraph.codegen.cuda_dispatch import node_code
-    from optgraph.codegen.cuda_plan import Location, _check_accumulation
-    from optgraph.codegen.cuda_source import CodegenError
-
-    monkeypatch.setattr(cuda_matmul, "RESIDUAL_IN_GEMM", True)
-    graph = run_pipeline(og.parse(RESIDUAL.replace("{T}", "f16")), FUSED)
-    node = next(n for n in graph.nodes if n.name == "h")
-    types = graph.value_types()
-    work = node_code(node, [types[o] for o in node.operands])
-    residual = node.operands.index("r")
-    roles = {f"in{k}": Location("arena", "", 4096 * k) for k in range(len(node.operands))}
-    roles["out"] = roles[f"in{residual}"]  # in place over the residual: legal
-    _check_accumulation(node, work, roles, types)
-    product = node.operands.index("x")
-    roles["out"] = roles[f"in{product}"]  # over the product's own operand: refused
-    with pytest.raises(CodegenError, match="accumulates into bytes its product reads"):
-        _check_accumulation(node, work, roles, types)

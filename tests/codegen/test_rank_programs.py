@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen.cuda_plan import describe_plan
+from optgraph.codegen.cuda_plan_text import describe_plan
 from optgraph.codegen.cuda_steps import CollectiveStep, CopyStep
 from optgraph.codegen.rank_programs import lower_ranks, rank_graph
 from optgraph.ir.graph import Graph

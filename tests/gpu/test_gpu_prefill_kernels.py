@@ -1,8 +1,8 @@
 """The prefill's bandwidth kernels on the GPU, each setting on and off: the emulator's graphs
 (tests/codegen/test_prefill_kernels_emulated.py: elementwise regions and product epilogues with
 broadcast operands and a misaligned view, widened transposes and slices, rope with several heads
-a thread, the warp-per-row softmax, residual adds as beta = 1 products) unplanned and memory-planned, and a 2-layer Llama prefill of
-realistic width (the whole-model bound of `optgraph run --check`), each eager then replayed, within the bounds and bit-identical across the two."""
+a thread, the warp-per-row softmax, residual adds after products) unplanned and memory-planned,
+and a 2-layer Llama prefill of realistic width (the whole-model bound of `optgraph run --check`), each eager then replayed, within the bounds and bit-identical across the two."""
 
 from __future__ import annotations
 
@@ -30,7 +30,6 @@ from optgraph.codegen import (
     cuda_attention_gemm,
     cuda_data_movement,
     cuda_elementwise,
-    cuda_matmul,
     cuda_rope,
 )
 from optgraph.passes.manager import run_pipeline
@@ -47,12 +46,10 @@ OFF = {
 }
 
 
-@pytest.fixture(params=["on", "off", "residual"])
+@pytest.fixture(params=["on", "off"])
 def settings(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The settings as they are, all off, or with residual adds in the products."""
+    """The settings as they are, or all off."""
     monkeypatch.setattr(cuda_attention, "GEMM_PREFILL_MIN_ROWS", 4)
-    if request.param == "residual":
-        monkeypatch.setattr(cuda_matmul, "RESIDUAL_IN_GEMM", True)
     if request.param == "off":
         for (module, name), value in OFF.items():
             monkeypatch.setattr(module, name, value)

@@ -16,8 +16,8 @@ from optgraph.codegen.cuda_plan import (
     KernelStep,
     Location,
     lower_cuda,
-    plan_json,
 )
+from optgraph.codegen.cuda_plan_text import plan_json
 from optgraph.codegen.cuda_source import CodegenError
 from optgraph.errors import InputError
 from optgraph.ir.graph import TensorType

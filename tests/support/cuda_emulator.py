@@ -361,24 +361,20 @@ def run_kernel(
 
 
 def _gemm(step: GemmStep, a: str, b: str, c: str) -> str:
-    """One cublasGemmStridedBatchedEx (column-major, alpha 1, beta 0 or 1) as a float32 loop nest
-    over the buffers at pointer expressions `a`, `b`, `c`."""
+    """One cublasGemmStridedBatchedEx (column-major, alpha 1, beta 0) as a float32 loop nest over
+    the buffers at pointer expressions `a`, `b`, `c`."""
     g, st = step.gemm, STORAGE[step.gemm.dtype]
     ct = STORAGE[g.out_dtype]
-    c_at = f"(({ct}*){c} + p * {g.stride_c}u)[i + j * {g.ldc}u]"
-    start = load(g.out_dtype, c_at) if g.beta else "0.0f"
-    total = "acc + c0" if g.beta else "acc"
     a_at = f"l + i * {g.lda}u" if g.transa else f"i + l * {g.lda}u"  # op(A)(i, l)
     b_at = f"j + l * {g.ldb}u" if g.transb else f"l + j * {g.ldb}u"  # op(B)(l, j)
     return (
         f"for (unsigned p = 0; p < {g.batch}u; ++p) for (unsigned j = 0; j < {g.n}u; ++j) "
         f"for (unsigned i = 0; i < {g.m}u; ++i) {{ float acc = 0.0f; "
-        f"const float c0 = {start}; "
         f"const {st}* A = ({st}*){a} + p * {g.stride_a}u; "
         f"const {st}* B = ({st}*){b} + p * {g.stride_b}u; "
         f"for (unsigned l = 0; l < {g.k}u; ++l) "
         f"acc += {load(g.dtype, f'A[{a_at}]')} * {load(g.dtype, f'B[{b_at}]')}; "
-        f"{c_at} = {store(g.out_dtype, total)}; }}"
+        f"(({ct}*){c} + p * {g.stride_c}u)[i + j * {g.ldc}u] = {store(g.out_dtype, 'acc')}; }}"
     )
 
 
