@@ -74,7 +74,6 @@ input %len{i} : i32[1]
             "wide (16 chunks x 4 slots)": [],
             "wide 32 chunks x 2 slots": [(WIDE, "MAX_SLOTS", 2), (WIDE, "TARGET_BLOCKS", 264)],
             "wide 8 chunks x 8 slots (2 passes)": [(WIDE, "MAX_CHUNKS", 8)],
-            "wide + L2 prefetch before the PDL wait": [(WIDE, "PREFETCH", True)],
             "split-kv (earlier)": EARLIER_DECODE,
             "split-kv (earlier) unroll 2": [*EARLIER_DECODE, (cuda_attention_decode, "UNROLL", 2)],
             "rows (old)": OLD_ATTENTION,
@@ -91,7 +90,6 @@ input %len{i} : i32[1]
             "wide (1 chunk x 4 slots)": [],
             "wide 2 chunks x 2 slots": [(WIDE, "MAX_SLOTS", 2)],
             "wide 4 chunks x 1 slot": [(WIDE, "MAX_SLOTS", 1)],
-            "wide + L2 prefetch before the PDL wait": [(WIDE, "PREFETCH", True)],
             "split-kv (earlier)": EARLIER_DECODE,
             "split-kv (earlier) 1 chunk": [
                 *EARLIER_DECODE,

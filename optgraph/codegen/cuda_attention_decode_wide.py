@@ -78,11 +78,6 @@ MAX_ROWS = 16  # query rows per KV head (group x Sq)
 ROWS = 8  # rows per block, at most, where K/V exceed L2_REREAD_BYTES (fewer for wide heads)
 L2_REREAD_BYTES = 16 << 20  # K/V bytes a step reads, at most, for one query row a block
 SHARED_ACC = 32768  # bytes of the warps' accumulators in shared memory, at most
-# Bring the block's chunk of K and V into L2 before the PDL dependency wait, so that the reads
-# overlap the preceding kernel (a hint: the loads after the wait read whatever is current). Off
-# until measured (head-to-head variant og-fused-1s-decode-attn-prefetch).
-PREFETCH = False
-LINE = 128  # bytes an L2 prefetch brings
 PARTS = (".x", ".y", ".z", ".w")
 
 
@@ -160,11 +155,10 @@ def decode_attention_wide(shape: AttentionShape, salt: str) -> Launch:
     decls += operand_decls(s)
     text = "\n".join(_indent(lines))
     family = f"attention_decode_wide|{salt}" if lay.chunks > 1 else "attention_decode_wide"
-    early = _prefetch_chunk(s, lay) if PREFETCH else ""
-    template = kernel_template(decls, text, None, early)
+    template = kernel_template(decls, text, None)
     name = "og_attention_decode_wide_"
     name += hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
-    kernel = Kernel.assemble(name, decls, text, (decl,), None, early)
+    kernel = Kernel.assemble(name, decls, text, (decl,), None)
     args = ("out", "in0", "in1", "in2") + operand_args(s)
     return Launch(kernel, (lay.chunks, s.hkv * lay.rt, s.b), (THREADS, 1, 1), args)
 
@@ -183,26 +177,6 @@ def _coordinates(s: AttentionShape, lay: WideLayout) -> list[str]:
         f"const unsigned int k0 = c * {lay.chunk_keys}u;",
         f"const unsigned int kc1 = og_min(k0 + {lay.chunk_keys}u, {s.skv}u);",
     ]
-
-
-def _prefetch_chunk(s: AttentionShape, lay: WideLayout) -> str:
-    """Statements (a block of their own, run before the PDL wait) asking L2 for the block's
-    chunk of K and V rows: one 128-byte line a thread at a time."""
-    size = ELEMENT_BYTES[s.dtype]
-    lines = [
-        "{",
-        "  const unsigned int c = blockIdx.x, hk = blockIdx.y / " + f"{lay.rt}u, bz = blockIdx.z;",
-        f"  const unsigned int k0 = c * {lay.chunk_keys}u;",
-        f"  const unsigned int k1 = k0 + {lay.chunk_keys}u < {s.skv}u ? k0 + {lay.chunk_keys}u : {s.skv}u;",
-        f"  const unsigned long long at = ((unsigned long long)(bz * {s.hkv}u + hk) * {s.skv}u + k0) * {s.d * size}ull;",
-        f"  const unsigned long long n = (unsigned long long)(k1 - k0) * {s.d * size}ull;",
-        f"  for (unsigned long long b = threadIdx.x * {LINE}ull; b < n; b += {THREADS * LINE}ull) {{",
-        "    og_prefetch_l2((const char*)in1 + at + b);",
-        "    og_prefetch_l2((const char*)in2 + at + b);",
-        "  }",
-        "}",
-    ]
-    return "\n".join(_indent(lines))
 
 
 def _rows(s: AttentionShape, lay: WideLayout) -> list[str]:

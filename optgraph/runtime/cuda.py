@@ -21,6 +21,7 @@ replay (`LoweringOptions.use_graph`). The parts:
   host calls of one run, in order: staged inputs, fork, every plan step, join, outputs);
 - `cuda_capture`: stream capture with allocation forbidden, graph handles, update, DOT dumps;
 - `cuda_graph_cache`: the key that says when a captured graph is valid, and the cache;
+- `cuda_bound`: a run's checked arrays (`Bound`) and `bind`'s step (`BoundStep`);
 - `cuda_blas`, `cuda_offload`: cuBLAS through ctypes; pinned host memory and CPU nodes.
 
 CUDA graphs: the first run of a key (`cuda_graph_cache.GraphKey`) runs eagerly (this compiles the
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -49,6 +50,7 @@ from optgraph.codegen.lowered import LoweredProgram, LoweredVariant, Relower
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import TensorType
 from optgraph.runtime.cuda_blas import load_blas
+from optgraph.runtime.cuda_bound import Bound, BoundStep, classify_inputs
 from optgraph.runtime.cuda_capture import (
     AllocationDuringCapture,
     CapturedGraph,
@@ -71,7 +73,6 @@ from optgraph.runtime.cuda_graph_cache import (
 from optgraph.runtime.cuda_launch import Streams, Variant
 from optgraph.runtime.cuda_memory import DeviceWeights, check_array
 from optgraph.runtime.cuda_offload import HostErrors
-from optgraph.runtime.reference_kernels import ir_dtype
 
 __all__ = [
     "CHECK_BOUNDS",
@@ -80,53 +81,6 @@ __all__ = [
     "CudaProgram",
     "is_available",
 ]
-
-
-@dataclass(frozen=True)
-class Bound:
-    """One run's arrays checked and resolved: its variant, graph key, pointers and host calls."""
-
-    variant: Variant
-    key: GraphKey
-    binding: Binding
-    ops: list[Callable[[], Any]]
-    staged: dict[str, np.ndarray]  # host inputs, copied in through pinned staging
-    outputs: dict[str, Any]  # the caller's `out` arrays, by output name
-    calling_thread: bool = False  # `ops` are run in order: GPU parts, host waits, CPU nodes
-    # The caller's device arrays whose addresses the run reads or writes: held so that CuPy's
-    # pool cannot hand their memory to another array while a launch may still use it.
-    arrays: tuple[Any, ...] = ()
-
-
-class BoundStep:
-    """`CudaProgram.bind`'s step: a call launches the program on the arrays bound once.
-
-    Once the step's graph is captured and bound to its arrays, a call is one `cudaGraphLaunch`
-    of the graph it remembers, for as long as the program's graph cache has not changed since
-    (`GraphCache.generation`: another key's capture, an update to other pointers, an eviction);
-    otherwise, or while a CPU node's failure waits to be raised, it takes the full path."""
-
-    def __init__(self, program: CudaProgram, bound: Bound):
-        self.program, self.bound = program, bound
-        self._replay: tuple[int, int] | None = None  # (cache generation, graph exec)
-        self._graph_launch = cupy().cuda.runtime.graphLaunch
-        self._stream = int(program.stream.ptr)
-
-    def __call__(self) -> dict[str, Any]:
-        """Launch (the first call: eager run and capture); the bound `out` arrays, by name."""
-        program, replay = self.program, self._replay
-        if (
-            replay is not None
-            and replay[0] == program._cache.generation
-            and not program.host_errors
-        ):
-            self._graph_launch(replay[1], self._stream)
-            program.counters.replays += 1
-            return self.bound.outputs
-        program.host_errors.raise_first()  # a CPU node's failure in an earlier launch
-        program._start(self.bound)
-        self._replay = program._replayable(self.bound)
-        return self.bound.outputs
 
 
 class CudaProgram:
@@ -342,33 +296,7 @@ class CudaProgram:
     def _classify(
         self, inputs: Mapping[str, Any]
     ) -> tuple[dict[str, TensorType], dict[str, int], dict[str, np.ndarray]]:
-        cp = cupy()
-        unknown = sorted(set(inputs) - self.graph.input_names())
-        if unknown:
-            raise InputError(f"graph '{self.graph.name}' has no input '%{unknown[0]}'")
-        types: dict[str, TensorType] = {}
-        bound: dict[str, int] = {}
-        staged: dict[str, np.ndarray] = {}
-        for decl in self.graph.inputs:
-            if decl.name not in inputs:
-                raise InputError(f"missing input '%{decl.name}' ({decl.type})", decl.span)
-            value = inputs[decl.name]
-            if not isinstance(value, cp.ndarray):
-                value = np.asarray(value)
-            dtype = ir_dtype(value.dtype)
-            if dtype != decl.type.dtype:
-                raise InputError(
-                    f"input '%{decl.name}': expected dtype {decl.type.dtype}, got {value.dtype}",
-                    decl.span,
-                )
-            types[decl.name] = TensorType(dtype, tuple(value.shape))
-            if isinstance(value, cp.ndarray):
-                if not value.flags.c_contiguous:
-                    raise InputError(f"input '%{decl.name}' must be a C-contiguous CuPy array")
-                bound[decl.name] = int(value.data.ptr)
-            else:
-                staged[decl.name] = value
-        return types, bound, staged
+        return classify_inputs(self.graph, inputs)
 
     def _start(self, bound: Bound) -> None:
         """Launch one run: the whole issue list as one graph, or the calling thread's pieces.

@@ -2,10 +2,10 @@
 against the reference, in f32, f16 and bf16: GQA groups, kv_len below the cache (one and one per
 batch row), caches that are no multiple of a slot or a chunk, one chunk and several, several
 passes a chunk (a last pass only partly inside the chunk), causal Sq > 1 (both alignments),
-window, softcap, bool and float masks, one row a block and row tiles of several, stale NaN rows past kv_len, K/V views that are
-not 16-byte aligned (scalar loads), a row that sees no key, and the L2 prefetch. Each case also
-checks that its node takes the wide kernel with the layout it is meant to cover, so a change of
-the chunk rule cannot leave a path untested. Skipped where g++ (C++20) is missing.
+window, softcap, bool and float masks, one row a block and row tiles of several, stale NaN rows
+past kv_len, K/V views that are not 16-byte aligned (scalar loads) and a row that sees no key.
+Each case also checks that its node takes the wide kernel with the layout it is meant to cover,
+so a change of the chunk rule cannot leave a path untested. Skipped where g++ (C++20) is missing.
 """
 
 from __future__ import annotations
@@ -195,18 +195,4 @@ def test_unaligned_views_take_scalar_loads(dtype: str) -> None:
     _layout(graph)
     inputs = random_inputs(graph, 8)
     inputs["len"] = np.array([90], np.int32)
-    _check(graph, inputs)
-
-
-def test_l2_prefetch_before_the_dependency_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    """PREFETCH adds the chunk's L2 hints ahead of the PDL entry; results unchanged."""
-    monkeypatch.setattr(cuda_attention_decode_wide, "PREFETCH", True)
-    graph = og.parse(MASKED.replace("{T}", "f16"))
-    types = graph.value_types()
-    node = next(n for n in graph.nodes if n.op == "attention")
-    kernel = cuda_attention.attention_launch(node, tuple(types[o] for o in node.operands)).kernel
-    assert "og_prefetch_l2" in kernel.early
-    assert kernel.source.index("og_prefetch_l2") < kernel.source.index("og_grid_dependency_wait")
-    inputs = random_inputs(graph, 9)
-    inputs["len"] = np.array([300, 131], np.int32)
     _check(graph, inputs)

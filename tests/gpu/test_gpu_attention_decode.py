@@ -97,19 +97,18 @@ def test_emulator_cases_match_reference(
     _check(graph, inputs, wide)
 
 
-@pytest.mark.parametrize("wide", [True, False, "prefetch"], ids=["wide", "old", "wide-prefetch"])
+@pytest.mark.parametrize("wide", [True, False], ids=["wide", "old"])
 @pytest.mark.parametrize("full", [True, False], ids=["full-cache", "partial"])
 def test_model_decode_shapes_match_reference(
-    wide: bool | str, full: bool, monkeypatch: pytest.MonkeyPatch
+    wide: bool, full: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cuda_attention, "WIDE_DECODE", bool(wide))
-    monkeypatch.setattr(cuda_attention_decode_wide, "PREFETCH", wide == "prefetch")
+    monkeypatch.setattr(cuda_attention, "WIDE_DECODE", wide)
     graph = og.parse(MODEL_SHAPES)
     inputs = random_inputs(graph, 13)
     inputs["len"] = np.array([1024 if full else 613], np.int32)
     inputs["llen"] = np.array([128 if full else 97], np.int32)
     inputs["blen"] = np.array([1024, 1024] if full else [1000, 37], np.int32)
-    _check(graph, inputs, bool(wide))
+    _check(graph, inputs, wide)
 
 
 def test_stale_rows_past_kv_len_do_not_leak() -> None:

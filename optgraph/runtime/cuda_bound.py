@@ -1,0 +1,118 @@
+"""A run's arrays, checked and resolved once (`Bound`), and `CudaProgram.bind`'s step (`BoundStep`).
+
+step = program.bind({"x": x_dev}, out={"y": y_dev})   # checked here, once
+step(); step()                                         # the first call captures, later
+                                                       # calls are one cudaGraphLaunch each
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from optgraph.errors import InputError
+from optgraph.ir.graph import Graph, TensorType
+from optgraph.runtime.cuda_device import cupy
+from optgraph.runtime.cuda_graph_cache import Binding, GraphCache, GraphKey, RuntimeCounters
+from optgraph.runtime.cuda_launch import Variant
+from optgraph.runtime.cuda_offload import HostErrors
+from optgraph.runtime.reference_kernels import ir_dtype
+
+
+class BoundProgram(Protocol):
+    """What a bound step uses of its program (`cuda.CudaProgram`)."""
+
+    _cache: GraphCache[Any]
+    counters: RuntimeCounters
+    host_errors: HostErrors
+
+    @property
+    def stream(self) -> Any: ...
+
+    def _start(self, bound: Bound) -> None: ...
+
+    def _replayable(self, bound: Bound) -> tuple[int, int] | None: ...
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One run's arrays checked and resolved: its variant, graph key, pointers and host calls."""
+
+    variant: Variant
+    key: GraphKey
+    binding: Binding
+    ops: list[Callable[[], Any]]
+    staged: dict[str, np.ndarray]  # host inputs, copied in through pinned staging
+    outputs: dict[str, Any]  # the caller's `out` arrays, by output name
+    calling_thread: bool = False  # `ops` are run in order: GPU parts, host waits, CPU nodes
+    # The caller's device arrays whose addresses the run reads or writes: held so that CuPy's
+    # pool cannot hand their memory to another array while a launch may still use it.
+    arrays: tuple[Any, ...] = ()
+
+
+class BoundStep:
+    """`CudaProgram.bind`'s step: a call launches the program on the arrays bound once.
+
+    Once the step's graph is captured and bound to its arrays, a call is one `cudaGraphLaunch`
+    of the graph it remembers, for as long as the program's graph cache has not changed since
+    (`GraphCache.generation`: another key's capture, an update to other pointers, an eviction);
+    otherwise, or while a CPU node's failure waits to be raised, it takes the full path."""
+
+    def __init__(self, program: BoundProgram, bound: Bound):
+        self.program, self.bound = program, bound
+        self._replay: tuple[int, int] | None = None  # (cache generation, graph exec)
+        self._graph_launch = cupy().cuda.runtime.graphLaunch
+        self._stream = int(program.stream.ptr)
+
+    def __call__(self) -> dict[str, Any]:
+        """Launch (the first call: eager run and capture); the bound `out` arrays, by name."""
+        program, replay = self.program, self._replay
+        if (
+            replay is not None
+            and replay[0] == program._cache.generation
+            and not program.host_errors
+        ):
+            self._graph_launch(replay[1], self._stream)
+            program.counters.replays += 1
+            return self.bound.outputs
+        program.host_errors.raise_first()  # a CPU node's failure in an earlier launch
+        program._start(self.bound)
+        self._replay = program._replayable(self.bound)
+        return self.bound.outputs
+
+
+def classify_inputs(
+    graph: Graph, inputs: Mapping[str, Any]
+) -> tuple[dict[str, TensorType], dict[str, int], dict[str, np.ndarray]]:
+    """(input types, device inputs' pointers, host inputs) of a run of `graph`; a clear
+    `InputError` for an unknown or missing input, a wrong dtype or a strided device array."""
+    cp = cupy()
+    unknown = sorted(set(inputs) - graph.input_names())
+    if unknown:
+        raise InputError(f"graph '{graph.name}' has no input '%{unknown[0]}'")
+    types: dict[str, TensorType] = {}
+    bound: dict[str, int] = {}
+    staged: dict[str, np.ndarray] = {}
+    for decl in graph.inputs:
+        if decl.name not in inputs:
+            raise InputError(f"missing input '%{decl.name}' ({decl.type})", decl.span)
+        value = inputs[decl.name]
+        if not isinstance(value, cp.ndarray):
+            value = np.asarray(value)
+        dtype = ir_dtype(value.dtype)
+        if dtype != decl.type.dtype:
+            raise InputError(
+                f"input '%{decl.name}': expected dtype {decl.type.dtype}, got {value.dtype}",
+                decl.span,
+            )
+        types[decl.name] = TensorType(dtype, tuple(value.shape))
+        if isinstance(value, cp.ndarray):
+            if not value.flags.c_contiguous:
+                raise InputError(f"input '%{decl.name}' must be a C-contiguous CuPy array")
+            bound[decl.name] = int(value.data.ptr)
+        else:
+            staged[decl.name] = value
+    return types, bound, staged
