@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from optgraph.analysis.arena_packing import ALIGNMENT, align_up
+from optgraph.analysis.prefetch_ring import ring_window
 from optgraph.ir.graph import Graph
 from optgraph.ir.layout import alias_roots
 
@@ -191,15 +192,12 @@ SEGMENT_OVERHEAD_BYTES = 256 << 10  # ~5 us of PCIe per streamed segment: its ev
 
 @dataclass(frozen=True)
 class Layout:
-    """The chosen split: segments, which of them stay resident, and the slots' sizes."""
+    """The chosen split: segments, which of them stay resident, and the prefetch ring's bytes."""
 
     segments: list[Segment]
     kept: frozenset[int]  # indices (in `segments`) of the segments kept resident
-    slot_sizes: tuple[int, ...]  # slot k holds the k-th, (k + depth)-th, ... streamed segment
-
-    @property
-    def depth(self) -> int:
-        return len(self.slot_sizes)
+    ring: int  # bytes of the prefetch ring the streamed segments are copied into, in turn
+    depth: int  # the ring holds at least this many consecutive streamed segments
 
     @property
     def numbered(self) -> list[tuple[int, Segment]]:
@@ -252,11 +250,6 @@ def spread(n: int, k: int) -> frozenset[int]:
     return frozenset((j * n) // k for j in range(k)) if k else frozenset()
 
 
-def _slot_sizes(segments: list[Segment], kept: frozenset[int], depth: int) -> tuple[int, ...]:
-    streamed = [s.nbytes for i, s in enumerate(segments) if i not in kept]
-    return tuple(max(streamed[j::depth]) for j in range(min(depth, len(streamed))))
-
-
 def _fit(segments: list[Segment], fits: Callable[[int, int], bool], depth: int) -> Layout | None:
     """The most segments kept resident (`spread`) such that `fits(resident, slot pool)`; each
     slot is as big as the largest segment it holds (a big lm_head enlarges one slot only). Resident
@@ -265,9 +258,9 @@ def _fit(segments: list[Segment], fits: Callable[[int, int], bool], depth: int) 
 
     def layout(k: int) -> Layout | None:
         kept = spread(n, k)
-        sizes = _slot_sizes(segments, kept, depth)
+        ring = ring_window([s.nbytes for i, s in enumerate(segments) if i not in kept], depth)
         resident = sum(segments[i].nbytes for i in kept)
-        return Layout(segments, kept, sizes) if fits(resident, sum(sizes)) else None
+        return Layout(segments, kept, ring, depth) if fits(resident, ring) else None
 
     if layout(0) is None:
         # The slots for streaming everything do not fit: keeping some segments may shrink them

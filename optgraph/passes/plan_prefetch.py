@@ -48,12 +48,16 @@ segments), O(V + E) to rewrite.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from optgraph.analysis.arena_packing import align_up
+from optgraph.analysis.prefetch_choice import fewer_resident, least_regret_layout
 from optgraph.analysis.prefetch_copies import insert_prefetches, strip_prefetch
 from optgraph.analysis.segments import (
     BUFFER_ROUNDING,
+    SLOT_ALIGNMENT,
+    Layout,
     choose_layout,
     device_memory,
     device_resident_weights,
@@ -84,6 +88,8 @@ class PlanPrefetchPass(Pass):
     budget: str = "0"
     depth: int = 2
     segment_bytes: str = "auto"
+    ring_bytes: str = "auto"
+    host_bandwidth: str = "50GB"
     sync: bool = False
 
     def __post_init__(self) -> None:
@@ -91,8 +97,11 @@ class PlanPrefetchPass(Pass):
             raise ValueError("budget must be given, e.g. plan-prefetch{budget=2GiB}")
         if not 1 <= self.depth <= MAX_DEPTH:
             raise ValueError(f"depth must be between 1 and {MAX_DEPTH}, got {self.depth}")
-        if self.segment_bytes != "auto":
-            parse_size(self.segment_bytes)
+        if parse_size(self.host_bandwidth) <= 0:
+            raise ValueError("host-bandwidth must be positive, e.g. host-bandwidth=50GB")
+        for size in (self.segment_bytes, self.ring_bytes):
+            if size != "auto":
+                parse_size(size)
 
     def run(self, graph: Graph) -> Graph:
         graph = strip_prefetch(graph) if any(n.op == "prefetch" for n in graph.nodes) else graph
@@ -124,7 +133,7 @@ class PlanPrefetchPass(Pass):
             layout = choose_layout(groups, fits, 1, target)
             if layout is not None and not sync:
                 warnings.warn(
-                    f"plan-prefetch: {self.depth} slots do not fit the budget "
+                    f"plan-prefetch: a ring of {self.depth} segments does not fit the budget "
                     f"{format_size(budget)}; falling back to synchronous copies (one slot)",
                     RuntimeWarning,
                     stacklevel=2,
@@ -140,7 +149,33 @@ class PlanPrefetchPass(Pass):
             )
         if not layout.streamed:
             return graph
+        if not sync and self.ring_bytes == "auto":
+            grow = lambda layout: _grown_ring(layout, fits, None)
+            candidates = fewer_resident(grow(layout), fits, grow)
+            bandwidth = parse_size(self.host_bandwidth)
+            layout = least_regret_layout(graph, candidates, accesses, arena_base, bandwidth)
+        elif not sync:
+            layout = _grown_ring(layout, fits, parse_size(self.ring_bytes))
         return insert_prefetches(graph, layout, accesses, arena_base, sync)
+
+
+def _grown_ring(layout: Layout, fits: Callable[[int, int], bool], cap: int | None) -> Layout:
+    """`layout` with its ring grown into the room the budget leaves (at most `cap` bytes): more
+    ring lets copies run further ahead of the compute. Binary search over the ring size, in
+    `SLOT_ALIGNMENT` steps, since `fits` is monotone in it."""
+    resident = sum(s.nbytes for i, s in enumerate(layout.segments) if i in layout.kept)
+    step = SLOT_ALIGNMENT
+    lo = layout.ring // step  # fits, or the layout would not have been chosen
+    hi = lo + 1
+    while fits(resident, hi * step) and (cap is None or hi * step <= cap):
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(resident, mid * step) and (cap is None or mid * step <= cap):
+            lo = mid
+        else:
+            hi = mid
+    return replace(layout, ring=max(layout.ring, lo * step))
 
 
 def _streamable(graph: Graph, accesses: dict[str, list[int]]) -> list[str]:
