@@ -1,0 +1,101 @@
+"""plan-prefetch's ring: programs whose segments differ in size run at the planned offsets in random
+stream interleavings bit-identical to the reference; every single inserted wait is needed (drop
+any one and check-races names a race on a prefetch's bytes); the ring is traded for residents
+only where the estimate gains, and never past the budget."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from optgraph.analysis.races import find_races
+from optgraph.analysis.segments import device_memory
+from optgraph.ir.graph import Graph
+from optgraph.passes.manager import run_pipeline
+from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from tests.passes.test_prefetch import _chain
+from tests.support.offload_models import llama, run_planned
+
+PLAN = "assign-streams{max-streams=2},insert-sync,analyze-lifetimes,plan-memory"
+# FFN four times hidden: attention matrices are small segments, FFN ones large (as in a Llama).
+SIZES = {"hidden": 32, "heads": 4, "kv_heads": 2, "ffn": 128, "vocab": 64}
+
+
+def _streamed(graph: Graph, fraction: float, options: str) -> tuple[Graph, int]:
+    budget = int(device_memory(graph).peak * fraction)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return run_pipeline(graph, f"plan-prefetch{{budget={budget}{options}}}"), budget
+
+
+def _mixed_sizes(graph: Graph) -> bool:
+    sizes = {n.ann.size for n in graph.nodes if n.op == "prefetch"}
+    return len(sizes) > 1
+
+
+@pytest.mark.parametrize(
+    "batch, seq, mode", [(1, 1, "decode"), (3, 1, "decode"), (2, 4, "prefill")]
+)
+@pytest.mark.parametrize(
+    "options",
+    ["", ",ring-bytes=0", ",segment-bytes=1KiB", ",depth=3,segment-bytes=1KiB", ",depth=1"],
+)
+def test_ring_programs_match_reference(batch: int, seq: int, mode: str, options: str) -> None:
+    g = llama(layers=3, batch=batch, seq=seq, mode=mode, **SIZES)
+    planned = run_pipeline(g, PLAN)
+    streamed, budget = _streamed(planned, 0.45, options)
+    memory = device_memory(streamed)
+    assert memory.streamed_weights > 0 and memory.peak <= budget
+    assert find_races(streamed) == []
+    inputs, weights = random_inputs(g), random_weights(g)
+    expected = run_reference(g, inputs, weights)
+    for seed in range(4):
+        got = run_planned(streamed, inputs, weights, seed)
+        for name, value in expected.items():
+            assert np.array_equal(got[name], value), (seed, name)
+
+
+def test_small_segments_run_more_than_depth_ahead() -> None:
+    """Several small segments are copied before the compute reads the first of them."""
+    planned = run_pipeline(llama(layers=3, batch=2, **SIZES), PLAN)
+    streamed, _ = _streamed(planned, 0.45, ",segment-bytes=1KiB,ring-bytes=0")
+    assert _mixed_sizes(streamed)
+    nodes = streamed.nodes
+    first_read = min(i for i, n in enumerate(nodes) if any(o.endswith(".s") for o in n.operands))
+    ahead = [n for n in nodes[:first_read] if n.op == "prefetch"]
+    assert len({n.ann.segment for n in ahead}) > 2
+
+
+@pytest.mark.parametrize("options", [",segment-bytes=1KiB", "", ",depth=1", ",ring-bytes=0"])
+def test_dropping_any_one_inserted_wait_is_a_race(options: str) -> None:
+    """Fault injection: each `^pf` wait alone, removed, leaves a prefetch's bytes unordered."""
+    planned = run_pipeline(llama(layers=3, batch=2, **SIZES), PLAN)
+    streamed, _ = _streamed(planned, 0.45, options)
+    waits = [i for i, n in enumerate(streamed.nodes) if n.op == "wait" and n.name.startswith("pf")]
+    assert waits
+    for i in waits:
+        broken = streamed.with_nodes(n for k, n in enumerate(streamed.nodes) if k != i)
+        races = find_races(broken)
+        assert any(
+            "prefetch" in (broken.nodes[r.first.node].op, broken.nodes[r.second.node].op)
+            for r in races
+        ), streamed.nodes[i].name
+
+
+def test_ring_traded_for_residents_only_when_the_copies_do_not_dominate() -> None:
+    """24 equal weights, 16 of them over the budget. Copy-bound (100 MB/s), the most residents
+    stay (the least ring); balanced (4 GB/s: a 16 KiB copy about a matmul), a resident becomes
+    ring bytes; within the budget either way."""
+    planned = _chain(24)
+    budget = device_memory(planned).peak - 16 * 16 * 1024
+    kept = {}
+    for bandwidth in ("100MB", "4GB"):
+        for ring in ("auto", "0"):
+            options = f"segment-bytes=16KiB,host-bandwidth={bandwidth},ring-bytes={ring}"
+            g = run_pipeline(planned, f"plan-prefetch{{budget={budget},{options}}}")
+            assert device_memory(g).peak <= budget and find_races(g) == []
+            kept[bandwidth, ring] = sum(w.ann.segment is None for w in g.weights)
+    assert kept["100MB", "auto"] == kept["100MB", "0"]
+    assert kept["4GB", "auto"] < kept["4GB", "0"]
