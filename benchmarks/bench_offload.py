@@ -63,6 +63,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 from gen_llama import generate_llama
 from offload_plan import (
+    NOMINAL_COMPUTE_SCALE,
     NOMINAL_F16,
     NOMINAL_PINNED,
     estimate_step,
@@ -83,6 +84,7 @@ VARIANTS = {
     "sync": ",sync=true",
     "depth 1": ",depth=1",
     "depth 2": ",depth=2",
+    "depth 2 least-ring": ",depth=2,ring-bytes=0",
     "depth 3": ",depth=3",
     "depth 2 no-pdl": ",depth=2",
     "depth 2 eager": ",depth=2",
@@ -121,7 +123,7 @@ def balanced_batch(
     if args.balanced_batch != "auto":
         return int(args.balanced_batch)
     probe = 2 if measured else 8
-    _, graphs, _ = plan_variants(args, "balanced", probe, ["depth 2"])
+    _, graphs, _ = plan_variants(args, "balanced", pinned, probe, ["depth 2"])
     copy = estimate_step(graphs["depth 2"], pinned, f16_flops).copy_ms
     if measured:
         import cupy as cp
@@ -135,7 +137,8 @@ def balanced_batch(
         compute = _time_replays(cp, program, args)
         program.close()
     else:
-        compute = estimate_step(graphs["resident"], pinned, f16_flops).compute_ms
+        scale = args.compute_scale
+        compute = estimate_step(graphs["resident"], pinned, f16_flops, scale).compute_ms
     return max(1, round(probe * args.balance * copy / compute))
 
 
@@ -151,8 +154,14 @@ def model_text(args: argparse.Namespace, mode: str, batch: int = 1) -> str:
 
 
 def plan_variants(
-    args: argparse.Namespace, mode: str, batch: int = 1, variants: list[str] | None = None
+    args: argparse.Namespace,
+    mode: str,
+    pinned: float,
+    batch: int = 1,
+    variants: list[str] | None = None,
 ) -> tuple[Graph, dict[str, Graph], int]:
+    """The resident plan and each variant's streamed one; the prefetch plans are told the pinned
+    bandwidth (`host-bandwidth`), with which they weigh ring bytes against resident ones."""
     source = og.parse(model_text(args, mode, batch))
     resident = run_pipeline(source, PLAN)
     memory = device_memory(resident)
@@ -162,7 +171,8 @@ def plan_variants(
     for name in variants or args.variants.split(","):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            pipeline = f"plan-prefetch{{budget={budget}{VARIANTS[name]}}}"
+            options = f"budget={budget},host-bandwidth={int(pinned)}{VARIANTS[name]}"
+            pipeline = f"plan-prefetch{{{options}}}"
             graphs[name] = run_pipeline(resident, pipeline)
     return source, graphs, budget
 
@@ -176,7 +186,7 @@ def describe(graphs: dict[str, Graph], budget: int) -> list[str]:
             f"  {name:9s} peak {format_size(m.peak):>11s} (budget {format_size(budget)}), "
             f"resident {format_size(m.resident_weights)}, "
             f"streamed {format_size(m.streamed_weights)}"
-            f" in {len(segments)} segments, slots {format_size(m.slots)} "
+            f" in {len(segments)} segments, ring {format_size(m.slots)} "
             f"{layout_pattern(g)}"
         )
     return lines
@@ -257,14 +267,13 @@ def measure(args: argparse.Namespace, mode: str, pinned: float, f16_flops: float
     from optgraph.program import cuda_program
 
     batch = balanced_batch(args, pinned, f16_flops, measured=True) if mode == "balanced" else 1
-    source, graphs, budget = plan_variants(args, mode, batch)
+    source, graphs, budget = plan_variants(args, mode, pinned, batch)
     print(
         f"{mode}: batch {batch}, weights {format_size(sum(w.type.nbytes for w in source.weights))}"
     )
     print("\n".join(describe(graphs, budget)), flush=True)
     inputs, weights = random_inputs(source), fast_weights(source)
     row: dict[str, Any] = {"mode": mode, "budget": budget, "batch": batch}
-    row["estimate"] = estimate_step(graphs["depth 2"], pinned, f16_flops).step_ms
     reference_out = None
     exact = True
     for name, graph in graphs.items():
@@ -282,6 +291,12 @@ def measure(args: argparse.Namespace, mode: str, pinned: float, f16_flops: float
         gc.collect()
         print(f"  {name}: {row[name]:.3f} ms", flush=True)
     row["exact"] = exact
+    # The estimate with compute scaled to this run's resident step (the roofline's error).
+    estimated = estimate_step(graphs["resident"], pinned, f16_flops).compute_ms
+    row["compute_scale"] = row["resident"] / max(estimated, 1e-9)
+    row["estimate"] = estimate_step(
+        graphs["depth 2"], pinned, f16_flops, row["compute_scale"]
+    ).step_ms
     return row
 
 
@@ -325,21 +340,26 @@ def table(rows: list[dict[str, Any]], pinned: float, f16_flops: float, device: s
 
 def dry_run(args: argparse.Namespace, modes: list[str]) -> None:
     """Plans, what they order, and their estimated steps at nominal (or given) figures."""
-    pinned, f16_flops = args.pinned_gbs * 1e9, args.f16_tflops * 1e12
-    print(f"estimates at {pinned / 1e9:.0f} GB/s pinned, {f16_flops / 1e12:.0f} TFLOP/s f16")
+    pinned, f16_flops, scale = args.pinned_gbs * 1e9, args.f16_tflops * 1e12, args.compute_scale
+    print(
+        f"estimates at {pinned / 1e9:.0f} GB/s pinned, {f16_flops / 1e12:.0f} TFLOP/s f16, "
+        f"compute x{scale:g}"
+    )
     for mode in modes:
         batch = balanced_batch(args, pinned, f16_flops) if mode == "balanced" else 1
-        _, graphs, budget = plan_variants(args, mode, batch)
+        _, graphs, budget = plan_variants(args, mode, pinned, batch)
         print(f"{mode}" + (f" (batch {batch} x {args.balanced_seq} tokens)" if batch > 1 else ""))
         print("\n".join(describe(graphs, budget)))
-        resident = estimate_step(graphs["resident"], pinned, f16_flops).compute_ms
+        resident = estimate_step(graphs["resident"], pinned, f16_flops, scale).compute_ms
+        sync = (
+            estimate_step(graphs["sync"], pinned, f16_flops, scale).step_ms
+            if "sync" in graphs
+            else 0
+        )
         for name, graph in graphs.items():
             if name == "resident":
                 continue
-            e = estimate_step(graph, pinned, f16_flops)
-            sync = (
-                estimate_step(graphs["sync"], pinned, f16_flops).step_ms if "sync" in graphs else 0
-            )
+            e = estimate_step(graph, pinned, f16_flops, scale)
             print(
                 f"  {name:14s} estimated {e.step_ms:7.2f} ms: copy {e.copy_ms:.2f}, compute "
                 f"{resident:.2f}, step / max {e.step_ms / max(e.copy_ms, resident):.3f}"
@@ -367,7 +387,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--balance", type=float, default=1.2, help="balanced mode: compute / copying (estimated)"
     )
     p.add_argument("--modes", default="decode,prefill,balanced")
-    p.add_argument("--variants", default="sync,depth 2,depth 3,depth 2 no-pdl,depth 2 eager")
+    p.add_argument(
+        "--variants",
+        default="sync,depth 2,depth 2 least-ring,depth 3,depth 2 no-pdl,depth 2 eager",
+    )
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--markdown", metavar="FILE")
@@ -376,6 +399,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show-order", action="store_true", help="dry run: the depth-2 plan order")
     p.add_argument("--pinned-gbs", type=float, default=NOMINAL_PINNED / 1e9)
     p.add_argument("--f16-tflops", type=float, default=NOMINAL_F16 / 1e12)
+    p.add_argument(
+        "--compute-scale",
+        type=float,
+        default=NOMINAL_COMPUTE_SCALE,
+        help="dry run: real compute / the roofline estimate (H100 balanced prefill: 1.6)",
+    )
     return p
 
 

@@ -5,15 +5,17 @@ much longer than the compute (a decode step). When the two take about as long (a
 the copy stream must run ahead of the compute across resident segments, and a ring of `depth`
 large segments stalls it: trading a resident segment for ring bytes costs its copy but lets the
 copies run further ahead. `least_regret_layout` estimates each trade with the list schedule
-(`analysis.schedule_estimate`: the op table's roofline for the compute, bytes / `bandwidth` for
-each copy) and keeps the one whose worst loss against the best of them is least over several
-scales of the compute estimate: the roofline prices a prefill's kernels 1.6x to 3x too fast on
-the H100 (docs/results/2026-11-24-h100-importers-prefill-streaming.md), and host bandwidth
-varies with the machine, so the ratio of compute to copying is what the plan cannot know well.
+(`analysis.schedule_estimate`: the H100 profile's roofline for the compute, bytes / `bandwidth`
+for each copy) and keeps the one whose worst loss against the best of them is least over the
+scales `COMPUTE_SCALES` of the compute estimate. Why scales: the roofline at the data-sheet rate
+is a lower bound, and real kernels take longer by a factor the plan cannot know (a balanced
+prefill's resident step on the H100 took 2.0x the estimate at batch 14 and about 3x at batch 23,
+docs/results/2026-11-24-h100-*.md), so the ratio of compute to copying is uncertain; a trade that
+wins only at one ratio and loses much at another is not taken.
 
-    7 segments, 3 may stay resident with a ring of 2, or 2 with a ring of 3:
-    copy-bound at every scale -> 3 resident (the fewest bytes); balanced at scale 1.5 and beyond
-    -> 2 resident (1.03x the best at scale 1, against 1.18x for 3 resident at scale 1.5).
+    a balanced prefill, 14 segments resident with a 44 MiB ring, or 13 with 64 MiB:
+    the step at scales 1 / 1.5 / 2: 8.36 / 9.60 / 12.61 ms against 8.60 / 9.50 / 12.49 ms
+    -> worst losses 1.011x and 1.029x -> 14 resident.
 
 Complexity: O(C·(V·k + X·V)) for C candidates and X scales (a rewrite and X list schedules each).
 """
@@ -29,8 +31,8 @@ from optgraph.analysis.schedule_estimate import estimate_schedule, node_seconds,
 from optgraph.analysis.segments import Layout, spread
 from optgraph.ir.graph import Graph
 
-# Compute estimate / real compute, for the ratios the plan must do well at (see the docstring).
-COMPUTE_SCALES = (0.75, 1.0, 1.5, 2.0, 3.0)
+# Real compute / the roofline estimate, for the ratios the plan must do well at (see the docstring).
+COMPUTE_SCALES = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0)
 MAX_CANDIDATES = 6  # resident counts tried, from the most that fit down
 Grow = Callable[[Layout], Layout]
 

@@ -1,15 +1,18 @@
 """The prefetch copies of streamed weight segments: insert them with their events, or strip them.
 
-`plan-prefetch` chooses which segments to stream (`optgraph.analysis.segments.choose_layout`);
-`insert_prefetches` turns that layout into IR: for segment `n`, the k-th streamed one, a `prefetch`
-node per weight on the copy stream, writing slot `k mod depth` above the arena, after `wait
-^pfN.free.S` for every stream S that read the slot's previous occupant, then `record ^pfN.ready`, waited on by every
-stream reading the segment before its first read; readers read the copies. `strip_prefetch`
-undoes that, and `synchronous_prefetch` re-plans the same segments through one slot, each copy on
-its first reader's stream (what a runtime falls back to when the slot pool cannot be allocated).
+`plan-prefetch` chooses which segments to stream (`optgraph.analysis.segments.choose_layout`,
+`prefetch_choice`); `insert_prefetches` turns that layout into IR: for segment `n`, the k-th
+streamed one, a `prefetch` node per weight on the copy stream, writing its place in the ring above
+the arena (`prefetch_ring.place_in_ring`), after `wait ^pfN.free.S` for every stream S that read
+the segments whose bytes it overwrites (one wait per stream, none the copy stream already waited
+for), then `record ^pfN.ready`, waited on by every stream reading the segment before its first
+read; readers read the copies. The copies stay in segment order on the copy stream, each issued
+right after the last read it waits for. `strip_prefetch` undoes that, and `synchronous_prefetch`
+re-plans the same segments through a ring of the largest one, each copy on its first reader's
+stream (what a runtime falls back to when the ring cannot be allocated).
 
     before: %q = matmul(%h, %l5.wq) !{stream = 0}
-    after:  %l5.wq.s = prefetch(%l5.wq) !{stream = 2, segment = 5, slot = 1, ..}
+    after:  %l5.wq.s = prefetch(%l5.wq) !{stream = 2, segment = 5, slot = 0, ..}
             record ^pf5.ready !{stream = 2}   wait ^pf5.ready !{stream = 0}
             %q = matmul(%h, %l5.wq.s) !{stream = 0}
 

@@ -9,10 +9,10 @@ ask of a printed graph:
   and how many splits (runs of one backend in issue order) a graph has (`count_splits`);
 - which weights may be streamed and in which order (`weight_accesses`, `group_weights`,
   `pack_segments`): segments are runs of weights in first-use order whose readers lie in disjoint
-  ranges of the issue order, so slot `k` can be reused by segment `n + depth` right after segment
-  `n`'s last read;
+  ranges of the issue order, so ring bytes a segment was copied to can be rewritten right after
+  its last read;
 - how much device memory a planned program needs (`device_memory`): arena (which holds the
-  prefetch slots) + device-resident weights + device inputs;
+  prefetch ring) + device-resident weights + device inputs;
 - sizes as users write them (`parse_size("2GiB")`).
 
 Complexity: O(V + E) for the analyses, O(W log W) to group W weights.
@@ -29,7 +29,7 @@ from optgraph.analysis.prefetch_ring import ring_window
 from optgraph.ir.graph import Graph
 from optgraph.ir.layout import alias_roots
 
-SLOT_ALIGNMENT = ALIGNMENT  # bytes: every streamed weight starts on this boundary inside its slot
+SLOT_ALIGNMENT = ALIGNMENT  # bytes: every streamed weight starts on this boundary in the ring
 
 _UNITS: Mapping[str, int] = {
     "": 1,
@@ -117,10 +117,10 @@ def weight_accesses(graph: Graph) -> dict[str, list[int]]:
 
 @dataclass(frozen=True)
 class Segment:
-    """Weights streamed together into one slot, and the issue range of their readers."""
+    """Weights streamed together, one after another in the ring, and their readers' issue range."""
 
     weights: tuple[str, ...]
-    nbytes: int  # packed size in a slot (every weight aligned to SLOT_ALIGNMENT)
+    nbytes: int  # packed size in the ring (every weight aligned to SLOT_ALIGNMENT)
     first: int
     last: int
 
@@ -212,7 +212,7 @@ class Layout:
 def choose_layout(
     groups: list[Segment], fits: Callable[[int, int], bool], depth: int, target: int | None
 ) -> Layout | None:
-    """The layout for which `fits(resident bytes, slot bytes)` that streams the fewest bytes,
+    """The layout for which `fits(resident bytes, ring bytes)` that streams the fewest bytes,
     counting `SEGMENT_OVERHEAD_BYTES` per streamed segment and the largest segment once more."""
     total = sum(g.nbytes for g in groups)
     if target is not None:
@@ -242,18 +242,19 @@ def choose_layout(
 def spread(n: int, k: int) -> frozenset[int]:
     """`k` of `n` segment indices spread evenly, the first one included: which to keep resident.
 
-    Why not the leading ones: the copy stream runs at most `depth` segments ahead of the compute,
-    so while a run of resident segments computes it soon has no free slot and idles; spread among
-    the streamed ones, residents compute while the copy stream refills the slots the streamed
-    segments before them freed. Keeping the first lets compute start while the first copy runs.
+    Why not the leading ones: the copy stream runs at most a ring ahead of the compute, so while a
+    run of resident segments computes the ring soon has no free bytes and the copies idle; spread
+    among the streamed ones, residents compute while the copy stream refills the ring bytes the
+    streamed segments before them freed. Keeping the first lets compute start while the first copy runs.
     """
     return frozenset((j * n) // k for j in range(k)) if k else frozenset()
 
 
 def _fit(segments: list[Segment], fits: Callable[[int, int], bool], depth: int) -> Layout | None:
-    """The most segments kept resident (`spread`) such that `fits(resident, slot pool)`; each
-    slot is as big as the largest segment it holds (a big lm_head enlarges one slot only). Resident
-    bytes grow with the count (not strictly), so a binary search finds it. O(n log n)."""
+    """The most segments kept resident (`spread`) such that `fits(resident, ring)`, the ring
+    holding any `depth` consecutive streamed segments (`ring_window`: a big lm_head enlarges it by
+    its own size only). Resident bytes grow with the count (not strictly), so a binary search
+    finds it. O(n log n)."""
     n = len(segments)
 
     def layout(k: int) -> Layout | None:
@@ -263,7 +264,7 @@ def _fit(segments: list[Segment], fits: Callable[[int, int], bool], depth: int) 
         return Layout(segments, kept, ring, depth) if fits(resident, ring) else None
 
     if layout(0) is None:
-        # The slots for streaming everything do not fit: keeping some segments may shrink them
+        # The ring for streaming everything does not fit: keeping some segments may shrink them
         # (rare: the budget is nearly too small), so try every count. O(n^2).
         return next((f for k in range(1, n + 1) if (f := layout(k)) is not None), None)
     lo, hi = 0, n  # layout(lo) fits; find the largest k that does
@@ -284,7 +285,7 @@ BUFFER_ROUNDING = 512  # CuPy's pool rounds every device allocation up to this
 
 @dataclass(frozen=True)
 class DeviceMemory:
-    """Device bytes a planned program needs. `arena` includes the prefetch slots; resident
+    """Device bytes a planned program needs. `arena` includes the prefetch ring; resident
     weights and inputs are counted as the CUDA runtime lays them out (each aligned to 256 bytes in
     one buffer), and each of the three buffers is rounded up as the allocator does."""
 
@@ -301,7 +302,7 @@ class DeviceMemory:
 
 
 def device_memory(graph: Graph) -> DeviceMemory:
-    """Arena (max offset + size), slot bytes, weights kept on the device, device inputs.
+    """Arena (max offset + size), ring bytes used (`slots`), device weights, device inputs.
 
     A weight is device-resident when a node that does not run on the CPU reads it directly (or
     through an aliasing view) and it is neither streamed (`segment` annotation) nor placed on the
