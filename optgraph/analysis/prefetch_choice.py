@@ -5,8 +5,8 @@ much longer than the compute (a decode step). When the two take about as long (a
 the copy stream must run ahead of the compute across resident segments, and a ring of `depth`
 large segments stalls it: trading a resident segment for ring bytes costs its copy but lets the
 copies run further ahead. `least_regret_layout` estimates each trade with the list schedule
-(`analysis.schedule_estimate`: the H100 profile's roofline for the compute, bytes / `bandwidth`
-for each copy) and keeps the one whose worst loss against the best of them is least over the
+(`analysis.schedule_estimate`: the device profile's roofline for the compute, bytes / the
+host-to-device bandwidth for each copy) and keeps the one whose worst loss against the best of them is least over the
 scales `COMPUTE_SCALES` of the compute estimate. Why scales: the roofline at the data-sheet rate
 is a lower bound, and real kernels take longer by a factor the plan cannot know (a balanced
 prefill's resident step on the H100 took 2.0x the estimate at batch 14 and about 3x at batch 23,
@@ -27,9 +27,10 @@ from collections.abc import Callable
 from optgraph.analysis.happens_before import happens_before
 from optgraph.analysis.prefetch_copies import insert_prefetches
 from optgraph.analysis.prefetch_ring import ring_window
-from optgraph.analysis.schedule_estimate import estimate_schedule, node_seconds, profile_named
+from optgraph.analysis.schedule_estimate import estimate_schedule, node_seconds
 from optgraph.analysis.segments import Layout, spread
 from optgraph.ir.graph import Graph
+from optgraph.ir.ops import DeviceProfile
 
 # Real compute / the roofline estimate, for the ratios the plan must do well at (see the docstring).
 COMPUTE_SCALES = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0)
@@ -64,13 +65,14 @@ def least_regret_layout(
     candidates: list[Layout],
     accesses: dict[str, list[int]],
     arena_base: int,
-    bandwidth: float,
+    copy_rate: tuple[float, DeviceProfile],
 ) -> Layout:
     """The candidate whose estimated step is within the least factor of the best candidate's at
-    every scale of `COMPUTE_SCALES`; ties go to the earlier (more resident) candidate."""
+    every scale of `COMPUTE_SCALES`; ties go to the earlier (more resident) candidate.
+    `copy_rate`: host-to-device bytes/s, and the device whose roofline prices the compute."""
     if len(candidates) == 1:
         return candidates[0]
-    profile = profile_named("h100")
+    bandwidth, profile = copy_rate
     hb = happens_before(graph)
     steps: list[list[float]] = []
     for layout in candidates:

@@ -1,5 +1,5 @@
 """`plan-prefetch{budget=2GiB, depth=2, segment-bytes=auto, ring-bytes=auto, host-bandwidth=50GB,
-sync=false}`: stream weights that do not fit the GPU budget through a ring of prefetch bytes.
+device=h100, sync=false}`: stream weights that do not fit the GPU budget through a ring of prefetch bytes.
 
 When arena + device inputs + device weights exceed `budget`, the weights the GPU reads are cut into
 segments (runs of weights in first-use order whose readers occupy disjoint ranges of the issue
@@ -26,7 +26,8 @@ The ring: at least `depth` consecutive streamed segments fit it at once (`ring_w
 segments exactly `depth` slots), and `ring-bytes=auto` grows it into the room the budget leaves
 and weighs ring bytes against resident segments: fewer residents stream more bytes but let the
 copies run further ahead, which wins when compute and copying take about as long.
-`analysis.prefetch_choice` estimates each trade (list schedule; copies at `host-bandwidth` bytes/s)
+`analysis.prefetch_choice` estimates each trade (list schedule: compute by the roofline of
+`device`, copies at `host-bandwidth` bytes/s)
 and keeps the one closest to the best at every plausible error of the compute estimate. A size
 (`ring-bytes=64MiB`) caps the growth and skips the trade (`0`: the least ring). The ring sits
 above the planned arena, so prefetch results have `offset`/`size` like any buffer (`slot` is 0:
@@ -63,6 +64,7 @@ from dataclasses import dataclass, replace
 from optgraph.analysis.arena_packing import align_up
 from optgraph.analysis.prefetch_choice import fewer_resident, least_regret_layout
 from optgraph.analysis.prefetch_copies import insert_prefetches, strip_prefetch
+from optgraph.analysis.schedule_estimate import profile_named
 from optgraph.analysis.segments import (
     BUFFER_ROUNDING,
     SLOT_ALIGNMENT,
@@ -90,7 +92,7 @@ MAX_DEPTH = 256  # slots are allocated per depth; more than segments buys nothin
 @dataclass(frozen=True)
 class PlanPrefetchPass(Pass):
     name = "plan-prefetch"
-    summary = "stream weights over the GPU budget through `depth` prefetch slots on a copy stream"
+    summary = "stream weights over the GPU budget through a ring of prefetch bytes on a copy stream"
     requires = ("memory-planned",)
     provides = ()
 
@@ -99,6 +101,7 @@ class PlanPrefetchPass(Pass):
     segment_bytes: str = "auto"
     ring_bytes: str = "auto"
     host_bandwidth: str = "50GB"
+    device: str = "h100"
     sync: bool = False
 
     def __post_init__(self) -> None:
@@ -106,6 +109,7 @@ class PlanPrefetchPass(Pass):
             raise ValueError("budget must be given, e.g. plan-prefetch{budget=2GiB}")
         if not 1 <= self.depth <= MAX_DEPTH:
             raise ValueError(f"depth must be between 1 and {MAX_DEPTH}, got {self.depth}")
+        profile_named(self.device)  # raises ValueError naming the known devices
         if parse_size(self.host_bandwidth) <= 0:
             raise ValueError("host-bandwidth must be positive, e.g. host-bandwidth=50GB")
         for size in (self.segment_bytes, self.ring_bytes):
@@ -161,8 +165,8 @@ class PlanPrefetchPass(Pass):
         if not sync and self.ring_bytes == "auto":
             grow = lambda layout: _grown_ring(layout, fits, None)
             candidates = fewer_resident(grow(layout), fits, grow)
-            bandwidth = parse_size(self.host_bandwidth)
-            layout = least_regret_layout(graph, candidates, accesses, arena_base, bandwidth)
+            copy_rate = (parse_size(self.host_bandwidth), profile_named(self.device))
+            layout = least_regret_layout(graph, candidates, accesses, arena_base, copy_rate)
         elif not sync:
             layout = _grown_ring(layout, fits, parse_size(self.ring_bytes))
         return insert_prefetches(graph, layout, accesses, arena_base, sync)
