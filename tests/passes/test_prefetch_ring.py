@@ -1,7 +1,8 @@
 """plan-prefetch's ring: programs whose segments differ in size run at the planned offsets in random
 stream interleavings bit-identical to the reference; every single inserted wait is needed (drop
 any one and check-races names a race on a prefetch's bytes); the ring is traded for residents
-only where the estimate gains, and never past the budget."""
+only where the estimate gains, and never past the budget; the CUDA plan of a ring runs in the
+CPU emulator equal to the reference."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import pytest
 
 from optgraph.analysis.races import find_races
 from optgraph.analysis.segments import device_memory
+from optgraph.codegen.cuda_plan import lower_cuda
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
 from tests.passes.test_prefetch import _chain
+from tests.support import cuda_emulator
 from tests.support.offload_models import llama, run_planned
 
 PLAN = "assign-streams{max-streams=2},insert-sync,analyze-lifetimes,plan-memory"
@@ -99,3 +102,17 @@ def test_ring_traded_for_residents_only_when_the_copies_do_not_dominate() -> Non
             kept[bandwidth, ring] = sum(w.ann.segment is None for w in g.weights)
     assert kept["100MB", "auto"] == kept["100MB", "0"]
     assert kept["4GB", "auto"] < kept["4GB", "0"]
+
+
+@pytest.mark.skipif(not cuda_emulator.available(), reason="needs g++ (C++20)")
+def test_ring_program_runs_as_cuda_plan_in_the_emulator() -> None:
+    """The CUDA plan of a mixed-size ring (kernels, cuBLAS products, copies from pinned host
+    weights to the ring offsets) run in the CPU emulator equals the reference."""
+    g = llama(layers=2, batch=2, **SIZES)
+    planned = run_pipeline(g, PLAN)
+    streamed, _ = _streamed(planned, 0.45, ",segment-bytes=1KiB")
+    assert _mixed_sizes(streamed)
+    inputs, weights = random_inputs(g), random_weights(g)
+    got = cuda_emulator.run_plan(lower_cuda(streamed), inputs, weights)
+    for name, value in run_reference(g, inputs, weights).items():
+        assert nmse(got[name], value) < 1e-10, name
