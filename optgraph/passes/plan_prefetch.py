@@ -157,13 +157,16 @@ class PlanPrefetchPass(Pass):
             raise BudgetError(
                 f"plan-prefetch: budget {format_size(budget)} is too small: the arena, inputs and "
                 f"weights that cannot be streamed{' (' + ', '.join(pinned) + ')' if pinned else ''}"
-                f" need {format_size(fixed)}, and one slot for the largest weight group needs "
+                f" need {format_size(fixed)}, and a ring of the largest weight group needs "
                 f"{format_size(smallest)} more (streamable weights: {format_size(movable)})"
             )
         if not layout.streamed:
             return graph
         if not sync and self.ring_bytes == "auto":
-            grow = lambda layout: _grown_ring(layout, fits, None)
+
+            def grow(layout: Layout) -> Layout:
+                return _grown_ring(layout, fits, None)
+
             candidates = fewer_resident(grow(layout), fits, grow)
             copy_rate = (parse_size(self.host_bandwidth), profile_named(self.device))
             layout = least_regret_layout(graph, candidates, accesses, arena_base, copy_rate)
