@@ -13,14 +13,16 @@ Modes (one generated Llama, f16):
 - `balanced`: a prefill of `--balanced-batch` sequences of `--balanced-seq` tokens (vocab
   `--balanced-vocab`, so the logits of every token stay a small copy), where compute and copying
   take about as long: the batch is chosen from the pinned bandwidth and the f16 GEMM rate
-  measured in the same run (`auto`; on `--dry-run` from nominal H100 figures, or
-  `--pinned-gbs`/`--f16-tflops`) so that the estimated compute is `--balance` (1.2) times the
-  estimated copying: exactly equal, a depth-2 pipeline pays its fill and drain in full; a fifth
+  measured in the same run (`auto`; on `--dry-run` from the last H100 run's figures, compute at
+  `--compute-scale` times its roofline, or `--pinned-gbs`/`--f16-tflops`) so that the estimated
+  compute is `--balance` (1.2) times the estimated copying: exactly equal, a depth-2 pipeline pays its fill and drain in full; a fifth
   more compute leaves the copy stream slack and still makes synchronous copies cost about as
   much as the compute.
 
 The budget is what the step needs besides its weights (arena, inputs) + (weight bytes) /
-`--ratio`: the weights are `ratio` times the room the budget leaves them.
+`--ratio`: the weights are `ratio` times the room the budget leaves them. Every plan is told the
+pinned bandwidth (`host-bandwidth`: measured, or `--pinned-gbs` on a dry run), with which it
+weighs ring bytes against resident segments.
 
 Each mode is planned once (`fuse`, `assign-streams{max-streams=2}`, `insert-sync`, memory plan),
 then these programs are timed in one process:
@@ -29,10 +31,11 @@ then these programs are timed in one process:
 |---|---|
 | resident | every weight on the device: the compute alone (the same kernels as below) |
 | sync | `plan-prefetch{sync=true}`: each segment copied on its reader's stream right before it |
-| depth N | `plan-prefetch{depth=N}`: copies on a copy stream into N slots, overlapping compute |
+| depth N | `plan-prefetch{depth=N}`: copies on a copy stream into a ring of at least N segments, overlapping compute |
+| depth 2 least-ring | `plan-prefetch{depth=2,ring-bytes=0}`: the ring neither grown nor traded for residents |
 | depth 2 no-pdl | depth 2 lowered without PDL and merged launches (tells a runtime effect from a plan one) |
 | depth 2 eager | depth 2 issued call by call on its streams, no CUDA graph (whether the graph's mapping of streams serializes copies) |
-| copy alone | the depth-2 program's own weight copies (same pinned sources, slots and sizes), back to back on one stream, no compute |
+| copy alone | the depth-2 program's own weight copies (same pinned sources, offsets and sizes), back to back on one stream, no compute |
 
 A step is one replay of the captured CUDA graph (inputs staged, outputs copied back); each figure
 is the median over `--repeats` timings of `--iters` back-to-back replays between two CUDA events.
@@ -41,7 +44,8 @@ same run. Reported: ms per step; overlap = depth-2 step / max(copy alone, reside
 1.10); depth 2 / sync (target <= 0.6 in the balanced mode); copy efficiency = copy-alone bandwidth
 / pinned bandwidth; whether every streamed program's outputs equal the resident program's bit for
 bit; and the plan's own estimate of the depth-2 step (`offload_plan.estimate_step`, with this
-run's bandwidth and GEMM rate), so a measured step far above it points at the runtime.
+run's bandwidth and GEMM rate, compute scaled by the resident step over its roofline estimate),
+so a measured step far above it points at the runtime.
 """
 
 from __future__ import annotations
@@ -332,7 +336,8 @@ def table(rows: list[dict[str, Any]], pinned: float, f16_flops: float, device: s
             + " | ".join(_cell(r, n) for n in names)
             + f" | {overlap:.3f} | "
             + (f"{r['depth 2'] / r['sync']:.3f}" if "sync" in r else "-")
-            + f" | {r['estimate']:.2f} ms | {copy_bw / 1e9:.1f} ({copy_bw / pinned:.0%}) "
+            + f" | {r['estimate']:.2f} ms (compute x{r['compute_scale']:.2f}) "
+            + f"| {copy_bw / 1e9:.1f} ({copy_bw / pinned:.0%}) "
             f"| {'yes' if r['exact'] else 'NO'} |"
         )
     return "\n".join(lines) + "\n"
