@@ -187,7 +187,7 @@ def describe(graphs: dict[str, Graph], budget: int) -> list[str]:
         m = device_memory(g)
         segments = {w.ann.segment for w in g.weights if w.ann.segment is not None}
         lines.append(
-            f"  {name:9s} peak {format_size(m.peak):>11s} (budget {format_size(budget)}), "
+            f"  {name:18s} peak {format_size(m.peak):>11s} (budget {format_size(budget)}), "
             f"resident {format_size(m.resident_weights)}, "
             f"streamed {format_size(m.streamed_weights)}"
             f" in {len(segments)} segments, ring {format_size(m.slots)} "
@@ -366,7 +366,7 @@ def dry_run(args: argparse.Namespace, modes: list[str]) -> None:
                 continue
             e = estimate_step(graph, pinned, f16_flops, scale)
             print(
-                f"  {name:14s} estimated {e.step_ms:7.2f} ms: copy {e.copy_ms:.2f}, compute "
+                f"  {name:18s} estimated {e.step_ms:7.2f} ms: copy {e.copy_ms:.2f}, compute "
                 f"{resident:.2f}, step / max {e.step_ms / max(e.copy_ms, resident):.3f}"
                 + (f", step / sync {e.step_ms / sync:.3f}" if sync else "")
             )
