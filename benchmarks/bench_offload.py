@@ -15,9 +15,9 @@ Modes (one generated Llama, f16):
   take about as long: the batch is chosen from the pinned bandwidth and the f16 GEMM rate
   measured in the same run (`auto`; on `--dry-run` from the last H100 run's figures, compute at
   `--compute-scale` times its roofline, or `--pinned-gbs`/`--f16-tflops`) so that the estimated
-  compute is `--balance` (1.2) times the estimated copying: exactly equal, a depth-2 pipeline pays its fill and drain in full; a fifth
-  more compute leaves the copy stream slack and still makes synchronous copies cost about as
-  much as the compute.
+  compute is `--balance` (1.2) times the estimated copying: exactly equal, a depth-2 pipeline
+  pays its fill and drain in full; a fifth more compute leaves the copy stream slack and still
+  makes synchronous copies cost about as much as the compute.
 
 The budget is what the step needs besides its weights (arena, inputs) + (weight bytes) /
 `--ratio`: the weights are `ratio` times the room the budget leaves them. Every plan is told the

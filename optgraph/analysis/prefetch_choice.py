@@ -6,8 +6,8 @@ the copy stream must run ahead of the compute across resident segments, and a ri
 large segments stalls it: trading a resident segment for ring bytes costs its copy but lets the
 copies run further ahead. `least_regret_layout` estimates each trade with the list schedule
 (`analysis.schedule_estimate`: the device profile's roofline for the compute, bytes / the
-host-to-device bandwidth for each copy) and keeps the one whose worst loss against the best of them is least over the
-scales `COMPUTE_SCALES` of the compute estimate. Why scales: the roofline at the data-sheet rate
+host-to-device bandwidth for each copy) and keeps the one whose worst loss against the best of
+them is least over the scales `COMPUTE_SCALES` of the compute estimate. Why scales: the roofline at the data-sheet rate
 is a lower bound, and real kernels take longer by a factor the plan cannot know (a balanced
 prefill's resident step on the H100 took 2.0x the estimate at batch 14 and about 3x at batch 23,
 docs/results/2026-11-24-h100-*.md), so the ratio of compute to copying is uncertain; a trade that

@@ -191,9 +191,10 @@ def _free_waits(
     first: int,
     taken: set[str],
 ) -> tuple[list[Node], list[tuple[int, Node]]]:
-    """The waits of segment `copy[0]`'s copies on stream `copy[1]` for every read of the overwritten occupants, and the records they
-    wait for as (issue index to record after, record): one per stream's last read, none for a
-    read another one (or, for a synchronous copy, its own stream's order) already covers."""
+    """The waits of segment `copy[0]`'s copies on stream `copy[1]` for every read of the
+    occupants they overwrite, and the records those wait for, as (issue index to record after,
+    record): one per stream's last read, none for a read another one (or, for a synchronous copy,
+    its own stream's order) already covers."""
     last_on: dict[int, int] = {}
     for old in occupant_reads:
         for i in old:

@@ -245,7 +245,8 @@ def spread(n: int, k: int) -> frozenset[int]:
     Why not the leading ones: the copy stream runs at most a ring ahead of the compute, so while a
     run of resident segments computes the ring soon has no free bytes and the copies idle; spread
     among the streamed ones, residents compute while the copy stream refills the ring bytes the
-    streamed segments before them freed. Keeping the first lets compute start while the first copy runs.
+    streamed segments before them freed. Keeping the first lets compute start while the first
+    copy runs.
     """
     return frozenset((j * n) // k for j in range(k)) if k else frozenset()
 

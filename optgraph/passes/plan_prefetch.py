@@ -1,5 +1,6 @@
 """`plan-prefetch{budget=2GiB, depth=2, segment-bytes=auto, ring-bytes=auto, host-bandwidth=50GB,
-device=h100, sync=false}`: stream weights that do not fit the GPU budget through a ring of prefetch bytes.
+device=h100, sync=false}`: stream weights that do not fit the GPU budget through a ring of
+prefetch bytes.
 
 When arena + device inputs + device weights exceed `budget`, the weights the GPU reads are cut into
 segments (runs of weights in first-use order whose readers occupy disjoint ranges of the issue
