@@ -7,11 +7,11 @@ large segments stalls it: trading a resident segment for ring bytes costs its co
 copies run further ahead. `least_regret_layout` estimates each trade with the list schedule
 (`analysis.schedule_estimate`: the device profile's roofline for the compute, bytes / the
 host-to-device bandwidth for each copy) and keeps the one whose worst loss against the best of
-them is least over the scales `COMPUTE_SCALES` of the compute estimate. Why scales: the roofline at the data-sheet rate
-is a lower bound, and real kernels take longer by a factor the plan cannot know (a balanced
-prefill's resident step on the H100 took 2.0x the estimate at batch 14 and about 3x at batch 23,
-docs/results/2026-11-24-h100-*.md), so the ratio of compute to copying is uncertain; a trade that
-wins only at one ratio and loses much at another is not taken.
+them is least over the scales `COMPUTE_SCALES` of the compute estimate. Why scales: the roofline
+at the data-sheet rate is a lower bound, and real kernels take longer by a factor the plan cannot
+know (a balanced prefill's resident step on the H100 took 2.0x the estimate at batch 14 and 3.2x
+at batch 23, docs/results/2026-11-24-h100-*.md), so the ratio of compute to copying is uncertain;
+a trade that wins only at one ratio and loses much at another is not taken.
 
     a balanced prefill, 14 segments resident with a 44 MiB ring, or 13 with 64 MiB:
     the step at scales 1 / 1.5 / 2: 8.36 / 9.60 / 12.61 ms against 8.60 / 9.50 / 12.49 ms
