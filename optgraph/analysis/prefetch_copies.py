@@ -4,8 +4,8 @@
 `prefetch_choice`); `insert_prefetches` turns that layout into IR: for segment `n`, the k-th
 streamed one, a `prefetch` node per weight on the copy stream, writing its place in the ring above
 the arena (`prefetch_ring.place_in_ring`), after `wait ^pfN.free.S` for every stream S that read
-the segments whose bytes it overwrites (one wait per stream, none the copy stream already waited
-for), then `record ^pfN.ready`, waited on by every stream reading the segment before its first
+the segments whose bytes it overwrites (one wait per stream, none for a read the copy stream's
+earlier waits already order), then `record ^pfN.ready`, waited on by every stream reading the segment before its first
 read; readers read the copies. The copies stay in segment order on the copy stream, each issued
 right after the last read it waits for. `strip_prefetch` undoes that, and `synchronous_prefetch`
 re-plans the same segments through a ring of the largest one, each copy on its first reader's
@@ -118,17 +118,19 @@ def insert_prefetches(
     ring = max(s.nbytes for s in segments) if sync else layout.ring
     placement = place_in_ring([s.nbytes for s in segments], ring)
     reads = [sorted({i for w in s.weights for i in accesses[w]}) for s in segments]
-    waited: set[int] = set()  # segments whose reads the copy stream already waited for
+    covered: dict[int, int] = {}  # per stream, the last read the copy stream already waited for
     anchor = -1  # the copy stream's copies stay in segment order in the issue order
     for z, (number, segment) in enumerate(layout.numbered):
         first = reads[z][0]
         stream = nodes[first].stream if sync else copy_stream
         # Wait until every read of the bytes' previous occupants happens-before the copy.
-        occupants = [y for y in placement.occupants[z] if y not in waited]
-        if not sync:
-            waited.update(occupants)
-        old = [reads[y] for y in occupants]
-        group, records = _free_waits(nodes, hb, old, (number, stream), sync, first, taken)
+        # A synchronous copy sits just before `first`: what happens-before it needs no wait.
+        done = [first] if sync else list(covered.values())
+        old = [reads[y] for y in placement.occupants[z]]
+        group, records = _free_waits(nodes, hb, old, (number, stream), done, taken)
+        for i, _ in records:
+            if not sync:
+                covered[nodes[i].stream] = max(covered.get(nodes[i].stream, -1), i)
         for record_at, record in records:
             after.setdefault(record_at, []).append(record)
         offset = arena_base + placement.offsets[z]
@@ -187,14 +189,13 @@ def _free_waits(
     hb: HappensBefore,
     occupant_reads: list[list[int]],
     copy: tuple[int, int],
-    sync: bool,
-    first: int,
+    done: list[int],
     taken: set[str],
 ) -> tuple[list[Node], list[tuple[int, Node]]]:
     """The waits of segment `copy[0]`'s copies on stream `copy[1]` for every read of the
     occupants they overwrite, and the records those wait for, as (issue index to record after,
-    record): one per stream's last read, none for a read another one (or, for a synchronous copy,
-    its own stream's order) already covers."""
+    record): one per stream's last read, none for a read that happens-before another of them or
+    before a node of `done` (reads the copy is already ordered after)."""
     last_on: dict[int, int] = {}
     for old in occupant_reads:
         for i in old:
@@ -203,8 +204,7 @@ def _free_waits(
     number, stream = copy
     lasts = [i for s, i in last_on.items() if s != stream]
     lasts = [i for i in lasts if not any(hb.ordered(i, j) for j in lasts if j != i)]
-    if sync:
-        lasts = [i for i in lasts if not hb.ordered(i, first)]
+    lasts = [i for i in lasts if not any(i == j or hb.ordered(i, j) for j in done)]
     waits, records = [], []
     for i in sorted(lasts):
         event = _unique(f"{EVENT_PREFIX}{number}.free.{nodes[i].stream}", taken)

@@ -10,16 +10,20 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from optgraph.analysis.races import find_races
 from optgraph.analysis.segments import device_memory
 from optgraph.codegen.cuda_plan import lower_cuda
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
+from optgraph.passes.plan_prefetch import BudgetError
 from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
 from tests.passes.test_prefetch import _chain
 from tests.support import cuda_emulator
 from tests.support.offload_models import llama, run_planned
+from tests.support.property_examples import examples
 
 PLAN = "assign-streams{max-streams=2},insert-sync,analyze-lifetimes,plan-memory"
 # FFN four times hidden: attention matrices are small segments, FFN ones large (as in a Llama).
@@ -116,3 +120,66 @@ def test_ring_program_runs_as_cuda_plan_in_the_emulator() -> None:
     got = cuda_emulator.run_plan(lower_cuda(streamed), inputs, weights)
     for name, value in run_reference(g, inputs, weights).items():
         assert nmse(got[name], value) < 1e-10, name
+
+
+OPTIONS = [
+    "",
+    ",ring-bytes=0",
+    ",depth=1",
+    ",depth=3,segment-bytes=1KiB",
+    ",segment-bytes=256",
+    ",host-bandwidth=100MB,segment-bytes=512",
+    ",ring-bytes=3KiB",
+    ",sync=true",
+]
+STREAM_PLANS = [
+    "assign-streams{max-streams=2},insert-sync,analyze-lifetimes,plan-memory",
+    "assign-streams{max-streams=3},insert-sync,analyze-lifetimes,plan-memory",
+    "analyze-lifetimes,plan-memory",
+]
+
+
+@settings(max_examples=examples(25))
+@given(
+    hidden=st.sampled_from([16, 32, 48]),
+    heads=st.sampled_from([(2, 1), (4, 2), (4, 1)]),
+    ffn=st.sampled_from([32, 64, 160]),
+    shape=st.sampled_from([(1, 1, "decode"), (2, 1, "decode"), (1, 3, "prefill")]),
+    plan=st.sampled_from(STREAM_PLANS),
+    options=st.sampled_from(OPTIONS),
+    fraction=st.floats(0.25, 0.9),
+)
+def test_random_rings_are_exact_race_free_and_need_every_wait(
+    hidden: int,
+    heads: tuple[int, int],
+    ffn: int,
+    shape: tuple[int, int, str],
+    plan: str,
+    options: str,
+    fraction: float,
+) -> None:
+    """Random Llama sizes, stream plans, options and budgets: within the budget, race-free, equal
+    to the reference in random interleavings, and fault injection: dropping any one inserted wait
+    leaves a race on a prefetch's bytes (no wait is redundant either)."""
+    batch, seq, mode = shape
+    sizes = {"hidden": hidden, "heads": heads[0], "kv_heads": heads[1], "ffn": ffn, "vocab": 32}
+    g = llama(layers=2, batch=batch, seq=seq, mode=mode, **sizes)
+    planned = run_pipeline(g, plan)
+    try:
+        streamed, budget = _streamed(planned, fraction, options)
+    except BudgetError:
+        return
+    assert device_memory(streamed).peak <= budget and find_races(streamed) == []
+    inputs, weights = random_inputs(g), random_weights(g)
+    expected = run_reference(g, inputs, weights)
+    for seed in range(2):
+        got = run_planned(streamed, inputs, weights, seed)
+        assert all(np.array_equal(got[k], v) for k, v in expected.items()), seed
+    nodes = streamed.nodes
+    for i in [k for k, n in enumerate(nodes) if n.op == "wait" and n.name.startswith("pf")]:
+        broken = streamed.with_nodes(n for k, n in enumerate(nodes) if k != i)
+        ops = [
+            (broken.nodes[r.first.node].op, broken.nodes[r.second.node].op)
+            for r in find_races(broken)
+        ]
+        assert any("prefetch" in pair for pair in ops), nodes[i].name
