@@ -2,7 +2,8 @@
 stream interleavings bit-identical to the reference; every single inserted wait is needed (drop
 any one and check-races names a race on a prefetch's bytes); the ring is traded for residents
 only where the estimate gains, and never past the budget; the CUDA plan of a ring runs in the
-CPU emulator equal to the reference."""
+CPU emulator equal to the reference; and all of it on random sizes, stream plans, options and
+budgets (hypothesis)."""
 
 from __future__ import annotations
 
