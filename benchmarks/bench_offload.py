@@ -13,14 +13,16 @@ Modes (one generated Llama, f16):
 - `balanced`: a prefill of `--balanced-batch` sequences of `--balanced-seq` tokens (vocab
   `--balanced-vocab`, so the logits of every token stay a small copy), where compute and copying
   take about as long: the batch is chosen from the pinned bandwidth and the f16 GEMM rate
-  measured in the same run (`auto`; on `--dry-run` from nominal H100 figures, or
-  `--pinned-gbs`/`--f16-tflops`) so that the estimated compute is `--balance` (1.2) times the
-  estimated copying: exactly equal, a depth-2 pipeline pays its fill and drain in full; a fifth
-  more compute leaves the copy stream slack and still makes synchronous copies cost about as
-  much as the compute.
+  measured in the same run (`auto`; on `--dry-run` from the last H100 run's figures, compute at
+  `--compute-scale` times its roofline, or `--pinned-gbs`/`--f16-tflops`) so that the estimated
+  compute is `--balance` (1.2) times the estimated copying: exactly equal, a depth-2 pipeline
+  pays its fill and drain in full; a fifth more compute leaves the copy stream slack and still
+  makes synchronous copies cost about as much as the compute.
 
 The budget is what the step needs besides its weights (arena, inputs) + (weight bytes) /
-`--ratio`: the weights are `ratio` times the room the budget leaves them.
+`--ratio`: the weights are `ratio` times the room the budget leaves them. Every plan is told the
+pinned bandwidth (`host-bandwidth`: measured, or `--pinned-gbs` on a dry run), with which it
+weighs ring bytes against resident segments.
 
 Each mode is planned once (`fuse`, `assign-streams{max-streams=2}`, `insert-sync`, memory plan),
 then these programs are timed in one process:
@@ -29,10 +31,11 @@ then these programs are timed in one process:
 |---|---|
 | resident | every weight on the device: the compute alone (the same kernels as below) |
 | sync | `plan-prefetch{sync=true}`: each segment copied on its reader's stream right before it |
-| depth N | `plan-prefetch{depth=N}`: copies on a copy stream into N slots, overlapping compute |
+| depth N | `plan-prefetch{depth=N}`: copies on a copy stream into a ring of at least N segments, overlapping compute |
+| depth 2 least-ring | `plan-prefetch{depth=2,ring-bytes=0}`: the ring neither grown nor traded for residents |
 | depth 2 no-pdl | depth 2 lowered without PDL and merged launches (tells a runtime effect from a plan one) |
 | depth 2 eager | depth 2 issued call by call on its streams, no CUDA graph (whether the graph's mapping of streams serializes copies) |
-| copy alone | the depth-2 program's own weight copies (same pinned sources, slots and sizes), back to back on one stream, no compute |
+| copy alone | the depth-2 program's own weight copies (same pinned sources, offsets and sizes), back to back on one stream, no compute |
 
 A step is one replay of the captured CUDA graph (inputs staged, outputs copied back); each figure
 is the median over `--repeats` timings of `--iters` back-to-back replays between two CUDA events.
@@ -41,7 +44,8 @@ same run. Reported: ms per step; overlap = depth-2 step / max(copy alone, reside
 1.10); depth 2 / sync (target <= 0.6 in the balanced mode); copy efficiency = copy-alone bandwidth
 / pinned bandwidth; whether every streamed program's outputs equal the resident program's bit for
 bit; and the plan's own estimate of the depth-2 step (`offload_plan.estimate_step`, with this
-run's bandwidth and GEMM rate), so a measured step far above it points at the runtime.
+run's bandwidth and GEMM rate, compute scaled by the resident step over its roofline estimate),
+so a measured step far above it points at the runtime.
 """
 
 from __future__ import annotations
@@ -50,7 +54,6 @@ import argparse
 import datetime
 import gc
 import json
-import statistics
 import sys
 import warnings
 from pathlib import Path
@@ -63,12 +66,14 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 from gen_llama import generate_llama
 from offload_plan import (
+    NOMINAL_COMPUTE_SCALE,
     NOMINAL_F16,
     NOMINAL_PINNED,
     estimate_step,
     layout_pattern,
     plan_order,
 )
+from offload_timing import gemm_rate, pinned_bandwidth, time_copies, time_replays
 
 import optgraph as og
 from optgraph.analysis.segments import device_memory, format_size
@@ -83,6 +88,7 @@ VARIANTS = {
     "sync": ",sync=true",
     "depth 1": ",depth=1",
     "depth 2": ",depth=2",
+    "depth 2 least-ring": ",depth=2,ring-bytes=0",
     "depth 3": ",depth=3",
     "depth 2 no-pdl": ",depth=2",
     "depth 2 eager": ",depth=2",
@@ -121,7 +127,7 @@ def balanced_batch(
     if args.balanced_batch != "auto":
         return int(args.balanced_batch)
     probe = 2 if measured else 8
-    _, graphs, _ = plan_variants(args, "balanced", probe, ["depth 2"])
+    _, graphs, _ = plan_variants(args, "balanced", pinned, probe, ["depth 2"])
     copy = estimate_step(graphs["depth 2"], pinned, f16_flops).copy_ms
     if measured:
         import cupy as cp
@@ -132,10 +138,11 @@ def balanced_batch(
         program = cuda_program(source, weights=fast_weights(source))
         program.run(random_inputs(source))  # eager, then captured
         program.run(random_inputs(source))
-        compute = _time_replays(cp, program, args)
+        compute = time_replays(cp, program, args)
         program.close()
     else:
-        compute = estimate_step(graphs["resident"], pinned, f16_flops).compute_ms
+        scale = args.compute_scale
+        compute = estimate_step(graphs["resident"], pinned, f16_flops, scale).compute_ms
     return max(1, round(probe * args.balance * copy / compute))
 
 
@@ -151,8 +158,14 @@ def model_text(args: argparse.Namespace, mode: str, batch: int = 1) -> str:
 
 
 def plan_variants(
-    args: argparse.Namespace, mode: str, batch: int = 1, variants: list[str] | None = None
+    args: argparse.Namespace,
+    mode: str,
+    pinned: float,
+    batch: int = 1,
+    variants: list[str] | None = None,
 ) -> tuple[Graph, dict[str, Graph], int]:
+    """The resident plan and each variant's streamed one; the prefetch plans are told the pinned
+    bandwidth (`host-bandwidth`), with which they weigh ring bytes against resident ones."""
     source = og.parse(model_text(args, mode, batch))
     resident = run_pipeline(source, PLAN)
     memory = device_memory(resident)
@@ -162,7 +175,8 @@ def plan_variants(
     for name in variants or args.variants.split(","):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            pipeline = f"plan-prefetch{{budget={budget}{VARIANTS[name]}}}"
+            options = f"budget={budget},host-bandwidth={int(pinned)}{VARIANTS[name]}"
+            pipeline = f"plan-prefetch{{{options}}}"
             graphs[name] = run_pipeline(resident, pipeline)
     return source, graphs, budget
 
@@ -173,82 +187,13 @@ def describe(graphs: dict[str, Graph], budget: int) -> list[str]:
         m = device_memory(g)
         segments = {w.ann.segment for w in g.weights if w.ann.segment is not None}
         lines.append(
-            f"  {name:9s} peak {format_size(m.peak):>11s} (budget {format_size(budget)}), "
+            f"  {name:18s} peak {format_size(m.peak):>11s} (budget {format_size(budget)}), "
             f"resident {format_size(m.resident_weights)}, "
             f"streamed {format_size(m.streamed_weights)}"
-            f" in {len(segments)} segments, slots {format_size(m.slots)} "
+            f" in {len(segments)} segments, ring {format_size(m.slots)} "
             f"{layout_pattern(g)}"
         )
     return lines
-
-
-def _time(cp: Any, stream: Any, launch: Any, iters: int, repeats: int) -> float:
-    """Median ms of one `launch()` over `repeats` timings of `iters` back-to-back launches."""
-    times = []
-    for _ in range(repeats):
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record(stream)
-        for _ in range(iters):
-            launch()
-        end.record(stream)
-        end.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, end) / iters)
-    return statistics.median(times)
-
-
-def pinned_bandwidth(cp: Any, nbytes: int = 1 << 30) -> float:
-    host = cp.cuda.alloc_pinned_memory(nbytes)
-    np.frombuffer(host, np.uint8, nbytes)[:] = 1
-    dev = cp.cuda.alloc(nbytes)
-    stream = cp.cuda.Stream(non_blocking=True)
-    rt = cp.cuda.runtime
-    copy = lambda: rt.memcpyAsync(dev.ptr, host.ptr, nbytes, 1, stream.ptr)
-    copy()
-    stream.synchronize()
-    ms = _time(cp, stream, copy, 3, 3)
-    return nbytes / (ms * 1e-3)
-
-
-def _time_replays(cp: Any, program: Any, args: argparse.Namespace) -> float:
-    """ms per replay of the program's captured CUDA graph (or per eager issue of its calls)."""
-    stream = program.stream
-    if not program.options.use_graph:
-        _, ops = program._issue[program.last_key]
-        return _time(cp, stream, lambda: [op() for op in ops], args.iters, args.repeats)
-    exec_ = program._cache.get(program.last_key).exec
-    launch = cp.cuda.runtime.graphLaunch
-    return _time(cp, stream, lambda: launch(exec_, stream.ptr), args.iters, args.repeats)
-
-
-def _time_copies(cp: Any, program: Any, args: argparse.Namespace) -> tuple[int, float]:
-    """(bytes, ms) of the program's own prefetch copies, back to back on one stream."""
-    from optgraph.codegen.cuda_plan import CopyStep
-
-    (variant,) = program._variants.values()
-    prefetched = {n.name for n in variant.graph.nodes if n.op == "prefetch"}
-    copies = [
-        (variant.pointer(s.dst, {}), variant.pointer(s.src, {}), s.nbytes)
-        for s in variant.plan.steps
-        if isinstance(s, CopyStep) and s.node in prefetched
-    ]
-    side = cp.cuda.Stream(non_blocking=True)
-    memcpy = cp.cuda.runtime.memcpyAsync
-
-    def copy_all() -> None:
-        for dst, src, n in copies:
-            memcpy(dst, src, n, 1, side.ptr)
-
-    return sum(c[2] for c in copies), _time(cp, side, copy_all, args.iters, args.repeats)
-
-
-def gemm_rate(cp: Any, args: argparse.Namespace, rows: int = 8192) -> float:
-    """f16 flops/s of one large product at the model's FFN shape (CuPy's cuBLAS, no capture)."""
-    a = cp.ones((rows, args.hidden), dtype=cp.float16)
-    b = cp.ones((args.hidden, args.ffn), dtype=cp.float16)
-    out = cp.empty((rows, args.ffn), dtype=cp.float16)
-    stream = cp.cuda.Stream.null
-    ms = _time(cp, stream, lambda: cp.matmul(a, b, out=out), 10, 3)
-    return 2 * rows * args.hidden * args.ffn / (ms * 1e-3)
 
 
 def measure(args: argparse.Namespace, mode: str, pinned: float, f16_flops: float) -> dict[str, Any]:
@@ -257,14 +202,13 @@ def measure(args: argparse.Namespace, mode: str, pinned: float, f16_flops: float
     from optgraph.program import cuda_program
 
     batch = balanced_batch(args, pinned, f16_flops, measured=True) if mode == "balanced" else 1
-    source, graphs, budget = plan_variants(args, mode, batch)
+    source, graphs, budget = plan_variants(args, mode, pinned, batch)
     print(
         f"{mode}: batch {batch}, weights {format_size(sum(w.type.nbytes for w in source.weights))}"
     )
     print("\n".join(describe(graphs, budget)), flush=True)
     inputs, weights = random_inputs(source), fast_weights(source)
     row: dict[str, Any] = {"mode": mode, "budget": budget, "batch": batch}
-    row["estimate"] = estimate_step(graphs["depth 2"], pinned, f16_flops).step_ms
     reference_out = None
     exact = True
     for name, graph in graphs.items():
@@ -274,14 +218,20 @@ def measure(args: argparse.Namespace, mode: str, pinned: float, f16_flops: float
         if reference_out is None:
             reference_out = out
         exact &= all(out[k].tobytes() == reference_out[k].tobytes() for k in out)
-        row[name] = _time_replays(cp, program, args)
+        row[name] = time_replays(cp, program, args)
         if name == "depth 2":
-            row["streamed_bytes"], row["copy alone"] = _time_copies(cp, program, args)
+            row["streamed_bytes"], row["copy alone"] = time_copies(cp, program, args)
         program.close()
         del program
         gc.collect()
         print(f"  {name}: {row[name]:.3f} ms", flush=True)
     row["exact"] = exact
+    # The estimate with compute scaled to this run's resident step (the roofline's error).
+    estimated = estimate_step(graphs["resident"], pinned, f16_flops).compute_ms
+    row["compute_scale"] = row["resident"] / max(estimated, 1e-9)
+    row["estimate"] = estimate_step(
+        graphs["depth 2"], pinned, f16_flops, row["compute_scale"]
+    ).step_ms
     return row
 
 
@@ -317,7 +267,8 @@ def table(rows: list[dict[str, Any]], pinned: float, f16_flops: float, device: s
             + " | ".join(_cell(r, n) for n in names)
             + f" | {overlap:.3f} | "
             + (f"{r['depth 2'] / r['sync']:.3f}" if "sync" in r else "-")
-            + f" | {r['estimate']:.2f} ms | {copy_bw / 1e9:.1f} ({copy_bw / pinned:.0%}) "
+            + f" | {r['estimate']:.2f} ms (compute x{r['compute_scale']:.2f}) "
+            + f"| {copy_bw / 1e9:.1f} ({copy_bw / pinned:.0%}) "
             f"| {'yes' if r['exact'] else 'NO'} |"
         )
     return "\n".join(lines) + "\n"
@@ -325,23 +276,28 @@ def table(rows: list[dict[str, Any]], pinned: float, f16_flops: float, device: s
 
 def dry_run(args: argparse.Namespace, modes: list[str]) -> None:
     """Plans, what they order, and their estimated steps at nominal (or given) figures."""
-    pinned, f16_flops = args.pinned_gbs * 1e9, args.f16_tflops * 1e12
-    print(f"estimates at {pinned / 1e9:.0f} GB/s pinned, {f16_flops / 1e12:.0f} TFLOP/s f16")
+    pinned, f16_flops, scale = args.pinned_gbs * 1e9, args.f16_tflops * 1e12, args.compute_scale
+    print(
+        f"estimates at {pinned / 1e9:.0f} GB/s pinned, {f16_flops / 1e12:.0f} TFLOP/s f16, "
+        f"compute x{scale:g}"
+    )
     for mode in modes:
         batch = balanced_batch(args, pinned, f16_flops) if mode == "balanced" else 1
-        _, graphs, budget = plan_variants(args, mode, batch)
+        _, graphs, budget = plan_variants(args, mode, pinned, batch)
         print(f"{mode}" + (f" (batch {batch} x {args.balanced_seq} tokens)" if batch > 1 else ""))
         print("\n".join(describe(graphs, budget)))
-        resident = estimate_step(graphs["resident"], pinned, f16_flops).compute_ms
+        resident = estimate_step(graphs["resident"], pinned, f16_flops, scale).compute_ms
+        sync = (
+            estimate_step(graphs["sync"], pinned, f16_flops, scale).step_ms
+            if "sync" in graphs
+            else 0
+        )
         for name, graph in graphs.items():
             if name == "resident":
                 continue
-            e = estimate_step(graph, pinned, f16_flops)
-            sync = (
-                estimate_step(graphs["sync"], pinned, f16_flops).step_ms if "sync" in graphs else 0
-            )
+            e = estimate_step(graph, pinned, f16_flops, scale)
             print(
-                f"  {name:14s} estimated {e.step_ms:7.2f} ms: copy {e.copy_ms:.2f}, compute "
+                f"  {name:18s} estimated {e.step_ms:7.2f} ms: copy {e.copy_ms:.2f}, compute "
                 f"{resident:.2f}, step / max {e.step_ms / max(e.copy_ms, resident):.3f}"
                 + (f", step / sync {e.step_ms / sync:.3f}" if sync else "")
             )
@@ -367,7 +323,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--balance", type=float, default=1.2, help="balanced mode: compute / copying (estimated)"
     )
     p.add_argument("--modes", default="decode,prefill,balanced")
-    p.add_argument("--variants", default="sync,depth 2,depth 3,depth 2 no-pdl,depth 2 eager")
+    p.add_argument(
+        "--variants",
+        default="sync,depth 2,depth 2 least-ring,depth 3,depth 2 no-pdl,depth 2 eager",
+    )
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--markdown", metavar="FILE")
@@ -376,6 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show-order", action="store_true", help="dry run: the depth-2 plan order")
     p.add_argument("--pinned-gbs", type=float, default=NOMINAL_PINNED / 1e9)
     p.add_argument("--f16-tflops", type=float, default=NOMINAL_F16 / 1e12)
+    p.add_argument(
+        "--compute-scale",
+        type=float,
+        default=NOMINAL_COMPUTE_SCALE,
+        help="dry run: real compute / the roofline estimate (H100 balanced prefill: 1.6)",
+    )
     return p
 
 

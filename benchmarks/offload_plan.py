@@ -3,12 +3,17 @@
 `bench_offload.py --dry-run` prints these for every variant, so a step that measures slower than
 its plan allows points at the runtime, and one the plan itself serializes shows here first:
 
-- `plan_order`: per streamed segment, its slot and bytes, the issue index its copies are issued
-  at, the segment whose reads they wait for (the slot's previous occupant) and where the compute
-  first waits for them; `layout_pattern` draws resident (R) and streamed (s) segments in order;
+- `plan_order`: per streamed segment, its offset in the prefetch ring and bytes, the issue index
+  its copies are issued at, the events they wait for (recorded after the last reads of the
+  segments whose ring bytes they overwrite) and where the compute first waits for them;
+  `layout_pattern` draws resident (R) and streamed (s) segments in order;
 - `estimate_step`: the list schedule of `analysis.schedule_estimate` (streams in issue order,
   record/wait events) with each prefetch taking bytes / pinned bandwidth on its copy stream and
-  each kernel its roofline time at the given f16 rate: (step, copy alone, compute alone) in ms.
+  each kernel its roofline time at the given f16 rate times `compute_scale`: (step, copy alone,
+  compute alone) in ms. The roofline prices the balanced prefill's kernels too fast on the H100
+  (its resident step took 1.58x the estimate at the measured GEMM rate, docs/results/
+  2026-11-24-h100-decode-prefill-split-loop.md), so the dry run scales compute by
+  `NOMINAL_COMPUTE_SCALE` and a GPU run by its own measured resident step over the estimate.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ from optgraph.analysis.schedule_estimate import estimate_schedule, node_seconds,
 from optgraph.analysis.segments import format_size
 from optgraph.ir.graph import Graph
 
-NOMINAL_PINNED = 25e9  # bytes/s: a host-to-device copy from pinned memory on a PCIe H100
-NOMINAL_F16 = 700e12  # flops/s: dense f16 tensor-core rate a large GEMM reaches on an H100
+NOMINAL_PINNED = 51e9  # bytes/s: a host-to-device copy from pinned memory (H100 runs: 51-55)
+NOMINAL_F16 = 767e12  # flops/s: the f16 GEMM rate measured at the FFN shape on the H100
+NOMINAL_COMPUTE_SCALE = 1.6  # the H100's resident balanced step over its roofline estimate
 
 
 @dataclass(frozen=True)
@@ -35,10 +41,12 @@ class StepEstimate:
         return self.step_ms / max(self.copy_ms, self.compute_ms, 1e-12)
 
 
-def estimate_step(graph: Graph, pinned: float, f16_flops: float) -> StepEstimate:
+def estimate_step(
+    graph: Graph, pinned: float, f16_flops: float, compute_scale: float = 1.0
+) -> StepEstimate:
     """The estimated step of `graph` (see the module docstring)."""
     profile = replace(profile_named("h100"), peak_flops_f16=f16_flops)
-    seconds = node_seconds(graph, profile)
+    seconds = [t * compute_scale for t in node_seconds(graph, profile)]
     copy = 0.0
     for i, node in enumerate(graph.nodes):
         if node.op == "prefetch" and node.type is not None:
@@ -65,6 +73,7 @@ def plan_order(graph: Graph) -> list[str]:
         if node.op == "prefetch" and node.ann.segment is not None:
             segments.setdefault(node.ann.segment, []).append(i)
     waits = {n.name: i for i, n in enumerate(graph.nodes) if n.op == "wait"}
+    ring = min((n.ann.offset or 0 for n in graph.nodes if n.op == "prefetch"), default=0)
     for number, copies in sorted(segments.items()):
         first = graph.nodes[copies[0]]
         nbytes = sum(graph.nodes[i].type.nbytes for i in copies)  # type: ignore[union-attr]
@@ -78,7 +87,8 @@ def plan_order(graph: Graph) -> list[str]:
         ]
         ready = next((waits[w] for w in waits if w == f"pf{number}.ready"), None)
         lines.append(
-            f"    segment {number:3d} slot {first.ann.slot} {format_size(nbytes):>10s} on stream "
+            f"    segment {number:3d} at ring +{format_size((first.ann.offset or 0) - ring):>10s} "
+            f"{format_size(nbytes):>10s} on stream "
             f"{first.stream}: copies at {copies[0]}-{copies[-1]}"
             + (f" after {', '.join('^' + f for f in frees)}" if frees else " (no wait)")
             + (f"; compute waits at {ready}" if ready is not None else "")

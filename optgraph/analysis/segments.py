@@ -9,10 +9,10 @@ ask of a printed graph:
   and how many splits (runs of one backend in issue order) a graph has (`count_splits`);
 - which weights may be streamed and in which order (`weight_accesses`, `group_weights`,
   `pack_segments`): segments are runs of weights in first-use order whose readers lie in disjoint
-  ranges of the issue order, so slot `k` can be reused by segment `n + depth` right after segment
-  `n`'s last read;
+  ranges of the issue order, so ring bytes a segment was copied to can be rewritten right after
+  its last read;
 - how much device memory a planned program needs (`device_memory`): arena (which holds the
-  prefetch slots) + device-resident weights + device inputs;
+  prefetch ring) + device-resident weights + device inputs;
 - sizes as users write them (`parse_size("2GiB")`).
 
 Complexity: O(V + E) for the analyses, O(W log W) to group W weights.
@@ -25,10 +25,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from optgraph.analysis.arena_packing import ALIGNMENT, align_up
+from optgraph.analysis.prefetch_ring import ring_window
 from optgraph.ir.graph import Graph
 from optgraph.ir.layout import alias_roots
 
-SLOT_ALIGNMENT = ALIGNMENT  # bytes: every streamed weight starts on this boundary inside its slot
+SLOT_ALIGNMENT = ALIGNMENT  # bytes: every streamed weight starts on this boundary in the ring
 
 _UNITS: Mapping[str, int] = {
     "": 1,
@@ -116,10 +117,10 @@ def weight_accesses(graph: Graph) -> dict[str, list[int]]:
 
 @dataclass(frozen=True)
 class Segment:
-    """Weights streamed together into one slot, and the issue range of their readers."""
+    """Weights streamed together, one after another in the ring, and their readers' issue range."""
 
     weights: tuple[str, ...]
-    nbytes: int  # packed size in a slot (every weight aligned to SLOT_ALIGNMENT)
+    nbytes: int  # packed size in the ring (every weight aligned to SLOT_ALIGNMENT)
     first: int
     last: int
 
@@ -191,15 +192,12 @@ SEGMENT_OVERHEAD_BYTES = 256 << 10  # ~5 us of PCIe per streamed segment: its ev
 
 @dataclass(frozen=True)
 class Layout:
-    """The chosen split: segments, which of them stay resident, and the slots' sizes."""
+    """The chosen split: segments, which of them stay resident, and the prefetch ring's bytes."""
 
     segments: list[Segment]
     kept: frozenset[int]  # indices (in `segments`) of the segments kept resident
-    slot_sizes: tuple[int, ...]  # slot k holds the k-th, (k + depth)-th, ... streamed segment
-
-    @property
-    def depth(self) -> int:
-        return len(self.slot_sizes)
+    ring: int  # bytes of the prefetch ring the streamed segments are copied into, in turn
+    depth: int  # the ring holds at least this many consecutive streamed segments
 
     @property
     def numbered(self) -> list[tuple[int, Segment]]:
@@ -214,7 +212,7 @@ class Layout:
 def choose_layout(
     groups: list[Segment], fits: Callable[[int, int], bool], depth: int, target: int | None
 ) -> Layout | None:
-    """The layout for which `fits(resident bytes, slot bytes)` that streams the fewest bytes,
+    """The layout for which `fits(resident bytes, ring bytes)` that streams the fewest bytes,
     counting `SEGMENT_OVERHEAD_BYTES` per streamed segment and the largest segment once more."""
     total = sum(g.nbytes for g in groups)
     if target is not None:
@@ -244,33 +242,30 @@ def choose_layout(
 def spread(n: int, k: int) -> frozenset[int]:
     """`k` of `n` segment indices spread evenly, the first one included: which to keep resident.
 
-    Why not the leading ones: the copy stream runs at most `depth` segments ahead of the compute,
-    so while a run of resident segments computes it soon has no free slot and idles; spread among
-    the streamed ones, residents compute while the copy stream refills the slots the streamed
-    segments before them freed. Keeping the first lets compute start while the first copy runs.
+    Why not the leading ones: the copy stream runs at most a ring ahead of the compute, so while a
+    run of resident segments computes the ring soon has no free bytes and the copies idle; spread
+    among the streamed ones, residents compute while the copy stream refills the ring bytes the
+    streamed segments before them freed. Keeping the first lets compute start while the first
+    copy runs.
     """
     return frozenset((j * n) // k for j in range(k)) if k else frozenset()
 
 
-def _slot_sizes(segments: list[Segment], kept: frozenset[int], depth: int) -> tuple[int, ...]:
-    streamed = [s.nbytes for i, s in enumerate(segments) if i not in kept]
-    return tuple(max(streamed[j::depth]) for j in range(min(depth, len(streamed))))
-
-
 def _fit(segments: list[Segment], fits: Callable[[int, int], bool], depth: int) -> Layout | None:
-    """The most segments kept resident (`spread`) such that `fits(resident, slot pool)`; each
-    slot is as big as the largest segment it holds (a big lm_head enlarges one slot only). Resident
-    bytes grow with the count (not strictly), so a binary search finds it. O(n log n)."""
+    """The most segments kept resident (`spread`) such that `fits(resident, ring)`, the ring
+    holding any `depth` consecutive streamed segments (`ring_window`: a big lm_head enlarges it by
+    its own size only). Resident bytes grow with the count (not strictly), so a binary search
+    finds it. O(n log n)."""
     n = len(segments)
 
     def layout(k: int) -> Layout | None:
         kept = spread(n, k)
-        sizes = _slot_sizes(segments, kept, depth)
+        ring = ring_window([s.nbytes for i, s in enumerate(segments) if i not in kept], depth)
         resident = sum(segments[i].nbytes for i in kept)
-        return Layout(segments, kept, sizes) if fits(resident, sum(sizes)) else None
+        return Layout(segments, kept, ring, depth) if fits(resident, ring) else None
 
     if layout(0) is None:
-        # The slots for streaming everything do not fit: keeping some segments may shrink them
+        # The ring for streaming everything does not fit: keeping some segments may shrink them
         # (rare: the budget is nearly too small), so try every count. O(n^2).
         return next((f for k in range(1, n + 1) if (f := layout(k)) is not None), None)
     lo, hi = 0, n  # layout(lo) fits; find the largest k that does
@@ -291,7 +286,7 @@ BUFFER_ROUNDING = 512  # CuPy's pool rounds every device allocation up to this
 
 @dataclass(frozen=True)
 class DeviceMemory:
-    """Device bytes a planned program needs. `arena` includes the prefetch slots; resident
+    """Device bytes a planned program needs. `arena` includes the prefetch ring; resident
     weights and inputs are counted as the CUDA runtime lays them out (each aligned to 256 bytes in
     one buffer), and each of the three buffers is rounded up as the allocator does."""
 
@@ -308,7 +303,7 @@ class DeviceMemory:
 
 
 def device_memory(graph: Graph) -> DeviceMemory:
-    """Arena (max offset + size), slot bytes, weights kept on the device, device inputs.
+    """Arena (max offset + size), ring bytes used (`slots`), device weights, device inputs.
 
     A weight is device-resident when a node that does not run on the CPU reads it directly (or
     through an aliasing view) and it is neither streamed (`segment` annotation) nor placed on the

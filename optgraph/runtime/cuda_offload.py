@@ -9,8 +9,8 @@ argument, so it imports no CuPy.
   arena* (a mirror of the device arena: CPU results and copies `{to = "cpu"}` at their planned
   offsets). Copies to the device read them with `cudaMemcpyAsync` from pinned memory, so they are
   asynchronous and captured; new weights written there are what the next replay copies.
-- `allocate_arena`: when a streamed program's arena (with its `depth` slots) cannot be allocated,
-  fall back to the variant lowered with synchronous copies through one slot (`LoweredVariant.
+- `allocate_arena`: when a streamed program's arena (with its prefetch ring) cannot be allocated,
+  fall back to the variant lowered with synchronous copies through the least ring (`LoweredVariant.
   fallback`, made at lowering), with a warning, never to a wrong program.
 - CPU nodes (`HostStep`): a `HostFunction` evaluates one node with the reference kernels on
   NumPy views of the pinned buffers (built once, before capture); gathers and f32 products write
@@ -114,8 +114,8 @@ class HostMemory:
 def allocate_arena(
     variant: LoweredVariant, alloc: Callable[[int], Any], out_of_memory: type[BaseException]
 ) -> tuple[LoweredVariant, Any]:
-    """The device arena of `variant`; when a streamed program's slot pool does not fit, the
-    arena of its `fallback` (the same segments copied synchronously through one slot), with a
+    """The device arena of `variant`; when a streamed program's prefetch ring does not fit, the
+    arena of its `fallback` (the same segments copied synchronously, the least ring), with a
     warning."""
     try:
         return variant, alloc(max(variant.plan.arena_bytes, 1))
@@ -124,7 +124,7 @@ def allocate_arena(
             raise
     sync = variant.fallback
     warnings.warn(
-        f"cuda: the {variant.plan.arena_bytes}-byte arena with its prefetch slots could not be "
+        f"cuda: the {variant.plan.arena_bytes}-byte arena with its prefetch ring could not be "
         f"allocated; falling back to synchronous weight copies ({sync.plan.arena_bytes} bytes)",
         RuntimeWarning,
         stacklevel=3,

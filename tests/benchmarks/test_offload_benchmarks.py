@@ -29,9 +29,9 @@ def test_dry_run_prints_plans_orders_and_estimates(
     out = capsys.readouterr().out
     for mode in ("decode", "prefill", "balanced (batch "):
         assert f"\n{mode}" in out
-    assert "depth 2 plan order:" in out and "after ^pf" in out
+    assert "depth 2 plan order:" in out and "after ^pf" in out and "at ring +" in out
     estimates = [line for line in out.splitlines() if " estimated " in line]
-    assert len(estimates) == 3 * 5  # every streamed variant of every mode
+    assert len(estimates) == 3 * 6  # every streamed variant of every mode
 
 
 def test_balanced_batch_follows_the_bandwidth_and_rate(benchmarks: Any) -> None:  # noqa: F811
@@ -52,7 +52,7 @@ def test_gpu_path_on_fake_cupy(
     monkeypatch.setattr(bench, "gemm_rate", lambda cp, args: 700e12)
     out = tmp_path / "offload.md"
     argv = [*TINY, "--balanced-batch", "2", "--iters", "1", "--repeats", "1", "--variants"]
-    argv.append("sync,depth 1,depth 2,depth 2 no-pdl,depth 2 eager")
+    argv.append("sync,depth 1,depth 2,depth 2 least-ring,depth 2 no-pdl,depth 2 eager")
     assert bench.main([*argv, "--markdown", str(out)]) == 0
     rows = [line.split("|")[1:-1] for line in out.read_text().splitlines() if "| " in line]
     head = [c.strip() for c in rows[0]]

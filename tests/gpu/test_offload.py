@@ -68,7 +68,10 @@ def _close_to_reference(graph: Graph, got: dict, inputs: dict, weights: dict) ->
 
 
 @pytest.mark.parametrize("dtype, batch", [("f16", 1), ("f32", 1), ("f16", 3)])
-@pytest.mark.parametrize("options", ["", ",depth=1", ",depth=3", ",sync=true"])
+# segment-bytes=64KiB: one weight a segment, of five sizes, in the prefetch ring.
+@pytest.mark.parametrize(
+    "options", ["", ",depth=1", ",depth=3", ",sync=true", ",segment-bytes=64KiB"]
+)
 def test_streamed_decode_equals_resident_exactly(dtype: str, batch: int, options: str) -> None:
     g = _model(dtype, batch)
     planned = run_pipeline(g, PLAN)

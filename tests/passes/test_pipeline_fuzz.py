@@ -58,6 +58,8 @@ VALID = {
     "algo": ["best", "size", "lifetime", "issue", "none"],
     "budget": ["1KiB", "64", "4MiB", "1GB"],
     "segment-bytes": ["auto", "256", "1KiB"],
+    "ring-bytes": ["auto", "0", "4KiB"],
+    "host-bandwidth": ["50GB", "1MB"],
     "cpu-ops": ["", "matmul", "softmax+exp", "add+mul+sum"],
 }
 # Out-of-range and malformed values, drawn for one option in twelve.

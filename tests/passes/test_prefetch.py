@@ -67,21 +67,22 @@ def test_streamed_programs_match_reference(batch: int, seq: int, mode: str, opti
     _check_matches(streamed, g, range(5))
 
 
-def test_peak_within_budget_for_every_budget() -> None:
+@pytest.mark.parametrize("options", ["", ",ring-bytes=0", ",depth=3"])
+def test_peak_within_budget_for_every_budget(options: str) -> None:
+    """Peak <= budget for every budget, ring grown or not. (Streamed bytes need not grow as the
+    budget shrinks: each segment counts its overhead, and the ring may take a resident's room.)"""
     planned = run_pipeline(llama(layers=4, batch=2), PLAN)
     full = device_memory(planned).peak
-    streamed_before = -1
     for fraction in (1.0, 0.9, 0.7, 0.5, 0.35, 0.25):
         try:
-            streamed, budget = _prefetched(planned, fraction)
+            streamed, budget = _prefetched(planned, fraction, options)
         except BudgetError:
             assert fraction < 0.3
             continue
         memory = device_memory(streamed)
         assert memory.peak <= budget
         assert (memory.streamed_weights == 0) == (full <= budget)
-        assert memory.streamed_weights >= streamed_before or fraction == 1.0
-        streamed_before = memory.streamed_weights
+        assert find_races(streamed) == []
 
 
 def test_slot_reuse_without_its_event_is_caught() -> None:
@@ -175,22 +176,21 @@ def test_parse_size() -> None:
         parse_size("2 lightyears")
 
 
-def test_a_big_last_weight_enlarges_one_slot_only() -> None:
+def test_a_big_last_weight_enlarges_the_ring_by_its_own_size_only() -> None:
+    """The least ring holds any two consecutive segments: 1 KiB + the 16 KiB head, not 2 x 16."""
     text = "graph g {\n  input %x : f32[1,16]\n"
     text += "".join(f"  weight %w{i} : f32[16,16]\n" for i in range(5))
     text += "  weight %head : f32[16,256]\n  %h0 = matmul(%x, %w0) : f32[1,16]\n"
     text += "".join(f"  %h{i} = matmul(%h{i - 1}, %w{i}) : f32[1,16]\n" for i in range(1, 5))
     text += "  %y = matmul(%h4, %head) : f32[1,256]\n  output %y\n}\n"
     planned = run_pipeline(og.parse(text), "analyze-lifetimes,plan-memory")
-    streamed, _ = _prefetched(planned, 0.9, ",segment-bytes=1KiB")
-    regions: dict[int, tuple[int, int]] = {}
-    for n in streamed.nodes:
-        if n.op == "prefetch":
-            lo, hi = regions.get(n.ann.slot, (n.ann.offset, n.ann.offset))
-            regions[n.ann.slot] = (min(lo, n.ann.offset), max(hi, n.ann.offset + n.ann.size))
-    sizes = sorted(hi - lo for lo, hi in regions.values())
-    assert len(sizes) == 2 and sizes == [1024, 16 * 256 * 4]
-    assert device_memory(streamed).slots == sum(sizes)
+    streamed, _ = _prefetched(planned, 0.9, ",segment-bytes=1KiB,ring-bytes=0")
+    copies = [n for n in streamed.nodes if n.op == "prefetch"]
+    lo = min(n.ann.offset for n in copies)
+    hi = max(n.ann.offset + n.ann.size for n in copies)
+    assert hi - lo == device_memory(streamed).slots <= 1024 + 16 * 256 * 4
+    head = next(n for n in copies if n.operands == ("head",))
+    assert head.ann.offset == lo  # it does not fit after the small ones: it starts the ring over
     _check_matches(streamed, og.parse(text), range(3))
 
 
@@ -241,11 +241,11 @@ def test_resident_segments_are_spread_so_copies_overlap_compute() -> None:
     step, copies, compute = _estimated_step(streamed, 1.0, len(numbers) / 24)
     # The same number kept, leading (the layout plan-prefetch chose before).
     segments = [Segment((f"w{i}",), 16384, 0, 0) for i in range(24)]
-    leading = Layout(segments, frozenset(range(24 - len(numbers))), (16384, 16384))
+    leading = Layout(segments, frozenset(range(24 - len(numbers))), 2 * 16384, 2)
     accesses = weight_accesses(planned)
     old = insert_prefetches(planned, leading, accesses, device_memory(planned).arena, False)
     old_step, old_copies, _ = _estimated_step(old, 1.0, len(numbers) / 24)
     assert old_copies == copies
     # Exactly balanced, filling and draining the pipeline costs about one segment either way.
-    assert step <= 1.12 * max(copies, compute) < old_step / 1.05, (step, old_step, copies)
+    assert step <= 1.06 * max(copies, compute) and 1.05 * step < old_step, (step, old_step)
     _check_matches(streamed, strip_prefetch(streamed), range(2))
