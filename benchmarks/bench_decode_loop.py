@@ -107,22 +107,30 @@ def start_values(graph: Graph, cache_fill: int) -> dict[str, np.ndarray]:
 
 def reference_tokens(
     graph: Graph, weights: dict[str, np.ndarray], values: dict, steps: int
-) -> list[int]:
-    """The reference interpreter's loop on the CPU: the token after each of `steps` steps."""
+) -> tuple[list[int], list[float]]:
+    """The reference interpreter's loop on the CPU: the token after each of `steps` steps, and
+    each step's margin (its largest logit less the second largest, as stored): where it is a
+    rounding step or two of the logits' dtype, another summation order may pick the other."""
+    from dataclasses import replace
+
+    from optgraph.ir.graph import Output
     from optgraph.runtime.reference import run_reference
 
     env = {k: v.copy() for k, v in values.items()}
-    out_tokens = []
+    out_tokens, margins = [], []
     outputs = graph.output_names()
+    with_logits = replace(graph, outputs=(*graph.outputs, Output("logits")))
     for _ in range(steps):
-        result = run_reference(graph, env, weights)
+        result = run_reference(with_logits, env, weights)
+        top = np.sort(result["logits"].astype(np.float64).ravel())[-2:]
+        margins.append(float(top[1] - top[0]))
         for name in outputs:
             if name.endswith("_cache_new"):
                 env[name[: -len("_new")]] = result[name]
         for new, old in FEEDBACK.items():
             env[old] = result[new].astype(env[old].dtype)
         out_tokens.append(int(env["tokens"][0]))
-    return out_tokens
+    return out_tokens, margins
 
 
 class OptgraphLoop:
@@ -275,7 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     values = start_values(graph, fill)
     timed_from = start_values(graph, 0)
     host_weights = {k: v.get() for k, v in weights.items()}
-    ref = reference_tokens(graph, host_weights, values, args.check_steps)
+    ref, margins = reference_tokens(graph, host_weights, values, args.check_steps)
+    print(
+        "reference margins (top-1 less top-2 logit) a step:", " ".join(f"{m:.3g}" for m in margins)
+    )
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     rows = []
     for name in args.variants.split(","):
@@ -289,6 +300,10 @@ def main(argv: list[str] | None = None) -> int:
             loop.step()
             got.append(loop.token())
         agree = sum(a == b for a, b in zip(got, ref))
+        first = next((i for i, (a, b) in enumerate(zip(got, ref)) if a != b), None)
+        if first is not None:
+            print(f"{name}: first token unlike the reference at step {first} (reference margin "
+                  f"{margins[first]:.3g} there)", flush=True)  # fmt: skip
         wall, gpu = time_loop(loop, args.steps, args.repeats, timed_from)
         rows.append((name, wall, gpu, agree))
         print(f"{name}: {wall:.1f} µs/step host+GPU, {gpu:.1f} GPU; tokens {agree}/{len(ref)}",

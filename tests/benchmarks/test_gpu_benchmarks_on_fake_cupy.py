@@ -154,8 +154,10 @@ def test_decode_loop_graph_feeds_back_token_and_position() -> None:
         logits = run_reference(logits_graph, values, weights)["logits"]
         assert int(out["next_token"][0]) == int(np.argmax(logits[0]))
         assert int(out["next_pos"][0]) == 6 and int(out["next_kv_len"][0]) == 7
-        tokens = loop.reference_tokens(graph, weights, values, 3)
+        tokens, margins = loop.reference_tokens(graph, weights, values, 3)
         assert tokens[0] == int(out["next_token"][0]) and len(tokens) == 3
+        top = np.sort(logits[0].astype(np.float64))[-2:]
+        assert margins[0] == top[1] - top[0] and len(margins) == 3 and min(margins) >= 0
     finally:
         sys.path[:2] = []
         sys.modules.pop("bench_decode_loop", None)
