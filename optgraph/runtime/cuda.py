@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -50,7 +49,7 @@ from optgraph.codegen.lowered import LoweredProgram, LoweredVariant, Relower
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import TensorType
 from optgraph.runtime.cuda_blas import load_blas
-from optgraph.runtime.cuda_bound import Bound, BoundStep, classify_inputs
+from optgraph.runtime.cuda_bound import Bound, BoundStep, PartLauncher, classify_inputs
 from optgraph.runtime.cuda_capture import (
     AllocationDuringCapture,
     CapturedGraph,
@@ -274,7 +273,7 @@ class CudaProgram:
         cached = self._issue.get(key)
         if cached is None or cached[0] != binding:
             if calling_thread:
-                launch = partial(self._launch_part, key, binding)
+                launch = PartLauncher(self, key, binding)
                 ops = variant.calling_thread_list(bound_in, bound_out, launch)
             else:
                 ops = variant.issue_list(bound_in, bound_out)
@@ -284,14 +283,6 @@ class CudaProgram:
         arrays = tuple(v for v in inputs.values() if isinstance(v, cp.ndarray))
         arrays += tuple(outputs.values())
         return Bound(variant, key, binding, cached[1], staged, outputs, calling_thread, arrays)
-
-    def _launch_part(
-        self, key: GraphKey, binding: Binding, index: int, ops: list[Callable[[], Any]]
-    ) -> None:
-        """One GPU part of a run whose CPU nodes run on this thread: its own CUDA graph, keyed
-        by the run's key and the part's index (every part of a run kept in the cache at once)."""
-        self._cache.capacity = max(self._cache.capacity, (index + 1) * self.options.graph_capacity)
-        self._launch(replace(key, part=index), binding, ops)
 
     def _classify(
         self, inputs: Mapping[str, Any]

@@ -8,7 +8,7 @@ step(); step()                                         # the first call captures
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -32,7 +32,12 @@ class BoundProgram(Protocol):
     @property
     def stream(self) -> Any: ...
 
+    @property
+    def options(self) -> Any: ...
+
     def _start(self, bound: Bound) -> None: ...
+
+    def _launch(self, key: GraphKey, binding: Binding, ops: list[Callable[[], Any]]) -> None: ...
 
     def _replayable(self, bound: Bound) -> tuple[int, int] | None: ...
 
@@ -82,6 +87,39 @@ class BoundStep:
         program._start(self.bound)
         self._replay = program._replayable(self.bound)
         return self.bound.outputs
+
+
+class PartLauncher:
+    """Launches the GPU parts of a run whose CPU nodes run on the calling thread: part `index`
+    is its own CUDA graph, keyed by the run's key with the part's index (every part of a run
+    kept in the cache at once). Like `BoundStep`, a part whose graph is captured and bound is
+    one `cudaGraphLaunch` while the program's graph cache is unchanged; otherwise the full path
+    (`CudaProgram._launch`: capture, update or replay)."""
+
+    def __init__(self, program: BoundProgram, key: GraphKey, binding: Binding):
+        self.program, self.key, self.binding = program, key, binding
+        self._keys: dict[int, GraphKey] = {}
+        self._replay: dict[int, tuple[int, int]] = {}  # part -> (cache generation, graph exec)
+        self._graph_launch = cupy().cuda.runtime.graphLaunch
+        self._stream = int(program.stream.ptr)
+
+    def __call__(self, index: int, ops: list[Callable[[], Any]]) -> None:
+        program = self.program
+        replay = self._replay.get(index)
+        if replay is not None and replay[0] == program._cache.generation:
+            self._graph_launch(replay[1], self._stream)
+            program.counters.replays += 1
+            return
+        key = self._keys.get(index)
+        if key is None:
+            key = self._keys[index] = replace(self.key, part=index)
+        cache = program._cache
+        cache.capacity = max(cache.capacity, (index + 1) * program.options.graph_capacity)
+        program._launch(key, self.binding, ops)
+        if program.options.use_graph:
+            captured = cache.current(key, self.binding)
+            if captured is not None:
+                self._replay[index] = (cache.generation, int(captured.exec))
 
 
 def classify_inputs(

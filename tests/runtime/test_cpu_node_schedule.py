@@ -218,3 +218,34 @@ def test_the_runtime_runs_kernels_and_cpu_nodes_in_plan_order(
     parts = 2 * SIZES.layers + 1 if mode == "calling-thread" else 1
     assert counters.captures == parts  # every part captured once, on the second run
     assert counters.replays == 2 * parts
+
+
+def test_a_replayed_run_launches_each_part_without_deciding_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Calling-thread runs: once every part's graph is captured and replayed, a part is one
+    graph launch (`cuda_bound.PartLauncher`); a change of the graph cache (another part
+    captured) sends the parts back through the full path once."""
+    with fake_cupy(monkeypatch):
+        from optgraph.program import cuda_program
+
+        source, split = _moe()
+        inputs = random_inputs(source, seed=1)
+        inputs["pos"][:] = 3
+        inputs["kv_len"][:] = 4
+        options = LoweringOptions(cpu_nodes="calling-thread")
+        program = cuda_program(split, weights=random_weights(source, seed=2), options=options)
+        parts = 2 * SIZES.layers + 1  # GPU parts around each layer's CPU experts
+        decided: list[object] = []
+        decide = program._cache.decide
+        monkeypatch.setattr(program._cache, "decide", lambda *a: decided.append(a[0]) or decide(*a))
+        program.run(inputs)  # every part captured (each capture changes the cache)
+        program.run(inputs)  # parts go the full path once more, then are current
+        assert program.counters.captures == parts and parts < len(decided) < 2 * parts
+        decisions, replays = len(decided), program.counters.replays
+        program.run(inputs)  # no decision: one launch a part
+        assert len(decided) == decisions and program.counters.replays == replays + parts
+        program._cache.generation += 1  # as another key's capture would
+        program.run(inputs)
+        assert len(decided) == decisions + parts
+        assert program.counters.replays == replays + 2 * parts
