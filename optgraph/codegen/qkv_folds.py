@@ -28,6 +28,9 @@ Legality:
 
 `product_folds(graph, locations, in_place)` finds them; `fold_step` is a product's launch.
 Not handled: partial rotary, products with an epilogue (a bias), several streams for q.
+
+Complexity: O(V + E) to index the graph once (views by root, issue order, users), then each
+product's checks look at its readers and at the nodes between it and its rope's last reader.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from optgraph.codegen import cuda_fused
 from optgraph.codegen.cuda_gemv_epilogues import GemvFold, is_full_rotary
 from optgraph.codegen.cuda_source import Kernel, Launch
 from optgraph.codegen.cuda_steps import Extent, KernelStep, Location
-from optgraph.codegen.rope_cache_writes import is_ready
+from optgraph.codegen.rope_cache_writes import IssueOrder
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
 
@@ -74,9 +77,14 @@ class _Graph:
         self.outputs = set(graph.output_names())
         self.types = graph.value_types()
         self.locations = locations
+        self.views_of: dict[str, set[str]] = {}  # root -> the views of it (alias_roots inverted)
+        for view, (root, _) in self.roots.items():
+            self.views_of.setdefault(root, set()).add(view)
+        self.one_stream = len({n.stream for n in graph.nodes if not n.is_event}) == 1
+        self.order = IssueOrder(graph)
 
     def views(self, name: str) -> set[str]:
-        return {name} | {v for v, (root, _) in self.roots.items() if root == name}
+        return {name} | self.views_of.get(name, set())
 
     def readers(self, name: str) -> set[str]:
         """Non-view nodes reading `name` or a view of it; an output counts as a reader."""
@@ -89,7 +97,7 @@ class _Graph:
 
     def bytes_kept(self, product: Node, rope: Node) -> bool:
         """Whether `product`'s bytes may hold the rotated value until its last reader."""
-        if len({n.stream for n in self.graph.nodes if not n.is_event}) != 1:
+        if not self.one_stream:
             return False
         where = self.locations[product.name]
         if where.space not in ("arena", "value"):
@@ -159,7 +167,7 @@ def _fold_of(g: _Graph, product: Node, in_place: Mapping[str, str]) -> ProductFo
     extra = ([rope.operands[1]] if rope is not None else []) + (
         [write.operands[2]] if write is not None else []
     )
-    if not all(is_ready(g.graph, value, product) for value in extra):
+    if not all(g.order.ready(value, product) for value in extra):
         return None  # a position computed after the product: not readable at its place
     fold = _gemv_fold(g, product, rope, write)
     if fold is None:

@@ -22,6 +22,9 @@ small kernels are independent and merge into one launch (`merge_launches`).
 
 Not handled: a write that copies the cache (not in place), a rotated key read by anything else
 (an output, another op), rope and write on different streams or backends.
+
+Complexity: O(V + E): the graph indexed once (views by root, issue order, users), then O(1)
+checks a write besides its readers.
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ def rope_cache_writes(graph: Graph, in_place: Mapping[str, str]) -> dict[str, No
     if not ROPE_CACHE_WRITES or not in_place:
         return {}
     roots = alias_roots(graph)
+    views: dict[str, set[str]] = {}  # root -> its views (alias_roots inverted)
+    for view, (root, _) in roots.items():
+        views.setdefault(root, set()).add(view)
+    order = IssueOrder(graph)
     by_name = {n.name: n for n in graph.nodes}
     users = graph.users()
     outputs = set(graph.output_names())
@@ -67,27 +74,31 @@ def rope_cache_writes(graph: Graph, in_place: Mapping[str, str]) -> dict[str, No
             continue
         if rope.stream != write.stream or rope.ann.backend != write.ann.backend:
             continue
-        aliases = {rope_name} | {v for v, (root, _) in roots.items() if root == rope_name}
+        aliases = {rope_name} | views.get(rope_name, set())
         readers = {graph.nodes[u].name for v in aliases for u in users.get(v, [])} - aliases
         if readers != {name} or aliases & outputs or not _same_rows(types, rope, write):
             continue
-        if not is_ready(graph, write.operands[2], rope):
+        if not order.ready(write.operands[2], rope):
             continue  # the write's position is computed after the rope
         pairs[rope_name] = write
     return pairs
 
 
-def is_ready(graph: Graph, value: str, at: Node) -> bool:
-    """Whether `value` is computed before `at` is issued, on its stream (inputs and weights are
-    always ready): what a kernel issued at `at`'s place may read."""
-    if value in graph.input_names() or any(w.name == value for w in graph.weights):
-        return True
-    for node in graph.nodes:
-        if node is at:
-            return False
-        if node.name == value:
-            return node.stream == at.stream
-    return False
+class IssueOrder:
+    """Where each node of `graph` is issued, computed once (`ready` is then O(1))."""
+
+    def __init__(self, graph: Graph):
+        self.index = {n.name: i for i, n in enumerate(graph.nodes)}
+        self.stream = {n.name: n.stream for n in graph.nodes}
+        self.given = graph.input_names() | {w.name for w in graph.weights}
+
+    def ready(self, value: str, at: Node) -> bool:
+        """Whether `value` is computed before `at` is issued, on its stream (inputs and weights
+        are always ready): what a kernel issued at `at`'s place may read."""
+        if value in self.given:
+            return True
+        i = self.index.get(value)
+        return i is not None and i < self.index[at.name] and self.stream[value] == at.stream
 
 
 def _same_rows(types: Mapping[str, TensorType], rope: Node, write: Node) -> bool:
