@@ -77,22 +77,21 @@ def least_regret_layout(
     steps: list[list[float]] = []
     for layout in candidates:
         g = insert_prefetches(graph, layout, accesses, arena_base, False, hb, lifetimes=False)
-        seconds = node_seconds(g, profile)
-        copies = [n.op == "prefetch" and n.type is not None for n in g.nodes]
-        for i, node in enumerate(g.nodes):
-            if copies[i] and node.type is not None:
-                seconds[i] = node.type.nbytes / bandwidth
-        steps.append(
-            [
-                max(
-                    estimate_schedule(
-                        g, profile, [t if c else t * x for t, c in zip(seconds, copies)]
-                    ).end,
-                    default=0.0,
-                )
-                for x in COMPUTE_SCALES
-            ]
-        )
+        compute = node_seconds(g, profile)
+        copies = [
+            n.type.nbytes / bandwidth if n.op == "prefetch" and n.type is not None else None
+            for n in g.nodes
+        ]
+        steps.append([_step(g, profile, compute, copies, x) for x in COMPUTE_SCALES])
     best = [min(s[j] for s in steps) for j in range(len(COMPUTE_SCALES))]
     regret = [max(s[j] / max(best[j], 1e-12) for j in range(len(best))) for s in steps]
     return candidates[min(range(len(candidates)), key=lambda c: (round(regret[c], 4), c))]
+
+
+def _step(
+    g: Graph, profile: DeviceProfile, compute: list[float], copies: list[float | None], scale: float
+) -> float:
+    """The list schedule's step of `g`: each copy its `copies` seconds, the rest its roofline
+    `compute` seconds times `scale`."""
+    seconds = [t * scale if c is None else c for t, c in zip(compute, copies)]
+    return max(estimate_schedule(g, profile, seconds).end, default=0.0)

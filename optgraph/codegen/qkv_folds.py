@@ -44,7 +44,7 @@ from optgraph.codegen.cuda_source import Kernel, Launch
 from optgraph.codegen.cuda_steps import Extent, KernelStep, Location
 from optgraph.codegen.rope_cache_writes import IssueOrder
 from optgraph.ir.graph import Graph, Node, TensorType
-from optgraph.ir.layout import alias_roots
+from optgraph.ir.layout import alias_roots, alias_views
 
 # q/k/v products do rope and the cache writes in their store (one launch fewer a layer than
 # `rope_cache_writes` alone); False: the rope and write nodes issue their own kernels.
@@ -77,14 +77,12 @@ class _Graph:
         self.outputs = set(graph.output_names())
         self.types = graph.value_types()
         self.locations = locations
-        self.views_of: dict[str, set[str]] = {}  # root -> the views of it (alias_roots inverted)
-        for view, (root, _) in self.roots.items():
-            self.views_of.setdefault(root, set()).add(view)
+        self.views_of = alias_views(graph)
         self.one_stream = len({n.stream for n in graph.nodes if not n.is_event}) == 1
         self.order = IssueOrder(graph)
 
     def views(self, name: str) -> set[str]:
-        return {name} | self.views_of.get(name, set())
+        return {name} | {view for view, _ in self.views_of.get(name, [])}
 
     def readers(self, name: str) -> set[str]:
         """Non-view nodes reading `name` or a view of it; an output counts as a reader."""
@@ -256,13 +254,12 @@ def place_folds(
     """(folds by product, the nodes they absorb); a q fold's rope result (and its views) now
     lives in the product's bytes, in `locations`."""
     folds = product_folds(graph, locations, in_place)
-    roots = alias_roots(graph)
+    views = alias_views(graph)
     for fold in folds.values():
         if fold.rope is None or fold.write is not None:
             continue
         home = locations[fold.product.name]
         locations[fold.rope.name] = home
-        for view, (root, offset) in roots.items():
-            if root == fold.rope.name:
-                locations[view] = home.shifted(offset)
+        for view, offset in views.get(fold.rope.name, []):
+            locations[view] = home.shifted(offset)
     return folds, {name for fold in folds.values() for name in fold.absorbed}

@@ -43,7 +43,7 @@ from optgraph.codegen.cuda_source import (
 )
 from optgraph.codegen.cuda_steps import Extent, KernelStep, Location
 from optgraph.ir.graph import Graph, Node, TensorType
-from optgraph.ir.layout import alias_roots
+from optgraph.ir.layout import alias_roots, alias_views
 
 # Fold a key's rope into its in-place cache write (one launch fewer a layer); False: two kernels.
 ROPE_CACHE_WRITES = True
@@ -54,9 +54,7 @@ def rope_cache_writes(graph: Graph, in_place: Mapping[str, str]) -> dict[str, No
     if not ROPE_CACHE_WRITES or not in_place:
         return {}
     roots = alias_roots(graph)
-    views: dict[str, set[str]] = {}  # root -> its views (alias_roots inverted)
-    for view, (root, _) in roots.items():
-        views.setdefault(root, set()).add(view)
+    views = alias_views(graph)
     order = IssueOrder(graph)
     by_name = {n.name: n for n in graph.nodes}
     users = graph.users()
@@ -74,7 +72,7 @@ def rope_cache_writes(graph: Graph, in_place: Mapping[str, str]) -> dict[str, No
             continue
         if rope.stream != write.stream or rope.ann.backend != write.ann.backend:
             continue
-        aliases = {rope_name} | views.get(rope_name, set())
+        aliases = {rope_name} | {view for view, _ in views.get(rope_name, [])}
         readers = {graph.nodes[u].name for v in aliases for u in users.get(v, [])} - aliases
         if readers != {name} or aliases & outputs or not _same_rows(types, rope, write):
             continue
@@ -88,9 +86,9 @@ class IssueOrder:
     """Where each node of `graph` is issued, computed once (`ready` is then O(1))."""
 
     def __init__(self, graph: Graph):
-        self.index = {n.name: i for i, n in enumerate(graph.nodes)}
-        self.stream = {n.name: n.stream for n in graph.nodes}
-        self.given = graph.input_names() | {w.name for w in graph.weights}
+        self.nodes = graph.nodes
+        self.index = graph.producers()
+        self.given = graph.input_names() | graph.weight_names()
 
     def ready(self, value: str, at: Node) -> bool:
         """Whether `value` is computed before `at` is issued, on its stream (inputs and weights
@@ -98,7 +96,7 @@ class IssueOrder:
         if value in self.given:
             return True
         i = self.index.get(value)
-        return i is not None and i < self.index[at.name] and self.stream[value] == at.stream
+        return i is not None and i < self.index[at.name] and self.nodes[i].stream == at.stream
 
 
 def _same_rows(types: Mapping[str, TensorType], rope: Node, write: Node) -> bool:

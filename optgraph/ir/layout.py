@@ -65,6 +65,15 @@ def alias_roots(graph: Graph) -> dict[str, tuple[str, int]]:
     return dict(cached)
 
 
+def alias_views(graph: Graph) -> dict[str, list[tuple[str, int]]]:
+    """`alias_roots` inverted: for every buffer some value aliases, those values and their byte
+    offsets in it, in issue order. O(V)."""
+    views: dict[str, list[tuple[str, int]]] = {}
+    for view, (root, offset) in alias_roots(graph).items():
+        views.setdefault(root, []).append((view, offset))
+    return views
+
+
 # Where a graph keeps its alias roots, in its instance `__dict__` (outside the dataclass fields,
 # like `functools.cached_property`: equality and `replace` never see it).
 _ALIAS_ROOTS = "_alias_roots"

@@ -87,7 +87,7 @@ class BudgetError(OptGraphError):
     """The budget cannot hold what must stay on the device plus one slot."""
 
 
-MAX_DEPTH = 256  # slots are allocated per depth; more than segments buys nothing
+MAX_DEPTH = 256  # segments a ring holds at least; more than the segments buys nothing
 
 
 @dataclass(frozen=True)
@@ -181,18 +181,19 @@ def _grown_ring(layout: Layout, fits: Callable[[int, int], bool], cap: int | Non
     ring lets copies run further ahead of the compute. Binary search over the ring size, in
     `SLOT_ALIGNMENT` steps, since `fits` is monotone in it."""
     resident = sum(s.nbytes for i, s in enumerate(layout.segments) if i in layout.kept)
-    step = SLOT_ALIGNMENT
-    lo = layout.ring // step  # fits, or the layout would not have been chosen
+
+    def allowed(steps: int) -> bool:
+        ring = steps * SLOT_ALIGNMENT
+        return fits(resident, ring) and (cap is None or ring <= cap)
+
+    lo = layout.ring // SLOT_ALIGNMENT  # fits, or the layout would not have been chosen
     hi = lo + 1
-    while fits(resident, hi * step) and (cap is None or hi * step <= cap):
+    while allowed(hi):
         lo, hi = hi, 2 * hi
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if fits(resident, mid * step) and (cap is None or mid * step <= cap):
-            lo = mid
-        else:
-            hi = mid
-    return replace(layout, ring=max(layout.ring, lo * step))
+        lo, hi = (mid, hi) if allowed(mid) else (lo, mid)
+    return replace(layout, ring=max(layout.ring, lo * SLOT_ALIGNMENT))
 
 
 def _streamable(graph: Graph, accesses: dict[str, list[int]]) -> list[str]:

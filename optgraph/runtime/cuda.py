@@ -336,14 +336,6 @@ class CudaProgram:
         rt.graphLaunch(captured.exec, self.stream.ptr)
         self.counters.replays += 1
 
-    def _replayable(self, bound: Bound) -> tuple[int, int] | None:
-        """(cache generation, graph exec) of `bound`'s graph where a later run of it may be that
-        graph's launch alone: one graph (not GPU parts), captured and bound to its pointers."""
-        if bound.calling_thread or not self.options.use_graph:
-            return None
-        captured = self._cache.current(bound.key, bound.binding)
-        return None if captured is None else (self._cache.generation, int(captured.exec))
-
     def allocation_forbidden(self) -> contextlib.AbstractContextManager[None]:
         """Device allocations through CuPy raise `AllocationDuringCapture` (and are counted)."""
 

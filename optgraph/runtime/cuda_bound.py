@@ -39,8 +39,6 @@ class BoundProgram(Protocol):
 
     def _launch(self, key: GraphKey, binding: Binding, ops: list[Callable[[], Any]]) -> None: ...
 
-    def _replayable(self, bound: Bound) -> tuple[int, int] | None: ...
-
 
 @dataclass(frozen=True)
 class Bound:
@@ -58,68 +56,81 @@ class Bound:
     arrays: tuple[Any, ...] = ()
 
 
+class DirectReplays:
+    """Captured graphs a caller launches itself, each remembered (by the caller's `slot`) with
+    the graph cache's generation it was read at: `launch` is one `cudaGraphLaunch` while that
+    generation is current (no key hashed, no cache decision), and False otherwise, when the
+    caller takes the full path (`CudaProgram._launch`) and then `remember`s the graph again."""
+
+    def __init__(self, program: BoundProgram):
+        self.program = program
+        self._execs: dict[int, tuple[int, int]] = {}  # slot -> (cache generation, graph exec)
+        self._graph_launch = cupy().cuda.runtime.graphLaunch
+        self._stream = int(program.stream.ptr)
+
+    def launch(self, slot: int) -> bool:
+        known = self._execs.get(slot)
+        if known is None or known[0] != self.program._cache.generation:
+            return False
+        self._graph_launch(known[1], self._stream)
+        self.program.counters.replays += 1
+        return True
+
+    def remember(self, slot: int, key: GraphKey, binding: Binding) -> None:
+        """After a full-path launch: the graph of `key` if it is captured and bound to `binding`."""
+        cache = self.program._cache
+        captured = cache.current(key, binding) if self.program.options.use_graph else None
+        if captured is not None:
+            self._execs[slot] = (cache.generation, int(captured.exec))
+
+
 class BoundStep:
     """`CudaProgram.bind`'s step: a call launches the program on the arrays bound once.
 
     Once the step's graph is captured and bound to its arrays, a call is one `cudaGraphLaunch`
-    of the graph it remembers, for as long as the program's graph cache has not changed since
-    (`GraphCache.generation`: another key's capture, an update to other pointers, an eviction);
-    otherwise, or while a CPU node's failure waits to be raised, it takes the full path."""
+    of the graph it remembers (`DirectReplays`), for as long as the program's graph cache has not
+    changed since (`GraphCache.generation`: another key's capture, an update to other pointers,
+    an eviction); otherwise, or while a CPU node's failure waits to be raised, it takes the full
+    path. A step whose CPU nodes run on the calling thread launches its parts through
+    `PartLauncher` instead."""
 
     def __init__(self, program: BoundProgram, bound: Bound):
         self.program, self.bound = program, bound
-        self._replay: tuple[int, int] | None = None  # (cache generation, graph exec)
-        self._graph_launch = cupy().cuda.runtime.graphLaunch
-        self._stream = int(program.stream.ptr)
+        self._replays = DirectReplays(program)
 
     def __call__(self) -> dict[str, Any]:
         """Launch (the first call: eager run and capture); the bound `out` arrays, by name."""
-        program, replay = self.program, self._replay
-        if (
-            replay is not None
-            and replay[0] == program._cache.generation
-            and not program.host_errors
-        ):
-            self._graph_launch(replay[1], self._stream)
-            program.counters.replays += 1
-            return self.bound.outputs
+        program, bound = self.program, self.bound
+        if not program.host_errors and self._replays.launch(0):
+            return bound.outputs
         program.host_errors.raise_first()  # a CPU node's failure in an earlier launch
-        program._start(self.bound)
-        self._replay = program._replayable(self.bound)
-        return self.bound.outputs
+        program._start(bound)
+        if not bound.calling_thread:
+            self._replays.remember(0, bound.key, bound.binding)
+        return bound.outputs
 
 
 class PartLauncher:
     """Launches the GPU parts of a run whose CPU nodes run on the calling thread: part `index`
     is its own CUDA graph, keyed by the run's key with the part's index (every part of a run
-    kept in the cache at once). Like `BoundStep`, a part whose graph is captured and bound is
-    one `cudaGraphLaunch` while the program's graph cache is unchanged; otherwise the full path
-    (`CudaProgram._launch`: capture, update or replay)."""
+    kept in the cache at once), launched directly while current (`DirectReplays`), else through
+    the full path (`CudaProgram._launch`: capture, update or replay)."""
 
     def __init__(self, program: BoundProgram, key: GraphKey, binding: Binding):
         self.program, self.key, self.binding = program, key, binding
         self._keys: dict[int, GraphKey] = {}
-        self._replay: dict[int, tuple[int, int]] = {}  # part -> (cache generation, graph exec)
-        self._graph_launch = cupy().cuda.runtime.graphLaunch
-        self._stream = int(program.stream.ptr)
+        self._replays = DirectReplays(program)
 
     def __call__(self, index: int, ops: list[Callable[[], Any]]) -> None:
-        program = self.program
-        replay = self._replay.get(index)
-        if replay is not None and replay[0] == program._cache.generation:
-            self._graph_launch(replay[1], self._stream)
-            program.counters.replays += 1
+        if self._replays.launch(index):
             return
         key = self._keys.get(index)
         if key is None:
             key = self._keys[index] = replace(self.key, part=index)
-        cache = program._cache
+        cache, program = self.program._cache, self.program
         cache.capacity = max(cache.capacity, (index + 1) * program.options.graph_capacity)
         program._launch(key, self.binding, ops)
-        if program.options.use_graph:
-            captured = cache.current(key, self.binding)
-            if captured is not None:
-                self._replay[index] = (cache.generation, int(captured.exec))
+        self._replays.remember(index, key, self.binding)
 
 
 def classify_inputs(
