@@ -16,8 +16,10 @@ weights. Two cases, each timed in one run:
 
 A step is one replay of the captured CUDA graph(s) with inputs and outputs bound as device arrays
 (KV caches in place where the program allows), timed alone between CUDA events on stream 0 and
-synchronized; the figure is the median over `--iters` steps after `--warmup` (two GPUs: rank 0's
-median; every rank replays in lockstep through NCCL). Outputs of one `run` of each program are
+synchronized; the figure is the median over `--iters` steps after `--warmup`. Two GPUs: every
+rank starts each replay right after a one-element NCCL all_reduce over both (a barrier), and a
+step's time is the slower rank's, so a pipeline's last stage, which waits for the first, counts
+the whole step. Outputs of one `run` of each program are
 compared with the reference interpreter on the CPU (NMSE, bound 1e-6 for f16 per the issue).
 
 Refuses, saying so, where CuPy is missing or fewer than 2 GPUs are present. Keep NVLink multicast
@@ -151,7 +153,8 @@ def measure(case: str, source: Graph, args: argparse.Namespace) -> dict[str, Any
     row["weights per device"] = weight_bytes_per_device(graph)
     try:
         row["nmse 2"] = error(runner.run(inputs, weights))
-        row["ms 2"] = runner.time(inputs, weights, args.warmup, args.iters)[0]
+        times = runner.time(inputs, weights, args.warmup, args.iters)
+        row["ms 2"], row["rank ms"] = times.step_ms, times.rank_ms
     finally:
         runner.close()
     print(f"  two GPUs: {row['ms 2']:.3f} ms", flush=True)

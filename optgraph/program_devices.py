@@ -27,7 +27,7 @@ from optgraph.ir.graph import Graph
 from optgraph.ir.ops import get_op
 from optgraph.passes.manager import parse_pipeline
 from optgraph.passes.tensor_parallel import shard_weights
-from optgraph.runtime.multi_gpu import MultiGpuProgram
+from optgraph.runtime.multi_gpu import MultiGpuProgram, StepTimes
 
 SPLITTING_PASSES = frozenset({"tensor-parallel", "pipeline-parallel"})
 
@@ -108,12 +108,12 @@ class MultiDeviceRunner:
 
     def time(
         self, inputs: Mapping[str, Any], weights: Mapping[str, Any], warmup: int, reps: int
-    ) -> list[float]:
-        """Each rank's median ms per replay (`MultiGpuProgram.time`), started if need be."""
+    ) -> StepTimes:
+        """Milliseconds per replay (`MultiGpuProgram.time`), the ranks started if need be."""
         if self._program is None:
             self.run(inputs, weights)
-        medians: list[float] = self._program.time(inputs, warmup, reps)
-        return medians
+        times: StepTimes = self._program.time(inputs, warmup, reps)
+        return times
 
     def close(self) -> None:
         if self._program is not None:

@@ -66,6 +66,16 @@ class Communicators:
                     len(group), ids[group], group.index(device)
                 )
         self.world = max((len(g) for g in ids), default=1)
+        self._token: Any = None  # four bytes on the device, all-reduced by `barrier`
+
+    def barrier(self, stream: Any) -> None:
+        """Enqueue on `stream` a one-element all_reduce over every rank: work enqueued after it
+        starts on all ranks at about the same moment (the world group must be in `ids`)."""
+        comm = self.comms[tuple(range(self.world))]
+        if self._token is None:
+            self._token = cupy().cuda.alloc(4)
+        ptr = int(self._token.ptr)
+        comm.allReduce(ptr, ptr, 1, NCCL_DTYPES["i32"], NCCL_SUM, stream.ptr)  # value unused
 
     def get(self, step: CollectiveStep) -> Any:
         group = tuple(range(self.world)) if step.kind in ("send", "recv") else step.group

@@ -27,6 +27,7 @@ rank's program on a single GPU.
 from __future__ import annotations
 
 import multiprocessing
+import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -52,6 +53,22 @@ def _values_for(graph: Graph, given: Mapping[str, Any], kind: str) -> dict[str, 
         d = missing[0]
         raise InputError(f"missing {kind} '%{d.name}' ({d.type})", d.span)
     return {d.name: given[d.name] for d in decls}
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Timed replays of a several-GPU program. `step_ms`: the median over replays of the slowest
+    rank's time (all ranks start each replay together, so a pipeline stage that waits for its
+    predecessor counts the wait and the last stage's time is the whole step); `rank_ms`: each
+    rank's own median."""
+
+    step_ms: float
+    rank_ms: tuple[float, ...]
+
+    @staticmethod
+    def of(times: Sequence[Sequence[float]]) -> StepTimes:
+        slowest = [max(replay) for replay in zip(*times, strict=True)]
+        return StepTimes(statistics.median(slowest), tuple(statistics.median(t) for t in times))
 
 
 @dataclass
@@ -99,7 +116,8 @@ class MultiGpuProgram:
             )
         from optgraph.runtime.cuda_collectives import unique_id
 
-        ids = {group: unique_id() for group in ranks.groups}
+        world = tuple(range(ranks.world))  # always made: `time`'s barrier runs over it
+        ids = {group: unique_id() for group in sorted({*ranks.groups, world})}
         self._workers: list[_Rank] = []
         for r, program in enumerate(ranks.ranks):
             rank_weights = _values_for(program.graph, weights, "weight")
@@ -149,13 +167,15 @@ class MultiGpuProgram:
         owner = self.ranks.outputs
         return {o.name: replies[owner[o.name]][o.name] for o in self.ranks.graph.outputs}
 
-    def time(self, inputs: Mapping[str, Any], warmup: int = 10, reps: int = 50) -> list[float]:
-        """Each rank's median milliseconds per replay of its CUDA graph (bound device arrays;
-        every rank replays the same number of times, so the collectives meet)."""
+    def time(self, inputs: Mapping[str, Any], warmup: int = 10, reps: int = 50) -> StepTimes:
+        """Milliseconds per replay of the ranks' CUDA graphs (bound device arrays; every rank
+        replays the same number of times, so the collectives meet). Each replay starts on every
+        rank after a barrier; the step's time is the slowest rank's (see `StepTimes`)."""
         requests = [
             ("time", _values_for(p.graph, inputs, "input"), warmup, reps) for p in self.ranks.ranks
         ]
-        return [float(reply["median_ms"]) for reply in self._gather(requests)]
+        replies = self._gather(requests)
+        return StepTimes.of([[float(t) for t in reply["times"]] for reply in replies])
 
     def close(self) -> None:
         """Stop every rank (destroying its graphs and communicators) and wait for it."""

@@ -55,9 +55,17 @@ def nccl_environment() -> None:
     os.environ.update(NVLS_OFF)
 
 
-def _time_replays(program: Any, inputs: Mapping[str, Any], warmup: int, reps: int) -> list[float]:
+def _time_replays(
+    program: Any,
+    inputs: Mapping[str, Any],
+    warmup: int,
+    reps: int,
+    barrier: Callable[[Any], None] | None = None,
+) -> list[float]:
     """Milliseconds of each of `reps` replays of the bound program (device arrays, no copies;
-    each replay timed alone between CUDA events on stream 0 and synchronized)."""
+    each replay timed alone between CUDA events on stream 0 and synchronized). `barrier(stream)`
+    is enqueued before each start event: a rank that waits for another (a pipeline stage for its
+    `recv`) then counts that wait, as a user of the whole step would."""
     cp = cupy()
     dev_in = {k: cp.asarray(np.asarray(v)) for k, v in inputs.items()}
     plan = program.lowered.main.plan
@@ -74,6 +82,8 @@ def _time_replays(program: Any, inputs: Mapping[str, Any], warmup: int, reps: in
     times = []
     for _ in range(reps):
         start, end = cp.cuda.Event(), cp.cuda.Event()
+        if barrier is not None:
+            barrier(stream)
         start.record(stream)
         step()
         end.record(stream)
@@ -88,7 +98,7 @@ def _reply(conn: Any, status: str, value: object) -> None:
         conn.send((status, value))
 
 
-def _serve(program: Any, conn: Any) -> None:
+def _serve(program: Any, conn: Any, barrier: Callable[[Any], None] | None = None) -> None:
     while True:
         try:
             request = conn.recv()
@@ -104,7 +114,7 @@ def _serve(program: Any, conn: Any) -> None:
                 program.synchronize()
                 _reply(conn, "ok", {k: np.asarray(v) for k, v in outputs.items()})
             elif kind == "time":
-                times = _time_replays(program, request[1], request[2], request[3])
+                times = _time_replays(program, request[1], request[2], request[3], barrier)
                 _reply(conn, "ok", {"median_ms": statistics.median(times), "times": times})
             else:
                 _reply(conn, "error", f"unknown request '{kind}'")
@@ -138,7 +148,7 @@ def rank_main(spec: RankSpec, conn: Any, setup: Callable[[], None] | None = None
         return
     _reply(conn, "ok", os.environ.get("NCCL_NVLS_ENABLE"))
     try:
-        _serve(program, conn)
+        _serve(program, conn, communicators.barrier)
     finally:
         program.close()
         communicators.destroy()

@@ -177,8 +177,9 @@ def test_timing_binds_device_arrays_and_replays_on_every_rank(
     with fake_cupy(monkeypatch) as fake:
         fake.device_count = 2
         with MultiGpuProgram(lower_ranks(graph), {}, launcher="thread") as program:
-            medians = program.time(random_inputs(graph, seed=1), warmup=2, reps=5)
-    assert medians == [0.25, 0.25]  # the fake's elapsed time per replay, from each rank
+            times = program.time(random_inputs(graph, seed=1), warmup=2, reps=5)
+    assert times.rank_ms == (0.25, 0.25)  # the fake's elapsed time per replay, from each rank
+    assert times.step_ms == 0.25
     assert fake.instantiations == 2 and fake.graph_launches == 2 * (2 + 5)
 
 
@@ -202,11 +203,11 @@ def test_a_split_llama_runs_and_times_with_its_caches_bound_in_place(
         runner.launcher = "thread"
         try:
             outputs = program.run(inputs, weights)
-            medians = runner.time(inputs, weights, warmup=1, reps=2)
+            times = runner.time(inputs, weights, warmup=1, reps=2)
         finally:
             program.close()
     assert list(outputs) == list(source.output_names())
-    assert medians == [0.25, 0.25]
+    assert times.rank_ms == (0.25, 0.25)
     # Each rank: the run's capture, then the in-place variant's (the caches bound in place).
     assert fake.instantiations == 4
 
@@ -219,3 +220,12 @@ def test_no_cupy_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy raises ImportError
     with pytest.raises(OptGraphError, match="runs on 2 GPUs but none is usable"):
         MultiGpuProgram(lower_ranks(og.parse(COLLECTIVES)), {}, launcher="thread")
+
+
+def test_a_step_takes_the_slowest_rank_of_each_replay() -> None:
+    from optgraph.runtime.multi_gpu import StepTimes
+
+    # rank 1 (a pipeline's last stage) is the slower one in replays 0 and 2, rank 0 in replay 1
+    times = StepTimes.of([[1.0, 5.0, 2.0], [3.0, 1.0, 2.5]])
+    assert times.step_ms == 3.0  # median of 3.0, 5.0, 2.5
+    assert times.rank_ms == (2.0, 2.5)
