@@ -111,7 +111,7 @@ def _time_single(program: Any, inputs: dict[str, Any], args: argparse.Namespace)
     return median_us(step, runtime.stream, args.iters, args.warmup) / 1000.0
 
 
-def two_gpu_runner(source: Graph, pipeline: str) -> tuple[Any, Graph, str]:
+def two_gpu_runner(source: Graph, pipeline: str, peer: bool = True) -> tuple[Any, Graph, str]:
     """(the runner, its graph, how it is planned): per-device arenas (the pipeline as given), or,
     where lowering refuses that plan, the same pipeline without its memory plan (one buffer per
     value), said in the table."""
@@ -121,12 +121,17 @@ def two_gpu_runner(source: Graph, pipeline: str) -> tuple[Any, Graph, str]:
 
     graph = og.compile(source, pipeline, "cpu").graph
     try:
-        return MultiDeviceRunner(source, lower_ranks(graph)), graph, "per-device arenas"
+        return (
+            MultiDeviceRunner(source, lower_ranks(graph), peer_reduce=peer),
+            graph,
+            "per-device arenas",
+        )
     except CodegenError as err:
         print(f"  the planned two-GPU program is refused ({err.message}); running it unplanned")
     kept = [p for p in parse_pipeline(pipeline) if p.name not in UNPLANNED_DROPS]
     graph = run_pipeline(source, format_pipeline(kept))
-    return MultiDeviceRunner(source, lower_ranks(graph)), graph, "unplanned (planned refused)"
+    runner = MultiDeviceRunner(source, lower_ranks(graph), peer_reduce=peer)
+    return runner, graph, "unplanned (planned refused)"
 
 
 def measure(case: str, source: Graph, args: argparse.Namespace) -> dict[str, Any]:
@@ -149,15 +154,18 @@ def measure(case: str, source: Graph, args: argparse.Namespace) -> dict[str, Any
     del single
     gc.collect()
     print(f"  one GPU: {row['ms 1']:.3f} ms", flush=True)
-    runner, graph, row["plan 2"] = two_gpu_runner(source, multi_pipeline)
-    row["weights per device"] = weight_bytes_per_device(graph)
-    try:
-        row["nmse 2"] = error(runner.run(inputs, weights))
-        times = runner.time(inputs, weights, args.warmup, args.iters)
-        row["ms 2"], row["rank ms"] = times.step_ms, times.rank_ms
-    finally:
-        runner.close()
-    print(f"  two GPUs: {row['ms 2']:.3f} ms", flush=True)
+    for peer in (True, False) if args.nccl_too else (True,):
+        runner, graph, row["plan 2"] = two_gpu_runner(source, multi_pipeline, peer)
+        row["weights per device"] = weight_bytes_per_device(graph)
+        key = "" if peer else " nccl"
+        try:
+            row["nmse 2" + key] = error(runner.run(inputs, weights))
+            times = runner.time(inputs, weights, args.warmup, args.iters)
+            row["ms 2" + key], row["rank ms" + key] = times.step_ms, times.rank_ms
+        finally:
+            runner.close()
+        ranks = ", ".join(f"{t:.3f}" for t in times.rank_ms)
+        print(f"  two GPUs{key}: {times.step_ms:.3f} ms (ranks alone {ranks})", flush=True)
     return row
 
 
@@ -168,9 +176,9 @@ def table(rows: list[dict[str, Any]], device: str, dtype: str) -> str:
         "",
         (
             "| case | one GPU (ms) | two GPUs (ms) | speedup | target | weights per GPU "
-            "| one GPU's budget | NMSE one | NMSE two | two-GPU memory |"
+            "| one GPU's budget | NMSE one | NMSE two | two-GPU memory | two GPUs, NCCL only (ms) |"
         ),
-        "|" + "---|" * 10,
+        "|" + "---|" * 11,
     ]
     for r in rows:
         speedup = r["ms 1"] / r["ms 2"]
@@ -178,10 +186,11 @@ def table(rows: list[dict[str, Any]], device: str, dtype: str) -> str:
         per = " / ".join(format_size(b) for b in r["weights per device"])
         budget = "-" if r["budget"] is None else format_size(r["budget"])
         met = "met" if speedup >= target else "NOT met"
+        nccl = f"{r['ms 2 nccl']:.3f}" if "ms 2 nccl" in r else "-"
         lines.append(
             f"| {r['case']} | {r['ms 1']:.3f} | {r['ms 2']:.3f} | {speedup:.2f}x "
             f"| >= {target:g}x ({met}) | {per} | {budget} | {r['nmse 1']:.1e} "
-            f"| {r['nmse 2']:.1e} | {r['plan 2']} |"
+            f"| {r['nmse 2']:.1e} | {r['plan 2']} | {nccl} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -200,6 +209,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-ratio", type=float, default=1.5, help="pp: resident bytes / budget")
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument(
+        "--nccl-too",
+        action="store_true",
+        help="also time the two GPUs with every collective through NCCL",
+    )
     p.add_argument("--markdown", metavar="FILE")
     p.add_argument("--dry-run", action="store_true", help="plan only, no GPU")
     return p

@@ -90,8 +90,16 @@ def parallel_weights(
 class MultiDeviceRunner:
     """A planned several-device graph on that many GPUs (see the module docstring)."""
 
-    def __init__(self, source: Graph, ranks: RankPrograms, *, launcher: str = "spawn"):
+    def __init__(
+        self,
+        source: Graph,
+        ranks: RankPrograms,
+        *,
+        launcher: str = "spawn",
+        peer_reduce: bool = True,
+    ):
         self.source, self.ranks, self.launcher = source, ranks, launcher
+        self.peer_reduce = peer_reduce
         self._program: Any = None
         self._weights_seen: tuple[int, ...] | None = None
 
@@ -101,7 +109,9 @@ class MultiDeviceRunner:
         if self._program is None or seen != self._weights_seen:
             self.close()
             sliced = parallel_weights(self.source, self.ranks.graph, weights)
-            self._program = MultiGpuProgram(self.ranks, sliced, launcher=self.launcher)
+            self._program = MultiGpuProgram(
+                self.ranks, sliced, launcher=self.launcher, peer_reduce=self.peer_reduce
+            )
             self._weights_seen = seen
         outputs: dict[str, Any] = self._program.run(inputs)
         return outputs

@@ -35,6 +35,7 @@ from optgraph.runtime.cuda import CudaProgram
 from optgraph.runtime.cuda_device import cupy, nccl
 from optgraph.runtime.cuda_launch import Variant
 from optgraph.runtime.cuda_memory import D2D, D2H, H2D
+from optgraph.runtime.cuda_peer_reduce import VECTOR, PeerReduce, eligible, peers_reachable
 from optgraph.runtime.reference_kernels import numpy_dtype
 
 # ncclDataType_t (nccl.h); bool moves as bytes (verify refuses summing bools).
@@ -104,19 +105,35 @@ def gather_scratch_bytes(steps: list[CollectiveStep]) -> int:
 
 
 class NcclCollectives:
-    """Collective steps through NCCL (see the module docstring)."""
+    """Collective steps through NCCL (see the module docstring); with `peer_reduce`, the small
+    all_reduces over every rank go to one peer-memory kernel instead (`cuda_peer_reduce`)."""
 
-    def __init__(self, communicators: Communicators):
+    def __init__(self, communicators: Communicators, *, peer_reduce: bool = False):
         self.communicators = communicators
         self.scratch: Any = None
+        world = communicators.world
+        self.peer: PeerReduce | None = None
+        if peer_reduce and world > 1 and peers_reachable(world):
+            comm = communicators.comms[tuple(range(world))]
+            self.peer = PeerReduce(comm, communicators.device, world)
 
     def prepare(self, steps: list[CollectiveStep]) -> None:
-        """Allocate the gather scratch (before any capture: a CUDA graph bakes it in)."""
+        """Allocate the gather scratch and the peer buffers (before any capture: a CUDA graph
+        bakes them in)."""
         need = gather_scratch_bytes(steps)
         if need and (self.scratch is None or self.scratch.mem.size < need):
             self.scratch = cupy().cuda.alloc(need)
+        if self.peer is not None:
+            self.peer.prepare([s for s in steps if eligible(s, self.communicators.world)])
+
+    def close(self) -> None:
+        if self.peer is not None:
+            self.peer.close()
 
     def calls(self, step: CollectiveStep, src: int, dst: int, stream: int) -> list[Call]:
+        peer = self.peer
+        if peer is not None and step.node in peer.offsets and not (src | dst) % VECTOR:
+            return [peer.call(step, src, dst, stream)]
         comm = self.communicators.get(step)
         dtype = NCCL_DTYPES[step.dtype]
         if step.kind == "all_reduce":
@@ -180,6 +197,9 @@ class FedCollectives:
             size = self.fed_bytes[step.node]
             calls.append(partial(rt.memcpyAsync, dst, fed.ctypes.data, size, H2D, stream))
         return calls
+
+    def close(self) -> None:
+        pass
 
     def read_sent(self, steps: list[CollectiveStep]) -> dict[str, np.ndarray]:
         """The local operand of each step that sends one, as a flat array of its dtype."""

@@ -15,7 +15,9 @@
 - on `run`, sends each rank its inputs, and gathers the outputs from the ranks that own them
   (`RankPrograms.outputs`: an output is read from the first device of its value). Each rank
   captures its whole program, collectives included, as one CUDA graph on its first run and
-  replays it after (`runtime/multi_gpu_rank.py`).
+  replays it after (`runtime/multi_gpu_rank.py`). With `peer_reduce` (the default; spawned ranks
+  only), small all_reduces over every rank are one kernel writing into the peers' memory
+  (`runtime/cuda_peer_reduce.py`) rather than an NCCL call.
 
 A rank that fails stops the run: the parent raises an `OptGraphError` naming the rank and its GPU
 with the rank's traceback, and ends the other rank processes (NCCL peers of a failed rank would
@@ -94,6 +96,7 @@ class MultiGpuProgram:
         launcher: str = "spawn",
         setup: Setup | None = None,
         timeout: float = 600.0,
+        peer_reduce: bool = True,
     ):
         if launcher not in LAUNCHERS:
             raise OptGraphError(f"unknown launcher '{launcher}' (expected spawn or thread)")
@@ -122,9 +125,13 @@ class MultiGpuProgram:
         for r, program in enumerate(ranks.ranks):
             rank_weights = _values_for(program.graph, weights, "weight")
             relower = ranks.relowers[r] if ranks.relowers else None
-            spec = RankSpec(r, self.devices[r], program, ids, rank_weights, relower)
+            # ranks in one process cannot open each other's IPC handles: NCCL alone there
+            peer = peer_reduce and launcher == "spawn"
+            spec = RankSpec(r, self.devices[r], program, ids, rank_weights, relower, peer)
             self._workers.append(self._start(spec, launcher, setup))
-        self.nvls = self._gather([None] * ranks.world)  # each rank's NCCL_NVLS_ENABLE
+        started = self._gather([None] * ranks.world)
+        self.nvls = [nvls for nvls, _ in started]  # each rank's NCCL_NVLS_ENABLE
+        self.peer_reduce = [peer for _, peer in started]  # whether it uses `cuda_peer_reduce`
 
     def _start(self, spec: RankSpec, launcher: str, setup: Setup | None) -> _Rank:
         if launcher == "thread":

@@ -6,7 +6,8 @@
    shared host's GPUs out of service), then runs `setup` if given (tests install a fake CuPy);
 2. makes GPU `spec.device` current, creates its NCCL communicators from the unique ids the
    parent made (`cuda_collectives.Communicators`), and builds its `RankProgram` with its own
-   weights (uploaded once, here);
+   weights (uploaded once, here); with `spec.peer_reduce`, its small all_reduces over every rank
+   run as one peer-memory kernel (`cuda_peer_reduce`), the other collectives through NCCL;
 3. answers the parent's requests on `conn` until "close": `("run", inputs)` runs the program
    (the first run eagerly, then it captures the whole program, collectives included, as one
    CUDA graph; later runs replay it) and sends back this rank's outputs; `("time", inputs,
@@ -48,6 +49,7 @@ class RankSpec:
     ids: Mapping[tuple[int, ...], UniqueId]
     weights: Mapping[str, np.ndarray] = field(default_factory=dict)
     relower: Relower | None = None
+    peer_reduce: bool = False  # small all_reduces by peer-memory kernel (`cuda_peer_reduce`)
 
 
 def nccl_environment() -> None:
@@ -137,18 +139,20 @@ def rank_main(spec: RankSpec, conn: Any, setup: Callable[[], None] | None = None
 
         cupy().cuda.Device(spec.device).use()
         communicators = Communicators(spec.rank, spec.ids)
+        collectives = NcclCollectives(communicators, peer_reduce=spec.peer_reduce)
         program = RankProgram(
             spec.program,
-            collectives=NcclCollectives(communicators),
+            collectives=collectives,
             weights=spec.weights,
             relower=spec.relower,
         )
     except Exception:  # noqa: BLE001 - reported to the parent, which stops the other ranks
         _reply(conn, "error", traceback.format_exc(limit=8))
         return
-    _reply(conn, "ok", os.environ.get("NCCL_NVLS_ENABLE"))
+    _reply(conn, "ok", (os.environ.get("NCCL_NVLS_ENABLE"), collectives.peer is not None))
     try:
         _serve(program, conn, communicators.barrier)
     finally:
         program.close()
+        collectives.close()
         communicators.destroy()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,17 +64,26 @@ def cases(names: list[str]) -> list[tuple[str, str]]:
     return [(n, p) for n in names for p in ("unplanned", "default")]
 
 
-def run_ranks(graph: Graph, source: Graph) -> list[str]:
+def run_ranks(graph: Graph, source: Graph, *, peer_reduce: bool = True) -> list[str]:
+    first, nvls = run_twice(graph, source, peer_reduce)
+    assert_close(source, first, reference(source)[2])
+    return nvls
+
+
+def run_twice(graph: Graph, source: Graph, peer_reduce: bool) -> tuple[dict[str, Any], list[str]]:
+    """The outputs of a run (checked equal to the replay's bit for bit) and each rank's
+    NCCL_NVLS_ENABLE; with 2+ ranks and `peer_reduce`, every rank must use the peer kernel."""
     from optgraph.runtime.multi_gpu import MultiGpuProgram
 
-    inputs, weights, want = reference(source)
+    inputs, weights, _ = reference(source)
     sliced = parallel_weights(source, graph, weights)
-    with MultiGpuProgram(lower_ranks(graph), sliced) as program:
+    ranks = lower_ranks(graph)
+    with MultiGpuProgram(ranks, sliced, peer_reduce=peer_reduce) as program:
         first, second = program.run(inputs), program.run(inputs)
         nvls: list[str] = program.nvls
-    assert_close(source, first, want)
+        assert program.peer_reduce == [peer_reduce and ranks.world > 1] * ranks.world
     assert same_bits(first, second), "the replay differs from the first run"
-    return nvls
+    return first, nvls
 
 
 @pytest.mark.parametrize("planning", ["unplanned", "default"])
@@ -132,6 +142,17 @@ def test_four_gpus_run_sub_groups(planning: str) -> None:
 def test_two_gpus_run_a_split_llama(split: str, planning: str, dtype: str) -> None:
     source = llama(dtype)
     run_ranks(prepared(source, split, planning), source)
+
+
+@TWO_GPUS
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_the_peer_all_reduce_equals_nccl_bit_for_bit(dtype: str) -> None:
+    # two partial sums, added in f32 and rounded once: NCCL's two-rank sum rounds the same way
+    source = llama(dtype)
+    graph = prepared(source, TP, "default")
+    peer, _ = run_twice(graph, source, peer_reduce=True)
+    nccl, _ = run_twice(graph, source, peer_reduce=False)
+    assert same_bits(peer, nccl)
 
 
 @TWO_GPUS

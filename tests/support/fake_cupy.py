@@ -263,6 +263,8 @@ def _modules(fake: FakeCupy) -> dict[str, types.ModuleType]:
         graphDestroy=destroy(fake.graphs),
         graphExecDestroy=destroy(fake.execs),
         graphDebugDotPrint=fake.dot_print,
+        # no peer access: the fake runs no kernels, so the peer all_reduce keeps to the GPU tests
+        deviceCanAccessPeer=lambda device, peer: 0,
     )
     memory = types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError)
     cuda = types.ModuleType("cupy.cuda")
