@@ -15,10 +15,12 @@ gathers the value or reports the node.
 
 - `split_demand`: the values whose producer should split (a backward sweep from attention
   operands, row-parallel matmul inputs and graph outputs through ops that keep a split);
+- `splittable_caches`: the KV-cache inputs a split may cut by KV head;
 - `slice_bounds`: per value, the cut points slices take along its last axis (the segments);
 - `view_split` (`reshape_split`, `transpose_split`, `slice_split`) and `aligned_axis`: layouts
   through views and broadcasting;
-- `ShardRecipe`: how a weight piece is cut from the user's weight.
+- `ShardRecipe`: how a weight or input piece is cut from the user's array; `PieceLayout`: every
+  recipe of a split graph and how its split outputs join (`Split.join`).
 
 Complexity: `split_demand` and `slice_bounds` are O(V + E); each rule is O(rank).
 """
@@ -60,6 +62,21 @@ class Split:
 
     def is_even(self, ways: int) -> bool:
         return all(length % ways == 0 and length > 0 for length in self.segments)
+
+    def join(self, pieces: Sequence[np.ndarray]) -> np.ndarray:
+        """The whole value from its pieces (device order): for each segment, every device's
+        chunk of it in turn, the inverse of `ShardRecipe.cut`."""
+        import numpy as np  # here, not at the top: `optgraph passes` loads no NumPy
+
+        ways = len(pieces)
+        parts, start = [], 0
+        for length in self.segments:
+            chunk = length // ways
+            window = [slice(None)] * pieces[0].ndim
+            window[self.axis] = slice(start, start + chunk)
+            parts += [piece[tuple(window)] for piece in pieces]
+            start += chunk
+        return np.concatenate(parts, axis=self.axis)
 
 
 # Ops whose result keeps the split of the operand named here (operand index), used by the demand
@@ -111,6 +128,24 @@ def split_demand(graph: Graph, ways: int, outputs: bool = True) -> set[str]:
             else:
                 wanted.update(node.operands[i] for i in _CARRIERS.get(node.op, ()))
     return wanted
+
+
+def splittable_caches(graph: Graph, ways: int) -> frozenset[str]:
+    """KV-cache inputs a split may cut by KV head: inputs read once, as the cache (operand 0) of
+    a `kv_cache_write`, not outputs themselves, whose head axis (1, `[B,kv_heads,len,D]`) `ways`
+    divides. Whether the new rows arrive split by head is the pass's to see."""
+    users = graph.users()
+    outputs = set(graph.output_names())
+    caches = set()
+    for given in graph.inputs:
+        uses = users.get(given.name, [])
+        if len(uses) != 1 or given.name in outputs or given.type.rank != 4:
+            continue
+        node = graph.nodes[uses[0]]
+        if node.op == "kv_cache_write" and node.operands.index(given.name) == 0:
+            if given.type.shape[1] % ways == 0:
+                caches.add(given.name)
+    return frozenset(caches)
 
 
 def slice_bounds(graph: Graph) -> dict[str, set[int]]:
@@ -232,6 +267,16 @@ class ShardRecipe:
         ]
         piece: np.ndarray = array.take(rows, axis=self.axis)
         return piece
+
+
+@dataclass(frozen=True)
+class PieceLayout:
+    """What a split graph names in place of the user's arrays: `recipes` cut each weight or input
+    piece from the user's array (`ShardRecipe.source`); `joins` make each split output whole
+    again, source output name -> (its split, the piece outputs in device order)."""
+
+    recipes: Mapping[str, ShardRecipe]
+    joins: Mapping[str, tuple[Split, tuple[str, ...]]]
 
 
 def view_split(
