@@ -25,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
+from optgraph.analysis.tensor_shards import PieceLayout
 from optgraph.codegen.lowered import RankPrograms
+from optgraph.codegen.program import Program
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph
 from optgraph.ir.ops import get_op
 from optgraph.passes.manager import parse_pipeline
-from optgraph.analysis.tensor_shards import PieceLayout
-from optgraph.codegen.program import Program
 from optgraph.passes.tensor_parallel import join_outputs, piece_layout, shard_inputs, shard_weights
 from optgraph.runtime.multi_gpu import MultiGpuProgram
 

@@ -33,7 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from optgraph.ir.graph import AttrValue, Graph, Node, TensorType
+from optgraph.errors import PipelineError
+from optgraph.ir.graph import AttrValue, Graph, Input, Node, TensorType, Weight
 from optgraph.ir.ops import attrs_with_defaults, get_op
 
 if TYPE_CHECKING:  # `optgraph passes` and the other light commands load no NumPy
@@ -142,9 +143,9 @@ def splittable_caches(graph: Graph, ways: int) -> frozenset[str]:
         if len(uses) != 1 or given.name in outputs or given.type.rank != 4:
             continue
         node = graph.nodes[uses[0]]
-        if node.op == "kv_cache_write" and node.operands.index(given.name) == 0:
-            if given.type.shape[1] % ways == 0:
-                caches.add(given.name)
+        is_cache = node.op == "kv_cache_write" and node.operands.index(given.name) == 0
+        if is_cache and given.type.shape[1] % ways == 0:
+            caches.add(given.name)
     return frozenset(caches)
 
 
@@ -277,6 +278,40 @@ class PieceLayout:
 
     recipes: Mapping[str, ShardRecipe]
     joins: Mapping[str, tuple[Split, tuple[str, ...]]]
+
+    def cut(
+        self, decls: Sequence[Input | Weight], arrays: Mapping[str, np.ndarray], kind: str
+    ) -> dict[str, np.ndarray]:
+        """The array of each of `decls` (a split graph's inputs or weights): given by name, else
+        cut by its recipe from the user's array. Cost: one copy of each piece cut."""
+        out: dict[str, np.ndarray] = {}
+        for decl in decls:
+            recipe = self.recipes.get(decl.name)
+            if decl.name in arrays:
+                out[decl.name] = arrays[decl.name]
+            elif recipe is not None and recipe.source in arrays:
+                out[decl.name] = recipe.cut(arrays[recipe.source])
+            else:
+                source = "" if recipe is None else f" (a piece of %{recipe.source}, not given)"
+                raise PipelineError(
+                    f"shard_{kind}s: no array and no recipe for {kind} %{decl.name}{source} "
+                    "(was the graph split from this graph?)"
+                )
+        return out
+
+    def join(
+        self, names: Sequence[str], outputs: Mapping[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        """The source outputs `names` from a split graph's `outputs`: each split one joined from
+        its pieces, the others as they are."""
+        joined = {}
+        for name in names:
+            join = self.joins.get(name)
+            if join is None:
+                joined[name] = outputs[name]
+            else:
+                joined[name] = join[0].join([outputs[piece] for piece in join[1]])
+        return joined
 
 
 def view_split(

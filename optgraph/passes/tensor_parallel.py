@@ -49,8 +49,8 @@ from optgraph.analysis.tensor_shards import (
     splittable_caches,
     view_split,
 )
-from optgraph.errors import PipelineError, VerifyError
-from optgraph.ir.graph import Graph, Input, Node, Weight
+from optgraph.errors import VerifyError
+from optgraph.ir.graph import Graph, Node
 from optgraph.ir.ops import attrs_with_defaults, get_op
 from optgraph.passes.base import Pass
 
@@ -326,36 +326,15 @@ def piece_layout(graph_before: Graph, graph_after: Graph) -> PieceLayout:
     """The layout tensor-parallel gave `graph_after` (recomputed from `graph_before` and the
     device count); empty where `graph_after` names every input, weight and output of
     `graph_before` as they are (placed by hand, or whole by pipeline-parallel)."""
-    before = {d.name for d in (*graph_before.inputs, *graph_before.weights)}
-    renamed = any(d.name not in before for d in (*graph_after.inputs, *graph_after.weights))
+    before = graph_before.input_names() | graph_before.weight_names()
+    after = graph_after.input_names() | graph_after.weight_names()
+    renamed = not after <= before
     after_outputs = set(graph_after.output_names())
     renamed |= any(o not in after_outputs for o in graph_before.output_names())
     ways = graph_after.device_count()
     if not renamed or ways < 2:
         return PieceLayout({}, {})
     return split_graph(graph_before, ways)[1]
-
-
-def _pieces(
-    decls: tuple[Input, ...] | tuple[Weight, ...],
-    arrays: dict[str, np.ndarray],
-    layout: PieceLayout,
-    kind: str,
-) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    for decl in decls:
-        recipe = layout.recipes.get(decl.name)
-        if decl.name in arrays:
-            out[decl.name] = arrays[decl.name]
-        elif recipe is not None and recipe.source in arrays:
-            out[decl.name] = recipe.cut(arrays[recipe.source])
-        else:
-            source = "" if recipe is None else f" (a piece of %{recipe.source}, not given)"
-            raise PipelineError(
-                f"shard_{kind}s: no array and no recipe for {kind} %{decl.name}{source} "
-                "(was the graph split from this graph?)"
-            )
-    return out
 
 
 def shard_weights(
@@ -371,7 +350,7 @@ def shard_weights(
     if layout is None:
         ways = graph_after.device_count()
         layout = split_graph(graph_before, ways)[1] if missing and ways > 1 else PieceLayout({}, {})
-    return _pieces(graph_after.weights, weights, layout, "weight")
+    return layout.cut(graph_after.weights, weights, "weight")
 
 
 def shard_inputs(
@@ -384,7 +363,7 @@ def shard_inputs(
     KV heads of a cache cut by head, other inputs passed through. Cost: one copy of each piece."""
     if layout is None:
         layout = piece_layout(graph_before, graph_after)
-    return _pieces(graph_after.inputs, inputs, layout, "input")
+    return layout.cut(graph_after.inputs, inputs, "input")
 
 
 def join_outputs(
@@ -397,14 +376,7 @@ def join_outputs(
     head) joined from its pieces along its axis, the others as they are."""
     if layout is None:
         layout = piece_layout(graph_before, graph_after)
-    joined = {}
-    for name in graph_before.output_names():
-        join = layout.joins.get(name)
-        if join is None:
-            joined[name] = outputs[name]
-        else:
-            joined[name] = join[0].join([outputs[piece] for piece in join[1]])
-    return joined
+    return layout.join(graph_before.output_names(), outputs)
 
 
 __all__ = [

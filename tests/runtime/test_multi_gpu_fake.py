@@ -206,9 +206,17 @@ def test_a_split_llama_runs_and_times_with_its_caches_bound_in_place(
         finally:
             program.close()
     assert list(outputs) == list(source.output_names())
+    types = source.value_types()
+    assert all(outputs[n].shape == types[n].shape for n in outputs)  # split caches joined
     assert medians == [0.25, 0.25]
     # Each rank: the run's capture, then the in-place variant's (the caches bound in place).
     assert fake.instantiations == 4
+    # Each rank holds and writes its own KV head of each cache, bound in place.
+    for rank, lowered in enumerate(runner.ranks.ranks):
+        caches = {i.name: i.type.shape for i in lowered.graph.inputs if "cache" in i.name}
+        assert caches == {f"l0.{kv}_cache.d{rank}": (1, 1, 32, 16) for kv in "kv"}
+        assert dict(lowered.in_place) == {f"l0.{kv}_cache_new.d{rank}": f"l0.{kv}_cache.d{rank}"
+                                          for kv in "kv"}  # fmt: skip
 
 
 def test_no_cupy_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
