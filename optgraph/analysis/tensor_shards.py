@@ -251,8 +251,8 @@ def reshape_split(
 
 @dataclass(frozen=True)
 class ShardRecipe:
-    """How one weight piece is cut from the user's weight `source`: device `index` of `ways`
-    takes its chunk of every segment along `axis`."""
+    """How one weight or input piece is cut from the user's array `source`: device `index` of
+    `ways` takes its chunk of every segment along `axis`."""
 
     source: str
     axis: int

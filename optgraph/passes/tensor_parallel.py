@@ -16,8 +16,8 @@ N a multiple of KV, device i reads KV head i // (N/KV)); a split input times a w
 the rest run replicated. A KV-cache input whose KV heads N divides is cut by KV head: device i
 holds heads [i*KV/N, (i+1)*KV/N) as its own input piece `%l0.k_cache.d<i>`, writes its new rows
 there and attention reads it, with no collective; the updated cache is output as its pieces.
-Elsewhere (N a multiple of KV, a cache that is not an input) the cache stays whole on every
-device and its new rows are gathered. docs/passes.md has the reasons for each choice.
+Elsewhere (N a multiple of KV; a cache that is not an input, or is read by more than its write)
+the cache stays whole on every device, its new rows gathered where they were split. docs/passes.md has the reasons for each choice.
 
 Weights are cut once, at compile time: pieces are named (`%l0.wq.d1`, device 1) and
 `shard_weights(graph_before, graph_after, weights)` cuts them from the user's arrays; a fused
@@ -238,9 +238,7 @@ class TensorSplitter(DevicePieces):
         collective is needed; attention then reads each device's piece."""
         cache, new = node.operands[:2]
         split = self.split_of(new)
-        if cache not in self.cache_inputs or split is None or split.axis != 1:
-            return False
-        if len(split.segments) != 1:
+        if cache not in self.cache_inputs or split != Split(1, (self.types[cache].shape[1],)):
             return False
         self.inputpieces_of(cache, split)
         written = self._elementwise(node)  # every operand is now split or whole on each device
