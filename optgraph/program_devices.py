@@ -34,6 +34,7 @@ from optgraph.ir.ops import get_op
 from optgraph.passes.manager import parse_pipeline
 from optgraph.passes.tensor_parallel import join_outputs, piece_layout, shard_inputs, shard_weights
 from optgraph.runtime.multi_gpu import MultiGpuProgram
+from optgraph.runtime.planned import execute
 
 SPLITTING_PASSES = frozenset({"tensor-parallel", "pipeline-parallel"})
 
@@ -135,8 +136,6 @@ def run_emulated(
     """A planned several-device program on the planned executor's emulated devices, taking and
     giving whole arrays under `source`'s names (`parallel_inputs`, `parallel_weights`,
     `whole_outputs`)."""
-    from optgraph.runtime.planned import execute
-
     planned = program.graph
     layout = piece_layout(source, planned)
     arrays = {k: np.asarray(v) for k, v in inputs.items()}
