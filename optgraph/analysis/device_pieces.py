@@ -34,6 +34,7 @@ class DevicePieces:
         self.everywhere = tuple(range(ways))
         self.types = graph.value_types()
         self.weights = {w.name: w for w in graph.weights}
+        self.inputs = {i.name: i for i in graph.inputs}
         self.taken = set(self.types)
         self.has_replica = set(graph.input_names())  # values whose own name exists on every device
         self.pieces: dict[str, tuple[Split, tuple[str, ...]]] = {}
@@ -125,7 +126,7 @@ class DevicePieces:
     def inputpieces_of(self, value: str, split: Split) -> tuple[str, ...]:
         """Input `value` cut into per-device input pieces `%value.d<i>` (device i holds its chunk
         only; the user's whole array is cut by their recipes): its own name then exists nowhere."""
-        source = next(i for i in self.graph.inputs if i.name == value)
+        source = self.inputs[value]
         local = split.local_type(source.type, self.ways)
         names = tuple(self.fresh(f"{value}.d{i}") for i in range(self.ways))
         for i, name in enumerate(names):
