@@ -27,7 +27,7 @@ from optgraph.analysis.schedule_estimate import node_seconds, profile_named
 from optgraph.codegen.program_lowering import lower
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import plan_memory_if_missing, run_pipeline
-from optgraph.passes.tensor_parallel import shard_weights
+from optgraph.passes.tensor_parallel import join_outputs, piece_layout, shard_inputs, shard_weights
 from optgraph.runtime.planned import execute
 from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
 from tests.cli.test_examples import gen_llama
@@ -53,13 +53,15 @@ def accuracy_table() -> None:
         want = run_reference(graph, inputs, weights)
         for pipeline in PIPELINES:
             split = run_pipeline(graph, pipeline)
-            pieces = shard_weights(graph, split, weights)
-            alone = _worst(want, run_reference(split, inputs, pieces))
+            layout = piece_layout(graph, split)  # weights and KV caches cut, caches joined
+            pieces = shard_weights(graph, split, weights, layout)
+            cut = shard_inputs(graph, split, inputs, layout)
+            alone_outputs = run_reference(split, cut, pieces)
+            alone = _worst(want, join_outputs(graph, split, alone_outputs, layout))
             planned = plan_memory_if_missing(run_pipeline(split, "default"))
             program = lower(planned)
-            full = max(
-                _worst(want, execute(program, inputs, pieces, seed=s).outputs) for s in (0, 1)
-            )
+            runs = [execute(program, cut, pieces, seed=s).outputs for s in (0, 1)]
+            full = max(_worst(want, join_outputs(graph, split, r, layout)) for r in runs)
             races = len(find_races(planned))
             print(f"{name:24s} {pipeline:30s} {alone:10.3g} {full:10.3g} {races:6d}")
 

@@ -21,7 +21,6 @@ from rich.text import Text
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import parse_pipeline
-from optgraph.passes.tensor_parallel import shard_weights
 from optgraph.program import compile as compile_program
 from optgraph.program import run_on_cuda
 
@@ -118,7 +117,7 @@ def run_on_cpu(
     """The compiled program on the planned executor: a NumPy arena at the planned offsets (the
     `options`, which shape CUDA lowering and launches, do not apply)."""
     program = compile_program(graph, pipeline, target="cpu")
-    return program.run(inputs, shard_weights(graph, program.graph, weights))  # pieces of a split
+    return program.run(inputs, weights)  # a split program cuts and joins the arrays itself
 
 
 RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {

@@ -49,6 +49,7 @@ from optgraph.program_devices import (
     check_device_count,
     device_pipeline,
     needs_ranks,
+    run_emulated,
 )
 
 if TYPE_CHECKING:
@@ -131,6 +132,8 @@ class CompiledProgram:
         if self.target == "cuda":
             outputs: dict[str, Any] = self._cuda_runner().run(inputs, weights)
             return outputs
+        if self.source is not None and needs_ranks(self.graph):  # whole arrays in and out
+            return run_emulated(self.source, self.program, inputs, weights, seed)
         from optgraph.runtime.planned import execute
 
         arrays = {k: np.asarray(v) for k, v in inputs.items()}

@@ -12,6 +12,10 @@
   once) and run on that many GPUs (`runtime/multi_gpu.MultiGpuProgram`, started on the first
   run). The user's weights are sliced to the pieces the planned graph names once per set of
   arrays (`parallel_weights`), and the rank processes restarted only when other arrays are given.
+  Its inputs are cut the same way on every run (`parallel_inputs`: a KV cache split by head
+  reaches each rank as that rank's heads only) and split outputs joined (`whole_outputs`), so the
+  user passes and reads whole arrays under the source graph's names.
+- `run_emulated`: the same on the CPU, the planned executor over emulated devices.
 """
 
 from __future__ import annotations
@@ -21,13 +25,16 @@ from typing import Any
 
 import numpy as np
 
+from optgraph.analysis.tensor_shards import PieceLayout
 from optgraph.codegen.lowered import RankPrograms
+from optgraph.codegen.program import Program
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph
 from optgraph.ir.ops import get_op
 from optgraph.passes.manager import parse_pipeline
-from optgraph.passes.tensor_parallel import shard_weights
+from optgraph.passes.tensor_parallel import join_outputs, piece_layout, shard_inputs, shard_weights
 from optgraph.runtime.multi_gpu import MultiGpuProgram, StepTimes
+from optgraph.runtime.planned import execute
 
 SPLITTING_PASSES = frozenset({"tensor-parallel", "pipeline-parallel"})
 
@@ -87,6 +94,57 @@ def parallel_weights(
     return shard_weights(source, planned, arrays)
 
 
+def parallel_inputs(
+    source: Graph,
+    planned: Graph,
+    inputs: Mapping[str, Any],
+    layout: PieceLayout | None = None,
+) -> dict[str, Any]:
+    """The inputs `planned` names: the given ones by name, else the pieces tensor-parallel cut
+    from `source`'s inputs (a KV cache split by KV head: `passes/tensor_parallel.shard_inputs`).
+    Arrays pass through untouched where they need no cut (CuPy arrays included)."""
+    names = [i.name for i in planned.inputs]
+    if all(n in inputs for n in names):
+        return {n: inputs[n] for n in names}
+    missing = [i for i in source.inputs if i.name not in inputs]
+    if missing:
+        raise InputError(f"missing input '%{missing[0].name}' ({missing[0].type})", missing[0].span)
+    if layout is None:
+        layout = piece_layout(source, planned)
+    cut = {r.source for r in layout.recipes.values()}
+    arrays = {k: np.asarray(v) if k in cut else v for k, v in inputs.items()}
+    return shard_inputs(source, planned, arrays, layout)
+
+
+def whole_outputs(
+    source: Graph, planned: Graph, outputs: Mapping[str, Any], layout: PieceLayout | None = None
+) -> dict[str, Any]:
+    """`source`'s outputs by name from `planned`'s: split outputs (KV caches cut by head) joined
+    along their axis (`passes/tensor_parallel.join_outputs`), the rest as they are."""
+    if all(o in outputs for o in source.output_names()):
+        return {o: outputs[o] for o in source.output_names()}
+    return join_outputs(source, planned, dict(outputs), layout)
+
+
+def run_emulated(
+    source: Graph,
+    program: Program,
+    inputs: Mapping[str, Any],
+    weights: Mapping[str, Any],
+    seed: int | None,
+) -> dict[str, Any]:
+    """A planned several-device program on the planned executor's emulated devices, taking and
+    giving whole arrays under `source`'s names (`parallel_inputs`, `parallel_weights`,
+    `whole_outputs`)."""
+    planned = program.graph
+    layout = piece_layout(source, planned)
+    arrays = {k: np.asarray(v) for k, v in inputs.items()}
+    pieces = parallel_inputs(source, planned, arrays, layout)
+    sliced = parallel_weights(source, planned, weights)
+    outputs = execute(program, pieces, sliced, seed=seed).outputs
+    return whole_outputs(source, planned, outputs, layout)
+
+
 class MultiDeviceRunner:
     """A planned several-device graph on that many GPUs (see the module docstring)."""
 
@@ -100,6 +158,7 @@ class MultiDeviceRunner:
     ):
         self.source, self.ranks, self.launcher = source, ranks, launcher
         self.peer_reduce = peer_reduce
+        self.layout = piece_layout(source, ranks.graph)
         self._program: Any = None
         self._weights_seen: tuple[int, ...] | None = None
 
@@ -113,8 +172,9 @@ class MultiDeviceRunner:
                 self.ranks, sliced, launcher=self.launcher, peer_reduce=self.peer_reduce
             )
             self._weights_seen = seen
-        outputs: dict[str, Any] = self._program.run(inputs)
-        return outputs
+        pieces = parallel_inputs(self.source, self.ranks.graph, inputs, self.layout)
+        outputs = self._program.run(pieces)
+        return whole_outputs(self.source, self.ranks.graph, outputs, self.layout)
 
     def time(
         self, inputs: Mapping[str, Any], weights: Mapping[str, Any], warmup: int, reps: int
@@ -122,7 +182,8 @@ class MultiDeviceRunner:
         """Milliseconds per replay (`MultiGpuProgram.time`), the ranks started if need be."""
         if self._program is None:
             self.run(inputs, weights)
-        times: StepTimes = self._program.time(inputs, warmup, reps)
+        pieces = parallel_inputs(self.source, self.ranks.graph, inputs, self.layout)
+        times: StepTimes = self._program.time(pieces, warmup, reps)
         return times
 
     def close(self) -> None:

@@ -2,8 +2,8 @@
 
 `DevicePieces` is what `passes/tensor_parallel.py` writes into while it sweeps the graph: fresh
 names (`%v.d<i>`, `%w.s1.d<i>`), nodes placed on one device or all of them, the pieces of each
-split value, weights cut at compile time (with the `ShardRecipe` of each piece) and the
-collectives that make a split value whole again:
+split value, weights (and KV-cache inputs) cut into pieces (with the `ShardRecipe` of each),
+outputs left as their pieces, and the collectives that make a split value whole again:
 
     replicated("h")   (h split along axis 1 on 2 devices as %h.d0, %h.d1)
     ->  %h = all_gather(%h.d0, %h.d1) {axis = 1, group = [0, 1]} : f32[1,64] !{device = [0, 1]}
@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from optgraph.analysis.tensor_shards import ShardRecipe, Split
+from optgraph.analysis.tensor_shards import PieceLayout, ShardRecipe, Split
 from optgraph.errors import Span, VerifyError
-from optgraph.ir.graph import AttrValue, Graph, Node, Weight
+from optgraph.ir.graph import AttrValue, Graph, Input, Node, Output, Weight
 
 Attrs = Mapping[str, AttrValue]
 
@@ -34,6 +34,7 @@ class DevicePieces:
         self.everywhere = tuple(range(ways))
         self.types = graph.value_types()
         self.weights = {w.name: w for w in graph.weights}
+        self.inputs = {i.name: i for i in graph.inputs}
         self.taken = set(self.types)
         self.has_replica = set(graph.input_names())  # values whose own name exists on every device
         self.pieces: dict[str, tuple[Split, tuple[str, ...]]] = {}
@@ -42,6 +43,8 @@ class DevicePieces:
         self.recipes: dict[str, ShardRecipe] = {}
         self.replicated_weights: set[str] = set()
         self.cut_weights: dict[str, list[Weight]] = {}
+        self.cut_inputs: dict[str, list[Input]] = {}
+        self.split_outputs: dict[str, tuple[Split, tuple[str, ...]]] = {}
 
     def fresh(self, name: str) -> str:
         candidate, k = name, 1
@@ -120,6 +123,27 @@ class DevicePieces:
             self.weight_pieces[key] = names
         return self.weight_pieces[key]
 
+    def inputpieces_of(self, value: str, split: Split) -> tuple[str, ...]:
+        """Input `value` cut into per-device input pieces `%value.d<i>` (device i holds its chunk
+        only; the user's whole array is cut by their recipes): its own name then exists nowhere."""
+        source = self.inputs[value]
+        local = split.local_type(source.type, self.ways)
+        names = tuple(self.fresh(f"{value}.d{i}") for i in range(self.ways))
+        for i, name in enumerate(names):
+            self.recipes[name] = ShardRecipe(value, split.axis, split.segments, i, self.ways)
+            piece = replace(source, name=name, type=local, ann=replace(source.ann, device=(i,)))
+            self.cut_inputs.setdefault(value, []).append(piece)
+        self.has_replica.discard(value)
+        self.pieces[value] = (split, names)
+        return names
+
+    def output_pieces(self, value: str) -> None:
+        """Output `value` as its pieces (`%v.d0`, ...), joined for the user by `layout().joins`."""
+        self.split_outputs[value] = self.pieces[value]
+
+    def layout(self) -> PieceLayout:
+        return PieceLayout(dict(self.recipes), dict(self.split_outputs))
+
     def emit_split(
         self, node: Node, split: Split, operands: list[tuple[str, ...]], attrs: list[Attrs] | None
     ) -> None:
@@ -146,13 +170,23 @@ class DevicePieces:
         return None if have is None else have[0]
 
     def assembled(self) -> Graph:
-        """The graph of the nodes written so far, inputs everywhere, each weight replicated
-        and/or cut into the pieces the nodes read."""
-        inputs = tuple(replace(i, ann=replace(i.ann, device=self.everywhere))
-                       for i in self.graph.inputs)  # fmt: skip
+        """The graph of the nodes written so far: each input everywhere or cut into its pieces,
+        each weight replicated and/or cut into the pieces the nodes read, each output whole or
+        as its pieces."""
+        inputs: list[Input] = []
+        for given in self.graph.inputs:
+            pieces = self.cut_inputs.get(given.name)
+            everywhere = replace(given, ann=replace(given.ann, device=self.everywhere))
+            inputs += [everywhere] if pieces is None else pieces
+        outputs: list[Output] = []
+        for output in self.graph.outputs:
+            split = self.split_outputs.get(output.name)
+            names = (output.name,) if split is None else split[1]
+            outputs += [Output(name, output.span) for name in names]
         weights: list[Weight] = []
         for weight in self.graph.weights:
             if weight.name in self.replicated_weights:
                 weights.append(replace(weight, ann=replace(weight.ann, device=self.everywhere)))
             weights += self.cut_weights.get(weight.name, [])
-        return replace(self.graph, inputs=inputs, weights=tuple(weights), nodes=tuple(self.nodes))
+        return replace(self.graph, inputs=tuple(inputs), weights=tuple(weights),
+                       nodes=tuple(self.nodes), outputs=tuple(outputs))  # fmt: skip

@@ -15,10 +15,12 @@ gathers the value or reports the node.
 
 - `split_demand`: the values whose producer should split (a backward sweep from attention
   operands, row-parallel matmul inputs and graph outputs through ops that keep a split);
+- `splittable_caches`: the KV-cache inputs a split may cut by KV head;
 - `slice_bounds`: per value, the cut points slices take along its last axis (the segments);
 - `view_split` (`reshape_split`, `transpose_split`, `slice_split`) and `aligned_axis`: layouts
   through views and broadcasting;
-- `ShardRecipe`: how a weight piece is cut from the user's weight.
+- `ShardRecipe`: how a weight or input piece is cut from the user's array; `PieceLayout`: every
+  recipe of a split graph and how its split outputs join (`Split.join`).
 
 Complexity: `split_demand` and `slice_bounds` are O(V + E); each rule is O(rank).
 """
@@ -31,7 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from optgraph.ir.graph import AttrValue, Graph, Node, TensorType
+from optgraph.errors import PipelineError
+from optgraph.ir.graph import AttrValue, Graph, Input, Node, TensorType, Weight
 from optgraph.ir.ops import attrs_with_defaults, get_op
 
 if TYPE_CHECKING:  # `optgraph passes` and the other light commands load no NumPy
@@ -60,6 +63,21 @@ class Split:
 
     def is_even(self, ways: int) -> bool:
         return all(length % ways == 0 and length > 0 for length in self.segments)
+
+    def join(self, pieces: Sequence[np.ndarray]) -> np.ndarray:
+        """The whole value from its pieces (device order): for each segment, every device's
+        chunk of it in turn, the inverse of `ShardRecipe.cut`."""
+        import numpy as np  # here, not at the top: `optgraph passes` loads no NumPy
+
+        ways = len(pieces)
+        parts, start = [], 0
+        for length in self.segments:
+            chunk = length // ways
+            window = [slice(None)] * pieces[0].ndim
+            window[self.axis] = slice(start, start + chunk)
+            parts += [piece[tuple(window)] for piece in pieces]
+            start += chunk
+        return np.concatenate(parts, axis=self.axis)
 
 
 # Ops whose result keeps the split of the operand named here (operand index), used by the demand
@@ -111,6 +129,24 @@ def split_demand(graph: Graph, ways: int, outputs: bool = True) -> set[str]:
             else:
                 wanted.update(node.operands[i] for i in _CARRIERS.get(node.op, ()))
     return wanted
+
+
+def splittable_caches(graph: Graph, ways: int) -> frozenset[str]:
+    """KV-cache inputs a split may cut by KV head: inputs read once, as the cache (operand 0) of
+    a `kv_cache_write`, not outputs themselves, whose head axis (1, `[B,kv_heads,len,D]`) `ways`
+    divides. Whether the new rows arrive split by head is the pass's to see."""
+    users = graph.users()
+    outputs = set(graph.output_names())
+    caches = set()
+    for given in graph.inputs:
+        uses = users.get(given.name, [])
+        if len(uses) != 1 or given.name in outputs or given.type.rank != 4:
+            continue
+        node = graph.nodes[uses[0]]
+        is_cache = node.op == "kv_cache_write" and node.operands.index(given.name) == 0
+        if is_cache and given.type.shape[1] % ways == 0:
+            caches.add(given.name)
+    return frozenset(caches)
 
 
 def slice_bounds(graph: Graph) -> dict[str, set[int]]:
@@ -215,8 +251,8 @@ def reshape_split(
 
 @dataclass(frozen=True)
 class ShardRecipe:
-    """How one weight piece is cut from the user's weight `source`: device `index` of `ways`
-    takes its chunk of every segment along `axis`."""
+    """How one weight or input piece is cut from the user's array `source`: device `index` of
+    `ways` takes its chunk of every segment along `axis`."""
 
     source: str
     axis: int
@@ -232,6 +268,50 @@ class ShardRecipe:
         ]
         piece: np.ndarray = array.take(rows, axis=self.axis)
         return piece
+
+
+@dataclass(frozen=True)
+class PieceLayout:
+    """What a split graph names in place of the user's arrays: `recipes` cut each weight or input
+    piece from the user's array (`ShardRecipe.source`); `joins` make each split output whole
+    again, source output name -> (its split, the piece outputs in device order)."""
+
+    recipes: Mapping[str, ShardRecipe]
+    joins: Mapping[str, tuple[Split, tuple[str, ...]]]
+
+    def cut(
+        self, decls: Sequence[Input | Weight], arrays: Mapping[str, np.ndarray], kind: str
+    ) -> dict[str, np.ndarray]:
+        """The array of each of `decls` (a split graph's inputs or weights): given by name, else
+        cut by its recipe from the user's array. Cost: one copy of each piece cut."""
+        out: dict[str, np.ndarray] = {}
+        for decl in decls:
+            recipe = self.recipes.get(decl.name)
+            if decl.name in arrays:
+                out[decl.name] = arrays[decl.name]
+            elif recipe is not None and recipe.source in arrays:
+                out[decl.name] = recipe.cut(arrays[recipe.source])
+            else:
+                source = "" if recipe is None else f" (a piece of %{recipe.source}, not given)"
+                raise PipelineError(
+                    f"shard_{kind}s: no array and no recipe for {kind} %{decl.name}{source} "
+                    "(was the graph split from this graph?)"
+                )
+        return out
+
+    def join(
+        self, names: Sequence[str], outputs: Mapping[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        """The source outputs `names` from a split graph's `outputs`: each split one joined from
+        its pieces, the others as they are."""
+        joined = {}
+        for name in names:
+            join = self.joins.get(name)
+            if join is None:
+                joined[name] = outputs[name]
+            else:
+                joined[name] = join[0].join([outputs[piece] for piece in join[1]])
+        return joined
 
 
 def view_split(

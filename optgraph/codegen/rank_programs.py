@@ -12,7 +12,9 @@ on its node's stream.
   (a replicated node runs once on each of its devices);
 - gives each collective this rank's operand only: `all_reduce`/`all_gather` the operand of
   `group.index(r)`, `recv` none (its operand, the `send`, is on the other device);
-- keeps the outputs whose producing value's first device is r (where outputs are read from).
+- keeps the outputs whose producing value's first device is r (where outputs are read from):
+  rank r gets its own pieces of a cache cut by head, as inputs and as outputs, and nothing of
+  the other ranks' pieces.
 
     %p = matmul(%x, %wo.d1) : f32[1,64] !{device = 1, offset = 0}
     %s = all_reduce(%p0, %p) {group = [0, 1]} : f32[1,64] !{device = [0, 1], offset = 256}
@@ -68,7 +70,9 @@ def rank_graph(graph: Graph, rank: int) -> Graph:
 
 
 def output_ranks(graph: Graph) -> dict[str, int]:
-    """The rank each output is read from: the first device of the value."""
+    """The rank each output is read from: the first device of the value. A split output (a KV
+    cache cut by head) is one output per piece, `%c.d<i>` on device i, so each piece is read
+    from its own rank and the caller joins them (`program_devices.whole_outputs`)."""
     devices = graph.value_devices()
     return {o.name: devices[o.name][0] for o in graph.outputs}
 

@@ -13,12 +13,17 @@ vocabulary); attention runs on each device's heads, query heads
 N a multiple of KV, device i reads KV head i // (N/KV)); a split input times a weight cut by rows
 (o, down) is row-parallel, then `all_reduce`; the embedding is cut along hidden, then
 `all_gather`. Elementwise ops keep a split where wanted or free; norms, the residual stream and
-the rest run replicated. A KV cache stays whole on every device (its new rows gathered), so inputs
-and outputs keep their names and types. docs/passes.md has the reasons for each choice.
+the rest run replicated. A KV-cache input whose KV heads N divides is cut by KV head: device i
+holds heads [i*KV/N, (i+1)*KV/N) as its own input piece `%l0.k_cache.d<i>`, writes its new rows
+there and attention reads it, with no collective; the updated cache is output as its pieces.
+Elsewhere (N a multiple of KV; a cache that is not an input, or is read by more than its write)
+the cache stays whole on every device, its new rows gathered where they were split. docs/passes.md has the reasons for each choice.
 
 Weights are cut once, at compile time: pieces are named (`%l0.wq.d1`, device 1) and
 `shard_weights(graph_before, graph_after, weights)` cuts them from the user's arrays; a fused
 q|k|v weight sliced into q, k and v is cut per slice. A value's piece on device i is `%v.d<i>`.
+Cache inputs likewise: `shard_inputs` cuts the user's whole caches, `join_outputs` joins the
+split outputs under the original names, so the user passes and reads whole arrays.
 
 Does not handle: head counts N devices cannot share and MLP widths they cannot cut evenly (errors
 naming the node), batched weights, graphs already placed or fused (run it first). Results equal
@@ -34,15 +39,17 @@ from typing import TYPE_CHECKING, ClassVar
 
 from optgraph.analysis.device_pieces import DevicePieces
 from optgraph.analysis.tensor_shards import (
+    PieceLayout,
     ShardRecipe,
     Split,
     aligned_axis,
     segments_of,
     slice_bounds,
     split_demand,
+    splittable_caches,
     view_split,
 )
-from optgraph.errors import PipelineError, VerifyError
+from optgraph.errors import VerifyError
 from optgraph.ir.graph import Graph, Node
 from optgraph.ir.ops import attrs_with_defaults, get_op
 from optgraph.passes.base import Pass
@@ -85,6 +92,8 @@ class TensorSplitter(DevicePieces):
         self.demand = split_demand(graph, ways)
         self.required = split_demand(graph, ways, outputs=False)  # else only an output wants it
         self.cuts = slice_bounds(graph)
+        self.cache_inputs = splittable_caches(graph, ways)
+        self.split_caches: set[str] = set()  # cache writes into a cache input cut by KV head
 
     def run(self) -> Graph:
         for node in self.graph.nodes:
@@ -100,7 +109,10 @@ class TensorSplitter(DevicePieces):
                 None if first is None else first.span,
             )
         for output in self.graph.outputs:
-            self.replicated(output.name, output.span)
+            if output.name in self.split_caches:
+                self.output_pieces(output.name)
+            else:
+                self.replicated(output.name, output.span)
         return self.assembled()
 
     def _visit(self, node: Node) -> None:
@@ -112,6 +124,8 @@ class TensorSplitter(DevicePieces):
         if node.op == "get_rows" and self._get_rows(node):
             return
         if node.op in ("reshape", "transpose", "slice") and self._view(node):
+            return
+        if node.op == "kv_cache_write" and self._cache_write(node):
             return
         if (category == "elementwise" or node.op == "kv_cache_write") and self._elementwise(node):
             return
@@ -218,6 +232,20 @@ class TensorSplitter(DevicePieces):
         self.emit_split(node, Split(axis, split.segments), self.per_device(operands), None)
         return True
 
+    def _cache_write(self, node: Node) -> bool:
+        """New rows split by KV head into a cache input that `ways` divides by head: the cache
+        input is cut by KV head too, so each device writes (and keeps) only its heads' rows and no
+        collective is needed; attention then reads each device's piece."""
+        cache, new = node.operands[:2]
+        split = self.split_of(new)
+        if cache not in self.cache_inputs or split != Split(1, (self.types[cache].shape[1],)):
+            return False
+        self.inputpieces_of(cache, split)
+        written = self._elementwise(node)  # every operand is now split or whole on each device
+        assert written, node.name
+        self.split_caches.add(node.name)
+        return True
+
     def _heads(self, node: Node) -> bool:
         """rope and attention on each device's heads ([B,S,H,D] and [B,H,S,D] respectively)."""
         split = self.split_of(node.operands[0])
@@ -284,35 +312,79 @@ def _refuse_placed(graph: Graph) -> None:
             )
 
 
-def split_graph(graph: Graph, ways: int) -> tuple[Graph, dict[str, ShardRecipe]]:
-    """The graph over `ways` devices and the recipe of every weight piece it names."""
+def split_graph(graph: Graph, ways: int) -> tuple[Graph, PieceLayout]:
+    """The graph over `ways` devices, the recipe of every weight and input piece it names and
+    how its split outputs join."""
     _refuse_placed(graph)
     splitter = TensorSplitter(graph, ways)
-    return splitter.run(), splitter.recipes
+    return splitter.run(), splitter.layout()
+
+
+def piece_layout(graph_before: Graph, graph_after: Graph) -> PieceLayout:
+    """The layout tensor-parallel gave `graph_after` (recomputed from `graph_before` and the
+    device count); empty where `graph_after` names every input, weight and output of
+    `graph_before` as they are (placed by hand, or whole by pipeline-parallel)."""
+    before = graph_before.input_names() | graph_before.weight_names()
+    after = graph_after.input_names() | graph_after.weight_names()
+    renamed = not after <= before
+    after_outputs = set(graph_after.output_names())
+    renamed |= any(o not in after_outputs for o in graph_before.output_names())
+    ways = graph_after.device_count()
+    if not renamed or ways < 2:
+        return PieceLayout({}, {})
+    return split_graph(graph_before, ways)[1]
 
 
 def shard_weights(
-    graph_before: Graph, graph_after: Graph, weights: dict[str, np.ndarray]
+    graph_before: Graph,
+    graph_after: Graph,
+    weights: dict[str, np.ndarray],
+    layout: PieceLayout | None = None,
 ) -> dict[str, np.ndarray]:
     """The arrays `graph_after` names, from the user's `weights` of `graph_before`: pieces cut by
-    the recipe tensor-parallel used (recomputed from `graph_before` and the device count), other
-    weights passed through. Cost: one copy of each piece."""
-    missing = [w.name for w in graph_after.weights if w.name not in weights]
-    ways = graph_after.device_count()
-    recipes = split_graph(graph_before, ways)[1] if missing and ways > 1 else {}
-    out: dict[str, np.ndarray] = {}
-    for weight in graph_after.weights:
-        recipe = recipes.get(weight.name)
-        if recipe is not None:
-            out[weight.name] = recipe.cut(weights[recipe.source])
-        elif weight.name in weights:
-            out[weight.name] = weights[weight.name]
-        else:
-            raise PipelineError(
-                f"shard_weights: no array and no recipe for weight %{weight.name} "
-                "(was the graph split from this graph?)"
-            )
-    return out
+    the recipe tensor-parallel used (`piece_layout`, recomputed unless given), other weights
+    passed through. Cost: one copy of each piece."""
+    missing = any(w.name not in weights for w in graph_after.weights)
+    if layout is None:
+        ways = graph_after.device_count()
+        layout = split_graph(graph_before, ways)[1] if missing and ways > 1 else PieceLayout({}, {})
+    return layout.cut(graph_after.weights, weights, "weight")
 
 
-__all__ = ["ShardRecipe", "Split", "TensorParallelPass", "shard_weights", "split_graph"]
+def shard_inputs(
+    graph_before: Graph,
+    graph_after: Graph,
+    inputs: dict[str, np.ndarray],
+    layout: PieceLayout | None = None,
+) -> dict[str, np.ndarray]:
+    """The inputs `graph_after` names, from the user's `inputs` of `graph_before`: each device's
+    KV heads of a cache cut by head, other inputs passed through. Cost: one copy of each piece."""
+    if layout is None:
+        layout = piece_layout(graph_before, graph_after)
+    return layout.cut(graph_after.inputs, inputs, "input")
+
+
+def join_outputs(
+    graph_before: Graph,
+    graph_after: Graph,
+    outputs: dict[str, np.ndarray],
+    layout: PieceLayout | None = None,
+) -> dict[str, np.ndarray]:
+    """`graph_before`'s outputs by name from `graph_after`'s: a split output (a KV cache cut by
+    head) joined from its pieces along its axis, the others as they are."""
+    if layout is None:
+        layout = piece_layout(graph_before, graph_after)
+    return layout.join(graph_before.output_names(), outputs)
+
+
+__all__ = [
+    "PieceLayout",
+    "ShardRecipe",
+    "Split",
+    "TensorParallelPass",
+    "join_outputs",
+    "piece_layout",
+    "shard_inputs",
+    "shard_weights",
+    "split_graph",
+]

@@ -132,7 +132,7 @@ def small_llama() -> Graph:
 
 @pytest.mark.parametrize("split", SPLITS)
 def test_sliced_weights_fit_the_split_graph_and_keep_its_results(split: str) -> None:
-    from optgraph.program_devices import parallel_weights
+    from optgraph.program_devices import parallel_inputs, parallel_weights, whole_outputs
 
     source = small_llama()
     graph = og.compile(source, f"{split},default", "cpu").graph
@@ -141,7 +141,12 @@ def test_sliced_weights_fit_the_split_graph_and_keep_its_results(split: str) -> 
     assert [(n, a.shape) for n, a in sliced.items()] == [
         (w.name, w.type.shape) for w in graph.weights
     ]
-    got, want = run_reference(graph, inputs, sliced), run_reference(source, inputs, weights)
+    pieces = parallel_inputs(source, graph, inputs)  # tensor-parallel: caches cut by KV head
+    assert [(n, a.shape) for n, a in pieces.items()] == [
+        (i.name, i.type.shape) for i in graph.inputs
+    ]
+    got = whole_outputs(source, graph, run_reference(graph, pieces, sliced))
+    want = run_reference(source, inputs, weights)
     for name in source.output_names():
         assert nmse(got[name], want[name]) <= 1e-12, name
 
@@ -149,14 +154,17 @@ def test_sliced_weights_fit_the_split_graph_and_keep_its_results(split: str) -> 
 @pytest.mark.skipif(not cuda_emulator.available(), reason="needs g++ (C++20)")
 @pytest.mark.parametrize("split", SPLITS)
 def test_each_rank_of_a_split_llama_in_the_emulator_equals_the_reference(split: str) -> None:
-    from optgraph.program_devices import parallel_weights
+    from optgraph.program_devices import parallel_inputs, parallel_weights
 
     source = small_llama()
     graph = og.compile(source, f"{split},default", "cpu").graph
     ranks = lower_ranks(graph)
     inputs, weights = random_inputs(source, seed=2), random_weights(source, seed=2)
     sliced = parallel_weights(source, graph, weights)
-    reference = run_reference(source, inputs, weights)
+    inputs = parallel_inputs(source, graph, inputs)  # each rank's pieces of a split cache
+    # the split graph's own reference: it names the cache pieces each rank outputs (that it
+    # equals the source's is test_sliced_weights_fit_the_split_graph_and_keep_its_results)
+    reference = run_reference(graph, inputs, sliced)
     owned: set[str] = set()
     sends = 0
     for rank in range(ranks.world):
@@ -170,7 +178,7 @@ def test_each_rank_of_a_split_llama_in_the_emulator_equals_the_reference(split: 
         assert sent.keys() == expected.keys()
         for node, value in sent.items():
             assert nmse(value, expected[node]) <= 1e-10, (rank, node)
-    assert owned == set(source.output_names()) and sends > 0
+    assert owned == set(graph.output_names()) and sends > 0
 
 
 def test_a_collective_planned_over_its_operand_is_refused() -> None:

@@ -24,7 +24,7 @@ import optgraph as og
 from optgraph.codegen.rank_programs import lower_ranks
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
-from optgraph.program_devices import parallel_weights
+from optgraph.program_devices import parallel_inputs, parallel_weights, whole_outputs
 from optgraph.runtime.reference import nmse
 from tests.support.gpu_support import assert_close, reference, require_gpu, same_bits
 from tests.support.placed_graphs import COLLECTIVES, FOUR_DEVICES, ONE_MEMBER, TP_PP
@@ -77,9 +77,11 @@ def run_twice(graph: Graph, source: Graph, peer_reduce: bool) -> tuple[dict[str,
 
     inputs, weights, _ = reference(source)
     sliced = parallel_weights(source, graph, weights)
+    pieces = parallel_inputs(source, graph, inputs)  # each rank gets its heads of a split cache
     ranks = lower_ranks(graph)
     with MultiGpuProgram(ranks, sliced, peer_reduce=peer_reduce) as program:
-        first, second = program.run(inputs), program.run(inputs)
+        first = whole_outputs(source, graph, program.run(pieces))
+        second = whole_outputs(source, graph, program.run(pieces))
         nvls: list[str] = program.nvls
         assert program.peer_reduce == [peer_reduce and ranks.world > 1] * ranks.world
     assert same_bits(first, second), "the replay differs from the first run"
@@ -110,6 +112,7 @@ def check_ranks_alone(source: Graph, split: str, planning: str, bound: float) ->
     ranks = lower_ranks(graph)
     inputs, weights, _ = reference(source)
     sliced = parallel_weights(source, graph, weights)
+    inputs = parallel_inputs(source, graph, inputs)  # the split graph's names: cache pieces
     # The fed values are the split graph's reference values: compare with its outputs (a split
     # f16 graph rounds its partial sums, so its reference differs from the source's a little).
     want = run_reference(graph, inputs, sliced)

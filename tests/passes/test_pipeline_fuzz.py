@@ -38,7 +38,12 @@ from optgraph.passes.manager import (
     plan_memory_if_missing,
     run_pipeline,
 )
-from optgraph.passes.tensor_parallel import shard_weights
+from optgraph.passes.tensor_parallel import (
+    join_outputs,
+    piece_layout,
+    shard_inputs,
+    shard_weights,
+)
 from optgraph.runtime.planned import execute
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference
 from tests.support.property_examples import examples
@@ -96,8 +101,12 @@ pipelines = st.lists(pass_texts(), min_size=1, max_size=6).map(",".join)
 def _assert_equal_to_reference(source: Graph, planned: Graph, pipeline: str, seed: int) -> None:
     inputs, weights = random_inputs(source, seed), random_weights(source, seed)
     want = run_reference(source, inputs, weights)
-    used = shard_weights(source, planned, weights)  # tensor-parallel's pieces; the rest as is
-    got = execute(lower(planned), inputs, used, seed=seed).outputs
+    # tensor-parallel's pieces (weights, KV caches cut by head); the rest as is
+    layout = piece_layout(source, planned)
+    used = shard_weights(source, planned, weights, layout)
+    pieces = shard_inputs(source, planned, inputs, layout)
+    got = execute(lower(planned), pieces, used, seed=seed).outputs
+    got = join_outputs(source, planned, got, layout)
     assert list(got) == list(want)
     fuses = any(p in pipeline for p in REROUNDING)
     types = source.value_types()

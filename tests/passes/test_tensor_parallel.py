@@ -54,8 +54,9 @@ def test_llama_decode_structure() -> None:
     split = _split(graph, 2)
     ops = Counter(n.op for n in split.nodes)
     assert ops["all_reduce"] == 4  # o and down of 2 layers
-    # the embedding, the logits and the new k and v rows of each layer are gathered
-    assert ops["all_gather"] == 6
+    # the embedding and the logits are gathered; the new k and v rows no longer are: the
+    # caches are cut by KV head (tests/passes/test_tensor_parallel_caches.py)
+    assert ops["all_gather"] == 2
     assert ops["attention"] == 4 and ops["rope"] == 8  # each device's heads
     by_name = {w.name: w for w in split.weights}
     assert by_name["l0.wq.d1"].type.shape == (64, 32) and by_name["l0.wq.d1"].ann.device == (1,)

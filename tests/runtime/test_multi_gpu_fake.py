@@ -207,9 +207,53 @@ def test_a_split_llama_runs_and_times_with_its_caches_bound_in_place(
         finally:
             program.close()
     assert list(outputs) == list(source.output_names())
+    types = source.value_types()
+    assert all(outputs[n].shape == types[n].shape for n in outputs)  # split caches joined
     assert times.rank_ms == (0.25, 0.25)
     # Each rank: the run's capture, then the in-place variant's (the caches bound in place).
     assert fake.instantiations == 4
+    # Each rank holds and writes its own KV head of each cache, bound in place.
+    for rank, lowered in enumerate(runner.ranks.ranks):
+        caches = {i.name: i.type.shape for i in lowered.graph.inputs if "cache" in i.name}
+        assert caches == {f"l0.{kv}_cache.d{rank}": (1, 1, 32, 16) for kv in "kv"}
+        assert dict(lowered.in_place) == {f"l0.{kv}_cache_new.d{rank}": f"l0.{kv}_cache.d{rank}"
+                                          for kv in "kv"}  # fmt: skip
+
+
+def test_the_gpu_tests_helpers_hand_each_rank_its_cache_pieces(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What tests/gpu/test_multi_gpu.py's `run_ranks` and `check_ranks_alone` do with a split
+    Llama, on the fake: each rank runs on its own cache pieces (the fake's kernels compute
+    nothing, so only names and shapes are checked), the joined outputs have the source's types."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    from gen_llama import generate_llama
+
+    from optgraph.program_devices import parallel_inputs, parallel_weights, whole_outputs
+    from optgraph.runtime.multi_gpu import MultiGpuProgram, run_rank_alone
+    from optgraph.runtime.reference import random_weights
+
+    source = og.parse(generate_llama(layers=1, hidden=64, heads=4, kv_heads=2, ffn=128))
+    graph = og.compile(source, "tensor-parallel{ways=2},default", "cpu").graph
+    inputs, weights = random_inputs(source, seed=3), random_weights(source, seed=3)
+    sliced = parallel_weights(source, graph, weights)
+    pieces = parallel_inputs(source, graph, inputs)
+    assert pieces["l0.k_cache.d1"].shape == (1, 1, 32, 16)
+    ranks = lower_ranks(graph)
+    with fake_cupy(monkeypatch) as fake:
+        fake.device_count = 2
+        with MultiGpuProgram(ranks, sliced, launcher="thread") as program:
+            outputs = whole_outputs(source, graph, program.run(pieces))
+        alone = [run_rank_alone(ranks, r, pieces, sliced) for r in range(2)]
+    types = source.value_types()
+    assert {n: o.shape for n, o in outputs.items()} == {
+        n: types[n].shape for n in source.output_names()
+    }
+    assert set(alone[1].outputs) == {"l0.k_cache_new.d1", "l0.v_cache_new.d1"}
+    assert set(alone[0].outputs) == {"logits", "l0.k_cache_new.d0", "l0.v_cache_new.d0"}
 
 
 def test_no_cupy_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,8 +6,9 @@ bf16, biases with tied embeddings, prefill, multi-token decode with batch 2, and
 is not hidden / heads.
 
 `compare(original, parallel, weights, seed)`: the reference interpreter of both on the same seeded
-inputs (the parallel graph's weights cut by `shard_weights`), as {output: nmse}, 0.0 where the
-arrays are bit-identical.
+inputs (the parallel graph's weights and cache inputs cut by `shard_weights` and `shard_inputs`,
+split outputs joined by `join_outputs`), as {output: nmse}, 0.0 where the arrays are
+bit-identical.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 import optgraph as og
 from optgraph.ir.graph import Graph
-from optgraph.passes.tensor_parallel import shard_weights
+from optgraph.passes.tensor_parallel import join_outputs, shard_inputs, shard_weights
 from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
 from tests.cli.test_examples import EXAMPLES, gen_llama
 
@@ -48,7 +49,9 @@ PARALLEL_MODELS = _models()
 def compare(original: Graph, parallel: Graph, seed: int = 0) -> dict[str, float]:
     inputs, weights = random_inputs(original, seed), random_weights(original, seed)
     want = run_reference(original, inputs, weights)
-    got = run_reference(parallel, inputs, shard_weights(original, parallel, weights))
+    pieces = shard_inputs(original, parallel, inputs)
+    got = run_reference(parallel, pieces, shard_weights(original, parallel, weights))
+    got = join_outputs(original, parallel, got)
     assert list(got) == list(want)
     out = {}
     for name, value in want.items():
