@@ -27,6 +27,9 @@ every lanes-th row. Per thread:
 
 Small matrices (K ≤ SINGLE_PASS_ROWS × THREADS) keep the single-pass layout of fewer column
 threads (8, 4, 2, 1) that gives every thread at most 4 (else 8) rows: one batch, one latency.
+Tiles of 1 or 2 column threads (16 or 32 bytes of each row) only where the matrix is at most
+NARROW_MAX_BYTES: a tensor-parallel rank's o-projection ([2048, 4096] f16, 16 MiB, from HBM)
+ran at 1.25 TB/s with 1 column thread (ncu, H200), the row segments being half a DRAM burst.
 
 Not done: hiding a launch's fixed cost (ramp, first latency, tail) behind its neighbours, e.g.
 an L2 prefetch of the first weight rows before the PDL wait (`cuda_fused.PREFETCH`, off: no gain
@@ -50,6 +53,11 @@ BATCH = 8  # 16-byte loads of b a thread issues before using the first
 SINGLE_PASS_ROWS = 8  # small K: rows a thread may take without split-K (0: never single pass)
 MIN_ROWS_PER_SPLIT = 64
 VECTOR = {"f16": 8, "bf16": 8, "f32": 4}  # elements per 16-byte load
+VECTOR_BYTES = 16
+# Fewer than 4 column threads read 16 or 32 bytes of a row: half a DRAM burst or less. Such
+# tiles are kept for matrices small enough to stay in L2 between steps (the small model's).
+WHOLE_BURST_CT = 4
+NARROW_MAX_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -91,9 +99,11 @@ class Geometry:
 def layout(k: int, n: int, vec: int, even: bool = False) -> tuple[int, int, int, int]:
     """(column threads, tiles, splits, rows per split) of a [K, N] matrix (see the docstring).
     `even`: an even number of column threads (a rope fold pairs the halves of a tile)."""
+    matrix_bytes = k * n * (VECTOR_BYTES // vec)
     for limit in (min(4, SINGLE_PASS_ROWS), SINGLE_PASS_ROWS):
         fits = [ct for ct in (8, 4, 2, 1) if limit and k <= limit * (THREADS // ct)]
         fits = [ct for ct in fits if not (even and ct % 2)]
+        fits = [ct for ct in fits if ct >= WHOLE_BURST_CT or matrix_bytes <= NARROW_MAX_BYTES]
         if fits:
             ct = fits[0]
             return ct, -(-n // (ct * vec)), 1, k

@@ -120,7 +120,10 @@ class CollectiveStep:
     `count`: elements this rank contributes (all_reduce: the whole tensor). `src`: this rank's
     operand (None for recv); `dst`: the result (None for send). `rows`: all_gather only, the
     product of the result's dimensions before `axis`: NCCL concatenates whole chunks, so with
-    rows > 1 the runtime gathers into scratch and copies each rank's rows into place."""
+    rows > 1 the runtime gathers into scratch and copies each rank's rows into place.
+    `then_add`: all_reduce only, set by `codegen/residual_adds.py`: (addend, out) where the next
+    step is the elementwise `out = addend + result` (same type); a runtime that can do the add
+    inside the reduction may, and then skips that step."""
 
     node: str
     stream: int
@@ -132,6 +135,7 @@ class CollectiveStep:
     src: Location | None
     dst: Location | None
     rows: int = 1
+    then_add: tuple[Location, Location] | None = None
 
     @property
     def peer(self) -> int:

@@ -2,7 +2,8 @@
 
 A planned several-device graph holds every device's work in one issue order (docs/ir.md,
 "Devices"). `lower_ranks(graph, options)` cuts it into one single-device *rank graph* per device
-and lowers each with `cuda_plan.lower_for_cuda`, so a rank runs on the ordinary CUDA runtime:
+and lowers each with `cuda_plan.lower_for_cuda` (each all_reduce then offered the residual add
+after it: `codegen/residual_adds.py`), so a rank runs on the ordinary CUDA runtime:
 its own nodes in the global issue order, its streams and events, its arena (the planned offsets
 are per-device already), and each collective as a `CollectiveStep` (`codegen/collective_steps.py`)
 on its node's stream.
@@ -38,6 +39,7 @@ from optgraph.codegen.cuda_source import CodegenError
 from optgraph.codegen.cuda_steps import CollectiveStep
 from optgraph.codegen.lowered import LoweredProgram, LoweredVariant, RankPrograms
 from optgraph.codegen.lowering_options import LoweringOptions
+from optgraph.codegen.residual_adds import offer_residual_adds
 from optgraph.ir.graph import Graph, Node, TensorType
 
 POINT_TO_POINT = ("send", "recv")
@@ -101,13 +103,23 @@ def relower_rank(
             f"graph '{graph.name}': a program on several devices runs the input types it was "
             "compiled for only; compile it again for other shapes"
         )
-    return lower_variant(graph, options, in_place)
+    return _with_residual_adds(lower_variant(graph, options, in_place))
+
+
+def _with_residual_adds(variant: LoweredVariant) -> LoweredVariant:
+    return replace(variant, plan=offer_residual_adds(variant.graph, variant.plan))
+
+
+def lower_rank(graph: Graph, options: LoweringOptions) -> LoweredProgram:
+    """One rank graph lowered, each all_reduce offered the residual add after it."""
+    program = lower_for_cuda(graph, options)
+    return replace(program, main=_with_residual_adds(program.main))
 
 
 def lower_ranks(graph: Graph, options: LoweringOptions | None = None) -> RankPrograms:
     """`graph` (planned, device-annotated) lowered to one program per device."""
     options = options or LoweringOptions()
     world = graph.device_count()
-    ranks = tuple(lower_for_cuda(rank_graph(graph, r), options) for r in range(world))
+    ranks = tuple(lower_rank(rank_graph(graph, r), options) for r in range(world))
     relowers = tuple(partial(relower_rank, p.graph, options) for p in ranks)
     return RankPrograms(graph, ranks, output_ranks(graph), communicator_groups(ranks), relowers)

@@ -130,10 +130,23 @@ class NcclCollectives:
         if self.peer is not None:
             self.peer.close()
 
-    def calls(self, step: CollectiveStep, src: int, dst: int, stream: int) -> list[Call]:
+    def adds_too(self, step: CollectiveStep, pointers: tuple[int, ...]) -> bool:
+        """Whether `calls` (given these pointers: src, dst, then the add's addend and result)
+        does `step.then_add` too, so that the add's own launch is skipped."""
+        return step.then_add is not None and self._peer_takes(step, pointers)
+
+    def _peer_takes(self, step: CollectiveStep, pointers: tuple[int, ...]) -> bool:
+        aligned = not any(p % VECTOR for p in pointers)
+        return self.peer is not None and step.node in self.peer.offsets and aligned
+
+    def calls(
+        self, step: CollectiveStep, src: int, dst: int, stream: int, add: tuple[int, int] = (0, 0)
+    ) -> list[Call]:
+        """The host calls of `step`; `add`: the then_add pointers (addend, result) where
+        `adds_too` said yes, else (0, 0)."""
         peer = self.peer
-        if peer is not None and step.node in peer.offsets and not (src | dst) % VECTOR:
-            return [peer.call(step, src, dst, stream)]
+        if peer is not None and self._peer_takes(step, (src, dst, *add)):
+            return [peer.call(step, src, dst, stream, add)]
         comm = self.communicators.get(step)
         dtype = NCCL_DTYPES[step.dtype]
         if step.kind == "all_reduce":
@@ -185,7 +198,12 @@ class FedCollectives:
                 self._pinned("fed:" + step.node, raw.nbytes)[: raw.nbytes] = raw
                 self.fed_bytes[step.node] = raw.nbytes
 
-    def calls(self, step: CollectiveStep, src: int, dst: int, stream: int) -> list[Call]:
+    def adds_too(self, step: CollectiveStep, pointers: tuple[int, ...]) -> bool:
+        return False
+
+    def calls(
+        self, step: CollectiveStep, src: int, dst: int, stream: int, add: tuple[int, int] = (0, 0)
+    ) -> list[Call]:
         rt = cupy().cuda.runtime
         calls: list[Call] = []
         nbytes = step.count * DTYPE_BYTES[step.dtype]
@@ -223,13 +241,32 @@ class RankVariant(Variant):
         self.collectives = collectives
         steps = [s for s in self.plan.steps if isinstance(s, CollectiveStep)]
         collectives.prepare(steps)
+        # The add after an all_reduce with `then_add`, by the all_reduce's id; `skipped`: the
+        # ids of those adds the last issued all_reduce did itself (ops are built in step order).
+        plan_steps = self.plan.steps
+        self.add_after = {
+            id(s): plan_steps[i + 1]
+            for i, s in enumerate(plan_steps)
+            if isinstance(s, CollectiveStep) and s.then_add is not None
+        }
+        self.skipped: set[int] = set()
 
     def _op(self, step: object, bound: Mapping[str, int], programmatic: bool = False) -> Call:
+        if id(step) in self.skipped:
+            return lambda: None  # done by the all_reduce before it
         if not isinstance(step, CollectiveStep):
             return super()._op(step, bound, programmatic)
         src = self.pointer(step.src, bound) if step.src is not None else 0
         dst = self.pointer(step.dst, bound) if step.dst is not None else 0
-        calls = self.collectives.calls(step, src, dst, self.streams.get(step.stream).ptr)
+        add = (0, 0)
+        if step.then_add is not None:
+            addend, out = (self.pointer(x, bound) for x in step.then_add)
+            follower = id(self.add_after[id(step)])
+            self.skipped.discard(follower)
+            if self.collectives.adds_too(step, (src, dst, addend, out)):
+                add = (addend, out)
+                self.skipped.add(follower)
+        calls = self.collectives.calls(step, src, dst, self.streams.get(step.stream).ptr, add)
 
         def issue() -> None:
             for call in calls:

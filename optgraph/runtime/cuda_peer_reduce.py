@@ -8,7 +8,9 @@ H200s, most of it protocol. `PeerReduce` does such an all_reduce in one short ke
       1. store its slice of the operand into every peer's buffer, slot [parity][r]
       2. release-store e into every peer's flag [r][b] (system scope)
       3. wait until its own flags [p][b] >= e for every peer p (acquire, system scope)
-      4. out = sum over p in rank order of slot [parity][p] (its own operand for p = r), in f32
+      4. out = sum over p in rank order of slot [parity][p] (its own operand for p = r), in f32,
+         rounded; with an addend (`CollectiveStep.then_add`), out = addend + that, rounded again
+         (what the add after it computes), written to the add's result, the add's launch skipped
 
 Every rank sums the same values in the same order, so all ranks hold the same bits, as NCCL's
 result does. Two parities suffice: a peer can be at most one replay ahead (it needs this rank's
@@ -58,9 +60,10 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
 // slot (bytes): flags[world][MAXB] u32 | epochs[MAXB] u32 | data[2][world][n] T
 template <typename T>
 __global__ void __launch_bounds__(256) peer_all_reduce(
-    const T* __restrict__ in, T* __restrict__ out, long long n, int world, int rank,
-    const unsigned long long* __restrict__ slots)
+    const T* __restrict__ in, T* out, long long n, int world, int rank,
+    const unsigned long long* __restrict__ slots, const T* addend)
 {
+  // addend: null, or out = addend + (the sum rounded to T), as the add after it would compute
   constexpr int PER = 16 / sizeof(T);
   constexpr int MAXB = 64;
   const int b = blockIdx.x;
@@ -106,6 +109,12 @@ __global__ void __launch_bounds__(256) peer_all_reduce(
     T* o = (T*)&packed;
     #pragma unroll
     for (int k = 0; k < PER; ++k) o[k] = from_f32<T>(acc[k]);
+    if (addend != nullptr) {
+      const uint4 raw = *(const uint4*)(addend + i);
+      const T* a = (const T*)&raw;
+      #pragma unroll
+      for (int k = 0; k < PER; ++k) o[k] = from_f32<T>(to_f32(a[k]) + to_f32(o[k]));
+    }
     *(uint4*)(out + i) = packed;
   }
   if (threadIdx.x == 0) epochs[b] = epoch;
@@ -200,12 +209,16 @@ class PeerReduce:
         )
         self.kernels = {d: module.get_function(f"peer_all_reduce<{t}>") for d, t in TYPES.items()}
 
-    def call(self, step: CollectiveStep, src: int, dst: int, stream: int) -> Any:
-        """The launch of `step` on `stream` (a raw stream pointer), as a callable."""
+    def call(
+        self, step: CollectiveStep, src: int, dst: int, stream: int, add: tuple[int, int] = (0, 0)
+    ) -> Any:
+        """The launch of `step` on `stream` (a raw stream pointer), as a callable; with `add`
+        = (addend, result) not (0, 0), it writes `result = addend + sum` instead of `dst`."""
         cp = cupy()
         kernel = self.kernels[step.dtype]
-        args = (src, dst, np.int64(step.count), np.int32(self.world), np.int32(self.rank),
-                self.table[step.node])  # fmt: skip
+        addend, out = add if add != (0, 0) else (0, dst)
+        args = (src, out, np.int64(step.count), np.int32(self.world), np.int32(self.rank),
+                self.table[step.node], addend)  # fmt: skip
         external = cp.cuda.ExternalStream(stream)
 
         def launch() -> None:
