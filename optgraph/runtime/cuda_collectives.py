@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from optgraph.codegen.cuda_steps import CollectiveStep
+from optgraph.codegen.cuda_steps import CollectiveStep, KernelStep
 from optgraph.codegen.lowered import LoweredVariant
 from optgraph.errors import OptGraphError
 from optgraph.ir.graph import DTYPE_BYTES
@@ -35,6 +35,7 @@ from optgraph.runtime.cuda import CudaProgram
 from optgraph.runtime.cuda_device import cupy, nccl
 from optgraph.runtime.cuda_launch import Variant
 from optgraph.runtime.cuda_memory import D2D, D2H, H2D
+from optgraph.runtime.cuda_pdl import PdlLauncher
 from optgraph.runtime.cuda_peer_reduce import VECTOR, PeerReduce, eligible, peers_reachable
 from optgraph.runtime.reference_kernels import numpy_dtype
 
@@ -140,13 +141,20 @@ class NcclCollectives:
         return self.peer is not None and step.node in self.peer.offsets and aligned
 
     def calls(
-        self, step: CollectiveStep, src: int, dst: int, stream: int, add: tuple[int, int] = (0, 0)
+        self,
+        step: CollectiveStep,
+        src: int,
+        dst: int,
+        stream: int,
+        add: tuple[int, int] = (0, 0),
+        pdl: PdlLauncher | None = None,
     ) -> list[Call]:
         """The host calls of `step`; `add`: the then_add pointers (addend, result) where
-        `adds_too` said yes, else (0, 0)."""
+        `adds_too` said yes, else (0, 0); `pdl`: where the step may start while the kernel
+        before it on its stream finishes (the peer kernel only; NCCL's calls cannot)."""
         peer = self.peer
         if peer is not None and self._peer_takes(step, (src, dst, *add)):
-            return [peer.call(step, src, dst, stream, add)]
+            return [peer.call(step, src, dst, stream, add, pdl)]
         comm = self.communicators.get(step)
         dtype = NCCL_DTYPES[step.dtype]
         if step.kind == "all_reduce":
@@ -202,7 +210,13 @@ class FedCollectives:
         return False
 
     def calls(
-        self, step: CollectiveStep, src: int, dst: int, stream: int, add: tuple[int, int] = (0, 0)
+        self,
+        step: CollectiveStep,
+        src: int,
+        dst: int,
+        stream: int,
+        add: tuple[int, int] = (0, 0),
+        pdl: PdlLauncher | None = None,
     ) -> list[Call]:
         rt = cupy().cuda.runtime
         calls: list[Call] = []
@@ -250,6 +264,15 @@ class RankVariant(Variant):
             if isinstance(s, CollectiveStep) and s.then_add is not None
         }
         self.skipped: set[int] = set()
+        # Collective steps right after a kernel on their stream (as `cuda_pdl.pdl_steps` picks
+        # kernels): a backend kernel may be launched with the programmatic attribute there.
+        last: dict[int, object] = {}
+        self.after_kernel: set[int] = set()
+        for s in plan_steps:
+            stream = getattr(s, "stream", 0)
+            if isinstance(s, CollectiveStep) and isinstance(last.get(stream), KernelStep):
+                self.after_kernel.add(id(s))
+            last[stream] = s
 
     def _op(self, step: object, bound: Mapping[str, int], programmatic: bool = False) -> Call:
         if id(step) in self.skipped:
@@ -266,7 +289,8 @@ class RankVariant(Variant):
             if self.collectives.adds_too(step, (src, dst, addend, out)):
                 add = (addend, out)
                 self.skipped.add(follower)
-        calls = self.collectives.calls(step, src, dst, self.streams.get(step.stream).ptr, add)
+        pdl = self.pdl if id(step) in self.after_kernel else None
+        calls = self.collectives.calls(step, src, dst, self.streams.get(step.stream).ptr, add, pdl)
 
         def issue() -> None:
             for call in calls:

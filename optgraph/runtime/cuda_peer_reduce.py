@@ -35,6 +35,7 @@ import numpy as np
 from optgraph.codegen.cuda_steps import CollectiveStep
 from optgraph.ir.graph import DTYPE_BYTES
 from optgraph.runtime.cuda_device import cupy
+from optgraph.runtime.cuda_pdl import PdlLauncher
 
 MAX_BYTES = 1 << 20  # above this NCCL's ring moves the bytes faster than one shot
 MAX_BLOCKS = 64
@@ -60,9 +61,15 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
 // slot (bytes): flags[world][MAXB] u32 | epochs[MAXB] u32 | data[2][world][n] T
 template <typename T>
 __global__ void __launch_bounds__(256) peer_all_reduce(
-    const T* __restrict__ in, T* out, long long n, int world, int rank,
+    const T* __restrict__ in, T* out, long long n, long long world, long long rank,
     const unsigned long long* __restrict__ slots, const T* addend)
 {
+  // Launched with the programmatic attribute after a kernel: wait for it before reading `in`
+  // (a no-op otherwise); the next kernel may launch now, since it waits for this one likewise.
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   // addend: null, or out = addend + (the sum rounded to T), as the add after it would compute
   constexpr int PER = 16 / sizeof(T);
   constexpr int MAXB = 64;
@@ -210,20 +217,33 @@ class PeerReduce:
         self.kernels = {d: module.get_function(f"peer_all_reduce<{t}>") for d, t in TYPES.items()}
 
     def call(
-        self, step: CollectiveStep, src: int, dst: int, stream: int, add: tuple[int, int] = (0, 0)
+        self,
+        step: CollectiveStep,
+        src: int,
+        dst: int,
+        stream: int,
+        add: tuple[int, int] = (0, 0),
+        pdl: PdlLauncher | None = None,
     ) -> Any:
         """The launch of `step` on `stream` (a raw stream pointer), as a callable; with `add`
-        = (addend, result) not (0, 0), it writes `result = addend + sum` instead of `dst`."""
+        = (addend, result) not (0, 0), it writes `result = addend + sum` instead of `dst`; with
+        `pdl` (the step right after a kernel on its stream), launched with the programmatic
+        attribute, so that it starts while that kernel finishes."""
         cp = cupy()
         kernel = self.kernels[step.dtype]
         addend, out = add if add != (0, 0) else (0, dst)
-        args = (src, out, np.int64(step.count), np.int32(self.world), np.int32(self.rank),
-                self.table[step.node], addend)  # fmt: skip
+        values = (src, out, step.count, self.world, self.rank, self.table[step.node].data.ptr,
+                  addend)  # fmt: skip
+        grid, block = (blocks_for(step), 1, 1), (THREADS, 1, 1)
+        function = getattr(getattr(kernel, "kernel", None), "ptr", None)  # the CUfunction
+        if pdl is not None and isinstance(function, int):
+            return pdl.launch(function, grid, block, values, 0, stream)
+        args = tuple(np.uint64(v) for v in values)  # every parameter is 8 bytes
         external = cp.cuda.ExternalStream(stream)
 
         def launch() -> None:
             with external:
-                kernel((blocks_for(step),), (THREADS,), args)
+                kernel(grid, block, args)
 
         return partial(launch)
 

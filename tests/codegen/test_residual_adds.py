@@ -73,7 +73,7 @@ class AddingCollectives:
         return True
 
     def calls(self, step: CollectiveStep, src: int, dst: int, stream: int,
-              add: tuple[int, int] = (0, 0)) -> list[Any]:  # fmt: skip
+              add: tuple[int, int] = (0, 0), pdl: Any = None) -> list[Any]:  # fmt: skip
         if step.then_add is not None:
             self.adds.append((step.node, add))
         return []
