@@ -4,7 +4,10 @@ A rank's program (`runtime/multi_gpu.py`, `codegen/rank_programs.py`) is an ordi
 program whose plan also holds `CollectiveStep`s. `RankProgram` runs it like `CudaProgram` does
 (eager run, capture, replay), issuing each collective step through a *collectives backend*:
 
-- `NcclCollectives(communicators)`: `cupy.cuda.nccl` on the step's stream: `allReduce` (sum),
+- `NcclCollectives(communicators, peer_reduce=...)`: with `peer_reduce`, an all_reduce over
+  every rank of at most 1 MiB is one kernel writing into the peers' memory
+  (`runtime/cuda_peer_reduce.py`, which may also do the residual add after it:
+  `CollectiveStep.then_add`); everything else `cupy.cuda.nccl` on the step's stream: `allReduce` (sum),
   `allGather` (into scratch, then one `memcpy2DAsync` per rank where the gathered axis is not
   the leading one), `send`/`recv` on the world communicator. NCCL calls are captured into the
   rank's CUDA graph like kernels are.
@@ -133,12 +136,14 @@ class NcclCollectives:
 
     def adds_too(self, step: CollectiveStep, pointers: tuple[int, ...]) -> bool:
         """Whether `calls` (given these pointers: src, dst, then the add's addend and result)
-        does `step.then_add` too, so that the add's own launch is skipped."""
-        return step.then_add is not None and self._peer_takes(step, pointers)
-
-    def _peer_takes(self, step: CollectiveStep, pointers: tuple[int, ...]) -> bool:
+        does `step.then_add` too, so that the add's own launch is skipped: the peer kernel
+        does, where all four are on 16 bytes (a decision of this rank alone)."""
         aligned = not any(p % VECTOR for p in pointers)
-        return self.peer is not None and step.node in self.peer.offsets and aligned
+        return step.then_add is not None and self._peer_takes(step) and aligned
+
+    def _peer_takes(self, step: CollectiveStep) -> bool:
+        """Whether the peer kernel does `step`: the same answer on every rank."""
+        return self.peer is not None and step.node in self.peer.offsets
 
     def calls(
         self,
@@ -153,8 +158,8 @@ class NcclCollectives:
         `adds_too` said yes, else (0, 0); `pdl`: where the step may start while the kernel
         before it on its stream finishes (the peer kernel only; NCCL's calls cannot)."""
         peer = self.peer
-        if peer is not None and self._peer_takes(step, (src, dst, *add)):
-            return [peer.call(step, src, dst, stream, add, pdl)]
+        if peer is not None and self._peer_takes(step):
+            return peer.calls(step, src, dst, stream, add, pdl)
         comm = self.communicators.get(step)
         dtype = NCCL_DTYPES[step.dtype]
         if step.kind == "all_reduce":

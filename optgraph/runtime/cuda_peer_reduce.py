@@ -21,7 +21,9 @@ regions), so steps on different streams never share memory. The buffers are plai
 memory shared through CUDA IPC handles, exchanged over the world NCCL communicator when the first
 variant is prepared (every rank prepares the same steps in the same order). Used for all_reduces
 over every rank of at most `MAX_BYTES`, when every pair of GPUs can reach each other's memory;
-the rest go to NCCL (`NcclCollectives`). Ranks in one process (the "thread" launcher) cannot
+the rest go to NCCL (`NcclCollectives`). Whether a step takes this path depends only on the step,
+the same on every rank (a rank that called NCCL while its peer ran this kernel would wait
+forever); pointers off 16 bytes are staged. Ranks in one process (the "thread" launcher) cannot
 open each other's IPC handles, so they keep NCCL.
 """
 
@@ -35,6 +37,7 @@ import numpy as np
 from optgraph.codegen.cuda_steps import CollectiveStep
 from optgraph.ir.graph import DTYPE_BYTES
 from optgraph.runtime.cuda_device import cupy
+from optgraph.runtime.cuda_memory import D2D
 from optgraph.runtime.cuda_pdl import PdlLauncher
 
 MAX_BYTES = 1 << 20  # above this NCCL's ring moves the bytes faster than one shot
@@ -176,6 +179,7 @@ class PeerReduce:
         self.peers: list[int] = []  # every rank's buffer, as this process sees it
         self.table: Any = None  # the same pointers on the device (the kernel's `slots`)
         self.kernels: dict[str, Any] = {}
+        self.staging: dict[str, Any] = {}
 
     def prepare(self, steps: list[CollectiveStep]) -> None:
         """Allocate and exchange the buffers for `steps` (every rank calls this with the same
@@ -209,6 +213,9 @@ class PeerReduce:
             node: cp.asarray(np.array([p + off for p in self.peers], np.uint64))
             for node, off in self.offsets.items()
         }
+        self.staging = {  # operand and result, for pointers off 16 bytes (`calls`)
+            s.node: cp.cuda.alloc(2 * s.count * DTYPE_BYTES[s.dtype]) for s in steps
+        }
         module = cp.RawModule(
             code=SOURCE,
             options=("--std=c++17",),
@@ -216,7 +223,7 @@ class PeerReduce:
         )
         self.kernels = {d: module.get_function(f"peer_all_reduce<{t}>") for d, t in TYPES.items()}
 
-    def call(
+    def calls(
         self,
         step: CollectiveStep,
         src: int,
@@ -224,11 +231,36 @@ class PeerReduce:
         stream: int,
         add: tuple[int, int] = (0, 0),
         pdl: PdlLauncher | None = None,
+    ) -> list[Any]:
+        """The host calls of `step` on `stream` (a raw stream pointer): the kernel's launch;
+        with `add` = (addend, result) not (0, 0) (all four pointers on 16 bytes), it writes
+        `result = addend + sum` instead of `dst`; with `pdl` (the step right after a kernel on
+        its stream), launched with the programmatic attribute, so that it starts while that
+        kernel finishes. An operand or result off a 16-byte boundary (a view, a plan with a
+        smaller alignment) goes through this step's aligned staging buffer: every rank must
+        take the same path, and another rank's pointers may be aligned."""
+        rt = cupy().cuda.runtime
+        nbytes = step.count * DTYPE_BYTES[step.dtype]
+        stage = int(self.staging[step.node].ptr)
+        before: list[Any] = []
+        after: list[Any] = []
+        if src % VECTOR:
+            before.append(partial(rt.memcpyAsync, stage, src, nbytes, D2D, stream))
+            src, pdl = stage, None  # a copy, not a kernel, comes right before the kernel
+        if add == (0, 0) and dst % VECTOR:
+            after.append(partial(rt.memcpyAsync, dst, stage + nbytes, nbytes, D2D, stream))
+            dst = stage + nbytes
+        return [*before, self._launch(step, src, dst, stream, add, pdl), *after]
+
+    def _launch(
+        self,
+        step: CollectiveStep,
+        src: int,
+        dst: int,
+        stream: int,
+        add: tuple[int, int],
+        pdl: PdlLauncher | None,
     ) -> Any:
-        """The launch of `step` on `stream` (a raw stream pointer), as a callable; with `add`
-        = (addend, result) not (0, 0), it writes `result = addend + sum` instead of `dst`; with
-        `pdl` (the step right after a kernel on its stream), launched with the programmatic
-        attribute, so that it starts while that kernel finishes."""
         cp = cupy()
         kernel = self.kernels[step.dtype]
         addend, out = add if add != (0, 0) else (0, dst)
@@ -256,4 +288,4 @@ class PeerReduce:
             if peer != self.rank:
                 rt.ipcCloseMemHandle(ptr)
         rt.free(self.base)
-        self.table, self.peers = None, []
+        self.table, self.peers, self.staging = None, [], {}
