@@ -21,7 +21,9 @@ Accesses are:
 
 Several devices: also collectives that wait for each other (`optgraph.analysis.deadlocks`): a
 send blocks until its recv is posted and a group collective until every participant reached it,
-so a cycle of lane order, events and rendezvous is a deadlock, reported naming the collectives.
+so a cycle of lane order, events and rendezvous is a deadlock, reported naming the collectives;
+and two collectives of one NCCL communicator that nothing orders on a device they share
+(`optgraph.analysis.communicator_order`: NCCL runs a communicator's calls one at a time).
 
 Overlapping buffers are checked in order of their first write against an interval map of the arena
 holding, per byte range, the buffers not yet "entirely before" a later one. A buffer entirely before
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from optgraph.analysis.communicator_order import find_unordered_collectives
 from optgraph.analysis.deadlocks import find_deadlocks
 from optgraph.analysis.races import find_races, race_diagnostics
 from optgraph.errors import VerifyError
@@ -53,6 +56,7 @@ class CheckRacesPass(Pass):
         races = find_races(graph)
         diagnostics = race_diagnostics(graph, races) if races else []
         diagnostics += find_deadlocks(graph)
+        diagnostics += find_unordered_collectives(graph)
         if diagnostics:
             raise VerifyError.from_diagnostics(diagnostics)
         return graph
