@@ -152,8 +152,13 @@ def test_sliced_weights_fit_the_split_graph_and_keep_its_results(split: str) -> 
 
 
 @pytest.mark.skipif(not cuda_emulator.available(), reason="needs g++ (C++20)")
+@pytest.mark.parametrize("take_adds", [False, True])
 @pytest.mark.parametrize("split", SPLITS)
-def test_each_rank_of_a_split_llama_in_the_emulator_equals_the_reference(split: str) -> None:
+def test_each_rank_of_a_split_llama_in_the_emulator_equals_the_reference(
+    split: str, take_adds: bool
+) -> None:
+    """Each rank alone against the reference; with `take_adds`, every offered residual add done
+    at its all_reduce's place, its own launch skipped (what the peer all_reduce does)."""
     from optgraph.program_devices import parallel_inputs, parallel_weights
 
     source = small_llama()
@@ -168,7 +173,7 @@ def test_each_rank_of_a_split_llama_in_the_emulator_equals_the_reference(split: 
     owned: set[str] = set()
     sends = 0
     for rank in range(ranks.world):
-        outputs, sent = run_rank_emulated(ranks, rank, inputs, sliced)
+        outputs, sent = run_rank_emulated(ranks, rank, inputs, sliced, take_adds=take_adds)
         owned |= set(outputs)
         sends += len(sent)
         # The kernels sum in another order than the reference: f32 rounding, no more.
@@ -179,6 +184,8 @@ def test_each_rank_of_a_split_llama_in_the_emulator_equals_the_reference(split: 
         for node, value in sent.items():
             assert nmse(value, expected[node]) <= 1e-10, (rank, node)
     assert owned == set(graph.output_names()) and sends > 0
+    offered = [s for r in ranks.ranks for s in r.main.plan.steps if getattr(s, "then_add", None)]
+    assert bool(offered) == split.startswith("tensor-parallel")  # pipeline stages: no all_reduce
 
 
 def test_a_collective_planned_over_its_operand_is_refused() -> None:

@@ -87,6 +87,10 @@ def test_each_rank_of_a_random_graph_in_the_emulator(graph: Graph) -> None:
         outputs, sent = run_rank_emulated(ranks, rank, inputs, weights)
         for out, value in outputs.items():
             assert close(value, reference[out]), (rank, out)
+        # the residual adds the all_reduces are offered, done at their place (the peer kernel's)
+        taken, _ = run_rank_emulated(ranks, rank, inputs, weights, take_adds=True)
+        for out, value in taken.items():
+            assert close(value, reference[out]), (rank, out)
         expected = expected_sent(ranks, rank, inputs, weights)
         for node, value in sent.items():
             assert close(value, expected[node]), (rank, node)

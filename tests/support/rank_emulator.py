@@ -5,7 +5,11 @@ in the emulator (`cuda_emulator.run_plan`) at the planned offsets of r's arena; 
 `CollectiveStep` becomes a copy of the value the reference computed for its result into the
 result's location, and a copy of its local operand out to a buffer of its own, read back as
 `sent[node]`. So each rank's program, its collectives' source and destination locations
-included, is checked against the reference without its peers:
+included, is checked against the reference without its peers. With `take_adds`, an all_reduce
+offered the residual add after it (`CollectiveStep.then_add`) does what the peer kernel does:
+the add's result (the reference's value) is written at the all_reduce's place, at the add's
+location, and the add's launch is skipped; so the offer's legality (nothing between them
+needs those bytes, nothing reads the sum itself) is checked on every plan that has one:
 
     outputs, sent = run_rank_emulated(ranks, 1, inputs, weights)
     outputs == reference outputs owned by rank 1; sent["s"] == reference value of its operand
@@ -30,6 +34,8 @@ def run_rank_emulated(
     rank: int,
     inputs: Mapping[str, np.ndarray],
     weights: Mapping[str, np.ndarray],
+    *,
+    take_adds: bool = False,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(rank `rank`'s outputs, {collective node: the local operand it sent}) in the emulator."""
     program = ranks.ranks[rank]
@@ -37,17 +43,23 @@ def run_rank_emulated(
     nodes = {n.name: n for n in program.graph.nodes}
     collectives = ranks.collectives(rank)
     operands = {s.node: nodes[s.node].operands[0] for s in collectives if s.src is not None}
-    values = reference_values(
-        ranks.graph, [s.node for s in collectives] + list(operands.values()), inputs, weights
-    )
+    adds = {  # all_reduce node -> the add it does (take_adds)
+        step.node: plan.steps[i + 1].node
+        for i, step in enumerate(plan.steps)
+        if take_adds and isinstance(step, CollectiveStep) and step.then_add is not None
+    }
+    names = [s.node for s in collectives] + list(operands.values()) + list(adds.values())
+    values = reference_values(ranks.graph, names, inputs, weights)
     types = dict(plan.types)
     extra_inputs: dict[str, np.ndarray] = {}
     locations = dict(plan.locations)
     steps: list[Step] = []
     sent_names: list[str] = []
+    skipped = set(adds.values())
     for step in plan.steps:
         if not isinstance(step, CollectiveStep):
-            steps.append(step)
+            if getattr(step, "node", None) not in skipped:
+                steps.append(step)
             continue
         if step.src is not None:
             name = f"sent.{step.node}"
@@ -59,12 +71,15 @@ def run_rank_emulated(
             steps.append(CopyStep(step.node, step.stream, locations[name], step.src,
                                   operand_type.nbytes))  # fmt: skip
         if step.dst is not None:
-            name = f"fed.{step.node}"
-            value = values[step.node]
-            types[name] = TensorType(types[step.node].dtype, value.shape)
+            fed, dst = step.node, step.dst
+            if step.node in adds and step.then_add is not None:
+                fed, dst = adds[step.node], step.then_add[1]  # the add's result, at its place
+            name = f"fed.{fed}"
+            value = values[fed]
+            types[name] = TensorType(types[fed].dtype, value.shape)
             extra_inputs[name] = value
             locations[name] = Location("input", name, 0)
-            steps.append(CopyStep(step.node, step.stream, step.dst, locations[name],
+            steps.append(CopyStep(step.node, step.stream, dst, locations[name],
                                   types[name].nbytes))  # fmt: skip
     fed_plan = replace(
         plan,
