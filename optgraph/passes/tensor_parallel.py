@@ -17,7 +17,8 @@ the rest run replicated. A KV-cache input whose KV heads N divides is cut by KV 
 holds heads [i*KV/N, (i+1)*KV/N) as its own input piece `%l0.k_cache.d<i>`, writes its new rows
 there and attention reads it, with no collective; the updated cache is output as its pieces.
 Elsewhere (N a multiple of KV; a cache that is not an input, or is read by more than its write)
-the cache stays whole on every device, its new rows gathered where they were split. docs/passes.md has the reasons for each choice.
+the cache stays whole on every device, its new rows gathered where they were split.
+docs/passes.md has the reasons for each choice.
 
 Weights are cut once, at compile time: pieces are named (`%l0.wq.d1`, device 1) and
 `shard_weights(graph_before, graph_after, weights)` cuts them from the user's arrays; a fused
