@@ -187,10 +187,13 @@ def table(rows: list[dict[str, Any]], device: str, dtype: str) -> str:
         budget = "-" if r["budget"] is None else format_size(r["budget"])
         met = "met" if speedup >= target else "NOT met"
         nccl = f"{r['ms 2 nccl']:.3f}" if "ms 2 nccl" in r else "-"
+        errors = [
+            f"{e:.1e}" + (" (above)" if e > bound else "") for e in (r["nmse 1"], r["nmse 2"])
+        ]
         lines.append(
             f"| {r['case']} | {r['ms 1']:.3f} | {r['ms 2']:.3f} | {speedup:.2f}x "
-            f"| >= {target:g}x ({met}) | {per} | {budget} | {r['nmse 1']:.1e} "
-            f"| {r['nmse 2']:.1e} | {r['plan 2']} | {nccl} |"
+            f"| >= {target:g}x ({met}) | {per} | {budget} | {errors[0]} "
+            f"| {errors[1]} | {r['plan 2']} | {nccl} |"
         )
     return "\n".join(lines) + "\n"
 
