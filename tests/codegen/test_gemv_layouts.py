@@ -54,6 +54,10 @@ def test_layouts_of_llama_decode_products() -> None:
     # small matrices keep the single-pass layout of at most 4 (else 8) rows a thread
     assert layout(512, 512, 8) == (2, 32, 1, 512)
     assert layout(1376, 512, 8) == (1, 64, 1, 1376)
+    # ... but 16-byte row segments only for matrices that fit in L2 (≤ 4 MiB): a tensor-parallel
+    # rank's o-projection [2048, 4096] (16 MiB) takes split-K with whole 256-byte segments
+    assert layout(2048, 4096, 8) == (16, 32, 5, 410)
+    assert layout(2048, 1024, 8)[0] == 1  # 4 MiB: still the narrow single pass
 
 
 @pytest.mark.parametrize("vec", sorted(set(VECTOR.values())))
