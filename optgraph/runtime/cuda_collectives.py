@@ -38,8 +38,13 @@ from optgraph.runtime.cuda import CudaProgram
 from optgraph.runtime.cuda_device import cupy, nccl
 from optgraph.runtime.cuda_launch import Variant
 from optgraph.runtime.cuda_memory import D2D, D2H, H2D
-from optgraph.runtime.cuda_pdl import PdlLauncher
-from optgraph.runtime.cuda_peer_reduce import VECTOR, PeerReduce, eligible, peers_reachable
+from optgraph.runtime.cuda_peer_reduce import (
+    VECTOR,
+    CollectiveIssue,
+    PeerReduce,
+    eligible,
+    peers_reachable,
+)
 from optgraph.runtime.reference_kernels import numpy_dtype
 
 # ncclDataType_t (nccl.h); bool moves as bytes (verify refuses summing bools).
@@ -145,21 +150,14 @@ class NcclCollectives:
         """Whether the peer kernel does `step`: the same answer on every rank."""
         return self.peer is not None and step.node in self.peer.offsets
 
-    def calls(
-        self,
-        step: CollectiveStep,
-        src: int,
-        dst: int,
-        stream: int,
-        add: tuple[int, int] = (0, 0),
-        pdl: PdlLauncher | None = None,
-    ) -> list[Call]:
-        """The host calls of `step`; `add`: the then_add pointers (addend, result) where
-        `adds_too` said yes, else (0, 0); `pdl`: where the step may start while the kernel
-        before it on its stream finishes (the peer kernel only; NCCL's calls cannot)."""
+    def calls(self, step: CollectiveStep, at: CollectiveIssue) -> list[Call]:
+        """The host calls of `step`; `at.add`: the then_add pointers where `adds_too` said yes;
+        `at.pdl`: where the step may start while the kernel before it on its stream finishes
+        (the peer kernel only; NCCL's calls cannot)."""
         peer = self.peer
         if peer is not None and self._peer_takes(step):
-            return peer.calls(step, src, dst, stream, add, pdl)
+            return peer.calls(step, at)
+        src, dst, stream = at.src, at.dst, at.stream
         comm = self.communicators.get(step)
         dtype = NCCL_DTYPES[step.dtype]
         if step.kind == "all_reduce":
@@ -214,15 +212,8 @@ class FedCollectives:
     def adds_too(self, step: CollectiveStep, pointers: tuple[int, ...]) -> bool:
         return False
 
-    def calls(
-        self,
-        step: CollectiveStep,
-        src: int,
-        dst: int,
-        stream: int,
-        add: tuple[int, int] = (0, 0),
-        pdl: PdlLauncher | None = None,
-    ) -> list[Call]:
+    def calls(self, step: CollectiveStep, at: CollectiveIssue) -> list[Call]:
+        src, dst, stream = at.src, at.dst, at.stream
         rt = cupy().cuda.runtime
         calls: list[Call] = []
         nbytes = step.count * DTYPE_BYTES[step.dtype]
@@ -295,7 +286,8 @@ class RankVariant(Variant):
                 add = (addend, out)
                 self.skipped.add(follower)
         pdl = self.pdl if id(step) in self.after_kernel else None
-        calls = self.collectives.calls(step, src, dst, self.streams.get(step.stream).ptr, add, pdl)
+        at = CollectiveIssue(src, dst, self.streams.get(step.stream).ptr, add, pdl)
+        calls = self.collectives.calls(step, at)
 
         def issue() -> None:
             for call in calls:

@@ -29,6 +29,7 @@ open each other's IPC handles, so they keep NCCL.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -132,6 +133,20 @@ __global__ void __launch_bounds__(256) peer_all_reduce(
 """
 
 
+@dataclass(frozen=True)
+class CollectiveIssue:
+    """Where and how one collective step is issued: its operand and result pointers, its stream
+    (a raw pointer), the add after it where the backend does it (`CollectiveStep.then_add`:
+    addend and result pointers, (0, 0) otherwise) and, where the step comes right after a kernel
+    on its stream, the PDL launcher (None otherwise)."""
+
+    src: int
+    dst: int
+    stream: int
+    add: tuple[int, int] = (0, 0)
+    pdl: PdlLauncher | None = None
+
+
 def eligible(step: CollectiveStep, world: int) -> bool:
     """Whether `PeerReduce` takes `step`: an all_reduce over every rank, of a dtype it sums,
     whole 16-byte vectors, at most `MAX_BYTES`."""
@@ -223,55 +238,39 @@ class PeerReduce:
         )
         self.kernels = {d: module.get_function(f"peer_all_reduce<{t}>") for d, t in TYPES.items()}
 
-    def calls(
-        self,
-        step: CollectiveStep,
-        src: int,
-        dst: int,
-        stream: int,
-        add: tuple[int, int] = (0, 0),
-        pdl: PdlLauncher | None = None,
-    ) -> list[Any]:
-        """The host calls of `step` on `stream` (a raw stream pointer): the kernel's launch;
-        with `add` = (addend, result) not (0, 0) (all four pointers on 16 bytes), it writes
-        `result = addend + sum` instead of `dst`; with `pdl` (the step right after a kernel on
-        its stream), launched with the programmatic attribute, so that it starts while that
-        kernel finishes. An operand or result off a 16-byte boundary (a view, a plan with a
-        smaller alignment) goes through this step's aligned staging buffer: every rank must
-        take the same path, and another rank's pointers may be aligned."""
+    def calls(self, step: CollectiveStep, at: CollectiveIssue) -> list[Any]:
+        """The host calls of `step` (`at`: its pointers, stream, add and PDL launcher): the
+        kernel's launch; with `at.add` = (addend, result) not (0, 0) (all four pointers on 16
+        bytes), it writes `result = addend + sum` instead of `dst`; with `at.pdl` (the step right
+        after a kernel on its stream), launched with the programmatic attribute, so that it
+        starts while that kernel finishes. An operand or result off a 16-byte boundary (a view, a
+        plan with a smaller alignment) goes through this step's aligned staging buffer: every
+        rank must take the same path, and another rank's pointers may be aligned."""
         rt = cupy().cuda.runtime
         nbytes = step.count * DTYPE_BYTES[step.dtype]
         stage = int(self.staging[step.node].ptr)
         before: list[Any] = []
         after: list[Any] = []
-        if src % VECTOR:
-            before.append(partial(rt.memcpyAsync, stage, src, nbytes, D2D, stream))
-            src, pdl = stage, None  # a copy, not a kernel, comes right before the kernel
-        if add == (0, 0) and dst % VECTOR:
-            after.append(partial(rt.memcpyAsync, dst, stage + nbytes, nbytes, D2D, stream))
-            dst = stage + nbytes
-        return [*before, self._launch(step, src, dst, stream, add, pdl), *after]
+        if at.src % VECTOR:
+            before.append(partial(rt.memcpyAsync, stage, at.src, nbytes, D2D, at.stream))
+            at = replace(at, src=stage, pdl=None)  # a copy, not a kernel, comes right before
+        if at.add == (0, 0) and at.dst % VECTOR:
+            after.append(partial(rt.memcpyAsync, at.dst, stage + nbytes, nbytes, D2D, at.stream))
+            at = replace(at, dst=stage + nbytes)
+        return [*before, self._launch(step, at), *after]
 
-    def _launch(
-        self,
-        step: CollectiveStep,
-        src: int,
-        dst: int,
-        stream: int,
-        add: tuple[int, int],
-        pdl: PdlLauncher | None,
-    ) -> Any:
+    def _launch(self, step: CollectiveStep, at: CollectiveIssue) -> Any:
         cp = cupy()
         kernel = self.kernels[step.dtype]
-        addend, out = add if add != (0, 0) else (0, dst)
-        values = (src, out, step.count, self.world, self.rank, self.table[step.node].data.ptr,
-                  addend)  # fmt: skip
+        addend, out = at.add if at.add != (0, 0) else (0, at.dst)
+        values = (at.src, out, step.count, self.world, self.rank,
+                  self.table[step.node].data.ptr, addend)  # fmt: skip
         grid, block = (blocks_for(step), 1, 1), (THREADS, 1, 1)
         function = getattr(getattr(kernel, "kernel", None), "ptr", None)  # the CUfunction
-        if pdl is not None and isinstance(function, int):
-            return pdl.launch(function, grid, block, values, 0, stream)
+        if at.pdl is not None and isinstance(function, int):
+            return at.pdl.launch(function, grid, block, values, 0, at.stream)
         args = tuple(np.uint64(v) for v in values)  # every parameter is 8 bytes
-        external = cp.cuda.ExternalStream(stream)
+        external = cp.cuda.ExternalStream(at.stream)
 
         def launch() -> None:
             with external:

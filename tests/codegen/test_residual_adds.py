@@ -72,10 +72,9 @@ class AddingCollectives:
     def adds_too(self, step: CollectiveStep, pointers: tuple[int, ...]) -> bool:
         return True
 
-    def calls(self, step: CollectiveStep, src: int, dst: int, stream: int,
-              add: tuple[int, int] = (0, 0), pdl: Any = None) -> list[Any]:  # fmt: skip
+    def calls(self, step: CollectiveStep, at: Any) -> list[Any]:
         if step.then_add is not None:
-            self.adds.append((step.node, add))
+            self.adds.append((step.node, at.add))
         return []
 
     def close(self) -> None:

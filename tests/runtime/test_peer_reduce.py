@@ -15,6 +15,7 @@ from optgraph.runtime import cuda_peer_reduce
 from optgraph.runtime.cuda_peer_reduce import (
     MAX_BLOCKS,
     MAX_BYTES,
+    CollectiveIssue,
     PeerReduce,
     blocks_for,
     eligible,
@@ -161,10 +162,10 @@ def test_nccl_collectives_route_small_aligned_all_reduces_to_the_peer_kernel(
     small, gather = step("small"), step("g", kind="all_gather", count=2048)
     backend.prepare([small, gather])
     assert backend.peer is not None and set(backend.peer.offsets) == {"small"}
-    assert len(backend.calls(small, 0x100, 0x200, 0)) == 1  # the peer kernel alone
+    assert len(backend.calls(small, CollectiveIssue(0x100, 0x200, 0))) == 1  # the kernel alone
     # An operand and a result off 16 bytes: staged through the step's aligned buffer, never
     # NCCL (the peer rank, whose pointers may be aligned, runs the kernel and waits for ours).
-    copy_in, _, copy_out = backend.calls(small, 0x108, 0x208, 0)
+    copy_in, _, copy_out = backend.calls(small, CollectiveIssue(0x108, 0x208, 0))
     copy_in(), copy_out()
     stage = 0x9000_0000
     assert cp.cuda.runtime.copies == [(stage, 0x108, 8192), (0x208, stage + 8192, 8192)]
