@@ -20,7 +20,8 @@ Each all_reduce step of the program gets its own slot (flags, per-block epochs, 
 regions), so steps on different streams never share memory. The buffers are plain `cudaMalloc`
 memory shared through CUDA IPC handles, exchanged over the world NCCL communicator when the first
 variant is prepared (every rank prepares the same steps in the same order). Used for all_reduces
-over every rank of at most `MAX_BYTES`, when every pair of GPUs can reach each other's memory;
+over every rank of at most `MAX_BYTES`, when every pair of the run's GPUs can reach each other's
+memory (`peers_reachable`, asked by the parent that starts the ranks);
 the rest go to NCCL (`NcclCollectives`). Whether a step takes this path depends only on the step,
 the same on every rank (a rank that called NCCL while its peer ran this kernel would wait
 forever); pointers off 16 bytes are staged. Ranks in one process (the "thread" launcher) cannot
@@ -29,6 +30,7 @@ open each other's IPC handles, so they keep NCCL.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -175,12 +177,10 @@ def slot_bytes(step: CollectiveStep, world: int) -> int:
     return -(-size // 256) * 256
 
 
-def peers_reachable(devices: int) -> bool:
-    """Whether every GPU can access every other one's memory."""
+def peers_reachable(devices: Sequence[int]) -> bool:
+    """Whether each of the GPUs `devices` (CUDA device ids) can access every other one's memory."""
     rt = cupy().cuda.runtime
-    return all(
-        bool(rt.deviceCanAccessPeer(a, b)) for a in range(devices) for b in range(devices) if a != b
-    )
+    return all(bool(rt.deviceCanAccessPeer(a, b)) for a in devices for b in devices if a != b)
 
 
 class PeerReduce:

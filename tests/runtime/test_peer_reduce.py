@@ -152,7 +152,6 @@ def test_nccl_collectives_route_small_aligned_all_reduces_to_the_peer_kernel(
     from optgraph.runtime import cuda_collectives
 
     cp = stub_cupy(rank=0)
-    cp.cuda.runtime.deviceCanAccessPeer = lambda a, b: 1
     monkeypatch.setattr(cuda_peer_reduce, "cupy", lambda: cp)
     monkeypatch.setattr(cuda_collectives, "cupy", lambda: cp)
     comm = StubComm()
@@ -175,7 +174,14 @@ def test_nccl_collectives_route_small_aligned_all_reduces_to_the_peer_kernel(
     assert backend.adds_too(offered, (0x100, 0x200, 0x300, 0x300))
     assert not backend.adds_too(offered, (0x100, 0x200, 0x308, 0x300))
     assert not backend.adds_too(small, (0x100, 0x200))  # nothing offered
-    unreachable = stub_cupy(rank=0)
-    unreachable.cuda.runtime.deviceCanAccessPeer = lambda a, b: 0
-    monkeypatch.setattr(cuda_peer_reduce, "cupy", lambda: unreachable)
-    assert cuda_collectives.NcclCollectives(communicators, peer_reduce=True).peer is None  # type: ignore[arg-type]
+    assert cuda_collectives.NcclCollectives(communicators).peer is None  # type: ignore[arg-type]
+
+
+def test_peer_access_is_asked_of_the_run_s_own_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[int, int]] = []
+    cp = stub_cupy(rank=0)
+    cp.cuda.runtime.deviceCanAccessPeer = lambda a, b: asked.append((a, b)) or (a, b) != (3, 1)
+    monkeypatch.setattr(cuda_peer_reduce, "cupy", lambda: cp)
+    assert cuda_peer_reduce.peers_reachable([2, 3])
+    assert sorted(asked) == [(2, 3), (3, 2)]
+    assert not cuda_peer_reduce.peers_reachable([1, 3])  # 3 cannot reach 1
