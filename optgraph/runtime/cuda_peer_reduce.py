@@ -49,6 +49,7 @@ THREADS = 256
 VECTOR = 16  # bytes per thread per load/store
 IPC_LAZY_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
 NCCL_UINT8 = 1
+NCCL_INT32 = 2
 TYPES = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
 
 SOURCE = r"""
@@ -279,12 +280,18 @@ class PeerReduce:
         return partial(launch)
 
     def close(self) -> None:
-        """Close the peers' handles and free this rank's buffer."""
+        """Close the peers' handles, wait until every rank has closed its own, then free this
+        rank's buffer (freeing exported memory that another process still maps is undefined).
+        Every rank calls it, like `prepare`."""
         if self.table is None:
             return
-        rt = cupy().cuda.runtime
+        cp = cupy()
+        rt = cp.cuda.runtime
         for peer, ptr in enumerate(self.peers):
             if peer != self.rank:
                 rt.ipcCloseMemHandle(ptr)
+        token, stream = cp.cuda.alloc(4), cp.cuda.get_current_stream()
+        self.comm.allReduce(token.ptr, token.ptr, 1, NCCL_INT32, 0, stream.ptr)  # a barrier
+        stream.synchronize()
         rt.free(self.base)
         self.table, self.peers, self.staging = None, [], {}

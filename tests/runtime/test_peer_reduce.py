@@ -60,6 +60,7 @@ class StubRuntime:
 
     def __init__(self, rank: int) -> None:
         self.rank, self.allocated, self.opened, self.closed, self.freed = rank, [], [], [], []
+        self.log: list[str] = []
 
     def malloc(self, nbytes: int) -> int:
         self.allocated.append(nbytes)
@@ -77,9 +78,11 @@ class StubRuntime:
 
     def ipcCloseMemHandle(self, ptr: int) -> None:
         self.closed.append(ptr)
+        self.log.append("close handle")
 
     def free(self, ptr: int) -> None:
         self.freed.append(ptr)
+        self.log.append("free")
 
 
 ARRAYS: dict[int, Any] = {}  # device pointer -> stub array, for the stub communicator
@@ -88,8 +91,9 @@ ARRAYS: dict[int, Any] = {}  # device pointer -> stub array, for the stub commun
 class StubComm:
     """A world communicator of two ranks whose allGather puts rank 1's handle after ours."""
 
-    def __init__(self) -> None:
+    def __init__(self, runtime: Any = None) -> None:
         self.reduced: list[tuple[int, int, int]] = []
+        self.runtime = runtime
 
     def allGather(self, send: int, recv: int, count: int, dtype: int, stream: int) -> None:
         ARRAYS[recv].array[:count] = ARRAYS[send].array
@@ -97,6 +101,8 @@ class StubComm:
 
     def allReduce(self, *args: int) -> None:
         self.reduced.append(args[:3])
+        if self.runtime is not None:
+            self.runtime.log.append("barrier")
 
 
 def stub_cupy(rank: int) -> Any:
@@ -129,7 +135,7 @@ def test_prepare_lays_out_slots_by_name_and_opens_the_peers_buffer(
 ) -> None:
     cp = stub_cupy(rank=0)
     monkeypatch.setattr(cuda_peer_reduce, "cupy", lambda: cp)
-    peer = PeerReduce(StubComm(), rank=0, world=2)
+    peer = PeerReduce(StubComm(cp.cuda.runtime), rank=0, world=2)
     peer.prepare([step("b", count=4096), step("a", count=1024)])
     # sorted by node, whatever the order given: every rank lays its buffer out alike
     assert peer.offsets == {"a": 0, "b": slot_bytes(step(count=1024), 2)}
@@ -144,6 +150,8 @@ def test_prepare_lays_out_slots_by_name_and_opens_the_peers_buffer(
         peer.prepare([step("c")])
     peer.close()
     assert runtime.closed == [0x7000_0002] and runtime.freed == [0x1000_0000]
+    # every rank's mappings closed (a barrier over the world) before any frees what it exported
+    assert runtime.log[-3:] == ["close handle", "barrier", "free"]
 
 
 def test_nccl_collectives_route_small_aligned_all_reduces_to_the_peer_kernel(
