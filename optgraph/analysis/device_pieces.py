@@ -22,6 +22,7 @@ from dataclasses import replace
 from optgraph.analysis.tensor_shards import PieceLayout, ShardRecipe, Split
 from optgraph.errors import Span, VerifyError
 from optgraph.ir.graph import AttrValue, Graph, Input, Node, Output, Weight
+from optgraph.ir.names import fresh_name
 
 Attrs = Mapping[str, AttrValue]
 
@@ -47,11 +48,7 @@ class DevicePieces:
         self.split_outputs: dict[str, tuple[Split, tuple[str, ...]]] = {}
 
     def fresh(self, name: str) -> str:
-        candidate, k = name, 1
-        while candidate in self.taken:
-            candidate, k = f"{name}_{k}", k + 1
-        self.taken.add(candidate)
-        return candidate
+        return fresh_name(name, self.taken)
 
     def emit(self, node: Node, devices: tuple[int, ...]) -> None:
         self.nodes.append(replace(node, ann=replace(node.ann, device=devices)))

@@ -30,17 +30,10 @@ from optgraph.analysis.lifetimes import annotate_lifetimes, compute_lifetimes
 from optgraph.analysis.prefetch_ring import place_in_ring
 from optgraph.analysis.segments import Layout, Segment, device_memory, weight_accesses
 from optgraph.ir.graph import Annotations, Graph, Node
+from optgraph.ir.names import fresh_name
 
 EVENT_PREFIX = "pf"  # events made by plan-prefetch are named ^pf<N>.ready / ^pf<N>.free.<stream>
 _EVENT_RE = re.compile(rf"^{EVENT_PREFIX}[0-9]+\.(ready|free\.[0-9]+)[0-9]*$")
-
-
-def _unique(base: str, taken: set[str]) -> str:
-    name, k = base, 1
-    while name in taken:
-        name, k = f"{base}{k}", k + 1
-    taken.add(name)
-    return name
 
 
 def strip_prefetch(graph: Graph) -> Graph:
@@ -135,7 +128,7 @@ def insert_prefetches(
             after.setdefault(record_at, []).append(record)
         offset = arena_base + placement.offsets[z]
         for w in segment.weights:
-            name = _unique(f"{w}.s", taken)
+            name = fresh_name(f"{w}.s", taken, "")
             renamed[w] = name
             streamed[w] = number
             annotations = Annotations(
@@ -156,7 +149,7 @@ def insert_prefetches(
             first_on.setdefault(nodes[i].stream, i)
         waiting = [(s, i) for s, i in first_on.items() if s != stream]
         if waiting:
-            event = _unique(f"{EVENT_PREFIX}{number}.ready", taken)
+            event = fresh_name(f"{EVENT_PREFIX}{number}.ready", taken, "")
             group.append(_event("record", event, stream, nodes[first]))
             for s, i in waiting:
                 before.setdefault(i, []).append(_event("wait", event, s, nodes[i]))
@@ -207,7 +200,7 @@ def _free_waits(
     lasts = [i for i in lasts if not any(i == j or hb.ordered(i, j) for j in done)]
     waits, records = [], []
     for i in sorted(lasts):
-        event = _unique(f"{EVENT_PREFIX}{number}.free.{nodes[i].stream}", taken)
+        event = fresh_name(f"{EVENT_PREFIX}{number}.free.{nodes[i].stream}", taken, "")
         records.append((i, _event("record", event, nodes[i].stream, nodes[i])))
         waits.append(_event("wait", event, stream, nodes[i]))
     return waits, records

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 
 from optgraph.analysis.fusion_rules import PRODUCT, one_row_product, plan_body
 from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node, Region, TensorType
+from optgraph.ir.names import fresh_name
 from optgraph.passes.base import Pass
 
 
@@ -84,19 +85,11 @@ def _inline(node: Node, taken: set[str]) -> tuple[list[Node], list[str]]:
     rename: dict[str, str] = {}
     out: list[Node] = []
     for inner in node.body.nodes:
-        name = _fresh(inner.name, taken)
+        name = fresh_name(inner.name, taken, ".")
         rename[inner.name] = name
         operands = tuple(rename.get(o, params.get(o, o)) for o in inner.operands)
         out.append(replace(inner, name=name, operands=operands, ann=NO_ANNOTATIONS))
     return out, [rename[node.body.result]]
-
-
-def _fresh(name: str, taken: set[str]) -> str:
-    candidate, k = name, 1
-    while candidate in taken:
-        candidate, k = f"{name}.{k}", k + 1
-    taken.add(candidate)
-    return candidate
 
 
 def _region(name: str, nodes: list[Node], result: Node, span: Node) -> Node:
@@ -108,7 +101,7 @@ def _region(name: str, nodes: list[Node], result: Node, span: Node) -> Node:
             if o not in defined and o not in outside:
                 outside.append(o)
     taken = set(defined)
-    params = [_fresh(f"p{k}", taken) for k in range(len(outside))]
+    params = [fresh_name(f"p{k}", taken, ".") for k in range(len(outside))]
     rename = dict(zip(outside, params))
     body = tuple(
         replace(n, operands=tuple(rename.get(o, o) for o in n.operands)) for n in [*nodes, result]
@@ -200,7 +193,7 @@ def _concat(graph: Graph) -> Graph:
         members = [graph.nodes[i] for i in group]
         first = members[0]
         assert first.type is not None
-        name = _fresh(f"{first.name}.siblings", taken)
+        name = fresh_name(f"{first.name}.siblings", taken, ".")
         inner_taken: set[str] = {name}
         body: list[Node] = []
         values: list[str] = []

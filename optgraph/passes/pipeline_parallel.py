@@ -41,6 +41,7 @@ from optgraph.analysis.schedule_estimate import DEFAULT_DEVICE, node_seconds, pr
 from optgraph.analysis.segments import parse_size
 from optgraph.errors import VerifyError
 from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node
+from optgraph.ir.names import fresh_name
 from optgraph.passes.base import Pass
 
 MAX_STAGES = 1024
@@ -244,19 +245,11 @@ def _transfers(
     out: list[Node] = []
     for value, p in sorted(wanted.items(), key=lambda item: item[1]):
         source = graph.nodes[p]
-        send = _fresh(f"{value}.to{stage}", taken)
-        recv = _fresh(f"{value}.d{stage}", taken)
+        send = fresh_name(f"{value}.to{stage}", taken)
+        recv = fresh_name(f"{value}.d{stage}", taken)
         out.append(Node(send, "send", (value,), {"to": stage}, source.type, span=source.span,
                         ann=replace(NO_ANNOTATIONS, device=(stage_of[p],))))  # fmt: skip
         out.append(Node(recv, "recv", (send,), {"from": stage_of[p]}, source.type,
                         span=source.span, ann=replace(NO_ANNOTATIONS, device=(stage,))))  # fmt: skip
         received[(value, stage)] = recv
     return out
-
-
-def _fresh(name: str, taken: set[str]) -> str:
-    candidate, k = name, 1
-    while candidate in taken:
-        candidate, k = f"{name}_{k}", k + 1
-    taken.add(candidate)
-    return candidate

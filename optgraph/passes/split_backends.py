@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 from optgraph.errors import did_you_mean
 from optgraph.ir.graph import Annotations, Graph, Node, TensorType
 from optgraph.ir.layout import VIEW_OPS, alias_roots
+from optgraph.ir.names import fresh_name
 from optgraph.ir.ops import attrs_with_defaults, get_op, op_names
 from optgraph.passes.base import Pass
 
@@ -235,15 +236,8 @@ class _CopyPlanner:
         self.rename: dict[tuple[int, str], str] = {}  # (reader index, operand) -> copy's name
         self.counter = {"host": 0, "h2d": 0, "d2h": 0}
 
-    def unique(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.taken:
-            name, k = f"{base}{k}", k + 1
-        self.taken.add(name)
-        return name
-
     def event(self, kind: str) -> str:
-        name = self.unique(f"{kind}{self.counter[kind]}")
+        name = fresh_name(f"{kind}{self.counter[kind]}", self.taken, "")
         self.counter[kind] += 1
         return name
 
@@ -252,7 +246,7 @@ class _CopyPlanner:
         return Node(name, op, (), {}, None, ann, span=like.span)
 
     def copy_node(self, value: str, dst: str, stream: int, like: Node) -> Node:
-        name = self.unique(f"{value}.{dst}")
+        name = fresh_name(f"{value}.{dst}", self.taken, "")
         # A copy node's backend is "cuda" (a CUDA stream issues it); its result lives on `to`.
         ann = Annotations(backend="cuda", stream=stream)
         return Node(name, "copy", (value,), {"to": dst}, self.types[value], ann, span=like.span)
