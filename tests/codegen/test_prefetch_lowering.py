@@ -26,9 +26,8 @@ from optgraph.runtime.reference import (
     evaluate_node,
     random_inputs,
     random_weights,
-    run_reference,
 )
-from tests.support.offload_models import llama, run_planned
+from tests.support.offload_models import assert_runs_equal_reference, llama
 
 PLAN = "assign-streams{max-streams=2},split-backends,insert-sync,analyze-lifetimes,plan-memory"
 
@@ -115,11 +114,7 @@ def test_arena_that_does_not_fit_falls_back_to_synchronous_copies() -> None:
     assert len(arena) == sync_plan.arena_bytes < plan.arena_bytes
     assert {n.ann.slot for n in sync.nodes if n.op == "prefetch"} == {0}
     assert [w.ann.segment for w in sync.weights] == [w.ann.segment for w in streamed.weights]
-    inputs, weights = random_inputs(g), random_weights(g)
-    expected = run_reference(g, inputs, weights)
-    for seed in range(3):
-        got = run_planned(sync, inputs, weights, seed)
-        assert all(np.array_equal(got[k], v) for k, v in expected.items())
+    assert_runs_equal_reference(sync, g, interleavings=3)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         same = allocate_arena(lowered, bytearray, OutOfMemory)

@@ -13,6 +13,7 @@ import pytest
 
 from optgraph.errors import Span, VerifyError
 from optgraph.ir.graph import AttrValue, Node, Region, TensorType
+from optgraph.ir.op_specs import CATEGORIES
 from optgraph.ir.ops import (
     H100,
     H200,
@@ -72,16 +73,10 @@ def test_table_matches_docs_and_is_sorted() -> None:
     assert op_names() == tuple(sorted(OPS))
     for name, opdef in OPS.items():
         assert opdef.name == name
-        assert opdef.category in (
-            "elementwise",
-            "reduction",
-            "matmul",
-            "data_movement",
-            "opaque",
-            "collective",
-        )
+        assert opdef.category in CATEGORIES
         for spec in opdef.attrs.values():
             assert spec.kind in ("bool", "int", "float", "str", "ints")
+    assert {opdef.category for opdef in OPS.values()} == set(CATEGORIES)  # none unused
     assert get_op("matmul") is OPS["matmul"]
     assert get_op("nope") is None
 

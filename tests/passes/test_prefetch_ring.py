@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import warnings
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,7 +22,7 @@ from optgraph.passes.plan_prefetch import BudgetError
 from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
 from tests.passes.test_prefetch import _chain
 from tests.support import cuda_emulator
-from tests.support.offload_models import llama, run_planned
+from tests.support.offload_models import assert_runs_equal_reference, llama
 from tests.support.property_examples import examples
 
 PLAN = "assign-streams{max-streams=2},insert-sync,analyze-lifetimes,plan-memory"
@@ -57,12 +56,7 @@ def test_ring_programs_match_reference(batch: int, seq: int, mode: str, options:
     memory = device_memory(streamed)
     assert memory.streamed_weights > 0 and memory.peak <= budget
     assert find_races(streamed) == []
-    inputs, weights = random_inputs(g), random_weights(g)
-    expected = run_reference(g, inputs, weights)
-    for seed in range(4):
-        got = run_planned(streamed, inputs, weights, seed)
-        for name, value in expected.items():
-            assert np.array_equal(got[name], value), (seed, name)
+    assert_runs_equal_reference(streamed, g, interleavings=4)
 
 
 def test_small_segments_run_more_than_depth_ahead() -> None:
@@ -171,11 +165,7 @@ def test_random_rings_are_exact_race_free_and_need_every_wait(
     except BudgetError:
         return
     assert device_memory(streamed).peak <= budget and find_races(streamed) == []
-    inputs, weights = random_inputs(g), random_weights(g)
-    expected = run_reference(g, inputs, weights)
-    for seed in range(2):
-        got = run_planned(streamed, inputs, weights, seed)
-        assert all(np.array_equal(got[k], v) for k, v in expected.items()), seed
+    assert_runs_equal_reference(streamed, g, interleavings=2)
     nodes = streamed.nodes
     for i in [k for k, n in enumerate(nodes) if n.op == "wait" and n.name.startswith("pf")]:
         broken = streamed.with_nodes(n for k, n in enumerate(nodes) if k != i)

@@ -4,7 +4,6 @@ the reference, at batch 1 and batch > 1."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import optgraph as og
@@ -13,8 +12,7 @@ from optgraph.analysis.races import find_races
 from optgraph.errors import OptGraphError, PipelineError
 from optgraph.passes.manager import run_pipeline
 from optgraph.passes.split_backends import host_stream
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
-from tests.support.offload_models import llama, run_planned
+from tests.support.offload_models import assert_runs_equal_reference, llama
 
 SCHEDULE = "assign-streams{max-streams=2},split-backends,insert-sync"
 PLAN = SCHEDULE + ",analyze-lifetimes,plan-memory,check-races"
@@ -31,12 +29,7 @@ def test_split_programs_match_reference(batch: int, seq: int, mode: str) -> None
     compute = [n for n in planned.nodes if not n.is_event]
     assert any(n.ann.backend == "cpu" for n in compute)
     assert any(n.op == "copy" for n in compute)
-    inputs, weights = random_inputs(g), random_weights(g)
-    expected = run_reference(g, inputs, weights)
-    for seed in range(6):
-        got = run_planned(planned, inputs, weights, seed)
-        for name, value in expected.items():
-            assert np.array_equal(got[name], value), (seed, name)
+    assert_runs_equal_reference(planned, g, interleavings=6)
 
 
 def test_batch_rule_moves_host_weight_matmul_to_gpu() -> None:

@@ -18,6 +18,7 @@ import optgraph as og
 from optgraph.codegen.program_lowering import lower
 from optgraph.ir.graph import Graph
 from optgraph.runtime.planned import execute
+from optgraph.runtime.reference import random_inputs, random_weights, run_reference
 
 _GEN = Path(__file__).resolve().parents[2] / "examples" / "gen_llama.py"
 _spec = importlib.util.spec_from_file_location("gen_llama", _GEN)
@@ -50,3 +51,14 @@ def run_planned(
     seed: int | None,
 ) -> dict[str, np.ndarray]:
     return execute(lower(graph), inputs, weights, seed=seed).outputs
+
+
+def assert_runs_equal_reference(planned: Graph, source: Graph, interleavings: int) -> None:
+    """`planned` run by the planned executor in `interleavings` random stream interleavings (at
+    its planned offsets) gives exactly the reference interpreter's outputs of `source`."""
+    inputs, weights = random_inputs(source), random_weights(source)
+    expected = run_reference(source, inputs, weights)
+    for seed in range(interleavings):
+        got = run_planned(planned, inputs, weights, seed)
+        for name, value in expected.items():
+            assert np.array_equal(got[name], value), (seed, name)
