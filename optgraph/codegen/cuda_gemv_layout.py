@@ -28,8 +28,9 @@ every lanes-th row. Per thread:
 Small matrices (K ≤ SINGLE_PASS_ROWS × THREADS) keep the single-pass layout of fewer column
 threads (8, 4, 2, 1) that gives every thread at most 4 (else 8) rows: one batch, one latency.
 Tiles of 1 or 2 column threads (16 or 32 bytes of each row) only where the matrix is at most
-NARROW_MAX_BYTES: a tensor-parallel rank's o-projection ([2048, 4096] f16, 16 MiB, from HBM)
-ran at 1.25 TB/s with 1 column thread (ncu, H200), the row segments being half a DRAM burst.
+NARROW_MAX_BYTES: from HBM, row segments of half a DRAM burst halve the bandwidth (a
+tensor-parallel rank's [2048, 4096] f16 o-projection:
+docs/results/2026-11-24-h200x2-several-gpus.md).
 
 Not done: hiding a launch's fixed cost (ramp, first latency, tail) behind its neighbours, e.g.
 an L2 prefetch of the first weight rows before the PDL wait (`cuda_fused.PREFETCH`, off: no gain

@@ -7,8 +7,8 @@ program whose plan also holds `CollectiveStep`s. `RankProgram` runs it like `Cud
 - `NcclCollectives(communicators, peer_reduce=...)`: with `peer_reduce`, an all_reduce over
   every rank of at most 1 MiB is one kernel writing into the peers' memory
   (`runtime/cuda_peer_reduce.py`, which may also do the residual add after it:
-  `CollectiveStep.then_add`); everything else `cupy.cuda.nccl` on the step's stream: `allReduce` (sum),
-  `allGather` (into scratch, then one `memcpy2DAsync` per rank where the gathered axis is not
+  `CollectiveStep.then_add`); everything else `cupy.cuda.nccl` on the step's stream:
+  `allReduce` (sum), `allGather` (into scratch, then one `memcpy2DAsync` per rank where the gathered axis is not
   the leading one), `send`/`recv` on the world communicator. NCCL calls are captured into the
   rank's CUDA graph like kernels are.
 - `FedCollectives(values)`: for running one rank alone on one GPU (no peers): a collective's
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from optgraph.codegen.cuda_steps import CollectiveStep, KernelStep
+from optgraph.codegen.cuda_steps import CollectiveStep
 from optgraph.codegen.lowered import LoweredVariant
 from optgraph.errors import OptGraphError
 from optgraph.ir.graph import DTYPE_BYTES
@@ -38,6 +38,7 @@ from optgraph.runtime.cuda import CudaProgram
 from optgraph.runtime.cuda_device import cupy, nccl
 from optgraph.runtime.cuda_launch import Variant
 from optgraph.runtime.cuda_memory import D2D, D2H, H2D
+from optgraph.runtime.cuda_pdl import follows_kernel
 from optgraph.runtime.cuda_peer_reduce import (
     VECTOR,
     CollectiveIssue,
@@ -136,7 +137,7 @@ class NcclCollectives:
 
     def close(self) -> None:
         if self.peer is not None:
-            self.peer.close()
+            self.peer.close(self.communicators.barrier)
 
     def adds_too(self, step: CollectiveStep, pointers: tuple[int, ...]) -> bool:
         """Whether `calls` (given these pointers: src, dst, then the add's addend and result)
@@ -259,15 +260,9 @@ class RankVariant(Variant):
             if isinstance(s, CollectiveStep) and s.then_add is not None
         }
         self.skipped: set[int] = set()
-        # Collective steps right after a kernel on their stream (as `cuda_pdl.pdl_steps` picks
-        # kernels): a backend kernel may be launched with the programmatic attribute there.
-        last: dict[int, object] = {}
-        self.after_kernel: set[int] = set()
-        for s in plan_steps:
-            stream = getattr(s, "stream", 0)
-            if isinstance(s, CollectiveStep) and isinstance(last.get(stream), KernelStep):
-                self.after_kernel.add(id(s))
-            last[stream] = s
+        # Steps right after a kernel on their stream: a collective's own kernel (the peer
+        # all_reduce) may be launched with the programmatic attribute there.
+        self.after_kernel = {id(plan_steps[i]) for i in follows_kernel(plan_steps)}
 
     def _op(self, step: object, bound: Mapping[str, int], programmatic: bool = False) -> Call:
         if id(step) in self.skipped:

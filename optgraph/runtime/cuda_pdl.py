@@ -130,18 +130,23 @@ def driver_for_pdl() -> DriverLaunch | None:
     return driver_launch() if cc >= MIN_COMPUTE_CAPABILITY else None
 
 
-def pdl_steps(steps: Iterable[object]) -> set[int]:
-    """Indices (in `steps`) of the kernel steps whose previous step on the same stream is a
-    kernel step: those may be launched with the programmatic attribute."""
-    last: dict[int, KernelStep | None] = {}
+def follows_kernel(steps: Iterable[object]) -> set[int]:
+    """Indices (in `steps`) of the steps whose previous step on the same stream is a kernel
+    step: a kernel there may be launched with the programmatic attribute."""
+    previous_is_kernel: dict[int, bool] = {}
     chosen: set[int] = set()
     for i, step in enumerate(steps):
         stream = getattr(step, "stream", 0)
-        kernel = step if isinstance(step, KernelStep) else None
-        if kernel is not None and last.get(stream) is not None:
+        if previous_is_kernel.get(stream, False):
             chosen.add(i)
-        last[stream] = kernel
+        previous_is_kernel[stream] = isinstance(step, KernelStep)
     return chosen
+
+
+def pdl_steps(steps: Sequence[object]) -> set[int]:
+    """Indices of the kernel steps that follow a kernel step on their stream (`follows_kernel`):
+    those are launched with the programmatic attribute."""
+    return {i for i in follows_kernel(steps) if isinstance(steps[i], KernelStep)}
 
 
 class PdlLauncher:

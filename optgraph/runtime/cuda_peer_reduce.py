@@ -1,8 +1,8 @@
-"""Small all_reduces as one kernel that writes straight into the peers' memory (NVLink/PCIe P2P).
+"""Small all_reduces as one kernel that writes straight into the peers' memory (NVLink, PCIe).
 
 A decode step's all_reduces are a few kilobytes each (a row of the hidden state), so their cost
-is latency, not bandwidth: NCCL's kernel takes about 6.6 µs for 8 KB inside a CUDA graph on two
-H200s, most of it protocol. `PeerReduce` does such an all_reduce in one short kernel per rank:
+is latency, not bandwidth, and NCCL's kernel spends it mostly on protocol (measured against this
+one: docs/results/2026-11-24-h200x2-several-gpus.md). `PeerReduce` does such an all_reduce in one short kernel per rank:
 
     rank r, block b, replay n (epoch e = n + 1, parity e % 2):
       1. store its slice of the operand into every peer's buffer, slot [parity][r]
@@ -30,7 +30,7 @@ open each other's IPC handles, so they keep NCCL.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -49,7 +49,6 @@ THREADS = 256
 VECTOR = 16  # bytes per thread per load/store
 IPC_LAZY_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
 NCCL_UINT8 = 1
-NCCL_INT32 = 2
 TYPES = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
 
 SOURCE = r"""
@@ -157,7 +156,7 @@ def eligible(step: CollectiveStep, world: int) -> bool:
     return (
         step.kind == "all_reduce"
         and step.dtype in TYPES
-        and len(step.group) == world > 1
+        and world > 1
         and step.group == tuple(range(world))
         and 0 < nbytes <= MAX_BYTES
         and nbytes % VECTOR == 0
@@ -279,10 +278,10 @@ class PeerReduce:
 
         return partial(launch)
 
-    def close(self) -> None:
-        """Close the peers' handles, wait until every rank has closed its own, then free this
-        rank's buffer (freeing exported memory that another process still maps is undefined).
-        Every rank calls it, like `prepare`."""
+    def close(self, barrier: Callable[[Any], None]) -> None:
+        """Close the peers' handles, wait until every rank has closed its own (`barrier(stream)`:
+        `Communicators.barrier`), then free this rank's buffer (freeing exported memory that
+        another process still maps is undefined). Every rank calls it, like `prepare`."""
         if self.table is None:
             return
         cp = cupy()
@@ -290,8 +289,8 @@ class PeerReduce:
         for peer, ptr in enumerate(self.peers):
             if peer != self.rank:
                 rt.ipcCloseMemHandle(ptr)
-        token, stream = cp.cuda.alloc(4), cp.cuda.get_current_stream()
-        self.comm.allReduce(token.ptr, token.ptr, 1, NCCL_INT32, 0, stream.ptr)  # a barrier
+        stream = cp.cuda.get_current_stream()
+        barrier(stream)
         stream.synchronize()
         rt.free(self.base)
         self.table, self.peers, self.staging = None, [], {}

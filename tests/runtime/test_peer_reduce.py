@@ -91,9 +91,8 @@ ARRAYS: dict[int, Any] = {}  # device pointer -> stub array, for the stub commun
 class StubComm:
     """A world communicator of two ranks whose allGather puts rank 1's handle after ours."""
 
-    def __init__(self, runtime: Any = None) -> None:
+    def __init__(self) -> None:
         self.reduced: list[tuple[int, int, int]] = []
-        self.runtime = runtime
 
     def allGather(self, send: int, recv: int, count: int, dtype: int, stream: int) -> None:
         ARRAYS[recv].array[:count] = ARRAYS[send].array
@@ -101,8 +100,6 @@ class StubComm:
 
     def allReduce(self, *args: int) -> None:
         self.reduced.append(args[:3])
-        if self.runtime is not None:
-            self.runtime.log.append("barrier")
 
 
 def stub_cupy(rank: int) -> Any:
@@ -135,7 +132,7 @@ def test_prepare_lays_out_slots_by_name_and_opens_the_peers_buffer(
 ) -> None:
     cp = stub_cupy(rank=0)
     monkeypatch.setattr(cuda_peer_reduce, "cupy", lambda: cp)
-    peer = PeerReduce(StubComm(cp.cuda.runtime), rank=0, world=2)
+    peer = PeerReduce(StubComm(), rank=0, world=2)
     peer.prepare([step("b", count=4096), step("a", count=1024)])
     # sorted by node, whatever the order given: every rank lays its buffer out alike
     assert peer.offsets == {"a": 0, "b": slot_bytes(step(count=1024), 2)}
@@ -148,7 +145,7 @@ def test_prepare_lays_out_slots_by_name_and_opens_the_peers_buffer(
     assert len(runtime.allocated) == 1
     with pytest.raises(RuntimeError, match="not prepared"):
         peer.prepare([step("c")])
-    peer.close()
+    peer.close(lambda stream: runtime.log.append("barrier"))
     assert runtime.closed == [0x7000_0002] and runtime.freed == [0x1000_0000]
     # every rank's mappings closed (a barrier over the world) before any frees what it exported
     assert runtime.log[-3:] == ["close handle", "barrier", "free"]
