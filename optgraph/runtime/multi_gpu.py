@@ -123,12 +123,16 @@ class MultiGpuProgram:
         world = tuple(range(ranks.world))  # always made: `time`'s barrier runs over it
         ids = {group: unique_id() for group in sorted({*ranks.groups, world})}
         self._workers: list[_Rank] = []
-        reachable = ranks.world > 1 and peers_reachable(self.devices)
+        # ranks in one process cannot open each other's IPC handles: NCCL alone there
+        peer = (
+            peer_reduce
+            and launcher == "spawn"
+            and ranks.world > 1
+            and peers_reachable(self.devices)
+        )
         for r, program in enumerate(ranks.ranks):
             rank_weights = _values_for(program.graph, weights, "weight")
             relower = ranks.relowers[r] if ranks.relowers else None
-            # ranks in one process cannot open each other's IPC handles: NCCL alone there
-            peer = peer_reduce and launcher == "spawn" and reachable
             spec = RankSpec(r, self.devices[r], program, ids, rank_weights, relower, peer)
             self._workers.append(self._start(spec, launcher, setup))
         started = self._gather([None] * ranks.world)
