@@ -20,6 +20,8 @@ set while the program is lowered, captured and first run):
   (4096 rows) recomputed in each product reading them, whose first weight loads now overlap
   that work, and SwiGLU's mul (14336) in the down product, so gate and up merge: five launches
   a layer instead of eight (the launch-bound step's program is the same as `all-on`'s).
+- `all-on-ew16k`: the defaults with `fuse{elementwise-prologue-max-k=16384}`: only SwiGLU's mul
+  in the down product (gate and up merge), the norms stay kernels: seven launches a layer.
 
 Columns: kernel launches a step (the bound plan's kernel steps); `step µs`: median of `--iters`
 steps each timed alone with CUDA events; `loop µs`: `--loop` steps issued back to back then one
@@ -52,6 +54,7 @@ SETTINGS = {
 VARIANTS: dict[str, dict[str, bool]] = {
     "all-on": {},
     "all-on-pk16k": {},
+    "all-on-ew16k": {},
     "no-qkv-fold": {"qkv": False},
     "no-rope-kv": {"qkv": False, "rope": False},
     "no-early-w": {"early": False},
@@ -59,6 +62,7 @@ VARIANTS: dict[str, dict[str, bool]] = {
 }
 PIPELINES = {  # (text, replaced by)
     "all-on-pk16k": ("fuse,", "fuse{prologue-max-k=16384},"),
+    "all-on-ew16k": ("fuse,", "fuse{elementwise-prologue-max-k=16384},"),
 }
 
 

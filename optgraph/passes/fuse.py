@@ -36,7 +36,8 @@ a small launch-bound decode faster and a wide one slower, where every block of a
 recomputes the row's statistics; see docs/benchmarks.md), and SwiGLU's `mul(silu(x @ wg), x @ wu)`,
 read only as the row of a one-row product, becomes that product's prologue instead of the gate
 product's epilogue (`_joins_row_products`), so the gate and up products stay independent (their
-launches merge into one).
+launches merge into one). A prologue without a norm (elementwise only: no row statistics, each
+block computes just its own slice) has its own limit, `elementwise-prologue-max-k`.
 
 The fused node takes the root's name, type, annotations and place in issue order; its parameters
 bind to the distinct outside values the body reads, in first-use order. Moving work later on its
@@ -63,6 +64,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from optgraph.analysis.fusion_rules import (
+    NORM_OPS,
     PRODUCT,
     is_anchor,
     is_elementwise,
@@ -96,6 +98,7 @@ class _State:
     max_size: int = 0
     row_prologues: bool = True
     prologue_max_k: int = 2048
+    elementwise_prologue_max_k: int = 2048
     overlaps: dict[str, list[int]] = field(default_factory=dict)
 
 
@@ -203,7 +206,10 @@ def _try_absorb(state: _State, root: int, producer: int, max_ops: int) -> bool:
         return False
     if plan.kind == PRODUCT and plan.prologue and plan.anchor is not None:
         anchor = nodes[next(j for j in union if nodes[j].name == plan.anchor)]
-        if state.types[anchor.operands[0]].shape[-1] > state.prologue_max_k:
+        by_name = {nodes[j].name: nodes[j] for j in union}
+        has_norm = any(by_name[p].op in NORM_OPS for p in plan.prologue)
+        limit = state.prologue_max_k if has_norm else state.elementwise_prologue_max_k
+        if state.types[anchor.operands[0]].shape[-1] > limit:
             return False
     if state.planned and not _memory_allows(state, root, union):
         return False
@@ -249,7 +255,8 @@ def _joins_row_products(state: _State, root: int, producer: int) -> bool:
     if reader.op != "matmul" or reader.operands[0] != nodes[root].name:
         return False
     a, b = (state.types[o] for o in reader.operands)
-    return one_row_product(reader, a, b) is not None and a.shape[-1] <= state.prologue_max_k
+    fits = a.shape[-1] <= state.elementwise_prologue_max_k
+    return one_row_product(reader, a, b) is not None and fits
 
 
 def _grow(state: _State, root: int, max_ops: int) -> None:
@@ -304,6 +311,7 @@ class FusePass(Pass):
     max_ops: int = 64
     row_prologues: bool = True
     prologue_max_k: int = 2048
+    elementwise_prologue_max_k: int = 2048
 
     def __post_init__(self) -> None:
         if self.max_ops < 1:
@@ -328,6 +336,7 @@ class FusePass(Pass):
             ranges=_arena_ranges(graph, types) if planned else {},
             row_prologues=self.row_prologues,
             prologue_max_k=self.prologue_max_k,
+            elementwise_prologue_max_k=self.elementwise_prologue_max_k,
         )
         if planned:
             _index_arena(state)

@@ -144,3 +144,29 @@ def test_one_row_product_prologues_match_reference() -> None:
     assert all(n.body is not None and n.body.nodes[-1].op == "matmul" for n in fused.values())
     assert not any(n.op in ("rms_norm", "layer_norm") for n in graph.nodes)
     _check(graph)
+
+
+WIDE_SWIGLU = """graph wide_swiglu {
+  input %x : f16[1,256]
+  weight %wg : f16[256,8192]
+  weight %wu : f16[256,8192]
+  weight %wd : f16[8192,256]
+  %a = matmul(%x, %wg) : f16[1,8192]
+  %u = matmul(%x, %wu) : f16[1,8192]
+  %s = silu(%a) : f16[1,8192]
+  %m = mul(%s, %u) : f16[1,8192]
+  %d = matmul(%m, %wd) : f16[1,256]
+  %h = add(%x, %d) : f16[1,256]
+  output %h
+}
+"""
+
+
+def test_wide_elementwise_prologue_matches_reference() -> None:
+    """SwiGLU's mul as the prologue of a split-K down product 8192 rows deep
+    (`elementwise-prologue-max-k` above the norms' `prologue-max-k`), gate and up independent."""
+    graph = run_pipeline(og.parse(WIDE_SWIGLU), "fuse{elementwise-prologue-max-k=16384}")
+    fused = {n.name: n for n in graph.nodes if n.op == "fused"}
+    assert set(fused) == {"s", "h"}, sorted(fused)
+    assert [n.op for n in fused["h"].body.nodes][:2] == ["mul", "matmul"]
+    _check(graph)

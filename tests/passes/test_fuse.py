@@ -170,3 +170,58 @@ def test_fuse_after_memory_planning_keeps_plan_valid() -> None:
     assert any(n.op == "fused" for n in after.nodes)
     assert all(n.ann.live is None for n in after.nodes)
     _assert_same_results(graph, after)
+
+
+WIDE_DECODE = """
+graph wide {
+  input %x : f16[1, 64]
+  weight %g : f16[64]
+  weight %wu : f16[64, 4096]
+  weight %wg : f16[64, 4096]
+  weight %wd : f16[4096, 64]
+  weight %wo : f16[64, 4096]
+  %n = rms_norm(%x, %g) : f16[1, 64]
+  %u = matmul(%n, %wu) : f16[1, 4096]
+  %a = matmul(%n, %wg) : f16[1, 4096]
+  %s = silu(%a) : f16[1, 4096]
+  %m = mul(%s, %u) : f16[1, 4096]
+  %d = matmul(%m, %wd) : f16[1, 64]
+  %h = add(%x, %d) : f16[1, 64]
+  %n2 = rms_norm(%h, %g) : f16[1, 64]
+  %o = matmul(%n2, %wo) : f16[1, 4096]
+  output %o
+}
+"""
+
+
+def _prologue_ops(graph: Graph) -> dict[str, list[str]]:
+    """{product region: the ops of its prologue}."""
+    types = graph.value_types()
+    found = {}
+    for node in graph.nodes:
+        if node.body is not None:
+            plan = plan_body(node.body, [types[o] for o in node.operands])
+            if plan.kind == PRODUCT:
+                by_name = {n.name: n.op for n in node.body.nodes}
+                found[node.name] = [by_name[p] for p in plan.prologue]
+    return found
+
+
+@pytest.mark.parametrize("limit", [2048, 4096])
+def test_elementwise_prologues_have_their_own_row_limit(limit: int) -> None:
+    """SwiGLU's mul (4096 wide) becomes the down product's prologue only where
+    `elementwise-prologue-max-k` allows it; the 64-wide norms are prologues either way, and
+    `prologue-max-k` alone (norms) does not move the elementwise limit."""
+    graph = og.parse(WIDE_DECODE)
+    after = run_pipeline(graph, f"fuse{{prologue-max-k=64,elementwise-prologue-max-k={limit}}}")
+    prologues = _prologue_ops(after)
+    assert prologues["u"] == ["rms_norm"] and prologues["o"] == ["rms_norm"]
+    if limit >= 4096:
+        # SwiGLU's mul inside down (+ residual); the gate product (+ silu) independent of up
+        assert prologues["h"] == ["mul"] and prologues["s"] == ["rms_norm"]
+    else:
+        assert prologues["h"] == []  # silu and mul in the gate product's epilogue instead
+        assert prologues["m"] == ["rms_norm"]
+    _assert_same_results(graph, after, seed=2)
+    narrow = run_pipeline(graph, f"fuse{{prologue-max-k=32,elementwise-prologue-max-k={limit}}}")
+    assert all("rms_norm" not in ops for ops in _prologue_ops(narrow).values())
