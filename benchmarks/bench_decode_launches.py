@@ -15,6 +15,8 @@ set while the program is lowered, captured and first run):
 - `no-rope-kv`: that and `rope_cache_writes.ROPE_CACHE_WRITES = False` (a key's rope and its
   cache write as two kernels: seven launches a layer);
 - `no-early-w`: `cuda_fused.EARLY_WEIGHTS = False` (weights loaded after the PDL wait);
+- `no-early-kv`: `early_cache_reads.EARLY_CACHE_READS = False` (decode attention reads its KV
+  cache after the PDL wait, not the rows no kernel of the step writes before it);
 - `none`: all off (main before these settings);
 - `all-on-pk16k`: the defaults with `fuse{prologue-max-k=16384}`: the realistic step's norms
   (4096 rows) recomputed in each product reading them, whose first weight loads now overlap
@@ -50,6 +52,7 @@ SETTINGS = {
     "qkv": ("qkv_folds", "FOLD_QKV"),
     "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
     "early": ("cuda_fused", "EARLY_WEIGHTS"),
+    "early-kv": ("early_cache_reads", "EARLY_CACHE_READS"),
 }
 VARIANTS: dict[str, dict[str, bool]] = {
     "all-on": {},
@@ -58,6 +61,7 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "no-qkv-fold": {"qkv": False},
     "no-rope-kv": {"qkv": False, "rope": False},
     "no-early-w": {"early": False},
+    "no-early-kv": {"early-kv": False},
     "none": {"qkv": False, "rope": False, "early": False},
 }
 PIPELINES = {  # (text, replaced by)

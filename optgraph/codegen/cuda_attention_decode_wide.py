@@ -57,8 +57,10 @@ from optgraph.codegen.cuda_head_rows import (
     unpack,
 )
 from optgraph.codegen.cuda_source import (
+    STORAGE,
     Kernel,
     Launch,
+    body_entry,
     f32_literal,
     in_param,
     kernel_template,
@@ -141,25 +143,37 @@ def wide_layout(shape: AttentionShape) -> WideLayout:
     return WideLayout(lr, e, kps, rb, rt, chunks, per_chunk * kps, slots, -(-per_chunk // slots))
 
 
-def decode_attention_wide(shape: AttentionShape, salt: str) -> Launch:
+def decode_attention_wide(
+    shape: AttentionShape, salt: str, written: tuple[str, str, int, bool] | None = None
+) -> Launch:
     """The launch of the kernel for `shape`; `salt` (the node's name) names its workspace when it
     has more than one key chunk. Phases: the block's coordinates (`_coordinates`), the passes
     over the chunk (`_passes`: pass 0's loads, then the rows (`_rows`: q, kv_len, limits), then
     for each pass its loads, scores, block maximum and accumulation), the sums over the block's
-    keys (`_share`), then the store, directly or through the workspace (`_store`)."""
+    keys (`_share`), then the store, directly or through the workspace (`_store`).
+
+    `written` = (role, dtype, S, early): this step writes only cache rows [pos, pos + S) of K
+    and V, pos being the one element of parameter `role` (`early_cache_reads`): pass 0's loads
+    then come before the PDL wait, and the slots holding those rows are loaded again after it;
+    `early`: pos itself is read before the wait (no kernel of the step writes it)."""
     s, lay = shape, wide_layout(shape)
-    lines = [*_coordinates(s, lay), *_passes(s, lay), *_share(s, lay)]
+    lines = [*_coordinates(s, lay), *_passes(s, lay, written), *_share(s, lay)]
     stores, decl = _store(s, lay, salt)
     lines += stores
     decls = [out_param(s.dtype), in_param(s.dtype, 0), in_param(s.dtype, 1), in_param(s.dtype, 2)]
     decls += operand_decls(s)
+    args = ("out", "in0", "in1", "in2") + operand_args(s)
+    if written is not None:
+        role, dtype, _, _ = written
+        decls.append(f"const {STORAGE[dtype]}* {role}")
+        args += (role,)
     text = "\n".join(_indent(lines))
     family = f"attention_decode_wide|{salt}" if lay.chunks > 1 else "attention_decode_wide"
-    template = kernel_template(decls, text, None)
+    self_wait = written is not None
+    template = kernel_template(decls, text, None, "", self_wait)
     name = "og_attention_decode_wide_"
     name += hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
-    kernel = Kernel.assemble(name, decls, text, (decl,), None)
-    args = ("out", "in0", "in1", "in2") + operand_args(s)
+    kernel = Kernel.assemble(name, decls, text, (decl,), None, "", self_wait)
     return Launch(kernel, (lay.chunks, s.hkv * lay.rt, s.b), (THREADS, 1, 1), args)
 
 
@@ -215,17 +229,37 @@ def _rows(s: AttentionShape, lay: WideLayout) -> list[str]:
     ]
 
 
-def _passes(s: AttentionShape, lay: WideLayout) -> list[str]:
+def _passes(
+    s: AttentionShape, lay: WideLayout, written: tuple[str, str, int, bool] | None = None
+) -> list[str]:
     """The running state (m, l, acc per row; m is the block's, shared by all threads) and the
-    passes over the chunk's keys."""
+    passes over the chunk's keys. With `written` (see `decode_attention_wide`), the PDL entry
+    comes after pass 0's loads, then the reload of the rows written this step."""
     rb, e = lay.rb, lay.e
+    entry: list[str] = []
+    position: list[str] = []
+    if written is not None:
+        role, _, rows, early = written
+        position = [f"const long long wp = (long long){role}[0];"]
+        fresh = f"(long long)j >= wp && (long long)j < wp + {rows}LL && j < kc1"
+        entry = [
+            body_entry(),
+            *([] if early else position),
+            "{",
+            "  const unsigned int p = 0u;",
+            *_indent(_loads(s, lay, "kc1", fresh)),
+            "}",
+        ]
+        position = position if early else []
     return [
         # pass 0's loads come first: issued before q and kv_len are read, not after them
         f"uint4 kw[{lay.slots}], vw[{lay.slots}];",
+        *position,
         "{",
         "  const unsigned int p = 0u;",
         *_indent(_loads(s, lay, "kc1")),
         "}",
+        *entry,
         *_rows(s, lay),
         # later passes read only keys some row sees, and stop past the last of them
         "const unsigned int kv1 = og_min(kc1, kend);",
@@ -248,16 +282,18 @@ def _key(lay: WideLayout) -> str:
     return f"k0 + (p * {lay.slots}u + (unsigned int)u) * {lay.kps}u + kid"
 
 
-def _loads(s: AttentionShape, lay: WideLayout, end: str) -> list[str]:
+def _loads(s: AttentionShape, lay: WideLayout, end: str, only: str = "") -> list[str]:
     """kw[u], vw[u] (declared by the caller): the 16 bytes of this lane's slice of the K and V
     rows of its key in slot u of pass p, zeros at or past key `end`; one vector load each where
-    the pointers are aligned, else scalar loads packed into the same words. Converted on use."""
+    the pointers are aligned, else scalar loads packed into the same words. Converted on use.
+    `only`: a condition on key j; the slots whose key meets it are loaded again, the others
+    keep what they hold."""
     at = f"kvoff + (unsigned long long)j * {s.d}u + li * {lay.e}u"
     zero = "uint4{0u, 0u, 0u, 0u}"
     head = [
         f"#pragma unroll\nfor (int u = 0; u < {lay.slots}; ++u) {{",
         f"  const unsigned int j = {_key(lay)};",
-        f"  kw[u] = {zero}; vw[u] = {zero};",
+        f"  kw[u] = {zero}; vw[u] = {zero};" if not only else f"  if (!({only})) continue;",
     ]
     vector = [
         f"  if (j < {end}) {{",

@@ -57,6 +57,7 @@ from optgraph.codegen.cuda_steps import (
     Location,
     Step,
 )
+from optgraph.codegen.early_cache_reads import early_attention_step, early_cache_reads
 from optgraph.codegen.in_place_outputs import check_in_place, in_place_candidates
 from optgraph.codegen.lowered import LoweredProgram, LoweredVariant
 from optgraph.codegen.lowering_options import LoweringOptions
@@ -140,10 +141,6 @@ def storage(graph: Graph) -> tuple[dict[str, Location], dict[str, int], dict[str
     return locations, weight_offsets, value_bytes, arena, cursor
 
 
-def _extent(loc: Location, t: TensorType) -> Extent:
-    return Extent(loc.space, loc.key, loc.offset, t.nbytes)
-
-
 def _step_for(
     node: Node,
     work: object,
@@ -156,8 +153,10 @@ def _step_for(
         # Every role a kernel takes is the node's result or an operand, read or written whole:
         # the node writes its result (a kv_cache_write in place: its cache, the same bytes).
         assert node.type is not None
-        reads = tuple(_extent(roles[f"in{k}"], types[o]) for k, o in enumerate(node.operands))
-        writes = (_extent(roles["out"], node.type),)
+        reads = tuple(
+            Extent.of(roles[f"in{k}"], types[o].nbytes) for k, o in enumerate(node.operands)
+        )
+        writes = (Extent.of(roles["out"], node.type.nbytes),)
         if "scratch" in work.args:  # it writes its scratch, not the result: never merged
             return KernelStep(
                 node.name, stream, work.kernel.name, work.grid, work.block, work.shared_mem, args
@@ -219,6 +218,7 @@ def lower_cuda(
     folded = rope_cache_writes(graph, in_place or {})  # a key's rope and its cache write
     folded = {r: w for r, w in folded.items() if r not in absorbed}
     folded_writes = {w.name for w in folded.values()} | absorbed
+    early_reads = early_cache_reads(graph, in_place or {})  # attention before its PDL wait
     steps: list[Step] = []
     origins: list[int] = []  # the index in graph.nodes of each step's node
     kernels: dict[str, Kernel] = {}
@@ -250,6 +250,11 @@ def lower_cuda(
             else:
                 step, kernel = rope_cache_step(node, folded[node.name], locations, types)
             kernels[kernel.name] = kernel
+            steps.append(step)
+            continue
+        if node.name in early_reads:
+            step, launch = early_attention_step(node, early_reads[node.name], locations, types)
+            kernels[launch.kernel.name] = launch.kernel
             steps.append(step)
             continue
         operand_types = [types[o] for o in node.operands]

@@ -41,6 +41,11 @@ class Extent:
     offset: int
     size: int
 
+    @classmethod
+    def of(cls, loc: Location, nbytes: int) -> Extent:
+        """The `nbytes` bytes from `loc`."""
+        return cls(loc.space, loc.key, loc.offset, nbytes)
+
     def overlaps(self, other: Extent) -> bool:
         return (
             self.space == other.space

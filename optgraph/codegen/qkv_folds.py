@@ -234,18 +234,14 @@ def fold_step(
     roles = {"out": locations[target]}
     roles.update((f"in{k}", locations[v]) for k, v in enumerate(values))
     args = tuple(roles[r] for r in fold.launch.args)
-    reads = tuple(_extent(locations[v], types[v]) for v in values)
-    writes = (_extent(locations[target], types[target]),)
+    reads = tuple(Extent.of(locations[v], types[v].nbytes) for v in values)
+    writes = (Extent.of(locations[target], types[target].nbytes),)
     launch = fold.launch
     step = KernelStep(
         product.name, product.stream, launch.kernel.name, launch.grid, launch.block, 0, args,
         reads, writes,
     )  # fmt: skip
     return step, launch.kernel
-
-
-def _extent(loc: Location, t: TensorType) -> Extent:
-    return Extent(loc.space, loc.key, loc.offset, t.nbytes)
 
 
 def place_folds(

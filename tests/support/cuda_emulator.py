@@ -26,7 +26,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -337,23 +337,31 @@ def run_kernel(
     grid: tuple[int, int, int],
     block: tuple[int, int, int],
     buffers: list[np.ndarray],
+    hooks: str = "",
+    extra: Sequence[np.ndarray] = (),
+    setup: Sequence[str] = (),
 ) -> list[np.ndarray]:
-    """One launch of `kernel` with a copy of each of `buffers` as its arguments, in order;
-    returns the buffers after the launch."""
+    """One launch of `kernel` with a copy of each of `buffers` as its arguments (b0, b1, ...),
+    in order; returns the buffers after the launch. For tests that emulate another kernel's
+    effect: `hooks`, file-scope C++ before the kernel (functions its text may call); `extra`,
+    buffers x0, x1, ... that are no arguments; `setup`, statements run before the launch."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        setup, names = [], []
-        for k, array in enumerate(buffers):
-            np.ascontiguousarray(array).tofile(folder / f"b{k}.bin")
-            setup.append(f'char* b{k} = (char*)og_emu_read("{folder}/b{k}.bin", {array.nbytes});')
-            names.append(f"b{k}")
+        loads, names = [], []
+        for prefix, arrays in (("b", buffers), ("x", extra)):
+            for k, array in enumerate(arrays):
+                path = folder / f"{prefix}{k}.bin"
+                np.ascontiguousarray(array).tofile(path)
+                loads.append(f'char* {prefix}{k} = (char*)og_emu_read("{path}", {array.nbytes});')
+            names += [f"{prefix}{k}" for k in range(len(arrays))] if prefix == "b" else []
         writes = [
             f'{{ FILE* f = std::fopen("{folder}/b{k}.bin", "wb"); '
             f"std::fwrite(b{k}, 1, {array.nbytes}, f); std::fclose(f); }}"
             for k, array in enumerate(buffers)
         ]
         launch = _launch(kernel, grid, block, names)
-        _build_and_run(folder, kernels_source([kernel]), [*setup, launch, *writes])
+        source = hooks + kernels_source([kernel])
+        _build_and_run(folder, source, [*loads, *setup, launch, *writes])
         return [
             np.fromfile(folder / f"b{k}.bin", dtype=a.dtype).reshape(a.shape)
             for k, a in enumerate(buffers)
