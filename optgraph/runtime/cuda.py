@@ -49,7 +49,13 @@ from optgraph.codegen.lowered import LoweredProgram, LoweredVariant, Relower
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import TensorType
 from optgraph.runtime.cuda_blas import load_blas
-from optgraph.runtime.cuda_bound import Bound, BoundStep, PartLauncher, classify_inputs
+from optgraph.runtime.cuda_bound import (
+    Bound,
+    BoundStep,
+    PartLauncher,
+    check_apart,
+    classify_inputs,
+)
 from optgraph.runtime.cuda_capture import (
     AllocationDuringCapture,
     CapturedGraph,
@@ -267,6 +273,11 @@ class CudaProgram:
             if not isinstance(arr, cp.ndarray) or not arr.flags.c_contiguous:
                 raise InputError(f"out '%{name}' must be a C-contiguous CuPy array")
             bound_out[name] = int(arr.data.ptr)
+        check_apart(
+            {name: (ptr, types[name].nbytes) for name, ptr in bound_in.items()},
+            {name: (ptr, plan.types[name].nbytes) for name, ptr in bound_out.items()},
+            in_place,
+        )
         key = GraphKey.of(types, frozenset(bound_in), frozenset(bound_out), in_place)
         binding = Binding.of(bound_in, bound_out)
         calling_thread = bool(variant.lowered.cpu_schedule)

@@ -165,3 +165,34 @@ def classify_inputs(
         else:
             staged[decl.name] = value
     return types, bound, staged
+
+
+def check_apart(
+    inputs: Mapping[str, tuple[int, int]],
+    outputs: Mapping[str, tuple[int, int]],
+    in_place: Mapping[str, str],
+) -> None:
+    """A clear `InputError` where an output's array shares bytes with an input's or another
+    output's (each given as (pointer, bytes)), other than an in-place pair (`in_place`: {output:
+    input}). A kernel writing an input's bytes mid-step would change what the step's other
+    kernels read, by timing: those reading it before the PDL wait (`early_cache_reads`), or
+    later in the issue order. O(n log n + n·k) for n arrays, k of them overlapping at once."""
+    spans = sorted(
+        [(ptr, ptr + nbytes, "input", name) for name, (ptr, nbytes) in inputs.items() if nbytes]
+        + [(ptr, ptr + nbytes, "out", name) for name, (ptr, nbytes) in outputs.items() if nbytes]
+    )
+    active: list[tuple[int, str, str]] = []  # (end, kind, name) of the spans still open
+    for start, end, kind, name in spans:
+        active = [a for a in active if a[0] > start]
+        for _, other_kind, other in active:
+            pair = sorted([(kind, name), (other_kind, other)])
+            if "out" not in (kind, other_kind):
+                continue  # two inputs may share bytes: both are only read
+            if pair[0][0] == "input" and in_place.get(pair[1][1]) == pair[0][1]:
+                continue
+            (k1, n1), (k2, n2) = pair
+            raise InputError(
+                f"{k1} '%{n1}' and {k2} '%{n2}' share memory: a step may write only its "
+                "outputs' own arrays (or a KV cache in place)"
+            )
+        active.append((end, kind, name))

@@ -162,3 +162,30 @@ def test_a_bound_step_holds_the_arrays_it_was_bound_to(monkeypatch) -> None:
         program._in_flight = None
         gc.collect()
         assert all(r() is None for r in refs)
+
+
+def test_an_output_sharing_an_inputs_array_is_refused(monkeypatch) -> None:
+    with fake_cupy(monkeypatch) as fake:
+        graph = _planned("diamond")
+        program = cuda_program(graph)
+        x = fake.asarray(random_inputs(graph)["x"])
+        with pytest.raises(InputError, match=r"input '%x' and out '%y' share memory"):
+            program.bind({"x": x}, out={"y": x})
+        with pytest.raises(InputError, match=r"input '%x' and out '%y' share memory"):
+            program.run({"x": x}, out={"y": x})
+        assert fake.launches == []
+
+
+def test_check_apart_allows_in_place_pairs_and_inputs_sharing_bytes() -> None:
+    from optgraph.runtime.cuda_bound import check_apart
+
+    cache, pos = (1000, 256), (2000, 4)
+    check_apart({"cache": cache, "pos": pos, "p2": (2000, 4)}, {"new": cache}, {"new": "cache"})
+    check_apart({"a": (0, 16)}, {"b": (16, 16), "c": (32, 0)}, {})  # adjacent, empty
+    with pytest.raises(InputError, match=r"input '%cache' and out '%new' share memory"):
+        check_apart({"cache": cache}, {"new": (1200, 64)}, {})  # not declared in place
+    with pytest.raises(InputError, match=r"input '%alias' and out '%new' share memory"):
+        # in place in `cache`, but also over another input's bytes
+        check_apart({"cache": cache, "alias": (1100, 8)}, {"new": cache}, {"new": "cache"})
+    with pytest.raises(InputError, match=r"out '%a' and out '%b' share memory"):
+        check_apart({}, {"a": (0, 32), "b": (8, 8)}, {})
