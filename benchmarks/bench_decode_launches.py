@@ -17,6 +17,9 @@ set while the program is lowered, captured and first run):
 - `no-early-w`: `cuda_fused.EARLY_WEIGHTS = False` (weights loaded after the PDL wait);
 - `no-early-kv`: `early_cache_reads.EARLY_CACHE_READS = False` (decode attention reads its KV
   cache after the PDL wait, not the rows no kernel of the step writes before it);
+- `attn-s8`, `attn-b528`, `attn-s8-b528`: decode attention with up to 8 key slots a pass
+  (`cuda_attention_decode_wide.MAX_SLOTS`, default 4) and/or chunks for 528 blocks of one row
+  (`TARGET_BLOCKS`, default 264);
 - `none`: all off (main before these settings);
 - `all-on-pk16k`: the defaults with `fuse{prologue-max-k=16384}`: the realistic step's norms
   (4096 rows) recomputed in each product reading them, whose first weight loads now overlap
@@ -53,8 +56,10 @@ SETTINGS = {
     "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
     "early": ("cuda_fused", "EARLY_WEIGHTS"),
     "early-kv": ("early_cache_reads", "EARLY_CACHE_READS"),
+    "attn-slots": ("cuda_attention_decode_wide", "MAX_SLOTS"),
+    "attn-blocks": ("cuda_attention_decode_wide", "TARGET_BLOCKS"),
 }
-VARIANTS: dict[str, dict[str, bool]] = {
+VARIANTS: dict[str, dict[str, bool | int]] = {
     "all-on": {},
     "all-on-pk16k": {},
     "all-on-ew16k": {},
@@ -62,6 +67,9 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "no-rope-kv": {"qkv": False, "rope": False},
     "no-early-w": {"early": False},
     "no-early-kv": {"early-kv": False},
+    "attn-s8": {"attn-slots": 8},
+    "attn-b528": {"attn-blocks": 528},
+    "attn-s8-b528": {"attn-slots": 8, "attn-blocks": 528},
     "none": {"qkv": False, "rope": False, "early": False},
 }
 PIPELINES = {  # (text, replaced by)
@@ -71,7 +79,7 @@ PIPELINES = {  # (text, replaced by)
 
 
 @contextmanager
-def settings(values: dict[str, bool]) -> Iterator[None]:
+def settings(values: dict[str, bool | int]) -> Iterator[None]:
     """`optgraph.codegen` module settings set to `values` inside the block, restored after."""
     old: list[tuple[Any, str, Any]] = []
     try:
@@ -87,7 +95,7 @@ def settings(values: dict[str, bool]) -> Iterator[None]:
 
 
 def build(
-    model: Any, values: dict[str, bool], fusion: tuple[str, str] | None = None
+    model: Any, values: dict[str, bool | int], fusion: tuple[str, str] | None = None
 ) -> tuple[Callable[[], Any], Any, int, Any]:
     """(step, stream, kernel launches a step, logits array) of `model` under `values`, with
     `fusion` = (the pipeline's fuse pass, its replacement) where given."""
