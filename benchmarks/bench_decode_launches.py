@@ -19,7 +19,11 @@ set while the program is lowered, captured and first run):
 - `all-on-pk16k`: the defaults with `fuse{prologue-max-k=16384}`: the realistic step's norms
   (4096 rows) recomputed in each product reading them, whose first weight loads now overlap
   that work, and SwiGLU's mul (14336) in the down product, so gate and up merge: five launches
-  a layer instead of eight (the launch-bound step's program is the same as `all-on`'s).
+  a layer instead of eight (the launch-bound step's program is the same as `all-on`'s);
+- `norm-stats-16k`: the defaults with `cuda_row_prologue.NORM_STATS = True` and
+  `fuse{stats-prologue-max-k=16384}`: every norm of a row a one-row product stores (all but
+  layer 0's attention norm) inside the products reading it, its statistics handed from that
+  product (`codegen/norm_stats.py`) instead of reduced by every block of each reader.
 
 Columns: kernel launches a step (the bound plan's kernel steps); `step µs`: median of `--iters`
 steps each timed alone with CUDA events; `loop µs`: `--loop` steps issued back to back then one
@@ -48,6 +52,7 @@ SETTINGS = {
     "qkv": ("qkv_folds", "FOLD_QKV"),
     "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
     "early": ("cuda_fused", "EARLY_WEIGHTS"),
+    "stats": ("cuda_row_prologue", "NORM_STATS"),
 }
 VARIANTS: dict[str, dict[str, bool]] = {
     "all-on": {},
@@ -56,9 +61,11 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "no-rope-kv": {"qkv": False, "rope": False},
     "no-early-w": {"early": False},
     "none": {"qkv": False, "rope": False, "early": False},
+    "norm-stats-16k": {"stats": True},
 }
 PIPELINES = {  # (text, replaced by)
     "all-on-pk16k": ("fuse,", "fuse{prologue-max-k=16384},"),
+    "norm-stats-16k": ("fuse,", "fuse{stats-prologue-max-k=16384},"),
 }
 
 
