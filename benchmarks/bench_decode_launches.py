@@ -23,7 +23,10 @@ set while the program is lowered, captured and first run):
 - `norm-stats-16k`: the defaults with `cuda_row_prologue.NORM_STATS = True` and
   `fuse{stats-prologue-max-k=16384}`: every norm of a row a one-row product stores (all but
   layer 0's attention norm) inside the products reading it, its statistics handed from that
-  product (`codegen/norm_stats.py`) instead of reduced by every block of each reader.
+  product (`codegen/norm_stats.py`) instead of reduced by every block of each reader;
+- `norm-stats-pk16k`: `all-on-pk16k` with the statistics handed on (`NORM_STATS = True`): the
+  norms and SwiGLU's mul inside the products, five launches a layer, and no reader of a norm
+  reduces its row except layer 0's q/k/v (the embedding row).
 
 Columns: kernel launches a step (the bound plan's kernel steps); `step µs`: median of `--iters`
 steps each timed alone with CUDA events; `loop µs`: `--loop` steps issued back to back then one
@@ -62,10 +65,12 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "no-early-w": {"early": False},
     "none": {"qkv": False, "rope": False, "early": False},
     "norm-stats-16k": {"stats": True},
+    "norm-stats-pk16k": {"stats": True},
 }
 PIPELINES = {  # (text, replaced by)
     "all-on-pk16k": ("fuse,", "fuse{prologue-max-k=16384},"),
     "norm-stats-16k": ("fuse,", "fuse{stats-prologue-max-k=16384},"),
+    "norm-stats-pk16k": ("fuse,", "fuse{prologue-max-k=16384},"),
 }
 
 

@@ -87,7 +87,9 @@ def handed_statistics(norm: Node, k: int, m: int, partials: int) -> list[str]:
         f"float og_k[{m}], og_mu[{m}], og_r[{m}];",
         f"for (int i = 0; i < {m}; ++i) {{",
         "  float ss = 0.0f;",
-        f"  for (unsigned int t = 0; t < {partials}u; ++t) ss += {READ_ROLE}[i * {partials}u + t];",
+        # every load in flight at once (a constant trip count), added in tile order
+        f"  #pragma unroll\n  for (unsigned int t = 0; t < {partials}u; ++t)",
+        f"    ss += {READ_ROLE}[i * {partials}u + t];",
         "  og_k[i] = 0.0f;",
         "  og_mu[i] = 0.0f;",
         f"  og_r[i] = sqrtf(ss / (float){k} + {eps});",
