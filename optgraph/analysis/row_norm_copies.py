@@ -57,8 +57,6 @@ def _shares_row_norm(
     return True
 
 
-# Norms whose statistics a one-row product producing their row can hand on (codegen norm_stats).
-STATS_NORMS = frozenset({"rms_norm"})
 _EPILOGUE_DEPTH = 4  # elementwise nodes between a product and the row it stores (residual add)
 
 
@@ -101,7 +99,7 @@ def row_limit(
     """The longest row `norm` may have as a product prologue: `limits` = (max_k, stats_max_k),
     the second where `norm` can take its statistics from the product storing its row."""
     max_k, stats_max_k = limits
-    if norm.op in STATS_NORMS and is_row_product_result(graph, types, producers, norm.operands[0]):
+    if norm.op in NORM_OPS and is_row_product_result(graph, types, producers, norm.operands[0]):
         return stats_max_k
     return max_k
 
@@ -114,7 +112,7 @@ def recompute_row_norms(
     A decode step normalizes one row and feeds it to several products (q/k/v; gate/up): stored,
     the norm is a kernel of its own; copied, each product computes it while reading its row
     (the row is K elements, its statistics cost the product a block reduction). Rows up to
-    `max_k`, or `stats_max_k` (default `max_k`) for an rms_norm of a one-row product's result.
+    `max_k`, or `stats_max_k` (default `max_k`) for a norm of a one-row product's result.
     Returns the graph and {copy name: original name}. O(V + E).
     """
     limits = (max_k, max_k if stats_max_k is None else stats_max_k)

@@ -54,13 +54,7 @@ from optgraph.codegen.cuda_gemv_layout import (
     product_loop,
 )
 from optgraph.codegen.cuda_gemv_reduce import reduce_lanes, store_sums
-from optgraph.codegen.cuda_norm_stats import (
-    NO_ROW_STATS,
-    RowStats,
-    declare_squares,
-    store_partials,
-    store_value,
-)
+from optgraph.codegen.cuda_norm_stats import NO_ROW_STATS, RowStats, store_partials
 from optgraph.codegen.cuda_row_prologue import row_prologue, stage_row
 from optgraph.codegen.cuda_scalars import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_source import (
@@ -118,9 +112,9 @@ def gemv_kernel(
 ) -> tuple[Kernel, tuple[int, int, int]] | None:
     """(kernel, grid) of the fused product, or None when the shape does not qualify.
 
-    `stats` (`cuda_norm_stats`): the kernel also stores the per-tile partial sums of squares of
-    its result (`write`; not with a fold), and/or its prologue norm adds up `partials` partials
-    a row instead of reducing its row; the extra params follow the fold's.
+    `stats` (`cuda_norm_stats`): the kernel also stores its result's per-tile partials for the
+    norm `write` (not with a fold), and/or its prologue norm combines `partials` tiles'
+    partials a row instead of reducing its row; the extra params follow the fold's.
 
     `fold`: the store rotates the value and/or writes it to cache rows (`cuda_gemv_epilogues`;
     the region must have no epilogue); extra params follow the region's. None where the layout
@@ -166,11 +160,12 @@ def gemv_kernel(
     body = _product(g, params, types, prologue, row, b_role, preload, stats.partials)
     body += reduce_lanes(g)
     if fold is None:
-        epi = _epilogue(params, types, epilogue, anchor, result, out_type, n, stats.write)
+        epi = _epilogue(params, types, epilogue, anchor, result, out_type, n)
     else:
         epi = fold_store(fold, anchor.type.dtype, out_type.dtype, n, len(types))
-    after = store_partials(m, g.tiles) if stats.write else []
-    body += [declare_squares(m)] if stats.write else []
+    after = []
+    if stats.write:
+        after = store_partials(stats.write, out_type.dtype, m, n, g.tiles, g.tile_cols)
     stores, decl = store_sums(g, salt, epi, after)
     body += stores
     decls = [out_param(out_type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
@@ -277,10 +272,8 @@ def _epilogue(
     result: str,
     out_type: TensorType,
     n: int,
-    squares: bool = False,
 ) -> list[str]:
-    """Statements storing out[i * n + col] = epilogue(val) (val: the product, float);
-    `squares`: the stored value's square is added to `og_ss[i]` (`cuda_norm_stats`)."""
+    """Statements storing out[i * n + col] = epilogue(val) (val: the product, float)."""
     assert anchor.type is not None
     dtype = anchor.type.dtype
     lines = [f"const unsigned int oi = i * {n}u + col;"]
@@ -291,10 +284,7 @@ def _epilogue(
     used = used_values(epilogue, (result,))
     lines += load_params(params, types, roles, used, "oi", out_type.shape, env, "q")
     lines += emit_scalars(epilogue, env, "v")
-    stored = store(out_type.dtype, env[result][0])
-    if squares:
-        return lines + store_value(out_type.dtype, stored)
-    lines.append(f"out[oi] = {stored};")
+    lines.append(f"out[oi] = {store(out_type.dtype, env[result][0])};")
     return lines
 
 

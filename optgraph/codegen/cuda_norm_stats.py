@@ -1,48 +1,58 @@
 """Norm statistics handed from a one-row product to the products whose prologue norm reads its row.
 
 A decode layer's o-projection (or FFN down product) stores h = x @ w + residual; the next products
-(gate/up, or the next layer's q/k/v) each compute rms_norm(h) in their prologue
+(gate/up, or the next layer's q/k/v) each compute a norm of h in their prologue
 (`cuda_row_prologue`), and without help every block of them first reads the whole row h and
-reduces its sum of squares. Here the producer, which has h's values in registers anyway, also
-stores each tile's partial sum of squares of the values *as stored* (rounded to h's dtype, read
-back as float); a reader adds the P partials of its row in tile order and never reads the row for
-its statistics:
+reduces it. Here the producer, once its block has stored a tile of h, reads the tile's values
+back *as stored* (rounded to h's dtype, as float) and stores the tile's partials; a reader
+combines the P partials of its row in tile order and never reads the row for its statistics.
 
-    producer (tile t of P, the block that stores it):  stats[i * P + t] = sum over its columns of
-                                                        float(round(h[i, col]))²
-    reader (every thread):  ss = stats[i*P + 0] + ... + stats[i*P + P-1];  r = sqrtf(ss / K + eps)
+rms_norm, one partial a tile, the sum of squares:
 
-Both sums run in a fixed order (a block reduction of a fixed shape, then t = 0 .. P-1), so a
+    producer (tile t of P):  stats[i·P + t] = Σ over the tile's columns of h[i, col]²
+    reader (every thread):   ss = stats[i·P + 0] + ... + stats[i·P + P-1];  r = sqrtf(ss / K + eps)
+
+layer_norm, four a tile, all of them about a value of the row (a row far from zero keeps its
+precision, as `cuda_row_prologue._norm_statistics`' shifted form does): the tile's column count
+n_t, its first value k_t, s_t = Σ (h - k_t) and M2_t = Σ (h - k_t - s_t / n_t)² (two passes over
+the tile). The reader shifts every tile by the row's first value k_0 (k_t - k_0 is exact for
+nearby values) and combines them as Chan et al.'s parallel variance does:
+
+    m_t = (k_t - k_0) + s_t / n_t;   mu = Σ_t n_t · m_t / K   (the mean less k_0)
+    M2 = Σ_t (M2_t + n_t · (m_t - mu)²);   r = sqrtf(M2 / K + eps);   x̂ = ((x - k_0) - mu) / r
+
+Every sum runs in a fixed order (block reductions of a fixed shape, then t = 0 .. P-1), so a
 replay gives the same bits. With split-K only the block that arrives last at a tile (the one
-running the epilogue, `cuda_gemv_reduce.store_sums`) writes the tile's partial.
-
-rms_norm only: layer_norm keeps the block reduction of its prologue (`_norm_statistics`), whose
-shifted two-pass form cannot be rebuilt from per-tile sums without losing its precision guarantee.
-Which values and readers take part, and where the partials live, is decided at lowering
-(`norm_stats.place_norm_stats`). Complexity: O(1) statements; P loads a reader thread.
+running the epilogue, `cuda_gemv_reduce.store_sums`) writes the tile's partials. Which values
+and readers take part, and where the partials live, is decided at lowering
+(`norm_stats.place_norm_stats`). Complexity: O(1) statements; the producer's block reads its
+tile twice more (once for rms_norm), a reader thread loads P (3·P) floats.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optgraph.codegen.cuda_source import STORAGE, f32_literal, load
+from optgraph.codegen.cuda_gemv_layout import THREADS
+from optgraph.codegen.cuda_source import f32_literal, load
 from optgraph.ir.attrs import float_attr
 from optgraph.ir.graph import Node
 from optgraph.ir.ops import attrs_with_defaults
 
-WRITE_ROLE = "stats_out"  # the producer's partials (float, m × P), a kernel parameter and role
-READ_ROLE = "stats_in"  # the partials a reader's prologue norm adds up
-HANDED_NORMS = frozenset({"rms_norm"})
+WRITE_ROLE = "stats_out"  # the producer's partials (floats), a kernel parameter and role
+READ_ROLE = "stats_in"  # the partials a reader's prologue norm combines
+WIDTH = {"rms_norm": 1, "layer_norm": 4}  # floats a (row, tile): see the module docstring
+HANDED_NORMS = frozenset(WIDTH)
 
 
 @dataclass(frozen=True)
 class RowStats:
-    """A one-row product kernel's part in handing on norm statistics: `write`, it stores the
-    per-tile partial sums of squares of its result (C parameter `stats_out`); `partials` > 0, its
-    prologue norm reads its row's statistics from `partials` partials a row (`stats_in`)."""
+    """A one-row product kernel's part in handing on norm statistics: `write` (a norm op, ""
+    for none), it stores its result's per-tile partials for that norm (C parameter
+    `stats_out`); `partials` > 0, its prologue norm combines that many tiles' partials a row
+    (`stats_in`), stored for its own op."""
 
-    write: bool = False
+    write: str = ""
     partials: int = 0
 
     def params(self) -> list[str]:
@@ -51,56 +61,79 @@ class RowStats:
         return decls + ([f"const float* {READ_ROLE}"] if self.partials else [])
 
     def roles(self) -> tuple[str, ...]:
-        return (WRITE_ROLE,) * self.write + (READ_ROLE,) * bool(self.partials)
+        return (WRITE_ROLE,) * bool(self.write) + (READ_ROLE,) * bool(self.partials)
 
 
 NO_ROW_STATS = RowStats()
 
 
-def stored_square(dtype: str, stored: str) -> str:
-    """The statement adding the square of the stored value `stored` (storage type) to `og_ss[i]`."""
-    return f"{{ const float og_sv = {load(dtype, stored)}; og_ss[i] += og_sv * og_sv; }}"
+def store_partials(op: str, dtype: str, m: int, n: int, tiles: int, tile_cols: int) -> list[str]:
+    """Statements (every thread of the block that stored the tile, after its stores) reading
+    the tile's values of `out` (`dtype`, rows of n) back and storing row i's partials for `op`
+    at `stats_out[(i · tiles + tile) · WIDTH[op] + j]`."""
+    width = WIDTH[op]
+    value = load(dtype, f"out[i * {n}u + col]")
 
+    def tile_sum(term: str) -> list[str]:
+        return [
+            f"  for (unsigned int c = threadIdx.x; c < {tile_cols}u; c += {THREADS}u) {{",
+            f"    const unsigned int col = tile * {tile_cols}u + c;",
+            f"    if (col < {n}u) {{ const float v = {value}; acc += {term}; }}",
+            "  }",
+            "  acc = og_block_reduce(acc, og_ss_scratch, OgSum(), 0.0f);",
+        ]
 
-def declare_squares(m: int) -> str:
-    return f"float og_ss[{m}] = {{}};"
-
-
-def store_partials(m: int, tiles: int) -> list[str]:
-    """Statements (every thread of the block) reducing `og_ss` over the block and storing row i's
-    partial of tile `tile` at `stats_out[i * tiles + tile]`."""
-    return [
+    at = f"{WRITE_ROLE}[(i * {tiles}u + tile) * {width}u"
+    lines = [
+        "__syncthreads();  // the tile's stores, visible to the whole block",
         "__shared__ float og_ss_scratch[32];",
-        f"#pragma unroll\nfor (int i = 0; i < {m}; ++i) {{",
-        "  const float s = og_block_reduce(og_ss[i], og_ss_scratch, OgSum(), 0.0f);",
-        f"  if (threadIdx.x == 0) {WRITE_ROLE}[i * {tiles}u + tile] = s;",
+        f"for (unsigned int i = 0; i < {m}u; ++i) {{",
+        "  float acc = 0.0f;",
+    ]
+    if op == "rms_norm":
+        return lines + [*tile_sum("v * v"), f"  if (threadIdx.x == 0) {at}] = acc;", "}"]
+    first = load(dtype, f"out[i * {n}u + tile * {tile_cols}u]")
+    return lines + [
+        f"  const float og_kt = {first};",
+        *tile_sum("(v - og_kt)"),
+        f"  const float og_nt = (float)min({tile_cols}u, {n}u - tile * {tile_cols}u);",
+        "  const float og_st = acc, og_mt = acc / og_nt;",
+        "  acc = 0.0f;",
+        *tile_sum("((v - og_kt) - og_mt) * ((v - og_kt) - og_mt)"),
+        "  if (threadIdx.x == 0) {",
+        f"    {at}] = og_nt; {at} + 1u] = og_kt; {at} + 2u] = og_st; {at} + 3u] = acc;",
+        "  }",
         "}",
     ]
 
 
 def handed_statistics(norm: Node, k: int, m: int, partials: int) -> list[str]:
     """Statements computing `og_k`, `og_mu`, `og_r` (as `cuda_row_prologue._norm_statistics`
-    names them) of an rms_norm from the producer's partials, added in tile order."""
-    assert norm.op in HANDED_NORMS, norm.op
+    names them) of `norm` from the producer's partials, combined in tile order."""
     eps = f32_literal(float_attr(attrs_with_defaults(norm), "eps"))
-    return [
-        f"float og_k[{m}], og_mu[{m}], og_r[{m}];",
-        f"for (int i = 0; i < {m}; ++i) {{",
+    width = WIDTH[norm.op]
+    at = f"{READ_ROLE}[(i * {partials}u + t) * {width}u"
+    each = f"  #pragma unroll\n  for (unsigned int t = 0; t < {partials}u; ++t)"
+    lines = [f"float og_k[{m}], og_mu[{m}], og_r[{m}];", f"for (int i = 0; i < {m}; ++i) {{"]
+    if norm.op == "rms_norm":  # every load in flight at once (unrolled), added in tile order
+        return lines + [
+            "  float ss = 0.0f;",
+            f"{each} ss += {at}];",
+            "  og_k[i] = 0.0f;",
+            "  og_mu[i] = 0.0f;",
+            f"  og_r[i] = sqrtf(ss / (float){k} + {eps});",
+            "}",
+        ]
+    mean = f"(({at} + 1u] - k0) + {at} + 2u] / {at}])"  # the tile's mean less k0
+    return lines + [
+        f"  const float k0 = {READ_ROLE}[i * {partials * width}u + 1u];",
+        "  float s = 0.0f;",
+        f"{each} s += {at}] * {mean};",
+        f"  const float mu = s / (float){k};",
         "  float ss = 0.0f;",
-        # every load in flight at once (a constant trip count), added in tile order
-        f"  #pragma unroll\n  for (unsigned int t = 0; t < {partials}u; ++t)",
-        f"    ss += {READ_ROLE}[i * {partials}u + t];",
-        "  og_k[i] = 0.0f;",
-        "  og_mu[i] = 0.0f;",
+        f"{each} {{ const float d = {mean} - mu; ss += {at} + 3u] + {at}] * d * d; }}",
+        "  og_k[i] = k0;",
+        "  og_mu[i] = mu;",
         f"  og_r[i] = sqrtf(ss / (float){k} + {eps});",
         "}",
-    ]
-
-
-def store_value(dtype: str, expr: str) -> list[str]:
-    """Statements storing `expr` (storage type) at `out[oi]` and adding its square to `og_ss`."""
-    return [
-        f"const {STORAGE[dtype]} og_st = {expr};",
-        "out[oi] = og_st;",
-        stored_square(dtype, "og_st"),
     ]

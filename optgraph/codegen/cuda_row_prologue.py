@@ -11,11 +11,11 @@ block's slice of the row once into shared memory, in the row's dtype, when it fi
         og_xs[kk - k0] = round_f16(h[kk] / r * g[kk])   for the block's rows k0 <= kk < k1
         product loop: xv = og_xs[kk - k0]
 
-With `NORM_STATS` and a row produced by a one-row product, the rms_norm's statistics come from
-that product instead (`cuda_norm_stats`: P per-tile partial sums of squares it stored, added in
-tile order), decided at lowering (`norm_stats`):
+With `NORM_STATS` and a row produced by a one-row product, the norm's statistics come from that
+product instead (`cuda_norm_stats`: P per-tile partials it stored, combined in tile order),
+decided at lowering (`norm_stats`):
 
-    ->  r = sqrtf((stats[0] + ... + stats[P-1]) / K + eps)   (no pass over the row)
+    ->  r = sqrtf((stats[0] + ... + stats[P-1]) / K + eps)   (rms_norm; no pass over the row)
         og_xs[kk - k0] = round_f16(h[kk] / r * g[kk])        as above
 
 Complexity: linear in the prologue's nodes; the kernel does K work per block for a norm's
@@ -63,8 +63,8 @@ def row_prologue(
         ->  ss = sum over the row of x²  (block reduction);  r = sqrtf(ss / K + eps)
             xv(i, kk) = round_f16(x[i, kk] / r * w[kk])
 
-    `partials` > 0: the norm (an rms_norm of a parameter row) takes its statistics from that many
-    partial sums of squares a row, parameter `stats_in` (`cuda_norm_stats.handed_statistics`).
+    `partials` > 0: the norm (of a parameter row) takes its statistics from that many tiles'
+    partials a row, parameter `stats_in` (`cuda_norm_stats.handed_statistics`).
     """
     k = row_type.shape[-1]
     index = {p: j for j, p in enumerate(params)}

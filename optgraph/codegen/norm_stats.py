@@ -3,17 +3,19 @@
 Decided once at lowering (`cuda_plan.lower_cuda`), with `cuda_row_prologue.NORM_STATS` on. A value
 h qualifies when its producing node lowers to one one-row product kernel storing h as it is
 (`cuda_fused.gemv_region` / `gemv_matmul`, no rope or cache fold), on the GPU, and at least one
-reader is a fused one-row product whose prologue rms_norm takes h (or a view of all of it, at
-offset 0, with the same row length) as a parameter. The producer then stores P per-tile partial
-sums of squares (P: its tiles) and each such reader adds them up instead of reducing the row:
+reader is a fused one-row product whose prologue norm (rms_norm, layer_norm) takes h (or a view of
+all of it, at offset 0, with the same row length) as a parameter. The producer then stores P
+per-tile partials (P: its tiles) for that norm, and each such reader combines them instead of
+reducing the row (readers of h whose norm is of the other kind, in a graph that has both, keep
+their reduction: the partials are stored for the first reader's kind):
 
     %h = fused(%a, %wo, %r) { matmul, add }            -> KernelStep(h): writes h, stats(h)
     %u = fused(%h, %g, %wu) { rms_norm(%p0, %p1), matmul } -> KernelStep(u): reads h, stats(h)
 
 Everything else keeps the per-block statistics: a norm of the embedding row (get_rows), of a
-cuBLAS product's result, of a row computed by elementwise prologue nodes, layer_norm.
+cuBLAS product's result, of a row computed by elementwise prologue nodes.
 
-Storage: one region per value, never shared (m × P floats), placed like `scratch_space` places
+Storage: one region per value, never shared (m × P × `WIDTH[norm]` floats), placed like `scratch_space` places
 scratch: past the planned arena (256-byte aligned), or, on an unplanned graph, a `value` buffer
 of its own (key `<h>#norm_stats`); the runtime allocates both before any capture. The producer's
 step lists the region among its `writes`, each reader's among its `reads`, so `merge_launches`
@@ -33,6 +35,7 @@ from optgraph.codegen.cuda_norm_stats import (
     HANDED_NORMS,
     NO_ROW_STATS,
     READ_ROLE,
+    WIDTH,
     WRITE_ROLE,
     RowStats,
 )
@@ -44,10 +47,12 @@ from optgraph.ir.layout import alias_roots
 
 @dataclass(frozen=True)
 class NormStats:
-    """The handed statistics of a lowering: `regions` {h: where its partials live}, `partials`
-    {h: P}, `rows` {h: m}, `readers` {reader node: the h whose partials it reads}."""
+    """The handed statistics of a lowering: `regions` {h: where its partials live}, `norms`
+    {h: the norm they are for}, `partials` {h: P}, `rows` {h: m}, `readers` {reader node: the h
+    whose partials it reads}."""
 
     regions: dict[str, Location] = field(default_factory=dict)
+    norms: dict[str, str] = field(default_factory=dict)
     partials: dict[str, int] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
     readers: dict[str, str] = field(default_factory=dict)
@@ -57,7 +62,7 @@ class NormStats:
         h = self.readers.get(node)
         if node not in self.regions and h is None:
             return NO_ROW_STATS
-        return RowStats(node in self.regions, self.partials[h] if h is not None else 0)
+        return RowStats(self.norms.get(node, ""), self.partials[h] if h is not None else 0)
 
     def roles(self, node: str) -> dict[str, Location]:
         """The kernel roles of `node`'s partials: `stats_out` (its own), `stats_in` (read)."""
@@ -72,7 +77,7 @@ class NormStats:
         return Extent(loc.space, loc.key, loc.offset, self.nbytes(h))
 
     def nbytes(self, h: str) -> int:
-        return 4 * self.rows[h] * self.partials[h]
+        return 4 * self.rows[h] * self.partials[h] * WIDTH[self.norms[h]]
 
     def reads(self, node: str) -> tuple[Extent, ...]:
         h = self.readers.get(node)
@@ -84,10 +89,10 @@ class NormStats:
 
 def handed_row(
     node: Node, types: Mapping[str, TensorType], roots: Mapping[str, tuple[str, int]]
-) -> str | None:
-    """The value whose statistics `node` could take from its producer: `node` is a fused
-    one-row product whose prologue rms_norm reads a parameter bound to that value (or to a view
-    of all of it at offset 0 with the same row length); else None."""
+) -> tuple[str, str] | None:
+    """(value, norm op) when `node` could take that value's statistics from its producer: a
+    fused one-row product whose prologue norm reads a parameter bound to the value (or to a
+    view of all of it at offset 0 with the same row length); else None."""
     if node.op != "fused" or node.body is None or node.ann.backend == "cpu":
         return None
     body = node.body
@@ -107,16 +112,16 @@ def handed_row(
     same = types[root].numel == types[value].numel
     if offset or not same or types[root].shape[-1] != types[value].shape[-1]:
         return None
-    return root
+    return root, norms[0].op
 
 
-def _producer_tiles(node: Node, types: Mapping[str, TensorType]) -> int | None:
+def _producer_tiles(node: Node, types: Mapping[str, TensorType], norm: str) -> int | None:
     """P, the tiles of `node`'s one-row product kernel when it stores its result unfolded with
-    partials; None when `node` lowers to anything else."""
+    partials for `norm`; None when `node` lowers to anything else."""
     if node.ann.backend == "cpu" or node.type is None or node.is_event:
         return None
     operand_types = [types[o] for o in node.operands]
-    writes = RowStats(write=True)
+    writes = RowStats(write=norm)
     if node.op == "fused":
         launches = cuda_fused.gemv_region(node, operand_types, stats=writes)
     elif node.op == "matmul":
@@ -142,10 +147,11 @@ def place_norm_stats(
     by_name = {n.name: n for n in graph.nodes if not n.is_event}
     roots = alias_roots(graph)
     wanted: dict[str, list[str]] = defaultdict(list)
+    kinds: dict[str, str] = {}
     for node in graph.nodes:
-        h = handed_row(node, types, roots) if not node.is_event else None
-        if h is not None:
-            wanted[h].append(node.name)
+        found = handed_row(node, types, roots) if not node.is_event else None
+        if found is not None and kinds.setdefault(found[0], found[1]) == found[1]:
+            wanted[found[0]].append(node.name)
     stats = NormStats()
     planned = any(n.ann.offset is not None for n in graph.nodes)
     cursor = align(arena)
@@ -153,11 +159,11 @@ def place_norm_stats(
         producer = by_name.get(h)
         if producer is None or h in roots or locations[h].space not in ("arena", "value"):
             continue
-        tiles = _producer_tiles(producer, types)
+        tiles = _producer_tiles(producer, types, kinds[h])
         if tiles is None:
             continue
-        rows = types[h].numel // types[h].shape[-1]
-        stats.partials[h], stats.rows[h] = tiles, rows
+        stats.norms[h], stats.partials[h] = kinds[h], tiles
+        stats.rows[h] = types[h].numel // types[h].shape[-1]
         stats.readers.update((r, h) for r in readers)
         if planned:
             stats.regions[h] = Location("arena", "", cursor)

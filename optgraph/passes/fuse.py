@@ -33,7 +33,7 @@ so each product computes the norm as it reads its row instead of a separate kern
 
 (only for rows of at most `prologue-max-k` elements, default 2048: measured, row prologues made
 a small launch-bound decode faster and a wide one slower, where every block of a product
-recomputes the row's statistics; see docs/benchmarks.md; an rms_norm of a row that a one-row
+recomputes the row's statistics; see docs/benchmarks.md; a norm of a row that a one-row
 product stores, `h = add(r, x @ w)`, may be longer, up to `stats-prologue-max-k`, default 0: the
 same as `prologue-max-k`, since lowering can hand that product's statistics to the readers,
 `codegen/norm_stats.py`, when `cuda_row_prologue.NORM_STATS` is on), and SwiGLU's `mul(silu(x @ wg), x @ wu)`,

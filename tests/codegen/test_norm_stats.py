@@ -2,7 +2,7 @@
 cuda_norm_stats.py): which steps write and read the partials, which norms keep their per-block
 reduction, and in the CPU emulator decode steps shaped like the realistic one (f16, f32; single-pass
 and split-K producers; planned and unplanned storage) against the reference, the same bits on
-every run."""
+every run; layer_norm of a row far from zero as precise as the readers' own reduction."""
 
 from __future__ import annotations
 
@@ -143,3 +143,53 @@ def test_unplanned_graph_keeps_the_partials_in_value_buffers(handed: None) -> No
     keys = [k for k in plan.value_bytes if k.endswith("#norm_stats")]
     assert keys == ["l0.h_attn#norm_stats", "l0.out#norm_stats"]
     _same_as_reference_every_run(graph)
+
+
+LN_DECODE = """graph ln_decode {{
+  input %x : f32[1,{k}]
+  input %r : f32[1,1024]
+  weight %wo : f32[{k},1024]
+  weight %g : f32[1024]
+  weight %b : f32[1024]
+  weight %wq : f32[1024,64]
+  weight %wk : f32[1024,64]
+  weight %g2 : f32[1024]
+  weight %wu : f32[1024,128]
+  %o = matmul(%x, %wo) : f32[1,1024]
+  %h = add(%r, %o) : f32[1,1024]
+  %ln = layer_norm(%h, %g, %b) : f32[1,1024]
+  %q = matmul(%ln, %wq) : f32[1,64]
+  %k = matmul(%ln, %wk) : f32[1,64]
+  %rn = rms_norm(%h, %g2) : f32[1,1024]
+  %u = matmul(%rn, %wu) : f32[1,128]
+  output %q, %k, %u
+}}
+"""
+
+
+@NEEDS_GXX
+@pytest.mark.parametrize("k", [512, 4096])
+def test_layer_norm_of_a_row_far_from_zero(monkeypatch: pytest.MonkeyPatch, k: int) -> None:
+    """layer_norm's partials (count, sum, squares about the tile's mean) keep a row of 1000 ± 1
+    as precise as the readers' own shifted reduction (a naive Σx²/K − mean² would lose about
+    5e-2 of its variance in float32); single-pass (K = 512) and split-K (K = 4096) producers.
+    The rms_norm reader of the same row, of the other kind, keeps its block reduction."""
+    graph = run_pipeline(og.parse(LN_DECODE.format(k=k)), "fuse,analyze-lifetimes,plan-memory")
+    rng = np.random.default_rng(k)
+    inputs = {
+        "x": rng.standard_normal((1, k)).astype(np.float32),
+        "r": (1000.0 + rng.uniform(-1.0, 1.0, (1, 1024))).astype(np.float32),
+    }
+    weights = random_weights(graph, 0)
+    reduced = cuda_emulator.run_plan(lower_cuda(graph), inputs, weights, graph)
+    monkeypatch.setattr(cuda_row_prologue, "NORM_STATS", True)
+    plan = lower_cuda(graph)
+    assert (_step(plan, "h").grid[1] > 1) == (k == 4096)
+    for name in ("q", "k"):
+        assert "stats_in[" in plan.kernels[_step(plan, name).kernel].source
+    assert "og_row_scratch" in plan.kernels[_step(plan, "u").kernel].source
+    got = cuda_emulator.run_plan(plan, inputs, weights, graph)
+    for name in ("q", "k"):
+        error = float(np.abs(got[name] - reduced[name]).max() / np.abs(reduced[name]).max())
+        assert error < 1e-5, (name, error)
+    assert np.array_equal(got["u"], reduced["u"])
