@@ -10,6 +10,10 @@ program called as a bound step (`program.bind(inputs, out)`). Variants (codegen 
 set while the program is lowered, captured and first run):
 
 - `all-on`: the defaults;
+- `norm-stats-16k`: the defaults with `cuda_row_prologue.NORM_STATS = True` and
+  `fuse{stats-prologue-max-k=16384}`: every norm of a row a one-row product stores (all but
+  layer 0's attention norm) inside the products reading it, its statistics handed from that
+  product (`codegen/norm_stats.py`) instead of reduced by every block of each reader;
 - `no-qkv-fold`: `qkv_folds.FOLD_QKV = False` (rope(q), rope(k) and the cache writes not in
   the q/k/v products' store: six launches a layer instead of five);
 - `no-rope-kv`: that and `rope_cache_writes.ROPE_CACHE_WRITES = False` (a key's rope and its
@@ -19,14 +23,7 @@ set while the program is lowered, captured and first run):
 - `all-on-pk16k`: the defaults with `fuse{prologue-max-k=16384}`: the realistic step's norms
   (4096 rows) recomputed in each product reading them, whose first weight loads now overlap
   that work, and SwiGLU's mul (14336) in the down product, so gate and up merge: five launches
-  a layer instead of eight (the launch-bound step's program is the same as `all-on`'s);
-- `norm-stats-16k`: the defaults with `cuda_row_prologue.NORM_STATS = True` and
-  `fuse{stats-prologue-max-k=16384}`: every norm of a row a one-row product stores (all but
-  layer 0's attention norm) inside the products reading it, its statistics handed from that
-  product (`codegen/norm_stats.py`) instead of reduced by every block of each reader;
-- `norm-stats-pk16k`: `all-on-pk16k` with the statistics handed on (`NORM_STATS = True`): the
-  norms and SwiGLU's mul inside the products, five launches a layer, and no reader of a norm
-  reduces its row except layer 0's q/k/v (the embedding row).
+  a layer instead of eight (the launch-bound step's program is the same as `all-on`'s).
 
 Columns: kernel launches a step (the bound plan's kernel steps); `step µs`: median of `--iters`
 steps each timed alone with CUDA events; `loop µs`: `--loop` steps issued back to back then one
@@ -52,10 +49,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
 
 SETTINGS = {
+    "stats": ("cuda_row_prologue", "NORM_STATS"),
     "qkv": ("qkv_folds", "FOLD_QKV"),
     "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
     "early": ("cuda_fused", "EARLY_WEIGHTS"),
-    "stats": ("cuda_row_prologue", "NORM_STATS"),
 }
 VARIANTS: dict[str, dict[str, bool]] = {
     "all-on": {},
@@ -65,12 +62,10 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "no-early-w": {"early": False},
     "none": {"qkv": False, "rope": False, "early": False},
     "norm-stats-16k": {"stats": True},
-    "norm-stats-pk16k": {"stats": True},
 }
 PIPELINES = {  # (text, replaced by)
-    "all-on-pk16k": ("fuse,", "fuse{prologue-max-k=16384},"),
     "norm-stats-16k": ("fuse,", "fuse{stats-prologue-max-k=16384},"),
-    "norm-stats-pk16k": ("fuse,", "fuse{prologue-max-k=16384},"),
+    "all-on-pk16k": ("fuse,", "fuse{prologue-max-k=16384},"),
 }
 
 

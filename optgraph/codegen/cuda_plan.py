@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import TypeVar
 
 from optgraph.analysis.prefetch_copies import synchronous_prefetch
 from optgraph.analysis.segments import (
@@ -70,6 +71,7 @@ from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
 
 WEIGHT_ALIGNMENT = 256
+AnyStep = TypeVar("AnyStep", bound=Step)
 
 __all__ = [
     "HOST_SPACES",
@@ -194,7 +196,7 @@ def _step_for(
     )
 
 
-def _with_stats(step: Step, stats: NormStats) -> Step:
+def _with_stats(step: AnyStep, stats: NormStats) -> AnyStep:
     """`step` reading and writing its node's norm-statistics regions as well (`norm_stats`)."""
     if not isinstance(step, KernelStep) or step.reads is None or step.writes is None:
         return step
@@ -260,6 +262,7 @@ def lower_cuda(
         if node.name in folded or node.name in folds:
             if node.name in folds:
                 step, kernel = fold_step(folds[node.name], locations, types, stats)
+                step = _with_stats(step, stats)
             else:
                 step, kernel = rope_cache_step(node, folded[node.name], locations, types)
             kernels[kernel.name] = kernel

@@ -235,9 +235,10 @@ def fold_step(
     types: Mapping[str, TensorType],
     stats: NormStats | None = None,
 ) -> tuple[KernelStep, Kernel]:
-    """The product's launch: it reads its operands and the positions (and its row's handed norm
-    statistics, `stats`), and writes its own bytes (q: the rotated value) or the cache (k, v:
-    the write's result, the input's bytes)."""
+    """The product's launch: it reads its operands and the positions, and writes its own bytes
+    (q: the rotated value) or the cache (k, v: the write's result, the input's bytes). Its
+    kernel takes its row's handed norm statistics (`stats`) where it reads them; the caller
+    adds their extent to the step's reads (`cuda_plan`)."""
     stats = stats or NormStats()
     product, rope, write = fold.product, fold.rope, fold.write
     extra = [rope.operands[1]] if rope is not None else []
@@ -248,7 +249,7 @@ def fold_step(
     roles.update((f"in{k}", locations[v]) for k, v in enumerate(values))
     roles.update(stats.roles(product.name))
     args = tuple(roles[r] for r in fold.launch.args)
-    reads = tuple(_extent(locations[v], types[v]) for v in values) + stats.reads(product.name)
+    reads = tuple(_extent(locations[v], types[v]) for v in values)
     writes = (_extent(locations[target], types[target]),)
     launch = fold.launch
     step = KernelStep(

@@ -99,8 +99,8 @@ class _State:
     starts: list[int] = field(default_factory=list)  # owners' starts, sorted
     max_size: int = 0
     row_prologues: bool = True
-    prologue_max_k: int = 2048
     stats_prologue_max_k: int = 2048
+    prologue_max_k: int = 2048
     overlaps: dict[str, list[int]] = field(default_factory=dict)
 
 
@@ -321,8 +321,8 @@ class FusePass(Pass):
     summary = "group producer-consumer chains into fused regions (one kernel each)"
     max_ops: int = 64
     row_prologues: bool = True
-    prologue_max_k: int = 2048
     stats_prologue_max_k: int = 0  # 0: prologue-max-k
+    prologue_max_k: int = 2048
 
     def __post_init__(self) -> None:
         if self.max_ops < 1:
@@ -354,8 +354,8 @@ class FusePass(Pass):
             hb=happens_before(graph) if planned else None,
             ranges=_arena_ranges(graph, types) if planned else {},
             row_prologues=self.row_prologues,
-            prologue_max_k=self.prologue_max_k,
             stats_prologue_max_k=self.stats_limit,
+            prologue_max_k=self.prologue_max_k,
         )
         if planned:
             _index_arena(state)

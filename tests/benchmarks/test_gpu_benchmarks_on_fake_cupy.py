@@ -192,5 +192,4 @@ def test_decode_launch_settings_table(
         "no-early-w": 12,
         "none": 16,
         "norm-stats-16k": 2 + 5 * 2,  # the norms' statistics handed on: no launch fewer
-        "norm-stats-pk16k": 2 + 5 * 2,
     }
