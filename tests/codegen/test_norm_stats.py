@@ -193,3 +193,29 @@ def test_layer_norm_of_a_row_far_from_zero(monkeypatch: pytest.MonkeyPatch, k: i
         error = float(np.abs(got[name] - reduced[name]).max() / np.abs(reduced[name]).max())
         assert error < 1e-5, (name, error)
     assert np.array_equal(got["u"], reduced["u"])
+
+
+VIEW_READER = """graph view_reader {
+  input %x : f16[1,512]
+  input %r : f16[1,512]
+  weight %wo : f16[512,512]
+  weight %g : f16[512]
+  weight %wq : f16[512,128]
+  %o = matmul(%x, %wo) : f16[1,512]
+  %h = add(%r, %o) : f16[1,512]
+  %hv = reshape(%h) {shape = [1, 1, 512]} : f16[1,1,512]
+  %n = rms_norm(%hv, %g) : f16[1,1,512]
+  %q = matmul(%n, %wq) : f16[1,1,128]
+  output %q
+}
+"""
+
+
+@NEEDS_GXX
+def test_a_norm_of_a_view_of_the_row_takes_the_partials(handed: None) -> None:
+    graph = run_pipeline(og.parse(VIEW_READER), "fuse,analyze-lifetimes,plan-memory")
+    plan = lower_cuda(graph)
+    (mine,) = _stats_extents(plan)
+    step = _step(plan, "q")
+    assert step.reads is not None and mine in step.reads
+    _same_as_reference_every_run(graph)
