@@ -78,9 +78,9 @@ def store_partials(op: str, dtype: str, m: int, n: int, tiles: int, tile_cols: i
         return [
             f"  for (unsigned int c = threadIdx.x; c < {tile_cols}u; c += {THREADS}u) {{",
             f"    const unsigned int col = tile * {tile_cols}u + c;",
-            f"    if (col < {n}u) {{ const float v = {value}; acc += {term}; }}",
+            f"    if (col < {n}u) {{ const float v = {value}; og_acc += {term}; }}",
             "  }",
-            "  acc = og_block_reduce(acc, og_ss_scratch, OgSum(), 0.0f);",
+            "  og_acc = og_block_reduce(og_acc, og_ss_scratch, OgSum(), 0.0f);",
         ]
 
     at = f"{WRITE_ROLE}[(i * {tiles}u + tile) * {width}u"
@@ -88,20 +88,20 @@ def store_partials(op: str, dtype: str, m: int, n: int, tiles: int, tile_cols: i
         "__syncthreads();  // the tile's stores, visible to the whole block",
         "__shared__ float og_ss_scratch[32];",
         f"for (unsigned int i = 0; i < {m}u; ++i) {{",
-        "  float acc = 0.0f;",
+        "  float og_acc = 0.0f;",
     ]
     if op == "rms_norm":
-        return lines + [*tile_sum("v * v"), f"  if (threadIdx.x == 0) {at}] = acc;", "}"]
+        return lines + [*tile_sum("v * v"), f"  if (threadIdx.x == 0) {at}] = og_acc;", "}"]
     first = load(dtype, f"out[i * {n}u + tile * {tile_cols}u]")
     return lines + [
         f"  const float og_kt = {first};",
         *tile_sum("(v - og_kt)"),
         f"  const float og_nt = (float)min({tile_cols}u, {n}u - tile * {tile_cols}u);",
-        "  const float og_st = acc, og_mt = acc / og_nt;",
-        "  acc = 0.0f;",
+        "  const float og_st = og_acc, og_mt = og_acc / og_nt;",
+        "  og_acc = 0.0f;",
         *tile_sum("((v - og_kt) - og_mt) * ((v - og_kt) - og_mt)"),
         "  if (threadIdx.x == 0) {",
-        f"    {at}] = og_nt; {at} + 1u] = og_kt; {at} + 2u] = og_st; {at} + 3u] = acc;",
+        f"    {at}] = og_nt; {at} + 1u] = og_kt; {at} + 2u] = og_st; {at} + 3u] = og_acc;",
         "  }",
         "}",
     ]
