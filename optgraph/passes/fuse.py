@@ -36,8 +36,9 @@ a small launch-bound decode faster and a wide one slower, where every block of a
 recomputes the row's statistics; see docs/benchmarks.md; a norm of a row that a one-row
 product stores, `h = add(r, x @ w)`, may be longer, up to `stats-prologue-max-k`, default 0: the
 same as `prologue-max-k`, since lowering can hand that product's statistics to the readers,
-`codegen/norm_stats.py`, when `cuda_row_prologue.NORM_STATS` is on), and SwiGLU's `mul(silu(x @ wg), x @ wu)`,
-read only as the row of a one-row product, becomes that product's prologue instead of the gate
+`codegen/norm_stats.py`, when `cuda_row_prologue.NORM_STATS` is on), and SwiGLU's
+`mul(silu(x @ wg), x @ wu)`, read only as the row of a one-row product, becomes that product's
+prologue instead of the gate
 product's epilogue (`_joins_row_products`), so the gate and up products stay independent (their
 launches merge into one).
 
