@@ -10,6 +10,10 @@ program called as a bound step (`program.bind(inputs, out)`). Variants (codegen 
 set while the program is lowered, captured and first run):
 
 - `all-on`: the defaults;
+- `norm-stats-16k`: the defaults with `cuda_row_prologue.NORM_STATS = True` and
+  `fuse{stats-prologue-max-k=16384}`: every norm of a row a one-row product stores (all but
+  layer 0's attention norm) inside the products reading it, its statistics handed from that
+  product (`codegen/norm_stats.py`) instead of reduced by every block of each reader;
 - `no-qkv-fold`: `qkv_folds.FOLD_QKV = False` (rope(q), rope(k) and the cache writes not in
   the q/k/v products' store: six launches a layer instead of five);
 - `no-rope-kv`: that and `rope_cache_writes.ROPE_CACHE_WRITES = False` (a key's rope and its
@@ -52,6 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
 
 SETTINGS = {
+    "stats": ("cuda_row_prologue", "NORM_STATS"),
     "qkv": ("qkv_folds", "FOLD_QKV"),
     "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
     "early": ("cuda_fused", "EARLY_WEIGHTS"),
@@ -71,8 +76,10 @@ VARIANTS: dict[str, dict[str, bool | int]] = {
     "attn-b528": {"attn-blocks": 528},
     "attn-s8-b528": {"attn-slots": 8, "attn-blocks": 528},
     "none": {"qkv": False, "rope": False, "early": False},
+    "norm-stats-16k": {"stats": True},
 }
 PIPELINES = {  # (text, replaced by)
+    "norm-stats-16k": ("fuse,", "fuse{stats-prologue-max-k=16384},"),
     "all-on-pk16k": ("fuse,", "fuse{prologue-max-k=16384},"),
     "all-on-ew16k": ("fuse,", "fuse{elementwise-prologue-max-k=16384},"),
 }

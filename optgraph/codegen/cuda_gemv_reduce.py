@@ -45,11 +45,15 @@ def reduce_lanes(g: Geometry) -> list[str]:
     ]
 
 
-def store_sums(g: Geometry, salt: str, epi: Sequence[str]) -> tuple[list[str], str]:
+def store_sums(
+    g: Geometry, salt: str, epi: Sequence[str], after: Sequence[str] = ()
+) -> tuple[list[str], str]:
     """(statements, file-scope declarations): the block sums of each (row, column) of the tile,
     then `epi` (the epilogue and store). With S splits of K, each block first writes its sums to
     the kernel's workspace; the block that arrives last at the tile adds the S partials in split
-    order, runs `epi` and resets the tile's counter for the next launch."""
+    order, runs `epi` and resets the tile's counter for the next launch. `after`: statements
+    every thread of the storing block runs once the tile is stored (the norm statistics'
+    partial, `cuda_norm_stats`)."""
     m, n, tile_cols = g.m, g.n, g.tile_cols
     reduce_block = [
         "float val = 0.0f;",
@@ -70,7 +74,8 @@ def store_sums(g: Geometry, salt: str, epi: Sequence[str]) -> tuple[list[str], s
                 "float pval = 0.0f;",
                 f"#pragma unroll\nfor (int w = 0; w < {g.warps}; ++w) pval += og_red[w][i][{pc}];",
             ]
-        return [loop, *("  " + s for s in reduce_block), *("  " + s for s in epi), "}"], ""
+        stores = [loop, *("  " + s for s in reduce_block), *("  " + s for s in epi), "}"]
+        return [*stores, *after], ""
     digest = hashlib.sha1(f"{salt}|{m},{g.k},{n},{g.dtype}".encode()).hexdigest()[:12]
     ws, cnt = f"og_ws_{digest}", f"og_cnt_{digest}"
     decl = (
@@ -95,6 +100,7 @@ def store_sums(g: Geometry, salt: str, epi: Sequence[str]) -> tuple[list[str], s
         *(_partner_sum(g, ws) if rope else []),
         *("  " + s for s in epi),
         "}",
+        *after,
         f"if (threadIdx.x == 0) {cnt}[tile] = 0u;",
     ]
     return lines, decl

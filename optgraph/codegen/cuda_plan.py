@@ -31,6 +31,8 @@ Complexity: O(V) plus the kernel text.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
+from typing import TypeVar
 
 from optgraph.analysis.prefetch_copies import synchronous_prefetch
 from optgraph.analysis.segments import (
@@ -62,6 +64,7 @@ from optgraph.codegen.in_place_outputs import check_in_place, in_place_candidate
 from optgraph.codegen.lowered import LoweredProgram, LoweredVariant
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.codegen.merge_launches import merge_kernel_steps
+from optgraph.codegen.norm_stats import NormStats, place_norm_stats
 from optgraph.codegen.qkv_folds import fold_step, place_folds
 from optgraph.codegen.rope_cache_writes import rope_cache_step, rope_cache_writes
 from optgraph.codegen.scratch_space import place_scratch
@@ -69,6 +72,7 @@ from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
 
 WEIGHT_ALIGNMENT = 256
+AnyStep = TypeVar("AnyStep", bound=Step)
 
 __all__ = [
     "HOST_SPACES",
@@ -191,6 +195,16 @@ def _step_for(
     )
 
 
+def _with_stats(step: AnyStep, stats: NormStats) -> AnyStep:
+    """`step` reading and writing its node's norm-statistics regions as well (`norm_stats`)."""
+    if not isinstance(step, KernelStep) or step.reads is None or step.writes is None:
+        return step
+    reads, writes = stats.reads(step.node), stats.writes(step.node)
+    if not reads and not writes:
+        return step
+    return replace(step, reads=step.reads + reads, writes=step.writes + writes)
+
+
 def lower_cuda(
     graph: Graph, merge_launches: bool = True, in_place: Mapping[str, str] | None = None
 ) -> CudaPlan:
@@ -214,7 +228,8 @@ def lower_cuda(
             if root in in_place:
                 locations[name] = locations[root].shifted(offset)
     scratch, arena = place_scratch(graph, arena, value_bytes)
-    folds, absorbed = place_folds(graph, locations, in_place or {})  # q/k/v products' stores
+    stats, arena = place_norm_stats(graph, locations, arena, value_bytes)  # norms' statistics
+    folds, absorbed = place_folds(graph, locations, in_place or {}, stats)  # q/k/v products
     folded = rope_cache_writes(graph, in_place or {})  # a key's rope and its cache write
     folded = {r: w for r, w in folded.items() if r not in absorbed}
     folded_writes = {w.name for w in folded.values()} | absorbed
@@ -246,7 +261,8 @@ def lower_cuda(
             continue  # done by another node's kernel (rope_cache_writes.py, qkv_folds.py)
         if node.name in folded or node.name in folds:
             if node.name in folds:
-                step, kernel = fold_step(folds[node.name], locations, types)
+                step, kernel = fold_step(folds[node.name], locations, types, stats)
+                step = _with_stats(step, stats)
             else:
                 step, kernel = rope_cache_step(node, folded[node.name], locations, types)
             kernels[kernel.name] = kernel
@@ -262,15 +278,22 @@ def lower_cuda(
         roles.update((f"in{k}", locations[o]) for k, o in enumerate(node.operands))
         if node.name in scratch:
             roles["scratch"] = scratch[node.name]
+        roles.update(stats.roles(node.name))
         overwrites = bool(node.operands) and roles["out"] == roles["in0"]
         resident = frozenset(k for k, o in enumerate(node.operands) if o in weight_offsets)
-        work_list = node_code(node, operand_types, in_place=overwrites, resident=resident)
+        work_list = node_code(
+            node,
+            operand_types,
+            in_place=overwrites,
+            resident=resident,
+            stats=stats.kernel_stats(node.name),
+        )
         for work in work_list:
             if isinstance(work, Launch):
                 kernels[work.kernel.name] = work.kernel
             if isinstance(work, DeviceCopy) and roles[work.dst] == roles[work.src]:
                 continue  # a copy onto itself (an in-place plan): nothing to move
-            steps.append(_step_for(node, work, roles, types))
+            steps.append(_with_stats(_step_for(node, work, roles, types), stats))
     origins.extend([len(graph.nodes) - 1] * (len(steps) - len(origins)))
     if merge_launches:
         steps, kernels = merge_kernel_steps(graph, steps, origins, kernels)

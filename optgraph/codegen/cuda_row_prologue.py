@@ -11,8 +11,16 @@ block's slice of the row once into shared memory, in the row's dtype, when it fi
         og_xs[kk - k0] = round_f16(h[kk] / r * g[kk])   for the block's rows k0 <= kk < k1
         product loop: xv = og_xs[kk - k0]
 
+With `NORM_STATS` and a row produced by a one-row product, the norm's statistics come from that
+product instead (`cuda_norm_stats`: P per-tile partials it stored, combined in tile order),
+decided at lowering (`norm_stats`):
+
+    ->  r = sqrtf((stats[0] + ... + stats[P-1]) / K + eps)   (rms_norm; no pass over the row)
+        og_xs[kk - k0] = round_f16(h[kk] / r * g[kk])        as above
+
 Complexity: linear in the prologue's nodes; the kernel does K work per block for a norm's
-statistics (the row is read from L2 by every block) and one element per row of its slice.
+statistics (the row is read from L2 by every block), or P with handed statistics, and one
+element per row of its slice.
 """
 
 from __future__ import annotations
@@ -22,11 +30,17 @@ from dataclasses import dataclass
 
 from optgraph.analysis.fusion_rules import NORM_OPS
 from optgraph.codegen.cuda_gemv_layout import THREADS
+from optgraph.codegen.cuda_norm_stats import HANDED_NORMS, handed_statistics
 from optgraph.codegen.cuda_scalars import emit_scalars, load_params, needed_values, used_values
 from optgraph.codegen.cuda_source import STORAGE, f32_literal, load, store
 from optgraph.ir.attrs import float_attr
 from optgraph.ir.graph import DTYPE_BYTES, Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
+
+# Hand an rms_norm's statistics from the one-row product storing its row to the products whose
+# prologue normalizes it (`norm_stats`); False: every block of a reader reduces the row itself.
+# Off until the GPU A/B of the realistic decode step decides.
+NORM_STATS = False
 
 
 def row_prologue(
@@ -36,6 +50,7 @@ def row_prologue(
     row: str,
     row_type: TensorType,
     m: int,
+    partials: int = 0,
 ) -> tuple[list[str], str]:
     """(statements before the product loop, C expression of row element (i, kk)).
 
@@ -47,6 +62,9 @@ def row_prologue(
         %n = rms_norm(%p0, %p1)  %y = matmul(%n, %p2)
         ->  ss = sum over the row of x²  (block reduction);  r = sqrtf(ss / K + eps)
             xv(i, kk) = round_f16(x[i, kk] / r * w[kk])
+
+    `partials` > 0: the norm (of a parameter row) takes its statistics from that many tiles'
+    partials a row, parameter `stats_in` (`cuda_norm_stats.handed_statistics`).
     """
     k = row_type.shape[-1]
     index = {p: j for j, p in enumerate(params)}
@@ -65,11 +83,13 @@ def row_prologue(
     cone = needed_values(prologue, norm.operands[0])
     before = [n for n in prologue if n.name in cone]
     after = [n for n in prologue if n.name not in cone and n is not norm]
+    handed = partials > 0 and norm.op in HANDED_NORMS and norm.operands[0] in index
+    statistics = handed_statistics(norm, k, m, partials) if handed else _norm_statistics(norm, k, m)
     lines = [
         "auto og_x = [&](unsigned int i, unsigned int j) -> float {",
         *("  " + line for line in reader.element(before, norm.operands[0])),
         "};",
-        *_norm_statistics(norm, k, m),
+        *statistics,
         "auto og_row = [&](unsigned int i, unsigned int j) -> float {",
         *("  " + line for line in _normalized_element(reader, norm, after, row)),
         "};",

@@ -191,4 +191,5 @@ def test_decode_launch_settings_table(
         "no-rope-kv": 2 + 7 * 2,
         "no-early-w": 12,
         "none": 16,
+        "norm-stats-16k": 2 + 5 * 2,  # the norms' statistics handed on: no launch fewer
     }
