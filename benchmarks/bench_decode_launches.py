@@ -14,6 +14,8 @@ set while the program is lowered, captured and first run):
   `fuse{stats-prologue-max-k=16384}`: every norm of a row a one-row product stores (all but
   layer 0's attention norm) inside the products reading it, its statistics handed from that
   product (`codegen/norm_stats.py`) instead of reduced by every block of each reader;
+- `norm-stats-ew16k`: that and `elementwise-prologue-max-k=16384` (SwiGLU's mul in the down
+  product too, gate and up merged);
 - `no-qkv-fold`: `qkv_folds.FOLD_QKV = False` (rope(q), rope(k) and the cache writes not in
   the q/k/v products' store: six launches a layer instead of five);
 - `no-rope-kv`: that and `rope_cache_writes.ROPE_CACHE_WRITES = False` (a key's rope and its
@@ -77,9 +79,14 @@ VARIANTS: dict[str, dict[str, bool | int]] = {
     "attn-s8-b528": {"attn-slots": 8, "attn-blocks": 528},
     "none": {"qkv": False, "rope": False, "early": False},
     "norm-stats-16k": {"stats": True},
+    "norm-stats-ew16k": {"stats": True},
 }
 PIPELINES = {  # (text, replaced by)
     "norm-stats-16k": ("fuse,", "fuse{stats-prologue-max-k=16384},"),
+    "norm-stats-ew16k": (
+        "fuse,",
+        "fuse{stats-prologue-max-k=16384,elementwise-prologue-max-k=16384},",
+    ),
     "all-on-pk16k": ("fuse,", "fuse{prologue-max-k=16384},"),
     "all-on-ew16k": ("fuse,", "fuse{elementwise-prologue-max-k=16384},"),
 }
