@@ -16,6 +16,8 @@ set while the program is lowered, captured and first run):
   product (`codegen/norm_stats.py`) instead of reduced by every block of each reader;
 - `norm-stats-ew16k`: that and `elementwise-prologue-max-k=16384` (SwiGLU's mul in the down
   product too, gate and up merged);
+- `stats-scaled`, `stats-scaled-ew16k`: those two with `cuda_row_prologue.SCALE_IN_EPILOGUE`
+  (the handed rms_norms applied as x·w in the loop and a division of the sums, no staged row);
 - `no-qkv-fold`: `qkv_folds.FOLD_QKV = False` (rope(q), rope(k) and the cache writes not in
   the q/k/v products' store: six launches a layer instead of five);
 - `no-rope-kv`: that and `rope_cache_writes.ROPE_CACHE_WRITES = False` (a key's rope and its
@@ -59,6 +61,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
 
 SETTINGS = {
     "stats": ("cuda_row_prologue", "NORM_STATS"),
+    "scaled": ("cuda_row_prologue", "SCALE_IN_EPILOGUE"),
     "qkv": ("qkv_folds", "FOLD_QKV"),
     "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
     "early": ("cuda_fused", "EARLY_WEIGHTS"),
@@ -80,10 +83,17 @@ VARIANTS: dict[str, dict[str, bool | int]] = {
     "none": {"qkv": False, "rope": False, "early": False},
     "norm-stats-16k": {"stats": True},
     "norm-stats-ew16k": {"stats": True},
+    "stats-scaled": {"stats": True, "scaled": True},
+    "stats-scaled-ew16k": {"stats": True, "scaled": True},
 }
 PIPELINES = {  # (text, replaced by)
     "norm-stats-16k": ("fuse,", "fuse{stats-prologue-max-k=16384},"),
     "norm-stats-ew16k": (
+        "fuse,",
+        "fuse{stats-prologue-max-k=16384,elementwise-prologue-max-k=16384},",
+    ),
+    "stats-scaled": ("fuse,", "fuse{stats-prologue-max-k=16384},"),
+    "stats-scaled-ew16k": (
         "fuse,",
         "fuse{stats-prologue-max-k=16384,elementwise-prologue-max-k=16384},",
     ),

@@ -55,7 +55,7 @@ from optgraph.codegen.cuda_gemv_layout import (
 )
 from optgraph.codegen.cuda_gemv_reduce import reduce_lanes, store_sums
 from optgraph.codegen.cuda_norm_stats import NO_ROW_STATS, RowStats, store_partials
-from optgraph.codegen.cuda_row_prologue import row_prologue, stage_row
+from optgraph.codegen.cuda_row_prologue import row_prologue, scaled_norm_row, stage_row
 from optgraph.codegen.cuda_scalars import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_source import (
     Kernel,
@@ -157,7 +157,7 @@ def gemv_kernel(
     b_role = f"in{index[anchor.operands[1]]}"
     preload = EARLY_WEIGHTS and anchor.operands[1] in resident
     row = (anchor.operands[0], a_type)
-    body = _product(g, params, types, prologue, row, b_role, preload, stats.partials)
+    body, scale = _product(g, params, types, prologue, row, b_role, preload, stats.partials)
     body += reduce_lanes(g)
     if fold is None:
         epi = _epilogue(params, types, epilogue, anchor, result, out_type, n)
@@ -166,7 +166,7 @@ def gemv_kernel(
     after = []
     if stats.write:
         after = store_partials(stats.write, out_type.dtype, m, n, g.tiles, g.tile_cols)
-    stores, decl = store_sums(g, salt, epi, after)
+    stores, decl = store_sums(g, salt, epi, after, scale)
     body += stores
     decls = [out_param(out_type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
     decls += fold.params(len(types)) if fold is not None else []
@@ -189,15 +189,19 @@ def _product(
     b_role: str,
     preload: bool = False,
     partials: int = 0,
-) -> list[str]:
-    """The thread's tile, column and rows of K, its row (a parameter, or computed by the
-    prologue and staged in shared memory when it fits), and `acc[i][v]`: the products of its
-    rows of K. `preload`: the first batch of weight rows is loaded, then the PDL entry runs
-    (the kernel has `self_wait`), then everything that reads what other kernels write.
-    `partials`: see `row_prologue`."""
+) -> tuple[list[str], str]:
+    """(statements, the divisor of row i's sums or ""): the thread's tile, column and rows of K,
+    its row (a parameter, or computed by the prologue and staged in shared memory when it fits,
+    or a `ScaledRow`), and `acc[i][v]`: the products of its rows of K. `preload`: the first
+    batch of weight rows is loaded, then the PDL entry runs (the kernel has `self_wait`), then
+    everything that reads what other kernels write. `partials`: see `row_prologue`."""
     row, row_type = row_of
-    row_setup, row_value = row_prologue(params, types, prologue, row, row_type, g.m, partials)
-    staged = stage_row(row in params, g.dtype, g.m, g.rows)
+    scaled = scaled_norm_row(params, types, prologue, row, row_type, g.m, partials)
+    if scaled is not None:
+        row_setup, row_value, staged = scaled.setup, scaled.value, []
+    else:
+        row_setup, row_value = row_prologue(params, types, prologue, row, row_type, g.m, partials)
+        staged = stage_row(row in params, g.dtype, g.m, g.rows)
     if staged:
         row_value = load(g.dtype, f"og_xs[i * {g.rows}u + (kk - k0)]")
     indexing = [
@@ -228,7 +232,8 @@ def _product(
             )
         ),
         "}",
-    ]
+        *(scaled.finish if scaled is not None else []),
+    ], (scaled.scale if scaled is not None else "")
 
 
 # Prefetch each thread's first batch of weight rows into L2 before the PDL wait. Off: on an H100

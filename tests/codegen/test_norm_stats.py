@@ -219,3 +219,40 @@ def test_a_norm_of_a_view_of_the_row_takes_the_partials(handed: None) -> None:
     step = _step(plan, "q")
     assert step.reads is not None and mine in step.reads
     _same_as_reference_every_run(graph)
+
+
+@pytest.fixture
+def scaled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cuda_row_prologue, "NORM_STATS", True)
+    monkeypatch.setattr(cuda_row_prologue, "SCALE_IN_EPILOGUE", True)
+
+
+def _scaled_readers(plan: CudaPlan) -> list[str]:
+    """The sources of the kernels dividing their sums by a handed r (no staged row)."""
+    sources = [plan.kernels[s.kernel].source for s in plan.steps if isinstance(s, KernelStep)]
+    found = [src for src in sources if "val /= og_r[i];" in src]
+    for src in found:
+        assert "og_sp_scratch" in src and "stats_in[" in src
+    return found
+
+
+@NEEDS_GXX
+@pytest.mark.parametrize("dt", ["f16", "f32"])
+def test_norms_scaled_in_the_epilogue_match_reference(scaled: None, dt: str) -> None:
+    """`SCALE_IN_EPILOGUE`: the products read x·w and divide their sums by r (q/k/v folds with
+    rope divide the partner's sum too); single-pass producers and readers."""
+    graph = _llama(dt, layers=2, hidden=512, ffn=1024)
+    plan = lower_cuda(graph, in_place=in_place_candidates(graph))
+    readers = _scaled_readers(plan)
+    assert len(readers) >= 3 and all("og_xs" not in src for src in readers)
+    assert any("pval /= og_r[i];" in src for src in readers)  # a rope fold's partner
+    _same_as_reference_every_run(graph, in_place_candidates(graph))
+
+
+@NEEDS_GXX
+def test_wide_norms_scaled_in_the_epilogue_with_split_k(scaled: None) -> None:
+    """Hidden 4096: split-K producers and readers; the division comes after the split sums."""
+    graph = _llama("f16", layers=1, hidden=4096, ffn=1024)
+    plan = lower_cuda(graph, in_place=in_place_candidates(graph))
+    assert _scaled_readers(plan)
+    _same_as_reference_every_run(graph, in_place_candidates(graph))
