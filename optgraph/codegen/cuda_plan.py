@@ -39,6 +39,7 @@ from optgraph.analysis.segments import (
     host_values,
     host_weight_layout,
 )
+from optgraph.codegen.argmax_folds import argmax_folds, argmax_step
 from optgraph.codegen.collective_steps import COLLECTIVE_OPS, collective_step, first_device
 from optgraph.codegen.cpu_node_schedule import cpu_schedule
 from optgraph.codegen.cuda_dispatch import node_code
@@ -218,6 +219,8 @@ def lower_cuda(
     folds, absorbed = place_folds(graph, locations, in_place or {})  # q/k/v products' stores
     folded = rope_cache_writes(graph, in_place or {})  # a key's rope and its cache write
     folded = {r: w for r, w in folded.items() if r not in absorbed}
+    argmaxes = argmax_folds(graph, locations, frozenset([*folds, *folded, *absorbed]))
+    absorbed |= {name for fold in argmaxes.values() for name in fold.absorbed}
     folded_writes = {w.name for w in folded.values()} | absorbed
     steps: list[Step] = []
     origins: list[int] = []  # the index in graph.nodes of each step's node
@@ -244,6 +247,11 @@ def lower_cuda(
             continue
         if node.name in folded_writes:
             continue  # done by another node's kernel (rope_cache_writes.py, qkv_folds.py)
+        if node.name in argmaxes:  # an argmax and its cast in fewer kernels (argmax_folds.py)
+            step, kernel = argmax_step(argmaxes[node.name], locations, types)
+            kernels[kernel.name] = kernel
+            steps.append(step)
+            continue
         if node.name in folded or node.name in folds:
             if node.name in folds:
                 step, kernel = fold_step(folds[node.name], locations, types)
