@@ -39,6 +39,7 @@ from optgraph.analysis.segments import (
     host_values,
     host_weight_layout,
 )
+from optgraph.codegen import gathered_rows
 from optgraph.codegen.argmax_folds import argmax_folds, argmax_step
 from optgraph.codegen.collective_steps import COLLECTIVE_OPS, collective_step, first_device
 from optgraph.codegen.cpu_node_schedule import cpu_schedule
@@ -275,6 +276,12 @@ def lower_cuda(
                 continue  # a copy onto itself (an in-place plan): nothing to move
             steps.append(_step_for(node, work, roles, types))
     origins.extend([len(graph.nodes) - 1] * (len(steps) - len(origins)))
+    if (
+        gathered_rows.GATHER_ROWS
+    ):  # a one-row get_rows read by its readers' kernels (gathered_rows.py)
+        steps, origins, kernels = gathered_rows.gather_rows(
+            graph, steps, origins, kernels, locations, in_place or {}
+        )
     if merge_launches:
         steps, kernels = merge_kernel_steps(graph, steps, origins, kernels)
     streams = tuple(sorted({n.stream for n in graph.nodes} | {0}))
