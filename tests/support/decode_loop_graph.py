@@ -12,15 +12,16 @@ import optgraph as og
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from gen_llama import generate_llama
 
+SMALL = {"layers": 1, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 96, "vocab": 64,
+         "cache_len": 16}  # fmt: skip
+# The decode loop benchmark's launch-bound sizes (head_to_head.LLAMA_LAUNCH).
+LAUNCH_BOUND = {"layers": 8, "hidden": 512, "heads": 8, "kv_heads": 2, "ffn": 1376,
+                "vocab": 1024, "cache_len": 128}  # fmt: skip
 
-def loop_step_text(
-    dtype: str = "f32", layers: int = 1, hidden: int = 64, vocab: int = 64, cache_len: int = 16
-) -> str:
-    """The step graph's text (4 heads, 2 of them for keys and values, FFN 96)."""
-    text = generate_llama(
-        layers=layers, hidden=hidden, heads=4, kv_heads=2, ffn=96, vocab=vocab, dtype=dtype,
-        batch=1, seq=1, cache_len=cache_len, mode="decode",
-    )  # fmt: skip
+
+def loop_step_text(dtype: str = "f32", **sizes: int) -> str:
+    """The step graph's text at `SMALL` sizes, those of `sizes` replaced."""
+    text = generate_llama(**{**SMALL, **sizes}, dtype=dtype, batch=1, seq=1, mode="decode")
     lines = text.rstrip().splitlines()
     caches = [c.strip() for c in lines[-2].strip()[len("output ") :].split(",")][1:]
     head = lines[:-2]
@@ -37,5 +38,5 @@ def loop_step_text(
     return "\n".join([*head[:first_input], *extra, *head[first_input:], *body]) + "\n"
 
 
-def loop_step_graph(**sizes: int | str) -> og.Graph:
-    return og.parse(loop_step_text(**sizes))  # type: ignore[arg-type]
+def loop_step_graph(dtype: str = "f32", **sizes: int) -> og.Graph:
+    return og.parse(loop_step_text(dtype, **sizes))
