@@ -140,13 +140,16 @@ def _tied_weights(graph: og.Graph, values: dict, first: int, second: int) -> dic
 @NEEDS_GXX
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
 def test_ties_pick_the_first_index(dtype: str) -> None:
-    graph = loop_step_graph(dtype)
+    graph = loop_step_graph(dtype, vocab=256)
     planned = run_pipeline(graph, DEFAULT_PIPELINE)
+    with settings("product"):
+        (logits,) = [s for s in _launches(_plan(planned, "product")) if s.node == "logits"]
+    assert logits.grid[0] >= 4  # tiles: the maximum is in later ones than the first block's
     values = _step_values(graph, 5)
-    weights = _tied_weights(graph, values, 9, 50)  # columns in different tiles of the product
+    weights = _tied_weights(graph, values, 140, 250)
     for on in (("cast",), ("product",), ("cast", "product")):
         got = _emulated(graph, planned, values, weights, *on)
-        assert int(got["next_token"][0]) == 9, on
+        assert int(got["next_token"][0]) == 140, on
 
 
 @NEEDS_GXX
@@ -201,3 +204,31 @@ def test_a_computed_id_or_an_output_row_keeps_the_gather() -> None:
         graph = _graph_with(text)
         assert "h0" in _issuers(_plan(graph, "gather"))
     assert "h0" not in _issuers(_plan(_graph_with(base), "gather"))
+
+
+SPLIT_K = """graph head {{
+  input %x : f16[1,{k}]
+  weight %w : f16[{k},{n}]
+  %y = matmul(%x, %w) : f16[1,{n}]
+  %i = argmax(%y) {{axis = -1}} : i64[1]
+  %t = cast(%i) {{dtype = "{dt}"}} : {dt}[1]
+  output %t, %y
+}}
+"""
+
+
+@NEEDS_GXX
+@pytest.mark.parametrize(("k", "n", "dt"), [(4096, 64, "i32"), (4096, 512, "i64")])
+def test_the_product_tail_after_split_k(k: int, n: int, dt: str) -> None:
+    graph = og.parse(SPLIT_K.format(k=k, n=n, dt=dt))
+    planned = run_pipeline(graph, DEFAULT_PIPELINE)
+    plan = _plan(planned, "product")
+    (step,) = _launches(plan)
+    assert step.grid[1] > 1  # split K: the tiles' last blocks arrive at the argmax counter
+    values, weights = random_inputs(graph, 1), random_weights(graph, 1)
+    weights["w"][:, n - 40] = weights["w"][:, n - 3] = 4.0  # the maximum, tied, in the last tile
+    values["x"] = np.abs(values["x"])
+    got = cuda_emulator.run_plan(plan, values, weights, planned)
+    _assert_same(got, cuda_emulator.run_plan(_plan(planned), values, weights, planned))
+    ref = run_reference(graph, values, weights)
+    assert int(ref["t"][0]) == int(got["t"][0]) == n - 40
