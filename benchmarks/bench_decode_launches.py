@@ -1,10 +1,12 @@
 """Decode steps with each launch-count and one-row-product setting on and off, in one table.
 
-    python benchmarks/bench_decode_launches.py [--only llama_launch,llama_real] [--iters 200]
-        [--loop 256] [--markdown FILE]
+    python benchmarks/bench_decode_launches.py [--only llama_launch,llama_real,loop_launch]
+        [--iters 200] [--loop 256] [--markdown FILE]
 
 Models: head_to_head's launch-bound decode (LLAMA_LAUNCH: 8 layers, hidden 512, KV 128) and
-realistic one (LLAMA_REAL: hidden 4096, FFN 14336, vocab 32000, KV 1024), f16, on
+realistic one (LLAMA_REAL: hidden 4096, FFN 14336, vocab 32000, KV 1024), and the decode loop's
+step at either size (`loop_launch`, `loop_real`: `bench_decode_loop.loop_step_graph`, the step
+with `next_token = cast(argmax(logits))` and the two position adds), f16, on
 `og-fused-1s`'s pipeline (fusion, one stream), KV caches updated in the caller's arrays, each
 program called as a bound step (`program.bind(inputs, out)`). Variants (codegen module settings,
 set while the program is lowered, captured and first run):
@@ -19,12 +21,20 @@ set while the program is lowered, captured and first run):
 - `all-on-pk16k`: the defaults with `fuse{prologue-max-k=16384}`: the realistic step's norms
   (4096 rows) recomputed in each product reading them, whose first weight loads now overlap
   that work, and SwiGLU's mul (14336) in the down product, so gate and up merge: five launches
-  a layer instead of eight (the launch-bound step's program is the same as `all-on`'s).
+  a layer instead of eight (the launch-bound step's program is the same as `all-on`'s);
+- `argmax-cast`: the defaults and `argmax_folds.ARGMAX_CAST = True` (the argmax kernel stores
+  its cast: the cast's launch goes; loop models only);
+- `argmax-product`: the defaults and `argmax_folds.ARGMAX_IN_PRODUCT = True` (the logits
+  product's last block finds the argmax and stores its cast: two launches fewer, loop models);
+- `gather-rows`: the defaults and `gathered_rows.GATHER_ROWS = True` (the embedding row read
+  from the table by layer 0's kernels: the get_rows launch goes);
+- `tail-all`: the defaults and those three on.
 
 Columns: kernel launches a step (the bound plan's kernel steps); `step µs`: median of `--iters`
 steps each timed alone with CUDA events; `loop µs`: `--loop` steps issued back to back then one
 synchronization, per step, host included (a serving loop that does not read results between
-steps); `max |Δ| logits` against the first variant that ran (`all-on`; 0: the same bits); the
+steps); `max |Δ| logits` against the first variant that ran (`all-on`; 0: the same bits; the
+loop models compare their `next_token`, and their steps all start from the same values); the
 step against its bandwidth floor (head_to_head.floor_bytes ÷ the copy bandwidth measured here).
 The variants run in order, then again in reverse order (`step µs` of both passes shown: their
 spread is the run-to-run noise). Needs CuPy and a GPU.
@@ -48,6 +58,9 @@ SETTINGS = {
     "qkv": ("qkv_folds", "FOLD_QKV"),
     "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
     "early": ("cuda_fused", "EARLY_WEIGHTS"),
+    "argmax_cast": ("argmax_folds", "ARGMAX_CAST"),
+    "argmax_product": ("argmax_folds", "ARGMAX_IN_PRODUCT"),
+    "gather": ("gathered_rows", "GATHER_ROWS"),
 }
 VARIANTS: dict[str, dict[str, bool]] = {
     "all-on": {},
@@ -56,7 +69,12 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "no-rope-kv": {"qkv": False, "rope": False},
     "no-early-w": {"early": False},
     "none": {"qkv": False, "rope": False, "early": False},
+    "argmax-cast": {"argmax_cast": True},
+    "argmax-product": {"argmax_product": True},
+    "gather-rows": {"gather": True},
+    "tail-all": {"argmax_cast": True, "argmax_product": True, "gather": True},
 }
+LOOP_MODELS = {"loop_launch": "launch", "loop_real": "real"}  # bench_decode_loop's sizes
 PIPELINES = {  # (text, replaced by)
     "all-on-pk16k": ("fuse,", "fuse{prologue-max-k=16384},"),
 }
@@ -110,7 +128,24 @@ def build(
         program.stream.synchronize()
     plan = step.bound.variant.plan
     launches = sum(isinstance(s, KernelStep) for s in plan.steps)
-    return step, program.stream, launches, out["logits"]
+    return step, program.stream, launches, out["logits" if "logits" in out else "next_token"]
+
+
+def bench_models(only: str) -> Iterator[Any]:
+    """head_to_head's models named in `only`, then the decode loop's steps named there."""
+    from bench_decode_loop import loop_step_graph, model_sizes, start_values
+    from gpu_variants import Model
+    from head_to_head import device_weights, models
+
+    rest = ",".join(name for name in only.split(",") if name and name not in LOOP_MODELS)
+    if rest:
+        yield from models(rest)
+    for name, size in LOOP_MODELS.items():
+        if name in only.split(","):
+            sizes = model_sizes(size)
+            graph = loop_step_graph(sizes)
+            values = start_values(graph, sizes["cache_len"] - 1)
+            yield Model(name, graph, values, device_weights(graph))
 
 
 def loop_us(step: Callable[[], Any], stream: Any, calls: int) -> float:
@@ -126,13 +161,15 @@ def loop_us(step: Callable[[], Any], stream: Any, calls: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--only", default="llama_launch,llama_real", help="models, by name")
+    parser.add_argument(
+        "--only", default="llama_launch,llama_real,loop_launch", help="models, by name"
+    )
     parser.add_argument("--variants", default=",".join(VARIANTS), help="variants, by name")
     parser.add_argument("--iters", type=int, default=200, help="steps timed alone per variant")
     parser.add_argument("--loop", type=int, default=256, help="steps of the back-to-back loop")
     parser.add_argument("--markdown", metavar="FILE", help="also write the table there")
     args = parser.parse_args(argv)
-    from head_to_head import copy_bandwidth, floor_bytes, models
+    from head_to_head import copy_bandwidth, floor_bytes
     from timing import device_name, median_us
 
     names = [v for v in args.variants.split(",") if v]
@@ -148,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
-    for model in models(args.only):
+    for model in bench_models(args.only):
         floor_us = floor_bytes(model.graph) / bandwidth * 1e6
         built = {}
         for name in names:
@@ -161,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         if not ran:
             continue
         reference = built[ran[0]][3].get().astype("float64")
-        iters = args.iters if model.name == "llama_launch" else max(20, args.iters // 4)
+        iters = args.iters if "launch" in model.name else max(20, args.iters // 4)
         first = {n: median_us(built[n][0], built[n][1], iters, 10) for n in ran}
         second = {n: median_us(built[n][0], built[n][1], iters, 10) for n in reversed(ran)}
         for name in ran:
