@@ -32,7 +32,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from optgraph.codegen.cuda_source import STORAGE, Kernel, kernel_template
-from optgraph.codegen.cuda_steps import Extent, KernelStep, Location, Step
+from optgraph.codegen.cuda_steps import EventStep, Extent, KernelStep, Location, Step
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
 
@@ -149,6 +149,41 @@ def _rewrite(
     ), kernel  # fmt: skip
 
 
+def _node(step: Step) -> str | None:
+    return None if isinstance(step, EventStep) else step.node
+
+
+def _absorbed(
+    steps: list[Step],
+    kernels: dict[str, Kernel],
+    gather: Node,
+    readers: Mapping[str, Node],
+    locations: Mapping[str, Location],
+    types: Mapping[str, TensorType],
+) -> list[int] | None:
+    """The indices of `gather`'s own steps, after rewriting its readers' steps in `steps` and
+    adding their kernels to `kernels`; None (nothing changed) when a reader's cannot be."""
+    own = [j for j, s in enumerate(steps) if _node(s) == gather.name]
+    mine = {j: readers[n] for j, s in enumerate(steps) if (n := _node(s) or "") in readers}
+    if not readers or not own or not all(isinstance(steps[j], KernelStep) for j in own):
+        return None
+    if {_node(steps[j]) for j in mine} != set(readers):
+        return None  # a reader issued nothing of its own (folded elsewhere): keep the kernel
+    rewritten: dict[int, tuple[KernelStep, Kernel]] = {}
+    for j, reader in mine.items():
+        step = steps[j]
+        if not isinstance(step, KernelStep) or step.nodes or step.kernel not in kernels:
+            return None
+        done = _rewrite(step, kernels[step.kernel], reader, gather, locations, types)
+        if done is None:
+            return None
+        rewritten[j] = done
+    for j, (step, kernel) in rewritten.items():
+        steps[j] = step
+        kernels[kernel.name] = kernel
+    return own
+
+
 def gather_rows(
     graph: Graph,
     steps: Sequence[Step],
@@ -165,26 +200,8 @@ def gather_rows(
     users = graph.users()
     for name, gather in gathered_rows(graph, in_place).items():
         readers = {graph.nodes[u].name: graph.nodes[u] for u in users.get(name, [])}
-        own = [j for j, s in enumerate(out) if s.node == name]
-        mine = {j: readers[s.node] for j, s in enumerate(out) if s.node in readers}
-        if not readers or not own or not all(isinstance(out[j], KernelStep) for j in own):
-            continue
-        if {out[j].node for j in mine} != set(readers):
-            continue  # a reader issued nothing of its own (folded elsewhere): keep the kernel
-        rewritten: dict[int, tuple[KernelStep, Kernel]] = {}
-        for j, reader in mine.items():
-            step = out[j]
-            kernel = table.get(step.kernel) if isinstance(step, KernelStep) else None
-            done = None
-            if isinstance(step, KernelStep) and kernel is not None and not step.nodes:
-                done = _rewrite(step, kernel, reader, gather, locations, types)
-            if done is None:
-                break
-            rewritten[j] = done
-        else:
-            for j, (step, kernel) in rewritten.items():
-                out[j] = step
-                table[kernel.name] = kernel
+        own = _absorbed(out, table, gather, readers, locations, types)
+        if own is not None:
             keep = [j for j in range(len(out)) if j not in set(own)]
             out, where = [out[j] for j in keep], [where[j] for j in keep]
     launched = {s.kernel for s in out if isinstance(s, KernelStep)}
