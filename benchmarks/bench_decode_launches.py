@@ -6,7 +6,8 @@
 Models: head_to_head's launch-bound decode (LLAMA_LAUNCH: 8 layers, hidden 512, KV 128) and
 realistic one (LLAMA_REAL: hidden 4096, FFN 14336, vocab 32000, KV 1024), and the decode loop's
 step at either size (`loop_launch`, `loop_real`: `bench_decode_loop.loop_step_graph`, the step
-with `next_token = cast(argmax(logits))` and the two position adds), f16, on
+with `next_token = cast(argmax(logits))` and the two position adds; `loop_launch_adds_first`:
+the adds issued first, where they merge with the first launch), f16, on
 `og-fused-1s`'s pipeline (fusion, one stream), KV caches updated in the caller's arrays, each
 program called as a bound step (`program.bind(inputs, out)`). Variants (codegen module settings,
 set while the program is lowered, captured and first run):
@@ -74,7 +75,27 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "gather-rows": {"gather": True},
     "tail-all": {"argmax_cast": True, "argmax_product": True, "gather": True},
 }
-LOOP_MODELS = {"loop_launch": "launch", "loop_real": "real"}  # bench_decode_loop's sizes
+# bench_decode_loop's step: its sizes, and whether the position adds are issued first
+LOOP_MODELS = {
+    "loop_launch": ("launch", False),
+    "loop_real": ("real", False),
+    "loop_launch_adds_first": ("launch", True),
+}
+POSITION_ADDS = ("%next_pos = ", "%next_kv_len = ")
+
+
+def adds_first(graph: Any) -> Any:
+    """`graph` with the loop step's two position adds (they read inputs only) issued first,
+    where they merge with the step's first launch instead of following the argmax."""
+    import optgraph as og
+
+    lines = og.print_graph(graph).splitlines()
+    adds = [line for line in lines if line.strip().startswith(POSITION_ADDS)]
+    rest = [line for line in lines if line not in adds]
+    first = next(i for i, line in enumerate(rest) if line.strip().startswith("%"))
+    return og.parse("\n".join([*rest[:first], *adds, *rest[first:]]))
+
+
 PIPELINES = {  # (text, replaced by)
     "all-on-pk16k": ("fuse,", "fuse{prologue-max-k=16384},"),
 }
@@ -140,10 +161,11 @@ def bench_models(only: str) -> Iterator[Any]:
     rest = ",".join(name for name in only.split(",") if name and name not in LOOP_MODELS)
     if rest:
         yield from models(rest)
-    for name, size in LOOP_MODELS.items():
+    for name, (size, early) in LOOP_MODELS.items():
         if name in only.split(","):
             sizes = model_sizes(size)
             graph = loop_step_graph(sizes)
+            graph = adds_first(graph) if early else graph
             values = start_values(graph, sizes["cache_len"] - 1)
             yield Model(name, graph, values, device_weights(graph))
 

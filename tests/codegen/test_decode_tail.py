@@ -82,6 +82,19 @@ def test_launch_counts_of_the_launch_bound_step(launch_bound: og.Graph) -> None:
     assert len(_launches(_plan(graph, "cast", "gather"))) == 43
 
 
+def test_launch_counts_with_the_position_adds_issued_first() -> None:
+    graph = run_pipeline(loop_step_graph("f16", True, **LAUNCH_BOUND), DEFAULT_PIPELINE)
+    assert [n.name for n in graph.nodes[:2]] == ["next_pos", "next_kv_len"]
+    plain = _plan(graph)
+    assert len(_launches(plain)) == 44
+    assert ("next_pos", "next_kv_len", "h0") in [s.members for s in _launches(plain)]
+    assert len(_launches(_plan(graph, "cast"))) == 43  # argmax + cast: one kernel
+    assert len(_launches(_plan(graph, "product"))) == 42
+    every = _plan(graph, "cast", "product", "gather")
+    assert len(_launches(every)) == 41
+    assert _launches(every)[0].members == ("next_pos", "next_kv_len", "l0.q", "l0.k", "l0.v")
+
+
 def _step_values(graph: og.Graph, token: int) -> dict[str, np.ndarray]:
     values = random_inputs(graph, 0)
     values["one"][:] = 1
@@ -102,9 +115,9 @@ def _assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> Non
 
 
 @NEEDS_GXX
-@pytest.mark.parametrize("dtype", ["f32", "f16"])
-def test_each_setting_computes_the_reference_step(dtype: str) -> None:
-    graph = loop_step_graph(dtype)
+@pytest.mark.parametrize(("dtype", "adds_first"), [("f32", False), ("f16", False), ("f16", True)])
+def test_each_setting_computes_the_reference_step(dtype: str, adds_first: bool) -> None:
+    graph = loop_step_graph(dtype, adds_first)
     planned = run_pipeline(graph, DEFAULT_PIPELINE)
     weights = random_weights(graph, 0)
     values = _step_values(graph, 5)

@@ -19,8 +19,9 @@ LAUNCH_BOUND = {"layers": 8, "hidden": 512, "heads": 8, "kv_heads": 2, "ffn": 13
                 "vocab": 1024, "cache_len": 128}  # fmt: skip
 
 
-def loop_step_text(dtype: str = "f32", **sizes: int) -> str:
-    """The step graph's text at `SMALL` sizes, those of `sizes` replaced."""
+def loop_step_text(dtype: str = "f32", adds_first: bool = False, **sizes: int) -> str:
+    """The step graph's text at `SMALL` sizes, those of `sizes` replaced; `adds_first`: the two
+    position adds (they read inputs only) are the first nodes instead of the last."""
     text = generate_llama(**{**SMALL, **sizes}, dtype=dtype, batch=1, seq=1, mode="decode")
     lines = text.rstrip().splitlines()
     caches = [c.strip() for c in lines[-2].strip()[len("output ") :].split(",")][1:]
@@ -35,8 +36,13 @@ def loop_step_text(dtype: str = "f32", **sizes: int) -> str:
         "}",
     ]
     extra = ["  input %one : i32[1]"]
-    return "\n".join([*head[:first_input], *extra, *head[first_input:], *body]) + "\n"
+    lines = [*head[:first_input], *extra, *head[first_input:]]
+    if adds_first:
+        first_node = next(i for i, line in enumerate(lines) if line.strip().startswith("%"))
+        lines[first_node:first_node] = body[2:4]
+        body = body[:2] + body[4:]
+    return "\n".join([*lines, *body]) + "\n"
 
 
-def loop_step_graph(dtype: str = "f32", **sizes: int) -> og.Graph:
-    return og.parse(loop_step_text(dtype, **sizes))
+def loop_step_graph(dtype: str = "f32", adds_first: bool = False, **sizes: int) -> og.Graph:
+    return og.parse(loop_step_text(dtype, adds_first, **sizes))
