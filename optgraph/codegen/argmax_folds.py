@@ -18,8 +18,9 @@ kernel of one block, then a cast kernel of one element. Two settings, each off b
       ->  the product's launch stores %logits, then its last block stores %t[0]
 
 Legality (what makes the early store safe where the memory plan put the stored value):
-- the argmax is issued right after the product (`ARGMAX_IN_PRODUCT`), the cast right after the
-  argmax, all on one stream and on the device: nothing else runs between them, and what
+- the argmax is issued right after the product (views of it between, which issue nothing;
+  `ARGMAX_IN_PRODUCT`), the cast right after the argmax, all on one stream and on the device:
+  nothing else runs between them, and what
   happened before the cast (events included) happened before the product;
 - the argmax's result has the cast as its only reader (no view, not an output) when a cast
   folds; the cast's dtype is an integer one (i32, i64);
@@ -137,7 +138,7 @@ def argmax_folds(
     for node in graph.nodes:
         if node.op != "argmax" or node.type is None or node.name in taken:
             continue
-        cast = g.cast_of(node) if (ARGMAX_CAST or ARGMAX_IN_PRODUCT) else None
+        cast = g.cast_of(node)
         found = _in_product(g, node, cast, taken) if ARGMAX_IN_PRODUCT else None
         if found is None and ARGMAX_CAST and cast is not None:
             found = _with_cast(g, node, cast)
@@ -158,8 +159,10 @@ def _in_product(
     g: _Graph, argmax: Node, cast: Node | None, taken: frozenset[str]
 ) -> ArgmaxFold | None:
     row = argmax.operands[0]
-    i = g.index[argmax.name]
-    product = g.nodes[i - 1] if i > 0 else None
+    i = g.index[argmax.name] - 1
+    while i >= 0 and g.nodes[i].name in g.roots:
+        i -= 1  # views of the product between: they issue nothing
+    product = g.nodes[i] if i >= 0 else None
     if product is None or product.name in taken or product.type is None:
         return None
     if row != product.name and g.roots.get(row) != (product.name, 0):
@@ -168,8 +171,6 @@ def _in_product(
         return None
     x = g.types[row]
     if not _one_line(argmax, x) or x.numel != product.type.numel:
-        return None
-    if argmax.name in g.outputs and cast is not None:
         return None
     index_dtype = cast.type.dtype if cast is not None and cast.type is not None else "i64"
     types = tuple(g.types[o] for o in product.operands)

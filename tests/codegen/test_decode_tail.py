@@ -245,3 +245,25 @@ def test_the_product_tail_after_split_k(k: int, n: int, dt: str) -> None:
     _assert_same(got, cuda_emulator.run_plan(_plan(planned), values, weights, planned))
     ref = run_reference(graph, values, weights)
     assert int(ref["t"][0]) == int(got["t"][0]) == n - 40
+
+
+VIEWED = """graph head {
+  input %x : f32[1,64]
+  weight %w : f32[64,128]
+  %y = matmul(%x, %w) : f32[1,128]
+  %v = reshape(%y) {shape = [128]} : f32[128]
+  %i = argmax(%v) {axis = 0} : i64[]
+  output %i
+}
+"""
+
+
+@NEEDS_GXX
+def test_an_argmax_of_a_view_of_the_product() -> None:
+    graph = og.parse(VIEWED)
+    planned = run_pipeline(graph, DEFAULT_PIPELINE)
+    plan = _plan(planned, "product")
+    assert [s.node for s in _launches(plan)] == ["y"]  # the argmax (no cast) in the product
+    values, weights = random_inputs(graph, 2), random_weights(graph, 2)
+    got = cuda_emulator.run_plan(plan, values, weights, planned)
+    assert int(got["i"]) == int(run_reference(graph, values, weights)["i"])
