@@ -1,7 +1,7 @@
 """Decode steps with each launch-count and one-row-product setting on and off, in one table.
 
-    python benchmarks/bench_decode_launches.py [--only llama_launch,llama_real,loop_launch]
-        [--iters 200] [--loop 256] [--markdown FILE]
+    python benchmarks/bench_decode_launches.py [--only llama_launch,llama_real] [--iters 200]
+        [--loop 256] [--markdown FILE]   (--only loop_launch,loop_launch_adds_first: the tail)
 
 Models: head_to_head's launch-bound decode (LLAMA_LAUNCH: 8 layers, hidden 512, KV 128) and
 realistic one (LLAMA_REAL: hidden 4096, FFN 14336, vocab 32000, KV 1024), and the decode loop's
@@ -183,9 +183,7 @@ def loop_us(step: Callable[[], Any], stream: Any, calls: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument(
-        "--only", default="llama_launch,llama_real,loop_launch", help="models, by name"
-    )
+    parser.add_argument("--only", default="llama_launch,llama_real", help="models, by name")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="variants, by name")
     parser.add_argument("--iters", type=int, default=200, help="steps timed alone per variant")
     parser.add_argument("--loop", type=int, default=256, help="steps of the back-to-back loop")
