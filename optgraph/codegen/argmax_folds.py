@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from optgraph.codegen import cuda_fused
-from optgraph.codegen.cuda_gemv_argmax import ARG_PARAM
+from optgraph.codegen.cuda_gemv_argmax import ARG_PARAM, with_argmax_tail
 from optgraph.codegen.cuda_indexing import argmax_launch
 from optgraph.codegen.cuda_source import Kernel, Launch
 from optgraph.codegen.cuda_steps import Extent, KernelStep, Location
@@ -178,12 +178,13 @@ def _in_product(
         k for k, o in enumerate(product.operands) if g.locations[o].space == "weights"
     )
     if product.op == "fused":
-        launches = cuda_fused.gemv_region(product, types, resident, argmax_to=index_dtype)
+        launches = cuda_fused.gemv_region(product, types, resident)
     else:
-        launches = cuda_fused.gemv_matmul(product, types, resident, argmax_to=index_dtype)
-    if not launches:
+        launches = cuda_fused.gemv_matmul(product, types, resident)
+    if not launches or len(launches) != 1:
         return None
-    return ArgmaxFold(product, argmax, cast, launches[0])
+    launch = with_argmax_tail(launches[0], product.name, product.type, index_dtype)
+    return None if launch is None else ArgmaxFold(product, argmax, cast, launch)
 
 
 def argmax_step(

@@ -38,7 +38,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from optgraph.analysis.fusion_rules import PRODUCT, plan_body
-from optgraph.codegen.cuda_gemv_argmax import ARG_PARAM, argmax_param, argmax_tail
 from optgraph.codegen.cuda_gemv_epilogues import (
     GemvFold,
     fold_store,
@@ -108,12 +107,8 @@ def gemv_kernel(
     prologue: Sequence[Node] = (),
     resident: frozenset[str] = frozenset(),
     fold: GemvFold | None = None,
-    argmax_to: str | None = None,
 ) -> tuple[Kernel, tuple[int, int, int]] | None:
     """(kernel, grid) of the fused product, or None when the shape does not qualify.
-
-    `argmax_to`: the last block also stores the argmax of the (one-row) result as that dtype
-    (`cuda_gemv_argmax`; its parameter follows the others). None with more than one row.
 
     `fold`: the store rotates the value and/or writes it to cache rows (`cuda_gemv_epilogues`;
     the region must have no epilogue); extra params follow the region's. None where the layout
@@ -143,8 +138,6 @@ def gemv_kernel(
         return None
     assert anchor.type is not None
     m, k, n = shape
-    if argmax_to is not None and m != 1:
-        return None
     vec = VECTOR[a_type.dtype]
     even = fold is not None and fold.rope is not None  # rope pairs the halves of a tile
     g = Geometry(m, k, n, a_type.dtype, vec, *layout(k, n, vec, even))
@@ -165,11 +158,6 @@ def gemv_kernel(
     body += stores
     decls = [out_param(out_type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
     decls += fold.params(len(types)) if fold is not None else []
-    if argmax_to is not None:
-        tail, counter = argmax_tail(g, salt, out_type.dtype, argmax_to)
-        body += tail
-        decl += counter
-        decls.append(argmax_param(argmax_to))
     text = "\n".join("  " + line for line in "\n".join(body).split("\n"))
     family = f"gemv|{salt}" if g.splits > 1 else "gemv"
     early = _prefetch_weights(b_role, g) if PREFETCH and not preload else ""
@@ -285,9 +273,8 @@ def _epilogue(
     return lines
 
 
-def _launch(kernel: Kernel, grid: tuple[int, int, int], arity: int, argmax: bool = False) -> Launch:
-    roles = ("out",) + tuple(f"in{j}" for j in range(arity)) + ((ARG_PARAM,) if argmax else ())
-    return Launch(kernel, grid, (THREADS, 1, 1), roles)
+def _launch(kernel: Kernel, grid: tuple[int, int, int], arity: int) -> Launch:
+    return Launch(kernel, grid, (THREADS, 1, 1), ("out",) + tuple(f"in{j}" for j in range(arity)))
 
 
 def gemv_region(
@@ -295,12 +282,10 @@ def gemv_region(
     types: Sequence[TensorType],
     resident: frozenset[int] = frozenset(),
     fold: GemvFold | None = None,
-    argmax_to: str | None = None,
 ) -> list[Launch] | None:
     """The one launch of a fused product region with few rows, or None (use cuBLAS).
     `resident`: the operands (by index) that are weights no kernel writes; `fold`: see
-    `gemv_kernel` (its extra params are the launch's last roles: in{arity}, ...); `argmax_to`:
-    see `gemv_kernel` (the index's role is `cuda_gemv_argmax.ARG_PARAM`, the last)."""
+    `gemv_kernel` (its extra params are the launch's last roles: in{arity}, ...)."""
     if node.body is None or node.type is None:
         return None  # GEMV_MAX_M is applied by gemv_shape: a prologue needs this kernel anyway
     try:
@@ -321,13 +306,12 @@ def gemv_region(
         [by_name[p] for p in plan.prologue],
         frozenset(node.body.params[k] for k in resident if k < len(node.body.params)),
         fold,
-        argmax_to,
     )
     if made is None:
         return None
     kernel, grid = made
     extra = len(fold.params(0)) if fold is not None else 0
-    return [_launch(kernel, grid, len(types) + extra, argmax_to is not None)]
+    return [_launch(kernel, grid, len(types) + extra)]
 
 
 def gemv_matmul(
@@ -335,7 +319,6 @@ def gemv_matmul(
     types: Sequence[TensorType],
     resident: frozenset[int] = frozenset(),
     fold: GemvFold | None = None,
-    argmax_to: str | None = None,
 ) -> list[Launch] | None:
     """A plain matmul with few rows as the same kernel (no epilogue), or None."""
     if node.op != "matmul" or node.type is None or len(types) != 2:
@@ -343,11 +326,8 @@ def gemv_matmul(
     params = ("#a", "#b")  # cannot clash with IR names
     anchor = Node(node.name, "matmul", params, node.attrs, node.type)
     named = frozenset(params[k] for k in resident if k < len(params))
-    made = gemv_kernel(
-        node.name, params, types, anchor, [], node.name, node.type, (), named, fold, argmax_to
-    )
+    made = gemv_kernel(node.name, params, types, anchor, [], node.name, node.type, (), named, fold)
     if made is None:
         return None
     kernel, grid = made
-    extra = len(fold.params(0)) if fold is not None else 0
-    return [_launch(kernel, grid, 2 + extra, argmax_to is not None)]
+    return [_launch(kernel, grid, 2 + (len(fold.params(0)) if fold is not None else 0))]

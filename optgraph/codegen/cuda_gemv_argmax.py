@@ -12,18 +12,21 @@ in the argmax's (or its cast's) dtype and resets the counter for the next launch
     ->  one launch: every block stores its columns of %logits, the last one stores
         %t[0] = (int)argmax(%logits[0, :])
 
-The index is stored after the last block has read every element it needs, so its bytes may be
-any the memory planner gave the cast (even the row's own: `argmax_folds` says when the plan
-allows the store at the product's place). Not handled here: more than one row.
+`with_argmax_tail` appends the tail to the body of the product's kernel (`cuda_fused.gemv_region`
+or `gemv_matmul`): that body ends with the stores, which every block completing a tile reaches
+(with split-K, the tile's last block; the others have returned), so `tiles` blocks arrive. The
+index is stored after the last block has read every element it needs, so its bytes may be any
+the memory planner gave the cast (even the row's own: `argmax_folds` says when the plan allows
+the store at the product's place).
 """
 
 from __future__ import annotations
 
 import hashlib
 
-from optgraph.codegen.cuda_gemv_layout import Geometry
 from optgraph.codegen.cuda_indexing import argmax_lines
-from optgraph.codegen.cuda_source import STORAGE
+from optgraph.codegen.cuda_source import STORAGE, Kernel, Launch, kernel_template
+from optgraph.ir.graph import TensorType
 
 ARG_PARAM = "out_arg"  # the kernel parameter the index is stored through
 
@@ -33,21 +36,22 @@ def argmax_param(index_dtype: str) -> str:
     return f"{STORAGE[index_dtype]}* {ARG_PARAM}"
 
 
-def argmax_tail(g: Geometry, salt: str, row_dtype: str, index_dtype: str) -> tuple[list[str], str]:
+def argmax_tail(
+    n: int, tiles: int, salt: str, row_dtype: str, index_dtype: str
+) -> tuple[list[str], str]:
     """(statements after the product's stores, file-scope declaration of the counter): the
-    argmax of the stored row `out[0 .. n)` (of `row_dtype`) by the block that arrives last,
-    stored as `index_dtype` at `out_arg[0]`."""
-    assert g.m == 1, "one row"
-    digest = hashlib.sha1(f"argmax|{salt}|{g.n},{g.tiles},{row_dtype}".encode()).hexdigest()[:12]
+    argmax of the stored result `out[0 .. n)` (of `row_dtype`) by the last of `tiles` blocks to
+    arrive, stored as `index_dtype` at `out_arg[0]`."""
+    digest = hashlib.sha1(f"argmax|{salt}|{n},{tiles},{row_dtype}".encode()).hexdigest()[:12]
     cnt = f"og_cnt_{digest}"
     decl = f"__device__ unsigned int {cnt}[1];\n"
     store_arg = f"{ARG_PARAM}[0] = ({STORAGE[index_dtype]})arg;"
-    find = argmax_lines(row_dtype, "unsigned int", g.n, "__ldcg(&out[k])", store_arg)
+    find = argmax_lines(row_dtype, "unsigned int", n, "__ldcg(&out[k])", store_arg)
     lines = [
         "__syncthreads();",
         "{",
         "  __shared__ bool og_arg_last;",
-        f"  if (threadIdx.x == 0) og_arg_last = og_arrive(&{cnt}[0]) == {g.tiles - 1}u;",
+        f"  if (threadIdx.x == 0) og_arg_last = og_arrive(&{cnt}[0]) == {tiles - 1}u;",
         "  __syncthreads();",
         "  if (!og_arg_last) return;",
         "  __shared__ float og_best[32];",
@@ -58,3 +62,22 @@ def argmax_tail(g: Geometry, salt: str, row_dtype: str, index_dtype: str) -> tup
         "}",
     ]
     return lines, decl
+
+
+def with_argmax_tail(launch: Launch, salt: str, row: TensorType, index_dtype: str) -> Launch | None:
+    """`launch` (a one-row product's, storing `row` at `out`) whose kernel also stores the
+    argmax of the whole result as `index_dtype` through the last role, `ARG_PARAM`; None where
+    the kernel has no parts to extend."""
+    kernel = launch.kernel
+    if kernel.params is None or kernel.body is None or ARG_PARAM in launch.args:
+        return None
+    tiles = launch.grid[0]  # the product's grid: (tiles, splits of K, 1)
+    tail, counter = argmax_tail(row.numel, tiles, salt, row.dtype, index_dtype)
+    params = (*kernel.params, argmax_param(index_dtype))
+    body = kernel.body + "\n" + "\n".join("  " + line for line in tail)
+    decls = (*kernel.decls, counter)
+    template = kernel_template(params, body, kernel.bounds, kernel.early, kernel.self_wait)
+    digest = hashlib.sha1(("".join(decls) + template).encode()).hexdigest()[:12]
+    name = f"{kernel.name.rsplit('_', 1)[0]}_{digest}"
+    made = Kernel.assemble(name, params, body, decls, kernel.bounds, kernel.early, kernel.self_wait)
+    return Launch(made, launch.grid, launch.block, (*launch.args, ARG_PARAM), launch.shared_mem)
