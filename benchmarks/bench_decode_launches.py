@@ -22,14 +22,7 @@ set while the program is lowered, captured and first run):
 - `all-on-pk16k`: the defaults with `fuse{prologue-max-k=16384}`: the realistic step's norms
   (4096 rows) recomputed in each product reading them, whose first weight loads now overlap
   that work, and SwiGLU's mul (14336) in the down product, so gate and up merge: five launches
-  a layer instead of eight (the launch-bound step's program is the same as `all-on`'s);
-- `argmax-cast`: the defaults and `argmax_folds.ARGMAX_CAST = True` (the argmax kernel stores
-  its cast: the cast's launch goes; loop models only);
-- `argmax-product`: the defaults and `argmax_folds.ARGMAX_IN_PRODUCT = True` (the logits
-  product's last block finds the argmax and stores its cast: two launches fewer, loop models);
-- `gather-rows`: the defaults and `gathered_rows.GATHER_ROWS = True` (the embedding row read
-  from the table by layer 0's kernels: the get_rows launch goes);
-- `tail-all`: the defaults and those three on.
+  a layer instead of eight (the launch-bound step's program is the same as `all-on`'s).
 
 Columns: kernel launches a step (the bound plan's kernel steps); `step µs`: median of `--iters`
 steps each timed alone with CUDA events; `loop µs`: `--loop` steps issued back to back then one
@@ -39,6 +32,9 @@ loop models compare their `next_token`, and their steps all start from the same 
 step against its bandwidth floor (head_to_head.floor_bytes ÷ the copy bandwidth measured here).
 The variants run in order, then again in reverse order (`step µs` of both passes shown: their
 spread is the run-to-run noise). Needs CuPy and a GPU.
+
+The ends of a decode step, off by default, have variants of their own (`TAIL_VARIANTS`):
+`argmax-cast`, `argmax-product`, `gather-rows` and `tail-all`.
 """
 
 from __future__ import annotations
@@ -59,9 +55,6 @@ SETTINGS = {
     "qkv": ("qkv_folds", "FOLD_QKV"),
     "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
     "early": ("cuda_fused", "EARLY_WEIGHTS"),
-    "argmax_cast": ("argmax_folds", "ARGMAX_CAST"),
-    "argmax_product": ("argmax_folds", "ARGMAX_IN_PRODUCT"),
-    "gather": ("gathered_rows", "GATHER_ROWS"),
 }
 VARIANTS: dict[str, dict[str, bool]] = {
     "all-on": {},
@@ -70,32 +63,7 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "no-rope-kv": {"qkv": False, "rope": False},
     "no-early-w": {"early": False},
     "none": {"qkv": False, "rope": False, "early": False},
-    "argmax-cast": {"argmax_cast": True},
-    "argmax-product": {"argmax_product": True},
-    "gather-rows": {"gather": True},
-    "tail-all": {"argmax_cast": True, "argmax_product": True, "gather": True},
 }
-# bench_decode_loop's step: its sizes, and whether the position adds are issued first
-LOOP_MODELS = {
-    "loop_launch": ("launch", False),
-    "loop_real": ("real", False),
-    "loop_launch_adds_first": ("launch", True),
-}
-POSITION_ADDS = ("%next_pos = ", "%next_kv_len = ")
-
-
-def adds_first(graph: Any) -> Any:
-    """`graph` with the loop step's two position adds (they read inputs only) issued first,
-    where they merge with the step's first launch instead of following the argmax."""
-    import optgraph as og
-
-    lines = og.print_graph(graph).splitlines()
-    adds = [line for line in lines if line.strip().startswith(POSITION_ADDS)]
-    rest = [line for line in lines if line not in adds]
-    first = next(i for i, line in enumerate(rest) if line.strip().startswith("%"))
-    return og.parse("\n".join([*rest[:first], *adds, *rest[first:]]))
-
-
 PIPELINES = {  # (text, replaced by)
     "all-on-pk16k": ("fuse,", "fuse{prologue-max-k=16384},"),
 }
@@ -150,6 +118,45 @@ def build(
     plan = step.bound.variant.plan
     launches = sum(isinstance(s, KernelStep) for s in plan.steps)
     return step, program.stream, launches, out["logits" if "logits" in out else "next_token"]
+
+
+# The ends of a decode step (docs/codegen.md, "The ends of a decode step"), off by default:
+# `argmax-cast` (the argmax kernel stores its cast: the cast's launch goes), `argmax-product`
+# (the logits product's last block finds the argmax and stores its cast: two launches fewer),
+# both on the loop models only; `gather-rows` (the embedding row read from the table by layer
+# 0's kernels: the get_rows launch goes); `tail-all`: the three.
+TAIL_SETTINGS = {
+    "argmax_cast": ("argmax_folds", "ARGMAX_CAST"),
+    "argmax_product": ("argmax_folds", "ARGMAX_IN_PRODUCT"),
+    "gather": ("gathered_rows", "GATHER_ROWS"),
+}
+TAIL_VARIANTS = {
+    "argmax-cast": {"argmax_cast": True},
+    "argmax-product": {"argmax_product": True},
+    "gather-rows": {"gather": True},
+    "tail-all": {"argmax_cast": True, "argmax_product": True, "gather": True},
+}
+SETTINGS.update(TAIL_SETTINGS)
+VARIANTS.update(TAIL_VARIANTS)
+# bench_decode_loop's step: its sizes, and whether the position adds are issued first
+LOOP_MODELS = {
+    "loop_launch": ("launch", False),
+    "loop_real": ("real", False),
+    "loop_launch_adds_first": ("launch", True),
+}
+POSITION_ADDS = ("%next_pos = ", "%next_kv_len = ")
+
+
+def adds_first(graph: Any) -> Any:
+    """`graph` with the loop step's two position adds (they read inputs only) issued first,
+    where they merge with the step's first launch instead of following the argmax."""
+    import optgraph as og
+
+    lines = og.print_graph(graph).splitlines()
+    adds = [line for line in lines if line.strip().startswith(POSITION_ADDS)]
+    rest = [line for line in lines if line not in adds]
+    first = next(i for i, line in enumerate(rest) if line.strip().startswith("%"))
+    return og.parse("\n".join([*rest[:first], *adds, *rest[first:]]))
 
 
 def bench_models(only: str) -> Iterator[Any]:
