@@ -1,10 +1,13 @@
 """Decode steps with each launch-count and one-row-product setting on and off, in one table.
 
     python benchmarks/bench_decode_launches.py [--only llama_launch,llama_real] [--iters 200]
-        [--loop 256] [--markdown FILE]
+        [--loop 256] [--markdown FILE]   (--only loop_launch,loop_launch_adds_first: the tail)
 
 Models: head_to_head's launch-bound decode (LLAMA_LAUNCH: 8 layers, hidden 512, KV 128) and
-realistic one (LLAMA_REAL: hidden 4096, FFN 14336, vocab 32000, KV 1024), f16, on
+realistic one (LLAMA_REAL: hidden 4096, FFN 14336, vocab 32000, KV 1024), and the decode loop's
+step at either size (`loop_launch`, `loop_real`: `bench_decode_loop.loop_step_graph`, the step
+with `next_token = cast(argmax(logits))` and the two position adds; `loop_launch_adds_first`:
+the adds issued first, where they merge with the first launch), f16, on
 `og-fused-1s`'s pipeline (fusion, one stream), KV caches updated in the caller's arrays, each
 program called as a bound step (`program.bind(inputs, out)`). Variants (codegen module settings,
 set while the program is lowered, captured and first run):
@@ -39,10 +42,14 @@ set while the program is lowered, captured and first run):
 Columns: kernel launches a step (the bound plan's kernel steps); `step µs`: median of `--iters`
 steps each timed alone with CUDA events; `loop µs`: `--loop` steps issued back to back then one
 synchronization, per step, host included (a serving loop that does not read results between
-steps); `max |Δ| logits` against the first variant that ran (`all-on`; 0: the same bits); the
+steps); `max |Δ| logits` against the first variant that ran (`all-on`; 0: the same bits; the
+loop models compare their `next_token`, and their steps all start from the same values); the
 step against its bandwidth floor (head_to_head.floor_bytes ÷ the copy bandwidth measured here).
 The variants run in order, then again in reverse order (`step µs` of both passes shown: their
 spread is the run-to-run noise). Needs CuPy and a GPU.
+
+The ends of a decode step, off by default, have variants of their own (`TAIL_VARIANTS`):
+`argmax-cast`, `argmax-product`, `gather-rows` and `tail-all`.
 """
 
 from __future__ import annotations
@@ -150,7 +157,64 @@ def build(
         program.stream.synchronize()
     plan = step.bound.variant.plan
     launches = sum(isinstance(s, KernelStep) for s in plan.steps)
-    return step, program.stream, launches, out["logits"]
+    return step, program.stream, launches, out["logits" if "logits" in out else "next_token"]
+
+
+# The ends of a decode step (docs/codegen.md, "The ends of a decode step"), off by default:
+# `argmax-cast` (the argmax kernel stores its cast: the cast's launch goes), `argmax-product`
+# (the logits product's last block finds the argmax and stores its cast: two launches fewer),
+# both on the loop models only; `gather-rows` (the embedding row read from the table by layer
+# 0's kernels: the get_rows launch goes); `tail-all`: the three.
+TAIL_SETTINGS = {
+    "argmax_cast": ("argmax_folds", "ARGMAX_CAST"),
+    "argmax_product": ("argmax_folds", "ARGMAX_IN_PRODUCT"),
+    "gather": ("gathered_rows", "GATHER_ROWS"),
+}
+TAIL_VARIANTS = {
+    "argmax-cast": {"argmax_cast": True},
+    "argmax-product": {"argmax_product": True},
+    "gather-rows": {"gather": True},
+    "tail-all": {"argmax_cast": True, "argmax_product": True, "gather": True},
+}
+SETTINGS.update(TAIL_SETTINGS)
+VARIANTS.update(TAIL_VARIANTS)
+# bench_decode_loop's step: its sizes, and whether the position adds are issued first
+LOOP_MODELS = {
+    "loop_launch": ("launch", False),
+    "loop_real": ("real", False),
+    "loop_launch_adds_first": ("launch", True),
+}
+POSITION_ADDS = ("%next_pos = ", "%next_kv_len = ")
+
+
+def adds_first(graph: Any) -> Any:
+    """`graph` with the loop step's two position adds (they read inputs only) issued first,
+    where they merge with the step's first launch instead of following the argmax."""
+    import optgraph as og
+
+    lines = og.print_graph(graph).splitlines()
+    adds = [line for line in lines if line.strip().startswith(POSITION_ADDS)]
+    rest = [line for line in lines if line not in adds]
+    first = next(i for i, line in enumerate(rest) if line.strip().startswith("%"))
+    return og.parse("\n".join([*rest[:first], *adds, *rest[first:]]))
+
+
+def bench_models(only: str) -> Iterator[Any]:
+    """head_to_head's models named in `only`, then the decode loop's steps named there."""
+    from bench_decode_loop import loop_step_graph, model_sizes, start_values
+    from gpu_variants import Model
+    from head_to_head import device_weights, models
+
+    rest = ",".join(name for name in only.split(",") if name and name not in LOOP_MODELS)
+    if rest:
+        yield from models(rest)
+    for name, (size, early) in LOOP_MODELS.items():
+        if name in only.split(","):
+            sizes = model_sizes(size)
+            graph = loop_step_graph(sizes)
+            graph = adds_first(graph) if early else graph
+            values = start_values(graph, sizes["cache_len"] - 1)
+            yield Model(name, graph, values, device_weights(graph))
 
 
 def loop_us(step: Callable[[], Any], stream: Any, calls: int) -> float:
@@ -172,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loop", type=int, default=256, help="steps of the back-to-back loop")
     parser.add_argument("--markdown", metavar="FILE", help="also write the table there")
     args = parser.parse_args(argv)
-    from head_to_head import copy_bandwidth, floor_bytes, models
+    from head_to_head import copy_bandwidth, floor_bytes
     from timing import device_name, median_us
 
     names = [v for v in args.variants.split(",") if v]
@@ -188,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
-    for model in models(args.only):
+    for model in bench_models(args.only):
         floor_us = floor_bytes(model.graph) / bandwidth * 1e6
         built = {}
         for name in names:
@@ -201,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         if not ran:
             continue
         reference = built[ran[0]][3].get().astype("float64")
-        iters = args.iters if model.name == "llama_launch" else max(20, args.iters // 4)
+        iters = args.iters if "launch" in model.name else max(20, args.iters // 4)
         first = {n: median_us(built[n][0], built[n][1], iters, 10) for n in ran}
         second = {n: median_us(built[n][0], built[n][1], iters, 10) for n in reversed(ran)}
         for name in ran:

@@ -119,8 +119,9 @@ def _scan_threads(length: int) -> int:
     return min(256, max(32, -(-length // 32) * 32))
 
 
-def _scan(node: Node, x: TensorType) -> Launch:
-    """cumsum and argmax: a block per line (a block-stride loop past 65535 lines)."""
+def _scan(node: Node, x: TensorType, out_dtype: str | None = None) -> Launch:
+    """cumsum and argmax: a block per line (a block-stride loop past 65535 lines). `out_dtype`:
+    an argmax storing its index as that integer dtype (a cast of its result done in its store)."""
     assert node.type is not None
     lines_count, length, inner = _line_geometry(node, x)
     idx = index_type(x.numel + 1)
@@ -138,9 +139,9 @@ def _scan(node: Node, x: TensorType) -> Launch:
     body = (
         _cumsum(x, acc, idx, length, inner)
         if node.op == "cumsum"
-        else _argmax(x, acc, idx, length, inner)
+        else argmax_lines(x.dtype, idx, length, f"in0[base + k * {inner}u]", "out[line] = arg;")
     )
-    out_t = STORAGE[node.type.dtype]
+    out_t = STORAGE[out_dtype or node.type.dtype]
     decls = [f"{out_t}* out", f"const {STORAGE[x.dtype]}* in0"]
     kernel = make_kernel(node.op, decls, "\n".join("  " + s for s in head + body + ["}"]))
     grid = (max(1, min(lines_count, 65535)), 1, 1)
@@ -174,9 +175,15 @@ def _cumsum(x: TensorType, acc: str, idx: str, length: int, inner: int) -> list[
     ]
 
 
-def _argmax(x: TensorType, acc: str, idx: str, length: int, inner: int) -> list[str]:
-    """Each thread keeps the first maximum of its strided elements, then a warp and a block
-    reduction of (value, index) pairs: a NaN beats any number, equal values the lower index."""
+def argmax_lines(dtype: str, idx: str, length: int, element: str, store_arg: str) -> list[str]:
+    """Statements finding the first maximum of a line of `length` elements, `element` its k-th
+    (a storage expression of `dtype`), and running `store_arg` (in thread 0, `arg` its index).
+
+    Each thread keeps the first maximum of its strided elements, then a warp and a block
+    reduction of (value, index) pairs: a NaN beats any number, equal values the lower index.
+    Needs `lane`, `warp`, `warps` (ints) and `__shared__` arrays `og_best[32]` (the compute
+    type) and `og_arg[32]` (long long) in scope; ends with a `__syncthreads`."""
+    acc = "float" if dtype in FLOAT_DTYPES else COMPUTE[dtype]
     better = (
         "({v} != {v} ? ({b} == {b} || {kv} < {kb}) :"
         " ({b} == {b} && ({v} > {b} || ({v} == {b} && {kv} < {kb}))))"
@@ -189,10 +196,10 @@ def _argmax(x: TensorType, acc: str, idx: str, length: int, inner: int) -> list[
         "}",
     ]
     return [
-        f"  {acc} best = {lowest(x.dtype)};",
+        f"  {acc} best = {lowest(dtype)};",
         f"  long long arg = {length}LL;",
         f"  for ({idx} k = threadIdx.x; k < {length}u; k += blockDim.x) {{",
-        f"    const {acc} v = {load(x.dtype, f'in0[base + k * {inner}u]')};",
+        f"    const {acc} v = {load(dtype, element)};",
         "    if "
         + better.format(v="v", kv="(long long)k", b="best", kb="arg")
         + " { best = v; arg = (long long)k; }",
@@ -201,13 +208,19 @@ def _argmax(x: TensorType, acc: str, idx: str, length: int, inner: int) -> list[
         "  if (lane == 0) { og_best[warp] = best; og_arg[warp] = arg; }",
         "  __syncthreads();",
         "  if (warp == 0) {",
-        f"    best = lane < warps ? og_best[lane] : {lowest(x.dtype)};",
+        f"    best = lane < warps ? og_best[lane] : {lowest(dtype)};",
         f"    arg = lane < warps ? og_arg[lane] : {length}LL;",
         *("    " + r for r in reduce),
-        "    if (lane == 0) out[line] = arg;",
+        f"    if (lane == 0) {store_arg}",
         "  }",
         "  __syncthreads();",
     ]
+
+
+def argmax_launch(node: Node, x: TensorType, out_dtype: str) -> Launch:
+    """The launch of argmax `node` (operand type `x`) storing its indices as `out_dtype` (an
+    integer dtype): the argmax and a cast of its result in one kernel."""
+    return _scan(node, x, out_dtype)
 
 
 def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Launch]:

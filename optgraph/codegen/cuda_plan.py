@@ -41,6 +41,8 @@ from optgraph.analysis.segments import (
     host_values,
     host_weight_layout,
 )
+from optgraph.codegen import gathered_rows
+from optgraph.codegen.argmax_folds import argmax_folds, argmax_step
 from optgraph.codegen.collective_steps import COLLECTIVE_OPS, collective_step, first_device
 from optgraph.codegen.cpu_node_schedule import cpu_schedule
 from optgraph.codegen.cuda_dispatch import node_code
@@ -232,6 +234,8 @@ def lower_cuda(
     folds, absorbed = place_folds(graph, locations, in_place or {}, stats)  # q/k/v products
     folded = rope_cache_writes(graph, in_place or {})  # a key's rope and its cache write
     folded = {r: w for r, w in folded.items() if r not in absorbed}
+    argmaxes = argmax_folds(graph, locations, frozenset([*folds, *folded, *absorbed]))
+    absorbed |= {name for fold in argmaxes.values() for name in fold.absorbed}
     folded_writes = {w.name for w in folded.values()} | absorbed
     early_reads = early_cache_reads(graph, in_place or {})  # attention before its PDL wait
     steps: list[Step] = []
@@ -259,6 +263,11 @@ def lower_cuda(
             continue
         if node.name in folded_writes:
             continue  # done by another node's kernel (rope_cache_writes.py, qkv_folds.py)
+        if node.name in argmaxes:  # an argmax and its cast in fewer kernels (argmax_folds.py)
+            step, kernel = argmax_step(argmaxes[node.name], locations, types)
+            kernels[kernel.name] = kernel
+            steps.append(step)
+            continue
         if node.name in folded or node.name in folds:
             if node.name in folds:
                 step, kernel = fold_step(folds[node.name], locations, types, stats)
@@ -295,6 +304,12 @@ def lower_cuda(
                 continue  # a copy onto itself (an in-place plan): nothing to move
             steps.append(_with_stats(_step_for(node, work, roles, types), stats))
     origins.extend([len(graph.nodes) - 1] * (len(steps) - len(origins)))
+    if (
+        gathered_rows.GATHER_ROWS
+    ):  # a one-row get_rows read by its readers' kernels (gathered_rows.py)
+        steps, origins, kernels = gathered_rows.gather_rows(
+            graph, steps, origins, kernels, locations, in_place or {}
+        )
     if merge_launches:
         steps, kernels = merge_kernel_steps(graph, steps, origins, kernels)
     streams = tuple(sorted({n.stream for n in graph.nodes} | {0}))

@@ -184,6 +184,13 @@ def test_decode_launch_settings_table(
     assert bench.main(["--iters", "2", "--loop", "2", "--markdown", str(out)]) == 0
     rows = [line.split("|")[1:-1] for line in out.read_text().splitlines() if "llama" in line]
     launches = {cells[1].strip(): int(cells[2]) for cells in rows}
+    tail = {name: launches.pop(name) for name in bench.TAIL_VARIANTS}
+    assert tail == {  # no argmax in this step: its settings give the same program
+        "argmax-cast": 12,
+        "argmax-product": 12,
+        "gather-rows": 11,  # no h0
+        "tail-all": 11,
+    }
     assert launches == {
         "all-on": 2 + 5 * 2,
         "all-on-pk16k": 2 + 5 * 2,  # hidden 64: the same program
@@ -200,4 +207,44 @@ def test_decode_launch_settings_table(
         "attn-s8": 2 + 5 * 2,
         "attn-b528": 2 + 5 * 2,
         "attn-s8-b528": 2 + 5 * 2,
+    }
+
+
+def test_decode_launch_settings_on_the_loop_step(
+    benchmarks: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench_decode_launches.py's loop models (small sizes): the tail settings' launch counts,
+    with the position adds last and first."""
+    bench: ModuleType = benchmarks("bench_decode_launches")
+    head_to_head: ModuleType = benchmarks("head_to_head")
+    loop: ModuleType = benchmarks("bench_decode_loop")
+    from optgraph.runtime.reference import random_weights
+
+    small = {"layers": 1, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 96, "vocab": 64,
+             "dtype": "f16", "batch": 1, "seq": 1, "cache_len": 16, "mode": "decode"}  # fmt: skip
+    monkeypatch.setattr(loop, "model_sizes", lambda model: small)
+    monkeypatch.setattr(head_to_head, "device_weights", random_weights)
+    monkeypatch.setattr(head_to_head, "copy_bandwidth", lambda: 3e12)
+    out = tmp_path / "decode.md"
+    variants = "all-on,argmax-cast,argmax-product,gather-rows,tail-all"
+    only = "loop_launch,loop_launch_adds_first"
+    argv = ["--only", only, "--variants", variants, "--iters", "2", "--loop", "2"]
+    assert bench.main([*argv, "--markdown", str(out)]) == 0
+    rows = [
+        line.split("|")[1:-1] for line in out.read_text().splitlines() if line.startswith("| loop_")
+    ]
+    launches = {(c[0].strip(), c[1].strip()): int(c[2]) for c in rows}
+    # h0, five launches for the layer, logits, argmax, cast, the two adds (one launch, or
+    # merged with h0 when issued first)
+    assert launches == {
+        ("loop_launch", "all-on"): 10,
+        ("loop_launch", "argmax-cast"): 9,  # the cast in the argmax's kernel
+        ("loop_launch", "argmax-product"): 7,  # argmax and cast in logits', the adds merged
+        ("loop_launch", "gather-rows"): 9,  # no h0
+        ("loop_launch", "tail-all"): 6,
+        ("loop_launch_adds_first", "all-on"): 9,  # the adds merged with h0
+        ("loop_launch_adds_first", "argmax-cast"): 8,
+        ("loop_launch_adds_first", "argmax-product"): 7,
+        ("loop_launch_adds_first", "gather-rows"): 8,
+        ("loop_launch_adds_first", "tail-all"): 6,
     }
