@@ -80,19 +80,21 @@ def step_rows(plan: Any, kernels: list[tuple[str, float, float]]) -> list[Row]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--only", default="llama_launch,llama_real", help="models, by name")
+    parser.add_argument(
+        "--only", default="llama_launch,llama_real", help="models, by name (bench_decode_launches')"
+    )
     parser.add_argument("--variant", default="all-on", help="a bench_decode_launches variant")
     parser.add_argument("--steps", type=int, default=5, help="replays traced (the last listed)")
     parser.add_argument("--markdown", metavar="FILE", help="also write the tables there")
     args = parser.parse_args(argv)
     import bench_decode_launches as bdl
-    from head_to_head import copy_bandwidth, models
+    from head_to_head import copy_bandwidth
     from timing import device_name
 
     bandwidth = copy_bandwidth()
     head = f"device: {device_name()}; date: {time.strftime('%Y-%m-%d')}; variant {args.variant}"
     lines = [f"{head}; copy bandwidth {bandwidth / 1e12:.2f} TB/s"]
-    for model in models(args.only):
+    for model in bdl.bench_models(args.only):
         step, stream, _, _ = bdl.build(
             model, bdl.VARIANTS[args.variant], bdl.PIPELINES.get(args.variant)
         )
