@@ -107,6 +107,11 @@ __device__ __forceinline__ unsigned int og_arrive(unsigned int* counter) {
 struct OgSum { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct OgMax { template <typename T> __device__ T operator()(T a, T b) const { return og_max(a, b); } };
 
+// The sum of v over the warp, in the same order in every warp (xor shuffles).
+__device__ __forceinline__ float og_warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
 // Reduce v over the block (blockDim.x a multiple of 32); every thread gets the result.
 // `scratch` holds 32 values; it may be reused by the next call.
 template <typename T, typename Op>

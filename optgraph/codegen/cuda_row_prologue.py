@@ -121,24 +121,33 @@ class _RowReader:
         return lines + [f"return (float){env[value][0]};"]
 
 
+# Rows of at most this many elements: every warp reduces the norm's row itself (each lane a
+# 32nd of it, then shuffles: the same order in every warp, so the same bits), with no barrier;
+# 0: a block reduction (every thread a 256th, then shared memory and two barriers).
+WARP_STATISTICS_MAX_K = 0
+
+
 def _norm_statistics(norm: Node, k: int, m: int) -> list[str]:
     """Statements computing `og_mu[i]` and `og_r[i]` (mean, 0 for rms_norm, and the root of the
-    variance plus eps) of each of the m rows of `og_x` by block reductions."""
+    variance plus eps) of each of the m rows of `og_x` by block reductions (by warp reductions
+    for rows of at most `WARP_STATISTICS_MAX_K`)."""
     eps = f32_literal(float_attr(attrs_with_defaults(norm), "eps"))
-    red = "og_block_reduce({0}, og_row_scratch, OgSum(), 0.0f)"
+    by_warp = k <= WARP_STATISTICS_MAX_K
+    red = "og_warp_sum({0})" if by_warp else "og_block_reduce({0}, og_row_scratch, OgSum(), 0.0f)"
     lines = [
-        "__shared__ float og_row_scratch[32];",
+        *([] if by_warp else ["__shared__ float og_row_scratch[32];"]),
         f"float og_k[{m}], og_mu[{m}], og_r[{m}];",
         f"for (int i = 0; i < {m}; ++i) {{",
     ]
     # Every load of the row in flight at once: a constant trip count the compiler unrolls.
-    per = -(-k // THREADS)
-    guard = f"if (j < {k}u) " if k % THREADS else ""
+    width, first = (32, "(threadIdx.x & 31u)") if by_warp else (THREADS, "threadIdx.x")
+    per = -(-k // width)
+    guard = f"if (j < {k}u) " if k % width else ""
 
     def each(statement: str) -> str:
         return (
             f"  #pragma unroll\n  for (unsigned int u = 0; u < {per}u; ++u) {{ "
-            f"const unsigned int j = threadIdx.x + u * {THREADS}u; {guard}{{ {statement} }} }}"
+            f"const unsigned int j = {first} + u * {width}u; {guard}{{ {statement} }} }}"
         )
 
     if norm.op == "rms_norm":
@@ -264,14 +273,21 @@ def scaled_norm_row(
 
 
 STAGED_ROW_BYTES = 16384  # a computed row slice up to this size is staged in shared memory
+# A thread reading at most this many rows of K computes each where it reads it instead of the
+# block staging the slice (no barrier before the loop; its column threads repeat the work).
+INLINE_ROWS = 0
 
 
-def stage_row(is_param: bool, dtype: str, m: int, rows: int) -> list[str]:
+def stage_row(
+    is_param: bool, dtype: str, m: int, rows: int, rows_a_thread: int = INLINE_ROWS + 1
+) -> list[str]:
     """Statements computing the block's slice of a prologue row once, into shared memory in the
     row's dtype (as the unfused graph would store it), so the product loop reads each element
-    from there instead of recomputing it per column thread; [] for a parameter row or a slice
-    over `STAGED_ROW_BYTES`."""
+    from there instead of recomputing it per column thread; [] for a parameter row, a slice
+    over `STAGED_ROW_BYTES`, or a thread's `rows_a_thread` rows of at most `INLINE_ROWS`."""
     if is_param or m * rows * DTYPE_BYTES[dtype] > STAGED_ROW_BYTES:
+        return []
+    if rows_a_thread <= INLINE_ROWS:
         return []
     return [
         f"__shared__ {STORAGE[dtype]} og_xs[{m * rows}];",

@@ -202,6 +202,9 @@ def test_decode_launch_settings_table(
         "all-on-ew16k": 2 + 5 * 2,
         "norm-stats-ew16k": 2 + 5 * 2,
         "stats-scaled": 2 + 5 * 2,
+        "warp-stats": 2 + 5 * 2,
+        "inline-rows": 2 + 5 * 2,
+        "warp-inline": 2 + 5 * 2,
         "stats-scaled-ew16k": 2 + 5 * 2,
         "no-early-kv": 2 + 5 * 2,  # decode attention's loads after its wait: as many launches
         "attn-s8": 2 + 5 * 2,

@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 import optgraph as og
+from optgraph.codegen.cuda_dispatch import node_code
+from optgraph.codegen.cuda_source import Launch
 from optgraph.passes.manager import run_pipeline
 from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
 from tests.support import cuda_emulator
@@ -169,4 +171,29 @@ def test_wide_elementwise_prologue_matches_reference() -> None:
     fused = {n.name: n for n in graph.nodes if n.op == "fused"}
     assert set(fused) == {"s", "h"}, sorted(fused)
     assert [n.op for n in fused["h"].body.nodes][:2] == ["mul", "matmul"]
+    _check(graph)
+
+
+@pytest.mark.parametrize(("warp_k", "inline"), [(4096, 8), (4096, 0), (0, 8), (512, 4)])
+def test_prologues_by_warp_statistics_and_inline_rows_match_reference(
+    warp_k: int, inline: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Norm statistics reduced by every warp alone (`WARP_STATISTICS_MAX_K`) and rows computed
+    where the loop reads them (`INLINE_ROWS`): rms_norm single pass, layer_norm split-K,
+    SwiGLU's mul; each setting alone and both."""
+    from optgraph.codegen import cuda_row_prologue
+
+    monkeypatch.setattr(cuda_row_prologue, "WARP_STATISTICS_MAX_K", warp_k)
+    monkeypatch.setattr(cuda_row_prologue, "INLINE_ROWS", inline)
+    graph = run_pipeline(og.parse(PRODUCT_PROLOGUES), "fuse{prologue-max-k=4096}")
+    types = graph.value_types()
+    plan_sources = "".join(
+        work.kernel.source
+        for node in graph.nodes
+        for work in node_code(node, [types[o] for o in node.operands])
+        if isinstance(work, Launch)
+    )
+    assert ("og_warp_sum(" in plan_sources) == bool(warp_k)
+    # a thread reads 4 (q, k), 8 (the split-K layer_norm) or 6 rows (SwiGLU's)
+    assert ("og_xs[" in plan_sources) == (inline < 8)
     _check(graph)

@@ -295,7 +295,7 @@ def run_graph(
 # What makes a block's threads wait for each other: the emulated primitives and the prelude's
 # block reduction built on them. A kernel naming none runs thread by thread; one that reaches a
 # barrier anyway (through a helper not listed here) aborts the run rather than compute wrong bits.
-THREAD_SYNC = ("__syncthreads", "__syncwarp", "__shfl", "og_block_reduce")
+THREAD_SYNC = ("__syncthreads", "__syncwarp", "__shfl", "og_block_reduce", "og_warp_sum")
 
 
 def _launch(
