@@ -124,7 +124,7 @@ class _RowReader:
 # Rows of at most this many elements: every warp reduces the norm's row itself (each lane a
 # 32nd of it, then shuffles: the same order in every warp, so the same bits), with no barrier;
 # 0: a block reduction (every thread a 256th, then shared memory and two barriers).
-WARP_STATISTICS_MAX_K = 0
+WARP_STATISTICS_MAX_K = 2048
 
 
 def _norm_statistics(norm: Node, k: int, m: int) -> list[str]:

@@ -238,8 +238,9 @@ class CudaProgram:
         checked once, here. Calling the step launches the program on those arrays: its first
         call runs eagerly and captures (as `run` does), later calls replay the CUDA graph (or,
         with `use_graph=False`, issue the same calls) with no check, no copy and no
-        synchronization; the caller synchronizes `program.stream` before reading `out`."""
-        bound = self._bind(inputs, out)
+        synchronization; the caller synchronizes `program.stream` before reading `out`. Each
+        bound step keeps its own captured graph (`GraphKey.pinned`)."""
+        bound = self._bind(inputs, out, pinned=True)
         staged = sorted(bound.staged)
         unbound = [n for n in dict.fromkeys(bound.variant.plan.outputs) if n not in bound.outputs]
         if staged or unbound:
@@ -250,8 +251,11 @@ class CudaProgram:
             )
         return BoundStep(self, bound)
 
-    def _bind(self, inputs: Mapping[str, Any], out: Mapping[str, Any] | None) -> Bound:
-        """Check `inputs` and `out`, pick the variant, the graph key and the issue list."""
+    def _bind(
+        self, inputs: Mapping[str, Any], out: Mapping[str, Any] | None, pinned: bool = False
+    ) -> Bound:
+        """Check `inputs` and `out`, pick the variant, the graph key and the issue list;
+        `pinned`: the pointers are part of the key (a bound step's own graph)."""
         cp = cupy()
         out = out or {}
         if self.graph.weights and not self.weights.is_set:
@@ -280,6 +284,8 @@ class CudaProgram:
         )
         key = GraphKey.of(types, frozenset(bound_in), frozenset(bound_out), in_place)
         binding = Binding.of(bound_in, bound_out)
+        if pinned:
+            key = replace(key, pinned=binding)
         calling_thread = bool(variant.lowered.cpu_schedule)
         cached = self._issue.get(key)
         if cached is None or cached[0] != binding:

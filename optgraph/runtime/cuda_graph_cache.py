@@ -11,6 +11,8 @@ pointer it touches. Everything else it reads from device memory at replay: input
    different set of copy nodes, a different topology, and is captured anew;
 3. the bound pointers are the same (`Binding`): if only they differ, the topology is unchanged and
    the instantiated graph is *updated* in place (`cudaGraphExecUpdate`) instead of re-instantiated.
+   A bound step's pointers are part of its key instead (`GraphKey.pinned`): several bound steps
+   of one program each keep their own graph.
 
 `GraphCache.decide(key, binding)` returns REPLAY, UPDATE or CAPTURE accordingly; it holds at most
 `capacity` graphs and evicts the least recently used one (handing it to `on_evict` to destroy).
@@ -55,6 +57,11 @@ class GraphKey:
     bound_outputs: frozenset[str] = frozenset()
     in_place: frozenset[tuple[str, str]] = frozenset()  # (output, input) computed in place
     part: int | None = None  # one GPU part of a run whose CPU nodes run on the calling thread
+    # A bound step's own pointers (`CudaProgram.bind`): part of its graph's identity, so that the
+    # bound steps of one program (a decode loop's two, reading and writing in turn) each keep a
+    # graph to replay rather than updating one graph's pointers at every call. None: a `run`'s
+    # graph, updated in place when only the pointers change (3. above).
+    pinned: Binding | None = None
 
     @staticmethod
     def of(

@@ -106,8 +106,9 @@ def test_compiled_program_bind_uses_default_weights_and_is_cuda_only(monkeypatch
 
 
 def test_a_bound_step_replays_directly_until_the_graph_cache_changes(monkeypatch) -> None:
-    """Two steps of one key on different arrays: each call after the other step's is a full
-    call (the graph is updated back to its pointers); calls in a row are bare graph launches."""
+    """Two steps of one key on different arrays: each captures its own graph (its pointers are
+    part of its key); a call after the cache changed is a full call (the graph cache decides:
+    a replay, nothing updated), calls in a row are bare graph launches."""
     with fake_cupy(monkeypatch) as fake:
         graph = _planned("diamond")
         program = cuda_program(graph)
@@ -131,15 +132,16 @@ def test_a_bound_step_replays_directly_until_the_graph_cache_changes(monkeypatch
         first()
         first()  # both bare launches of the captured graph
         assert len(decided) == 1 and (c.captures, c.replays) == (1, 2)
-        second()  # the same key on other pointers: the graph is updated to them
-        assert len(decided) == 2 and c.updates == 1
-        first()  # the cache changed: a full call, which updates the graph back
-        assert len(decided) == 3 and c.updates == 2
+        second()  # the same types and names on other pointers: a graph of its own
+        assert len(decided) == 2 and c.captures == 2 and c.updates == 0
+        first()  # the cache changed: a full call, which finds its graph as it was
+        assert len(decided) == 3 and c.updates == 0 and c.replays == 3
         first()
-        assert len(decided) == 3 and c.replays == 5 and fake.graph_launches == 5
+        assert len(decided) == 3 and c.replays == 4 and fake.graph_launches == 4
         program.close()  # destroys the graphs: the next call captures anew, never launches blind
         first()
-        assert len(decided) == 4 and c.captures == 2 and fake.graph_launches == 5
+        assert len(decided) == 4 and c.captures == 3 and fake.graph_launches == 4
+        program.close()
 
 
 def test_a_bound_step_holds_the_arrays_it_was_bound_to(monkeypatch) -> None:
@@ -189,3 +191,26 @@ def test_check_apart_allows_in_place_pairs_and_inputs_sharing_bytes() -> None:
         check_apart({"cache": cache, "alias": (1100, 8)}, {"new": cache}, {"new": "cache"})
     with pytest.raises(InputError, match=r"out '%a' and out '%b' share memory"):
         check_apart({}, {"a": (0, 32), "b": (8, 8)}, {})
+
+
+def test_bound_steps_of_one_program_each_keep_their_graph(monkeypatch) -> None:
+    """A decode loop's two bound steps (each reading what the other wrote) called in turn: one
+    capture each, then replays only; `run` with arrays that change in turn still updates one
+    graph's pointers rather than capturing a graph per array."""
+    with fake_cupy(monkeypatch) as fake:
+        graph = _planned("diamond")
+        program = cuda_program(graph)
+        xs = [fake.asarray(random_inputs(graph, seed)["x"]) for seed in (1, 2)]
+        ys = [fake.asarray(np.zeros((4, 64), np.float32)) for _ in range(2)]
+        steps = [program.bind({"x": x}, out={"y": y}) for x, y in zip(xs, ys)]
+        for _ in range(5):
+            for step in steps:
+                step()
+        c = program.counters
+        assert (c.captures, c.updates, c.replays) == (2, 0, 8)
+        assert fake.graph_launches == 8  # a step's first call runs eagerly and captures
+        for _ in range(3):
+            for x, y in zip(xs, ys):
+                program.run({"x": x}, out={"y": y})
+        assert c.captures == 3 and c.updates == 5  # one graph for `run`, its pointers updated
+        program.close()
