@@ -50,9 +50,9 @@ from optgraph.ir.layout import alias_roots
 from optgraph.ir.ops import attrs_with_defaults
 
 # An argmax whose only reader is an integer cast stores the cast value (one kernel fewer).
-ARGMAX_CAST = True
+ARGMAX_CAST = False
 # An argmax of a one-row product's result is done by the product's last block.
-ARGMAX_IN_PRODUCT = True
+ARGMAX_IN_PRODUCT = False
 
 INDEX_DTYPES = frozenset({"i32", "i64"})
 

@@ -37,7 +37,7 @@ from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
 
 # A one-row get_rows issues nothing; its readers gather the row (one launch fewer a decode step).
-GATHER_ROWS = True
+GATHER_ROWS = False
 
 ROW_LIMIT = 16384  # elements of a gathered value at most
 READ_ONLY_SPACES = frozenset({"weights", "input"})

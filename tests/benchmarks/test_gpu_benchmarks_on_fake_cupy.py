@@ -205,6 +205,9 @@ def test_decode_launch_settings_table(
         "warp-stats": 2 + 5 * 2,
         "inline-rows": 2 + 5 * 2,
         "warp-inline": 2 + 5 * 2,
+        "no-warp-stats": 2 + 5 * 2,
+        "tail-off": 2 + 5 * 2,
+        "before": 2 + 5 * 2,
         "stats-scaled-ew16k": 2 + 5 * 2,
         "no-early-kv": 2 + 5 * 2,  # decode attention's loads after its wait: as many launches
         "attn-s8": 2 + 5 * 2,

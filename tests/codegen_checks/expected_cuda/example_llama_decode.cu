@@ -200,176 +200,6 @@ extern "C" __global__ void og_attention_decode_wide_2655e3a9b448(float* out, con
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 2) og_gemv_3ac802faca86(float* out, const float* in0, const float* in1, const float* in2) {
-  const unsigned int tile = blockIdx.x, split = blockIdx.y;
-  const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
-  const unsigned int n0 = tile * 32u + cg * 4u;
-  const unsigned int k0 = split * 64u;
-  const unsigned int k1 = min(64u, k0 + 64u);
-  uint4 og_wv0[1][8];
-  {
-    const unsigned int kb = k0 + rl;
-    if (n0 < 128u) {
-      if (kb + 0u < k1) { og_wv0[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 128u); }
-      if (kb + 32u < k1) { og_wv0[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 128u); }
-      if (kb + 64u < k1) { og_wv0[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 128u); }
-      if (kb + 96u < k1) { og_wv0[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 128u); }
-      if (kb + 128u < k1) { og_wv0[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 128u); }
-      if (kb + 160u < k1) { og_wv0[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 128u); }
-      if (kb + 192u < k1) { og_wv0[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 128u); }
-      if (kb + 224u < k1) { og_wv0[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 128u); }
-    }
-  }
-  og_grid_dependency_wait();
-  og_grid_launch_dependents();
-  auto og_x = [&](unsigned int i, unsigned int j) -> float {
-    const unsigned int xi = i * 64u + j;
-    const float r0 = in0[xi];
-    return (float)r0;
-  };
-  __shared__ float og_row_scratch[32];
-  float og_k[1], og_mu[1], og_r[1];
-  for (int i = 0; i < 1; ++i) {
-    float ss = 0.0f;
-    #pragma unroll
-    for (unsigned int u = 0; u < 1u; ++u) { const unsigned int j = threadIdx.x + u * 256u; if (j < 64u) { const float v = og_x(i, j); ss += v * v; } }
-    ss = og_block_reduce(ss, og_row_scratch, OgSum(), 0.0f);
-    og_k[i] = 0.0f;
-    og_mu[i] = 0.0f;
-    og_r[i] = sqrtf(ss / (float)64 + 9.999999975e-07f);
-  }
-  auto og_row = [&](unsigned int i, unsigned int j) -> float {
-    const unsigned int xi = i * 64u + j;
-    const float r0 = in0[xi];
-    const float r1 = in1[xi];
-    const float og_n = (float)(og_x(i, j) / og_r[i] * r1);
-    return (float)og_n;
-  };
-  __shared__ float og_xs[64];
-  for (unsigned int t = threadIdx.x; t < 64u; t += 256u) {
-    const unsigned int i = t / 64u, kk = k0 + t % 64u;
-    if (kk < k1) og_xs[t] = (float)(og_row(i, kk));
-  }
-  __syncthreads();
-  float acc[1][4];
-  #pragma unroll
-  for (int i = 0; i < 1; ++i) {
-    #pragma unroll
-    for (int v = 0; v < 4; ++v) acc[i][v] = 0.0f;
-  }
-  if (n0 < 128u) {
-    unsigned int kb = k0 + rl;
-    {  // the first batch, loaded before the dependency wait
-      #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const unsigned int kk = kb + j * 32u;
-        if (kk < k1) {
-          float wf[1][4];
-          wf[0][0] = __uint_as_float(og_wv0[0][j].x); wf[0][1] = __uint_as_float(og_wv0[0][j].y);
-          wf[0][2] = __uint_as_float(og_wv0[0][j].z); wf[0][3] = __uint_as_float(og_wv0[0][j].w);
-          #pragma unroll
-          for (int i = 0; i < 1; ++i) {
-            const float xv = og_xs[i * 64u + (kk - k0)];
-            #pragma unroll
-            for (int q = 0; q < 1; ++q) {
-              #pragma unroll
-              for (int v = 0; v < 4; ++v)
-                acc[q * 1 + i][v] += xv * wf[q][v];
-            }
-          }
-        }
-      }
-    }
-    kb += 256u;
-    for (; kb + 224u < k1; kb += 256u) {
-      uint4 wv[1][8];
-      wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 128u);
-      wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 128u);
-      wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 128u);
-      wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 128u);
-      wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 128u);
-      wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 128u);
-      wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 128u);
-      wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 128u);
-      #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const unsigned int kk = kb + j * 32u;
-        float wf[1][4];
-        wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
-        wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
-        #pragma unroll
-        for (int i = 0; i < 1; ++i) {
-          const float xv = og_xs[i * 64u + (kk - k0)];
-          #pragma unroll
-          for (int q = 0; q < 1; ++q) {
-            #pragma unroll
-            for (int v = 0; v < 4; ++v)
-              acc[q * 1 + i][v] += xv * wf[q][v];
-          }
-        }
-      }
-    }
-    if (kb < k1) {  // the rows left, fewer than a batch: guarded loads, all in flight
-      uint4 wv[1][8];
-      if (kb + 0u < k1) { wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 128u); }
-      if (kb + 32u < k1) { wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 128u); }
-      if (kb + 64u < k1) { wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 128u); }
-      if (kb + 96u < k1) { wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 128u); }
-      if (kb + 128u < k1) { wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 128u); }
-      if (kb + 160u < k1) { wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 128u); }
-      if (kb + 192u < k1) { wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 128u); }
-      if (kb + 224u < k1) { wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 128u); }
-      #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const unsigned int kk = kb + j * 32u;
-        if (kk < k1) {
-          float wf[1][4];
-          wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
-          wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
-          #pragma unroll
-          for (int i = 0; i < 1; ++i) {
-            const float xv = og_xs[i * 64u + (kk - k0)];
-            #pragma unroll
-            for (int q = 0; q < 1; ++q) {
-              #pragma unroll
-              for (int v = 0; v < 4; ++v)
-                acc[q * 1 + i][v] += xv * wf[q][v];
-            }
-          }
-        }
-      }
-    }
-  }
-  #pragma unroll
-  for (int i = 0; i < 1; ++i) {
-    #pragma unroll
-    for (int v = 0; v < 4; ++v) {
-      for (int o = 8; o < 32; o <<= 1) acc[i][v] += __shfl_xor_sync(0xffffffffu, acc[i][v], o);
-    }
-  }
-  __shared__ float og_red[8][1][32];
-  const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-  if (lane < 8u) {
-    #pragma unroll
-    for (int i = 0; i < 1; ++i) {
-      #pragma unroll
-      for (int v = 0; v < 4; ++v) og_red[warp][i][lane * 4u + v] = acc[i][v];
-    }
-  }
-  __syncthreads();
-  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
-    const unsigned int i = t / 32u, c = t % 32u;
-    const unsigned int col = tile * 32u + c;
-    if (col >= 128u) continue;
-    float val = 0.0f;
-    #pragma unroll
-  for (int w = 0; w < 8; ++w) val += og_red[w][i][c];
-    const unsigned int oi = i * 128u + col;
-    const float a = val;
-    out[oi] = (float)(a);
-  }
-}
-
 extern "C" __global__ void __launch_bounds__(256, 2) og_gemv_8012817e7c4e(float* out, const float* in0, const float* in1, const float* in2) {
   const unsigned int tile = blockIdx.x, split = blockIdx.y;
   const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
@@ -510,6 +340,175 @@ extern "C" __global__ void __launch_bounds__(256, 2) og_gemv_8012817e7c4e(float*
     const float q2 = in2[oi];
     const float v0 = (q2 + a);
     out[oi] = (float)(v0);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) og_gemv_a692fd8d7291(float* out, const float* in0, const float* in1, const float* in2) {
+  const unsigned int tile = blockIdx.x, split = blockIdx.y;
+  const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
+  const unsigned int n0 = tile * 32u + cg * 4u;
+  const unsigned int k0 = split * 64u;
+  const unsigned int k1 = min(64u, k0 + 64u);
+  uint4 og_wv0[1][8];
+  {
+    const unsigned int kb = k0 + rl;
+    if (n0 < 128u) {
+      if (kb + 0u < k1) { og_wv0[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 128u); }
+      if (kb + 32u < k1) { og_wv0[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 128u); }
+      if (kb + 64u < k1) { og_wv0[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 128u); }
+      if (kb + 96u < k1) { og_wv0[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 128u); }
+      if (kb + 128u < k1) { og_wv0[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 128u); }
+      if (kb + 160u < k1) { og_wv0[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 128u); }
+      if (kb + 192u < k1) { og_wv0[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 128u); }
+      if (kb + 224u < k1) { og_wv0[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 128u); }
+    }
+  }
+  og_grid_dependency_wait();
+  og_grid_launch_dependents();
+  auto og_x = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 64u + j;
+    const float r0 = in0[xi];
+    return (float)r0;
+  };
+  float og_k[1], og_mu[1], og_r[1];
+  for (int i = 0; i < 1; ++i) {
+    float ss = 0.0f;
+    #pragma unroll
+    for (unsigned int u = 0; u < 2u; ++u) { const unsigned int j = (threadIdx.x & 31u) + u * 32u; { const float v = og_x(i, j); ss += v * v; } }
+    ss = og_warp_sum(ss);
+    og_k[i] = 0.0f;
+    og_mu[i] = 0.0f;
+    og_r[i] = sqrtf(ss / (float)64 + 9.999999975e-07f);
+  }
+  auto og_row = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 64u + j;
+    const float r0 = in0[xi];
+    const float r1 = in1[xi];
+    const float og_n = (float)(og_x(i, j) / og_r[i] * r1);
+    return (float)og_n;
+  };
+  __shared__ float og_xs[64];
+  for (unsigned int t = threadIdx.x; t < 64u; t += 256u) {
+    const unsigned int i = t / 64u, kk = k0 + t % 64u;
+    if (kk < k1) og_xs[t] = (float)(og_row(i, kk));
+  }
+  __syncthreads();
+  float acc[1][4];
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) acc[i][v] = 0.0f;
+  }
+  if (n0 < 128u) {
+    unsigned int kb = k0 + rl;
+    {  // the first batch, loaded before the dependency wait
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        if (kk < k1) {
+          float wf[1][4];
+          wf[0][0] = __uint_as_float(og_wv0[0][j].x); wf[0][1] = __uint_as_float(og_wv0[0][j].y);
+          wf[0][2] = __uint_as_float(og_wv0[0][j].z); wf[0][3] = __uint_as_float(og_wv0[0][j].w);
+          #pragma unroll
+          for (int i = 0; i < 1; ++i) {
+            const float xv = og_xs[i * 64u + (kk - k0)];
+            #pragma unroll
+            for (int q = 0; q < 1; ++q) {
+              #pragma unroll
+              for (int v = 0; v < 4; ++v)
+                acc[q * 1 + i][v] += xv * wf[q][v];
+            }
+          }
+        }
+      }
+    }
+    kb += 256u;
+    for (; kb + 224u < k1; kb += 256u) {
+      uint4 wv[1][8];
+      wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 128u);
+      wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 128u);
+      wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 128u);
+      wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 128u);
+      wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 128u);
+      wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 128u);
+      wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 128u);
+      wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 128u);
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        float wf[1][4];
+        wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+        wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+        #pragma unroll
+        for (int i = 0; i < 1; ++i) {
+          const float xv = og_xs[i * 64u + (kk - k0)];
+          #pragma unroll
+          for (int q = 0; q < 1; ++q) {
+            #pragma unroll
+            for (int v = 0; v < 4; ++v)
+              acc[q * 1 + i][v] += xv * wf[q][v];
+          }
+        }
+      }
+    }
+    if (kb < k1) {  // the rows left, fewer than a batch: guarded loads, all in flight
+      uint4 wv[1][8];
+      if (kb + 0u < k1) { wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 128u); }
+      if (kb + 32u < k1) { wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 128u); }
+      if (kb + 64u < k1) { wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 128u); }
+      if (kb + 96u < k1) { wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 128u); }
+      if (kb + 128u < k1) { wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 128u); }
+      if (kb + 160u < k1) { wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 128u); }
+      if (kb + 192u < k1) { wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 128u); }
+      if (kb + 224u < k1) { wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 128u); }
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        if (kk < k1) {
+          float wf[1][4];
+          wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+          wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+          #pragma unroll
+          for (int i = 0; i < 1; ++i) {
+            const float xv = og_xs[i * 64u + (kk - k0)];
+            #pragma unroll
+            for (int q = 0; q < 1; ++q) {
+              #pragma unroll
+              for (int v = 0; v < 4; ++v)
+                acc[q * 1 + i][v] += xv * wf[q][v];
+            }
+          }
+        }
+      }
+    }
+  }
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      for (int o = 8; o < 32; o <<= 1) acc[i][v] += __shfl_xor_sync(0xffffffffu, acc[i][v], o);
+    }
+  }
+  __shared__ float og_red[8][1][32];
+  const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  if (lane < 8u) {
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+      #pragma unroll
+      for (int v = 0; v < 4; ++v) og_red[warp][i][lane * 4u + v] = acc[i][v];
+    }
+  }
+  __syncthreads();
+  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
+    const unsigned int i = t / 32u, c = t % 32u;
+    const unsigned int col = tile * 32u + c;
+    if (col >= 128u) continue;
+    float val = 0.0f;
+    #pragma unroll
+  for (int w = 0; w < 8; ++w) val += og_red[w][i][c];
+    const unsigned int oi = i * 128u + col;
+    const float a = val;
+    out[oi] = (float)(a);
   }
 }
 
@@ -761,7 +760,360 @@ extern "C" __global__ void og_merged_505949cce589(float* m0_out, const float* m0
   }
 }
 
-__device__ __forceinline__ void og_gemv_3ac802faca86_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2) {
+__device__ __forceinline__ void og_gemv_352fb267b62e_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2) {
+  const unsigned int tile = og_block_idx.x, split = og_block_idx.y;
+  const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
+  const unsigned int n0 = tile * 32u + cg * 4u;
+  const unsigned int k0 = split * 64u;
+  const unsigned int k1 = min(64u, k0 + 64u);
+  uint4 og_wv0[1][8];
+  {
+    const unsigned int kb = k0 + rl;
+    if (n0 < 64u) {
+      if (kb + 0u < k1) { og_wv0[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 64u); }
+      if (kb + 32u < k1) { og_wv0[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 64u); }
+      if (kb + 64u < k1) { og_wv0[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 64u); }
+      if (kb + 96u < k1) { og_wv0[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 64u); }
+      if (kb + 128u < k1) { og_wv0[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 64u); }
+      if (kb + 160u < k1) { og_wv0[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 64u); }
+      if (kb + 192u < k1) { og_wv0[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 64u); }
+      if (kb + 224u < k1) { og_wv0[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 64u); }
+    }
+  }
+  og_grid_dependency_wait();
+  og_grid_launch_dependents();
+  auto og_x = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 64u + j;
+    const float r0 = in0[xi];
+    return (float)r0;
+  };
+  float og_k[1], og_mu[1], og_r[1];
+  for (int i = 0; i < 1; ++i) {
+    float ss = 0.0f;
+    #pragma unroll
+    for (unsigned int u = 0; u < 2u; ++u) { const unsigned int j = (threadIdx.x & 31u) + u * 32u; { const float v = og_x(i, j); ss += v * v; } }
+    ss = og_warp_sum(ss);
+    og_k[i] = 0.0f;
+    og_mu[i] = 0.0f;
+    og_r[i] = sqrtf(ss / (float)64 + 9.999999975e-07f);
+  }
+  auto og_row = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 64u + j;
+    const float r0 = in0[xi];
+    const float r1 = in1[xi];
+    const float og_n = (float)(og_x(i, j) / og_r[i] * r1);
+    return (float)og_n;
+  };
+  __shared__ float og_xs[64];
+  for (unsigned int t = threadIdx.x; t < 64u; t += 256u) {
+    const unsigned int i = t / 64u, kk = k0 + t % 64u;
+    if (kk < k1) og_xs[t] = (float)(og_row(i, kk));
+  }
+  __syncthreads();
+  float acc[1][4];
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) acc[i][v] = 0.0f;
+  }
+  if (n0 < 64u) {
+    unsigned int kb = k0 + rl;
+    {  // the first batch, loaded before the dependency wait
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        if (kk < k1) {
+          float wf[1][4];
+          wf[0][0] = __uint_as_float(og_wv0[0][j].x); wf[0][1] = __uint_as_float(og_wv0[0][j].y);
+          wf[0][2] = __uint_as_float(og_wv0[0][j].z); wf[0][3] = __uint_as_float(og_wv0[0][j].w);
+          #pragma unroll
+          for (int i = 0; i < 1; ++i) {
+            const float xv = og_xs[i * 64u + (kk - k0)];
+            #pragma unroll
+            for (int q = 0; q < 1; ++q) {
+              #pragma unroll
+              for (int v = 0; v < 4; ++v)
+                acc[q * 1 + i][v] += xv * wf[q][v];
+            }
+          }
+        }
+      }
+    }
+    kb += 256u;
+    for (; kb + 224u < k1; kb += 256u) {
+      uint4 wv[1][8];
+      wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 64u);
+      wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 64u);
+      wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 64u);
+      wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 64u);
+      wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 64u);
+      wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 64u);
+      wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 64u);
+      wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 64u);
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        float wf[1][4];
+        wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+        wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+        #pragma unroll
+        for (int i = 0; i < 1; ++i) {
+          const float xv = og_xs[i * 64u + (kk - k0)];
+          #pragma unroll
+          for (int q = 0; q < 1; ++q) {
+            #pragma unroll
+            for (int v = 0; v < 4; ++v)
+              acc[q * 1 + i][v] += xv * wf[q][v];
+          }
+        }
+      }
+    }
+    if (kb < k1) {  // the rows left, fewer than a batch: guarded loads, all in flight
+      uint4 wv[1][8];
+      if (kb + 0u < k1) { wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 64u); }
+      if (kb + 32u < k1) { wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 64u); }
+      if (kb + 64u < k1) { wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 64u); }
+      if (kb + 96u < k1) { wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 64u); }
+      if (kb + 128u < k1) { wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 64u); }
+      if (kb + 160u < k1) { wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 64u); }
+      if (kb + 192u < k1) { wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 64u); }
+      if (kb + 224u < k1) { wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 64u); }
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        if (kk < k1) {
+          float wf[1][4];
+          wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+          wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+          #pragma unroll
+          for (int i = 0; i < 1; ++i) {
+            const float xv = og_xs[i * 64u + (kk - k0)];
+            #pragma unroll
+            for (int q = 0; q < 1; ++q) {
+              #pragma unroll
+              for (int v = 0; v < 4; ++v)
+                acc[q * 1 + i][v] += xv * wf[q][v];
+            }
+          }
+        }
+      }
+    }
+  }
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      for (int o = 8; o < 32; o <<= 1) acc[i][v] += __shfl_xor_sync(0xffffffffu, acc[i][v], o);
+    }
+  }
+  __shared__ float og_red[8][1][32];
+  const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  if (lane < 8u) {
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+      #pragma unroll
+      for (int v = 0; v < 4; ++v) og_red[warp][i][lane * 4u + v] = acc[i][v];
+    }
+  }
+  __syncthreads();
+  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
+    const unsigned int i = t / 32u, c = t % 32u;
+    const unsigned int col = tile * 32u + c;
+    if (col >= 64u) continue;
+    float val = 0.0f;
+    #pragma unroll
+  for (int w = 0; w < 8; ++w) val += og_red[w][i][c];
+    const unsigned int oi = i * 64u + col;
+    const float a = val;
+    out[oi] = (float)(a);
+  }
+}
+
+__device__ __forceinline__ void og_gemv_ec226b47a3c8_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2) {
+  const unsigned int tile = og_block_idx.x, split = og_block_idx.y;
+  const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
+  const unsigned int n0 = tile * 32u + cg * 4u;
+  const unsigned int k0 = split * 64u;
+  const unsigned int k1 = min(64u, k0 + 64u);
+  uint4 og_wv0[1][8];
+  {
+    const unsigned int kb = k0 + rl;
+    if (n0 < 32u) {
+      if (kb + 0u < k1) { og_wv0[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 32u); }
+      if (kb + 32u < k1) { og_wv0[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 32u); }
+      if (kb + 64u < k1) { og_wv0[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 32u); }
+      if (kb + 96u < k1) { og_wv0[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 32u); }
+      if (kb + 128u < k1) { og_wv0[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 32u); }
+      if (kb + 160u < k1) { og_wv0[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 32u); }
+      if (kb + 192u < k1) { og_wv0[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 32u); }
+      if (kb + 224u < k1) { og_wv0[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 32u); }
+    }
+  }
+  og_grid_dependency_wait();
+  og_grid_launch_dependents();
+  auto og_x = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 64u + j;
+    const float r0 = in0[xi];
+    return (float)r0;
+  };
+  float og_k[1], og_mu[1], og_r[1];
+  for (int i = 0; i < 1; ++i) {
+    float ss = 0.0f;
+    #pragma unroll
+    for (unsigned int u = 0; u < 2u; ++u) { const unsigned int j = (threadIdx.x & 31u) + u * 32u; { const float v = og_x(i, j); ss += v * v; } }
+    ss = og_warp_sum(ss);
+    og_k[i] = 0.0f;
+    og_mu[i] = 0.0f;
+    og_r[i] = sqrtf(ss / (float)64 + 9.999999975e-07f);
+  }
+  auto og_row = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 64u + j;
+    const float r0 = in0[xi];
+    const float r1 = in1[xi];
+    const float og_n = (float)(og_x(i, j) / og_r[i] * r1);
+    return (float)og_n;
+  };
+  __shared__ float og_xs[64];
+  for (unsigned int t = threadIdx.x; t < 64u; t += 256u) {
+    const unsigned int i = t / 64u, kk = k0 + t % 64u;
+    if (kk < k1) og_xs[t] = (float)(og_row(i, kk));
+  }
+  __syncthreads();
+  float acc[1][4];
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) acc[i][v] = 0.0f;
+  }
+  if (n0 < 32u) {
+    unsigned int kb = k0 + rl;
+    {  // the first batch, loaded before the dependency wait
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        if (kk < k1) {
+          float wf[1][4];
+          wf[0][0] = __uint_as_float(og_wv0[0][j].x); wf[0][1] = __uint_as_float(og_wv0[0][j].y);
+          wf[0][2] = __uint_as_float(og_wv0[0][j].z); wf[0][3] = __uint_as_float(og_wv0[0][j].w);
+          #pragma unroll
+          for (int i = 0; i < 1; ++i) {
+            const float xv = og_xs[i * 64u + (kk - k0)];
+            #pragma unroll
+            for (int q = 0; q < 1; ++q) {
+              #pragma unroll
+              for (int v = 0; v < 4; ++v)
+                acc[q * 1 + i][v] += xv * wf[q][v];
+            }
+          }
+        }
+      }
+    }
+    kb += 256u;
+    for (; kb + 224u < k1; kb += 256u) {
+      uint4 wv[1][8];
+      wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 32u);
+      wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 32u);
+      wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 32u);
+      wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 32u);
+      wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 32u);
+      wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 32u);
+      wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 32u);
+      wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 32u);
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        float wf[1][4];
+        wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+        wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+        #pragma unroll
+        for (int i = 0; i < 1; ++i) {
+          const float xv = og_xs[i * 64u + (kk - k0)];
+          #pragma unroll
+          for (int q = 0; q < 1; ++q) {
+            #pragma unroll
+            for (int v = 0; v < 4; ++v)
+              acc[q * 1 + i][v] += xv * wf[q][v];
+          }
+        }
+      }
+    }
+    if (kb < k1) {  // the rows left, fewer than a batch: guarded loads, all in flight
+      uint4 wv[1][8];
+      if (kb + 0u < k1) { wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 32u); }
+      if (kb + 32u < k1) { wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 32u); }
+      if (kb + 64u < k1) { wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 32u); }
+      if (kb + 96u < k1) { wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 32u); }
+      if (kb + 128u < k1) { wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 32u); }
+      if (kb + 160u < k1) { wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 32u); }
+      if (kb + 192u < k1) { wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 32u); }
+      if (kb + 224u < k1) { wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 32u); }
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        if (kk < k1) {
+          float wf[1][4];
+          wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+          wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+          #pragma unroll
+          for (int i = 0; i < 1; ++i) {
+            const float xv = og_xs[i * 64u + (kk - k0)];
+            #pragma unroll
+            for (int q = 0; q < 1; ++q) {
+              #pragma unroll
+              for (int v = 0; v < 4; ++v)
+                acc[q * 1 + i][v] += xv * wf[q][v];
+            }
+          }
+        }
+      }
+    }
+  }
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      for (int o = 8; o < 32; o <<= 1) acc[i][v] += __shfl_xor_sync(0xffffffffu, acc[i][v], o);
+    }
+  }
+  __shared__ float og_red[8][1][32];
+  const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  if (lane < 8u) {
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+      #pragma unroll
+      for (int v = 0; v < 4; ++v) og_red[warp][i][lane * 4u + v] = acc[i][v];
+    }
+  }
+  __syncthreads();
+  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
+    const unsigned int i = t / 32u, c = t % 32u;
+    const unsigned int col = tile * 32u + c;
+    if (col >= 32u) continue;
+    float val = 0.0f;
+    #pragma unroll
+  for (int w = 0; w < 8; ++w) val += og_red[w][i][c];
+    const unsigned int oi = i * 32u + col;
+    const float a = val;
+    out[oi] = (float)(a);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) og_merged_a460bec2b901(float* m0_out, const float* m0_in0, const float* m0_in1, const float* m0_in2, float* m1_out, const float* m1_in0, const float* m1_in1, const float* m1_in2, float* m2_out, const float* m2_in0, const float* m2_in1, const float* m2_in2) {
+  {
+  const unsigned int og_b = blockIdx.x;
+  if (og_b < 2u) {
+    og_gemv_352fb267b62e_part(dim3{og_b, 0u, 0u}, dim3{2u, 1u, 1u}, m0_out, m0_in0, m0_in1, m0_in2);
+  } else if (og_b < 3u) {
+    const unsigned int og_r = og_b - 2u;
+    og_gemv_ec226b47a3c8_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m1_out, m1_in0, m1_in1, m1_in2);
+  } else {
+    const unsigned int og_r = og_b - 3u;
+    og_gemv_ec226b47a3c8_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m2_out, m2_in0, m2_in1, m2_in2);
+  }
+  }
+}
+
+__device__ __forceinline__ void og_gemv_a692fd8d7291_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2) {
   const unsigned int tile = og_block_idx.x, split = og_block_idx.y;
   const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
   const unsigned int n0 = tile * 32u + cg * 4u;
@@ -788,13 +1140,12 @@ __device__ __forceinline__ void og_gemv_3ac802faca86_part(const dim3 og_block_id
     const float r0 = in0[xi];
     return (float)r0;
   };
-  __shared__ float og_row_scratch[32];
   float og_k[1], og_mu[1], og_r[1];
   for (int i = 0; i < 1; ++i) {
     float ss = 0.0f;
     #pragma unroll
-    for (unsigned int u = 0; u < 1u; ++u) { const unsigned int j = threadIdx.x + u * 256u; if (j < 64u) { const float v = og_x(i, j); ss += v * v; } }
-    ss = og_block_reduce(ss, og_row_scratch, OgSum(), 0.0f);
+    for (unsigned int u = 0; u < 2u; ++u) { const unsigned int j = (threadIdx.x & 31u) + u * 32u; { const float v = og_x(i, j); ss += v * v; } }
+    ss = og_warp_sum(ss);
     og_k[i] = 0.0f;
     og_mu[i] = 0.0f;
     og_r[i] = sqrtf(ss / (float)64 + 9.999999975e-07f);
@@ -931,7 +1282,7 @@ __device__ __forceinline__ void og_gemv_3ac802faca86_part(const dim3 og_block_id
   }
 }
 
-__device__ __forceinline__ void og_gemv_8a2a3110eb4c_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2) {
+__device__ __forceinline__ void og_gemv_a141a70f32a4_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2) {
   const unsigned int tile = og_block_idx.x, split = og_block_idx.y;
   const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
   const unsigned int n0 = tile * 32u + cg * 4u;
@@ -958,13 +1309,12 @@ __device__ __forceinline__ void og_gemv_8a2a3110eb4c_part(const dim3 og_block_id
     const float r0 = in0[xi];
     return (float)r0;
   };
-  __shared__ float og_row_scratch[32];
   float og_k[1], og_mu[1], og_r[1];
   for (int i = 0; i < 1; ++i) {
     float ss = 0.0f;
     #pragma unroll
-    for (unsigned int u = 0; u < 1u; ++u) { const unsigned int j = threadIdx.x + u * 256u; if (j < 64u) { const float v = og_x(i, j); ss += v * v; } }
-    ss = og_block_reduce(ss, og_row_scratch, OgSum(), 0.0f);
+    for (unsigned int u = 0; u < 2u; ++u) { const unsigned int j = (threadIdx.x & 31u) + u * 32u; { const float v = og_x(i, j); ss += v * v; } }
+    ss = og_warp_sum(ss);
     og_k[i] = 0.0f;
     og_mu[i] = 0.0f;
     og_r[i] = sqrtf(ss / (float)64 + 9.999999975e-07f);
@@ -1102,369 +1452,14 @@ __device__ __forceinline__ void og_gemv_8a2a3110eb4c_part(const dim3 og_block_id
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 2) og_merged_5ac1c4aada12(float* m0_out, const float* m0_in0, const float* m0_in1, const float* m0_in2, float* m1_out, const float* m1_in0, const float* m1_in1, const float* m1_in2) {
+extern "C" __global__ void __launch_bounds__(256, 2) og_merged_d7d43f914fb4(float* m0_out, const float* m0_in0, const float* m0_in1, const float* m0_in2, float* m1_out, const float* m1_in0, const float* m1_in1, const float* m1_in2) {
   {
   const unsigned int og_b = blockIdx.x;
   if (og_b < 4u) {
-    og_gemv_3ac802faca86_part(dim3{og_b, 0u, 0u}, dim3{4u, 1u, 1u}, m0_out, m0_in0, m0_in1, m0_in2);
+    og_gemv_a692fd8d7291_part(dim3{og_b, 0u, 0u}, dim3{4u, 1u, 1u}, m0_out, m0_in0, m0_in1, m0_in2);
   } else {
     const unsigned int og_r = og_b - 4u;
-    og_gemv_8a2a3110eb4c_part(dim3{og_r, 0u, 0u}, dim3{4u, 1u, 1u}, m1_out, m1_in0, m1_in1, m1_in2);
-  }
-  }
-}
-
-__device__ __forceinline__ void og_gemv_648a48872bcb_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2) {
-  const unsigned int tile = og_block_idx.x, split = og_block_idx.y;
-  const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
-  const unsigned int n0 = tile * 32u + cg * 4u;
-  const unsigned int k0 = split * 64u;
-  const unsigned int k1 = min(64u, k0 + 64u);
-  uint4 og_wv0[1][8];
-  {
-    const unsigned int kb = k0 + rl;
-    if (n0 < 64u) {
-      if (kb + 0u < k1) { og_wv0[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 64u); }
-      if (kb + 32u < k1) { og_wv0[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 64u); }
-      if (kb + 64u < k1) { og_wv0[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 64u); }
-      if (kb + 96u < k1) { og_wv0[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 64u); }
-      if (kb + 128u < k1) { og_wv0[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 64u); }
-      if (kb + 160u < k1) { og_wv0[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 64u); }
-      if (kb + 192u < k1) { og_wv0[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 64u); }
-      if (kb + 224u < k1) { og_wv0[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 64u); }
-    }
-  }
-  og_grid_dependency_wait();
-  og_grid_launch_dependents();
-  auto og_x = [&](unsigned int i, unsigned int j) -> float {
-    const unsigned int xi = i * 64u + j;
-    const float r0 = in0[xi];
-    return (float)r0;
-  };
-  __shared__ float og_row_scratch[32];
-  float og_k[1], og_mu[1], og_r[1];
-  for (int i = 0; i < 1; ++i) {
-    float ss = 0.0f;
-    #pragma unroll
-    for (unsigned int u = 0; u < 1u; ++u) { const unsigned int j = threadIdx.x + u * 256u; if (j < 64u) { const float v = og_x(i, j); ss += v * v; } }
-    ss = og_block_reduce(ss, og_row_scratch, OgSum(), 0.0f);
-    og_k[i] = 0.0f;
-    og_mu[i] = 0.0f;
-    og_r[i] = sqrtf(ss / (float)64 + 9.999999975e-07f);
-  }
-  auto og_row = [&](unsigned int i, unsigned int j) -> float {
-    const unsigned int xi = i * 64u + j;
-    const float r0 = in0[xi];
-    const float r1 = in1[xi];
-    const float og_n = (float)(og_x(i, j) / og_r[i] * r1);
-    return (float)og_n;
-  };
-  __shared__ float og_xs[64];
-  for (unsigned int t = threadIdx.x; t < 64u; t += 256u) {
-    const unsigned int i = t / 64u, kk = k0 + t % 64u;
-    if (kk < k1) og_xs[t] = (float)(og_row(i, kk));
-  }
-  __syncthreads();
-  float acc[1][4];
-  #pragma unroll
-  for (int i = 0; i < 1; ++i) {
-    #pragma unroll
-    for (int v = 0; v < 4; ++v) acc[i][v] = 0.0f;
-  }
-  if (n0 < 64u) {
-    unsigned int kb = k0 + rl;
-    {  // the first batch, loaded before the dependency wait
-      #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const unsigned int kk = kb + j * 32u;
-        if (kk < k1) {
-          float wf[1][4];
-          wf[0][0] = __uint_as_float(og_wv0[0][j].x); wf[0][1] = __uint_as_float(og_wv0[0][j].y);
-          wf[0][2] = __uint_as_float(og_wv0[0][j].z); wf[0][3] = __uint_as_float(og_wv0[0][j].w);
-          #pragma unroll
-          for (int i = 0; i < 1; ++i) {
-            const float xv = og_xs[i * 64u + (kk - k0)];
-            #pragma unroll
-            for (int q = 0; q < 1; ++q) {
-              #pragma unroll
-              for (int v = 0; v < 4; ++v)
-                acc[q * 1 + i][v] += xv * wf[q][v];
-            }
-          }
-        }
-      }
-    }
-    kb += 256u;
-    for (; kb + 224u < k1; kb += 256u) {
-      uint4 wv[1][8];
-      wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 64u);
-      wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 64u);
-      wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 64u);
-      wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 64u);
-      wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 64u);
-      wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 64u);
-      wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 64u);
-      wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 64u);
-      #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const unsigned int kk = kb + j * 32u;
-        float wf[1][4];
-        wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
-        wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
-        #pragma unroll
-        for (int i = 0; i < 1; ++i) {
-          const float xv = og_xs[i * 64u + (kk - k0)];
-          #pragma unroll
-          for (int q = 0; q < 1; ++q) {
-            #pragma unroll
-            for (int v = 0; v < 4; ++v)
-              acc[q * 1 + i][v] += xv * wf[q][v];
-          }
-        }
-      }
-    }
-    if (kb < k1) {  // the rows left, fewer than a batch: guarded loads, all in flight
-      uint4 wv[1][8];
-      if (kb + 0u < k1) { wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 64u); }
-      if (kb + 32u < k1) { wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 64u); }
-      if (kb + 64u < k1) { wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 64u); }
-      if (kb + 96u < k1) { wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 64u); }
-      if (kb + 128u < k1) { wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 64u); }
-      if (kb + 160u < k1) { wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 64u); }
-      if (kb + 192u < k1) { wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 64u); }
-      if (kb + 224u < k1) { wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 64u); }
-      #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const unsigned int kk = kb + j * 32u;
-        if (kk < k1) {
-          float wf[1][4];
-          wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
-          wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
-          #pragma unroll
-          for (int i = 0; i < 1; ++i) {
-            const float xv = og_xs[i * 64u + (kk - k0)];
-            #pragma unroll
-            for (int q = 0; q < 1; ++q) {
-              #pragma unroll
-              for (int v = 0; v < 4; ++v)
-                acc[q * 1 + i][v] += xv * wf[q][v];
-            }
-          }
-        }
-      }
-    }
-  }
-  #pragma unroll
-  for (int i = 0; i < 1; ++i) {
-    #pragma unroll
-    for (int v = 0; v < 4; ++v) {
-      for (int o = 8; o < 32; o <<= 1) acc[i][v] += __shfl_xor_sync(0xffffffffu, acc[i][v], o);
-    }
-  }
-  __shared__ float og_red[8][1][32];
-  const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-  if (lane < 8u) {
-    #pragma unroll
-    for (int i = 0; i < 1; ++i) {
-      #pragma unroll
-      for (int v = 0; v < 4; ++v) og_red[warp][i][lane * 4u + v] = acc[i][v];
-    }
-  }
-  __syncthreads();
-  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
-    const unsigned int i = t / 32u, c = t % 32u;
-    const unsigned int col = tile * 32u + c;
-    if (col >= 64u) continue;
-    float val = 0.0f;
-    #pragma unroll
-  for (int w = 0; w < 8; ++w) val += og_red[w][i][c];
-    const unsigned int oi = i * 64u + col;
-    const float a = val;
-    out[oi] = (float)(a);
-  }
-}
-
-__device__ __forceinline__ void og_gemv_7f1c1de0454a_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2) {
-  const unsigned int tile = og_block_idx.x, split = og_block_idx.y;
-  const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
-  const unsigned int n0 = tile * 32u + cg * 4u;
-  const unsigned int k0 = split * 64u;
-  const unsigned int k1 = min(64u, k0 + 64u);
-  uint4 og_wv0[1][8];
-  {
-    const unsigned int kb = k0 + rl;
-    if (n0 < 32u) {
-      if (kb + 0u < k1) { og_wv0[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 32u); }
-      if (kb + 32u < k1) { og_wv0[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 32u); }
-      if (kb + 64u < k1) { og_wv0[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 32u); }
-      if (kb + 96u < k1) { og_wv0[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 32u); }
-      if (kb + 128u < k1) { og_wv0[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 32u); }
-      if (kb + 160u < k1) { og_wv0[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 32u); }
-      if (kb + 192u < k1) { og_wv0[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 32u); }
-      if (kb + 224u < k1) { og_wv0[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 32u); }
-    }
-  }
-  og_grid_dependency_wait();
-  og_grid_launch_dependents();
-  auto og_x = [&](unsigned int i, unsigned int j) -> float {
-    const unsigned int xi = i * 64u + j;
-    const float r0 = in0[xi];
-    return (float)r0;
-  };
-  __shared__ float og_row_scratch[32];
-  float og_k[1], og_mu[1], og_r[1];
-  for (int i = 0; i < 1; ++i) {
-    float ss = 0.0f;
-    #pragma unroll
-    for (unsigned int u = 0; u < 1u; ++u) { const unsigned int j = threadIdx.x + u * 256u; if (j < 64u) { const float v = og_x(i, j); ss += v * v; } }
-    ss = og_block_reduce(ss, og_row_scratch, OgSum(), 0.0f);
-    og_k[i] = 0.0f;
-    og_mu[i] = 0.0f;
-    og_r[i] = sqrtf(ss / (float)64 + 9.999999975e-07f);
-  }
-  auto og_row = [&](unsigned int i, unsigned int j) -> float {
-    const unsigned int xi = i * 64u + j;
-    const float r0 = in0[xi];
-    const float r1 = in1[xi];
-    const float og_n = (float)(og_x(i, j) / og_r[i] * r1);
-    return (float)og_n;
-  };
-  __shared__ float og_xs[64];
-  for (unsigned int t = threadIdx.x; t < 64u; t += 256u) {
-    const unsigned int i = t / 64u, kk = k0 + t % 64u;
-    if (kk < k1) og_xs[t] = (float)(og_row(i, kk));
-  }
-  __syncthreads();
-  float acc[1][4];
-  #pragma unroll
-  for (int i = 0; i < 1; ++i) {
-    #pragma unroll
-    for (int v = 0; v < 4; ++v) acc[i][v] = 0.0f;
-  }
-  if (n0 < 32u) {
-    unsigned int kb = k0 + rl;
-    {  // the first batch, loaded before the dependency wait
-      #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const unsigned int kk = kb + j * 32u;
-        if (kk < k1) {
-          float wf[1][4];
-          wf[0][0] = __uint_as_float(og_wv0[0][j].x); wf[0][1] = __uint_as_float(og_wv0[0][j].y);
-          wf[0][2] = __uint_as_float(og_wv0[0][j].z); wf[0][3] = __uint_as_float(og_wv0[0][j].w);
-          #pragma unroll
-          for (int i = 0; i < 1; ++i) {
-            const float xv = og_xs[i * 64u + (kk - k0)];
-            #pragma unroll
-            for (int q = 0; q < 1; ++q) {
-              #pragma unroll
-              for (int v = 0; v < 4; ++v)
-                acc[q * 1 + i][v] += xv * wf[q][v];
-            }
-          }
-        }
-      }
-    }
-    kb += 256u;
-    for (; kb + 224u < k1; kb += 256u) {
-      uint4 wv[1][8];
-      wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 32u);
-      wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 32u);
-      wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 32u);
-      wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 32u);
-      wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 32u);
-      wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 32u);
-      wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 32u);
-      wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 32u);
-      #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const unsigned int kk = kb + j * 32u;
-        float wf[1][4];
-        wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
-        wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
-        #pragma unroll
-        for (int i = 0; i < 1; ++i) {
-          const float xv = og_xs[i * 64u + (kk - k0)];
-          #pragma unroll
-          for (int q = 0; q < 1; ++q) {
-            #pragma unroll
-            for (int v = 0; v < 4; ++v)
-              acc[q * 1 + i][v] += xv * wf[q][v];
-          }
-        }
-      }
-    }
-    if (kb < k1) {  // the rows left, fewer than a batch: guarded loads, all in flight
-      uint4 wv[1][8];
-      if (kb + 0u < k1) { wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 32u); }
-      if (kb + 32u < k1) { wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 32u); }
-      if (kb + 64u < k1) { wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 32u); }
-      if (kb + 96u < k1) { wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 32u); }
-      if (kb + 128u < k1) { wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 32u); }
-      if (kb + 160u < k1) { wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 32u); }
-      if (kb + 192u < k1) { wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 32u); }
-      if (kb + 224u < k1) { wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 32u); }
-      #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const unsigned int kk = kb + j * 32u;
-        if (kk < k1) {
-          float wf[1][4];
-          wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
-          wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
-          #pragma unroll
-          for (int i = 0; i < 1; ++i) {
-            const float xv = og_xs[i * 64u + (kk - k0)];
-            #pragma unroll
-            for (int q = 0; q < 1; ++q) {
-              #pragma unroll
-              for (int v = 0; v < 4; ++v)
-                acc[q * 1 + i][v] += xv * wf[q][v];
-            }
-          }
-        }
-      }
-    }
-  }
-  #pragma unroll
-  for (int i = 0; i < 1; ++i) {
-    #pragma unroll
-    for (int v = 0; v < 4; ++v) {
-      for (int o = 8; o < 32; o <<= 1) acc[i][v] += __shfl_xor_sync(0xffffffffu, acc[i][v], o);
-    }
-  }
-  __shared__ float og_red[8][1][32];
-  const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-  if (lane < 8u) {
-    #pragma unroll
-    for (int i = 0; i < 1; ++i) {
-      #pragma unroll
-      for (int v = 0; v < 4; ++v) og_red[warp][i][lane * 4u + v] = acc[i][v];
-    }
-  }
-  __syncthreads();
-  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
-    const unsigned int i = t / 32u, c = t % 32u;
-    const unsigned int col = tile * 32u + c;
-    if (col >= 32u) continue;
-    float val = 0.0f;
-    #pragma unroll
-  for (int w = 0; w < 8; ++w) val += og_red[w][i][c];
-    const unsigned int oi = i * 32u + col;
-    const float a = val;
-    out[oi] = (float)(a);
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256, 2) og_merged_b5495d6ea45d(float* m0_out, const float* m0_in0, const float* m0_in1, const float* m0_in2, float* m1_out, const float* m1_in0, const float* m1_in1, const float* m1_in2, float* m2_out, const float* m2_in0, const float* m2_in1, const float* m2_in2) {
-  {
-  const unsigned int og_b = blockIdx.x;
-  if (og_b < 2u) {
-    og_gemv_648a48872bcb_part(dim3{og_b, 0u, 0u}, dim3{2u, 1u, 1u}, m0_out, m0_in0, m0_in1, m0_in2);
-  } else if (og_b < 3u) {
-    const unsigned int og_r = og_b - 2u;
-    og_gemv_7f1c1de0454a_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m1_out, m1_in0, m1_in1, m1_in2);
-  } else {
-    const unsigned int og_r = og_b - 3u;
-    og_gemv_7f1c1de0454a_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m2_out, m2_in0, m2_in1, m2_in2);
+    og_gemv_a141a70f32a4_part(dim3{og_r, 0u, 0u}, dim3{4u, 1u, 1u}, m1_out, m1_in0, m1_in1, m1_in2);
   }
   }
 }
