@@ -89,7 +89,6 @@ ONLY_ON = {
     "og-fused-1s-nomerge": {"llama_launch", "llama_real"},
     "og-fused-1s-old-decode-attn": {"llama_launch", "llama_real"},
     "og-fused-1s-nopdl-old-decode-attn": {"llama_launch", "llama_real"},
-    "og-fused-1s-decode-attn-prefetch": {"llama_launch", "llama_real"},
     "og-fused-1s-tiled-attn": {"llama_prefill_512"},
     **{v.name: {"llama_prefill_512"} for v in prefill_variants(lambda model: None)},
 }
@@ -204,14 +203,6 @@ def suite_variants() -> list[Variant]:
             "og-fused-1s-nopdl-old-decode-attn",
             "og-fused-1s-nopdl with the earlier decode attention kernel (WIDE_DECODE = False)",
             codegen_setting_variant(fused_1s_nopdl, "WIDE_DECODE", False, module="cuda_attention"),
-        ),
-        Variant(
-            "og-fused-1s-decode-attn-prefetch",
-            "og-fused-1s with decode attention's K/V chunk prefetched into L2 before the PDL wait"
-            " (cuda_attention_decode_wide.PREFETCH = True)",
-            codegen_setting_variant(
-                fused_1s, "PREFETCH", True, module="cuda_attention_decode_wide"
-            ),
         ),
         Variant(
             "og-fused-streams", "optgraph, fusion + streams", optgraph_variant(FUSED_CHAINS, True)
