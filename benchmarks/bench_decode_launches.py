@@ -32,7 +32,7 @@ set while the program is lowered, captured and first run):
 - `no-early-kv`: `early_cache_reads.EARLY_CACHE_READS = False` (decode attention reads its KV
   cache after the PDL wait, not the rows no kernel of the step writes before it);
 - `attn-s8`, `attn-b528`, `attn-s8-b528`: decode attention with up to 8 key slots a pass
-  (`cuda_attention_decode_wide.MAX_SLOTS`, default 4) and/or chunks for 528 blocks of one row
+  (`cuda_attention_decode_layout.MAX_SLOTS`, default 4) and/or chunks for 528 blocks of one row
   (`TARGET_BLOCKS`, default 264);
 - `none`: all off (main before these settings);
 - `all-on-pk16k`: the defaults with `fuse{prologue-max-k=16384}`: the realistic step's norms
@@ -78,8 +78,8 @@ SETTINGS = {
     "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
     "early": ("cuda_fused", "EARLY_WEIGHTS"),
     "early-kv": ("early_cache_reads", "EARLY_CACHE_READS"),
-    "attn-slots": ("cuda_attention_decode_wide", "MAX_SLOTS"),
-    "attn-blocks": ("cuda_attention_decode_wide", "TARGET_BLOCKS"),
+    "attn-slots": ("cuda_attention_decode_layout", "MAX_SLOTS"),
+    "attn-blocks": ("cuda_attention_decode_layout", "TARGET_BLOCKS"),
 }
 VARIANTS: dict[str, dict[str, bool | int]] = {
     "all-on": {},

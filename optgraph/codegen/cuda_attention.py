@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from optgraph.codegen import (
     cuda_attention_decode,
+    cuda_attention_decode_layout,
     cuda_attention_decode_wide,
     cuda_attention_gemm,
     cuda_attention_tiled,
@@ -84,7 +85,7 @@ def scratch_bytes(node: Node, types: tuple[TensorType, ...]) -> int:
 def attention_launch(node: Node, types: tuple[TensorType, ...]) -> Launch:
     """The attention kernel that suits the node's shape (see the module docstring)."""
     shape = attention_shape(node, types)
-    if WIDE_DECODE and cuda_attention_decode_wide.fits(shape):
+    if WIDE_DECODE and cuda_attention_decode_layout.fits(shape):
         return cuda_attention_decode_wide.decode_attention_wide(shape, node.name)
     if cuda_attention_decode.fits(shape):
         return cuda_attention_decode.decode_attention(shape, node.name)

@@ -28,7 +28,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from optgraph.codegen import cuda_attention, cuda_attention_decode_wide
+from optgraph.codegen import (
+    cuda_attention,
+    cuda_attention_decode_layout,
+    cuda_attention_decode_wide,
+)
 from optgraph.codegen.cuda_head_rows import attention_shape
 from optgraph.codegen.cuda_source import Launch
 from optgraph.codegen.cuda_steps import Extent, KernelStep, Location
@@ -89,7 +93,7 @@ def _in_place_write(node: Node, in_place: Mapping[str, str]) -> bool:
 def _wide(node: Node, types: tuple[TensorType, ...]) -> bool:
     """The attention lowers to the wide decode kernel (the one that takes early reads)."""
     shape = attention_shape(node, types)
-    return cuda_attention.WIDE_DECODE and cuda_attention_decode_wide.fits(shape)
+    return cuda_attention.WIDE_DECODE and cuda_attention_decode_layout.fits(shape)
 
 
 def early_attention_step(

@@ -14,7 +14,10 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen import cuda_attention, cuda_attention_decode_wide
+from optgraph.codegen import (
+    cuda_attention,
+    cuda_attention_decode_layout,
+)
 from optgraph.codegen.cuda_head_rows import attention_shape
 from optgraph.runtime.reference import nmse, random_inputs, run_reference
 from tests.support import cuda_emulator
@@ -68,14 +71,14 @@ LONG = """graph long_cache {
 """
 
 
-def _layout(graph: og.Graph) -> cuda_attention_decode_wide.WideLayout:
+def _layout(graph: og.Graph) -> cuda_attention_decode_layout.WideLayout:
     types = graph.value_types()
     node = next(n for n in graph.nodes if n.op == "attention")
     shape = attention_shape(node, tuple(types[o] for o in node.operands))
-    assert cuda_attention_decode_wide.fits(shape)
+    assert cuda_attention_decode_layout.fits(shape)
     kernel = cuda_attention.attention_launch(node, tuple(types[o] for o in node.operands)).kernel
     assert kernel.name.startswith("og_attention_decode_wide_")
-    return cuda_attention_decode_wide.wide_layout(shape)
+    return cuda_attention_decode_layout.wide_layout(shape)
 
 
 def _check(
@@ -127,7 +130,7 @@ def test_float_mask_top_left_and_row_tiles(
     """`shared`: K/V over `L2_REREAD_BYTES`, so a block takes 8 of the 12 rows (two row tiles);
     else one row a block (12 row tiles)."""
     if shared:
-        monkeypatch.setattr(cuda_attention_decode_wide, "L2_REREAD_BYTES", 0)
+        monkeypatch.setattr(cuda_attention_decode_layout, "L2_REREAD_BYTES", 0)
     graph = og.parse(FLOAT_MASK.replace("{T}", dtype))
     lay = _layout(graph)
     assert (lay.rb, lay.rt) == ((8, 2) if shared else (1, 12))
@@ -145,7 +148,7 @@ def test_several_chunks_of_several_passes(
     dtype: str, length: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """kv_len 1037: the last chunk's last pass lies past it (not walked); 300: a whole chunk."""
-    monkeypatch.setattr(cuda_attention_decode_wide, "MAX_CHUNKS", 2)
+    monkeypatch.setattr(cuda_attention_decode_layout, "MAX_CHUNKS", 2)
     graph = og.parse(LONG.replace("{T}", dtype))
     lay = _layout(graph)
     assert lay.chunks == 2 and lay.passes > 1

@@ -24,7 +24,7 @@ from tests.support.gpu_support import assert_close, require_gpu, same_bits
 pytestmark = pytest.mark.gpu
 require_gpu()
 
-from optgraph.codegen import cuda_attention, cuda_attention_decode_wide
+from optgraph.codegen import cuda_attention, cuda_attention_decode_layout
 from optgraph.program import cuda_program
 from optgraph.runtime.reference import random_inputs, run_reference
 
@@ -92,7 +92,7 @@ def test_emulator_cases_match_reference(
 ) -> None:
     monkeypatch.setattr(cuda_attention, "WIDE_DECODE", wide)
     if case == "long":
-        monkeypatch.setattr(cuda_attention_decode_wide, "MAX_CHUNKS", 2)
+        monkeypatch.setattr(cuda_attention_decode_layout, "MAX_CHUNKS", 2)
     graph, inputs = _emulator_case(case, dtype)
     _check(graph, inputs, wide)
 
