@@ -82,10 +82,6 @@ def _same_place(a: Node, b: Node) -> bool:
     return a.stream == b.stream and a.ann.backend == b.ann.backend and a.ann.backend != "cpu"
 
 
-def _extent(loc: Location, t: TensorType) -> Extent:
-    return Extent(loc.space, loc.key, loc.offset, t.nbytes)
-
-
 def _one_line(argmax: Node, x: TensorType) -> bool:
     axis = int_attr(attrs_with_defaults(argmax), "axis") % x.rank
     return x.rank > 0 and x.shape[axis] == x.numel
@@ -121,8 +117,8 @@ class _Graph:
         return after if _same_place(argmax, after) else None
 
     def overlaps(self, a: str, b: str) -> bool:
-        return _extent(self.locations[a], self.types[a]).overlaps(
-            _extent(self.locations[b], self.types[b])
+        return Extent.of(self.locations[a], self.types[a].nbytes).overlaps(
+            Extent.of(self.locations[b], self.types[b].nbytes)
         )
 
 
@@ -202,8 +198,8 @@ def argmax_step(
         roles[ARG_PARAM] = locations[stored.name]
         written = (issuer.name, stored.name)
     launch = fold.launch
-    reads = tuple(_extent(locations[o], types[o]) for o in issuer.operands)
-    writes = tuple(_extent(locations[w], types[w]) for w in written)
+    reads = tuple(Extent.of(locations[o], types[o].nbytes) for o in issuer.operands)
+    writes = tuple(Extent.of(locations[w], types[w].nbytes) for w in written)
     step = KernelStep(
         issuer.name, issuer.stream, launch.kernel.name, launch.grid, launch.block, 0,
         tuple(roles[r] for r in launch.args), reads, writes,

@@ -58,10 +58,6 @@ template <typename T, typename I> struct OgGatheredRows {
 """
 
 
-def _extent(loc: Location, t: TensorType) -> Extent:
-    return Extent(loc.space, loc.key, loc.offset, t.nbytes)
-
-
 def gathered_rows(graph: Graph, in_place: Mapping[str, str]) -> dict[str, Node]:
     """{name: node} of the get_rows nodes whose readers may gather (before looking at kernels)."""
     if not GATHER_ROWS:
@@ -140,9 +136,12 @@ def _rewrite(
         p = names.index(role)
         args[p : p + 1] = [locations[table], locations[ids]]
         kernel = made
-    gone = _extent(here, types[gather.name])
+    gone = Extent.of(here, types[gather.name].nbytes)
     reads = tuple(e for e in step.reads or () if e != gone)
-    reads += (_extent(locations[table], types[table]), _extent(locations[ids], types[ids]))
+    reads += (
+        Extent.of(locations[table], types[table].nbytes),
+        Extent.of(locations[ids], types[ids].nbytes),
+    )
     return KernelStep(
         step.node, step.stream, kernel.name, step.grid, step.block, step.shared_mem,
         tuple(args), reads, step.writes,

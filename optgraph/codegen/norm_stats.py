@@ -73,8 +73,7 @@ class NormStats:
         return roles
 
     def extent(self, h: str) -> Extent:
-        loc = self.regions[h]
-        return Extent(loc.space, loc.key, loc.offset, self.nbytes(h))
+        return Extent.of(self.regions[h], self.nbytes(h))
 
     def nbytes(self, h: str) -> int:
         return 4 * self.rows[h] * self.partials[h] * WIDTH[self.norms[h]]

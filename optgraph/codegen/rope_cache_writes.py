@@ -157,11 +157,7 @@ def rope_cache_step(
         locations[write.operands[2]],
     )
     values = (rope.operands[0], rope.operands[1], write.operands[2])
-    reads = tuple(_extent(locations[v], types[v]) for v in values)
-    writes = (_extent(locations[write.name], types[write.name]),)
+    reads = tuple(Extent.of(locations[v], types[v].nbytes) for v in values)
+    writes = (Extent.of(locations[write.name], types[write.name].nbytes),)
     step = KernelStep(rope.name, rope.stream, kernel.name, grid, block, 0, args, reads, writes)
     return step, kernel
-
-
-def _extent(loc: Location, t: TensorType) -> Extent:
-    return Extent(loc.space, loc.key, loc.offset, t.nbytes)
