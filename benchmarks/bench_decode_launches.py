@@ -19,9 +19,8 @@ set while the program is lowered, captured and first run):
   product (`codegen/norm_stats.py`) instead of reduced by every block of each reader;
 - `norm-stats-ew16k`: that and `elementwise-prologue-max-k=16384` (SwiGLU's mul in the down
   product too, gate and up merged);
-- `warp-stats`, `inline-rows`, `warp-inline`: prologue norms of rows up to 2048 reduced by
-  every warp alone (`cuda_row_prologue.WARP_STATISTICS_MAX_K`), and/or rows computed where a
-  thread reading at most 8 of them uses them instead of staged (`INLINE_ROWS`);
+- `warp-stats`, `no-warp-stats`: prologue norms of rows up to 2048 reduced by every warp alone
+  (`cuda_row_prologue.WARP_STATISTICS_MAX_K`, now the default) or by the block;
 - `stats-scaled`, `stats-scaled-ew16k`: those two with `cuda_row_prologue.SCALE_IN_EPILOGUE`
   (the handed rms_norms applied as x·w in the loop and a division of the sums, no staged row);
 - `no-qkv-fold`: `qkv_folds.FOLD_QKV = False` (rope(q), rope(k) and the cache writes not in
@@ -73,7 +72,6 @@ SETTINGS = {
     "stats": ("cuda_row_prologue", "NORM_STATS"),
     "scaled": ("cuda_row_prologue", "SCALE_IN_EPILOGUE"),
     "warp-k": ("cuda_row_prologue", "WARP_STATISTICS_MAX_K"),
-    "inline": ("cuda_row_prologue", "INLINE_ROWS"),
     "qkv": ("qkv_folds", "FOLD_QKV"),
     "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
     "early": ("cuda_fused", "EARLY_WEIGHTS"),
@@ -100,8 +98,6 @@ VARIANTS: dict[str, dict[str, bool | int]] = {
     "no-warp-stats": {"warp-k": 0},
     "tail-off": {"argmax_cast": False, "argmax_product": False, "gather": False},
     "before": {"argmax_cast": False, "argmax_product": False, "gather": False, "warp-k": 0},
-    "inline-rows": {"inline": 8},
-    "warp-inline": {"warp-k": 2048, "inline": 8},
     "stats-scaled-ew16k": {"stats": True, "scaled": True},
 }
 PIPELINES = {  # (text, replaced by)

@@ -162,25 +162,19 @@ def _passes(
     passes over the chunk's keys. With `written` (see `decode_attention_wide`), the PDL entry
     comes after pass 0's loads, then the reload of the rows written this step."""
     rb, e = lay.rb, lay.e
+    before: list[str] = []  # before the PDL entry, after pass 0's loads are declared
     entry: list[str] = []
-    position: list[str] = []
     if written is not None:
         role, _, rows, early = written
         position = [f"const long long wp = (long long){role}[0];"]
         fresh = f"(long long)j >= wp && (long long)j < wp + {rows}LL && j < kc1"
-        entry = [
-            body_entry(),
-            *([] if early else position),
-            "{",
-            "  const unsigned int p = 0u;",
-            *_indent(_loads(s, lay, "kc1", fresh)),
-            "}",
-        ]
-        position = position if early else []
+        before = position if early else []
+        entry = [body_entry(), *([] if early else position), "{", "  const unsigned int p = 0u;"]
+        entry += [*_indent(_loads(s, lay, "kc1", fresh)), "}"]
     return [
         # pass 0's loads come first: issued before q and kv_len are read, not after them
         f"uint4 kw[{lay.slots}], vw[{lay.slots}];",
-        *position,
+        *before,
         "{",
         "  const unsigned int p = 0u;",
         *_indent(_loads(s, lay, "kc1")),

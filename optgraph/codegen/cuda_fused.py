@@ -201,7 +201,7 @@ def _product(
         row_setup, row_value, staged = scaled.setup, scaled.value, []
     else:
         row_setup, row_value = row_prologue(params, types, prologue, row, row_type, g.m, partials)
-        staged = stage_row(row in params, g.dtype, g.m, g.rows, -(-g.rows // g.lanes))
+        staged = stage_row(row in params, g.dtype, g.m, g.rows)
     if staged:
         row_value = load(g.dtype, f"og_xs[i * {g.rows}u + (kk - k0)]")
     indexing = [

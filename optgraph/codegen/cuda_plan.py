@@ -237,7 +237,7 @@ def lower_cuda(
     argmaxes = argmax_folds(graph, locations, frozenset([*folds, *folded, *absorbed]))
     absorbed |= {name for fold in argmaxes.values() for name in fold.absorbed}
     folded_writes = {w.name for w in folded.values()} | absorbed
-    early_reads = early_cache_reads(graph, in_place or {})  # attention before its PDL wait
+    early_reads = early_cache_reads(graph, in_place or {}, types)  # before the PDL wait
     steps: list[Step] = []
     origins: list[int] = []  # the index in graph.nodes of each step's node
     kernels: dict[str, Kernel] = {}

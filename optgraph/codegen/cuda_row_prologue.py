@@ -273,21 +273,14 @@ def scaled_norm_row(
 
 
 STAGED_ROW_BYTES = 16384  # a computed row slice up to this size is staged in shared memory
-# A thread reading at most this many rows of K computes each where it reads it instead of the
-# block staging the slice (no barrier before the loop; its column threads repeat the work).
-INLINE_ROWS = 0
 
 
-def stage_row(
-    is_param: bool, dtype: str, m: int, rows: int, rows_a_thread: int = INLINE_ROWS + 1
-) -> list[str]:
+def stage_row(is_param: bool, dtype: str, m: int, rows: int) -> list[str]:
     """Statements computing the block's slice of a prologue row once, into shared memory in the
     row's dtype (as the unfused graph would store it), so the product loop reads each element
-    from there instead of recomputing it per column thread; [] for a parameter row, a slice
-    over `STAGED_ROW_BYTES`, or a thread's `rows_a_thread` rows of at most `INLINE_ROWS`."""
+    from there instead of recomputing it per column thread; [] for a parameter row or a slice
+    over `STAGED_ROW_BYTES`."""
     if is_param or m * rows * DTYPE_BYTES[dtype] > STAGED_ROW_BYTES:
-        return []
-    if rows_a_thread <= INLINE_ROWS:
         return []
     return [
         f"__shared__ {STORAGE[dtype]} og_xs[{m * rows}];",

@@ -55,12 +55,14 @@ class WrittenRows:
     pos_is_input: bool
 
 
-def early_cache_reads(graph: Graph, in_place: Mapping[str, str]) -> dict[str, WrittenRows]:
+def early_cache_reads(
+    graph: Graph, in_place: Mapping[str, str], types: Mapping[str, TensorType]
+) -> dict[str, WrittenRows]:
     """{attention node: the rows its caches get this step} for each attention that may read
-    the rest of its K and V before the PDL wait (see the module docstring)."""
+    the rest of its K and V before the PDL wait (see the module docstring); `types`: the
+    graph's value types."""
     if not EARLY_CACHE_READS or not in_place:
         return {}
-    types = graph.value_types()
     inputs = graph.input_names()
     producers = {n.name: n for n in graph.nodes}
     found: dict[str, WrittenRows] = {}

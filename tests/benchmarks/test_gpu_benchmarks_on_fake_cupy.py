@@ -203,8 +203,6 @@ def test_decode_launch_settings_table(
         "norm-stats-ew16k": 2 + 5 * 2,
         "stats-scaled": 2 + 5 * 2,
         "warp-stats": 2 + 5 * 2,
-        "inline-rows": 2 + 5 * 2,
-        "warp-inline": 2 + 5 * 2,
         "no-warp-stats": 2 + 5 * 2,
         "tail-off": 2 + 5 * 2,
         "before": 2 + 5 * 2,

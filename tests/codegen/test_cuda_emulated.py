@@ -174,26 +174,25 @@ def test_wide_elementwise_prologue_matches_reference() -> None:
     _check(graph)
 
 
-@pytest.mark.parametrize(("warp_k", "inline"), [(4096, 8), (4096, 0), (0, 8), (512, 4)])
-def test_prologues_by_warp_statistics_and_inline_rows_match_reference(
-    warp_k: int, inline: int, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("warp_k", [4096, 512, 0])
+def test_prologue_norm_statistics_by_warp_or_block_match_reference(
+    warp_k: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Norm statistics reduced by every warp alone (`WARP_STATISTICS_MAX_K`) and rows computed
-    where the loop reads them (`INLINE_ROWS`): rms_norm single pass, layer_norm split-K,
-    SwiGLU's mul; each setting alone and both."""
+    """Norm statistics reduced by every warp alone (rows up to `WARP_STATISTICS_MAX_K`) or by
+    the block: rms_norm of 512 (single pass), layer_norm of 4096 (split-K), SwiGLU's mul."""
     from optgraph.codegen import cuda_row_prologue
 
     monkeypatch.setattr(cuda_row_prologue, "WARP_STATISTICS_MAX_K", warp_k)
-    monkeypatch.setattr(cuda_row_prologue, "INLINE_ROWS", inline)
     graph = run_pipeline(og.parse(PRODUCT_PROLOGUES), "fuse{prologue-max-k=4096}")
     types = graph.value_types()
-    plan_sources = "".join(
-        work.kernel.source
+    sources = {
+        node.name: "".join(
+            work.kernel.source
+            for work in node_code(node, [types[o] for o in node.operands])
+            if isinstance(work, Launch)
+        )
         for node in graph.nodes
-        for work in node_code(node, [types[o] for o in node.operands])
-        if isinstance(work, Launch)
-    )
-    assert ("og_warp_sum(" in plan_sources) == bool(warp_k)
-    # a thread reads 4 (q, k), 8 (the split-K layer_norm) or 6 rows (SwiGLU's)
-    assert ("og_xs[" in plan_sources) == (inline < 8)
+    }
+    assert ("og_warp_sum(" in sources["q"]) == (warp_k >= 512)  # the 512-wide rms_norm
+    assert ("og_warp_sum(" in sources["c"]) == (warp_k >= 4096)  # the 4096-wide layer_norm
     _check(graph)

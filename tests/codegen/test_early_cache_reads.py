@@ -53,14 +53,20 @@ def _attention_step(plan: CudaPlan) -> KernelStep:
 
 def test_in_place_caches_with_one_position_qualify() -> None:
     graph = _decode()
-    found = early_cache_reads.early_cache_reads(graph, in_place_candidates(graph))
+    found = early_cache_reads.early_cache_reads(
+        graph, in_place_candidates(graph), graph.value_types()
+    )
     assert found == {"o": early_cache_reads.WrittenRows("pos", "i32", 1, True)}
-    assert early_cache_reads.early_cache_reads(graph, {}) == {}  # caches not in place
+    assert (
+        early_cache_reads.early_cache_reads(graph, {}, graph.value_types()) == {}
+    )  # caches not in place
 
 
 def test_other_positions_and_computed_positions() -> None:
     two = _decode(kpos="%pos2", extra_inputs="\n  input %pos2 : i32[1]")
-    assert early_cache_reads.early_cache_reads(two, in_place_candidates(two)) == {}
+    assert (
+        early_cache_reads.early_cache_reads(two, in_place_candidates(two), two.value_types()) == {}
+    )
     computed = _decode(
         kpos="%p1",
         extra_inputs="\n  input %one : i32[1]",
@@ -71,14 +77,19 @@ def test_other_positions_and_computed_positions() -> None:
             "kv_cache_write(%v_cache, %v_new, %pos)", "kv_cache_write(%v_cache, %v_new, %p1)"
         )
     )
-    found = early_cache_reads.early_cache_reads(computed, in_place_candidates(computed))
+    found = early_cache_reads.early_cache_reads(
+        computed, in_place_candidates(computed), computed.value_types()
+    )
     assert found == {"o": early_cache_reads.WrittenRows("p1", "i32", 1, False)}
 
 
 def test_switch_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(early_cache_reads, "EARLY_CACHE_READS", False)
     graph = _decode()
-    assert early_cache_reads.early_cache_reads(graph, in_place_candidates(graph)) == {}
+    assert (
+        early_cache_reads.early_cache_reads(graph, in_place_candidates(graph), graph.value_types())
+        == {}
+    )
 
 
 def test_the_step_reads_the_position_and_waits_itself() -> None:

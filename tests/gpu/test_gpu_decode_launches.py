@@ -48,11 +48,8 @@ SETTINGS = {  # name: ({module: {setting: value}}, launches a layer)
     "norm-stats": ({"cuda_row_prologue": {"NORM_STATS": True}}, 5),
     # the same, applied as x·w in the products' loops and a division of their sums
     "stats-scaled": ({"cuda_row_prologue": {"NORM_STATS": True, "SCALE_IN_EPILOGUE": True}}, 5),
-    # prologue norms reduced by every warp alone, rows computed where they are read
-    "warp-inline": (
-        {"cuda_row_prologue": {"WARP_STATISTICS_MAX_K": 2048, "INLINE_ROWS": 8}},
-        5,
-    ),
+    # prologue norms reduced by the block instead of every warp (the default before)
+    "block-stats": ({"cuda_row_prologue": {"WARP_STATISTICS_MAX_K": 0}}, 5),
 }
 STATS = ("fuse,", "fuse{stats-prologue-max-k=16384},")
 PIPELINES = {"norm-stats": STATS, "stats-scaled": STATS}
