@@ -14,11 +14,9 @@ import pytest
 
 import optgraph as og
 from optgraph.codegen.cuda_plan import KernelStep
-from optgraph.codegen.in_place_outputs import in_place_candidates
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference
-from optgraph.runtime.reference_kernels import numpy_dtype
-from tests.support.gpu_support import require_gpu
+from tests.support.gpu_support import outputs_in_place, require_gpu
 
 pytestmark = pytest.mark.gpu
 require_gpu()
@@ -82,12 +80,7 @@ def test_decode_settings_match_reference_and_replay_bits(
     want = run_reference(graph, inputs, weights)
     program = cuda_program(planned, weights=weights)
     dev = {k: cp.asarray(v) for k, v in inputs.items()}
-    types = planned.value_types()
-    pairs = in_place_candidates(planned)
-    out = {
-        name: dev[pairs[name]] if name in pairs else cp.empty(t.shape, numpy_dtype(t.dtype))
-        for name, t in ((n, types[n]) for n in dict.fromkeys(planned.output_names()))
-    }
+    out = outputs_in_place(planned, dev)
     step = program.bind(dev, out)
     runs = []
     for _ in range(4):  # eager, capture, replays (the same cache row rewritten each time)

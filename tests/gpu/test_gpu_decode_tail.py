@@ -15,12 +15,10 @@ import numpy as np
 import pytest
 
 from optgraph.codegen.cuda_plan import KernelStep
-from optgraph.codegen.in_place_outputs import in_place_candidates
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference
-from optgraph.runtime.reference_kernels import numpy_dtype
 from tests.support.decode_loop_graph import loop_step_graph
-from tests.support.gpu_support import require_gpu
+from tests.support.gpu_support import outputs_in_place, require_gpu
 
 pytestmark = pytest.mark.gpu
 require_gpu()
@@ -60,12 +58,7 @@ def _runs(planned, weights, inputs, tokens, *on: str) -> tuple[list[dict], set[s
     with settings(*on):
         program = cuda_program(planned, weights=weights)
         dev = {k: cp.asarray(v) for k, v in inputs.items()}
-        types = planned.value_types()
-        pairs = in_place_candidates(planned)
-        out = {
-            name: dev[pairs[name]] if name in pairs else cp.empty(t.shape, numpy_dtype(t.dtype))
-            for name, t in ((n, types[n]) for n in dict.fromkeys(planned.output_names()))
-        }
+        out = outputs_in_place(planned, dev)
         step = program.bind(dev, out)
         runs = []
         for token in [inputs["tokens"][0]] * 3 + list(tokens):

@@ -94,3 +94,19 @@ def same_bits(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
         all(np.asarray(a[k]).tobytes() == np.asarray(b[k]).tobytes() for k in a)
         and a.keys() == b.keys()
     )
+
+
+def outputs_in_place(graph: Graph, dev: dict) -> dict:
+    """Output arrays for `program.bind(dev, out)`: every output `in_place_candidates` allows in
+    its input's array (a KV cache) takes that array, every other one a new device array."""
+    import cupy as cp
+
+    from optgraph.codegen.in_place_outputs import in_place_candidates
+    from optgraph.runtime.reference_kernels import numpy_dtype
+
+    pairs = in_place_candidates(graph)
+    types = graph.value_types()
+    return {
+        name: dev[pairs[name]] if name in pairs else cp.empty(t.shape, numpy_dtype(t.dtype))
+        for name, t in ((n, types[n]) for n in dict.fromkeys(graph.output_names()))
+    }
