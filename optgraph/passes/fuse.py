@@ -36,8 +36,9 @@ a small launch-bound decode faster and a wide one slower, where every block of a
 recomputes the row's statistics; see docs/benchmarks.md), and SwiGLU's
 `mul(silu(x @ wg), x @ wu)`, read only as the row of a one-row product, becomes that product's
 prologue instead of the gate product's epilogue (`_joins_row_products`), so the gate and up
-products stay independent (their launches merge into one). A prologue without a norm (elementwise only: no row statistics, each
-block computes just its own slice) has its own limit, `elementwise-prologue-max-k`.
+products stay independent (their launches merge into one). A prologue without a norm
+(elementwise only: no row statistics, each block computes just its own slice) has its own
+limit, `elementwise-prologue-max-k`.
 
 The fused node takes the root's name, type, annotations and place in issue order; its parameters
 bind to the distinct outside values the body reads, in first-use order. Moving work later on its
