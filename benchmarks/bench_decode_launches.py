@@ -13,16 +13,8 @@ program called as a bound step (`program.bind(inputs, out)`). Variants (codegen 
 set while the program is lowered, captured and first run):
 
 - `all-on`: the defaults;
-- `norm-stats-16k`: the defaults with `cuda_row_prologue.NORM_STATS = True` and
-  `fuse{stats-prologue-max-k=16384}`: every norm of a row a one-row product stores (all but
-  layer 0's attention norm) inside the products reading it, its statistics handed from that
-  product (`codegen/norm_stats.py`) instead of reduced by every block of each reader;
-- `norm-stats-ew16k`: that and `elementwise-prologue-max-k=16384` (SwiGLU's mul in the down
-  product too, gate and up merged);
 - `warp-stats`, `no-warp-stats`: prologue norms of rows up to 2048 reduced by every warp alone
   (`cuda_row_prologue.WARP_STATISTICS_MAX_K`, now the default) or by the block;
-- `stats-scaled`, `stats-scaled-ew16k`: those two with `cuda_row_prologue.SCALE_IN_EPILOGUE`
-  (the handed rms_norms applied as x·w in the loop and a division of the sums, no staged row);
 - `no-qkv-fold`: `qkv_folds.FOLD_QKV = False` (rope(q), rope(k) and the cache writes not in
   the q/k/v products' store: six launches a layer instead of five);
 - `no-rope-kv`: that and `rope_cache_writes.ROPE_CACHE_WRITES = False` (a key's rope and its
@@ -69,8 +61,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
 
 SETTINGS = {
-    "stats": ("cuda_row_prologue", "NORM_STATS"),
-    "scaled": ("cuda_row_prologue", "SCALE_IN_EPILOGUE"),
     "warp-k": ("cuda_row_prologue", "WARP_STATISTICS_MAX_K"),
     "qkv": ("qkv_folds", "FOLD_QKV"),
     "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
@@ -91,26 +81,12 @@ VARIANTS: dict[str, dict[str, bool | int]] = {
     "attn-b528": {"attn-blocks": 528},
     "attn-s8-b528": {"attn-slots": 8, "attn-blocks": 528},
     "none": {"qkv": False, "rope": False, "early": False},
-    "norm-stats-16k": {"stats": True},
-    "norm-stats-ew16k": {"stats": True},
-    "stats-scaled": {"stats": True, "scaled": True},
     "warp-stats": {"warp-k": 2048},
     "no-warp-stats": {"warp-k": 0},
     "tail-off": {"argmax_cast": False, "argmax_product": False, "gather": False},
     "before": {"argmax_cast": False, "argmax_product": False, "gather": False, "warp-k": 0},
-    "stats-scaled-ew16k": {"stats": True, "scaled": True},
 }
 PIPELINES = {  # (text, replaced by)
-    "norm-stats-16k": ("fuse,", "fuse{stats-prologue-max-k=16384},"),
-    "norm-stats-ew16k": (
-        "fuse,",
-        "fuse{stats-prologue-max-k=16384,elementwise-prologue-max-k=16384},",
-    ),
-    "stats-scaled": ("fuse,", "fuse{stats-prologue-max-k=16384},"),
-    "stats-scaled-ew16k": (
-        "fuse,",
-        "fuse{stats-prologue-max-k=16384,elementwise-prologue-max-k=16384},",
-    ),
     "all-on-pk16k": ("fuse,", "fuse{prologue-max-k=16384},"),
     "all-on-ew16k": ("fuse,", "fuse{elementwise-prologue-max-k=16384},"),
 }

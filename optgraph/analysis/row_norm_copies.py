@@ -9,9 +9,7 @@ the norm is no kernel of its own:
     after:  %n.0 = rms_norm(%h, %g)  %q = matmul(%n.0, %wq)  %n.1 = rms_norm(%h, %g)  %k = ...
 
 Inside a fused region each copy takes its original's name back (`restore_names`: a body is a
-scope of its own). A norm's row may be longer (`stats_max_k`) where its statistics can come from
-the one-row product storing the row (`is_row_product_result`; codegen's `norm_stats` hands them
-on at lowering). Complexity O(V + E).
+scope of its own). Complexity O(V + E).
 """
 
 from __future__ import annotations
@@ -19,13 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from optgraph.analysis.fusion_rules import (
-    NORM_OPS,
-    is_elementwise,
-    one_row_product,
-    plan_region,
-    reduction_cols,
-)
+from optgraph.analysis.fusion_rules import NORM_OPS, plan_region, reduction_cols
 from optgraph.ir.graph import Graph, Node, Region, TensorType
 
 
@@ -57,66 +49,14 @@ def _shares_row_norm(
     return True
 
 
-_EPILOGUE_DEPTH = 4  # elementwise nodes between a product and the row it stores (residual add)
-
-
-def is_row_product_result(
-    graph: Graph, types: dict[str, TensorType], producers: dict[str, int], value: str
-) -> bool:
-    """Whether `value` is (likely) stored by a one-row product kernel: a one-row matmul's result,
-    or an elementwise node of the same type whose operands reach one through at most
-    `_EPILOGUE_DEPTH` elementwise nodes (its epilogue: `h = add(r, x @ w)`), or a fused region
-    holding a one-row matmul. A guess for fusion's limits: lowering decides for sure."""
-    target = types[value]
-    frontier, depth = [value], 0
-    while frontier and depth <= _EPILOGUE_DEPTH:
-        reached: list[str] = []
-        for name in frontier:
-            index = producers.get(name)
-            node = graph.nodes[index] if index is not None else None
-            if node is None or node.type is None or node.type.numel != target.numel:
-                continue
-            if node.op == "matmul" and len(node.operands) == 2:
-                a, b = (types[o] for o in node.operands)
-                if one_row_product(node, a, b) is not None:
-                    return True
-            elif node.op == "fused" and node.body is not None:
-                if any(n.op == "matmul" for n in node.body.nodes):
-                    return True
-            elif is_elementwise(node):
-                reached.extend(node.operands)
-        frontier, depth = reached, depth + 1
-    return False
-
-
-def row_limit(
-    graph: Graph,
-    types: dict[str, TensorType],
-    producers: dict[str, int],
-    norm: Node,
-    limits: tuple[int, int],
-) -> int:
-    """The longest row `norm` may have as a product prologue: `limits` = (max_k, stats_max_k),
-    the second where `norm` can take its statistics from the product storing its row."""
-    max_k, stats_max_k = limits
-    if norm.op in NORM_OPS and is_row_product_result(graph, types, producers, norm.operands[0]):
-        return stats_max_k
-    return max_k
-
-
-def recompute_row_norms(
-    graph: Graph, max_k: int = 2048, stats_max_k: int | None = None
-) -> tuple[Graph, dict[str, str]]:
+def recompute_row_norms(graph: Graph, max_k: int = 2048) -> tuple[Graph, dict[str, str]]:
     """Give each one-row product reading a shared row norm its own copy of the norm.
 
     A decode step normalizes one row and feeds it to several products (q/k/v; gate/up): stored,
     the norm is a kernel of its own; copied, each product computes it while reading its row
     (the row is K elements, its statistics cost the product a block reduction). Rows up to
-    `max_k`, or `stats_max_k` (default `max_k`) for a norm of a one-row product's result.
-    Returns the graph and {copy name: original name}. O(V + E).
+    `max_k`. Returns the graph and {copy name: original name}. O(V + E).
     """
-    limits = (max_k, max_k if stats_max_k is None else stats_max_k)
-    producers = graph.producers()
     types = graph.value_types()
     users = graph.users()
     taken = {n.name for n in graph.nodes} | set(types)
@@ -129,7 +69,7 @@ def recompute_row_norms(
         if (
             node.is_event
             or not _shares_row_norm(graph, types, node, readers, outputs)
-            or types[node.name].shape[-1] > row_limit(graph, types, producers, node, limits)
+            or types[node.name].shape[-1] > max_k
         ):
             out.append(renamed.pop(i, node))
             continue

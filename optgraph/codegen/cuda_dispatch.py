@@ -40,7 +40,6 @@ from optgraph.codegen import (
     cuda_rope,
 )
 from optgraph.codegen.cuda_matmul import Gemm
-from optgraph.codegen.cuda_norm_stats import NO_ROW_STATS, RowStats
 from optgraph.codegen.cuda_source import CodegenError, DeviceCopy, Launch
 from optgraph.ir.graph import Node, TensorType
 
@@ -65,7 +64,6 @@ def node_code(
     *,
     in_place: bool = False,
     resident: frozenset[int] = frozenset(),
-    stats: RowStats = NO_ROW_STATS,
 ) -> tuple[Work, ...]:
     """What to issue for `node`, given its operands' types.
 
@@ -73,17 +71,16 @@ def node_code(
     writes the new rows). `resident`: the operands (by index) that are weights in the device's
     weight buffer, which no kernel writes (a one-row product loads them before its PDL wait).
     Views that alias their operand are not passed here (they cost nothing); views that do not
-    are materialized with a copy kernel. `stats`: what a one-row product kernel does with norm
-    statistics (`cuda_norm_stats`; `norm_stats` decides), roles `stats_out` / `stats_in`.
+    are materialized with a copy kernel.
     """
     assert node.type is not None, node
     if node.type.numel == 0:
         return ()
     types = tuple(operand_types)
     if node.op == "fused":
-        return tuple(fused_code(node, types, resident, stats))
+        return tuple(fused_code(node, types, resident))
     if node.op == "matmul":
-        one_kernel = cuda_fused.gemv_matmul(node, types, resident, stats=stats)  # one row: ours
+        one_kernel = cuda_fused.gemv_matmul(node, types, resident)  # one row: ours
         if one_kernel is not None:
             return tuple(one_kernel)
     for family in FAMILIES:
@@ -103,7 +100,6 @@ def fused_code(
     node: Node,
     types: tuple[TensorType, ...],
     resident: frozenset[int] = frozenset(),
-    stats: RowStats = NO_ROW_STATS,
 ) -> list[Work]:
     """The work of a fused region, by the kind of its plan (see the module docstring)."""
     assert node.type is not None and node.body is not None
@@ -127,7 +123,7 @@ def fused_code(
     if plan.kind == REDUCTION:
         return [cuda_reduction.fused_row_launch(node, types, plan, roles)]
     assert plan.kind == PRODUCT
-    one_kernel = cuda_fused.gemv_region(node, types, resident, stats=stats)  # epilogue inside
+    one_kernel = cuda_fused.gemv_region(node, types, resident)  # epilogue inside
     if one_kernel is not None:
         return list(one_kernel)
     work = _product_anchor(node, anchor, types, roles)

@@ -54,8 +54,7 @@ from optgraph.codegen.cuda_gemv_layout import (
     product_loop,
 )
 from optgraph.codegen.cuda_gemv_reduce import reduce_lanes, store_sums
-from optgraph.codegen.cuda_norm_stats import NO_ROW_STATS, RowStats, store_partials
-from optgraph.codegen.cuda_row_prologue import row_prologue, scaled_norm_row, stage_row
+from optgraph.codegen.cuda_row_prologue import row_prologue, stage_row
 from optgraph.codegen.cuda_scalars import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_source import (
     Kernel,
@@ -108,13 +107,8 @@ def gemv_kernel(
     prologue: Sequence[Node] = (),
     resident: frozenset[str] = frozenset(),
     fold: GemvFold | None = None,
-    stats: RowStats = NO_ROW_STATS,
 ) -> tuple[Kernel, tuple[int, int, int]] | None:
     """(kernel, grid) of the fused product, or None when the shape does not qualify.
-
-    `stats` (`cuda_norm_stats`): the kernel also stores its result's per-tile partials for the
-    norm `write` (not with a fold), and/or its prologue norm combines `partials` tiles'
-    partials a row instead of reducing its row; the extra params follow the fold's.
 
     `fold`: the store rotates the value and/or writes it to cache rows (`cuda_gemv_epilogues`;
     the region must have no epilogue); extra params follow the region's. None where the layout
@@ -147,8 +141,6 @@ def gemv_kernel(
     vec = VECTOR[a_type.dtype]
     even = fold is not None and fold.rope is not None  # rope pairs the halves of a tile
     g = Geometry(m, k, n, a_type.dtype, vec, *layout(k, n, vec, even))
-    if fold is not None and stats.write:
-        return None
     if fold is not None:
         mode = pairing(fold, g.tile_cols, g.ct, n)
         if mode is None or epilogue or result != anchor.name:
@@ -157,20 +149,16 @@ def gemv_kernel(
     b_role = f"in{index[anchor.operands[1]]}"
     preload = EARLY_WEIGHTS and anchor.operands[1] in resident
     row = (anchor.operands[0], a_type)
-    body, scale = _product(g, params, types, prologue, row, b_role, preload, stats.partials)
+    body = _product(g, params, types, prologue, row, b_role, preload)
     body += reduce_lanes(g)
     if fold is None:
         epi = _epilogue(params, types, epilogue, anchor, result, out_type, n)
     else:
         epi = fold_store(fold, anchor.type.dtype, out_type.dtype, n, len(types))
-    after = []
-    if stats.write:
-        after = store_partials(stats.write, out_type.dtype, m, n, g.tiles, g.tile_cols)
-    stores, decl = store_sums(g, salt, epi, after, scale)
+    stores, decl = store_sums(g, salt, epi)
     body += stores
     decls = [out_param(out_type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
     decls += fold.params(len(types)) if fold is not None else []
-    decls += stats.params()
     text = "\n".join("  " + line for line in "\n".join(body).split("\n"))
     family = f"gemv|{salt}" if g.splits > 1 else "gemv"
     early = _prefetch_weights(b_role, g) if PREFETCH and not preload else ""
@@ -188,20 +176,14 @@ def _product(
     row_of: tuple[str, TensorType],
     b_role: str,
     preload: bool = False,
-    partials: int = 0,
-) -> tuple[list[str], str]:
-    """(statements, the divisor of row i's sums or ""): the thread's tile, column and rows of K,
-    its row (a parameter, or computed by the prologue and staged in shared memory when it fits,
-    or a `ScaledRow`), and `acc[i][v]`: the products of its rows of K. `preload`: the first
-    batch of weight rows is loaded, then the PDL entry runs (the kernel has `self_wait`), then
-    everything that reads what other kernels write. `partials`: see `row_prologue`."""
+) -> list[str]:
+    """The thread's tile, column and rows of K, its row (a parameter, or computed by the
+    prologue and staged in shared memory when it fits), and `acc[i][v]`: the products of its
+    rows of K. `preload`: the first batch of weight rows is loaded, then the PDL entry runs (the
+    kernel has `self_wait`), then everything that reads what other kernels write."""
     row, row_type = row_of
-    scaled = scaled_norm_row(params, types, prologue, row, row_type, g.m, partials)
-    if scaled is not None:
-        row_setup, row_value, staged = scaled.setup, scaled.value, []
-    else:
-        row_setup, row_value = row_prologue(params, types, prologue, row, row_type, g.m, partials)
-        staged = stage_row(row in params, g.dtype, g.m, g.rows)
+    row_setup, row_value = row_prologue(params, types, prologue, row, row_type, g.m)
+    staged = stage_row(row in params, g.dtype, g.m, g.rows)
     if staged:
         row_value = load(g.dtype, f"og_xs[i * {g.rows}u + (kk - k0)]")
     indexing = [
@@ -232,8 +214,7 @@ def _product(
             )
         ),
         "}",
-        *(scaled.finish if scaled is not None else []),
-    ], (scaled.scale if scaled is not None else "")
+    ]
 
 
 # Prefetch each thread's first batch of weight rows into L2 before the PDL wait. Off: on an H100
@@ -293,10 +274,8 @@ def _epilogue(
     return lines
 
 
-def _launch(
-    kernel: Kernel, grid: tuple[int, int, int], arity: int, stats: RowStats = NO_ROW_STATS
-) -> Launch:
-    args = ("out",) + tuple(f"in{j}" for j in range(arity)) + stats.roles()
+def _launch(kernel: Kernel, grid: tuple[int, int, int], arity: int) -> Launch:
+    args = ("out",) + tuple(f"in{j}" for j in range(arity))
     return Launch(kernel, grid, (THREADS, 1, 1), args)
 
 
@@ -305,12 +284,10 @@ def gemv_region(
     types: Sequence[TensorType],
     resident: frozenset[int] = frozenset(),
     fold: GemvFold | None = None,
-    stats: RowStats = NO_ROW_STATS,
 ) -> list[Launch] | None:
     """The one launch of a fused product region with few rows, or None (use cuBLAS).
     `resident`: the operands (by index) that are weights no kernel writes; `fold`: see
-    `gemv_kernel` (its extra params are the launch's next roles: in{arity}, ...); `stats`: see
-    `gemv_kernel` (roles `stats_out`, `stats_in` last)."""
+    `gemv_kernel` (its extra params are the launch's next roles: in{arity}, ...)."""
     if node.body is None or node.type is None:
         return None  # GEMV_MAX_M is applied by gemv_shape: a prologue needs this kernel anyway
     try:
@@ -331,13 +308,12 @@ def gemv_region(
         [by_name[p] for p in plan.prologue],
         frozenset(node.body.params[k] for k in resident if k < len(node.body.params)),
         fold,
-        stats,
     )
     if made is None:
         return None
     kernel, grid = made
     extra = len(fold.params(0)) if fold is not None else 0
-    return [_launch(kernel, grid, len(types) + extra, stats)]
+    return [_launch(kernel, grid, len(types) + extra)]
 
 
 def gemv_matmul(
@@ -345,7 +321,6 @@ def gemv_matmul(
     types: Sequence[TensorType],
     resident: frozenset[int] = frozenset(),
     fold: GemvFold | None = None,
-    stats: RowStats = NO_ROW_STATS,
 ) -> list[Launch] | None:
     """A plain matmul with few rows as the same kernel (no epilogue), or None."""
     if node.op != "matmul" or node.type is None or len(types) != 2:
@@ -353,10 +328,8 @@ def gemv_matmul(
     params = ("#a", "#b")  # cannot clash with IR names
     anchor = Node(node.name, "matmul", params, node.attrs, node.type)
     named = frozenset(params[k] for k in resident if k < len(params))
-    made = gemv_kernel(
-        node.name, params, types, anchor, [], node.name, node.type, (), named, fold, stats
-    )
+    made = gemv_kernel(node.name, params, types, anchor, [], node.name, node.type, (), named, fold)
     if made is None:
         return None
     kernel, grid = made
-    return [_launch(kernel, grid, 2 + (len(fold.params(0)) if fold is not None else 0), stats)]
+    return [_launch(kernel, grid, 2 + (len(fold.params(0)) if fold is not None else 0))]

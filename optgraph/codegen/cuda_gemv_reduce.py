@@ -45,16 +45,11 @@ def reduce_lanes(g: Geometry) -> list[str]:
     ]
 
 
-def store_sums(
-    g: Geometry, salt: str, epi: Sequence[str], after: Sequence[str] = (), scale: str = ""
-) -> tuple[list[str], str]:
+def store_sums(g: Geometry, salt: str, epi: Sequence[str]) -> tuple[list[str], str]:
     """(statements, file-scope declarations): the block sums of each (row, column) of the tile,
     then `epi` (the epilogue and store). With S splits of K, each block first writes its sums to
     the kernel's workspace; the block that arrives last at the tile adds the S partials in split
-    order, runs `epi` and resets the tile's counter for the next launch. `after`: statements
-    every thread of the storing block runs once the tile is stored (the norm statistics'
-    partial, `cuda_norm_stats`). `scale`: a C expression dividing row i's sums (and a rope
-    partner's) before `epi` (`cuda_row_prologue.ScaledRow`)."""
+    order, runs `epi` and resets the tile's counter for the next launch."""
     m, n, tile_cols = g.m, g.n, g.tile_cols
     reduce_block = [
         "float val = 0.0f;",
@@ -67,7 +62,6 @@ def store_sums(
         f"  if (col >= {n}u) continue;"
     )
     rope = g.fold is not None and g.fold.rope is not None
-    scaled = [f"val /= {scale};", *([f"pval /= {scale};"] if rope else [])] if scale else []
     if g.splits == 1:
         if rope:
             assert g.fold is not None
@@ -76,9 +70,7 @@ def store_sums(
                 "float pval = 0.0f;",
                 f"#pragma unroll\nfor (int w = 0; w < {g.warps}; ++w) pval += og_red[w][i][{pc}];",
             ]
-        body = [*reduce_block, *scaled, *epi]
-        stores = [loop, *("  " + s for s in body), "}"]
-        return [*stores, *after], ""
+        return [loop, *("  " + s for s in [*reduce_block, *epi]), "}"], ""
     digest = hashlib.sha1(f"{salt}|{m},{g.k},{n},{g.dtype}".encode()).hexdigest()[:12]
     ws, cnt = f"og_ws_{digest}", f"og_cnt_{digest}"
     decl = (
@@ -101,9 +93,8 @@ def store_sums(
             f"val += __ldcg(&{ws}[(s * {m}u + i) * {n}u + col]);"
         ),
         *(_partner_sum(g, ws) if rope else []),
-        *("  " + s for s in [*scaled, *epi]),
+        *("  " + s for s in epi),
         "}",
-        *after,
         f"if (threadIdx.x == 0) {cnt}[tile] = 0u;",
     ]
     return lines, decl

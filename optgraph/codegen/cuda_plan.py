@@ -31,8 +31,6 @@ Complexity: O(V) plus the kernel text.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
-from typing import TypeVar
 
 from optgraph.analysis.prefetch_copies import synchronous_prefetch
 from optgraph.analysis.segments import (
@@ -66,7 +64,6 @@ from optgraph.codegen.in_place_outputs import check_in_place, in_place_candidate
 from optgraph.codegen.lowered import LoweredProgram, LoweredVariant
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.codegen.merge_launches import merge_kernel_steps
-from optgraph.codegen.norm_stats import NormStats, place_norm_stats
 from optgraph.codegen.qkv_folds import fold_step, place_folds
 from optgraph.codegen.rope_cache_writes import rope_cache_step, rope_cache_writes
 from optgraph.codegen.scratch_space import place_scratch
@@ -74,7 +71,6 @@ from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
 
 WEIGHT_ALIGNMENT = 256
-AnyStep = TypeVar("AnyStep", bound=Step)
 
 __all__ = [
     "HOST_SPACES",
@@ -197,16 +193,6 @@ def _step_for(
     )
 
 
-def _with_stats(step: AnyStep, stats: NormStats) -> AnyStep:
-    """`step` reading and writing its node's norm-statistics regions as well (`norm_stats`)."""
-    if not isinstance(step, KernelStep) or step.reads is None or step.writes is None:
-        return step
-    reads, writes = stats.reads(step.node), stats.writes(step.node)
-    if not reads and not writes:
-        return step
-    return replace(step, reads=step.reads + reads, writes=step.writes + writes)
-
-
 def lower_cuda(
     graph: Graph, merge_launches: bool = True, in_place: Mapping[str, str] | None = None
 ) -> CudaPlan:
@@ -230,8 +216,7 @@ def lower_cuda(
             if root in in_place:
                 locations[name] = locations[root].shifted(offset)
     scratch, arena = place_scratch(graph, arena, value_bytes)
-    stats, arena = place_norm_stats(graph, locations, arena, value_bytes)  # norms' statistics
-    folds, absorbed = place_folds(graph, locations, in_place or {}, stats)  # q/k/v products
+    folds, absorbed = place_folds(graph, locations, in_place or {})  # q/k/v products
     folded = rope_cache_writes(graph, in_place or {})  # a key's rope and its cache write
     folded = {r: w for r, w in folded.items() if r not in absorbed}
     argmaxes = argmax_folds(graph, locations, frozenset([*folds, *folded, *absorbed]))
@@ -270,8 +255,7 @@ def lower_cuda(
             continue
         if node.name in folded or node.name in folds:
             if node.name in folds:
-                step, kernel = fold_step(folds[node.name], locations, types, stats)
-                step = _with_stats(step, stats)
+                step, kernel = fold_step(folds[node.name], locations, types)
             else:
                 step, kernel = rope_cache_step(node, folded[node.name], locations, types)
             kernels[kernel.name] = kernel
@@ -287,22 +271,15 @@ def lower_cuda(
         roles.update((f"in{k}", locations[o]) for k, o in enumerate(node.operands))
         if node.name in scratch:
             roles["scratch"] = scratch[node.name]
-        roles.update(stats.roles(node.name))
         overwrites = bool(node.operands) and roles["out"] == roles["in0"]
         resident = frozenset(k for k, o in enumerate(node.operands) if o in weight_offsets)
-        work_list = node_code(
-            node,
-            operand_types,
-            in_place=overwrites,
-            resident=resident,
-            stats=stats.kernel_stats(node.name),
-        )
+        work_list = node_code(node, operand_types, in_place=overwrites, resident=resident)
         for work in work_list:
             if isinstance(work, Launch):
                 kernels[work.kernel.name] = work.kernel
             if isinstance(work, DeviceCopy) and roles[work.dst] == roles[work.src]:
                 continue  # a copy onto itself (an in-place plan): nothing to move
-            steps.append(_with_stats(_step_for(node, work, roles, types), stats))
+            steps.append(_step_for(node, work, roles, types))
     origins.extend([len(graph.nodes) - 1] * (len(steps) - len(origins)))
     if (
         gathered_rows.GATHER_ROWS

@@ -11,16 +11,8 @@ block's slice of the row once into shared memory, in the row's dtype, when it fi
         og_xs[kk - k0] = round_f16(h[kk] / r * g[kk])   for the block's rows k0 <= kk < k1
         product loop: xv = og_xs[kk - k0]
 
-With `NORM_STATS` and a row produced by a one-row product, the norm's statistics come from that
-product instead (`cuda_norm_stats`: P per-tile partials it stored, combined in tile order),
-decided at lowering (`norm_stats`):
-
-    ->  r = sqrtf((stats[0] + ... + stats[P-1]) / K + eps)   (rms_norm; no pass over the row)
-        og_xs[kk - k0] = round_f16(h[kk] / r * g[kk])        as above
-
 Complexity: linear in the prologue's nodes; the kernel does K work per block for a norm's
-statistics (the row is read from L2 by every block), or P with handed statistics, and one
-element per row of its slice.
+statistics (the row is read from L2 by every block) and one element per row of its slice.
 """
 
 from __future__ import annotations
@@ -30,17 +22,11 @@ from dataclasses import dataclass
 
 from optgraph.analysis.fusion_rules import NORM_OPS
 from optgraph.codegen.cuda_gemv_layout import THREADS
-from optgraph.codegen.cuda_norm_stats import HANDED_NORMS, READ_ROLE, handed_statistics
 from optgraph.codegen.cuda_scalars import emit_scalars, load_params, needed_values, used_values
 from optgraph.codegen.cuda_source import STORAGE, f32_literal, load, store
 from optgraph.ir.attrs import float_attr
 from optgraph.ir.graph import DTYPE_BYTES, Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
-
-# Hand an rms_norm's statistics from the one-row product storing its row to the products whose
-# prologue normalizes it (`norm_stats`); False: every block of a reader reduces the row itself.
-# Off until the GPU A/B of the realistic decode step decides.
-NORM_STATS = False
 
 
 def row_prologue(
@@ -50,7 +36,6 @@ def row_prologue(
     row: str,
     row_type: TensorType,
     m: int,
-    partials: int = 0,
 ) -> tuple[list[str], str]:
     """(statements before the product loop, C expression of row element (i, kk)).
 
@@ -62,9 +47,6 @@ def row_prologue(
         %n = rms_norm(%p0, %p1)  %y = matmul(%n, %p2)
         ->  ss = sum over the row of x²  (block reduction);  r = sqrtf(ss / K + eps)
             xv(i, kk) = round_f16(x[i, kk] / r * w[kk])
-
-    `partials` > 0: the norm (of a parameter row) takes its statistics from that many tiles'
-    partials a row, parameter `stats_in` (`cuda_norm_stats.handed_statistics`).
     """
     k = row_type.shape[-1]
     index = {p: j for j, p in enumerate(params)}
@@ -83,13 +65,11 @@ def row_prologue(
     cone = needed_values(prologue, norm.operands[0])
     before = [n for n in prologue if n.name in cone]
     after = [n for n in prologue if n.name not in cone and n is not norm]
-    handed = partials > 0 and norm.op in HANDED_NORMS and norm.operands[0] in index
-    statistics = handed_statistics(norm, k, m, partials) if handed else _norm_statistics(norm, k, m)
     lines = [
         "auto og_x = [&](unsigned int i, unsigned int j) -> float {",
         *("  " + line for line in reader.element(before, norm.operands[0])),
         "};",
-        *statistics,
+        *_norm_statistics(norm, k, m),
         "auto og_row = [&](unsigned int i, unsigned int j) -> float {",
         *("  " + line for line in _normalized_element(reader, norm, after, row)),
         "};",
@@ -196,80 +176,6 @@ def _normalized_element(
     env[norm.name] = ("og_n", dtype)
     lines += emit_scalars(after, env, "e")
     return lines + [f"return (float){env[row][0]};"]
-
-
-# With its statistics handed on (`NORM_STATS`), an rms_norm of a parameter row is applied
-# without staging the row: the product reads x·w (float) and divides each row's sums by r
-# before its epilogue (`ScaledRow`). False: the row is normalized and staged as above.
-SCALE_IN_EPILOGUE = False
-
-
-@dataclass(frozen=True)
-class ScaledRow:
-    """An rms_norm prologue folded into the product's sums instead of its row:
-
-        %n = rms_norm(%x, %w)  %y = matmul(%n, %b)   (the statistics of x handed on: P partials)
-        ->  loop: acc += x[kk]·w[kk] · b[kk, n];   after it: r = sqrtf(Σ partials / K + eps)
-            before the epilogue: val /= r          (one division an output, no staged row)
-
-    Unlike the staged prologue, x·w/r is not rounded to the norm's dtype before the product (a
-    difference of the f16 rounding of one operand, within the fused kernels' tolerance).
-    `setup`: each thread's share of the partials, loaded before the loop (read after it);
-    `value`: row element (i, kk); `finish`: every thread, after the loop: `og_r[i]`;
-    `scale`: the divisor of row i's sums."""
-
-    setup: list[str]
-    value: str
-    finish: list[str]
-    scale: str
-
-
-def scaled_norm_row(
-    params: Sequence[str],
-    types: Sequence[TensorType],
-    prologue: Sequence[Node],
-    row: str,
-    row_type: TensorType,
-    m: int,
-    partials: int,
-) -> ScaledRow | None:
-    """The `ScaledRow` of a prologue that is one rms_norm of a parameter row with a parameter
-    weight and handed statistics (`partials` > 0 tiles a row), else None."""
-    if not SCALE_IN_EPILOGUE or partials <= 0 or len(prologue) != 1:
-        return None
-    norm = prologue[0]
-    index = {p: j for j, p in enumerate(params)}
-    if norm.op != "rms_norm" or norm.name != row or len(norm.operands) != 2:
-        return None
-    x, w = norm.operands
-    if x not in index or w not in index:
-        return None
-    k = row_type.shape[-1]
-    jx, jw = index[x], index[w]
-    if types[jw].numel != k:
-        return None
-    value = f"{load(types[jx].dtype, f'in{jx}[i * {k}u + kk]')} * {load(types[jw].dtype, f'in{jw}[kk]')}"
-    eps = f32_literal(float_attr(attrs_with_defaults(norm), "eps"))
-    per = -(-partials // THREADS)
-    setup = [
-        f"float og_sp[{m}];",
-        f"#pragma unroll\nfor (int i = 0; i < {m}; ++i) {{",
-        "  og_sp[i] = 0.0f;",
-        f"  #pragma unroll\n  for (unsigned int u = 0; u < {per}u; ++u) {{",
-        f"    const unsigned int t = threadIdx.x + u * {THREADS}u;",
-        f"    if (t < {partials}u) og_sp[i] += {READ_ROLE}[i * {partials}u + t];",
-        "  }",
-        "}",
-    ]
-    finish = [
-        "__shared__ float og_sp_scratch[32];",
-        f"float og_r[{m}];",
-        f"for (int i = 0; i < {m}; ++i) {{",
-        "  const float ss = og_block_reduce(og_sp[i], og_sp_scratch, OgSum(), 0.0f);",
-        f"  og_r[i] = sqrtf(ss / (float){k} + {eps});",
-        "}",
-    ]
-    return ScaledRow(setup, value, finish, "og_r[i]")
 
 
 STAGED_ROW_BYTES = 16384  # a computed row slice up to this size is staged in shared memory

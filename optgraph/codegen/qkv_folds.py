@@ -42,7 +42,6 @@ from optgraph.codegen import cuda_fused
 from optgraph.codegen.cuda_gemv_epilogues import GemvFold, is_full_rotary
 from optgraph.codegen.cuda_source import Kernel, Launch
 from optgraph.codegen.cuda_steps import Extent, KernelStep, Location
-from optgraph.codegen.norm_stats import NormStats
 from optgraph.codegen.rope_cache_writes import IssueOrder
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots, alias_views
@@ -120,13 +119,9 @@ class _Graph:
 
 
 def product_folds(
-    graph: Graph,
-    locations: Mapping[str, Location],
-    in_place: Mapping[str, str],
-    stats: NormStats | None = None,
+    graph: Graph, locations: Mapping[str, Location], in_place: Mapping[str, str]
 ) -> dict[str, ProductFold]:
-    """{product name: its fold} for every product whose kernel can do its readers' work; a
-    product reading handed norm statistics (`stats`, `norm_stats`) reads them in its fold too."""
+    """{product name: its fold} for every product whose kernel can do its readers' work."""
     if not FOLD_QKV:
         return {}
     g = _Graph(graph, locations)
@@ -134,7 +129,7 @@ def product_folds(
     for node in graph.nodes:
         if node.op not in ("fused", "matmul") or node.type is None:
             continue
-        found = _fold_of(g, node, in_place, stats or NormStats())
+        found = _fold_of(g, node, in_place)
         if found is not None:
             folds[node.name] = found
     return folds
@@ -144,9 +139,7 @@ def _same_place(a: Node, b: Node) -> bool:
     return a.stream == b.stream and a.ann.backend == b.ann.backend
 
 
-def _fold_of(
-    g: _Graph, product: Node, in_place: Mapping[str, str], stats: NormStats
-) -> ProductFold | None:
+def _fold_of(g: _Graph, product: Node, in_place: Mapping[str, str]) -> ProductFold | None:
     readers = g.readers(product.name)
     if len(readers) != 1 or "#output" in readers:
         return None
@@ -181,11 +174,10 @@ def _fold_of(
     resident = frozenset(
         k for k, o in enumerate(product.operands) if g.locations[o].space == "weights"
     )
-    row_stats = stats.kernel_stats(product.name)
     if product.op == "fused":
-        launches = cuda_fused.gemv_region(product, types, resident, fold, row_stats)
+        launches = cuda_fused.gemv_region(product, types, resident, fold)
     else:
-        launches = cuda_fused.gemv_matmul(product, types, resident, fold, row_stats)
+        launches = cuda_fused.gemv_matmul(product, types, resident, fold)
     if not launches:
         return None
     return ProductFold(product, rope, write, launches[0])
@@ -230,16 +222,10 @@ def _gemv_fold(g: _Graph, product: Node, rope: Node | None, write: Node | None) 
 
 
 def fold_step(
-    fold: ProductFold,
-    locations: Mapping[str, Location],
-    types: Mapping[str, TensorType],
-    stats: NormStats | None = None,
+    fold: ProductFold, locations: Mapping[str, Location], types: Mapping[str, TensorType]
 ) -> tuple[KernelStep, Kernel]:
     """The product's launch: it reads its operands and the positions, and writes its own bytes
-    (q: the rotated value) or the cache (k, v: the write's result, the input's bytes). Its
-    kernel takes its row's handed norm statistics (`stats`) where it reads them; the caller
-    adds their extent to the step's reads (`cuda_plan`)."""
-    stats = stats or NormStats()
+    (q: the rotated value) or the cache (k, v: the write's result, the input's bytes)."""
     product, rope, write = fold.product, fold.rope, fold.write
     extra = [rope.operands[1]] if rope is not None else []
     extra += [write.operands[2]] if write is not None else []
@@ -247,7 +233,6 @@ def fold_step(
     target = write.name if write is not None else product.name
     roles = {"out": locations[target]}
     roles.update((f"in{k}", locations[v]) for k, v in enumerate(values))
-    roles.update(stats.roles(product.name))
     args = tuple(roles[r] for r in fold.launch.args)
     reads = tuple(Extent.of(locations[v], types[v].nbytes) for v in values)
     writes = (Extent.of(locations[target], types[target].nbytes),)
@@ -260,14 +245,11 @@ def fold_step(
 
 
 def place_folds(
-    graph: Graph,
-    locations: dict[str, Location],
-    in_place: Mapping[str, str],
-    stats: NormStats | None = None,
+    graph: Graph, locations: dict[str, Location], in_place: Mapping[str, str]
 ) -> tuple[dict[str, ProductFold], set[str]]:
     """(folds by product, the nodes they absorb); a q fold's rope result (and its views) now
     lives in the product's bytes, in `locations`."""
-    folds = product_folds(graph, locations, in_place, stats)
+    folds = product_folds(graph, locations, in_place)
     views = alias_views(graph)
     for fold in folds.values():
         if fold.rope is None or fold.write is not None:

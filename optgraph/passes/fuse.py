@@ -33,15 +33,12 @@ so each product computes the norm as it reads its row instead of a separate kern
 
 (only for rows of at most `prologue-max-k` elements, default 2048: measured, row prologues made
 a small launch-bound decode faster and a wide one slower, where every block of a product
-recomputes the row's statistics; see docs/benchmarks.md; a norm of a row that a one-row
-product stores, `h = add(r, x @ w)`, may be longer, up to `stats-prologue-max-k`, default 0: the
-same as `prologue-max-k`, since lowering can hand that product's statistics to the readers,
-`codegen/norm_stats.py`, when `cuda_row_prologue.NORM_STATS` is on), and SwiGLU's
+recomputes the row's statistics; see docs/benchmarks.md), and SwiGLU's
 `mul(silu(x @ wg), x @ wu)`, read only as the row of a one-row product, becomes that product's
-prologue instead of the gate
-product's epilogue (`_joins_row_products`), so the gate and up products stay independent (their
-launches merge into one). A prologue without a norm (elementwise only: no row statistics, each
-block computes just its own slice) has its own limit, `elementwise-prologue-max-k`.
+prologue instead of the gate product's epilogue (`_joins_row_products`), so the gate and up
+products stay independent (their launches merge into one). A prologue without a norm
+(elementwise only: no row statistics, each block computes just its own slice) has its own
+limit, `elementwise-prologue-max-k`.
 
 The fused node takes the root's name, type, annotations and place in issue order; its parameters
 bind to the distinct outside values the body reads, in first-use order. Moving work later on its
@@ -76,7 +73,7 @@ from optgraph.analysis.fusion_rules import (
     plan_region,
 )
 from optgraph.analysis.happens_before import HappensBefore, happens_before
-from optgraph.analysis.row_norm_copies import recompute_row_norms, restore_names, row_limit
+from optgraph.analysis.row_norm_copies import recompute_row_norms, restore_names
 from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node, Region, TensorType
 from optgraph.ir.layout import alias_roots
 from optgraph.passes.base import Pass
@@ -101,7 +98,6 @@ class _State:
     starts: list[int] = field(default_factory=list)  # owners' starts, sorted
     max_size: int = 0
     row_prologues: bool = True
-    stats_prologue_max_k: int = 2048
     prologue_max_k: int = 2048
     elementwise_prologue_max_k: int = 2048
     overlaps: dict[str, list[int]] = field(default_factory=dict)
@@ -214,7 +210,7 @@ def _try_absorb(state: _State, root: int, producer: int, max_ops: int) -> bool:
         by_name = {nodes[j].name: nodes[j] for j in union}
         limit = state.elementwise_prologue_max_k
         if any(by_name[p].op in NORM_OPS for p in plan.prologue):
-            limit = _prologue_limit(state, union, plan.prologue)
+            limit = state.prologue_max_k
         if state.types[anchor.operands[0]].shape[-1] > limit:
             return False
     if state.planned and not _memory_allows(state, root, union):
@@ -224,19 +220,6 @@ def _try_absorb(state: _State, root: int, producer: int, max_ops: int) -> bool:
     state.members[root] = union
     del state.members[producer]
     return True
-
-
-def _prologue_limit(state: _State, union: Sequence[int], prologue: Sequence[str]) -> int:
-    """The longest row a product prologue of `union` may have: `stats-prologue-max-k` where
-    its norm reads, from outside, a row a one-row product stores (`row_limit`)."""
-    nodes = state.graph.nodes
-    inside = {nodes[j].name for j in union}
-    limits = (state.prologue_max_k, state.stats_prologue_max_k)
-    for j in union:
-        node = nodes[j]
-        if node.op in NORM_OPS and node.name in prologue and node.operands[0] not in inside:
-            return row_limit(state.graph, state.types, state.producers, node, limits)
-    return state.prologue_max_k
 
 
 def _row_product_root(state: _State, i: int) -> bool:
@@ -329,27 +312,18 @@ class FusePass(Pass):
     summary = "group producer-consumer chains into fused regions (one kernel each)"
     max_ops: int = 64
     row_prologues: bool = True
-    stats_prologue_max_k: int = 0  # 0: prologue-max-k
     prologue_max_k: int = 2048
     elementwise_prologue_max_k: int = 2048
 
     def __post_init__(self) -> None:
         if self.max_ops < 1:
             raise ValueError(f"max-ops must be at least 1, got {self.max_ops}")
-        if self.stats_prologue_max_k < 0:
-            raise ValueError(
-                f"stats-prologue-max-k must be at least 0, got {self.stats_prologue_max_k}"
-            )
-
-    @property
-    def stats_limit(self) -> int:
-        return self.stats_prologue_max_k or self.prologue_max_k
 
     def run(self, graph: Graph) -> Graph:
         planned = any(n.ann.offset is not None for n in graph.nodes)
         copies: dict[str, str] = {}
         if self.row_prologues and not planned:
-            graph, copies = recompute_row_norms(graph, self.prologue_max_k, self.stats_limit)
+            graph, copies = recompute_row_norms(graph, self.prologue_max_k)
         types = graph.value_types()
         state = _State(
             graph=graph,
@@ -363,7 +337,6 @@ class FusePass(Pass):
             hb=happens_before(graph) if planned else None,
             ranges=_arena_ranges(graph, types) if planned else {},
             row_prologues=self.row_prologues,
-            stats_prologue_max_k=self.stats_limit,
             prologue_max_k=self.prologue_max_k,
             elementwise_prologue_max_k=self.elementwise_prologue_max_k,
         )

@@ -198,15 +198,11 @@ def test_decode_launch_settings_table(
         "no-rope-kv": 2 + 7 * 2,
         "no-early-w": 12,
         "none": 16,
-        "norm-stats-16k": 2 + 5 * 2,  # the norms' statistics handed on: no launch fewer
         "all-on-ew16k": 2 + 5 * 2,
-        "norm-stats-ew16k": 2 + 5 * 2,
-        "stats-scaled": 2 + 5 * 2,
         "warp-stats": 2 + 5 * 2,
         "no-warp-stats": 2 + 5 * 2,
         "tail-off": 2 + 5 * 2,
         "before": 2 + 5 * 2,
-        "stats-scaled-ew16k": 2 + 5 * 2,
         "no-early-kv": 2 + 5 * 2,  # decode attention's loads after its wait: as many launches
         "attn-s8": 2 + 5 * 2,
         "attn-b528": 2 + 5 * 2,

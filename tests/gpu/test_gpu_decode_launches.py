@@ -40,19 +40,9 @@ SETTINGS = {  # name: ({module: {setting: value}}, launches a layer)
         },
         7,
     ),
-    # norms of rows a one-row product stores: inside the products reading them, with the
-    # statistics handed on (codegen/norm_stats.py); heads128's wide norms too (all but layer
-    # 0's attention norm, whose row get_rows stores)
-    "norm-stats": ({"cuda_row_prologue": {"NORM_STATS": True}}, 5),
-    # the same, applied as x·w in the products' loops and a division of their sums
-    "stats-scaled": ({"cuda_row_prologue": {"NORM_STATS": True, "SCALE_IN_EPILOGUE": True}}, 5),
     # prologue norms reduced by the block instead of every warp (the default before)
     "block-stats": ({"cuda_row_prologue": {"WARP_STATISTICS_MAX_K": 0}}, 5),
 }
-STATS = ("fuse,", "fuse{stats-prologue-max-k=16384},")
-PIPELINES = {"norm-stats": STATS, "stats-scaled": STATS}
-# norm kernels left where the setting says
-NORMS_LEFT = {("norm-stats", "heads128"): 1, ("stats-scaled", "heads128"): 1}
 SHAPES = {  # name: (generate_llama's sizes, launches besides the layers', more a layer)
     "small": ({"hidden": 256, "heads": 4, "kv_heads": 2, "ffn": 512, "vocab": 256}, 2, 0),
     # rows over fuse's prologue-max-k: the norms are kernels of their own (two a layer, a final)
@@ -73,7 +63,7 @@ def test_decode_settings_match_reference_and_replay_bits(
             monkeypatch.setattr(importlib.import_module(f"optgraph.codegen.{module}"), name, value)
     sizes, fixed, norms = SHAPES[shape]
     graph = og.parse(generate_llama(layers=2, dtype=dtype, cache_len=32, **sizes))
-    planned = run_pipeline(graph, DEFAULT_PIPELINE.replace(*PIPELINES.get(setting, ("", ""))))
+    planned = run_pipeline(graph, DEFAULT_PIPELINE)
     inputs, weights = random_inputs(graph, 5), random_weights(graph, 5)
     inputs["pos"] = np.array([20], np.int32)
     inputs["kv_len"] = np.array([21], np.int32)
@@ -88,9 +78,7 @@ def test_decode_settings_match_reference_and_replay_bits(
         program.stream.synchronize()
         runs.append({n: cp.asnumpy(a) for n, a in out.items()})
     launches = sum(isinstance(s, KernelStep) for s in step.bound.variant.plan.steps)
-    left = NORMS_LEFT.get((setting, shape))
-    expected = fixed + 2 * (per_layer + norms)
-    assert launches == (expected if left is None else fixed - 1 + 2 * per_layer + left)
+    assert launches == fixed + 2 * (per_layer + norms)
     for later in runs[1:]:
         for name in runs[0]:
             assert later[name].tobytes() == runs[0][name].tobytes(), name

@@ -152,11 +152,7 @@ def test_pipeline_option_and_validation() -> None:
     with pytest.raises(og.OptGraphError, match="max-ops"):
         parse_pipeline("fuse{max-ops=0}")
     (p,) = parse_pipeline("fuse{prologue-max-k=512}")
-    assert isinstance(p, FusePass) and p.stats_limit == 512  # 0: prologue-max-k
-    (p,) = parse_pipeline("fuse{stats-prologue-max-k=16384}")
-    assert isinstance(p, FusePass) and p.stats_limit == 16384 and p.prologue_max_k == 2048
-    with pytest.raises(og.OptGraphError, match="stats-prologue-max-k"):
-        parse_pipeline("fuse{stats-prologue-max-k=-1}")
+    assert isinstance(p, FusePass) and p.prologue_max_k == 512
 
 
 def test_default_pipeline_fuses_before_scheduling() -> None:
