@@ -39,6 +39,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
 
+from timing import print_report
+
 import optgraph as og
 from optgraph.ir.graph import Graph
 
@@ -310,9 +312,7 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)  # fmt: skip
         del loop
     text = table(device, args, rows)
-    print(text)
-    if args.markdown:
-        Path(args.markdown).write_text(text)
+    print_report(text, args.markdown)
     return 0
 
 

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=2000, help="calls timed per row")
     parser.add_argument("--markdown", metavar="FILE", help="also write the table there")
     args = parser.parse_args(argv)
-    from timing import device_name
+    from timing import device_name, print_report
 
     builders: dict[str, Callable[[Any], CallAndStream]] = {
         "og-run": lambda m: _optgraph(m, bound=False),
@@ -124,9 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                 lines.append(f"| {model.name} | {way} | {type(err).__name__}: {err} | |")
             print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.markdown:
-        Path(args.markdown).write_text(text)
+    print_report(text, args.markdown)
     return 0
 
 

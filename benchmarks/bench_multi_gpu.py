@@ -236,15 +236,13 @@ def main() -> int:
     if gpus < 2:
         print(f"bench_multi_gpu: needs 2 GPUs, found {gpus}; run it on a 2-GPU machine")
         return 2
-    from timing import device_name
+    from timing import device_name, print_report
 
     source = model(args)
     print(f"model: weights {format_size(sum(w.type.nbytes for w in source.weights))}", flush=True)
     rows = [measure(case, source, args) for case in args.cases.split(",")]
     text = table(rows, device_name(), args.dtype)
-    print(text)
-    if args.markdown:
-        Path(args.markdown).write_text(text)
+    print_report(text, args.markdown)
     return 0
 
 

@@ -74,6 +74,7 @@ from offload_plan import (
     plan_order,
 )
 from offload_timing import gemm_rate, pinned_bandwidth, time_copies, time_replays
+from timing import print_report
 
 import optgraph as og
 from optgraph.analysis.segments import device_memory, format_size
@@ -362,9 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{device}: pinned H2D {pinned / 1e9:.1f} GB/s, f16 GEMM {f16_flops / 1e12:.0f} TFLOP/s")
     rows = [measure(args, mode, pinned, f16_flops) for mode in modes]
     text = table(rows, pinned, f16_flops, device)
-    print(text)
-    if args.markdown:
-        Path(args.markdown).write_text(text)
+    print_report(text, args.markdown)
     if args.json:
         payload = {"device": device, "pinned": pinned, "f16_flops": f16_flops, "rows": rows}
         Path(args.json).write_text(json.dumps(payload))

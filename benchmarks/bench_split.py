@@ -56,6 +56,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import numpy as np
 from moe_decode import MoeSizes
 from split_plan import describe, max_rel_diff, plan_graphs
+from timing import print_report
 
 VARIANT_NAMES = ("gpu", "calling-thread", "graph", "graph-per-node", "sync")
 SPLIT_WAYS = ("calling-thread", "graph", "graph-per-node")
@@ -140,9 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     text += (
         "\nsplit ways' syncs at the placement's minimum: " + ("yes" if at_minimum else "NO") + "\n"
     )
-    print(text)
-    if args.markdown:
-        Path(args.markdown).write_text(text)
+    print_report(text, args.markdown)
     if args.json:
         Path(args.json).write_text(json.dumps({"facts": facts, "rows": rows}))
     return 0 if at_minimum and all("error" not in r for r in rows.values()) else 1

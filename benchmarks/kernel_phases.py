@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", metavar="FILE", help="also write the tables there")
     args = parser.parse_args(argv)
     import bench_decode_launches as bdl
-    from timing import device_name
+    from timing import device_name, print_report
 
     lines = [f"device: {device_name()}; date: {time.strftime('%Y-%m-%d')}; variant {args.variant}"]
     for model in bdl.bench_models(args.only):
@@ -244,9 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         lines += tables(model.name, rows, args.layer)
         del step
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.markdown:
-        Path(args.markdown).write_text(text)
+    print_report(text, args.markdown)
     return 0
 
 

@@ -1,5 +1,5 @@
 """Timing and tables shared by the GPU benchmarks (bench_gpu.py, head_to_head.py,
-bench_kernels.py, bench_stream_threshold.py).
+bench_kernels.py, bench_stream_threshold.py, and the other scripts' reports).
 
 - `median_us(run, stream, iters, warmup)`: the latency a caller sees. Each run is timed alone
   between CUDA events recorded on the stream it starts on, host issue included, and synchronized
@@ -7,6 +7,8 @@ bench_kernels.py, bench_stream_threshold.py).
 - `device_name()`: the current CUDA device as the driver names it (for table headers).
 - `results_table(results, device, names, baseline)`: a Markdown table of models × variants
   with the ratios `baseline / variant` (above 1: the variant is faster).
+- `print_report(text, markdown)`: a script's result printed, and written to its `--markdown`
+  file when one is given.
 
 CuPy is imported inside the functions, so a script can import this module and still answer
 `--help` where CuPy is not installed.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import datetime
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 Row = Mapping[str, float | str]  # variant name -> median µs, or a note ("not run", "error: …")
@@ -38,6 +41,13 @@ def median_us(run: Callable[[], Any], stream: Any, iters: int, warmup: int) -> f
         end.synchronize()
         times.append(cp.cuda.get_elapsed_time(start, end) * 1000.0)
     return statistics.median(times)
+
+
+def print_report(text: str, markdown: str | None) -> None:
+    """Print `text` (a benchmark's tables) and write it to the file `markdown` when given."""
+    print(text)
+    if markdown:
+        Path(markdown).write_text(text)
 
 
 def device_name() -> str:

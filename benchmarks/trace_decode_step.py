@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import bench_decode_launches as bdl
     from head_to_head import copy_bandwidth
-    from timing import device_name
+    from timing import device_name, print_report
 
     bandwidth = copy_bandwidth()
     head = f"device: {device_name()}; date: {time.strftime('%Y-%m-%d')}; variant {args.variant}"
@@ -122,9 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         del step
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.markdown:
-        Path(args.markdown).write_text(text)
+    print_report(text, args.markdown)
     return 0
 
 
