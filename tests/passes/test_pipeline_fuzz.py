@@ -28,6 +28,7 @@ from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 import optgraph as og
+from optgraph.codegen.cuda_scalars import needed_values
 from optgraph.codegen.program_lowering import lower
 from optgraph.errors import OptGraphError
 from optgraph.ir.graph import Graph, TensorType
@@ -130,19 +131,8 @@ def _assert_equal_to_reference(source: Graph, planned: Graph, pipeline: str, see
 
 def _cone_roundoff(graph: Graph, types: Mapping[str, TensorType], output: str) -> float:
     """The largest `UNIT_ROUNDOFF` among `output` and every value it is computed from."""
-    producers = {n.name: n for n in graph.nodes}
-    seen, stack, widest = set(), [output], 0.0
-    while stack:
-        name = stack.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        if name in types:
-            widest = max(widest, UNIT_ROUNDOFF.get(types[name].dtype, 0.0))
-        node = producers.get(name)
-        if node is not None:
-            stack.extend(node.operands)
-    return widest
+    cone = needed_values(graph.nodes, output)
+    return max(UNIT_ROUNDOFF.get(types[v].dtype, 0.0) for v in cone if v in types)
 
 
 def check_pipeline(graph: Graph, pipeline: str, seed: int) -> None:
