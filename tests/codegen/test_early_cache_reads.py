@@ -51,22 +51,20 @@ def _attention_step(plan: CudaPlan) -> KernelStep:
     return step
 
 
+def _found(graph: og.Graph, in_place: dict[str, str] | None = None) -> dict:
+    """`early_cache_reads` of `graph` with its caches in place (or `in_place`)."""
+    pairs = in_place_candidates(graph) if in_place is None else in_place
+    return early_cache_reads.early_cache_reads(graph, pairs, graph.value_types())
+
+
 def test_in_place_caches_with_one_position_qualify() -> None:
     graph = _decode()
-    found = early_cache_reads.early_cache_reads(
-        graph, in_place_candidates(graph), graph.value_types()
-    )
-    assert found == {"o": early_cache_reads.WrittenRows("pos", "i32", 1, True)}
-    assert (
-        early_cache_reads.early_cache_reads(graph, {}, graph.value_types()) == {}
-    )  # caches not in place
+    assert _found(graph) == {"o": early_cache_reads.WrittenRows("pos", "i32", 1, True)}
+    assert _found(graph, {}) == {}  # caches not in place
 
 
 def test_other_positions_and_computed_positions() -> None:
-    two = _decode(kpos="%pos2", extra_inputs="\n  input %pos2 : i32[1]")
-    assert (
-        early_cache_reads.early_cache_reads(two, in_place_candidates(two), two.value_types()) == {}
-    )
+    assert _found(_decode(kpos="%pos2", extra_inputs="\n  input %pos2 : i32[1]")) == {}
     computed = _decode(
         kpos="%p1",
         extra_inputs="\n  input %one : i32[1]",
@@ -77,19 +75,12 @@ def test_other_positions_and_computed_positions() -> None:
             "kv_cache_write(%v_cache, %v_new, %pos)", "kv_cache_write(%v_cache, %v_new, %p1)"
         )
     )
-    found = early_cache_reads.early_cache_reads(
-        computed, in_place_candidates(computed), computed.value_types()
-    )
-    assert found == {"o": early_cache_reads.WrittenRows("p1", "i32", 1, False)}
+    assert _found(computed) == {"o": early_cache_reads.WrittenRows("p1", "i32", 1, False)}
 
 
 def test_switch_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(early_cache_reads, "EARLY_CACHE_READS", False)
-    graph = _decode()
-    assert (
-        early_cache_reads.early_cache_reads(graph, in_place_candidates(graph), graph.value_types())
-        == {}
-    )
+    assert _found(_decode()) == {}
 
 
 def test_the_step_reads_the_position_and_waits_itself() -> None:
