@@ -17,8 +17,9 @@ kernel node of the captured graph) and block. One replay after zeroing it gives 
 - `post-wait`: from this kernel's first wait return to its last block end (its own work);
 - per phase of the chosen layer's products: the median and slowest block, after the wait.
 
-The instrumentation costs a few stores a block (the step takes about 5% longer); read the
-columns as a decomposition, not as the step's time. Needs CuPy and an sm_90 GPU.
+The instrumentation costs a few stores a block (the launch-bound step took 5-10% longer on an
+H100, 2026-11-24); read the columns as a decomposition, not as the step's time. Needs CuPy and
+an sm_90 GPU.
 """
 
 from __future__ import annotations
