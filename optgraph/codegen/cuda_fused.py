@@ -42,6 +42,7 @@ from optgraph.codegen.cuda_gemv_epilogues import (
     GemvFold,
     fold_store,
     pairing,
+    rope_factors,
 )
 from optgraph.codegen.cuda_gemv_layout import (
     BATCH,
@@ -149,12 +150,18 @@ def gemv_kernel(
     b_role = f"in{index[anchor.operands[1]]}"
     preload = EARLY_WEIGHTS and anchor.operands[1] in resident
     row = (anchor.operands[0], a_type)
-    body = _product(g, params, types, prologue, row, b_role, preload)
+    factors: list[str] = []
+    if fold is not None and fold.rope is not None and ROPE_FACTORS_FIRST:
+        items = g.m * g.tile_cols
+        if items <= THREADS:  # one store item a thread: its factors computed up front
+            factors = rope_factors(fold, len(types), items, g.tile_cols, g.column("c"))
+    early = preload and bool(factors) and fold is not None and fold.pos_is_input
+    body = _product(g, params, types, prologue, row, b_role, preload, (factors, early))
     body += reduce_lanes(g)
     if fold is None:
         epi = _epilogue(params, types, epilogue, anchor, result, out_type, n)
     else:
-        epi = fold_store(fold, anchor.type.dtype, out_type.dtype, n, len(types))
+        epi = fold_store(fold, anchor.type.dtype, out_type.dtype, n, len(types), bool(factors))
     stores, decl = store_sums(g, salt, epi)
     body += stores
     decls = [out_param(out_type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
@@ -176,12 +183,14 @@ def _product(
     row_of: tuple[str, TensorType],
     b_role: str,
     preload: bool = False,
+    factors: tuple[list[str], bool] = ([], False),
 ) -> list[str]:
     """The thread's tile, column and rows of K, its row (a parameter, or computed by the
     prologue and staged in shared memory when it fits), and `acc[i][v]`: the products of its
     rows of K. `preload`: the first batch of weight rows is loaded, then the PDL entry runs (the
     kernel has `self_wait`), then everything that reads what other kernels write."""
     row, row_type = row_of
+    rope, early = factors
     row_setup, row_value = row_prologue(params, types, prologue, row, row_type, g.m)
     staged = stage_row(row in params, g.dtype, g.m, g.rows)
     if staged:
@@ -196,9 +205,11 @@ def _product(
     if preload:
         weights = [f"{b_role} + n0"]
         head = [*indexing, *first_batch(g.dtype, weights, g.n, g.lanes)]
-        head += [body_entry(), *row_setup]
+        if early:
+            head += rope
+        head += [body_entry(), *([] if early else rope), *row_setup]
     else:
-        head = [*row_setup, *indexing]
+        head = [*row_setup, *indexing, *rope]
     return [
         *head,
         *staged,
@@ -216,6 +227,11 @@ def _product(
         "}",
     ]
 
+
+# A rope fold's cosine and sine (double-precision pow, cos, sin) computed where the product
+# starts, before the PDL wait when the position is a graph input, instead of in the store after
+# the block sums; False: in the store.
+ROPE_FACTORS_FIRST = True
 
 # Prefetch each thread's first batch of weight rows into L2 before the PDL wait. Off: on an H100
 # the decode steps with and without it differed less than two runs of one program did, so no

@@ -36,7 +36,9 @@ class GemvFold:
     """What the product's store does. `rope`: the rope node (None: no rotation) and `seq`, the
     S of its x [B, S, H, D] (the position of product row i is pos[i % S]); `cache`: (Smax, S)
     of the cache the rows go to (None: out[i·N + col] as usual); `pos_dtype` /
-    `write_pos_dtype`: the dtypes of the extra parameters (rope's pos, the write's pos)."""
+    `write_pos_dtype`: the dtypes of the extra parameters (rope's pos, the write's pos);
+    `pos_is_input`: rope's pos is a graph input no kernel of the step writes (its rope
+    factors may be computed before the PDL wait)."""
 
     head_dim: int
     rope: Node | None = None
@@ -44,6 +46,7 @@ class GemvFold:
     cache: tuple[int, int] | None = None
     pos_dtype: str = "i32"
     write_pos_dtype: str = "i32"
+    pos_is_input: bool = False
 
     @property
     def half(self) -> int:
@@ -103,13 +106,17 @@ def partner_global(fold: GemvFold) -> str:
     return f"(col % {d}u < {half}u ? col + {half}u : col - {half}u)"
 
 
-def fold_store(fold: GemvFold, dtype: str, out_dtype: str, n: int, first: int) -> list[str]:
+def fold_store(
+    fold: GemvFold, dtype: str, out_dtype: str, n: int, first: int, factored: bool = False
+) -> list[str]:
     """Statements storing the value of (row i, column col): `val` (and `pval`, the partner's,
-    with rope) are the product's float sums; the extra params are in{first}, in{first + 1}."""
+    with rope) are the product's float sums; the extra params are in{first}, in{first + 1}.
+    `factored`: the rope factors of this thread's (only) item are `og_rc`, `og_rs`, computed
+    earlier (`rope_factors`)."""
     rounded = load(dtype, store(dtype, "val")) if dtype != "f32" else "val"
     lines = [f"float og_r = {rounded};"]
     if fold.rope is not None:
-        lines += _rope(fold, dtype, f"in{first}")
+        lines += _rope(fold, dtype, f"in{first}", factored)
     value = store(out_dtype, "og_r")
     if fold.cache is None:
         return [*lines, f"out[i * {n}u + col] = {value};"]
@@ -129,8 +136,31 @@ def fold_store(fold: GemvFold, dtype: str, out_dtype: str, n: int, first: int) -
     ]
 
 
-def _rope(fold: GemvFold, dtype: str, pos: str) -> list[str]:
-    """`og_r` rotated with its partner `pval` (rounded alike), as `cuda_rope` computes it."""
+def rope_factors(fold: GemvFold, first: int, items: int, cols: int, column: str) -> list[str]:
+    """Statements declaring `og_rc`, `og_rs`: the cosine and sine of the rope angle of this
+    thread's item of the store loop (t = threadIdx.x < `items`: row t / `cols`, column
+    `column`, a C expression of c = t % `cols`), as `_rope` computes them. Issued where the
+    product starts (before the PDL wait when pos is an input), so the double-precision pow,
+    cos and sin run while the weights load instead of after the block sums:
+
+        store loop:  og_c = cos(pos · θ^(-2k/D)) ...  ->  prologue: og_rc = cos(...);
+                                                          store loop: og_c = og_rc
+    """
+    assert fold.rope is not None
+    return [
+        "float og_rc = 1.0f, og_rs = 0.0f;",
+        f"if (threadIdx.x < {items}u) {{",
+        f"  const unsigned int i = threadIdx.x / {cols}u, c = threadIdx.x % {cols}u;",
+        f"  const unsigned int col = {column};",
+        *("  " + line for line in _angle(fold, f"in{first}")),
+        "  og_rc = og_c; og_rs = og_s;",
+        "}",
+    ]
+
+
+def _angle(fold: GemvFold, pos: str) -> list[str]:
+    """`og_c`, `og_s`: the cosine and sine of column `col`'s angle at row i's position, in
+    double as `cuda_rope` (and the reference) computes them."""
     assert fold.rope is not None
     attrs = attrs_with_defaults(fold.rope)
     freq = rope_frequencies(attrs, fold.head_dim)
@@ -147,16 +177,25 @@ def _rope(fold: GemvFold, dtype: str, pos: str) -> list[str]:
     if freq.attention_factor != 1.0:
         factor = f64_literal(freq.attention_factor)
         cos, sin = f"(cos(angle) * {factor})", f"(sin(angle) * {factor})"
-    partner = load(dtype, store(dtype, "pval")) if dtype != "f32" else "pval"
     return [
         *lines,
         f"const unsigned int og_k = col % {half}u;",
         f"const double inv_freq = {inv_freq};",
         f"const double angle = (double){pos}[i % {fold.seq}u] * inv_freq;",
         f"const float og_c = (float){cos}, og_s = (float){sin};",
+    ]
+
+
+def _rope(fold: GemvFold, dtype: str, pos: str, factored: bool) -> list[str]:
+    """`og_r` rotated with its partner `pval` (rounded alike), as `cuda_rope` computes it."""
+    assert fold.rope is not None
+    angle = ["const float og_c = og_rc, og_s = og_rs;"] if factored else _angle(fold, pos)
+    partner = load(dtype, store(dtype, "pval")) if dtype != "f32" else "pval"
+    return [
+        *angle,
         f"const float og_p = {partner};",
         (
-            f"og_r = col % {fold.head_dim}u < {half}u ? og_r * og_c - og_p * og_s"
+            f"og_r = col % {fold.head_dim}u < {fold.half}u ? og_r * og_c - og_p * og_s"
             " : og_r * og_c + og_p * og_s;"
         ),
     ]

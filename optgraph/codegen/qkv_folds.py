@@ -36,7 +36,7 @@ product's checks look at its readers and at the nodes between it and its rope's 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from optgraph.codegen import cuda_fused
 from optgraph.codegen.cuda_gemv_epilogues import GemvFold, is_full_rotary
@@ -170,6 +170,11 @@ def _fold_of(g: _Graph, product: Node, in_place: Mapping[str, str]) -> ProductFo
     fold = _gemv_fold(g, product, rope, write)
     if fold is None:
         return None
+    if rope is not None:
+        # a graph input no kernel of the step writes: its rope factors come before the PDL wait
+        pos = rope.operands[1]
+        early = pos in g.graph.input_names() and pos not in in_place.values()
+        fold = replace(fold, pos_is_input=early)
     types = tuple(g.types[o] for o in product.operands)
     resident = frozenset(
         k for k, o in enumerate(product.operands) if g.locations[o].space == "weights"

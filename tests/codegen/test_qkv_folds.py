@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen import qkv_folds, rope_cache_writes
+from optgraph.codegen import cuda_fused, qkv_folds, rope_cache_writes
 from optgraph.codegen.cuda_plan import CudaPlan, KernelStep, lower_cuda, storage
 from optgraph.codegen.cuda_steps import Location
 from optgraph.codegen.in_place_outputs import in_place_candidates
@@ -198,3 +198,49 @@ def test_a_write_position_computed_after_the_product_blocks_its_fold() -> None:
     graph = run_pipeline(og.parse(text), ONE_STREAM)
     pairs = in_place_candidates(graph)
     assert set(qkv_folds.product_folds(graph, _placed(graph, pairs), pairs)) == {"q"}
+
+
+def _factors_before_wait(graph: og.Graph) -> dict[str, bool]:
+    """{folded product with rope: whether its rope factors come before its PDL wait}."""
+    pairs = in_place_candidates(graph)
+    folds = qkv_folds.product_folds(graph, _placed(graph, pairs), pairs)
+    found = {}
+    for name, fold in folds.items():
+        if fold.rope is None:
+            continue
+        text = fold.launch.kernel.source
+        assert text.count("og_rc = og_c;") == 1 and "const float og_c = og_rc" in text
+        assert "cos(angle)" not in text[text.index("float og_r = ") :]  # none left in the store
+        found[name] = text.index("og_rc = og_c;") < text.index("og_grid_dependency_wait();")
+    return found
+
+
+def test_rope_factors_come_before_the_wait_only_for_an_input_position() -> None:
+    assert _factors_before_wait(_qkv("f16", 64, 4, 2, 16)) == {"q": True, "k": True}
+    # the position computed in the step (a kernel writes it): the factors after the wait
+    text = _qkv_text().replace(
+        "  input %pos : i32[1]\n", "  input %pos0 : i32[1]\n  input %one : i32[1]\n"
+    )
+    text = text.replace("  %q = matmul", "  %pos = add(%pos0, %one) : i32[1]\n  %q = matmul")
+    assert _factors_before_wait(run_pipeline(og.parse(text), ONE_STREAM)) == {
+        "q": False,
+        "k": False,
+    }
+
+
+@NEEDS_GXX
+@pytest.mark.parametrize(("dt", "k"), [("f16", 64), ("bf16", 2100)])
+def test_rope_factors_first_give_the_same_bits(
+    dt: str, k: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graph = _qkv(dt, k, 4, 2, 64)
+    inputs, weights = random_inputs(graph, 4), random_weights(graph, 4)
+    inputs["pos"] = np.array([9], np.int32)
+    pairs = in_place_candidates(graph)
+    first = cuda_emulator.run_plan(lower_cuda(graph, in_place=pairs), inputs, weights)
+    monkeypatch.setattr(cuda_fused, "ROPE_FACTORS_FIRST", False)
+    plan = lower_cuda(graph, in_place=pairs)
+    assert "og_rc" not in plan.source()
+    late = cuda_emulator.run_plan(plan, inputs, weights)
+    for name in graph.output_names():
+        np.testing.assert_array_equal(first[name], late[name])
