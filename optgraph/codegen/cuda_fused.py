@@ -150,18 +150,19 @@ def gemv_kernel(
     b_role = f"in{index[anchor.operands[1]]}"
     preload = EARLY_WEIGHTS and anchor.operands[1] in resident
     row = (anchor.operands[0], a_type)
-    factors: list[str] = []
+    factors: tuple[list[str], list[str]] = ([], [])
     if fold is not None and fold.rope is not None and ROPE_FACTORS_FIRST:
         items = g.m * g.tile_cols
         if items <= THREADS:  # one store item a thread: its factors computed up front
             factors = rope_factors(fold, len(types), items, g.tile_cols, g.column("c"))
-    early = preload and bool(factors) and fold is not None and fold.pos_is_input
+    early = preload and fold is not None and fold.pos_is_input
     body = _product(g, params, types, prologue, row, b_role, preload, (factors, early))
     body += reduce_lanes(g)
     if fold is None:
         epi = _epilogue(params, types, epilogue, anchor, result, out_type, n)
     else:
-        epi = fold_store(fold, anchor.type.dtype, out_type.dtype, n, len(types), bool(factors))
+        hoisted = bool(factors[1])
+        epi = fold_store(fold, anchor.type.dtype, out_type.dtype, n, len(types), hoisted)
     stores, decl = store_sums(g, salt, epi)
     body += stores
     decls = [out_param(out_type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
@@ -183,14 +184,14 @@ def _product(
     row_of: tuple[str, TensorType],
     b_role: str,
     preload: bool = False,
-    factors: tuple[list[str], bool] = ([], False),
+    factors: tuple[tuple[list[str], list[str]], bool] = (([], []), False),
 ) -> list[str]:
     """The thread's tile, column and rows of K, its row (a parameter, or computed by the
     prologue and staged in shared memory when it fits), and `acc[i][v]`: the products of its
     rows of K. `preload`: the first batch of weight rows is loaded, then the PDL entry runs (the
     kernel has `self_wait`), then everything that reads what other kernels write."""
     row, row_type = row_of
-    rope, early = factors
+    (load_pos, rope), early = factors
     row_setup, row_value = row_prologue(params, types, prologue, row, row_type, g.m)
     staged = stage_row(row in params, g.dtype, g.m, g.rows)
     if staged:
@@ -204,12 +205,13 @@ def _product(
     ]
     if preload:
         weights = [f"{b_role} + n0"]
-        head = [*indexing, *first_batch(g.dtype, weights, g.n, g.lanes)]
-        if early:
-            head += rope
-        head += [body_entry(), *([] if early else rope), *row_setup]
+        batch = first_batch(g.dtype, weights, g.n, g.lanes)
+        if early:  # the position's load ahead of the weights', the factors after them
+            head = [*indexing, *load_pos, *batch, *rope, body_entry(), *row_setup]
+        else:
+            head = [*indexing, *batch, body_entry(), *load_pos, *rope, *row_setup]
     else:
-        head = [*row_setup, *indexing, *rope]
+        head = [*row_setup, *indexing, *load_pos, *rope]
     return [
         *head,
         *staged,

@@ -136,30 +136,35 @@ def fold_store(
     ]
 
 
-def rope_factors(fold: GemvFold, first: int, items: int, cols: int, column: str) -> list[str]:
-    """Statements declaring `og_rc`, `og_rs`: the cosine and sine of the rope angle of this
-    thread's item of the store loop (t = threadIdx.x < `items`: row t / `cols`, column
-    `column`, a C expression of c = t % `cols`), as `_rope` computes them. Issued where the
-    product starts (before the PDL wait when pos is an input), so the double-precision pow,
-    cos and sin run while the weights load instead of after the block sums:
+def rope_factors(
+    fold: GemvFold, first: int, items: int, cols: int, column: str
+) -> tuple[list[str], list[str]]:
+    """(the position's load, statements declaring `og_rc`, `og_rs`): the cosine and sine of
+    the rope angle of this thread's item of the store loop (t = threadIdx.x < `items`: row
+    t / `cols`, column `column`, a C expression of c = t % `cols`), as `_rope` computes them.
+    Issued where the product starts (before the PDL wait when pos is an input: the load ahead
+    of the first weight batch's, the rest after it), so the double-precision pow, cos and sin
+    run while the weights load instead of after the block sums:
 
-        store loop:  og_c = cos(pos · θ^(-2k/D)) ...  ->  prologue: og_rc = cos(...);
+        store loop:  og_c = cos(pos · θ^(-2k/D)) ...  ->  start: og_rpos = pos[...]; weights;
+                                                                 og_rc = cos(og_rpos · ...)
                                                           store loop: og_c = og_rc
     """
     assert fold.rope is not None
-    return [
+    load_pos = f"const double og_rpos = (double)in{first}[(threadIdx.x / {cols}u) % {fold.seq}u];"
+    return [load_pos], [
         "float og_rc = 1.0f, og_rs = 0.0f;",
         f"if (threadIdx.x < {items}u) {{",
-        f"  const unsigned int i = threadIdx.x / {cols}u, c = threadIdx.x % {cols}u;",
+        f"  const unsigned int c = threadIdx.x % {cols}u;",
         f"  const unsigned int col = {column};",
-        *("  " + line for line in _angle(fold, f"in{first}")),
+        *("  " + line for line in _angle(fold, "og_rpos")),
         "  og_rc = og_c; og_rs = og_s;",
         "}",
     ]
 
 
-def _angle(fold: GemvFold, pos: str) -> list[str]:
-    """`og_c`, `og_s`: the cosine and sine of column `col`'s angle at row i's position, in
+def _angle(fold: GemvFold, position: str) -> list[str]:
+    """`og_c`, `og_s`: the cosine and sine of column `col`'s angle at `position` (a double), in
     double as `cuda_rope` (and the reference) computes them."""
     assert fold.rope is not None
     attrs = attrs_with_defaults(fold.rope)
@@ -181,7 +186,7 @@ def _angle(fold: GemvFold, pos: str) -> list[str]:
         *lines,
         f"const unsigned int og_k = col % {half}u;",
         f"const double inv_freq = {inv_freq};",
-        f"const double angle = (double){pos}[i % {fold.seq}u] * inv_freq;",
+        f"const double angle = {position} * inv_freq;",
         f"const float og_c = (float){cos}, og_s = (float){sin};",
     ]
 
@@ -189,7 +194,10 @@ def _angle(fold: GemvFold, pos: str) -> list[str]:
 def _rope(fold: GemvFold, dtype: str, pos: str, factored: bool) -> list[str]:
     """`og_r` rotated with its partner `pval` (rounded alike), as `cuda_rope` computes it."""
     assert fold.rope is not None
-    angle = ["const float og_c = og_rc, og_s = og_rs;"] if factored else _angle(fold, pos)
+    if factored:
+        angle = ["const float og_c = og_rc, og_s = og_rs;"]
+    else:
+        angle = _angle(fold, f"(double){pos}[i % {fold.seq}u]")
     partner = load(dtype, store(dtype, "pval")) if dtype != "f32" else "pval"
     return [
         *angle,

@@ -211,7 +211,10 @@ def _factors_before_wait(graph: og.Graph) -> dict[str, bool]:
         text = fold.launch.kernel.source
         assert text.count("og_rc = og_c;") == 1 and "const float og_c = og_rc" in text
         assert "cos(angle)" not in text[text.index("float og_r = ") :]  # none left in the store
-        found[name] = text.index("og_rc = og_c;") < text.index("og_grid_dependency_wait();")
+        wait = text.index("og_grid_dependency_wait();")
+        found[name] = text.index("og_rc = og_c;") < wait
+        if found[name]:  # the position's load ahead of the first weight batch's
+            assert text.index("og_rpos = ") < text.index("og_wv0[0][0] = ") < wait
     return found
 
 
