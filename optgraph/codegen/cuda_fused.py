@@ -155,8 +155,8 @@ def gemv_kernel(
         items = g.m * g.tile_cols
         if items <= THREADS:  # one store item a thread: its factors computed up front
             factors = rope_factors(fold, len(types), items, g.tile_cols, g.column("c"))
-    early = preload and fold is not None and fold.pos_is_input
-    body = _product(g, params, types, prologue, row, b_role, preload, (factors, early))
+    before_wait = preload and fold is not None and fold.pos_is_input
+    body = _product(g, params, types, prologue, row, b_role, preload, (factors, before_wait))
     body += reduce_lanes(g)
     if fold is None:
         epi = _epilogue(params, types, epilogue, anchor, result, out_type, n)
@@ -169,10 +169,10 @@ def gemv_kernel(
     decls += fold.params(len(types)) if fold is not None else []
     text = "\n".join("  " + line for line in "\n".join(body).split("\n"))
     family = f"gemv|{salt}" if g.splits > 1 else "gemv"
-    early = _prefetch_weights(b_role, g) if PREFETCH and not preload else ""
-    template = kernel_template(decls, text, BOUNDS, early, preload)
+    prefetch = _prefetch_weights(b_role, g) if PREFETCH and not preload else ""
+    template = kernel_template(decls, text, BOUNDS, prefetch, preload)
     name = "og_gemv_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
-    kernel = Kernel.assemble(name, decls, text, (decl,), BOUNDS, early, preload)
+    kernel = Kernel.assemble(name, decls, text, (decl,), BOUNDS, prefetch, preload)
     return kernel, (g.tiles, g.splits, 1)
 
 
@@ -189,9 +189,11 @@ def _product(
     """The thread's tile, column and rows of K, its row (a parameter, or computed by the
     prologue and staged in shared memory when it fits), and `acc[i][v]`: the products of its
     rows of K. `preload`: the first batch of weight rows is loaded, then the PDL entry runs (the
-    kernel has `self_wait`), then everything that reads what other kernels write."""
+    kernel has `self_wait`), then everything that reads what other kernels write. `factors`:
+    ((the rope position's load, the rope factors' statements), whether they may come before the
+    PDL wait) of a fold (`cuda_gemv_epilogues.rope_factors`), placed before the product."""
     row, row_type = row_of
-    (load_pos, rope), early = factors
+    (load_pos, rope), before_wait = factors
     row_setup, row_value = row_prologue(params, types, prologue, row, row_type, g.m)
     staged = stage_row(row in params, g.dtype, g.m, g.rows)
     if staged:
@@ -206,7 +208,7 @@ def _product(
     if preload:
         weights = [f"{b_role} + n0"]
         batch = first_batch(g.dtype, weights, g.n, g.lanes)
-        if early:  # the position's load ahead of the weights', the factors after them
+        if before_wait:  # the position's load ahead of the weights', the factors after them
             head = [*indexing, *load_pos, *batch, *rope, body_entry(), *row_setup]
         else:
             head = [*indexing, *batch, body_entry(), *load_pos, *rope, *row_setup]
