@@ -240,6 +240,16 @@ def _joins_row_products(state: _State, root: int, producer: int) -> bool:
     product after the other; left alone, it becomes the consumer's prologue and the two products
     stay independent (their launches can merge into one)."""
     nodes = state.graph.nodes
+    # The cheapest tests first: the root's one reader, a one-row product reading it as its row.
+    readers = state.users.get(nodes[root].name, [])
+    if len(readers) != 1 or nodes[root].name in state.outputs:
+        return False
+    reader = nodes[readers[0]]
+    if reader.op != "matmul" or reader.operands[0] != nodes[root].name:
+        return False
+    a, b = (state.types[o] for o in reader.operands)
+    if a.shape[-1] > state.elementwise_prologue_max_k or one_row_product(reader, a, b) is None:
+        return False
     group = state.members[root]
     if not all(is_elementwise(nodes[j]) for j in group) or not _row_product_root(state, producer):
         return False
@@ -248,17 +258,7 @@ def _joins_row_products(state: _State, root: int, producer: int) -> bool:
         for o in _outside_operands(state, group)
         if o in state.producers and state.producers[o] != producer
     ]
-    if not any(_row_product_root(state, p) for p in others):
-        return False
-    readers = state.users.get(nodes[root].name, [])
-    if len(readers) != 1 or nodes[root].name in state.outputs:
-        return False
-    reader = nodes[readers[0]]
-    if reader.op != "matmul" or reader.operands[0] != nodes[root].name:
-        return False
-    a, b = (state.types[o] for o in reader.operands)
-    fits = a.shape[-1] <= state.elementwise_prologue_max_k
-    return one_row_product(reader, a, b) is not None and fits
+    return any(_row_product_root(state, p) for p in others)
 
 
 def _grow(state: _State, root: int, max_ops: int) -> None:
