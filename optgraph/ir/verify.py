@@ -30,6 +30,7 @@ from optgraph.ir.graph import (
     Weight,
     differs_only_in_annotations,
 )
+from optgraph.ir.layout import ALIAS_ROOTS
 from optgraph.ir.limits import limit_diagnostics, node_annotation_diagnostics
 from optgraph.ir.verify_devices import device_diagnostics
 
@@ -130,9 +131,22 @@ def verify(graph: Graph, previous: Graph | None = None) -> None:
             and differs_only_in_annotations(previous, graph, kept=("device",))
         ):
             _verify_node_annotations(graph)
+            _share_value_facts(previous, graph)
         else:
             _verify(graph)
     graph.__dict__[_VERIFIED] = True
+
+
+# What a graph remembers about its values alone (types, producers, alias roots) and its device
+# annotations, in its instance `__dict__`: the same for a graph differing from it only in other
+# annotations, so the graph a pass re-annotates takes them over instead of computing them again.
+_VALUE_FACTS = ("_value_types", "_producers", "_device_count", ALIAS_ROOTS)
+
+
+def _share_value_facts(previous: Graph, graph: Graph) -> None:
+    for key in _VALUE_FACTS:
+        if key in previous.__dict__ and key not in graph.__dict__:
+            graph.__dict__[key] = previous.__dict__[key]
 
 
 def _verify_node_annotations(graph: Graph) -> None:
