@@ -293,6 +293,11 @@ def attrs_with_defaults(node: Node) -> dict[str, AttrValue]:
     opdef = OPS.get(node.op)
     if opdef is None:
         return dict(node.attrs)
+    return dict(_resolved_attrs(node, opdef))  # a copy: callers may change theirs
+
+
+def _resolved_attrs(node: Node, opdef: OpDef) -> dict[str, AttrValue]:
+    """`attrs_with_defaults(node)` itself, remembered on the node: read it, never change it."""
     facts = node.type_facts()  # derived from op and attributes only: remembered on the node
     resolved: dict[str, AttrValue] | None = facts.get("attrs")
     if resolved is None:
@@ -301,7 +306,7 @@ def attrs_with_defaults(node: Node) -> dict[str, AttrValue]:
             for k, v in node.attrs.items()
         }
         resolved = facts["attrs"] = fill_defaults(resolved, opdef.attrs)
-    return dict(resolved)  # a copy: callers may change theirs
+    return resolved
 
 
 def infer_type(node: Node, operand_types: Sequence[TensorType]) -> TensorType:
@@ -323,22 +328,46 @@ def infer_type(node: Node, operand_types: Sequence[TensorType]) -> TensorType:
     return opdef.infer(node, operand_types, attrs)
 
 
-def remembered_type(node: Node, operand_types: Sequence[TensorType]) -> TensorType:
+def remembered_type(
+    node: Node,
+    operand_types: Sequence[TensorType],
+    alike: dict[tuple[object, ...], TensorType] | None = None,
+) -> TensorType:
     """`infer_type(node, operand_types)`, remembered on `node` for these operand types.
 
     Nodes are immutable and a pipeline verifies after every pass, mostly the same nodes (or the
     same nodes re-annotated by `Node.with_ann`, or moved into a fused body by
     `Node.with_fields`) with the same operand types: each is inferred once, not once a pass.
-    Failures are not remembered: their diagnostics carry spans."""
+    Failures are not remembered: their diagnostics carry spans.
+
+    `alike`: types inferred for earlier nodes, by op, attributes and operand types (a caller's
+    dict, for one walk over a graph): the type rules read nothing else of a node without a body
+    but its span, for errors, so a model's repeated layers are inferred once, not once a node."""
     key = tuple(operand_types)
     facts = node.type_facts()
     memo = facts.get("inferred")
     if memo is not None and memo[0] == key:
         inferred: TensorType = memo[1]
         return inferred
-    inferred = infer_type(node, operand_types)
+    if alike is None or node.body is not None:
+        inferred = infer_type(node, operand_types)
+    else:
+        attrs = tuple((k, _typed(v)) for k, v in node.attrs.items())
+        shared = (node.op, attrs, key)
+        found = alike.get(shared)
+        if found is None:
+            found = alike[shared] = infer_type(node, operand_types)
+        inferred = found
     facts["inferred"] = (key, inferred)
     return inferred
+
+
+def _typed(value: object) -> object:
+    """`value` with its Python type (elements' types for a list): `True == 1` and `1.0 == 1`,
+    but a rule accepts only one of each."""
+    if isinstance(value, (tuple, list)):
+        return type(value), tuple((type(v), v) for v in value)
+    return type(value), value
 
 
 def _fused_types(node: Node, types: Sequence[TensorType]) -> dict[str, TensorType]:
@@ -391,4 +420,5 @@ def cost(node: Node, operand_types: Sequence[TensorType], result_type: TensorTyp
     opdef = OPS.get(node.op)
     if opdef is None:
         return Cost(0, 0)
-    return opdef.cost(node, operand_types, result_type, attrs_with_defaults(node))
+    # The cost rules only read the attributes: they get the remembered dict, not a copy.
+    return opdef.cost(node, operand_types, result_type, _resolved_attrs(node, opdef))

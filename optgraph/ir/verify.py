@@ -211,6 +211,7 @@ def _verify(graph: Graph) -> None:
     recorded: dict[str, int] = {}
     forward_uses: list[tuple[int, str, str]] = []  # (diagnostic position, user, operand)
     op_names = list(ops.op_names())
+    alike: dict[tuple[object, ...], TensorType] = {}  # see `ops.remembered_type`
 
     for index, node in enumerate(graph.nodes):
         if node.ann.layout is not None:
@@ -250,7 +251,7 @@ def _verify(graph: Graph) -> None:
             )
         elif not missing:
             try:
-                inferred = ops.remembered_type(node, operand_types)
+                inferred = ops.remembered_type(node, operand_types, alike)
             except OptGraphError as err:
                 diags.extend(err.diagnostics)
             else:
