@@ -88,6 +88,9 @@ _ELEMENTWISE_OPS = frozenset(
 )
 
 
+assert not _ELEMENTWISE_OPS & (PRODUCT_OPS | ROW_OPS | REDUCE_OPS)
+
+
 def is_elementwise(node: Node) -> bool:
     return node.op in _ELEMENTWISE_OPS and not node.is_event
 
@@ -148,10 +151,12 @@ def plan_region(
     names = {n.name for n in nodes}
     anchors: list[tuple[Node, str]] = []
     for n in nodes:
+        if n.op in _ELEMENTWISE_OPS and not n.is_event:  # never an anchor: no anchor op is one
+            continue
         kind = is_anchor(n, types)
         if kind is not None:
             anchors.append((n, kind))
-        elif not is_elementwise(n):
+        else:
             return None, f"'{n.op}' cannot be fused"
     products = [a for a in anchors if a[1] == PRODUCT]
     row_norms = [a for a in anchors if a[0].op in NORM_OPS]

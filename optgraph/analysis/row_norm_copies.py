@@ -65,12 +65,12 @@ def recompute_row_norms(graph: Graph, max_k: int = 2048) -> tuple[Graph, dict[st
     out: list[Node] = []
     renamed: dict[int, Node] = {}
     for i, node in enumerate(graph.nodes):
-        readers = sorted(set(users.get(node.name, []))) if node.op in NORM_OPS else []
-        if (
-            node.is_event
-            or not _shares_row_norm(graph, types, node, readers, outputs)
-            or types[node.name].shape[-1] > max_k
-        ):
+        # Norms only (what `_shares_row_norm` tests first), of rows up to max_k.
+        if node.op not in NORM_OPS or types[node.name].shape[-1] > max_k:
+            out.append(renamed.pop(i, node))
+            continue
+        readers = sorted(set(users.get(node.name, [])))
+        if not _shares_row_norm(graph, types, node, readers, outputs):
             out.append(renamed.pop(i, node))
             continue
         for k, r in enumerate(readers):

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from optgraph.ir import ops
-from optgraph.ir.graph import Graph, Node, TensorType
+from optgraph.ir.graph import DATA_PREDECESSORS, Graph, Node, TensorType
 from optgraph.ir.layout import is_alias
 from optgraph.ir.ops import DEVICE_PROFILES, DeviceProfile
 
@@ -66,7 +66,7 @@ def data_predecessors(graph: Graph) -> list[list[int]]:
     return [list(p) for p in preds]
 
 
-_PREDECESSORS = "_data_predecessors"
+_PREDECESSORS = DATA_PREDECESSORS
 
 
 def node_costs(graph: Graph) -> list[ops.Cost | None]:

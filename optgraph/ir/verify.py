@@ -23,6 +23,7 @@ from optgraph.errors import Diagnostic, OptGraphError, Span, VerifyError, did_yo
 from optgraph.ir import ops
 from optgraph.ir.gc_pause import gc_paused
 from optgraph.ir.graph import (
+    DATA_PREDECESSORS,
     Graph,
     Input,
     Node,
@@ -137,10 +138,11 @@ def verify(graph: Graph, previous: Graph | None = None) -> None:
     graph.__dict__[_VERIFIED] = True
 
 
-# What a graph remembers about its values alone (types, producers, alias roots) and its device
-# annotations, in its instance `__dict__`: the same for a graph differing from it only in other
-# annotations, so the graph a pass re-annotates takes them over instead of computing them again.
-_VALUE_FACTS = ("_value_types", "_producers", "_device_count", ALIAS_ROOTS)
+# What a graph remembers about its values alone (types, producers, alias roots, data
+# predecessors) and its device annotations, in its instance `__dict__`: the same for a graph
+# differing from it only in other annotations, so the graph a pass re-annotates takes them over
+# instead of computing them again.
+_VALUE_FACTS = ("_value_types", "_producers", "_device_count", ALIAS_ROOTS, DATA_PREDECESSORS)
 
 
 def _share_value_facts(previous: Graph, graph: Graph) -> None:
