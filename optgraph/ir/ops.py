@@ -106,12 +106,21 @@ def _fused_cost(
     node: Node, types: Sequence[TensorType], result: TensorType, attrs: Mapping[str, AttrValue]
 ) -> Cost:
     """Only the region's operands and result touch memory; the flops are the body's."""
+    return _fused_cost_alike(node, types, result, None)
+
+
+def _fused_cost_alike(
+    node: Node,
+    types: Sequence[TensorType],
+    result: TensorType,
+    alike: dict[tuple[object, ...], Cost] | None,
+) -> Cost:
     env = _fused_types(node, types)
     assert node.body is not None
     flops = 0
     for inner in node.body.nodes:
         inner_types = [env[o] for o in inner.operands]
-        flops += cost(inner, inner_types, env[inner.name]).flops
+        flops += cost(inner, inner_types, env[inner.name], alike).flops
     return Cost(sum(t.nbytes for t in types) + result.nbytes, flops)
 
 
@@ -415,10 +424,30 @@ def _infer_fused_types(node: Node, types: Sequence[TensorType]) -> dict[str, Ten
     return env
 
 
-def cost(node: Node, operand_types: Sequence[TensorType], result_type: TensorType) -> Cost:
-    """Estimated bytes read + written and flops of one node (call it on verified nodes)."""
+def cost(
+    node: Node,
+    operand_types: Sequence[TensorType],
+    result_type: TensorType,
+    alike: dict[tuple[object, ...], Cost] | None = None,
+) -> Cost:
+    """Estimated bytes read + written and flops of one node (call it on verified nodes).
+
+    `alike`: costs of earlier nodes by op, attributes, operand and result types (a caller's dict,
+    for one walk over a graph): the cost rules read nothing else of a node without a body, so a
+    model's repeated layers are costed once, not once a node."""
     opdef = OPS.get(node.op)
     if opdef is None:
         return Cost(0, 0)
-    # The cost rules only read the attributes: they get the remembered dict, not a copy.
-    return opdef.cost(node, operand_types, result_type, _resolved_attrs(node, opdef))
+    if alike is None:
+        # The cost rules only read the attributes: they get the remembered dict, not a copy.
+        return opdef.cost(node, operand_types, result_type, _resolved_attrs(node, opdef))
+    if node.body is not None:
+        return _fused_cost_alike(node, operand_types, result_type, alike)
+    attrs = tuple((k, _typed(v)) for k, v in node.attrs.items())
+    key = (node.op, attrs, tuple(operand_types), result_type)
+    found = alike.get(key)
+    if found is None:
+        found = alike[key] = opdef.cost(
+            node, operand_types, result_type, _resolved_attrs(node, opdef)
+        )
+    return found
