@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from optgraph.ir import ops
-from optgraph.ir.graph import DATA_PREDECESSORS, Graph, Node, TensorType
+from optgraph.ir.graph import DATA_PREDECESSORS, NODE_COSTS, Graph, Node, TensorType
 from optgraph.ir.layout import is_alias
 from optgraph.ir.ops import DEVICE_PROFILES, DeviceProfile
 
@@ -70,7 +70,15 @@ _PREDECESSORS = DATA_PREDECESSORS
 
 
 def node_costs(graph: Graph) -> list[ops.Cost | None]:
-    """Bytes and flops of every node; None for events and aliasing views (no kernel)."""
+    """Bytes and flops of every node; None for events and aliasing views (no kernel). Computed
+    once per graph object, like `data_predecessors`; each caller gets a list of its own."""
+    known: list[ops.Cost | None] | None = graph.__dict__.get(NODE_COSTS)
+    if known is None:
+        known = graph.__dict__[NODE_COSTS] = _node_costs(graph)
+    return list(known)
+
+
+def _node_costs(graph: Graph) -> list[ops.Cost | None]:
     types = graph.value_types()
     alike: dict[tuple[object, ...], ops.Cost] = {}  # see `ops.cost`
     out: list[ops.Cost | None] = []

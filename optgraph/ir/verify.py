@@ -24,6 +24,7 @@ from optgraph.ir import ops
 from optgraph.ir.gc_pause import gc_paused
 from optgraph.ir.graph import (
     DATA_PREDECESSORS,
+    NODE_COSTS,
     Graph,
     Input,
     Node,
@@ -139,10 +140,17 @@ def verify(graph: Graph, previous: Graph | None = None) -> None:
 
 
 # What a graph remembers about its values alone (types, producers, alias roots, data
-# predecessors) and its device annotations, in its instance `__dict__`: the same for a graph
-# differing from it only in other annotations, so the graph a pass re-annotates takes them over
-# instead of computing them again.
-_VALUE_FACTS = ("_value_types", "_producers", "_device_count", ALIAS_ROOTS, DATA_PREDECESSORS)
+# predecessors, node costs) and its device annotations, in its instance `__dict__`: the same for
+# a graph differing from it only in other annotations, so the graph a pass re-annotates takes
+# them over instead of computing them again.
+_VALUE_FACTS = (
+    "_value_types",
+    "_producers",
+    "_device_count",
+    ALIAS_ROOTS,
+    DATA_PREDECESSORS,
+    NODE_COSTS,
+)
 
 
 def _share_value_facts(previous: Graph, graph: Graph) -> None:
