@@ -131,13 +131,17 @@ def _index_arena(state: _State) -> None:
 
 
 def _outside_operands(state: _State, group: Sequence[int]) -> list[str]:
-    inside = {state.graph.nodes[j].name for j in group}
-    seen: list[str] = []
+    """The distinct values the group reads from outside, in first-use order."""
+    nodes = state.graph.nodes
+    if len(group) == 1:  # a node never reads itself
+        return list(dict.fromkeys(nodes[group[0]].operands))
+    inside = {nodes[j].name for j in group}
+    seen: dict[str, None] = {}  # ordered, with O(1) membership
     for j in group:
-        for operand in state.graph.nodes[j].operands:
-            if operand not in inside and operand not in seen:
-                seen.append(operand)
-    return seen
+        for operand in nodes[j].operands:
+            if operand not in inside:
+                seen[operand] = None
+    return list(seen)
 
 
 def _overlapping_writers(state: _State, operand: str) -> list[int]:
