@@ -71,6 +71,8 @@ class CsePass(Pass):
                 rename[node.name] = survivor
                 continue
             nodes.append(node)
+        if not rename:
+            return graph  # nothing merged: the graph itself, with what it knows of itself
         return replace(graph, nodes=tuple(nodes))
 
 
