@@ -73,7 +73,7 @@ from optgraph.analysis.fusion_rules import (
     plan_region,
 )
 from optgraph.analysis.happens_before import HappensBefore, happens_before
-from optgraph.analysis.row_norm_copies import recompute_row_norms, restore_names
+from optgraph.analysis.row_norm_copies import recompute_row_norms, restored_names
 from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node, Region, TensorType
 from optgraph.ir.layout import alias_roots
 from optgraph.passes.base import Pass
@@ -289,22 +289,38 @@ def _param_names(count: int, taken: set[str]) -> list[str]:
     return names
 
 
-def fused_node(nodes: Sequence[Node], outside: Sequence[str]) -> Node:
-    """The `fused` node computing `nodes` (issue order, root last) from the `outside` values."""
+def fused_node(
+    nodes: Sequence[Node], outside: Sequence[str], copies: dict[str, str] | None = None
+) -> Node:
+    """The `fused` node computing `nodes` (issue order, root last) from the `outside` values.
+    `copies`: {norm copy: original} of `recompute_row_norms`; inside the body each copy takes
+    its original's name back (`restored_names`)."""
     root = nodes[-1]
     params = _param_names(len(outside), {n.name for n in nodes})
     rename = dict(zip(outside, params))
-    body = tuple(
-        n.with_fields(operands=tuple(rename.get(o, o) for o in n.operands), ann=NO_ANNOTATIONS)
-        for n in nodes
-    )
+    restore = restored_names([n.name for n in nodes], copies) if copies else {}
+    if restore:  # body names: never an outside value, never a parameter's name
+        rename.update(restore)
+        body = tuple(
+            n.with_fields(
+                name=restore.get(n.name, n.name),
+                operands=tuple(rename.get(o, o) for o in n.operands),
+                ann=NO_ANNOTATIONS,
+            )
+            for n in nodes
+        )
+    else:
+        body = tuple(
+            n.with_fields(operands=tuple(rename.get(o, o) for o in n.operands), ann=NO_ANNOTATIONS)
+            for n in nodes
+        )
     return Node(
         name=root.name,
         op="fused",
         operands=tuple(outside),
         type=root.type,
         ann=root.ann,
-        body=Region(tuple(params), body, root.name),
+        body=Region(tuple(params), body, restore.get(root.name, root.name)),
         span=root.span,
         operand_spans=(),
     )
@@ -365,8 +381,8 @@ class FusePass(Pass):
                 continue
             if i in regions:
                 group = regions[i]
-                node = fused_node([graph.nodes[j] for j in group], _outside_operands(state, group))
-                node = restore_names(node, copies)
+                outside = _outside_operands(state, group)
+                node = fused_node([graph.nodes[j] for j in group], outside, copies)
             if had_lifetimes:
                 node = node.with_ann(live=None, visible=None)
             out.append(node)
