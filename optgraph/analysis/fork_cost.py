@@ -335,9 +335,9 @@ def prune_by_cost(
         if c == end_chain:
             weak.append(False)
             continue
-        nodes = tuple(v for v in chain if v < n)
-        figures[nodes] = costs.branch(nodes)
-        weak.append(not fork_pays(figures[nodes], model))
+        chain_nodes = tuple(v for v in chain if v < n)
+        figures[chain_nodes] = costs.branch(chain_nodes)
+        weak.append(not fork_pays(figures[chain_nodes], model))
     _join_neighbours(cover, weak, groups)
     members: dict[int, list[int]] = {}
     for c, chain in enumerate(cover.chains):
