@@ -58,6 +58,7 @@ from optgraph.ir.op_specs import (
     fail,
     fill_defaults,
     normalized,
+    typed_value,
 )
 
 __all__ = [
@@ -103,18 +104,13 @@ def _infer_fused(
 
 
 def _fused_cost(
-    node: Node, types: Sequence[TensorType], result: TensorType, attrs: Mapping[str, AttrValue]
-) -> Cost:
-    """Only the region's operands and result touch memory; the flops are the body's."""
-    return _fused_cost_alike(node, types, result, None)
-
-
-def _fused_cost_alike(
     node: Node,
     types: Sequence[TensorType],
     result: TensorType,
-    alike: dict[tuple[object, ...], Cost] | None,
+    attrs: Mapping[str, AttrValue],
+    alike: dict[tuple[object, ...], Cost] | None = None,
 ) -> Cost:
+    """Only the region's operands and result touch memory; the flops are the body's."""
     env = _fused_types(node, types)
     assert node.body is not None
     flops = 0
@@ -361,7 +357,7 @@ def remembered_type(
     if alike is None or node.body is not None:
         inferred = infer_type(node, operand_types)
     else:
-        attrs = tuple((k, _typed(v)) for k, v in node.attrs.items())
+        attrs = tuple((k, typed_value(v)) for k, v in node.attrs.items())
         shared = (node.op, attrs, key)
         found = alike.get(shared)
         if found is None:
@@ -369,14 +365,6 @@ def remembered_type(
         inferred = found
     facts["inferred"] = (key, inferred)
     return inferred
-
-
-def _typed(value: object) -> object:
-    """`value` with its Python type (elements' types for a list): `True == 1` and `1.0 == 1`,
-    but a rule accepts only one of each."""
-    if isinstance(value, (tuple, list)):
-        return type(value), tuple((type(v), v) for v in value)
-    return type(value), value
 
 
 def _fused_types(node: Node, types: Sequence[TensorType]) -> dict[str, TensorType]:
@@ -442,8 +430,8 @@ def cost(
         # The cost rules only read the attributes: they get the remembered dict, not a copy.
         return opdef.cost(node, operand_types, result_type, _resolved_attrs(node, opdef))
     if node.body is not None:
-        return _fused_cost_alike(node, operand_types, result_type, alike)
-    attrs = tuple((k, _typed(v)) for k, v in node.attrs.items())
+        return _fused_cost(node, operand_types, result_type, {}, alike)
+    attrs = tuple((k, typed_value(v)) for k, v in node.attrs.items())
     key = (node.op, attrs, tuple(operand_types), result_type)
     found = alike.get(key)
     if found is None:
