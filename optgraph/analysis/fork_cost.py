@@ -328,10 +328,16 @@ def prune_by_cost(
     n = len(preds)
     end_chain = cover.chain_of[n]
     costs = BranchCosts(cover, preds, times, model)
-    weak = [
-        c != end_chain and not fork_pays(costs.branch([v for v in chain if v < n]), model)
-        for c, chain in enumerate(cover.chains)
-    ]
+    # The figures of each chain, by its nodes: a group of one weak chain is that chain again.
+    figures: dict[tuple[int, ...], BranchFigures] = {}
+    weak = []
+    for c, chain in enumerate(cover.chains):
+        if c == end_chain:
+            weak.append(False)
+            continue
+        chain_nodes = tuple(v for v in chain if v < n)
+        figures[chain_nodes] = costs.branch(chain_nodes)
+        weak.append(not fork_pays(figures[chain_nodes], model))
     _join_neighbours(cover, weak, groups)
     members: dict[int, list[int]] = {}
     for c, chain in enumerate(cover.chains):
@@ -339,7 +345,8 @@ def prune_by_cost(
             members.setdefault(groups.find(c), []).extend(chain)
     for g, nodes in sorted(members.items(), key=lambda item: min(item[1])):
         nodes.sort()
-        if fork_pays(costs.branch(nodes), model):
+        known = figures.get(tuple(nodes))
+        if fork_pays(costs.branch(nodes) if known is None else known, model):
             continue
         first = nodes[0]
         if preds[first]:

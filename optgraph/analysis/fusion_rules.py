@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from optgraph.ir.graph import Node, Region, TensorType
 from optgraph.ir.op_rules import broadcast_shapes
-from optgraph.ir.ops import attrs_with_defaults, get_op
+from optgraph.ir.ops import attrs_with_defaults, get_op, op_names
 
 ELEMENTWISE = "elementwise"
 REDUCTION = "reduction"
@@ -81,9 +81,18 @@ class RegionPlan:
     segments: tuple[Segment, ...] = ()
 
 
+# The op table is a literal: its elementwise ops, looked up once (fuse asks for every node of
+# every candidate region).
+_ELEMENTWISE_OPS = frozenset(
+    name for name in op_names() if getattr(get_op(name), "category", None) == "elementwise"
+)
+
+
+assert not _ELEMENTWISE_OPS & (PRODUCT_OPS | ROW_OPS | REDUCE_OPS)
+
+
 def is_elementwise(node: Node) -> bool:
-    op = get_op(node.op)
-    return op is not None and op.category == "elementwise" and not node.is_event
+    return node.op in _ELEMENTWISE_OPS and not node.is_event
 
 
 def reduction_cols(node: Node, x: TensorType) -> int | None:
@@ -142,10 +151,12 @@ def plan_region(
     names = {n.name for n in nodes}
     anchors: list[tuple[Node, str]] = []
     for n in nodes:
+        if n.op in _ELEMENTWISE_OPS and not n.is_event:  # never an anchor: no anchor op is one
+            continue
         kind = is_anchor(n, types)
         if kind is not None:
             anchors.append((n, kind))
-        elif not is_elementwise(n):
+        else:
             return None, f"'{n.op}' cannot be fused"
     products = [a for a in anchors if a[1] == PRODUCT]
     row_norms = [a for a in anchors if a[0].op in NORM_OPS]
@@ -239,9 +250,22 @@ def _row_prologue_reason(
 
 def one_row_product(node: Node, a: TensorType, b: TensorType) -> tuple[int, int] | None:
     """(K, N) when `node` is `[1.., K] @ [K, N]`: one row, no transposes, 2-D `b`, both in
-    f32/f16/bf16 and N a multiple of a 16-byte load; else None."""
+    f32/f16/bf16 and N a multiple of a 16-byte load; else None. Remembered on the node for
+    these operand types (fuse asks for the same products once per candidate region)."""
     if node.op != "matmul" or node.type is None:
         return None
+    facts = node.type_facts()
+    memo = facts.get("one_row_product")
+    if memo is not None and memo[0] == (a, b):
+        found: tuple[int, int] | None = memo[1]
+        return found
+    found = _one_row_product(node, a, b)
+    facts["one_row_product"] = ((a, b), found)
+    return found
+
+
+def _one_row_product(node: Node, a: TensorType, b: TensorType) -> tuple[int, int] | None:
+    assert node.type is not None
     attrs = attrs_with_defaults(node)
     if attrs["transpose_a"] or attrs["transpose_b"] or b.rank != 2 or a.rank < 1:
         return None

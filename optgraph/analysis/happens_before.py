@@ -263,14 +263,41 @@ class HappensBefore:
         found = self.memo.get("unordered_edges")
         if isinstance(found, list):
             return list(found)
+        if self._is_one_lane():
+            edges = self._backward_edges()
+            self.memo["unordered_edges"] = edges
+            return list(edges)
         rows, seqs, lanes = self.rows, self.seqs, self.lanes_of
-        edges: list[tuple[int, int]] = []
+        edges = []
         for x, y in self.data_edges():  # `ordered_instances(x, y)`, inlined
             lane = lanes[x]
             if x == y or rows[y][lane] < seqs[x] or (lane == lanes[y] and x > y):
                 edges.append((x, y))
         self.memo["unordered_edges"] = edges
         return list(edges)
+
+    def _is_one_lane(self) -> bool:
+        """One lane, one instance per node, no collective, send or recv: instance i is node i,
+        and instance x happens-before instance y exactly when x < y."""
+        return (
+            len(self.lanes) == 1
+            and len(self.node_of) == len(self.graph.nodes)
+            and not any(n.op in _JOINING_OPS and n.op not in EVENT_OPS for n in self.graph.nodes)
+        )
+
+    def _backward_edges(self) -> list[tuple[int, int]]:
+        """On one lane (`_is_one_lane`): the `data_edges` whose producer is not issued before
+        its consumer, in `data_edges` order. Every data edge reads its operands on device 0."""
+        producers = self.graph.producers()
+        edges: list[tuple[int, int]] = []
+        for i, node in enumerate(self.graph.nodes):
+            if node.op in EVENT_OPS:
+                continue
+            for operand in node.operands:
+                p = producers.get(operand)
+                if p is not None and p >= i:
+                    edges.append((p, i))
+        return edges
 
     def unordered_data_edges(self) -> list[tuple[int, int]]:
         """(producer, consumer) node pairs of data edges that happens-before does not cover."""

@@ -169,13 +169,16 @@ def _compute_lifetimes(graph: Graph, hb: HappensBefore) -> dict[str, Lifetime]:
 
 
 def annotate_lifetimes(graph: Graph, lifetimes: dict[str, Lifetime]) -> Graph:
-    """Set `live`/`visible` on every buffer's producer; clear stale ones elsewhere."""
-    nodes = [
-        n.with_ann(live=None, visible=None) if n.ann.live is not None or n.ann.visible else n
-        for n in graph.nodes
-    ]
-    for lt in lifetimes.values():
-        nodes[lt.producer] = nodes[lt.producer].with_ann(
-            live=(lt.first, lt.last), visible=lt.visible
-        )
+    """Set `live`/`visible` on every buffer's producer; clear stale ones elsewhere. A node
+    already annotated so is kept as it is (plan-memory annotates the lifetimes analyze-lifetimes
+    set)."""
+    wanted = {lt.producer: ((lt.first, lt.last), lt.visible) for lt in lifetimes.values()}
+    nodes = list(graph.nodes)
+    for i, n in enumerate(nodes):
+        want = wanted.get(i)
+        if want is None:
+            if n.ann.live is not None or n.ann.visible:
+                nodes[i] = n.with_ann(live=None, visible=None)
+        elif (n.ann.live, n.ann.visible) != want:
+            nodes[i] = n.with_ann(live=want[0], visible=want[1])
     return graph.with_nodes(nodes)

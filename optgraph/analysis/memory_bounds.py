@@ -23,7 +23,6 @@ from __future__ import annotations
 import itertools
 import math
 
-import networkx as nx
 import numpy as np
 
 from optgraph.analysis.arena_packing import align_up
@@ -51,6 +50,10 @@ def concurrency_bound(
     """Maximum-weight antichain of the "entirely before" order; None above `limit` buffers."""
     if limit is not None and len(lifetimes) > limit:
         return None
+    # Imported here: importing networkx takes a noticeable part of a compile's start-up, and
+    # only this bound needs it (the report skips it above its limit of buffers).
+    import networkx as nx
+
     net = nx.DiGraph()
     total = 0
     points: dict[int, set[int]] = {}  # stream -> node indices used as time points

@@ -20,7 +20,7 @@ import operator
 from bisect import bisect_left, insort
 from dataclasses import dataclass
 
-from optgraph.analysis.happens_before import happens_before, instance_reads
+from optgraph.analysis.happens_before import GROUP_COLLECTIVES, happens_before, instance_reads
 from optgraph.errors import Diagnostic, Span
 from optgraph.ir.graph import Graph, Node
 from optgraph.ir.layout import alias_roots
@@ -158,7 +158,11 @@ def _buffer_accesses(graph: Graph, roots: dict[str, tuple[str, int]]) -> Buffers
             if node.name in roots:  # an aliasing view reads and writes nothing
                 continue
             accesses.setdefault((node.name, d), []).insert(0, Access(i, node.name, True, d))
-            for _, operand in dict.fromkeys(instance_reads(node, d)):
+            if node.op == "recv" or node.op in GROUP_COLLECTIVES:
+                reads = [operand for _, operand in dict.fromkeys(instance_reads(node, d))]
+            else:  # what `instance_reads` gives a plain node: every operand, in order
+                reads = list(node.operands)
+            for operand in reads:
                 root = roots.get(operand, (operand, 0))[0]
                 accesses.setdefault((root, d), []).append(Access(i, operand, False, d))
     return accesses
@@ -237,8 +241,12 @@ def _check_arena(
     # every access of B when least(B) >= need(A) entry by entry.
     need: dict[str, list[int]] = {}
     least: dict[str, list[int]] = {}
+    one_instance_each = len(hb.node_of) == len(graph.nodes)  # instance i is node i
     for _, name, _, _ in buffers:
-        idx = [instance(a.node, a.device) for a in accesses[name]]
+        if one_instance_each:
+            idx = [a.node for a in accesses[name]]
+        else:
+            idx = [instance(a.node, a.device) for a in accesses[name]]
         row = [0] * lanes
         for x in idx:
             row[lanes_of[x]] = max(row[lanes_of[x]], seqs[x])

@@ -8,17 +8,16 @@ the norm is no kernel of its own:
     before: %n = rms_norm(%h, %g)   %q = matmul(%n, %wq)   %k = matmul(%n, %wk)
     after:  %n.0 = rms_norm(%h, %g)  %q = matmul(%n.0, %wq)  %n.1 = rms_norm(%h, %g)  %k = ...
 
-Inside a fused region each copy takes its original's name back (`restore_names`: a body is a
+Inside a fused region each copy takes its original's name back (`restored_names`: a body is a
 scope of its own). Complexity O(V + E).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from optgraph.analysis.fusion_rules import NORM_OPS, plan_region, reduction_cols
-from optgraph.ir.graph import Graph, Node, Region, TensorType
+from optgraph.ir.graph import Graph, Node, TensorType
 
 
 def _shares_row_norm(
@@ -65,12 +64,12 @@ def recompute_row_norms(graph: Graph, max_k: int = 2048) -> tuple[Graph, dict[st
     out: list[Node] = []
     renamed: dict[int, Node] = {}
     for i, node in enumerate(graph.nodes):
-        readers = sorted(set(users.get(node.name, []))) if node.op in NORM_OPS else []
-        if (
-            node.is_event
-            or not _shares_row_norm(graph, types, node, readers, outputs)
-            or types[node.name].shape[-1] > max_k
-        ):
+        # Norms only (what `_shares_row_norm` tests first), of rows up to max_k.
+        if node.op not in NORM_OPS or types[node.name].shape[-1] > max_k:
+            out.append(renamed.pop(i, node))
+            continue
+        readers = sorted(set(users.get(node.name, [])))
+        if not _shares_row_norm(graph, types, node, readers, outputs):
             out.append(renamed.pop(i, node))
             continue
         for k, r in enumerate(readers):
@@ -86,17 +85,11 @@ def recompute_row_norms(graph: Graph, max_k: int = 2048) -> tuple[Graph, dict[st
     return (graph.with_nodes(out), copies) if copies else (graph, {})
 
 
-def restore_names(node: Node, copies: dict[str, str]) -> Node:
-    """Inside a region, a norm copy takes back its original's name (bodies are scopes)."""
-    if not copies or node.body is None or not any(n.name in copies for n in node.body.nodes):
-        return node
-    body = node.body
-    rename = {n.name: copies[n.name] for n in body.nodes if n.name in copies}
-    rename = {k: v for k, v in rename.items() if v not in {n.name for n in body.nodes}}
-    nodes = tuple(
-        n.with_fields(
-            name=rename.get(n.name, n.name), operands=tuple(rename.get(o, o) for o in n.operands)
-        )
-        for n in body.nodes
-    )
-    return replace(node, body=Region(body.params, nodes, rename.get(body.result, body.result)))
+def restored_names(names: Sequence[str], copies: dict[str, str]) -> dict[str, str]:
+    """Inside a region whose body nodes are `names`, the new name of each norm copy: its
+    original's (bodies are scopes), unless a body node already has that name."""
+    rename = {name: copies[name] for name in names if name in copies}
+    if not rename:
+        return rename
+    taken = set(names)
+    return {k: v for k, v in rename.items() if v not in taken}

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from optgraph.ir import ops
-from optgraph.ir.graph import Graph, Node, TensorType
+from optgraph.ir.graph import DATA_PREDECESSORS, NODE_COSTS, Graph, Node, TensorType
 from optgraph.ir.layout import is_alias
 from optgraph.ir.ops import DEVICE_PROFILES, DeviceProfile
 
@@ -66,12 +66,21 @@ def data_predecessors(graph: Graph) -> list[list[int]]:
     return [list(p) for p in preds]
 
 
-_PREDECESSORS = "_data_predecessors"
+_PREDECESSORS = DATA_PREDECESSORS
 
 
 def node_costs(graph: Graph) -> list[ops.Cost | None]:
-    """Bytes and flops of every node; None for events and aliasing views (no kernel)."""
+    """Bytes and flops of every node; None for events and aliasing views (no kernel). Computed
+    once per graph object, like `data_predecessors`; each caller gets a list of its own."""
+    known: list[ops.Cost | None] | None = graph.__dict__.get(NODE_COSTS)
+    if known is None:
+        known = graph.__dict__[NODE_COSTS] = _node_costs(graph)
+    return list(known)
+
+
+def _node_costs(graph: Graph) -> list[ops.Cost | None]:
     types = graph.value_types()
+    alike: dict[tuple[object, ...], ops.Cost] = {}  # see `ops.cost`
     out: list[ops.Cost | None] = []
     for node in graph.nodes:
         if node.is_event or node.type is None:
@@ -81,11 +90,15 @@ def node_costs(graph: Graph) -> list[ops.Cost | None]:
         if node.operands and is_alias(node, operand_types[0]):
             out.append(None)
             continue
-        out.append(_cost(node, operand_types))
+        out.append(_cost(node, operand_types, alike))
     return out
 
 
-def _cost(node: Node, operand_types: list[TensorType]) -> ops.Cost:
+def _cost(
+    node: Node,
+    operand_types: list[TensorType],
+    alike: dict[tuple[object, ...], ops.Cost] | None = None,
+) -> ops.Cost:
     """`ops.cost` of `node`, remembered on the node for these operand types: the cost of a fused
     node infers its whole body, and assign-streams and the report ask for the same nodes' costs
     several times (`Node.with_ann` keeps the memo)."""
@@ -96,7 +109,7 @@ def _cost(node: Node, operand_types: list[TensorType]) -> ops.Cost:
     if memo is not None and memo[0] == key:
         found: ops.Cost = memo[1]
         return found
-    cost = ops.cost(node, operand_types, node.type)
+    cost = ops.cost(node, operand_types, node.type, alike)
     facts["cost"] = (key, cost)
     return cost
 

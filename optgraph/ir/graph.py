@@ -246,6 +246,12 @@ class Node:
         return facts
 
 
+# Where `analysis.schedule_estimate` keeps a graph's data predecessors and node costs, in its
+# instance `__dict__`: named here, with the graph's other facts about its values alone, so that
+# `verify` hands them to a graph that differs from a verified one only in annotations.
+DATA_PREDECESSORS = "_data_predecessors"
+NODE_COSTS = "_node_costs"
+
 _RELINK_FIELDS = frozenset({"name", "operands", "ann", "span", "operand_spans"})
 
 

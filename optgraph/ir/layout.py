@@ -59,9 +59,9 @@ def alias_roots(graph: Graph) -> dict[str, tuple[str, int]]:
     immutable; a pass, its analyses and the report ask for the same graph's roots several times)
     and copied for each caller.
     """
-    cached: dict[str, tuple[str, int]] | None = graph.__dict__.get(_ALIAS_ROOTS)
+    cached: dict[str, tuple[str, int]] | None = graph.__dict__.get(ALIAS_ROOTS)
     if cached is None:
-        cached = graph.__dict__[_ALIAS_ROOTS] = _alias_roots(graph)
+        cached = graph.__dict__[ALIAS_ROOTS] = _alias_roots(graph)
     return dict(cached)
 
 
@@ -76,7 +76,7 @@ def alias_views(graph: Graph) -> dict[str, list[tuple[str, int]]]:
 
 # Where a graph keeps its alias roots, in its instance `__dict__` (outside the dataclass fields,
 # like `functools.cached_property`: equality and `replace` never see it).
-_ALIAS_ROOTS = "_alias_roots"
+ALIAS_ROOTS = "_alias_roots"
 
 
 def _alias_roots(graph: Graph) -> dict[str, tuple[str, int]]:

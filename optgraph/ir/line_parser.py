@@ -202,7 +202,17 @@ class _LineReader:
 
     def span(self, line: int, start: int, end: int) -> Span:
         """The span of line[start:end] (0-based offsets) on 1-based `line`."""
-        return Span(self.path, line, start + 1, end + 1, self.lines[line - 1])
+        # `Span(...)` field by field: a frozen dataclass's `__init__` costs several times more,
+        # and a model has a span per node and per operand.
+        span = object.__new__(Span)
+        span.__dict__.update(
+            path=self.path,
+            line=line,
+            col=start + 1,
+            end_col=end + 1,
+            source_line=self.lines[line - 1],
+        )
+        return span
 
     def values(self, text: str, offset: int, line: int) -> tuple[tuple[str, ...], tuple[Span, ...]]:
         """The `%name`s of a comma-separated list at `offset` in the line, and their spans."""
@@ -220,7 +230,7 @@ class _LineReader:
             raise _GiveUp  # lark reports a fused node without a body (and a body elsewhere)
         operands, operand_spans = self.values(m.group(3), indent + m.start(3), line)
         attrs = self.attrs(m.group(4))
-        return Node(
+        return _new_node(
             name=m.group(1)[1:],
             op=op,
             operands=operands,
@@ -274,13 +284,14 @@ class _LineReader:
         if op in _KEYWORDS:
             raise _GiveUp
         operands, operand_spans = self.values(m.group(3), indent + m.start(3), line)
-        return Node(
+        return _new_node(
             name=m.group(1)[1:],
             op=op,
             operands=operands,
             attrs=self.attrs(m.group(4)),
             type=self.type(m.group(5), m.group(6)),
             ann=self.ann(m.group(7)),
+            body=None,
             span=self.span(line, indent + m.start(2), indent + m.end(2)),
             operand_spans=operand_spans,
         )
@@ -359,6 +370,13 @@ class _LineReader:
             outputs.extend(Output(n, s) for n, s in zip(names, spans, strict=True))
         else:
             raise _GiveUp
+
+
+def _new_node(**fields: Any) -> Node:
+    """`Node(**fields)` with every field given, set field by field (see `_LineReader.span`)."""
+    node = object.__new__(Node)
+    node.__dict__.update(fields)
+    return node
 
 
 def _uncommented(line: str) -> str:

@@ -164,3 +164,11 @@ def check_arity(node: Node, opdef: OpDef, count: int) -> None:
         expected = f"{lo} to {hi}"
     plural = "" if expected in ("1", "at least 1") else "s"
     raise fail(node, f"expected {expected} operand{plural}, got {count}")
+
+
+def typed_value(value: object) -> object:
+    """`value` with its Python type (elements' types for a list): `True == 1` and `1.0 == 1`,
+    but a rule accepts only one of each."""
+    if isinstance(value, (tuple, list)):
+        return type(value), tuple((type(v), v) for v in value)
+    return type(value), value

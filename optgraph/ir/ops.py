@@ -58,6 +58,7 @@ from optgraph.ir.op_specs import (
     fail,
     fill_defaults,
     normalized,
+    typed_value,
 )
 
 __all__ = [
@@ -103,7 +104,11 @@ def _infer_fused(
 
 
 def _fused_cost(
-    node: Node, types: Sequence[TensorType], result: TensorType, attrs: Mapping[str, AttrValue]
+    node: Node,
+    types: Sequence[TensorType],
+    result: TensorType,
+    attrs: Mapping[str, AttrValue],
+    alike: dict[tuple[object, ...], Cost] | None = None,
 ) -> Cost:
     """Only the region's operands and result touch memory; the flops are the body's."""
     env = _fused_types(node, types)
@@ -111,7 +116,7 @@ def _fused_cost(
     flops = 0
     for inner in node.body.nodes:
         inner_types = [env[o] for o in inner.operands]
-        flops += cost(inner, inner_types, env[inner.name]).flops
+        flops += cost(inner, inner_types, env[inner.name], alike).flops
     return Cost(sum(t.nbytes for t in types) + result.nbytes, flops)
 
 
@@ -293,6 +298,11 @@ def attrs_with_defaults(node: Node) -> dict[str, AttrValue]:
     opdef = OPS.get(node.op)
     if opdef is None:
         return dict(node.attrs)
+    return dict(_resolved_attrs(node, opdef))  # a copy: callers may change theirs
+
+
+def _resolved_attrs(node: Node, opdef: OpDef) -> dict[str, AttrValue]:
+    """`attrs_with_defaults(node)` itself, remembered on the node: read it, never change it."""
     facts = node.type_facts()  # derived from op and attributes only: remembered on the node
     resolved: dict[str, AttrValue] | None = facts.get("attrs")
     if resolved is None:
@@ -301,7 +311,7 @@ def attrs_with_defaults(node: Node) -> dict[str, AttrValue]:
             for k, v in node.attrs.items()
         }
         resolved = facts["attrs"] = fill_defaults(resolved, opdef.attrs)
-    return dict(resolved)  # a copy: callers may change theirs
+    return resolved
 
 
 def infer_type(node: Node, operand_types: Sequence[TensorType]) -> TensorType:
@@ -323,20 +333,36 @@ def infer_type(node: Node, operand_types: Sequence[TensorType]) -> TensorType:
     return opdef.infer(node, operand_types, attrs)
 
 
-def remembered_type(node: Node, operand_types: Sequence[TensorType]) -> TensorType:
+def remembered_type(
+    node: Node,
+    operand_types: Sequence[TensorType],
+    alike: dict[tuple[object, ...], TensorType] | None = None,
+) -> TensorType:
     """`infer_type(node, operand_types)`, remembered on `node` for these operand types.
 
     Nodes are immutable and a pipeline verifies after every pass, mostly the same nodes (or the
     same nodes re-annotated by `Node.with_ann`, or moved into a fused body by
     `Node.with_fields`) with the same operand types: each is inferred once, not once a pass.
-    Failures are not remembered: their diagnostics carry spans."""
+    Failures are not remembered: their diagnostics carry spans.
+
+    `alike`: types inferred for earlier nodes, by op, attributes and operand types (a caller's
+    dict, for one walk over a graph): the type rules read nothing else of a node without a body
+    but its span, for errors, so a model's repeated layers are inferred once, not once a node."""
     key = tuple(operand_types)
     facts = node.type_facts()
     memo = facts.get("inferred")
     if memo is not None and memo[0] == key:
         inferred: TensorType = memo[1]
         return inferred
-    inferred = infer_type(node, operand_types)
+    if alike is None or node.body is not None:
+        inferred = infer_type(node, operand_types)
+    else:
+        attrs = tuple((k, typed_value(v)) for k, v in node.attrs.items())
+        shared = (node.op, attrs, key)
+        found = alike.get(shared)
+        if found is None:
+            found = alike[shared] = infer_type(node, operand_types)
+        inferred = found
     facts["inferred"] = (key, inferred)
     return inferred
 
@@ -386,9 +412,30 @@ def _infer_fused_types(node: Node, types: Sequence[TensorType]) -> dict[str, Ten
     return env
 
 
-def cost(node: Node, operand_types: Sequence[TensorType], result_type: TensorType) -> Cost:
-    """Estimated bytes read + written and flops of one node (call it on verified nodes)."""
+def cost(
+    node: Node,
+    operand_types: Sequence[TensorType],
+    result_type: TensorType,
+    alike: dict[tuple[object, ...], Cost] | None = None,
+) -> Cost:
+    """Estimated bytes read + written and flops of one node (call it on verified nodes).
+
+    `alike`: costs of earlier nodes by op, attributes, operand and result types (a caller's dict,
+    for one walk over a graph): the cost rules read nothing else of a node without a body, so a
+    model's repeated layers are costed once, not once a node."""
     opdef = OPS.get(node.op)
     if opdef is None:
         return Cost(0, 0)
-    return opdef.cost(node, operand_types, result_type, attrs_with_defaults(node))
+    if alike is None:
+        # The cost rules only read the attributes: they get the remembered dict, not a copy.
+        return opdef.cost(node, operand_types, result_type, _resolved_attrs(node, opdef))
+    if node.body is not None:
+        return _fused_cost(node, operand_types, result_type, {}, alike)
+    attrs = tuple((k, typed_value(v)) for k, v in node.attrs.items())
+    key = (node.op, attrs, tuple(operand_types), result_type)
+    found = alike.get(key)
+    if found is None:
+        found = alike[key] = opdef.cost(
+            node, operand_types, result_type, _resolved_attrs(node, opdef)
+        )
+    return found

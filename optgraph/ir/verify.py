@@ -23,6 +23,8 @@ from optgraph.errors import Diagnostic, OptGraphError, Span, VerifyError, did_yo
 from optgraph.ir import ops
 from optgraph.ir.gc_pause import gc_paused
 from optgraph.ir.graph import (
+    DATA_PREDECESSORS,
+    NODE_COSTS,
     Graph,
     Input,
     Node,
@@ -30,6 +32,7 @@ from optgraph.ir.graph import (
     Weight,
     differs_only_in_annotations,
 )
+from optgraph.ir.layout import ALIAS_ROOTS
 from optgraph.ir.limits import limit_diagnostics, node_annotation_diagnostics
 from optgraph.ir.verify_devices import device_diagnostics
 
@@ -130,9 +133,30 @@ def verify(graph: Graph, previous: Graph | None = None) -> None:
             and differs_only_in_annotations(previous, graph, kept=("device",))
         ):
             _verify_node_annotations(graph)
+            _share_value_facts(previous, graph)
         else:
             _verify(graph)
     graph.__dict__[_VERIFIED] = True
+
+
+# What a graph remembers about its values alone (types, producers, alias roots, data
+# predecessors, node costs) and its device annotations, in its instance `__dict__`: the same for
+# a graph differing from it only in other annotations, so the graph a pass re-annotates takes
+# them over instead of computing them again.
+_VALUE_FACTS = (
+    "_value_types",
+    "_producers",
+    "_device_count",
+    ALIAS_ROOTS,
+    DATA_PREDECESSORS,
+    NODE_COSTS,
+)
+
+
+def _share_value_facts(previous: Graph, graph: Graph) -> None:
+    for key in _VALUE_FACTS:
+        if key in previous.__dict__ and key not in graph.__dict__:
+            graph.__dict__[key] = previous.__dict__[key]
 
 
 def _verify_node_annotations(graph: Graph) -> None:
@@ -197,6 +221,7 @@ def _verify(graph: Graph) -> None:
     recorded: dict[str, int] = {}
     forward_uses: list[tuple[int, str, str]] = []  # (diagnostic position, user, operand)
     op_names = list(ops.op_names())
+    alike: dict[tuple[object, ...], TensorType] = {}  # see `ops.remembered_type`
 
     for index, node in enumerate(graph.nodes):
         if node.ann.layout is not None:
@@ -236,7 +261,7 @@ def _verify(graph: Graph) -> None:
             )
         elif not missing:
             try:
-                inferred = ops.remembered_type(node, operand_types)
+                inferred = ops.remembered_type(node, operand_types, alike)
             except OptGraphError as err:
                 diags.extend(err.diagnostics)
             else:

@@ -269,7 +269,9 @@ class AssignStreamsPass(Pass):
 
     def run(self, graph: Graph) -> Graph:
         nodes = [n for n in graph.nodes if not n.is_event]
-        plain = graph.with_nodes(nodes)
+        # Without events, the graph itself: the costs and predecessors computed for it below go
+        # with it to the result (see `verify`) when one stream is kept.
+        plain = graph.with_nodes(nodes) if len(nodes) < len(graph.nodes) else graph
         if self.policy == "single" or self.max_streams == 1 or not nodes:
             return plain.with_nodes(n.with_ann(stream=0) for n in nodes)
         profile = profile_named(self.device)

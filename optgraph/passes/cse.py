@@ -14,7 +14,8 @@ nodes), equal values inside fused bodies, equal nodes with different annotations
 offsets). Invalidates live ranges and arena offsets (removing a node shifts issue indices and
 lengthens the survivor's life): it runs before analyze-lifetimes and plan-memory.
 
-Complexity O(V + E) with hashing of each node's text.
+Complexity O(V + E), with each node's text printed and hashed only where an earlier node has
+the same op and operands.
 """
 
 from __future__ import annotations
@@ -49,7 +50,10 @@ class CsePass(Pass):
     def run(self, graph: Graph) -> Graph:
         outputs = set(graph.output_names())
         rename: dict[str, str] = {}
-        seen: dict[str, str] = {}
+        # Equal texts have equal ops and operands: texts are printed only within a group of kept
+        # nodes with the same op and operands, once a second node joins it (printing every node
+        # costs most of the pass).
+        groups: dict[tuple[str, tuple[str, ...]], _SameOperands] = {}
         nodes: list[Node] = []
         for node in graph.nodes:
             if any(o in rename for o in node.operands):
@@ -57,11 +61,35 @@ class CsePass(Pass):
             if node.is_event or _communicates(node):
                 nodes.append(node)
                 continue
-            key = _key(node)
-            survivor = seen.get(key)
+            group = groups.get((node.op, node.operands))
+            if group is None:
+                groups[(node.op, node.operands)] = _SameOperands(node)
+                nodes.append(node)
+                continue
+            survivor = group.survivor(node)
             if survivor is not None and node.name not in outputs:
                 rename[node.name] = survivor
                 continue
-            seen.setdefault(key, node.name)
             nodes.append(node)
+        if not rename:
+            return graph  # nothing merged: the graph itself, with what it knows of itself
         return replace(graph, nodes=tuple(nodes))
+
+
+class _SameOperands:
+    """Kept nodes with one op and one operand tuple: the first of each text (`_key`), printed
+    when a second node arrives."""
+
+    def __init__(self, first: Node):
+        self.first: Node | None = first
+        self.names: dict[str, str] = {}
+
+    def survivor(self, node: Node) -> str | None:
+        """The earlier kept node `node` merges into, if any; `node` counts as kept from now."""
+        if self.first is not None:
+            self.names[_key(self.first)] = self.first.name
+            self.first = None
+        key = _key(node)
+        survivor = self.names.get(key)
+        self.names.setdefault(key, node.name)
+        return survivor

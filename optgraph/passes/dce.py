@@ -46,4 +46,6 @@ class DcePass(Pass):
             and not (n.op == "wait" and n.name not in recorded)
         ]
         weights = tuple(w for w in graph.weights if w.name in needed)
+        if len(nodes) == len(graph.nodes) and len(weights) == len(graph.weights):
+            return graph  # nothing dead: the graph itself, with what it knows of itself
         return replace(graph, nodes=tuple(nodes), weights=weights)

@@ -73,7 +73,7 @@ from optgraph.analysis.fusion_rules import (
     plan_region,
 )
 from optgraph.analysis.happens_before import HappensBefore, happens_before
-from optgraph.analysis.row_norm_copies import recompute_row_norms, restore_names
+from optgraph.analysis.row_norm_copies import recompute_row_norms, restored_names
 from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node, Region, TensorType
 from optgraph.ir.layout import alias_roots
 from optgraph.passes.base import Pass
@@ -131,13 +131,17 @@ def _index_arena(state: _State) -> None:
 
 
 def _outside_operands(state: _State, group: Sequence[int]) -> list[str]:
-    inside = {state.graph.nodes[j].name for j in group}
-    seen: list[str] = []
+    """The distinct values the group reads from outside, in first-use order."""
+    nodes = state.graph.nodes
+    if len(group) == 1:  # a node never reads itself
+        return list(dict.fromkeys(nodes[group[0]].operands))
+    inside = {nodes[j].name for j in group}
+    seen: dict[str, None] = {}  # ordered, with O(1) membership
     for j in group:
-        for operand in state.graph.nodes[j].operands:
-            if operand not in inside and operand not in seen:
-                seen.append(operand)
-    return seen
+        for operand in nodes[j].operands:
+            if operand not in inside:
+                seen[operand] = None
+    return list(seen)
 
 
 def _overlapping_writers(state: _State, operand: str) -> list[int]:
@@ -240,6 +244,16 @@ def _joins_row_products(state: _State, root: int, producer: int) -> bool:
     product after the other; left alone, it becomes the consumer's prologue and the two products
     stay independent (their launches can merge into one)."""
     nodes = state.graph.nodes
+    # The cheapest tests first: the root's one reader, a one-row product reading it as its row.
+    readers = state.users.get(nodes[root].name, [])
+    if len(readers) != 1 or nodes[root].name in state.outputs:
+        return False
+    reader = nodes[readers[0]]
+    if reader.op != "matmul" or reader.operands[0] != nodes[root].name:
+        return False
+    a, b = (state.types[o] for o in reader.operands)
+    if a.shape[-1] > state.elementwise_prologue_max_k or one_row_product(reader, a, b) is None:
+        return False
     group = state.members[root]
     if not all(is_elementwise(nodes[j]) for j in group) or not _row_product_root(state, producer):
         return False
@@ -248,17 +262,7 @@ def _joins_row_products(state: _State, root: int, producer: int) -> bool:
         for o in _outside_operands(state, group)
         if o in state.producers and state.producers[o] != producer
     ]
-    if not any(_row_product_root(state, p) for p in others):
-        return False
-    readers = state.users.get(nodes[root].name, [])
-    if len(readers) != 1 or nodes[root].name in state.outputs:
-        return False
-    reader = nodes[readers[0]]
-    if reader.op != "matmul" or reader.operands[0] != nodes[root].name:
-        return False
-    a, b = (state.types[o] for o in reader.operands)
-    fits = a.shape[-1] <= state.elementwise_prologue_max_k
-    return one_row_product(reader, a, b) is not None and fits
+    return any(_row_product_root(state, p) for p in others)
 
 
 def _grow(state: _State, root: int, max_ops: int) -> None:
@@ -285,22 +289,38 @@ def _param_names(count: int, taken: set[str]) -> list[str]:
     return names
 
 
-def fused_node(nodes: Sequence[Node], outside: Sequence[str]) -> Node:
-    """The `fused` node computing `nodes` (issue order, root last) from the `outside` values."""
+def fused_node(
+    nodes: Sequence[Node], outside: Sequence[str], copies: dict[str, str] | None = None
+) -> Node:
+    """The `fused` node computing `nodes` (issue order, root last) from the `outside` values.
+    `copies`: {norm copy: original} of `recompute_row_norms`; inside the body each copy takes
+    its original's name back (`restored_names`)."""
     root = nodes[-1]
     params = _param_names(len(outside), {n.name for n in nodes})
     rename = dict(zip(outside, params))
-    body = tuple(
-        n.with_fields(operands=tuple(rename.get(o, o) for o in n.operands), ann=NO_ANNOTATIONS)
-        for n in nodes
-    )
+    restore = restored_names([n.name for n in nodes], copies) if copies else {}
+    if restore:  # body names: never an outside value, never a parameter's name
+        rename.update(restore)
+        body = tuple(
+            n.with_fields(
+                name=restore.get(n.name, n.name),
+                operands=tuple(rename.get(o, o) for o in n.operands),
+                ann=NO_ANNOTATIONS,
+            )
+            for n in nodes
+        )
+    else:
+        body = tuple(
+            n.with_fields(operands=tuple(rename.get(o, o) for o in n.operands), ann=NO_ANNOTATIONS)
+            for n in nodes
+        )
     return Node(
         name=root.name,
         op="fused",
         operands=tuple(outside),
         type=root.type,
         ann=root.ann,
-        body=Region(tuple(params), body, root.name),
+        body=Region(tuple(params), body, restore.get(root.name, root.name)),
         span=root.span,
         operand_spans=(),
     )
@@ -361,8 +381,8 @@ class FusePass(Pass):
                 continue
             if i in regions:
                 group = regions[i]
-                node = fused_node([graph.nodes[j] for j in group], _outside_operands(state, group))
-                node = restore_names(node, copies)
+                outside = _outside_operands(state, group)
+                node = fused_node([graph.nodes[j] for j in group], outside, copies)
             if had_lifetimes:
                 node = node.with_ann(live=None, visible=None)
             out.append(node)

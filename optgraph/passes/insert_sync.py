@@ -28,6 +28,9 @@ device group[k] waits only for operand k's producer; the collective itself (and 
 recv) orders the devices, so no event ever crosses devices. The end joins every lane into its
 own device's stream 0.
 
+A graph on one lane (one device, one stream: what assign-streams leaves where no fork pays) is
+returned as it is, without the walk: every instance waits for nothing.
+
 Does not handle: moving nodes to save waits (the order is assign-streams' decision), events across
 graph replays (every replay starts from the host, which orders it after the previous end).
 
@@ -163,6 +166,8 @@ class InsertSyncPass(Pass):
     def run(self, graph: Graph) -> Graph:
         nodes = graph.nodes
         walk = _LaneClocks(graph)
+        if len(walk.col) == 1:  # one lane: happens-before is issue order, nothing to wait for
+            return graph
         for i, node in enumerate(nodes):
             if node.is_event:
                 walk.event(node)
