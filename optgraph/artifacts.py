@@ -60,11 +60,10 @@ def _kernels_cu(result: CompileResult) -> str:
 
 
 def _cuda_plan(result: CompileResult) -> str:
-    import json
-
     from optgraph.codegen.cuda_plan_text import plan_json
+    from optgraph.codegen.json_data import json_text
 
-    return json.dumps(plan_json(result.lowered.main.plan), indent=1) + "\n"
+    return json_text(plan_json(result.lowered.main.plan))
 
 
 def _program_json(graph: Graph) -> str | None:

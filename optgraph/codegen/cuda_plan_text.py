@@ -14,8 +14,6 @@ Complexity: linear in the steps plus the kernels' text.
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from optgraph.codegen.cuda_steps import (
     CollectiveStep,
     CopyStep,
@@ -26,13 +24,14 @@ from optgraph.codegen.cuda_steps import (
     Location,
     Step,
 )
+from optgraph.codegen.json_data import json_record
 
 
 def plan_json(plan: CudaPlan) -> dict[str, object]:
     """The plan as JSON-ready data (what `optgraph compile -o` writes as cuda_plan.json)."""
 
     def step_json(step: Step) -> dict[str, object]:
-        data = asdict(step)
+        data = json_record(step)
         data["kind"] = type(step).__name__.removesuffix("Step").lower()
         if isinstance(step, GemmStep) and not step.gemm.c_dtype:
             del data["gemm"]["c_dtype"]  # C in A's dtype: the plan as it was written before
@@ -46,7 +45,7 @@ def plan_json(plan: CudaPlan) -> dict[str, object]:
         "planned": plan.is_planned,
         "inputs": list(plan.inputs),
         "outputs": list(plan.outputs),
-        "locations": {name: asdict(loc) for name, loc in plan.locations.items()},
+        "locations": {name: json_record(loc) for name, loc in plan.locations.items()},
         "kernels": sorted(plan.kernels),
         "steps": [step_json(s) for s in plan.steps],
     }

@@ -30,8 +30,9 @@ plan-memory first). Complexity O(V).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
+from optgraph.codegen.json_data import json_record, json_text
 from optgraph.errors import OptGraphError
 from optgraph.ir.graph import Graph, TensorType
 from optgraph.ir.parser import parse
@@ -112,7 +113,7 @@ class Program:
         }
         if self.device_arena_bytes:
             data["device_arena_bytes"] = list(self.device_arena_bytes)
-        return json.dumps(data, indent=1) + "\n"
+        return json_text(data)
 
     @classmethod
     def from_json(cls, text: str) -> Program:
@@ -153,7 +154,7 @@ class Program:
 
 
 def _buffer_json(b: Buffer) -> dict[str, object]:
-    out = asdict(b)
+    out = json_record(b)
     del out["name"]
     out["shape"] = list(b.shape)
     out["strides"] = list(b.strides)
