@@ -34,7 +34,7 @@ from __future__ import annotations
 import atexit
 import copy
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -65,6 +65,14 @@ def instance_reads(node: Node, device: int) -> Iterator[tuple[int, str]]:
                 yield k, node.operands[k]
         return
     yield from enumerate(node.operands)
+
+
+def operands_read(node: Node, device: int) -> Sequence[str]:
+    """The operands of `instance_reads(node, device)`, in order: a plain node's operands as they
+    are (the races check asks for every node's, and most are plain)."""
+    if node.op == "recv" or node.op in GROUP_COLLECTIVES:
+        return [operand for _, operand in instance_reads(node, device)]
+    return node.operands
 
 
 class HappensBefore:

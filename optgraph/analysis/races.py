@@ -20,7 +20,7 @@ import operator
 from bisect import bisect_left, insort
 from dataclasses import dataclass
 
-from optgraph.analysis.happens_before import GROUP_COLLECTIVES, happens_before, instance_reads
+from optgraph.analysis.happens_before import happens_before, operands_read
 from optgraph.errors import Diagnostic, Span
 from optgraph.ir.graph import Graph, Node
 from optgraph.ir.layout import alias_roots
@@ -158,11 +158,7 @@ def _buffer_accesses(graph: Graph, roots: dict[str, tuple[str, int]]) -> Buffers
             if node.name in roots:  # an aliasing view reads and writes nothing
                 continue
             accesses.setdefault((node.name, d), []).insert(0, Access(i, node.name, True, d))
-            if node.op == "recv" or node.op in GROUP_COLLECTIVES:
-                reads = [operand for _, operand in dict.fromkeys(instance_reads(node, d))]
-            else:  # what `instance_reads` gives a plain node: every operand, in order
-                reads = list(node.operands)
-            for operand in reads:
+            for operand in operands_read(node, d):
                 root = roots.get(operand, (operand, 0))[0]
                 accesses.setdefault((root, d), []).append(Access(i, operand, False, d))
     return accesses

@@ -51,7 +51,7 @@ def data_predecessors(graph: Graph) -> list[list[int]]:
     """For each node index, the distinct indices of the nodes producing its operands. Computed
     once per graph object (kept in its `__dict__`, outside the fields, like its value types);
     each caller gets lists of its own."""
-    preds: list[list[int]] | None = graph.__dict__.get(_PREDECESSORS)
+    preds: list[list[int]] | None = graph.__dict__.get(DATA_PREDECESSORS)
     if preds is None:
         producers = graph.producers()
         preds = []
@@ -62,11 +62,8 @@ def data_predecessors(graph: Graph) -> list[list[int]]:
                 if p is not None and p not in mine:
                     mine.append(p)
             preds.append(mine)
-        graph.__dict__[_PREDECESSORS] = preds
+        graph.__dict__[DATA_PREDECESSORS] = preds
     return [list(p) for p in preds]
-
-
-_PREDECESSORS = DATA_PREDECESSORS
 
 
 def node_costs(graph: Graph) -> list[ops.Cost | None]:

@@ -36,6 +36,7 @@ from optgraph.codegen import (
 from optgraph.codegen.cuda_head_rows import attention_shape
 from optgraph.codegen.cuda_source import Launch
 from optgraph.codegen.cuda_steps import Extent, KernelStep, Location
+from optgraph.codegen.in_place_outputs import unwritten_inputs
 from optgraph.ir.graph import Graph, Node, TensorType
 
 # Decode attention loads the cache rows no kernel of the step writes before its PDL wait; False:
@@ -63,7 +64,7 @@ def early_cache_reads(
     graph's value types."""
     if not EARLY_CACHE_READS or not in_place:
         return {}
-    inputs = graph.input_names()
+    unwritten = unwritten_inputs(graph, in_place)
     producers = {n.name: n for n in graph.nodes}
     found: dict[str, WrittenRows] = {}
     for node in graph.nodes:
@@ -83,8 +84,7 @@ def early_cache_reads(
         operand_types = tuple(types[o] for o in node.operands)
         if not _wide(node, operand_types):
             continue
-        is_input = pos in inputs and pos not in in_place.values()
-        found[node.name] = WrittenRows(pos, types[pos].dtype, rows, is_input)
+        found[node.name] = WrittenRows(pos, types[pos].dtype, rows, pos in unwritten)
     return found
 
 

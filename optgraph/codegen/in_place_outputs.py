@@ -14,12 +14,22 @@ rows into the caller's array, and the output needs no copy.
 result of a GPU `kv_cache_write` whose cache operand is the input itself (not a view of it), the
 input has no other reader (every other reader would see the new rows too early, or late), and
 neither the output nor the input is paired twice. `lower_cuda(graph, in_place=...)` places each
-chosen output at its input's location. Complexity O(V + E).
+chosen output at its input's location. `unwritten_inputs(graph, in_place)` are the inputs no
+kernel of a step writes (every input but those updated in place): a kernel may read them before
+its PDL wait. Complexity O(V + E).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from optgraph.ir.graph import Graph
+
+
+def unwritten_inputs(graph: Graph, in_place: Mapping[str, str]) -> frozenset[str]:
+    """The graph's inputs that no kernel of the step writes: all but the in-place pairs' inputs
+    (inputs are never placed in the arena; earlier steps wrote them before this one started)."""
+    return frozenset(graph.input_names()) - frozenset(in_place.values())
 
 
 def in_place_candidates(graph: Graph) -> dict[str, str]:

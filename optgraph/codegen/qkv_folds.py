@@ -42,6 +42,7 @@ from optgraph.codegen import cuda_fused
 from optgraph.codegen.cuda_gemv_epilogues import GemvFold, is_full_rotary
 from optgraph.codegen.cuda_source import Kernel, Launch
 from optgraph.codegen.cuda_steps import Extent, KernelStep, Location
+from optgraph.codegen.in_place_outputs import unwritten_inputs
 from optgraph.codegen.rope_cache_writes import IssueOrder
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots, alias_views
@@ -170,11 +171,8 @@ def _fold_of(g: _Graph, product: Node, in_place: Mapping[str, str]) -> ProductFo
     fold = _gemv_fold(g, product, rope, write)
     if fold is None:
         return None
-    if rope is not None:
-        # a graph input no kernel of the step writes: its rope factors come before the PDL wait
-        pos = rope.operands[1]
-        early = pos in g.graph.input_names() and pos not in in_place.values()
-        fold = replace(fold, pos_is_input=early)
+    if rope is not None:  # a position no kernel writes: its rope factors before the PDL wait
+        fold = replace(fold, pos_is_input=rope.operands[1] in unwritten_inputs(g.graph, in_place))
     types = tuple(g.types[o] for o in product.operands)
     resident = frozenset(
         k for k, o in enumerate(product.operands) if g.locations[o].space == "weights"

@@ -299,21 +299,15 @@ def fused_node(
     params = _param_names(len(outside), {n.name for n in nodes})
     rename = dict(zip(outside, params))
     restore = restored_names([n.name for n in nodes], copies) if copies else {}
-    if restore:  # body names: never an outside value, never a parameter's name
-        rename.update(restore)
-        body = tuple(
-            n.with_fields(
-                name=restore.get(n.name, n.name),
-                operands=tuple(rename.get(o, o) for o in n.operands),
-                ann=NO_ANNOTATIONS,
-            )
-            for n in nodes
+    rename.update(restore)  # body names: never an outside value, never a parameter's name
+    body = tuple(
+        n.with_fields(
+            name=restore.get(n.name, n.name),
+            operands=tuple(rename.get(o, o) for o in n.operands),
+            ann=NO_ANNOTATIONS,
         )
-    else:
-        body = tuple(
-            n.with_fields(operands=tuple(rename.get(o, o) for o in n.operands), ann=NO_ANNOTATIONS)
-            for n in nodes
-        )
+        for n in nodes
+    )
     return Node(
         name=root.name,
         op="fused",
