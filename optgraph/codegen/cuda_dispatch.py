@@ -64,12 +64,15 @@ def node_code(
     *,
     in_place: bool = False,
     resident: frozenset[int] = frozenset(),
+    l2_ahead: bool = False,
 ) -> tuple[Work, ...]:
     """What to issue for `node`, given its operands' types.
 
     `in_place` says the planner gave the result its operand 0's bytes (kv_cache_write then only
     writes the new rows). `resident`: the operands (by index) that are weights in the device's
     weight buffer, which no kernel writes (a one-row product loads them before its PDL wait).
+    `l2_ahead`: a one-row product also brings the rest of its weights into L2 then
+    (`codegen/l2_ahead.py` says which).
     Views that alias their operand are not passed here (they cost nothing); views that do not
     are materialized with a copy kernel.
     """
@@ -78,9 +81,9 @@ def node_code(
         return ()
     types = tuple(operand_types)
     if node.op == "fused":
-        return tuple(fused_code(node, types, resident))
+        return tuple(fused_code(node, types, resident, l2_ahead))
     if node.op == "matmul":
-        one_kernel = cuda_fused.gemv_matmul(node, types, resident)  # one row: ours
+        one_kernel = cuda_fused.gemv_matmul(node, types, resident, None, l2_ahead)  # one row
         if one_kernel is not None:
             return tuple(one_kernel)
     for family in FAMILIES:
@@ -100,8 +103,10 @@ def fused_code(
     node: Node,
     types: tuple[TensorType, ...],
     resident: frozenset[int] = frozenset(),
+    l2_ahead: bool = False,
 ) -> list[Work]:
-    """The work of a fused region, by the kind of its plan (see the module docstring)."""
+    """The work of a fused region, by the kind of its plan (see the module docstring);
+    `resident`, `l2_ahead`: see `node_code`."""
     assert node.type is not None and node.body is not None
     body = node.body
     try:
@@ -123,7 +128,7 @@ def fused_code(
     if plan.kind == REDUCTION:
         return [cuda_reduction.fused_row_launch(node, types, plan, roles)]
     assert plan.kind == PRODUCT
-    one_kernel = cuda_fused.gemv_region(node, types, resident)  # epilogue inside
+    one_kernel = cuda_fused.gemv_region(node, types, resident, None, l2_ahead)  # epilogue inside
     if one_kernel is not None:
         return list(one_kernel)
     work = _product_anchor(node, anchor, types, roles)

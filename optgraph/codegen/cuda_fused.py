@@ -49,6 +49,7 @@ from optgraph.codegen.cuda_gemv_layout import (
     BOUNDS,
     THREADS,
     VECTOR,
+    VECTOR_BYTES,
     Geometry,
     first_batch,
     layout,
@@ -108,6 +109,7 @@ def gemv_kernel(
     prologue: Sequence[Node] = (),
     resident: frozenset[str] = frozenset(),
     fold: GemvFold | None = None,
+    ahead: bool = False,
 ) -> tuple[Kernel, tuple[int, int, int]] | None:
     """(kernel, grid) of the fused product, or None when the shape does not qualify.
 
@@ -117,7 +119,8 @@ def gemv_kernel(
 
     `resident`: params bound to weights no kernel writes; when the product's weight is one (and
     `EARLY_WEIGHTS`), each thread loads its first batch of weight rows into registers before
-    the PDL wait, so during the preceding kernel.
+    the PDL wait, so during the preceding kernel; with `ahead` (the preceding kernel streams
+    little from memory), the block's later rows are brought into L2 then too (`_l2_ahead`).
 
     `params` name the region's operands in0, in1, ...; the anchor's weight is a param, its row
     a param or the value of `prologue` (see `row_prologue`). The kernel's phases: the product
@@ -156,7 +159,10 @@ def gemv_kernel(
         if items <= THREADS:  # one store item a thread: its factors computed up front
             factors = rope_factors(fold, len(types), items, g.tile_cols, g.column("c"))
     before_wait = preload and fold is not None and fold.pos_is_input
-    body = _product(g, params, types, prologue, row, b_role, preload, (factors, before_wait))
+    ahead_rows = _l2_ahead(g, b_role) if preload and ahead else []
+    body = _product(
+        g, params, types, prologue, row, b_role, preload, (factors, before_wait), ahead_rows
+    )
     body += reduce_lanes(g)
     if fold is None:
         epi = _epilogue(params, types, epilogue, anchor, result, out_type, n)
@@ -185,13 +191,16 @@ def _product(
     b_role: str,
     preload: bool = False,
     factors: tuple[tuple[list[str], list[str]], bool] = (([], []), False),
+    l2_rows: Sequence[str] = (),
 ) -> list[str]:
     """The thread's tile, column and rows of K, its row (a parameter, or computed by the
     prologue and staged in shared memory when it fits), and `acc[i][v]`: the products of its
     rows of K. `preload`: the first batch of weight rows is loaded, then the PDL entry runs (the
     kernel has `self_wait`), then everything that reads what other kernels write. `factors`:
     ((the rope position's load, the rope factors' statements), whether they may come before the
-    PDL wait) of a fold (`cuda_gemv_epilogues.rope_factors`), placed before the product."""
+    PDL wait) of a fold (`cuda_gemv_epilogues.rope_factors`), placed before the product.
+    `l2_rows`: statements prefetching later weight rows into L2 (`_l2_ahead`), after the first
+    batch's loads and before the wait."""
     row, row_type = row_of
     (load_pos, rope), before_wait = factors
     row_setup, row_value = row_prologue(params, types, prologue, row, row_type, g.m)
@@ -209,9 +218,9 @@ def _product(
         weights = [f"{b_role} + n0"]
         batch = first_batch(g.dtype, weights, g.n, g.lanes)
         if before_wait:  # the position's load ahead of the weights', the factors after them
-            head = [*indexing, *load_pos, *batch, *rope, body_entry(), *row_setup]
+            head = [*indexing, *load_pos, *batch, *l2_rows, *rope, body_entry(), *row_setup]
         else:
-            head = [*indexing, *batch, body_entry(), *load_pos, *rope, *row_setup]
+            head = [*indexing, *batch, *l2_rows, body_entry(), *load_pos, *rope, *row_setup]
     else:
         head = [*row_setup, *indexing, *load_pos, *rope]
     return [
@@ -246,6 +255,33 @@ PREFETCH = False
 # the device's weight buffer only: no kernel writes them), so the loads overlap the preceding
 # kernel; the L2 prefetch above is then not emitted. False: every load after the wait.
 EARLY_WEIGHTS = True
+
+# Bytes, over the whole kernel, of a product's weight rows after its first batch that it brings
+# into L2 before its PDL wait where the kernel before it streams little from memory (`ahead`,
+# chosen by `codegen/l2_ahead.py`); 0: none.
+L2_AHEAD_BYTES = 32 << 20
+
+
+def _l2_ahead(g: Geometry, b_role: str) -> list[str]:
+    """Statements bringing the block's rows of the weights after its first batch into L2, one
+    bulk prefetch per row segment of the tile, at most `L2_AHEAD_BYTES` over the kernel (the
+    first rows of each split first); none where the tile's columns are no contiguous run (a
+    chunked rope pairing) or no row is left."""
+    size = VECTOR_BYTES // g.vec
+    first = BATCH * g.lanes  # the rows of `first_batch` (one weight)
+    rows = min(g.rows - first, L2_AHEAD_BYTES // (g.splits * g.n * size))
+    if rows <= 0 or (g.fold is not None and g.pairing == "chunked"):
+        return []
+    return [
+        "{  // rows after the first batch into L2",
+        f"  const unsigned int c0 = tile * {g.tile_cols}u;",
+        f"  const unsigned int bytes = min({g.tile_cols}u, {g.n}u - c0) * {size}u;",
+        f"  for (unsigned int r = {first}u + threadIdx.x; r < {first + rows}u; r += {THREADS}u) {{",
+        "    const unsigned int kk = k0 + r;",
+        f"    if (kk < k1) og_prefetch_l2_bulk({b_role} + (unsigned long long)kk * {g.n}u + c0, bytes);",
+        "  }",
+        "}",
+    ]
 
 
 def _prefetch_weights(b_role: str, g: Geometry) -> str:
@@ -304,10 +340,11 @@ def gemv_region(
     types: Sequence[TensorType],
     resident: frozenset[int] = frozenset(),
     fold: GemvFold | None = None,
+    ahead: bool = False,
 ) -> list[Launch] | None:
     """The one launch of a fused product region with few rows, or None (use cuBLAS).
-    `resident`: the operands (by index) that are weights no kernel writes; `fold`: see
-    `gemv_kernel` (its extra params are the launch's next roles: in{arity}, ...)."""
+    `resident`: the operands (by index) that are weights no kernel writes; `fold`, `ahead`: see
+    `gemv_kernel` (a fold's extra params are the launch's next roles: in{arity}, ...)."""
     if node.body is None or node.type is None:
         return None  # GEMV_MAX_M is applied by gemv_shape: a prologue needs this kernel anyway
     try:
@@ -328,6 +365,7 @@ def gemv_region(
         [by_name[p] for p in plan.prologue],
         frozenset(node.body.params[k] for k in resident if k < len(node.body.params)),
         fold,
+        ahead,
     )
     if made is None:
         return None
@@ -341,14 +379,18 @@ def gemv_matmul(
     types: Sequence[TensorType],
     resident: frozenset[int] = frozenset(),
     fold: GemvFold | None = None,
+    ahead: bool = False,
 ) -> list[Launch] | None:
-    """A plain matmul with few rows as the same kernel (no epilogue), or None."""
+    """A plain matmul with few rows as the same kernel (no epilogue), or None; `resident`,
+    `fold`, `ahead`: see `gemv_region`."""
     if node.op != "matmul" or node.type is None or len(types) != 2:
         return None
     params = ("#a", "#b")  # cannot clash with IR names
     anchor = Node(node.name, "matmul", params, node.attrs, node.type)
     named = frozenset(params[k] for k in resident if k < len(params))
-    made = gemv_kernel(node.name, params, types, anchor, [], node.name, node.type, (), named, fold)
+    made = gemv_kernel(
+        node.name, params, types, anchor, [], node.name, node.type, (), named, fold, ahead
+    )
     if made is None:
         return None
     kernel, grid = made

@@ -61,6 +61,7 @@ from optgraph.codegen.cuda_steps import (
 )
 from optgraph.codegen.early_cache_reads import early_attention_step, early_cache_reads
 from optgraph.codegen.in_place_outputs import check_in_place, in_place_candidates
+from optgraph.codegen.l2_ahead import l2_ahead_products
 from optgraph.codegen.lowered import LoweredProgram, LoweredVariant
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.codegen.merge_launches import merge_kernel_steps
@@ -223,6 +224,7 @@ def lower_cuda(
     absorbed |= {name for fold in argmaxes.values() for name in fold.absorbed}
     folded_writes = {w.name for w in folded.values()} | absorbed
     early_reads = early_cache_reads(graph, in_place or {}, types)  # before the PDL wait
+    ahead = l2_ahead_products(graph, roots, types)  # weights into L2 during an attention
     steps: list[Step] = []
     origins: list[int] = []  # the index in graph.nodes of each step's node
     kernels: dict[str, Kernel] = {}
@@ -273,7 +275,13 @@ def lower_cuda(
             roles["scratch"] = scratch[node.name]
         overwrites = bool(node.operands) and roles["out"] == roles["in0"]
         resident = frozenset(k for k, o in enumerate(node.operands) if o in weight_offsets)
-        work_list = node_code(node, operand_types, in_place=overwrites, resident=resident)
+        work_list = node_code(
+            node,
+            operand_types,
+            in_place=overwrites,
+            resident=resident,
+            l2_ahead=node.name in ahead,
+        )
         for work in work_list:
             if isinstance(work, Launch):
                 kernels[work.kernel.name] = work.kernel

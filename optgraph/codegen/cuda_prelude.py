@@ -93,6 +93,15 @@ __device__ __forceinline__ void og_prefetch_l2(const void* p) {
   (void)p;
 #endif
 }
+// A hint: bring `bytes` (a multiple of 16) from `p` (16-byte aligned) into L2, one bulk
+// prefetch (sm_90+; nothing elsewhere).
+__device__ __forceinline__ void og_prefetch_l2_bulk(const void* p, unsigned int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes) : "memory");
+#else
+  (void)p; (void)bytes;
+#endif
+}
 __device__ __forceinline__ unsigned int og_arrive(unsigned int* counter) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
   unsigned int seen;

@@ -1,0 +1,68 @@
+"""One-row products that bring their weights into L2 while the decode attention before them runs.
+
+A decode attention is bound by latency, not by bandwidth: its blocks read a few MB of KV cache,
+then wait on chains of dependent arithmetic (dot products, a block maximum, the chunks' merge),
+so memory is nearly idle for the microseconds it runs. Under PDL the product that reads its
+result (the o-projection) is resident meanwhile and loads its first batch of weight rows into
+registers before its wait (`cuda_fused.EARLY_WEIGHTS`). With this rule each of its blocks also
+issues bulk L2 prefetches of the rest of its slice of the weights (`cuda_fused._l2_ahead`, at
+most `cuda_fused.L2_AHEAD_BYTES` over the kernel), which stream in during the attention:
+
+    %a = attention(%q, %kc, %vc, %len) : f16[1,32,1,128]      (one query row: decode)
+    %a2 = reshape(%a)                                          (a view)
+    %o = fused(%a2, %wo, %h) body(...) { matmul, add }        (%wo a weight)
+    ->  %o's kernel, before its PDL wait: its first batch of %wo's rows into registers, then
+        `cp.async.bulk.prefetch.L2` of each later row segment of its tile
+
+The rule: a product node (a matmul, or a fused region, whose kernel decides whether it is a
+one-row product) on the GPU that reads, directly or through views, the result of an attention
+with at most `cuda_attention_decode_layout.MAX_SQ` query rows on the same stream. A prefetch
+is a hint: the loads after the wait read whatever memory holds, so the rule affects time only.
+
+On an H100 the realistic decode step (hidden 4096, 8 layers) took 1,434.2-1,435.0 µs with the
+o-projection's whole slice ahead, against 1,441.4-1,442.5 without (and 1,435.6-1,436.4 against
+1,443.5-1,444.8 in a second run); two batches ahead gained nothing, and the same prefetch in the
+FFN up product (whose blocks start only at the norm kernel's wait) or in every product was
+slower (docs/results/2026-11-24-h100-l2-ahead.md). The launch-bound step is unchanged: its
+products' first batch holds every row.
+
+Complexity: O(V) over the graph's nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from optgraph.codegen import cuda_attention_decode_layout
+from optgraph.codegen.cuda_head_rows import attention_shape
+from optgraph.ir.graph import Graph, TensorType
+
+# Products reading a decode attention's result prefetch their weights into L2 before their PDL
+# wait; False: none does.
+L2_AHEAD = True
+
+PRODUCTS = frozenset({"matmul", "fused"})
+
+
+def l2_ahead_products(
+    graph: Graph, roots: Mapping[str, tuple[str, int]], types: Mapping[str, TensorType]
+) -> frozenset[str]:
+    """The product nodes that bring their weights into L2 during the decode attention before
+    them (the rule of the module docstring); `roots`: `ir.layout.alias_roots(graph)`, `types`:
+    the graph's value types."""
+    if not L2_AHEAD:
+        return frozenset()
+    decode: dict[str, int] = {}  # decode attention -> its stream
+    found: set[str] = set()
+    for node in graph.nodes:
+        if node.ann.backend == "cpu":
+            continue
+        if node.op == "attention" and len(node.operands) >= 3:
+            shape = attention_shape(node, tuple(types[o] for o in node.operands))
+            if shape.sq <= cuda_attention_decode_layout.MAX_SQ:
+                decode[node.name] = node.stream
+        elif node.op in PRODUCTS:
+            sources = (roots.get(o, (o, 0))[0] for o in node.operands)
+            if any(decode.get(s, -1) == node.stream for s in sources):
+                found.add(node.name)
+    return frozenset(found)
