@@ -4,27 +4,32 @@ A decode attention is bound by latency, not by bandwidth: its blocks read a few 
 then wait on chains of dependent arithmetic (dot products, a block maximum, the chunks' merge),
 so memory is nearly idle for the microseconds it runs. Under PDL the product that reads its
 result (the o-projection) is resident meanwhile and loads its first batch of weight rows into
-registers before its wait (`cuda_fused.EARLY_WEIGHTS`). With this rule each of its blocks also
-issues bulk L2 prefetches of the rest of its slice of the weights (`cuda_fused._l2_ahead`, at
-most `cuda_fused.L2_AHEAD_BYTES` over the kernel), which stream in during the attention:
+registers before its wait (`cuda_fused.EARLY_WEIGHTS`). With this rule its blocks also bring
+the rest of their splits' rows into L2 then (`cuda_fused._l2_ahead`: bulk prefetches of the
+contiguous rows, shared among the split's blocks, at most `cuda_fused.L2_AHEAD_BYTES` over the
+kernel), which stream in during the attention:
 
     %a = attention(%q, %kc, %vc, %len) : f16[1,32,1,128]      (one query row: decode)
     %a2 = reshape(%a)                                          (a view)
     %o = fused(%a2, %wo, %h) body(...) { matmul, add }        (%wo a weight)
     ->  %o's kernel, before its PDL wait: its first batch of %wo's rows into registers, then
-        `cp.async.bulk.prefetch.L2` of each later row segment of its tile
+        `cp.async.bulk.prefetch.L2` of its part of the split's later rows
 
 The rule: a product node (a matmul, or a fused region, whose kernel decides whether it is a
 one-row product) on the GPU that reads, directly or through views, the result of an attention
 with at most `cuda_attention_decode_layout.MAX_SQ` query rows on the same stream. A prefetch
 is a hint: the loads after the wait read whatever memory holds, so the rule affects time only.
 
-On an H100 the realistic decode step (hidden 4096, 8 layers) took 1,434.2-1,435.0 µs with the
-o-projection's whole slice ahead, against 1,441.4-1,442.5 without (and 1,435.6-1,436.4 against
-1,443.5-1,444.8 in a second run); two batches ahead gained nothing, and the same prefetch in the
-FFN up product (whose blocks start only at the norm kernel's wait) or in every product was
-slower (docs/results/2026-11-24-h100-l2-ahead.md). The launch-bound step is unchanged: its
-products' first batch holds every row.
+Measured on an H100 (docs/results/2026-11-24-h100-l2-ahead.md), the realistic decode step
+(hidden 4096, 8 layers; µs, three passes each):
+- the o-projection's whole slice ahead: 1,427.9-1,432.3 against 1,450.3-1,454.7 without;
+- in the same product, one prefetch per 256-byte row segment of the block's own tile instead of
+  shared contiguous rows: 1,438.9-1,439.2; two batches ahead only: no gain;
+- the same prefetch in the products after the norm kernels (q/k/v, FFN up, logits), whose
+  blocks start only at the norm's wait, with 8, 16 or 32 MiB: 1,444.1-1,467.7, slower.
+The attention itself gets slower (its second pass waits behind the prefetches: 9.8 against
+6.7 µs after its wait in layer 1), less than the o-projection gains. The launch-bound step is
+unchanged: its products' first batch holds every row.
 
 Complexity: O(V) over the graph's nodes.
 """

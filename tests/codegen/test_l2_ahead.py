@@ -5,6 +5,7 @@ rule on and off (a prefetch is only a hint)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from tests.support import cuda_emulator
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from gen_llama import generate_llama
 
+PREFETCH = "og_prefetch_l2_bulk(reinterpret_cast<const char*>(in"  # a weight prefetch
 NEEDS_GXX = pytest.mark.skipif(not cuda_emulator.available(), reason="needs g++ (C++20)")
 
 ATTENTION_THEN_PRODUCT = """graph attn_o {{
@@ -83,23 +85,47 @@ def _kernel(k: int, n: int, ahead: bool, resident: bool = True) -> str:
 
 
 def _prefetched_rows(source: str) -> tuple[int, int]:
-    """(first row, end row) of the prefetch loop, relative to the split's first row."""
-    found = re.search(r"for \(unsigned int r = (\d+)u \+ threadIdx.x; r < (\d+)u;", source)
-    assert found is not None
-    return int(found.group(1)), int(found.group(2))
+    """(first row, end row) the prefetches cover, relative to the split's first row."""
+    first = re.search(r"lo = \(unsigned long long\)\(k0 \+ (\d+)u\)", source)
+    end = re.search(r"hi = \(unsigned long long\)min\(k1, k0 \+ (\d+)u\)", source)
+    assert first is not None and end is not None
+    return int(first.group(1)), int(end.group(1))
 
 
 def test_the_prefetches_come_before_the_wait_after_the_first_batch() -> None:
     source = _kernel(4096, 4096, True)
     first_load = source.index("og_wv0[0][0] = og_load_stream")
-    prefetch = source.index("og_prefetch_l2_bulk(in1")
+    prefetch = source.index(PREFETCH)
     assert first_load < prefetch < source.index("og_grid_dependency_wait();")
     first, end = _prefetched_rows(source)
     rows = int(re.search(r"k1 = min\(4096u, k0 \+ (\d+)u\)", source).group(1))
     assert first == cuda_fused.BATCH * 16  # 16 row lanes of 16 column threads
     assert end == rows  # the whole slice: 4096 x 4096 f16 is within the budget
     for off in (_kernel(4096, 4096, False), _kernel(4096, 4096, True, resident=False)):
-        assert "og_prefetch_l2_bulk(in" not in off  # not asked for; weights loaded after the wait
+        assert PREFETCH not in off  # not asked for; weights loaded after the wait
+
+
+def test_the_tiles_blocks_cover_the_splits_rows_without_gaps() -> None:
+    """The split's bytes [lo, hi) are shared among its tiles' blocks: evaluated as the kernel
+    does, their parts cover every byte once (the last parts may be empty)."""
+    source = _kernel(4096, 4096, True)
+    first, end = _prefetched_rows(source)
+    tiles = int(re.search(r"part = \(\(hi - lo\) / (\d+)ull", source).group(1))
+    row = int(re.search(r"\(k0 \+ \d+u\) \* (\d+)ull", source).group(1))
+    assert row == 4096 * 2
+    rows = int(re.search(r"k1 = min\(4096u, k0 \+ (\d+)u\)", source).group(1))
+    for k0 in range(0, 4096, rows):
+        k1 = min(4096, k0 + rows)
+        lo, hi = (k0 + first) * row, min(k1, k0 + end) * row
+        part = ((hi - lo) // tiles + 15) & ~15
+        covered = []
+        for tile in range(tiles):
+            a = lo + tile * part
+            b = min(hi, a + part)
+            covered += [(a, b)] if a < b else []
+            assert a % 16 == 0 and (b <= a or (b - a) % 16 == 0)
+        assert covered[0][0] == lo and covered[-1][1] == hi
+        assert all(x[1] == y[0] for x, y in itertools.pairwise(covered))
 
 
 def test_the_budget_bounds_the_rows(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -109,7 +135,7 @@ def test_the_budget_bounds_the_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     rows = int(re.search(r"k1 = min\(4096u, k0 \+ (\d+)u\)", source).group(1))
     splits = -(-4096 // rows)
     assert (end - first) * splits * 4096 * 2 <= 4 << 20 < (end - first + 1) * splits * 4096 * 2
-    assert "og_prefetch_l2_bulk(in" not in _kernel(512, 512, True)  # one batch holds every row
+    assert PREFETCH not in _kernel(512, 512, True)  # one batch holds every row
 
 
 @NEEDS_GXX
@@ -118,11 +144,11 @@ def test_the_same_bits_with_the_prefetches_or_without(monkeypatch: pytest.Monkey
     inputs, weights = random_inputs(graph, 4), random_weights(graph, 4)
     inputs["len"] = np.array([20], np.int32)
     plan = lower_cuda(graph)
-    assert "og_prefetch_l2_bulk(in" in plan.source()  # the rule and the kernel apply here
+    assert PREFETCH in plan.source()  # the rule and the kernel apply here
     got = cuda_emulator.run_plan(plan, inputs, weights)
     monkeypatch.setattr(l2_ahead, "L2_AHEAD", False)
     plain_plan = lower_cuda(graph)
-    assert "og_prefetch_l2_bulk(in" not in plain_plan.source()
+    assert PREFETCH not in plain_plan.source()
     plain = cuda_emulator.run_plan(plain_plan, inputs, weights)
     np.testing.assert_array_equal(got["o"], plain["o"])
     want = run_reference(graph, inputs, weights)["o"]
