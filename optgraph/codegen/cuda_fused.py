@@ -267,9 +267,9 @@ def _l2_ahead(g: Geometry, b_role: str) -> list[str]:
     """Statements bringing the weight rows of the block's split after its first batch into L2,
     at most `L2_AHEAD_BYTES` over the kernel (the first rows of each split first). The rows of
     a split are contiguous (all columns): the split's `tiles` blocks share them, each a
-    contiguous part, in bulk prefetches of up to `L2_AHEAD_CHUNK` bytes. (One prefetch per row
-    segment of the block's own tile, 256 bytes each, was slower: 1,438.9-1,439.2 against
-    1,429.5-1,434.4 µs on the realistic decode step.) None where no row is left."""
+    contiguous part, in bulk prefetches of up to `L2_AHEAD_CHUNK` bytes (one prefetch per row
+    segment of the block's own tile, 256 bytes each, was slower: docs/results/
+    2026-11-24-h100-l2-ahead.md). None where no row is left."""
     size = VECTOR_BYTES // g.vec
     first = BATCH * g.lanes  # the rows of `first_batch` (one weight)
     rows = min(g.rows - first, L2_AHEAD_BYTES // (g.splits * g.n * size))

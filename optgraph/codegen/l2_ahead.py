@@ -20,16 +20,13 @@ one-row product) on the GPU that reads, directly or through views, the result of
 with at most `cuda_attention_decode_layout.MAX_SQ` query rows on the same stream. A prefetch
 is a hint: the loads after the wait read whatever memory holds, so the rule affects time only.
 
-Measured on an H100 (docs/results/2026-11-24-h100-l2-ahead.md), the realistic decode step
-(hidden 4096, 8 layers; µs, three passes each):
-- the o-projection's whole slice ahead: 1,427.9-1,432.3 against 1,450.3-1,454.7 without;
-- in the same product, one prefetch per 256-byte row segment of the block's own tile instead of
-  shared contiguous rows: 1,438.9-1,439.2; two batches ahead only: no gain;
-- the same prefetch in the products after the norm kernels (q/k/v, FFN up, logits), whose
-  blocks start only at the norm's wait, with 8, 16 or 32 MiB: 1,444.1-1,467.7, slower.
-The attention itself gets slower (its second pass waits behind the prefetches: 9.8 against
-6.7 µs after its wait in layer 1), less than the o-projection gains. The launch-bound step is
-unchanged: its products' first batch holds every row.
+Measured on an H100 (docs/results/2026-11-24-h100-l2-ahead.md): the realistic decode step is
+faster with the o-projection's whole slice ahead; fewer rows ahead gain less; the same prefetch
+in the products after the norm kernels (whose blocks start only at the norm's wait, so the
+prefetches compete with their own loads) is slower, and so is every other way tried there of
+filling memory around the norms. The attention itself gets slower (its second pass waits behind
+the prefetches), by less than the o-projection gains. The launch-bound step is unchanged: its
+products' first batch holds every row.
 
 Complexity: O(V) over the graph's nodes.
 """
