@@ -110,6 +110,7 @@ def gemv_kernel(
     resident: frozenset[str] = frozenset(),
     fold: GemvFold | None = None,
     ahead: bool = False,
+    most_splits: int | None = None,
 ) -> tuple[Kernel, tuple[int, int, int]] | None:
     """(kernel, grid) of the fused product, or None when the shape does not qualify.
 
@@ -144,7 +145,7 @@ def gemv_kernel(
     m, k, n = shape
     vec = VECTOR[a_type.dtype]
     even = fold is not None and fold.rope is not None  # rope pairs the halves of a tile
-    g = Geometry(m, k, n, a_type.dtype, vec, *layout(k, n, vec, even))
+    g = Geometry(m, k, n, a_type.dtype, vec, *layout(k, n, vec, even, most_splits))
     if fold is not None:
         mode = pairing(fold, g.tile_cols, g.ct, n)
         if mode is None or epilogue or result != anchor.name:
@@ -355,10 +356,12 @@ def gemv_region(
     resident: frozenset[int] = frozenset(),
     fold: GemvFold | None = None,
     ahead: bool = False,
+    most_splits: int | None = None,
 ) -> list[Launch] | None:
     """The one launch of a fused product region with few rows, or None (use cuBLAS).
-    `resident`: the operands (by index) that are weights no kernel writes; `fold`, `ahead`: see
-    `gemv_kernel` (a fold's extra params are the launch's next roles: in{arity}, ...)."""
+    `resident`: the operands (by index) that are weights no kernel writes; `fold`, `ahead`,
+    `most_splits`: see `gemv_kernel` (a fold's extra params are the launch's next roles:
+    in{arity}, ...)."""
     if node.body is None or node.type is None:
         return None  # GEMV_MAX_M is applied by gemv_shape: a prologue needs this kernel anyway
     try:
@@ -380,6 +383,7 @@ def gemv_region(
         frozenset(node.body.params[k] for k in resident if k < len(node.body.params)),
         fold,
         ahead,
+        most_splits,
     )
     if made is None:
         return None
@@ -394,17 +398,19 @@ def gemv_matmul(
     resident: frozenset[int] = frozenset(),
     fold: GemvFold | None = None,
     ahead: bool = False,
+    most_splits: int | None = None,
 ) -> list[Launch] | None:
     """A plain matmul with few rows as the same kernel (no epilogue), or None; `resident`,
-    `fold`, `ahead`: see `gemv_region`."""
+    `fold`, `ahead`, `most_splits`: see `gemv_region`."""
     if node.op != "matmul" or node.type is None or len(types) != 2:
         return None
     params = ("#a", "#b")  # cannot clash with IR names
     anchor = Node(node.name, "matmul", params, node.attrs, node.type)
     named = frozenset(params[k] for k in resident if k < len(params))
     made = gemv_kernel(
-        node.name, params, types, anchor, [], node.name, node.type, (), named, fold, ahead
-    )
+        node.name, params, types, anchor, [], node.name, node.type, (), named, fold, ahead,
+        most_splits,
+    )  # fmt: skip
     if made is None:
         return None
     kernel, grid = made

@@ -97,9 +97,13 @@ class Geometry:
         return THREADS // self.ct
 
 
-def layout(k: int, n: int, vec: int, even: bool = False) -> tuple[int, int, int, int]:
+def layout(
+    k: int, n: int, vec: int, even: bool = False, most_splits: int | None = None
+) -> tuple[int, int, int, int]:
     """(column threads, tiles, splits, rows per split) of a [K, N] matrix (see the docstring).
-    `even`: an even number of column threads (a rope fold pairs the halves of a tile)."""
+    `even`: an even number of column threads (a rope fold pairs the halves of a tile);
+    `most_splits`: at most that many splits of K (a product sharing its launch with others,
+    `codegen/sibling_splits.py`)."""
     matrix_bytes = k * n * (VECTOR_BYTES // vec)
     for limit in (min(4, SINGLE_PASS_ROWS), SINGLE_PASS_ROWS):
         fits = [ct for ct in (8, 4, 2, 1) if limit and k <= limit * (THREADS // ct)]
@@ -114,13 +118,23 @@ def layout(k: int, n: int, vec: int, even: bool = False) -> tuple[int, int, int,
             return ct, tiles, 1, k
     ct = 32 if -(-n // (16 * vec)) < 16 else 16
     tiles = -(-n // (ct * vec))
-    return (ct, tiles, *splits(k, tiles))
+    if most_splits is None:
+        return (ct, tiles, *splits(k, tiles))
+    return (ct, tiles, *splits(k, tiles, most_splits, BATCH * (THREADS // ct)))
 
 
-def splits(k: int, tiles: int) -> tuple[int, int]:
-    """(S, rows per split): about a block per multiprocessor, ≥ MIN_ROWS_PER_SPLIT rows each."""
+def splits(k: int, tiles: int, most: int | None = None, unit: int = 1) -> tuple[int, int]:
+    """(S, rows per split): about a block per multiprocessor, ≥ MIN_ROWS_PER_SPLIT rows each;
+    with `most`, at most that many splits, all of the same whole number of batches of `unit`
+    rows where K is whole batches (the most such splits up to `most`), else of whole batches but
+    the last."""
     s = max(1, min(-(-SMS // tiles), k // MIN_ROWS_PER_SPLIT))
+    if most is not None:
+        s = max(1, min(s, most))
+        if k % unit == 0:
+            s = max(d for d in range(1, s + 1) if (k // unit) % d == 0)
     rows = -(-k // s)
+    rows = -(-rows // unit) * unit
     return -(-k // rows), rows
 
 

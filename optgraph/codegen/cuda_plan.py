@@ -68,6 +68,7 @@ from optgraph.codegen.merge_launches import merge_kernel_steps
 from optgraph.codegen.qkv_folds import fold_step, place_folds
 from optgraph.codegen.rope_cache_writes import rope_cache_step, rope_cache_writes
 from optgraph.codegen.scratch_space import place_scratch
+from optgraph.codegen.sibling_splits import sibling_splits
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
 
@@ -217,7 +218,9 @@ def lower_cuda(
             if root in in_place:
                 locations[name] = locations[root].shifted(offset)
     scratch, arena = place_scratch(graph, arena, value_bytes)
-    folds, absorbed = place_folds(graph, locations, in_place or {})  # q/k/v products
+    # products sharing a launch (q/k/v): split counts for one wave, folded or not
+    siblings = sibling_splits(graph, roots, types, weight_offsets) if merge_launches else {}
+    folds, absorbed = place_folds(graph, locations, in_place or {}, siblings)  # q/k/v products
     folded = rope_cache_writes(graph, in_place or {})  # a key's rope and its cache write
     folded = {r: w for r, w in folded.items() if r not in absorbed}
     argmaxes = argmax_folds(graph, locations, frozenset([*folds, *folded, *absorbed]))
@@ -281,6 +284,7 @@ def lower_cuda(
             in_place=overwrites,
             resident=resident,
             l2_ahead=node.name in ahead,
+            most_splits=siblings.get(node.name),
         )
         for work in work_list:
             if isinstance(work, Launch):

@@ -120,9 +120,13 @@ class _Graph:
 
 
 def product_folds(
-    graph: Graph, locations: Mapping[str, Location], in_place: Mapping[str, str]
+    graph: Graph,
+    locations: Mapping[str, Location],
+    in_place: Mapping[str, str],
+    most_splits: Mapping[str, int] | None = None,
 ) -> dict[str, ProductFold]:
-    """{product name: its fold} for every product whose kernel can do its readers' work."""
+    """{product name: its fold} for every product whose kernel can do its readers' work;
+    `most_splits`: products' split counts at most (`codegen/sibling_splits.py`)."""
     if not FOLD_QKV:
         return {}
     g = _Graph(graph, locations)
@@ -130,7 +134,7 @@ def product_folds(
     for node in graph.nodes:
         if node.op not in ("fused", "matmul") or node.type is None:
             continue
-        found = _fold_of(g, node, in_place)
+        found = _fold_of(g, node, in_place, (most_splits or {}).get(node.name))
         if found is not None:
             folds[node.name] = found
     return folds
@@ -140,7 +144,9 @@ def _same_place(a: Node, b: Node) -> bool:
     return a.stream == b.stream and a.ann.backend == b.ann.backend
 
 
-def _fold_of(g: _Graph, product: Node, in_place: Mapping[str, str]) -> ProductFold | None:
+def _fold_of(
+    g: _Graph, product: Node, in_place: Mapping[str, str], most_splits: int | None = None
+) -> ProductFold | None:
     readers = g.readers(product.name)
     if len(readers) != 1 or "#output" in readers:
         return None
@@ -178,9 +184,9 @@ def _fold_of(g: _Graph, product: Node, in_place: Mapping[str, str]) -> ProductFo
         k for k, o in enumerate(product.operands) if g.locations[o].space == "weights"
     )
     if product.op == "fused":
-        launches = cuda_fused.gemv_region(product, types, resident, fold)
+        launches = cuda_fused.gemv_region(product, types, resident, fold, False, most_splits)
     else:
-        launches = cuda_fused.gemv_matmul(product, types, resident, fold)
+        launches = cuda_fused.gemv_matmul(product, types, resident, fold, False, most_splits)
     if not launches:
         return None
     return ProductFold(product, rope, write, launches[0])
@@ -248,11 +254,14 @@ def fold_step(
 
 
 def place_folds(
-    graph: Graph, locations: dict[str, Location], in_place: Mapping[str, str]
+    graph: Graph,
+    locations: dict[str, Location],
+    in_place: Mapping[str, str],
+    most_splits: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, ProductFold], set[str]]:
     """(folds by product, the nodes they absorb); a q fold's rope result (and its views) now
-    lives in the product's bytes, in `locations`."""
-    folds = product_folds(graph, locations, in_place)
+    lives in the product's bytes, in `locations`. `most_splits`: see `product_folds`."""
+    folds = product_folds(graph, locations, in_place, most_splits)
     views = alias_views(graph)
     for fold in folds.values():
         if fold.rope is None or fold.write is not None:
