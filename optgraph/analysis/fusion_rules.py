@@ -367,3 +367,26 @@ def plan_body(body: Region, operand_types: Sequence[TensorType]) -> RegionPlan:
     if plan is None:
         raise ValueError(f"fused region is not one kernel: {reason}")
     return plan
+
+
+def product_operands(node: Node, types: Mapping[str, TensorType]) -> tuple[str, str, Node] | None:
+    """(row operand, weight operand, the matmul) of a product node: a plain matmul, or a fused
+    region whose product (its anchor) reads both from the region's parameters; None otherwise.
+
+        %y = fused(%x, %w, %b) { %mm = matmul(%p0, %p1)  %t = add(%mm, %p2) }  ->  (%x, %w, %mm)
+    """
+    if node.op == "matmul" and len(node.operands) == 2:
+        return node.operands[0], node.operands[1], node
+    if node.op != "fused" or node.body is None:
+        return None
+    try:
+        plan = plan_body(node.body, [types[o] for o in node.operands])
+    except ValueError:
+        return None
+    if plan.kind != PRODUCT or plan.anchor is None:
+        return None
+    anchor = next(n for n in node.body.nodes if n.name == plan.anchor)
+    params = dict(zip(node.body.params, node.operands))
+    if anchor.op != "matmul" or any(o not in params for o in anchor.operands[:2]):
+        return None
+    return params[anchor.operands[0]], params[anchor.operands[1]], anchor

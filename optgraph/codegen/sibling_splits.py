@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from optgraph.analysis.fusion_rules import PRODUCT, plan_body
+from optgraph.analysis.fusion_rules import product_operands
 from optgraph.codegen.cuda_gemv_layout import MIN_BLOCKS, SMS, VECTOR, layout
 from optgraph.ir.graph import Graph, Node, TensorType
 
@@ -100,10 +100,10 @@ def _member(
 ) -> _Member | None:
     """`node` as a group member: a one-row product of a resident 2-D weight, with its layout
     alone; None otherwise."""
-    found = _row_and_weight(node, types)
+    found = product_operands(node, types)
     if found is None:
         return None
-    row, weight = found
+    row, weight, _ = found
     a, b = types[row], types[weight]
     if (
         weight not in resident
@@ -117,27 +117,6 @@ def _member(
     k, n = b.shape
     _, tiles, splits, _ = layout(k, n, VECTOR[b.dtype])
     return _Member(node.name, roots.get(row, (row, 0))[0], tiles, splits, b.nbytes)
-
-
-def _row_and_weight(node: Node, types: Mapping[str, TensorType]) -> tuple[str, str] | None:
-    """(row operand, weight operand) of a product node: a plain matmul, or a fused region whose
-    product reads both from its parameters; None otherwise."""
-    if node.op == "matmul" and len(node.operands) == 2:
-        return node.operands[0], node.operands[1]
-    if node.op != "fused" or node.body is None:
-        return None
-    try:
-        plan = plan_body(node.body, [types[o] for o in node.operands])
-    except ValueError:
-        return None
-    if plan.kind != PRODUCT or plan.anchor is None:
-        return None
-    anchor = next(n for n in node.body.nodes if n.name == plan.anchor)
-    params = dict(zip(node.body.params, node.operands))
-    a, b = anchor.operands[0], anchor.operands[1]
-    if a not in params or b not in params:
-        return None
-    return params[a], params[b]
 
 
 def _splits(group: Sequence[_Member]) -> dict[str, int]:

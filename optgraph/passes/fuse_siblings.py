@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from optgraph.analysis.fusion_rules import PRODUCT, one_row_product, plan_body
+from optgraph.analysis.fusion_rules import one_row_product, product_operands
 from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node, Region, TensorType
 from optgraph.ir.names import fresh_name
 from optgraph.passes.base import Pass
@@ -53,23 +53,10 @@ def _candidate(node: Node, types: dict[str, TensorType]) -> _Candidate | None:
     """The node as a one-row product of an outer row, or None."""
     if node.type is None or node.is_event:
         return None
-    if node.op == "matmul":
-        shape = one_row_product(node, types[node.operands[0]], types[node.operands[1]])
-        return None if shape is None else _Candidate(-1, node.operands[0], shape[0], node.name)
-    if node.op != "fused" or node.body is None:
+    found = product_operands(node, types)
+    if found is None:
         return None
-    try:
-        plan = plan_body(node.body, [types[o] for o in node.operands])
-    except ValueError:
-        return None
-    if plan.kind != PRODUCT or plan.anchor is None:
-        return None
-    by_name = {n.name: n for n in node.body.nodes}
-    anchor = by_name[plan.anchor]
-    params = dict(zip(node.body.params, node.operands))
-    if anchor.op != "matmul" or any(o not in params for o in anchor.operands):
-        return None
-    a, b = (params[o] for o in anchor.operands)
+    a, b, anchor = found
     shape = one_row_product(anchor, types[a], types[b])
     return None if shape is None else _Candidate(-1, a, shape[0], anchor.name)
 
