@@ -49,7 +49,6 @@ from optgraph.codegen.cuda_gemv_layout import (
     BOUNDS,
     THREADS,
     VECTOR,
-    VECTOR_BYTES,
     Geometry,
     first_batch,
     layout,
@@ -68,6 +67,7 @@ from optgraph.codegen.cuda_source import (
     out_param,
     store,
 )
+from optgraph.codegen.l2_ahead import weight_rows_to_l2
 from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
 
@@ -121,7 +121,8 @@ def gemv_kernel(
     `resident`: params bound to weights no kernel writes; when the product's weight is one (and
     `EARLY_WEIGHTS`), each thread loads its first batch of weight rows into registers before
     the PDL wait, so during the preceding kernel; with `ahead` (the preceding kernel streams
-    little from memory), the block's later rows are brought into L2 then too (`_l2_ahead`).
+    little from memory), the block's later rows are brought into L2 then too
+    (`l2_ahead.weight_rows_to_l2`).
 
     `params` name the region's operands in0, in1, ...; the anchor's weight is a param, its row
     a param or the value of `prologue` (see `row_prologue`). The kernel's phases: the product
@@ -160,7 +161,7 @@ def gemv_kernel(
         if items <= THREADS:  # one store item a thread: its factors computed up front
             factors = rope_factors(fold, len(types), items, g.tile_cols, g.column("c"))
     before_wait = preload and fold is not None and fold.pos_is_input
-    ahead_rows = _l2_ahead(g, b_role) if preload and ahead else []
+    ahead_rows = weight_rows_to_l2(g, b_role) if preload and ahead else []
     body = _product(
         g, params, types, prologue, row, b_role, preload, (factors, before_wait), ahead_rows
     )
@@ -200,8 +201,8 @@ def _product(
     kernel has `self_wait`), then everything that reads what other kernels write. `factors`:
     ((the rope position's load, the rope factors' statements), whether they may come before the
     PDL wait) of a fold (`cuda_gemv_epilogues.rope_factors`), placed before the product.
-    `l2_rows`: statements prefetching later weight rows into L2 (`_l2_ahead`), after the first
-    batch's loads and before the wait."""
+    `l2_rows`: statements prefetching later weight rows into L2 (`l2_ahead.weight_rows_to_l2`),
+    after the first batch's loads and before the wait."""
     row, row_type = row_of
     (load_pos, rope), before_wait = factors
     row_setup, row_value = row_prologue(params, types, prologue, row, row_type, g.m)
@@ -256,47 +257,6 @@ PREFETCH = False
 # the device's weight buffer only: no kernel writes them), so the loads overlap the preceding
 # kernel; the L2 prefetch above is then not emitted. False: every load after the wait.
 EARLY_WEIGHTS = True
-
-# Bytes, over the whole kernel, of a product's weight rows after its first batch that it brings
-# into L2 before its PDL wait where the kernel before it streams little from memory (`ahead`,
-# chosen by `codegen/l2_ahead.py`), in bulk prefetches of at most L2_AHEAD_CHUNK bytes; 0: none.
-L2_AHEAD_BYTES = 32 << 20
-L2_AHEAD_CHUNK = 64 << 10
-
-
-def _l2_ahead(g: Geometry, b_role: str) -> list[str]:
-    """Statements bringing the weight rows of the block's split after its first batch into L2,
-    at most `L2_AHEAD_BYTES` over the kernel (the first rows of each split first). The rows of
-    a split are contiguous (all columns): the split's `tiles` blocks share them, each a
-    contiguous part, in bulk prefetches of up to `L2_AHEAD_CHUNK` bytes (one prefetch per row
-    segment of the block's own tile, 256 bytes each, was slower: docs/results/
-    2026-11-24-h100-l2-ahead.md). None where no row is left."""
-    size = VECTOR_BYTES // g.vec
-    first = BATCH * g.lanes  # the rows of `first_batch` (one weight)
-    rows = min(g.rows - first, L2_AHEAD_BYTES // (g.splits * g.n * size))
-    if rows <= 0:
-        return []
-    row = g.n * size
-    chunk = L2_AHEAD_CHUNK
-    return [
-        "{  // the split's rows after the first batch into L2, shared among its tiles' blocks",
-        f"  const unsigned long long lo = (unsigned long long)(k0 + {first}u) * {row}ull;",
-        f"  const unsigned long long hi = (unsigned long long)min(k1, k0 + {first + rows}u) * {row}ull;",
-        "  if (lo < hi) {",
-        f"    const unsigned long long part = ((hi - lo) / {g.tiles}ull + 15ull) & ~15ull;",
-        "    const unsigned long long a = lo + (unsigned long long)tile * part;",
-        "    const unsigned long long b = min(hi, a + part);",
-        (
-            f"    for (unsigned long long at = a + (unsigned long long)threadIdx.x * {chunk}ull;"
-            f" at < b; at += {THREADS * chunk}ull)"
-        ),
-        (
-            f"      og_prefetch_l2_bulk(reinterpret_cast<const char*>({b_role}) + at,"
-            f" (unsigned int)min((unsigned long long){chunk}, b - at));"
-        ),
-        "  }",
-        "}",
-    ]
 
 
 def _prefetch_weights(b_role: str, g: Geometry) -> str:

@@ -5,8 +5,8 @@ then wait on chains of dependent arithmetic (dot products, a block maximum, the 
 so memory is nearly idle for the microseconds it runs. Under PDL the product that reads its
 result (the o-projection) is resident meanwhile and loads its first batch of weight rows into
 registers before its wait (`cuda_fused.EARLY_WEIGHTS`). With this rule its blocks also bring
-the rest of their splits' rows into L2 then (`cuda_fused._l2_ahead`: bulk prefetches of the
-contiguous rows, shared among the split's blocks, at most `cuda_fused.L2_AHEAD_BYTES` over the
+the rest of their splits' rows into L2 then (`weight_rows_to_l2`: bulk prefetches of the
+contiguous rows, shared among the split's blocks, at most `L2_AHEAD_BYTES` over the
 kernel), which stream in during the attention:
 
     %a = attention(%q, %kc, %vc, %len) : f16[1,32,1,128]      (one query row: decode)
@@ -36,12 +36,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from optgraph.codegen import cuda_attention_decode_layout
+from optgraph.codegen.cuda_gemv_layout import BATCH, THREADS, VECTOR_BYTES, Geometry
 from optgraph.codegen.cuda_head_rows import attention_shape
 from optgraph.ir.graph import Graph, TensorType
 
 # Products reading a decode attention's result prefetch their weights into L2 before their PDL
 # wait; False: none does.
 L2_AHEAD = True
+# Bytes, over the whole kernel, of such a product's weight rows after its first batch that it
+# brings into L2, in bulk prefetches of at most L2_AHEAD_CHUNK bytes; 0: none.
+L2_AHEAD_BYTES = 32 << 20
+L2_AHEAD_CHUNK = 64 << 10
 
 PRODUCTS = frozenset({"matmul", "fused"})
 
@@ -68,3 +73,38 @@ def l2_ahead_products(
             if any(decode.get(s, -1) == node.stream for s in sources):
                 found.add(node.name)
     return frozenset(found)
+
+
+def weight_rows_to_l2(g: Geometry, b_role: str) -> list[str]:
+    """Statements bringing the weight rows of the block's split after its first batch into L2,
+    at most `L2_AHEAD_BYTES` over the kernel (the first rows of each split first). The rows of
+    a split are contiguous (all columns): the split's `tiles` blocks share them, each a
+    contiguous part, in bulk prefetches of up to `L2_AHEAD_CHUNK` bytes (one prefetch per row
+    segment of the block's own tile, 256 bytes each, was slower: docs/results/
+    2026-11-24-h100-l2-ahead.md). None where no row is left."""
+    size = VECTOR_BYTES // g.vec
+    first = BATCH * g.lanes  # the rows of `first_batch` (one weight)
+    rows = min(g.rows - first, L2_AHEAD_BYTES // (g.splits * g.n * size))
+    if rows <= 0:
+        return []
+    row = g.n * size
+    chunk = L2_AHEAD_CHUNK
+    return [
+        "{  // the split's rows after the first batch into L2, shared among its tiles' blocks",
+        f"  const unsigned long long lo = (unsigned long long)(k0 + {first}u) * {row}ull;",
+        f"  const unsigned long long hi = (unsigned long long)min(k1, k0 + {first + rows}u) * {row}ull;",
+        "  if (lo < hi) {",
+        f"    const unsigned long long part = ((hi - lo) / {g.tiles}ull + 15ull) & ~15ull;",
+        "    const unsigned long long a = lo + (unsigned long long)tile * part;",
+        "    const unsigned long long b = min(hi, a + part);",
+        (
+            f"    for (unsigned long long at = a + (unsigned long long)threadIdx.x * {chunk}ull;"
+            f" at < b; at += {THREADS * chunk}ull)"
+        ),
+        (
+            f"      og_prefetch_l2_bulk(reinterpret_cast<const char*>({b_role}) + at,"
+            f" (unsigned int)min((unsigned long long){chunk}, b - at));"
+        ),
+        "  }",
+        "}",
+    ]

@@ -1,6 +1,6 @@
 """Products that bring their weights into L2 during the decode attention before them
-(codegen/l2_ahead.py, cuda_fused._l2_ahead): which products the rule picks, where the prefetches
-go in the kernel and how many rows they cover, and in the CPU emulator the same bits with the
+(codegen/l2_ahead.py: the rule and `weight_rows_to_l2`): which products the rule picks, where
+the prefetches go in the kernel and how many rows they cover, and in the CPU emulator the same bits with the
 rule on and off (a prefetch is only a hint)."""
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def test_the_tiles_blocks_cover_the_splits_rows_without_gaps() -> None:
 
 
 def test_the_budget_bounds_the_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cuda_fused, "L2_AHEAD_BYTES", 4 << 20)
+    monkeypatch.setattr(l2_ahead, "L2_AHEAD_BYTES", 4 << 20)
     source = _kernel(4096, 4096, True)
     first, end = _prefetched_rows(source)
     rows = int(re.search(r"k1 = min\(4096u, k0 \+ (\d+)u\)", source).group(1))
