@@ -1,7 +1,7 @@
 """Products that bring their weights into L2 during the decode attention before them
 (codegen/l2_ahead.py: the rule and `weight_rows_to_l2`): which products the rule picks, where
-the prefetches go in the kernel and how many rows they cover, and in the CPU emulator the same bits with the
-rule on and off (a prefetch is only a hint)."""
+the prefetches go in the kernel and how many rows they cover, and in the CPU emulator the same
+bits with the rule on and off (a prefetch is only a hint)."""
 
 from __future__ import annotations
 
