@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from optgraph.analysis.fusion_rules import product_operands
 from optgraph.codegen.cuda_gemv_layout import MIN_BLOCKS, SMS, VECTOR, layout
-from optgraph.ir.graph import Graph, Node, TensorType
+from optgraph.ir.graph import Graph, Node, TensorType, Weight
 
 # Products merged into one launch take split counts for one wave; False: each its own.
 SIBLING_SPLITS = True
@@ -60,8 +60,8 @@ def sibling_splits(
     """{product node: its most splits} where fewer than the product's own (the rule of the
     module docstring; `cuda_gemv_layout.splits` may take fewer, for equal whole batches); `roots`: `ir.layout.alias_roots(graph)`; `resident`: the weights in the
     device's weight buffer."""
-    if not SIBLING_SPLITS:
-        return {}
+    if not SIBLING_SPLITS or not any(_split_alone(w, resident) for w in graph.weights):
+        return {}  # no product has splits to give up (a small model's single-pass products)
     by_stream: dict[int, list[Node]] = {}
     for node in graph.nodes:
         if node.is_event or node.name in roots or node.ann.backend == "cpu":
@@ -79,6 +79,14 @@ def sibling_splits(
                 group.append(member)
         found.update(_splits(group))
     return found
+
+
+def _split_alone(weight: Weight, resident: Mapping[str, int]) -> bool:
+    """Whether a one-row product of `weight` alone takes more than one split of K."""
+    t = weight.type
+    if weight.name not in resident or t.rank != 2 or t.dtype not in VECTOR:
+        return False
+    return layout(t.shape[0], t.shape[1], VECTOR[t.dtype])[2] > 1
 
 
 def _joins(
