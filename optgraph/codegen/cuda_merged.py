@@ -29,6 +29,7 @@ kernel's. Legality (which launches may merge) is `merge_launches`' business, not
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Sequence
@@ -58,6 +59,7 @@ def part_name(kernel: Kernel) -> str:
     return f"{kernel.name}_part"
 
 
+@functools.lru_cache(maxsize=4096)  # a plan repeats its layers' kernels (the name is the text's)
 def part_function(kernel: Kernel, early: bool = False) -> str:
     """`kernel`'s body (or its `early` statements, in `<name>_early`) as a `__device__` function
     of its block index, grid dims and params."""
@@ -82,7 +84,13 @@ def _block_index(rel: str, grid: tuple[int, int, int]) -> str:
 
 
 def merged_kernel(members: Sequence[tuple[Kernel, tuple[int, int, int]]]) -> Kernel:
-    """One kernel running every member's grid in one launch (grid: the sum of their blocks)."""
+    """One kernel running every member's grid in one launch (grid: the sum of their blocks).
+    Remembered for the last few thousand member lists: a plan's layers repeat theirs."""
+    return _merged_kernel(tuple(members))
+
+
+@functools.lru_cache(maxsize=4096)
+def _merged_kernel(members: tuple[tuple[Kernel, tuple[int, int, int]], ...]) -> Kernel:
     assert len(members) >= 2 and all(is_mergeable(k) for k, _ in members)
     params: list[str] = []
     decls: dict[str, None] = {}

@@ -18,6 +18,7 @@ type). Kernels never assume `__restrict__`: planned in-place ops make `out` alia
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -336,6 +337,7 @@ _SHARED_DECL = re.compile(r"__shared__\s+([^;{}]*);")
 _DECLARATOR = re.compile(r"\s*[A-Za-z_]\w*((?:\[\d+\])*)\s*")
 
 
+@functools.lru_cache(maxsize=4096)  # asked for each launch's kernel; a plan repeats its kernels
 def static_shared_bytes(body: str) -> int | None:
     """An upper bound of the static shared memory `body` declares (each array rounded up to 16
     bytes for alignment), or None where a `__shared__` declaration is not of the plain forms the
