@@ -13,15 +13,16 @@ the same bytes and the launch is one wave:
 
 The rule: a group is two or more consecutive product nodes of one stream (nodes that issue
 nothing between them are skipped) that read the same row (through views) and one weight each
-from the device's weight buffer, none reading another's result: the launches `merge_launches`
-puts together. Where their blocks alone would exceed `MIN_BLOCKS × SMS`, each block gets about
-B bytes: the group's weight bytes over `MIN_BLOCKS × SMS`, or the bytes of the group's largest
-blocks alone where more (the launch cannot end before those, and smaller blocks elsewhere only
-add partial sums). A product of `tiles` tiles and W bytes gets ⌊W / (tiles · B)⌋ splits, at
-least 1 and never more than alone, then as many as that or fewer that cut K into equal whole
-batches of rows where they can (`cuda_gemv_layout.splits`). Used only where launches are merged; the q/k/v folds (`qkv_folds`)
-and plain products (`cuda_dispatch`) take the same counts, so folding them does not change
-their sums' order.
+from the device's weight buffer, none reading another's result, at most
+`merge_launches.MAX_MEMBERS` of them: the launches `merge_launches` puts together. Where their
+blocks alone would exceed `MIN_BLOCKS × SMS`, each block gets about B bytes: the group's weight
+bytes over `MIN_BLOCKS × SMS`, or the bytes of the group's largest blocks alone where more (the
+launch cannot end before those, and smaller blocks elsewhere only add partial sums). A product
+of `tiles` tiles and W bytes gets ⌊W / (tiles · B)⌋ splits, at least 1 and never more than
+alone, then as many as that or fewer that cut K into equal whole batches of rows where they can
+(`cuda_gemv_layout.splits`). Used only where launches are merged; the q/k/v folds
+(`qkv_folds`) and plain products (`cuda_dispatch`) take the same counts, so folding them does
+not change their sums' order.
 
 Measured on an H100 (docs/results/2026-11-24-h100-l2-ahead.md): the realistic decode step is
 faster with k and v at 8 splits (equal whole batches) than at 33 (alone), 9, 10, 11 or 13.
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 
 from optgraph.analysis.fusion_rules import product_operands
 from optgraph.codegen.cuda_gemv_layout import MIN_BLOCKS, SMS, VECTOR, layout
+from optgraph.codegen.merge_launches import MAX_MEMBERS
 from optgraph.ir.graph import Graph, Node, TensorType, Weight
 
 # Products merged into one launch take split counts for one wave; False: each its own.
@@ -58,8 +60,9 @@ def sibling_splits(
     resident: Mapping[str, int],
 ) -> dict[str, int]:
     """{product node: its most splits} where fewer than the product's own (the rule of the
-    module docstring; `cuda_gemv_layout.splits` may take fewer, for equal whole batches); `roots`: `ir.layout.alias_roots(graph)`; `resident`: the weights in the
-    device's weight buffer."""
+    module docstring; `cuda_gemv_layout.splits` may take fewer, for equal whole batches);
+    `roots`: `ir.layout.alias_roots(graph)`; `resident`: the weights in the device's weight
+    buffer."""
     if not SIBLING_SPLITS or not any(_split_alone(w, resident) for w in graph.weights):
         return {}  # no product has splits to give up (a small model's single-pass products)
     by_stream: dict[int, list[Node]] = {}
@@ -92,9 +95,12 @@ def _split_alone(weight: Weight, resident: Mapping[str, int]) -> bool:
 def _joins(
     group: Sequence[_Member], member: _Member, node: Node, roots: Mapping[str, tuple[str, int]]
 ) -> bool:
-    """Whether `member` (of `node`) extends `group`: the same row, no member's result read."""
+    """Whether `member` (of `node`) extends `group`: the same row, no member's result read, at
+    most `merge_launches.MAX_MEMBERS` members (one launch)."""
     if not group:
         return True
+    if len(group) >= MAX_MEMBERS:
+        return False
     taken = {m.node for m in group}
     reads = {roots.get(o, (o, 0))[0] for o in node.operands}
     return member.row == group[0].row and not reads & taken
