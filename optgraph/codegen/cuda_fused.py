@@ -109,7 +109,7 @@ def gemv_kernel(
     prologue: Sequence[Node] = (),
     resident: frozenset[str] = frozenset(),
     fold: GemvFold | None = None,
-    ahead: bool = False,
+    l2_ahead: bool = False,
     most_splits: int | None = None,
 ) -> tuple[Kernel, tuple[int, int, int]] | None:
     """(kernel, grid) of the fused product, or None when the shape does not qualify.
@@ -120,7 +120,7 @@ def gemv_kernel(
 
     `resident`: params bound to weights no kernel writes; when the product's weight is one (and
     `EARLY_WEIGHTS`), each thread loads its first batch of weight rows into registers before
-    the PDL wait, so during the preceding kernel; with `ahead` (the preceding kernel streams
+    the PDL wait, so during the preceding kernel; with `l2_ahead` (the preceding kernel streams
     little from memory), the block's later rows are brought into L2 then too
     (`l2_ahead.weight_rows_to_l2`).
 
@@ -161,7 +161,7 @@ def gemv_kernel(
         if items <= THREADS:  # one store item a thread: its factors computed up front
             factors = rope_factors(fold, len(types), items, g.tile_cols, g.column("c"))
     before_wait = preload and fold is not None and fold.pos_is_input
-    ahead_rows = weight_rows_to_l2(g, b_role) if preload and ahead else []
+    ahead_rows = weight_rows_to_l2(g, b_role) if preload and l2_ahead else []
     body = _product(
         g, params, types, prologue, row, b_role, preload, (factors, before_wait), ahead_rows
     )
@@ -315,11 +315,11 @@ def gemv_region(
     types: Sequence[TensorType],
     resident: frozenset[int] = frozenset(),
     fold: GemvFold | None = None,
-    ahead: bool = False,
+    l2_ahead: bool = False,
     most_splits: int | None = None,
 ) -> list[Launch] | None:
     """The one launch of a fused product region with few rows, or None (use cuBLAS).
-    `resident`: the operands (by index) that are weights no kernel writes; `fold`, `ahead`,
+    `resident`: the operands (by index) that are weights no kernel writes; `fold`, `l2_ahead`,
     `most_splits`: see `gemv_kernel` (a fold's extra params are the launch's next roles:
     in{arity}, ...)."""
     if node.body is None or node.type is None:
@@ -342,7 +342,7 @@ def gemv_region(
         [by_name[p] for p in plan.prologue],
         frozenset(node.body.params[k] for k in resident if k < len(node.body.params)),
         fold,
-        ahead,
+        l2_ahead,
         most_splits,
     )
     if made is None:
@@ -357,18 +357,18 @@ def gemv_matmul(
     types: Sequence[TensorType],
     resident: frozenset[int] = frozenset(),
     fold: GemvFold | None = None,
-    ahead: bool = False,
+    l2_ahead: bool = False,
     most_splits: int | None = None,
 ) -> list[Launch] | None:
     """A plain matmul with few rows as the same kernel (no epilogue), or None; `resident`,
-    `fold`, `ahead`, `most_splits`: see `gemv_region`."""
+    `fold`, `l2_ahead`, `most_splits`: see `gemv_region`."""
     if node.op != "matmul" or node.type is None or len(types) != 2:
         return None
     params = ("#a", "#b")  # cannot clash with IR names
     anchor = Node(node.name, "matmul", params, node.attrs, node.type)
     named = frozenset(params[k] for k in resident if k < len(params))
     made = gemv_kernel(
-        node.name, params, types, anchor, [], node.name, node.type, (), named, fold, ahead,
+        node.name, params, types, anchor, [], node.name, node.type, (), named, fold, l2_ahead,
         most_splits,
     )  # fmt: skip
     if made is None:

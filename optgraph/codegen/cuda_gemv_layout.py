@@ -118,8 +118,6 @@ def layout(
             return ct, tiles, 1, k
     ct = 32 if -(-n // (16 * vec)) < 16 else 16
     tiles = -(-n // (ct * vec))
-    if most_splits is None:
-        return (ct, tiles, *splits(k, tiles))
     return (ct, tiles, *splits(k, tiles, most_splits, BATCH * (THREADS // ct)))
 
 
@@ -129,7 +127,9 @@ def splits(k: int, tiles: int, most: int | None = None, unit: int = 1) -> tuple[
     rows where K is whole batches (the most such splits up to `most`), else of whole batches but
     the last."""
     s = max(1, min(-(-SMS // tiles), k // MIN_ROWS_PER_SPLIT))
-    if most is not None:
+    if most is None:
+        unit = 1
+    else:
         s = max(1, min(s, most))
         if k % unit == 0:
             s = max(d for d in range(1, s + 1) if (k // unit) % d == 0)

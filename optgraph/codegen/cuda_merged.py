@@ -59,7 +59,6 @@ def part_name(kernel: Kernel) -> str:
     return f"{kernel.name}_part"
 
 
-@functools.lru_cache(maxsize=4096)  # a plan repeats its layers' kernels (the name is the text's)
 def part_function(kernel: Kernel, early: bool = False) -> str:
     """`kernel`'s body (or its `early` statements, in `<name>_early`) as a `__device__` function
     of its block index, grid dims and params."""
@@ -85,7 +84,8 @@ def _block_index(rel: str, grid: tuple[int, int, int]) -> str:
 
 def merged_kernel(members: Sequence[tuple[Kernel, tuple[int, int, int]]]) -> Kernel:
     """One kernel running every member's grid in one launch (grid: the sum of their blocks).
-    Remembered for the last few thousand member lists: a plan's layers repeat theirs."""
+    Remembered for the last few thousand member lists (with their member functions): a plan's
+    layers repeat theirs."""
     return _merged_kernel(tuple(members))
 
 

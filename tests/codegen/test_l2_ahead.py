@@ -15,6 +15,7 @@ import pytest
 
 import optgraph as og
 from optgraph.codegen import cuda_fused, l2_ahead
+from optgraph.codegen.cuda_gemv_layout import THREADS
 from optgraph.codegen.cuda_plan import lower_cuda
 from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.layout import alias_roots
@@ -105,27 +106,55 @@ def test_the_prefetches_come_before_the_wait_after_the_first_batch() -> None:
         assert PREFETCH not in off  # not asked for; weights loaded after the wait
 
 
+def _c_expr(text: str) -> str:
+    """A generated C integer expression as Python (casts and suffixes dropped, `/` floored)."""
+    text = re.sub(r"\((?:unsigned long long|unsigned int)\)", "", text)
+    text = re.sub(r"(\d+)(?:ull|u)\b", r"\1", text)
+    return text.replace("/", "//")
+
+
+def _prefetched_bytes(source: str, k0: int, k1: int, tile: int) -> list[tuple[int, int]]:
+    """The [start, end) byte ranges block `tile` of the split [k0, k1) prefetches, every thread's,
+    by evaluating the kernel's own prefetch statements."""
+    block = source[source.index("the split's rows after the first batch") :]
+    block = block[: block.index("og_grid_dependency_wait")]
+    env: dict[str, int] = {"k0": k0, "k1": k1, "tile": tile}
+    for name in ("lo", "hi", "part", "a", "b"):
+        expr = re.search(rf"unsigned long long {name} = ([^;]+);", block).group(1)
+        env[name] = eval(_c_expr(expr), {"min": min}, env)
+    loop = re.search(r"for \(unsigned long long at = ([^;]+); at < b; at \+= ([^)]+)\)", block)
+    size = re.search(r"og_prefetch_l2_bulk\([^+]+\+ at, ([^;]+)\);", block).group(1)
+    ranges = []
+    for thread in range(THREADS):
+        at = eval(_c_expr(loop.group(1)), {"min": min}, {**env, "threadIdx": _Thread(thread)})
+        while at < env["b"]:
+            n = eval(_c_expr(size), {"min": min}, {**env, "at": at})
+            ranges.append((at, at + n))
+            at += eval(_c_expr(loop.group(2)), {}, env)
+    return ranges
+
+
+class _Thread:
+    def __init__(self, x: int) -> None:
+        self.x = x
+
+
 def test_the_tiles_blocks_cover_the_splits_rows_without_gaps() -> None:
-    """The split's bytes [lo, hi) are shared among its tiles' blocks: evaluated as the kernel
-    does, their parts cover every byte once (the last parts may be empty)."""
+    """Evaluated from the kernel's own statements, the prefetches of a split's tiles' blocks
+    cover the split's rows after the first batch exactly once, in 16-byte aligned pieces."""
     source = _kernel(4096, 4096, True)
     first, end = _prefetched_rows(source)
-    tiles = int(re.search(r"part = \(\(hi - lo\) / (\d+)ull", source).group(1))
-    row = int(re.search(r"\(k0 \+ \d+u\) \* (\d+)ull", source).group(1))
-    assert row == 4096 * 2
     rows = int(re.search(r"k1 = min\(4096u, k0 \+ (\d+)u\)", source).group(1))
+    tiles = 4096 // (16 * 8)  # 16 column threads of 8 halves a tile
+    row = 4096 * 2
     for k0 in range(0, 4096, rows):
         k1 = min(4096, k0 + rows)
+        pieces = sorted(r for t in range(tiles) for r in _prefetched_bytes(source, k0, k1, t))
         lo, hi = (k0 + first) * row, min(k1, k0 + end) * row
-        part = ((hi - lo) // tiles + 15) & ~15
-        covered = []
-        for tile in range(tiles):
-            a = lo + tile * part
-            b = min(hi, a + part)
-            covered += [(a, b)] if a < b else []
-            assert a % 16 == 0 and (b <= a or (b - a) % 16 == 0)
-        assert covered[0][0] == lo and covered[-1][1] == hi
-        assert all(x[1] == y[0] for x, y in itertools.pairwise(covered))
+        assert pieces[0][0] == lo and pieces[-1][1] == hi
+        assert all(x[1] == y[0] for x, y in itertools.pairwise(pieces))  # no gap, no overlap
+        assert all(s % 16 == 0 and (e - s) % 16 == 0 and e > s for s, e in pieces)
+        assert max(e - s for s, e in pieces) <= l2_ahead.L2_AHEAD_CHUNK
 
 
 def test_the_budget_bounds_the_rows(monkeypatch: pytest.MonkeyPatch) -> None:
