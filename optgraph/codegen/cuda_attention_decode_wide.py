@@ -24,6 +24,11 @@ whole cache when every chunk is one pass, as in the examples). V of keys at or p
 limit is zeroed: stale cache rows cannot turn a weight of 0 into NaN. Keys before a window's
 start are read too (correct; wasted bandwidth on windowed long caches).
 
+Measured and not kept: the later passes' K/V copied into shared memory before the wait (the
+realistic step's attention got shorter, the step slower: the products around it lose to the
+larger shared-memory carveout), and the trigger moved after the last pass's loads
+(docs/results/2026-11-24-h100-attention-tail-final-status.md).
+
 Not handled (the caller uses `cuda_attention_decode`): rows that are no 1-32 lanes of 16 bytes
 (f16/bf16 D = 8·2^n ≤ 256, f32 D = 4·2^n ≤ 128), more than `MAX_SQ` queries or `MAX_ROWS` rows
 per KV head. Unaligned K/V/q views take scalar loads packed into the same words.

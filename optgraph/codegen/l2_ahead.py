@@ -27,6 +27,10 @@ prefetches compete with their own loads) is slower, and so is every other way tr
 filling memory around the norms. The attention itself gets slower (its second pass waits behind
 the prefetches), by less than the o-projection gains. The launch-bound step is unchanged: its
 products' first batch holds every row.
+Issuing the same prefetches from the attention's own blocks (earlier, at their wait, every
+multiprocessor at once) was slower: the attention's loads then wait behind them
+(docs/results/2026-11-24-h100-attention-tail-final-status.md). The product's blocks start
+prefetching only as they become resident, which paces the traffic.
 
 Complexity: O(V) over the graph's nodes.
 """
