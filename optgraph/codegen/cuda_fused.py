@@ -33,7 +33,6 @@ dtypes other than f32/f16/bf16.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -67,6 +66,7 @@ from optgraph.codegen.cuda_source import (
     out_param,
     store,
 )
+from optgraph.codegen.gemv_structures import kernel_name, recall, structure_key
 from optgraph.codegen.l2_ahead import weight_rows_to_l2
 from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
@@ -112,7 +112,37 @@ def gemv_kernel(
     l2_ahead: bool = False,
     most_splits: int | None = None,
 ) -> tuple[Kernel, tuple[int, int, int]] | None:
-    """(kernel, grid) of the fused product, or None when the shape does not qualify.
+    """(kernel, grid) of the fused product, or None when the shape does not qualify. While a
+    graph is lowered, each structure's kernel is generated once (`gemv_structures`)."""
+    key = structure_key(
+        params, types, anchor, epilogue, result, out_type, prologue, resident, fold,
+        (l2_ahead, most_splits),
+    )  # fmt: skip
+
+    def build(name: str) -> tuple[Kernel, tuple[int, int, int], Geometry] | None:
+        return _gemv_kernel(
+            name, params, types, anchor, epilogue, result, out_type, prologue, resident, fold,
+            l2_ahead, most_splits,
+        )  # fmt: skip
+
+    return recall(key, salt, build)
+
+
+def _gemv_kernel(
+    salt: str,
+    params: Sequence[str],
+    types: Sequence[TensorType],
+    anchor: Node,
+    epilogue: Sequence[Node],
+    result: str,
+    out_type: TensorType,
+    prologue: Sequence[Node] = (),
+    resident: frozenset[str] = frozenset(),
+    fold: GemvFold | None = None,
+    l2_ahead: bool = False,
+    most_splits: int | None = None,
+) -> tuple[Kernel, tuple[int, int, int], Geometry] | None:
+    """(kernel, grid, layout) of the fused product, or None when the shape does not qualify.
 
     `fold`: the store rotates the value and/or writes it to cache rows (`cuda_gemv_epilogues`;
     the region must have no epilogue); extra params follow the region's. None where the layout
@@ -176,12 +206,11 @@ def gemv_kernel(
     decls = [out_param(out_type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
     decls += fold.params(len(types)) if fold is not None else []
     text = "\n".join("  " + line for line in "\n".join(body).split("\n"))
-    family = f"gemv|{salt}" if g.splits > 1 else "gemv"
     prefetch = _prefetch_weights(b_role, g) if PREFETCH and not preload else ""
     template = kernel_template(decls, text, BOUNDS, prefetch, preload)
-    name = "og_gemv_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
+    name = kernel_name(salt, g, decl, template)
     kernel = Kernel.assemble(name, decls, text, (decl,), BOUNDS, prefetch, preload)
-    return kernel, (g.tiles, g.splits, 1)
+    return kernel, (g.tiles, g.splits, 1), g
 
 
 def _product(

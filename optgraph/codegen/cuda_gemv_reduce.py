@@ -45,6 +45,11 @@ def reduce_lanes(g: Geometry) -> list[str]:
     ]
 
 
+def workspace_digest(salt: str, g: Geometry) -> str:
+    """The digest naming the split-K workspace and counters of node `salt`'s kernel."""
+    return hashlib.sha1(f"{salt}|{g.m},{g.k},{g.n},{g.dtype}".encode()).hexdigest()[:12]
+
+
 def store_sums(g: Geometry, salt: str, epi: Sequence[str]) -> tuple[list[str], str]:
     """(statements, file-scope declarations): the block sums of each (row, column) of the tile,
     then `epi` (the epilogue and store). With S splits of K, each block first writes its sums to
@@ -71,7 +76,7 @@ def store_sums(g: Geometry, salt: str, epi: Sequence[str]) -> tuple[list[str], s
                 f"#pragma unroll\nfor (int w = 0; w < {g.warps}; ++w) pval += og_red[w][i][{pc}];",
             ]
         return [loop, *("  " + s for s in [*reduce_block, *epi]), "}"], ""
-    digest = hashlib.sha1(f"{salt}|{m},{g.k},{n},{g.dtype}".encode()).hexdigest()[:12]
+    digest = workspace_digest(salt, g)
     ws, cnt = f"og_ws_{digest}", f"og_cnt_{digest}"
     decl = (
         f"__device__ float {ws}[{g.splits * m * n}];\n__device__ unsigned int {cnt}[{g.tiles}];\n"

@@ -60,6 +60,7 @@ from optgraph.codegen.cuda_steps import (
     Step,
 )
 from optgraph.codegen.early_cache_reads import early_attention_step, early_cache_reads
+from optgraph.codegen.gemv_structures import remembered
 from optgraph.codegen.in_place_outputs import check_in_place, in_place_candidates
 from optgraph.codegen.l2_ahead import l2_ahead_products
 from optgraph.codegen.lowered import LoweredProgram, LoweredVariant
@@ -203,7 +204,14 @@ def lower_cuda(
     `merge_launches`: consecutive independent kernels of a stream become one launch
     (`codegen/merge_launches.py`); False keeps one launch per kernel. `in_place`: {output:
     input} pairs (`codegen/in_place_outputs.py`) whose output is computed in the input's buffer
-    (a KV cache the caller updates where it keeps it)."""
+    (a KV cache the caller updates where it keeps it). The one-row products' kernels are
+    generated once per structure meanwhile (`codegen/gemv_structures.py`)."""
+    with remembered():
+        return _lowered(graph, merge_launches, in_place)
+
+
+def _lowered(graph: Graph, merge_launches: bool, in_place: Mapping[str, str] | None) -> CudaPlan:
+    """`lower_cuda`'s work (see there)."""
     locations, weight_offsets, value_bytes, arena, weight_bytes = storage(graph)
     types = graph.value_types()
     roots = alias_roots(graph)
