@@ -66,7 +66,13 @@ from optgraph.codegen.cuda_source import (
     out_param,
     store,
 )
-from optgraph.codegen.gemv_structures import kernel_name, recall, structure_key
+from optgraph.codegen.gemv_structures import (
+    GemvInputs,
+    Made,
+    kernel_name,
+    recall,
+    structure_key,
+)
 from optgraph.codegen.l2_ahead import weight_rows_to_l2
 from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
@@ -114,34 +120,14 @@ def gemv_kernel(
 ) -> tuple[Kernel, tuple[int, int, int]] | None:
     """(kernel, grid) of the fused product, or None when the shape does not qualify. While a
     graph is lowered, each structure's kernel is generated once (`gemv_structures`)."""
-    key = structure_key(
-        params, types, anchor, epilogue, result, out_type, prologue, resident, fold,
-        (l2_ahead, most_splits),
+    inputs = GemvInputs(
+        params, types, anchor, epilogue, result, out_type, prologue, resident, fold, l2_ahead,
+        most_splits,
     )  # fmt: skip
-
-    def build(name: str) -> tuple[Kernel, tuple[int, int, int], Geometry] | None:
-        return _gemv_kernel(
-            name, params, types, anchor, epilogue, result, out_type, prologue, resident, fold,
-            l2_ahead, most_splits,
-        )  # fmt: skip
-
-    return recall(key, salt, build)
+    return recall(structure_key(inputs), salt, lambda name: _gemv_kernel(name, inputs))
 
 
-def _gemv_kernel(
-    salt: str,
-    params: Sequence[str],
-    types: Sequence[TensorType],
-    anchor: Node,
-    epilogue: Sequence[Node],
-    result: str,
-    out_type: TensorType,
-    prologue: Sequence[Node] = (),
-    resident: frozenset[str] = frozenset(),
-    fold: GemvFold | None = None,
-    l2_ahead: bool = False,
-    most_splits: int | None = None,
-) -> tuple[Kernel, tuple[int, int, int], Geometry] | None:
+def _gemv_kernel(salt: str, inputs: GemvInputs) -> Made | None:
     """(kernel, grid, layout) of the fused product, or None when the shape does not qualify.
 
     `fold`: the store rotates the value and/or writes it to cache rows (`cuda_gemv_epilogues`;
@@ -160,6 +146,8 @@ def _gemv_kernel(
     each tile's row lanes (`cuda_gemv_reduce.reduce_lanes`), then the epilogue and store, in one
     pass or after the split-K partial sums (`cuda_gemv_reduce.store_sums`).
     """
+    params, types, anchor, epilogue, result, out_type, prologue, resident, fold = inputs[:9]
+    l2_ahead, most_splits = inputs.l2_ahead, inputs.most_splits
     index = {p: k for k, p in enumerate(params)}
     computed = {n.name: n.type for n in prologue if n.type is not None}
     if anchor.operands[1] not in index or (

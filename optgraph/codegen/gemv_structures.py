@@ -26,6 +26,7 @@ import hashlib
 import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import NamedTuple
 
 from optgraph.codegen.cuda_gemv_epilogues import GemvFold
 from optgraph.codegen.cuda_gemv_layout import Geometry
@@ -33,7 +34,26 @@ from optgraph.codegen.cuda_gemv_reduce import workspace_digest
 from optgraph.codegen.cuda_source import Kernel, kernel_template
 from optgraph.ir.graph import Node, TensorType
 
-Made = tuple[Kernel, tuple[int, int, int], Geometry]
+Made = tuple[Kernel, tuple[int, int, int], Geometry]  # a kernel, its grid and its layout
+
+
+class GemvInputs(NamedTuple):
+    """What a one-row product kernel is made from (`cuda_fused.gemv_kernel` says what each
+    is): the region's params and their types, its product (anchor), epilogue, result and
+    result type, the prologue of its row, the params bound to resident weights, the store's
+    fold, whether it brings its weights into L2 ahead, and its most splits of K."""
+
+    params: Sequence[str]
+    types: Sequence[TensorType]
+    anchor: Node
+    epilogue: Sequence[Node]
+    result: str
+    out_type: TensorType
+    prologue: Sequence[Node] = ()
+    resident: frozenset[str] = frozenset()
+    fold: GemvFold | None = None
+    l2_ahead: bool = False
+    most_splits: int | None = None
 
 
 class _Memo(threading.local):
@@ -67,32 +87,34 @@ def kernel_name(salt: str, g: Geometry, decl: str, template: str) -> str:
     return "og_gemv_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
 
 
-def structure_key(
-    params: Sequence[str],
-    types: Sequence[TensorType],
-    anchor: Node,
-    epilogue: Sequence[Node],
-    result: str,
-    out_type: TensorType,
-    prologue: Sequence[Node],
-    resident: frozenset[str],
-    fold: GemvFold | None,
-    flags: tuple[bool, int | None],
-) -> Hashable | None:
+def structure_key(inputs: GemvInputs) -> Hashable | None:
     """What `cuda_fused.gemv_kernel`'s text depends on, without names: the params by position,
     the region's nodes by position (op, operands, attributes, type), the operand and result
-    types, the resident params, the fold and `flags` (l2_ahead, most_splits). None where a node
-    holds a region of its own (not keyed)."""
-    names = {p: f"%p{k}" for k, p in enumerate(params)}
-    nodes = (*prologue, anchor, *epilogue)
+    types, the resident params, the fold, `l2_ahead` and `most_splits`. None where a node holds
+    a region of its own (not keyed)."""
+    names = {p: f"%p{k}" for k, p in enumerate(inputs.params)}
+    nodes = (*inputs.prologue, inputs.anchor, *inputs.epilogue)
     for k, node in enumerate(nodes):
         names.setdefault(node.name, f"%n{k}")
     if any(node.body is not None for node in nodes):
         return None
     shaped = tuple(_node_key(node, names) for node in nodes)
-    placed = (len(prologue), len(epilogue), names.get(result, "=" + result))
-    held = tuple(sorted(names[p] for p in resident if p in names))
-    return (tuple(types), out_type, shaped, placed, held, _fold_key(fold), flags)
+    placed = (
+        len(inputs.prologue),
+        len(inputs.epilogue),
+        names.get(inputs.result, "=" + inputs.result),
+    )
+    held = tuple(sorted(names[p] for p in inputs.resident if p in names))
+    flags = (inputs.l2_ahead, inputs.most_splits)
+    return (
+        tuple(inputs.types),
+        inputs.out_type,
+        shaped,
+        placed,
+        held,
+        _fold_key(inputs.fold),
+        flags,
+    )
 
 
 def _node_key(node: Node, names: Mapping[str, str]) -> Hashable:
