@@ -1,7 +1,8 @@
 """Decode steps with each launch-count and one-row-product setting on and off, in one table.
 
     python benchmarks/bench_decode_launches.py [--only llama_launch,llama_real] [--iters 200]
-        [--loop 256] [--markdown FILE]   (--only loop_launch,loop_launch_adds_first: the tail)
+        [--loop 256] [--orders K] [--markdown FILE]
+        (--only loop_launch,loop_launch_adds_first: the tail)
 
 Models: head_to_head's launch-bound decode (LLAMA_LAUNCH: 8 layers, hidden 512, KV 128) and
 realistic one (LLAMA_REAL: hidden 4096, FFN 14336, vocab 32000, KV 1024), and the decode loop's
@@ -40,7 +41,11 @@ steps); `max |Δ| logits` against the first variant that ran (`all-on`; 0: the s
 loop models compare their `next_token`, and their steps all start from the same values); the
 step against its bandwidth floor (head_to_head.floor_bytes ÷ the copy bandwidth measured here).
 The variants run in order, then again in reverse order (`step µs` of both passes shown: their
-spread is the run-to-run noise). Needs CuPy and a GPU.
+spread is the run-to-run noise). A program's place among the ones built moves its step by up to
+about 10 µs on the realistic step (the variant built second measured fastest in three orders,
+docs/results/2026-11-24-h100-attention-tail-final-status.md): `--orders K` builds and times the
+variants K times, the list rotated by one more each time, and reports each step's median and
+range over its 2K passes. Needs CuPy and a GPU.
 
 The ends of a decode step, off by default, have variants of their own (`TAIL_VARIANTS`):
 `argmax-cast`, `argmax-product`, `gather-rows` and `tail-all`.
@@ -50,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -211,6 +217,50 @@ def loop_us(step: Callable[[], Any], stream: Any, calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
+def _timed_orders(
+    model: Any, names: list[str], args: argparse.Namespace, lines: list[str]
+) -> dict[str, tuple[int, list[float], list[float], float]]:
+    """{variant: (launches, step µs of every pass, loop µs of every order, max abs Δ logits
+    against the first variant of `names`)} of `model`, built and timed `args.orders` times: the
+    variants built in `names`' order rotated by one more each time, then timed in that order and
+    in reverse (a program's place among the ones built moves its time by several µs on the
+    realistic step: docs/benchmarks.md, "Decode launches"). A variant that cannot build gets a
+    row in `lines` saying why, once."""
+    from timing import median_us
+
+    timed: dict[str, tuple[int, list[float], list[float], float]] = {}
+    failed: set[str] = set()
+    iters = args.iters if "launch" in model.name else max(20, args.iters // 4)
+    for turn in range(max(1, args.orders)):
+        at = turn % len(names)
+        built = {}
+        for name in names[at:] + names[:at]:
+            if name in failed:
+                continue
+            try:
+                built[name] = build(model, VARIANTS[name], PIPELINES.get(name))
+            except Exception as err:  # noqa: BLE001 (a variant that cannot run says why)
+                failed.add(name)
+                lines.append(f"| {model.name} | {name} | {type(err).__name__}: {err} | | | | |")
+                print(lines[-1], flush=True)
+        ran = list(built)
+        if not ran:
+            continue
+        first = next(n for n in names if n in built)
+        reference = built[first][3].get().astype("float64")
+        passes = {n: [median_us(built[n][0], built[n][1], iters, 10)] for n in ran}
+        for n in reversed(ran):
+            passes[n].append(median_us(built[n][0], built[n][1], iters, 10))
+        for name in ran:
+            step, stream, launches, logits = built[name]
+            loop = loop_us(step, stream, args.loop)
+            delta = float(abs(logits.get().astype("float64") - reference).max())
+            _, steps, loops, seen = timed.get(name, (launches, [], [], 0.0))
+            timed[name] = (launches, steps + passes[name], loops + [loop], max(seen, delta))
+        del built
+    return timed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--only", default="llama_launch,llama_real", help="models, by name")
@@ -218,9 +268,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=200, help="steps timed alone per variant")
     parser.add_argument("--loop", type=int, default=256, help="steps of the back-to-back loop")
     parser.add_argument("--markdown", metavar="FILE", help="also write the table there")
+    parser.add_argument(
+        "--orders",
+        type=int,
+        default=1,
+        help="build and time the variants K times, in K rotated orders, and report the median",
+    )
     args = parser.parse_args(argv)
     from head_to_head import copy_bandwidth, floor_bytes
-    from timing import device_name, median_us
+    from timing import device_name
 
     names = [v for v in args.variants.split(",") if v]
     bandwidth = copy_bandwidth()
@@ -228,41 +284,32 @@ def main(argv: list[str] | None = None) -> int:
         f"device: {device_name()}; date: {time.strftime('%Y-%m-%d')}; copy bandwidth "
         f"{bandwidth / 1e12:.2f} TB/s; iters {args.iters}, loop {args.loop}"
     )
+    column = "step µs (pass 1 / 2)" if args.orders <= 1 else "step µs (median, min–max)"
     lines = [
-        head,
+        head + (f"; {args.orders} build orders" if args.orders > 1 else ""),
         "",
-        "| model | variant | launches | step µs (pass 1 / 2) | loop µs | max abs Δ logits | vs floor |",
+        f"| model | variant | launches | {column} | loop µs | max abs Δ logits | vs floor |",
         "|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
     for model in bench_models(args.only):
         floor_us = floor_bytes(model.graph) / bandwidth * 1e6
-        built = {}
+        timed = _timed_orders(model, names, args, lines)
         for name in names:
-            try:
-                built[name] = build(model, VARIANTS[name], PIPELINES.get(name))
-            except Exception as err:  # noqa: BLE001 (a variant that cannot run says why)
-                lines.append(f"| {model.name} | {name} | {type(err).__name__}: {err} | | | | |")
-                print(lines[-1], flush=True)
-        ran = [n for n in names if n in built]
-        if not ran:
-            continue
-        reference = built[ran[0]][3].get().astype("float64")
-        iters = args.iters if "launch" in model.name else max(20, args.iters // 4)
-        first = {n: median_us(built[n][0], built[n][1], iters, 10) for n in ran}
-        second = {n: median_us(built[n][0], built[n][1], iters, 10) for n in reversed(ran)}
-        for name in ran:
-            step, stream, launches, logits = built[name]
-            loop = loop_us(step, stream, args.loop)
-            delta = float(abs(logits.get().astype("float64") - reference).max())
-            best = min(first[name], second[name])
+            if name not in timed:
+                continue
+            launches, steps, loops, delta = timed[name]
+            best = min(steps)
+            if args.orders <= 1:
+                step = f"{steps[0]:.1f} / {steps[1]:.1f}"
+            else:
+                step = f"{statistics.median(steps):.1f} ({min(steps):.1f}–{max(steps):.1f})"
             row = (
-                f"| {model.name} | {name} | {launches} | {first[name]:.1f} / {second[name]:.1f} "
-                f"| {loop:.1f} | {delta:.3g} | {best / floor_us:.2f}× of {floor_us:.0f} µs |"
+                f"| {model.name} | {name} | {launches} | {step} "
+                f"| {statistics.median(loops):.1f} | {delta:.3g} | {best / floor_us:.2f}× of {floor_us:.0f} µs |"
             )
             lines.append(row)
             print(row, flush=True)
-        del built
     text = "\n".join(lines) + "\n"
     if args.markdown:
         Path(args.markdown).write_text(text)

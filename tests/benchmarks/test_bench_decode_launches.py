@@ -87,3 +87,49 @@ def test_decode_launch_variant_that_fails_gets_a_row(
     text = out.read_text()
     assert "| llama_launch | no-early-w | RuntimeError: no such kernel |" in text
     assert "| llama_launch | all-on | 7 |" in text
+
+
+def test_orders_build_every_variant_in_each_rotated_order(
+    benchmarks: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--orders 3`: the variants are built three times, each time in the list rotated by one
+    more (a program's place among the ones built moves its time), and each row reports the
+    median and range of its six passes; a variant that cannot build is reported once."""
+    bench: ModuleType = benchmarks("bench_decode_launches")
+    head_to_head: ModuleType = benchmarks("head_to_head")
+    from gen_llama import generate_llama
+    from gpu_variants import Model
+
+    import optgraph as og
+    from optgraph.runtime.reference import random_weights
+
+    graph = og.parse(generate_llama(layers=1, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=64))
+    model = Model("llama_launch", graph, head_to_head.decode_inputs(graph), random_weights(graph))
+    monkeypatch.setattr(head_to_head, "copy_bandwidth", lambda: 3e12)
+    monkeypatch.setattr(head_to_head, "models", lambda only: iter([model]))
+    real = bench.build
+    order: list[str] = []
+
+    def build(model: Any, values: Any, fusion: Any = None) -> Any:
+        name = next(n for n, v in bench.VARIANTS.items() if v == values)
+        order.append(name)
+        if name == "no-early-w":
+            raise RuntimeError("no such kernel")
+        return real(model, values, fusion)
+
+    monkeypatch.setattr(bench, "build", build)
+    out = tmp_path / "decode.md"
+    argv = ["--variants", "all-on,no-qkv-fold,no-early-w", "--orders", "3", "--iters", "1"]
+    assert bench.main([*argv, "--loop", "1", "--markdown", str(out)]) == 0
+    assert order == [
+        "all-on", "no-qkv-fold", "no-early-w",  # the list
+        "no-qkv-fold", "all-on",  # rotated by one (the failed variant is not built again)
+        "all-on", "no-qkv-fold",  # rotated by two
+    ]  # fmt: skip
+    text = out.read_text()
+    assert text.count("RuntimeError: no such kernel") == 1
+    assert "3 build orders" in text and "step µs (median, min–max)" in text
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if "| llama_launch | " in line]
+    steps = {c[1].strip(): c[3].strip() for c in rows if "Error" not in c[2]}
+    assert set(steps) == {"all-on", "no-qkv-fold"}
+    assert all("(" in cell and "–" in cell for cell in steps.values())
