@@ -1,12 +1,12 @@
 """One-row product kernels generated once per structure while a graph is lowered.
 
 A model's layers repeat the same products: `lower_cuda` of a 3,850-layer decode graph asks
-`cuda_fused.gemv_kernel` for 30k kernels of a handful of distinct texts, and generating each
-text was most of the lowering's time. Inside `remembered()` (which `lower_cuda` enters), a kernel
-is generated once per *structure*: the region with its names replaced by their positions, the
-operands' types, the weights that are resident, the fold and the layout settings. Another node
-of the same structure gets the same kernel; a split-K kernel's workspace, named after its node,
-is renamed for the new node:
+`cuda_fused.gemv_kernel` for 30k kernels of a handful of distinct texts, and generating them
+was the largest part of the lowering's time. Inside `remembered()` (which `lower_cuda` enters),
+a kernel is generated once per *structure*: the region with its names replaced by their
+positions, the operands' types, the weights that are resident, the fold, and the two flags that
+shape the layout (L2 prefetch ahead, most splits of K). Another node of the same structure gets
+the same kernel; a split-K kernel's workspace, named after its node, is renamed for the new node:
 
     l0: %q = fused(%x0, %wq0) {...}   l1: %q1 = fused(%x1, %wq1) {...}   (same shapes, same body)
     ->  l0's kernel generated; l1's is l0's text with og_ws_<l0's digest> -> og_ws_<l1's digest>
