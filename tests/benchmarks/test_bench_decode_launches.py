@@ -45,9 +45,8 @@ def benchmarks(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
             sys.modules.pop(name, None)
 
 
-def test_decode_launch_variant_that_fails_gets_a_row(
-    benchmarks: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _one_layer_bench(benchmarks: Any, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """bench_decode_launches with one small decode layer (`llama_launch`) as its only model."""
     bench: ModuleType = benchmarks("bench_decode_launches")
     head_to_head: ModuleType = benchmarks("head_to_head")
     from gen_llama import generate_llama
@@ -60,6 +59,13 @@ def test_decode_launch_variant_that_fails_gets_a_row(
     model = Model("llama_launch", graph, head_to_head.decode_inputs(graph), random_weights(graph))
     monkeypatch.setattr(head_to_head, "copy_bandwidth", lambda: 3e12)
     monkeypatch.setattr(head_to_head, "models", lambda only: iter([model]))
+    return bench
+
+
+def test_decode_launch_variant_that_fails_gets_a_row(
+    benchmarks: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bench = _one_layer_bench(benchmarks, monkeypatch)
     real = bench.build
 
     def build(model: Any, values: Any, fusion: Any = None) -> Any:
@@ -95,18 +101,7 @@ def test_orders_build_every_variant_in_each_rotated_order(
     """`--orders 3`: the variants are built three times, each time in the list rotated by one
     more (a program's place among the ones built moves its time), and each row reports the
     median and range of its six passes; a variant that cannot build is reported once."""
-    bench: ModuleType = benchmarks("bench_decode_launches")
-    head_to_head: ModuleType = benchmarks("head_to_head")
-    from gen_llama import generate_llama
-    from gpu_variants import Model
-
-    import optgraph as og
-    from optgraph.runtime.reference import random_weights
-
-    graph = og.parse(generate_llama(layers=1, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=64))
-    model = Model("llama_launch", graph, head_to_head.decode_inputs(graph), random_weights(graph))
-    monkeypatch.setattr(head_to_head, "copy_bandwidth", lambda: 3e12)
-    monkeypatch.setattr(head_to_head, "models", lambda only: iter([model]))
+    bench = _one_layer_bench(benchmarks, monkeypatch)
     real = bench.build
     order: list[str] = []
 
