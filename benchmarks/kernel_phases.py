@@ -15,7 +15,9 @@ kernel node of the captured graph) and block. One replay after zeroing it gives 
 - `release`: from the last block end of the kernel before to this kernel's first wait return
   (what the dependency itself costs: the grid's completion and its memory made visible);
 - `post-wait`: from this kernel's first wait return to its last block end (its own work);
-- per phase of the chosen layer's products: the median and slowest block, after the wait.
+- per phase of the chosen layer's products: the median and slowest block, after the wait; for
+  the decode attention the same columns hold its rows read (`stats`), its pass loop's start
+  (`staged`) and its passes done (`product`).
 
 The instrumentation costs a few stores a block (the launch-bound step took 5-10% longer on an
 H100, 2026-11-24); read the columns as a decomposition, not as the step's time. Needs CuPy and
@@ -60,11 +62,16 @@ struct OgPhaseEnd {{ __device__ ~OgPhaseEnd() {{ og_phase({END}u); }} }};
 WAIT_ASM = 'asm volatile("griddepcontrol.wait;" ::: "memory");'
 WAIT_DEFINITION = "__device__ __forceinline__ void og_grid_dependency_wait()"
 KERNEL_ENTRY = re.compile(r'(extern "C" __global__ void [^{]*\{)')
-# (text a phase ends just before, the mark): the generated one-row product's landmarks
+# (text a phase ends just before, the mark): the generated one-row product's landmarks, then
+# the wide decode attention's (`cuda_attention_decode_wide`) on three of the same columns: its
+# rows read (q and kv_len issued), its pass loop's start and its passes done
 PHASE_TEXTS = (
     ("auto og_row = [&]", "stats"),
     ("float acc[", "staged"),
     ("__shared__ float og_red[", "product"),
+    ("const unsigned int kv1 = og_min(kc1, kend);", "stats"),
+    ("__shared__ float og_pm[2]", "staged"),
+    ("__shared__ float og_l[", "product"),
 )
 REDUCED = re.compile(r"(__shared__ float og_red\[[^\n]*\n(?:[^\n]*\n)*?\s*__syncthreads\(\);)")
 

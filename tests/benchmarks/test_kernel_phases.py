@@ -39,9 +39,14 @@ def test_every_kernel_and_every_product_phase_is_marked(plan: CudaPlan) -> None:
     assert text.count("og_grid_dependency_wait() {") == 1 and "og_phase(1u);" in text
     products = text.count("__shared__ float og_red[")
     assert products >= 4  # q/k/v, o, gate/up, down (the logits' too)
-    for mark in ("staged", "product", "reduced"):
-        assert text.count(f"og_phase({kernel_phases.MARKS.index(mark)}u);") == products, mark
-    assert text.count(f"og_phase({kernel_phases.MARKS.index('stats')}u);") >= 2  # the norms
+    attentions = text.count("__shared__ float og_pm[2]")  # the wide decode attention's
+    assert attentions >= 1
+    marks = {"staged": products + attentions, "product": products + attentions}
+    marks["reduced"] = products
+    for mark, count in marks.items():
+        assert text.count(f"og_phase({kernel_phases.MARKS.index(mark)}u);") == count, mark
+    # the norms' statistics (at least two) and each attention's rows
+    assert text.count(f"og_phase({kernel_phases.MARKS.index('stats')}u);") >= 2 + attentions
 
 
 def test_a_module_without_the_landmarks_is_refused() -> None:
