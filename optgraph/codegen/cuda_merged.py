@@ -84,8 +84,7 @@ def _block_index(rel: str, grid: tuple[int, int, int]) -> str:
 
 def merged_kernel(members: Sequence[tuple[Kernel, tuple[int, int, int]]]) -> Kernel:
     """One kernel running every member's grid in one launch (grid: the sum of their blocks).
-    Remembered for the last few thousand member lists (with their member functions): a plan's
-    layers repeat theirs."""
+    Remembered for the last few thousand member lists: a plan's layers repeat theirs."""
     return _merged_kernel(tuple(members))
 
 

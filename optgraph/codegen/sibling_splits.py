@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from optgraph.analysis.fusion_rules import product_operands
+from optgraph.analysis.fusion_rules import one_row_product, product_operands
 from optgraph.codegen.cuda_gemv_layout import MIN_BLOCKS, SMS, VECTOR, layout
 from optgraph.codegen.merge_launches import MAX_MEMBERS
 from optgraph.ir.graph import Graph, Node, TensorType, Weight
@@ -112,23 +112,18 @@ def _member(
     roots: Mapping[str, tuple[str, int]],
     resident: Mapping[str, int],
 ) -> _Member | None:
-    """`node` as a group member: a one-row product of a resident 2-D weight, with its layout
-    alone; None otherwise."""
+    """`node` as a group member: a one-row product (`fusion_rules.one_row_product`: no
+    transposes, one row, a 2-D weight) of a resident weight, with its layout alone; None
+    otherwise."""
     found = product_operands(node, types)
-    if found is None:
+    if found is None or found[1] not in resident:
         return None
-    row, weight, _ = found
-    a, b = types[row], types[weight]
-    if (
-        weight not in resident
-        or b.rank != 2
-        or b.dtype not in VECTOR
-        or a.dtype != b.dtype
-        or b.shape[1] % VECTOR[b.dtype]
-        or a.numel != b.shape[0]  # one row
-    ):
+    row, weight, anchor = found
+    shape = one_row_product(anchor, types[row], types[weight])
+    if shape is None:
         return None
-    k, n = b.shape
+    k, n = shape
+    b = types[weight]
     _, tiles, splits, _ = layout(k, n, VECTOR[b.dtype])
     return _Member(node.name, roots.get(row, (row, 0))[0], tiles, splits, b.nbytes)
 

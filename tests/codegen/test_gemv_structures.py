@@ -57,7 +57,7 @@ def test_the_source_is_the_one_generated_node_by_node(name: str) -> None:
     remembered = lower_cuda(graph, in_place=in_place)
     node_by_node = _lowered(graph, True, in_place)  # outside `remembered()`: no memo
     assert remembered.source() == node_by_node.source()
-    assert [s for s in remembered.steps] == [s for s in node_by_node.steps]
+    assert remembered.steps == node_by_node.steps
 
 
 def test_split_k_kernels_keep_one_workspace_a_node() -> None:

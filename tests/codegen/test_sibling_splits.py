@@ -85,3 +85,28 @@ def test_folded_and_plain_products_take_the_same_splits() -> None:
     inputs, weights = random_inputs(graph, 5), random_weights(graph, 5)
     inputs["pos"] = np.array([6], np.int32)
     _same_bits_folded_or_not(graph, weights, inputs, 2)
+
+
+def test_a_transposed_product_is_no_member() -> None:
+    """Three one-row products of one row, merged: with k's weight stored transposed (the one-row
+    kernel does not take it, `fusion_rules.one_row_product`) k joins no group, though its shapes
+    would fit one."""
+    text = """graph g {
+  input %x : f16[1,4096]
+  weight %wq : f16[4096,4096]
+  weight %wk : f16[4096,4096]
+  weight %wv : f16[4096,1024]
+  %q = matmul(%x, %wq) : f16[1,4096]
+  %k = matmul(%x, %wk) {transpose_b = true} : f16[1,4096]
+  %v = matmul(%x, %wv) : f16[1,1024]
+  output %q
+  output %k
+  output %v
+}
+"""
+    transposed = _chosen(run_pipeline(og.parse(text), ONE_STREAM_FUSED))
+    plain = _chosen(
+        run_pipeline(og.parse(text.replace(" {transpose_b = true}", "")), ONE_STREAM_FUSED)
+    )
+    assert "k" in plain  # the same group with k plain: k gives up splits
+    assert "k" not in transposed
