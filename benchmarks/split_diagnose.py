@@ -22,7 +22,12 @@ seconds (each section is short: a few steps of one program):
    graph ways); the count against the same time with the main thread asleep is the share of
    the GIL it left free (with the counting thread competing for the GIL: the runs' ms show what
    a busy Python thread costs each way);
-4. a summary line per way: step time, sums of node times, gaps and alone times.
+4. one calling-thread step piece by piece (`--timeline`, on by default): each GPU part's launch
+   and its GPU start and end (events recorded on stream 0 around the launch; the GPU clock
+   starts at an event recorded as the step starts, after the previous step has finished), each
+   host wait and each CPU node, in µs since the step's start (medians over `--steps`): how long
+   the GPU waits for the host and the host for the GPU, layer by layer;
+5. a summary line per way: step time, sums of node times, gaps and alone times.
 """
 
 from __future__ import annotations
@@ -267,6 +272,82 @@ def way_section(
         program.close()
 
 
+def piece_name(call: Any) -> str:
+    """What one call of a calling-thread run is: a GPU part's launch, a CPU node or a host wait."""
+    if isinstance(call, HostFunction):
+        return f"cpu {call.node.name}"
+    if isinstance(call, partial) and getattr(call.func, "__name__", "") == "_run_part":
+        return f"GPU part {call.args[1]} ({len(call.args[2])} calls)"
+    return "host wait"
+
+
+def timeline_section(cp: Any, parts: tuple[Any, ...], args: argparse.Namespace) -> None:
+    """One calling-thread step piece by piece (see the module docstring, section 4)."""
+    from optgraph.program import cuda_program
+
+    split, weights, inputs, out = parts
+    program = cuda_program(
+        split, weights=weights, options=LoweringOptions(cpu_nodes="calling-thread")
+    )
+    try:
+        for _ in range(3):
+            program.run(inputs, out=out)
+        (variant,) = program._variants.values()
+        stream = variant.streams.get(0)
+        calls = program._issue[program.last_key][1]
+        names = [piece_name(c) for c in calls]
+        host: dict[int, tuple[float, float]] = {}
+        events: dict[int, tuple[Any, Any]] = {}
+
+        def timed(i: int, call: Callable[[], Any]) -> Callable[[], None]:
+            def run() -> None:
+                before = cp.cuda.Event() if names[i].startswith("GPU") else None
+                if before is not None:
+                    before.record(stream)
+                t0 = time.perf_counter()
+                call()
+                host[i] = (t0, time.perf_counter())
+                if before is not None:
+                    after = cp.cuda.Event()
+                    after.record(stream)
+                    events[i] = (before, after)
+
+            return run
+
+        original = list(calls)
+        calls[:] = [timed(i, c) for i, c in enumerate(original)]
+        rows: dict[int, list[tuple[float, ...]]] = collections.defaultdict(list)
+        try:
+            for _ in range(args.steps):
+                stream.synchronize()
+                base = cp.cuda.Event()
+                base.record(stream)
+                start = time.perf_counter()
+                program.run(inputs, out=out)
+                stream.synchronize()
+                for i, (t0, t1) in host.items():
+                    gpu = [cp.cuda.get_elapsed_time(base, e) * 1e3 for e in events.get(i, ())]
+                    rows[i].append(((t0 - start) * 1e6, (t1 - start) * 1e6, *gpu))
+        finally:
+            calls[:] = original
+    finally:
+        program.close()
+    say(f"== one calling-thread step, piece by piece (µs since the step's start, medians of "
+        f"{args.steps} steps)")  # fmt: skip
+    say(f"  {'piece':<34} {'host in':>8} {'host out':>8} {'GPU start':>9} {'GPU end':>8}")
+    totals: collections.Counter[str] = collections.Counter()
+    for i, name in enumerate(names):
+        if not rows[i]:
+            continue
+        cols = [statistics.median(r[j] for r in rows[i]) for j in range(len(rows[i][0]))]
+        gpu = f"{cols[2]:>9.1f} {cols[3]:>8.1f}" if len(cols) == 4 else f"{'':>9} {'':>8}"
+        say(f"  {name:<34} {cols[0]:>8.1f} {cols[1]:>8.1f} {gpu}")
+        kind = name.split()[0]
+        totals[kind] += cols[3] - cols[2] if len(cols) == 4 else cols[1] - cols[0]
+    say(f"  sums: GPU parts {totals['GPU']:.1f} (GPU start to end), host waits "
+        f"{totals['host']:.1f}, CPU nodes {totals['cpu']:.1f}")  # fmt: skip
+
+
 def gpu_wait(cp: Any) -> Callable[[], None]:
     """A call that keeps the GPU busy for a few ms and waits for it in `Stream.synchronize`."""
     a = cp.ones((2048, 2048), cp.float32)
@@ -332,6 +413,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--budget", type=float, default=100.0, help="seconds; then stop")
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument(
+        "--timeline", action=argparse.BooleanOptionalAction, default=True,
+        help="one calling-thread step piece by piece (section 4)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.budget
     import cupy as cp
@@ -352,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
             say(f"(budget spent: {mode} skipped)")
             continue
         summary[mode] = way_section(cp, probe, mode, parts, args)
+    if args.timeline and time.monotonic() < deadline:
+        timeline_section(cp, parts, args)
     if time.monotonic() < deadline:
         programs = {
             mode: cuda_program(split, weights=weights, options=LoweringOptions(cpu_nodes=mode))

@@ -97,3 +97,11 @@ def test_the_diagnosis_runs_every_way_on_fake_cupy(
     # The calling thread's CPU nodes were found for the alone timings too.
     main_alone = float(calling_thread.split("main_alone ")[1].split(",")[0])
     assert "l2.e_down" in calling_thread and main_alone > 0
+    # The step piece by piece: every GPU part timed by its events, every host wait and CPU node.
+    timeline = out[out.index("== one calling-thread step, piece by piece") : out.index("== does")]
+    rows = timeline.splitlines()[2:-1]
+    parts = [r for r in rows if r.split()[:2] == ["GPU", "part"]]
+    assert len(parts) >= 3 and all(len(r.split()) == 9 for r in parts)  # with GPU start and end
+    assert sum(r.split()[:2] == ["host", "wait"] for r in rows) == 3  # one a layer
+    assert sum(r.split()[0] == "cpu" for r in rows) == 18 and "cpu l2.e_down" in timeline
+    assert "sums: GPU parts " in timeline
