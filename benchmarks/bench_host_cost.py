@@ -11,8 +11,9 @@ head-to-head suite) and each way of calling it, after a warm-up (which captures 
 - `µs/step`: the same `calls` calls followed by a synchronization, per call: what a serving loop
   that never reads its results in between gets, host and GPU overlapped.
 
-Ways of calling: `og-run` (`program.run(inputs, out=out)`, the arrays checked and the graph key
-computed on every call, and the call waits for the previous run's staging copies); `og-step`
+Ways of calling: `og-run` (`program.run(inputs, out=out)`: the arrays checked in full only where
+laid out otherwise than in the call before, and the call waits for the previous run's staging
+copies); `og-step`
 (`step = program.bind(inputs, out)` once, then `step()`: one graph launch); `torch-graph`
 (`torch.cuda.CUDAGraph.replay()` of the same graph run node by node in PyTorch). Needs CuPy and a
 GPU; the PyTorch row needs PyTorch.
