@@ -10,17 +10,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-import optgraph as og
 from optgraph.errors import InputError
 from optgraph.program import cuda_program
 from optgraph.runtime.reference import random_inputs
 from tests.runtime.test_bound_step import _planned
 from tests.support.fake_cupy import fake_cupy
 
+Diamond = tuple[Any, Any, np.ndarray, Any, list[int]]
+
 
 @pytest.fixture
-def diamond(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, og.Graph, list[int]]]:
-    """(fake CuPy, program, graph, one entry per full check of a run's arrays)."""
+def diamond(monkeypatch: pytest.MonkeyPatch) -> Iterator[Diamond]:
+    """(fake CuPy, the diamond's program after one run, that run's host input `x` and device
+    output `y`, one entry per full check of a run's arrays: one so far)."""
     with fake_cupy(monkeypatch) as fake:
         graph = _planned("diamond")
         program = cuda_program(graph)
@@ -32,7 +34,10 @@ def diamond(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, og.Grap
             return full(*args, **kwargs)
 
         monkeypatch.setattr(program, "_bind", counted)
-        yield fake, program, graph, checks
+        x = random_inputs(graph)["x"]
+        y = fake.asarray(np.zeros((4, 64), np.float32))
+        program.run({"x": x}, out={"y": y})
+        yield fake, program, x, y, checks
         program.close()
 
 
@@ -44,12 +49,9 @@ def _staged_x(program: Any) -> np.ndarray:
 
 
 def test_a_run_laid_out_as_the_last_is_not_checked_again_but_stages_its_own_values(
-    diamond: tuple[Any, Any, og.Graph, list[int]],
+    diamond: Diamond,
 ) -> None:
-    fake, program, graph, checks = diamond
-    x = random_inputs(graph)["x"]
-    y = fake.asarray(np.zeros((4, 64), np.float32))
-    program.run({"x": x}, out={"y": y})
+    _, program, x, y, checks = diamond
     assert len(checks) == 1
     for k in range(3):
         new_x = x + np.float32(k + 1)  # a new array each call, as a serving loop makes
@@ -59,13 +61,8 @@ def test_a_run_laid_out_as_the_last_is_not_checked_again_but_stages_its_own_valu
     assert program.last_key is not None and program.counters.captures == 1
 
 
-def test_a_run_laid_out_otherwise_is_checked_in_full(
-    diamond: tuple[Any, Any, og.Graph, list[int]],
-) -> None:
-    fake, program, graph, checks = diamond
-    x = random_inputs(graph)["x"]
-    y = fake.asarray(np.zeros((4, 64), np.float32))
-    program.run({"x": x}, out={"y": y})
+def test_a_run_laid_out_otherwise_is_checked_in_full(diamond: Diamond) -> None:
+    fake, program, x, _, checks = diamond
     other_y = fake.asarray(np.zeros((4, 64), np.float32))  # another address
     program.run({"x": x}, out={"y": other_y})
     program.run({"x": list(x)}, out={"y": other_y})  # a list: no signature
@@ -76,13 +73,8 @@ def test_a_run_laid_out_otherwise_is_checked_in_full(
     assert len(checks) == 5
 
 
-def test_a_wrong_run_after_a_good_one_still_gets_its_error(
-    diamond: tuple[Any, Any, og.Graph, list[int]],
-) -> None:
-    fake, program, graph, checks = diamond
-    x = random_inputs(graph)["x"]
-    y = fake.asarray(np.zeros((4, 64), np.float32))
-    program.run({"x": x}, out={"y": y})
+def test_a_wrong_run_after_a_good_one_still_gets_its_error(diamond: Diamond) -> None:
+    _, program, x, y, checks = diamond
     with pytest.raises(InputError, match=r"expected dtype f32"):
         program.run({"x": x.astype(np.float64)}, out={"y": y})
     with pytest.raises(InputError, match=r"has no input '%z'"):
@@ -93,12 +85,10 @@ def test_a_wrong_run_after_a_good_one_still_gets_its_error(
     assert len(checks) == 4
 
 
-def test_a_run_signature_names_each_argument_by_kind(
-    diamond: tuple[Any, Any, og.Graph, list[int]],
-) -> None:
+def test_a_run_signature_names_each_argument_by_kind(diamond: Diamond) -> None:
     from optgraph.runtime.cuda_bound import run_signature
 
-    fake, _, _, _ = diamond
+    fake = diamond[0]
     host = np.zeros((2, 3), np.float32)
     dev = fake.asarray(host)
     sig = run_signature({"a": host}, {"b": dev})
