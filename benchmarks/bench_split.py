@@ -2,7 +2,7 @@
 
     python benchmarks/bench_split.py [--layers 4] [--hidden 2048] [--experts 16] [--expert-ffn 256]
         [--shared-ffn 1024] [--iters 20] [--repeats 5] [--variants gpu,calling-thread,...]
-        [--host-caches] [--in-process] [--markdown FILE] [--json FILE]
+        [--host-caches] [--in-process] [--processes 1] [--markdown FILE] [--json FILE]
     python benchmarks/bench_split.py --dry-run     # no GPU: placement, splits, sync counts
     python benchmarks/split_diagnose.py            # where a split step's time goes
 
@@ -30,7 +30,11 @@ serving loop (`--host-caches`: the caches too as NumPy, 8 MB each way per step a
 sizes, which then dominates every variant). `--warmup` steps first (eager run, capture,
 replays), then `--repeats` timings of `--iters` back-to-back steps by the wall clock (each step
 returns with its logits on the host, so the clock brackets all of its work); the figure is the
-median. Reported: ms per step, speedup over sync (target >= 1.35x), host<->device
+median. With `--processes K` each variant runs in K fresh processes, the variants' order rotated
+each round, and the figure is the median of the K medians, their range in brackets: on a noisy
+host one process can run a split step far slower than the next
+(docs/results/2026-11-24-h100-run-signature.md), and one process a variant cannot tell that
+from the variant. Reported: ms per step, speedup over sync (target >= 1.35x), host<->device
 synchronizations per step (graph ways: the cross-boundary waits of the lowered program;
 calling-thread: the host's waits plus the GPU parts launched after host work; both checked
 against `min_host_device_syncs` of the placement; sync: what it counted), and the largest
@@ -109,6 +113,15 @@ def run_variant(args: argparse.Namespace, argv: list[str], name: str) -> dict[st
     return row
 
 
+def combined(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One variant's row from its runs (one per process): the first run's row with `ms` the
+    median step time of each run, in run order; an error if any run failed."""
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        return failed[0]
+    return runs[0] | {"ms": [float(np.median(r["ms"])) for r in runs]}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -124,13 +137,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"bench_split: unknown variant {unknown[0]!r} ({', '.join(VARIANT_NAMES)})")
         return 1
-    rows = {}
-    for name in names:
-        start = time.perf_counter()
-        rows[name] = run_variant(args, argv, name)
-        r = rows[name]
-        what = r.get("error") or f"{np.median(r['ms']):.3f} ms/step {r['ms']}"
-        print(f"  {name}: {what} ({time.perf_counter() - start:.1f} s)", flush=True)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for k in range(args.processes):
+        for name in names[k % len(names) :] + names[: k % len(names)]:  # orders rotated
+            start = time.perf_counter()
+            r = run_variant(args, argv, name)
+            runs[name].append(r)
+            what = r.get("error") or f"{np.median(r['ms']):.3f} ms/step {r['ms']}"
+            print(f"  {name}: {what} ({time.perf_counter() - start:.1f} s)", flush=True)
+    rows = {name: combined(found) for name, found in runs.items()}
     source, split, _ = plan_graphs(args)
     from optgraph.codegen.cuda_plan import lower_cuda
 
@@ -158,7 +173,13 @@ def table(args: argparse.Namespace, facts: dict[str, Any], rows: dict[str, Any])
         f"{args.experts} experts (top 2, ffn {args.expert_ffn}), host weights "
         f"{facts['host_weights']}; {facts['splits']} splits, {facts['cpu_ops']} CPU ops; KV "
         f"caches on the {caches}; each variant alone in its process, median of {args.repeats} "
-        f"x {args.iters} steps after {args.warmup} warm-up steps."
+        f"x {args.iters} steps after {args.warmup} warm-up steps"
+        + (
+            f"; {args.processes} processes a variant (orders rotated): the median of their "
+            "medians, their range in brackets."
+            if args.processes > 1
+            else "."
+        )
     )
     head = (
         "| variant | ms / step | host<->device syncs / step (+1: the caller's wait) | vs sync "
@@ -179,7 +200,8 @@ def table(args: argparse.Namespace, facts: dict[str, Any], rows: dict[str, Any])
         diff = "-"
         if ref is not None and r is not ref:
             diff = f"{max_rel_diff(np.array(r['logits']), np.array(ref['logits'])):.1e}"
-        lines.append(f"| {LABELS[name]} | {ms[name]:.3f} | {syncs} | {speed} | {diff} |")
+        spread = f" ({min(r['ms']):.3f}–{max(r['ms']):.3f})" if args.processes > 1 else ""
+        lines.append(f"| {LABELS[name]} | {ms[name]:.3f}{spread} | {syncs} | {speed} | {diff} |")
     return "\n".join(lines) + "\n"
 
 
@@ -196,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", default=",".join(VARIANT_NAMES))
     p.add_argument("--host-caches", action="store_true", help="KV caches as NumPy in and out")
     p.add_argument("--in-process", action="store_true", help="every variant in this process")
+    p.add_argument(
+        "--processes", type=int, default=1,
+        help="fresh processes a variant, in rotated orders (the table: the median over them)",
+    )  # fmt: skip
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per variant's process")
     p.add_argument("--only", choices=VARIANT_NAMES, help=argparse.SUPPRESS)
     p.add_argument("--markdown", metavar="FILE")

@@ -74,6 +74,30 @@ def test_every_variant_on_fake_cupy(
     assert "split ways' syncs at the placement's minimum: yes" in text
 
 
+def test_several_processes_a_variant_give_the_median_and_range(
+    benchmarks: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    bench = benchmarks("bench_split")
+    out, js = tmp_path / "split.md", tmp_path / "s.json"
+    argv = [*TINY, "--iters", "2", "--repeats", "1", "--warmup", "3", "--in-process"]
+    argv += ["--variants", "calling-thread,sync", "--processes", "3"]
+    assert bench.main([*argv, "--markdown", str(out), "--json", str(js)]) == 0
+    import json
+
+    rows = json.loads(js.read_text())["rows"]
+    assert [len(rows[n]["ms"]) for n in ("calling-thread", "sync")] == [3, 3]  # one a run
+    text = out.read_text()
+    assert "3 processes a variant (orders rotated)" in text
+    cell = text.split("| split, CPU nodes on the calling thread (optgraph's default) | ")[1]
+    low, high = min(rows["calling-thread"]["ms"]), max(rows["calling-thread"]["ms"])
+    assert cell.split(" |")[0].endswith(f"({low:.3f}–{high:.3f})")
+    # A run that fails makes the variant's row an error, not a median of the others.
+    failed = bench.combined([{"ms": [1.0]}, {"variant": "sync", "error": "exit 1"}])
+    assert failed == {"variant": "sync", "error": "exit 1"}
+    assert bench.combined([{"ms": [1.0, 3.0]}, {"ms": [5.0]}])["ms"] == [2.0, 5.0]
+
+
 def test_the_diagnosis_runs_every_way_on_fake_cupy(
     benchmarks: Any,  # noqa: F811
     capsys: pytest.CaptureFixture[str],
