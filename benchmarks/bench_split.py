@@ -114,11 +114,14 @@ def run_variant(args: argparse.Namespace, argv: list[str], name: str) -> dict[st
 
 
 def combined(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One variant's row from its runs (one per process): the first run's row with `ms` the
-    median step time of each run, in run order; an error if any run failed."""
+    """One variant's row from its runs (one per process): a lone run's row as it is; else the
+    first run's row with `ms` the median step time of each run, in run order; an error if any
+    run failed."""
     failed = [r for r in runs if "error" in r]
     if failed:
         return failed[0]
+    if len(runs) == 1:
+        return runs[0]
     return runs[0] | {"ms": [float(np.median(r["ms"])) for r in runs]}
 
 

@@ -146,8 +146,8 @@ def _gemv_kernel(salt: str, inputs: GemvInputs) -> Made | None:
     each tile's row lanes (`cuda_gemv_reduce.reduce_lanes`), then the epilogue and store, in one
     pass or after the split-K partial sums (`cuda_gemv_reduce.store_sums`).
     """
-    params, types, anchor, epilogue, result, out_type, prologue, resident, fold = inputs[:9]
-    l2_ahead, most_splits = inputs.l2_ahead, inputs.most_splits
+    (params, types, anchor, epilogue, result, out_type, prologue, resident, fold, l2_ahead,
+     most_splits) = inputs  # fmt: skip
     index = {p: k for k, p in enumerate(params)}
     computed = {n.name: n.type for n in prologue if n.type is not None}
     if anchor.operands[1] not in index or (

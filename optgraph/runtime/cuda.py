@@ -56,6 +56,7 @@ from optgraph.runtime.cuda_bound import (
     RunSignature,
     check_apart,
     classify_inputs,
+    held,
     run_signature,
 )
 from optgraph.runtime.cuda_capture import (
@@ -308,8 +309,7 @@ class CudaProgram:
             cached = self._issue[key] = (binding, ops)
         self.last_key = key
         outputs = {name: out[name] for name in bound_out}
-        arrays = tuple(v for v in inputs.values() if isinstance(v, cp.ndarray))
-        arrays += tuple(outputs.values())
+        arrays = held(inputs, outputs)
         return Bound(variant, key, binding, cached[1], staged, outputs, calling_thread, arrays)
 
     def _classify(

@@ -63,13 +63,15 @@ class Bound:
     def again(self, inputs: Mapping[str, Any], out: Mapping[str, Any]) -> Bound:
         """This bound run for a call whose arrays have the same `run_signature`: its host
         inputs' values and the caller's arrays are this call's, everything else is the same."""
-        cp = cupy()
         outputs = {name: out[name] for name in self.outputs}
-        arrays = tuple(v for v in inputs.values() if isinstance(v, cp.ndarray))
         staged = {name: inputs[name] for name in self.staged}
-        return replace(
-            self, staged=staged, outputs=outputs, arrays=arrays + tuple(outputs.values())
-        )
+        return replace(self, staged=staged, outputs=outputs, arrays=held(inputs, outputs))
+
+
+def held(inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The device arrays a run reads or writes (`Bound.arrays`): its CuPy inputs and outputs."""
+    device = cupy().ndarray
+    return tuple(v for v in inputs.values() if isinstance(v, device)) + tuple(outputs.values())
 
 
 RunSignature = tuple[tuple[object, ...], ...]

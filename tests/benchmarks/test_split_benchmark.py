@@ -96,6 +96,7 @@ def test_several_processes_a_variant_give_the_median_and_range(
     failed = bench.combined([{"ms": [1.0]}, {"variant": "sync", "error": "exit 1"}])
     assert failed == {"variant": "sync", "error": "exit 1"}
     assert bench.combined([{"ms": [1.0, 3.0]}, {"ms": [5.0]}])["ms"] == [2.0, 5.0]
+    assert bench.combined([{"ms": [1.0, 3.0]}])["ms"] == [1.0, 3.0]  # one process: its repeats
 
 
 def test_the_diagnosis_runs_every_way_on_fake_cupy(
