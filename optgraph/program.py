@@ -13,8 +13,9 @@ that does not end in a memory plan gets one (`passes.manager.plan_memory_if_miss
 
 - **Weights.** `run(inputs)` without weights uses `default_weights()`: the reference's seeded
   random weights (seed 0), made once per program and then the very same arrays on every run, so
-  the CUDA runtime uploads them once (it skips an upload of the arrays it uploaded last). They
-  are read-only: to run other values, pass them.
+  the CUDA runtime uploads them once (it skips an upload of the very arrays it uploaded last,
+  still alive: `runtime/last_arrays.py`). They are read-only: to run other values, pass other
+  arrays.
 - **Bound steps** (cuda): `step = program.bind(inputs, out)` checks the CuPy arrays once; a
   call `step()` only launches the program on them (replays its CUDA graph).
 - **New input shapes** (cuda): the runtime asks the `relowering` callback of this module for a
@@ -153,7 +154,7 @@ class CompiledProgram:
         runtime = self._cuda_runner()
         if isinstance(runtime, MultiDeviceRunner):
             raise OptGraphError("bind: a program on several devices has no bound steps; use run")
-        runtime.set_weights(self.default_weights() if weights is None else weights)
+        runtime.use_weights(self.default_weights() if weights is None else weights)
         return runtime.bind(inputs, out)
 
     def default_weights(self) -> dict[str, np.ndarray]:

@@ -33,6 +33,7 @@ from optgraph.ir.graph import Graph
 from optgraph.ir.ops import get_op
 from optgraph.passes.manager import parse_pipeline
 from optgraph.passes.tensor_parallel import join_outputs, piece_layout, shard_inputs, shard_weights
+from optgraph.runtime.last_arrays import LastArrays
 from optgraph.runtime.multi_gpu import MultiGpuProgram, StepTimes
 from optgraph.runtime.planned import execute
 
@@ -160,18 +161,18 @@ class MultiDeviceRunner:
         self.peer_reduce = peer_reduce
         self.layout = piece_layout(source, ranks.graph)
         self._program: Any = None
-        self._weights_seen: tuple[int, ...] | None = None
+        self._weights_seen = LastArrays()
 
     def run(self, inputs: Mapping[str, Any], weights: Mapping[str, Any]) -> dict[str, Any]:
         """Outputs by name (NumPy): the ranks started, or restarted for new weight arrays."""
-        seen = tuple(id(weights.get(w.name)) for w in self.source.weights)
-        if self._program is None or seen != self._weights_seen:
+        names = [w.name for w in self.source.weights]
+        if self._program is None or not self._weights_seen.same(names, weights):
             self.close()
             sliced = parallel_weights(self.source, self.ranks.graph, weights)
             self._program = MultiGpuProgram(
                 self.ranks, sliced, launcher=self.launcher, peer_reduce=self.peer_reduce
             )
-            self._weights_seen = seen
+            self._weights_seen.remember(names, weights)
         pieces = parallel_inputs(self.source, self.ranks.graph, inputs, self.layout)
         outputs = self._program.run(pieces)
         return whole_outputs(self.source, self.ranks.graph, outputs, self.layout)

@@ -154,8 +154,16 @@ class CudaProgram:
         return self.weights.ptr
 
     def set_weights(self, weights: Mapping[str, Any]) -> None:
-        """Upload the weights (skipped when the very same arrays were uploaded last)."""
-        if self.weights.upload(weights, before_write=self.streams.synchronize):
+        """Upload the weights, always (arrays changed in place since the last upload too)."""
+        self._upload(weights, force=True)
+
+    def use_weights(self, weights: Mapping[str, Any]) -> None:
+        """Upload the weights unless they are the very arrays of the last upload, still alive
+        (`runtime/last_arrays.py`): what `run(inputs, weights)` does."""
+        self._upload(weights, force=False)
+
+    def _upload(self, weights: Mapping[str, Any], force: bool) -> None:
+        if self.weights.upload(weights, before_write=self.streams.synchronize, force=force):
             self.counters.weight_uploads += 1
 
     def _variant(
@@ -219,7 +227,7 @@ class CudaProgram:
         `kv_cache_write` of that input (nothing else reading it) then writes only its new rows
         there (`codegen/in_place_outputs.py`); any other output is copied in after the run."""
         if weights is not None:
-            self.set_weights(weights)
+            self.use_weights(weights)
         out = out or {}
         signature = run_signature(inputs, out)
         last = self._last_run

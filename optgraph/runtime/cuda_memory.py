@@ -2,9 +2,9 @@
 
 - `DeviceWeights` (one per program): every weight the device keeps, in one device buffer at the
   plan's 256-aligned offsets (`CudaPlan.weight_offsets`), and the pinned host weights of split and
-  streamed programs (`cuda_offload.HostWeights`). `upload` copies them in, and does nothing when
-  given the very same arrays as last time (compared by identity), so passing one dict of weights
-  run after run costs no copy.
+  streamed programs (`cuda_offload.HostWeights`). `upload` copies them in, and (unless forced)
+  does nothing when given the very same arrays as last time, still alive (`last_arrays`), so
+  passing one dict of weights run after run costs no copy.
 - `VariantMemory` (one per specialization): the device arena at the planned offsets (or, for a
   graph without a memory plan, one buffer per value: the unplanned fallback), the pinned host
   arena, the device input buffer that staged inputs are copied into, and the pinned staging of
@@ -28,6 +28,7 @@ from optgraph.ir.graph import Graph, TensorType
 from optgraph.ir.weight_layout import model_type, stored_array
 from optgraph.runtime.cuda_device import cupy
 from optgraph.runtime.cuda_offload import HostMemory, HostWeights, allocate_arena
+from optgraph.runtime.last_arrays import LastArrays
 from optgraph.runtime.reference_kernels import ir_dtype, numpy_dtype
 
 H2D, D2H, D2D = 1, 2, 3  # cudaMemcpyKind
@@ -55,7 +56,7 @@ class DeviceWeights:
         self.buffer = cp.cuda.alloc(max(plan.weights_bytes, 1))
         # Weights kept in pinned host memory (streamed, host-placed, read on the CPU).
         self.host = HostWeights(plan, cp.cuda.alloc_pinned_memory)
-        self._seen: tuple[tuple[str, int], ...] | None = None
+        self._last = LastArrays()
 
     @property
     def ptr(self) -> int:
@@ -63,15 +64,18 @@ class DeviceWeights:
 
     @property
     def is_set(self) -> bool:
-        return self._seen is not None
+        return not self._last.empty
 
-    def upload(self, weights: Mapping[str, Any], before_write: Callable[[], None]) -> bool:
+    def upload(
+        self, weights: Mapping[str, Any], before_write: Callable[[], None], force: bool = False
+    ) -> bool:
         """Copy `weights` in (NumPy or CuPy arrays); False, copying nothing, when they are the
-        very arrays of the last upload. `before_write` runs first (a replay in flight may still
-        read the old weights: the caller synchronizes its streams there)."""
+        very arrays of the last upload (`force`: copy them anyway, e.g. changed in place).
+        `before_write` runs first (a replay in flight may still read the old weights: the caller
+        synchronizes its streams there)."""
         cp = cupy()
-        seen = tuple((w.name, id(weights.get(w.name))) for w in self.graph.weights)
-        if seen == self._seen:
+        names = [w.name for w in self.graph.weights]
+        if not force and self._last.same(names, weights):
             return False
         for w in self.graph.weights:
             if w.name not in weights:
@@ -94,7 +98,7 @@ class DeviceWeights:
             elif w.type.nbytes:
                 host = np.ascontiguousarray(value)
                 cp.cuda.runtime.memcpy(dst, host.ctypes.data, w.type.nbytes, H2D)
-        self._seen = seen
+        self._last.remember(names, weights)
         return True
 
 
