@@ -5,15 +5,27 @@
                                                              repeats has more axes than x)
     F.pad(x, (1, 2))                aten.constant_pad_nd  -> pad {pads} (ATen's last-axis-first
                                                              pairs turned into ONNX order)
-    x.cumsum(1), x.argmax(-1)       -> cumsum {axis}, argmax {axis, keepdims}
+    x.cumsum(1), x.argmax(-1)       -> cumsum {axis}, argmax {axis, keepdims} (a cumsum whose
+                                                             result is wider, e.g. torch's int32
+                                                             -> int64: cast first, as torch does)
     F.prelu(x, w)                   aten._prelu_kernel    -> prelu, w [C] reshaped to [C,1,..]
     mask[b_idx, kv_idx]             aten.index.Tensor     -> get_rows of the indexed leading
                                                              axes (flattened) at the constant
                                                              flat positions, then a reshape
+    torch.gather(x, 1, idx)         aten.gather           -> get_rows of x's elements (x as
+                                                             [numel, 1]) at idx · stride(dim)
+                                                             plus each position's constant
+                                                             offset on the other axes, reshaped
+    x[..., ::2]                     aten.slice (step > 1) -> `stepped_slices.stepped_slice_nodes`
+    qkv[..., [-2], :]               aten.index.Tensor     -> slices of that axis (one a run of
+    (slices, then one index)                                 consecutive indices), concatenated;
+                                                             a 0-d index drops the axis (reshape)
 
 Refused with their reason: negative pads (cropping), argmax without a dim (of the flattened
-tensor), a cumsum that changes dtype, indexing with run-time, boolean or out-of-range indices or
-with a slice before an index tensor.
+tensor), indexing with run-time, boolean or out-of-range indices, several index tensors after a
+slice, an index tensor of more than one axis after a slice, more than MAX_RUNS runs; a gather
+whose index has another rank than its input. A gather's index out of range along `dim` reads
+another element of the input (torch raises), one beyond the input an error of `get_rows`.
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from optgraph.frontends.stepped_slices import stepped_slice_nodes
 from optgraph.frontends.torch_values import Converter, TorchContext, arg, unsupported
 from optgraph.ir.graph import AttrValue, TensorType
 
@@ -62,11 +75,54 @@ def _constant_pad(ctx: TorchContext, node: Any) -> None:
 
 
 def _cumsum(ctx: TorchContext, node: Any) -> None:
-    x = ctx.type_of(node.args[0])
-    if ctx.result_type(node).dtype != x.dtype:
-        raise unsupported(node, f"a cumsum from {x.dtype} to {ctx.result_type(node).dtype}")
+    x, out = ctx.type_of(node.args[0]), ctx.result_type(node)
     axis = int(node.args[1]) % max(x.rank, 1)
-    ctx.emit(node, "cumsum", [ctx.name_of(node.args[0])], {"axis": axis})
+    name = ctx.name_of(node.args[0])
+    if out.dtype != x.dtype:  # torch sums in the result's dtype: the input is cast to it first
+        name = ctx.step(node, "cast", [name], x.with_dtype(out.dtype), {"dtype": out.dtype})
+    ctx.emit(node, "cumsum", [name], {"axis": axis})
+
+
+def _gather(ctx: TorchContext, node: Any) -> None:
+    """torch.gather(x, dim, index): out[p] = x[p with axis `dim` replaced by index[p]], as one
+    get_rows of x's elements at flat positions index · stride(dim) + offset(p), where offset(p)
+    (the other axes' part, constant) is folded at import. RoBERTa's token types are read so."""
+    x, index = ctx.type_of(node.args[0]), ctx.type_of(node.args[2])
+    dim = int(node.args[1]) % max(x.rank, 1)
+    if index.rank != x.rank:
+        raise unsupported(node, f"a gather whose index ({index}) has another rank than {x}")
+    strides = [math.prod(x.shape[k + 1 :]) for k in range(x.rank)]
+    grids = np.indices(index.shape, dtype=np.int64)
+    offset = sum((grids[k] * strides[k] for k in range(x.rank) if k != dim), np.zeros((), np.int64))
+    ids = ctx.name_of(node.args[2])
+    wide = index.with_dtype("i64")
+    if index.dtype != "i64":
+        ids = ctx.step(node, "cast", [ids], wide, {"dtype": "i64"})
+    if strides[dim] != 1:
+        stride = ctx.draft.constant(np.array(strides[dim], np.int64), "stride")
+        ids = ctx.step(node, "mul", [ids, stride], wide)
+    if np.any(offset):
+        ids = ctx.step(node, "add", [ids, ctx.draft.constant(offset, "offset")], wide)
+    flat_ids = ctx.step(
+        node, "reshape", [ids], wide.with_shape((index.numel,)), {"shape": (index.numel,)}
+    )
+    table = x.with_shape((x.numel, 1))
+    rows = ctx.step(node, "reshape", [ctx.name_of(node.args[0])], table, {"shape": table.shape})
+    picked = ctx.step(node, "get_rows", [rows, flat_ids], x.with_shape((index.numel, 1)))
+    ctx.emit(node, "reshape", [picked], {"shape": index.shape})
+
+
+def stepped_slice(ctx: TorchContext, node: Any, axis: int, picked: range) -> None:
+    """x[.., start:end:step, ..] on `axis` (`picked`: the positions kept, step > 1) as the nodes
+    of `stepped_slices.stepped_slice_nodes`."""
+    if not picked:
+        raise unsupported(node, "an empty slice with a step")
+    x = ctx.type_of(node.args[0])
+    name = ctx.name_of(node.args[0])
+    *steps, (op, attrs, _) = stepped_slice_nodes(x.shape, axis, picked)
+    for step_op, step_attrs, shape in steps:
+        name = ctx.step(node, step_op, [name], x.with_shape(shape), step_attrs)
+    ctx.emit(node, op, [name], attrs)
 
 
 def _argmax(ctx: TorchContext, node: Any) -> None:
@@ -95,7 +151,7 @@ def _constant_indices(ctx: TorchContext, node: Any, lead: tuple[int, ...]) -> np
     for index in node.args[1]:
         value = None if index is None else ctx.draft.constants.get(ctx.name_of(index))
         if index is None:
-            raise unsupported(node, "a slice before an index tensor is not supported")
+            raise unsupported(node, "a slice among several index tensors is not supported")
         if value is None:
             raise unsupported(node, "an index computed at run time (only constant indices map)")
         if value.dtype == np.bool_:
@@ -112,8 +168,66 @@ def _constant_indices(ctx: TorchContext, node: Any, lead: tuple[int, ...]) -> np
     return np.ravel_multi_index(normalized, lead) if lead else np.zeros((), np.int64)
 
 
+# Most runs of consecutive indices (one slice each) an index after slices maps to.
+MAX_RUNS = 64
+
+
+def _runs(positions: np.ndarray) -> list[tuple[int, int]]:
+    """[start, end) of each run of consecutive increasing positions, in order."""
+    runs: list[tuple[int, int]] = []
+    for p in positions.tolist():
+        if runs and runs[-1][1] == p:
+            runs[-1] = (runs[-1][0], p + 1)
+        else:
+            runs.append((p, p + 1))
+    return runs
+
+
+def _index_after_slices(ctx: TorchContext, node: Any, axis: int) -> None:
+    """x[:, .., :, i] (`axis` slices, then one constant index tensor of at most one axis):
+    slices of `axis`, one a run of consecutive indices, concatenated along it (Falcon's fused
+    q/k/v split, `qkv[..., [-2], :]`); a 0-d index drops the axis."""
+    x, out = ctx.type_of(node.args[0]), ctx.result_type(node)
+    index = node.args[1][axis]
+    value = ctx.draft.constants.get(ctx.name_of(index))
+    if value is None:
+        raise unsupported(node, "an index computed at run time (only constant indices map)")
+    if value.dtype == np.bool_:
+        raise unsupported(node, "boolean mask indexing is not supported")
+    if value.ndim > 1:
+        raise unsupported(node, "an index tensor of more than one axis after a slice")
+    size = x.shape[axis]
+    flat = value.astype(np.int64).reshape(-1)
+    if flat.size == 0:
+        raise unsupported(node, "an empty index tensor")
+    if flat.min() < -size or flat.max() >= size:
+        raise unsupported(node, f"an index out of range for axis {axis} of size {size}")
+    runs = _runs(np.where(flat < 0, flat + size, flat))
+    if len(runs) > MAX_RUNS:
+        raise unsupported(node, f"an index of more than {MAX_RUNS} runs of consecutive positions")
+    name = ctx.name_of(node.args[0])
+    pieces = []
+    for start, end in runs:
+        shape = x.shape[:axis] + (end - start,) + x.shape[axis + 1 :]
+        attrs: dict[str, AttrValue] = {"axis": axis, "start": start, "end": end}
+        if value.ndim == 1 and len(runs) == 1:
+            ctx.emit(node, "slice", [name], attrs)
+            return
+        pieces.append(ctx.step(node, "slice", [name], x.with_shape(shape), attrs))
+    if value.ndim == 0:
+        ctx.emit(node, "reshape", pieces, {"shape": out.shape})
+    else:
+        ctx.emit(node, "concat", pieces, {"axis": axis})
+
+
 def _index(ctx: TorchContext, node: Any) -> None:
-    """x[i0, .., ik-1] with constant indices (HF attention masks index the padding mask so)."""
+    """x[i0, .., ik-1] with constant indices (HF attention masks index the padding mask so), or
+    x[:, .., :, i] (`_index_after_slices`)."""
+    indices = list(node.args[1])
+    slices = next((k for k, i in enumerate(indices) if i is not None), len(indices))
+    if slices and len(indices) == slices + 1:
+        _index_after_slices(ctx, node, slices)
+        return
     x, out = ctx.type_of(node.args[0]), ctx.result_type(node)
     lead = x.shape[: len(node.args[1])]
     flat = _constant_indices(ctx, node, lead)
@@ -132,6 +246,7 @@ INDEXING_CONVERTERS: dict[str, Converter] = {
     "aten.constant_pad_nd.default": _constant_pad,
     "aten.cumsum.default": _cumsum,
     "aten.expand.default": _expand,
+    "aten.gather.default": _gather,
     "aten.index.Tensor": _index,
     "aten.prelu.default": _prelu,
     "aten.repeat.default": _repeat,

@@ -17,7 +17,7 @@ import numpy as np
 from optgraph.frontends.aten_arithmetic_ops import ARITHMETIC_CONVERTERS
 from optgraph.frontends.aten_attention_ops import ATTENTION_CONVERTERS
 from optgraph.frontends.aten_image_ops import IMAGE_CONVERTERS
-from optgraph.frontends.aten_indexing_ops import INDEXING_CONVERTERS
+from optgraph.frontends.aten_indexing_ops import INDEXING_CONVERTERS, stepped_slice
 from optgraph.frontends.aten_mask_ops import MASK_CONVERTERS
 from optgraph.frontends.torch_values import Converter, TorchContext, arg, unsupported, value_type
 from optgraph.ir.graph import AttrValue, TensorType
@@ -200,11 +200,15 @@ def _slice(ctx: TorchContext, node: Any) -> None:
     axis = int(arg(node, 1, "dim", 0)) % x.rank
     size = x.shape[axis]
     start, end = arg(node, 2, "start"), arg(node, 3, "end")
-    if int(arg(node, 4, "step", 1)) != 1:
-        raise unsupported(node, "slices with a step other than 1 are not supported")
+    step = int(arg(node, 4, "step", 1))
+    if step < 1:
+        raise unsupported(node, f"a slice with step {step}")
     start = 0 if start is None else int(start)
     end = size if end is None else int(end)
     start, end, _ = slice(start, end).indices(size)
+    if step != 1:
+        stepped_slice(ctx, node, axis, range(start, end, step))
+        return
     if (start, end) == (0, size):
         ctx.alias(node, node.args[0])
         return

@@ -17,6 +17,7 @@ from optgraph.frontends.onnx_context import ONNX_DTYPES, Converter, OnnxContext
 from optgraph.frontends.onnx_image_ops import IMAGE_CONVERTERS
 from optgraph.frontends.onnx_indexing_ops import INDEXING_CONVERTERS
 from optgraph.frontends.onnx_mask_ops import MASK_CONVERTERS
+from optgraph.frontends.stepped_slices import stepped_slice_nodes
 from optgraph.ir.graph import AttrValue, TensorType
 from optgraph.runtime.reference_kernels import numpy_dtype
 
@@ -252,18 +253,26 @@ def _slice(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     starts, ends = ctx.ints(node, 1, attrs, "starts") or [], ctx.ints(node, 2, attrs, "ends") or []
     axes = ctx.ints(node, 3, attrs, "axes") or list(range(len(starts)))
     steps = ctx.ints(node, 4, attrs, "steps") or [1] * len(starts)
-    if any(s != 1 for s in steps):
-        raise ctx.error(node, "slices with a step other than 1 are not supported")
+    if any(s < 1 for s in steps):
+        raise ctx.error(node, "slices with a step below 1 are not supported")
     name = ctx.name(node.input[0])
-    pieces = list(zip(axes, starts, ends))
-    for count, (axis, start, end) in enumerate(pieces):
+    shape = x.shape
+    nodes: list[tuple[str, dict[str, AttrValue], tuple[int, ...]]] = []
+    for axis, start, end, step in zip(axes, starts, ends, steps):
         axis %= x.rank
-        begin, stop, _ = slice(start, end).indices(x.shape[axis])
-        attrs_out = {"axis": axis, "start": begin, "end": max(begin, stop)}
-        last = count == len(pieces) - 1
-        output = node.output[0] if last else f"{node.output[0]}.{axis}"
-        name = ctx.emit(node, "slice", [name], attrs_out, output=output)
-    if not pieces:
+        picked = range(*slice(start, end, step).indices(shape[axis]))
+        if step == 1 or not picked:
+            begin, stop = picked.start, max(picked.start, picked.stop)
+            kept = shape[:axis] + (stop - begin,) + shape[axis + 1 :]
+            nodes.append(("slice", {"axis": axis, "start": begin, "end": stop}, kept))
+        else:  # `stepped_slices.py`
+            nodes += stepped_slice_nodes(shape, axis, picked)
+        shape = nodes[-1][2]
+    for count, (op, attrs_out, _) in enumerate(nodes):
+        last = count == len(nodes) - 1
+        output = node.output[0] if last else f"{node.output[0]}.{count}"
+        name = ctx.emit(node, op, [name], attrs_out, output=output)
+    if not nodes:
         ctx.values[node.output[0]] = name
 
 

@@ -1,0 +1,205 @@
+"""Importing what RoBERTa, Falcon, GPT-J, CodeGen and Cohere export (each refused before):
+`torch.gather` with a run-time index, a cumsum whose result is wider than its input, one
+constant index tensor after slices (`qkv[..., [-2], :]`) and slices with a step (`x[..., ::2]`,
+and ONNX `Slice` with `steps`). Against PyTorch and onnx's ReferenceEvaluator, on the reference,
+the compiled CPU program and the CUDA kernels in the emulator; then the whole models, built from
+transformers configs with random weights, against transformers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the torch importer tests need PyTorch")
+
+import optgraph as og
+from optgraph.frontends.stepped_slices import stepped_slice_nodes
+from optgraph.frontends.torch_export import from_torch
+from tests.frontends.numerics import assert_matches, ops_of
+from tests.support import cuda_emulator
+
+
+def _check(module: torch.nn.Module, args: tuple, names: list[str]) -> og.Graph:
+    with torch.no_grad():
+        out = module(*args)
+    expected = [o.numpy() for o in (out if isinstance(out, tuple) else (out,))]
+    graph, weights = from_torch(module, args)
+    inputs = {name: a.numpy() for name, a in zip(names, args)}
+    assert_matches(graph, weights, inputs, expected, tolerance=0.0)
+    if cuda_emulator.available():
+        got = cuda_emulator.run_graph(graph, inputs, weights)
+        for name, want in zip(graph.output_names(), expected):
+            assert np.array_equal(got[name], want), name
+    return graph
+
+
+class Gathers(torch.nn.Module):
+    def forward(self, x, index, rows):  # type: ignore[no-untyped-def]
+        return (
+            torch.gather(x, 2, index),  # the last axis
+            torch.gather(x, 1, index[:, :2, :]),  # a middle axis, a smaller index
+            torch.gather(x, 0, index[:1]),
+            torch.gather(rows, 1, index[0, :1, :3]),  # RoBERTa's form: [1, N] at positions
+        )
+
+
+def test_gather_along_every_axis_matches_pytorch() -> None:
+    x = torch.randn(2, 3, 5)
+    index = torch.tensor(np.random.default_rng(1).integers(0, 2, (2, 3, 4)), dtype=torch.int64)
+    rows = torch.arange(10, dtype=torch.int64)[None, :] * 7
+    graph = _check(Gathers(), (x, index, rows), ["x", "index", "rows"])
+    assert ops_of(graph).count("get_rows") == 4
+
+
+class WideCumsum(torch.nn.Module):
+    def forward(self, mask, h):  # type: ignore[no-untyped-def]
+        positions = torch.cumsum(mask, dim=1)  # int32 -> int64, as RoBERTa's position ids
+        return positions, torch.cumsum(h, dim=-1, dtype=torch.float32)  # f16 summed in f32
+
+
+def test_a_cumsum_into_a_wider_dtype_casts_first_as_torch_does() -> None:
+    mask = torch.tensor([[1, 1, 0, 1, 1]], dtype=torch.int32)
+    h = (torch.randn(2, 6) * 8).to(torch.float16)
+    graph = _check(WideCumsum(), (mask, h), ["mask", "h"])
+    assert ops_of(graph).count("cast") == 2
+
+
+class IndexAfterSlices(torch.nn.Module):
+    def forward(self, qkv):  # type: ignore[no-untyped-def]
+        return (
+            qkv[..., :-2, :],
+            qkv[..., [-2], :],  # Falcon's multi-query split
+            qkv[:, [0, 1, 3, 2, 2]],  # three runs of consecutive positions
+            qkv[:, :, torch.tensor(1)],  # a 0-d index drops the axis
+        )
+
+
+def test_one_index_after_slices_is_slices_and_matches_pytorch() -> None:
+    graph = _check(IndexAfterSlices(), (torch.randn(2, 4, 6, 3),), ["qkv"])
+    ops = ops_of(graph)
+    assert "get_rows" not in ops and ops.count("concat") == 1
+
+
+class TwoIndices(torch.nn.Module):
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        return x[:, torch.tensor([0, 1]), torch.tensor([1, 0])]
+
+
+class MatrixIndex(torch.nn.Module):
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        return x[:, torch.tensor([[0, 1], [1, 0]])]
+
+
+def test_what_still_does_not_map_is_refused_with_its_reason() -> None:
+    with pytest.raises(og.OptGraphError, match="a slice among several index tensors"):
+        from_torch(TwoIndices(), (torch.randn(2, 3, 4),))
+    with pytest.raises(og.OptGraphError, match="an index tensor of more than one axis"):
+        from_torch(MatrixIndex(), (torch.randn(2, 3, 4),))
+
+
+class Strided(torch.nn.Module):
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        return x[..., ::2], x[..., 1::2], x[:, 1::4], x[:, 2:9:3]
+
+
+def test_slices_with_a_step_match_pytorch() -> None:
+    graph = _check(Strided(), (torch.randn(3, 10),), ["x"])
+    assert "pad" in ops_of(graph)  # x[:, 1::4]: positions 1, 5, 9 run past the end
+
+
+@pytest.mark.parametrize(
+    ("size", "picked"),
+    [(10, range(0, 10, 2)), (10, range(1, 10, 4)), (10, range(2, 9, 3)), (7, range(6, 7, 5))],
+)
+def test_the_stepped_slice_nodes_take_exactly_the_picked_positions(
+    size: int, picked: range
+) -> None:
+    x = np.arange(2 * size).reshape(2, size)
+    value = x
+    for op, attrs, shape in stepped_slice_nodes(x.shape, 1, picked):
+        if op == "slice":
+            axis = int(attrs["axis"])  # type: ignore[arg-type]
+            value = np.take(value, range(int(attrs["start"]), int(attrs["end"])), axis=axis)  # type: ignore[arg-type]
+        elif op == "pad":
+            value = np.pad(value, [(0, 0), (0, attrs["pads"][3])])  # type: ignore[index]
+        else:
+            value = value.reshape(attrs["shape"])  # type: ignore[arg-type]
+        assert value.shape == shape
+    assert np.array_equal(value, x[:, picked.start : picked.stop : picked.step])
+
+
+def test_onnx_slices_with_steps_match_the_reference_evaluator() -> None:
+    onnx = pytest.importorskip("onnx", reason="the ONNX importer tests need onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    from optgraph.frontends.onnx import from_onnx
+
+    def ints(name: str, values: list[int]) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(values, np.int64), name)
+
+    inits = [
+        ints("s", [1, 0]), ints("e", [9, 100]), ints("a", [1, 2]), ints("st", [4, 3]),
+        ints("s2", [0]), ints("e2", [5]), ints("a2", [0]),
+    ]  # fmt: skip
+    nodes = [
+        helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"]),  # two axes, both stepped
+        helper.make_node("Slice", ["x", "s2", "e2", "a2"], ["z"]),  # no steps given
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "strided",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 10, 7])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+        ],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    feeds = {"x": np.random.default_rng(2).normal(size=(5, 10, 7)).astype(np.float32)}
+    expected = [np.asarray(o) for o in ReferenceEvaluator(model).run(None, feeds)]
+    imported, weights = from_onnx(model)
+    assert_matches(imported, weights, feeds, expected, tolerance=0.0)
+    assert expected[0].shape == (5, 2, 3)
+
+
+def _transformers_case(name: str) -> tuple[torch.nn.Module, torch.Tensor]:
+    transformers = pytest.importorskip("transformers", reason="needs transformers")
+    small = {"vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2}
+    heads = {"num_attention_heads": 4}
+    if name == "roberta":
+        config = transformers.RobertaConfig(
+            **small, **heads, intermediate_size=64, max_position_embeddings=64
+        )
+        model = transformers.RobertaModel(config)
+    elif name == "falcon":
+        model = transformers.FalconForCausalLM(transformers.FalconConfig(**small, **heads))
+    else:
+        config = transformers.GPTJConfig(
+            vocab_size=64, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=64
+        )
+        model = transformers.GPTJForCausalLM(config)
+    model.config._attn_implementation = "eager"
+    return model.eval(), torch.tensor([[5, 9, 1, 33, 7, 2, 60]])
+
+
+class FirstOutput(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):  # type: ignore[no-untyped-def]
+        return self.model(input_ids)[0]
+
+
+@pytest.mark.parametrize("name", ["roberta", "falcon", "gptj"])
+def test_whole_models_import_and_match_transformers(name: str) -> None:
+    torch.manual_seed(0)
+    model, ids = _transformers_case(name)
+    wrapped = FirstOutput(model)
+    with torch.no_grad():
+        expected = wrapped(ids).numpy()
+    graph, weights = from_torch(wrapped, (ids,))
+    assert_matches(graph, weights, {graph.inputs[0].name: ids.numpy()}, [expected])
