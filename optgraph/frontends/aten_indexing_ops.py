@@ -21,10 +21,13 @@
     (slices, then one index)                                 consecutive indices), concatenated;
                                                              a 0-d index drops the axis (reshape)
 
+    experts[ids] (ids at run time)  aten.index.Tensor     -> get_rows of the leading axis (negative
+                                                             ids counted from the end)
+
 Refused with their reason: negative pads (cropping), argmax without a dim (of the flattened
-tensor), indexing with run-time, boolean or out-of-range indices, several index tensors after a
-slice, an index tensor of more than one axis after a slice, more than MAX_RUNS runs; a gather
-whose index has another rank than its input. A gather's index out of range along `dim` reads
+tensor), indexing with several run-time indices, boolean or out-of-range indices, several index
+tensors after a slice, an index tensor of more than one axis after a slice, more than MAX_RUNS
+runs; a gather whose index has another rank than its input. A gather's index out of range along `dim` reads
 another element of the input (torch raises), one beyond the input an error of `get_rows`.
 """
 
@@ -83,32 +86,42 @@ def _cumsum(ctx: TorchContext, node: Any) -> None:
     ctx.emit(node, "cumsum", [name], {"axis": axis})
 
 
+def along_axis(
+    ctx: TorchContext, node: Any, x: tuple[str, TensorType], dim: int, ids: tuple[str, TensorType]
+) -> str:
+    """The elements of `x` (name, type) at positions `ids` (name, type; x's rank) along axis
+    `dim`, as torch.gather takes them, flattened to [ids.numel, 1]: one get_rows of x's elements
+    at flat positions ids · stride(dim) + offset(p), where offset(p) (the other axes' part,
+    constant) is folded at import. The caller reshapes it to ids' shape."""
+    (x_name, x_type), (name, index) = x, ids
+    strides = [math.prod(x_type.shape[k + 1 :]) for k in range(x_type.rank)]
+    grids = np.indices(index.shape, dtype=np.int64)
+    rest = (grids[k] * strides[k] for k in range(x_type.rank) if k != dim)
+    offset = sum(rest, np.zeros((), np.int64))
+    wide = index.with_dtype("i64")
+    if index.dtype != "i64":
+        name = ctx.step(node, "cast", [name], wide, {"dtype": "i64"})
+    if strides[dim] != 1:
+        stride = ctx.draft.constant(np.array(strides[dim], np.int64), "stride")
+        name = ctx.step(node, "mul", [name, stride], wide)
+    if np.any(offset):
+        name = ctx.step(node, "add", [name, ctx.draft.constant(offset, "offset")], wide)
+    flat = wide.with_shape((index.numel,))
+    name = ctx.step(node, "reshape", [name], flat, {"shape": flat.shape})
+    table = x_type.with_shape((x_type.numel, 1))
+    rows = ctx.step(node, "reshape", [x_name], table, {"shape": table.shape})
+    return ctx.step(node, "get_rows", [rows, name], x_type.with_shape((index.numel, 1)))
+
+
 def _gather(ctx: TorchContext, node: Any) -> None:
-    """torch.gather(x, dim, index): out[p] = x[p with axis `dim` replaced by index[p]], as one
-    get_rows of x's elements at flat positions index · stride(dim) + offset(p), where offset(p)
-    (the other axes' part, constant) is folded at import. RoBERTa's token types are read so."""
+    """torch.gather(x, dim, index): out[p] = x[p with axis `dim` replaced by index[p]]
+    (`along_axis`). RoBERTa's token types are read so."""
     x, index = ctx.type_of(node.args[0]), ctx.type_of(node.args[2])
     dim = int(node.args[1]) % max(x.rank, 1)
     if index.rank != x.rank:
         raise unsupported(node, f"a gather whose index ({index}) has another rank than {x}")
-    strides = [math.prod(x.shape[k + 1 :]) for k in range(x.rank)]
-    grids = np.indices(index.shape, dtype=np.int64)
-    offset = sum((grids[k] * strides[k] for k in range(x.rank) if k != dim), np.zeros((), np.int64))
-    ids = ctx.name_of(node.args[2])
-    wide = index.with_dtype("i64")
-    if index.dtype != "i64":
-        ids = ctx.step(node, "cast", [ids], wide, {"dtype": "i64"})
-    if strides[dim] != 1:
-        stride = ctx.draft.constant(np.array(strides[dim], np.int64), "stride")
-        ids = ctx.step(node, "mul", [ids, stride], wide)
-    if np.any(offset):
-        ids = ctx.step(node, "add", [ids, ctx.draft.constant(offset, "offset")], wide)
-    flat_ids = ctx.step(
-        node, "reshape", [ids], wide.with_shape((index.numel,)), {"shape": (index.numel,)}
-    )
-    table = x.with_shape((x.numel, 1))
-    rows = ctx.step(node, "reshape", [ctx.name_of(node.args[0])], table, {"shape": table.shape})
-    picked = ctx.step(node, "get_rows", [rows, flat_ids], x.with_shape((index.numel, 1)))
+    ids = (ctx.name_of(node.args[2]), index)
+    picked = along_axis(ctx, node, (ctx.name_of(node.args[0]), x), dim, ids)
     ctx.emit(node, "reshape", [picked], {"shape": index.shape})
 
 
@@ -220,6 +233,31 @@ def _index_after_slices(ctx: TorchContext, node: Any, axis: int) -> None:
         ctx.emit(node, "concat", pieces, {"axis": axis})
 
 
+def _rows_at_run_time(ctx: TorchContext, node: Any) -> None:
+    """x[i] with an integer index computed at run time: get_rows of x's leading axis, a negative
+    position counted from the end as torch does (MoE experts' weights picked by the router:
+    transformers' `batched_mm`, `gate_up_proj[expert_ids]`)."""
+    x, out = ctx.type_of(node.args[0]), ctx.result_type(node)
+    index = ctx.type_of(node.args[1][0])
+    if index.dtype not in ("i32", "i64"):
+        raise unsupported(node, f"an index of dtype {index.dtype} computed at run time")
+    if x.rank < 1 or x.shape[0] == 0:
+        raise unsupported(node, f"indexing the leading axis of {x}")
+    ids = ctx.name_of(node.args[1][0])
+    zero = ctx.draft.constant(np.array(0, np.dtype(index.dtype.replace("i", "int"))), "zero")
+    size = ctx.draft.constant(
+        np.array(x.shape[0], np.dtype(index.dtype.replace("i", "int"))), "size"
+    )
+    below = ctx.step(node, "less", [ids, zero], index.with_dtype("bool"))
+    wrapped = ctx.step(node, "add", [ids, size], index)
+    ids = ctx.step(node, "where", [below, wrapped, ids], index)
+    width = math.prod(x.shape[1:])
+    table = x.with_shape((x.shape[0], width))
+    rows = ctx.step(node, "reshape", [ctx.name_of(node.args[0])], table, {"shape": table.shape})
+    picked = ctx.step(node, "get_rows", [rows, ids], x.with_shape((*index.shape, width)))
+    ctx.emit(node, "reshape", [picked], {"shape": out.shape})
+
+
 def _index(ctx: TorchContext, node: Any) -> None:
     """x[i0, .., ik-1] with constant indices (HF attention masks index the padding mask so), or
     x[:, .., :, i] (`_index_after_slices`)."""
@@ -227,6 +265,9 @@ def _index(ctx: TorchContext, node: Any) -> None:
     slices = next((k for k, i in enumerate(indices) if i is not None), len(indices))
     if slices and len(indices) == slices + 1:
         _index_after_slices(ctx, node, slices)
+        return
+    if len(indices) == 1 and ctx.draft.constants.get(ctx.name_of(indices[0])) is None:
+        _rows_at_run_time(ctx, node)
         return
     x, out = ctx.type_of(node.args[0]), ctx.result_type(node)
     lead = x.shape[: len(node.args[1])]

@@ -1,9 +1,10 @@
-"""Importing what RoBERTa, Falcon, GPT-J, CodeGen and Cohere export (each refused before):
-`torch.gather` with a run-time index, a cumsum whose result is wider than its input, one
-constant index tensor after slices (`qkv[..., [-2], :]`) and slices with a step (`x[..., ::2]`,
-and ONNX `Slice` with `steps`). Against PyTorch and onnx's ReferenceEvaluator, on the reference,
-the compiled CPU program and the CUDA kernels in the emulator; then the whole models, built from
-transformers configs with random weights, against transformers."""
+"""Importing what RoBERTa, Falcon, GPT-J, CodeGen, Cohere and Mixtral export (each refused
+before): `torch.gather` with a run-time index, `x[ids]` with run-time ids, `torch.topk`, a cumsum
+whose result is wider than its input, one constant index tensor after slices
+(`qkv[..., [-2], :]`) and slices with a step (`x[..., ::2]`, and ONNX `Slice` with `steps`).
+Against PyTorch and onnx's ReferenceEvaluator, on the reference, the compiled CPU program and the
+CUDA kernels in the emulator; then whole models, built from transformers configs with random
+weights, against transformers (`tools/transformers_sweep.py` runs 39 architectures so)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ torch = pytest.importorskip("torch", reason="the torch importer tests need PyTor
 import optgraph as og
 from optgraph.frontends.stepped_slices import stepped_slice_nodes
 from optgraph.frontends.torch_export import from_torch
+from optgraph.runtime.reference import run_reference
 from tests.frontends.numerics import assert_matches, ops_of
 from tests.support import cuda_emulator
 
@@ -78,6 +80,20 @@ def test_one_index_after_slices_is_slices_and_matches_pytorch() -> None:
     graph = _check(IndexAfterSlices(), (torch.randn(2, 4, 6, 3),), ["qkv"])
     ops = ops_of(graph)
     assert "get_rows" not in ops and ops.count("concat") == 1
+
+
+class RowsAtRunTime(torch.nn.Module):
+    def forward(self, experts, ids, ids32):  # type: ignore[no-untyped-def]
+        return experts[ids], experts[ids32]  # an MoE's expert weights picked by the router
+
+
+def test_an_index_computed_at_run_time_gathers_rows_negative_ones_from_the_end() -> None:
+    experts = torch.randn(5, 3, 4)
+    ids = torch.tensor([[4, 0], [-1, 2], [-5, 3]])
+    graph = _check(
+        RowsAtRunTime(), (experts, ids, ids.to(torch.int32)), ["experts", "ids", "ids32"]
+    )
+    assert ops_of(graph).count("get_rows") == 2
 
 
 class TwoIndices(torch.nn.Module):
@@ -165,6 +181,50 @@ def test_onnx_slices_with_steps_match_the_reference_evaluator() -> None:
     assert expected[0].shape == (5, 2, 3)
 
 
+class TopK(torch.nn.Module):
+    def forward(self, x, counts):  # type: ignore[no-untyped-def]
+        a, b = torch.topk(x, 3, dim=-1), torch.topk(x, 2, dim=1, largest=False)
+        c = torch.topk(counts, 4)
+        return a.values, a.indices, b.values, b.indices, c.values, c.indices
+
+
+def _topk_case(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(2, 3, 6)).astype(np.float32)
+    x[0, 0, :] = [1.0, 5.0, 5.0, -np.inf, 2.0, 5.0]  # ties and -inf
+    x[0, 1, :] = -np.inf  # nothing but -inf: every position ties
+    x[1, 2, 1] = np.nan  # NaN counts as the largest (and, smallest first, as the last)
+    counts = rng.integers(-3, 3, (2, 8)).astype(np.int32)  # integer ties
+    return torch.from_numpy(x), torch.from_numpy(counts)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_topk_takes_the_values_pytorch_takes_ties_lowest_position_first(seed: int) -> None:
+    x, counts = _topk_case(seed)
+    with torch.no_grad():
+        expected = [t.numpy() for t in TopK()(x, counts)]
+    graph, weights = from_torch(TopK(), (x, counts))
+    inputs = {"x": x.numpy(), "counts": counts.numpy()}
+    runs = [run_reference(graph, inputs, weights)]
+    runs.append(og.compile(graph, target="cpu").run(inputs, weights))
+    if cuda_emulator.available():
+        runs.append(cuda_emulator.run_graph(graph, inputs, weights))
+    names = graph.output_names()
+    sources = [(x.numpy(), -1), (x.numpy(), 1), (counts.numpy(), -1)]
+    for got in runs:
+        for (source, dim), values, indices, want in zip(
+            sources, names[0::2], names[1::2], expected[0::2]
+        ):
+            assert np.array_equal(got[values], want, equal_nan=True), values
+            picked = np.take_along_axis(source, got[indices], axis=dim)
+            assert np.array_equal(picked, want, equal_nan=True), indices  # they point at them
+            ordered = np.sort(got[indices], axis=dim)
+            assert (np.diff(ordered, axis=dim) > 0).all(), indices  # no position twice
+    row = runs[0][names[1]][0, 1]  # all -inf: the lowest positions, in order
+    assert row.tolist() == [0, 1, 2]
+    assert runs[0][names[1]][0, 0].tolist() == [1, 2, 5]  # three 5s: lowest position first
+
+
 def _transformers_case(name: str) -> tuple[torch.nn.Module, torch.Tensor]:
     transformers = pytest.importorskip("transformers", reason="needs transformers")
     small = {"vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2}
@@ -174,6 +234,13 @@ def _transformers_case(name: str) -> tuple[torch.nn.Module, torch.Tensor]:
             **small, **heads, intermediate_size=64, max_position_embeddings=64
         )
         model = transformers.RobertaModel(config)
+    elif name == "mixtral":  # transformers' batched_mm experts: experts[ids], topk routing
+        config = transformers.MixtralConfig(
+            **small, **heads, num_key_value_heads=2, intermediate_size=64,
+            num_local_experts=4, num_experts_per_tok=2,
+        )  # fmt: skip
+        model = transformers.MixtralForCausalLM(config)
+        model.config._experts_implementation = "batched_mm"
     elif name == "falcon":
         model = transformers.FalconForCausalLM(transformers.FalconConfig(**small, **heads))
     else:
@@ -194,7 +261,7 @@ class FirstOutput(torch.nn.Module):
         return self.model(input_ids)[0]
 
 
-@pytest.mark.parametrize("name", ["roberta", "falcon", "gptj"])
+@pytest.mark.parametrize("name", ["roberta", "falcon", "gptj", "mixtral"])
 def test_whole_models_import_and_match_transformers(name: str) -> None:
     torch.manual_seed(0)
     model, ids = _transformers_case(name)

@@ -1,7 +1,7 @@
 """aten.index.Tensor with constant indices (how transformers' attention masks read the padding
 mask: `mask[batch_idx, kv_idx]` with folded aranges) -> get_rows over the flattened indexed axes,
 against PyTorch, on the reference, the compiled CPU program and the CUDA kernels in the emulator;
-run-time and boolean indices are refused with their reason."""
+several run-time indices and boolean ones are refused with their reason."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_constant_index_tensors_become_get_rows_and_match_pytorch() -> None:
 
 class RuntimeIndex(torch.nn.Module):
     def forward(self, x, i):  # type: ignore[no-untyped-def]
-        return x[i]
+        return x[i, i]  # one run-time index alone maps (test_gather_and_strided_import.py)
 
 
 class BoolIndex(torch.nn.Module):

@@ -1,0 +1,243 @@
+"""transformers architectures through `og.from_torch`, each built from a small config with random
+weights, against transformers' own output: which import, and how close they come.
+
+Each model (2 layers, hidden 32, vocab 64; images 32×32) runs eagerly in float32 on 7 tokens (or
+one image); its first output (the last hidden state or the logits) is the expected value. The
+export of the same call is imported, then run by the reference interpreter and by the compiled CPU
+program; a row gives the NMSE of each against transformers, or the importer's refusal (its first
+line). Nothing here needs a GPU or a network: configs, not checkpoints.
+
+    python tools/transformers_sweep.py                 # every model, a markdown table
+    python tools/transformers_sweep.py gpt2 falcon     # some of them
+    python tools/transformers_sweep.py --markdown FILE # also write the table there
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TOKENS = (5, 9, 1, 33, 7, 2, 60)
+IMAGE_MODELS = {"vit", "clip_vision", "convnext", "resnet"}
+
+
+def models() -> dict[str, Callable[[], Any]]:
+    """Name -> a function building the model (transformers imported on first use)."""
+    import transformers as t
+
+    small = {
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 64,
+        "max_position_embeddings": 64,
+    }
+    gqa = {**small, "num_key_value_heads": 2}
+    vision = {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 64,
+        "image_size": 32,
+        "patch_size": 8,
+    }
+    gpt = {"vocab_size": 64, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64}
+
+    def mixtral() -> Any:
+        return t.MixtralConfig(**gqa, num_local_experts=4, num_experts_per_tok=2)
+
+    def qwen2_moe() -> Any:
+        return t.Qwen2MoeConfig(
+            **gqa,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+        )
+
+    return {
+        "llama": lambda: t.LlamaForCausalLM(t.LlamaConfig(**gqa)),
+        "llama3_rope": lambda: t.LlamaForCausalLM(
+            t.LlamaConfig(
+                **gqa,
+                rope_scaling={
+                    "rope_type": "llama3",
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 32,
+                },
+            )
+        ),
+        "mistral": lambda: t.MistralForCausalLM(t.MistralConfig(**gqa)),
+        "qwen2": lambda: t.Qwen2ForCausalLM(t.Qwen2Config(**gqa)),
+        "qwen3": lambda: t.Qwen3ForCausalLM(t.Qwen3Config(**gqa, head_dim=8)),
+        "gemma": lambda: t.GemmaForCausalLM(t.GemmaConfig(**gqa, head_dim=8)),
+        "gemma2": lambda: t.Gemma2ForCausalLM(t.Gemma2Config(**gqa, head_dim=8)),
+        "gemma3": lambda: t.Gemma3ForCausalLM(t.Gemma3TextConfig(**gqa, head_dim=8)),
+        "phi": lambda: t.PhiForCausalLM(t.PhiConfig(**small)),
+        "phi3": lambda: t.Phi3ForCausalLM(t.Phi3Config(**gqa, pad_token_id=0)),
+        "stablelm": lambda: t.StableLmForCausalLM(t.StableLmConfig(**gqa)),
+        "starcoder2": lambda: t.Starcoder2ForCausalLM(t.Starcoder2Config(**gqa)),
+        "olmo": lambda: t.OlmoForCausalLM(t.OlmoConfig(**gqa)),
+        "granite": lambda: t.GraniteForCausalLM(t.GraniteConfig(**gqa)),
+        "cohere": lambda: t.CohereForCausalLM(t.CohereConfig(**gqa)),
+        "gpt2": lambda: t.GPT2LMHeadModel(t.GPT2Config(**gpt)),
+        "gptj": lambda: t.GPTJForCausalLM(t.GPTJConfig(**gpt, rotary_dim=4)),
+        "codegen": lambda: t.CodeGenForCausalLM(t.CodeGenConfig(**gpt, rotary_dim=4, n_ctx=64)),
+        "gpt_neox": lambda: t.GPTNeoXForCausalLM(t.GPTNeoXConfig(**small)),
+        "falcon": lambda: t.FalconForCausalLM(
+            t.FalconConfig(
+                vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4
+            )
+        ),
+        "bloom": lambda: t.BloomForCausalLM(
+            t.BloomConfig(vocab_size=64, hidden_size=32, n_layer=2, n_head=4)
+        ),
+        "opt": lambda: t.OPTForCausalLM(
+            t.OPTConfig(
+                vocab_size=64,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                ffn_dim=64,
+                max_position_embeddings=64,
+                word_embed_proj_dim=32,
+            )
+        ),
+        "mpt": lambda: t.MptForCausalLM(
+            t.MptConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_seq_len=64)
+        ),
+        "mixtral": lambda: t.MixtralForCausalLM(mixtral()),
+        "mixtral_batched_mm": lambda: batched_mm(t.MixtralForCausalLM(mixtral())),
+        "qwen2_moe": lambda: t.Qwen2MoeForCausalLM(qwen2_moe()),
+        "qwen2_moe_batched_mm": lambda: batched_mm(t.Qwen2MoeForCausalLM(qwen2_moe())),
+        "bert": lambda: t.BertModel(t.BertConfig(**small)),
+        "roberta": lambda: t.RobertaModel(t.RobertaConfig(**small)),
+        "xlm_roberta": lambda: t.XLMRobertaModel(t.XLMRobertaConfig(**small)),
+        "distilbert": lambda: t.DistilBertModel(
+            t.DistilBertConfig(
+                vocab_size=64,
+                dim=32,
+                n_layers=2,
+                n_heads=4,
+                hidden_dim=64,
+                max_position_embeddings=64,
+            )
+        ),
+        "albert": lambda: t.AlbertModel(t.AlbertConfig(**small, embedding_size=16)),
+        "electra": lambda: t.ElectraModel(t.ElectraConfig(**small, embedding_size=32)),
+        "deberta_v2": lambda: t.DebertaV2Model(t.DebertaV2Config(**small)),
+        "mobilebert": lambda: t.MobileBertModel(
+            t.MobileBertConfig(
+                **small, embedding_size=16, intra_bottleneck_size=16, true_hidden_size=16
+            )
+        ),
+        "t5_encoder": lambda: t.T5EncoderModel(
+            t.T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)
+        ),
+        "clip_text": lambda: t.CLIPTextModel(t.CLIPTextConfig(**small)),
+        "vit": lambda: t.ViTModel(t.ViTConfig(**vision)),
+        "clip_vision": lambda: t.CLIPVisionModel(t.CLIPVisionConfig(**vision)),
+        "convnext": lambda: t.ConvNextModel(
+            t.ConvNextConfig(num_stages=2, hidden_sizes=[8, 16], depths=[1, 1], image_size=32)
+        ),
+        "resnet": lambda: t.ResNetModel(
+            t.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])
+        ),
+    }
+
+
+def batched_mm(model: Any) -> Any:
+    """`model` with transformers' `batched_mm` experts: each token's experts' weights gathered
+    (`experts[ids]`) and applied as batched products. The default (`grouped_mm`) sorts the tokens
+    by expert and counts them (sort, histc, index_put): shapes that depend on the routing."""
+    model.config._experts_implementation = "batched_mm"
+    return model
+
+
+def check(name: str, build: Callable[[], Any]) -> str:
+    """The table row of one model."""
+    import numpy as np
+    import torch
+
+    import optgraph as og
+    from optgraph.frontends.torch_export import from_torch
+    from optgraph.runtime.reference import nmse, run_reference
+
+    torch.manual_seed(0)
+    model = build().eval()
+    model.config._attn_implementation = "eager"
+    image = name in IMAGE_MODELS
+
+    class FirstOutput(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, x: Any) -> Any:
+            return self.model(x)[0]
+
+    x = torch.randn(1, 3, 32, 32) if image else torch.tensor([TOKENS])
+    wrapped = FirstOutput()
+    with torch.no_grad():
+        want = wrapped(x).numpy().astype(np.float64)
+    start = time.process_time()
+    try:
+        graph, weights = from_torch(wrapped, (x,))
+    except og.OptGraphError as exc:
+        reason = str(exc).splitlines()
+        tail = [line.strip() for line in reason[1:] if line.strip().startswith("aten.")]
+        head = reason[0].split("error: ", 1)[-1].rstrip(":")
+        text = head + (": " + "; ".join(tail) if tail else "")
+        return f"| {name} | refused | {text} | | |"
+    seconds = time.process_time() - start
+    inputs = {graph.inputs[0].name: x.numpy()}
+    ref = run_reference(graph, inputs, weights)[graph.output_names()[0]]
+    compiled = og.compile(graph, target="cpu").run(inputs, weights)[graph.output_names()[0]]
+    errors = [nmse(np.asarray(v, np.float64), want) for v in (ref, compiled)]
+    ops = len(graph.nodes)
+    return (
+        f"| {name} | imported | {ops} nodes, {seconds:.1f} s | {errors[0]:.1e} | {errors[1]:.1e} |"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("only", nargs="*", help="models by name (default: all)")
+    parser.add_argument("--markdown", metavar="FILE", help="also write the table there")
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    table = models()
+    names = args.only or list(table)
+    unknown = sorted(set(names) - set(table))
+    if unknown:
+        parser.error(f"unknown model {unknown[0]!r}; known: {', '.join(table)}")
+    lines = [
+        f"transformers {transformers.__version__}; float32; 2 layers, hidden 32",
+        "",
+        "| model | import | graph / refusal | NMSE reference | NMSE compiled (CPU) |",
+        "|---|---|---|---|---|",
+    ]
+    print("\n".join(lines), flush=True)
+    for name in names:
+        lines.append(check(name, table[name]))
+        print(lines[-1], flush=True)
+    if args.markdown:
+        Path(args.markdown).write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
