@@ -5,6 +5,8 @@ What attention masks, per-row kv_len, sliding windows and softcaps export as:
     mask = pos[None, :] < kv_len[:, None]       aten.lt.Tensor       -> less
     scores.masked_fill(~mask, -inf)             aten.masked_fill     -> where(mask', fill, scores)
     logits.clamp(-30, 30)                       aten.clamp           -> clip
+    ids.clamp(0, E - 1)  (integers)             aten.clamp           -> minimum(maximum(ids, 0),
+                                                                        E - 1)
     scores.triu(1), x.tril()                    aten.triu, aten.tril -> where(keep, x, 0), the
                                                                         keep mask a constant
 
@@ -94,19 +96,33 @@ def _masked_fill(ctx: TorchContext, node: Any) -> None:
 def _clamp(low_index: int | None, high_index: int | None) -> Converter:
     def convert(ctx: TorchContext, node: Any) -> None:
         out = ctx.result_type(node)
-        if out.dtype not in FLOAT_DTYPES:
-            raise unsupported(node, f"clamping a {out.dtype} tensor (clip takes floats)")
-        bounds = {}
+        if out.dtype == "bool":
+            raise unsupported(node, "clamping a bool tensor")
+        bounds: dict[str, float | int] = {}
         for key, index in (("min", low_index), ("max", high_index)):
             value = None if index is None else arg(node, index, key)
             if value is not None and hasattr(value, "name"):
                 raise unsupported(node, "tensor bounds (clip takes constant bounds)")
             if value is not None:
-                bounds[key] = float(value)
+                bounds[key] = value
         if not bounds:
             ctx.alias(node, node.args[0])
             return
-        ctx.emit(node, "clip", [ctx.name_of(node.args[0])], bounds)
+        if out.dtype in FLOAT_DTYPES:
+            floats = {key: float(value) for key, value in bounds.items()}
+            ctx.emit(node, "clip", [ctx.name_of(node.args[0])], floats)
+            return
+        # integers (an MoE's expert ids): maximum with the low bound, then minimum with the high
+        name = ctx.name_of(node.args[0])
+        for key, op in (("min", "maximum"), ("max", "minimum")):
+            if key not in bounds:
+                continue
+            bound = ctx.draft.constant(np.array(int(bounds[key]), numpy_dtype(out.dtype)), key)
+            last = key == "max" or "max" not in bounds
+            if last:
+                ctx.emit(node, op, [name, bound])
+            else:
+                name = ctx.step(node, op, [name, bound], out)
 
     return convert
 
