@@ -4,12 +4,14 @@ weights, against transformers' own output: which import, and how close they come
 Each model (2 layers, hidden 32, vocab 64; images 32×32) runs eagerly in float32 on 7 tokens (or
 one image); its first output (the last hidden state or the logits) is the expected value. The
 export of the same call is imported, then run by the reference interpreter and by the compiled CPU
-program; a row gives the NMSE of each against transformers, or the importer's refusal (its first
-line). Nothing here needs a GPU or a network: configs, not checkpoints.
+program (and, with `--cuda`, compiled for the GPU); a row gives the NMSE of each against
+transformers, or the importer's refusal (its first line). Nothing needs a network: configs, not
+checkpoints.
 
     python tools/transformers_sweep.py                 # every model, a markdown table
     python tools/transformers_sweep.py gpt2 falcon     # some of them
     python tools/transformers_sweep.py --markdown FILE # also write the table there
+    python tools/transformers_sweep.py --cuda          # also compiled for cuda, on the GPU
 """
 
 from __future__ import annotations
@@ -164,7 +166,7 @@ def batched_mm(model: Any) -> Any:
     return model
 
 
-def check(name: str, build: Callable[[], Any]) -> str:
+def check(name: str, build: Callable[[], Any], cuda: bool = False) -> str:
     """The table row of one model."""
     import numpy as np
     import torch
@@ -198,22 +200,26 @@ def check(name: str, build: Callable[[], Any]) -> str:
         tail = [line.strip() for line in reason[1:] if line.strip().startswith("aten.")]
         head = reason[0].split("error: ", 1)[-1].rstrip(":")
         text = head + (": " + "; ".join(tail) if tail else "")
-        return f"| {name} | refused | {text} | | |"
+        return f"| {name} | refused | {text} | | |" + (" |" if cuda else "")
     seconds = time.process_time() - start
     inputs = {graph.inputs[0].name: x.numpy()}
     ref = run_reference(graph, inputs, weights)[graph.output_names()[0]]
     compiled = og.compile(graph, target="cpu").run(inputs, weights)[graph.output_names()[0]]
-    errors = [nmse(np.asarray(v, np.float64), want) for v in (ref, compiled)]
-    ops = len(graph.nodes)
-    return (
-        f"| {name} | imported | {ops} nodes, {seconds:.1f} s | {errors[0]:.1e} | {errors[1]:.1e} |"
-    )
+    results = [ref, compiled]
+    if cuda:
+        program = og.compile(graph, target="cuda")
+        results.append(program.run(inputs, weights)[graph.output_names()[0]])
+    errors = " | ".join(f"{nmse(np.asarray(v, np.float64), want):.1e}" for v in results)
+    return f"| {name} | imported | {len(graph.nodes)} nodes, {seconds:.1f} s | {errors} |"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("only", nargs="*", help="models by name (default: all)")
     parser.add_argument("--markdown", metavar="FILE", help="also write the table there")
+    parser.add_argument(
+        "--cuda", action="store_true", help="also compile for cuda and run on the GPU"
+    )
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     import transformers
@@ -227,12 +233,13 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"transformers {transformers.__version__}; float32; 2 layers, hidden 32",
         "",
-        "| model | import | graph / refusal | NMSE reference | NMSE compiled (CPU) |",
-        "|---|---|---|---|---|",
+        "| model | import | graph / refusal | NMSE reference | NMSE compiled (CPU) |"
+        + (" NMSE compiled (cuda) |" if args.cuda else ""),
+        "|---|---|---|---|---|" + ("---|" if args.cuda else ""),
     ]
     print("\n".join(lines), flush=True)
     for name in names:
-        lines.append(check(name, table[name]))
+        lines.append(check(name, table[name], args.cuda))
         print(lines[-1], flush=True)
     if args.markdown:
         Path(args.markdown).write_text("\n".join(lines) + "\n")
