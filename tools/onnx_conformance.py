@@ -62,6 +62,7 @@ STATIC_OPERANDS: dict[str, tuple[int, ...]] = {
     "Split": (1,),
     "Squeeze": (1,),
     "Tile": (1,),
+    "TopK": (1,),
     "Trilu": (1,),
     "Unsqueeze": (1,),
 }

@@ -12,11 +12,13 @@ checkpoints.
     python tools/transformers_sweep.py gpt2 falcon     # some of them
     python tools/transformers_sweep.py --markdown FILE # also write the table there
     python tools/transformers_sweep.py --cuda          # also compiled for cuda, on the GPU
+    python tools/transformers_sweep.py --onnx          # through torch.onnx.export, og.from_onnx
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 import warnings
@@ -166,13 +168,39 @@ def batched_mm(model: Any) -> Any:
     return model
 
 
-def check(name: str, build: Callable[[], Any], cuda: bool = False) -> str:
+def exported(wrapped: Any, x: Any, onnx: bool) -> tuple[Any, Any]:
+    """(graph, weights) of the model's call: through torch.export, or with `onnx` through
+    `torch.onnx.export` (the dynamo exporter, in memory) and `og.from_onnx`."""
+    from optgraph.frontends.torch_export import from_torch
+
+    if not onnx:
+        return from_torch(wrapped, (x,))
+    import contextlib
+    import io
+
+    import torch
+
+    from optgraph.frontends.onnx import from_onnx
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            program = torch.onnx.export(wrapped, (x,), dynamo=True)
+    except Exception as exc:  # noqa: BLE001 - the exporter's failure, not the importer's
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # the exporter's colours
+        raise NotExported(plain.splitlines()[0] if plain else type(exc).__name__) from None
+    return from_onnx(program.model_proto)
+
+
+class NotExported(Exception):
+    """torch.onnx.export failed: there is no ONNX model to import."""
+
+
+def check(name: str, build: Callable[[], Any], cuda: bool = False, onnx: bool = False) -> str:
     """The table row of one model."""
     import numpy as np
     import torch
 
     import optgraph as og
-    from optgraph.frontends.torch_export import from_torch
     from optgraph.runtime.reference import nmse, run_reference
 
     torch.manual_seed(0)
@@ -194,8 +222,10 @@ def check(name: str, build: Callable[[], Any], cuda: bool = False) -> str:
         want = wrapped(x).numpy().astype(np.float64)
     start = time.process_time()
     try:
-        graph, weights = from_torch(wrapped, (x,))
-    except og.OptGraphError as exc:
+        graph, weights = exported(wrapped, x, onnx)
+    except NotExported as exc:
+        return f"| {name} | not exported | torch.onnx.export: {exc} | | |" + (" |" if cuda else "")
+    except og.OptGraphError as exc:  # a refusal; anything else is a defect, raised
         reason = str(exc).splitlines()
         tail = [line.strip() for line in reason[1:] if line.strip().startswith("aten.")]
         head = reason[0].split("error: ", 1)[-1].rstrip(":")
@@ -220,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cuda", action="store_true", help="also compile for cuda and run on the GPU"
     )
+    parser.add_argument(
+        "--onnx", action="store_true", help="through torch.onnx.export and og.from_onnx instead"
+    )
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     import transformers
@@ -231,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown model {unknown[0]!r}; known: {', '.join(table)}")
     lines = [
-        f"transformers {transformers.__version__}; float32; 2 layers, hidden 32",
+        f"transformers {transformers.__version__}; float32; 2 layers, hidden 32; "
+        + ("torch.onnx.export, og.from_onnx" if args.onnx else "torch.export, og.from_torch"),
         "",
         "| model | import | graph / refusal | NMSE reference | NMSE compiled (CPU) |"
         + (" NMSE compiled (cuda) |" if args.cuda else ""),
@@ -239,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print("\n".join(lines), flush=True)
     for name in names:
-        lines.append(check(name, table[name], args.cuda))
+        lines.append(check(name, table[name], args.cuda, args.onnx))
         print(lines[-1], flush=True)
     if args.markdown:
         Path(args.markdown).write_text("\n".join(lines) + "\n")

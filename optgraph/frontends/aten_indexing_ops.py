@@ -5,6 +5,7 @@
                                                              repeats has more axes than x)
     F.pad(x, (1, 2))                aten.constant_pad_nd  -> pad {pads} (ATen's last-axis-first
                                                              pairs turned into ONNX order)
+    torch.topk(x, k, dim)           -> k rounds of argmax (`topk.py`)
     x.cumsum(1), x.argmax(-1)       -> cumsum {axis}, argmax {axis, keepdims} (a cumsum whose
                                                              result is wider, e.g. torch's int32
                                                              -> int64: cast first, as torch does)
@@ -38,8 +39,16 @@ from typing import Any
 
 import numpy as np
 
+from optgraph.frontends import topk
+from optgraph.frontends.gathers import elements_along, rows_along
 from optgraph.frontends.stepped_slices import stepped_slice_nodes
-from optgraph.frontends.torch_values import Converter, TorchContext, arg, unsupported
+from optgraph.frontends.torch_values import (
+    Converter,
+    TorchContext,
+    arg,
+    unsupported,
+    value_type,
+)
 from optgraph.ir.graph import AttrValue, TensorType
 
 
@@ -86,43 +95,28 @@ def _cumsum(ctx: TorchContext, node: Any) -> None:
     ctx.emit(node, "cumsum", [name], {"axis": axis})
 
 
-def along_axis(
-    ctx: TorchContext, node: Any, x: tuple[str, TensorType], dim: int, ids: tuple[str, TensorType]
-) -> str:
-    """The elements of `x` (name, type) at positions `ids` (name, type; x's rank) along axis
-    `dim`, as torch.gather takes them, flattened to [ids.numel, 1]: one get_rows of x's elements
-    at flat positions ids · stride(dim) + offset(p), where offset(p) (the other axes' part,
-    constant) is folded at import. The caller reshapes it to ids' shape."""
-    (x_name, x_type), (name, index) = x, ids
-    strides = [math.prod(x_type.shape[k + 1 :]) for k in range(x_type.rank)]
-    grids = np.indices(index.shape, dtype=np.int64)
-    rest = (grids[k] * strides[k] for k in range(x_type.rank) if k != dim)
-    offset = sum(rest, np.zeros((), np.int64))
-    wide = index.with_dtype("i64")
-    if index.dtype != "i64":
-        name = ctx.step(node, "cast", [name], wide, {"dtype": "i64"})
-    if strides[dim] != 1:
-        stride = ctx.draft.constant(np.array(strides[dim], np.int64), "stride")
-        name = ctx.step(node, "mul", [name, stride], wide)
-    if np.any(offset):
-        name = ctx.step(node, "add", [name, ctx.draft.constant(offset, "offset")], wide)
-    flat = wide.with_shape((index.numel,))
-    name = ctx.step(node, "reshape", [name], flat, {"shape": flat.shape})
-    table = x_type.with_shape((x_type.numel, 1))
-    rows = ctx.step(node, "reshape", [x_name], table, {"shape": table.shape})
-    return ctx.step(node, "get_rows", [rows, name], x_type.with_shape((index.numel, 1)))
-
-
 def _gather(ctx: TorchContext, node: Any) -> None:
-    """torch.gather(x, dim, index): out[p] = x[p with axis `dim` replaced by index[p]]
-    (`along_axis`). RoBERTa's token types are read so."""
+    """torch.gather(x, dim, index) (`gathers.elements_along`). RoBERTa's token types are read so."""
     x, index = ctx.type_of(node.args[0]), ctx.type_of(node.args[2])
     dim = int(node.args[1]) % max(x.rank, 1)
     if index.rank != x.rank:
         raise unsupported(node, f"a gather whose index ({index}) has another rank than {x}")
     ids = (ctx.name_of(node.args[2]), index)
-    picked = along_axis(ctx, node, (ctx.name_of(node.args[0]), x), dim, ids)
-    ctx.emit(node, "reshape", [picked], {"shape": index.shape})
+    elements_along(ctx.emitter(node), (ctx.name_of(node.args[0]), x), dim, ids)
+
+
+def _topk(ctx: TorchContext, node: Any) -> None:
+    """torch.topk (`topk.top_k`): its values and indices are the fx node's results 0 and 1."""
+    x = ctx.type_of(node.args[0])
+    k, dim = int(node.args[1]), int(arg(node, 2, "dim", -1)) % max(x.rank, 1)
+    why = topk.refusal(x, dim, k)
+    if why is not None:
+        raise unsupported(node, why)
+    emitter = ctx.emitter(node, last=value_type(node, node.meta["val"][0]))
+    name = (ctx.name_of(node.args[0]), x)
+    values, indices = topk.top_k(emitter, name, dim, k, bool(arg(node, 3, "largest", True)))
+    ctx.values[node.name] = ctx.values[f"{node.name}#0"] = values
+    ctx.values[f"{node.name}#1"] = indices
 
 
 def stepped_slice(ctx: TorchContext, node: Any, axis: int, picked: range) -> None:
@@ -234,28 +228,16 @@ def _index_after_slices(ctx: TorchContext, node: Any, axis: int) -> None:
 
 
 def _rows_at_run_time(ctx: TorchContext, node: Any) -> None:
-    """x[i] with an integer index computed at run time: get_rows of x's leading axis, a negative
-    position counted from the end as torch does (MoE experts' weights picked by the router:
-    transformers' `batched_mm`, `gate_up_proj[expert_ids]`)."""
-    x, out = ctx.type_of(node.args[0]), ctx.result_type(node)
+    """x[i] with an integer index computed at run time (`gathers.rows_along` on axis 0): MoE
+    experts' weights picked by the router (transformers' `batched_mm`, `gate_up_proj[ids]`)."""
+    x = ctx.type_of(node.args[0])
     index = ctx.type_of(node.args[1][0])
     if index.dtype not in ("i32", "i64"):
         raise unsupported(node, f"an index of dtype {index.dtype} computed at run time")
     if x.rank < 1 or x.shape[0] == 0:
         raise unsupported(node, f"indexing the leading axis of {x}")
-    ids = ctx.name_of(node.args[1][0])
-    zero = ctx.draft.constant(np.array(0, np.dtype(index.dtype.replace("i", "int"))), "zero")
-    size = ctx.draft.constant(
-        np.array(x.shape[0], np.dtype(index.dtype.replace("i", "int"))), "size"
-    )
-    below = ctx.step(node, "less", [ids, zero], index.with_dtype("bool"))
-    wrapped = ctx.step(node, "add", [ids, size], index)
-    ids = ctx.step(node, "where", [below, wrapped, ids], index)
-    width = math.prod(x.shape[1:])
-    table = x.with_shape((x.shape[0], width))
-    rows = ctx.step(node, "reshape", [ctx.name_of(node.args[0])], table, {"shape": table.shape})
-    picked = ctx.step(node, "get_rows", [rows, ids], x.with_shape((*index.shape, width)))
-    ctx.emit(node, "reshape", [picked], {"shape": out.shape})
+    ids = (ctx.name_of(node.args[1][0]), index)
+    rows_along(ctx.emitter(node), (ctx.name_of(node.args[0]), x), 0, ids)
 
 
 def _index(ctx: TorchContext, node: Any) -> None:
@@ -291,4 +273,5 @@ INDEXING_CONVERTERS: dict[str, Converter] = {
     "aten.index.Tensor": _index,
     "aten.prelu.default": _prelu,
     "aten.repeat.default": _repeat,
+    "aten.topk.default": _topk,
 }

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from optgraph.frontends.integer_clamp import integer_clamp
 from optgraph.frontends.torch_values import Converter, TorchContext, arg, unsupported
 from optgraph.ir.graph import FLOAT_DTYPES, TensorType
 from optgraph.runtime.reference_kernels import numpy_dtype
@@ -112,17 +113,9 @@ def _clamp(low_index: int | None, high_index: int | None) -> Converter:
             floats = {key: float(value) for key, value in bounds.items()}
             ctx.emit(node, "clip", [ctx.name_of(node.args[0])], floats)
             return
-        # integers (an MoE's expert ids): maximum with the low bound, then minimum with the high
-        name = ctx.name_of(node.args[0])
-        for key, op in (("min", "maximum"), ("max", "minimum")):
-            if key not in bounds:
-                continue
-            bound = ctx.draft.constant(np.array(int(bounds[key]), numpy_dtype(out.dtype)), key)
-            last = key == "max" or "max" not in bounds
-            if last:
-                ctx.emit(node, op, [name, bound])
-            else:
-                name = ctx.step(node, op, [name, bound], out)
+        # integers (an MoE's expert ids): `integer_clamp.py`
+        low, high = (None if k not in bounds else int(bounds[k]) for k in ("min", "max"))
+        integer_clamp(ctx.emitter(node), (ctx.name_of(node.args[0]), out), low, high)
 
     return convert
 

@@ -19,7 +19,6 @@ from optgraph.frontends.aten_attention_ops import ATTENTION_CONVERTERS
 from optgraph.frontends.aten_image_ops import IMAGE_CONVERTERS
 from optgraph.frontends.aten_indexing_ops import INDEXING_CONVERTERS, stepped_slice
 from optgraph.frontends.aten_mask_ops import MASK_CONVERTERS
-from optgraph.frontends.aten_topk import TOPK_CONVERTERS
 from optgraph.frontends.torch_values import Converter, TorchContext, arg, unsupported, value_type
 from optgraph.ir.graph import AttrValue, TensorType
 from optgraph.runtime.reference_kernels import numpy_dtype
@@ -279,7 +278,6 @@ CONVERTERS: dict[str, Converter] = {
     **IMAGE_CONVERTERS,
     **INDEXING_CONVERTERS,
     **MASK_CONVERTERS,
-    **TOPK_CONVERTERS,
     "aten._log_softmax.default": _softmax("log_softmax"),
     "aten._softmax.default": _softmax("softmax"),
     "aten._to_copy.default": _cast,

@@ -96,10 +96,12 @@ def from_onnx(model: Any) -> tuple[Graph, dict[str, np.ndarray]]:
         # Integer and one-element initializers are shape arithmetic and literals (eps, 0.5):
         # constants that fold and raise; read at the end, they are weights under their name.
         is_literal = array.size == 1 or array.dtype.kind in "iub"
-        # 0-d ones are stored as [1], like `Draft.constant` does.
+        # 0-d ones are stored as [1], like `Draft.constant` does (`OnnxContext.scalars`).
         (draft.constants if is_literal else draft.weights)[ir_name(name)] = (
             array.reshape(1) if array.ndim == 0 else array
         )
+        if array.ndim == 0:
+            context.scalars.add(name)
     for value in proto.graph.input:
         if value.name in context.values:
             continue
@@ -141,6 +143,8 @@ def _convert_node(onnx: Any, context: OnnxContext, node: Any, index: int) -> Non
     if node.op_type == "Constant":
         value = _constant_attr(onnx, attrs)
         context.values[node.output[0]] = context.draft.constant(value, ir_name(node.output[0]))
+        if np.asarray(value).ndim == 0:
+            context.scalars.add(node.output[0])
         return
     if node.op_type == "Shape" and node.input[0] in context.values:
         shape = np.array(context.type_of(node.input[0]).shape, dtype=np.int64)
@@ -193,4 +197,6 @@ def _fold(onnx: Any, context: OnnxContext, node: Any) -> bool:
         return False
     for name, value in zip(node.output, results):
         context.values[name] = context.draft.constant(np.asarray(value), ir_name(name))
+        if np.asarray(value).ndim == 0:
+            context.scalars.add(name)
     return True

@@ -3,6 +3,8 @@ dividend's, as C fmod). Div of integers maps through `onnx_ops` as `div`, which 
 
     Mod(pos, window)            -> mod
     Mod(x, y) {fmod = 1}        -> mod {fmod = true}
+    Reciprocal(x)               -> div(1, x); of a Sqrt(v): rsqrt(v) (the dynamo exporter's
+                                   rsqrt, so the RMSNorm raising sees it)
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from optgraph.frontends.onnx_context import Converter, OnnxContext
+from optgraph.runtime.reference_kernels import numpy_dtype
 
 
 def _mod(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
@@ -19,6 +24,20 @@ def _mod(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     ctx.emit(node, "mod", operands, {"fmod": True} if fmod else None)
 
 
+def _reciprocal(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
+    x = ctx.type_of(node.input[0])
+    if not x.dtype.startswith(("f", "bf")):
+        raise ctx.error(node, f"a reciprocal of {x.dtype} values")
+    name = ctx.name(node.input[0])
+    root = next((n for n in reversed(ctx.draft.nodes) if n.name == name), None)
+    if root is not None and root.op == "sqrt":  # 1 / sqrt(v): rsqrt(v), which norms raise from
+        ctx.emit(node, "rsqrt", [root.operands[0]])
+        return
+    one = ctx.draft.constant(np.array(1.0, numpy_dtype(x.dtype)), "one")
+    ctx.emit(node, "div", [one, name])
+
+
 ARITHMETIC_CONVERTERS: dict[str, Converter] = {
     "Mod": _mod,
+    "Reciprocal": _reciprocal,
 }

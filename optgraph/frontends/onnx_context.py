@@ -25,6 +25,8 @@ class OnnxContext:
     opset: int
     values: dict[str, str] = field(default_factory=dict)
     inferred: dict[str, TensorType] = field(default_factory=dict)  # onnx shape inference
+    # ONNX names of the constants that are 0-d in the model (the draft stores them as [1])
+    scalars: set[str] = field(default_factory=set)
 
     def span(self, node: Any) -> Span:
         return Span(self.path, 1, 1, None, f"{node.op_type} node '{node.name}'")
@@ -76,6 +78,10 @@ class OnnxContext:
             self.values[target] = name
         return name
 
+    def emitter(self, node: Any) -> OnnxEmitter:
+        """`gathers.Emitter` of `node`'s nodes (types inferred by the op table)."""
+        return OnnxEmitter(self, node)
+
     def step(self, node: Any, op: str, operands: Sequence[str],
              attrs: Mapping[str, AttrValue] | None = None) -> str:  # fmt: skip
         return self.emit(node, op, operands, attrs, output=f"{node.output[0]}.step")
@@ -105,3 +111,21 @@ class OnnxContext:
 
 
 Converter = Callable[[OnnxContext, Any, Mapping[str, Any]], None]
+
+
+@dataclass
+class OnnxEmitter:
+    """The nodes of one ONNX node (`gathers.Emitter`); `result` types are the op table's."""
+
+    ctx: OnnxContext
+    node: Any
+
+    def step(self, op: str, operands: list[str], result: TensorType,
+             attrs: dict[str, AttrValue] | None = None) -> str:  # fmt: skip
+        return self.ctx.step(self.node, op, operands, attrs)
+
+    def last(self, op: str, operands: list[str], attrs: dict[str, AttrValue] | None = None) -> str:
+        return self.ctx.emit(self.node, op, operands, attrs)
+
+    def constant(self, array: np.ndarray, hint: str) -> str:
+        return self.ctx.draft.constant(array, hint)

@@ -1,4 +1,4 @@
-"""ONNX indexing ops -> IR `expand`, `tile`, `pad`, `cumsum`, `argmax`, `prelu`.
+"""ONNX indexing ops -> IR `expand`, `tile`, `pad`, `cumsum`, `argmax`, `prelu`, `get_rows`.
 
     Expand(x, shape)        -> expand {shape = broadcast(x.shape, shape)}   (shape: a constant)
     Tile(x, repeats)        -> tile {repeats}                                 (a constant)
@@ -6,6 +6,11 @@
     CumSum(x, axis)         -> cumsum {axis}              (exclusive = reverse = 0)
     ArgMax(x)               -> argmax {axis, keepdims}    (select_last_index = 0)
     PRelu(x, slope)         -> prelu
+    Gather(x, ids) {axis}   -> get_rows (`gathers.rows_along`; a constant 0-d index: a slice)
+    GatherElements(x, ids)  -> get_rows of x's elements (`gathers.elements_along`)
+    TopK(x, k) {axis, largest} -> k rounds of argmax (`topk.py`; k a constant)
+    GatherND(x, ids)        -> get_rows at coordinates (`gathers.rows_at_coordinates`;
+                               batch_dims = 0)
 
 What is not listed is refused with its reason.
 """
@@ -15,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from optgraph.frontends import topk
+from optgraph.frontends.gathers import elements_along, rows_along, rows_at_coordinates
 from optgraph.frontends.onnx_context import Converter, OnnxContext
 from optgraph.ir.graph import AttrValue
 from optgraph.ir.op_rules import broadcast_shapes
@@ -74,6 +81,52 @@ def _argmax(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     ctx.emit(node, "argmax", [ctx.name(node.input[0])], out)
 
 
+def _gather(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
+    x = ctx.type_of(node.input[0])
+    axis = int(attrs.get("axis", 0)) % max(x.rank, 1)
+    if node.input[1] in ctx.scalars:  # a 0-d constant index: the axis goes
+        index = int(ctx.constant(node.input[1]).reshape(-1)[0]) % x.shape[axis]
+        kept: dict[str, AttrValue] = {"axis": axis, "start": index, "end": index + 1}
+        part = ctx.step(node, "slice", [ctx.name(node.input[0])], kept)
+        shape = tuple(d for i, d in enumerate(x.shape) if i != axis)
+        ctx.emit(node, "reshape", [part], {"shape": shape})
+        return
+    ids = (ctx.name(node.input[1]), ctx.type_of(node.input[1]))
+    rows_along(ctx.emitter(node), (ctx.name(node.input[0]), x), axis, ids)
+
+
+def _gather_elements(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
+    x, index = ctx.type_of(node.input[0]), ctx.type_of(node.input[1])
+    axis = int(attrs.get("axis", 0)) % max(x.rank, 1)
+    if index.rank != x.rank:
+        raise ctx.error(node, f"indices {index} must have the rank of {x}")
+    ids = (ctx.name(node.input[1]), index)
+    elements_along(ctx.emitter(node), (ctx.name(node.input[0]), x), axis, ids)
+
+
+def _gather_nd(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
+    if int(attrs.get("batch_dims", 0)):
+        raise ctx.error(node, "batch_dims other than 0 is not supported")
+    x, index = ctx.type_of(node.input[0]), ctx.type_of(node.input[1])
+    if index.rank < 1 or not 1 <= index.shape[-1] <= x.rank:
+        raise ctx.error(node, f"indices {index} do not index {x}")
+    ids = (ctx.name(node.input[1]), index)
+    rows_at_coordinates(ctx.emitter(node), (ctx.name(node.input[0]), x), ids)
+
+
+def _topk(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
+    x = ctx.type_of(node.input[0])
+    axis = int(attrs.get("axis", -1)) % max(x.rank, 1)
+    k = ctx.ints(node, 1, attrs, "k") or [0]
+    why = topk.refusal(x, axis, k[0])
+    if why is not None:
+        raise ctx.error(node, why)
+    largest = bool(attrs.get("largest", 1))
+    name = (ctx.name(node.input[0]), x)
+    _, indices = topk.top_k(ctx.emitter(node), name, axis, k[0], largest)
+    ctx.values[node.output[1]] = indices
+
+
 def _prelu(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     ctx.emit(node, "prelu", [ctx.name(node.input[0]), ctx.name(node.input[1])])
 
@@ -82,7 +135,11 @@ INDEXING_CONVERTERS: dict[str, Converter] = {
     "ArgMax": _argmax,
     "CumSum": _cumsum,
     "Expand": _expand,
+    "Gather": _gather,
+    "GatherElements": _gather_elements,
+    "GatherND": _gather_nd,
     "PRelu": _prelu,
     "Pad": _pad,
     "Tile": _tile,
+    "TopK": _topk,
 }

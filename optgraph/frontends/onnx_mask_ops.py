@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from optgraph.frontends.aten_mask_ops import triangle_keep
+from optgraph.frontends.integer_clamp import integer_clamp
 from optgraph.frontends.onnx_context import Converter, OnnxContext
 from optgraph.ir.graph import AttrValue
 
@@ -49,18 +50,24 @@ def _where(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
 
 
 def _clip(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
-    bounds: dict[str, AttrValue] = {}
+    bounds: dict[str, float] = {}
     for index, key in ((1, "min"), (2, "max")):
         if key in attrs:
             bounds[key] = float(attrs[key])
         elif len(node.input) > index and node.input[index]:
             if not ctx.is_constant(node.input[index]):
                 raise ctx.error(node, f"input {index} ({key}) must be a constant")
-            bounds[key] = float(ctx.constant(node.input[index]).reshape(-1)[0])
+            bounds[key] = ctx.constant(node.input[index]).reshape(-1)[0].item()
     if not bounds:
         ctx.values[node.output[0]] = ctx.name(node.input[0])
         return
-    ctx.emit(node, "clip", [ctx.name(node.input[0])], bounds)
+    x = ctx.type_of(node.input[0])
+    if x.dtype.startswith("i"):  # `integer_clamp.py`
+        low, high = (None if k not in bounds else int(bounds[k]) for k in ("min", "max"))
+        integer_clamp(ctx.emitter(node), (ctx.name(node.input[0]), x), low, high)
+        return
+    floats: dict[str, AttrValue] = {k: float(v) for k, v in bounds.items()}
+    ctx.emit(node, "clip", [ctx.name(node.input[0])], floats)
 
 
 def _trilu(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:

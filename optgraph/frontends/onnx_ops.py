@@ -276,22 +276,6 @@ def _slice(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
         ctx.values[node.output[0]] = name
 
 
-def _gather(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
-    table = ctx.type_of(node.input[0])
-    axis = int(attrs.get("axis", 0)) % table.rank
-    if axis == 0 and table.rank == 2:
-        ctx.emit(node, "get_rows", [ctx.name(node.input[0]), ctx.name(node.input[1])])
-        return
-    if ctx.is_constant(node.input[1]) and ctx.constant(node.input[1]).ndim == 0:
-        index = int(ctx.constant(node.input[1])) % table.shape[axis]
-        attrs_out = {"axis": axis, "start": index, "end": index + 1}
-        part = ctx.step(node, "slice", [ctx.name(node.input[0])], attrs_out)
-        shape = [d for i, d in enumerate(table.shape) if i != axis]
-        ctx.emit(node, "reshape", [part], {"shape": tuple(shape)})
-        return
-    raise ctx.error(node, "only row gathers (axis 0 of a 2-D table) and constant indices map")
-
-
 CONVERTERS: dict[str, Converter] = {
     **ATTENTION_CONVERTERS,
     **ARITHMETIC_CONVERTERS,
@@ -308,7 +292,6 @@ CONVERTERS: dict[str, Converter] = {
     "Erf": _unary("erf"),
     "Exp": _unary("exp"),
     "Flatten": _flatten,
-    "Gather": _gather,
     "Gelu": _gelu,
     "Gemm": _gemm,
     "Identity": _identity,

@@ -140,6 +140,32 @@ class TorchContext:
     def result_type(self, node: Any) -> TensorType:
         return value_type(node)
 
+    def emitter(self, node: Any, last: TensorType | None = None) -> NodeEmitter:
+        """`gathers.Emitter` of `node`'s nodes; `last`: the type of the last one, which is then
+        an intermediate too (for ops with several results)."""
+        return NodeEmitter(self, node, last)
+
+
+@dataclass
+class NodeEmitter:
+    """The nodes of one torch.fx node (`gathers.Emitter`)."""
+
+    ctx: TorchContext
+    node: Any
+    last_type: TensorType | None = None
+
+    def step(self, op: str, operands: list[str], result: TensorType,
+             attrs: dict[str, AttrValue] | None = None) -> str:  # fmt: skip
+        return self.ctx.step(self.node, op, operands, result, attrs)
+
+    def last(self, op: str, operands: list[str], attrs: dict[str, AttrValue] | None = None) -> str:
+        if self.last_type is not None:
+            return self.step(op, operands, self.last_type, attrs)
+        return self.ctx.emit(self.node, op, operands, attrs)
+
+    def constant(self, array: np.ndarray, hint: str) -> str:
+        return self.ctx.draft.constant(array, hint)
+
 
 Converter = Callable[[TorchContext, Any], None]
 

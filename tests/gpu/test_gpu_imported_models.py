@@ -1,7 +1,8 @@
-"""The import paths added for RoBERTa, Falcon, GPT-J and Mixtral on the GPU: the imported graphs
-compiled for cuda (the default pipeline) against the reference interpreter (the f32 bound;
-integer outputs exact) and against PyTorch / transformers (`tests/frontends/
-test_gather_and_strided_import.py` checks the same on the CPU)."""
+"""The import paths added for RoBERTa, Falcon, GPT-J, BLOOM and Mixtral on the GPU: the imported
+graphs (through torch.export, and Llama, BLOOM and Mixtral through torch.onnx.export) compiled for
+cuda (the default pipeline) against the reference interpreter (the f32 bound; integer outputs
+exact) and against PyTorch / transformers (`tests/frontends/test_gather_and_strided_import.py`
+and `test_onnx_gathers_topk.py` check the same on the CPU)."""
 
 from __future__ import annotations
 
@@ -80,3 +81,17 @@ def test_whole_imported_models_on_the_gpu_match_transformers(name: str) -> None:
     torch.manual_seed(0)
     model, ids = imports._transformers_case(name)
     _on_the_gpu(imports.FirstOutput(model), (ids,), ["input_ids"])
+
+
+@pytest.mark.parametrize("name", ["llama", "bloom", "mixtral_batched_mm"])
+def test_models_through_onnx_on_the_gpu_match_transformers(name: str) -> None:
+    from optgraph.frontends.onnx import from_onnx
+    from tests.frontends.test_onnx_gathers_topk import _exported_transformers
+
+    proto, ids, want = _exported_transformers(name)
+    graph, weights = from_onnx(proto)
+    inputs = {graph.inputs[0].name: ids}
+    got = og.compile(graph, target="cuda").run(inputs, weights)
+    assert_close(graph, got, run_reference(graph, inputs, weights))
+    out = got[graph.output_names()[0]].astype(np.float64)
+    assert nmse(out, want.astype(np.float64)) <= BOUNDS["f32"]

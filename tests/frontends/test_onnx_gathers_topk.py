@@ -1,0 +1,150 @@
+"""The ONNX ops the dynamo exporter writes for Llama, BERT, RoBERTa, Falcon, BLOOM and Mixtral
+(each refused before): Reciprocal, Clip of integers, Gather on any axis with run-time (and negative) indices or a
+0-d constant one, GatherElements, GatherND and TopK. Against onnx's ReferenceEvaluator, exactly,
+on the reference, the compiled CPU program and the CUDA kernels in the emulator; then whole
+models through `torch.onnx.export` against transformers."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="the ONNX importer tests need onnx")
+
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from optgraph.frontends.onnx import from_onnx
+from optgraph.runtime.reference import run_reference
+from tests.frontends.numerics import assert_matches, ops_of
+from tests.support import cuda_emulator
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def _model(nodes: list, inputs: list, outputs: list, inits: list) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "ops", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return model
+
+
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], tolerance: float = 0.0) -> list:
+    expected = [np.asarray(o) for o in ReferenceEvaluator(model).run(None, feeds)]
+    graph, weights = from_onnx(model)
+    assert_matches(graph, weights, feeds, expected, tolerance=tolerance)
+    if cuda_emulator.available():
+        got = cuda_emulator.run_graph(graph, feeds, weights)
+        for name, want in zip(graph.output_names(), expected):
+            assert np.allclose(got[name], want, rtol=1e-6, atol=0, equal_nan=True), name
+    return ops_of(graph)
+
+
+def test_gathers_match_the_reference_evaluator() -> None:
+    out = [helper.make_tensor_value_info(n, F, None) for n in ("a", "b", "c", "d", "e", "f")]
+    out.append(helper.make_tensor_value_info("g", I64, None))
+    model = _model(
+        [
+            helper.make_node("Gather", ["x", "ids"], ["a"], axis=1),  # a middle axis
+            helper.make_node("Gather", ["x", "ids"], ["b"], axis=0),
+            helper.make_node("Gather", ["x", "three"], ["c"], axis=2),  # 0-d: the axis goes
+            helper.make_node("GatherElements", ["x", "elements"], ["d"], axis=1),
+            helper.make_node("GatherND", ["x", "pairs"], ["e"]),  # coordinates of 2 axes
+            helper.make_node("GatherND", ["x", "singles"], ["f"]),
+            helper.make_node("Clip", ["ids", "lo", "hi"], ["g"]),  # integers: maximum, minimum
+        ],
+        [
+            helper.make_tensor_value_info("x", F, [3, 4, 5]),
+            helper.make_tensor_value_info("ids", I64, [2, 2]),
+            helper.make_tensor_value_info("elements", I64, [3, 2, 5]),
+            helper.make_tensor_value_info("pairs", I64, [2, 2]),
+            helper.make_tensor_value_info("singles", I64, [4, 1]),
+        ],
+        out,
+        [
+            numpy_helper.from_array(np.array(3, np.int64), "three"),
+            numpy_helper.from_array(np.array(0, np.int64), "lo"),
+            numpy_helper.from_array(np.array(1, np.int64), "hi"),
+        ],
+    )
+    rng = np.random.default_rng(3)
+    feeds = {
+        "x": rng.normal(size=(3, 4, 5)).astype(np.float32),
+        "ids": np.array([[0, -1], [2, 1]], np.int64),
+        "elements": rng.integers(-4, 4, (3, 2, 5)).astype(np.int64),
+        "pairs": np.array([[2, -1], [0, 3]], np.int64),
+        "singles": np.array([[1], [-3], [2], [0]], np.int64),
+    }
+    ops = _run(model, feeds)
+    assert ops.count("get_rows") == 5 and "transpose" in ops and "clip" not in ops
+
+
+def test_reciprocal_and_topk_match_the_reference_evaluator() -> None:
+    k = numpy_helper.from_array(np.array([3], np.int64), "k")
+    model = _model(
+        [
+            helper.make_node("Sqrt", ["x"], ["root"]),
+            helper.make_node("Reciprocal", ["root"], ["r"]),  # the exporter's rsqrt: rsqrt
+            helper.make_node("Reciprocal", ["x"], ["rx"]),  # of anything else: div(1, x)
+            helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1),
+            helper.make_node("TopK", ["x", "k"], ["vs", "is"], axis=-1, largest=0),
+        ],
+        [helper.make_tensor_value_info("x", F, [2, 6, 7])],
+        [
+            helper.make_tensor_value_info(n, F if n[0] in "rv" else I64, None)
+            for n in ("r", "v", "i", "vs", "is", "rx")
+        ],
+        [k],
+    )
+    x = np.abs(np.random.default_rng(4).normal(size=(2, 6, 7))).astype(np.float32) + 0.1
+    expected = [np.asarray(o) for o in ReferenceEvaluator(model).run(None, {"x": x})]
+    graph, weights = from_onnx(model)
+    got = run_reference(graph, {"x": x}, weights)
+    names = graph.output_names()
+    assert np.allclose(got[names[0]], expected[0], rtol=1e-6)  # rsqrt: another rounding
+    assert np.allclose(got[names[5]], expected[5], rtol=1e-7)
+    for name, want in zip(names[1:5], expected[1:5]):  # random values: no ties, exact
+        assert np.array_equal(got[name], want), name
+    ops = ops_of(graph)
+    assert "rsqrt" in ops and "div" in ops and "sqrt" not in ops
+
+
+def _exported_transformers(name: str) -> tuple[object, object, np.ndarray]:
+    torch = pytest.importorskip("torch", reason="needs PyTorch")
+    pytest.importorskip("transformers", reason="needs transformers")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    import transformers_sweep
+
+    torch.manual_seed(0)
+    model = transformers_sweep.models()[name]().eval()
+    model.config._attn_implementation = "eager"
+
+    class FirstOutput(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids):  # type: ignore[no-untyped-def]
+            return self.model(input_ids)[0]
+
+    ids = torch.tensor([transformers_sweep.TOKENS])
+    with torch.no_grad():
+        want = FirstOutput()(ids).numpy()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        program = torch.onnx.export(FirstOutput(), (ids,), dynamo=True)
+    return program.model_proto, ids.numpy(), want
+
+
+@pytest.mark.parametrize("name", ["llama", "roberta", "falcon", "bloom", "mixtral_batched_mm"])
+def test_exported_transformers_models_import_and_match(name: str) -> None:
+    proto, ids, want = _exported_transformers(name)
+    graph, weights = from_onnx(proto)
+    assert_matches(graph, weights, {graph.inputs[0].name: ids}, [want])
+    if name == "llama":  # Reciprocal(Sqrt(..)) became rsqrt, and the RMSNorms raise
+        assert ops_of(graph).count("rms_norm") == 5
