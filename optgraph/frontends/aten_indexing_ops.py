@@ -13,23 +13,20 @@
     mask[b_idx, kv_idx]             aten.index.Tensor     -> get_rows of the indexed leading
                                                              axes (flattened) at the constant
                                                              flat positions, then a reshape
-    torch.gather(x, 1, idx)         aten.gather           -> get_rows of x's elements (x as
-                                                             [numel, 1]) at idx · stride(dim)
-                                                             plus each position's constant
-                                                             offset on the other axes, reshaped
+    torch.gather(x, 1, idx)         aten.gather           -> get_rows of x's elements
+                                                             (`gathers.elements_along`)
     x[..., ::2]                     aten.slice (step > 1) -> `stepped_slices.stepped_slice_nodes`
     qkv[..., [-2], :]               aten.index.Tensor     -> slices of that axis (one a run of
     (slices, then one index)                                 consecutive indices), concatenated;
                                                              a 0-d index drops the axis (reshape)
-
-    experts[ids] (ids at run time)  aten.index.Tensor     -> get_rows of the leading axis (negative
-                                                             ids counted from the end)
+    experts[ids] (ids at run time)  aten.index.Tensor     -> get_rows of the leading axis
+                                                             (`gathers.rows_along`)
 
 Refused with their reason: negative pads (cropping), argmax without a dim (of the flattened
-tensor), indexing with several run-time indices, boolean or out-of-range indices, several index
-tensors after a slice, an index tensor of more than one axis after a slice, more than MAX_RUNS
-runs; a gather whose index has another rank than its input. A gather's index out of range along `dim` reads
-another element of the input (torch raises), one beyond the input an error of `get_rows`.
+tensor), indexing with several run-time indices, boolean or out-of-range constant indices,
+several index tensors after a slice, an index tensor of more than one axis after a slice, more
+than MAX_RUNS runs, a gather whose index has another rank than its input. Run-time indices out
+of range: see `gathers.py`.
 """
 
 from __future__ import annotations
