@@ -29,7 +29,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TOKENS = (5, 9, 1, 33, 7, 2, 60)
-IMAGE_MODELS = {"vit", "clip_vision", "convnext", "resnet"}
+# What a model is called on, where not 7 tokens: "image" (1×3×32×32), "features" (16 mel bins ×
+# 64 frames), "wave" (400 samples), "seq2seq" (5 tokens in, 3 decoder tokens).
+KINDS = {
+    "vit": "image", "clip_vision": "image", "convnext": "image", "resnet": "image",
+    "swin": "image", "segformer": "image", "dinov2": "image", "whisper_encoder": "features",
+    "wav2vec2": "wave", "bart": "seq2seq", "t5": "seq2seq",
+}  # fmt: skip
+SDPA = {"llama_sdpa"}  # run with transformers' default attention (sdpa), not eager
 
 
 def models() -> dict[str, Callable[[], Any]]:
@@ -54,6 +61,11 @@ def models() -> dict[str, Callable[[], Any]]:
         "patch_size": 8,
     }
     gpt = {"vocab_size": 64, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64}
+    seq2seq = {
+        "vocab_size": 64, "d_model": 32, "encoder_layers": 2, "decoder_layers": 2,
+        "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 64,
+        "decoder_ffn_dim": 64, "max_position_embeddings": 64,
+    }  # fmt: skip
 
     def mixtral() -> Any:
         return t.MixtralConfig(**gqa, num_local_experts=4, num_experts_per_tok=2)
@@ -157,6 +169,73 @@ def models() -> dict[str, Callable[[], Any]]:
         "resnet": lambda: t.ResNetModel(
             t.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])
         ),
+        "llama_sdpa": lambda: t.LlamaForCausalLM(t.LlamaConfig(**gqa)),
+        "bart": lambda: t.BartModel(t.BartConfig(**seq2seq)),
+        "t5": lambda: t.T5Model(
+            t.T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)
+        ),
+        "whisper_encoder": lambda: (
+            t.WhisperModel(
+                t.WhisperConfig(
+                    **{k: v for k, v in seq2seq.items() if k not in ("max_position_embeddings",)},
+                    num_mel_bins=16,
+                    max_source_positions=32,
+                    max_target_positions=32,
+                    pad_token_id=0,
+                    bos_token_id=1,
+                    eos_token_id=2,
+                    decoder_start_token_id=1,
+                    suppress_tokens=[],
+                    begin_suppress_tokens=[],
+                )
+            ).encoder
+        ),
+        "wav2vec2": lambda: t.Wav2Vec2Model(
+            t.Wav2Vec2Config(
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                intermediate_size=64,
+                conv_dim=(16, 16),
+                conv_stride=(5, 2),
+                conv_kernel=(10, 3),
+                num_conv_pos_embeddings=8,
+                num_conv_pos_embedding_groups=4,
+            )
+        ),
+        "swin": lambda: t.SwinModel(
+            t.SwinConfig(
+                image_size=32,
+                patch_size=4,
+                embed_dim=16,
+                depths=[1, 1],
+                num_heads=[2, 2],
+                window_size=4,
+            )
+        ),
+        "segformer": lambda: t.SegformerModel(
+            t.SegformerConfig(
+                num_encoder_blocks=2,
+                depths=[1, 1],
+                sr_ratios=[2, 1],
+                hidden_sizes=[16, 32],
+                num_attention_heads=[1, 2],
+                patch_sizes=[7, 3],
+                strides=[4, 2],
+                mlp_ratios=[2, 2],
+                decoder_hidden_size=32,
+            )
+        ),
+        "dinov2": lambda: t.Dinov2Model(
+            t.Dinov2Config(
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                image_size=32,
+                patch_size=8,
+                mlp_ratio=2,
+            )
+        ),
     }
 
 
@@ -168,13 +247,28 @@ def batched_mm(model: Any) -> Any:
     return model
 
 
-def exported(wrapped: Any, x: Any, onnx: bool) -> tuple[Any, Any]:
+def model_inputs(kind: str) -> tuple[Any, ...]:
+    """The arguments a model of `kind` (`KINDS`) is called on."""
+    import torch
+
+    if kind == "image":
+        return (torch.randn(1, 3, 32, 32),)
+    if kind == "features":
+        return (torch.randn(1, 16, 64),)
+    if kind == "wave":
+        return (torch.randn(1, 400),)
+    if kind == "seq2seq":
+        return torch.tensor([TOKENS[:5]]), torch.tensor([TOKENS[:3]])
+    return (torch.tensor([TOKENS]),)
+
+
+def exported(wrapped: Any, args: tuple[Any, ...], onnx: bool) -> tuple[Any, Any]:
     """(graph, weights) of the model's call: through torch.export, or with `onnx` through
     `torch.onnx.export` (the dynamo exporter, in memory) and `og.from_onnx`."""
     from optgraph.frontends.torch_export import from_torch
 
     if not onnx:
-        return from_torch(wrapped, (x,))
+        return from_torch(wrapped, args)
     import contextlib
     import io
 
@@ -184,7 +278,7 @@ def exported(wrapped: Any, x: Any, onnx: bool) -> tuple[Any, Any]:
 
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            program = torch.onnx.export(wrapped, (x,), dynamo=True)
+            program = torch.onnx.export(wrapped, args, dynamo=True)
     except Exception as exc:  # noqa: BLE001 - the exporter's failure, not the importer's
         plain = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # the exporter's colours
         raise NotExported(plain.splitlines()[0] if plain else type(exc).__name__) from None
@@ -205,34 +299,37 @@ def check(name: str, build: Callable[[], Any], cuda: bool = False, onnx: bool = 
 
     torch.manual_seed(0)
     model = build().eval()
-    model.config._attn_implementation = "eager"
-    image = name in IMAGE_MODELS
+    if name not in SDPA:
+        model.config._attn_implementation = "eager"
+    kind = KINDS.get(name, "tokens")
+    args = model_inputs(kind)
 
     class FirstOutput(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.model = model
 
-        def forward(self, x: Any) -> Any:
-            return self.model(x)[0]
+        def forward(self, *xs: Any) -> Any:
+            if kind == "seq2seq":
+                return self.model(input_ids=xs[0], decoder_input_ids=xs[1], use_cache=False)[0]
+            return self.model(xs[0])[0]
 
-    x = torch.randn(1, 3, 32, 32) if image else torch.tensor([TOKENS])
     wrapped = FirstOutput()
     with torch.no_grad():
-        want = wrapped(x).numpy().astype(np.float64)
+        want = wrapped(*args).numpy().astype(np.float64)
     start = time.process_time()
     try:
-        graph, weights = exported(wrapped, x, onnx)
+        graph, weights = exported(wrapped, args, onnx)
     except NotExported as exc:
         return f"| {name} | not exported | torch.onnx.export: {exc} | | |" + (" |" if cuda else "")
     except og.OptGraphError as exc:  # a refusal; anything else is a defect, raised
         reason = str(exc).splitlines()
-        tail = [line.strip() for line in reason[1:] if line.strip().startswith("aten.")]
+        tail = [line.strip() for line in reason[1:] if re.match(r"\s*\S+ ×\d+:", line)]
         head = reason[0].split("error: ", 1)[-1].rstrip(":")
         text = head + (": " + "; ".join(tail) if tail else "")
         return f"| {name} | refused | {text} | | |" + (" |" if cuda else "")
     seconds = time.process_time() - start
-    inputs = {graph.inputs[0].name: x.numpy()}
+    inputs = {decl.name: a.numpy() for decl, a in zip(graph.inputs, args)}
     ref = run_reference(graph, inputs, weights)[graph.output_names()[0]]
     compiled = og.compile(graph, target="cpu").run(inputs, weights)[graph.output_names()[0]]
     results = [ref, compiled]

@@ -4,6 +4,7 @@
     Where(mask, scores, -inf)       -> where
     Clip(x, min, max)               -> clip {min, max}   (min, max: constant inputs or attributes)
     Trilu(x, k) {upper}             -> where(keep, x, 0) (k: a constant; keep: a constant mask)
+    IsNaN(x)                        -> not(equal(x, x))
 
 `LessOrEqual`/`GreaterOrEqual` become `less_equal`/`greater_equal` (on bools, which those
 refuse, `not(greater)`/`not(less)`). ONNX comparisons take one dtype already.
@@ -47,6 +48,12 @@ def _logical(op: str) -> Converter:
 
 def _where(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     ctx.emit(node, "where", [ctx.name(i) for i in node.input[:3]])
+
+
+def _is_nan(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
+    """IsNaN(x) = not(equal(x, x)): only a NaN differs from itself."""
+    name = ctx.name(node.input[0])
+    ctx.emit(node, "not", [ctx.step(node, "equal", [name, name])])
 
 
 def _clip(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
@@ -93,6 +100,7 @@ MASK_CONVERTERS: dict[str, Converter] = {
     "GreaterOrEqual": _compare("less", negate=True),
     "Less": _compare("less"),
     "LessOrEqual": _compare("greater", negate=True),
+    "IsNaN": _is_nan,
     "Not": _not,
     "Trilu": _trilu,
     "Where": _where,

@@ -1,6 +1,6 @@
 """The ONNX ops the dynamo exporter writes for Llama, BERT, RoBERTa, Falcon, BLOOM and Mixtral
 (each refused before): Reciprocal, Clip of integers, Gather on any axis with run-time (and negative) indices or a
-0-d constant one, GatherElements, GatherND and TopK. Against onnx's ReferenceEvaluator, exactly,
+0-d constant one, GatherElements, GatherND, TopK, 1-D Conv, InstanceNormalization and IsNaN. Against onnx's ReferenceEvaluator, exactly,
 on the reference, the compiled CPU program and the CUDA kernels in the emulator; then whole
 models through `torch.onnx.export` against transformers."""
 
@@ -112,7 +112,8 @@ def test_reciprocal_and_topk_match_the_reference_evaluator() -> None:
     assert "rsqrt" in ops and "div" in ops and "sqrt" not in ops
 
 
-def _exported_transformers(name: str) -> tuple[object, object, np.ndarray]:
+def _exported_transformers(name: str) -> tuple[object, list[np.ndarray], np.ndarray]:
+    """(ONNX model, its inputs, transformers' output) of `tools/transformers_sweep.py`'s model."""
     torch = pytest.importorskip("torch", reason="needs PyTorch")
     pytest.importorskip("transformers", reason="needs transformers")
     import sys
@@ -123,28 +124,65 @@ def _exported_transformers(name: str) -> tuple[object, object, np.ndarray]:
 
     torch.manual_seed(0)
     model = transformers_sweep.models()[name]().eval()
-    model.config._attn_implementation = "eager"
+    if name not in transformers_sweep.SDPA:
+        model.config._attn_implementation = "eager"
+    args = transformers_sweep.model_inputs(transformers_sweep.KINDS.get(name, "tokens"))
 
     class FirstOutput(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.model = model
 
-        def forward(self, input_ids):  # type: ignore[no-untyped-def]
-            return self.model(input_ids)[0]
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return self.model(x)[0]
 
-    ids = torch.tensor([transformers_sweep.TOKENS])
     with torch.no_grad():
-        want = FirstOutput()(ids).numpy()
+        want = FirstOutput()(*args).numpy()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        program = torch.onnx.export(FirstOutput(), (ids,), dynamo=True)
-    return program.model_proto, ids.numpy(), want
+        program = torch.onnx.export(FirstOutput(), args, dynamo=True)
+    return program.model_proto, [a.numpy() for a in args], want
 
 
-@pytest.mark.parametrize("name", ["llama", "roberta", "falcon", "bloom", "mixtral_batched_mm"])
+@pytest.mark.parametrize(
+    "name",
+    ["llama", "roberta", "falcon", "bloom", "mixtral_batched_mm", "llama_sdpa", "whisper_encoder",
+     "wav2vec2"],
+)  # fmt: skip
 def test_exported_transformers_models_import_and_match(name: str) -> None:
-    proto, ids, want = _exported_transformers(name)
+    proto, args, want = _exported_transformers(name)
     graph, weights = from_onnx(proto)
-    assert_matches(graph, weights, {graph.inputs[0].name: ids}, [want])
+    inputs = {decl.name: a for decl, a in zip(graph.inputs, args)}
+    assert_matches(graph, weights, inputs, [want])
     if name == "llama":  # Reciprocal(Sqrt(..)) became rsqrt, and the RMSNorms raise
         assert ops_of(graph).count("rms_norm") == 5
+
+
+def test_conv1d_instance_norm_and_is_nan_match_the_reference_evaluator() -> None:
+    rng = np.random.default_rng(5)
+    inits = [
+        numpy_helper.from_array(rng.normal(size=(6, 2, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.normal(size=(6,)).astype(np.float32), "b"),
+        numpy_helper.from_array(rng.uniform(0.5, 1.5, 6).astype(np.float32), "scale"),
+        numpy_helper.from_array(rng.normal(size=(6,)).astype(np.float32), "shift"),
+    ]
+    model = _model(
+        [
+            helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1], strides=[2], group=2),
+            helper.make_node("InstanceNormalization", ["y", "scale", "shift"], ["z"], epsilon=1e-3),
+            helper.make_node("IsNaN", ["x"], ["nan"]),
+        ],
+        [helper.make_tensor_value_info("x", F, [2, 4, 9])],
+        [helper.make_tensor_value_info("z", F, None),
+         helper.make_tensor_value_info("nan", TensorProto.BOOL, None)],
+        inits,
+    )  # fmt: skip
+    x = rng.normal(size=(2, 4, 9)).astype(np.float32)
+    x[0, 1, 3] = np.nan  # its conv window's outputs are NaN too
+    expected = [np.asarray(o) for o in ReferenceEvaluator(model).run(None, {"x": x})]
+    graph, weights = from_onnx(model)
+    got = run_reference(graph, {"x": x}, weights)
+    names = graph.output_names()
+    assert np.allclose(got[names[0]], expected[0], rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert np.array_equal(got[names[1]], expected[1]) and expected[1].sum() == 1
+    ops = ops_of(graph)
+    assert "conv2d" in ops and "layer_norm" in ops and "not" in ops

@@ -1,5 +1,5 @@
 """The import paths added for RoBERTa, Falcon, GPT-J, BLOOM and Mixtral on the GPU: the imported
-graphs (through torch.export, and Llama, BLOOM and Mixtral through torch.onnx.export) compiled for
+graphs (through torch.export, and Llama, BLOOM, Mixtral and wav2vec2 through torch.onnx.export) compiled for
 cuda (the default pipeline) against the reference interpreter (the f32 bound; integer outputs
 exact) and against PyTorch / transformers (`tests/frontends/test_gather_and_strided_import.py`
 and `test_onnx_gathers_topk.py` check the same on the CPU)."""
@@ -83,14 +83,14 @@ def test_whole_imported_models_on_the_gpu_match_transformers(name: str) -> None:
     _on_the_gpu(imports.FirstOutput(model), (ids,), ["input_ids"])
 
 
-@pytest.mark.parametrize("name", ["llama", "bloom", "mixtral_batched_mm"])
+@pytest.mark.parametrize("name", ["llama", "bloom", "mixtral_batched_mm", "wav2vec2"])
 def test_models_through_onnx_on_the_gpu_match_transformers(name: str) -> None:
     from optgraph.frontends.onnx import from_onnx
     from tests.frontends.test_onnx_gathers_topk import _exported_transformers
 
-    proto, ids, want = _exported_transformers(name)
+    proto, args, want = _exported_transformers(name)
     graph, weights = from_onnx(proto)
-    inputs = {graph.inputs[0].name: ids}
+    inputs = {decl.name: a for decl, a in zip(graph.inputs, args)}
     got = og.compile(graph, target="cuda").run(inputs, weights)
     assert_close(graph, got, run_reference(graph, inputs, weights))
     out = got[graph.output_names()[0]].astype(np.float64)
