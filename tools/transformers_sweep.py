@@ -289,20 +289,16 @@ class NotExported(Exception):
     """torch.onnx.export failed: there is no ONNX model to import."""
 
 
-def check(name: str, build: Callable[[], Any], cuda: bool = False, onnx: bool = False) -> str:
-    """The table row of one model."""
-    import numpy as np
+def wrapped(name: str) -> tuple[Any, tuple[Any, ...]]:
+    """(a module returning model `name`'s first output, the arguments it is called on), the
+    model built from its config with seeded random weights (eager attention unless in SDPA)."""
     import torch
 
-    import optgraph as og
-    from optgraph.runtime.reference import nmse, run_reference
-
     torch.manual_seed(0)
-    model = build().eval()
+    model = models()[name]().eval()
     if name not in SDPA:
         model.config._attn_implementation = "eager"
     kind = KINDS.get(name, "tokens")
-    args = model_inputs(kind)
 
     class FirstOutput(torch.nn.Module):
         def __init__(self) -> None:
@@ -314,12 +310,23 @@ def check(name: str, build: Callable[[], Any], cuda: bool = False, onnx: bool = 
                 return self.model(input_ids=xs[0], decoder_input_ids=xs[1], use_cache=False)[0]
             return self.model(xs[0])[0]
 
-    wrapped = FirstOutput()
+    return FirstOutput(), model_inputs(kind)
+
+
+def check(name: str, cuda: bool = False, onnx: bool = False) -> str:
+    """The table row of one model."""
+    import numpy as np
+    import torch
+
+    import optgraph as og
+    from optgraph.runtime.reference import nmse, run_reference
+
+    module, args = wrapped(name)
     with torch.no_grad():
-        want = wrapped(*args).numpy().astype(np.float64)
+        want = module(*args).numpy().astype(np.float64)
     start = time.process_time()
     try:
-        graph, weights = exported(wrapped, args, onnx)
+        graph, weights = exported(module, args, onnx)
     except NotExported as exc:
         return f"| {name} | not exported | torch.onnx.export: {exc} | | |" + (" |" if cuda else "")
     except og.OptGraphError as exc:  # a refusal; anything else is a defect, raised
@@ -370,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print("\n".join(lines), flush=True)
     for name in names:
-        lines.append(check(name, table[name], args.cuda, args.onnx))
+        lines.append(check(name, args.cuda, args.onnx))
         print(lines[-1], flush=True)
     if args.markdown:
         Path(args.markdown).write_text("\n".join(lines) + "\n")

@@ -62,45 +62,13 @@ def test_a_dilated_conv1d_is_refused_with_its_reason() -> None:
         from_torch(Dilated(), (torch.randn(1, 2, 9),))
 
 
-def _audio_model(name: str) -> tuple[torch.nn.Module, torch.Tensor]:
-    transformers = pytest.importorskip("transformers", reason="needs transformers")
-    torch.manual_seed(0)
-    if name == "whisper_encoder":
-        config = transformers.WhisperConfig(
-            vocab_size=64, d_model=32, encoder_layers=2, decoder_layers=2,
-            encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
-            decoder_ffn_dim=64, num_mel_bins=16, max_source_positions=32,
-            max_target_positions=32, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-            decoder_start_token_id=1, suppress_tokens=[], begin_suppress_tokens=[],
-        )  # fmt: skip
-        model = transformers.WhisperModel(config).encoder
-        features = torch.randn(1, 16, 64)  # mel bins × frames (2 × max_source_positions)
-    else:
-        config = transformers.Wav2Vec2Config(
-            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-            conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3),
-            num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=4,
-        )  # fmt: skip
-        model = transformers.Wav2Vec2Model(config)
-        features = torch.randn(1, 400)  # raw audio samples
-    model.config._attn_implementation = "eager"
-    return model.eval(), features
-
-
-class FirstOutput(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, features):  # type: ignore[no-untyped-def]
-        return self.model(features)[0]
-
-
 @pytest.mark.parametrize("name", ["whisper_encoder", "wav2vec2"])
 def test_audio_encoders_import_and_match_transformers(name: str) -> None:
-    model, features = _audio_model(name)
-    wrapped = FirstOutput(model)
+    pytest.importorskip("transformers", reason="needs transformers")
+    from tools import transformers_sweep
+
+    module, args = transformers_sweep.wrapped(name)  # 16 mel bins × 64 frames; 400 samples
     with torch.no_grad():
-        expected = wrapped(features).numpy()
-    graph, weights = from_torch(wrapped, (features,))
-    assert_matches(graph, weights, {"features": features.numpy()}, [expected])
+        expected = module(*args).numpy()
+    graph, weights = from_torch(module, args)
+    assert_matches(graph, weights, {graph.inputs[0].name: args[0].numpy()}, [expected])

@@ -228,48 +228,14 @@ def test_topk_takes_the_values_pytorch_takes_ties_lowest_position_first(seed: in
     assert runs[0][names[1]][0, 0].tolist() == [1, 2, 5]  # three 5s: lowest position first
 
 
-def _transformers_case(name: str) -> tuple[torch.nn.Module, torch.Tensor]:
-    transformers = pytest.importorskip("transformers", reason="needs transformers")
-    small = {"vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2}
-    heads = {"num_attention_heads": 4}
-    if name == "roberta":
-        config = transformers.RobertaConfig(
-            **small, **heads, intermediate_size=64, max_position_embeddings=64
-        )
-        model = transformers.RobertaModel(config)
-    elif name == "mixtral":  # transformers' batched_mm experts: experts[ids], topk routing
-        config = transformers.MixtralConfig(
-            **small, **heads, num_key_value_heads=2, intermediate_size=64,
-            num_local_experts=4, num_experts_per_tok=2,
-        )  # fmt: skip
-        model = transformers.MixtralForCausalLM(config)
-        model.config._experts_implementation = "batched_mm"
-    elif name == "falcon":
-        model = transformers.FalconForCausalLM(transformers.FalconConfig(**small, **heads))
-    else:
-        config = transformers.GPTJConfig(
-            vocab_size=64, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=64
-        )
-        model = transformers.GPTJForCausalLM(config)
-    model.config._attn_implementation = "eager"
-    return model.eval(), torch.tensor([[5, 9, 1, 33, 7, 2, 60]])
-
-
-class FirstOutput(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids):  # type: ignore[no-untyped-def]
-        return self.model(input_ids)[0]
-
-
-@pytest.mark.parametrize("name", ["roberta", "falcon", "gptj", "mixtral"])
+@pytest.mark.parametrize("name", ["roberta", "falcon", "gptj", "mixtral_batched_mm"])
 def test_whole_models_import_and_match_transformers(name: str) -> None:
-    torch.manual_seed(0)
-    model, ids = _transformers_case(name)
-    wrapped = FirstOutput(model)
+    pytest.importorskip("transformers", reason="needs transformers")
+    from tools import transformers_sweep
+
+    module, args = transformers_sweep.wrapped(name)
     with torch.no_grad():
-        expected = wrapped(ids).numpy()
-    graph, weights = from_torch(wrapped, (ids,))
-    assert_matches(graph, weights, {graph.inputs[0].name: ids.numpy()}, [expected])
+        expected = module(*args).numpy()
+    graph, weights = from_torch(module, args)
+    inputs = {decl.name: a.numpy() for decl, a in zip(graph.inputs, args)}
+    assert_matches(graph, weights, inputs, [expected])

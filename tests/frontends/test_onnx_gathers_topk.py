@@ -116,30 +116,13 @@ def _exported_transformers(name: str) -> tuple[object, list[np.ndarray], np.ndar
     """(ONNX model, its inputs, transformers' output) of `tools/transformers_sweep.py`'s model."""
     torch = pytest.importorskip("torch", reason="needs PyTorch")
     pytest.importorskip("transformers", reason="needs transformers")
-    import sys
-    from pathlib import Path
+    from tools import transformers_sweep
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-    import transformers_sweep
-
-    torch.manual_seed(0)
-    model = transformers_sweep.models()[name]().eval()
-    if name not in transformers_sweep.SDPA:
-        model.config._attn_implementation = "eager"
-    args = transformers_sweep.model_inputs(transformers_sweep.KINDS.get(name, "tokens"))
-
-    class FirstOutput(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, x):  # type: ignore[no-untyped-def]
-            return self.model(x)[0]
-
+    module, args = transformers_sweep.wrapped(name)
     with torch.no_grad():
-        want = FirstOutput()(*args).numpy()
+        want = module(*args).numpy()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        program = torch.onnx.export(FirstOutput(), args, dynamo=True)
+        program = torch.onnx.export(module, args, dynamo=True)
     return program.model_proto, [a.numpy() for a in args], want
 
 

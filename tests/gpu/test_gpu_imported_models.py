@@ -21,12 +21,12 @@ from optgraph.runtime.reference import nmse, run_reference
 from tests.frontends import test_gather_and_strided_import as imports
 
 
-def _on_the_gpu(module: torch.nn.Module, args: tuple, names: list[str]) -> None:
+def _on_the_gpu(module: torch.nn.Module, args: tuple) -> None:
     with torch.no_grad():
         out = module(*args)
     expected = [o.numpy() for o in (out if isinstance(out, tuple) else (out,))]
     graph, weights = from_torch(module, args)
-    inputs = {name: a.numpy() for name, a in zip(names, args)}
+    inputs = {decl.name: a.numpy() for decl, a in zip(graph.inputs, args)}
     got = og.compile(graph, target="cuda").run(inputs, weights)
     assert_close(graph, got, run_reference(graph, inputs, weights))
     for name, want in zip(graph.output_names(), expected):
@@ -37,7 +37,7 @@ def _on_the_gpu(module: torch.nn.Module, args: tuple, names: list[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("module", "args", "names"),
+    ("module", "args"),
     [
         (
             imports.Gathers(),
@@ -46,10 +46,9 @@ def _on_the_gpu(module: torch.nn.Module, args: tuple, names: list[str]) -> None:
                 torch.tensor(np.random.default_rng(1).integers(0, 2, (2, 3, 4))),
                 torch.arange(10)[None, :] * 7,
             ),
-            ["x", "index", "rows"],
         ),
-        (imports.IndexAfterSlices(), (torch.randn(2, 4, 6, 3),), ["qkv"]),
-        (imports.Strided(), (torch.randn(3, 10),), ["x"]),
+        (imports.IndexAfterSlices(), (torch.randn(2, 4, 6, 3),)),
+        (imports.Strided(), (torch.randn(3, 10),)),
         (
             imports.RowsAtRunTime(),
             (
@@ -57,13 +56,12 @@ def _on_the_gpu(module: torch.nn.Module, args: tuple, names: list[str]) -> None:
                 torch.tensor([[4, 0], [-1, 2]]),
                 torch.tensor([3, -5], dtype=torch.int32),
             ),
-            ["experts", "ids", "ids32"],
         ),
     ],
     ids=["gather", "index-after-slices", "stepped-slices", "rows-at-run-time"],
 )
-def test_the_new_import_paths_run_on_the_gpu(module, args, names) -> None:  # type: ignore[no-untyped-def]
-    _on_the_gpu(module, args, names)
+def test_the_new_import_paths_run_on_the_gpu(module, args) -> None:  # type: ignore[no-untyped-def]
+    _on_the_gpu(module, args)
 
 
 def test_topk_on_the_gpu_equals_the_reference_exactly() -> None:
@@ -76,11 +74,12 @@ def test_topk_on_the_gpu_equals_the_reference_exactly() -> None:
         assert np.array_equal(got[name], want[name], equal_nan=got[name].dtype.kind == "f"), name
 
 
-@pytest.mark.parametrize("name", ["roberta", "falcon", "gptj", "mixtral"])
+@pytest.mark.parametrize("name", ["roberta", "falcon", "gptj", "mixtral_batched_mm"])
 def test_whole_imported_models_on_the_gpu_match_transformers(name: str) -> None:
-    torch.manual_seed(0)
-    model, ids = imports._transformers_case(name)
-    _on_the_gpu(imports.FirstOutput(model), (ids,), ["input_ids"])
+    from tools import transformers_sweep
+
+    module, args = transformers_sweep.wrapped(name)
+    _on_the_gpu(module, args)
 
 
 @pytest.mark.parametrize("name", ["llama", "bloom", "mixtral_batched_mm", "wav2vec2"])
