@@ -40,6 +40,27 @@ def check_target(target: Path, what: str = "") -> None:
         raise InputError(f"{what}cannot write '{target}': it is a directory")
 
 
+def temporary_beside(target: Path, what: str = "") -> Path:
+    """An empty temporary file in `target`'s directory for the caller to fill, then `commit`
+    (several files committed together: `frontends/model_files.py`). Its name ends in the
+    target's suffix, for writers that choose a format by it (`.npz`, `.safetensors`)."""
+    check_target(target, what)
+    try:
+        suffix = f".tmp{target.suffix}"
+        fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=suffix)
+    except OSError as err:
+        raise InputError(f"{what}cannot write '{target}': {err.strerror}") from None
+    os.close(fd)
+    return Path(name)
+
+
+def commit(temporary: Path, target: Path) -> None:
+    """`temporary` (`temporary_beside`) renamed over `target`, with the mode a new file gets
+    (0666 less the umask: mkstemp's, or a writer's, may be 0600)."""
+    os.chmod(temporary, 0o666 & ~_umask())
+    os.replace(temporary, target)
+
+
 @contextmanager
 def open_atomic(path: str | os.PathLike[str], what: str = "") -> Iterator[IO[bytes]]:
     """A binary handle on a temporary file that becomes `path` when the block ends without an

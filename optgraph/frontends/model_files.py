@@ -6,8 +6,6 @@ temporary files beside their targets and renamed, so a failure leaves no partial
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +13,7 @@ import numpy as np
 from optgraph.errors import InputError, OptGraphError, Span
 from optgraph.ir.graph import Graph
 from optgraph.ir.printer import print_graph
+from optgraph.output_files import commit, temporary_beside
 from optgraph.runtime.reference import save_weights
 
 SUFFIXES = (".onnx", ".pt2")
@@ -38,14 +37,6 @@ def import_model(path: str) -> tuple[Graph, dict[str, np.ndarray]]:
     return from_torch(load_exported_program(path))
 
 
-def _temporary_beside(target: Path) -> Path:
-    if not target.parent.is_dir():
-        raise InputError(f"cannot write '{target}': directory '{target.parent}' does not exist")
-    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}.", suffix=target.suffix)
-    os.close(fd)
-    return Path(name)
-
-
 def import_model_file(
     path: str, output: str, weights_out: str | None
 ) -> tuple[Graph, dict[str, np.ndarray]]:
@@ -57,15 +48,15 @@ def import_model_file(
             target = Path(weights_out)
             if target.suffix not in (".safetensors", ".npz"):
                 raise InputError(f"weights file '{target}': expected .safetensors or .npz")
-            temporary = _temporary_beside(target)
+            temporary = temporary_beside(target)
             staged.append((temporary, target))
             save_weights(temporary, weights)
         target = Path(output)
-        temporary = _temporary_beside(target)
+        temporary = temporary_beside(target)
         staged.append((temporary, target))
         temporary.write_text(print_graph(graph), encoding="utf-8")
         for temporary, target in staged:
-            os.replace(temporary, target)
+            commit(temporary, target)
     finally:
         for temporary, _ in staged:
             temporary.unlink(missing_ok=True)

@@ -61,3 +61,33 @@ def test_unknown_suffix_and_missing_file(
     assert main(["import", str(tmp_path / "absent.onnx"), "-o", str(tmp_path / "m.ir")]) == 1
     assert "no such file" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".npz"])
+def test_written_files_get_the_usual_mode_not_the_temporary_files(
+    tmp_path: Path, suffix: str
+) -> None:
+    """The IR and the weights went through mkstemp's 0600 files and kept that mode; they get
+    0666 less the umask, as any new file (and as every other output of optgraph)."""
+    import os
+
+    source = tmp_path / "cnn.onnx"
+    onnx.save(onnx_models.cnn(), str(source))
+    out, weights_out = tmp_path / "cnn.ir", tmp_path / f"cnn{suffix}"
+    old = os.umask(0o022)
+    try:
+        assert main(["import", str(source), "-o", str(out), "--weights-out", str(weights_out)]) == 0
+    finally:
+        os.umask(old)
+    assert (out.stat().st_mode & 0o777, weights_out.stat().st_mode & 0o777) == (0o644, 0o644)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["cnn.ir", "cnn.onnx", f"cnn{suffix}"]
+    )
+
+
+def test_a_directory_as_the_output_exits_1_and_writes_nothing(tmp_path: Path) -> None:
+    source = tmp_path / "cnn.onnx"
+    onnx.save(onnx_models.cnn(), str(source))
+    (tmp_path / "cnn.ir").mkdir()
+    assert main(["import", str(source), "-o", str(tmp_path / "cnn.ir")]) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cnn.ir", "cnn.onnx"]
