@@ -15,8 +15,8 @@ reshaped so that what it picks is a row, with the indices turned into row number
 Each importer passes an `Emitter`: its way of adding a node (typed), a constant, and the last
 node, whose name is the imported value's. Indices out of range are `get_rows`' to refuse where
 it can see them (past the table's rows); one out of range along an inner axis of a flattened
-table reads another element (torch and onnx raise). O(1) nodes a gather, O(numel) constants for
-`elements_along`.
+table reads another element (torch and onnx raise). O(1) nodes a gather (O(r) for r
+coordinates), O(numel) constants for `elements_along`.
 """
 
 from __future__ import annotations

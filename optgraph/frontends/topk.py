@@ -12,11 +12,11 @@ gathered (`top_k`, on either importer's `gathers.Emitter`).
     indices = concat(pick_0, .., pick_k-1) {axis = dim}
     values  = x at indices along dim (`gathers.elements_along`)
 
-`largest=False` (ONNX `largest = 0`) runs the rounds on neg(x), a NaN as the lowest key. A NaN counts as the largest
-value (argmax takes the first NaN), as torch orders it. Equal values come lowest position first
-(torch leaves their order unspecified); with `largest=False`, a NaN and a +inf tie as keys. The router of an MoE layer picks its experts so (transformers'
-Mixtral and Qwen2-MoE with the `batched_mm` experts). O(k) nodes of O(numel) work each; meant for
-small k.
+`largest=False` (ONNX `largest = 0`) runs the rounds on neg(x), a NaN as the lowest key. A NaN
+counts as the largest value (argmax takes the first NaN), as torch orders it. Equal values come
+lowest position first (torch leaves their order unspecified); with `largest=False`, a NaN and a
++inf tie as keys. The router of an MoE layer picks its experts so (transformers' Mixtral and
+Qwen2-MoE with the `batched_mm` experts). O(k) nodes of O(numel) work each; meant for small k.
 """
 
 from __future__ import annotations
