@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from optgraph.frontends.conv1d_group_norm import conv1d, group_norm
 from optgraph.frontends.torch_values import Converter, TorchContext, arg, unsupported, value_type
 from optgraph.ir.graph import AttrValue, TensorType
 from optgraph.runtime.reference_kernels import numpy_dtype
@@ -36,9 +37,7 @@ def _conv2d(ctx: TorchContext, node: Any) -> None:
 
 
 def _conv1d(ctx: TorchContext, node: Any) -> None:
-    """F.conv1d as conv2d over a height of 1: x [N, C, L] -> [N, C, 1, L], the weight
-    [O, C/g, K] -> [O, C/g, 1, K], stride (1, s), padding (0, p), then back to [N, O, L']
-    (Whisper's and wav2vec2's front ends)."""
+    """F.conv1d (`conv1d_group_norm.conv1d`: a conv2d of height 1)."""
     if int(_pair(arg(node, 5, "dilation", 1))[0]) != 1:
         raise unsupported(node, "dilated convolutions are not supported")
     padding = arg(node, 4, "padding", 0)
@@ -47,54 +46,30 @@ def _conv1d(ctx: TorchContext, node: Any) -> None:
     x, w = ctx.type_of(node.args[0]), ctx.type_of(node.args[1])
     if x.rank != 3 or w.rank != 3:
         raise unsupported(node, f"conv1d of {x} by {w} (expected [N, C, L] and [O, C/g, K])")
-    x4 = x.with_shape((x.shape[0], x.shape[1], 1, x.shape[2]))
-    w4 = w.with_shape((w.shape[0], w.shape[1], 1, w.shape[2]))
-    operands = [
-        ctx.step(node, "reshape", [ctx.name_of(node.args[0])], x4, {"shape": x4.shape}),
-        ctx.step(node, "reshape", [ctx.name_of(node.args[1])], w4, {"shape": w4.shape}),
-    ]
     bias = arg(node, 2, "bias")
-    if bias is not None:
-        operands.append(ctx.name_of(bias))
-    out = ctx.result_type(node)
-    attrs: dict[str, AttrValue] = {
-        "stride": (1, _pair(arg(node, 3, "stride", 1))[0]),
-        "padding": (0, _pair(padding)[0]),
-        "groups": int(arg(node, 6, "groups", 1)),
-    }
-    y4 = out.with_shape((out.shape[0], out.shape[1], 1, out.shape[2]))
-    y = ctx.step(node, "conv2d", operands, y4, attrs)
-    ctx.emit(node, "reshape", [y], {"shape": out.shape})
+    stride, groups = _pair(arg(node, 3, "stride", 1))[0], int(arg(node, 6, "groups", 1))
+    conv1d(
+        ctx.emitter(node),
+        (ctx.name_of(node.args[0]), x),
+        (ctx.name_of(node.args[1]), w),
+        None if bias is None else ctx.name_of(bias),
+        (stride, _pair(padding)[0], groups),
+    )
 
 
 def _group_norm(ctx: TorchContext, node: Any) -> None:
-    """F.group_norm(x, G, w, b, eps): x [N, C, ..] as [N, G, C/G · ..], a layer_norm of each
-    group (unit scale, no shift), back to x's shape, then w and b per channel (wav2vec2's
-    feature extractor)."""
+    """F.group_norm(x, G, w, b, eps) (`conv1d_group_norm.group_norm`)."""
     x = ctx.type_of(node.args[0])
     groups = int(node.args[1])
     if x.rank < 2 or x.shape[1] % groups:
         raise unsupported(node, f"a group norm of {x} in {groups} groups")
+    scale, shift = arg(node, 2, "weight"), arg(node, 3, "bias")
+    affine = (
+        None if scale is None else ctx.name_of(scale),
+        None if shift is None else ctx.name_of(shift),
+    )
     eps = float(arg(node, 4, "eps", 1e-5))
-    flat = x.with_shape((x.shape[0], groups, x.numel // (x.shape[0] * groups)))
-    dtype = numpy_dtype(x.dtype)
-    unit = ctx.draft.constant(np.ones(flat.shape[-1], dtype), "ones")
-    zero = ctx.draft.constant(np.zeros(flat.shape[-1], dtype), "zeros")
-    name = ctx.step(node, "reshape", [ctx.name_of(node.args[0])], flat, {"shape": flat.shape})
-    name = ctx.step(node, "layer_norm", [name, unit, zero], flat, {"eps": eps})
-    channel = x.with_shape((x.shape[1],) + (1,) * (x.rank - 2))
-    affine = [(op, arg(node, i, key)) for op, i, key in (("mul", 2, "weight"), ("add", 3, "bias"))]
-    affine = [(op, value) for op, value in affine if value is not None]
-    if not affine:
-        ctx.emit(node, "reshape", [name], {"shape": x.shape})
-        return
-    name = ctx.step(node, "reshape", [name], x, {"shape": x.shape})
-    for i, (op, value) in enumerate(affine):
-        per = ctx.step(node, "reshape", [ctx.name_of(value)], channel, {"shape": channel.shape})
-        if i == len(affine) - 1:
-            ctx.emit(node, op, [name, per])
-        else:
-            name = ctx.step(node, op, [name, per], x)
+    group_norm(ctx.emitter(node), (ctx.name_of(node.args[0]), x), groups, eps, affine)
 
 
 def _vector_norm(ctx: TorchContext, node: Any) -> None:

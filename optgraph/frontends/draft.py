@@ -75,6 +75,7 @@ class Draft:
     outputs: list[str] = field(default_factory=list)
     types: dict[str, TensorType] = field(default_factory=dict)
     _counter: int = 0
+    _producers: dict[str, Node] = field(default_factory=dict)  # node name -> the node
 
     def fresh(self, hint: str) -> str:
         """A value name not used yet, starting with `hint`."""
@@ -104,11 +105,15 @@ class Draft:
     ) -> str:
         """Append `name = op(operands) {attrs} : result` and return the name."""
         node_name = name if name is not None else self.fresh("t")
-        self.nodes.append(
-            Node(node_name, op, tuple(operands), dict(attrs or {}), result, span=span)
-        )
+        node = Node(node_name, op, tuple(operands), dict(attrs or {}), result, span=span)
+        self.nodes.append(node)
+        self._producers[node_name] = node
         self.types[node_name] = result
         return node_name
+
+    def producer(self, name: str) -> Node | None:
+        """The node whose result `name` is; None for an input, a weight or a constant."""
+        return self._producers.get(name)
 
     def input(self, name: str, result: TensorType) -> str:
         self.inputs.append(Input(name, result))

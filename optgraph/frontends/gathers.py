@@ -12,8 +12,7 @@ reshaped so that what it picks is a row, with the indices turned into row number
     ONNX GatherND (batch_dims 0)     rows_at_coordinates(x, ids [.., r]): x as [prod(x.shape[:r]),
                                      rest], row number Σ wrap(ids[.., i]) · stride_i
 
-Each importer passes an `Emitter`: its way of adding a node (typed), a constant, and the last
-node, whose name is the imported value's. Indices out of range are `get_rows`' to refuse where
+Each importer passes its `emitter.Emitter`. Indices out of range are `get_rows`' to refuse where
 it can see them (past the table's rows); one out of range along an inner axis of a flattened
 table reads another element (torch and onnx raise). O(1) nodes a gather (O(r) for r
 coordinates), O(numel) constants for `elements_along`.
@@ -22,25 +21,12 @@ coordinates), O(numel) constants for `elements_along`.
 from __future__ import annotations
 
 import math
-from typing import Protocol
 
 import numpy as np
 
+from optgraph.frontends.emitter import Emitter
 from optgraph.ir.graph import AttrValue, TensorType
 from optgraph.runtime.reference_kernels import numpy_dtype
-
-
-class Emitter(Protocol):
-    """How an importer adds the nodes of one imported op."""
-
-    def step(self, op: str, operands: list[str], result: TensorType,
-             attrs: dict[str, AttrValue] | None = None) -> str: ...  # fmt: skip
-
-    def last(self, op: str, operands: list[str], attrs: dict[str, AttrValue] | None = None) -> str:
-        """The op's own result (typed as the source model says)."""
-        ...
-
-    def constant(self, array: np.ndarray, hint: str) -> str: ...
 
 
 def _wrapped(em: Emitter, ids: str, index: TensorType, size: int) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from optgraph.frontends.gathers import Emitter
+from optgraph.frontends.emitter import Emitter
 from optgraph.ir.graph import TensorType
 from optgraph.runtime.reference_kernels import numpy_dtype
 

@@ -29,7 +29,7 @@ def _reciprocal(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     if not x.dtype.startswith(("f", "bf")):
         raise ctx.error(node, f"a reciprocal of {x.dtype} values")
     name = ctx.name(node.input[0])
-    root = next((n for n in reversed(ctx.draft.nodes) if n.name == name), None)
+    root = ctx.draft.producer(name)
     if root is not None and root.op == "sqrt":  # 1 / sqrt(v): rsqrt(v), which norms raise from
         ctx.emit(node, "rsqrt", [root.operands[0]])
         return

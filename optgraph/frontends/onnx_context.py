@@ -79,7 +79,7 @@ class OnnxContext:
         return name
 
     def emitter(self, node: Any) -> OnnxEmitter:
-        """`gathers.Emitter` of `node`'s nodes (types inferred by the op table)."""
+        """`emitter.Emitter` of `node`'s nodes (types inferred by the op table)."""
         return OnnxEmitter(self, node)
 
     def step(self, node: Any, op: str, operands: Sequence[str],
@@ -115,7 +115,7 @@ Converter = Callable[[OnnxContext, Any, Mapping[str, Any]], None]
 
 @dataclass
 class OnnxEmitter:
-    """The nodes of one ONNX node (`gathers.Emitter`); `result` types are the op table's."""
+    """The nodes of one ONNX node (`emitter.Emitter`); `result` types are the op table's."""
 
     ctx: OnnxContext
     node: Any

@@ -6,11 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
+from optgraph.frontends.conv1d_group_norm import conv1d, group_norm
 from optgraph.frontends.onnx_context import Converter, OnnxContext
 from optgraph.ir.graph import AttrValue
-from optgraph.runtime.reference_kernels import numpy_dtype
 
 
 def _symmetric_pads(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> tuple[int, int]:
@@ -39,49 +37,29 @@ def _conv(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
 
 
 def _conv1d(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
-    """A 1-D Conv as conv2d over a height of 1 (Whisper's and wav2vec2's front ends): x and the
-    weight reshaped with a unit axis before their last, the result reshaped back."""
+    """A 1-D Conv (`conv1d_group_norm.conv1d`: a conv2d of height 1)."""
     if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
         raise ctx.error(node, "auto_pad SAME_* is not supported (give explicit pads)")
     pads = [int(p) for p in attrs.get("pads", (0, 0))]
     if len(pads) != 2 or pads[0] != pads[1]:
         raise ctx.error(node, f"only symmetric pads are supported, got {pads}")
-    operands = []
-    for name in node.input[:2]:
-        t = ctx.type_of(name)
-        shape = (t.shape[0], t.shape[1], 1, t.shape[2])
-        operands.append(ctx.step(node, "reshape", [ctx.name(name)], {"shape": shape}))
-    if len(node.input) > 2 and node.input[2]:
-        operands.append(ctx.name(node.input[2]))
-    out: dict[str, AttrValue] = {
-        "stride": (1, int(attrs.get("strides", (1,))[0])),
-        "padding": (0, pads[0]),
-        "groups": int(attrs.get("group", 1)),
-    }
-    y = ctx.step(node, "conv2d", operands, out)
-    n, c, _, length = ctx.draft.type_of(y).shape
-    ctx.emit(node, "reshape", [y], {"shape": (n, c, length)})
+    x, w = ((ctx.name(i), ctx.type_of(i)) for i in node.input[:2])
+    if w[1].rank != 3:
+        raise ctx.error(node, f"expected a [O, C/g, K] weight, got {w[1]}")
+    bias = ctx.name(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    conv = (int(attrs.get("strides", (1,))[0]), pads[0], int(attrs.get("group", 1)))
+    conv1d(ctx.emitter(node), x, w, bias, conv)
 
 
 def _instance_norm(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
-    """InstanceNormalization(x, scale, B): x [N, C, ..] as [N, C, rest], a layer_norm of each
-    row (unit scale, no shift), back to x's shape, then scale and B per channel (how the
-    exporter writes GroupNorm: wav2vec2's feature extractor)."""
+    """InstanceNormalization(x, scale, B): a group norm of one channel a group
+    (`conv1d_group_norm.group_norm`; how the exporter writes GroupNorm: wav2vec2)."""
     x = ctx.type_of(node.input[0])
     if x.rank < 3:
         raise ctx.error(node, f"expected [N, C, ...], got {x}")
-    rows = (x.shape[0], x.shape[1], x.numel // (x.shape[0] * x.shape[1]))
-    dtype = numpy_dtype(x.dtype)
-    unit = ctx.draft.constant(np.ones(rows[2], dtype), "ones")
-    zero = ctx.draft.constant(np.zeros(rows[2], dtype), "zeros")
-    name = ctx.step(node, "reshape", [ctx.name(node.input[0])], {"shape": rows})
+    affine = (ctx.name(node.input[1]), ctx.name(node.input[2]))
     eps = float(attrs.get("epsilon", 1e-5))
-    name = ctx.step(node, "layer_norm", [name, unit, zero], {"eps": eps})
-    name = ctx.step(node, "reshape", [name], {"shape": x.shape})
-    channel = (x.shape[1],) + (1,) * (x.rank - 2)
-    scale = ctx.step(node, "reshape", [ctx.name(node.input[1])], {"shape": channel})
-    shift = ctx.step(node, "reshape", [ctx.name(node.input[2])], {"shape": channel})
-    ctx.emit(node, "add", [ctx.step(node, "mul", [name, scale]), shift])
+    group_norm(ctx.emitter(node), (ctx.name(node.input[0]), x), x.shape[1], eps, affine)
 
 
 def _pool(op: str) -> Converter:

@@ -1,5 +1,5 @@
 """torch.topk and ONNX TopK -> k rounds of argmax over what is not yet taken, then the values
-gathered (`top_k`, on either importer's `gathers.Emitter`).
+gathered (`top_k`, on either importer's `emitter.Emitter`).
 
     values, indices = torch.topk(x, k, dim)       (largest; sorted, ties to the lower position)
 
@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from optgraph.frontends.gathers import Emitter, elements_along
+from optgraph.frontends.emitter import Emitter
+from optgraph.frontends.gathers import elements_along
 from optgraph.ir.graph import AttrValue, TensorType
 from optgraph.runtime.reference_kernels import numpy_dtype
 
@@ -46,9 +47,10 @@ def top_k(
     """(values, indices) of the k largest (or smallest) along `dim` (`refusal` is None); the
     values are `em.last`'s node, the indices (i64) an intermediate."""
     name, xt = x
-    keys = name if largest else _smallest_first(em, name, xt)
+    lowest = em.constant(np.array(_lowest(xt.dtype), numpy_dtype(xt.dtype)), "lowest")
+    keys = name if largest else _smallest_first(em, name, xt, lowest)
     kept = xt.with_shape(1 if a == dim else d for a, d in enumerate(xt.shape))
-    picks = _rounds(em, (keys, xt), dim, k, kept)
+    picks = _rounds(em, (keys, xt), (dim, k), kept, lowest)
     index = TensorType("i64", kept.shape[:dim] + (k,) + kept.shape[dim + 1 :])
     indices = picks[0] if k == 1 else em.step("concat", picks, index, {"axis": dim})
     return elements_along(em, x, dim, (indices, index)), indices
@@ -59,27 +61,31 @@ def _lowest(dtype: str) -> float | int:
     return -np.inf if kind.kind == "f" else int(np.iinfo(kind).min)
 
 
-def _smallest_first(em: Emitter, name: str, x: TensorType) -> str:
+def _smallest_first(em: Emitter, name: str, x: TensorType, lowest: str) -> str:
     """Keys whose largest are x's smallest: neg(x), a NaN (largest in torch's order, so last
     here) as the lowest key."""
     negated = em.step("neg", [name], x)
     if not x.dtype.startswith(("f", "bf")):
         return negated
-    lowest = em.constant(np.array(_lowest(x.dtype), numpy_dtype(x.dtype)), "lowest")
     number = em.step("equal", [name, name], x.with_dtype("bool"))  # false for NaN
     return em.step("where", [number, negated, lowest], x)
 
 
 def _rounds(
-    em: Emitter, keys: tuple[str, TensorType], dim: int, k: int, kept: TensorType
+    em: Emitter,
+    keys: tuple[str, TensorType],
+    along_k: tuple[int, int],
+    kept: TensorType,
+    lowest: str,
 ) -> list[str]:
-    """The k picks, each an i64 index of shape `kept` (x with `dim` of length 1)."""
+    """The k picks along dim (`along_k` = (dim, k)), each an i64 index of shape `kept` (x with
+    `dim` of length 1); `lowest`: the key taken positions get."""
     name, x = keys
+    dim, k = along_k
     positions_shape = tuple(x.shape[dim] if a == dim else 1 for a in range(x.rank))
     positions = em.constant(
         np.arange(x.shape[dim], dtype=np.int64).reshape(positions_shape), "positions"
     )
-    lowest = em.constant(np.array(_lowest(x.dtype), numpy_dtype(x.dtype)), "lowest")
     flags, index = x.with_dtype("bool"), kept.with_dtype("i64")
     along: dict[str, AttrValue] = {"axis": dim, "keepdims": True}
     picks: list[str] = []

@@ -141,14 +141,14 @@ class TorchContext:
         return value_type(node)
 
     def emitter(self, node: Any, last: TensorType | None = None) -> NodeEmitter:
-        """`gathers.Emitter` of `node`'s nodes; `last`: the type of the last one, which is then
+        """`emitter.Emitter` of `node`'s nodes; `last`: the type of the last one, which is then
         an intermediate too (for ops with several results)."""
         return NodeEmitter(self, node, last)
 
 
 @dataclass
 class NodeEmitter:
-    """The nodes of one torch.fx node (`gathers.Emitter`)."""
+    """The nodes of one torch.fx node (`emitter.Emitter`)."""
 
     ctx: TorchContext
     node: Any
