@@ -344,7 +344,9 @@ def check(name: str, cuda: bool = False, onnx: bool = False) -> str:
         program = og.compile(graph, target="cuda")
         results.append(program.run(inputs, weights)[graph.output_names()[0]])
     errors = " | ".join(f"{nmse(np.asarray(v, np.float64), want):.1e}" for v in results)
-    return f"| {name} | imported | {len(graph.nodes)} nodes, {seconds:.1f} s | {errors} |"
+    ops = [n.op for n in graph.nodes]
+    raised = f"{ops.count('attention')} attention, {ops.count('softmax')} softmax"
+    return f"| {name} | imported | {len(ops)} nodes ({raised}), {seconds:.1f} s | {errors} |"
 
 
 def main(argv: list[str] | None = None) -> int:

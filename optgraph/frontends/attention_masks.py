@@ -9,8 +9,10 @@ reaches the importer as a constant once shapes are static. When that constant sa
     ->  attention(q, k, v) {causal = true, window = 4}
 
 The mask must be the same for every batch row and head (leading axes of size 1, or all equal), and
-bool (true = attend) or float with only 0 and -inf. Anything else stays a mask operand: correct,
-and the kernels read it.
+bool (true = attend) or float with only 0 and hiding values: -inf, or finite ones at or below
+`HIDDEN` (transformers fills with the dtype's lowest value, -65504 in f16). A finite hiding value
+gives a key the weight exp(s + m - max) = 0 exactly in f32 as long as the row sees some key, which
+every causal pattern does. Anything else stays a mask operand: correct, and the kernels read it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import numpy as np
 
 from optgraph.ir.graph import AttrValue
 
+HIDDEN = -65504.0  # float16's lowest value: a float mask at or below it hides the key
+
 
 def shared_pattern(mask: np.ndarray, sq: int, skv: int) -> np.ndarray | None:
     """The [Sq, Skv] bool pattern of a constant mask shared by every batch row and head."""
@@ -26,7 +30,7 @@ def shared_pattern(mask: np.ndarray, sq: int, skv: int) -> np.ndarray | None:
         return None
     if mask.dtype == np.bool_:
         seen = mask
-    elif np.all((mask == 0) | (mask == -np.inf)):
+    elif np.all((mask == 0) | (mask <= HIDDEN)):
         seen = mask == 0
     else:
         return None

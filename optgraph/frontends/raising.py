@@ -16,6 +16,8 @@ unless something else reads them. Rules (applied in this order, each over the wh
   `rope(x', pos) {theta, scaling, ...}`, with `x` transposed to `[B,S,H,D]` and back when it is
   `[B,H,S,D]`; then `concat(rope(x[..., :r]), x[..., r:])` -> `rope(x) {rotary_dim = r}`
   (`raising_partial_rope`).
+- `written_out_attention` (raising_attention.py): `matmul(softmax(q·kᵀ·c + mask), v)`, as eager
+  attention and the ONNX exporter write it -> `attention(q, k, v [, mask]) {scale}`.
 - `attention_kv_len` (raise_attention_masks.py): a decode step's mask computed from its one
   position input -> `attention {causal, window}` over `kv_len = pos + c` keys.
 - `shared_kv_heads` (raising_gqa.py): keys and values repeated to the query heads
@@ -40,6 +42,7 @@ import numpy as np
 
 from optgraph.frontends.draft import Draft
 from optgraph.frontends.raise_attention_masks import attention_kv_len
+from optgraph.frontends.raising_attention import written_out_attention
 from optgraph.frontends.raising_constant_rope import constant_table_rope, rope_layout
 from optgraph.frontends.raising_gqa import shared_kv_heads
 from optgraph.frontends.raising_partial_rope import partial_rope
@@ -59,7 +62,16 @@ _GELU_PROBE = np.linspace(-6.0, 6.0, 97, dtype=np.float32)
 
 def raise_patterns(draft: Draft) -> None:
     """Apply every rule, in order, to the whole draft (in place)."""
-    for rule in (_rms_norm, _gelu, _rope, partial_rope, attention_kv_len, shared_kv_heads):
+    rules = (
+        _rms_norm,
+        _gelu,
+        _rope,
+        partial_rope,
+        written_out_attention,
+        attention_kv_len,
+        shared_kv_heads,
+    )
+    for rule in rules:
         producers = {n.name: n for n in draft.nodes}
         rewritten: list[Node] = []
         for node in draft.nodes:

@@ -1,5 +1,6 @@
-"""A Hugging Face Llama decode step with transformers' SDPA attention, imported: the repeated kv
-heads are read by `attention` directly, every projection ends in a fused product after the default
+"""A Hugging Face Llama decode step, with transformers' SDPA attention and with its eager attention
+(products, an additive mask from the position, softmax), imported: both become `attention` over
+`kv_len` keys, the repeated kv heads are read by `attention` directly, every projection ends in a fused product after the default
 pipeline (transpose-weights stores nn.Linear's weights transposed), and the compiled step still
 equals transformers' logits and updated caches."""
 
@@ -25,9 +26,9 @@ SIZES = ["--layers", "2", "--hidden", "64", "--heads", "8", "--kv-heads", "2", "
 MAX_LEN = 16
 
 
-@pytest.fixture(scope="module")
-def step() -> tuple[object, og.Graph, dict[str, np.ndarray]]:
-    model = hf_generate.build_model(hf_generate._parse([*SIZES, "--attention", "sdpa"]))
+@pytest.fixture(scope="module", params=["sdpa", "eager"])
+def step(request: pytest.FixtureRequest) -> tuple[object, og.Graph, dict[str, np.ndarray]]:
+    model = hf_generate.build_model(hf_generate._parse([*SIZES, "--attention", request.param]))
     config = model.config
     caches = [
         torch.zeros(1, config.num_key_value_heads, MAX_LEN, 8)
@@ -41,10 +42,11 @@ def step() -> tuple[object, og.Graph, dict[str, np.ndarray]]:
 def test_repeated_kv_heads_are_read_directly_by_attention(step) -> None:  # type: ignore[no-untyped-def]
     _, graph, _ = step
     ops = ops_of(graph)
-    assert ops.count("attention") == 2 and "expand" not in ops
+    assert ops.count("attention") == 2 and "expand" not in ops and "softmax" not in ops
     types = graph.value_types()
     for node in graph.nodes:
         if node.op == "attention":
+            assert len(node.operands) == 4 and node.attrs.get("causal"), "kv_len, no mask"
             q, k = types[node.operands[0]], types[node.operands[1]]
             assert (q.shape[1], k.shape[1]) == (8, 2), "4 query heads share each kv head"
 
