@@ -24,7 +24,9 @@ Legality:
 - q (a rope whose result others read): the rotated value takes the product's bytes, so those
   bytes must stay the product's until the rope's last reader: on a graph of one stream, no
   value placed over them is produced between the product and that reader (unplanned graphs:
-  every value has its own buffer).
+  every value has its own buffer). Else it takes the rope's own bytes from the product's place
+  on, when no node from the product up to the rope reads or writes them (an imported layer
+  computes q, k and v before the ropes: k's rotated value may sit over q's bytes).
 
 `product_folds(graph, locations, in_place)` finds them; `fold_step` is a product's launch.
 Not handled: partial rotary, products with an epilogue (a bias), several streams for q.
@@ -60,6 +62,7 @@ class ProductFold:
     rope: Node | None
     write: Node | None
     launch: Launch
+    in_rope_bytes: bool = False  # q: the rotated value goes to the rope's bytes, not the product's
 
     @property
     def absorbed(self) -> tuple[str, ...]:
@@ -118,6 +121,25 @@ class _Graph:
                 return False
         return True
 
+    def rope_bytes_free(self, product: Node, rope: Node) -> bool:
+        """Whether the rope's own bytes may take the rotated value from the product's place
+        on: no node from the product up to the rope reads or writes any of them."""
+        where = self.locations.get(rope.name)
+        if not self.one_stream or where is None or where.space not in ("arena", "value"):
+            return False
+        theirs = Extent(where.space, where.key, where.offset, self.types[rope.name].nbytes)
+        for node in self.graph.nodes[self.index[product.name] : self.index[rope.name]]:
+            if node.is_event:
+                continue
+            touched = node.operands if node is product else (node.name, *node.operands)
+            for value in touched:
+                loc = self.locations.get(value)
+                if loc is not None and theirs.overlaps(
+                    Extent(loc.space, loc.key, loc.offset, self.types[value].nbytes)
+                ):
+                    return False
+        return True
+
 
 def product_folds(
     graph: Graph,
@@ -154,6 +176,7 @@ def _fold_of(
     if not _same_place(product, reader) or product.type is None:
         return None
     rope = write = None
+    in_rope_bytes = False
     if reader.op == "rope" and g.view_of(reader.operands[0], product.name):
         rope = reader
         after = g.readers(rope.name)
@@ -164,7 +187,9 @@ def _fold_of(
             if _is_write_of(g, candidate, rope.name, in_place) and _same_place(rope, candidate):
                 write = candidate
         if write is None and not g.bytes_kept(product, rope):
-            return None
+            in_rope_bytes = g.rope_bytes_free(product, rope)
+            if not in_rope_bytes:
+                return None
     elif _is_write_of(g, reader, product.name, in_place):
         write = reader
     else:
@@ -189,7 +214,7 @@ def _fold_of(
         launches = cuda_fused.gemv_matmul(product, types, resident, fold, False, most_splits)
     if not launches:
         return None
-    return ProductFold(product, rope, write, launches[0])
+    return ProductFold(product, rope, write, launches[0], in_rope_bytes)
 
 
 def _is_write_of(g: _Graph, node: Node, source: str, in_place: Mapping[str, str]) -> bool:
@@ -260,14 +285,17 @@ def place_folds(
     most_splits: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, ProductFold], set[str]]:
     """(folds by product, the nodes they absorb); a q fold's rope result (and its views) now
-    lives in the product's bytes, in `locations`. `most_splits`: see `product_folds`."""
+    lives in the product's bytes, in `locations` -- or, where values placed over the product's
+    bytes come before the rope's last reader, the product (and its views) writes into the
+    rope's bytes instead. `most_splits`: see `product_folds`."""
     folds = product_folds(graph, locations, in_place, most_splits)
     views = alias_views(graph)
     for fold in folds.values():
         if fold.rope is None or fold.write is not None:
             continue
-        home = locations[fold.product.name]
-        locations[fold.rope.name] = home
-        for view, offset in views.get(fold.rope.name, []):
+        moved, kept = (fold.product, fold.rope) if fold.in_rope_bytes else (fold.rope, fold.product)
+        home = locations[kept.name]
+        locations[moved.name] = home
+        for view, offset in views.get(moved.name, []):
             locations[view] = home.shifted(offset)
     return folds, {name for fold in folds.values() for name in fold.absorbed}

@@ -5,7 +5,9 @@ the root by fast ops that define the same name; the pattern's other nodes die at
 unless something else reads them. Rules (applied in this order, each over the whole draft):
 
 - `rms_norm`: `mul(mul(x, rsqrt(add(mean(mul(x, x), [-1], keepdims), eps))), w)` (also with
-  `div(x, sqrt(...))`, operands either way round, `w` of shape `[D]`) -> `rms_norm(x, w) {eps}`.
+  `div(x, sqrt(...))`, operands either way round, `w` of shape `[D]`) -> `rms_norm(x, w) {eps}`;
+  for an f16 / bf16 `x` also the norm computed on `cast(x, f32)` and cast back before `w`
+  (rms_norm rounds once, after `w`, where that form rounds before it too: within one ulp).
 - `gelu`: a `mul` computed elementwise from one value `x` and scalar constants through `erf` (or
   `tanh`) is evaluated on probe values; when it equals GELU (exact or tanh) it becomes
   `gelu(x) {approximate}`. So every spelling of the formula raises, none that differs does.
@@ -14,7 +16,7 @@ unless something else reads them. Rules (applied in this order, each over the wh
   (the angles at position 1) are fitted to a scaling (`rope_tables`), the factor `a` is the
   length of (cos, sin), and the tables on other probe positions must equal that rope's ->
   `rope(x', pos) {theta, scaling, ...}`, with `x` transposed to `[B,S,H,D]` and back when it is
-  `[B,H,S,D]`; then `concat(rope(x[..., :r]), x[..., r:])` -> `rope(x) {rotary_dim = r}`
+  `[B,H,S,D]`; tables computed in f32 and cast to f16 / bf16 are judged before the cast; then `concat(rope(x[..., :r]), x[..., r:])` -> `rope(x) {rotary_dim = r}`
   (`raising_partial_rope`).
 - `written_out_attention` (raising_attention.py): `matmul(softmax(q·kᵀ·c + mask), v)`, as eager
   attention and the ONNX exporter write it -> `attention(q, k, v [, mask]) {scale}`.
@@ -37,10 +39,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from optgraph.frontends.draft import Draft
+from optgraph.frontends.positions_first import positions_first
 from optgraph.frontends.raise_attention_masks import attention_kv_len
 from optgraph.frontends.raising_attention import written_out_attention
 from optgraph.frontends.raising_constant_rope import constant_table_rope, rope_layout
@@ -61,7 +65,8 @@ _GELU_PROBE = np.linspace(-6.0, 6.0, 97, dtype=np.float32)
 
 
 def raise_patterns(draft: Draft) -> None:
-    """Apply every rule, in order, to the whole draft (in place)."""
+    """Apply every rule, in order, to the whole draft (in place); then move position arithmetic
+    to the front (`positions_first`)."""
     rules = (
         _rms_norm,
         _gelu,
@@ -82,6 +87,7 @@ def raise_patterns(draft: Draft) -> None:
             rewritten.extend(replacement)
             producers.update((n.name, n) for n in replacement)
         draft.nodes = rewritten
+    positions_first(draft)
 
 
 def _producer(producers: dict[str, Node], name: str, *ops: str) -> Node | None:
@@ -134,11 +140,26 @@ def _rms_parts(draft: Draft, name: str, producers: dict[str, Node]) -> tuple[str
     return None
 
 
+def _narrowed_rms_parts(
+    draft: Draft, name: str, producers: dict[str, Node], dtype: str
+) -> tuple[str, float] | None:
+    """(x, eps) when `name` is `cast(rms(cast(x, f32)), dtype)`: a norm computed in f32 for an
+    f16 / bf16 `x` of `dtype` (transformers' LlamaRMSNorm) -- or a plain one."""
+    narrowed = _producer(producers, name, "cast")
+    if narrowed is None:
+        return _rms_parts(draft, name, producers)
+    parts = _rms_parts(draft, narrowed.operands[0], producers)
+    widened = parts and _producer(producers, parts[0], "cast")
+    if not parts or not widened or draft.type_of(widened.operands[0]).dtype != dtype:
+        return None
+    return widened.operands[0], parts[1]
+
+
 def _rms_norm(draft: Draft, node: Node, producers: dict[str, Node]) -> list[Node] | None:
     if node.op != "mul" or node.type is None:
         return None
     for normalized, w in _pairs(node):
-        parts = _rms_parts(draft, normalized, producers)
+        parts = _narrowed_rms_parts(draft, normalized, producers, node.type.dtype)
         if parts is None:
             continue
         x, eps = parts
@@ -292,8 +313,18 @@ def _rope_attrs(
 def _table(
     draft: Draft, cone: list[Node], table: str, pos: str, positions: np.ndarray
 ) -> np.ndarray:
-    table_cone = [n for n in cone if n.name == table or n.name in ancestors(cone, table)]
+    """The table's values at `positions`, in f32: a cast to f16 / bf16 (a half-precision
+    model's tables, computed in f32) is skipped, so the rounding does not hide the rope."""
+    table_cone = [
+        _kept_wide(n) for n in cone if n.name == table or n.name in ancestors(cone, table)
+    ]
     return probe(draft, table_cone, {pos: positions}).astype(np.float64)
+
+
+def _kept_wide(node: Node) -> Node:
+    if node.op == "cast" and node.attrs.get("dtype") in ("f16", "bf16"):
+        return replace(node, attrs={**node.attrs, "dtype": "f32"})
+    return node
 
 
 def _rope_tables_match(

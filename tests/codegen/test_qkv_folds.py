@@ -95,10 +95,15 @@ def test_which_products_fold() -> None:
     kinds = {p: (f.rope is not None, f.write is not None) for p, f in folds.items()}
     assert kinds == {"l0.q": (True, False), "l0.k": (True, True), "l0.v": (False, True)}
     # copying cache writes: the planner put the copied key cache over q's and k's bytes (both
-    # dead by then), so neither may keep its rotated value there
+    # dead by then), so neither may keep its rotated value there; their ropes' own bytes are
+    # touched by nothing from the product to the rope: the rotated values go there
     locations = _placed(graph, {})
     assert locations["l0.k_cache_new"].offset <= locations["l0.q"].offset
-    assert qkv_folds.product_folds(graph, locations, {}) == {}
+    folds = qkv_folds.product_folds(graph, locations, {})
+    assert {p: (f.write is None, f.in_rope_bytes) for p, f in folds.items()} == {
+        "l0.q": (True, True),
+        "l0.k": (True, True),
+    }
 
 
 def test_q_keeps_its_bytes_only_where_nothing_else_is_placed_there() -> None:
@@ -109,6 +114,10 @@ def test_q_keeps_its_bytes_only_where_nothing_else_is_placed_there() -> None:
     q = locations["q"]
     moved = dict(locations)  # %qs (after %q_rot's readers begin) placed over %q's bytes
     moved["qs"] = Location(q.space, q.key, q.offset + 2)
+    folds = qkv_folds.product_folds(graph, moved, pairs)
+    assert set(folds) == {"q", "k", "v"} and folds["q"].in_rope_bytes  # %q_rot's bytes are free
+    rotated = locations["q_rot"]  # ... unless %k, issued between %q and %q_rot, is there too
+    moved["k"] = Location(rotated.space, rotated.key, rotated.offset)
     assert set(qkv_folds.product_folds(graph, moved, pairs)) == {"k", "v"}
     streams = run_pipeline(
         og.parse(_qkv_text()), ONE_STREAM.replace("max-streams=1", "max-streams=2")
@@ -187,6 +196,35 @@ def test_llama_decode_folded_gives_the_unfolded_bits(dt: str) -> None:
     inputs["pos"] = np.array([5], np.int32)
     inputs["kv_len"] = np.array([6], np.int32)
     _same_bits_folded_or_not(graph, weights, inputs, 2 + 5 * 2)
+
+
+@NEEDS_GXX
+@pytest.mark.parametrize("dt", ["f32", "f16"])
+def test_rotated_values_in_the_ropes_bytes_give_the_unfolded_bits(dt: str) -> None:
+    """Copying cache writes: the copied key cache sits over q's and k's bytes, so the q and k
+    products store their rotated values in their ropes' bytes (kept in the product's bytes, the
+    copy would overwrite them before the attention reads them)."""
+    graph = _llama(dt)
+    inputs, weights = random_inputs(graph, 4), random_weights(graph, 4)
+    inputs["pos"] = np.array([5], np.int32)
+    inputs["kv_len"] = np.array([6], np.int32)
+    folds = qkv_folds.product_folds(graph, _placed(graph, {}), {})
+    assert sum(f.in_rope_bytes for f in folds.values()) == 4  # q and k of both layers
+    folded = lower_cuda(graph, in_place={})
+    got = cuda_emulator.run_plan(folded, dict(inputs), weights)
+    saved = qkv_folds.FOLD_QKV
+    qkv_folds.FOLD_QKV = False
+    try:
+        unfolded = lower_cuda(graph, in_place={})
+    finally:
+        qkv_folds.FOLD_QKV = saved
+    assert len(_launches(folded)) < len(_launches(unfolded))
+    plain = cuda_emulator.run_plan(unfolded, dict(inputs), weights)
+    want = run_reference(graph, inputs, weights)
+    for name in graph.output_names():
+        np.testing.assert_array_equal(got[name], plain[name])
+        err = nmse(np.asarray(got[name], np.float64), np.asarray(want[name], np.float64))
+        assert err < 1e-4, (name, err)
 
 
 def test_a_write_position_computed_after_the_product_blocks_its_fold() -> None:
