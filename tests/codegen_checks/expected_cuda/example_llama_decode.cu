@@ -710,62 +710,13 @@ extern "C" __global__ void og_kv_write_87409c663966(unsigned int* out, const uns
   }
 }
 
-__device__ __forceinline__ void og_rope_6bf4f10a93da_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const int* in1) {
-  for (unsigned int t = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; t < 8u; t += (unsigned int)og_grid_dim.x * blockDim.x) {
-    const unsigned int i = t % 8u, group = t / 8u, bs = group / 1u;
-    const unsigned int first = bs * 4u + (group % 1u) * 4u, si = bs % 1u;
-    const double inv_freq = pow(10000.0, -2.0 * (double)i / 16.0);
-    const double angle = (double)in1[si] * inv_freq;
-    const float c = (float)cos(angle), sn = (float)sin(angle);
-    #pragma unroll
-  for (unsigned int og_h = 0; og_h < 4u; ++og_h) {
-      const unsigned int row = first + og_h, base = row * 16u;
-      const float x1 = in0[base + i];
-      const float x2 = in0[base + i + 8u];
-      out[base + i] = (float)(x1 * c - x2 * sn);
-      out[base + i + 8u] = (float)(x2 * c + x1 * sn);
-    }
-  }
-}
-
-__device__ __forceinline__ void og_rope_9a7afea6ceb6_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const int* in1) {
-  for (unsigned int t = (unsigned int)og_block_idx.x * blockDim.x + threadIdx.x; t < 8u; t += (unsigned int)og_grid_dim.x * blockDim.x) {
-    const unsigned int i = t % 8u, group = t / 8u, bs = group / 1u;
-    const unsigned int first = bs * 2u + (group % 1u) * 2u, si = bs % 1u;
-    const double inv_freq = pow(10000.0, -2.0 * (double)i / 16.0);
-    const double angle = (double)in1[si] * inv_freq;
-    const float c = (float)cos(angle), sn = (float)sin(angle);
-    #pragma unroll
-  for (unsigned int og_h = 0; og_h < 2u; ++og_h) {
-      const unsigned int row = first + og_h, base = row * 16u;
-      const float x1 = in0[base + i];
-      const float x2 = in0[base + i + 8u];
-      out[base + i] = (float)(x1 * c - x2 * sn);
-      out[base + i + 8u] = (float)(x2 * c + x1 * sn);
-    }
-  }
-}
-
-extern "C" __global__ void og_merged_505949cce589(float* m0_out, const float* m0_in0, const int* m0_in1, float* m1_out, const float* m1_in0, const int* m1_in1) {
-  og_grid_dependency_wait();
-  og_grid_launch_dependents();
-  {
-  const unsigned int og_b = blockIdx.x;
-  if (og_b < 1u) {
-    og_rope_6bf4f10a93da_part(dim3{og_b, 0u, 0u}, dim3{1u, 1u, 1u}, m0_out, m0_in0, m0_in1);
-  } else {
-    const unsigned int og_r = og_b - 1u;
-    og_rope_9a7afea6ceb6_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m1_out, m1_in0, m1_in1);
-  }
-  }
-}
-
-__device__ __forceinline__ void og_gemv_352fb267b62e_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2) {
+__device__ __forceinline__ void og_gemv_09d4db3ce75b_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
   const unsigned int tile = og_block_idx.x, split = og_block_idx.y;
   const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
   const unsigned int n0 = tile * 32u + cg * 4u;
   const unsigned int k0 = split * 64u;
   const unsigned int k1 = min(64u, k0 + 64u);
+  const double og_rpos = (double)in3[(threadIdx.x / 32u) % 1u];
   uint4 og_wv0[1][8];
   {
     const unsigned int kb = k0 + rl;
@@ -779,6 +730,16 @@ __device__ __forceinline__ void og_gemv_352fb267b62e_part(const dim3 og_block_id
       if (kb + 192u < k1) { og_wv0[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 64u); }
       if (kb + 224u < k1) { og_wv0[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 64u); }
     }
+  }
+  float og_rc = 1.0f, og_rs = 0.0f;
+  if (threadIdx.x < 32u) {
+    const unsigned int c = threadIdx.x % 32u;
+    const unsigned int col = tile * 32u + c;
+    const unsigned int og_k = col % 8u;
+    const double inv_freq = pow(10000.0, -2.0 * (double)og_k / 16.0);
+    const double angle = og_rpos * inv_freq;
+    const float og_c = (float)cos(angle), og_s = (float)sin(angle);
+    og_rc = og_c; og_rs = og_s;
   }
   og_grid_dependency_wait();
   og_grid_launch_dependents();
@@ -923,9 +884,199 @@ __device__ __forceinline__ void og_gemv_352fb267b62e_part(const dim3 og_block_id
     float val = 0.0f;
     #pragma unroll
   for (int w = 0; w < 8; ++w) val += og_red[w][i][c];
-    const unsigned int oi = i * 64u + col;
-    const float a = val;
-    out[oi] = (float)(a);
+    float pval = 0.0f;
+    #pragma unroll
+  for (int w = 0; w < 8; ++w) pval += og_red[w][i][(c % 16u < 8u ? c + 8u : c - 8u)];
+    float og_r = val;
+    const float og_c = og_rc, og_s = og_rs;
+    const float og_p = pval;
+    og_r = col % 16u < 8u ? og_r * og_c - og_p * og_s : og_r * og_c + og_p * og_s;
+    out[i * 64u + col] = (float)(og_r);
+  }
+}
+
+__device__ __forceinline__ void og_gemv_fb5841a12744_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
+  const unsigned int tile = og_block_idx.x, split = og_block_idx.y;
+  const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
+  const unsigned int n0 = tile * 32u + cg * 4u;
+  const unsigned int k0 = split * 64u;
+  const unsigned int k1 = min(64u, k0 + 64u);
+  const double og_rpos = (double)in3[(threadIdx.x / 32u) % 1u];
+  uint4 og_wv0[1][8];
+  {
+    const unsigned int kb = k0 + rl;
+    if (n0 < 32u) {
+      if (kb + 0u < k1) { og_wv0[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 32u); }
+      if (kb + 32u < k1) { og_wv0[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 32u); }
+      if (kb + 64u < k1) { og_wv0[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 32u); }
+      if (kb + 96u < k1) { og_wv0[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 32u); }
+      if (kb + 128u < k1) { og_wv0[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 32u); }
+      if (kb + 160u < k1) { og_wv0[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 32u); }
+      if (kb + 192u < k1) { og_wv0[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 32u); }
+      if (kb + 224u < k1) { og_wv0[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 32u); }
+    }
+  }
+  float og_rc = 1.0f, og_rs = 0.0f;
+  if (threadIdx.x < 32u) {
+    const unsigned int c = threadIdx.x % 32u;
+    const unsigned int col = tile * 32u + c;
+    const unsigned int og_k = col % 8u;
+    const double inv_freq = pow(10000.0, -2.0 * (double)og_k / 16.0);
+    const double angle = og_rpos * inv_freq;
+    const float og_c = (float)cos(angle), og_s = (float)sin(angle);
+    og_rc = og_c; og_rs = og_s;
+  }
+  og_grid_dependency_wait();
+  og_grid_launch_dependents();
+  auto og_x = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 64u + j;
+    const float r0 = in0[xi];
+    return (float)r0;
+  };
+  float og_k[1], og_mu[1], og_r[1];
+  for (int i = 0; i < 1; ++i) {
+    float ss = 0.0f;
+    #pragma unroll
+    for (unsigned int u = 0; u < 2u; ++u) { const unsigned int j = (threadIdx.x & 31u) + u * 32u; { const float v = og_x(i, j); ss += v * v; } }
+    ss = og_warp_sum(ss);
+    og_k[i] = 0.0f;
+    og_mu[i] = 0.0f;
+    og_r[i] = sqrtf(ss / (float)64 + 9.999999975e-07f);
+  }
+  auto og_row = [&](unsigned int i, unsigned int j) -> float {
+    const unsigned int xi = i * 64u + j;
+    const float r0 = in0[xi];
+    const float r1 = in1[xi];
+    const float og_n = (float)(og_x(i, j) / og_r[i] * r1);
+    return (float)og_n;
+  };
+  __shared__ float og_xs[64];
+  for (unsigned int t = threadIdx.x; t < 64u; t += 256u) {
+    const unsigned int i = t / 64u, kk = k0 + t % 64u;
+    if (kk < k1) og_xs[t] = (float)(og_row(i, kk));
+  }
+  __syncthreads();
+  float acc[1][4];
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) acc[i][v] = 0.0f;
+  }
+  if (n0 < 32u) {
+    unsigned int kb = k0 + rl;
+    {  // the first batch, loaded before the dependency wait
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        if (kk < k1) {
+          float wf[1][4];
+          wf[0][0] = __uint_as_float(og_wv0[0][j].x); wf[0][1] = __uint_as_float(og_wv0[0][j].y);
+          wf[0][2] = __uint_as_float(og_wv0[0][j].z); wf[0][3] = __uint_as_float(og_wv0[0][j].w);
+          #pragma unroll
+          for (int i = 0; i < 1; ++i) {
+            const float xv = og_xs[i * 64u + (kk - k0)];
+            #pragma unroll
+            for (int q = 0; q < 1; ++q) {
+              #pragma unroll
+              for (int v = 0; v < 4; ++v)
+                acc[q * 1 + i][v] += xv * wf[q][v];
+            }
+          }
+        }
+      }
+    }
+    kb += 256u;
+    for (; kb + 224u < k1; kb += 256u) {
+      uint4 wv[1][8];
+      wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 32u);
+      wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 32u);
+      wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 32u);
+      wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 32u);
+      wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 32u);
+      wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 32u);
+      wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 32u);
+      wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 32u);
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        float wf[1][4];
+        wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+        wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+        #pragma unroll
+        for (int i = 0; i < 1; ++i) {
+          const float xv = og_xs[i * 64u + (kk - k0)];
+          #pragma unroll
+          for (int q = 0; q < 1; ++q) {
+            #pragma unroll
+            for (int v = 0; v < 4; ++v)
+              acc[q * 1 + i][v] += xv * wf[q][v];
+          }
+        }
+      }
+    }
+    if (kb < k1) {  // the rows left, fewer than a batch: guarded loads, all in flight
+      uint4 wv[1][8];
+      if (kb + 0u < k1) { wv[0][0] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 0u) * 32u); }
+      if (kb + 32u < k1) { wv[0][1] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 32u) * 32u); }
+      if (kb + 64u < k1) { wv[0][2] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 64u) * 32u); }
+      if (kb + 96u < k1) { wv[0][3] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 96u) * 32u); }
+      if (kb + 128u < k1) { wv[0][4] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 128u) * 32u); }
+      if (kb + 160u < k1) { wv[0][5] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 160u) * 32u); }
+      if (kb + 192u < k1) { wv[0][6] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 192u) * 32u); }
+      if (kb + 224u < k1) { wv[0][7] = og_load_stream(in2 + n0 + (unsigned long long)(kb + 224u) * 32u); }
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned int kk = kb + j * 32u;
+        if (kk < k1) {
+          float wf[1][4];
+          wf[0][0] = __uint_as_float(wv[0][j].x); wf[0][1] = __uint_as_float(wv[0][j].y);
+          wf[0][2] = __uint_as_float(wv[0][j].z); wf[0][3] = __uint_as_float(wv[0][j].w);
+          #pragma unroll
+          for (int i = 0; i < 1; ++i) {
+            const float xv = og_xs[i * 64u + (kk - k0)];
+            #pragma unroll
+            for (int q = 0; q < 1; ++q) {
+              #pragma unroll
+              for (int v = 0; v < 4; ++v)
+                acc[q * 1 + i][v] += xv * wf[q][v];
+            }
+          }
+        }
+      }
+    }
+  }
+  #pragma unroll
+  for (int i = 0; i < 1; ++i) {
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      for (int o = 8; o < 32; o <<= 1) acc[i][v] += __shfl_xor_sync(0xffffffffu, acc[i][v], o);
+    }
+  }
+  __shared__ float og_red[8][1][32];
+  const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  if (lane < 8u) {
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+      #pragma unroll
+      for (int v = 0; v < 4; ++v) og_red[warp][i][lane * 4u + v] = acc[i][v];
+    }
+  }
+  __syncthreads();
+  for (unsigned int t = threadIdx.x; t < 32u; t += 256u) {
+    const unsigned int i = t / 32u, c = t % 32u;
+    const unsigned int col = tile * 32u + c;
+    if (col >= 32u) continue;
+    float val = 0.0f;
+    #pragma unroll
+  for (int w = 0; w < 8; ++w) val += og_red[w][i][c];
+    float pval = 0.0f;
+    #pragma unroll
+  for (int w = 0; w < 8; ++w) pval += og_red[w][i][(c % 16u < 8u ? c + 8u : c - 8u)];
+    float og_r = val;
+    const float og_c = og_rc, og_s = og_rs;
+    const float og_p = pval;
+    og_r = col % 16u < 8u ? og_r * og_c - og_p * og_s : og_r * og_c + og_p * og_s;
+    out[i * 32u + col] = (float)(og_r);
   }
 }
 
@@ -1098,14 +1249,14 @@ __device__ __forceinline__ void og_gemv_ec226b47a3c8_part(const dim3 og_block_id
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 2) og_merged_a460bec2b901(float* m0_out, const float* m0_in0, const float* m0_in1, const float* m0_in2, float* m1_out, const float* m1_in0, const float* m1_in1, const float* m1_in2, float* m2_out, const float* m2_in0, const float* m2_in1, const float* m2_in2) {
+extern "C" __global__ void __launch_bounds__(256, 2) og_merged_d78801a2c349(float* m0_out, const float* m0_in0, const float* m0_in1, const float* m0_in2, const int* m0_in3, float* m1_out, const float* m1_in0, const float* m1_in1, const float* m1_in2, const int* m1_in3, float* m2_out, const float* m2_in0, const float* m2_in1, const float* m2_in2) {
   {
   const unsigned int og_b = blockIdx.x;
   if (og_b < 2u) {
-    og_gemv_352fb267b62e_part(dim3{og_b, 0u, 0u}, dim3{2u, 1u, 1u}, m0_out, m0_in0, m0_in1, m0_in2);
+    og_gemv_09d4db3ce75b_part(dim3{og_b, 0u, 0u}, dim3{2u, 1u, 1u}, m0_out, m0_in0, m0_in1, m0_in2, m0_in3);
   } else if (og_b < 3u) {
     const unsigned int og_r = og_b - 2u;
-    og_gemv_ec226b47a3c8_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m1_out, m1_in0, m1_in1, m1_in2);
+    og_gemv_fb5841a12744_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m1_out, m1_in0, m1_in1, m1_in2, m1_in3);
   } else {
     const unsigned int og_r = og_b - 3u;
     og_gemv_ec226b47a3c8_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m2_out, m2_in0, m2_in1, m2_in2);
