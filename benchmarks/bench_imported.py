@@ -51,6 +51,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cache-len", type=int, default=1024)
     p.add_argument("--dtype", choices=("f32", "f16", "bf16"), default="f16")
     p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa")
+    p.add_argument(
+        "--mode", choices=("decode", "prefill"), default="decode",
+        help="decode: one token over a full static cache; prefill: --seq tokens, no cache",
+    )  # fmt: skip
+    p.add_argument("--seq", type=int, default=512, help="prefill tokens")
     p.add_argument("--iters", type=int, default=40)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--markdown", metavar="FILE")
@@ -59,6 +64,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     if args.dry_run and argv is not None and "--hidden" not in argv:
         args.layers, args.hidden, args.heads, args.kv_heads = 2, 128, 4, 2
         args.ffn, args.vocab, args.cache_len, args.dtype = 256, 512, 64, "f32"
+        args.seq = min(args.seq, 16)
     return args
 
 
@@ -87,6 +93,24 @@ def imported_step(args: argparse.Namespace) -> og.Graph:
         torch.zeros(1, args.kv_heads, args.cache_len, head_dim, dtype=dtype)
         for _ in range(2 * args.layers)
     ]
+    if args.mode == "prefill":
+
+        class PrefillLogits(torch.nn.Module):
+            """The prompt's logits at every position, no cache: what `gen_llama.py` prefill
+            computes. The positions are transformers' own (0, 1, ...): its causal mask folds
+            to a constant and raises to `causal`, as a prompt of fixed length is exported."""
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.model, self.lm_head = model.model, model.lm_head
+
+            def forward(self, input_ids: Any) -> Any:
+                out = self.model(input_ids=input_ids, use_cache=False)
+                return self.lm_head(out.last_hidden_state)
+
+        ids = torch.zeros(1, args.seq, dtype=torch.int64)
+        graph, _ = og.from_torch(PrefillLogits(), (ids,))
+        return graph
     step = DecodeStep(model, args.cache_len)
     inputs = (torch.zeros(1, 1, dtype=torch.int64), torch.tensor([args.cache_len - 1]), *caches)
     graph, _weights = og.from_torch(step, inputs)
@@ -98,8 +122,8 @@ def generated_step(args: argparse.Namespace) -> og.Graph:
 
     text = generate_llama(
         layers=args.layers, hidden=args.hidden, heads=args.heads, kv_heads=args.kv_heads,
-        ffn=args.ffn, vocab=args.vocab, dtype=args.dtype, batch=1, seq=1,
-        cache_len=args.cache_len, mode="decode",
+        ffn=args.ffn, vocab=args.vocab, dtype=args.dtype, batch=1,
+        seq=args.seq if args.mode == "prefill" else 1, cache_len=args.cache_len, mode=args.mode,
     )  # fmt: skip
     return og.parse(text)
 
@@ -129,11 +153,18 @@ def structure(graph: og.Graph, pipeline: str) -> dict[str, Any]:
 
 
 def step_inputs(graph: og.Graph, cache_len: int) -> dict[str, np.ndarray]:
-    """Seeded inputs with the cache full: position (or kv_len) = length − 1 (length)."""
+    """Seeded inputs with the cache full: position (or kv_len) = length − 1 (length); a
+    prefill's positions 0, 1, ... and token 0."""
     from head_to_head import decode_inputs
 
     from optgraph.runtime.reference import random_inputs
 
+    names = {i.name for i in graph.inputs}
+    if names in ({"tokens", "pos"}, {"input_ids"}):
+        inputs = random_inputs(graph)
+        for name, value in inputs.items():
+            value[...] = np.arange(value.size).reshape(value.shape) if "pos" in name else 0
+        return inputs
     inputs = decode_inputs(graph) if "kv_len" in {i.name for i in graph.inputs} else None
     if inputs is None:
         inputs = random_inputs(graph)
@@ -173,10 +204,10 @@ def time_step(graph: og.Graph, planned: og.Graph, args: argparse.Namespace) -> f
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
+    shape = f"prefill {args.seq} tokens" if args.mode == "prefill" else f"KV {args.cache_len}"
     size = (
         f"hidden {args.hidden}, {args.layers} layers, {args.heads}/{args.kv_heads} heads, "
-        f"ffn {args.ffn}, vocab {args.vocab}, KV {args.cache_len}, {args.dtype}, "
-        f"attention {args.attention}"
+        f"ffn {args.ffn}, vocab {args.vocab}, {shape}, {args.dtype}, attention {args.attention}"
     )
     print(size, flush=True)
     imported = imported_step(args)

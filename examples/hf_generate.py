@@ -17,9 +17,9 @@ token with `model.generate(do_sample=False)` on the same model. Exit status 1 wh
     python examples/hf_generate.py [--device cuda] [--layers 2 --hidden 64 --heads 4 \
         --kv-heads 2 --vocab 256 --dtype f32 --prompt-len 8 --new-tokens 32 --seed 0]
 
-`--attention eager` (default) imports transformers' eager attention (matmul, additive mask,
-softmax, matmul: general ops); `--attention sdpa` imports `scaled_dot_product_attention`, raised
-to optgraph's `attention`, which needs the importer's attention-mask support for the decode step.
+`--attention eager` (default) exports transformers' eager attention (matmul, additive mask,
+softmax, matmul), `--attention sdpa` its `scaled_dot_product_attention`; the importer raises both
+to optgraph's `attention` (the decode step's: over `cache_position + 1` keys of the cache).
 """
 
 from __future__ import annotations

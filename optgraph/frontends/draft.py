@@ -74,6 +74,9 @@ class Draft:
     nodes: list[Node] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     types: dict[str, TensorType] = field(default_factory=dict)
+    # float32 values of constants that folded through a cast to f16 / bf16 (a half-precision
+    # model's rope tables, computed in f32): raising recognises tables by these
+    wide: dict[str, np.ndarray] = field(default_factory=dict)
     _counter: int = 0
     _producers: dict[str, Node] = field(default_factory=dict)  # node name -> the node
 

@@ -397,10 +397,15 @@ def _raise_rope(
         return [*nodes, Node(node.name, "rope", (x, pos), attrs, node.type, span=node.span)]
     perm = {"perm": (0, 2, 1, 3)}
     swapped = x_type.with_shape(x_type.shape[i] for i in (0, 2, 1, 3))
-    xt, rt = draft.fresh(f"{node.name}.bshd"), draft.fresh(f"{node.name}.rope")
+    rt = draft.fresh(f"{node.name}.rope")
+    source = producers.get(x)
+    if source is not None and source.op == "transpose" and source.attrs.get("perm") == (0, 2, 1, 3):
+        xt = source.operands[0]  # x is `[B,S,H,D]` transposed already: rope reads that
+    else:
+        xt = draft.fresh(f"{node.name}.bshd")
+        nodes.append(Node(xt, "transpose", (x,), perm, swapped, span=node.span))
     return [
         *nodes,
-        Node(xt, "transpose", (x,), perm, swapped, span=node.span),
         Node(rt, "rope", (xt, pos), attrs, swapped, span=node.span),
         Node(node.name, "transpose", (rt,), perm, node.type, span=node.span),
     ]

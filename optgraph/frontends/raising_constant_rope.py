@@ -8,6 +8,7 @@ Positions are taken to be consecutive (an arange from s0): the angles, unwrapped
 positions, give the frequencies (their slope) and s0; `rope_tables` names the scaling; the
 tables must then equal that rope's for positions s0.. (to 1e-5), else nothing is raised. A
 single position (S = 1) is not raised: one row does not separate frequencies from positions.
+A half-precision model's tables are judged by their f32 values before the cast (`Draft.wide`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def constant_rope(
 ) -> tuple[np.ndarray, dict[str, AttrValue]] | None:
     """(positions, rope attributes) when the constant tables `[..., rows, head_dim]` (one row
     per position, broadcast over the rest) are a rope's cos and sin."""
-    found = [known_value(draft, t) for t in tables]
+    found = [draft.wide.get(t, known_value(draft, t)) for t in tables]
     if found[0] is None or found[1] is None or rows < 2:
         return None
     cos, sin = (np.asarray(t, np.float64) for t in found)

@@ -128,8 +128,46 @@ def _fold(torch: Any, node: Any, context: TorchContext) -> bool:
     result = node.target(*value(node.args), **{k: value(v) for k, v in node.kwargs.items()})
     if not isinstance(result, torch.Tensor):
         return False
-    context.values[node.name] = context.draft.constant(to_numpy(result), node.name)
+    name = context.draft.constant(to_numpy(result), node.name)
+    context.values[node.name] = name
+    wide = _wide_shadow(torch, node, context, result)
+    if wide is not None:
+        context.draft.wide[name] = wide
     return True
+
+
+_NARROW = ("float16", "bfloat16")
+
+
+def _wide_shadow(torch: Any, node: Any, context: TorchContext, result: Any) -> np.ndarray | None:
+    """The float32 value a folded half-precision constant has before its narrowing cast: the
+    cast's operand, or the same op run on its operand's shadow (a reshape of the table). None
+    when there is none (`Draft.wide`: what the rope raising recognises tables by)."""
+    if str(result.dtype).removeprefix("torch.") not in _NARROW:
+        return None
+    tensors = list(node.all_input_nodes)
+    if len(tensors) != 1:
+        return None
+    source = context.values[tensors[0].name]
+    operand = context.draft.constants[source]
+    shadow = context.draft.wide.get(source)
+    if shadow is None and operand.dtype == np.float32:
+        shadow = operand  # the operand is wide: this node is the cast (or narrows as it goes)
+    if shadow is None:
+        return None
+
+    def value(arg: Any) -> Any:
+        if isinstance(arg, torch.fx.Node):
+            return torch.from_numpy(np.array(shadow))
+        if isinstance(arg, (list, tuple)):
+            return type(arg)(value(a) for a in arg)
+        return arg
+
+    kwargs = {k: value(v) for k, v in node.kwargs.items() if k != "dtype"}
+    wide = node.target(*value(node.args), **kwargs) if operand is not shadow else None
+    if not isinstance(wide, torch.Tensor) or wide.dtype != torch.float32:
+        wide = torch.from_numpy(np.array(shadow))  # the node is the cast itself
+    return to_numpy(wide) if tuple(wide.shape) == tuple(result.shape) else None
 
 
 def from_numpy(array: np.ndarray) -> Any:

@@ -151,9 +151,14 @@ def test_decode_kernels_wait_first_and_products_prefetch_before_waiting(monkeypa
     assert source.count("og_prefetch_l2(in") >= 1 and "_early(" in source
 
 
-def test_products_load_only_weights_before_their_wait() -> None:
+def test_products_load_only_weights_before_their_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     """`EARLY_WEIGHTS` (on): every one-row product of a decode step loads its first weight rows
-    before its PDL entry, and every param loaded there is bound to the weight buffer."""
+    before its PDL entry, and every param loaded there is bound to the weight buffer. (q/k/v folds
+    off: a product that does a rope on an input position also computes its rope factors there,
+    `tests/codegen/test_qkv_folds.py`.)"""
+    from optgraph.codegen import qkv_folds
+
+    monkeypatch.setattr(qkv_folds, "FOLD_QKV", False)
     plan = _decode_plan(merge=False)
     preloads = _assert_wait_first(plan)
     steps = [s for s in plan.steps if isinstance(s, KernelStep) and s.kernel in preloads]

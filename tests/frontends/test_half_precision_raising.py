@@ -118,3 +118,38 @@ def test_the_f16_steps_cuda_kernels_in_the_emulator_match_the_reference() -> Non
     for name in graph.output_names():
         error = nmse(np.asarray(got[name], np.float64), np.asarray(want[name], np.float64))
         assert error <= 1e-6, f"%{name}: nmse {error:.3g}"
+
+
+class PrefillLogits(torch.nn.Module):
+    """A prompt's logits, the positions transformers' own (a fixed-length prompt's export): its
+    rope tables and causal mask fold to constants (the tables through a cast to f16)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model, self.lm_head = model.model, model.lm_head  # type: ignore[union-attr]
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.model(input_ids=input_ids, use_cache=False).last_hidden_state)
+
+
+def test_an_f16_prefill_with_folded_tables_is_the_fast_ops_and_launches_as_generated() -> None:
+    model, _, _ = _step("f16", "eager")
+    prefill = PrefillLogits(model)  # type: ignore[arg-type]
+    ids = torch.tensor([[3, 17, 5, 60, 2, 9, 41, 8]])
+    graph, weights = og.from_torch(prefill, (ids,))
+    ops = ops_of(graph)
+    assert ops.count("rope") == 2 * LAYERS and ops.count("attention") == LAYERS
+    assert not {"cast", "cos", "neg", "softmax", "concat"} & set(ops), ops
+    for node in graph.nodes:
+        if node.op == "attention":
+            assert node.attrs.get("causal") and len(node.operands) == 3, "causal, no mask"
+    text = generate_llama(
+        layers=LAYERS, hidden=HIDDEN, heads=HEADS, kv_heads=KV_HEADS, ffn=FFN, vocab=VOCAB,
+        dtype="f16", batch=1, seq=ids.shape[1], cache_len=MAX_LEN, mode="prefill",
+    )  # fmt: skip
+    assert _launches(graph) == _launches(og.parse(text))
+    with torch.no_grad():
+        want = prefill(ids).float().numpy().astype(np.float64)
+    got = og.compile(graph, target="cpu").run({"input_ids": ids.numpy()}, weights)
+    error = nmse(np.asarray(got[graph.output_names()[0]], np.float64), want)
+    assert error <= 1e-4, f"f16 prefill logits: nmse {error:.3g}"
