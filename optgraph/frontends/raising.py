@@ -51,7 +51,7 @@ from optgraph.frontends.raising_constant_rope import constant_table_rope, rope_l
 from optgraph.frontends.raising_gqa import shared_kv_heads
 from optgraph.frontends.raising_partial_rope import partial_rope
 from optgraph.frontends.raising_probe import PSEUDO_KERNELS, ancestors, known_value, probe
-from optgraph.frontends.rope_tables import rope_attributes
+from optgraph.frontends.rope_tables import rope_attributes, table_tolerance
 from optgraph.ir.graph import AttrValue, Node, TensorType
 from optgraph.ir.op_rules_rope import rope_frequencies
 from optgraph.runtime.reference_kernels import KERNELS, erf, numpy_dtype
@@ -351,7 +351,8 @@ def _rope_tables_match(
     for table, fn in zip(tables, (np.cos, np.sin)):
         got = _table(draft, cone, table, pos, positions)
         want = fn(angles) * freq.attention_factor
-        if got.size != want.size or not np.allclose(got.reshape(want.shape), want, atol=1e-5):
+        atol = table_tolerance(angles, freq.attention_factor)
+        if got.size != want.size or not np.allclose(got.reshape(want.shape), want, atol=atol):
             return False
     return True
 

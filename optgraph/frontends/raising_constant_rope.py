@@ -6,7 +6,8 @@ prefill exported without position inputs computes its positions with an arange).
 
 Positions are taken to be consecutive (an arange from s0): the angles, unwrapped along the
 positions, give the frequencies (their slope) and s0; `rope_tables` names the scaling; the
-tables must then equal that rope's for positions s0.. (to 1e-5), else nothing is raised. A
+tables must then equal that rope's for positions s0.. (to 1e-5 plus the f32 rounding of the angles:
+`rope_tables.table_tolerance`), else nothing is raised. A
 single position (S = 1) is not raised: one row does not separate frequencies from positions.
 A half-precision model's tables are judged by their f32 values before the cast (`Draft.wide`).
 """
@@ -17,7 +18,7 @@ import numpy as np
 
 from optgraph.frontends.draft import Draft
 from optgraph.frontends.raising_probe import known_value
-from optgraph.frontends.rope_tables import rope_attributes
+from optgraph.frontends.rope_tables import rope_attributes, table_tolerance
 from optgraph.ir.graph import AttrValue, TensorType
 from optgraph.ir.op_rules_rope import rope_frequencies
 
@@ -56,7 +57,8 @@ def constant_rope(
     expected = positions[:, None] * np.array(freq.inv_freq)[None, :]
     expected = np.concatenate([expected, expected], axis=-1)
     for table, fn in ((cos, np.cos), (sin, np.sin)):
-        if not np.allclose(table, fn(expected) * freq.attention_factor, atol=1e-5):
+        atol = table_tolerance(expected, freq.attention_factor)
+        if not np.allclose(table, fn(expected) * freq.attention_factor, atol=atol):
             return None
     return positions, attrs
 

@@ -173,3 +173,11 @@ def _roundest_integer(lower: float, upper: float) -> int | None:
 
 def _default_attention_factor(factor: float) -> float:
     return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+
+
+def table_tolerance(angles: np.ndarray, factor: float) -> float:
+    """How far a cos / sin table computed in float32 may be from the exact one: 1e-5, plus the
+    rounding of its angles (`inv_freq` and `pos · inv_freq` each rounded: about 2.4e-7 of the
+    angle; 1.2e-4 at position 511), times the attention factor."""
+    largest = float(np.max(np.abs(angles))) if angles.size else 0.0
+    return (1e-5 + 2.4e-7 * largest) * max(1.0, abs(factor))

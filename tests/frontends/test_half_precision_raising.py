@@ -132,10 +132,14 @@ class PrefillLogits(torch.nn.Module):
         return self.lm_head(self.model(input_ids=input_ids, use_cache=False).last_hidden_state)
 
 
-def test_an_f16_prefill_with_folded_tables_is_the_fast_ops_and_launches_as_generated() -> None:
+@pytest.mark.parametrize("length", [8, 512])
+def test_an_f16_prefill_with_folded_tables_is_the_fast_ops_and_launches_as_generated(
+    length: int,
+) -> None:
+    """512 positions: the f32 tables' angles are rounded to 6e-5 there (`table_tolerance`)."""
     model, _, _ = _step("f16", "eager")
     prefill = PrefillLogits(model)  # type: ignore[arg-type]
-    ids = torch.tensor([[3, 17, 5, 60, 2, 9, 41, 8]])
+    ids = torch.tensor(np.random.default_rng(length).integers(0, VOCAB, (1, length)))
     graph, weights = og.from_torch(prefill, (ids,))
     ops = ops_of(graph)
     assert ops.count("rope") == 2 * LAYERS and ops.count("attention") == LAYERS
