@@ -203,7 +203,7 @@ def _rope(fold: GemvFold, dtype: str, pos: str, factored: bool) -> list[str]:
         *angle,
         f"const float og_p = {partner};",
         (
-            f"og_r = col % {fold.head_dim}u < {fold.half}u ? og_r * og_c - og_p * og_s"
-            " : og_r * og_c + og_p * og_s;"
+            f"og_r = col % {fold.head_dim}u < {fold.half}u"
+            " ? og_rotate_first(og_r, og_c, og_p, og_s) : og_rotate_second(og_r, og_c, og_p, og_s);"
         ),
     ]

@@ -26,6 +26,15 @@ __device__ __forceinline__ og_bf16 og_f32_to_bf16(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);                              // round to nearest even
   return (og_bf16)(u >> 16);
 }
+// A rope rotation's halves, rounded as the reference rounds them (each product, then the sum):
+// spelled out so that nvcc contracts neither into an fma, and the rope kernel and the products
+// that fold a rope (qkv_folds) give the same bits.
+__device__ __forceinline__ float og_rotate_first(float x1, float c, float x2, float s) {
+  return __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+}
+__device__ __forceinline__ float og_rotate_second(float x2, float c, float x1, float s) {
+  return __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+}
 __device__ __forceinline__ float og_sigmoid(float x) {
   float e = expf(-fabsf(x));
   return x >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);

@@ -112,8 +112,8 @@ def rope_lines(node: Node, types: tuple[TensorType, ...], out: str, row_map: str
         *([f"    const {idx} dest = ({row_map}) * {d}u;"] if row_map else []),
         f"    const float x1 = {load(x.dtype, 'in0[base + i]')};",
         f"    const float x2 = {load(x.dtype, f'in0[base + i + {half}u]')};",
-        f"    {out}[{dest} + i] = {store(x.dtype, 'x1 * c - x2 * sn')};",
-        f"    {out}[{dest} + i + {half}u] = {store(x.dtype, 'x2 * c + x1 * sn')};",
+        f"    {out}[{dest} + i] = {store(x.dtype, 'og_rotate_first(x1, c, x2, sn)')};",
+        f"    {out}[{dest} + i + {half}u] = {store(x.dtype, 'og_rotate_second(x2, c, x1, sn)')};",
         "  }",
         "}",
     ]

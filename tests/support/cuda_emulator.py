@@ -123,6 +123,9 @@ template <typename T> T __shfl_up_sync(unsigned int, T v, unsigned int d) {
   og_emu_wait(og_emu_warp[w]);
   T out; std::memcpy(&out, &got, sizeof(T)); return out;
 }
+inline float __fmul_rn(float a, float b) { return a * b; }  // ISO C++: never contracted
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline float __int_as_float(int u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }

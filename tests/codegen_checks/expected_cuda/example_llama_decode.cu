@@ -710,7 +710,7 @@ extern "C" __global__ void og_kv_write_87409c663966(unsigned int* out, const uns
   }
 }
 
-__device__ __forceinline__ void og_gemv_09d4db3ce75b_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
+__device__ __forceinline__ void og_gemv_e7fcda7ee547_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
   const unsigned int tile = og_block_idx.x, split = og_block_idx.y;
   const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
   const unsigned int n0 = tile * 32u + cg * 4u;
@@ -890,12 +890,12 @@ __device__ __forceinline__ void og_gemv_09d4db3ce75b_part(const dim3 og_block_id
     float og_r = val;
     const float og_c = og_rc, og_s = og_rs;
     const float og_p = pval;
-    og_r = col % 16u < 8u ? og_r * og_c - og_p * og_s : og_r * og_c + og_p * og_s;
+    og_r = col % 16u < 8u ? og_rotate_first(og_r, og_c, og_p, og_s) : og_rotate_second(og_r, og_c, og_p, og_s);
     out[i * 64u + col] = (float)(og_r);
   }
 }
 
-__device__ __forceinline__ void og_gemv_fb5841a12744_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
+__device__ __forceinline__ void og_gemv_88e014c41368_part(const dim3 og_block_idx, const dim3 og_grid_dim, float* out, const float* in0, const float* in1, const float* in2, const int* in3) {
   const unsigned int tile = og_block_idx.x, split = og_block_idx.y;
   const unsigned int cg = threadIdx.x % 8u, rl = threadIdx.x / 8u;
   const unsigned int n0 = tile * 32u + cg * 4u;
@@ -1075,7 +1075,7 @@ __device__ __forceinline__ void og_gemv_fb5841a12744_part(const dim3 og_block_id
     float og_r = val;
     const float og_c = og_rc, og_s = og_rs;
     const float og_p = pval;
-    og_r = col % 16u < 8u ? og_r * og_c - og_p * og_s : og_r * og_c + og_p * og_s;
+    og_r = col % 16u < 8u ? og_rotate_first(og_r, og_c, og_p, og_s) : og_rotate_second(og_r, og_c, og_p, og_s);
     out[i * 32u + col] = (float)(og_r);
   }
 }
@@ -1249,14 +1249,14 @@ __device__ __forceinline__ void og_gemv_ec226b47a3c8_part(const dim3 og_block_id
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 2) og_merged_d78801a2c349(float* m0_out, const float* m0_in0, const float* m0_in1, const float* m0_in2, const int* m0_in3, float* m1_out, const float* m1_in0, const float* m1_in1, const float* m1_in2, const int* m1_in3, float* m2_out, const float* m2_in0, const float* m2_in1, const float* m2_in2) {
+extern "C" __global__ void __launch_bounds__(256, 2) og_merged_5b68881aa2c0(float* m0_out, const float* m0_in0, const float* m0_in1, const float* m0_in2, const int* m0_in3, float* m1_out, const float* m1_in0, const float* m1_in1, const float* m1_in2, const int* m1_in3, float* m2_out, const float* m2_in0, const float* m2_in1, const float* m2_in2) {
   {
   const unsigned int og_b = blockIdx.x;
   if (og_b < 2u) {
-    og_gemv_09d4db3ce75b_part(dim3{og_b, 0u, 0u}, dim3{2u, 1u, 1u}, m0_out, m0_in0, m0_in1, m0_in2, m0_in3);
+    og_gemv_e7fcda7ee547_part(dim3{og_b, 0u, 0u}, dim3{2u, 1u, 1u}, m0_out, m0_in0, m0_in1, m0_in2, m0_in3);
   } else if (og_b < 3u) {
     const unsigned int og_r = og_b - 2u;
-    og_gemv_fb5841a12744_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m1_out, m1_in0, m1_in1, m1_in2, m1_in3);
+    og_gemv_88e014c41368_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m1_out, m1_in0, m1_in1, m1_in2, m1_in3);
   } else {
     const unsigned int og_r = og_b - 3u;
     og_gemv_ec226b47a3c8_part(dim3{og_r, 0u, 0u}, dim3{1u, 1u, 1u}, m2_out, m2_in0, m2_in1, m2_in2);

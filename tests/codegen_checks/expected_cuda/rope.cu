@@ -1,5 +1,5 @@
 
-extern "C" __global__ void og_rope_fcb387e43b1e(float* out, const float* in0, const int* in1) {
+extern "C" __global__ void og_rope_61a7f7cc556b(float* out, const float* in0, const int* in1) {
   og_grid_dependency_wait();
   og_grid_launch_dependents();
   for (unsigned int t = (unsigned int)blockIdx.x * blockDim.x + threadIdx.x; t < 24u; t += (unsigned int)gridDim.x * blockDim.x) {
@@ -13,8 +13,8 @@ extern "C" __global__ void og_rope_fcb387e43b1e(float* out, const float* in0, co
       const unsigned int row = first + og_h, base = row * 16u;
       const float x1 = in0[base + i];
       const float x2 = in0[base + i + 8u];
-      out[base + i] = (float)(x1 * c - x2 * sn);
-      out[base + i + 8u] = (float)(x2 * c + x1 * sn);
+      out[base + i] = (float)(og_rotate_first(x1, c, x2, sn));
+      out[base + i + 8u] = (float)(og_rotate_second(x2, c, x1, sn));
     }
   }
 }
