@@ -2,11 +2,14 @@
 the same step written by `examples/gen_llama.py`, compiled by the same pipeline, on one GPU.
 
     python benchmarks/bench_imported.py                 # hidden 4096, 8 layers, f16, KV 1024 (H100)
+    python benchmarks/bench_imported.py --mode prefill  # 512 tokens, logits of every position
     python benchmarks/bench_imported.py --dry-run       # small sizes, CPU only: structure table
     python benchmarks/bench_imported.py --layers 2 --hidden 512 --heads 8 --kv-heads 2 --ffn 1024
 
 The imported step is `examples/hf_generate.py`'s `DecodeStep` (transformers' `LlamaForCausalLM`,
-random weights, a static cache whose tensors are the step's inputs, updated in place). Both
+random weights, a static cache whose tensors are the step's inputs, updated in place); with
+`--mode prefill` the prompt's logits through transformers' own positions, against
+`gen_llama.py --mode prefill` (`--seq` tokens). Both
 graphs run `verify,dce,cse,transpose-weights,fuse,assign-streams{max-streams=1},insert-sync,
 analyze-lifetimes,plan-memory` (og-fused-1s of the head-to-head suite, plus transpose-weights);
 the imported one also without transpose-weights, to show what storing `nn.Linear`'s weights
