@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from optgraph.ir.verify import verify
 from optgraph.runtime.reference_kernels import ir_dtype
 
 _VALID_NAME = re.compile(r"[A-Za-z0-9_.]+")
+SHARED_CONSTANT = 64  # elements: constants this small are read under one name when equal
 _ESCAPE = re.compile(r"_x([0-9a-f]{2,6})_")
 
 
@@ -133,8 +134,11 @@ class Draft:
         return tensor_type(array.dtype, array.shape, name)
 
     def finish(self) -> tuple[Graph, dict[str, np.ndarray]]:
-        """The IR graph and its weights; an `OptGraphError` listing every unmapped op."""
-        nodes = _live_nodes(self.nodes, self.outputs)
+        """The IR graph and its weights (equal constants read under one name); an
+        `OptGraphError` listing every unmapped op."""
+        nodes = _live_nodes(
+            _shared_constants(self.nodes, self.constants, self.outputs), self.outputs
+        )
         _check_mapped(nodes)
         read = {o for n in nodes for o in n.operands} | set(self.outputs)
         weights = {k: v for k, v in self.weights.items() if k in read}
@@ -149,6 +153,35 @@ class Draft:
         )
         verify(graph)
         return graph, weights
+
+
+def _shared_constants(
+    nodes: Sequence[Node], constants: Mapping[str, np.ndarray], outputs: Sequence[str]
+) -> list[Node]:
+    """`nodes` reading one name for small constants (at most `SHARED_CONSTANT` elements: literals,
+    positions, shape arithmetic) of equal dtype, shape and bytes -- each layer of an export folds
+    its own `arange(1)` -- so that `cse` merges the nodes computing the same from them. Larger
+    constants (tables, buffers) keep their names. O(nodes + operands)."""
+    first: dict[tuple[str, tuple[int, ...], bytes], str] = {}
+    same: dict[str, str] = {}
+    kept = set(outputs)
+    for node in nodes:
+        for name in node.operands:
+            value = constants.get(name)
+            if value is None or value.size > SHARED_CONSTANT or name in same or name in kept:
+                continue
+            key = (value.dtype.str, value.shape, np.ascontiguousarray(value).tobytes())
+            canonical = first.setdefault(key, name)
+            if canonical != name:
+                same[name] = canonical
+    if not same:
+        return list(nodes)
+    return [
+        replace(n, operands=tuple(same.get(o, o) for o in n.operands))
+        if any(o in same for o in n.operands)
+        else n
+        for n in nodes
+    ]
 
 
 def _live_nodes(nodes: Sequence[Node], outputs: Sequence[str]) -> list[Node]:
