@@ -152,8 +152,8 @@ def _nan_guard(draft: Draft, node: Node, producers: Producers) -> bool:
     """`where(not(equal(p, p)), 0, p)`: NaNs of p replaced by zeros."""
     condition, zero, p = node.operands
     negated = _of_op(producers, condition, "not")
-    same = negated and _of_op(producers, negated.operands[0], "equal")
-    return bool(same) and same.operands == (p, p) and _scalar(draft, zero) == 0.0  # type: ignore[union-attr]
+    same = _of_op(producers, negated.operands[0], "equal") if negated is not None else None
+    return same is not None and same.operands == (p, p) and _scalar(draft, zero) == 0.0
 
 
 def _float_input(draft: Draft, name: str, producers: Producers) -> str:
