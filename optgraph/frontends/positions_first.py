@@ -13,8 +13,8 @@ nothing computed by the model's float work; issuing them first changes no value.
 
 Moved: nodes with an integer or bool result of at most `SMALL` elements whose operands are
 inputs, constants, weights or nodes moved already (IR ops are functions of their operands:
-moving one changes no value); the moved nodes keep their order, and so do
-the others. Cost: O(V + E).
+moving one changes no value); the moved nodes keep their order, and so do the others.
+Cost: O(V + E).
 """
 
 from __future__ import annotations
