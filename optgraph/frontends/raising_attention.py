@@ -21,7 +21,7 @@ Spellings recognized:
   `scale` (left out when it is 1/√D). `c2 · tanh(c1 · s)` is `softcap = c2`, `scale = c1 · c2`.
 - Masks, after the scaling (up to `MASK_TERMS` of them): `add`s of floats of q's dtype, and
   selects `where(m, hide, s)` / `where(m, s, hide)` with `hide` a constant at or below
-  `attention_masks.HIDDEN`. Known masks of 0 / hiding values and known conditions (constants, and
+  `attention_masks.HIDDEN` (also scaled: `where(m, s, hide) · c` while `hide · c` hides). Known masks of 0 / hiding values and known conditions (constants, and
   weights: an ONNX float initializer is a constant) are combined; when they only say causal /
   sliding window / nothing they become attributes (`attention_masks`), else one bool mask. What
   is left must be float masks only (summed into one operand) or one condition (the bool mask,
@@ -176,17 +176,21 @@ class _Scores:
     hidden: list[tuple[str, bool]] = field(default_factory=list)  # (condition, hides when true)
 
 
-def _hiding(draft: Draft, name: str) -> bool:
+def _hiding(draft: Draft, name: str, scaled: float = 1.0) -> bool:
     value = _scalar(draft, name)
-    return value is not None and value <= HIDDEN
+    return value is not None and value * scaled <= HIDDEN
 
 
-def _scores(draft: Draft, name: str, producers: Producers, depth: int = 0) -> _Scores | None:
-    """The parts of the softmax's input `name` (see `_Scores`); None when it is not q·kᵀ with
-    masks added after the scaling. Follows at most `MASK_TERMS` adds and selects."""
+def _scores(
+    draft: Draft, name: str, producers: Producers, depth: int = 0, scaled: float = 1.0
+) -> _Scores | None:
+    """The parts of the softmax's input `name` (see `_Scores`) times `scaled`; None when it is
+    not q·kᵀ with masks added after the scaling. Follows at most `MASK_TERMS` adds, selects and
+    scalings of a select (`where(m, s, hide) · c` hides where `hide · c` still hides: CodeGen's
+    scale after its causal select)."""
     node = producers.get(name)
     if node is not None and depth < MASK_TERMS:
-        if node.op == "add":
+        if node.op == "add" and scaled == 1.0:  # a mask scaled along with the scores: not one
             for scores, mask in (node.operands, node.operands[::-1]):
                 found = _scores(draft, scores, producers, depth + 1)
                 if found is not None:
@@ -196,14 +200,16 @@ def _scores(draft: Draft, name: str, producers: Producers, depth: int = 0) -> _S
         if node.op == "where":
             condition, a, b = node.operands
             for hides_when, hide, scores in ((True, a, b), (False, b, a)):
-                found = (
-                    _scores(draft, scores, producers, depth + 1) if _hiding(draft, hide) else None
-                )
+                hides = _hiding(draft, hide, scaled)
+                found = _scores(draft, scores, producers, depth + 1, scaled) if hides else None
                 if found is not None:
                     found.hidden.append((condition, hides_when))
                     return found
             return None
     name, outer = _unscaled(draft, name, producers)
+    if outer > 0.0 and _of_op(producers, name, "where") is not None and depth < MASK_TERMS:
+        return _scores(draft, name, producers, depth + 1, scaled * outer)
+    outer *= scaled
     capped = _of_op(producers, name, "tanh")
     softcap = 0.0
     if capped is not None and outer > 0.0:

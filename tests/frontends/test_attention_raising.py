@@ -119,6 +119,28 @@ def test_a_constant_select_becomes_a_window_beside_a_float_bias(onnx: bool) -> N
     assert count == 4 and attrs["masked"] and attrs["causal"] and attrs["window"] == 3
 
 
+class SelectThenScale(torch.nn.Module):
+    """CodeGen's eager attention (transformers before 5.2x): the causal select with the lowest
+    float first, the scale after it, then an additive mask."""
+
+    def forward(self, q, k, v, mask):  # type: ignore[no-untyped-def]
+        n = q.shape[2]
+        causal = torch.ones(n, n, dtype=torch.bool).tril()
+        scores = torch.matmul(q, k.transpose(-1, -2))
+        scores = torch.where(causal, scores, torch.tensor(torch.finfo(q.dtype).min))
+        scores = scores / 5.5 + mask
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+@pytest.mark.parametrize("onnx", [False, True])
+def test_a_select_scaled_with_the_scores_still_hides(onnx: bool) -> None:
+    q, k, v = _qkv(9, sq=6, skv=6)
+    mask = torch.randn(2, 1, 1, 6)
+    count, attrs = _attention(_imported(SelectThenScale(), (q, k, v, mask), onnx))
+    assert count == 4 and attrs["causal"] and attrs["masked"]
+    assert math.isclose(attrs["scale"], 1 / 5.5, rel_tol=1e-6)  # type: ignore[arg-type]
+
+
 class PaddingSelect(torch.nn.Module):
     """Keys hidden by a run-time bool (padding), through `where(pad, -inf, scores)`."""
 
