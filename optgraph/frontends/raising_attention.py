@@ -21,7 +21,8 @@ Spellings recognized:
   `scale` (left out when it is 1/√D). `c2 · tanh(c1 · s)` is `softcap = c2`, `scale = c1 · c2`.
 - Masks, after the scaling (up to `MASK_TERMS` of them): `add`s of floats of q's dtype, and
   selects `where(m, hide, s)` / `where(m, s, hide)` with `hide` a constant at or below
-  `attention_masks.HIDDEN` (also scaled: `where(m, s, hide) · c` while `hide · c` hides). Known masks of 0 / hiding values and known conditions (constants, and
+  `attention_masks.HIDDEN`; scaled with the scores too (`(s + m) · c`, `where(m, s, hide) · c`)
+  where `m` is known and its values, like `hide`, still hide once scaled. Known masks of 0 / hiding values and known conditions (constants, and
   weights: an ONNX float initializer is a constant) are combined; when they only say causal /
   sliding window / nothing they become attributes (`attention_masks`), else one bool mask. What
   is left must be float masks only (summed into one operand) or one condition (the bool mask,
@@ -181,18 +182,30 @@ def _hiding(draft: Draft, name: str, scaled: float = 1.0) -> bool:
     return value is not None and value * scaled <= HIDDEN
 
 
+def _hiding_mask(draft: Draft, name: str, scaled: float) -> bool:
+    """A known mask of 0 and hiding values that still hide once scaled by `scaled`."""
+    value = known_value(draft, name)
+    if value is None or value.dtype.kind != "f":
+        return False
+    hidden = np.maximum(value, value * scaled) <= HIDDEN
+    return bool(np.all((value == 0) | hidden))
+
+
 def _scores(
     draft: Draft, name: str, producers: Producers, depth: int = 0, scaled: float = 1.0
 ) -> _Scores | None:
     """The parts of the softmax's input `name` (see `_Scores`) times `scaled`; None when it is
     not q·kᵀ with masks added after the scaling. Follows at most `MASK_TERMS` adds, selects and
-    scalings of a select (`where(m, s, hide) · c` hides where `hide · c` still hides: CodeGen's
-    scale after its causal select)."""
+    scalings of them: `(s + m) · c` and `where(m, s, hide) · c` where the known `m` (its 0s and
+    hiding values) and `hide` still hide once scaled (CodeGen scales after adding its causal
+    mask)."""
     node = producers.get(name)
     if node is not None and depth < MASK_TERMS:
-        if node.op == "add" and scaled == 1.0:  # a mask scaled along with the scores: not one
+        if node.op == "add":
             for scores, mask in (node.operands, node.operands[::-1]):
-                found = _scores(draft, scores, producers, depth + 1)
+                if scaled != 1.0 and not _hiding_mask(draft, mask, scaled):
+                    continue  # a mask scaled along with the scores: not one the kernels add
+                found = _scores(draft, scores, producers, depth + 1, scaled)
                 if found is not None:
                     found.added.append(mask)
                     return found
@@ -207,7 +220,8 @@ def _scores(
                     return found
             return None
     name, outer = _unscaled(draft, name, producers)
-    if outer > 0.0 and _of_op(producers, name, "where") is not None and depth < MASK_TERMS:
+    masked = _of_op(producers, name, "where") or _of_op(producers, name, "add")
+    if outer > 0.0 and outer != 1.0 and masked is not None and depth < MASK_TERMS:
         return _scores(draft, name, producers, depth + 1, scaled * outer)
     outer *= scaled
     capped = _of_op(producers, name, "tanh")

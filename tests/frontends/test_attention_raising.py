@@ -132,6 +132,36 @@ class SelectThenScale(torch.nn.Module):
         return torch.matmul(torch.softmax(scores, dim=-1), v)
 
 
+class MaskThenScale(torch.nn.Module):
+    """CodeGen's eager attention as transformers 5.17 writes it: the causal mask (the lowest
+    float) added first, then the scores divided by √D."""
+
+    def forward(self, q, k, v):  # type: ignore[no-untyped-def]
+        n = q.shape[2]
+        hidden = torch.full((n, n), torch.finfo(q.dtype).min).triu(1)
+        scores = (torch.matmul(q, k.transpose(-1, -2)) + hidden) / torch.tensor(8.0).sqrt()
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+class ScaledBias(torch.nn.Module):
+    """A run-time bias scaled with the scores: the kernels would add it unscaled, so no."""
+
+    def forward(self, q, k, v, bias):  # type: ignore[no-untyped-def]
+        scores = (torch.matmul(q, k.transpose(-1, -2)) + bias) / 3.0
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+@pytest.mark.parametrize("onnx", [False, True])
+def test_a_causal_mask_scaled_with_the_scores_still_hides(onnx: bool) -> None:
+    count, attrs = _attention(_imported(MaskThenScale(), _qkv(10, d=8), onnx))
+    assert count == 3 and attrs["causal"] and "scale" not in attrs  # 1/√8: the default
+
+
+def test_a_bias_scaled_with_the_scores_stays_written_out() -> None:
+    ops = ops_of(_imported(ScaledBias(), (*_qkv(11), torch.randn(1, 4, 5, 5))))
+    assert "attention" not in ops and ops.count("softmax") == 1
+
+
 @pytest.mark.parametrize("onnx", [False, True])
 def test_a_select_scaled_with_the_scores_still_hides(onnx: bool) -> None:
     q, k, v = _qkv(9, sq=6, skv=6)
