@@ -279,7 +279,7 @@ def _masks(
     if visible is not None:
         raised = raised_mask_attrs(visible, q.shape[2], skv)
         if raised is None:
-            hidden.append((draft.constant(~visible, "mask"), True))
+            hidden.append((draft.constant(visible, "mask"), False))  # a bool mask: what is seen
         else:
             attrs.update(raised)
     if added and hidden or len(hidden) > 1:

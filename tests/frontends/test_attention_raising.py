@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="needs PyTorch")
@@ -169,6 +170,26 @@ def test_a_select_scaled_with_the_scores_still_hides(onnx: bool) -> None:
     count, attrs = _attention(_imported(SelectThenScale(), (q, k, v, mask), onnx))
     assert count == 4 and attrs["causal"] and attrs["masked"]
     assert math.isclose(attrs["scale"], 1 / 5.5, rel_tol=1e-6)  # type: ignore[arg-type]
+
+
+KEEP = np.random.default_rng(12).random((5, 5)) < 0.6
+KEEP[:, 0] = True  # every row sees a key
+
+
+class KnownPattern(torch.nn.Module):
+    """A constant mask no attribute says (neither causal nor a window)."""
+
+    def forward(self, q, k, v):  # type: ignore[no-untyped-def]
+        keep = torch.tensor(KEEP)
+        scores = torch.matmul(q, k.transpose(-1, -2)).masked_fill(~keep, float("-inf"))
+        return torch.matmul(torch.softmax(scores * 0.5, dim=-1), v)
+
+
+def test_a_known_pattern_no_attribute_says_is_one_bool_mask_of_what_is_seen() -> None:
+    graph = _imported(KnownPattern(), _qkv(13))
+    count, attrs = _attention(graph)
+    assert count == 4 and attrs["masked"] and not attrs["causal"]
+    assert "not" not in ops_of(graph)
 
 
 class PaddingSelect(torch.nn.Module):
