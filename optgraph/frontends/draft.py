@@ -31,8 +31,8 @@ from optgraph.ir.verify import verify
 from optgraph.runtime.reference_kernels import ir_dtype
 
 _VALID_NAME = re.compile(r"[A-Za-z0-9_.]+")
-SHARED_CONSTANT = 64  # elements: constants this small are read under one name when equal
 _ESCAPE = re.compile(r"_x([0-9a-f]{2,6})_")
+SHARED_CONSTANT = 64  # elements: constants this small are read under one name when equal
 
 
 def ir_name(name: str) -> str:

@@ -16,8 +16,9 @@ unless something else reads them. Rules (applied in this order, each over the wh
   (the angles at position 1) are fitted to a scaling (`rope_tables`), the factor `a` is the
   length of (cos, sin), and the tables on other probe positions must equal that rope's ->
   `rope(x', pos) {theta, scaling, ...}`, with `x` transposed to `[B,S,H,D]` and back when it is
-  `[B,H,S,D]`; tables computed in f32 and cast to f16 / bf16 are judged before the cast; then `concat(rope(x[..., :r]), x[..., r:])` -> `rope(x) {rotary_dim = r}`
-  (`raising_partial_rope`).
+  `[B,H,S,D]` (read directly when it is a transpose of one); tables computed in f32 and cast
+  to f16 / bf16 are judged before the cast; then `concat(rope(x[..., :r]), x[..., r:])` ->
+  `rope(x) {rotary_dim = r}` (`raising_partial_rope`).
 - `written_out_attention` (raising_attention.py): `matmul(softmax(q·kᵀ·c + mask), v)`, as eager
   attention and the ONNX exporter write it -> `attention(q, k, v [, mask]) {scale}`.
 - `attention_kv_len` (raise_attention_masks.py): a decode step's mask computed from its one
@@ -50,7 +51,14 @@ from optgraph.frontends.raising_attention import written_out_attention
 from optgraph.frontends.raising_constant_rope import constant_table_rope, rope_layout
 from optgraph.frontends.raising_gqa import shared_kv_heads
 from optgraph.frontends.raising_partial_rope import partial_rope
-from optgraph.frontends.raising_probe import PSEUDO_KERNELS, ancestors, known_value, probe
+from optgraph.frontends.raising_probe import (
+    PSEUDO_KERNELS,
+    ancestors,
+    known_value,
+    probe,
+    producer_of,
+    scalar_value,
+)
 from optgraph.frontends.rope_tables import rope_attributes, table_tolerance
 from optgraph.ir.graph import AttrValue, Node, TensorType
 from optgraph.ir.op_rules_rope import rope_frequencies
@@ -90,18 +98,6 @@ def raise_patterns(draft: Draft) -> None:
     positions_first(draft)
 
 
-def _producer(producers: dict[str, Node], name: str, *ops: str) -> Node | None:
-    node = producers.get(name)
-    return node if node is not None and node.op in ops else None
-
-
-def _scalar(draft: Draft, name: str) -> float | None:
-    value = draft.constants.get(name)
-    if value is None or value.size != 1:
-        return None
-    return float(value.reshape(-1)[0])
-
-
 def _pairs(node: Node) -> Sequence[tuple[str, str]]:
     a, b = node.operands
     return ((a, b), (b, a))
@@ -124,14 +120,14 @@ def _rms_parts(draft: Draft, name: str, producers: dict[str, Node]) -> tuple[str
         return None
     candidates = _pairs(node) if node.op == "mul" else [tuple(node.operands)]
     for x, other in candidates:
-        inverse = _producer(producers, other, "rsqrt" if node.op == "mul" else "sqrt")
-        shifted = inverse and _producer(producers, inverse.operands[0], "add")
+        inverse = producer_of(producers, other, "rsqrt" if node.op == "mul" else "sqrt")
+        shifted = inverse and producer_of(producers, inverse.operands[0], "add")
         if not shifted:
             continue
         for mean_name, eps_name in _pairs(shifted):
-            eps = _scalar(draft, eps_name)
-            mean = _producer(producers, mean_name, "mean")
-            square = mean and _producer(producers, mean.operands[0], "mul")
+            eps = scalar_value(draft, eps_name)
+            mean = producer_of(producers, mean_name, "mean")
+            square = mean and producer_of(producers, mean.operands[0], "mul")
             x_type = draft.type_of(x)
             if eps is None or not square or not _last_axis_mean(mean, x_type.rank):
                 continue
@@ -145,11 +141,11 @@ def _narrowed_rms_parts(
 ) -> tuple[str, float] | None:
     """(x, eps) when `name` is `cast(rms(cast(x, f32)), dtype)`: a norm computed in f32 for an
     f16 / bf16 `x` of `dtype` (transformers' LlamaRMSNorm) -- or a plain one."""
-    narrowed = _producer(producers, name, "cast")
+    narrowed = producer_of(producers, name, "cast")
     if narrowed is None:
         return _rms_parts(draft, name, producers)
     parts = _rms_parts(draft, narrowed.operands[0], producers)
-    widened = parts and _producer(producers, parts[0], "cast")
+    widened = parts and producer_of(producers, parts[0], "cast")
     if not parts or not widened or draft.type_of(widened.operands[0]).dtype != dtype:
         return None
     return widened.operands[0], parts[1]
@@ -182,7 +178,7 @@ def _elementwise_cone(
     stack = [root.name]
     while stack:
         name = stack.pop()
-        if name in cone or name in leaves or _scalar(draft, name) is not None:
+        if name in cone or name in leaves or scalar_value(draft, name) is not None:
             continue
         node = producers.get(name)
         if name != x and node is not None and node.op in _ELEMENTWISE:
@@ -271,9 +267,9 @@ def _rotate_half_of(node: Node | None, producers: dict[str, Node], rank: int) ->
         return None
     if node.attrs.get("axis") not in (-1, rank - 1):
         return None
-    negated = _producer(producers, node.operands[0], "neg")
-    upper = negated and _producer(producers, negated.operands[0], "slice")
-    lower = _producer(producers, node.operands[1], "slice")
+    negated = producer_of(producers, node.operands[0], "neg")
+    upper = negated and producer_of(producers, negated.operands[0], "slice")
+    lower = producer_of(producers, node.operands[1], "slice")
     if not upper or not lower or upper.operands != lower.operands or node.type is None:
         return None
     half = node.type.shape[-1] // 2
@@ -361,8 +357,8 @@ def _rope(draft: Draft, node: Node, producers: dict[str, Node]) -> list[Node] | 
     if node.op != "add" or node.type is None or node.type.rank != 4:
         return None
     for plain, rotated in _pairs(node):
-        plain_node = _producer(producers, plain, "mul")
-        rotated_node = _producer(producers, rotated, "mul")
+        plain_node = producer_of(producers, plain, "mul")
+        rotated_node = producer_of(producers, rotated, "mul")
         if plain_node is None or rotated_node is None:
             continue
         for x, cos_table in _pairs(plain_node):

@@ -22,12 +22,13 @@ Spellings recognized:
 - Masks, after the scaling (up to `MASK_TERMS` of them): `add`s of floats of q's dtype, and
   selects `where(m, hide, s)` / `where(m, s, hide)` with `hide` a constant at or below
   `attention_masks.HIDDEN`; scaled with the scores too (`(s + m) · c`, `where(m, s, hide) · c`)
-  where `m` is known and its values, like `hide`, still hide once scaled. Known masks of 0 / hiding values and known conditions (constants, and
-  weights: an ONNX float initializer is a constant) are combined; when they only say causal /
-  sliding window / nothing they become attributes (`attention_masks`), else one bool mask. What
-  is left must be float masks only (summed into one operand) or one condition (the bool mask,
-  negated where it says what to hide). A mask computed from the decode position is left to
-  `attention_kv_len`, the rule after this one.
+  where `m` is known and its values, like `hide`, still hide once scaled. Known masks of 0 /
+  hiding values and known conditions (constants, and weights: an ONNX float initializer is a
+  constant) are combined; when they only say causal / sliding window / nothing they become
+  attributes (`attention_masks`), else one bool mask of what is seen. What is left must be float
+  masks only (summed into one operand) or one condition (the bool mask, negated where it says
+  what to hide). A mask computed from the decode position is left to `attention_kv_len`, the
+  rule after this one.
 - Between the softmax and the product: casts to f32 and back (transformers' softmax in f32) and the
   ONNX exporter's guard `where(not(equal(p, p)), 0, p)`, which turns the NaN rows of keys all
   hidden into zeros: what `attention` yields for such rows anyway.
@@ -36,31 +37,25 @@ q, k and v must be 4-D of one float dtype, k and v of one shape. A row that sees
 where the source left it undefined or arbitrary: NaN without the guard, the mean of v where a
 select hid every key with a finite value; `attention` yields zeros. The pattern's other nodes die
 at `Draft.finish` unless something else reads them (`output_attentions`). Cost: O(1) per node
-(each step follows one producer; masks up to `MASK_TERMS` deep).
+(each step follows one producer; masks up to `MASK_TERMS` deep), plus one pass over the values
+of each known mask of a matched attention.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from optgraph.errors import Span
 from optgraph.frontends.attention_masks import HIDDEN, raised_mask_attrs
 from optgraph.frontends.draft import Draft
-from optgraph.frontends.raising_probe import known_value
+from optgraph.frontends.raising_probe import known_value, producer_of, scalar_value
 from optgraph.ir.graph import FLOAT_DTYPES, AttrValue, Node, TensorType
 
 Producers = dict[str, Node]
 MASK_TERMS = 8  # adds and selects followed below a softmax
-
-
-def _scalar(draft: Draft, name: str) -> float | None:
-    value = draft.constants.get(name)
-    if value is None or value.size != 1 or value.dtype.kind != "f" and value.dtype.kind != "i":
-        return None
-    return float(value.reshape(-1)[0])
 
 
 def _unscaled(draft: Draft, name: str, producers: Producers) -> tuple[str, float]:
@@ -78,19 +73,14 @@ def _unscaled(draft: Draft, name: str, producers: Producers) -> tuple[str, float
             continue
         if node.op in ("mul", "div"):
             a, b = node.operands
-            c = _scalar(draft, b)
+            c = scalar_value(draft, b)
             if c is None and node.op == "mul":
-                a, c = b, _scalar(draft, a)
+                a, c = b, scalar_value(draft, a)
             if c is not None and c != 0.0 and draft.type_of(a) == node.type:
                 factor *= c if node.op == "mul" else 1.0 / c
                 name = a
                 continue
         return name, factor
-
-
-def _of_op(producers: Producers, name: str, op: str) -> Node | None:
-    node = producers.get(name)
-    return node if node is not None and node.op == op else None
 
 
 def _untransposed_keys(
@@ -103,7 +93,7 @@ def _untransposed_keys(
         return None
     b, h, d, s = t.shape
     keys = TensorType(t.dtype, (b, h, s, d))
-    swapped = _of_op(producers, name, "transpose")
+    swapped = producer_of(producers, name, "transpose")
     if swapped is not None:
         perm = swapped.attrs.get("perm")
         assert isinstance(perm, tuple)
@@ -111,13 +101,11 @@ def _untransposed_keys(
         source, more = _unscaled(draft, swapped.operands[0], producers)
         if back == (0, 1, 2, 3):
             return source, factor * more, []
-        k = draft.fresh(f"{name}.keys")
-        draft.types[k] = keys
-        transpose = Node(k, "transpose", (source,), {"perm": back}, keys, span=span)
-        return k, factor * more, [transpose]
-    merged = _of_op(producers, name, "reshape")
-    flipped = merged and _of_op(producers, merged.operands[0], "transpose")
-    split = flipped and _of_op(producers, flipped.operands[0], "reshape")
+        k = _keys(draft, name, Node("", "transpose", (source,), {"perm": back}, keys, span=span))
+        return k.name, factor * more, [k]
+    merged = producer_of(producers, name, "reshape")
+    flipped = merged and producer_of(producers, merged.operands[0], "transpose")
+    split = flipped and producer_of(producers, flipped.operands[0], "reshape")
     if not (flipped and split) or flipped.attrs.get("perm") != (0, 2, 1):
         return None
     if split.type is None or split.type.shape != (b * h, s, d):
@@ -125,10 +113,17 @@ def _untransposed_keys(
     source = split.operands[0]
     if draft.type_of(source) == keys:
         return source, factor, []
-    k = draft.fresh(f"{name}.keys")
-    draft.types[k] = keys
     shape: AttrValue = (b, h, s, d)
-    return k, factor, [Node(k, "reshape", (source,), {"shape": shape}, keys, span=span)]
+    k = _keys(draft, name, Node("", "reshape", (source,), {"shape": shape}, keys, span=span))
+    return k.name, factor, [k]
+
+
+def _keys(draft: Draft, transposed: str, node: Node) -> Node:
+    """`node` (k made from what was transposed) under a fresh name, its type known to the draft."""
+    named = replace(node, name=draft.fresh(f"{transposed}.keys"))
+    assert named.type is not None
+    draft.types[named.name] = named.type
+    return named
 
 
 def _probabilities(draft: Draft, name: str, producers: Producers) -> str | None:
@@ -152,14 +147,14 @@ def _probabilities(draft: Draft, name: str, producers: Producers) -> str | None:
 def _nan_guard(draft: Draft, node: Node, producers: Producers) -> bool:
     """`where(not(equal(p, p)), 0, p)`: NaNs of p replaced by zeros."""
     condition, zero, p = node.operands
-    negated = _of_op(producers, condition, "not")
-    same = _of_op(producers, negated.operands[0], "equal") if negated is not None else None
-    return same is not None and same.operands == (p, p) and _scalar(draft, zero) == 0.0
+    negated = producer_of(producers, condition, "not")
+    same = producer_of(producers, negated.operands[0], "equal") if negated is not None else None
+    return same is not None and same.operands == (p, p) and scalar_value(draft, zero) == 0.0
 
 
 def _float_input(draft: Draft, name: str, producers: Producers) -> str:
     """`name` before a cast between float dtypes (the softmax's f32 widening)."""
-    node = _of_op(producers, name, "cast")
+    node = producer_of(producers, name, "cast")
     if node is not None and draft.type_of(node.operands[0]).dtype in FLOAT_DTYPES:
         return node.operands[0]
     return name
@@ -178,7 +173,7 @@ class _Scores:
 
 
 def _hiding(draft: Draft, name: str, scaled: float = 1.0) -> bool:
-    value = _scalar(draft, name)
+    value = scalar_value(draft, name)
     return value is not None and value * scaled <= HIDDEN
 
 
@@ -220,16 +215,16 @@ def _scores(
                     return found
             return None
     name, outer = _unscaled(draft, name, producers)
-    masked = _of_op(producers, name, "where") or _of_op(producers, name, "add")
+    masked = producer_of(producers, name, "where") or producer_of(producers, name, "add")
     if outer > 0.0 and outer != 1.0 and masked is not None and depth < MASK_TERMS:
         return _scores(draft, name, producers, depth + 1, scaled * outer)
     outer *= scaled
-    capped = _of_op(producers, name, "tanh")
+    capped = producer_of(producers, name, "tanh")
     softcap = 0.0
     if capped is not None and outer > 0.0:
         name, inner = _unscaled(draft, capped.operands[0], producers)
         softcap, outer = outer, inner * outer  # C·tanh(s·c / C): scale c, softcap C
-    product = _of_op(producers, name, "matmul")
+    product = producer_of(producers, name, "matmul")
     if product is None or product.attrs.get("transpose_a"):
         return None
     return _Scores(product, outer, softcap)

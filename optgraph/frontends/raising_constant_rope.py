@@ -6,10 +6,10 @@ prefill exported without position inputs computes its positions with an arange).
 
 Positions are taken to be consecutive (an arange from s0): the angles, unwrapped along the
 positions, give the frequencies (their slope) and s0; `rope_tables` names the scaling; the
-tables must then equal that rope's for positions s0.. (to 1e-5 plus the f32 rounding of the angles:
-`rope_tables.table_tolerance`), else nothing is raised. A
-single position (S = 1) is not raised: one row does not separate frequencies from positions.
-A half-precision model's tables are judged by their f32 values before the cast (`Draft.wide`).
+tables must then equal that rope's for positions s0.. (to 1e-5 plus the f32 rounding of the
+angles: `rope_tables.table_tolerance`), else nothing is raised. A single position (S = 1) is not
+raised: one row does not separate frequencies from positions. A half-precision model's tables
+are judged by their f32 values before the cast (`Draft.wide`).
 """
 
 from __future__ import annotations

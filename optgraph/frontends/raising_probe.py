@@ -1,6 +1,7 @@
-"""Evaluating part of a draft on probe values: how raising checks that a pattern computes what
-the fast op it becomes computes (a GELU formula on probe inputs, a rope's angle tables on probe
-positions), with the reference interpreter's kernels.
+"""Reading a draft for raising: the producer of a value, known values (constants, weights,
+one-element scalars), and part of the draft evaluated on probe values -- how raising checks that a
+pattern computes what the fast op it becomes computes (a GELU formula on probe inputs, a rope's
+angle tables on probe positions), with the reference interpreter's kernels.
 
     probe(draft, [n1, n2], {"x": values})  ->  n2's value for those x and the draft's constants
 """
@@ -22,6 +23,20 @@ PSEUDO_KERNELS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "cos": np.cos,
     "sin": np.sin,
 }
+
+
+def producer_of(producers: dict[str, Node], name: str, *ops: str) -> Node | None:
+    """The node producing `name` when its op is one of `ops`."""
+    node = producers.get(name)
+    return node if node is not None and node.op in ops else None
+
+
+def scalar_value(draft: Draft, name: str) -> float | None:
+    """The value of a one-element constant, None for anything else."""
+    value = draft.constants.get(name)
+    if value is None or value.size != 1:
+        return None
+    return float(value.reshape(-1)[0])
 
 
 def known_value(draft: Draft, name: str) -> np.ndarray | None:

@@ -19,7 +19,7 @@ listed together (op, count, nodes), located at the first one's line in the model
 from __future__ import annotations
 
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -118,14 +118,10 @@ def _fold(torch: Any, node: Any, context: TorchContext) -> bool:
     if str(node.target).startswith(("aten.rand", "aten.normal", "aten.bernoulli")):
         return False
 
-    def value(arg: Any) -> Any:
-        if isinstance(arg, torch.fx.Node):
-            return from_numpy(np.array(context.draft.constants[context.values[arg.name]]))
-        if isinstance(arg, (list, tuple)):
-            return type(arg)(value(a) for a in arg)
-        return arg
+    def constant(arg: Any) -> Any:
+        return from_numpy(np.array(context.draft.constants[context.values[arg.name]]))
 
-    result = node.target(*value(node.args), **{k: value(v) for k, v in node.kwargs.items()})
+    result = _run(torch, node, constant)
     if not isinstance(result, torch.Tensor):
         return False
     name = context.draft.constant(to_numpy(result), node.name)
@@ -134,6 +130,21 @@ def _fold(torch: Any, node: Any, context: TorchContext) -> bool:
     if wide is not None:
         context.draft.wide[name] = wide
     return True
+
+
+def _run(torch: Any, node: Any, tensor_of: Callable[[Any], Any], drop: str = "") -> Any:
+    """`node`'s target called on its arguments, each fx node given by `tensor_of` (keyword
+    `drop` left out)."""
+
+    def value(arg: Any) -> Any:
+        if isinstance(arg, torch.fx.Node):
+            return tensor_of(arg)
+        if isinstance(arg, (list, tuple)):
+            return type(arg)(value(a) for a in arg)
+        return arg
+
+    kwargs = {k: value(v) for k, v in node.kwargs.items() if k != drop}
+    return node.target(*value(node.args), **kwargs)
 
 
 _NARROW = ("float16", "bfloat16")
@@ -155,16 +166,9 @@ def _wide_shadow(torch: Any, node: Any, context: TorchContext, result: Any) -> n
         shadow = operand  # the operand is wide: this node is the cast (or narrows as it goes)
     if shadow is None:
         return None
-
-    def value(arg: Any) -> Any:
-        if isinstance(arg, torch.fx.Node):
-            return torch.from_numpy(np.array(shadow))
-        if isinstance(arg, (list, tuple)):
-            return type(arg)(value(a) for a in arg)
-        return arg
-
-    kwargs = {k: value(v) for k, v in node.kwargs.items() if k != "dtype"}
-    wide = node.target(*value(node.args), **kwargs) if operand is not shadow else None
+    wide = None
+    if operand is not shadow:  # a view or copy of a narrowed table: the same op on its shadow
+        wide = _run(torch, node, lambda _: torch.from_numpy(np.array(shadow)), drop="dtype")
     if not isinstance(wide, torch.Tensor) or wide.dtype != torch.float32:
         wide = torch.from_numpy(np.array(shadow))  # the node is the cast itself
     return to_numpy(wide) if tuple(wide.shape) == tuple(result.shape) else None
