@@ -123,7 +123,7 @@ def fused_code(
             )
         ]
     if plan.kind == SIBLINGS:
-        return [cuda_fused_siblings.siblings_launch(node, types, plan)]
+        return [cuda_fused_siblings.siblings_launch(node, types, plan, resident)]
     by_name = {n.name: n for n in body.nodes}
     assert plan.anchor is not None
     anchor = by_name[plan.anchor]

@@ -28,7 +28,8 @@ import hashlib
 from collections.abc import Sequence
 
 from optgraph.analysis.fusion_rules import RegionPlan, Segment
-from optgraph.codegen.cuda_gemv_layout import BOUNDS, THREADS, VECTOR, product_loop
+from optgraph.codegen import cuda_fused
+from optgraph.codegen.cuda_gemv_layout import BOUNDS, THREADS, VECTOR, first_batch, product_loop
 from optgraph.codegen.cuda_gemv_layout import layout as gemv_layout
 from optgraph.codegen.cuda_gemv_layout import splits as gemv_splits
 from optgraph.codegen.cuda_scalars import emit_scalars, load_params, used_values
@@ -36,6 +37,7 @@ from optgraph.codegen.cuda_source import (
     CodegenError,
     Kernel,
     Launch,
+    body_entry,
     in_param,
     kernel_template,
     load,
@@ -45,8 +47,16 @@ from optgraph.codegen.cuda_source import (
 from optgraph.ir.graph import Node, TensorType
 
 
-def siblings_launch(node: Node, types: Sequence[TensorType], plan: RegionPlan) -> Launch:
-    """The one launch of a `siblings` region."""
+def siblings_launch(
+    node: Node,
+    types: Sequence[TensorType],
+    plan: RegionPlan,
+    resident: frozenset[int] = frozenset(),
+) -> Launch:
+    """The one launch of a `siblings` region. `resident`: the operands (by index) that are
+    weights no kernel writes; a segment whose weights all are loads its first batch of weight
+    rows before the PDL wait, during the preceding kernel (as `cuda_fused`'s one-row kernel
+    does, under the same setting `cuda_fused.EARLY_WEIGHTS`)."""
     assert node.body is not None and node.type is not None
     body = node.body
     by_name = {n.name: n for n in body.nodes}
@@ -66,6 +76,11 @@ def siblings_launch(node: Node, types: Sequence[TensorType], plan: RegionPlan) -
     if splits > 1:
         splits, rows = gemv_splits(k, sum(tiles))
     width = max(len(s.products) for s in plan.segments)
+    early = [
+        cuda_fused.EARLY_WEIGHTS
+        and all(body.params.index(by_name[p].operands[1]) in resident for p in s.products)
+        for s in plan.segments
+    ]
     warps, lanes = THREADS // 32, THREADS // ct
     salt = hashlib.sha1(f"{node.name}|{k},{n_total},{dtype}".encode()).hexdigest()[:12]
     ws, cnt = f"og_ws_{salt}", f"og_cnt_{salt}"
@@ -86,7 +101,7 @@ def siblings_launch(node: Node, types: Sequence[TensorType], plan: RegionPlan) -
         lines.append(f"{head} ({cond}) {{" if s < len(tiles) - 1 or s == 0 else "} else {")
         seg_lines = _segment(
             seg, by_name, body.params, types, role, x, dtype, base, offset, n_total,
-            (ct, tile_cols, lanes, warps, splits), (ws, cnt),
+            (ct, tile_cols, lanes, warps, splits), (ws, cnt), (early[s], any(early)),
         )  # fmt: skip
         lines += ["  " + line for line in seg_lines]
         base += count
@@ -100,10 +115,10 @@ def siblings_launch(node: Node, types: Sequence[TensorType], plan: RegionPlan) -
         )
     decls = [out_param(node.type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
     text = "\n".join("  " + line for line in "\n".join(lines).split("\n"))
-    template = kernel_template(decls, text, BOUNDS)
+    template = kernel_template(decls, text, BOUNDS, self_wait=any(early))
     family = f"gemv_siblings|{node.name}" if splits > 1 else "gemv_siblings"
     name = "og_gemvs_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
-    kernel = Kernel.assemble(name, decls, text, (decl,), BOUNDS)
+    kernel = Kernel.assemble(name, decls, text, (decl,), BOUNDS, self_wait=any(early))
     args = ("out",) + tuple(f"in{j}" for j in range(len(types)))
     return Launch(kernel, (base, splits, 1), (THREADS, 1, 1), args)
 
@@ -121,22 +136,28 @@ def _segment(
     n_total: int,
     layout: tuple[int, int, int, int, int],
     workspace: tuple[str, str],
+    early: tuple[bool, bool] = (False, False),
 ) -> list[str]:
-    """The code of one segment: its tiles' products, block reduction and epilogue stores."""
+    """The code of one segment: its tiles' products, block reduction and epilogue stores.
+    `early` = (this segment loads its first batch of weight rows before the PDL wait, the
+    kernel runs the wait itself: each segment then runs it once, after those loads if any)."""
     ct, tile_cols, lanes, warps, splits = layout
     ws, cnt = workspace
+    preload, self_wait = early
     vec, n, p = VECTOR[dtype], seg.cols, len(seg.products)
-    weights = [role[by_name[name].operands[1]] for name in seg.products]
+    weights = [f"{role[by_name[name].operands[1]]} + n0" for name in seg.products]
     xv = load(dtype, f"{role[x]}[kk]")
     lines = [
         f"const unsigned int lt = tile - {base}u;",
         f"const unsigned int n0 = lt * {tile_cols}u + cg * {vec}u;",
+        *(first_batch(dtype, weights, n, lanes) if preload else []),
+        *([body_entry()] if self_wait else []),
         f"float acc[{p}][{vec}];",
         f"#pragma unroll\nfor (int j = 0; j < {p}; ++j) {{",
         f"  #pragma unroll\n  for (int v = 0; v < {vec}; ++v) acc[j][v] = 0.0f;",
         "}",
         f"if (n0 < {n}u) {{",
-        *("  " + s for s in product_loop(dtype, [f"{w} + n0" for w in weights], n, lanes, 1, xv)),
+        *("  " + s for s in product_loop(dtype, weights, n, lanes, 1, xv, preload)),
         "}",
     ]
     lines += _reduce_lanes(p, vec, ct)

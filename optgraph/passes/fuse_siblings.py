@@ -18,6 +18,12 @@ region left by `fuse` (its elementwise epilogue comes along). Two rewrites, in t
    region at the first member's place yielding `concat(..., axis = last)`; each former result is a
    `slice` of it, issued right after it. The region is named `<first member>.siblings`.
 
+`concat=false` runs the pairs rewrite alone, as the default pipeline does
+(`fuse,fuse-siblings{concat=false}`): a pair is one launch instead of two, and its gate product no
+longer waits for the whole up product to end (measured faster on an H100:
+docs/results/2026-11-25-h100-paired-gate-up.md); concat groups were measured slower, and merged
+launches (`codegen/merge_launches.py`) already join q/k/v.
+
 Blocked: a member that is a graph output (its bytes would become a view), members on different
 streams or backends. Its contract invalidates events (moving work earlier could pass a wait), arena
 offsets and live ranges, so the manager refuses it after `insert-sync`, `analyze-lifetimes` or
@@ -219,6 +225,8 @@ class FuseSiblingsPass(Pass):
     summary = "one kernel for one-row products reading the same row (q/k/v, gate/up)"
     # Moving work earlier could pass a wait, break the arena plan and shift the live ranges.
     invalidates = ("lifetimes-analyzed", "memory-planned", "synced")
+    concat: bool = True  # False: the pairs rewrite only (what the default pipeline runs)
 
     def run(self, graph: Graph) -> Graph:
-        return _concat(_pairs(graph))
+        paired = _pairs(graph)
+        return _concat(paired) if self.concat else paired

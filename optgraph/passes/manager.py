@@ -65,11 +65,11 @@ PASSES: dict[str, type[Pass]] = {
 # The pipeline `optgraph compile` runs when none is given. The contracts allow fuse on either side
 # of assign-streams and plan-memory; it runs before both by choice: streams then balance real
 # kernels, fusion is not limited to one stream, and fused interiors need no arena bytes.
-# fuse-siblings is left out: it cuts launches but made the measured decode steps slower, not faster
-# (see docs/benchmarks.md). Name it after fuse to use it:
-# `-p verify,dce,cse,fuse{row-prologues=false},fuse-siblings,assign-streams,...`.
+# fuse-siblings runs its pairs rewrite only (SwiGLU's gate and up as one kernel: faster on the
+# measured decode steps); its concat groups made them slower (see docs/benchmarks.md). To use
+# them: `-p verify,dce,cse,fuse{row-prologues=false},fuse-siblings,assign-streams,...`.
 # transpose-weights runs before fuse so that imported `[out, in]` weights reach the fused products.
-FUSION = "fuse"
+FUSION = "fuse,fuse-siblings{concat=false}"
 DEFAULT_PIPELINE = (
     f"verify,dce,cse,transpose-weights,{FUSION},"
     "assign-streams,insert-sync,analyze-lifetimes,plan-memory"

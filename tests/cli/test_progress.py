@@ -17,7 +17,7 @@ import pytest
 from optgraph.artifacts import ARTIFACTS
 from optgraph.cli import main
 from optgraph.cli_progress import PhaseProgress, progress_mode
-from optgraph.passes.manager import DEFAULT_PIPELINE
+from optgraph.passes.manager import DEFAULT_PIPELINE, parse_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 DIAMOND = str(REPO / "examples" / "diamond.ir")
@@ -42,7 +42,7 @@ def test_compile_prints_a_line_per_phase_in_order(
     args = ["compile", DIAMOND, "-o", str(out_dir), "--report-json", str(report)]
     assert main(args) == 0
     captured = capsys.readouterr()
-    passes = [f"pass {name}" for name in DEFAULT_PIPELINE.split(",")]
+    passes = [f"pass {p.name}" for p in parse_pipeline(DEFAULT_PIPELINE)]
     written = [f"write {a.filename}" for a in ARTIFACTS]
     assert _phases(captured.err) == [
         f"parse + verify {DIAMOND}",

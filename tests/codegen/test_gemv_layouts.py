@@ -123,7 +123,7 @@ def test_weights_loaded_before_the_wait_give_the_same_bits(merge: bool) -> None:
     loads its first weight rows before the PDL entry, in a plan (alone and merged), and gives
     the bits of the kernels that load them after it (`run_graph` passes no resident weights)."""
     graph = run_pipeline(
-        og.parse(LAYOUTS), DEFAULT_PIPELINE.replace("fuse", "fuse{prologue-max-k=8192}")
+        og.parse(LAYOUTS), DEFAULT_PIPELINE.replace("fuse,", "fuse{prologue-max-k=8192},", 1)
     )
     plan = lower_cuda(graph, merge_launches=merge)
     launched = [plan.kernels[s.kernel] for s in plan.steps if isinstance(s, KernelStep)]

@@ -19,6 +19,7 @@ from optgraph.analysis.fusion_rules import SIBLINGS, plan_body
 from optgraph.codegen.cuda_plan import GemmStep, KernelStep, lower_cuda
 from optgraph.ir.graph import Graph
 from optgraph.ir.verify import verify
+from optgraph.passes.fuse_siblings import FuseSiblingsPass
 from optgraph.passes.manager import DEFAULT_PIPELINE, parse_pipeline, run_pipeline
 from optgraph.runtime.reference import random_inputs, random_weights, run_reference
 from tests.support.property_examples import examples
@@ -67,7 +68,9 @@ def test_generated_decode_agrees_and_fuses_qkv_and_gate_up() -> None:
     _same_results(graph, after)
 
 
-WITH_SIBLINGS = DEFAULT_PIPELINE.replace(",fuse,", ",fuse{row-prologues=false},fuse-siblings,")
+WITH_SIBLINGS = DEFAULT_PIPELINE.replace(
+    ",fuse,fuse-siblings{concat=false},", ",fuse{row-prologues=false},fuse-siblings,"
+)
 
 
 def _layer_kernels(graph: Graph, pipeline: str) -> dict[str, int]:
@@ -91,10 +94,41 @@ def test_each_siblings_region_is_one_kernel() -> None:
     assert sum(c for node, c in default.items() if node.startswith("l0.")) == 10
 
 
-def test_default_pipeline_leaves_siblings_out() -> None:
-    # Measured slower end to end on an H100 (see optgraph/passes/manager.py): opt-in only.
-    names = [p.name for p in parse_pipeline("default")]
-    assert "fuse" in names and "fuse-siblings" not in names
+PAIR_AND_CONCAT = """graph pair_and_concat {
+  input %x : f16[1,64]
+  weight %wq : f16[64,64]
+  weight %wk : f16[64,32]
+  weight %wg : f16[64,128]
+  weight %wu : f16[64,128]
+  %q = matmul(%x, %wq) : f16[1,64]
+  %k = matmul(%x, %wk) : f16[1,32]
+  %gate = matmul(%x, %wg) : f16[1,128]
+  %up = matmul(%x, %wu) : f16[1,128]
+  %act = silu(%gate) : f16[1,128]
+  %gated = mul(%act, %up) : f16[1,128]
+  %qs = softmax(%q) : f16[1,64]
+  %ks = softmax(%k) : f16[1,32]
+  output %qs, %ks, %gated
+}
+"""
+
+
+def test_default_pipeline_makes_pairs_but_no_concat_groups() -> None:
+    """The default pipeline runs `fuse-siblings{concat=false}`: SwiGLU's gate and up become one
+    region (measured faster on an H100), q and k stay apart (concat groups measured slower)."""
+    (siblings,) = [p for p in parse_pipeline("default") if p.name == "fuse-siblings"]
+    assert isinstance(siblings, FuseSiblingsPass) and not siblings.concat
+    graph = og.parse(PAIR_AND_CONCAT)
+    after = run_pipeline(graph, "default")
+    by_name = {n.name: n for n in after.nodes}
+    gated = by_name["gated"]
+    assert gated.body is not None
+    assert sorted(n.name for n in gated.body.nodes if n.op == "matmul") == ["gate", "up"]
+    assert "up" not in by_name and "q" in by_name and "k" in by_name
+    assert not any(n.op in ("slice", "concat") for n in after.nodes)
+    both = run_pipeline(graph, "fuse,fuse-siblings")
+    assert any(n.op == "slice" for n in both.nodes)  # the same graph does form a concat group
+    _same_results(graph, after)
 
 
 @st.composite
