@@ -54,12 +54,17 @@ def test_every_kernel_begins_with_the_dependency_wait(path: Path) -> None:
 
 
 # What a kernel that waits itself (`Kernel.self_wait`) may do before its PDL entry: index
-# arithmetic on its block and thread, and 16-byte loads of weight rows into `og_wv0`.
+# arithmetic on its block and thread, shared-memory declarations, the block-uniform branch to a
+# sibling kernel's segment, and 16-byte loads of weight rows into `og_wv0` (one or more a line).
+_LOAD = (
+    r"og_wv0\[\d+\]\[\d+\] = og_load_stream\((\w+) \+ n0 \+ "
+    r"\(unsigned long long\)\(kb \+ \d+u\) \* \d+u\);"
+)
 _PRELOAD_LINE = re.compile(
     r"(?:[{}]|uint4 og_wv0\[\d+\]\[\d+\];|if \(n0 < \d+u\) \{"
+    r"|__shared__ (?:float|bool) og_\w+(?:\[\d+\])*;|if \(tile < \d+u\) \{"
     r"|const unsigned int (?![^;]*(?:\bin\d|\bout\b|\*\())[^\[;]*;"
-    r"|if \(kb \+ \d+u < k1\) \{ og_wv0\[\d+\]\[\d+\] = og_load_stream\((\w+) \+ n0 \+ "
-    r"\(unsigned long long\)\(kb \+ \d+u\) \* \d+u\); \})"
+    rf"|if \(kb \+ \d+u < k1\) \{{(?: {_LOAD})+ \}})"
 )
 
 
@@ -72,10 +77,8 @@ def _preloads(body: str) -> set[str]:
     for line in body[:entry].splitlines():
         if not line.strip():
             continue
-        match = _PRELOAD_LINE.fullmatch(line.strip())
-        assert match, line
-        if match.group(1):
-            params.add(match.group(1))
+        assert _PRELOAD_LINE.fullmatch(line.strip()), line
+        params.update(re.findall(_LOAD, line))
     assert params, "a self-waiting kernel loads a weight before its entry"
     return params
 
