@@ -25,7 +25,7 @@ docs/results/2026-11-25-h100-paired-gate-up.md); concat groups were measured slo
 launches (`codegen/merge_launches.py`) already join q/k/v.
 
 Blocked: a member that is a graph output (its bytes would become a view), members on different
-streams or backends. Its contract invalidates events (moving work earlier could pass a wait), arena
+devices, streams or backends. Its contract invalidates events (moving work earlier could pass a wait), arena
 offsets and live ranges, so the manager refuses it after `insert-sync`, `analyze-lifetimes` or
 `plan-memory`: name it right after `fuse{row-prologues=false}` (it needs the norm shared, not copied
 into each product). Moving a member earlier is
@@ -133,7 +133,7 @@ def _pairs(graph: Graph) -> Graph:
                 continue
             if users.get(o, []) != [i] or types[o] != _anchor_type(node, cand):
                 continue
-            if (nodes[j].ann.stream, nodes[j].ann.backend) != (node.ann.stream, node.ann.backend):
+            if _placement(nodes[j]) != _placement(node):
                 continue
             inner, _ = _inline(node, set())
             product = replace(nodes[j], ann=NO_ANNOTATIONS)
@@ -144,6 +144,11 @@ def _pairs(graph: Graph) -> Graph:
     if not gone:
         return graph
     return graph.with_nodes([n for k, n in enumerate(nodes) if k not in gone])
+
+
+def _placement(node: Node) -> tuple[object, ...]:
+    """Where the node runs: its devices, stream and backend (members must share all three)."""
+    return (node.ann.device, node.ann.stream, node.ann.backend)
 
 
 def _anchor_type(node: Node, cand: _Candidate) -> TensorType | None:
@@ -164,7 +169,7 @@ def _groups(graph: Graph) -> list[list[int]]:
             continue
         if node.type.rank < 2 or any(d != 1 for d in node.type.shape[:-1]):
             continue
-        key = (cand.row, cand.k, node.type.dtype, node.type.rank, node.ann.stream, node.ann.backend)
+        key = (cand.row, cand.k, node.type.dtype, node.type.rank, *_placement(node))
         group = open_groups.get(key)
         if group is not None and all(producers.get(o, -1) < group[0] for o in node.operands):
             group.append(i)
