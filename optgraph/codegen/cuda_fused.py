@@ -48,6 +48,7 @@ from optgraph.codegen.cuda_gemv_layout import (
     BOUNDS,
     THREADS,
     VECTOR,
+    VECTOR_BYTES,
     Geometry,
     first_batch,
     layout,
@@ -57,6 +58,7 @@ from optgraph.codegen.cuda_gemv_reduce import reduce_lanes, store_sums
 from optgraph.codegen.cuda_row_prologue import row_prologue, stage_row
 from optgraph.codegen.cuda_scalars import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_source import (
+    LAUNCH_DEPENDENTS,
     Kernel,
     Launch,
     body_entry,
@@ -180,9 +182,12 @@ def _gemv_kernel(salt: str, inputs: GemvInputs) -> Made | None:
             factors = rope_factors(fold, len(types), items, g.tile_cols, g.column("c"))
     before_wait = preload and fold is not None and fold.pos_is_input
     ahead_rows = weight_rows_to_l2(g, b_role) if preload and l2_ahead else []
+    late = preload and late_trigger(g.k * g.n * (VECTOR_BYTES // vec))
     body = _product(
-        g, params, types, prologue, row, b_role, preload, (factors, before_wait), ahead_rows
-    )
+        g, params, types, prologue, row, b_role, preload, (factors, before_wait), ahead_rows,
+        late,
+    )  # fmt: skip
+    body += [LAUNCH_DEPENDENTS] if late else []
     body += reduce_lanes(g)
     if fold is None:
         epi = _epilogue(params, types, epilogue, anchor, result, out_type, n)
@@ -211,6 +216,7 @@ def _product(
     preload: bool = False,
     factors: tuple[tuple[list[str], list[str]], bool] = (([], []), False),
     l2_rows: Sequence[str] = (),
+    late: bool = False,
 ) -> list[str]:
     """The thread's tile, column and rows of K, its row (a parameter, or computed by the
     prologue and staged in shared memory when it fits), and `acc[i][v]`: the products of its
@@ -219,7 +225,8 @@ def _product(
     ((the rope position's load, the rope factors' statements), whether they may come before the
     PDL wait) of a fold (`cuda_gemv_epilogues.rope_factors`), placed before the product.
     `l2_rows`: statements prefetching later weight rows into L2 (`l2_ahead.weight_rows_to_l2`),
-    after the first batch's loads and before the wait."""
+    after the first batch's loads and before the wait. `late`: the PDL entry is the wait alone
+    (the caller lets the dependents launch after the product loop: `LATE_TRIGGER_BYTES`)."""
     row, row_type = row_of
     (load_pos, rope), before_wait = factors
     row_setup, row_value = row_prologue(params, types, prologue, row, row_type, g.m)
@@ -236,10 +243,11 @@ def _product(
     if preload:
         weights = [f"{b_role} + n0"]
         batch = first_batch(g.dtype, weights, g.n, g.lanes)
+        entry = body_entry(trigger=not late)
         if before_wait:  # the position's load ahead of the weights', the factors after them
-            head = [*indexing, *load_pos, *batch, *l2_rows, *rope, body_entry(), *row_setup]
+            head = [*indexing, *load_pos, *batch, *l2_rows, *rope, entry, *row_setup]
         else:
-            head = [*indexing, *batch, *l2_rows, body_entry(), *load_pos, *rope, *row_setup]
+            head = [*indexing, *batch, *l2_rows, entry, *load_pos, *rope, *row_setup]
     else:
         head = [*row_setup, *indexing, *load_pos, *rope]
     return [
@@ -274,6 +282,22 @@ PREFETCH = False
 # the device's weight buffer only: no kernel writes them), so the loads overlap the preceding
 # kernel; the L2 prefetch above is then not emitted. False: every load after the wait.
 EARLY_WEIGHTS = True
+
+# A product that loads its weights early and reads at least this many bytes of them lets its
+# dependents launch (`griddepcontrol.launch_dependents`) after its product loop instead of at its
+# wait: the next kernels' blocks then do not take multiprocessor slots and issue their early loads
+# while the product still streams its weights, only during its reductions and stores. Smaller
+# products keep the trigger at the wait (their dependents' early loads are what hides their
+# launch; later, the launch-bound decode step was 19 µs slower). Measured on an H100:
+# docs/results/2026-11-25-h100-paired-gate-up.md. 0: always at the wait. The trigger only says
+# when dependents may launch; their wait still waits for this kernel's completion and memory.
+LATE_TRIGGER_BYTES = 4 << 20
+
+
+def late_trigger(weight_bytes: int) -> bool:
+    """Whether a product (loading its weights early) reading `weight_bytes` of weights triggers
+    its dependents after its product loop (`LATE_TRIGGER_BYTES`)."""
+    return 0 < LATE_TRIGGER_BYTES <= weight_bytes
 
 
 def _prefetch_weights(b_role: str, g: Geometry) -> str:

@@ -29,11 +29,19 @@ from collections.abc import Sequence
 
 from optgraph.analysis.fusion_rules import RegionPlan, Segment
 from optgraph.codegen import cuda_fused
-from optgraph.codegen.cuda_gemv_layout import BOUNDS, THREADS, VECTOR, first_batch, product_loop
+from optgraph.codegen.cuda_gemv_layout import (
+    BOUNDS,
+    THREADS,
+    VECTOR,
+    VECTOR_BYTES,
+    first_batch,
+    product_loop,
+)
 from optgraph.codegen.cuda_gemv_layout import layout as gemv_layout
 from optgraph.codegen.cuda_gemv_layout import splits as gemv_splits
 from optgraph.codegen.cuda_scalars import emit_scalars, load_params, used_values
 from optgraph.codegen.cuda_source import (
+    LAUNCH_DEPENDENTS,
     CodegenError,
     Kernel,
     Launch,
@@ -140,18 +148,22 @@ def _segment(
 ) -> list[str]:
     """The code of one segment: its tiles' products, block reduction and epilogue stores.
     `early` = (this segment loads its first batch of weight rows before the PDL wait, the
-    kernel runs the wait itself: each segment then runs it once, after those loads if any)."""
+    kernel runs the wait itself: each segment then runs it once, after those loads if any). A
+    segment loading early that reads `cuda_fused.LATE_TRIGGER_BYTES` of weights or more lets the
+    dependents launch after its product loop, not at its wait."""
     ct, tile_cols, lanes, warps, splits = layout
     ws, cnt = workspace
     preload, self_wait = early
     vec, n, p = VECTOR[dtype], seg.cols, len(seg.products)
+    k = types[list(params).index(x)].shape[-1]
+    late = preload and cuda_fused.late_trigger(k * n * p * (VECTOR_BYTES // vec))
     weights = [f"{role[by_name[name].operands[1]]} + n0" for name in seg.products]
     xv = load(dtype, f"{role[x]}[kk]")
     lines = [
         f"const unsigned int lt = tile - {base}u;",
         f"const unsigned int n0 = lt * {tile_cols}u + cg * {vec}u;",
         *(first_batch(dtype, weights, n, lanes) if preload else []),
-        *([body_entry()] if self_wait else []),
+        *([body_entry(trigger=not late)] if self_wait else []),
         f"float acc[{p}][{vec}];",
         f"#pragma unroll\nfor (int j = 0; j < {p}; ++j) {{",
         f"  #pragma unroll\n  for (int v = 0; v < {vec}; ++v) acc[j][v] = 0.0f;",
@@ -160,6 +172,7 @@ def _segment(
         *("  " + s for s in product_loop(dtype, weights, n, lanes, 1, xv, preload)),
         "}",
     ]
+    lines += [LAUNCH_DEPENDENTS] if late else []  # a large segment's dependents launch now
     lines += _reduce_lanes(p, vec, ct)
     loop = (
         f"for (unsigned int c = threadIdx.x; c < {tile_cols}u; c += {THREADS}u) {{\n"

@@ -263,10 +263,15 @@ def make_kernel(family: str, params: Iterable[str], body: str) -> Kernel:
 PDL_ENTRY = "  og_grid_dependency_wait();\n  og_grid_launch_dependents();\n"
 
 
-def body_entry() -> str:
+LAUNCH_DEPENDENTS = "og_grid_launch_dependents();"
+
+
+def body_entry(trigger: bool = True) -> str:
     """The PDL statements a self-waiting body (or a merged kernel's member) runs at its wait:
-    the wait, then the trigger."""
-    return "og_grid_dependency_wait();\nog_grid_launch_dependents();"
+    the wait, then the trigger. `trigger` False: the wait alone; the body then runs
+    `LAUNCH_DEPENDENTS` itself, later (a one-row product after its product loop:
+    `cuda_fused.LATE_TRIGGER_BYTES`)."""
+    return "og_grid_dependency_wait();" + (f"\n{LAUNCH_DEPENDENTS}" if trigger else "")
 
 
 def kernel_template(

@@ -19,7 +19,7 @@ import pytest
 import optgraph as og
 from optgraph.codegen.cuda_plan import CudaPlan, KernelStep, lower_cuda
 from optgraph.codegen.cuda_prelude import PRELUDE
-from optgraph.codegen.cuda_source import PDL_ENTRY, body_entry
+from optgraph.codegen.cuda_source import LAUNCH_DEPENDENTS, PDL_ENTRY, body_entry
 from optgraph.passes.manager import run_pipeline
 from optgraph.runtime import cuda_pdl
 from optgraph.runtime.cuda_pdl import LAUNCH_KERNEL_EX, lookup_launch_entry, pdl_steps
@@ -72,7 +72,8 @@ def _preloads(body: str) -> set[str]:
     """The params a self-waiting body loads before its PDL entry (checking that it does nothing
     else there)."""
     entry = body.index("og_grid_dependency_wait();")
-    assert body[entry:].startswith(body_entry().replace("\n", "\n  "))
+    if not body[entry:].startswith(body_entry().replace("\n", "\n  ")):
+        _assert_late_trigger(body)
     params: set[str] = set()
     for line in body[:entry].splitlines():
         if not line.strip():
@@ -81,6 +82,17 @@ def _preloads(body: str) -> set[str]:
         params.update(re.findall(_LOAD, line))
     assert params, "a self-waiting kernel loads a weight before its entry"
     return params
+
+
+def _assert_late_trigger(body: str) -> None:
+    """A body whose entry is the wait alone (`cuda_fused.LATE_TRIGGER_BYTES`): after each wait,
+    exactly one trigger, after the product loop (its multiply-adds) and before the block sums."""
+    waits = [m.start() for m in re.finditer(r"og_grid_dependency_wait\(\);", body)]
+    for at, end in zip(waits, [*waits[1:], len(body)]):
+        part = body[at:end]
+        assert part.startswith(body_entry(trigger=False)) and part.count(LAUNCH_DEPENDENTS) == 1
+        trigger = part.index(LAUNCH_DEPENDENTS)
+        assert part.rindex("+= xv * wf") < trigger < part.index("__shfl_xor_sync"), part[:200]
 
 
 def _assert_wait_first(plan: CudaPlan) -> dict[str, set[str]]:
@@ -342,3 +354,39 @@ def test_an_old_driver_or_a_failed_lookup_means_no_pdl() -> None:
     missing.cuGetProcAddress_v2 = lambda *args: 500  # type: ignore[method-assign]
     assert lookup_launch_entry(missing) is None
     assert lookup_launch_entry(types.SimpleNamespace()) is None  # a library without the API
+
+
+LARGE_AND_SMALL = """graph large_and_small {
+  input %x : f16[1,4096]
+  weight %big : f16[4096,1024]
+  weight %small : f16[4096,256]
+  %a = matmul(%x, %big) : f16[1,1024]
+  %b = matmul(%x, %small) : f16[1,256]
+  output %a, %b
+}
+"""
+
+
+def test_large_products_let_their_dependents_launch_after_their_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`LATE_TRIGGER_BYTES` (4 MiB): the product reading 8 MiB of weights waits alone at its
+    entry and triggers after its product loop; the one reading 2 MiB triggers at its wait; with
+    the setting 0 both trigger at their wait."""
+    from optgraph.codegen import cuda_fused
+
+    graph = run_pipeline(og.parse(LARGE_AND_SMALL), PIPELINE)
+
+    def bodies() -> dict[str, str]:
+        plan = lower_cuda(graph, merge_launches=False)
+        _assert_wait_first(plan)
+        steps = {s.node: s.kernel for s in plan.steps if isinstance(s, KernelStep)}
+        return {node: plan.kernels[kernel].body or "" for node, kernel in steps.items()}
+
+    entry = body_entry().replace("\n", "\n  ")  # as indented in a body
+    late = bodies()
+    assert late["a"].count(LAUNCH_DEPENDENTS) == 1
+    assert entry not in late["a"] and body_entry(trigger=False) in late["a"]
+    assert entry in late["b"]
+    monkeypatch.setattr(cuda_fused, "LATE_TRIGGER_BYTES", 0)
+    assert all(entry in body for body in bodies().values())

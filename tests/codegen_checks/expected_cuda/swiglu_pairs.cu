@@ -166,7 +166,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) og_gemv_0b9fb9ce7845(og_f16
 __device__ float og_ws_b195c08eabc6[36864];
 __device__ unsigned int og_cnt_b195c08eabc6[18];
 
-extern "C" __global__ void __launch_bounds__(256, 2) og_gemvs_73ab266dbc8c(og_f16* out, const og_f16* in0, const og_f16* in1, const og_f16* in2) {
+extern "C" __global__ void __launch_bounds__(256, 2) og_gemvs_cef68ca41e3e(og_f16* out, const og_f16* in0, const og_f16* in1, const og_f16* in2) {
   const unsigned int tile = blockIdx.x, split = blockIdx.y;
   const unsigned int cg = threadIdx.x % 16u, rl = threadIdx.x / 16u;
   const unsigned int k0 = split * 288u;
@@ -188,7 +188,6 @@ extern "C" __global__ void __launch_bounds__(256, 2) og_gemvs_73ab266dbc8c(og_f1
       }
     }
     og_grid_dependency_wait();
-  og_grid_launch_dependents();
     float acc[2][8];
     #pragma unroll
   for (int j = 0; j < 2; ++j) {
@@ -288,6 +287,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) og_gemvs_73ab266dbc8c(og_f1
         }
       }
     }
+    og_grid_launch_dependents();
     #pragma unroll
   for (int j = 0; j < 2; ++j) {
       #pragma unroll
