@@ -66,6 +66,7 @@ def node_code(
     resident: frozenset[int] = frozenset(),
     l2_ahead: bool = False,
     most_splits: int | None = None,
+    rope_pairs: bool = False,
 ) -> tuple[Work, ...]:
     """What to issue for `node`, given its operands' types.
 
@@ -74,7 +75,8 @@ def node_code(
     weight buffer, which no kernel writes (a one-row product loads them before its PDL wait).
     `l2_ahead`: a one-row product also brings the rest of its weights into L2 then
     (`codegen/l2_ahead.py` says which). `most_splits`: a one-row product's splits of K at most
-    (it shares its launch: `codegen/sibling_splits.py`).
+    (it shares its launch: `codegen/sibling_splits.py`). `rope_pairs`: a rope reads a one-row
+    product's result, which then takes the layout a rope fold needs (`qkv_folds`).
     Views that alias their operand are not passed here (they cost nothing); views that do not
     are materialized with a copy kernel.
     """
@@ -83,9 +85,11 @@ def node_code(
         return ()
     types = tuple(operand_types)
     if node.op == "fused":
-        return tuple(fused_code(node, types, resident, l2_ahead, most_splits))
+        return tuple(fused_code(node, types, resident, l2_ahead, most_splits, rope_pairs))
     if node.op == "matmul":
-        one_kernel = cuda_fused.gemv_matmul(node, types, resident, None, l2_ahead, most_splits)
+        one_kernel = cuda_fused.gemv_matmul(
+            node, types, resident, None, l2_ahead, most_splits, rope_pairs
+        )
         if one_kernel is not None:
             return tuple(one_kernel)
     for family in FAMILIES:
@@ -107,9 +111,10 @@ def fused_code(
     resident: frozenset[int] = frozenset(),
     l2_ahead: bool = False,
     most_splits: int | None = None,
+    rope_pairs: bool = False,
 ) -> list[Work]:
     """The work of a fused region, by the kind of its plan (see the module docstring);
-    `resident`, `l2_ahead`, `most_splits`: see `node_code`."""
+    `resident`, `l2_ahead`, `most_splits`, `rope_pairs`: see `node_code`."""
     assert node.type is not None and node.body is not None
     body = node.body
     try:
@@ -131,7 +136,9 @@ def fused_code(
     if plan.kind == REDUCTION:
         return [cuda_reduction.fused_row_launch(node, types, plan, roles)]
     assert plan.kind == PRODUCT
-    one_kernel = cuda_fused.gemv_region(node, types, resident, None, l2_ahead, most_splits)
+    one_kernel = cuda_fused.gemv_region(
+        node, types, resident, None, l2_ahead, most_splits, rope_pairs
+    )
     if one_kernel is not None:
         return list(one_kernel)
     work = _product_anchor(node, anchor, types, roles)

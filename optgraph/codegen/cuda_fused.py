@@ -119,12 +119,15 @@ def gemv_kernel(
     fold: GemvFold | None = None,
     l2_ahead: bool = False,
     most_splits: int | None = None,
+    rope_pairs: bool = False,
 ) -> tuple[Kernel, tuple[int, int, int]] | None:
     """(kernel, grid) of the fused product, or None when the shape does not qualify. While a
-    graph is lowered, each structure's kernel is generated once (`gemv_structures`)."""
+    graph is lowered, each structure's kernel is generated once (`gemv_structures`).
+    `rope_pairs`: a rope reads the result (`qkv_folds.rope_read_products`), so the layout is
+    the one a rope fold needs, folded or not (the same sums either way)."""
     inputs = GemvInputs(
         params, types, anchor, epilogue, result, out_type, prologue, resident, fold, l2_ahead,
-        most_splits,
+        most_splits, rope_pairs,
     )  # fmt: skip
     return recall(structure_key(inputs), salt, lambda name: _gemv_kernel(name, inputs))
 
@@ -149,7 +152,7 @@ def _gemv_kernel(salt: str, inputs: GemvInputs) -> Made | None:
     pass or after the split-K partial sums (`cuda_gemv_reduce.store_sums`).
     """
     (params, types, anchor, epilogue, result, out_type, prologue, resident, fold, l2_ahead,
-     most_splits) = inputs  # fmt: skip
+     most_splits, rope_pairs) = inputs  # fmt: skip
     index = {p: k for k, p in enumerate(params)}
     computed = {n.name: n.type for n in prologue if n.type is not None}
     if anchor.operands[1] not in index or (
@@ -165,7 +168,9 @@ def _gemv_kernel(salt: str, inputs: GemvInputs) -> Made | None:
     assert anchor.type is not None
     m, k, n = shape
     vec = VECTOR[a_type.dtype]
-    even = fold is not None and fold.rope is not None  # rope pairs the halves of a tile
+    # rope pairs the halves of a tile: an even number of column threads, for a fold and for a
+    # product whose rope is not folded alike (one layout: the same bits in either plan)
+    even = (fold is not None and fold.rope is not None) or rope_pairs
     g = Geometry(m, k, n, a_type.dtype, vec, *layout(k, n, vec, even, most_splits))
     if fold is not None:
         mode = pairing(fold, g.tile_cols, g.ct, n)
@@ -358,11 +363,12 @@ def gemv_region(
     fold: GemvFold | None = None,
     l2_ahead: bool = False,
     most_splits: int | None = None,
+    rope_pairs: bool = False,
 ) -> list[Launch] | None:
     """The one launch of a fused product region with few rows, or None (use cuBLAS).
     `resident`: the operands (by index) that are weights no kernel writes; `fold`, `l2_ahead`,
-    `most_splits`: see `gemv_kernel` (a fold's extra params are the launch's next roles:
-    in{arity}, ...)."""
+    `most_splits`, `rope_pairs`: see `gemv_kernel` (a fold's extra params are the launch's
+    next roles: in{arity}, ...)."""
     if node.body is None or node.type is None:
         return None  # GEMV_MAX_M is applied by gemv_shape: a prologue needs this kernel anyway
     try:
@@ -385,6 +391,7 @@ def gemv_region(
         fold,
         l2_ahead,
         most_splits,
+        rope_pairs,
     )
     if made is None:
         return None
@@ -400,9 +407,10 @@ def gemv_matmul(
     fold: GemvFold | None = None,
     l2_ahead: bool = False,
     most_splits: int | None = None,
+    rope_pairs: bool = False,
 ) -> list[Launch] | None:
     """A plain matmul with few rows as the same kernel (no epilogue), or None; `resident`,
-    `fold`, `l2_ahead`, `most_splits`: see `gemv_region`."""
+    `fold`, `l2_ahead`, `most_splits`, `rope_pairs`: see `gemv_region`."""
     if node.op != "matmul" or node.type is None or len(types) != 2:
         return None
     params = ("#a", "#b")  # cannot clash with IR names
@@ -410,7 +418,7 @@ def gemv_matmul(
     named = frozenset(params[k] for k in resident if k < len(params))
     made = gemv_kernel(
         node.name, params, types, anchor, [], node.name, node.type, (), named, fold, l2_ahead,
-        most_splits,
+        most_splits, rope_pairs,
     )  # fmt: skip
     if made is None:
         return None

@@ -66,7 +66,7 @@ from optgraph.codegen.l2_ahead import l2_ahead_products
 from optgraph.codegen.lowered import LoweredProgram, LoweredVariant
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.codegen.merge_launches import merge_kernel_steps
-from optgraph.codegen.qkv_folds import fold_step, place_folds
+from optgraph.codegen.qkv_folds import fold_step, place_folds, rope_read_products
 from optgraph.codegen.rope_cache_writes import rope_cache_step, rope_cache_writes
 from optgraph.codegen.scratch_space import place_scratch
 from optgraph.codegen.sibling_splits import sibling_splits
@@ -236,6 +236,7 @@ def _lowered(graph: Graph, merge_launches: bool, in_place: Mapping[str, str] | N
     folded_writes = {w.name for w in folded.values()} | absorbed
     early_reads = early_cache_reads(graph, in_place or {}, types)  # before the PDL wait
     ahead = l2_ahead_products(graph, roots, types)  # weights into L2 during an attention
+    rope_read = rope_read_products(graph)  # the layout of a rope fold, folded or not
     steps: list[Step] = []
     origins: list[int] = []  # the index in graph.nodes of each step's node
     kernels: dict[str, Kernel] = {}
@@ -293,6 +294,7 @@ def _lowered(graph: Graph, merge_launches: bool, in_place: Mapping[str, str] | N
             resident=resident,
             l2_ahead=node.name in ahead,
             most_splits=siblings.get(node.name),
+            rope_pairs=node.name in rope_read,
         )
         for work in work_list:
             if isinstance(work, Launch):

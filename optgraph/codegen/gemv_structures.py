@@ -41,7 +41,8 @@ class GemvInputs(NamedTuple):
     """What a one-row product kernel is made from (`cuda_fused.gemv_kernel` says what each
     is): the region's params and their types, its product (anchor), epilogue, result and
     result type, the prologue of its row, the params bound to resident weights, the store's
-    fold, whether it brings its weights into L2 ahead, and its most splits of K."""
+    fold, whether it brings its weights into L2 ahead, its most splits of K, and whether a rope
+    reads its result (the layout a rope fold needs)."""
 
     params: Sequence[str]
     types: Sequence[TensorType]
@@ -54,6 +55,7 @@ class GemvInputs(NamedTuple):
     fold: GemvFold | None = None
     l2_ahead: bool = False
     most_splits: int | None = None
+    rope_pairs: bool = False
 
 
 class _Memo(threading.local):
@@ -90,7 +92,7 @@ def kernel_name(salt: str, g: Geometry, decl: str, template: str) -> str:
 def structure_key(inputs: GemvInputs) -> Hashable | None:
     """What `cuda_fused.gemv_kernel`'s text depends on, without names: the params by position,
     the region's nodes by position (op, operands, attributes, type), the operand and result
-    types, the resident params, the fold, `l2_ahead` and `most_splits`. None where a node holds
+    types, the resident params, the fold, `l2_ahead`, `most_splits` and `rope_pairs`. None where a node holds
     a region of its own (not keyed)."""
     names = {p: f"%p{k}" for k, p in enumerate(inputs.params)}
     nodes = (*inputs.prologue, inputs.anchor, *inputs.epilogue)
@@ -105,7 +107,7 @@ def structure_key(inputs: GemvInputs) -> Hashable | None:
         names.get(inputs.result, "=" + inputs.result),
     )
     held = tuple(sorted(names[p] for p in inputs.resident if p in names))
-    flags = (inputs.l2_ahead, inputs.most_splits)
+    flags = (inputs.l2_ahead, inputs.most_splits, inputs.rope_pairs)
     return (
         tuple(inputs.types),
         inputs.out_type,

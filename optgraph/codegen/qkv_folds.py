@@ -141,6 +141,29 @@ class _Graph:
         return True
 
 
+def rope_read_products(graph: Graph) -> frozenset[str]:
+    """The values a full-rotary rope reads (directly or through a view at offset 0): where one
+    is a one-row product, its kernel takes the layout a fold of that rope needs (an even number
+    of column threads a tile, `cuda_gemv_layout.layout(even=True)`) whether or not the rope is
+    folded, so that a plan that folds it and one that cannot (several streams: a plan that
+    streams weights) sum the product in the same order and give the same bits. O(V).
+
+        %k = matmul(%x, %wk) : f16[1,512]  %k4 = reshape(%k)  %kr = rope(%k4, %pos)  -> {"k"}
+    """
+    roots = alias_roots(graph)
+    types = graph.value_types()
+    found: set[str] = set()
+    for node in graph.nodes:
+        if node.op != "rope" or not node.operands:
+            continue
+        x = node.operands[0]
+        root, offset = roots.get(x, (x, 0))
+        t = types[x]
+        if offset == 0 and t.rank == 4 and is_full_rotary(node, t.shape[-1]):
+            found.add(root)
+    return frozenset(found)
+
+
 def product_folds(
     graph: Graph,
     locations: Mapping[str, Location],

@@ -177,6 +177,10 @@ def _same_bits_folded_or_not(graph: og.Graph, weights: dict, inputs: dict, launc
         ("f16", 2100, 8, 2, 128),  # split-K, tiles of whole heads
         ("f32", 2100, 2, 1, 512),  # split-K, chunked head halves
         ("bf16", 300, 4, 4, 64),
+        # unfolded, these k and v products alone would take one column thread a tile (a single
+        # pass): they take the fold's even layout instead, so the sums agree
+        ("f16", 768, 6, 2, 128),
+        ("f16", 1280, 10, 2, 128),
     ],
 )
 def test_folded_products_give_the_unfolded_bits(dt: str, k: int, h: int, kh: int, d: int) -> None:
@@ -186,6 +190,31 @@ def test_folded_products_give_the_unfolded_bits(dt: str, k: int, h: int, kh: int
     for pos in (3, 15, 16) if k < 2048 else (7,):
         inputs["pos"] = np.array([pos], np.int32)
         _same_bits_folded_or_not(graph, weights, inputs, 2)
+
+
+@pytest.mark.parametrize("k", [768, 1280])
+def test_a_product_a_rope_reads_has_the_folds_layout_folded_or_not(k: int) -> None:
+    """k and v of K = 768 or 1280 rows (f16, 256 columns): alone, the layout gives them one
+    column thread a tile, which cannot hold rope's column pairs; a product whose result a rope
+    reads takes the fold's layout even where the rope is not folded (a graph of several streams,
+    or the folds off), so both plans sum it in the same order. v (no rope) keeps its own."""
+    graph = _qkv("f16", k, 10, 2, 128)
+    assert qkv_folds.rope_read_products(graph) == {"q", "k"}
+    pairs = in_place_candidates(graph)
+
+    def grids(plan: CudaPlan) -> dict[str, tuple[int, int, int]]:
+        return {s.node: s.grid for s in plan.steps if isinstance(s, KernelStep)}
+
+    folded = grids(lower_cuda(graph, in_place=pairs, merge_launches=False))
+    saved = qkv_folds.FOLD_QKV
+    qkv_folds.FOLD_QKV = False
+    try:
+        plain = grids(lower_cuda(graph, in_place=pairs, merge_launches=False))
+    finally:
+        qkv_folds.FOLD_QKV = saved
+    assert "k_rot" in plain and "k_rot" not in folded  # the rope is its own kernel unfolded
+    assert plain["k"] == folded["k"] and plain["q"] == folded["q"]
+    assert plain["k"][0] < 256 // 8  # not one tile of 8 columns per block: an even layout
 
 
 @NEEDS_GXX
