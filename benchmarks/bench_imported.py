@@ -9,8 +9,8 @@ the same step written by `examples/gen_llama.py`, compiled by the same pipeline,
 The imported step is `examples/hf_generate.py`'s `DecodeStep` (transformers' `LlamaForCausalLM`,
 random weights, a static cache whose tensors are the step's inputs, updated in place); with
 `--mode prefill` the prompt's logits through transformers' own positions, against
-`gen_llama.py --mode prefill` (`--seq` tokens). Both
-graphs run `verify,dce,cse,transpose-weights,fuse,assign-streams{max-streams=1},insert-sync,
+`gen_llama.py --mode prefill` (`--seq` tokens). Both graphs run `verify,dce,cse,
+transpose-weights,fuse,fuse-siblings{concat=false},assign-streams{max-streams=1},insert-sync,
 analyze-lifetimes,plan-memory` (og-fused-1s of the head-to-head suite, plus transpose-weights);
 the imported one also without transpose-weights, to show what storing `nn.Linear`'s weights
 transposed buys. Each is one CUDA graph, timed as the head-to-head suite times (median of

@@ -48,10 +48,10 @@ from optgraph.codegen.cuda_gemv_layout import (
     BOUNDS,
     THREADS,
     VECTOR,
-    VECTOR_BYTES,
     Geometry,
     first_batch,
     layout,
+    matrix_bytes,
     product_loop,
 )
 from optgraph.codegen.cuda_gemv_reduce import reduce_lanes, store_sums
@@ -187,7 +187,7 @@ def _gemv_kernel(salt: str, inputs: GemvInputs) -> Made | None:
             factors = rope_factors(fold, len(types), items, g.tile_cols, g.column("c"))
     before_wait = preload and fold is not None and fold.pos_is_input
     ahead_rows = weight_rows_to_l2(g, b_role) if preload and l2_ahead else []
-    late = preload and late_trigger(g.k * g.n * (VECTOR_BYTES // vec))
+    late = preload and late_trigger(matrix_bytes(g.k, g.n, vec))
     body = _product(
         g, params, types, prologue, row, b_role, preload, (factors, before_wait), ahead_rows,
         late,

@@ -33,8 +33,8 @@ from optgraph.codegen.cuda_gemv_layout import (
     BOUNDS,
     THREADS,
     VECTOR,
-    VECTOR_BYTES,
     first_batch,
+    matrix_bytes,
     product_loop,
 )
 from optgraph.codegen.cuda_gemv_layout import layout as gemv_layout
@@ -89,6 +89,10 @@ def siblings_launch(
         and all(body.params.index(by_name[p].operands[1]) in resident for p in s.products)
         for s in plan.segments
     ]
+    late = [  # a segment reading many weight bytes lets its dependents launch after its loop
+        e and cuda_fused.late_trigger(len(s.products) * matrix_bytes(k, s.cols, vec))
+        for e, s in zip(early, plan.segments)
+    ]
     warps, lanes = THREADS // 32, THREADS // ct
     salt = hashlib.sha1(f"{node.name}|{k},{n_total},{dtype}".encode()).hexdigest()[:12]
     ws, cnt = f"og_ws_{salt}", f"og_cnt_{salt}"
@@ -109,7 +113,7 @@ def siblings_launch(
         lines.append(f"{head} ({cond}) {{" if s < len(tiles) - 1 or s == 0 else "} else {")
         seg_lines = _segment(
             seg, by_name, body.params, types, role, x, dtype, base, offset, n_total,
-            (ct, tile_cols, lanes, warps, splits), (ws, cnt), (early[s], any(early)),
+            (ct, tile_cols, lanes, warps, splits), (ws, cnt), (early[s], any(early), late[s]),
         )  # fmt: skip
         lines += ["  " + line for line in seg_lines]
         base += count
@@ -144,19 +148,17 @@ def _segment(
     n_total: int,
     layout: tuple[int, int, int, int, int],
     workspace: tuple[str, str],
-    early: tuple[bool, bool] = (False, False),
+    early: tuple[bool, bool, bool] = (False, False, False),
 ) -> list[str]:
     """The code of one segment: its tiles' products, block reduction and epilogue stores.
     `early` = (this segment loads its first batch of weight rows before the PDL wait, the
-    kernel runs the wait itself: each segment then runs it once, after those loads if any). A
-    segment loading early that reads `cuda_fused.LATE_TRIGGER_BYTES` of weights or more lets the
-    dependents launch after its product loop, not at its wait."""
+    kernel runs the wait itself: each segment then runs it once, after those loads if any, the
+    segment lets the dependents launch after its product loop rather than at its wait:
+    `cuda_fused.LATE_TRIGGER_BYTES`)."""
     ct, tile_cols, lanes, warps, splits = layout
     ws, cnt = workspace
-    preload, self_wait = early
+    preload, self_wait, late = early
     vec, n, p = VECTOR[dtype], seg.cols, len(seg.products)
-    k = types[list(params).index(x)].shape[-1]
-    late = preload and cuda_fused.late_trigger(k * n * p * (VECTOR_BYTES // vec))
     weights = [f"{role[by_name[name].operands[1]]} + n0" for name in seg.products]
     xv = load(dtype, f"{role[x]}[kk]")
     lines = [

@@ -104,11 +104,11 @@ def layout(
     `even`: an even number of column threads (a rope fold pairs the halves of a tile);
     `most_splits`: at most that many splits of K (a product sharing its launch with others,
     `codegen/sibling_splits.py`)."""
-    matrix_bytes = k * n * (VECTOR_BYTES // vec)
+    size = matrix_bytes(k, n, vec)
     for limit in (min(4, SINGLE_PASS_ROWS), SINGLE_PASS_ROWS):
         fits = [ct for ct in (8, 4, 2, 1) if limit and k <= limit * (THREADS // ct)]
         fits = [ct for ct in fits if not (even and ct % 2)]
-        fits = [ct for ct in fits if ct >= WHOLE_BURST_CT or matrix_bytes <= NARROW_MAX_BYTES]
+        fits = [ct for ct in fits if ct >= WHOLE_BURST_CT or size <= NARROW_MAX_BYTES]
         if fits:
             ct = fits[0]
             return ct, -(-n // (ct * vec)), 1, k
@@ -119,6 +119,11 @@ def layout(
     ct = 32 if -(-n // (16 * vec)) < 16 else 16
     tiles = -(-n // (ct * vec))
     return (ct, tiles, *splits(k, tiles, most_splits, BATCH * (THREADS // ct)))
+
+
+def matrix_bytes(k: int, n: int, vec: int) -> int:
+    """Bytes of a [K, N] matrix of `vec` elements a 16-byte vector."""
+    return k * n * (VECTOR_BYTES // vec)
 
 
 def splits(k: int, tiles: int, most: int | None = None, unit: int = 1) -> tuple[int, int]:

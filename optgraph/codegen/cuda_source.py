@@ -260,10 +260,9 @@ def make_kernel(family: str, params: Iterable[str], body: str) -> Kernel:
     return Kernel.assemble(f"og_{family}_{digest}", params, body)
 
 
-PDL_ENTRY = "  og_grid_dependency_wait();\n  og_grid_launch_dependents();\n"
-
-
+WAIT = "og_grid_dependency_wait();"
 LAUNCH_DEPENDENTS = "og_grid_launch_dependents();"
+PDL_ENTRY = f"  {WAIT}\n  {LAUNCH_DEPENDENTS}\n"
 
 
 def body_entry(trigger: bool = True) -> str:
@@ -271,7 +270,7 @@ def body_entry(trigger: bool = True) -> str:
     the wait, then the trigger. `trigger` False: the wait alone; the body then runs
     `LAUNCH_DEPENDENTS` itself, later (a one-row product after its product loop:
     `cuda_fused.LATE_TRIGGER_BYTES`)."""
-    return "og_grid_dependency_wait();" + (f"\n{LAUNCH_DEPENDENTS}" if trigger else "")
+    return WAIT + (f"\n{LAUNCH_DEPENDENTS}" if trigger else "")
 
 
 def kernel_template(

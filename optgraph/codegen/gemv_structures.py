@@ -92,8 +92,8 @@ def kernel_name(salt: str, g: Geometry, decl: str, template: str) -> str:
 def structure_key(inputs: GemvInputs) -> Hashable | None:
     """What `cuda_fused.gemv_kernel`'s text depends on, without names: the params by position,
     the region's nodes by position (op, operands, attributes, type), the operand and result
-    types, the resident params, the fold, `l2_ahead`, `most_splits` and `rope_pairs`. None where a node holds
-    a region of its own (not keyed)."""
+    types, the resident params, the fold, `l2_ahead`, `most_splits` and `rope_pairs`. None where
+    a node holds a region of its own (not keyed)."""
     names = {p: f"%p{k}" for k, p in enumerate(inputs.params)}
     nodes = (*inputs.prologue, inputs.anchor, *inputs.epilogue)
     for k, node in enumerate(nodes):

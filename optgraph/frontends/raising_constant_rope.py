@@ -28,7 +28,7 @@ def constant_rope(
 ) -> tuple[np.ndarray, dict[str, AttrValue]] | None:
     """(positions, rope attributes) when the constant tables `[..., rows, head_dim]` (one row
     per position, broadcast over the rest) are a rope's cos and sin."""
-    found = [draft.wide.get(t, known_value(draft, t)) for t in tables]
+    found = [draft.wide[t] if t in draft.wide else known_value(draft, t) for t in tables]
     if found[0] is None or found[1] is None or rows < 2:
         return None
     cos, sin = (np.asarray(t, np.float64) for t in found)

@@ -25,12 +25,12 @@ docs/results/2026-11-25-h100-paired-gate-up.md); concat groups were measured slo
 launches (`codegen/merge_launches.py`) already join q/k/v.
 
 Blocked: a member that is a graph output (its bytes would become a view), members on different
-devices, streams or backends. Its contract invalidates events (moving work earlier could pass a wait), arena
-offsets and live ranges, so the manager refuses it after `insert-sync`, `analyze-lifetimes` or
-`plan-memory`: name it right after `fuse{row-prologues=false}` (it needs the norm shared, not copied
-into each product). Moving a member earlier is
-safe: all it reads is defined before the group's first member, and every reader of its result
-comes after that place.
+devices, streams or backends. Its contract invalidates events (moving work earlier could pass a
+wait), arena offsets and live ranges, so the manager refuses it after `insert-sync`,
+`analyze-lifetimes` or `plan-memory`: name it right after `fuse` (with `row-prologues=false`
+for concat groups of q/k/v: they need the norm shared, not copied into each product). Moving a
+member earlier is safe: all it reads is defined before the group's first member, and every
+reader of its result comes after that place.
 
 Does not handle: products with M > 1, transposed or batched operands, products reading different
 rows, a pair whose second product is itself a region with an epilogue, nested regions.
