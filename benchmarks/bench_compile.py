@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import optgraph as og
+from optgraph.cli.report import compute_report
 from optgraph.ir.gc_pause import gc_paused
-from optgraph.report import compute_report
 
 TARGETS_SECONDS = {10_000: 2.0, 100_000: 20.0}
 NODES_PER_LAYER = 26  # gen_llama: 26 nodes a layer plus 3 (embedding, final norm, lm head)

@@ -15,16 +15,16 @@ set while the program is lowered, captured and first run):
 
 - `all-on`: the defaults;
 - `warp-stats`, `no-warp-stats`: prologue norms of rows up to 2048 reduced by every warp alone
-  (`cuda_row_prologue.WARP_STATISTICS_MAX_K`, now the default) or by the block;
+  (`prologue.WARP_STATISTICS_MAX_K`, now the default) or by the block;
 - `no-qkv-fold`: `qkv_folds.FOLD_QKV = False` (rope(q), rope(k) and the cache writes not in
   the q/k/v products' store: six launches a layer instead of five);
 - `no-rope-kv`: that and `rope_cache_writes.ROPE_CACHE_WRITES = False` (a key's rope and its
   cache write as two kernels: seven launches a layer);
-- `no-early-w`: `cuda_fused.EARLY_WEIGHTS = False` (weights loaded after the PDL wait);
+- `no-early-w`: `product_kernel.EARLY_WEIGHTS = False` (weights loaded after the PDL wait);
 - `no-early-kv`: `early_cache_reads.EARLY_CACHE_READS = False` (decode attention reads its KV
   cache after the PDL wait, not the rows no kernel of the step writes before it);
 - `attn-s8`, `attn-b528`, `attn-s8-b528`: decode attention with up to 8 key slots a pass
-  (`cuda_attention_decode_layout.MAX_SLOTS`, default 4) and/or chunks for 528 blocks of one row
+  (`decode_wide_layout.MAX_SLOTS`, default 4) and/or chunks for 528 blocks of one row
   (`TARGET_BLOCKS`, default 264);
 - `none`: all off (main before these settings);
 - `all-on-pk16k`: the defaults with `fuse{prologue-max-k=16384}`: the realistic step's norms
@@ -122,11 +122,11 @@ def build(
     import cupy as cp
     from gpu_variants import FUSED_ONE_STREAM
 
-    from optgraph.codegen.cuda_plan import KernelStep
-    from optgraph.codegen.in_place_outputs import in_place_candidates
+    from optgraph.api.programs import cuda_program
+    from optgraph.codegen.lower_cuda import KernelStep
+    from optgraph.codegen.plan.in_place_outputs import in_place_candidates
     from optgraph.passes.manager import run_pipeline
-    from optgraph.program import cuda_program
-    from optgraph.runtime.reference_kernels import numpy_dtype
+    from optgraph.reference.kernels import numpy_dtype
 
     pipeline = FUSED_ONE_STREAM.replace(*fusion, 1) if fusion else FUSED_ONE_STREAM
     graph = run_pipeline(model.graph, pipeline)

@@ -97,7 +97,7 @@ def draw_weights(graph: Graph) -> dict[str, Any]:
 
 def start_values(graph: Graph, cache_fill: int) -> dict[str, np.ndarray]:
     """Seeded caches, the first token, and the position after `cache_fill` cached tokens."""
-    from optgraph.runtime.reference import random_inputs
+    from optgraph.reference.interpreter import random_inputs
 
     values = random_inputs(graph, 0)
     values["tokens"][:] = 1
@@ -116,7 +116,7 @@ def reference_tokens(
     from dataclasses import replace
 
     from optgraph.ir.graph import Output
-    from optgraph.runtime.reference import run_reference
+    from optgraph.reference.interpreter import run_reference
 
     env = {k: v.copy() for k, v in values.items()}
     out_tokens, margins = [], []
@@ -141,8 +141,8 @@ class OptgraphLoop:
     def __init__(self, graph: Graph, weights: dict[str, Any], values: dict, pdl: bool):
         import cupy as cp
 
+        from optgraph.api.programs import cuda_program
         from optgraph.codegen.lowering_options import LoweringOptions
-        from optgraph.program import cuda_program
 
         self.cp = cp
         program = cuda_program(

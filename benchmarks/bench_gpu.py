@@ -44,7 +44,7 @@ def models(only: str | None) -> list[Model]:
     from gpu_variants import Model
 
     import optgraph as og
-    from optgraph.runtime.reference import random_inputs, random_weights
+    from optgraph.reference.interpreter import random_inputs, random_weights
 
     found = [(p.stem, og.parse_file(p)) for p in sorted((ROOT / "examples").glob("*.ir"))]
     found.append(("llama_gen_f16", og.parse(generate_llama(**LLAMA))))

@@ -41,7 +41,7 @@ def _models() -> list[Any]:
     from head_to_head import LLAMA_LAUNCH, decode_inputs, device_weights
 
     import optgraph as og
-    from optgraph.runtime.reference import random_inputs, random_weights
+    from optgraph.reference.interpreter import random_inputs, random_weights
 
     found = []
     for name in ("diamond", "moe_block"):
@@ -56,10 +56,10 @@ def _models() -> list[Any]:
 def _optgraph(model: Any, bound: bool) -> CallAndStream:
     import cupy as cp
 
-    from optgraph.codegen.in_place_outputs import in_place_candidates
+    from optgraph.api.programs import cuda_program
+    from optgraph.codegen.plan.in_place_outputs import in_place_candidates
     from optgraph.passes.manager import plan_memory_if_missing, run_pipeline
-    from optgraph.program import cuda_program
-    from optgraph.runtime.reference_kernels import numpy_dtype
+    from optgraph.reference.kernels import numpy_dtype
 
     graph = plan_memory_if_missing(run_pipeline(model.graph, "default"))
     program = cuda_program(graph, weights=model.weights)

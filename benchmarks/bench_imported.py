@@ -133,9 +133,9 @@ def generated_step(args: argparse.Namespace) -> og.Graph:
 
 def structure(graph: og.Graph, pipeline: str) -> dict[str, Any]:
     """What the pipeline made of `graph`: nodes, fused products, cuBLAS products, launches."""
-    from optgraph.codegen.cuda_plan import lower_cuda
-    from optgraph.codegen.cuda_steps import KernelStep
-    from optgraph.codegen.in_place_outputs import in_place_candidates
+    from optgraph.codegen.lower_cuda import lower_cuda
+    from optgraph.codegen.plan.in_place_outputs import in_place_candidates
+    from optgraph.codegen.plan.steps import KernelStep
 
     planned = run_pipeline(graph, pipeline)
     fused_products = sum(
@@ -160,7 +160,7 @@ def step_inputs(graph: og.Graph, cache_len: int) -> dict[str, np.ndarray]:
     prefill's positions 0, 1, ... and token 0."""
     from head_to_head import decode_inputs
 
-    from optgraph.runtime.reference import random_inputs
+    from optgraph.reference.interpreter import random_inputs
 
     names = {i.name for i in graph.inputs}
     if names in ({"tokens", "pos"}, {"input_ids"}):
@@ -182,9 +182,9 @@ def time_step(graph: og.Graph, planned: og.Graph, args: argparse.Namespace) -> f
     from head_to_head import device_weights
     from timing import median_us
 
-    from optgraph.codegen.in_place_outputs import in_place_candidates
-    from optgraph.program import cuda_program
-    from optgraph.runtime.reference_kernels import numpy_dtype
+    from optgraph.api.programs import cuda_program
+    from optgraph.codegen.plan.in_place_outputs import in_place_candidates
+    from optgraph.reference.kernels import numpy_dtype
 
     model = Model("step", graph, step_inputs(graph, args.cache_len), device_weights(graph))
     program = cuda_program(planned, weights=model.weights)

@@ -30,18 +30,14 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from timing import device_name, median_us
 
 import optgraph as og
-from optgraph.codegen import (
-    cuda_attention,
-    cuda_attention_decode,
-    cuda_attention_decode_wide,
-    cuda_attention_tiled,
-    cuda_gemv_layout,
-    cuda_reduction,
-)
+from optgraph.api.programs import cuda_program
+from optgraph.codegen.kernels import reductions
+from optgraph.codegen.kernels.attention import decode, decode_wide, prefill_tiled
+from optgraph.codegen.kernels.attention import variants as attention_variants
+from optgraph.codegen.kernels.one_row import geometry
 from optgraph.codegen.lowering_options import LoweringOptions
-from optgraph.program import cuda_program
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
-from optgraph.runtime.reference_kernels import numpy_dtype
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.kernels import numpy_dtype
 
 
 @contextmanager
@@ -54,13 +50,13 @@ def setting(module: Any, name: str, value: Any) -> Iterator[None]:
         setattr(module, name, old)
 
 
-EARLIER_DECODE = [(cuda_attention, "WIDE_DECODE", False)]
+EARLIER_DECODE = [(attention_variants, "WIDE_DECODE", False)]
 OLD_ATTENTION = [
     *EARLIER_DECODE,
-    (cuda_attention_decode, "MAX_ROWS", 0),
-    (cuda_attention_tiled, "MAX_D", 0),
+    (decode, "MAX_ROWS", 0),
+    (prefill_tiled, "MAX_D", 0),
 ]
-WIDE = cuda_attention_decode_wide
+WIDE = decode_wide
 # name -> (one copy's IR lines with {i}, reference check?, variants: name -> settings)
 CASES: dict[str, tuple[str, bool, dict[str, list[tuple[Any, str, Any]]]]] = {
     "attn_decode_real": (
@@ -75,7 +71,7 @@ input %len{i} : i32[1]
             "wide 32 chunks x 2 slots": [(WIDE, "MAX_SLOTS", 2), (WIDE, "TARGET_BLOCKS", 264)],
             "wide 8 chunks x 8 slots (2 passes)": [(WIDE, "MAX_CHUNKS", 8)],
             "split-kv (earlier)": EARLIER_DECODE,
-            "split-kv (earlier) unroll 2": [*EARLIER_DECODE, (cuda_attention_decode, "UNROLL", 2)],
+            "split-kv (earlier) unroll 2": [*EARLIER_DECODE, (decode, "UNROLL", 2)],
             "rows (old)": OLD_ATTENTION,
         },
     ),
@@ -93,7 +89,7 @@ input %len{i} : i32[1]
             "split-kv (earlier)": EARLIER_DECODE,
             "split-kv (earlier) 1 chunk": [
                 *EARLIER_DECODE,
-                (cuda_attention_decode, "MAX_CHUNKS", 1),
+                (decode, "MAX_CHUNKS", 1),
             ],
             "rows (old)": OLD_ATTENTION,
         },
@@ -111,14 +107,14 @@ input %v{i} : f16[1,8,512,128]
 weight %w{i} : f16[4096]
 %o{i} = rms_norm(%x{i}, %w{i}) {eps = 1e-06} : f16[1,4096]""",
         True,
-        {"cached": [], "uncached": [(cuda_reduction, "MAX_CACHED", 0)]},
+        {"cached": [], "uncached": [(reductions, "MAX_CACHED", 0)]},
     ),
     "rms_norm_512": (
         """input %x{i} : f16[1,512]
 weight %w{i} : f16[512]
 %o{i} = rms_norm(%x{i}, %w{i}) {eps = 1e-06} : f16[1,512]""",
         True,
-        {"cached": [], "uncached": [(cuda_reduction, "MAX_CACHED", 0)]},
+        {"cached": [], "uncached": [(reductions, "MAX_CACHED", 0)]},
     ),
     "rms_norm_512x4096": (
         """input %x{i} : f16[512,4096]
@@ -142,7 +138,7 @@ for _k, _n in ((512, 512), (512, 128), (512, 1376), (1376, 512), (512, 1024), (4
 weight %w{{i}} : f16[{_k},{_n}]
 %o{{i}} = matmul(%x{{i}}, %w{{i}}) : f16[1,{_n}]""",
         True,
-        {"auto": [], "no small single pass": [(cuda_gemv_layout, "SINGLE_PASS_ROWS", 0)]},
+        {"auto": [], "no small single pass": [(geometry, "SINGLE_PASS_ROWS", 0)]},
     )
 
 

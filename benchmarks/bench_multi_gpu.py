@@ -96,7 +96,7 @@ def _time_single(program: Any, inputs: dict[str, Any], args: argparse.Namespace)
     import cupy as cp
     from timing import median_us
 
-    from optgraph.runtime.reference_kernels import numpy_dtype
+    from optgraph.reference.kernels import numpy_dtype
 
     runtime = program._cuda_runner()
     dev_in = {k: cp.asarray(v) for k, v in inputs.items()}
@@ -115,9 +115,9 @@ def two_gpu_runner(source: Graph, pipeline: str, peer: bool = True) -> tuple[Any
     """(the runner, its graph, how it is planned): per-device arenas (the pipeline as given), or,
     where lowering refuses that plan, the same pipeline without its memory plan (one buffer per
     value), said in the table."""
+    from optgraph.api.program_devices import MultiDeviceRunner
     from optgraph.codegen.cuda_source import CodegenError
     from optgraph.codegen.rank_programs import lower_ranks
-    from optgraph.program_devices import MultiDeviceRunner
 
     graph = og.compile(source, pipeline, "cpu").graph
     try:
@@ -135,7 +135,7 @@ def two_gpu_runner(source: Graph, pipeline: str, peer: bool = True) -> tuple[Any
 
 
 def measure(case: str, source: Graph, args: argparse.Namespace) -> dict[str, Any]:
-    from optgraph.runtime.reference import nmse, random_inputs, run_reference
+    from optgraph.reference.interpreter import nmse, random_inputs, run_reference
 
     single_pipeline, multi_pipeline, budget = pipelines(source, case, args.budget_ratio)
     inputs, weights = random_inputs(source), fast_weights(source)

@@ -81,8 +81,8 @@ from optgraph.analysis.segments import device_memory, format_size
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.reference import random_inputs
-from optgraph.runtime.reference_kernels import numpy_dtype
+from optgraph.reference.interpreter import random_inputs
+from optgraph.reference.kernels import numpy_dtype
 
 PLAN = "verify,dce,cse,fuse,assign-streams{max-streams=2},insert-sync,analyze-lifetimes,plan-memory"
 VARIANTS = {
@@ -133,7 +133,7 @@ def balanced_batch(
     if measured:
         import cupy as cp
 
-        from optgraph.program import cuda_program
+        from optgraph.api.programs import cuda_program
 
         source = graphs["resident"]
         program = cuda_program(source, weights=fast_weights(source))
@@ -200,7 +200,7 @@ def describe(graphs: dict[str, Graph], budget: int) -> list[str]:
 def measure(args: argparse.Namespace, mode: str, pinned: float, f16_flops: float) -> dict[str, Any]:
     import cupy as cp
 
-    from optgraph.program import cuda_program
+    from optgraph.api.programs import cuda_program
 
     batch = balanced_batch(args, pinned, f16_flops, measured=True) if mode == "balanced" else 1
     source, graphs, budget = plan_variants(args, mode, pinned, batch)

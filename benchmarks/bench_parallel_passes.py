@@ -24,12 +24,12 @@ import numpy as np
 import optgraph as og
 from optgraph.analysis.races import find_races
 from optgraph.analysis.schedule_estimate import node_seconds, profile_named
-from optgraph.codegen.program_lowering import lower
+from optgraph.codegen.plan.lower_arena import lower
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import plan_memory_if_missing, run_pipeline
 from optgraph.passes.tensor_parallel import join_outputs, piece_layout, shard_inputs, shard_weights
-from optgraph.runtime.planned import execute
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
+from optgraph.runtime.cpu.planned_executor import execute
 from tests.cli.test_examples import gen_llama
 from tests.support.parallel_models import PARALLEL_MODELS
 

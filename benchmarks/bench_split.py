@@ -74,7 +74,7 @@ LABELS = {
 
 
 def dry_run(args: argparse.Namespace) -> int:
-    from optgraph.codegen.cuda_plan import lower_cuda
+    from optgraph.codegen.lower_cuda import lower_cuda
 
     source, split, _ = plan_graphs(args)
     facts = describe(source, split, lower_cuda(split))
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name}: {what} ({time.perf_counter() - start:.1f} s)", flush=True)
     rows = {name: combined(found) for name, found in runs.items()}
     source, split, _ = plan_graphs(args)
-    from optgraph.codegen.cuda_plan import lower_cuda
+    from optgraph.codegen.lower_cuda import lower_cuda
 
     facts = describe(source, split, lower_cuda(split))
     text = table(args, facts, rows)

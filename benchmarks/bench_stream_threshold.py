@@ -41,13 +41,13 @@ from gpu_variants import FUSED_ONE_STREAM, PLAN, Model
 from timing import device_name, median_us
 
 import optgraph as og
-from optgraph.codegen.cuda_plan import GemmStep, KernelStep, lower_cuda
+from optgraph.api.programs import cuda_program
+from optgraph.codegen.lower_cuda import GemmStep, KernelStep, lower_cuda
 from optgraph.ir.graph import Graph
 from optgraph.ir.printer import print_graph
 from optgraph.passes.manager import FUSION, run_pipeline
-from optgraph.program import cuda_program
-from optgraph.runtime.reference import random_inputs, random_weights
-from optgraph.runtime.reference_kernels import numpy_dtype
+from optgraph.reference.interpreter import random_inputs, random_weights
+from optgraph.reference.kernels import numpy_dtype
 
 EXAMPLES = ("moe_block", "inception_block", "gpt2_block", "llama_decode")
 # (column, assign-streams options); the default first

@@ -61,7 +61,7 @@ class Config:
 
 
 def legacy(k: int, n: int) -> Config:
-    """optgraph's layout before this work (`cuda_fused._layout` at commit 81b7093)."""
+    """optgraph's layout before this work (`product_kernel._layout` at commit 81b7093)."""
     for limit in (4, 8):
         for ct in (8, 4, 2, 1):
             if k <= limit * (256 // ct):

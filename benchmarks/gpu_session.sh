@@ -23,7 +23,7 @@ parts=${*:-tests bench sanitize}
   python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)"
   python3 - <<'PY'
 from cupy_backends.cuda.libs import cublas
-from optgraph.runtime.cuda_blas import load_blas
+from optgraph.runtime.cuda.blas import load_blas
 b = load_blas(cublas)
 print("cublas binding:", b.kind, getattr(b, "path", ""))
 PY

@@ -22,12 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from optgraph.codegen.in_place_outputs import in_place_candidates
+from optgraph.api.programs import cuda_program
 from optgraph.codegen.lowering_options import LoweringOptions
+from optgraph.codegen.plan.in_place_outputs import in_place_candidates
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import FUSION, run_pipeline
-from optgraph.program import cuda_program
-from optgraph.runtime.reference_kernels import numpy_dtype
+from optgraph.reference.kernels import numpy_dtype
 
 PLAN = "analyze-lifetimes,plan-memory"
 ONE_STREAM = f"verify,dce,cse,assign-streams{{max-streams=1}},insert-sync,{PLAN}"

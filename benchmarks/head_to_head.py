@@ -74,8 +74,8 @@ from timing import device_name, median_us, results_table
 
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.ir.graph import Graph
-from optgraph.runtime.reference import random_inputs
-from optgraph.runtime.reference_kernels import numpy_dtype
+from optgraph.reference.interpreter import random_inputs
+from optgraph.reference.kernels import numpy_dtype
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -195,7 +195,7 @@ def suite_variants() -> list[Variant]:
         Variant(
             "og-fused-1s-old-decode-attn",
             "og-fused-1s with decode attention on the earlier split-KV kernel of a warp per key"
-            " row (cuda_attention.WIDE_DECODE = False)",
+            " row (variants.WIDE_DECODE = False)",
             codegen_setting_variant(fused_1s, "WIDE_DECODE", False, module="cuda_attention"),
         ),
         Variant(
@@ -214,7 +214,7 @@ def suite_variants() -> list[Variant]:
         Variant(
             "og-fused-1s-tiled-attn",
             "og-fused-1s with prefill attention on the tiled CUDA-core kernel, as before the"
-            " tensor-core path became the default (cuda_attention.GEMM_PREFILL_MIN_ROWS = 0)",
+            " tensor-core path became the default (variants.GEMM_PREFILL_MIN_ROWS = 0)",
             codegen_setting_variant(fused_1s, "GEMM_PREFILL_MIN_ROWS", 0, module="cuda_attention"),
         ),
         Variant(
@@ -231,7 +231,7 @@ def models(only: str | None) -> Iterator[Model]:
     from gen_llama import generate_llama
 
     import optgraph as og
-    from optgraph.runtime.reference import random_weights
+    from optgraph.reference.interpreter import random_weights
 
     real_weights: dict[str, Any] | None = None
     FINGERPRINTS.clear()
@@ -276,7 +276,7 @@ def _fingerprint(weights: dict[str, Any]) -> dict[str, float] | None:
 def _fresh_weights(model: Model) -> dict[str, Any]:
     """The model's weights drawn again from their seed (device_weights and random_weights are
     deterministic), so no array a timed variant touched is read."""
-    from optgraph.runtime.reference import random_weights
+    from optgraph.reference.interpreter import random_weights
 
     if model.name in ("llama_real", "llama_prefill_512", "llama_launch"):
         return device_weights(model.graph)
@@ -287,8 +287,8 @@ def _agreement(model: Model, pipeline: str) -> str:
     """nmse of optgraph (`pipeline`) against PyTorch eager and CuPy eager, each on fresh copies
     of the inputs and weights (head_to_head_checks.agreement); where optgraph and PyTorch
     disagree, optgraph also runs without PDL and without its CUDA graph (eager launches)."""
+    from optgraph.api.programs import cuda_program
     from optgraph.passes.manager import run_pipeline
-    from optgraph.program import cuda_program
 
     graph = run_pipeline(model.graph, pipeline)
 

@@ -151,7 +151,7 @@ def _host(value: Any) -> np.ndarray:
 
 
 def _nmse(actual: np.ndarray, expected: np.ndarray) -> float:
-    from optgraph.runtime.reference import nmse
+    from optgraph.reference.interpreter import nmse
 
     return nmse(actual, expected)
 

@@ -63,7 +63,7 @@ WAIT_ASM = 'asm volatile("griddepcontrol.wait;" ::: "memory");'
 WAIT_DEFINITION = "__device__ __forceinline__ void og_grid_dependency_wait()"
 KERNEL_ENTRY = re.compile(r'(extern "C" __global__ void [^{]*\{)')
 # (text a phase ends just before, the mark): the generated one-row product's landmarks, then
-# the wide decode attention's (`cuda_attention_decode_wide`) on three of the same columns: its
+# the wide decode attention's (`decode_wide`) on three of the same columns: its
 # rows read (q and kv_len issued), its pass loop's start and its passes done
 PHASE_TEXTS = (
     ("auto og_row = [&]", "stats"),
@@ -112,9 +112,9 @@ def instrument_kernels(kernels: str) -> str:
 def instrumented_modules() -> Iterator[list[Any]]:
     """Inside the block the CUDA runtime compiles every module instrumented; the list collects
     the compiled modules (the runtime's own `kernel_module`, wrapped, restored after)."""
-    from optgraph.runtime import cuda_launch
+    from optgraph.runtime.cuda import launch
 
-    original = cuda_launch.kernel_module
+    original = launch.kernel_module
     compiled: list[Any] = []
 
     def compile_instrumented(source: str) -> Any:
@@ -122,11 +122,11 @@ def instrumented_modules() -> Iterator[list[Any]]:
         compiled.append(module)
         return module
 
-    cuda_launch.kernel_module = compile_instrumented
+    launch.kernel_module = compile_instrumented
     try:
         yield compiled
     finally:
-        cuda_launch.kernel_module = original
+        launch.kernel_module = original
 
 
 def one_step(step: Any, stream: Any, module: Any) -> list[dict[str, Any]]:
@@ -159,7 +159,7 @@ def kernel_rows(plan: Any, grids: list[dict[str, Any]]) -> list[Row]:
     """One row a kernel launch of `plan`, zipped with the traced grids in start order."""
     import numpy as np
 
-    from optgraph.codegen.cuda_plan import KernelStep
+    from optgraph.codegen.lower_cuda import KernelStep
 
     launches = [s for s in plan.steps if isinstance(s, KernelStep)]
     if len(grids) != len(launches):

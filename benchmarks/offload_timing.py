@@ -52,7 +52,7 @@ def time_replays(cp: Any, program: Any, args: argparse.Namespace) -> float:
 
 def time_copies(cp: Any, program: Any, args: argparse.Namespace) -> tuple[int, float]:
     """(bytes, ms) of the program's own prefetch copies, back to back on one stream."""
-    from optgraph.codegen.cuda_plan import CopyStep
+    from optgraph.codegen.lower_cuda import CopyStep
 
     (variant,) = program._variants.values()
     prefetched = {n.name for n in variant.graph.nodes if n.op == "prefetch"}

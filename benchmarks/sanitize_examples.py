@@ -23,11 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import optgraph as og
+from optgraph.api.programs import cuda_program
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
-from optgraph.program import cuda_program
-from optgraph.runtime.cuda import CHECK_BOUNDS
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
+from optgraph.runtime.cuda.runner import CHECK_BOUNDS
 
 STREAMS_PIPELINE = (
     "verify,dce,cse,fuse,assign-streams{max-streams=4,min-branch-us=0},insert-sync,"

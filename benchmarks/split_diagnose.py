@@ -53,7 +53,7 @@ from split_plan import plan_graphs
 from split_sync_way import moe_weights, step_arrays
 
 from optgraph.codegen.lowering_options import LoweringOptions
-from optgraph.runtime.cuda_offload import HostFunction
+from optgraph.runtime.cuda.offload import HostFunction
 
 MODES = ("graph-per-node", "graph", "calling-thread")
 
@@ -235,7 +235,7 @@ def alone_ms(
 def way_section(
     cp: Any, probe: Probe, mode: str, parts: tuple[Any, ...], args: argparse.Namespace
 ) -> dict[str, float]:
-    from optgraph.program import cuda_program
+    from optgraph.api.programs import cuda_program
 
     split, weights, inputs, out = parts
     program = cuda_program(split, weights=weights, options=LoweringOptions(cpu_nodes=mode))
@@ -283,7 +283,7 @@ def piece_name(call: Any) -> str:
 
 def timeline_section(cp: Any, parts: tuple[Any, ...], args: argparse.Namespace) -> None:
     """One calling-thread step piece by piece (see the module docstring, section 4)."""
-    from optgraph.program import cuda_program
+    from optgraph.api.programs import cuda_program
 
     split, weights, inputs, out = parts
     program = cuda_program(
@@ -421,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.monotonic() + args.budget
     import cupy as cp
 
-    from optgraph.program import cuda_program
+    from optgraph.api.programs import cuda_program
 
     setting(cp)
     say(f"threads before any program: {threads_by_name()}")

@@ -22,8 +22,9 @@ from moe_decode import MoeSizes, generate_moe_decode
 import optgraph as og
 from optgraph.analysis.host_syncs import host_device_waits, min_host_device_syncs
 from optgraph.analysis.segments import count_splits, format_size
-from optgraph.codegen.cpu_node_schedule import boundary_syncs, calling_thread_schedule
-from optgraph.codegen.cuda_steps import (
+from optgraph.codegen.lowering_options import CPU_NODE_MODES
+from optgraph.codegen.plan.cpu_node_schedule import boundary_syncs, calling_thread_schedule
+from optgraph.codegen.plan.steps import (
     HOST_SPACES,
     CopyStep,
     CudaPlan,
@@ -32,7 +33,6 @@ from optgraph.codegen.cuda_steps import (
     HostStep,
     KernelStep,
 )
-from optgraph.codegen.lowering_options import CPU_NODE_MODES
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
 

@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 from split_plan import SPLIT_MODES, describe, plan_graphs, schedule_syncs
 
-from optgraph.codegen.cuda_steps import CopyStep, EventStep, HostStep
 from optgraph.codegen.lowering_options import LoweringOptions
+from optgraph.codegen.plan.steps import CopyStep, EventStep, HostStep
 from optgraph.ir.graph import Graph
-from optgraph.runtime.cuda_launch import COPY_KINDS
-from optgraph.runtime.cuda_offload import HostFunction
-from optgraph.runtime.reference import random_inputs
+from optgraph.reference.interpreter import random_inputs
+from optgraph.runtime.cuda.launch import COPY_KINDS
+from optgraph.runtime.cuda.offload import HostFunction
 
 H2D, D2H, D2D = 1, 2, 3
 # name -> what it runs; the split ways are `LoweringOptions.cpu_nodes` of the one split program
@@ -179,7 +179,7 @@ def measure_variant(args: argparse.Namespace, name: str) -> dict[str, Any]:
     """Build variant `name`, warm it up (eager run, capture, replays) and time it alone."""
     import cupy as cp
 
-    from optgraph.program import cuda_program
+    from optgraph.api.programs import cuda_program
 
     source, split, gpu = plan_graphs(args)
     weights = moe_weights(source)

@@ -59,7 +59,7 @@ Row = tuple[str, str, float, float, float, int]
 def step_rows(plan: Any, kernels: list[tuple[str, float, float]]) -> list[Row]:
     """(node, kernel, start, duration, adds, bytes read from weights and inputs) of the last
     replay's kernels."""
-    from optgraph.codegen.cuda_plan import KernelStep
+    from optgraph.codegen.lower_cuda import KernelStep
 
     launches = [s for s in plan.steps if isinstance(s, KernelStep)]
     last = kernels[-len(launches) :]

@@ -36,7 +36,7 @@ from torch import nn
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, StaticCache
 
 import optgraph as og
-from optgraph.codegen.in_place_outputs import in_place_candidates
+from optgraph.codegen.plan.in_place_outputs import in_place_candidates
 
 TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 

@@ -21,6 +21,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from optgraph.api.programs import CompiledProgram, compile
     from optgraph.codegen.lowering_options import LoweringOptions
     from optgraph.errors import OptGraphError, Span
     from optgraph.frontends.onnx import from_onnx
@@ -30,19 +31,18 @@ if TYPE_CHECKING:
     from optgraph.ir.printer import print_graph
     from optgraph.ir.verify import verify
     from optgraph.passes.manager import run_pipeline
-    from optgraph.program import CompiledProgram, compile
 
     Program = CompiledProgram
 
 # Public name -> (module, name in that module).
 _EXPORTS: dict[str, tuple[str, str]] = {
-    "CompiledProgram": ("optgraph.program", "CompiledProgram"),
+    "CompiledProgram": ("optgraph.api.programs", "CompiledProgram"),
     "Graph": ("optgraph.ir.graph", "Graph"),
     "LoweringOptions": ("optgraph.codegen.lowering_options", "LoweringOptions"),
     "OptGraphError": ("optgraph.errors", "OptGraphError"),
-    "Program": ("optgraph.program", "CompiledProgram"),
+    "Program": ("optgraph.api.programs", "CompiledProgram"),
     "Span": ("optgraph.errors", "Span"),
-    "compile": ("optgraph.program", "compile"),
+    "compile": ("optgraph.api.programs", "compile"),
     "from_onnx": ("optgraph.frontends.onnx", "from_onnx"),
     "from_torch": ("optgraph.frontends.torch_export", "from_torch"),
     "parse": ("optgraph.ir.parser", "parse"),

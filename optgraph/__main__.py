@@ -2,6 +2,6 @@
 
 import sys
 
-from optgraph.cli import main
+from optgraph.cli.main import main
 
 sys.exit(main())

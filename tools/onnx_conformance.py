@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 import optgraph as og
 from optgraph.frontends.onnx_ops import CONVERTERS
-from optgraph.runtime.reference import nmse
+from optgraph.reference.interpreter import nmse
 
 DOC = ROOT / "docs" / "importers.md"
 BEGIN, END = "<!-- onnx-conformance:begin -->", "<!-- onnx-conformance:end -->"

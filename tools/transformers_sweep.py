@@ -319,7 +319,7 @@ def check(name: str, cuda: bool = False, onnx: bool = False) -> str:
     import torch
 
     import optgraph as og
-    from optgraph.runtime.reference import nmse, run_reference
+    from optgraph.reference.interpreter import nmse, run_reference
 
     module, args = wrapped(name)
     with torch.no_grad():

@@ -2,7 +2,7 @@
 
 Every kernel runs in one CUDA graph with programmatic dependent launch (PDL) between consecutive
 kernels of a stream, so on one stream a kernel costs max(roofline, `kernel_s`), `kernel_s` being
-the measured least time of a kernel there. With merged launches (codegen/merge_launches.py),
+the measured least time of a kernel there. With merged launches (codegen/plan/merge_launches.py),
 consecutive independent kernels of one stream become one launch: the kernels of one *run* (in
 the graph's order, kernels none of which depends on another, at most `RUN_MEMBERS`, each one that
 `may_share_launch`) cost max(kernel_s, sum of their rooflines) together. A dependency between

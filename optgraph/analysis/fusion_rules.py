@@ -20,7 +20,7 @@ so, how: a `RegionPlan` with its kind, its anchor and which nodes run before/aft
   input row, as *segments*: each segment is one or more products of the same width plus an
   elementwise epilogue combining them (SwiGLU's `mul(silu(x@wg), x@wu)`); the root is either the
   one segment's value or `concat` of the segments' values along the last axis (q/k/v). One
-  matrix-vector kernel computes every segment (`codegen/cuda_fused_siblings.py`).
+  matrix-vector kernel computes every segment (`codegen/kernels/one_row/sibling_kernel.py`).
 
 A value computed before the anchor is not read after it (the row kernel computes the two phases
 in different loops; the value stays a buffer of its own instead).

@@ -1,24 +1,24 @@
 """Which op family emits a node: the one place that knows every family.
 
 `node_code(node, operand_types)` turns one verified node into the work the CUDA runtime issues for
-it: a tuple of `Launch` (one of our kernels), `Gemm` (a cuBLAS call, `cuda_matmul`) and
+it: a tuple of `Launch` (one of our kernels), `Gemm` (a cuBLAS call, `matmul`) and
 `DeviceCopy` (a memcpy), whose buffers are named by *role*: `"out"` for the node's result and
-`"in0"`, `"in1"`, ... for its operands. `cuda_plan` binds roles to arena offsets.
+`"in0"`, `"in1"`, ... for its operands. `lower_cuda` binds roles to arena offsets.
 
-    %y = softmax(%x) : f32[4,64]                       ->  cuda_reduction: one row kernel
-    %y = matmul(%x, %w) : f16[1,4096]                  ->  cuda_fused: the one-row product kernel
-    %y = matmul(%x, %w) : f16[8,4096]                  ->  cuda_matmul: cuBLAS
-    %y = fused(...) { matmul, add }  (8 rows)          ->  cuBLAS, then a cuda_elementwise epilogue
+    %y = softmax(%x) : f32[4,64]                       ->  reductions: one row kernel
+    %y = matmul(%x, %w) : f16[1,4096]                  ->  product_kernel: the one-row product kernel
+    %y = matmul(%x, %w) : f16[8,4096]                  ->  matmul: cuBLAS
+    %y = fused(...) { matmul, add }  (8 rows)          ->  cuBLAS, then a elementwise epilogue
 
-Families (`cuda_elementwise`, `cuda_data_movement`, `cuda_indexing`, `cuda_reduction`, `cuda_rope`,
-`cuda_attention`,
-`cuda_conv`, `cuda_matmul`) each name their ops in `OPS` and emit them with
+Families (`elementwise`, `data_movement`, `indexing`, `reductions`, `rope`,
+`variants`,
+`conv`, `matmul`) each name their ops in `OPS` and emit them with
 `emit(node, types, in_place=...)`; they import the shared vocabulary below them (`cuda_source`,
-`cuda_scalars`, `cuda_gemv_layout`, `cuda_head_rows`), never this module or each other. A
+`scalars`, `geometry`, `head_rows`), never this module or each other. A
 `fused` node is planned with `fusion_rules.plan_body` and emitted by kind here: an elementwise
-region is one `cuda_elementwise` kernel, a reduction region one `cuda_reduction` row kernel, a
-siblings region one `cuda_fused_siblings` kernel, a product region the one-row kernel of
-`cuda_fused` where it qualifies, else its matmul (cuBLAS) or conv2d into the result buffer and
+region is one `elementwise` kernel, a reduction region one `reductions` row kernel, a
+siblings region one `sibling_kernel` kernel, a product region the one-row kernel of
+`product_kernel` where it qualifies, else its matmul (cuBLAS) or conv2d into the result buffer and
 one epilogue kernel that reads the product back in place.
 """
 
@@ -27,34 +27,33 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from optgraph.analysis.fusion_rules import ELEMENTWISE, PRODUCT, REDUCTION, SIBLINGS, plan_body
-from optgraph.codegen import (
-    cuda_attention,
-    cuda_conv,
-    cuda_data_movement,
-    cuda_elementwise,
-    cuda_fused,
-    cuda_fused_siblings,
-    cuda_indexing,
-    cuda_matmul,
-    cuda_reduction,
-    cuda_rope,
-)
-from optgraph.codegen.cuda_matmul import Gemm
 from optgraph.codegen.cuda_source import CodegenError, DeviceCopy, Launch
+from optgraph.codegen.kernels import (
+    conv,
+    data_movement,
+    elementwise,
+    indexing,
+    matmul,
+    reductions,
+    rope,
+)
+from optgraph.codegen.kernels.attention import variants
+from optgraph.codegen.kernels.matmul import Gemm
+from optgraph.codegen.kernels.one_row import product_kernel, sibling_kernel
 from optgraph.ir.graph import Node, TensorType
 
 Work = Launch | DeviceCopy | Gemm
 
 # Looked up in this order; matmul and fused nodes are chosen by shape first (`node_code`).
 FAMILIES = (
-    cuda_elementwise,
-    cuda_data_movement,
-    cuda_indexing,
-    cuda_reduction,
-    cuda_rope,
-    cuda_attention,
-    cuda_conv,
-    cuda_matmul,
+    elementwise,
+    data_movement,
+    indexing,
+    reductions,
+    rope,
+    variants,
+    conv,
+    matmul,
 )
 
 
@@ -74,8 +73,8 @@ def node_code(
     writes the new rows). `resident`: the operands (by index) that are weights in the device's
     weight buffer, which no kernel writes (a one-row product loads them before its PDL wait).
     `l2_ahead`: a one-row product also brings the rest of its weights into L2 then
-    (`codegen/l2_ahead.py` says which). `most_splits`: a one-row product's splits of K at most
-    (it shares its launch: `codegen/sibling_splits.py`). `rope_pairs`: a rope reads a one-row
+    (`codegen/kernels/one_row/l2_ahead.py` says which). `most_splits`: a one-row product's splits of K at most
+    (it shares its launch: `codegen/plan/sibling_splits.py`). `rope_pairs`: a rope reads a one-row
     product's result, which then takes the layout a rope fold needs (`qkv_folds`).
     Views that alias their operand are not passed here (they cost nothing); views that do not
     are materialized with a copy kernel.
@@ -87,7 +86,7 @@ def node_code(
     if node.op == "fused":
         return tuple(fused_code(node, types, resident, l2_ahead, most_splits, rope_pairs))
     if node.op == "matmul":
-        one_kernel = cuda_fused.gemv_matmul(
+        one_kernel = product_kernel.gemv_matmul(
             node, types, resident, None, l2_ahead, most_splits, rope_pairs
         )
         if one_kernel is not None:
@@ -101,7 +100,7 @@ def node_code(
 def scratch_bytes(node: Node, operand_types: Sequence[TensorType]) -> int:
     """Bytes of scratch the work of `node` needs besides its result (role "scratch"; 0: none)."""
     if node.op == "attention" and node.type is not None and node.type.numel:
-        return cuda_attention.scratch_bytes(node, tuple(operand_types))
+        return variants.scratch_bytes(node, tuple(operand_types))
     return 0
 
 
@@ -123,20 +122,20 @@ def fused_code(
         raise CodegenError(f"fused: {err}", node.span) from None
     if plan.kind == ELEMENTWISE:
         return [
-            cuda_elementwise.region_launch(
+            elementwise.region_launch(
                 "fused", body.params, types, body.nodes, body.result, node.type
             )
         ]
     if plan.kind == SIBLINGS:
-        return [cuda_fused_siblings.siblings_launch(node, types, plan, resident)]
+        return [sibling_kernel.siblings_launch(node, types, plan, resident)]
     by_name = {n.name: n for n in body.nodes}
     assert plan.anchor is not None
     anchor = by_name[plan.anchor]
     roles = dict(zip(body.params, (f"in{k}" for k in range(len(types)))))
     if plan.kind == REDUCTION:
-        return [cuda_reduction.fused_row_launch(node, types, plan, roles)]
+        return [reductions.fused_row_launch(node, types, plan, roles)]
     assert plan.kind == PRODUCT
-    one_kernel = cuda_fused.gemv_region(
+    one_kernel = product_kernel.gemv_region(
         node, types, resident, None, l2_ahead, most_splits, rope_pairs
     )
     if one_kernel is not None:
@@ -145,7 +144,7 @@ def fused_code(
     epilogue = [by_name[n] for n in plan.epilogue]
     if epilogue:
         work.append(
-            cuda_elementwise.region_launch(
+            elementwise.region_launch(
                 "epilogue", body.params, types, epilogue, body.result, node.type, anchor.name
             )
         )
@@ -164,5 +163,5 @@ def _product_anchor(
     anchor_types = tuple(param_types[o] for o in anchor.operands)
     anchor_roles = tuple(roles[o] for o in anchor.operands)
     if anchor.op == "matmul":
-        return list(cuda_matmul.emit_roles(anchor, anchor_types, anchor_roles))
-    return list(cuda_conv.emit_roles(anchor, anchor_types, anchor_roles))
+        return list(matmul.emit_roles(anchor, anchor_types, anchor_roles))
+    return list(conv.emit_roles(anchor, anchor_types, anchor_roles))

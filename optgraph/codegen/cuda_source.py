@@ -2,7 +2,7 @@
 
 Every op family (`cuda_dispatch` lists them) builds its work from these pieces: a `Kernel` (one
 `extern "C" __global__` function), a `Launch` of it with buffers named by *role* (`"out"`, `"in0"`,
-`"in1"`, ...) and a `DeviceCopy` (a memcpy); `cuda_plan` binds roles to arena offsets.
+`"in1"`, ...) and a `DeviceCopy` (a memcpy); `lower_cuda` binds roles to arena offsets.
 
 Every shape, stride and attribute is baked into the source as a constant, and a kernel's name is a
 hash of its text, so identical ops (same op, attributes, operand and result types) produce
@@ -44,13 +44,13 @@ class Kernel:
     a merged kernel's member functions), then the function. Kernels assembled from parts
     (`make_kernel`, `Kernel.assemble`) also keep `params` (C parameter declarations, every one
     a device pointer) and `body` (the function body without the PDL entry): what
-    `cuda_merged` needs to call the body as a device function of a merged launch. A kernel
+    `merged_kernel` needs to call the body as a device function of a merged launch. A kernel
     without parts (None) is never merged. `bounds` (threads a block, blocks a multiprocessor)
     is its `__launch_bounds__`, None for none (a merged launch keeps its members'). `early`:
     statements run before the PDL dependency wait, so during the preceding kernel: only hints
     (L2 prefetches of weights), self-contained (a block of its own), never a store.
     `self_wait`: the body issues the PDL entry itself (`PDL_ENTRY`, after loading weights that no
-    kernel writes into registers: `cuda_fused.EARLY_WEIGHTS`), so the template does not.
+    kernel writes into registers: `product_kernel.EARLY_WEIGHTS`), so the template does not.
     """
 
     name: str
@@ -269,7 +269,7 @@ def body_entry(trigger: bool = True) -> str:
     """The PDL statements a self-waiting body (or a merged kernel's member) runs at its wait:
     the wait, then the trigger. `trigger` False: the wait alone; the body then runs
     `LAUNCH_DEPENDENTS` itself, later (a one-row product after its product loop:
-    `cuda_fused.LATE_TRIGGER_BYTES`)."""
+    `product_kernel.LATE_TRIGGER_BYTES`)."""
     return WAIT + (f"\n{LAUNCH_DEPENDENTS}" if trigger else "")
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# How the CUDA runtime runs a split program's CPU nodes (codegen/cpu_node_schedule.py).
+# How the CUDA runtime runs a split program's CPU nodes (codegen/plan/cpu_node_schedule.py).
 CPU_NODE_MODES = ("calling-thread", "graph", "graph-per-node")
 
 
@@ -23,13 +23,13 @@ class LoweringOptions:
     """How a program is lowered and run on the GPU (the cpu target reads none of them).
 
     - `merge_launches`: consecutive independent kernels of a stream as one launch
-      (`codegen/merge_launches.py`); False: one launch per kernel.
+      (`codegen/plan/merge_launches.py`); False: one launch per kernel.
     - `pdl`: a kernel that follows another on its stream is launched with Programmatic
-      Dependent Launch where the device is sm_90+ (`runtime/cuda_pdl.py`).
+      Dependent Launch where the device is sm_90+ (`runtime/cuda/pdl.py`).
     - `use_graph`: capture a CUDA graph and replay it; False: every run launches eagerly.
     - `capture_mode`: the CUDA stream-capture mode (0 global, 1 thread local, 2 relaxed).
     - `graph_capacity`: captured graphs kept at once (least recently used evicted first).
-    - `cpu_nodes`: how a split program's CPU nodes run (`codegen/cpu_node_schedule.py`):
+    - `cpu_nodes`: how a split program's CPU nodes run (`codegen/plan/cpu_node_schedule.py`):
       `"calling-thread"` (the thread that called `run`, between CUDA graphs of the GPU
       segments), `"graph"` (one host function per CPU segment inside the one CUDA graph) or
       `"graph-per-node"` (one host function per CPU node).

@@ -2,10 +2,10 @@
 
 A planned several-device graph holds every device's work in one issue order (docs/ir.md,
 "Devices"). `lower_ranks(graph, options)` cuts it into one single-device *rank graph* per device
-and lowers each with `cuda_plan.lower_for_cuda` (each all_reduce then offered the residual add
-after it: `codegen/residual_adds.py`), so a rank runs on the ordinary CUDA runtime:
+and lowers each with `lower_cuda.lower_for_cuda` (each all_reduce then offered the residual add
+after it: `codegen/decode/residual_adds.py`), so a rank runs on the ordinary CUDA runtime:
 its own nodes in the global issue order, its streams and events, its arena (the planned offsets
-are per-device already), and each collective as a `CollectiveStep` (`codegen/collective_steps.py`)
+are per-device already), and each collective as a `CollectiveStep` (`codegen/plan/collective_steps.py`)
 on its node's stream.
 
 `rank_graph(graph, r)`:
@@ -33,13 +33,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
 
-from optgraph.codegen.collective_steps import COLLECTIVE_OPS
-from optgraph.codegen.cuda_plan import lower_for_cuda, lower_variant
 from optgraph.codegen.cuda_source import CodegenError
-from optgraph.codegen.cuda_steps import CollectiveStep
-from optgraph.codegen.lowered import LoweredProgram, LoweredVariant, RankPrograms
+from optgraph.codegen.decode.residual_adds import offer_residual_adds
+from optgraph.codegen.lower_cuda import lower_for_cuda, lower_variant
 from optgraph.codegen.lowering_options import LoweringOptions
-from optgraph.codegen.residual_adds import offer_residual_adds
+from optgraph.codegen.plan.collective_steps import COLLECTIVE_OPS
+from optgraph.codegen.plan.lowered import LoweredProgram, LoweredVariant, RankPrograms
+from optgraph.codegen.plan.steps import CollectiveStep
 from optgraph.ir.graph import Graph, Node, TensorType
 
 POINT_TO_POINT = ("send", "recv")

@@ -10,7 +10,7 @@ import numpy as np
 from optgraph.frontends.conv1d_group_norm import conv1d, group_norm
 from optgraph.frontends.torch_values import Converter, TorchContext, arg, unsupported, value_type
 from optgraph.ir.graph import AttrValue, TensorType
-from optgraph.runtime.reference_kernels import numpy_dtype
+from optgraph.reference.kernels import numpy_dtype
 
 
 def _pair(value: Any) -> tuple[int, int]:

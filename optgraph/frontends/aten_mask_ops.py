@@ -25,7 +25,7 @@ import numpy as np
 from optgraph.frontends.integer_clamp import integer_clamp
 from optgraph.frontends.torch_values import Converter, TorchContext, arg, unsupported
 from optgraph.ir.graph import FLOAT_DTYPES, TensorType
-from optgraph.runtime.reference_kernels import numpy_dtype
+from optgraph.reference.kernels import numpy_dtype
 
 
 def _compare_dtype(ctx: TorchContext, a: Any, b: Any) -> str:

@@ -21,7 +21,7 @@ from optgraph.frontends.aten_indexing_ops import INDEXING_CONVERTERS, stepped_sl
 from optgraph.frontends.aten_mask_ops import MASK_CONVERTERS
 from optgraph.frontends.torch_values import Converter, TorchContext, arg, unsupported, value_type
 from optgraph.ir.graph import AttrValue, TensorType
-from optgraph.runtime.reference_kernels import numpy_dtype
+from optgraph.reference.kernels import numpy_dtype
 
 # -- elementwise ---------------------------------------------------------------------------------
 

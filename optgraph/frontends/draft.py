@@ -28,7 +28,7 @@ from optgraph.errors import OptGraphError, Span
 from optgraph.ir.graph import AttrValue, Graph, Input, Node, Output, TensorType, Weight
 from optgraph.ir.ops import get_op
 from optgraph.ir.verify import verify
-from optgraph.runtime.reference_kernels import ir_dtype
+from optgraph.reference.kernels import ir_dtype
 
 _VALID_NAME = re.compile(r"[A-Za-z0-9_.]+")
 _ESCAPE = re.compile(r"_x([0-9a-f]{2,6})_")

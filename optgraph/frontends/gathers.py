@@ -26,7 +26,7 @@ import numpy as np
 
 from optgraph.frontends.emitter import Emitter
 from optgraph.ir.graph import AttrValue, TensorType
-from optgraph.runtime.reference_kernels import numpy_dtype
+from optgraph.reference.kernels import numpy_dtype
 
 
 def _wrapped(em: Emitter, ids: str, index: TensorType, size: int) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 
 from optgraph.frontends.emitter import Emitter
 from optgraph.ir.graph import TensorType
-from optgraph.runtime.reference_kernels import numpy_dtype
+from optgraph.reference.kernels import numpy_dtype
 
 
 def integer_clamp(em: Emitter, x: tuple[str, TensorType], low: int | None, high: int | None) -> str:

@@ -14,7 +14,7 @@ from optgraph.errors import InputError, OptGraphError, Span
 from optgraph.ir.graph import Graph
 from optgraph.ir.printer import print_graph
 from optgraph.output_files import commit, temporary_beside
-from optgraph.runtime.reference import save_weights
+from optgraph.reference.interpreter import save_weights
 
 SUFFIXES = (".onnx", ".pt2")
 

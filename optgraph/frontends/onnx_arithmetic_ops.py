@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from optgraph.frontends.onnx_context import Converter, OnnxContext
-from optgraph.runtime.reference_kernels import numpy_dtype
+from optgraph.reference.kernels import numpy_dtype
 
 
 def _mod(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:

@@ -30,7 +30,7 @@ import numpy as np
 from optgraph.frontends.attention_masks import raised_mask_attrs
 from optgraph.frontends.onnx_context import Converter, OnnxContext
 from optgraph.ir.graph import AttrValue
-from optgraph.runtime.reference_kernels import numpy_dtype
+from optgraph.reference.kernels import numpy_dtype
 
 
 def _input(node: Any, index: int) -> str | None:

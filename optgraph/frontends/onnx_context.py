@@ -13,7 +13,7 @@ from optgraph.errors import OptGraphError, Span
 from optgraph.frontends.draft import Draft, ir_name
 from optgraph.ir.graph import AttrValue, Node, TensorType
 from optgraph.ir.ops import get_op, infer_type
-from optgraph.runtime.reference_kernels import numpy_dtype
+from optgraph.reference.kernels import numpy_dtype
 
 ONNX_DTYPES = {1: "f32", 10: "f16", 16: "bf16", 6: "i32", 7: "i64", 9: "bool"}
 

@@ -19,7 +19,7 @@ from optgraph.frontends.onnx_indexing_ops import INDEXING_CONVERTERS
 from optgraph.frontends.onnx_mask_ops import MASK_CONVERTERS
 from optgraph.frontends.stepped_slices import stepped_slice_nodes
 from optgraph.ir.graph import AttrValue, TensorType
-from optgraph.runtime.reference_kernels import numpy_dtype
+from optgraph.reference.kernels import numpy_dtype
 
 
 def _unary(op: str) -> Converter:

@@ -3,7 +3,7 @@
 torch.export places each node where the model computed it: a static-cache decode step computes
 a cache write's position (`cache_position + arange(1)`) right before the write, after the k and v
 products. The code generator folds a cache write into the product's store loop only when its
-position is computed before the product is issued (`codegen/qkv_folds.py`), so the imported step
+position is computed before the product is issued (`codegen/decode/qkv_folds.py`), so the imported step
 would need two launches a layer more than the same step written by hand. Such nodes depend on
 nothing computed by the model's float work; issuing them first changes no value.
 

@@ -24,7 +24,7 @@ from optgraph.frontends.attention_masks import causal_pattern, shared_pattern
 from optgraph.frontends.draft import Draft
 from optgraph.ir.graph import AttrValue, Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
-from optgraph.runtime.reference_kernels import KERNELS, numpy_dtype
+from optgraph.reference.kernels import KERNELS, numpy_dtype
 
 PROBES = 12  # random positions checked besides the boundaries
 CONE_LIMIT = 32  # nodes between the position and the mask

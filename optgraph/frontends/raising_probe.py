@@ -15,7 +15,7 @@ import numpy as np
 from optgraph.frontends.draft import Draft
 from optgraph.ir.graph import Node
 from optgraph.ir.ops import attrs_with_defaults
-from optgraph.runtime.reference_kernels import KERNELS, erf
+from optgraph.reference.kernels import KERNELS, erf
 
 # Ops the probe evaluator may run besides the IR's elementwise ones (pseudo ops of the draft).
 PSEUDO_KERNELS: dict[str, Callable[[np.ndarray], np.ndarray]] = {

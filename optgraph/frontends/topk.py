@@ -26,7 +26,7 @@ import numpy as np
 from optgraph.frontends.emitter import Emitter
 from optgraph.frontends.gathers import elements_along
 from optgraph.ir.graph import AttrValue, TensorType
-from optgraph.runtime.reference_kernels import numpy_dtype
+from optgraph.reference.kernels import numpy_dtype
 
 # Rounds (k) at most: each adds about eight nodes over the whole input.
 MAX_K = 16

@@ -17,7 +17,7 @@ import numpy as np
 from optgraph.errors import OptGraphError, Span
 from optgraph.frontends.draft import Draft, tensor_type
 from optgraph.ir.graph import AttrValue, TensorType
-from optgraph.runtime.reference_kernels import numpy_dtype
+from optgraph.reference.kernels import numpy_dtype
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 

@@ -22,7 +22,7 @@ region left by `fuse` (its elementwise epilogue comes along). Two rewrites, in t
 (`fuse,fuse-siblings{concat=false}`): a pair is one launch instead of two, and its gate product no
 longer waits for the whole up product to end (measured faster on an H100:
 docs/results/2026-11-25-h100-paired-gate-up.md); concat groups were measured slower, and merged
-launches (`codegen/merge_launches.py`) already join q/k/v.
+launches (`codegen/plan/merge_launches.py`) already join q/k/v.
 
 Blocked: a member that is a graph output (its bytes would become a view), members on different
 devices, streams or backends. Its contract invalidates events (moving work earlier could pass a

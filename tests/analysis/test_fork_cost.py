@@ -128,7 +128,7 @@ def test_runs_merge_consecutive_independent_kernels() -> None:
 
 
 def test_runs_hold_at_most_the_merge_limit() -> None:
-    from optgraph.codegen.merge_launches import MAX_MEMBERS
+    from optgraph.codegen.plan.merge_launches import MAX_MEMBERS
 
     assert RUN_MEMBERS == MAX_MEMBERS  # the model's runs are the code generator's groups
     n = RUN_MEMBERS + 3

@@ -53,7 +53,7 @@ def _one_layer_bench(benchmarks: Any, monkeypatch: pytest.MonkeyPatch) -> Module
     from gpu_variants import Model
 
     import optgraph as og
-    from optgraph.runtime.reference import random_weights
+    from optgraph.reference.interpreter import random_weights
 
     graph = og.parse(generate_llama(layers=1, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=64))
     model = Model("llama_launch", graph, head_to_head.decode_inputs(graph), random_weights(graph))

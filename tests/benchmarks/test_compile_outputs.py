@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 import optgraph as og
+from optgraph.cli.report import compute_report
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
-from optgraph.report import compute_report
 from tests.cli.test_examples import EXAMPLES
 from tests.support.parallel_models import PARALLEL_MODELS
 

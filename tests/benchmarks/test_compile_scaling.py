@@ -21,9 +21,9 @@ from types import FrameType
 from typing import Any
 
 import optgraph as og
+from optgraph.cli.report import compute_report
 from optgraph.ir.verify import verify
 from optgraph.passes.manager import check_contract, parse_pipeline
-from optgraph.report import compute_report
 
 ROOT = Path(__file__).resolve().parents[2]
 NODES_PER_LAYER = 26

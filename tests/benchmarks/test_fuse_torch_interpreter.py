@@ -21,7 +21,7 @@ from torch_interpreter import TorchModel, to_numpy
 
 import optgraph as og
 from optgraph.passes.fuse import FusePass
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.ir"))
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

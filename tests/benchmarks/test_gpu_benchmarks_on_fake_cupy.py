@@ -117,7 +117,7 @@ def test_bench_decode_loop_plumbing(
     loop: ModuleType = benchmarks("bench_decode_loop")
     monkeypatch.setattr(loop, "model_sizes", lambda model: dict(SMALL_LOOP))
     cp = sys.modules["cupy"]
-    from optgraph.runtime.reference import random_weights
+    from optgraph.reference.interpreter import random_weights
 
     def host_drawn(graph: Any) -> dict[str, Any]:
         return {k: cp.asarray(v) for k, v in random_weights(graph, 0).items()}
@@ -140,7 +140,7 @@ def test_decode_loop_graph_feeds_back_token_and_position() -> None:
     sys.path[:0] = [str(ROOT / "examples"), str(ROOT / "benchmarks")]
     try:
         loop = importlib.import_module("bench_decode_loop")
-        from optgraph.runtime.reference import random_weights, run_reference
+        from optgraph.reference.interpreter import random_weights, run_reference
 
         graph = loop.loop_step_graph(dict(SMALL_LOOP))
         weights = random_weights(graph, 0)
@@ -174,7 +174,7 @@ def test_decode_launch_settings_table(
     from gpu_variants import Model
 
     import optgraph as og
-    from optgraph.runtime.reference import random_weights
+    from optgraph.reference.interpreter import random_weights
 
     graph = og.parse(generate_llama(layers=2, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=64))
     model = Model("llama_launch", graph, head_to_head.decode_inputs(graph), random_weights(graph))
@@ -218,7 +218,7 @@ def test_decode_launch_settings_on_the_loop_step(
     bench: ModuleType = benchmarks("bench_decode_launches")
     head_to_head: ModuleType = benchmarks("head_to_head")
     loop: ModuleType = benchmarks("bench_decode_loop")
-    from optgraph.runtime.reference import random_weights
+    from optgraph.reference.interpreter import random_weights
 
     small = {"layers": 1, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 96, "vocab": 64,
              "dtype": "f16", "batch": 1, "seq": 1, "cache_len": 16, "mode": "decode"}  # fmt: skip

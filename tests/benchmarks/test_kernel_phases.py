@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from optgraph.codegen.cuda_plan import CudaPlan, KernelStep, lower_cuda
-from optgraph.codegen.in_place_outputs import in_place_candidates
+from optgraph.codegen.lower_cuda import CudaPlan, KernelStep, lower_cuda
+from optgraph.codegen.plan.in_place_outputs import in_place_candidates
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
-from optgraph.runtime.reference import random_inputs, random_weights
+from optgraph.reference.interpreter import random_inputs, random_weights
 from tests.support import cuda_emulator
 from tests.support.decode_loop_graph import loop_step_graph
 

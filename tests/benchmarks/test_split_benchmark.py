@@ -104,7 +104,7 @@ def test_the_diagnosis_runs_every_way_on_fake_cupy(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from optgraph.runtime.cuda_offload import HostFunction
+    from optgraph.runtime.cuda.offload import HostFunction
 
     monkeypatch.setattr(HostFunction, "_call", HostFunction._call)  # the probe undone after
     diagnose = benchmarks("split_diagnose")

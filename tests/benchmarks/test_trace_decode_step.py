@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from optgraph.codegen.cuda_steps import Extent, KernelStep, Location
+from optgraph.codegen.plan.steps import Extent, KernelStep, Location
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import trace_decode_step

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from optgraph.cli import main
+from optgraph.cli.main import main
 from tests.support.bad_input_generated import GENERATED
 
 BAD = Path(__file__).resolve().parents[1] / "bad_input"
@@ -87,7 +87,7 @@ def test_real_process_exits_1_without_traceback(name: str, tmp_path: Path) -> No
     cwd = _materialize(name, tmp_path)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     result = subprocess.run(
-        [sys.executable, "-m", "optgraph.cli", "compile", name, "-q"],
+        [sys.executable, "-m", "optgraph.cli.main", "compile", name, "-q"],
         cwd=cwd,
         env=env,
         check=False,

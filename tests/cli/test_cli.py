@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.artifacts import ARTIFACTS
-from optgraph.cli import main
-from optgraph.cli_run import cuda_usable
+from optgraph.cli.artifacts import ARTIFACTS
+from optgraph.cli.main import main
+from optgraph.cli.report import compute_report
+from optgraph.cli.run import cuda_usable
 from optgraph.errors import InputError
 from optgraph.output_files import write_atomic
 from optgraph.passes.manager import PASSES
-from optgraph.report import compute_report
 
 REPO = Path(__file__).resolve().parents[2]
 DIAMOND = str(REPO / "examples" / "diamond.ir")
@@ -261,7 +261,7 @@ def test_run_check_on_cpu(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_run_with_inputs_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from optgraph.runtime.reference import random_weights, run_reference
+    from optgraph.reference.interpreter import random_weights, run_reference
 
     x = np.full((4, 64), 0.25, dtype=np.float32)
     np.savez(tmp_path / "in.npz", x=x)

@@ -18,7 +18,7 @@ import pytest
 import optgraph as og
 from optgraph.ir.graph import Graph
 from optgraph.ir.verify import verify
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.ir"))

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import optgraph as og
-from optgraph import cli_info
-from optgraph.cli import main
+from optgraph.cli import info
+from optgraph.cli.main import main
 from optgraph.passes.manager import PASSES, describe_passes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ HEAVY = ("numpy", "networkx", "cupy", "lark", "ml_dtypes", "scipy")
 # Runs the command in a fresh interpreter, then prints which heavy modules it loaded.
 PROBE = """
 import json, sys
-from optgraph.cli import main
+from optgraph.cli.main import main
 try:
     status = main(sys.argv[1:])
 except SystemExit as exit:
@@ -78,7 +78,7 @@ def test_version_falls_back_to_pyproject_when_not_installed(
     monkeypatch.setattr("importlib.metadata.version", not_installed)
     with (REPO / "pyproject.toml").open("rb") as handle:
         expected = tomllib.load(handle)["project"]["version"]
-    assert cli_info.version() == expected
+    assert info.version() == expected
 
 
 def test_a_command_is_required(capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,7 +98,7 @@ def test_passes_lists_each_pass_and_option_from_the_pass_classes(
         (line,) = [line for line in lines if line.startswith(name + " ")]
         assert summary.startswith(line[len(name) :].strip()), name
         for option, kind, default in options:
-            assert f"  {option}: {kind}{cli_info.format_default(default)}" in out
+            assert f"  {option}: {kind}{info.format_default(default)}" in out
     assert len([line for line in lines if line and not line.startswith(" ")]) == len(PASSES) + 1
     assert "    max-streams: int = 4" in out  # assign-streams' option, spelled as in -p
     assert '    cpu-ops: str = ""' in out

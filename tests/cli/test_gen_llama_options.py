@@ -13,7 +13,7 @@ import pytest
 
 import optgraph as og
 from optgraph.ir.graph import Graph
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
 from tests.cli.test_examples import EXAMPLES, gen_llama
 
 SIZES: dict[str, Any] = {"layers": 2, "hidden": 32, "heads": 4, "kv_heads": 2, "ffn": 48}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from optgraph.analysis.segments import parse_size
-from optgraph.cli import main
+from optgraph.cli.main import main
 from tests.support.offload_models import gen_llama
 
 

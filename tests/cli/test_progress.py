@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from optgraph.artifacts import ARTIFACTS
-from optgraph.cli import main
-from optgraph.cli_progress import PhaseProgress, progress_mode
+from optgraph.cli.artifacts import ARTIFACTS
+from optgraph.cli.main import main
+from optgraph.cli.progress import PhaseProgress, progress_mode
 from optgraph.passes.manager import DEFAULT_PIPELINE, parse_pipeline
 
 REPO = Path(__file__).resolve().parents[2]

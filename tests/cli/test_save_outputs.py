@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.cli import main
+from optgraph.cli.main import main
 from optgraph.errors import InputError
 from optgraph.output_files import write_npz
-from optgraph.runtime.reference import load_inputs, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import load_inputs, random_inputs, random_weights, run_reference
 
 REPO = Path(__file__).resolve().parents[2]
 MLP = str(REPO / "examples" / "mlp.ir")

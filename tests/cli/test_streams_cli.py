@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from optgraph.cli import main
+from optgraph.cli.main import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RACY = """graph g {

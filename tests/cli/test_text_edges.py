@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import optgraph as og
-from optgraph.cli import main
+from optgraph.cli.main import main
 from optgraph.errors import LONG_WORD, OptGraphError
 from optgraph.passes.manager import parse_pipeline
 

@@ -1,4 +1,4 @@
-"""The wide decode attention kernel (`codegen/cuda_attention_decode_wide.py`) in the CPU emulator
+"""The wide decode attention kernel (`codegen/kernels/attention/decode_wide.py`) in the CPU emulator
 against the reference, in f32, f16 and bf16: GQA groups, kv_len below the cache (one and one per
 batch row), caches that are no multiple of a slot or a chunk, one chunk and several, several
 passes a chunk (a last pass only partly inside the chunk), causal Sq > 1 (both alignments),
@@ -14,12 +14,9 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen import (
-    cuda_attention,
-    cuda_attention_decode_layout,
-)
-from optgraph.codegen.cuda_head_rows import attention_shape
-from optgraph.runtime.reference import nmse, random_inputs, run_reference
+from optgraph.codegen.kernels.attention import decode_wide_layout, variants
+from optgraph.codegen.kernels.attention.head_rows import attention_shape
+from optgraph.reference.interpreter import nmse, random_inputs, run_reference
 from tests.support import cuda_emulator
 
 pytestmark = pytest.mark.skipif(not cuda_emulator.available(), reason="needs g++ (C++20)")
@@ -71,14 +68,14 @@ LONG = """graph long_cache {
 """
 
 
-def _layout(graph: og.Graph) -> cuda_attention_decode_layout.WideLayout:
+def _layout(graph: og.Graph) -> decode_wide_layout.WideLayout:
     types = graph.value_types()
     node = next(n for n in graph.nodes if n.op == "attention")
     shape = attention_shape(node, tuple(types[o] for o in node.operands))
-    assert cuda_attention_decode_layout.fits(shape)
-    kernel = cuda_attention.attention_launch(node, tuple(types[o] for o in node.operands)).kernel
+    assert decode_wide_layout.fits(shape)
+    kernel = variants.attention_launch(node, tuple(types[o] for o in node.operands)).kernel
     assert kernel.name.startswith("og_attention_decode_wide_")
-    return cuda_attention_decode_layout.wide_layout(shape)
+    return decode_wide_layout.wide_layout(shape)
 
 
 def _check(
@@ -130,7 +127,7 @@ def test_float_mask_top_left_and_row_tiles(
     """`shared`: K/V over `L2_REREAD_BYTES`, so a block takes 8 of the 12 rows (two row tiles);
     else one row a block (12 row tiles)."""
     if shared:
-        monkeypatch.setattr(cuda_attention_decode_layout, "L2_REREAD_BYTES", 0)
+        monkeypatch.setattr(decode_wide_layout, "L2_REREAD_BYTES", 0)
     graph = og.parse(FLOAT_MASK.replace("{T}", dtype))
     lay = _layout(graph)
     assert (lay.rb, lay.rt) == ((8, 2) if shared else (1, 12))
@@ -148,7 +145,7 @@ def test_several_chunks_of_several_passes(
     dtype: str, length: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """kv_len 1037: the last chunk's last pass lies past it (not walked); 300: a whole chunk."""
-    monkeypatch.setattr(cuda_attention_decode_layout, "MAX_CHUNKS", 2)
+    monkeypatch.setattr(decode_wide_layout, "MAX_CHUNKS", 2)
     graph = og.parse(LONG.replace("{T}", dtype))
     lay = _layout(graph)
     assert lay.chunks == 2 and lay.passes > 1
@@ -168,11 +165,11 @@ def test_a_row_that_sees_no_key_yields_zeros() -> None:
 
 
 def test_the_old_kernel_stays_selectable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cuda_attention, "WIDE_DECODE", False)
+    monkeypatch.setattr(variants, "WIDE_DECODE", False)
     graph = og.parse(GQA_LEN.replace("{T}", "f16"))
     types = graph.value_types()
     node = next(n for n in graph.nodes if n.op == "attention")
-    kernel = cuda_attention.attention_launch(node, tuple(types[o] for o in node.operands)).kernel
+    kernel = variants.attention_launch(node, tuple(types[o] for o in node.operands)).kernel
     assert kernel.name.startswith("og_attention_decode_") and "wide" not in kernel.name
 
 

@@ -1,6 +1,6 @@
-"""The tensor-core prefill attention (codegen/cuda_attention_gemm.py: two cuBLAS products around
+"""The tensor-core prefill attention (codegen/kernels/attention/prefill_gemm.py: two cuBLAS products around
 a softmax row kernel) run in the CPU emulator against the reference, with
-`cuda_attention.GEMM_PREFILL_MIN_ROWS` switched on: f32/f16/bf16, grouped-query heads, causal
+`variants.GEMM_PREFILL_MIN_ROWS` switched on: f32/f16/bf16, grouped-query heads, causal
 bottom-right and top-left, kv_len (one and per batch), windows, softcap, bool and float masks;
 unplanned (scratch in a value buffer) and memory-planned (scratch past the arena) plans."""
 
@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen import cuda_attention
-from optgraph.codegen.cuda_plan import GemmStep, KernelStep, lower_cuda
+from optgraph.api.programs import plan_graph
+from optgraph.codegen.kernels.attention import variants
+from optgraph.codegen.lower_cuda import GemmStep, KernelStep, lower_cuda
 from optgraph.ir.graph import DTYPE_BYTES
 from optgraph.passes.manager import run_pipeline
-from optgraph.program import plan_graph
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
 from tests.codegen.test_cuda_emulated import BOUNDS
 from tests.support import cuda_emulator
 
@@ -43,7 +43,7 @@ PREFILL = """graph prefill {
 
 @pytest.fixture
 def gemm_attention(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cuda_attention, "GEMM_PREFILL_MIN_ROWS", 4)
+    monkeypatch.setattr(variants, "GEMM_PREFILL_MIN_ROWS", 4)
 
 
 def _inputs(graph: og.Graph) -> dict[str, np.ndarray]:
@@ -95,7 +95,7 @@ def test_gemm_attention_planned_matches_reference(dtype: str) -> None:
 def test_gemm_attention_is_off_below_the_default_threshold() -> None:
     graph = og.parse(PREFILL.replace("{T}", "f16"))  # fewer query rows than the threshold
     plan = lower_cuda(graph)
-    assert cuda_attention.GEMM_PREFILL_MIN_ROWS == 64
+    assert variants.GEMM_PREFILL_MIN_ROWS == 64
     assert not any(isinstance(s, GemmStep) for s in plan.steps)
     assert not any(k.endswith("#scratch") for k in plan.value_bytes)
 

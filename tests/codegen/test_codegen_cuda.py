@@ -19,10 +19,10 @@ import pytest
 
 import optgraph as og
 from optgraph.codegen.cuda_dispatch import node_code
-from optgraph.codegen.cuda_matmul import Gemm, emit_roles
-from optgraph.codegen.cuda_plan import lower_cuda
-from optgraph.codegen.cuda_plan_text import describe_plan
 from optgraph.codegen.cuda_source import Kernel, module_source
+from optgraph.codegen.kernels.matmul import Gemm, emit_roles
+from optgraph.codegen.lower_cuda import lower_cuda
+from optgraph.codegen.plan.plan_text import describe_plan
 from optgraph.ir.graph import Node, TensorType
 from optgraph.passes.manager import run_pipeline
 

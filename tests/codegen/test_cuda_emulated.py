@@ -18,7 +18,7 @@ import optgraph as og
 from optgraph.codegen.cuda_dispatch import node_code
 from optgraph.codegen.cuda_source import Launch
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
 from tests.support import cuda_emulator
 from tests.support.op_cases import PRODUCT_PROLOGUES, SIBLINGS_DECODE, case_graph_text
 
@@ -180,9 +180,9 @@ def test_prologue_norm_statistics_by_warp_or_block_match_reference(
 ) -> None:
     """Norm statistics reduced by every warp alone (rows up to `WARP_STATISTICS_MAX_K`) or by
     the block: rms_norm of 512 (single pass), layer_norm of 4096 (split-K), SwiGLU's mul."""
-    from optgraph.codegen import cuda_row_prologue
+    from optgraph.codegen.kernels.one_row import prologue
 
-    monkeypatch.setattr(cuda_row_prologue, "WARP_STATISTICS_MAX_K", warp_k)
+    monkeypatch.setattr(prologue, "WARP_STATISTICS_MAX_K", warp_k)
     graph = run_pipeline(og.parse(PRODUCT_PROLOGUES), "fuse{prologue-max-k=4096}")
     types = graph.value_types()
     sources = {

@@ -1,4 +1,4 @@
-"""Fewer launches at the ends of a decode step (codegen/argmax_folds.py, cuda_gemv_argmax.py,
+"""Fewer launches at the ends of a decode step (codegen/decode/argmax_folds.py, argmax_tail.py,
 gathered_rows.py): the launch counts of the decode loop's launch-bound step with each setting
 on, when a fold is refused, and in the CPU emulator the same tokens and caches as the plan
 without the settings and as the reference, ties in the argmax to the first index, token ids
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen import argmax_folds, gathered_rows
-from optgraph.codegen.cuda_plan import CudaPlan, KernelStep, lower_cuda
-from optgraph.codegen.in_place_outputs import in_place_candidates
+from optgraph.codegen.decode import argmax_folds, gathered_rows
+from optgraph.codegen.lower_cuda import CudaPlan, KernelStep, lower_cuda
+from optgraph.codegen.plan.in_place_outputs import in_place_candidates
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
 from tests.support import cuda_emulator
 from tests.support.decode_loop_graph import LAUNCH_BOUND, loop_step_graph, loop_step_text
 

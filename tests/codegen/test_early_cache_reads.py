@@ -1,4 +1,4 @@
-"""Decode attention reading its KV cache before the PDL wait (codegen/early_cache_reads.py):
+"""Decode attention reading its KV cache before the PDL wait (codegen/decode/early_cache_reads.py):
 which attentions qualify, the step's extents, results in the CPU emulator against the reference,
 and the hazard itself: the rows the step writes are stale until the wait, and must be reloaded."""
 
@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen import early_cache_reads
-from optgraph.codegen.cuda_plan import CudaPlan, KernelStep, lower_cuda
 from optgraph.codegen.cuda_source import Kernel
-from optgraph.codegen.in_place_outputs import in_place_candidates
+from optgraph.codegen.decode import early_cache_reads
+from optgraph.codegen.lower_cuda import CudaPlan, KernelStep, lower_cuda
+from optgraph.codegen.plan.in_place_outputs import in_place_candidates
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
 from tests.support import cuda_emulator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))

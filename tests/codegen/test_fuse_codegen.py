@@ -3,7 +3,7 @@
 For every region `fuse` builds (on the examples, the fixtures and random DAGs), the CUDA code
 generator must issue exactly one kernel launch for an elementwise or reduction region, and for a
 product region either one matrix-vector kernel with the epilogue inside (one row,
-`codegen/cuda_fused.py`) or the product (cuBLAS gemm calls or the conv kernel) plus at most ONE
+`codegen/kernels/one_row/product_kernel.py`) or the product (cuBLAS gemm calls or the conv kernel) plus at most ONE
 epilogue kernel. The text itself is compiled and run on the GPU machine (tests/gpu/test_fused_kernels.py).
 """
 
@@ -85,7 +85,7 @@ def test_one_row_products_are_one_kernel_and_compile() -> None:
     import subprocess
     import tempfile
 
-    from optgraph.codegen.cuda_fused import gemv_matmul, gemv_region
+    from optgraph.codegen.kernels.one_row.product_kernel import gemv_matmul, gemv_region
 
     src = """graph g {
   input %x : f16[1,1,4096]

@@ -11,12 +11,12 @@ import pytest
 
 import optgraph as og
 from optgraph.codegen.cuda_dispatch import node_code
-from optgraph.codegen.cuda_gemv_layout import BOUNDS, SMS, THREADS, VECTOR, layout
-from optgraph.codegen.cuda_merged import merged_kernel
-from optgraph.codegen.cuda_plan import KernelStep, lower_cuda
 from optgraph.codegen.cuda_source import Launch
+from optgraph.codegen.kernels.one_row.geometry import BOUNDS, SMS, THREADS, VECTOR, layout
+from optgraph.codegen.lower_cuda import KernelStep, lower_cuda
+from optgraph.codegen.plan.merged_kernel import merged_kernel
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
 from tests.support.cuda_emulator import available, run_graph, run_plan
 
 BOUNDS_NMSE = {"f32": 1e-7, "f16": 1e-6, "bf16": 1e-4}  # the GPU tests' bounds
@@ -119,7 +119,7 @@ def test_every_layout_branch_matches_reference() -> None:
 @pytest.mark.skipif(not available(), reason="needs g++ (C++20)")
 @pytest.mark.parametrize("merge", [False, True])
 def test_weights_loaded_before_the_wait_give_the_same_bits(merge: bool) -> None:
-    """`cuda_fused.EARLY_WEIGHTS`: every layout branch (f16, f32, bf16, a norm prologue, split-K)
+    """`product_kernel.EARLY_WEIGHTS`: every layout branch (f16, f32, bf16, a norm prologue, split-K)
     loads its first weight rows before the PDL entry, in a plan (alone and merged), and gives
     the bits of the kernels that load them after it (`run_graph` passes no resident weights)."""
     graph = run_pipeline(

@@ -1,5 +1,5 @@
 """One-row product kernels generated once per structure while a graph is lowered
-(codegen/gemv_structures.py): the CUDA source is byte for byte the one generated node by node,
+(codegen/kernels/one_row/kernel_cache.py): the CUDA source is byte for byte the one generated node by node,
 kernels with a split-K workspace still get one workspace a node, each structure is generated
 once, a module setting changed between two lowerings is honoured, and nothing is kept outside a
 lowering."""
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 import optgraph as og
-from optgraph.codegen import cuda_fused, gemv_structures
-from optgraph.codegen.cuda_plan import _lowered, lower_cuda
-from optgraph.codegen.in_place_outputs import in_place_candidates
+from optgraph.codegen.kernels.one_row import kernel_cache, product_kernel
+from optgraph.codegen.lower_cuda import _lowered, lower_cuda
+from optgraph.codegen.plan.in_place_outputs import in_place_candidates
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,13 +73,13 @@ def test_split_k_kernels_keep_one_workspace_a_node() -> None:
 
 def test_each_structure_is_generated_once(monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[str] = []
-    original = cuda_fused._gemv_kernel
+    original = product_kernel._gemv_kernel
 
     def counting(salt: str, *args: object) -> object:
         built.append(salt)
         return original(salt, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(cuda_fused, "_gemv_kernel", counting)
+    monkeypatch.setattr(product_kernel, "_gemv_kernel", counting)
     graph = _llama(256, 6, ONE_STREAM_FUSED)
     _lowered(graph, True, None)  # outside `remembered()`: one generation a product
     products = len(built)
@@ -93,7 +93,7 @@ def test_each_structure_is_generated_once(monkeypatch: pytest.MonkeyPatch) -> No
 def test_a_setting_changed_between_lowerings_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
     graph = _llama(4096, 1, ONE_STREAM_FUSED)
     early = lower_cuda(graph).source()
-    monkeypatch.setattr(cuda_fused, "EARLY_WEIGHTS", False)
+    monkeypatch.setattr(product_kernel, "EARLY_WEIGHTS", False)
     late = lower_cuda(graph).source()
     assert late != early
     assert late == _lowered(graph, True, None).source()
@@ -101,4 +101,4 @@ def test_a_setting_changed_between_lowerings_is_honoured(monkeypatch: pytest.Mon
 
 def test_nothing_is_kept_outside_a_lowering() -> None:
     lower_cuda(_llama(256, 1, ONE_STREAM_FUSED))
-    assert gemv_structures._MEMO.kernels is None
+    assert kernel_cache._MEMO.kernels is None

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import optgraph as og
-from optgraph.codegen.cuda_plan import lower_cuda
 from optgraph.codegen.cuda_prelude import PRELUDE
+from optgraph.codegen.lower_cuda import lower_cuda
 from optgraph.passes.manager import run_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]

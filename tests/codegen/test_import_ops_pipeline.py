@@ -10,7 +10,7 @@ import pytest
 
 import optgraph as og
 from optgraph.passes.fuse import FusePass
-from optgraph.runtime.reference import random_inputs, run_reference
+from optgraph.reference.interpreter import random_inputs, run_reference
 from tests.support import cuda_emulator
 
 # A per-row kv_len mask with a softcap-like clip: the shape attention masks import as.

@@ -1,4 +1,4 @@
-"""Outputs computed in place in an input's buffer (codegen/in_place_outputs.py): which pairs are
+"""Outputs computed in place in an input's buffer (codegen/plan/in_place_outputs.py): which pairs are
 legal, what the plan does with them, and the plan's results in the CPU emulator."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen.cuda_plan import CodegenError, KernelStep, lower_cuda
-from optgraph.codegen.in_place_outputs import in_place_candidates
+from optgraph.codegen.lower_cuda import CodegenError, KernelStep, lower_cuda
+from optgraph.codegen.plan.in_place_outputs import in_place_candidates
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
 from tests.support import cuda_emulator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -70,10 +70,10 @@ def test_llama_decode_with_caches_in_place_matches_reference(
 ) -> None:
     """In the emulator, also with the products' early L2 prefetch (alone and in merged kernels;
     it replaces the weight loads before the wait, `EARLY_WEIGHTS`)."""
-    from optgraph.codegen import cuda_fused
+    from optgraph.codegen.kernels.one_row import product_kernel
 
-    monkeypatch.setattr(cuda_fused, "PREFETCH", prefetch)
-    monkeypatch.setattr(cuda_fused, "EARLY_WEIGHTS", not prefetch)
+    monkeypatch.setattr(product_kernel, "PREFETCH", prefetch)
+    monkeypatch.setattr(product_kernel, "EARLY_WEIGHTS", not prefetch)
     graph = og.parse(generate_llama(layers=2, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=64))
     planned = run_pipeline(graph, DEFAULT_PIPELINE)
     pairs = in_place_candidates(planned)

@@ -10,11 +10,11 @@ import pytest
 import optgraph as og
 from optgraph.analysis.fusion_rules import one_row_product
 from optgraph.codegen.cuda_dispatch import node_code
-from optgraph.codegen.cuda_fused import gemv_shape
-from optgraph.codegen.cuda_matmul import Gemm
 from optgraph.codegen.cuda_source import Launch
+from optgraph.codegen.kernels.matmul import Gemm
+from optgraph.codegen.kernels.one_row.product_kernel import gemv_shape
 from optgraph.passes.fuse import FusePass
-from optgraph.runtime.reference import run_reference
+from optgraph.reference.interpreter import run_reference
 from tests.support import cuda_emulator
 
 GRAPH = """graph g {{

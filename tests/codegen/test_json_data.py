@@ -1,4 +1,4 @@
-"""Records as JSON data and text (codegen/json_data.py): the same data as `dataclasses.asdict`,
+"""Records as JSON data and text (codegen/plan/json_records.py): the same data as `dataclasses.asdict`,
 and text the json module reads back to it, one record a line."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import optgraph as og
-from optgraph.codegen.cuda_plan import lower_cuda
-from optgraph.codegen.cuda_plan_text import plan_json
-from optgraph.codegen.cuda_steps import Extent, KernelStep, Location
-from optgraph.codegen.json_data import json_data, json_record, json_text
+from optgraph.codegen.lower_cuda import lower_cuda
+from optgraph.codegen.plan.json_records import json_data, json_record, json_text
+from optgraph.codegen.plan.plan_text import plan_json
+from optgraph.codegen.plan.steps import Extent, KernelStep, Location
 from optgraph.passes.manager import run_pipeline
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.ir"))

@@ -1,5 +1,5 @@
 """Products that bring their weights into L2 during the decode attention before them
-(codegen/l2_ahead.py: the rule and `weight_rows_to_l2`): which products the rule picks, where
+(codegen/kernels/one_row/l2_ahead.py: the rule and `weight_rows_to_l2`): which products the rule picks, where
 the prefetches go in the kernel and how many rows they cover, and in the CPU emulator the same
 bits with the rule on and off (a prefetch is only a hint)."""
 
@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen import cuda_fused, l2_ahead
-from optgraph.codegen.cuda_gemv_layout import THREADS
-from optgraph.codegen.cuda_plan import lower_cuda
+from optgraph.codegen.kernels.one_row import l2_ahead, product_kernel
+from optgraph.codegen.kernels.one_row.geometry import THREADS
+from optgraph.codegen.lower_cuda import lower_cuda
 from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.layout import alias_roots
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
 from tests.support import cuda_emulator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -78,7 +78,7 @@ def _kernel(k: int, n: int, ahead: bool, resident: bool = True) -> str:
     a, b = TensorType("f16", (1, k)), TensorType("f16", (k, n))
     anchor = Node("p", "matmul", ("#a", "#b"), {}, TensorType("f16", (1, n)))
     named = frozenset({"#b"}) if resident else frozenset()
-    made = cuda_fused.gemv_kernel(
+    made = product_kernel.gemv_kernel(
         "p", ("#a", "#b"), (a, b), anchor, [], "p", anchor.type, (), named, None, ahead
     )
     assert made is not None
@@ -100,7 +100,7 @@ def test_the_prefetches_come_before_the_wait_after_the_first_batch() -> None:
     assert first_load < prefetch < source.index("og_grid_dependency_wait();")
     first, end = _prefetched_rows(source)
     rows = int(re.search(r"k1 = min\(4096u, k0 \+ (\d+)u\)", source).group(1))
-    assert first == cuda_fused.BATCH * 16  # 16 row lanes of 16 column threads
+    assert first == product_kernel.BATCH * 16  # 16 row lanes of 16 column threads
     assert end == rows  # the whole slice: 4096 x 4096 f16 is within the budget
     for off in (_kernel(4096, 4096, False), _kernel(4096, 4096, True, resident=False)):
         assert PREFETCH not in off  # not asked for; weights loaded after the wait

@@ -13,7 +13,7 @@ import pytest
 
 import optgraph as og
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.reference import run_reference
+from optgraph.reference.interpreter import run_reference
 from tests.support import cuda_emulator
 
 BOUND = 1e-6  # max error relative to the largest output, against float64

@@ -1,4 +1,4 @@
-"""Merged launches (codegen/merge_launches.py): the legality rules on hand-planned graphs, the
+"""Merged launches (codegen/plan/merge_launches.py): the legality rules on hand-planned graphs, the
 merged kernel's text, and properties on random scheduled graphs.
 
 The end-to-end check (merged plans run in the CPU emulator at their planned offsets against the
@@ -15,11 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import optgraph as og
-from optgraph.codegen.cuda_merged import merged_kernel
-from optgraph.codegen.cuda_plan import EventStep, KernelStep, lower_cuda
-from optgraph.codegen.cuda_plan_text import describe_plan, plan_json
 from optgraph.codegen.cuda_source import Kernel, kernels_source, make_kernel
-from optgraph.codegen.merge_launches import MAX_MEMBERS, Group, conflict
+from optgraph.codegen.lower_cuda import EventStep, KernelStep, lower_cuda
+from optgraph.codegen.plan.merge_launches import MAX_MEMBERS, Group, conflict
+from optgraph.codegen.plan.merged_kernel import merged_kernel
+from optgraph.codegen.plan.plan_text import describe_plan, plan_json
 from optgraph.ir.graph import Node, TensorType
 from optgraph.passes.manager import run_pipeline
 from tests.support.random_graphs import random_dag_graphs
@@ -323,13 +323,13 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_runtime_launches_merged_kernels_unless_turned_off(monkeypatch) -> None:
-    from optgraph.runtime.reference import random_inputs, random_weights
+    from optgraph.reference.interpreter import random_inputs, random_weights
     from tests.support.fake_cupy import fake_cupy
 
     graph = run_pipeline(og.parse_file(EXAMPLES / "gpt2_block.ir"), "default")
     with fake_cupy(monkeypatch) as fake:
+        from optgraph.api.programs import cuda_program
         from optgraph.codegen.lowering_options import LoweringOptions
-        from optgraph.program import cuda_program
 
         launched = {}
         for merge in (True, False):
@@ -362,7 +362,7 @@ def test_compile_passes_the_switch_to_the_cuda_runtime(monkeypatch) -> None:
 def test_compile_no_merge_launches_writes_one_launch_per_kernel(tmp_path: Path) -> None:
     import json
 
-    from optgraph.cli import main
+    from optgraph.cli.main import main
 
     model = str(EXAMPLES / "gpt2_block.ir")
     plans = {}
@@ -370,7 +370,7 @@ def test_compile_no_merge_launches_writes_one_launch_per_kernel(tmp_path: Path) 
         out = tmp_path / ("off" if flag else "on")
         out.mkdir()
         assert main(["compile", model, "-o", str(out), *flag]) == 0
-        plans[bool(flag)] = json.loads((out / "cuda_plan.json").read_text())
+        plans[bool(flag)] = json.loads((out / "lower_cuda.json").read_text())
     merged = [s for s in plans[False]["steps"] if s["kind"] == "kernel" and s["nodes"]]
     assert merged and all(s["kernel"] in plans[False]["kernels"] for s in merged)
     assert not any(s.get("nodes") for s in plans[True]["steps"] if s["kind"] == "kernel")

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen.cuda_plan import KernelStep, lower_cuda
+from optgraph.codegen.lower_cuda import KernelStep, lower_cuda
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
-from optgraph.runtime.cuda import CHECK_BOUNDS
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
-from optgraph.runtime.reference_kernels import ir_dtype
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.kernels import ir_dtype
+from optgraph.runtime.cuda.runner import CHECK_BOUNDS
 from tests.support import cuda_emulator
 from tests.support.op_cases import SPLIT_K
 

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen.cuda_plan import CudaPlan, lower_cuda
+from optgraph.codegen.lower_cuda import CudaPlan, lower_cuda
 from optgraph.ir.ops import OPS, op_names
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
 from tests.support import cuda_emulator
 from tests.support.gpu_support import BOUNDS
 from tests.support.op_cases import all_cases_graph_text, case_prefix, params

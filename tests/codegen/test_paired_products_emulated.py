@@ -3,7 +3,7 @@ run end to end on the CPU: the lowered plan at its arena offsets in the emulator
 (tests/support/cuda_emulator.py `run_plan`) against the reference interpreter.
 
 The pair's weights are in the device's weight buffer, so its kernel loads their first batch of
-rows before the PDL wait (`cuda_fused.EARLY_WEIGHTS`); the same plan lowered with that setting off
+rows before the PDL wait (`product_kernel.EARLY_WEIGHTS`); the same plan lowered with that setting off
 must give the very same bits (the loads only move earlier). Two shapes: f16 with K = 2304
 (split-K: a workspace and the last block's sums) and f32 with K = 512 (a single pass).
 """
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen import cuda_fused
-from optgraph.codegen.cuda_plan import CudaPlan, KernelStep, lower_cuda
+from optgraph.codegen.kernels.one_row import product_kernel
+from optgraph.codegen.lower_cuda import CudaPlan, KernelStep, lower_cuda
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.cuda import CHECK_BOUNDS
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
+from optgraph.runtime.cuda.runner import CHECK_BOUNDS
 from tests.support import cuda_emulator
 
 pytestmark = pytest.mark.skipif(not cuda_emulator.available(), reason="needs g++ (C++20)")
@@ -75,7 +75,7 @@ def test_paired_gate_up_with_early_weights_matches_reference(
         err = nmse(got[name].astype(np.float64), w.astype(np.float64))
         assert err <= bound, f"%{name}: nmse {err:.3e} > {bound:g}"
 
-    monkeypatch.setattr(cuda_fused, "EARLY_WEIGHTS", False)
+    monkeypatch.setattr(product_kernel, "EARLY_WEIGHTS", False)
     late = lower_cuda(graph)
     assert not any("og_wv0" in k for k in _paired_kernels(late))
     got_late = cuda_emulator.run_plan(late, inputs, weights)

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen.cuda_plan import CudaPlan, KernelStep, lower_cuda
 from optgraph.codegen.cuda_prelude import PRELUDE
 from optgraph.codegen.cuda_source import LAUNCH_DEPENDENTS, PDL_ENTRY, body_entry
+from optgraph.codegen.lower_cuda import CudaPlan, KernelStep, lower_cuda
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime import cuda_pdl
-from optgraph.runtime.cuda_pdl import LAUNCH_KERNEL_EX, lookup_launch_entry, pdl_steps
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
+from optgraph.runtime.cuda import pdl
+from optgraph.runtime.cuda.pdl import LAUNCH_KERNEL_EX, lookup_launch_entry, pdl_steps
 from tests.support import cuda_emulator
 from tests.support.fake_cupy import fake_cupy
 
@@ -85,7 +85,7 @@ def _preloads(body: str) -> set[str]:
 
 
 def _assert_late_trigger(body: str) -> None:
-    """A body whose entry is the wait alone (`cuda_fused.LATE_TRIGGER_BYTES`): after each wait,
+    """A body whose entry is the wait alone (`product_kernel.LATE_TRIGGER_BYTES`): after each wait,
     exactly one trigger, after the product loop (its multiply-adds) and before the block sums."""
     waits = [m.start() for m in re.finditer(r"og_grid_dependency_wait\(\);", body)]
     for at, end in zip(waits, [*waits[1:], len(body)]):
@@ -155,11 +155,11 @@ def _decode_plan(merge: bool = True) -> CudaPlan:
 def test_decode_kernels_wait_first_and_products_prefetch_before_waiting(monkeypatch) -> None:
     """With `EARLY_WEIGHTS` off, the one-row products of a decode step (alone and merged)
     prefetch weight rows into L2 before their dependency wait; nothing else happens before it."""
-    from optgraph.codegen import cuda_fused
+    from optgraph.codegen.kernels.one_row import product_kernel
 
-    monkeypatch.setattr(cuda_fused, "EARLY_WEIGHTS", False)
+    monkeypatch.setattr(product_kernel, "EARLY_WEIGHTS", False)
     assert "og_prefetch_l2(in" not in _decode_plan().source()  # off by default
-    monkeypatch.setattr(cuda_fused, "PREFETCH", True)
+    monkeypatch.setattr(product_kernel, "PREFETCH", True)
     plan = _decode_plan()
     assert _assert_wait_first(plan) == {}
     source = plan.source()
@@ -171,7 +171,7 @@ def test_products_load_only_weights_before_their_wait(monkeypatch: pytest.Monkey
     before its PDL entry, and every param loaded there is bound to the weight buffer. (q/k/v folds
     off: a product that does a rope on an input position also computes its rope factors there,
     `tests/codegen/test_qkv_folds.py`.)"""
-    from optgraph.codegen import qkv_folds
+    from optgraph.codegen.decode import qkv_folds
 
     monkeypatch.setattr(qkv_folds, "FOLD_QKV", False)
     plan = _decode_plan(merge=False)
@@ -239,7 +239,7 @@ class _Function:
 
 
 class FakeDriverLibrary:
-    """libcuda as `cuda_pdl` sees it: `cuDriverGetVersion`, `cuGetProcAddress_v2` (recording
+    """libcuda as `pdl` sees it: `cuDriverGetVersion`, `cuGetProcAddress_v2` (recording
     every lookup) and a real ctypes `cuLaunchKernelEx` that reads the config the runtime built."""
 
     def __init__(self, version: int, launch: Callable[[Any, int, int], int] | None = None):
@@ -297,8 +297,8 @@ def _install_driver(monkeypatch: pytest.MonkeyPatch, fake: Any, cc: str) -> list
         return 0
 
     library = FakeDriverLibrary(12080, launch)
-    monkeypatch.setattr(cuda_pdl, "open_driver_library", lambda: library)
-    cuda_pdl.driver_launch.cache_clear()
+    monkeypatch.setattr(pdl, "open_driver_library", lambda: library)
+    pdl.driver_launch.cache_clear()
     monkeypatch.setattr(cupy, "RawModule", RawModule)
     device = types.SimpleNamespace(compute_capability=cc)
     monkeypatch.setattr(cupy.cuda, "Device", lambda: device, raising=False)
@@ -309,8 +309,8 @@ def _install_driver(monkeypatch: pytest.MonkeyPatch, fake: Any, cc: str) -> list
 @pytest.mark.parametrize(("cc", "pdl"), [("90", True), ("90", False), ("80", True)])
 def test_runtime_launches_programmatically_only_on_sm90_when_asked(monkeypatch, cc, pdl) -> None:
     with fake_cupy(monkeypatch) as fake:
+        from optgraph.api.programs import cuda_program
         from optgraph.codegen.lowering_options import LoweringOptions
-        from optgraph.program import cuda_program
 
         programmatic = _install_driver(monkeypatch, fake, cc)
         graph = run_pipeline(og.parse_file(EXAMPLES / "mlp.ir"), PIPELINE)
@@ -336,7 +336,7 @@ def test_runtime_launches_programmatically_only_on_sm90_when_asked(monkeypatch, 
             options = LoweringOptions(pdl=pdl)
             cuda_program(graph, weights=random_weights(graph), options=options).close()
             assert len(fake.driver_library.lookups) == 1
-    cuda_pdl.driver_launch.cache_clear()
+    pdl.driver_launch.cache_clear()
 
 
 @pytest.mark.parametrize("version", [12080, 13000, 11080])
@@ -373,7 +373,7 @@ def test_large_products_let_their_dependents_launch_after_their_loop(
     """`LATE_TRIGGER_BYTES` (4 MiB): the product reading 8 MiB of weights waits alone at its
     entry and triggers after its product loop; the one reading 2 MiB triggers at its wait; with
     the setting 0 both trigger at their wait."""
-    from optgraph.codegen import cuda_fused
+    from optgraph.codegen.kernels.one_row import product_kernel
 
     graph = run_pipeline(og.parse(LARGE_AND_SMALL), PIPELINE)
 
@@ -388,5 +388,5 @@ def test_large_products_let_their_dependents_launch_after_their_loop(
     assert late["a"].count(LAUNCH_DEPENDENTS) == 1
     assert entry not in late["a"] and body_entry(trigger=False) in late["a"]
     assert entry in late["b"]
-    monkeypatch.setattr(cuda_fused, "LATE_TRIGGER_BYTES", 0)
+    monkeypatch.setattr(product_kernel, "LATE_TRIGGER_BYTES", 0)
     assert all(entry in body for body in bodies().values())

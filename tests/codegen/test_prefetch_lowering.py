@@ -11,21 +11,21 @@ import pytest
 
 from optgraph.analysis.arena_packing import align_up
 from optgraph.analysis.segments import device_memory, device_resident_weights
-from optgraph.codegen.cuda_plan import CopyStep, HostStep, lower_cuda, lower_variant
+from optgraph.codegen.lower_cuda import CopyStep, HostStep, lower_cuda, lower_variant
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.cuda_offload import (
+from optgraph.reference.interpreter import (
+    evaluate_node,
+    random_inputs,
+    random_weights,
+)
+from optgraph.runtime.cuda.offload import (
     HostErrors,
     HostFunction,
     HostMemory,
     HostWeights,
     allocate_arena,
-)
-from optgraph.runtime.reference import (
-    evaluate_node,
-    random_inputs,
-    random_weights,
 )
 from tests.support.offload_models import assert_runs_equal_reference, llama
 

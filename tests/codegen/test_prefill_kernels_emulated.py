@@ -1,8 +1,8 @@
 """The prefill's bandwidth kernels in the CPU emulator against the reference, each with its
-setting on and off: 128-bit elementwise regions and epilogues (`cuda_elementwise.VECTOR_LOADS`),
-widened transposes and slices (`cuda_data_movement.VECTOR_COPIES`), rope with one angle for
-several heads (`cuda_rope.HEADS_PER_THREAD`) and the warp-per-row softmax of the tensor-core
-attention (`cuda_attention_gemm.WARP_ROWS`), and residual adds after products as epilogue
+setting on and off: 128-bit elementwise regions and epilogues (`elementwise.VECTOR_LOADS`),
+widened transposes and slices (`data_movement.VECTOR_COPIES`), rope with one angle for
+several heads (`rope.HEADS_PER_THREAD`) and the warp-per-row softmax of the tensor-core
+attention (`prefill_gemm.WARP_ROWS`), and residual adds after products as epilogue
 kernels; f32, f16 and bf16, with broadcast operands and misaligned views (which take the
 one-element loop at run time)."""
 
@@ -12,17 +12,12 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen import (
-    cuda_attention,
-    cuda_attention_gemm,
-    cuda_data_movement,
-    cuda_elementwise,
-    cuda_rope,
-)
-from optgraph.codegen.cuda_plan import CopyStep, CudaPlan, GemmStep, KernelStep, lower_cuda
+from optgraph.codegen.kernels import data_movement, elementwise, rope
+from optgraph.codegen.kernels.attention import prefill_gemm, variants
+from optgraph.codegen.lower_cuda import CopyStep, CudaPlan, GemmStep, KernelStep, lower_cuda
 from optgraph.ir.graph import TensorType
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
 from tests.codegen.test_cuda_emulated import BOUNDS
 from tests.support import cuda_emulator
 
@@ -106,7 +101,7 @@ def _check(text: str, dtype: str, pipeline: str | None = None) -> CudaPlan:
 def test_elementwise_regions_and_epilogues(
     dtype: str, vector: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cuda_elementwise, "VECTOR_LOADS", vector)
+    monkeypatch.setattr(elementwise, "VECTOR_LOADS", vector)
     for pipeline in (None, FUSED):
         plan = _check(ELEMENTWISE, dtype, pipeline)
         wide = [k for k in plan.kernels.values() if "og_aligned" in k.source]
@@ -117,13 +112,13 @@ def test_vector_width_and_grid() -> None:
     t16 = og.parse("graph g {\n input %x : f16[4,8]\n %y = exp(%x) : f16[4,8]\n output %y\n}\n")
     node = t16.nodes[0]
     assert node.type is not None
-    assert cuda_elementwise.vector_width(node.type) == 8
-    launch = cuda_elementwise.emit(node, (t16.inputs[0].type,))[0]
+    assert elementwise.vector_width(node.type) == 8
+    launch = elementwise.emit(node, (t16.inputs[0].type,))[0]
     assert launch.grid == (1, 1, 1) and "uint4" in launch.kernel.source
     odd = TensorType("f16", (3, 5))
-    assert cuda_elementwise.vector_width(odd) == 1
-    assert cuda_elementwise.vector_width(TensorType("f32", (4, 8))) == 4
-    assert cuda_elementwise.vector_width(TensorType("i32", (4, 8))) == 1
+    assert elementwise.vector_width(odd) == 1
+    assert elementwise.vector_width(TensorType("f32", (4, 8))) == 4
+    assert elementwise.vector_width(TensorType("i32", (4, 8))) == 1
 
 
 @pytest.mark.parametrize("wide", [True, False])
@@ -132,30 +127,30 @@ def test_vector_width_and_grid() -> None:
 def test_copies_and_rope(
     dtype: str, heads: int, wide: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cuda_data_movement, "VECTOR_COPIES", wide)
-    monkeypatch.setattr(cuda_rope, "HEADS_PER_THREAD", heads)
+    monkeypatch.setattr(data_movement, "VECTOR_COPIES", wide)
+    monkeypatch.setattr(rope, "HEADS_PER_THREAD", heads)
     plan = _check(MOVEMENT, dtype)
     widened = [k for k in plan.kernels.values() if "reinterpret_cast<uint4*>(out)" in k.source]
     assert bool(widened) == wide
 
 
 def test_copy_unit_rules(monkeypatch: pytest.MonkeyPatch) -> None:
-    unit = cuda_data_movement.copy_unit
+    unit = data_movement.copy_unit
     assert unit((8, 6, 16), [16, 128, 1], 0, 2) == 16  # [0,2,1,3]-like: rows of 32 bytes
     assert unit((8, 6, 4), [4, 32, 1], 0, 2) == 8  # rows of 8 bytes
     assert unit((8, 6, 16), [16, 128, 1], 3, 2) == 2  # an odd start: elements
     assert unit((16, 6), [1, 16], 0, 2) == 2  # the innermost dim strided in the source
     assert unit((8, 6, 16), [16, 128, 1], 0, 4) == 16
-    monkeypatch.setattr(cuda_data_movement, "VECTOR_COPIES", False)
+    monkeypatch.setattr(data_movement, "VECTOR_COPIES", False)
     assert unit((8, 6, 16), [16, 128, 1], 0, 2) == 2
 
 
 def test_rope_heads_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert cuda_rope.heads_per_thread(32) == 4
-    assert cuda_rope.heads_per_thread(6) == 3
-    assert cuda_rope.heads_per_thread(7) == 1
-    monkeypatch.setattr(cuda_rope, "HEADS_PER_THREAD", 1)
-    assert cuda_rope.heads_per_thread(32) == 1
+    assert rope.heads_per_thread(32) == 4
+    assert rope.heads_per_thread(6) == 3
+    assert rope.heads_per_thread(7) == 1
+    monkeypatch.setattr(rope, "HEADS_PER_THREAD", 1)
+    assert rope.heads_per_thread(32) == 1
 
 
 PREFILL = """graph prefill {
@@ -178,8 +173,8 @@ PREFILL = """graph prefill {
 def test_gemm_attention_softmax_rows(
     dtype: str, rows: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cuda_attention, "GEMM_PREFILL_MIN_ROWS", 4)
-    monkeypatch.setattr(cuda_attention_gemm, "WARP_ROWS", rows)
+    monkeypatch.setattr(variants, "GEMM_PREFILL_MIN_ROWS", 4)
+    monkeypatch.setattr(prefill_gemm, "WARP_ROWS", rows)
     graph = og.parse(PREFILL.replace("{T}", dtype))
     inputs, weights = random_inputs(graph, 7), random_weights(graph, 7)
     inputs["len"] = np.array([6], np.int32)
@@ -187,7 +182,7 @@ def test_gemm_attention_softmax_rows(
     plan = lower_cuda(graph)
     softmax = [s for s in plan.steps if isinstance(s, KernelStep) and "softmax" in s.kernel]
     assert len(softmax) == 4
-    assert all(s.block[0] == (32 * rows if rows else cuda_attention_gemm.THREADS) for s in softmax)
+    assert all(s.block[0] == (32 * rows if rows else prefill_gemm.THREADS) for s in softmax)
     got = cuda_emulator.run_plan(plan, inputs, weights)
     for name in graph.output_names():
         err = nmse(np.asarray(got[name], np.float64), np.asarray(want[name], np.float64))

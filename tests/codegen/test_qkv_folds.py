@@ -1,5 +1,5 @@
-"""q/k/v products that do the rope and the KV-cache writes in their store (codegen/qkv_folds.py,
-cuda_gemv_epilogues.py): which products fold, the five launches of a decode layer, where the
+"""q/k/v products that do the rope and the KV-cache writes in their store (codegen/decode/qkv_folds.py,
+epilogues.py): which products fold, the five launches of a decode layer, where the
 rotated q lives, when a fold is refused, and in the CPU emulator the same bits as the unfolded
 plan (f32, f16, bf16; tiles of whole heads and chunked head halves; single pass and split-K)."""
 
@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen import cuda_fused, qkv_folds, rope_cache_writes
-from optgraph.codegen.cuda_plan import CudaPlan, KernelStep, lower_cuda, storage
-from optgraph.codegen.cuda_steps import Location
-from optgraph.codegen.in_place_outputs import in_place_candidates
+from optgraph.codegen.decode import qkv_folds, rope_cache_writes
+from optgraph.codegen.kernels.one_row import product_kernel
+from optgraph.codegen.lower_cuda import CudaPlan, KernelStep, lower_cuda, storage
+from optgraph.codegen.plan.in_place_outputs import in_place_candidates
+from optgraph.codegen.plan.steps import Location
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
 from tests.support import cuda_emulator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -308,7 +309,7 @@ def test_rope_factors_first_give_the_same_bits(
     inputs["pos"] = np.array([9], np.int32)
     pairs = in_place_candidates(graph)
     first = cuda_emulator.run_plan(lower_cuda(graph, in_place=pairs), inputs, weights)
-    monkeypatch.setattr(cuda_fused, "ROPE_FACTORS_FIRST", False)
+    monkeypatch.setattr(product_kernel, "ROPE_FACTORS_FIRST", False)
     plan = lower_cuda(graph, in_place=pairs)
     assert "og_rc" not in plan.source()
     late = cuda_emulator.run_plan(plan, inputs, weights)

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen.cuda_plan_text import describe_plan
-from optgraph.codegen.cuda_steps import CollectiveStep, CopyStep
+from optgraph.codegen.plan.plan_text import describe_plan
+from optgraph.codegen.plan.steps import CollectiveStep, CopyStep
 from optgraph.codegen.rank_programs import lower_ranks, rank_graph
 from optgraph.ir.graph import Graph
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
 from tests.support import cuda_emulator
 from tests.support.placed_graphs import COLLECTIVES, FOUR_DEVICES, ONE_MEMBER, TP_PP
 from tests.support.rank_emulator import expected_sent, run_rank_emulated
@@ -132,7 +132,7 @@ def small_llama() -> Graph:
 
 @pytest.mark.parametrize("split", SPLITS)
 def test_sliced_weights_fit_the_split_graph_and_keep_its_results(split: str) -> None:
-    from optgraph.program_devices import parallel_inputs, parallel_weights, whole_outputs
+    from optgraph.api.program_devices import parallel_inputs, parallel_weights, whole_outputs
 
     source = small_llama()
     graph = og.compile(source, f"{split},default", "cpu").graph
@@ -159,7 +159,7 @@ def test_each_rank_of_a_split_llama_in_the_emulator_equals_the_reference(
 ) -> None:
     """Each rank alone against the reference; with `take_adds`, every offered residual add done
     at its all_reduce's place, its own launch skipped (what the peer all_reduce does)."""
-    from optgraph.program_devices import parallel_inputs, parallel_weights
+    from optgraph.api.program_devices import parallel_inputs, parallel_weights
 
     source = small_llama()
     graph = og.compile(source, f"{split},default", "cpu").graph

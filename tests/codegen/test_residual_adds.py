@@ -1,4 +1,4 @@
-"""`codegen/residual_adds.py`: which all_reduces of a rank are offered the residual add after
+"""`codegen/decode/residual_adds.py`: which all_reduces of a rank are offered the residual add after
 them, and the runtime skipping an add only where its collectives backend does it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import optgraph as og
-from optgraph.codegen.cuda_steps import CollectiveStep, KernelStep
+from optgraph.codegen.plan.steps import CollectiveStep, KernelStep
 from optgraph.codegen.rank_programs import lower_ranks
 from optgraph.ir.graph import Graph, Output
 
@@ -85,8 +85,8 @@ class AddingCollectives:
 def test_the_runtime_skips_an_add_only_where_the_backend_does_it(
     monkeypatch: pytest.MonkeyPatch, adds: bool
 ) -> None:
-    from optgraph.runtime.cuda_collectives import RankProgram
-    from optgraph.runtime.reference import random_inputs, random_weights
+    from optgraph.reference.interpreter import random_inputs, random_weights
+    from optgraph.runtime.cuda.collectives import RankProgram
     from tests.support.fake_cupy import fake_cupy
 
     source = llama(layers=1)

@@ -1,4 +1,4 @@
-"""A key's rope and its in-place KV-cache write as one kernel (codegen/rope_cache_writes.py):
+"""A key's rope and its in-place KV-cache write as one kernel (codegen/decode/rope_cache_writes.py):
 which pairs fold, the launches a decode layer then takes, and the results in the CPU emulator
 against the reference (f32, f16, bf16; full and partial rotary, scaled rope, S = 1 and H = 1)."""
 
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen import qkv_folds, rope_cache_writes
-from optgraph.codegen.cuda_plan import CudaPlan, KernelStep, lower_cuda
-from optgraph.codegen.in_place_outputs import in_place_candidates
+from optgraph.codegen.decode import qkv_folds, rope_cache_writes
+from optgraph.codegen.lower_cuda import CudaPlan, KernelStep, lower_cuda
+from optgraph.codegen.plan.in_place_outputs import in_place_candidates
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
 from tests.support import cuda_emulator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))

@@ -10,7 +10,7 @@ import pytest
 
 import optgraph as og
 from optgraph.codegen.cuda_dispatch import node_code
-from optgraph.runtime.reference import run_reference
+from optgraph.reference.interpreter import run_reference
 from tests.support import cuda_emulator
 
 pytestmark = pytest.mark.skipif(not cuda_emulator.available(), reason="needs g++ (C++20)")

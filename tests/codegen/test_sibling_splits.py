@@ -1,5 +1,5 @@
-"""Split counts of one-row products that share a launch (codegen/sibling_splits.py,
-cuda_gemv_layout.splits): which products get fewer splits, the merged launch in one wave, the
+"""Split counts of one-row products that share a launch (codegen/plan/sibling_splits.py,
+geometry.splits): which products get fewer splits, the merged launch in one wave, the
 splits of equal whole batches, nothing without merged launches, and in the CPU emulator the same
 bits folded or not (the folds and the plain products take the same counts)."""
 
@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen import sibling_splits
-from optgraph.codegen.cuda_gemv_layout import MIN_BLOCKS, SMS, splits
-from optgraph.codegen.cuda_plan import KernelStep, lower_cuda, storage
-from optgraph.codegen.in_place_outputs import in_place_candidates
+from optgraph.codegen.kernels.one_row.geometry import MIN_BLOCKS, SMS, splits
+from optgraph.codegen.lower_cuda import KernelStep, lower_cuda, storage
+from optgraph.codegen.plan import sibling_splits
+from optgraph.codegen.plan.in_place_outputs import in_place_candidates
 from optgraph.ir.layout import alias_roots
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.reference import random_inputs, random_weights
+from optgraph.reference.interpreter import random_inputs, random_weights
 from tests.codegen.test_qkv_folds import NEEDS_GXX, _qkv, _same_bits_folded_or_not
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))

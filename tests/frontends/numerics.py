@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 import optgraph as og
-from optgraph.runtime.reference import nmse, run_reference
+from optgraph.reference.interpreter import nmse, run_reference
 
 # float32 end to end; the importers change no arithmetic, so only summation order differs.
 F32_NMSE = 1e-10

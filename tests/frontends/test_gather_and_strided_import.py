@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch", reason="the torch importer tests need PyTor
 import optgraph as og
 from optgraph.frontends.stepped_slices import stepped_slice_nodes
 from optgraph.frontends.torch_export import from_torch
-from optgraph.runtime.reference import run_reference
+from optgraph.reference.interpreter import run_reference
 from tests.frontends.numerics import assert_matches, ops_of
 from tests.support import cuda_emulator
 

@@ -16,12 +16,12 @@ torch = pytest.importorskip("torch", reason="the Hugging Face tests need PyTorch
 pytest.importorskip("transformers", reason="the Hugging Face tests need transformers")
 
 import optgraph as og
-from optgraph.codegen.cuda_plan import lower_cuda
-from optgraph.codegen.cuda_steps import KernelStep
-from optgraph.codegen.in_place_outputs import in_place_candidates
+from optgraph.codegen.lower_cuda import lower_cuda
+from optgraph.codegen.plan.in_place_outputs import in_place_candidates
+from optgraph.codegen.plan.steps import KernelStep
 from optgraph.frontends.torch_values import to_numpy
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
-from optgraph.runtime.reference import nmse, run_reference
+from optgraph.reference.interpreter import nmse, run_reference
 from tests.frontends.numerics import ops_of
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

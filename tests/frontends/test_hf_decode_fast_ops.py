@@ -76,7 +76,7 @@ def test_the_step_equals_transformers(step) -> None:  # type: ignore[no-untyped-
         logits = hf_generate.DecodeStep(model, MAX_LEN)(  # type: ignore[arg-type]
             tensors["input_ids"], tensors["cache_position"], *(tensors[n] for n in cache_names)
         )
-    from optgraph.codegen.in_place_outputs import in_place_candidates
+    from optgraph.codegen.plan.in_place_outputs import in_place_candidates
 
     updated = {out: tensors[src].numpy() for out, src in in_place_candidates(graph).items()}
     others = [n for n in graph.output_names() if n not in updated]

@@ -61,7 +61,7 @@ def test_generation_on_the_cpu_equals_transformers_token_for_token(imported) -> 
 
 
 def test_the_script_falls_back_to_the_cpu_without_a_gpu_and_exits_0(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import optgraph.runtime.cuda as cuda_runtime
+    import optgraph.runtime.cuda.runner as cuda_runtime
 
     monkeypatch.setattr(cuda_runtime, "is_available", lambda: False)  # as on a machine with none
     argv = [*SIZES, "--device", "cuda", "--prompt-len", "4", "--new-tokens", "6", "--seed", "1"]
@@ -108,10 +108,10 @@ def test_a_safetensors_checkpoint_loads_under_the_models_own_names(imported, tmp
 def test_both_steps_cuda_kernels_in_the_emulator_match_the_reference(imported) -> None:  # type: ignore[no-untyped-def]
     """What `--device cuda` runs, on the CPU: the default pipeline, each decode cache updated in
     place (the in-place kv_cache_write kernel with i64 positions), every kernel emulated."""
-    from optgraph.codegen.cuda_plan import lower_cuda
-    from optgraph.codegen.in_place_outputs import in_place_candidates
+    from optgraph.codegen.lower_cuda import lower_cuda
+    from optgraph.codegen.plan.in_place_outputs import in_place_candidates
     from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
-    from optgraph.runtime.reference import nmse, run_reference
+    from optgraph.reference.interpreter import nmse, run_reference
     from tests.support import cuda_emulator
 
     model, steps = imported
@@ -138,7 +138,7 @@ def test_a_bf16_decode_step_matches_transformers() -> None:
     """bf16 weights and caches: transformers' eager softmax runs in float32 (`softmax(...,
     dtype=torch.float32)`: the operand is cast first) and bf16 constants fold through torch."""
     from optgraph.frontends.torch_values import to_numpy
-    from optgraph.runtime.reference import nmse
+    from optgraph.reference.interpreter import nmse
 
     model = hf_generate.build_model(hf_generate._parse([*SIZES, "--dtype", "bf16"]))
     steps = hf_generate.import_steps(model, PROMPT, PROMPT + NEW)

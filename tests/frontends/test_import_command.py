@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.cli import main
-from optgraph.runtime.reference import load_weights, run_reference
+from optgraph.cli.main import main
+from optgraph.reference.interpreter import load_weights, run_reference
 
 onnx = pytest.importorskip("onnx", reason="the import command tests need onnx")
 

@@ -19,7 +19,7 @@ from onnx.reference import ReferenceEvaluator
 import optgraph as og
 from optgraph.frontends.onnx import from_onnx
 from optgraph.frontends.torch_export import from_torch
-from optgraph.runtime.reference import run_reference
+from optgraph.reference.interpreter import run_reference
 from tests.frontends.numerics import ops_of
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.runtime.reference import nmse, random_inputs, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, run_reference
 from tests.support import cuda_emulator
 from tests.support.op_cases import case_graph_text
 

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from optgraph.frontends.onnx import from_onnx
-from optgraph.runtime.reference import run_reference
+from optgraph.reference.interpreter import run_reference
 from tests.frontends.numerics import assert_matches, ops_of
 from tests.support import cuda_emulator
 

@@ -21,7 +21,7 @@ import optgraph as og
 from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Input, Node, Output
 from optgraph.passes.fuse import FusePass
 from optgraph.passes.fuse_siblings import FuseSiblingsPass
-from optgraph.runtime.reference import (
+from optgraph.reference.interpreter import (
     nmse,
     random_inputs,
     random_weights,

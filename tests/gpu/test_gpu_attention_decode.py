@@ -1,10 +1,10 @@
-"""The wide decode attention kernel (codegen/cuda_attention_decode_wide.py) on the GPU: the
+"""The wide decode attention kernel (codegen/kernels/attention/decode_wide.py) on the GPU: the
 emulator's cases (GQA with kv_len below the cache, batch rows with window, softcap and a bool
 mask, float mask with top-left causal and row tiles, several chunks of several passes, K/V views
 not 16-byte aligned; stale NaN rows past kv_len) and the head-to-head models' decode shapes (Llama-real 32/8 heads x 1024 keys,
 launch-bound 8/2 heads x 64 x 128 keys; full and partial kv_len, batch 2), each within the
 bounds, eager then replayed twice, the replays bit-identical (the chunk merge has a fixed order),
-and the same graphs on the earlier kernel (`cuda_attention.WIDE_DECODE = False`) for A/B."""
+and the same graphs on the earlier kernel (`variants.WIDE_DECODE = False`) for A/B."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from tests.support.gpu_support import assert_close, require_gpu, same_bits
 pytestmark = pytest.mark.gpu
 require_gpu()
 
-from optgraph.codegen import cuda_attention, cuda_attention_decode_layout
-from optgraph.program import cuda_program
-from optgraph.runtime.reference import random_inputs, run_reference
+from optgraph.api.programs import cuda_program
+from optgraph.codegen.kernels.attention import decode_wide_layout, variants
+from optgraph.reference.interpreter import random_inputs, run_reference
 
 MODEL_SHAPES = """graph decode_shapes {
   input %q : f16[1,32,1,128]
@@ -90,9 +90,9 @@ def _emulator_case(name: str, dtype: str) -> tuple[og.Graph, dict[str, np.ndarra
 def test_emulator_cases_match_reference(
     case: str, dtype: str, wide: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cuda_attention, "WIDE_DECODE", wide)
+    monkeypatch.setattr(variants, "WIDE_DECODE", wide)
     if case == "long":
-        monkeypatch.setattr(cuda_attention_decode_layout, "MAX_CHUNKS", 2)
+        monkeypatch.setattr(decode_wide_layout, "MAX_CHUNKS", 2)
     graph, inputs = _emulator_case(case, dtype)
     _check(graph, inputs, wide)
 
@@ -102,7 +102,7 @@ def test_emulator_cases_match_reference(
 def test_model_decode_shapes_match_reference(
     wide: bool, full: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cuda_attention, "WIDE_DECODE", wide)
+    monkeypatch.setattr(variants, "WIDE_DECODE", wide)
     graph = og.parse(MODEL_SHAPES)
     inputs = random_inputs(graph, 13)
     inputs["len"] = np.array([1024 if full else 613], np.int32)

@@ -1,5 +1,5 @@
-"""The tensor-core prefill attention (codegen/cuda_attention_gemm.py) on the GPU, switched on with
-`cuda_attention.GEMM_PREFILL_MIN_ROWS`: the emulator's graph of every attention variant
+"""The tensor-core prefill attention (codegen/kernels/attention/prefill_gemm.py) on the GPU, switched on with
+`variants.GEMM_PREFILL_MIN_ROWS`: the emulator's graph of every attention variant
 (unplanned: scratch in value buffers) and a Llama-sized prefill layer memory-planned (scratch
 past the arena), each eager then replayed, within the bounds and bit-identical across the two."""
 
@@ -14,9 +14,9 @@ from tests.support.gpu_support import assert_close, reference, require_gpu, same
 pytestmark = pytest.mark.gpu
 require_gpu()
 
-from optgraph.codegen import cuda_attention
-from optgraph.codegen.cuda_plan import GemmStep
-from optgraph.program import cuda_program, plan_graph
+from optgraph.api.programs import cuda_program, plan_graph
+from optgraph.codegen.kernels.attention import variants
+from optgraph.codegen.lower_cuda import GemmStep
 
 LAYER = """graph prefill_layer {
   input %q : f16[1,32,512,128]
@@ -31,7 +31,7 @@ LAYER = """graph prefill_layer {
 
 @pytest.fixture(autouse=True)
 def gemm_attention(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cuda_attention, "GEMM_PREFILL_MIN_ROWS", 4)
+    monkeypatch.setattr(variants, "GEMM_PREFILL_MIN_ROWS", 4)
 
 
 def _run_twice(graph: og.Graph, source: og.Graph) -> None:

@@ -1,5 +1,5 @@
 """A decode step's launch settings on the GPU (qkv_folds.FOLD_QKV,
-rope_cache_writes.ROPE_CACHE_WRITES, cuda_fused.EARLY_WEIGHTS): with each on and off, caches bound in place, the step as a bound step equals the reference, gives the same bits replay after
+rope_cache_writes.ROPE_CACHE_WRITES, product_kernel.EARLY_WEIGHTS): with each on and off, caches bound in place, the step as a bound step equals the reference, gives the same bits replay after
 replay, and takes the launches the setting says (5, 6 or 7 a layer). Shapes: the launch-bound decode's (head 64, chunked tiles)
 and realistic heads (head 128, K > 2048: split-K, tiles of whole heads)."""
 
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen.cuda_plan import KernelStep
+from optgraph.codegen.lower_cuda import KernelStep
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
 from tests.support.gpu_support import outputs_in_place, require_gpu
 
 pytestmark = pytest.mark.gpu
@@ -23,7 +23,7 @@ require_gpu()
 
 import cupy as cp
 
-from optgraph.program import cuda_program
+from optgraph.api.programs import cuda_program
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))

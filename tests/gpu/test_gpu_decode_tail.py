@@ -14,9 +14,9 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from optgraph.codegen.cuda_plan import KernelStep
+from optgraph.codegen.lower_cuda import KernelStep
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
 from tests.support.decode_loop_graph import loop_step_graph
 from tests.support.gpu_support import outputs_in_place, require_gpu
 
@@ -25,7 +25,7 @@ require_gpu()
 
 import cupy as cp
 
-from optgraph.program import cuda_program
+from optgraph.api.programs import cuda_program
 
 SETTINGS = {
     "cast": ("argmax_folds", "ARGMAX_CAST"),

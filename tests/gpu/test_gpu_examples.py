@@ -19,8 +19,8 @@ from tests.support.gpu_support import assert_close, reference, require_gpu, same
 pytestmark = pytest.mark.gpu
 require_gpu()
 
+from optgraph.api.programs import cuda_program
 from optgraph.codegen.lowering_options import LoweringOptions
-from optgraph.program import cuda_program
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.ir"))
 REPLAYS = 100

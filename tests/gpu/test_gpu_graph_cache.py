@@ -13,18 +13,18 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen.cuda_plan import CopyStep, GemmStep, KernelStep
+from optgraph.codegen.lower_cuda import CopyStep, GemmStep, KernelStep
 from optgraph.ir.graph import TensorType
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.cuda_graph_cache import count_dot_nodes, retype_graph
-from optgraph.runtime.reference import run_reference
+from optgraph.reference.interpreter import run_reference
+from optgraph.runtime.cuda.graph_cache import count_dot_nodes, retype_graph
 from tests.support.gpu_support import assert_close, reference, require_gpu
 
 pytestmark = pytest.mark.gpu
 cupy = require_gpu()
 
-from optgraph.program import cuda_program
-from optgraph.runtime.cuda import AllocationDuringCapture
+from optgraph.api.programs import cuda_program
+from optgraph.runtime.cuda.runner import AllocationDuringCapture
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE = (

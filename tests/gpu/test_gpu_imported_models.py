@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch", reason="the import tests need PyTorch")
 
 import optgraph as og
 from optgraph.frontends.torch_export import from_torch
-from optgraph.runtime.reference import nmse, run_reference
+from optgraph.reference.interpreter import nmse, run_reference
 from tests.frontends import test_gather_and_strided_import as imports
 
 

@@ -1,4 +1,4 @@
-"""KV caches updated in place on the GPU (codegen/in_place_outputs.py): a decode step run with
+"""KV caches updated in place on the GPU (codegen/plan/in_place_outputs.py): a decode step run with
 each new cache bound to its input array equals the reference, replay after replay, and captures
 one graph; binding separate arrays still works (copies), in the same program."""
 
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen.in_place_outputs import in_place_candidates
+from optgraph.codegen.plan.in_place_outputs import in_place_candidates
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
-from optgraph.runtime.reference_kernels import numpy_dtype
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
+from optgraph.reference.kernels import numpy_dtype
 from tests.support.gpu_support import require_gpu
 
 pytestmark = pytest.mark.gpu
@@ -22,7 +22,7 @@ require_gpu()
 
 import cupy as cp
 
-from optgraph.program import cuda_program
+from optgraph.api.programs import cuda_program
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))

@@ -1,5 +1,5 @@
 """The o-projection that brings its weights into L2 during the decode attention before it
-(codegen/l2_ahead.py) on the GPU, at the realistic decode step's shapes (32/8 heads x 1024 keys,
+(codegen/kernels/one_row/l2_ahead.py) on the GPU, at the realistic decode step's shapes (32/8 heads x 1024 keys,
 a 4096 x 4096 f16 product with a residual): the bulk prefetches compile for the device, the
 results are within the reference's bounds, replays are bit-identical, and the bits are those of
 the same graph with the rule off (a prefetch is only a hint)."""
@@ -15,10 +15,10 @@ from tests.support.gpu_support import assert_close, require_gpu, same_bits
 pytestmark = pytest.mark.gpu
 require_gpu()
 
-from optgraph.codegen import l2_ahead
+from optgraph.api.programs import cuda_program
+from optgraph.codegen.kernels.one_row import l2_ahead
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
-from optgraph.program import cuda_program
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
 
 PREFETCH = "og_prefetch_l2_bulk(reinterpret_cast<const char*>(in"  # a weight prefetch
 O_PROJECTION = """graph attn_o {

@@ -15,19 +15,19 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen.cuda_plan import KernelStep
+from optgraph.codegen.lower_cuda import KernelStep
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
-from optgraph.runtime.reference import nmse
-from optgraph.runtime.reference_kernels import ir_dtype
+from optgraph.reference.interpreter import nmse
+from optgraph.reference.kernels import ir_dtype
 from tests.support.gpu_support import reference, require_gpu, same_bits
 from tests.support.op_cases import SPLIT_K
 
 pytestmark = pytest.mark.gpu
 require_gpu()
 
+from optgraph.api.programs import cuda_program
 from optgraph.codegen.lowering_options import LoweringOptions
-from optgraph.program import cuda_program
-from optgraph.runtime.cuda import CHECK_BOUNDS
+from optgraph.runtime.cuda.runner import CHECK_BOUNDS
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))

@@ -19,7 +19,7 @@ from tests.support.op_cases import case_graph_text, params
 pytestmark = pytest.mark.gpu
 require_gpu()
 
-from optgraph.program import cuda_program
+from optgraph.api.programs import cuda_program
 
 
 @pytest.mark.parametrize(("op", "dtype"), params())

@@ -25,31 +25,26 @@ from tests.support.gpu_support import assert_close, reference, require_gpu, same
 pytestmark = pytest.mark.gpu
 require_gpu()
 
-from optgraph.codegen import (
-    cuda_attention,
-    cuda_attention_gemm,
-    cuda_data_movement,
-    cuda_elementwise,
-    cuda_rope,
-)
+from optgraph.api.programs import cuda_program
+from optgraph.codegen.kernels import data_movement, elementwise, rope
+from optgraph.codegen.kernels.attention import prefill_gemm, variants
 from optgraph.passes.manager import run_pipeline
-from optgraph.program import cuda_program
-from optgraph.runtime.cuda import CHECK_BOUNDS
-from optgraph.runtime.reference import nmse
+from optgraph.reference.interpreter import nmse
+from optgraph.runtime.cuda.runner import CHECK_BOUNDS
 
 ROOT = Path(__file__).resolve().parents[2]
 OFF = {
-    (cuda_elementwise, "VECTOR_LOADS"): False,
-    (cuda_data_movement, "VECTOR_COPIES"): False,
-    (cuda_rope, "HEADS_PER_THREAD"): 1,
-    (cuda_attention_gemm, "WARP_ROWS"): 0,
+    (elementwise, "VECTOR_LOADS"): False,
+    (data_movement, "VECTOR_COPIES"): False,
+    (rope, "HEADS_PER_THREAD"): 1,
+    (prefill_gemm, "WARP_ROWS"): 0,
 }
 
 
 @pytest.fixture(params=["on", "off"])
 def settings(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The settings as they are, or all off."""
-    monkeypatch.setattr(cuda_attention, "GEMM_PREFILL_MIN_ROWS", 4)
+    monkeypatch.setattr(variants, "GEMM_PREFILL_MIN_ROWS", 4)
     if request.param == "off":
         for (module, name), value in OFF.items():
             monkeypatch.setattr(module, name, value)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.runtime.reference import random_inputs, run_reference
+from optgraph.reference.interpreter import random_inputs, run_reference
 from tests.support.gpu_support import assert_close, require_gpu
 
 pytestmark = pytest.mark.gpu

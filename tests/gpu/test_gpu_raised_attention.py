@@ -20,7 +20,7 @@ pytest.importorskip("transformers", reason="the import tests need transformers")
 
 import optgraph as og
 from optgraph.frontends.onnx import from_onnx
-from optgraph.runtime.reference import nmse, run_reference
+from optgraph.reference.interpreter import nmse, run_reference
 from tests.frontends import test_half_precision_raising as half
 from tests.frontends.numerics import ops_of
 from tests.frontends.test_onnx_gathers_topk import _exported_transformers

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 
 import optgraph as og
+from optgraph.api.program_devices import parallel_inputs, parallel_weights, whole_outputs
 from optgraph.codegen.rank_programs import lower_ranks
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
-from optgraph.program_devices import parallel_inputs, parallel_weights, whole_outputs
-from optgraph.runtime.reference import nmse
+from optgraph.reference.interpreter import nmse
 from tests.support.gpu_support import assert_close, reference, require_gpu, same_bits
 from tests.support.placed_graphs import COLLECTIVES, FOUR_DEVICES, ONE_MEMBER, TP_PP
 
@@ -73,8 +73,8 @@ def run_ranks(graph: Graph, source: Graph, *, peer_reduce: bool = True) -> list[
 def run_twice(graph: Graph, source: Graph, peer_reduce: bool) -> tuple[dict[str, Any], list[str]]:
     """The outputs of a run (checked equal to the replay's bit for bit) and each rank's
     NCCL_NVLS_ENABLE; with 2+ ranks and `peer_reduce`, every rank must use the peer kernel."""
-    from optgraph.runtime.cuda_peer_reduce import peers_reachable
-    from optgraph.runtime.multi_gpu import MultiGpuProgram
+    from optgraph.runtime.cuda.peer_reduce import peers_reachable
+    from optgraph.runtime.multi.gpus import MultiGpuProgram
 
     inputs, weights, _ = reference(source)
     sliced = parallel_weights(source, graph, weights)
@@ -107,8 +107,8 @@ def test_each_llama_rank_alone_on_one_gpu(split: str, planning: str) -> None:
 
 
 def check_ranks_alone(source: Graph, split: str, planning: str, bound: float) -> None:
-    from optgraph.runtime.multi_gpu import run_rank_alone
-    from optgraph.runtime.reference import run_reference
+    from optgraph.reference.interpreter import run_reference
+    from optgraph.runtime.multi.gpus import run_rank_alone
 
     graph = prepared(source, split, planning)
     ranks = lower_ranks(graph)

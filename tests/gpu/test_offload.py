@@ -12,18 +12,18 @@ import numpy as np
 import pytest
 
 from optgraph.analysis.segments import device_memory
-from optgraph.codegen.cuda_plan import lower_cuda
+from optgraph.codegen.lower_cuda import lower_cuda
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
 from tests.support.gpu_support import require_gpu
 from tests.support.offload_models import llama
 
 pytestmark = pytest.mark.gpu
 cupy = require_gpu()
 
-from optgraph.program import cuda_program
-from optgraph.runtime.cuda import CHECK_BOUNDS, CudaProgram
+from optgraph.api.programs import cuda_program
+from optgraph.runtime.cuda.runner import CHECK_BOUNDS, CudaProgram
 
 PLAN = "verify,dce,cse,fuse,assign-streams{max-streams=2},insert-sync,analyze-lifetimes,plan-memory"
 SPLIT = (

@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 
 import optgraph as og
 from optgraph.ir.graph import Graph
-from optgraph.runtime.reference import nmse
+from optgraph.reference.interpreter import nmse
 from tests.support.gpu_support import assert_close, mixed_bound, reference, require_gpu
 from tests.support.property_examples import examples
 from tests.support.random_graphs import narrow_ancestry, random_dag_graphs

@@ -17,7 +17,7 @@ import pytest
 import optgraph as og
 from optgraph.codegen.lowering_options import CPU_NODE_MODES, LoweringOptions
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
 from tests.support.gpu_support import require_gpu
 
 pytestmark = pytest.mark.gpu
@@ -28,8 +28,8 @@ from moe_decode import MoeSizes, generate_moe_decode
 from split_plan import SPLIT
 from split_sync_way import SyncWay
 
-from optgraph.program import cuda_program
-from optgraph.runtime.cuda import CHECK_BOUNDS
+from optgraph.api.programs import cuda_program
+from optgraph.runtime.cuda.runner import CHECK_BOUNDS
 
 SIZES = MoeSizes(
     layers=3, hidden=256, heads=4, kv_heads=2, experts=8, expert_ffn=64, shared_ffn=128,

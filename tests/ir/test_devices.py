@@ -14,7 +14,7 @@ from hypothesis import given
 import optgraph as og
 from optgraph.errors import VerifyError
 from optgraph.ir.graph import Annotations, Graph
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
 from tests.support.random_graphs import random_dag_graphs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "verify"

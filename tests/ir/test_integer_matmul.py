@@ -8,7 +8,7 @@ import pytest
 
 import optgraph as og
 from optgraph.errors import VerifyError
-from optgraph.runtime.reference import run_reference
+from optgraph.reference.interpreter import run_reference
 from tests.ir.test_ops_types import error, infer
 
 

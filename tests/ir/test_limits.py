@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 import optgraph as og
-from optgraph.cli import main
+from optgraph.cli.main import main
 from optgraph.errors import OptGraphError
 from optgraph.ir.graph import Graph, Input, Node, Output, TensorType
 from optgraph.ir.limits import MAX_STREAM_ID, MAX_TENSOR_BYTES
-from optgraph.runtime.reference import random_inputs
+from optgraph.reference.interpreter import random_inputs
 
 
 def _model(dim: str, ann: str = "") -> str:

@@ -15,7 +15,7 @@ from optgraph.ir.ops import attrs_with_defaults, infer_type
 from optgraph.ir.parser import parse
 from optgraph.ir.printer import format_literal
 from optgraph.ir.verify import verify
-from optgraph.runtime.reference import nmse, run_reference
+from optgraph.reference.interpreter import nmse, run_reference
 
 X, POS = TensorType("f32", (1, 5, 4, 16)), TensorType("i32", (5,))
 LLAMA3: dict[str, AttrValue] = {

@@ -13,7 +13,7 @@ from hypothesis import example, given, settings
 
 import optgraph as og
 from optgraph.ir.graph import Annotations, Graph, Input, Node, Output, TensorType, Weight
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
 from tests.support.property_examples import examples
 from tests.support.random_graphs import KINDS, random_dag_graphs
 

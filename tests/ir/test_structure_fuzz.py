@@ -20,7 +20,7 @@ import optgraph as og
 from optgraph.errors import OptGraphError
 from optgraph.ir.graph import DTYPES, Graph, Node
 from optgraph.ir.ops import infer_type
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
 from tests.support.random_graphs import random_dag_graphs
 
 EDGE_INTS = (0, 1, -1, 2, -2, 3, 7, 2**31, -(2**40), 10**18)

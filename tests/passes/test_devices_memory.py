@@ -16,11 +16,11 @@ from optgraph.analysis.happens_before import HappensBefore, instance_reads
 from optgraph.analysis.lifetimes import compute_lifetimes, stream_ids
 from optgraph.analysis.memory_bounds import device_arena_bytes, device_weight_bytes
 from optgraph.analysis.races import find_races
+from optgraph.cli.report import compute_report
 from optgraph.ir.graph import Graph
 from optgraph.ir.layout import alias_roots
 from optgraph.ir.ops import get_op
 from optgraph.passes.manager import run_pipeline
-from optgraph.report import compute_report
 from tests.passes.test_devices_sync import _after
 from tests.support.device_graphs import random_device_graphs
 

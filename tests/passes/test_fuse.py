@@ -21,7 +21,7 @@ from optgraph.ir.graph import Graph
 from optgraph.ir.verify import verify
 from optgraph.passes.fuse import FusePass
 from optgraph.passes.manager import parse_pipeline, run_pipeline
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
 from tests.support.property_examples import examples
 from tests.support.random_graphs import random_dag_graphs
 

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 
 import optgraph as og
-from optgraph.codegen.program_lowering import lower
+from optgraph.codegen.plan.lower_arena import lower
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.planned import execute
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
+from optgraph.runtime.cpu.planned_executor import execute
 from tests.support.property_examples import examples
 from tests.support.random_graphs import random_dag_graphs
 

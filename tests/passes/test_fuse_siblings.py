@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 import optgraph as og
 from optgraph.analysis.fusion_rules import SIBLINGS, plan_body
-from optgraph.codegen.cuda_plan import GemmStep, KernelStep, lower_cuda
+from optgraph.codegen.lower_cuda import GemmStep, KernelStep, lower_cuda
 from optgraph.ir.graph import Graph
 from optgraph.ir.verify import verify
 from optgraph.passes.fuse_siblings import FuseSiblingsPass
 from optgraph.passes.manager import DEFAULT_PIPELINE, parse_pipeline, run_pipeline
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
 from tests.support.property_examples import examples
 from tests.support.random_graphs import random_dag_graphs
 

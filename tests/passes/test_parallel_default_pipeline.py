@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from optgraph.analysis.races import find_races
-from optgraph.codegen.program_lowering import lower
+from optgraph.api.program_devices import run_emulated
+from optgraph.codegen.plan.lower_arena import lower
 from optgraph.passes.manager import plan_memory_if_missing, run_pipeline
-from optgraph.program_devices import run_emulated
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
 from tests.passes.test_tensor_parallel import BOUNDS
 from tests.support.parallel_models import PARALLEL_MODELS, dtype_of
 

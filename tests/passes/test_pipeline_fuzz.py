@@ -28,8 +28,8 @@ from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 import optgraph as og
-from optgraph.codegen.cuda_scalars import needed_values
-from optgraph.codegen.program_lowering import lower
+from optgraph.codegen.kernels.scalars import needed_values
+from optgraph.codegen.plan.lower_arena import lower
 from optgraph.errors import OptGraphError
 from optgraph.ir.graph import Graph, TensorType
 from optgraph.ir.verify import verify
@@ -46,8 +46,8 @@ from optgraph.passes.tensor_parallel import (
     shard_inputs,
     shard_weights,
 )
-from optgraph.runtime.planned import execute
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
+from optgraph.runtime.cpu.planned_executor import execute
 from tests.support.property_examples import examples
 from tests.support.random_graphs import random_dag_graphs
 

@@ -18,10 +18,10 @@ import pytest
 
 import optgraph as og
 from optgraph.analysis.schedule_estimate import DEFAULT_DEVICE, node_seconds, profile_named
+from optgraph.cli.report import compute_report
 from optgraph.errors import OptGraphError
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
-from optgraph.report import compute_report
 from tests.cli.test_examples import gen_llama
 from tests.support.parallel_models import PARALLEL_MODELS, compare
 

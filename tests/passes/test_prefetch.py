@@ -23,12 +23,12 @@ from optgraph.analysis.segments import (
     spread,
     weight_accesses,
 )
-from optgraph.codegen.program_lowering import lower
+from optgraph.codegen.plan.lower_arena import lower
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
 from optgraph.passes.plan_prefetch import BudgetError
-from optgraph.runtime.planned import PlanViolation, execute
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
+from optgraph.runtime.cpu.planned_executor import PlanViolation, execute
 from tests.support.offload_models import llama, run_planned
 
 PLAN = "assign-streams{max-streams=2},insert-sync,analyze-lifetimes,plan-memory"

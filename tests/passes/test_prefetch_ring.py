@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from optgraph.analysis.races import find_races
 from optgraph.analysis.segments import device_memory
-from optgraph.codegen.cuda_plan import lower_cuda
+from optgraph.codegen.lower_cuda import lower_cuda
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
 from optgraph.passes.plan_prefetch import BudgetError
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
 from tests.passes.test_prefetch import _chain
 from tests.support import cuda_emulator
 from tests.support.offload_models import assert_runs_equal_reference, llama

@@ -15,13 +15,13 @@ import pytest
 
 import optgraph as og
 from optgraph.analysis.races import END, find_races
-from optgraph.codegen.program_lowering import lower
+from optgraph.codegen.plan.lower_arena import lower
 from optgraph.errors import VerifyError
 from optgraph.ir.graph import Graph
 from optgraph.passes.check_races import CheckRacesPass
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.planned import PlanViolation, execute
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
+from optgraph.runtime.cpu.planned_executor import PlanViolation, execute
 
 CHAIN = """graph chain {
   input %x : f32[64]

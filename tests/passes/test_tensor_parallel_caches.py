@@ -24,7 +24,7 @@ from optgraph.analysis.races import find_races
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import plan_memory_if_missing, run_pipeline
 from optgraph.passes.tensor_parallel import join_outputs, piece_layout, shard_inputs
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
 from tests.cli.test_examples import gen_llama
 from tests.passes.test_tensor_parallel import BOUNDS
 from tests.support.parallel_models import PARALLEL_MODELS, dtype_of

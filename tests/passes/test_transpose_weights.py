@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import optgraph as og
+from optgraph.api.programs import cuda_program
 from optgraph.errors import InputError, ParseError, VerifyError
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
-from optgraph.program import cuda_program
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
 from tests.support.fake_cupy import fake_cupy
 
 # What `og.from_torch` makes of rms_norm -> Linear -> SiLU·Linear -> Linear (+ residual).

@@ -1,4 +1,4 @@
-"""The tensor-core prefill attention (codegen/cuda_attention_gemm.py) through the CUDA runtime on
+"""The tensor-core prefill attention (codegen/kernels/attention/prefill_gemm.py) through the CUDA runtime on
 the fake CuPy (tests/support/fake_cupy.py): its scratch is allocated before any capture (value
 buffers unplanned, the arena planned), both cuBLAS products and the softmax kernel are issued
 eagerly and by the replay, and the scores product writes float32 from f16 operands."""
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 import optgraph as og
-from optgraph.codegen import cuda_attention
-from optgraph.program import cuda_program, plan_graph
-from optgraph.runtime.reference import random_inputs
+from optgraph.api.programs import cuda_program, plan_graph
+from optgraph.codegen.kernels.attention import variants
+from optgraph.reference.interpreter import random_inputs
 from tests.codegen.test_attention_gemm_emulated import PREFILL
 from tests.support.fake_cupy import fake_cupy
 
@@ -25,7 +25,7 @@ NODES = 6  # attention nodes in PREFILL
 def test_gemm_attention_scratch_is_allocated_before_capture(
     monkeypatch: pytest.MonkeyPatch, planned: bool
 ) -> None:
-    monkeypatch.setattr(cuda_attention, "GEMM_PREFILL_MIN_ROWS", 4)
+    monkeypatch.setattr(variants, "GEMM_PREFILL_MIN_ROWS", 4)
     graph = og.parse(PREFILL.replace("{T}", "f16"))
     source = plan_graph(graph, "default") if planned else graph
     with fake_cupy(monkeypatch) as fake:

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen.cuda_steps import KernelStep
+from optgraph.api.programs import cuda_program
 from optgraph.codegen.lowering_options import LoweringOptions
+from optgraph.codegen.plan.steps import KernelStep
 from optgraph.errors import InputError, OptGraphError
 from optgraph.passes.manager import run_pipeline
-from optgraph.program import cuda_program
-from optgraph.runtime.reference import random_inputs, random_weights
+from optgraph.reference.interpreter import random_inputs, random_weights
 from tests.support.fake_cupy import fake_cupy
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -32,7 +32,7 @@ def _planned(name: str) -> og.Graph:
 
 def test_a_bound_step_checks_once_and_a_call_only_launches(monkeypatch) -> None:
     with fake_cupy(monkeypatch) as fake:
-        from optgraph.runtime import cuda
+        from optgraph.runtime.cuda import runner as cuda
 
         graph = _planned("diamond")
         program = cuda_program(graph)
@@ -179,7 +179,7 @@ def test_an_output_sharing_an_inputs_array_is_refused(monkeypatch) -> None:
 
 
 def test_check_apart_allows_in_place_pairs_and_inputs_sharing_bytes() -> None:
-    from optgraph.runtime.cuda_bound import check_apart
+    from optgraph.runtime.cuda.bound import check_apart
 
     cache, pos = (1000, 256), (2000, 4)
     check_apart({"cache": cache, "pos": pos, "p2": (2000, 4)}, {"new": cache}, {"new": "cache"})

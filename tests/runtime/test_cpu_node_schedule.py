@@ -1,4 +1,4 @@
-"""The calling thread's schedule of a split program (codegen/cpu_node_schedule.py): every step
+"""The calling thread's schedule of a split program (codegen/plan/cpu_node_schedule.py): every step
 kept once (events aside), every happens-before edge of the plan across the host/device
 boundary kept (the host waits for a part that contains the GPU side, or the part containing the
 GPU side is launched after the host side), on the MoE step, a split llama and random split
@@ -17,7 +17,10 @@ from hypothesis import strategies as st
 
 import optgraph as og
 from optgraph.analysis.host_syncs import host_device_waits, min_host_device_syncs
-from optgraph.codegen.cpu_node_schedule import (
+from optgraph.codegen.cuda_source import CodegenError
+from optgraph.codegen.lower_cuda import lower_cuda
+from optgraph.codegen.lowering_options import CPU_NODE_MODES, LoweringOptions
+from optgraph.codegen.plan.cpu_node_schedule import (
     GpuPart,
     HostPart,
     HostWait,
@@ -28,14 +31,11 @@ from optgraph.codegen.cpu_node_schedule import (
     host_streams,
     host_waits,
 )
-from optgraph.codegen.cuda_plan import lower_cuda
-from optgraph.codegen.cuda_source import CodegenError
-from optgraph.codegen.cuda_steps import CudaPlan, EventStep, HostStep, KernelStep
-from optgraph.codegen.lowering_options import CPU_NODE_MODES, LoweringOptions
+from optgraph.codegen.plan.steps import CudaPlan, EventStep, HostStep, KernelStep
 from optgraph.ir.graph import Graph
 from optgraph.ir.layout import VIEW_OPS
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.reference import random_inputs, random_weights
+from optgraph.reference.interpreter import random_inputs, random_weights
 from tests.support.fake_cupy import fake_cupy
 from tests.support.offload_models import llama
 from tests.support.random_graphs import random_dag_graphs
@@ -177,10 +177,10 @@ def test_random_split_graphs_keep_every_edge(graph: Graph, data: Any) -> None:
 def _trace(mode: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str], Any]:
     """(what one replayed run executed, in order: kernels and CPU nodes; the plan's order of
     the same; the runtime counters)."""
-    from optgraph.runtime.cuda_offload import HostFunction
+    from optgraph.runtime.cuda.offload import HostFunction
 
     with fake_cupy(monkeypatch) as fake:
-        from optgraph.program import cuda_program
+        from optgraph.api.programs import cuda_program
 
         original = HostFunction._call
 
@@ -224,10 +224,10 @@ def test_a_replayed_run_launches_each_part_without_deciding_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Calling-thread runs: once every part's graph is captured and replayed, a part is one
-    graph launch (`cuda_bound.PartLauncher`); a change of the graph cache (another part
+    graph launch (`bound.PartLauncher`); a change of the graph cache (another part
     captured) sends the parts back through the full path once."""
     with fake_cupy(monkeypatch):
-        from optgraph.program import cuda_program
+        from optgraph.api.programs import cuda_program
 
         source, split = _moe()
         inputs = random_inputs(source, seed=1)

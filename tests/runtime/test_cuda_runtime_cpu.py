@@ -10,19 +10,19 @@ from pathlib import Path
 import pytest
 
 import optgraph as og
-from optgraph.codegen.cuda_plan import (
+from optgraph.codegen.cuda_source import CodegenError
+from optgraph.codegen.lower_cuda import (
     EventStep,
     GemmStep,
     KernelStep,
     Location,
     lower_cuda,
 )
-from optgraph.codegen.cuda_plan_text import plan_json
-from optgraph.codegen.cuda_source import CodegenError
+from optgraph.codegen.plan.plan_text import plan_json
 from optgraph.errors import InputError
 from optgraph.ir.graph import TensorType
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.cuda_graph_cache import (
+from optgraph.runtime.cuda.graph_cache import (
     Action,
     Binding,
     GraphCache,

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen.cuda_steps import KernelStep
+from optgraph.api.programs import cuda_program
 from optgraph.codegen.lowering_options import LoweringOptions
+from optgraph.codegen.plan.steps import KernelStep
 from optgraph.errors import InputError
 from optgraph.passes.manager import run_pipeline
-from optgraph.program import cuda_program
-from optgraph.runtime.cuda_graph_cache import count_dot_nodes
-from optgraph.runtime.reference import random_inputs, random_weights
+from optgraph.reference.interpreter import random_inputs, random_weights
+from optgraph.runtime.cuda.graph_cache import count_dot_nodes
 from tests.support.fake_cupy import fake_cupy
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -112,7 +112,7 @@ def test_weights_are_required_when_the_graph_has_some(monkeypatch) -> None:
 
 def test_capture_forbids_allocation_and_dot_has_the_plans_kernels(monkeypatch) -> None:
     with fake_cupy(monkeypatch):
-        from optgraph.runtime.cuda import AllocationDuringCapture
+        from optgraph.runtime.cuda.runner import AllocationDuringCapture
 
         graph = _planned("mlp")
         inputs, weights = random_inputs(graph), random_weights(graph)

@@ -11,14 +11,14 @@ import pytest
 
 import optgraph as og
 from optgraph.errors import OptGraphError
-from optgraph.runtime.planned import execute
-from optgraph.runtime.reference import (
+from optgraph.reference.interpreter import (
     load_weights,
     random_inputs,
     random_weights,
     run_reference,
     save_weights,
 )
+from optgraph.runtime.cpu.planned_executor import execute
 
 SCALARS = """graph scalars {
   input %x : f32[]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.program import cuda_program
+from optgraph.api.programs import cuda_program
 from optgraph.runtime.last_arrays import LastArrays
 from tests.support.fake_cupy import fake_cupy
 
@@ -107,7 +107,7 @@ def test_set_weights_uploads_arrays_changed_in_place_and_run_skips_the_same_arra
 def test_the_several_device_runner_restarts_for_a_new_array_at_a_freed_identity(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from optgraph import program_devices
+    from optgraph.api import program_devices
 
     made = []
     real = program_devices.MultiGpuProgram

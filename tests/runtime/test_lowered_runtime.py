@@ -1,7 +1,7 @@
 """The seam between lowering and the CUDA runtime: the runtime runs what was lowered once.
 
-`optgraph.compile` / `optgraph.program.cuda_program` lower a planned graph into a
-`LoweredProgram` (`codegen/lowered.py`) with one `LoweringOptions`; the runtime binds, allocates,
+`optgraph.compile` / `optgraph.api.programs.cuda_program` lower a planned graph into a
+`LoweredProgram` (`codegen/plan/lowered.py`) with one `LoweringOptions`; the runtime binds, allocates,
 captures, updates and replays it, and asks the API layer's `relower` callback for new variants.
 Checked here on the fake CuPy (tests/support/fake_cupy.py): with every pass and every lowering
 function made to raise, a lowered program still runs, captures, updates and replays.
@@ -17,18 +17,18 @@ import numpy as np
 import pytest
 
 import optgraph as og
-import optgraph.program as api
-from optgraph.codegen import cuda_plan
-from optgraph.codegen.cuda_plan import lower_for_cuda
-from optgraph.codegen.cuda_steps import KernelStep
-from optgraph.codegen.lowered import LoweredVariant
+import optgraph.api.programs as api
+from optgraph.api.programs import cuda_program, relowering
+from optgraph.codegen import lower_cuda
+from optgraph.codegen.lower_cuda import lower_for_cuda
 from optgraph.codegen.lowering_options import LoweringOptions
+from optgraph.codegen.plan.lowered import LoweredVariant
+from optgraph.codegen.plan.steps import KernelStep
 from optgraph.errors import OptGraphError
 from optgraph.ir.graph import TensorType
 from optgraph.passes import manager
 from optgraph.passes.manager import run_pipeline
-from optgraph.program import cuda_program, relowering
-from optgraph.runtime.reference import random_inputs
+from optgraph.reference.interpreter import random_inputs
 from tests.support.fake_cupy import fake_cupy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,11 +48,11 @@ CACHE = """graph cache {
 """
 # What the runtime may import from codegen: the data of a lowered program, nothing that lowers.
 RUNTIME_MAY_IMPORT = {
-    "optgraph.codegen.cuda_steps",
-    "optgraph.codegen.lowered",
+    "optgraph.codegen.plan.steps",
+    "optgraph.codegen.plan.lowered",
     "optgraph.codegen.lowering_options",
-    "optgraph.codegen.program",  # the planned executor's Program, Buffer and Step
-    "optgraph.codegen.cpu_node_schedule",  # the calling thread's pieces (made at lowering)
+    "optgraph.codegen.plan.arena_program",  # the planned executor's Program, Buffer and Step
+    "optgraph.codegen.plan.cpu_node_schedule",  # the calling thread's pieces (made at lowering)
 }
 LOWERING = {
     *("run_pipeline", "lower_cuda", "lower_for_cuda", "lower_variant", "lower"),
@@ -73,7 +73,7 @@ def _forbid_lowering(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(manager, "run_pipeline", refuse)
     monkeypatch.setattr(manager, "plan_memory_if_missing", refuse)
     for name in ("lower_cuda", "lower_for_cuda", "lower_variant", "synchronous_prefetch"):
-        monkeypatch.setattr(cuda_plan, name, refuse)
+        monkeypatch.setattr(lower_cuda, name, refuse)
     for name in ("lower_for_cuda", "lower_variant", "run_pipeline", "plan_memory_if_missing"):
         monkeypatch.setattr(api, name, refuse)
 
@@ -147,7 +147,7 @@ def test_new_shapes_and_in_place_outputs_come_from_the_relower_callback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with fake_cupy(monkeypatch) as fake:
-        from optgraph.runtime.cuda import CudaProgram
+        from optgraph.runtime.cuda.runner import CudaProgram
 
         graph = og.parse(CACHE)
         options = LoweringOptions()
@@ -182,7 +182,7 @@ def test_without_a_relower_callback_only_the_lowered_variant_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with fake_cupy(monkeypatch):
-        from optgraph.runtime.cuda import CudaProgram
+        from optgraph.runtime.cuda.runner import CudaProgram
 
         graph = _planned("diamond")
         program = CudaProgram(lower_for_cuda(graph))
@@ -208,7 +208,8 @@ def test_a_streamed_program_is_lowered_with_its_synchronous_fallback() -> None:
 
 
 def test_the_cli_makes_one_options_object_for_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    from optgraph import cli, cli_run
+    from optgraph.cli import main as cli
+    from optgraph.cli import run
 
     seen: list[LoweringOptions | None] = []
 
@@ -216,7 +217,7 @@ def test_the_cli_makes_one_options_object_for_run(monkeypatch: pytest.MonkeyPatc
         seen.append(kw["options"])  # type: ignore[arg-type]
         return {n: np.zeros(1) for n in graph.output_names()}
 
-    monkeypatch.setitem(cli_run.RUNNERS, "cpu", runner)
+    monkeypatch.setitem(run.RUNNERS, "cpu", runner)
     model = str(EXAMPLES / "diamond.ir")
     argv = ["run", model, "--device", "cpu", "--no-graph", "--no-merge-launches"]
     assert cli.main(argv) == 0
@@ -224,7 +225,7 @@ def test_the_cli_makes_one_options_object_for_run(monkeypatch: pytest.MonkeyPatc
 
 
 def test_optgraph_run_on_cuda_compiles_once_with_the_flags_options(monkeypatch) -> None:
-    from optgraph import cli
+    from optgraph.cli import main as cli
 
     compiled: list[api.CompiledProgram] = []
     real = api.compile

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 
 import optgraph as og
-from optgraph.codegen.cuda_plan import lower_cuda
+from optgraph.api.programs import plan_graph
+from optgraph.codegen.lower_cuda import lower_cuda
 from optgraph.ir.graph import Graph
-from optgraph.program import plan_graph
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
 from tests.support import cuda_emulator
 from tests.support.gpu_support import mixed_bound
 from tests.support.property_examples import examples

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import optgraph as og
+from optgraph.api.program_devices import MultiDeviceRunner, device_pipeline
 from optgraph.codegen.rank_programs import lower_ranks
 from optgraph.errors import InputError, OptGraphError
-from optgraph.program_devices import MultiDeviceRunner, device_pipeline
-from optgraph.runtime.reference import random_inputs, run_reference
+from optgraph.reference.interpreter import random_inputs, run_reference
 from tests.support.fake_cupy import fake_cupy, install_in_process
 from tests.support.fake_nccl import NcclCommunicator
 from tests.support.placed_graphs import COLLECTIVES, FOUR_DEVICES, ONE_MEMBER
@@ -26,7 +26,7 @@ def failing_setup() -> None:
 
 
 def run_twice(text: str, monkeypatch: pytest.MonkeyPatch, devices: int, **kwargs: object) -> tuple:
-    from optgraph.runtime.multi_gpu import MultiGpuProgram
+    from optgraph.runtime.multi.gpus import MultiGpuProgram
 
     graph = og.parse(text)
     inputs = random_inputs(graph, seed=5)
@@ -105,7 +105,7 @@ def test_a_failing_rank_names_itself(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_missing_weight_is_an_input_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from optgraph.runtime.multi_gpu import MultiGpuProgram
+    from optgraph.runtime.multi.gpus import MultiGpuProgram
 
     text = COLLECTIVES.replace("  input %b", "  weight %w : f32[2] !{device = 1}\n  input %b")
     with fake_cupy(monkeypatch) as fake:
@@ -117,7 +117,7 @@ def test_missing_weight_is_an_input_error(monkeypatch: pytest.MonkeyPatch) -> No
 def test_one_rank_alone_feeds_its_collectives_and_keeps_what_it_sends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from optgraph.runtime.multi_gpu import run_rank_alone
+    from optgraph.runtime.multi.gpus import run_rank_alone
 
     graph = og.parse(COLLECTIVES)
     inputs = random_inputs(graph, seed=2)
@@ -171,7 +171,7 @@ def test_an_unplaced_graph_on_several_devices_is_split_first() -> None:
 def test_timing_binds_device_arrays_and_replays_on_every_rank(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from optgraph.runtime.multi_gpu import MultiGpuProgram
+    from optgraph.runtime.multi.gpus import MultiGpuProgram
 
     graph = og.parse(COLLECTIVES)
     with fake_cupy(monkeypatch) as fake:
@@ -192,7 +192,7 @@ def test_a_split_llama_runs_and_times_with_its_caches_bound_in_place(
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
     from gen_llama import generate_llama
 
-    from optgraph.runtime.reference import random_weights
+    from optgraph.reference.interpreter import random_weights
 
     source = og.parse(generate_llama(layers=1, hidden=64, heads=4, kv_heads=2, ffn=128))
     inputs, weights = random_inputs(source, seed=1), random_weights(source, seed=1)
@@ -232,9 +232,9 @@ def test_the_gpu_tests_helpers_hand_each_rank_its_cache_pieces(
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
     from gen_llama import generate_llama
 
-    from optgraph.program_devices import parallel_inputs, parallel_weights, whole_outputs
-    from optgraph.runtime.multi_gpu import MultiGpuProgram, run_rank_alone
-    from optgraph.runtime.reference import random_weights
+    from optgraph.api.program_devices import parallel_inputs, parallel_weights, whole_outputs
+    from optgraph.reference.interpreter import random_weights
+    from optgraph.runtime.multi.gpus import MultiGpuProgram, run_rank_alone
 
     source = og.parse(generate_llama(layers=1, hidden=64, heads=4, kv_heads=2, ffn=128))
     graph = og.compile(source, "tensor-parallel{ways=2},default", "cpu").graph
@@ -259,7 +259,7 @@ def test_the_gpu_tests_helpers_hand_each_rank_its_cache_pieces(
 def test_no_cupy_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from optgraph.runtime.multi_gpu import MultiGpuProgram
+    from optgraph.runtime.multi.gpus import MultiGpuProgram
 
     monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy raises ImportError
     with pytest.raises(OptGraphError, match="runs on 2 GPUs but none is usable"):
@@ -267,7 +267,7 @@ def test_no_cupy_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_step_takes_the_slowest_rank_of_each_replay() -> None:
-    from optgraph.runtime.multi_gpu import StepTimes
+    from optgraph.runtime.multi.gpus import StepTimes
 
     # rank 1 (a pipeline's last stage) is the slower one in replays 0 and 2, rank 0 in replay 1
     times = StepTimes.of([[1.0, 5.0, 2.0], [3.0, 1.0, 2.5]])

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 import optgraph as og
 from optgraph.codegen.rank_programs import lower_ranks
 from optgraph.ir.graph import Graph
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
 from tests.support import cuda_emulator, fake_nccl
 from tests.support.device_graphs import random_device_graphs
 from tests.support.fake_cupy import fake_cupy
@@ -45,7 +45,7 @@ def test_rank_steps_are_the_graphs_collectives_in_one_order(graph: Graph) -> Non
 @settings(deadline=None, max_examples=10)
 @given(graph=random_device_graphs())
 def test_ranks_run_and_replay_meeting_every_collective(graph: Graph) -> None:
-    from optgraph.runtime.multi_gpu import MultiGpuProgram
+    from optgraph.runtime.multi.gpus import MultiGpuProgram
 
     monkeypatch = pytest.MonkeyPatch()
     monkeypatch.setattr(fake_nccl, "WAIT_SECONDS", 10.0)

@@ -1,4 +1,4 @@
-"""Ranks of a run spread over hosts (runtime/multi_host.py), as threads on a fake CuPy and NCCL.
+"""Ranks of a run spread over hosts (runtime/multi/hosts.py), as threads on a fake CuPy and NCCL.
 
 Each thread plays one host's process: it makes its `HostRank` with the same rank programs, they
 meet through the rendezvous (TCP on localhost, or a file), and each returns the outputs it owns.
@@ -17,14 +17,14 @@ import pytest
 import optgraph as og
 from optgraph.codegen.rank_programs import lower_ranks
 from optgraph.errors import InputError, OptGraphError
-from optgraph.runtime.multi_host import (
+from optgraph.reference.interpreter import random_inputs, run_reference
+from optgraph.runtime.multi.hosts import (
     FileRendezvous,
     HostRank,
     Rendezvous,
     TcpRendezvous,
     rendezvous_from_environment,
 )
-from optgraph.runtime.reference import random_inputs, run_reference
 from tests.support import fake_nccl
 from tests.support.fake_cupy import fake_cupy
 from tests.support.placed_graphs import COLLECTIVES

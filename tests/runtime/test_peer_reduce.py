@@ -1,4 +1,4 @@
-"""`runtime/cuda_peer_reduce.py` on the CPU: which all_reduces the peer kernel takes, its slots'
+"""`runtime/cuda/peer_reduce.py` on the CPU: which all_reduces the peer kernel takes, its slots'
 layout (the same on every rank), the IPC handle exchange and the routing between it and NCCL.
 The kernel itself runs in tests/gpu/test_multi_gpu.py (2 GPUs: equal to NCCL bit for bit)."""
 
@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from optgraph.codegen.cuda_steps import CollectiveStep, Location
-from optgraph.runtime import cuda_peer_reduce
-from optgraph.runtime.cuda_peer_reduce import (
+from optgraph.codegen.plan.steps import CollectiveStep, Location
+from optgraph.runtime.cuda import peer_reduce
+from optgraph.runtime.cuda.peer_reduce import (
     MAX_BLOCKS,
     MAX_BYTES,
     CollectiveIssue,
@@ -131,14 +131,14 @@ def test_prepare_lays_out_slots_by_name_and_opens_the_peers_buffer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     cp = stub_cupy(rank=0)
-    monkeypatch.setattr(cuda_peer_reduce, "cupy", lambda: cp)
+    monkeypatch.setattr(peer_reduce, "cupy", lambda: cp)
     peer = PeerReduce(StubComm(), rank=0, world=2)
     peer.prepare([step("b", count=4096), step("a", count=1024)])
     # sorted by node, whatever the order given: every rank lays its buffer out alike
     assert peer.offsets == {"a": 0, "b": slot_bytes(step(count=1024), 2)}
     runtime = cp.cuda.runtime
     assert runtime.allocated == [sum(slot_bytes(step(count=c), 2) for c in (1024, 4096))]
-    assert runtime.opened == [(1, cuda_peer_reduce.IPC_LAZY_PEER_ACCESS)]  # rank 1's, not ours
+    assert runtime.opened == [(1, peer_reduce.IPC_LAZY_PEER_ACCESS)]  # rank 1's, not ours
     assert peer.peers == [0x1000_0000, 0x7000_0002]
     assert set(peer.kernels) == {"f16", "bf16", "f32"}
     peer.prepare([step("a", count=1024)])  # a later variant with the same steps: nothing new
@@ -154,15 +154,15 @@ def test_prepare_lays_out_slots_by_name_and_opens_the_peers_buffer(
 def test_nccl_collectives_route_small_aligned_all_reduces_to_the_peer_kernel(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from optgraph.runtime import cuda_collectives
+    from optgraph.runtime.cuda import collectives
 
     cp = stub_cupy(rank=0)
-    monkeypatch.setattr(cuda_peer_reduce, "cupy", lambda: cp)
-    monkeypatch.setattr(cuda_collectives, "cupy", lambda: cp)
+    monkeypatch.setattr(peer_reduce, "cupy", lambda: cp)
+    monkeypatch.setattr(collectives, "cupy", lambda: cp)
     comm = StubComm()
     communicators = types.SimpleNamespace(world=2, device=0, comms={(0, 1): comm},
                                           get=lambda step: comm)  # fmt: skip
-    backend = cuda_collectives.NcclCollectives(communicators, peer_reduce=True)  # type: ignore[arg-type]
+    backend = collectives.NcclCollectives(communicators, peer_reduce=True)  # type: ignore[arg-type]
     small, gather = step("small"), step("g", kind="all_gather", count=2048)
     backend.prepare([small, gather])
     assert backend.peer is not None and set(backend.peer.offsets) == {"small"}
@@ -179,14 +179,14 @@ def test_nccl_collectives_route_small_aligned_all_reduces_to_the_peer_kernel(
     assert backend.adds_too(offered, (0x100, 0x200, 0x300, 0x300))
     assert not backend.adds_too(offered, (0x100, 0x200, 0x308, 0x300))
     assert not backend.adds_too(small, (0x100, 0x200))  # nothing offered
-    assert cuda_collectives.NcclCollectives(communicators).peer is None  # type: ignore[arg-type]
+    assert collectives.NcclCollectives(communicators).peer is None  # type: ignore[arg-type]
 
 
 def test_peer_access_is_asked_of_the_run_s_own_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[tuple[int, int]] = []
     cp = stub_cupy(rank=0)
     cp.cuda.runtime.deviceCanAccessPeer = lambda a, b: asked.append((a, b)) or (a, b) != (3, 1)
-    monkeypatch.setattr(cuda_peer_reduce, "cupy", lambda: cp)
-    assert cuda_peer_reduce.peers_reachable([2, 3])
+    monkeypatch.setattr(peer_reduce, "cupy", lambda: cp)
+    assert peer_reduce.peers_reachable([2, 3])
     assert sorted(asked) == [(2, 3), (3, 2)]
-    assert not cuda_peer_reduce.peers_reachable([1, 3])  # 3 cannot reach 1
+    assert not peer_reduce.peers_reachable([1, 3])  # 3 cannot reach 1

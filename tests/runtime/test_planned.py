@@ -15,12 +15,12 @@ import optgraph as og
 from optgraph.analysis.arena_plan import apply_plan, check_plan, plan
 from optgraph.analysis.happens_before import HappensBefore
 from optgraph.analysis.lifetimes import compute_lifetimes
-from optgraph.codegen.program import Program
-from optgraph.codegen.program_lowering import lower
+from optgraph.codegen.plan.arena_program import Program
+from optgraph.codegen.plan.lower_arena import lower
 from optgraph.errors import OptGraphError
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.planned import PlanViolation, execute
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
+from optgraph.runtime.cpu.planned_executor import PlanViolation, execute
 from tests.support.property_examples import examples
 from tests.support.scheduled_graphs import drop_wait, random_memory_graph, random_streams
 
@@ -198,7 +198,7 @@ def test_compile_api_runs_on_cpu_and_refuses_unknown_targets() -> None:
 
 
 def test_compile_for_cuda_without_a_gpu_is_a_clear_error() -> None:
-    cuda = pytest.importorskip("optgraph.runtime.cuda")
+    cuda = pytest.importorskip("optgraph.runtime.cuda.runner")
     if cuda.is_available():
         pytest.skip("a GPU is usable here")
     with pytest.raises(OptGraphError, match="target 'cuda'"):

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 import optgraph as og
 from optgraph.analysis.deadlocks import find_deadlocks
-from optgraph.codegen.program import Program
-from optgraph.codegen.program_lowering import lower
+from optgraph.codegen.plan.arena_program import Program
+from optgraph.codegen.plan.lower_arena import lower
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.planned import PlanViolation, execute
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
+from optgraph.runtime.cpu.planned_executor import PlanViolation, execute
 from tests.support.device_graphs import random_device_graphs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen.program_lowering import lower
+from optgraph.api.programs import CompiledProgram
+from optgraph.codegen.plan.lower_arena import lower
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import TensorType
 from optgraph.passes.facts import FACTS
-from optgraph.program import CompiledProgram
-from optgraph.runtime import reference
-from optgraph.runtime.cuda_graph_cache import GraphKey, retype_graph
-from optgraph.runtime.planned import execute
+from optgraph.reference import interpreter as reference
+from optgraph.runtime.cpu.planned_executor import execute
+from optgraph.runtime.cuda.graph_cache import GraphKey, retype_graph
 from tests.support.fake_cupy import fake_cupy
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -163,7 +163,7 @@ def test_cuda_runtime_refuses_a_shape_the_graph_cannot_take(monkeypatch) -> None
 
 def test_cuda_runtime_refuses_a_specialization_that_moves_weights(monkeypatch) -> None:
     with fake_cupy(monkeypatch):
-        from optgraph.program import cuda_program
+        from optgraph.api.programs import cuda_program
 
         program = og.compile(og.parse_file(EXAMPLES / "mlp.ir"), PIPELINE)
         graph = program.graph

@@ -1,4 +1,4 @@
-"""`CudaProgram.run` on arrays laid out as in its call before (`cuda_bound.run_signature`) takes
+"""`CudaProgram.run` on arrays laid out as in its call before (`bound.run_signature`) takes
 the last call's binding again instead of checking every array: on the fake CuPy
 (tests/support/fake_cupy.py), counted by the calls of `_bind` and checked by what is staged."""
 
@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from optgraph.api.programs import cuda_program
 from optgraph.errors import InputError
-from optgraph.program import cuda_program
-from optgraph.runtime.reference import random_inputs
+from optgraph.reference.interpreter import random_inputs
 from tests.runtime.test_bound_step import _planned
 from tests.support.fake_cupy import fake_cupy
 
@@ -86,7 +86,7 @@ def test_a_wrong_run_after_a_good_one_still_gets_its_error(diamond: Diamond) -> 
 
 
 def test_a_run_signature_names_each_argument_by_kind(diamond: Diamond) -> None:
-    from optgraph.runtime.cuda_bound import run_signature
+    from optgraph.runtime.cuda.bound import run_signature
 
     fake = diamond[0]
     host = np.zeros((2, 3), np.float32)

@@ -13,15 +13,20 @@ import numpy as np
 import pytest
 
 import optgraph as og
-from optgraph.codegen.cuda_plan import lower_cuda
-from optgraph.codegen.cuda_steps import HostStep
+from optgraph.codegen.lower_cuda import lower_cuda
+from optgraph.codegen.plan.steps import HostStep
 from optgraph.errors import OptGraphError
 from optgraph.ir.graph import Graph
 from optgraph.ir.layout import alias_roots
 from optgraph.passes.manager import run_pipeline
-from optgraph.runtime.cuda_offload import HostErrors, HostFunction, HostMemory, HostWeights
-from optgraph.runtime.host_gathers import gathers_read_in_place
-from optgraph.runtime.reference import evaluate_node, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import (
+    evaluate_node,
+    random_inputs,
+    random_weights,
+    run_reference,
+)
+from optgraph.runtime.cuda.host_gathers import gathers_read_in_place
+from optgraph.runtime.cuda.offload import HostErrors, HostFunction, HostMemory, HostWeights
 from tests.support.offload_models import run_planned
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))

@@ -32,14 +32,6 @@ from pathlib import Path
 import numpy as np
 
 from optgraph.codegen.cuda_dispatch import node_code
-from optgraph.codegen.cuda_plan import (
-    CopyStep,
-    CudaPlan,
-    EventStep,
-    GemmStep,
-    KernelStep,
-    Location,
-)
 from optgraph.codegen.cuda_prelude import PRELUDE
 from optgraph.codegen.cuda_source import (
     STORAGE,
@@ -49,10 +41,18 @@ from optgraph.codegen.cuda_source import (
     load,
     store,
 )
+from optgraph.codegen.lower_cuda import (
+    CopyStep,
+    CudaPlan,
+    EventStep,
+    GemmStep,
+    KernelStep,
+    Location,
+)
 from optgraph.ir.graph import Graph
 from optgraph.ir.layout import alias_roots
 from optgraph.ir.weight_layout import stored_weights
-from optgraph.runtime.reference_kernels import numpy_dtype
+from optgraph.reference.kernels import numpy_dtype
 
 EMULATION = r"""
 #include <atomic>

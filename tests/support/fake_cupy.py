@@ -337,7 +337,7 @@ def _modules(fake: FakeCupy) -> dict[str, types.ModuleType]:
 
 
 class FakeDriver:
-    """libcuda's `cuLaunchHostFunc` (runtime/cuda_offload.py calls it through ctypes): the host
+    """libcuda's `cuLaunchHostFunc` (runtime/cuda/offload.py calls it through ctypes): the host
     function runs in issue order, or at replay when issued during a capture."""
 
     def __init__(self, fake: FakeCupy):
@@ -356,13 +356,13 @@ class FakeDriver:
 def install_in_process() -> FakeCupy:
     """Install the fake modules for the rest of this process (a spawned rank process of the
     several-GPU tests: `MultiGpuProgram(..., setup=install_in_process)`)."""
-    from optgraph.runtime import cuda_blas, cuda_launch
+    from optgraph.runtime.cuda import blas, launch
 
     fake = FakeCupy()
     fake.device_count = 8
     sys.modules.update(_modules(fake))
-    cuda_blas._candidate_paths = list  # type: ignore[assignment]
-    cuda_launch._MODULES.clear()
+    blas._candidate_paths = list  # type: ignore[assignment]
+    launch._MODULES.clear()
     return fake
 
 
@@ -374,17 +374,17 @@ def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCupy]:
 
     if importlib.util.find_spec("cupy") is not None:
         pytest.skip("the real CuPy is installed: the GPU tests cover the runtime here")
-    from optgraph.runtime import cuda_blas
+    from optgraph.runtime.cuda import blas
 
     fake = FakeCupy()
     NcclCommunicator.created.clear()
     for name, module in _modules(fake).items():
         monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setattr(cuda_blas, "_candidate_paths", list)  # CuPy's wrappers, not ctypes
-    from optgraph.runtime import cuda_launch, cuda_offload
+    monkeypatch.setattr(blas, "_candidate_paths", list)  # CuPy's wrappers, not ctypes
+    from optgraph.runtime.cuda import launch, offload
 
     fake.driver = FakeDriver(fake)
-    monkeypatch.setattr(cuda_offload, "_DRIVER", fake.driver)
+    monkeypatch.setattr(offload, "_DRIVER", fake.driver)
 
-    monkeypatch.setattr(cuda_launch, "_MODULES", {})  # compiled modules outlive programs
+    monkeypatch.setattr(launch, "_MODULES", {})  # compiled modules outlive programs
     yield fake

@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 from optgraph.ir.graph import Graph
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
 
 BOUNDS = {"f32": 1e-7, "f16": 1e-6, "bf16": 1e-4}
 
@@ -101,8 +101,8 @@ def outputs_in_place(graph: Graph, dev: dict) -> dict:
     its input's array (a KV cache) takes that array, every other one a new device array."""
     import cupy as cp
 
-    from optgraph.codegen.in_place_outputs import in_place_candidates
-    from optgraph.runtime.reference_kernels import numpy_dtype
+    from optgraph.codegen.plan.in_place_outputs import in_place_candidates
+    from optgraph.reference.kernels import numpy_dtype
 
     pairs = in_place_candidates(graph)
     types = graph.value_types()

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 
 import optgraph as og
-from optgraph.codegen.program_lowering import lower
+from optgraph.codegen.plan.lower_arena import lower
 from optgraph.ir.graph import Graph
-from optgraph.runtime.planned import execute
-from optgraph.runtime.reference import random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
+from optgraph.runtime.cpu.planned_executor import execute
 
 _GEN = Path(__file__).resolve().parents[2] / "examples" / "gen_llama.py"
 _spec = importlib.util.spec_from_file_location("gen_llama", _GEN)

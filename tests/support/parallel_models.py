@@ -18,7 +18,7 @@ import numpy as np
 import optgraph as og
 from optgraph.ir.graph import Graph
 from optgraph.passes.tensor_parallel import join_outputs, shard_inputs, shard_weights
-from optgraph.runtime.reference import nmse, random_inputs, random_weights, run_reference
+from optgraph.reference.interpreter import nmse, random_inputs, random_weights, run_reference
 from tests.cli.test_examples import EXAMPLES, gen_llama
 
 GEN_VARIANTS: dict[str, dict[str, object]] = {

@@ -22,10 +22,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from optgraph.codegen.cuda_steps import CollectiveStep, CopyStep, Location, Step
-from optgraph.codegen.lowered import RankPrograms
+from optgraph.codegen.plan.lowered import RankPrograms
+from optgraph.codegen.plan.steps import CollectiveStep, CopyStep, Location, Step
 from optgraph.ir.graph import TensorType
-from optgraph.runtime.multi_gpu import reference_values
+from optgraph.runtime.multi.gpus import reference_values
 from tests.support.cuda_emulator import run_plan
 
 

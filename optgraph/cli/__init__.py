@@ -1,0 +1,1 @@
+"""The `optgraph` command: arguments, the commands, what they print and write."""

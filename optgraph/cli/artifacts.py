@@ -1,0 +1,138 @@
+"""What `optgraph compile -o DIR` writes. Every file is written atomically
+(`optgraph.output_files.write_atomic`): a temporary file renamed over the target, so
+
+    before: out/ holds last run's model.opt.ir
+    after:  out/model.opt.ir is either entirely the old text or entirely the new one
+
+`ARTIFACTS` is the list of files `-o DIR` produces, in order. To add one (kernels.cu, program.json,
+streams.dot), add an `Artifact` whose `render` returns the file's text from the `CompileResult`, or
+None when it does not apply to this compile (then nothing is written).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from optgraph.codegen.lowering_options import LoweringOptions
+from optgraph.errors import InputError
+from optgraph.ir.dot import to_dot
+from optgraph.ir.graph import Graph
+from optgraph.ir.printer import print_graph
+from optgraph.output_files import write_atomic
+
+if TYPE_CHECKING:  # the report module pulls in the analyses; an artifact only reads its figures
+    from optgraph.cli.report import Report
+
+if TYPE_CHECKING:
+    from optgraph.codegen.plan.lowered import LoweredProgram
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """Everything a compile produced that an artifact may render."""
+
+    graph: Graph
+    report: Report
+    options: LoweringOptions = field(default_factory=LoweringOptions)  # compile --no-merge-...
+
+    @cached_property
+    def lowered(self) -> LoweredProgram:
+        """The graph lowered for CUDA once, for every artifact that shows it."""
+        from optgraph.codegen.lower_cuda import lower_for_cuda
+
+        return lower_for_cuda(self.graph, self.options)
+
+
+@dataclass(frozen=True)
+class Artifact:
+    filename: str
+    description: str
+    render: Callable[[CompileResult], str | None]
+
+
+def _kernels_cu(result: CompileResult) -> str:
+    return result.lowered.main.plan.source()
+
+
+def _cuda_plan(result: CompileResult) -> str:
+    from optgraph.codegen.plan.json_records import json_text
+    from optgraph.codegen.plan.plan_text import plan_json
+
+    return json_text(plan_json(result.lowered.main.plan))
+
+
+def _program_json(graph: Graph) -> str | None:
+    """The lowered program (per-stream steps, events, buffer table) of a planned graph."""
+    from optgraph.codegen.plan.lower_arena import lower
+    from optgraph.passes.facts import FACTS
+
+    if not FACTS["memory-planned"].holds(graph):
+        return None
+    return lower(graph).to_json()
+
+
+ARTIFACTS: tuple[Artifact, ...] = (
+    Artifact("model.opt.ir", "the optimized IR", lambda r: print_graph(r.graph)),
+    Artifact("report.json", "the report figures as JSON", lambda r: r.report.to_json()),
+    Artifact("kernels.cu", "the CUDA source of every kernel", _kernels_cu),
+    Artifact("lower_cuda.json", "the CUDA launch list and storage", _cuda_plan),
+    Artifact("streams.dot", "the stream assignment as Graphviz DOT", lambda r: to_dot(r.graph)),
+    Artifact(
+        "program.json",
+        "the lowered program: steps per stream, events, arena layout",
+        lambda r: _program_json(r.graph),
+    ),
+)
+
+
+def prepare_output_directory(directory: str | os.PathLike[str]) -> Path:
+    """Create `directory` if needed and check it is writable; a compile calls this before it runs,
+    so a bad `-o` fails at once rather than after the pipeline and the printed report."""
+    out = Path(directory)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"cannot write outputs to '{out}': it is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"cannot create output directory '{out}': {err.strerror}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write outputs to '{out}': permission denied")
+    return out
+
+
+def check_writable_file(path: str | os.PathLike[str]) -> None:
+    """Fail now if `path` cannot be written later (missing or read-only directory, a directory)."""
+    target = Path(path)
+    if target.is_dir():
+        raise InputError(f"cannot write '{target}': it is a directory")
+    if not target.parent.is_dir():
+        raise InputError(f"cannot write '{target}': directory '{target.parent}' does not exist")
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write '{target}': permission denied")
+
+
+def write_artifact(out: Path, artifact: Artifact, result: CompileResult) -> Path | None:
+    """Render one artifact into the directory `out`; None when it does not apply."""
+    text = artifact.render(result)
+    return None if text is None else write_atomic(out / artifact.filename, text)
+
+
+def write_artifacts(directory: str | os.PathLike[str], result: CompileResult) -> list[Path]:
+    """Create `directory` if needed and write every applicable artifact; return the paths."""
+    out = prepare_output_directory(directory)
+    written = (write_artifact(out, artifact, result) for artifact in ARTIFACTS)
+    return [path for path in written if path is not None]
+
+
+def check_output_paths(directory: str | None, files: list[str | None]) -> None:
+    """Before a compile runs: `-o DIR` can be created and written, and each named file's directory."""
+    if directory is not None:
+        prepare_output_directory(directory)
+    for path in files:
+        if path is not None:
+            check_writable_file(path)

@@ -1,0 +1,1 @@
+"""Decode rewrites: launches of a decode step done by fewer kernels, decided while lowering."""

@@ -1,0 +1,1 @@
+"""attention kernels, chosen by shape in `variants.py`: decode (split-KV), prefill (tiled or on tensor cores)."""

@@ -1,0 +1,195 @@
+"""Prefill attention on tensor cores: two cuBLAS batched products around one softmax row kernel.
+
+    %o = attention(%q, %k, %v) {causal = true} : f16[1,32,512,128]   (k, v : f16[1,8,512,128])
+    ->  Gemm  scores = q·kᵀ      (batch 8 kv heads, the 4 query heads of a group as 2048 rows, f32 out)
+        rows  softmax rows       (grid (512, 32, 1): scale, mask, f32 softmax, p in f16, in place)
+        Gemm  out = p·v          (batch 8, m = 128, n = 2048, k = 512)
+
+Grouped-query heads: the G = Hq / Hkv query heads of kv head hk are contiguous in q and in the
+result ([B,Hq,Sq,D]), so batching over the B·Hkv kv heads with the group's G·Sq query rows stacked
+as one matrix reads every K/V row once per group and needs no copy.
+
+The scores live in the node's scratch (role "scratch", `scratch_bytes` of them: B·Hq·Sq·Skv
+float32, row-major [B,Hq,Sq,Skv]); `lower_cuda` places it past the planned arena (one region per
+stream) before any capture. The row kernel reads a row's scores into registers, applies what the
+reference applies in its order (scale, softcap, float mask; kv_len, both causal alignments,
+window, bool mask as visibility), takes the softmax in float32 and writes the probabilities in
+q's dtype over the same row (row stride Skv·4 bytes, so p's leading dimension is Skv·4 / its
+element size): every read of the row precedes the block reductions' barriers, every write follows
+them. A row that sees no key gets zeros. Both products accumulate in float32. Up to `WARP_MAX_KEYS`
+keys a row is one warp's (`WARP_ROWS` rows a block, warp shuffles instead of block barriers),
+beyond it one block's; either way the keys a causal row cannot see are neither read nor
+exponentiated, only written as zeros.
+
+Taken when `variants.GEMM_PREFILL_MIN_ROWS` (0 = never) is at most Sq and Skv is at most
+`MAX_KEYS` (a row's scores stay in registers).
+"""
+
+from __future__ import annotations
+
+from optgraph.codegen.cuda_source import (
+    STORAGE,
+    Launch,
+    f32_literal,
+    make_kernel,
+    store,
+)
+from optgraph.codegen.kernels.attention.head_rows import (
+    AttentionShape,
+    operand_args,
+    operand_decls,
+    warp_max,
+    warp_sum,
+)
+from optgraph.codegen.kernels.matmul import OP_N, OP_T, Gemm
+from optgraph.ir.graph import DTYPE_BYTES
+
+THREADS = 128
+MAX_PER_THREAD = 64
+MAX_KEYS = THREADS * MAX_PER_THREAD
+# The scores of a node must fit in this much scratch (f32), else the tiled kernel runs: 32 heads
+# of 512 x 512 take 32 MiB; a long prompt's B·H·S² would take gigabytes.
+MAX_SCRATCH_BYTES = 256 << 20
+SCRATCH = "scratch"  # the role of the node's scratch bytes
+NEG_INF = f32_literal(float("-inf"))
+# Rows of softmax a block takes, one warp each (`softmax_warp_rows`), where a row's scores fit
+# in 32 registers a lane; 0: a block of THREADS per row (`softmax_rows`) always.
+WARP_ROWS = 4
+WARP_MAX_KEYS = 32 * 32
+
+
+def fits(shape: AttentionShape, min_rows: int) -> bool:
+    """Whether this path takes `shape` given the row threshold (0 = never)."""
+    if not (0 < min_rows <= shape.sq and shape.skv <= MAX_KEYS and shape.dtype in DTYPE_BYTES):
+        return False
+    return scratch_bytes(shape) <= MAX_SCRATCH_BYTES
+
+
+def scratch_bytes(shape: AttentionShape) -> int:
+    """The float32 scores of every (batch, head, row, key)."""
+    return shape.b * shape.hq * shape.sq * shape.skv * 4
+
+
+def prob_stride(shape: AttentionShape) -> int:
+    """Elements of q's dtype between two rows of probabilities (written over the f32 scores)."""
+    return shape.skv * 4 // DTYPE_BYTES[shape.dtype]
+
+
+def gemm_attention(shape: AttentionShape) -> list[Gemm | Launch]:
+    """scores = q·kᵀ, the softmax rows, out = p·v (see the module docstring)."""
+    s = shape
+    rows = s.group * s.sq  # one kv head's query rows
+    pld = prob_stride(s)
+    scores = Gemm(
+        s.dtype, OP_T, OP_N, s.skv, rows, s.d,
+        "in1", s.d, s.skv * s.d,
+        "in0", s.d, rows * s.d,
+        SCRATCH, s.skv, rows * s.skv,
+        s.b * s.hkv,
+        c_dtype="" if s.dtype == "f32" else "f32",
+    )  # fmt: skip
+    out = Gemm(
+        s.dtype, OP_N, OP_N, s.d, rows, s.skv,
+        "in2", s.d, s.skv * s.d,
+        SCRATCH, pld, rows * pld,
+        "out", s.d, rows * s.d,
+        s.b * s.hkv,
+    )  # fmt: skip
+    rows_kernel = softmax_warp_rows(s) if 0 < WARP_ROWS and s.skv <= WARP_MAX_KEYS else None
+    return [scores, rows_kernel or softmax_rows(s), out]
+
+
+def softmax_rows(s: AttentionShape) -> Launch:
+    """One block per (row, head, batch): the row's probabilities over its scores, in place."""
+    per = -(-s.skv // THREADS)
+    dt = s.dtype
+    seen = s.seen_and("j < limit", "j", "lo", "moff")
+    score = s.score_expr(f"srow[j] * {f32_literal(s.scale)}", "j", "moff")
+    lines = [
+        "const unsigned int i = blockIdx.x, h = blockIdx.y, bz = blockIdx.z;",
+        "__shared__ float og_scratch[32];",
+        *_row_prologue(s),
+        f"float sc[{per}];",
+        f"float mx = {NEG_INF};",
+        f"#pragma unroll\nfor (int r = 0; r < {per}; ++r) {{",
+        f"  const unsigned int j = threadIdx.x + r * {THREADS}u;",
+        f"  sc[r] = ({seen}) ? {score} : {NEG_INF};",
+        "  mx = og_max(mx, sc[r]);",
+        "}",
+        f"mx = og_block_reduce(mx, og_scratch, OgMax(), {NEG_INF});",
+        "float total = 0.0f;",
+        f"#pragma unroll\nfor (int r = 0; r < {per}; ++r) {{",
+        f"  sc[r] = sc[r] == {NEG_INF} ? 0.0f : expf(sc[r] - mx);",
+        "  total += sc[r];",
+        "}",
+        "total = og_block_reduce(total, og_scratch, OgSum(), 0.0f);",  # every read is before it
+        f"#pragma unroll\nfor (int r = 0; r < {per}; ++r) {{",
+        f"  const unsigned int j = threadIdx.x + r * {THREADS}u;",
+        f"  if (j < {s.skv}u) prow[j] = {store(dt, 'total > 0.0f ? sc[r] / total : 0.0f')};",
+        "}",
+    ]
+    decls = ["float* scratch", *operand_decls(s)]
+    kernel = make_kernel("attention_softmax", decls, "\n".join("  " + x for x in lines))
+    return Launch(kernel, (s.sq, s.hq, s.b), (THREADS, 1, 1), (SCRATCH, *operand_args(s)))
+
+
+def _row_prologue(s: AttentionShape) -> list[str]:
+    """The statements after `i`, `h`, `bz` are known: the row's pointers, limit, window, mask."""
+    limit = s.causal_limit("L", "i") if s.causal else "L"
+    return [
+        f"const unsigned long long row = ((unsigned long long)bz * {s.hq}u + h) * {s.sq}u + i;",
+        f"const float* srow = scratch + row * {s.skv}ull;",
+        (
+            f"{STORAGE[s.dtype]}* prow = reinterpret_cast<{STORAGE[s.dtype]}*>(scratch)"
+            f" + row * {prob_stride(s)}ull;"
+        ),
+        f"long long L = {s.length_expr()};",
+        "if (L < 0) L = 0;",
+        f"long long lim = {limit};",
+        "if (lim > L) lim = L;",
+        "const unsigned int limit = lim > 0 ? (unsigned int)lim : 0u;",
+        *([f"const long long lo = {s.window_low('L', 'i')};"] if s.window else []),
+        *(
+            [f"const unsigned long long moff = {s.mask_offset('bz', 'h', 'i')};"]
+            if s.mask is not None
+            else []
+        ),
+    ]
+
+
+def softmax_warp_rows(s: AttentionShape) -> Launch:
+    """One warp per (row, head, batch), `WARP_ROWS` rows a block: the softmax_rows work with
+    warp shuffles for the row's max and sum (no block barrier)."""
+    per = -(-s.skv // 32)
+    seen = s.seen_and("j < limit", "j", "lo", "moff")
+    score = s.score_expr(f"srow[j] * {f32_literal(s.scale)}", "j", "moff")
+    lines = [
+        (
+            f"const unsigned int i = blockIdx.x * {WARP_ROWS}u + (threadIdx.x >> 5),"
+            " h = blockIdx.y, bz = blockIdx.z, lane = threadIdx.x & 31u;"
+        ),
+        f"if (i >= {s.sq}u) return;  // the whole warp: no shuffle waits for it",
+        *_row_prologue(s),
+        f"float sc[{per}];",
+        f"float mx = {NEG_INF};",
+        f"#pragma unroll\nfor (int r = 0; r < {per}; ++r) {{",
+        "  const unsigned int j = lane + r * 32u;",
+        f"  sc[r] = ({seen}) ? {score} : {NEG_INF};",
+        "  mx = og_max(mx, sc[r]);",
+        "}",
+        warp_max("mx"),
+        "float total = 0.0f;",
+        f"#pragma unroll\nfor (int r = 0; r < {per}; ++r) {{",
+        f"  sc[r] = sc[r] == {NEG_INF} ? 0.0f : expf(sc[r] - mx);",
+        "  total += sc[r];",
+        "}",
+        warp_sum("total"),  # every lane's reads are before it
+        f"#pragma unroll\nfor (int r = 0; r < {per}; ++r) {{",
+        "  const unsigned int j = lane + r * 32u;",
+        f"  if (j < {s.skv}u) prow[j] = {store(s.dtype, 'total > 0.0f ? sc[r] / total : 0.0f')};",
+        "}",
+    ]
+    decls = ["float* scratch", *operand_decls(s)]
+    kernel = make_kernel("attention_softmax", decls, "\n".join("  " + x for x in lines))
+    grid = (-(-s.sq // WARP_ROWS), s.hq, s.b)
+    return Launch(kernel, grid, (32 * WARP_ROWS, 1, 1), (SCRATCH, *operand_args(s)))

@@ -1,0 +1,1 @@
+"""The launch plan: steps, merged launches, where values live, the lowered program and its text."""

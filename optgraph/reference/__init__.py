@@ -1,0 +1,1 @@
+"""The reference semantics: the NumPy interpreter every executor and importer checks against."""

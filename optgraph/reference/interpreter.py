@@ -1,0 +1,360 @@
+"""The NumPy reference interpreter: what every compiled program must compute.
+
+`run_reference(graph, inputs, weights)` checks the given arrays against the graph's inputs and
+weights (names, dtypes, shapes: any mismatch is an `InputError`), then evaluates the nodes in issue
+order with `evaluate_node`, skipping `record`/`wait`, and returns the outputs by name. Values are
+dropped after their last use, so peak memory follows the graph's live set. Cost: O(nodes) kernel
+calls.
+
+Numerics: f16 and bf16 ops compute in float32 and round each node's result to its dtype (bf16 is
+`ml_dtypes.bfloat16`); a fused node evaluates its body node by node, with the same rounding, so it
+means exactly what the unfused nodes meant. Kernels are in `kernels`.
+
+Also here: seeded, well-scaled `random_inputs`/`random_weights` (integer inputs get values that
+are valid for the ops they feed), `.npz`/`.safetensors` loading and saving with checks, and `nmse`.
+"""
+
+from __future__ import annotations
+
+import math
+import zipfile
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+from optgraph.errors import Diagnostic, InputError, VerifyError, did_you_mean
+from optgraph.ir.graph import FLOAT_DTYPES, Graph, Input, Node, TensorType, Weight
+from optgraph.ir.op_rules_attention import attention_operands
+from optgraph.ir.ops import attrs_with_defaults, get_op, infer_type
+from optgraph.ir.weight_layout import model_type, stored_array
+from optgraph.reference.kernels import KERNELS, ir_dtype, numpy_dtype
+
+__all__ = [
+    "evaluate_node",
+    "load_inputs",
+    "load_weights",
+    "nmse",
+    "numpy_dtype",
+    "random_inputs",
+    "random_weights",
+    "run_reference",
+    "save_weights",
+]
+
+_WIDE = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
+
+
+def _describe(array: np.ndarray) -> str:
+    """An array's dtype and shape spelled like an IR type where possible: `f32[2,4]`."""
+    dtype = ir_dtype(array.dtype) or str(array.dtype)
+    return f"{dtype}[{','.join(str(d) for d in array.shape)}]"
+
+
+def _type_of(array: np.ndarray) -> TensorType:
+    dtype = ir_dtype(array.dtype)
+    if dtype is None:
+        raise InputError(f"arrays of dtype {array.dtype} are not supported ({_describe(array)})")
+    return TensorType(dtype, tuple(array.shape))
+
+
+def evaluate_node(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    """The value of one node given its operands' values (never modifies them)."""
+    if node.op == "fused":
+        if node.body is None:
+            raise VerifyError("fused: missing body", node.span)
+        env = dict(zip(node.body.params, args))
+        for inner in node.body.nodes:
+            env[inner.name] = evaluate_node(inner, [env[o] for o in inner.operands])
+        return env[node.body.result]
+    opdef = get_op(node.op)
+    if opdef is None or node.is_event:
+        raise VerifyError(f"{node.op}: cannot be evaluated", node.span)
+    result_type = node.type
+    if result_type is None:
+        result_type = infer_type(node, [_type_of(a) for a in args])
+    if opdef.category != "data_movement":
+        # Row-major operands: NumPy's summation order follows the memory layout, so a reduction
+        # of a transposed view would round unlike the same values in a planned (contiguous)
+        # buffer. A result depends on its operands' values only.
+        args = [np.asarray(a, np.float32 if a.dtype in _WIDE else a.dtype, order="C") for a in args]
+    with np.errstate(all="ignore"):
+        out = KERNELS[node.op](node, args, attrs_with_defaults(node))
+        out = np.asarray(out).astype(numpy_dtype(result_type.dtype), copy=False)
+    if out.shape != result_type.shape:
+        raise VerifyError(
+            f"{node.op}: computed a {_describe(out)} value but the node is declared {result_type}",
+            node.span,
+        )
+    return out
+
+
+def _check_arrays(
+    given: Mapping[str, np.ndarray],
+    decls: Sequence[Input] | Sequence[Weight],
+    kind: str,
+    source: str,
+    graph_name: str,
+) -> dict[str, np.ndarray]:
+    """`given` checked against the declarations: every name present, exact dtype and shape.
+
+    All problems are reported together in one `InputError`.
+    """
+    diags: list[Diagnostic] = []
+    checked: dict[str, np.ndarray] = {}
+    declared = {d.name: d for d in decls}
+    for decl in decls:
+        if decl.name not in given:
+            diags.append(
+                Diagnostic(f"missing {kind} '%{decl.name}' ({decl.type}) in {source}", decl.span)
+            )
+            continue
+        array = np.asarray(given[decl.name])
+        if decl.type.dtype == "bf16" and array.dtype.kind == "V" and array.dtype.itemsize == 2:
+            array = array.view(ml_dtypes.bfloat16)  # .npz stores bfloat16 as raw 2-byte records
+        expected = model_type(decl) if isinstance(decl, Weight) else decl.type
+        if array.dtype != numpy_dtype(expected.dtype) or array.shape != expected.shape:
+            diags.append(
+                Diagnostic(
+                    f"{kind} '%{decl.name}': expected {expected}, got {_describe(array)} "
+                    f"in {source}",
+                    decl.span,
+                )
+            )
+            continue
+        checked[decl.name] = array
+    for name in given:
+        if name not in declared:
+            hint = did_you_mean(name, declared, sigil="%")
+            diags.append(
+                Diagnostic(
+                    f"unknown {kind} '{name}' in {source}: graph '{graph_name}' has no such "
+                    f"{kind}{hint}"
+                )
+            )
+    if diags:
+        raise InputError.from_diagnostics(diags)
+    return checked
+
+
+def run_reference(
+    graph: Graph, inputs: Mapping[str, np.ndarray], weights: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Evaluate `graph` in issue order; the outputs by name, in the graph's output order."""
+    env: dict[str, np.ndarray] = {}
+    env.update(_check_arrays(inputs, graph.inputs, "input", "the given inputs", graph.name))
+    checked = _check_arrays(weights, graph.weights, "weight", "the given weights", graph.name)
+    env.update((w.name, stored_array(w, checked[w.name])) for w in graph.weights)
+    last_use: dict[str, int] = {}
+    for index, node in enumerate(graph.nodes):
+        for operand in node.operands:
+            last_use[operand] = index
+    keep = set(graph.output_names())
+    for index, node in enumerate(graph.nodes):
+        if node.is_event:
+            continue
+        env[node.name] = evaluate_node(node, [env[o] for o in node.operands])
+        for operand in set(node.operands):
+            if last_use[operand] == index and operand not in keep:
+                del env[operand]
+    return {name: np.array(env[name], copy=True) for name in graph.output_names()}
+
+
+def nmse(actual: np.ndarray, expected: np.ndarray) -> float:
+    """Normalized mean squared error sum((a - e)²) / sum(e²), in float64 (0 when both are 0)."""
+    a = np.asarray(actual).astype(np.float64)
+    e = np.asarray(expected).astype(np.float64)
+    err = float(np.sum((a - e) ** 2))
+    norm = float(np.sum(e**2))
+    if norm == 0.0:
+        return 0.0 if err == 0.0 else math.inf
+    return err / norm
+
+
+# -- random data -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Use:
+    """What the ops reading one value need from it (merged over all its uses)."""
+
+    low: int = 0  # integer values: [low, high)
+    high: int | None = None
+    positive: bool = False  # read by log, sqrt, rsqrt or as the base of pow
+    norm_weight: bool = False  # the w of rms_norm / layer_norm: values near 1
+    bias: bool = False
+    fan_in: int | None = None  # a matrix operand of matmul / conv2d
+
+    def merge(self, other: _Use) -> None:
+        self.low = max(self.low, other.low)
+        if other.high is not None:
+            self.high = other.high if self.high is None else min(self.high, other.high)
+        self.positive |= other.positive
+        self.norm_weight |= other.norm_weight
+        self.bias |= other.bias
+        if other.fan_in is not None:
+            self.fan_in = other.fan_in
+
+
+_PASS_THROUGH = frozenset({"reshape", "transpose", "slice", "concat", "copy", "prefetch"})
+
+
+def _direct_use(node: Node, index: int, types: Sequence[TensorType]) -> _Use:
+    op, attrs = node.op, attrs_with_defaults(node)
+    if op == "get_rows" and index == 1:
+        return _Use(high=math.prod(types[0].shape[:-1]))
+    if op == "kv_cache_write" and index == 2:
+        return _Use(high=types[0].shape[2] - types[1].shape[2] + 1)
+    if op == "attention" and index == attention_operands(len(types), bool(attrs["masked"])).kv_len:
+        sq, skv = types[0].shape[2], types[1].shape[2]
+        bottom_right = attrs["causal_align"] == "bottom_right"
+        return _Use(low=sq if attrs["causal"] and bottom_right and sq <= skv else 1, high=skv + 1)
+    if (op in ("log", "sqrt", "rsqrt") and index == 0) or (op == "pow" and index == 0):
+        return _Use(positive=True)
+    if op in ("rms_norm", "layer_norm") and index == 1:
+        return _Use(norm_weight=True)
+    if (op == "layer_norm" and index == 2) or (op == "conv2d" and index == 2):
+        return _Use(bias=True)
+    if op == "matmul" and types[index].rank >= 2:
+        t, transposed = types[index], attrs[f"transpose_{'ab'[index]}"]
+        rows_are_k = (index == 1) != bool(transposed)
+        return _Use(fan_in=t.shape[-2] if rows_are_k else t.shape[-1])
+    if op == "conv2d" and index == 1:
+        return _Use(fan_in=math.prod(types[1].shape[1:]))
+    return _Use()
+
+
+def _uses(nodes: Sequence[Node], types: Mapping[str, TensorType]) -> dict[str, _Use]:
+    """Per value, the merged needs of its readers, followed back through views and copies."""
+    uses: dict[str, _Use] = {}
+    for node in reversed(nodes):
+        if node.is_event:
+            continue
+        result = uses.get(node.name)
+        if any(o not in types for o in node.operands):
+            continue  # an unverified graph: leave the data unconstrained rather than fail here
+        operand_types = [types[o] for o in node.operands]
+        if node.op == "fused" and node.body is not None:
+            inner_types = dict(zip(node.body.params, operand_types))
+            inner_types.update((n.name, n.type) for n in node.body.nodes if n.type is not None)
+            inner = _uses(node.body.nodes, inner_types)
+            for param, operand in zip(node.body.params, node.operands):
+                uses.setdefault(operand, _Use()).merge(inner.get(param, _Use()))
+            continue
+        for index, operand in enumerate(node.operands):
+            use = uses.setdefault(operand, _Use())
+            use.merge(_direct_use(node, index, operand_types))
+            if node.op in _PASS_THROUGH and result is not None:
+                use.merge(result)
+    return uses
+
+
+def _rng(seed: int, name: str) -> np.random.Generator:
+    """One generator per value, so a value's data does not depend on the others."""
+    return np.random.default_rng([seed, zlib.crc32(name.encode())])
+
+
+def _random_array(name: str, t: TensorType, use: _Use, seed: int, is_weight: bool) -> np.ndarray:
+    """Drawn in float32 (floats) or the target dtype (integers, bools), never in float64: a large
+    input must not need twice its own size while it is drawn."""
+    rng = _rng(seed, name)
+    if t.dtype == "bool":
+        return rng.integers(0, 2, size=t.shape, dtype=np.bool_)
+    if t.dtype not in FLOAT_DTYPES:
+        high = use.low + 16 if use.high is None else max(use.high, use.low + 1)
+        return rng.integers(use.low, high, size=t.shape, dtype=numpy_dtype(t.dtype))
+    values = rng.standard_normal(t.shape, dtype=np.float32)
+    if use.norm_weight:
+        values *= np.float32(0.1)
+        values += np.float32(1.0)
+    elif use.bias:
+        values *= np.float32(0.1)
+    elif is_weight and use.fan_in:
+        values *= np.float32(1.0 / math.sqrt(use.fan_in))
+    else:
+        values *= np.float32(0.5)
+    if use.positive:
+        np.abs(values, out=values)
+        values += np.float32(0.1)
+    return values if t.dtype == "f32" else values.astype(numpy_dtype(t.dtype))
+
+
+def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded inputs: floats ~ 0.5·N(0,1); integers valid for the ops that read them."""
+    uses = _uses(graph.nodes, graph.value_types())
+    return {
+        i.name: _random_array(i.name, i.type, uses.get(i.name, _Use()), seed, False)
+        for i in graph.inputs
+    }
+
+
+def random_weights(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded weights: matrices ~ N(0,1)/√fan_in, norm weights ~ 1, biases ~ 0.1·N(0,1); in the
+    model's layout (`weight_layout.model_type`), so a compiled graph draws the same arrays."""
+    uses = _uses(graph.nodes, graph.value_types())
+    return {
+        w.name: _random_array(w.name, model_type(w), uses.get(w.name, _Use()), seed, True)
+        for w in graph.weights
+    }
+
+
+# -- files -------------------------------------------------------------------------------------
+
+
+def _read_arrays(path: str | Path, kind: str, suffixes: Sequence[str]) -> dict[str, np.ndarray]:
+    path = Path(path)
+    if path.suffix not in suffixes:
+        expected = " or ".join(suffixes)
+        raise InputError(f"{kind} file '{path}' has an unsupported extension (expected {expected})")
+    if not path.is_file():
+        raise InputError(f"{kind} file '{path}' not found")
+    if path.suffix == ".safetensors":
+        try:
+            from safetensors import SafetensorError
+            from safetensors.numpy import load_file
+        except ImportError:
+            raise InputError(
+                f"reading '{path}' needs the safetensors package (pip install safetensors)"
+            ) from None
+        try:
+            return dict(load_file(str(path)))
+        except (SafetensorError, OSError, ValueError) as err:
+            raise InputError(f"cannot read {kind} file '{path}': {err}") from None
+    if not zipfile.is_zipfile(path):
+        raise InputError(f"cannot read {kind} file '{path}': not an .npz archive")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        raise InputError(f"cannot read {kind} file '{path}': {err}") from None
+
+
+def load_weights(path: str | Path, graph: Graph) -> dict[str, np.ndarray]:
+    """The weights of `graph` from a `.npz` or `.safetensors` file, checked name by name."""
+    arrays = _read_arrays(path, "weights", (".npz", ".safetensors"))
+    return _check_arrays(arrays, graph.weights, "weight", f"file '{path}'", graph.name)
+
+
+def load_inputs(path: str | Path, graph: Graph) -> dict[str, np.ndarray]:
+    """The inputs of `graph` from a `.npz` file, checked name by name."""
+    arrays = _read_arrays(path, "inputs", (".npz",))
+    return _check_arrays(arrays, graph.inputs, "input", f"file '{path}'", graph.name)
+
+
+def save_weights(path: str | Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """Write arrays to a `.npz` or `.safetensors` file (chosen by the extension)."""
+    path = Path(path)
+    contiguous = {name: np.require(a, requirements="C") for name, a in arrays.items()}
+    if path.suffix == ".npz":
+        np.savez(path, **contiguous)  # type: ignore[arg-type]
+    elif path.suffix == ".safetensors":
+        from safetensors.numpy import save_file
+
+        save_file(contiguous, str(path))
+    else:
+        raise InputError(
+            f"weights file '{path}' has an unsupported extension (expected .npz or .safetensors)"
+        )

@@ -1,0 +1,167 @@
+"""Device and pinned host memory of the CUDA runtime: the weights, and each variant's buffers.
+
+- `DeviceWeights` (one per program): every weight the device keeps, in one device buffer at the
+  plan's 256-aligned offsets (`CudaPlan.weight_offsets`), and the pinned host weights of split and
+  streamed programs (`offload.HostWeights`). `upload` copies them in, and (unless forced)
+  does nothing when given the very same arrays as last time, still alive (`last_arrays`), so
+  passing one dict of weights run after run costs no copy.
+- `VariantMemory` (one per specialization): the device arena at the planned offsets (or, for a
+  graph without a memory plan, one buffer per value: the unplanned fallback), the pinned host
+  arena, the device input buffer that staged inputs are copied into, and the pinned staging of
+  inputs and outputs. `pointer` resolves a plan `Location` to an address; `stage_inputs` and
+  `read_output` are the host ends of a run.
+
+All of it is allocated up front, outside any capture: a CUDA graph bakes these addresses in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from optgraph.codegen.plan.lowered import LoweredVariant
+from optgraph.codegen.plan.steps import HOST_SPACES, CudaPlan, Location
+from optgraph.errors import InputError
+from optgraph.ir.graph import Graph, TensorType
+from optgraph.ir.weight_layout import model_type, stored_array
+from optgraph.reference.kernels import ir_dtype, numpy_dtype
+from optgraph.runtime.cuda.device import cupy
+from optgraph.runtime.cuda.offload import HostMemory, HostWeights, allocate_arena
+from optgraph.runtime.last_arrays import LastArrays
+
+H2D, D2H, D2D = 1, 2, 3  # cudaMemcpyKind
+ALIGN = 256
+
+
+def align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def check_array(value: Any, t: TensorType, what: str) -> None:
+    shape = tuple(getattr(value, "shape", ()))
+    dtype = ir_dtype(np.dtype(getattr(value, "dtype", np.float64)))
+    if shape != t.shape or dtype != t.dtype:
+        raise InputError(f"{what}: expected {t}, got {dtype}{list(shape)}")
+
+
+class DeviceWeights:
+    """A program's weights on the device (and in pinned host memory where the plan says so)."""
+
+    def __init__(self, graph: Graph, plan: CudaPlan):
+        cp = cupy()
+        self.graph = graph
+        self.offsets = dict(plan.weight_offsets)
+        self.buffer = cp.cuda.alloc(max(plan.weights_bytes, 1))
+        # Weights kept in pinned host memory (streamed, host-placed, read on the CPU).
+        self.host = HostWeights(plan, cp.cuda.alloc_pinned_memory)
+        self._last = LastArrays()
+
+    @property
+    def ptr(self) -> int:
+        return int(self.buffer.ptr)
+
+    @property
+    def is_set(self) -> bool:
+        return not self._last.empty
+
+    def upload(
+        self, weights: Mapping[str, Any], before_write: Callable[[], None], force: bool = False
+    ) -> bool:
+        """Copy `weights` in (NumPy or CuPy arrays); False, copying nothing, when they are the
+        very arrays of the last upload (`force`: copy them anyway, e.g. changed in place).
+        `before_write` runs first (a replay in flight may still read the old weights: the caller
+        synchronizes its streams there)."""
+        cp = cupy()
+        names = [w.name for w in self.graph.weights]
+        if not force and self._last.same(names, weights):
+            return False
+        for w in self.graph.weights:
+            if w.name not in weights:
+                raise InputError(f"missing weight '%{w.name}' ({w.type})", w.span)
+        before_write()
+        base = self.ptr
+        for w in self.graph.weights:
+            value = weights[w.name]
+            check_array(value, model_type(w), f"weight '%{w.name}'")
+            value = stored_array(w, value)
+            if w.name in self.host.offsets:
+                host = value.get() if isinstance(value, cp.ndarray) else np.asarray(value)
+                self.host.set(w.name, host)
+            if w.name not in self.offsets:
+                continue  # not kept on the device
+            dst = base + self.offsets[w.name]
+            if isinstance(value, cp.ndarray):
+                value = cp.ascontiguousarray(value)
+                cp.cuda.runtime.memcpy(dst, value.data.ptr, w.type.nbytes, D2D)
+            elif w.type.nbytes:
+                host = np.ascontiguousarray(value)
+                cp.cuda.runtime.memcpy(dst, host.ctypes.data, w.type.nbytes, H2D)
+        self._last.remember(names, weights)
+        return True
+
+
+class VariantMemory:
+    """The buffers of one specialization (see the module docstring); `graph` and `plan` may be
+    the synchronous-copy fallback of a streamed program whose arena did not fit."""
+
+    def __init__(self, lowered: LoweredVariant, weights: DeviceWeights):
+        cp = cupy()
+        self.weights = weights
+        # Split/streamed programs: a streamed arena that does not fit falls back to synchronous
+        # copies; host values and host weights live in pinned memory (runtime/cuda/offload.py).
+        lowered, self.arena = allocate_arena(
+            lowered, cp.cuda.alloc, cp.cuda.memory.OutOfMemoryError
+        )
+        self.lowered = lowered
+        self.graph, self.plan = lowered.graph, lowered.plan
+        plan = self.plan
+        self.host = HostMemory(plan, weights.host, cp.cuda.alloc_pinned_memory)
+        self.values = {n: cp.cuda.alloc(b) for n, b in plan.value_bytes.items()}
+        self.in_offsets, cursor = {}, 0
+        for name in plan.inputs:
+            self.in_offsets[name] = cursor
+            cursor += align(max(plan.types[name].nbytes, 1))
+        self.in_bytes = cursor
+        self.in_dev = cp.cuda.alloc(max(cursor, 1))
+        self.in_host_mem = cp.cuda.alloc_pinned_memory(max(cursor, 1))
+        self.in_host = np.frombuffer(self.in_host_mem, np.uint8, max(cursor, 1))
+        self.out_offsets, cursor = {}, 0
+        for name in dict.fromkeys(plan.outputs):
+            self.out_offsets[name] = cursor
+            cursor += align(max(plan.types[name].nbytes, 1))
+        self.out_host_mem = cp.cuda.alloc_pinned_memory(max(cursor, 1))
+        self.out_host = np.frombuffer(self.out_host_mem, np.uint8, max(cursor, 1))
+
+    def pointer(self, loc: Location, bound: Mapping[str, int]) -> int:
+        """The address of `loc`; inputs in `bound` are the caller's device arrays."""
+        if loc.space in HOST_SPACES:
+            return self.host.pointer(loc)
+        if loc.space == "arena":
+            return int(self.arena.ptr) + loc.offset
+        if loc.space == "weights":
+            return self.weights.ptr + loc.offset
+        if loc.space == "input":
+            base = bound.get(loc.key)
+            if base is None:
+                base = int(self.in_dev.ptr) + self.in_offsets[loc.key]
+            return base + loc.offset
+        return int(self.values[loc.key].ptr) + loc.offset
+
+    def stage_inputs(self, staged: Mapping[str, np.ndarray]) -> None:
+        """Write host inputs into pinned staging (the run's first copy reads them from there)."""
+        for name, array in staged.items():
+            off, n = self.in_offsets[name], self.plan.types[name].nbytes
+            self.in_host[off : off + n] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+    def read_output(self, name: str) -> np.ndarray:
+        """A copy of output `name` from pinned memory (after the run's stream synchronized)."""
+        t = self.plan.types[name]
+        loc = self.plan.locations[name]
+        if loc.space in HOST_SPACES:
+            raw = self.host.bytes_at(loc, t.nbytes).copy()
+        else:
+            off = self.out_offsets[name]
+            raw = self.out_host[off : off + t.nbytes].copy()
+        return raw.view(numpy_dtype(t.dtype)).reshape(t.shape)

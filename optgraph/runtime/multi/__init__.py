@@ -1,0 +1,1 @@
+"""Several GPUs: one rank per GPU (or per host), NCCL between them."""
