@@ -69,7 +69,7 @@ def _add_compile(sub: Any) -> None:
     p.add_argument(
         "--no-merge-launches",
         action="store_true",
-        help="-o: the CUDA plan with one launch per kernel (kernels.cu, lower_cuda.json)",
+        help="-o: the CUDA plan with one launch per kernel (kernels.cu, cuda_plan.json)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
 

@@ -80,7 +80,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("model.opt.ir", "the optimized IR", lambda r: print_graph(r.graph)),
     Artifact("report.json", "the report figures as JSON", lambda r: r.report.to_json()),
     Artifact("kernels.cu", "the CUDA source of every kernel", _kernels_cu),
-    Artifact("lower_cuda.json", "the CUDA launch list and storage", _cuda_plan),
+    Artifact("cuda_plan.json", "the CUDA launch list and storage", _cuda_plan),
     Artifact("streams.dot", "the stream assignment as Graphviz DOT", lambda r: to_dot(r.graph)),
     Artifact(
         "program.json",

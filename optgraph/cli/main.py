@@ -121,7 +121,7 @@ def _compile_outputs(
         out = prepare_output_directory(args.output)
         options = LoweringOptions(merge_launches=not args.no_merge_launches)
         result = CompileResult(graph, report, options=options)
-        for artifact in ARTIFACTS:  # kernels.cu, lower_cuda.json, program.json: lowering inside
+        for artifact in ARTIFACTS:  # kernels.cu, cuda_plan.json, program.json: lowering inside
             with progress.phase(f"write {artifact.filename}"):
                 path = write_artifact(out, artifact, result)
             if path is not None:

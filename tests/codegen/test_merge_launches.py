@@ -370,7 +370,7 @@ def test_compile_no_merge_launches_writes_one_launch_per_kernel(tmp_path: Path) 
         out = tmp_path / ("off" if flag else "on")
         out.mkdir()
         assert main(["compile", model, "-o", str(out), *flag]) == 0
-        plans[bool(flag)] = json.loads((out / "lower_cuda.json").read_text())
+        plans[bool(flag)] = json.loads((out / "cuda_plan.json").read_text())
     merged = [s for s in plans[False]["steps"] if s["kind"] == "kernel" and s["nodes"]]
     assert merged and all(s["kernel"] in plans[False]["kernels"] for s in merged)
     assert not any(s.get("nodes") for s in plans[True]["steps"] if s["kind"] == "kernel")

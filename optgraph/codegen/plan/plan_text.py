@@ -3,7 +3,7 @@
 `describe_plan(plan)` is the launch list as text, each kernel's source after its first launch
 (what the CHECK fixtures of tests/codegen_checks match); `plan_json(plan)` is the plan as
 JSON-ready data (kernels by name, every step with its pointers spelled as space/key/offset: the
-`lower_cuda.json` of `optgraph compile -o`):
+`cuda_plan.json` of `optgraph compile -o`):
 
     GemmStep(stream 0, a=weights+0, b=input x, c=arena+0)
     ->  gemm %h f32 NN m=256 n=4 k=64 lda=256 ldb=64 ldc=256 batch=1 strides=0,0,1024
@@ -28,7 +28,7 @@ from optgraph.codegen.plan.steps import (
 
 
 def plan_json(plan: CudaPlan) -> dict[str, object]:
-    """The plan as JSON-ready data (what `optgraph compile -o` writes as lower_cuda.json)."""
+    """The plan as JSON-ready data (what `optgraph compile -o` writes as cuda_plan.json)."""
 
     def step_json(step: Step) -> dict[str, object]:
         data = json_record(step)
