@@ -51,7 +51,7 @@ from optgraph.codegen.plan.lowered import LoweredProgram, LoweredVariant, Relowe
 from optgraph.codegen.rank_programs import lower_ranks
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph, TensorType
-from optgraph.passes.manager import plan_memory_if_missing, run_pipeline
+from optgraph.passes.manager import plan_memory_if_missing, run_pipeline, with_merged_launches
 
 if TYPE_CHECKING:
     from optgraph.runtime.cuda.runner import CudaProgram
@@ -237,15 +237,17 @@ def compile(
 ) -> CompiledProgram:
     """Run `pipeline` (then plan memory if it did not) and lower the result for `target`, once.
 
-    `options` (target cuda): how the program is lowered and launched (`LoweringOptions`:
-    `merge_launches=False` runs one launch per kernel, `use_graph=False` runs eagerly, ...); the
-    cpu target ignores them. `devices`: how many devices the planned graph must run on (None: as
+    `options`: how the program is lowered and launched (`LoweringOptions`: `merge_launches=False`
+    runs one launch per kernel, `use_graph=False` runs eagerly, ...). Every target plans with
+    `merge_launches`, which assign-streams' cost model reads (`with_merged_launches`); the
+    others shape the cuda target only. `devices`: how many devices the planned graph must run on (None: as
     many as it is placed on); an unplaced graph on several gets `tensor-parallel{ways=devices}`
     first (`program_devices`). On cuda a several-device program runs one process per GPU
     (`runtime/multi/gpus.py`)."""
     if target not in TARGETS:
         raise OptGraphError(f"unknown target '{target}' (expected one of {', '.join(TARGETS)})")
     options = options or LoweringOptions()
+    pipeline = with_merged_launches(pipeline, options.merge_launches)
     if devices is not None:
         pipeline = device_pipeline(graph, pipeline, devices)
     planned = plan_graph(graph, pipeline)

@@ -33,7 +33,10 @@ class VersionAction(argparse.Action):
 
 
 DEVICES = ("cpu", "cuda")
-NO_MERGE_HELP = "cuda: one launch per kernel (do not merge independent kernels of a stream)"
+NO_MERGE_HELP = (
+    "one launch per kernel (do not merge independent kernels of a stream); the stream cost "
+    "model plans for it too (assign-streams{merged-launches=false})"
+)
 VRAM_HELP = "e.g. 2GiB: stream the weights that do not fit (appends plan-prefetch{budget=SIZE})"
 QUIET_HELP = "no progress on stderr (by default: a live line on a terminal, else a line per phase)"
 
@@ -69,7 +72,7 @@ def _add_compile(sub: Any) -> None:
     p.add_argument(
         "--no-merge-launches",
         action="store_true",
-        help="-o: the CUDA plan with one launch per kernel (kernels.cu, cuda_plan.json)",
+        help=NO_MERGE_HELP + "; -o writes that plan (kernels.cu, cuda_plan.json)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
 

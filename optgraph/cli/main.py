@@ -82,12 +82,14 @@ def _read_model(progress: PhaseProgress, path: str) -> Graph:
 
 
 def _pipeline(args: argparse.Namespace) -> str:
-    """The -p pipeline, with plan-prefetch under `--vram-budget` (weights streamed over it)."""
-    if args.vram_budget is None:
-        return str(args.pipeline)
-    from optgraph.passes.manager import with_vram_budget
+    """The -p pipeline, with plan-prefetch under `--vram-budget` (weights streamed over it) and
+    assign-streams told whether lowering merges launches (`--no-merge-launches`)."""
+    from optgraph.passes.manager import with_merged_launches, with_vram_budget
 
-    return with_vram_budget(args.pipeline, args.vram_budget)
+    pipeline = str(args.pipeline)
+    if args.vram_budget is not None:
+        pipeline = with_vram_budget(pipeline, args.vram_budget)
+    return with_merged_launches(pipeline, not args.no_merge_launches)
 
 
 def _compile_outputs(

@@ -114,9 +114,9 @@ def run_on_cpu(
     pipeline: str = "default",
     options: LoweringOptions | None = None,
 ) -> dict[str, Any]:
-    """The compiled program on the planned executor: a NumPy arena at the planned offsets (the
-    `options`, which shape CUDA lowering and launches, do not apply)."""
-    program = compile_program(graph, pipeline, target="cpu")
+    """The compiled program on the planned executor: a NumPy arena at the planned offsets,
+    planned as for `options` (whether launches merge shapes the stream assignment)."""
+    program = compile_program(graph, pipeline, target="cpu", options=options)
     return program.run(inputs, weights)  # a split program cuts and joins the arrays itself
 
 

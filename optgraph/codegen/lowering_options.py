@@ -20,7 +20,8 @@ CPU_NODE_MODES = ("calling-thread", "graph", "graph-per-node")
 
 @dataclass(frozen=True)
 class LoweringOptions:
-    """How a program is lowered and run on the GPU (the cpu target reads none of them).
+    """How a program is lowered and run on the GPU. The cpu target reads `merge_launches` only,
+    through the stream cost model (`passes/manager.with_merged_launches`).
 
     - `merge_launches`: consecutive independent kernels of a stream as one launch
       (`codegen/plan/merge_launches.py`); False: one launch per kernel.

@@ -205,6 +205,34 @@ def with_vram_budget(pipeline: str, budget: str, depth: int | None = None) -> st
     return format_pipeline([*passes, make_pass("plan-prefetch", options)])
 
 
+def with_merged_launches(pipeline: str, merged: bool) -> str:
+    """`pipeline` whose assign-streams costs launches the way lowering will issue them.
+
+    Whether lowering merges launches is one fact (`LoweringOptions.merge_launches`, the
+    `--no-merge-launches` flag); the stream cost model reads it as assign-streams' option
+    `merged-launches`, written here from the lowering's fact:
+
+        before: verify,assign-streams,plan-memory                      (merged = False)
+        after:  verify,assign-streams{merged-launches=false},plan-memory
+
+    A pipeline that says `merged-launches=false` while lowering merges contradicts it: a
+    PipelineError. Unchanged text when nothing changes. Linear in the pipeline's passes.
+    """
+    passes = parse_pipeline(pipeline)
+    tied: list[Pass] = []
+    for p in passes:
+        if isinstance(p, AssignStreamsPass) and p.merged_launches != merged:
+            if merged:
+                raise PipelineError(
+                    "assign-streams{merged-launches=false} contradicts lowering that merges "
+                    "launches: drop the option and lower with --no-merge-launches "
+                    "(LoweringOptions(merge_launches=False))"
+                )
+            p = dataclasses.replace(p, merged_launches=False)
+        tied.append(p)
+    return pipeline if tied == passes else format_pipeline(tied)
+
+
 def check_contract(p: Pass, graph: Graph) -> None:
     """Raise a PipelineError naming the pass to run first, or to run `p` before, if `p` may not
     run on `graph`."""
