@@ -67,13 +67,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
 
 SETTINGS = {
-    "warp-k": ("cuda_row_prologue", "WARP_STATISTICS_MAX_K"),
-    "qkv": ("qkv_folds", "FOLD_QKV"),
-    "rope": ("rope_cache_writes", "ROPE_CACHE_WRITES"),
-    "early": ("cuda_fused", "EARLY_WEIGHTS"),
-    "early-kv": ("early_cache_reads", "EARLY_CACHE_READS"),
-    "attn-slots": ("cuda_attention_decode_layout", "MAX_SLOTS"),
-    "attn-blocks": ("cuda_attention_decode_layout", "TARGET_BLOCKS"),
+    "warp-k": ("kernels.one_row.prologue", "WARP_STATISTICS_MAX_K"),
+    "qkv": ("decode.qkv_folds", "FOLD_QKV"),
+    "rope": ("decode.rope_cache_writes", "ROPE_CACHE_WRITES"),
+    "early": ("kernels.one_row.product_kernel", "EARLY_WEIGHTS"),
+    "early-kv": ("decode.early_cache_reads", "EARLY_CACHE_READS"),
+    "attn-slots": ("kernels.attention.decode_wide_layout", "MAX_SLOTS"),
+    "attn-blocks": ("kernels.attention.decode_wide_layout", "TARGET_BLOCKS"),
 }
 VARIANTS: dict[str, dict[str, bool | int]] = {
     "all-on": {},
@@ -155,9 +155,9 @@ def build(
 # both on the loop models only; `gather-rows` (the embedding row read from the table by layer
 # 0's kernels: the get_rows launch goes); `tail-all`: the three.
 TAIL_SETTINGS = {
-    "argmax_cast": ("argmax_folds", "ARGMAX_CAST"),
-    "argmax_product": ("argmax_folds", "ARGMAX_IN_PRODUCT"),
-    "gather": ("gathered_rows", "GATHER_ROWS"),
+    "argmax_cast": ("decode.argmax_folds", "ARGMAX_CAST"),
+    "argmax_product": ("decode.argmax_folds", "ARGMAX_IN_PRODUCT"),
+    "gather": ("decode.gathered_rows", "GATHER_ROWS"),
 }
 TAIL_VARIANTS = {
     "argmax-cast": {"argmax_cast": True},

@@ -108,6 +108,7 @@ PROFILED = {
     "llama_real": "og-fused-1s",
     "llama_prefill_512": "og-fused-1s",
 }  # kernel breakdowns
+ATTENTION = "kernels.attention.variants"  # the attention settings' module, under optgraph.codegen
 
 
 def device_weights(graph: Graph, seed: int = 0) -> dict[str, Any]:
@@ -196,12 +197,12 @@ def suite_variants() -> list[Variant]:
             "og-fused-1s-old-decode-attn",
             "og-fused-1s with decode attention on the earlier split-KV kernel of a warp per key"
             " row (variants.WIDE_DECODE = False)",
-            codegen_setting_variant(fused_1s, "WIDE_DECODE", False, module="cuda_attention"),
+            codegen_setting_variant(fused_1s, "WIDE_DECODE", False, module=ATTENTION),
         ),
         Variant(
             "og-fused-1s-nopdl-old-decode-attn",
             "og-fused-1s-nopdl with the earlier decode attention kernel (WIDE_DECODE = False)",
-            codegen_setting_variant(fused_1s_nopdl, "WIDE_DECODE", False, module="cuda_attention"),
+            codegen_setting_variant(fused_1s_nopdl, "WIDE_DECODE", False, module=ATTENTION),
         ),
         Variant(
             "og-fused-streams", "optgraph, fusion + streams", optgraph_variant(FUSED_CHAINS, True)
@@ -215,7 +216,7 @@ def suite_variants() -> list[Variant]:
             "og-fused-1s-tiled-attn",
             "og-fused-1s with prefill attention on the tiled CUDA-core kernel, as before the"
             " tensor-core path became the default (variants.GEMM_PREFILL_MIN_ROWS = 0)",
-            codegen_setting_variant(fused_1s, "GEMM_PREFILL_MIN_ROWS", 0, module="cuda_attention"),
+            codegen_setting_variant(fused_1s, "GEMM_PREFILL_MIN_ROWS", 0, module=ATTENTION),
         ),
         Variant(
             "og-fused-1s-cublas",

@@ -122,7 +122,10 @@ def cublas_variant(build_fused: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 def codegen_setting_variant(
-    build_fused: Callable[[Any], Any], name: str, value: Any, module: str = "cuda_fused"
+    build_fused: Callable[[Any], Any],
+    name: str,
+    value: Any,
+    module: str = "kernels.one_row.product_kernel",
 ) -> Callable[[Any], Any]:
     """The same optgraph variant built with `optgraph.codegen.<module>.<name>` set to `value`."""
     return codegen_settings_variant(build_fused, {(module, name): value})
@@ -154,10 +157,10 @@ def codegen_settings_variant(
 
 # The prefill's bandwidth kernels (on by default): each one's setting and its value when off.
 PREFILL_SETTINGS = {
-    "novec": (("cuda_elementwise", "VECTOR_LOADS"), False, "scalar elementwise and epilogues"),
-    "nowidecopy": (("cuda_data_movement", "VECTOR_COPIES"), False, "transposes per element"),
-    "rope1": (("cuda_rope", "HEADS_PER_THREAD"), 1, "rope angles per head"),
-    "blocksoftmax": (("cuda_attention_gemm", "WARP_ROWS"), 0, "a block per softmax row"),
+    "novec": (("kernels.elementwise", "VECTOR_LOADS"), False, "scalar elementwise and epilogues"),
+    "nowidecopy": (("kernels.data_movement", "VECTOR_COPIES"), False, "transposes per element"),
+    "rope1": (("kernels.rope", "HEADS_PER_THREAD"), 1, "rope angles per head"),
+    "blocksoftmax": (("kernels.attention.prefill_gemm", "WARP_ROWS"), 0, "a block per softmax row"),
 }  # fmt: skip
 
 
