@@ -5,8 +5,8 @@
     after:  out/model.opt.ir is either entirely the old text or entirely the new one
 
 `ARTIFACTS` is the list of files `-o DIR` produces, in order. To add one (kernels.cu, program.json,
-streams.dot), add an `Artifact` whose `render` returns the file's text from the `CompileResult`, or
-None when it does not apply to this compile (then nothing is written).
+streams.dot, lowered_plan.txt), add an `Artifact` whose `render` returns the file's text from the
+`CompileResult`, or None when it does not apply to this compile (then nothing is written).
 """
 
 from __future__ import annotations
@@ -66,6 +66,12 @@ def _cuda_plan(result: CompileResult) -> str:
     return json_text(plan_json(result.lowered.main.plan))
 
 
+def _lowered_plan(result: CompileResult) -> str:
+    from optgraph.codegen.lowered_plan_text import lowered_plan_text
+
+    return lowered_plan_text(result.lowered)
+
+
 def _program_json(graph: Graph) -> str | None:
     """The lowered program (per-stream steps, events, buffer table) of a planned graph."""
     from optgraph.codegen.plan.lower_arena import lower
@@ -81,6 +87,11 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("report.json", "the report figures as JSON", lambda r: r.report.to_json()),
     Artifact("kernels.cu", "the CUDA source of every kernel", _kernels_cu),
     Artifact("cuda_plan.json", "the CUDA launch list and storage", _cuda_plan),
+    Artifact(
+        "lowered_plan.txt",
+        "the CUDA plan to read: launches per stream, merges, events, copies, decode rewrites",
+        _lowered_plan,
+    ),
     Artifact("streams.dot", "the stream assignment as Graphviz DOT", lambda r: to_dot(r.graph)),
     Artifact(
         "program.json",

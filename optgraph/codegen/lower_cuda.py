@@ -23,8 +23,10 @@ runtime runs (`codegen/plan/lowered.py`), made of `lower_cuda` plans. `lower_cud
     %h = matmul(%x, %w) !{stream = 0, offset = 0}     -> GemmStep(stream 0, a=weights+0, b=input x, c=arena+0)
     record ^e0 !{stream = 0}                           -> EventStep("record", "e0", 0)
 
-`plan_text` spells a plan as text and as JSON; `plan.source()` is its CUDA source (the
-`kernels.cu` of `optgraph compile -o`).
+The decode rewrites (`codegen/decode/`) decide here; the plan keeps what they took as records
+(`plan.rewrites`, `decode/taken.py`) and each merged launch's members (`plan.merges`), so that
+`lowered_plan_text` can print them (`lowered_plan.txt`). `plan_text` spells a plan as text and
+as JSON; `plan.source()` is its CUDA source (the `kernels.cu` of `optgraph compile -o`).
 Complexity: O(V) plus the kernel text.
 """
 
@@ -46,6 +48,7 @@ from optgraph.codegen.decode.argmax_folds import argmax_folds, argmax_step
 from optgraph.codegen.decode.early_cache_reads import early_attention_step, early_cache_reads
 from optgraph.codegen.decode.qkv_folds import fold_step, place_folds, rope_read_products
 from optgraph.codegen.decode.rope_cache_writes import rope_cache_step, rope_cache_writes
+from optgraph.codegen.decode.taken import rewrites_taken
 from optgraph.codegen.kernels.matmul import Gemm
 from optgraph.codegen.kernels.one_row.kernel_cache import remembered
 from optgraph.codegen.kernels.one_row.l2_ahead import l2_ahead_products
@@ -62,11 +65,13 @@ from optgraph.codegen.plan.steps import (
     CollectiveStep,
     CopyStep,
     CudaPlan,
+    DecodeRewrite,
     EventStep,
     Extent,
     GemmStep,
     HostStep,
     KernelStep,
+    LaunchMerge,
     Location,
     Step,
 )
@@ -303,14 +308,15 @@ def _lowered(graph: Graph, merge_launches: bool, in_place: Mapping[str, str] | N
                 continue  # a copy onto itself (an in-place plan): nothing to move
             steps.append(_step_for(node, work, roles, types))
     origins.extend([len(graph.nodes) - 1] * (len(steps) - len(origins)))
-    if (
-        gathered_rows.GATHER_ROWS
-    ):  # a one-row get_rows read by its readers' kernels (gathered_rows.py)
-        steps, origins, kernels = gathered_rows.gather_rows(
+    gathered: list[DecodeRewrite] = []
+    if gathered_rows.GATHER_ROWS:  # a one-row get_rows read by its readers' kernels
+        steps, origins, kernels, gathered = gathered_rows.gather_rows(
             graph, steps, origins, kernels, locations, in_place or {}
         )
+    rewrites = rewrites_taken(graph, steps, folds, folded, argmaxes, early_reads, gathered)
+    merges: tuple[LaunchMerge, ...] = ()
     if merge_launches:
-        steps, kernels = merge_kernel_steps(graph, steps, origins, kernels)
+        steps, kernels, merges = merge_kernel_steps(graph, steps, origins, kernels)
     streams = tuple(sorted({n.stream for n in graph.nodes} | {0}))
     return CudaPlan(
         graph.name,
@@ -331,6 +337,8 @@ def _lowered(graph: Graph, merge_launches: bool, in_place: Mapping[str, str] | N
             (locations[n].offset + (types[n].nbytes) for n in host_values(graph) if n not in roots),
             default=0,
         ),
+        rewrites,
+        merges,
     )
 
 

@@ -59,7 +59,8 @@ def _found(graph: og.Graph, in_place: dict[str, str] | None = None) -> dict:
 
 def test_in_place_caches_with_one_position_qualify() -> None:
     graph = _decode()
-    assert _found(graph) == {"o": early_cache_reads.WrittenRows("pos", "i32", 1, True)}
+    found = early_cache_reads.WrittenRows("pos", "i32", 1, True, ("kc", "vc"))
+    assert _found(graph) == {"o": found}
     assert _found(graph, {}) == {}  # caches not in place
 
 
@@ -75,7 +76,8 @@ def test_other_positions_and_computed_positions() -> None:
             "kv_cache_write(%v_cache, %v_new, %pos)", "kv_cache_write(%v_cache, %v_new, %p1)"
         )
     )
-    assert _found(computed) == {"o": early_cache_reads.WrittenRows("p1", "i32", 1, False)}
+    found = early_cache_reads.WrittenRows("p1", "i32", 1, False, ("kc", "vc"))
+    assert _found(computed) == {"o": found}
 
 
 def test_switch_off(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -43,7 +43,7 @@ from optgraph.codegen.cuda_source import Kernel, Launch
 from optgraph.codegen.kernels.indexing import argmax_launch
 from optgraph.codegen.kernels.one_row import product_kernel
 from optgraph.codegen.kernels.one_row.argmax_tail import ARG_PARAM, with_argmax_tail
-from optgraph.codegen.plan.steps import Extent, KernelStep, Location
+from optgraph.codegen.plan.steps import DecodeRewrite, Extent, KernelStep, Location
 from optgraph.ir.attrs import int_attr
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
@@ -76,6 +76,21 @@ class ArgmaxFold:
     def absorbed(self) -> tuple[str, ...]:
         nodes = (self.argmax, self.cast) if self.issuer is not self.argmax else (self.cast,)
         return tuple(n.name for n in nodes if n is not None)
+
+    def taken(self, kernel: str) -> DecodeRewrite:
+        """This fold as the lowered plan text lists it, `kernel` the issuer's launch's:
+
+        DecodeRewrite("argmax_folds", "i", "og_argmax_<hash>", ("t",),
+                      "the argmax stores its index as %t (i32)")
+        """
+        stored = self.stored
+        assert stored.type is not None
+        index = f"%{stored.name} ({stored.type.dtype})"
+        if self.issuer is self.argmax:
+            note = f"the argmax stores its index as {index}"
+        else:
+            note = f"the product's last block finds the argmax, stored as {index}"
+        return DecodeRewrite("argmax_folds", self.issuer.name, kernel, self.absorbed, note)
 
 
 def _same_place(a: Node, b: Node) -> bool:

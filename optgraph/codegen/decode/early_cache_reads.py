@@ -32,7 +32,7 @@ from optgraph.codegen.cuda_source import Launch
 from optgraph.codegen.kernels.attention import decode_wide, decode_wide_layout, variants
 from optgraph.codegen.kernels.attention.head_rows import attention_shape
 from optgraph.codegen.plan.in_place_outputs import unwritten_inputs
-from optgraph.codegen.plan.steps import Extent, KernelStep, Location
+from optgraph.codegen.plan.steps import DecodeRewrite, Extent, KernelStep, Location
 from optgraph.ir.graph import Graph, Node, TensorType
 
 # Decode attention loads the cache rows no kernel of the step writes before its PDL wait; False:
@@ -50,6 +50,19 @@ class WrittenRows:
     pos_dtype: str
     rows: int
     pos_is_input: bool
+    writes: tuple[str, ...] = ()  # the K and V cache writes
+
+    def taken(self, attention: str, kernel: str) -> DecodeRewrite:
+        """The attention's early reads as the lowered plan text lists them:
+
+        DecodeRewrite("early_cache_reads", "o", "og_attention_decode_wide_<hash>", ("kc", "vc"),
+                      "loads the rows of %kc, %vc but [%pos, %pos + 1) before the PDL wait",
+                      absorbs=False)
+        """
+        caches = ", ".join(f"%{w}" for w in self.writes)
+        rows = f"[%{self.pos}, %{self.pos} + {self.rows})"
+        note = f"loads the rows of {caches} but {rows} before the PDL wait"
+        return DecodeRewrite("early_cache_reads", attention, kernel, self.writes, note, False)
 
 
 def early_cache_reads(
@@ -80,7 +93,8 @@ def early_cache_reads(
         operand_types = tuple(types[o] for o in node.operands)
         if not _wide(node, operand_types):
             continue
-        found[node.name] = WrittenRows(pos, types[pos].dtype, rows, pos in unwritten)
+        names = (k_write.name, v_write.name)
+        found[node.name] = WrittenRows(pos, types[pos].dtype, rows, pos in unwritten, names)
     return found
 
 

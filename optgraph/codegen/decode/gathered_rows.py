@@ -32,7 +32,14 @@ import re
 from collections.abc import Mapping, Sequence
 
 from optgraph.codegen.cuda_source import STORAGE, Kernel, kernel_template
-from optgraph.codegen.plan.steps import EventStep, Extent, KernelStep, Location, Step
+from optgraph.codegen.plan.steps import (
+    DecodeRewrite,
+    EventStep,
+    Extent,
+    KernelStep,
+    Location,
+    Step,
+)
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
 
@@ -190,18 +197,41 @@ def gather_rows(
     kernels: Mapping[str, Kernel],
     locations: Mapping[str, Location],
     in_place: Mapping[str, str],
-) -> tuple[list[Step], list[int], dict[str, Kernel]]:
-    """(steps, origins, kernels) with every gather of `gathered_rows` done by its readers: its
-    own steps dropped, its readers' steps launching rewritten kernels. A gather any of whose
-    readers' launches cannot be rewritten keeps its kernel."""
+) -> tuple[list[Step], list[int], dict[str, Kernel], list[DecodeRewrite]]:
+    """(steps, origins, kernels, what was taken) with every gather of `gathered_rows` done by
+    its readers: its own steps dropped, its readers' steps launching rewritten kernels, one
+    `DecodeRewrite` a reader. A gather any of whose readers' launches cannot be rewritten keeps
+    its kernel."""
     out, where, table = list(steps), list(origins), dict(kernels)
     types = graph.value_types()
     users = graph.users()
+    taken: list[DecodeRewrite] = []
     for name, gather in gathered_rows(graph, in_place).items():
         readers = {graph.nodes[u].name: graph.nodes[u] for u in users.get(name, [])}
         own = _absorbed(out, table, gather, readers, locations, types)
         if own is not None:
             keep = [j for j in range(len(out)) if j not in set(own)]
             out, where = [out[j] for j in keep], [where[j] for j in keep]
+            taken += _gathered_by(out, gather, readers)
     launched = {s.kernel for s in out if isinstance(s, KernelStep)}
-    return out, where, {k: v for k, v in table.items() if k in launched}
+    return out, where, {k: v for k, v in table.items() if k in launched}, taken
+
+
+def _gathered_by(
+    steps: Sequence[Step], gather: Node, readers: Mapping[str, Node]
+) -> list[DecodeRewrite]:
+    """What the lowered plan text lists for `gather` read by `readers`' rewritten kernels:
+
+    %h0 = get_rows(%embed, %tokens) read by %q -> DecodeRewrite("gathered_rows", "q",
+        "og_gemv_<hash>", ("h0",), "reads %h0 as the rows of %embed at %tokens")
+    """
+    table, ids = gather.operands
+    kernel_of: dict[str, str] = {}
+    for step in steps:
+        if isinstance(step, KernelStep) and step.node in readers:
+            kernel_of.setdefault(step.node, step.kernel)
+    note = f"reads %{gather.name} as the rows of %{table} at %{ids}"
+    return [
+        DecodeRewrite("gathered_rows", reader, kernel_of.get(reader, ""), (gather.name,), note)
+        for reader in readers
+    ]

@@ -45,7 +45,7 @@ from optgraph.codegen.decode.rope_cache_writes import IssueOrder
 from optgraph.codegen.kernels.one_row import product_kernel
 from optgraph.codegen.kernels.one_row.epilogues import GemvFold, is_full_rotary
 from optgraph.codegen.plan.in_place_outputs import unwritten_inputs
-from optgraph.codegen.plan.steps import Extent, KernelStep, Location
+from optgraph.codegen.plan.steps import DecodeRewrite, Extent, KernelStep, Location
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots, alias_views
 
@@ -67,6 +67,22 @@ class ProductFold:
     @property
     def absorbed(self) -> tuple[str, ...]:
         return tuple(n.name for n in (self.rope, self.write) if n is not None)
+
+    def taken(self, kernel: str) -> DecodeRewrite:
+        """This fold as the lowered plan text lists it, `kernel` the product's launch's:
+
+        q: DecodeRewrite("qkv_folds", "q", "og_gemv_<hash>", ("q_rot",),
+                         "rope in the product's store, the rotated value in %q's bytes")
+        """
+        if self.rope is not None and self.write is not None:
+            note = "rope and the cache write in the product's store"
+        elif self.write is not None:
+            note = "the cache write in the product's store"
+        else:
+            assert self.rope is not None
+            home = self.rope if self.in_rope_bytes else self.product
+            note = f"rope in the product's store, the rotated value in %{home.name}'s bytes"
+        return DecodeRewrite("qkv_folds", self.product.name, kernel, self.absorbed, note)
 
 
 class _Graph:

@@ -5,6 +5,7 @@ A tensor-parallel layer ends in a row-parallel product, its all_reduce, then the
     %o = all_reduce(%o.d0) {group = [0, 1]}     CollectiveStep("o", ...)
     %h = add(%x, %o)                            KernelStep("h", og_add_...)
     -> CollectiveStep("o", ..., then_add=(<location of %x>, <location of %h>))   (the add kept)
+       and plan.rewrites gains DecodeRewrite("residual_adds", "o", "", ("h",), "offers ...")
 
 The add stays in the plan: a runtime whose reduction kernel can add `%x` itself does it there
 and skips the add's launch (`runtime/cuda/peer_reduce.py`); NCCL cannot, and runs both as before.
@@ -23,7 +24,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from optgraph.codegen.plan.steps import CollectiveStep, CudaPlan, Extent, KernelStep, Location
+from optgraph.codegen.plan.steps import (
+    CollectiveStep,
+    CudaPlan,
+    DecodeRewrite,
+    Extent,
+    KernelStep,
+    Location,
+)
 from optgraph.ir.graph import Graph
 
 
@@ -34,6 +42,7 @@ def offer_residual_adds(graph: Graph, plan: CudaPlan) -> CudaPlan:
     outputs = set(graph.output_names())
     types = plan.types
     steps = list(plan.steps)
+    taken: list[DecodeRewrite] = []
     for i, step in enumerate(steps[:-1]):
         after = steps[i + 1]
         if not (isinstance(step, CollectiveStep) and step.kind == "all_reduce"):
@@ -56,7 +65,14 @@ def offer_residual_adds(graph: Graph, plan: CudaPlan) -> CudaPlan:
         if _clashes(out, plus, nbytes) or _clashes(out, step.src, nbytes):
             continue
         steps[i] = replace(step, then_add=(plus, out))
-    return replace(plan, steps=steps)
+        note = f"offers %{add.name} (its sum plus %{addend}) to the reduction; the add is kept"
+        taken.append(DecodeRewrite("residual_adds", total, "", (add.name,), note, False))
+    return replace(plan, steps=steps, rewrites=_in_issue_order(graph, [*plan.rewrites, *taken]))
+
+
+def _in_issue_order(graph: Graph, rewrites: list[DecodeRewrite]) -> tuple[DecodeRewrite, ...]:
+    index = graph.producers()
+    return tuple(sorted(rewrites, key=lambda r: index.get(r.node, -1)))
 
 
 def _clashes(a: Location, b: Location, nbytes: int) -> bool:

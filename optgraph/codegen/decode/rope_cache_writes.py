@@ -41,7 +41,7 @@ from optgraph.codegen.cuda_source import (
     out_param,
 )
 from optgraph.codegen.kernels.rope import rope_lines, rope_threads
-from optgraph.codegen.plan.steps import Extent, KernelStep, Location
+from optgraph.codegen.plan.steps import DecodeRewrite, Extent, KernelStep, Location
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots, alias_views
 
@@ -161,3 +161,13 @@ def rope_cache_step(
     writes = (Extent.of(locations[write.name], types[write.name].nbytes),)
     step = KernelStep(rope.name, rope.stream, kernel.name, grid, block, 0, args, reads, writes)
     return step, kernel
+
+
+def rope_cache_taken(rope: str, write: Node, kernel: str) -> DecodeRewrite:
+    """The pair as the lowered plan text lists it, `kernel` the rope's launch's:
+
+    DecodeRewrite("rope_cache_writes", "k_rot", "og_rope_kv_<hash>", ("kc",),
+                  "the rope stores its rows in %k_cache, in place")
+    """
+    note = f"the rope stores its rows in %{write.operands[0]}, in place"
+    return DecodeRewrite("rope_cache_writes", rope, kernel, (write.name,), note)

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field, replace
 
 from optgraph.codegen.cuda_source import Kernel
 from optgraph.codegen.plan.merged_kernel import is_mergeable, merged_kernel
-from optgraph.codegen.plan.steps import Extent, KernelStep, Step
+from optgraph.codegen.plan.steps import Extent, KernelStep, LaunchMerge, Step
 from optgraph.ir.graph import Graph, Node
 
 MAX_MEMBERS = 8
@@ -138,15 +138,28 @@ def merged_step(group: Group) -> tuple[KernelStep, Kernel | None]:
     return step, kernel
 
 
+def launch_merge(group: Group, kernel: Kernel) -> LaunchMerge:
+    """The record of `group` merged into `kernel` (what the lowered plan text prints)."""
+    return LaunchMerge(
+        kernel.name,
+        group.members[0].stream,
+        tuple(m.node for m in group.members),
+        tuple(k.name for k in group.kernels),
+        tuple(m.grid for m in group.members),
+    )
+
+
 def merge_kernel_steps(
     graph: Graph, steps: Sequence[Step], origins: Sequence[int], kernels: Mapping[str, Kernel]
-) -> tuple[list[Step], dict[str, Kernel]]:
-    """`steps` with every mergeable run of launches as one launch, and the kernels the new steps
-    launch (merged kernels added, kernels no longer launched alone dropped). `origins[i]` is the
-    index in `graph.nodes` of the node that issued `steps[i]` (ascending)."""
+) -> tuple[list[Step], dict[str, Kernel], tuple[LaunchMerge, ...]]:
+    """`steps` with every mergeable run of launches as one launch, the kernels the new steps
+    launch (merged kernels added, kernels no longer launched alone dropped) and a record of each
+    merged launch, in issue order. `origins[i]` is the index in `graph.nodes` of the node that
+    issued `steps[i]` (ascending)."""
     out: list[Step | None] = []
     open_groups: dict[int, Group] = {}
     merged: dict[str, Kernel] = {}
+    records: dict[int, LaunchMerge] = {}  # by the merged launch's slot
 
     def close(stream: int) -> None:
         group = open_groups.pop(stream, None)
@@ -154,6 +167,7 @@ def merge_kernel_steps(
             step, kernel = merged_step(group)
             if kernel is not None:
                 merged[kernel.name] = kernel
+                records[group.slot] = launch_merge(group, kernel)
             out[group.slot] = step
 
     by_node: dict[int, list[Step]] = {}
@@ -189,4 +203,5 @@ def merge_kernel_steps(
     result = [s for s in out if s is not None]
     launched = {s.kernel for s in result if isinstance(s, KernelStep)}
     table = {**kernels, **merged}
-    return result, {name: table[name] for name in table if name in launched}
+    kept = {name: table[name] for name in table if name in launched}
+    return result, kept, tuple(records[slot] for slot in sorted(records))

@@ -8,6 +8,8 @@ other.
     Location("arena", "", 256)                 the 256th byte of the planned arena
     KernelStep("h", 0, "og_exp_1a2b", ...)     one launch of kernel og_exp_1a2b on stream 0
     EventStep("record", "e0", 1)               record ^e0 on stream 1
+    DecodeRewrite("qkv_folds", "q", ...)       a decode rewrite lowering took (`CudaPlan.rewrites`)
+    LaunchMerge("og_merged_3f1c", 0, ...)      a merged launch's members (`CudaPlan.merges`)
 """
 
 from __future__ import annotations
@@ -152,6 +154,39 @@ Step = KernelStep | GemmStep | CopyStep | EventStep | HostStep | CollectiveStep
 HOST_SPACES = frozenset({"host_arena", "host_weights"})
 
 
+@dataclass(frozen=True)
+class DecodeRewrite:
+    """One decode rewrite lowering took (`codegen/decode/`): `rewrite` names it by its module
+    ("qkv_folds", "rope_cache_writes", ...); `node` is the node whose launch does the work,
+    `kernel` the kernel that launch runs before launch merging ("" for a collective); `nodes`
+    are the other nodes involved: with `absorbs`, nodes that now issue nothing (that launch
+    does their work), else nodes it reads or offers to do early; `note` says what was done,
+    in a phrase.
+
+        DecodeRewrite("rope_cache_writes", "k_rot", "og_rope_kv_1a2b", ("kc",),
+                      "the rope stores its rows in %k_cache, in place")
+    """
+
+    rewrite: str
+    node: str
+    kernel: str
+    nodes: tuple[str, ...]
+    note: str
+    absorbs: bool = True
+
+
+@dataclass(frozen=True)
+class LaunchMerge:
+    """One merged launch (`merge_launches`): the kernel `kernel` on `stream` runs the members'
+    launches side by side, member i being node `nodes[i]`'s kernel `kernels[i]` with `grids[i]`."""
+
+    kernel: str
+    stream: int
+    nodes: tuple[str, ...]
+    kernels: tuple[str, ...]
+    grids: tuple[tuple[int, int, int], ...]
+
+
 @dataclass
 class CudaPlan:
     graph_name: str
@@ -170,6 +205,8 @@ class CudaPlan:
     host_weight_offsets: dict[str, int] = field(default_factory=dict)  # pinned host weights
     host_weights_bytes: int = 0
     host_arena_bytes: int = 0  # the pinned mirror of the arena holding host values
+    rewrites: tuple[DecodeRewrite, ...] = ()  # the decode rewrites taken, in issue order
+    merges: tuple[LaunchMerge, ...] = ()  # the merged launches, in issue order
 
     @property
     def is_planned(self) -> bool:
