@@ -12,7 +12,7 @@ import pytest
 from optgraph.errors import InputError
 from optgraph.ir.graph import AttrValue
 from optgraph.reference.interpreter import nmse
-from tests.runtime.test_reference_ops import ev, randn
+from tests.reference.test_reference_ops import ev, randn
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
