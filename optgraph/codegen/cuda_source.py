@@ -25,10 +25,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from optgraph.codegen.cuda_prelude import PRELUDE
 from optgraph.errors import OptGraphError
+from optgraph.ir import op_cuda
 from optgraph.ir.graph import FLOAT_DTYPES
 
 
@@ -117,6 +116,10 @@ class DeviceCopy:
 
 # -- dtypes --------------------------------------------------------------------------------------
 
+# The C type of each dtype's compute value, and exact float literals: defined in `ir/op_cuda.py`,
+# the vocabulary the elementwise ops' declarations are written in.
+COMPUTE: dict[str, str] = op_cuda.COMPUTE
+f32_literal = op_cuda.f32_literal
 STORAGE: dict[str, str] = {
     "f32": "float",
     "f16": "og_f16",
@@ -124,14 +127,6 @@ STORAGE: dict[str, str] = {
     "i32": "int",
     "i64": "long long",
     "bool": "unsigned char",
-}
-COMPUTE: dict[str, str] = {
-    "f32": "float",
-    "f16": "float",
-    "bf16": "float",
-    "i32": "int",
-    "i64": "long long",
-    "bool": "bool",
 }
 # Raw-bit types by element size, for copies that do not look at values.
 BITS: dict[int, str] = {
@@ -162,16 +157,6 @@ def store(dtype: str, expr: str) -> str:
     if dtype == "bool":
         return f"(unsigned char)(({expr}) != 0)"
     return f"({STORAGE[dtype]})({expr})"
-
-
-def f32_literal(value: float) -> str:
-    """A C float literal that is exactly `value` rounded to float32 (inf and nan spelled out)."""
-    v = np.float32(value)
-    if np.isnan(v):
-        return "__int_as_float(0x7fc00000)"
-    if np.isinf(v):
-        return "__int_as_float(0x7f800000)" if v > 0 else "__int_as_float(0xff800000)"
-    return f"{float(v):.9e}f"
 
 
 def f64_literal(value: float) -> str:

@@ -1,10 +1,13 @@
-"""ATen remainders and rounding divisions -> IR `mod` and `div` (ring-buffer cache slots,
-position arithmetic):
+"""ATen arithmetic that is no one-to-one elementwise mapping (those the elementwise declarations
+list, `ir/op_elementwise.py`): remainders and rounding divisions -> IR `mod` and `div`
+(ring-buffer cache slots, position arithmetic), prelu:
 
     slot = pos % window                    aten.remainder        -> mod
     torch.fmod(a, b)                       aten.fmod             -> mod {fmod = true}
     torch.div(a, b, rounding_mode="trunc") aten.div.Tensor_mode  -> div        (integers)
     a // b                                 aten.floor_divide     -> div(sub(a, mod(a, b)), b)
+    F.prelu(x, w)                          aten._prelu_kernel    -> prelu, w [C] reshaped to
+                                                                    [C,1,..]
 
 Floor division of integers is exact that way: `a - a mod b` is a multiple of b with the
 divisor's sign taken care of, so the truncating `div` rounds nothing. Rounding divisions of
@@ -61,12 +64,23 @@ def _floor_div(ctx: TorchContext, node: Any) -> None:
     _floor_divide(ctx, node, _operands(ctx, node))
 
 
+def _prelu(ctx: TorchContext, node: Any) -> None:
+    x, w = ctx.type_of(node.args[0]), ctx.type_of(node.args[1])
+    slope = ctx.name_of(node.args[1])
+    if w.rank == 1 and w.numel > 1 and x.rank >= 2:  # one slope per channel (axis 1)
+        per_channel = w.with_shape((w.numel,) + (1,) * (x.rank - 2))
+        slope = ctx.step(node, "reshape", [slope], per_channel, {"shape": per_channel.shape})
+    ctx.emit(node, "prelu", [ctx.name_of(node.args[0]), slope])
+
+
 ARITHMETIC_CONVERTERS: dict[str, Converter] = {
+    "aten._prelu_kernel.default": _prelu,
     "aten.div.Scalar_mode": _rounding_div,
     "aten.div.Tensor_mode": _rounding_div,
     "aten.floor_divide.default": _floor_div,
     "aten.fmod.Scalar": _remainder(True),
     "aten.fmod.Tensor": _remainder(True),
+    "aten.prelu.default": _prelu,
     "aten.remainder.Scalar": _remainder(False),
     "aten.remainder.Tensor": _remainder(False),
 }

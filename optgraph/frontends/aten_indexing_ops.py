@@ -1,4 +1,5 @@
-"""ATen indexing ops -> IR `expand`, `tile`, `pad`, `cumsum`, `argmax`, `prelu`.
+"""ATen indexing ops (the indexing family) -> IR `expand`, `tile`, `pad`, `cumsum`, `argmax`,
+and gathers as `get_rows`.
 
     x.expand(2, -1, 4)              aten.expand           -> expand {shape}  (the export's shape)
     x.repeat(1, 2)                  aten.repeat           -> tile {repeats} (after a reshape when
@@ -9,7 +10,6 @@
     x.cumsum(1), x.argmax(-1)       -> cumsum {axis}, argmax {axis, keepdims} (a cumsum whose
                                                              result is wider, e.g. torch's int32
                                                              -> int64: cast first, as torch does)
-    F.prelu(x, w)                   aten._prelu_kernel    -> prelu, w [C] reshaped to [C,1,..]
     mask[b_idx, kv_idx]             aten.index.Tensor     -> get_rows of the indexed leading
                                                              axes (flattened) at the constant
                                                              flat positions, then a reshape
@@ -140,15 +140,6 @@ def _argmax(ctx: TorchContext, node: Any) -> None:
     ctx.emit(node, "argmax", [ctx.name_of(node.args[0])], attrs)
 
 
-def _prelu(ctx: TorchContext, node: Any) -> None:
-    x, w = ctx.type_of(node.args[0]), ctx.type_of(node.args[1])
-    slope = ctx.name_of(node.args[1])
-    if w.rank == 1 and w.numel > 1 and x.rank >= 2:  # one slope per channel (axis 1)
-        per_channel = w.with_shape((w.numel,) + (1,) * (x.rank - 2))
-        slope = ctx.step(node, "reshape", [slope], per_channel, {"shape": per_channel.shape})
-    ctx.emit(node, "prelu", [ctx.name_of(node.args[0]), slope])
-
-
 def _constant_indices(ctx: TorchContext, node: Any, lead: tuple[int, ...]) -> np.ndarray:
     """The flat positions (row-major over `lead`) the constant index tensors select."""
     arrays = []
@@ -261,14 +252,12 @@ def _index(ctx: TorchContext, node: Any) -> None:
 
 
 INDEXING_CONVERTERS: dict[str, Converter] = {
-    "aten._prelu_kernel.default": _prelu,
     "aten.argmax.default": _argmax,
     "aten.constant_pad_nd.default": _constant_pad,
     "aten.cumsum.default": _cumsum,
     "aten.expand.default": _expand,
     "aten.gather.default": _gather,
     "aten.index.Tensor": _index,
-    "aten.prelu.default": _prelu,
     "aten.repeat.default": _repeat,
     "aten.topk.default": _topk,
 }

@@ -1,10 +1,13 @@
 """ATen op -> IR nodes: one converter per ATen overload that optgraph maps.
 
-`CONVERTERS` maps the overload's name (`"aten.linear.default"`) to a function that reads the torch.fx
-node and appends IR nodes to the draft through a `TorchContext`. Result types come from the
-export's own shape propagation (`node.meta["val"]`), never guessed. Ops without a converter reach
-the draft under their ATen name and are reported by `Draft.finish` unless raising consumed them;
-`cos`, `sin` and `erf` go in as draft ops of those names for the raising rules to find.
+`CONVERTERS` maps the overload's name (`"aten.linear.default"`) to a function that reads the
+torch.fx node and appends IR nodes to the draft through a `TorchContext`. The elementwise ops'
+one-to-one overloads (`aten.exp.default` -> `exp`) come from their declarations
+(`ir/op_elementwise.py`, `aten`); the rest are listed here and in the family modules
+(`aten_<family>_ops.py`). Result types come from the export's own shape propagation
+(`node.meta["val"]`), never guessed. Ops without a converter reach the draft under their ATen
+name and are reported by `Draft.finish` unless raising consumed them; `cos`, `sin` and `erf` go
+in as draft ops of those names for the raising rules to find.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from optgraph.frontends.aten_arithmetic_ops import ARITHMETIC_CONVERTERS
 from optgraph.frontends.aten_attention_ops import ATTENTION_CONVERTERS
 from optgraph.frontends.aten_image_ops import IMAGE_CONVERTERS
 from optgraph.frontends.aten_indexing_ops import INDEXING_CONVERTERS, stepped_slice
-from optgraph.frontends.aten_mask_ops import MASK_CONVERTERS
+from optgraph.frontends.aten_logic_ops import LOGIC_CONVERTERS
 from optgraph.frontends.torch_values import Converter, TorchContext, arg, unsupported, value_type
 from optgraph.ir.graph import AttrValue, TensorType
+from optgraph.ir.op_elementwise import ELEMENTWISE
 from optgraph.reference.kernels import numpy_dtype
 
 # -- elementwise ---------------------------------------------------------------------------------
@@ -272,18 +276,26 @@ def _embedding(ctx: TorchContext, node: Any) -> None:
 # -- convolutions and pools ----------------------------------------------------------------------
 
 
+def _declared() -> dict[str, Converter]:
+    """The one-to-one mappings the elementwise table declares (`ir/op_elementwise.py`, `aten`)."""
+    return {
+        overload: (_unary if op.arity == 1 else _binary)(name)
+        for name, op in ELEMENTWISE.items()
+        for overload in op.aten
+    }
+
+
 CONVERTERS: dict[str, Converter] = {
+    **_declared(),
     **ATTENTION_CONVERTERS,
     **ARITHMETIC_CONVERTERS,
     **IMAGE_CONVERTERS,
     **INDEXING_CONVERTERS,
-    **MASK_CONVERTERS,
+    **LOGIC_CONVERTERS,
     "aten._log_softmax.default": _softmax("log_softmax"),
     "aten._softmax.default": _softmax("softmax"),
     "aten._to_copy.default": _cast,
     "aten._unsafe_view.default": _reshape,
-    "aten.abs.default": _unary("abs"),
-    "aten.add.Tensor": _binary("add"),
     "aten.addmm.default": _addmm,
     "aten.alias.default": _identity,
     "aten.amax.default": _reduce("max"),
@@ -291,48 +303,32 @@ CONVERTERS: dict[str, Converter] = {
     "aten.cat.default": _cat,
     "aten.clone.default": _identity,
     "aten.contiguous.default": _identity,
-    "aten.cos.default": _unary("cos"),
     "aten.detach.default": _identity,
     "aten.div.Tensor": _div,
     "aten.dropout.default": _identity,
     "aten.embedding.default": _embedding,
-    "aten.erf.default": _unary("erf"),
-    "aten.exp.default": _unary("exp"),
     "aten.flatten.using_ints": _reshape,
     "aten.gelu.default": _gelu,
     "aten.index_copy.default": _index_copy,
     "aten.layer_norm.default": _layer_norm,
     "aten.linear.default": _linear,
-    "aten.log.default": _unary("log"),
     "aten.log_softmax.int": _softmax("log_softmax"),
     "aten.matmul.default": _matmul,
-    "aten.maximum.default": _binary("maximum"),
     "aten.mean.dim": _reduce("mean"),
-    "aten.minimum.default": _binary("minimum"),
     "aten.mm.default": _matmul,
-    "aten.mul.Tensor": _binary("mul"),
-    "aten.neg.default": _unary("neg"),
     "aten.permute.default": _permute,
     "aten.pow.Tensor_Scalar": _pow,
-    "aten.relu.default": _unary("relu"),
     "aten.reshape.default": _reshape,
     "aten.rms_norm.default": _rms_norm,
-    "aten.rsqrt.default": _unary("rsqrt"),
     "aten.select.int": _select,
-    "aten.sigmoid.default": _unary("sigmoid"),
-    "aten.silu.default": _unary("silu"),
-    "aten.sin.default": _unary("sin"),
     "aten.slice.Tensor": _slice,
     "aten.softmax.int": _softmax("softmax"),
     "aten.split.Tensor": _split,
     "aten.split_with_sizes.default": _split,
-    "aten.sqrt.default": _unary("sqrt"),
     "aten.squeeze.dim": _reshape,
     "aten.squeeze.dims": _reshape,
-    "aten.sub.Tensor": _binary("sub"),
     "aten.sum.dim_IntList": _reduce("sum"),
     "aten.t.default": _t,
-    "aten.tanh.default": _unary("tanh"),
     "aten.to.dtype": _cast,
     "aten.transpose.int": _transpose,
     "aten.unsqueeze.default": _reshape,

@@ -1,10 +1,13 @@
-"""ONNX Mod -> IR `mod` (`fmod` as the attribute says: 0 takes the divisor's sign, 1 the
-dividend's, as C fmod). Div of integers maps through `onnx_ops` as `div`, which truncates.
+"""ONNX arithmetic that is no one-to-one elementwise mapping (those the elementwise declarations
+list, `ir/op_elementwise.py`): Mod -> IR `mod` (`fmod` as the attribute says: 0 takes the
+divisor's sign, 1 the dividend's, as C fmod), Reciprocal, PRelu. Div of integers maps through
+the declarations as `div`, which truncates.
 
     Mod(pos, window)            -> mod
     Mod(x, y) {fmod = 1}        -> mod {fmod = true}
     Reciprocal(x)               -> div(1, x); of a Sqrt(v): rsqrt(v) (the dynamo exporter's
                                    rsqrt, so the RMSNorm raising sees it)
+    PRelu(x, slope)             -> prelu
 """
 
 from __future__ import annotations
@@ -37,7 +40,12 @@ def _reciprocal(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     ctx.emit(node, "div", [one, name])
 
 
+def _prelu(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
+    ctx.emit(node, "prelu", [ctx.name(node.input[0]), ctx.name(node.input[1])])
+
+
 ARITHMETIC_CONVERTERS: dict[str, Converter] = {
     "Mod": _mod,
+    "PRelu": _prelu,
     "Reciprocal": _reciprocal,
 }

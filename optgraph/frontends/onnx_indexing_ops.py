@@ -1,11 +1,11 @@
-"""ONNX indexing ops -> IR `expand`, `tile`, `pad`, `cumsum`, `argmax`, `prelu`, `get_rows`.
+"""ONNX indexing ops (the indexing family) -> IR `expand`, `tile`, `pad`, `cumsum`, `argmax`,
+`get_rows`.
 
     Expand(x, shape)        -> expand {shape = broadcast(x.shape, shape)}   (shape: a constant)
     Tile(x, repeats)        -> tile {repeats}                                 (a constant)
     Pad(x, pads, value)     -> pad {pads, value}          (mode "constant", no `axes` input)
     CumSum(x, axis)         -> cumsum {axis}              (exclusive = reverse = 0)
     ArgMax(x)               -> argmax {axis, keepdims}    (select_last_index = 0)
-    PRelu(x, slope)         -> prelu
     Gather(x, ids) {axis}   -> get_rows (`gathers.rows_along`; a constant 0-d index: a slice)
     GatherElements(x, ids)  -> get_rows of x's elements (`gathers.elements_along`)
     TopK(x, k) {axis, largest} -> k rounds of argmax (`topk.py`; k a constant)
@@ -127,10 +127,6 @@ def _topk(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     ctx.values[node.output[1]] = indices
 
 
-def _prelu(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
-    ctx.emit(node, "prelu", [ctx.name(node.input[0]), ctx.name(node.input[1])])
-
-
 INDEXING_CONVERTERS: dict[str, Converter] = {
     "ArgMax": _argmax,
     "CumSum": _cumsum,
@@ -138,7 +134,6 @@ INDEXING_CONVERTERS: dict[str, Converter] = {
     "Gather": _gather,
     "GatherElements": _gather_elements,
     "GatherND": _gather_nd,
-    "PRelu": _prelu,
     "Pad": _pad,
     "Tile": _tile,
     "TopK": _topk,

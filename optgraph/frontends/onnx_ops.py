@@ -2,6 +2,9 @@
 
 Each converter reads the NodeProto's inputs (by name), its attributes (already decoded) and appends
 IR nodes through an `OnnxContext`, whose `emit` infers every result type with optgraph's op table.
+The elementwise ops' one-to-one op types (`Exp` -> `exp`) come from their declarations
+(`ir/op_elementwise.py`, `onnx`); the rest are listed here and in the family modules
+(`onnx_<family>_ops.py`).
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ from optgraph.frontends.onnx_attention_ops import ATTENTION_CONVERTERS
 from optgraph.frontends.onnx_context import ONNX_DTYPES, Converter, OnnxContext
 from optgraph.frontends.onnx_image_ops import IMAGE_CONVERTERS
 from optgraph.frontends.onnx_indexing_ops import INDEXING_CONVERTERS
-from optgraph.frontends.onnx_mask_ops import MASK_CONVERTERS
+from optgraph.frontends.onnx_logic_ops import LOGIC_CONVERTERS
 from optgraph.frontends.stepped_slices import stepped_slice_nodes
 from optgraph.ir.graph import AttrValue, TensorType
+from optgraph.ir.op_elementwise import ELEMENTWISE
 from optgraph.reference.kernels import numpy_dtype
 
 
@@ -276,49 +280,43 @@ def _slice(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
         ctx.values[node.output[0]] = name
 
 
+def _declared() -> dict[str, Converter]:
+    """The one-to-one mappings the elementwise table declares (`ir/op_elementwise.py`, `onnx`)."""
+    return {
+        op_type: (_unary if op.arity == 1 else _binary)(name)
+        for name, op in ELEMENTWISE.items()
+        for op_type in op.onnx
+    }
+
+
 CONVERTERS: dict[str, Converter] = {
+    **_declared(),
     **ATTENTION_CONVERTERS,
     **ARITHMETIC_CONVERTERS,
     **IMAGE_CONVERTERS,
     **INDEXING_CONVERTERS,
-    **MASK_CONVERTERS,
-    "Abs": _unary("abs"),
-    "Add": _binary("add"),
+    **LOGIC_CONVERTERS,
     "Cast": _cast,
     "Concat": _concat,
-    "Cos": _unary("cos"),
-    "Div": _binary("div"),
     "Dropout": _dropout,
-    "Erf": _unary("erf"),
-    "Exp": _unary("exp"),
     "Flatten": _flatten,
     "Gelu": _gelu,
     "Gemm": _gemm,
     "Identity": _identity,
     "LayerNormalization": _layer_norm,
-    "Log": _unary("log"),
     "LogSoftmax": _softmax("log_softmax"),
     "MatMul": _matmul,
     "Max": _variadic("maximum"),
     "Min": _variadic("minimum"),
-    "Mul": _binary("mul"),
-    "Neg": _unary("neg"),
-    "Pow": _binary("pow"),
     "RMSNormalization": _rms_norm,
     "ReduceMax": _reduce("max"),
     "ReduceMean": _reduce("mean"),
     "ReduceSum": _reduce("sum"),
-    "Relu": _unary("relu"),
     "Reshape": _reshape,
-    "Sigmoid": _unary("sigmoid"),
-    "Sin": _unary("sin"),
     "Slice": _slice,
     "Softmax": _softmax("softmax"),
     "Split": _split,
-    "Sqrt": _unary("sqrt"),
     "Squeeze": _squeeze,
-    "Sub": _binary("sub"),
-    "Tanh": _unary("tanh"),
     "Transpose": _transpose,
     "Unsqueeze": _unsqueeze,
 }

@@ -1,7 +1,8 @@
 """Cost estimates of the ops (bytes moved, flops) and a roofline time model per device.
 
 Every cost function has the signature `cost(node, operand_types, result_type, attrs) -> Cost`, with
-`attrs` resolved as for the type rules (`ops.py` picks the function from the op table). Bytes are
+`attrs` resolved as for the type rules (`ops.py` picks the function from the op table; an
+elementwise op's is `per_element(flops)`, its flops declared in `op_elementwise`). Bytes are
 what the op reads plus what it writes in device memory; views move nothing. Flops count
 multiply-adds as two. These are estimates for scheduling decisions (critical path, whether a fork
 pays), not measurements.
@@ -14,7 +15,7 @@ memory time and the compute time (`roofline_seconds`). Stream assignment's fork 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from optgraph.ir.graph import AttrValue, Node, TensorType
@@ -85,45 +86,6 @@ def _io_bytes(types: Types, result: TensorType) -> int:
     return sum(t.nbytes for t in types) + result.nbytes
 
 
-# Flops per result element of the elementwise ops (transcendentals cost a few).
-ELEMENTWISE_FLOPS: Mapping[str, int] = {
-    "abs": 1,
-    "add": 1,
-    "and": 1,
-    "cast": 1,
-    "clip": 2,
-    "cos": 6,
-    "div": 1,
-    "equal": 1,
-    "erf": 6,
-    "exp": 4,
-    "gelu": 10,
-    "greater": 1,
-    "greater_equal": 1,
-    "less": 1,
-    "less_equal": 1,
-    "log": 4,
-    "maximum": 1,
-    "minimum": 1,
-    "mod": 2,
-    "mul": 1,
-    "neg": 1,
-    "not": 1,
-    "or": 1,
-    "pow": 8,
-    "prelu": 2,
-    "relu": 1,
-    "rsqrt": 2,
-    "scale": 1,
-    "sigmoid": 5,
-    "silu": 6,
-    "sin": 6,
-    "sqrt": 2,
-    "sub": 1,
-    "tanh": 6,
-    "where": 1,
-}
-
 # Flops per input element of the reductions and normalizations.
 REDUCTION_FLOPS: Mapping[str, int] = {
     "argmax": 1,
@@ -138,8 +100,14 @@ REDUCTION_FLOPS: Mapping[str, int] = {
 }
 
 
-def elementwise(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
-    return Cost(_io_bytes(types, result), result.numel * ELEMENTWISE_FLOPS[node.op])
+def per_element(flops: int) -> Callable[[Node, Types, TensorType, Attrs], Cost]:
+    """The cost of an elementwise op that does `flops` per result element (its declaration in
+    `op_elementwise` says how many; transcendentals cost a few)."""
+
+    def elementwise(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
+        return Cost(_io_bytes(types, result), result.numel * flops)
+
+    return elementwise
 
 
 def reduction(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:

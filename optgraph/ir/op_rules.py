@@ -122,6 +122,17 @@ def binary_float(node: Node, types: Types, attrs: Attrs) -> TensorType:
     return result
 
 
+def prelu(node: Node, types: Types, attrs: Attrs) -> TensorType:
+    """prelu(x, slope): x where x >= 0, else slope·x; slope broadcasts to x (float, same dtype)."""
+    x, slope = types
+    _require_float(node, x)
+    if slope.dtype != x.dtype:
+        fail(node, f"operand dtypes differ ({x.dtype} vs {slope.dtype})")
+    if broadcast_shapes(slope.shape, x.shape) != x.shape:
+        fail(node, f"slope {slope} does not broadcast to {x}")
+    return x
+
+
 # -- reductions and norms ----------------------------------------------------------------------
 
 

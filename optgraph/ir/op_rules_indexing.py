@@ -9,7 +9,7 @@ Same contract as `op_rules`: `rule(node, operand_types, attrs) -> TensorType`, r
 
 from __future__ import annotations
 
-from optgraph.ir.graph import FLOAT_DTYPES, Node, TensorType
+from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.op_rules import Attrs, Types, broadcast_shapes, fail, normalize_axis, shape_text
 
 
@@ -80,15 +80,3 @@ def argmax(node: Node, types: Types, attrs: Attrs) -> TensorType:
     if attrs["keepdims"]:
         return TensorType("i64", tuple(1 if i == a else d for i, d in enumerate(x.shape)))
     return TensorType("i64", tuple(d for i, d in enumerate(x.shape) if i != a))
-
-
-def prelu(node: Node, types: Types, attrs: Attrs) -> TensorType:
-    """prelu(x, slope): x where x >= 0, else slope·x; slope broadcasts to x (float, same dtype)."""
-    x, slope = types
-    if x.dtype not in FLOAT_DTYPES:
-        fail(node, f"expected a float operand, got {x}")
-    if slope.dtype != x.dtype:
-        fail(node, f"operand dtypes differ ({x.dtype} vs {slope.dtype})")
-    if broadcast_shapes(slope.shape, x.shape) != x.shape:
-        fail(node, f"slope {slope} does not broadcast to {x}")
-    return x

@@ -1,10 +1,10 @@
 """How one op is described (`OpDef`, `AttrSpec`) and how a node is checked against its description.
 
-The op table (`ir/ops.py`) is written in this vocabulary: per op a category, an arity range, a
-type rule, a cost function and attribute specs. `checked_attrs(node, opdef)` checks a node's
-attributes against the specs (unknown names with a "did you mean", missing required ones, wrong
-kinds, strings outside their choices) and fills the defaults; `check_arity` checks the operand
-count; both raise `VerifyError` at the node's span:
+The op table (`ir/ops.py`) is written in this vocabulary: per op a family (`FAMILIES`), a
+category, an arity range, a type rule, a cost function and attribute specs.
+`checked_attrs(node, opdef)` checks a node's attributes against the specs (unknown names with a
+"did you mean", missing required ones, wrong kinds, strings outside their choices) and fills the
+defaults; `check_arity` checks the operand count; both raise `VerifyError` at the node's span:
 
     %y = softmax(%x) {axis = "1"} : f32[2,4]
     ->  softmax: attribute 'axis' must be an int, got "1"
@@ -57,9 +57,29 @@ class AttrSpec:
     default_from: str | None = None
 
 
+# What an op is, by which module holds it in every layer (ir/op_rules_<family>.py,
+# reference/<family>.py, frontends/aten_<family>_ops.py and onnx_<family>_ops.py, the headings of
+# docs/ir.md's op table): one name per op everywhere. `category` is what fusion and scheduling may
+# assume; the family is where to find it.
+FAMILIES: tuple[str, ...] = (
+    "arithmetic",
+    "logic",
+    "indexing",
+    "reduction",
+    "matmul",
+    "data_movement",
+    "image",
+    "rope",
+    "attention",
+    "collective",
+    "fused",
+)
+
+
 @dataclass(frozen=True)
 class OpDef:
     name: str
+    family: str
     category: str
     min_arity: int
     max_arity: int | None

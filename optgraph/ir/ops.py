@@ -1,7 +1,12 @@
 """The op table: every op of docs/ir.md with its operands, attributes, type rule and cost.
 
-`OPS` is one literal dictionary sorted by name. Each `OpDef` says:
+`OPS` is sorted by name: the elementwise ops' entries come from their one declaration each in
+`op_elementwise.ELEMENTWISE`, every other op is an entry of the literal `_NOT_ELEMENTWISE`
+below (adding an op: docs/adding-an-op.md). Each `OpDef` says:
 
+- `family`: "arithmetic", "logic", "indexing", ... (`op_specs.FAMILIES`): the name of the module
+  that holds the op in every layer split by family (`op_rules_logic`, `reference/indexing.py`,
+  `frontends/aten_logic_ops.py`, ...) and of its heading in docs/ir.md;
 - `category`: "elementwise", "reduction" (also softmax and the norms), "matmul", "data_movement"
   (views, concat, get_rows, copy, prefetch, kv_cache_write), "opaque" (rope, attention, conv2d,
   pools, fused) or "collective" (all_reduce, all_gather, send, recv: work across devices, never
@@ -12,7 +17,7 @@
 - `inplace_operand`: the operand whose buffer the result may reuse. Elementwise ops declare 0 and
   the memory planner decides whether sizes allow it; kv_cache_write declares 0 because reusing the
   cache's buffer is its purpose;
-- `infer` and `cost`: functions from `op_rules` and `op_costs`.
+- `infer` and `cost`: functions from `op_rules*` and `op_costs`.
 
 `OpDef`, `AttrSpec` and the checks of a node's attributes and arity against them live in
 `op_specs`; this module holds the table and what needs it (fused regions infer their body's
@@ -37,9 +42,8 @@ from optgraph.ir import op_rules as rules
 from optgraph.ir import op_rules_attention as attention_rules
 from optgraph.ir import op_rules_collective as collective
 from optgraph.ir import op_rules_indexing as indexing
-from optgraph.ir import op_rules_logic as logic
 from optgraph.ir import op_rules_rope as rope_rules
-from optgraph.ir.graph import DTYPES, AttrValue, Node, TensorType
+from optgraph.ir.graph import AttrValue, Node, TensorType
 from optgraph.ir.op_costs import (
     DEVICE_PROFILES,
     H100,
@@ -48,6 +52,7 @@ from optgraph.ir.op_costs import (
     DeviceProfile,
     estimate_seconds,
 )
+from optgraph.ir.op_elementwise import ELEMENTWISE
 from optgraph.ir.op_specs import (
     AttrSpec,
     CostFn,
@@ -79,13 +84,9 @@ __all__ = [
 ]
 
 
-def _elementwise(name: str, arity: int, infer: InferFn, **attrs: AttrSpec) -> OpDef:
-    return OpDef(name, "elementwise", arity, arity, infer, costs.elementwise, attrs, False, 0)
-
-
 def _reduction(name: str, infer: InferFn) -> OpDef:
     attrs = {"axes": AttrSpec("ints"), "keepdims": AttrSpec("bool", False)}
-    return OpDef(name, "reduction", 1, 1, infer, costs.reduction, attrs)
+    return OpDef(name, "reduction", "reduction", 1, 1, infer, costs.reduction, attrs)
 
 
 def _pool(name: str) -> OpDef:
@@ -94,7 +95,7 @@ def _pool(name: str) -> OpDef:
         "padding": AttrSpec("ints", (0, 0)),
         "stride": AttrSpec("ints", default_from="kernel"),
     }
-    return OpDef(name, "opaque", 1, 1, rules.pool2d, costs.pool2d, attrs)
+    return OpDef(name, "image", "opaque", 1, 1, rules.pool2d, costs.pool2d, attrs)
 
 
 def _infer_fused(
@@ -126,125 +127,104 @@ _REQUIRED_INTS = AttrSpec("ints", required=True)
 
 
 def _view(name: str, infer: InferFn, **attrs: AttrSpec) -> OpDef:
-    return OpDef(name, "data_movement", 1, 1, infer, costs.view, attrs, is_view=True)
+    return OpDef(
+        name, "data_movement", "data_movement", 1, 1, infer, costs.view, attrs, is_view=True
+    )
 
 
 def _op(
     name: str,
-    category: str,
+    kind: tuple[str, str],
     arity: tuple[int, int | None],
     infer: InferFn,
     cost_fn: CostFn,
     **attrs: AttrSpec,
 ) -> OpDef:
-    return OpDef(name, category, arity[0], arity[1], infer, cost_fn, attrs)
+    """`kind`: (family, category)."""
+    return OpDef(name, kind[0], kind[1], arity[0], arity[1], infer, cost_fn, attrs)
 
 
-OPS: dict[str, OpDef] = {
-    "abs": _elementwise("abs", 1, rules.unary_numeric),
-    "add": _elementwise("add", 2, rules.binary_numeric),
+_COLLECTIVE = ("collective", "collective")
+_DATA_MOVEMENT = ("data_movement", "data_movement")
+_INDEXING = ("indexing", "data_movement")
+_REDUCTION = ("reduction", "reduction")
+
+# Every op but the elementwise ones, which `op_elementwise.ELEMENTWISE` declares.
+_NOT_ELEMENTWISE: dict[str, OpDef] = {
     "all_gather": _op(
-        "all_gather", "collective", (1, None), collective.all_gather, collective.all_gather_cost,
+        "all_gather", _COLLECTIVE, (1, None), collective.all_gather, collective.all_gather_cost,
         axis=_REQUIRED_INT, group=_REQUIRED_INTS,
     ),
     "all_reduce": _op(
-        "all_reduce", "collective", (1, None), collective.all_reduce, collective.all_reduce_cost,
+        "all_reduce", _COLLECTIVE, (1, None), collective.all_reduce, collective.all_reduce_cost,
         group=_REQUIRED_INTS,
     ),
-    "and": _elementwise("and", 2, logic.logical_binary),
     "argmax": _op(
-        "argmax", "reduction", (1, 1), indexing.argmax, costs.reduction,
+        "argmax", ("indexing", "reduction"), (1, 1), indexing.argmax, costs.reduction,
         axis=AttrSpec("int", -1), keepdims=_FALSE,
     ),
     "attention": _op(
-        "attention", "opaque", (3, 5), attention_rules.attention, costs.attention,
+        "attention", ("attention", "opaque"), (3, 5), attention_rules.attention, costs.attention,
         causal=_FALSE,
         causal_align=AttrSpec("str", "bottom_right", choices=attention_rules.ALIGNMENTS),
         masked=_FALSE, scale=AttrSpec("float"), softcap=AttrSpec("float", 0.0),
         window=AttrSpec("int", 0),
     ),
     "avg_pool2d": _pool("avg_pool2d"),
-    "cast": _elementwise("cast", 1, rules.cast, dtype=AttrSpec("str", "f16", choices=DTYPES)),
-    "clip": _elementwise(
-        "clip", 1, logic.clip, max=AttrSpec("float"), min=AttrSpec("float")
-    ),
     "concat": _op(
-        "concat", "data_movement", (1, None), rules.concat, costs.copy_result, axis=_REQUIRED_INT
+        "concat", _DATA_MOVEMENT, (1, None), rules.concat, costs.copy_result, axis=_REQUIRED_INT
     ),
     "conv2d": _op(
-        "conv2d", "opaque", (2, 3), rules.conv2d, costs.conv2d,
+        "conv2d", ("image", "opaque"), (2, 3), rules.conv2d, costs.conv2d,
         groups=AttrSpec("int", 1), padding=AttrSpec("ints", (0, 0)),
         stride=AttrSpec("ints", (1, 1)),
     ),
     "copy": _op(
-        "copy", "data_movement", (1, 1), rules.same_type, costs.copy_result,
+        "copy", _DATA_MOVEMENT, (1, 1), rules.same_type, costs.copy_result,
         to=AttrSpec("str", "cuda", choices=("cuda", "cpu")),
     ),
-    "cos": _elementwise("cos", 1, rules.unary_float),
     "cumsum": _op(
-        "cumsum", "reduction", (1, 1), indexing.cumsum, costs.reduction, axis=_REQUIRED_INT
+        "cumsum", ("indexing", "reduction"), (1, 1), indexing.cumsum, costs.reduction,
+        axis=_REQUIRED_INT,
     ),
-    "div": _elementwise("div", 2, rules.binary_numeric),
-    "equal": _elementwise("equal", 2, logic.compare),
-    "erf": _elementwise("erf", 1, rules.unary_float),
-    "exp": _elementwise("exp", 1, rules.unary_float),
     "expand": _op(
-        "expand", "data_movement", (1, 1), indexing.expand, costs.copy_result,
-        shape=_REQUIRED_INTS,
+        "expand", _INDEXING, (1, 1), indexing.expand, costs.copy_result, shape=_REQUIRED_INTS
     ),
-    "fused": _op("fused", "opaque", (1, None), _infer_fused, _fused_cost),
-    "gelu": _elementwise(
-        "gelu", 1, rules.unary_float, approximate=AttrSpec("str", "tanh", choices=("tanh", "none"))
-    ),
-    "get_rows": _op("get_rows", "data_movement", (2, 2), rules.get_rows, costs.get_rows),
-    "greater": _elementwise("greater", 2, logic.compare),
-    "greater_equal": _elementwise("greater_equal", 2, logic.compare),
+    "fused": _op("fused", ("fused", "opaque"), (1, None), _infer_fused, _fused_cost),
+    "get_rows": _op("get_rows", _DATA_MOVEMENT, (2, 2), rules.get_rows, costs.get_rows),
     "kv_cache_write": OpDef(
-        "kv_cache_write", "data_movement", 3, 3, rules.kv_cache_write, costs.kv_cache_write,
-        inplace_operand=0,
+        "kv_cache_write", "data_movement", "data_movement", 3, 3, rules.kv_cache_write,
+        costs.kv_cache_write, inplace_operand=0,
     ),
     "layer_norm": _op(
-        "layer_norm", "reduction", (3, 3), rules.norm, costs.reduction, eps=AttrSpec("float", 1e-5)
+        "layer_norm", _REDUCTION, (3, 3), rules.norm, costs.reduction, eps=AttrSpec("float", 1e-5)
     ),
-    "less": _elementwise("less", 2, logic.compare),
-    "less_equal": _elementwise("less_equal", 2, logic.compare),
-    "log": _elementwise("log", 1, rules.unary_float),
     "log_softmax": _op(
-        "log_softmax", "reduction", (1, 1), rules.softmax, costs.reduction,
+        "log_softmax", _REDUCTION, (1, 1), rules.softmax, costs.reduction,
         axis=AttrSpec("int", -1),
     ),
     "matmul": _op(
-        "matmul", "matmul", (2, 2), rules.matmul, costs.matmul,
+        "matmul", ("matmul", "matmul"), (2, 2), rules.matmul, costs.matmul,
         transpose_a=_FALSE, transpose_b=_FALSE,
     ),
     "max": _reduction("max", rules.reduce_max),
     "max_pool2d": _pool("max_pool2d"),
-    "maximum": _elementwise("maximum", 2, rules.binary_numeric),
     "mean": _reduction("mean", rules.reduce_mean),
-    "minimum": _elementwise("minimum", 2, rules.binary_numeric),
-    "mod": _elementwise("mod", 2, rules.binary_numeric, fmod=_FALSE),
-    "mul": _elementwise("mul", 2, rules.binary_numeric),
-    "neg": _elementwise("neg", 1, rules.unary_numeric),
-    "not": _elementwise("not", 1, logic.logical_not),
-    "or": _elementwise("or", 2, logic.logical_binary),
     "pad": _op(
-        "pad", "data_movement", (1, 1), indexing.pad, costs.copy_result,
+        "pad", _INDEXING, (1, 1), indexing.pad, costs.copy_result,
         pads=_REQUIRED_INTS, value=AttrSpec("float", 0.0),
     ),
-    "pow": _elementwise("pow", 2, rules.binary_float),
-    "prefetch": _op("prefetch", "data_movement", (1, 1), rules.same_type, costs.copy_result),
-    "prelu": _elementwise("prelu", 2, indexing.prelu),
+    "prefetch": _op("prefetch", _DATA_MOVEMENT, (1, 1), rules.same_type, costs.copy_result),
     "recv": _op(
-        "recv", "collective", (1, 1), collective.recv, collective.point_to_point_cost,
+        "recv", _COLLECTIVE, (1, 1), collective.recv, collective.point_to_point_cost,
         **{"from": _REQUIRED_INT},
     ),
-    "relu": _elementwise("relu", 1, rules.unary_numeric),
     "reshape": _view("reshape", rules.reshape, shape=_REQUIRED_INTS),
     "rms_norm": _op(
-        "rms_norm", "reduction", (2, 2), rules.norm, costs.reduction, eps=AttrSpec("float", 1e-6)
+        "rms_norm", _REDUCTION, (2, 2), rules.norm, costs.reduction, eps=AttrSpec("float", 1e-6)
     ),
     "rope": _op(
-        "rope", "opaque", (2, 2), rope_rules.rope, costs.rope,
+        "rope", ("rope", "opaque"), (2, 2), rope_rules.rope, costs.rope,
         attention_factor=AttrSpec("float"), beta_fast=AttrSpec("float"),
         beta_slow=AttrSpec("float"), factor=AttrSpec("float"),
         high_freq_factor=AttrSpec("float"), low_freq_factor=AttrSpec("float"),
@@ -252,33 +232,31 @@ OPS: dict[str, OpDef] = {
         scaling=AttrSpec("str", "none", choices=rope_rules.SCALINGS),
         theta=AttrSpec("float", 1e4), truncate=AttrSpec("bool"),
     ),
-    "rsqrt": _elementwise("rsqrt", 1, rules.unary_float),
-    "scale": _elementwise("scale", 1, rules.unary_float, factor=AttrSpec("float", 1.0)),
     "send": OpDef(
-        "send", "collective", 1, 1, collective.send, collective.point_to_point_cost,
-        {"to": _REQUIRED_INT}, is_view=True,
+        "send", "collective", "collective", 1, 1, collective.send,
+        collective.point_to_point_cost, {"to": _REQUIRED_INT}, is_view=True,
     ),
-    "sigmoid": _elementwise("sigmoid", 1, rules.unary_float),
-    "silu": _elementwise("silu", 1, rules.unary_float),
-    "sin": _elementwise("sin", 1, rules.unary_float),
     "slice": _view(
         "slice", rules.slice_, axis=_REQUIRED_INT, end=_REQUIRED_INT, start=_REQUIRED_INT
     ),
     "softmax": _op(
-        "softmax", "reduction", (1, 1), rules.softmax, costs.reduction, axis=AttrSpec("int", -1)
+        "softmax", _REDUCTION, (1, 1), rules.softmax, costs.reduction, axis=AttrSpec("int", -1)
     ),
-    "sqrt": _elementwise("sqrt", 1, rules.unary_float),
-    "sub": _elementwise("sub", 2, rules.binary_numeric),
     "sum": _reduction("sum", rules.reduce_numeric),
-    "tanh": _elementwise("tanh", 1, rules.unary_float),
     "tile": _op(
-        "tile", "data_movement", (1, 1), indexing.tile, costs.copy_result,
-        repeats=_REQUIRED_INTS,
+        "tile", _INDEXING, (1, 1), indexing.tile, costs.copy_result, repeats=_REQUIRED_INTS
     ),
     "transpose": _view("transpose", rules.transpose, perm=_REQUIRED_INTS),
-    "where": _elementwise("where", 3, logic.where),
 }  # fmt: skip
 
+OPS: dict[str, OpDef] = dict(
+    sorted(
+        {
+            **_NOT_ELEMENTWISE,
+            **{name: op.opdef(name) for name, op in ELEMENTWISE.items()},
+        }.items()
+    )
+)
 
 def get_op(name: str) -> OpDef | None:
     return OPS.get(name)

@@ -1,8 +1,8 @@
 # NumPy's stubs type most array expressions as Any; returning them is the point of a kernel.
 # mypy: disable-error-code="no-any-return"
-"""NumPy kernels of the indexing ops (expand, tile, pad, cumsum, argmax) and of where, clip and
-prelu: the semantics of docs/ir.md, with the signature of `kernels.KERNELS` (f16 and
-bf16 operands of where, clip, prelu, cumsum and argmax arrive widened to float32).
+"""NumPy kernels of the indexing ops (expand, tile, pad, cumsum, argmax): the semantics of
+docs/ir.md, with the signature of `kernels.KERNELS` (f16 and bf16 operands of cumsum and argmax
+arrive widened to float32).
 
 - `cumsum` adds in order along the axis in float32 (integers in their own dtype);
 - `argmax` returns the first maximum (the first NaN when there is one), as NumPy does.
@@ -24,28 +24,9 @@ def _ints(value: AttrValue | None) -> tuple[int, ...]:
     return value
 
 
-def _float(value: AttrValue | None) -> float:
-    assert isinstance(value, (int, float))
-    return float(value)
-
-
 def _int(value: AttrValue | None) -> int:
     assert isinstance(value, int)
     return value
-
-
-def clip(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
-    low, high = attrs.get("min"), attrs.get("max")
-    x = args[0]
-    if low is not None:
-        x = np.maximum(x, np.float32(_float(low)))
-    if high is not None:
-        x = np.minimum(x, np.float32(_float(high)))
-    return x
-
-
-def where(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
-    return np.where(args[0], args[1], args[2])
 
 
 def expand(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
@@ -76,18 +57,10 @@ def argmax(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
-def prelu(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
-    x, slope = args
-    return np.where(x >= 0, x, slope * x)
-
-
 KERNELS = {
     "argmax": argmax,
-    "clip": clip,
     "cumsum": cumsum,
     "expand": expand,
     "pad": pad,
-    "prelu": prelu,
     "tile": tile,
-    "where": where,
 }

@@ -8,6 +8,10 @@ bf16 operands to float32 for every op that computes (data movement gets the oper
 rounds the kernel's result to the node's dtype, so kernels compute in float32 (or the integer
 dtype) and never round themselves.
 
+The elementwise ops' kernels are their declared NumPy functions (`ir/op_elementwise.py`, most of
+them in `ir/op_numpy.py`), called as `fn(*args, **attrs)`; the indexing and collective ops' are in
+`indexing` and `collective`, attention's in `attention`.
+
 Conventions a kernel implementation (CUDA or otherwise) must reproduce within tolerance:
 
 - `gelu {approximate = "none"}` uses the exact erf (math.erf in float64, rounded);
@@ -23,43 +27,27 @@ bad run-time data, not a malformed graph.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 
-import ml_dtypes
 import numpy as np
 
 from optgraph.errors import InputError
+from optgraph.ir import op_numpy
 from optgraph.ir.graph import AttrValue, Node
+from optgraph.ir.op_elementwise import ELEMENTWISE, NumpyFn
 from optgraph.ir.op_rules_rope import rope_frequencies
-from optgraph.reference.arithmetic import KERNELS as ARITHMETIC_KERNELS
 from optgraph.reference.attention import attention
-from optgraph.reference.collectives import KERNELS as COLLECTIVE_KERNELS
+from optgraph.reference.collective import KERNELS as COLLECTIVE_KERNELS
 from optgraph.reference.indexing import KERNELS as INDEXING_KERNELS
 
 Attrs = Mapping[str, AttrValue]
 Kernel = Callable[[Node, Sequence[np.ndarray], Attrs], np.ndarray]
 
-NUMPY_DTYPES: Mapping[str, np.dtype] = {
-    "f32": np.dtype(np.float32),
-    "f16": np.dtype(np.float16),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
-    "i32": np.dtype(np.int32),
-    "i64": np.dtype(np.int64),
-    "bool": np.dtype(np.bool_),
-}
-_IR_DTYPES: Mapping[np.dtype, str] = {v: k for k, v in NUMPY_DTYPES.items()}
 F32 = np.float32
-
-
-def numpy_dtype(dtype: str) -> np.dtype:
-    """The NumPy dtype of an IR dtype name (`bf16` is `ml_dtypes.bfloat16`)."""
-    return NUMPY_DTYPES[dtype]
-
-
-def ir_dtype(dtype: np.dtype) -> str | None:
-    """The IR dtype name of a NumPy dtype, None when the IR has no such dtype."""
-    return _IR_DTYPES.get(np.dtype(dtype))
+# The IR's NumPy dtypes (defined in `ir/op_numpy.py`, which the elementwise declarations use).
+NUMPY_DTYPES = op_numpy.NUMPY_DTYPES
+numpy_dtype = op_numpy.numpy_dtype
+ir_dtype = op_numpy.ir_dtype
 
 
 def _ints(value: AttrValue | None) -> tuple[int, ...]:
@@ -80,46 +68,10 @@ def _float(value: AttrValue | None) -> float:
 # -- elementwise -------------------------------------------------------------------------------
 
 
-def sigmoid_f32(x: np.ndarray) -> np.ndarray:
-    """1 / (1 + e^-x), without overflow for large |x|."""
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
-
-
-_ERF = np.frompyfunc(math.erf, 1, 1)
-
-
-def erf(x: np.ndarray) -> np.ndarray:
-    """The error function, exact to float64 (math.erf), in x's dtype."""
-    return np.asarray(_ERF(x.astype(np.float64)), dtype=np.float64).astype(x.dtype)
-
-
-def gelu(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
-    x = args[0]
-    if attrs["approximate"] == "none":
-        return F32(0.5) * x * (F32(1) + erf(x / F32(math.sqrt(2.0))))
-    inner = F32(math.sqrt(2.0 / math.pi)) * (x + F32(0.044715) * x * x * x)
-    return F32(0.5) * x * (F32(1) + np.tanh(inner))
-
-
-def relu(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
-    return np.maximum(args[0], args[0].dtype.type(0))
-
-
-def cast(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
-    return args[0].astype(numpy_dtype(str(attrs["dtype"])))
-
-
-def scale(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
-    return args[0] * F32(_float(attrs["factor"]))
-
-
-def unary(fn: Callable[[np.ndarray], np.ndarray]) -> Kernel:
-    return lambda node, args, attrs: fn(args[0])
-
-
-def binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Kernel:
-    return lambda node, args, attrs: fn(args[0], args[1])
+def declared(fn: NumpyFn) -> Kernel:
+    """The kernel of an elementwise op: its declared NumPy function (`ir/op_elementwise.py`)
+    called with the operands and the attributes."""
+    return lambda node, args, attrs: fn(*args, **attrs)
 
 
 # -- reductions and norms ----------------------------------------------------------------------
@@ -336,56 +288,28 @@ def avg_pool2d(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarr
 
 
 KERNELS: dict[str, Kernel] = {
+    **{name: declared(op.numpy) for name, op in ELEMENTWISE.items()},
     **INDEXING_KERNELS,
     **COLLECTIVE_KERNELS,
-    **ARITHMETIC_KERNELS,
-    "abs": unary(np.abs),
-    "add": binary(np.add),
-    "and": binary(np.logical_and),
     "attention": attention,
     "avg_pool2d": avg_pool2d,
-    "cast": cast,
     "concat": concat,
     "conv2d": conv2d,
     "copy": copy,
-    "cos": unary(np.cos),
-    "equal": binary(np.equal),
-    "erf": unary(erf),
-    "exp": unary(np.exp),
-    "gelu": gelu,
     "get_rows": get_rows,
-    "greater": binary(np.greater),
     "kv_cache_write": kv_cache_write,
     "layer_norm": layer_norm,
-    "less": binary(np.less),
-    "log": unary(np.log),
     "log_softmax": log_softmax,
     "matmul": matmul,
     "max": reduce_max,
     "max_pool2d": max_pool2d,
-    "maximum": binary(np.maximum),
     "mean": reduce_mean,
-    "minimum": binary(np.minimum),
-    "mul": binary(np.multiply),
-    "neg": unary(np.negative),
-    "not": unary(np.logical_not),
-    "or": binary(np.logical_or),
-    "pow": binary(np.power),
     "prefetch": copy,
-    "relu": relu,
     "reshape": reshape,
     "rms_norm": rms_norm,
     "rope": rope,
-    "rsqrt": unary(lambda x: 1 / np.sqrt(x)),
-    "scale": scale,
-    "sigmoid": unary(sigmoid_f32),
-    "silu": unary(lambda x: x * sigmoid_f32(x)),
-    "sin": unary(np.sin),
     "slice": slice_,
     "softmax": softmax,
-    "sqrt": unary(np.sqrt),
-    "sub": binary(np.subtract),
     "sum": reduce_sum,
-    "tanh": unary(np.tanh),
     "transpose": transpose,
 }

@@ -11,8 +11,9 @@ the nodes in order, `scalar_expr` is one node as an expression of its operands:
 
 Values stay in their compute type (float32 for every float dtype); a `cast` to f16 or bf16
 still rounds. `env` maps an IR value to its (C variable, dtype) and grows as statements are
-emitted. Not handled here: anything but the elementwise ops of `SCALAR_OPS` (a reduction or a
-product is the anchor of its kernel, emitted by its own family).
+emitted. Each node's expression is its op's declared `cuda` (`ir/op_elementwise.py`). Not
+handled here: anything but the elementwise ops of `SCALAR_OPS` (a reduction or a product is the
+anchor of its kernel, emitted by its own family).
 """
 
 from __future__ import annotations
@@ -26,110 +27,30 @@ from optgraph.codegen.cuda_source import (
     f32_literal,
     load,
 )
-from optgraph.ir.graph import FLOAT_DTYPES, Node, TensorType
+from optgraph.ir.graph import Node, TensorType
+from optgraph.ir.op_cuda import ScalarOperands
+from optgraph.ir.op_elementwise import ELEMENTWISE
 from optgraph.ir.ops import attrs_with_defaults
 
-UNARY_FLOAT: dict[str, str] = {
-    "exp": "expf({0})",
-    "log": "logf({0})",
-    "sqrt": "sqrtf({0})",
-    "rsqrt": "(1.0f / sqrtf({0}))",
-    "tanh": "tanhf({0})",
-    "sigmoid": "og_sigmoid({0})",
-    "silu": "({0} * og_sigmoid({0}))",
-    "erf": "erff({0})",
-    "sin": "sinf({0})",
-    "cos": "cosf({0})",
-}
-BINARY: dict[str, str] = {
-    "add": "({0} + {1})",
-    "sub": "({0} - {1})",
-    "mul": "({0} * {1})",
-    "div": "({0} / {1})",
-    "maximum": "og_max({0}, {1})",
-    "minimum": "og_min({0}, {1})",
-    "pow": "powf({0}, {1})",
-    "equal": "({0} == {1})",
-    "less": "({0} < {1})",
-    "greater": "({0} > {1})",
-    "less_equal": "({0} <= {1})",
-    "greater_equal": "({0} >= {1})",
-    "and": "({0} && {1})",
-    "or": "({0} || {1})",
-}
-SCALAR_OPS = frozenset(UNARY_FLOAT) | frozenset(BINARY) | {
-    "neg", "abs", "relu", "gelu", "cast", "scale", "not", "where", "clip", "prelu", "mod",
-}  # fmt: skip
-
-_SQRT_2_OVER_PI = 0.7978845608028654
-_INV_SQRT_2 = 0.7071067811865476
-
-
-def _zero(dtype: str) -> str:
-    return {"i64": "0LL", "i32": "0"}.get(dtype, "0.0f")
+# The ops a per-element body can hold: every elementwise op of the table.
+SCALAR_OPS = frozenset(ELEMENTWISE)
 
 
 def scalar_expr(node: Node, args: Sequence[str], arg_dtypes: Sequence[str]) -> str:
-    """One elementwise node as a C expression of its operands' compute values."""
+    """One elementwise node as a C expression of its operands' compute values: its declared
+    `cuda` (`ir/op_elementwise.py`), a template filled with the operands and the float
+    attributes as C literals, or a function of them."""
     assert node.type is not None
-    op, dtype, a = node.op, node.type.dtype, args[0]
-    attrs = attrs_with_defaults(node)
-    if op in UNARY_FLOAT:
-        return UNARY_FLOAT[op].format(a)
-    if op == "div" and dtype not in FLOAT_DTYPES:
-        return f"og_idiv({a}, {args[1]})"
-    if op == "mod":
-        return f"og_{'rem' if attrs['fmod'] else 'mod'}({a}, {args[1]})"
-    if op in BINARY:
-        return BINARY[op].format(a, args[1])
-    if op == "neg":
-        return f"(-{a})"
-    if op == "not":
-        return f"(!{a})"
-    if op == "prelu":
-        return f"({a} >= 0.0f ? {a} : {args[1]} * {a})"
-    if op == "where":
-        return f"({a} ? {args[1]} : {args[2]})"
-    if op == "clip":
-        return _clip(a, attrs.get("min"), attrs.get("max"))
-    if op == "abs":
-        return f"fabsf({a})" if dtype in FLOAT_DTYPES else f"({a} < 0 ? -{a} : {a})"
-    if op == "relu":
-        return f"og_max({a}, {_zero(dtype)})"
-    if op == "scale":
-        return f"({a} * {f32_literal(float(attrs['factor']))})"  # type: ignore[arg-type]
-    if op == "gelu":
-        if attrs["approximate"] == "none":
-            return f"(0.5f * {a} * (1.0f + erff({a} * {f32_literal(_INV_SQRT_2)})))"
-        cubic = f"{f32_literal(0.044715)} * {a} * {a} * {a}"
-        inner = f"{f32_literal(_SQRT_2_OVER_PI)} * ({a} + {cubic})"
-        return f"(0.5f * {a} * (1.0f + tanhf({inner})))"
-    if op == "cast":
-        value = _convert(arg_dtypes[0], dtype, a)
-        if dtype == "f16":
-            return f"og_f16_to_f32(og_f32_to_f16({value}))"
-        if dtype == "bf16":
-            return f"og_bf16_to_f32(og_f32_to_bf16({value}))"
-        return value
-    raise CodegenError(f"{op}: not an elementwise op", node.span)
-
-
-def _clip(a: str, low: object, high: object) -> str:
-    """og_max/og_min keep a NaN operand NaN, as NumPy's clip does."""
-    if isinstance(low, float):
-        a = f"og_max({a}, {f32_literal(low)})"
-    if isinstance(high, float):
-        a = f"og_min({a}, {f32_literal(high)})"
-    return a
-
-
-def _convert(from_dtype: str, to_dtype: str, expr: str) -> str:
-    """A compute value of `from_dtype` as a compute value of `to_dtype` (NumPy astype rules)."""
-    if COMPUTE[from_dtype] == COMPUTE[to_dtype]:
-        return expr
-    if to_dtype == "bool":
-        return f"(({expr}) != 0)"
-    return f"(({COMPUTE[to_dtype]})({expr}))"
+    op = ELEMENTWISE.get(node.op)
+    if op is None:
+        raise CodegenError(f"{node.op}: not an elementwise op", node.span)
+    attrs = {
+        k: f32_literal(v) if isinstance(v, float) else v
+        for k, v in attrs_with_defaults(node).items()
+    }
+    if isinstance(op.cuda, str):
+        return op.cuda.format(*args, **attrs)
+    return op.cuda(ScalarOperands(tuple(args), tuple(arg_dtypes), node.type.dtype, attrs))
 
 
 def emit_scalars(nodes: Sequence[Node], env: dict[str, tuple[str, str]], prefix: str) -> list[str]:

@@ -1,4 +1,5 @@
-"""ATen comparisons, masks and bounds -> IR `equal`/`less`/`greater`, `not`, `where`, `clip`.
+"""ATen comparisons, masks and bounds (the logic family) -> IR `equal`/`less`/`greater`,
+`not`, `where`, `clip`.
 
 What attention masks, per-row kv_len, sliding windows and softcaps export as:
 
@@ -138,7 +139,7 @@ def _triangle(upper: bool) -> Converter:
     return convert
 
 
-MASK_CONVERTERS: dict[str, Converter] = {
+LOGIC_CONVERTERS: dict[str, Converter] = {
     "aten.bitwise_and.Tensor": _logical("and"),
     "aten.bitwise_or.Tensor": _logical("or"),
     "aten.logical_and.default": _logical("and"),

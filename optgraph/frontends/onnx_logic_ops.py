@@ -1,4 +1,5 @@
-"""ONNX comparisons, masks and bounds -> IR `equal`/`less`/`greater`, `not`, `where`, `clip`.
+"""ONNX comparisons, masks and bounds (the logic family) -> IR `equal`/`less`/`greater`,
+`not`, `where`, `clip`.
 
     Less(pos, kv_len)               -> less
     Where(mask, scores, -inf)       -> where
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from optgraph.frontends.aten_mask_ops import triangle_keep
+from optgraph.frontends.aten_logic_ops import triangle_keep
 from optgraph.frontends.integer_clamp import integer_clamp
 from optgraph.frontends.onnx_context import Converter, OnnxContext
 from optgraph.ir.graph import AttrValue
@@ -91,7 +92,7 @@ def _trilu(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     ctx.emit(node, "where", [ctx.draft.constant(keep, "keep"), name, ctx.scalar_like(0.0, name)])
 
 
-MASK_CONVERTERS: dict[str, Converter] = {
+LOGIC_CONVERTERS: dict[str, Converter] = {
     "And": _logical("and"),
     "Or": _logical("or"),
     "Clip": _clip,
