@@ -36,7 +36,7 @@ from optgraph.codegen.decode import (
     rope_cache_writes,
 )
 from optgraph.codegen.lower_cuda import lower_variant
-from optgraph.codegen.plan.lowered import LoweredProgram
+from optgraph.codegen.plan.lowered import LoweredProgram, Relower
 from optgraph.codegen.plan.plan_outline import plan_outline
 
 # Each decode rewrite's switch (module, setting); residual_adds (rank programs) has none.
@@ -59,8 +59,10 @@ def switched_off() -> list[str]:
     ]
 
 
-def lowered_plan_text(program: LoweredProgram) -> str:
-    """The text of `program`'s plans (see the module docstring), ending in a newline."""
+def lowered_plan_text(program: LoweredProgram, relower: Relower | None = None) -> str:
+    """The text of `program`'s plans (see the module docstring), ending in a newline.
+    `relower`: what gives the in-place variant (a rank program's, `RankPrograms.relowers[r]`,
+    offers its residual adds); by default `lower_variant` of the program's graph."""
     merged = "launches merged" if program.options.merge_launches else "one launch per kernel"
     off = switched_off()
     lines = [
@@ -78,7 +80,10 @@ def lowered_plan_text(program: LoweredProgram) -> str:
             *plan_outline(fallback.plan),
         ]
     if program.in_place:
-        variant = lower_variant(program.graph, program.options, program.in_place)
+        if relower is None:
+            variant = lower_variant(program.graph, program.options, program.in_place)
+        else:
+            variant = relower({i.name: i.type for i in program.graph.inputs}, program.in_place)
         lines += ["", "== in place: the plan of a run that binds each output to its input's array"]
         lines += [f"   %{out} in %{source}" for out, source in program.in_place.items()]
         lines += plan_outline(variant.plan)

@@ -174,6 +174,21 @@ def test_compile_output_dir_writes_artifacts_atomically(
     assert stat.S_IMODE((out_dir / "model.opt.ir").stat().st_mode) == 0o666 & ~mask
 
 
+def test_compile_output_dir_writes_the_lowered_plan_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from optgraph.codegen.lower_cuda import lower_for_cuda
+    from optgraph.codegen.lowered_plan_text import lowered_plan_text
+
+    llama = REPO / "examples" / "llama_decode.ir"
+    status, out, _ = cli(["compile", str(llama), "-o", str(tmp_path), "-q"], capsys)
+    assert status == 0 and f"wrote {tmp_path / 'lowered_plan.txt'}" in out
+    text = (tmp_path / "lowered_plan.txt").read_text()
+    planned = og.run_pipeline(og.parse_file(llama), "default")
+    assert text == lowered_plan_text(lower_for_cuda(planned))
+    assert "qkv_folds          %l0.k in og_gemv_" in text and "early_cache_reads  %l1.attn" in text
+
+
 def test_compile_into_a_file_instead_of_a_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -110,14 +110,18 @@ def rewrite_line(rewrite: DecodeRewrite) -> str:
 def _counts(plan: CudaPlan) -> str:
     """`12 steps: 12 launches (4 merged), 2 events`: the kinds of step the plan has."""
     kinds = (
-        (GemmStep, "cuBLAS calls"),
-        (CopyStep, "copies"),
-        (EventStep, "events"),
-        (HostStep, "host functions"),
-        (CollectiveStep, "collectives"),
+        (GemmStep, "cuBLAS call", "cuBLAS calls"),
+        (CopyStep, "copy", "copies"),
+        (EventStep, "event", "events"),
+        (HostStep, "host function", "host functions"),
+        (CollectiveStep, "collective", "collectives"),
     )
-    parts = [f"{plan.count(KernelStep)} launches ({len(plan.merges)} merged)"]
-    parts += [f"{plan.count(kind)} {what}" for kind, what in kinds if plan.count(kind)]
+    launches = plan.count(KernelStep)
+    parts = [f"{launches} launch{'es' * (launches != 1)} ({len(plan.merges)} merged)"]
+    for kind, one, many in kinds:
+        n = plan.count(kind)
+        if n:
+            parts.append(f"{n} {one if n == 1 else many}")
     return f"{len(plan.steps)} steps: " + ", ".join(parts)
 
 
