@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 SETTINGS = {
     "warp-k": ("kernels.one_row.prologue", "WARP_STATISTICS_MAX_K"),
@@ -120,8 +120,8 @@ def build(
     """(step, stream, kernel launches a step, logits array) of `model` under `values`, with
     `fusion` = (the pipeline's fuse pass, its replacement) where given."""
     import cupy as cp
-    from gpu_variants import FUSED_ONE_STREAM
 
+    from benchmarks.harness.gpu_variants import FUSED_ONE_STREAM
     from optgraph.api.programs import cuda_program
     from optgraph.codegen.lower_cuda import KernelStep
     from optgraph.codegen.plan.in_place_outputs import in_place_candidates
@@ -190,9 +190,9 @@ def adds_first(graph: Any) -> Any:
 
 def bench_models(only: str) -> Iterator[Any]:
     """head_to_head's models named in `only`, then the decode loop's steps named there."""
-    from bench_decode_loop import loop_step_graph, model_sizes, start_values
-    from gpu_variants import Model
-    from head_to_head import device_weights, models
+    from benchmarks.bench_decode_loop import loop_step_graph, model_sizes, start_values
+    from benchmarks.harness.gpu_variants import Model
+    from benchmarks.harness.head_to_head import device_weights, models
 
     rest = ",".join(name for name in only.split(",") if name and name not in LOOP_MODELS)
     if rest:
@@ -226,7 +226,7 @@ def _timed_orders(
     in reverse (a program's place among the ones built moves its time by several µs on the
     realistic step: docs/benchmarks.md, "Decode launches"). A variant that cannot build gets a
     row in `lines` saying why, once."""
-    from timing import median_us
+    from benchmarks.harness.timing import median_us
 
     timed: dict[str, tuple[int, list[float], list[float], float]] = {}
     failed: set[str] = set()
@@ -275,8 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         help="build and time the variants K times, in K rotated orders, and report the median",
     )
     args = parser.parse_args(argv)
-    from head_to_head import copy_bandwidth, floor_bytes
-    from timing import device_name
+    from benchmarks.harness.head_to_head import copy_bandwidth, floor_bytes
+    from benchmarks.harness.timing import device_name
 
     names = [v for v in args.variants.split(",") if v]
     bandwidth = copy_bandwidth()

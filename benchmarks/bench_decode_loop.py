@@ -37,11 +37,10 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
-
-from timing import print_report
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 import optgraph as og
+from benchmarks.harness.timing import print_report
 from optgraph.ir.graph import Graph
 
 MODELS = ("launch", "real")
@@ -49,7 +48,7 @@ MODELS = ("launch", "real")
 
 def model_sizes(model: str) -> dict[str, Any]:
     """The head-to-head suite's sizes of `model` (`LLAMA_LAUNCH` or `LLAMA_REAL`)."""
-    import head_to_head
+    from benchmarks.harness import head_to_head
 
     return dict(head_to_head.LLAMA_LAUNCH if model == "launch" else head_to_head.LLAMA_REAL)
 
@@ -90,7 +89,7 @@ def loop_step_graph(sizes: dict[str, Any]) -> Graph:
 
 def draw_weights(graph: Graph) -> dict[str, Any]:
     """The head-to-head suite's seeded weights, drawn on the GPU."""
-    from head_to_head import device_weights
+    from benchmarks.harness.head_to_head import device_weights
 
     return device_weights(graph)
 
@@ -187,7 +186,8 @@ class TorchLoop:
 
     def __init__(self, graph: Graph, weights: dict[str, Any], values: dict):
         import torch
-        from torch_interpreter import TorchModel, TorchModule
+
+        from benchmarks.harness.torch_interpreter import TorchModel, TorchModule
 
         self.torch = torch
         interp = TorchModel(graph, device="cuda")

@@ -31,10 +31,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+sys.path.insert(0, str(ROOT))
 
-from gemv_variants import Config, cluster_ok, filled, kernel_source, legacy
-
+from benchmarks.harness.gemv_variants import Config, cluster_ok, filled, kernel_source, legacy
 from optgraph.codegen.cuda_prelude import PRELUDE
 from optgraph.codegen.kernels.one_row import product_kernel
 from optgraph.ir.graph import Node, TensorType

@@ -14,9 +14,9 @@ The variants (`cupy-eager`, `og-eager`, `og-graph-1s`, `og-graph-chains`) are
 `gpu_variants.EXAMPLE_VARIANTS`; extend that list to add one. Timing and the table are
 timing.py's.
 
-`--suite head-to-head` (benchmarks/head_to_head.py) times optgraph against PyTorch (eager, CUDA
-graph, two torch.compile modes) and with/without fusion on Llama decode/prefill, inception and MoE,
-and prints each decode step's bandwidth floor.
+`--suite head-to-head` (benchmarks/harness/head_to_head.py) times optgraph against PyTorch
+(eager, CUDA graph, two torch.compile modes) and with/without fusion on Llama decode/prefill,
+inception and MoE, and prints each decode step's bandwidth floor.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 if TYPE_CHECKING:
-    from gpu_variants import Model
+    from benchmarks.harness.gpu_variants import Model
 
 LLAMA = {
     "layers": 4, "hidden": 256, "heads": 4, "kv_heads": 2, "ffn": 512, "vocab": 1024,
@@ -41,9 +41,9 @@ LLAMA = {
 def models(only: str | None) -> list[Model]:
     """Every example and the generated Llama decode step, with the reference's seeded data."""
     from gen_llama import generate_llama
-    from gpu_variants import Model
 
     import optgraph as og
+    from benchmarks.harness.gpu_variants import Model
     from optgraph.reference.interpreter import random_inputs, random_weights
 
     found = [(p.stem, og.parse_file(p)) for p in sorted((ROOT / "examples").glob("*.ir"))]
@@ -78,8 +78,8 @@ def parser() -> argparse.ArgumentParser:
 
 def run_examples(args: argparse.Namespace) -> int:
     """The examples suite: every model × `EXAMPLE_VARIANTS`, then the table."""
-    from gpu_variants import BASELINE, EXAMPLE_VARIANTS
-    from timing import device_name, median_us, results_table
+    from benchmarks.harness.gpu_variants import BASELINE, EXAMPLE_VARIANTS
+    from benchmarks.harness.timing import device_name, median_us, results_table
 
     device = device_name()
     results: dict[str, dict[str, float | str]] = {}
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args = cli.parse_args(argv)  # before any CuPy import: --help works without it
     if args.suite == "examples":
         return run_examples(args)
-    from head_to_head import run_suite, suite_variants
+    from benchmarks.harness.head_to_head import run_suite, suite_variants
 
     variants = suite_variants()
     if args.variants:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 CallAndStream = tuple[Callable[[], Any], Any]
 
@@ -37,10 +37,10 @@ CallAndStream = tuple[Callable[[], Any], Any]
 def _models() -> list[Any]:
     import cupy as cp
     from gen_llama import generate_llama
-    from gpu_variants import Model
-    from head_to_head import LLAMA_LAUNCH, decode_inputs, device_weights
 
     import optgraph as og
+    from benchmarks.harness.gpu_variants import Model
+    from benchmarks.harness.head_to_head import LLAMA_LAUNCH, decode_inputs, device_weights
     from optgraph.reference.interpreter import random_inputs, random_weights
 
     found = []
@@ -77,7 +77,7 @@ def _optgraph(model: Any, bound: bool) -> CallAndStream:
 
 
 def _torch_graph(model: Any) -> CallAndStream:
-    from head_to_head_variants import torch_variant
+    from benchmarks.harness.head_to_head_variants import torch_variant
 
     run, stream = torch_variant("graph")(model)
     return run, stream
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=2000, help="calls timed per row")
     parser.add_argument("--markdown", metavar="FILE", help="also write the table there")
     args = parser.parse_args(argv)
-    from timing import device_name, print_report
+    from benchmarks.harness.timing import device_name, print_report
 
     builders: dict[str, Callable[[Any], CallAndStream]] = {
         "og-run": lambda m: _optgraph(m, bound=False),

@@ -28,7 +28,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
 import numpy as np
@@ -158,8 +157,7 @@ def structure(graph: og.Graph, pipeline: str) -> dict[str, Any]:
 def step_inputs(graph: og.Graph, cache_len: int) -> dict[str, np.ndarray]:
     """Seeded inputs with the cache full: position (or kv_len) = length − 1 (length); a
     prefill's positions 0, 1, ... and token 0."""
-    from head_to_head import decode_inputs
-
+    from benchmarks.harness.head_to_head import decode_inputs
     from optgraph.reference.interpreter import random_inputs
 
     names = {i.name for i in graph.inputs}
@@ -178,10 +176,10 @@ def step_inputs(graph: og.Graph, cache_len: int) -> dict[str, np.ndarray]:
 
 def time_step(graph: og.Graph, planned: og.Graph, args: argparse.Namespace) -> float:
     import cupy as cp
-    from gpu_variants import Model
-    from head_to_head import device_weights
-    from timing import median_us
 
+    from benchmarks.harness.gpu_variants import Model
+    from benchmarks.harness.head_to_head import device_weights
+    from benchmarks.harness.timing import median_us
     from optgraph.api.programs import cuda_program
     from optgraph.codegen.plan.in_place_outputs import in_place_candidates
     from optgraph.reference.kernels import numpy_dtype

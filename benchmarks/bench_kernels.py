@@ -25,11 +25,10 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
-
-from timing import device_name, median_us
+sys.path.insert(0, str(ROOT))
 
 import optgraph as og
+from benchmarks.harness.timing import device_name, median_us
 from optgraph.api.programs import cuda_program
 from optgraph.codegen.kernels import reductions
 from optgraph.codegen.kernels.attention import decode, decode_wide, prefill_tiled

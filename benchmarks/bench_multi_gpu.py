@@ -38,12 +38,12 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
-from bench_offload import fast_weights
 from gen_llama import generate_llama
 
 import optgraph as og
+from benchmarks.bench_offload import fast_weights
 from optgraph.analysis.segments import device_memory, format_size
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import format_pipeline, parse_pipeline, run_pipeline, with_vram_budget
@@ -94,8 +94,8 @@ def dry_run(args: argparse.Namespace) -> int:
 
 def _time_single(program: Any, inputs: dict[str, Any], args: argparse.Namespace) -> float:
     import cupy as cp
-    from timing import median_us
 
+    from benchmarks.harness.timing import median_us
     from optgraph.reference.kernels import numpy_dtype
 
     runtime = program._cuda_runner()
@@ -236,7 +236,7 @@ def main() -> int:
     if gpus < 2:
         print(f"bench_multi_gpu: needs 2 GPUs, found {gpus}; run it on a 2-GPU machine")
         return 2
-    from timing import device_name, print_report
+    from benchmarks.harness.timing import device_name, print_report
 
     source = model(args)
     print(f"model: weights {format_size(sum(w.type.nbytes for w in source.weights))}", flush=True)

@@ -65,7 +65,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 from gen_llama import generate_llama
-from offload_plan import (
+
+import optgraph as og
+from benchmarks.harness.offload_plan import (
     NOMINAL_COMPUTE_SCALE,
     NOMINAL_F16,
     NOMINAL_PINNED,
@@ -73,10 +75,8 @@ from offload_plan import (
     layout_pattern,
     plan_order,
 )
-from offload_timing import gemm_rate, pinned_bandwidth, time_copies, time_replays
-from timing import print_report
-
-import optgraph as og
+from benchmarks.harness.offload_timing import gemm_rate, pinned_bandwidth, time_copies, time_replays
+from benchmarks.harness.timing import print_report
 from optgraph.analysis.segments import device_memory, format_size
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.ir.graph import Graph

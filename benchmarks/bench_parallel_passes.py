@@ -1,6 +1,6 @@
 """tensor-parallel and pipeline-parallel on the CPU: what the split graphs compute and hold.
 
-    PYTHONPATH=. python benchmarks/bench_parallel_passes.py
+    python benchmarks/bench_parallel_passes.py [--skip-accuracy]
 
 Table 1, per Llama-like model of tests/support/parallel_models.py and per pipeline: the worst
 NMSE of any output against the original graph, (a) in the reference interpreter (weights cut by
@@ -17,9 +17,14 @@ included).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the models come from tests/
 
 import optgraph as og
 from optgraph.analysis.races import find_races

@@ -6,11 +6,11 @@
     python benchmarks/bench_split.py --dry-run     # no GPU: placement, splits, sync counts
     python benchmarks/split_diagnose.py            # where a split step's time goes
 
-The model (`moe_decode.py`): one token through `--layers` layers of attention over a KV cache and
-an MoE FFN whose router picks 2 of `--experts` experts; the experts' weight tables are placed on
-the `host`, so `split-backends` gathers the two picked experts' weights and runs them on the CPU
-beside their tables; attention, router, shared expert, residuals and head run on the GPU. The
-split program (pipeline `SPLIT`) runs in each of the runtime's ways of running CPU nodes
+The model (`harness/moe_decode.py`): one token through `--layers` layers of attention over a KV
+cache and an MoE FFN whose router picks 2 of `--experts` experts; the experts' weight tables are
+placed on the `host`, so `split-backends` gathers the two picked experts' weights and runs them on
+the CPU beside their tables; attention, router, shared expert, residuals and head run on the GPU.
+The split program (pipeline `SPLIT`) runs in each of the runtime's ways of running CPU nodes
 (`LoweringOptions.cpu_nodes`) and the synchronous way; the whole model on the GPU is the floor:
 
 | variant | what runs |
@@ -55,12 +55,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+sys.path.insert(0, str(ROOT))
 
 import numpy as np
-from moe_decode import MoeSizes
-from split_plan import describe, max_rel_diff, plan_graphs
-from timing import print_report
+
+from benchmarks.harness.moe_decode import MoeSizes
+from benchmarks.harness.split_plan import describe, max_rel_diff, plan_graphs
+from benchmarks.harness.timing import print_report
 
 VARIANT_NAMES = ("gpu", "calling-thread", "graph", "graph-per-node", "sync")
 SPLIT_WAYS = ("calling-thread", "graph", "graph-per-node")
@@ -95,7 +96,7 @@ def dry_run(args: argparse.Namespace) -> int:
 def run_variant(args: argparse.Namespace, argv: list[str], name: str) -> dict[str, Any]:
     """One variant's row: in this process, or alone in a child (`--only NAME`)."""
     if args.in_process:
-        from split_sync_way import measure_variant
+        from benchmarks.harness.split_sync_way import measure_variant
 
         return measure_variant(args, name)
     cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--only", name]
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return dry_run(args)
     if args.only:
-        from split_sync_way import measure_variant
+        from benchmarks.harness.split_sync_way import measure_variant
 
         print(json.dumps(measure_variant(args, args.only)), flush=True)
         return 0

@@ -35,12 +35,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
-
-from gpu_variants import FUSED_ONE_STREAM, PLAN, Model
-from timing import device_name, median_us
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 import optgraph as og
+from benchmarks.harness.gpu_variants import FUSED_ONE_STREAM, PLAN, Model
+from benchmarks.harness.timing import device_name, median_us
 from optgraph.api.programs import cuda_program
 from optgraph.codegen.lower_cuda import GemmStep, KernelStep, lower_cuda
 from optgraph.ir.graph import Graph
@@ -151,7 +150,13 @@ def launch_figures(length: int, iters: int, warmup: int) -> tuple[list[str], dic
 
 def load_models(only: set[str] | None) -> list[tuple[str, Callable[[], Model]]]:
     from gen_llama import generate_llama
-    from head_to_head import LLAMA_LAUNCH, LLAMA_REAL, decode_inputs, device_weights
+
+    from benchmarks.harness.head_to_head import (
+        LLAMA_LAUNCH,
+        LLAMA_REAL,
+        decode_inputs,
+        device_weights,
+    )
 
     def llama(name: str, spec: dict[str, Any]) -> Callable[[], Model]:
         def make() -> Model:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 GRIDS, BLOCKS = 1024, 512  # %gridid slots (low bits) and blocks a grid
 MARKS = ("start", "wait", "end", "stats", "staged", "product", "reduced")
@@ -239,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layer", type=int, default=1, help="the layer whose phases are listed")
     parser.add_argument("--markdown", metavar="FILE", help="also write the tables there")
     args = parser.parse_args(argv)
-    import bench_decode_launches as bdl
-    from timing import device_name, print_report
+    from benchmarks import bench_decode_launches as bdl
+    from benchmarks.harness.timing import device_name, print_report
 
     lines = [f"device: {device_name()}; date: {time.strftime('%Y-%m-%d')}; variant {args.variant}"]
     for model in bdl.bench_models(args.only):

@@ -46,12 +46,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+sys.path.insert(0, str(ROOT))
 
-from bench_split import build_parser as bench_parser
-from split_plan import plan_graphs
-from split_sync_way import moe_weights, step_arrays
-
+from benchmarks.bench_split import build_parser as bench_parser
+from benchmarks.harness.split_plan import plan_graphs
+from benchmarks.harness.split_sync_way import moe_weights, step_arrays
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.runtime.cuda.offload import HostFunction
 

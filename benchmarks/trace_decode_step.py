@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 
 def traced_kernels(step: Any, stream: Any, steps: int) -> list[tuple[str, float, float]]:
@@ -87,9 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5, help="replays traced (the last listed)")
     parser.add_argument("--markdown", metavar="FILE", help="also write the tables there")
     args = parser.parse_args(argv)
-    import bench_decode_launches as bdl
-    from head_to_head import copy_bandwidth
-    from timing import device_name, print_report
+    from benchmarks import bench_decode_launches as bdl
+    from benchmarks.harness.head_to_head import copy_bandwidth
+    from benchmarks.harness.timing import device_name, print_report
 
     bandwidth = copy_bandwidth()
     head = f"device: {device_name()}; date: {time.strftime('%Y-%m-%d')}; variant {args.variant}"

@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def benchmarks(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """The fake CuPy with what the decode benchmark uses beyond the runtime, and benchmarks/
-    importable (its modules dropped again afterwards): as test_gpu_benchmarks_on_fake_cupy's."""
+    """The fake CuPy with what the decode benchmark uses beyond the runtime, `benchmarks(NAME)`
+    importing `benchmarks.NAME` under it (every benchmark module dropped again afterwards): as
+    test_gpu_benchmarks_on_fake_cupy's."""
     with fake_cupy(monkeypatch) as fake:
         cp = sys.modules["cupy"]
 
@@ -38,21 +39,19 @@ def benchmarks(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         props = {"name": b"Fake GPU"}
         monkeypatch.setattr(cp.cuda.runtime, "getDeviceProperties", lambda d: props, raising=False)
         monkeypatch.syspath_prepend(str(ROOT / "examples"))
-        monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-        names = {p.stem for p in (ROOT / "benchmarks").glob("*.py")}
-        yield lambda name: importlib.import_module(name)
-        for name in names:
-            sys.modules.pop(name, None)
+        yield lambda name: importlib.import_module(f"benchmarks.{name}")
+        for name in [n for n in sys.modules if n == "benchmarks" or n.startswith("benchmarks.")]:
+            del sys.modules[name]
 
 
 def _one_layer_bench(benchmarks: Any, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """bench_decode_launches with one small decode layer (`llama_launch`) as its only model."""
     bench: ModuleType = benchmarks("bench_decode_launches")
-    head_to_head: ModuleType = benchmarks("head_to_head")
+    head_to_head: ModuleType = benchmarks("harness.head_to_head")
     from gen_llama import generate_llama
-    from gpu_variants import Model
 
     import optgraph as og
+    from benchmarks.harness.gpu_variants import Model
     from optgraph.reference.interpreter import random_weights
 
     graph = og.parse(generate_llama(layers=1, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=64))

@@ -4,7 +4,6 @@ the imported graphs lower to as many launches as the generated ones (no timing a
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,8 +11,7 @@ import pytest
 pytest.importorskip("torch", reason="needs PyTorch")
 pytest.importorskip("transformers", reason="needs transformers")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import bench_imported
+from benchmarks import bench_imported
 
 
 def _launches(table: str) -> dict[str, int]:

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "benchmarks")]
 
 SMALL = ["--layers", "1", "--hidden", "128", "--heads", "4", "--kv-heads", "2", "--ffn", "256",
          "--vocab", "256", "--cache-len", "32"]  # fmt: skip
@@ -24,7 +23,7 @@ def test_the_dry_run_prints_the_bytes_per_gpu_of_each_case() -> None:
 
 
 def test_the_table_says_which_targets_and_bounds_are_missed() -> None:
-    from bench_multi_gpu import table
+    from benchmarks.bench_multi_gpu import table
 
     row = {"case": "tp", "ms 1": 0.943, "ms 2": 0.700, "ms 2 nccl": 0.807, "budget": None,
            "weights per device": [1 << 30, 1 << 30], "nmse 1": 5.3e-6, "nmse 2": 7e-7,

@@ -40,7 +40,7 @@ def test_decode_launch_settings_exist(benchmarks: Any) -> None:
 def test_head_to_head_setting_variants_exist(
     benchmarks: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    variants = benchmarks("head_to_head_variants")
+    variants = benchmarks("harness.head_to_head_variants")
     settings: set[tuple[str, str]] = set()
 
     def record(build_fused: Any, values: dict[tuple[str, str], Any]) -> Any:
@@ -48,6 +48,6 @@ def test_head_to_head_setting_variants_exist(
         return build_fused
 
     monkeypatch.setattr(variants, "codegen_settings_variant", record)
-    benchmarks("head_to_head").suite_variants()
+    benchmarks("harness.head_to_head").suite_variants()
     assert ("kernels.attention.variants", "WIDE_DECODE") in settings
     assert not _missing(settings)

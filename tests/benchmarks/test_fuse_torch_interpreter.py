@@ -1,4 +1,5 @@
-"""The PyTorch baseline interpreter (benchmarks/torch_interpreter.py) against the reference.
+"""The PyTorch baseline interpreter (benchmarks/harness/torch_interpreter.py) against the
+reference.
 
 Skipped where PyTorch is not installed (CI); runs on the CPU, and on CUDA where there is a GPU.
 Every example, fused and unfused, must match the NumPy reference interpreter.
@@ -6,7 +7,6 @@ Every example, fused and unfused, must match the NumPy reference interpreter.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,11 +15,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from torch_interpreter import TorchModel, to_numpy
 
 import optgraph as og
+from benchmarks.harness.torch_interpreter import TorchModel, to_numpy
 from optgraph.passes.fuse import FusePass
 from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
 

@@ -27,8 +27,9 @@ INTERVAL_MS = 0.01
 
 @pytest.fixture
 def benchmarks(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """The fake CuPy with what the benchmarks use beyond the runtime, and benchmarks/ importable
-    (its modules dropped again afterwards, so no test sees another's fake)."""
+    """The fake CuPy with what the benchmarks use beyond the runtime; `benchmarks(NAME)` imports
+    `benchmarks.NAME` under it (e.g. "bench_gpu", "harness.head_to_head"), and every benchmark
+    module is dropped again afterwards, so no test sees another's fake."""
     with fake_cupy(monkeypatch) as fake:
         cp = sys.modules["cupy"]
 
@@ -48,11 +49,9 @@ def benchmarks(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         monkeypatch.setattr(cp.cuda.runtime, "getDeviceProperties", lambda d: props, raising=False)
         monkeypatch.setattr(cp.cuda.Stream, "null", cp.cuda.Stream(), raising=False)
         monkeypatch.syspath_prepend(str(ROOT / "examples"))
-        monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-        names = {p.stem for p in (ROOT / "benchmarks").glob("*.py")}
-        yield lambda name: importlib.import_module(name)
-        for name in names:
-            sys.modules.pop(name, None)
+        yield lambda name: importlib.import_module(f"benchmarks.{name}")
+        for name in [n for n in sys.modules if n == "benchmarks" or n.startswith("benchmarks.")]:
+            del sys.modules[name]
 
 
 def _rows(text: str) -> dict[str, list[str]]:
@@ -78,7 +77,7 @@ def test_head_to_head_suite_with_optgraph_variants(
     benchmarks: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bench_gpu: ModuleType = benchmarks("bench_gpu")
-    head_to_head: ModuleType = benchmarks("head_to_head")
+    head_to_head: ModuleType = benchmarks("harness.head_to_head")
     monkeypatch.setattr(head_to_head, "copy_bandwidth", lambda: 3e12)  # no 1 GiB on the host
     out = tmp_path / "h2h.md"
     args = ["--suite", "head-to-head", "--only", "inception", "--iters", "2"]
@@ -134,33 +133,28 @@ def test_bench_decode_loop_plumbing(
         assert rows[name][2].endswith("/3")
 
 
-def test_decode_loop_graph_feeds_back_token_and_position() -> None:
+def test_decode_loop_graph_feeds_back_token_and_position(benchmarks: Any) -> None:
     """The loop's step graph: the next token is the argmax of the logits, pos and kv_len advance,
     and the reference loop's caches grow one row a step (checked against the step run by hand)."""
-    sys.path[:0] = [str(ROOT / "examples"), str(ROOT / "benchmarks")]
-    try:
-        loop = importlib.import_module("bench_decode_loop")
-        from optgraph.reference.interpreter import random_weights, run_reference
+    loop: ModuleType = benchmarks("bench_decode_loop")
+    from optgraph.reference.interpreter import random_weights, run_reference
 
-        graph = loop.loop_step_graph(dict(SMALL_LOOP))
-        weights = random_weights(graph, 0)
-        values = loop.start_values(graph, 5)
-        out = run_reference(graph, values, weights)
-        logits_graph = loop.og.parse(
-            loop.og.print_graph(graph).replace(
-                "output %l0.k_cache_new", "output %logits, %l0.k_cache_new"
-            )
+    graph = loop.loop_step_graph(dict(SMALL_LOOP))
+    weights = random_weights(graph, 0)
+    values = loop.start_values(graph, 5)
+    out = run_reference(graph, values, weights)
+    logits_graph = loop.og.parse(
+        loop.og.print_graph(graph).replace(
+            "output %l0.k_cache_new", "output %logits, %l0.k_cache_new"
         )
-        logits = run_reference(logits_graph, values, weights)["logits"]
-        assert int(out["next_token"][0]) == int(np.argmax(logits[0]))
-        assert int(out["next_pos"][0]) == 6 and int(out["next_kv_len"][0]) == 7
-        tokens, margins = loop.reference_tokens(graph, weights, values, 3)
-        assert tokens[0] == int(out["next_token"][0]) and len(tokens) == 3
-        top = np.sort(logits[0].astype(np.float64))[-2:]
-        assert margins[0] == top[1] - top[0] and len(margins) == 3 and min(margins) >= 0
-    finally:
-        sys.path[:2] = []
-        sys.modules.pop("bench_decode_loop", None)
+    )
+    logits = run_reference(logits_graph, values, weights)["logits"]
+    assert int(out["next_token"][0]) == int(np.argmax(logits[0]))
+    assert int(out["next_pos"][0]) == 6 and int(out["next_kv_len"][0]) == 7
+    tokens, margins = loop.reference_tokens(graph, weights, values, 3)
+    assert tokens[0] == int(out["next_token"][0]) and len(tokens) == 3
+    top = np.sort(logits[0].astype(np.float64))[-2:]
+    assert margins[0] == top[1] - top[0] and len(margins) == 3 and min(margins) >= 0
 
 
 def test_decode_launch_settings_table(
@@ -169,11 +163,11 @@ def test_decode_launch_settings_table(
     """bench_decode_launches.py: every variant built under its settings (launch counts differ
     where they should), the table written."""
     bench: ModuleType = benchmarks("bench_decode_launches")
-    head_to_head: ModuleType = benchmarks("head_to_head")
+    head_to_head: ModuleType = benchmarks("harness.head_to_head")
     from gen_llama import generate_llama
-    from gpu_variants import Model
 
     import optgraph as og
+    from benchmarks.harness.gpu_variants import Model
     from optgraph.reference.interpreter import random_weights
 
     graph = og.parse(generate_llama(layers=2, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=64))
@@ -216,7 +210,7 @@ def test_decode_launch_settings_on_the_loop_step(
     """bench_decode_launches.py's loop models (small sizes): the tail settings' launch counts,
     with the position adds last and first."""
     bench: ModuleType = benchmarks("bench_decode_launches")
-    head_to_head: ModuleType = benchmarks("head_to_head")
+    head_to_head: ModuleType = benchmarks("harness.head_to_head")
     loop: ModuleType = benchmarks("bench_decode_loop")
     from optgraph.reference.interpreter import random_weights
 

@@ -1,5 +1,5 @@
-"""The head-to-head suite's floors and agreement check (benchmarks/head_to_head_checks.py) on
-the fake CuPy: the prefill's FLOP count and the agreement cell, which must name the side that
+"""The head-to-head suite's floors and agreement check (benchmarks/harness/head_to_head_checks.py)
+on the fake CuPy: the prefill's FLOP count and the agreement cell, which must name the side that
 is off, run the diagnostics only on a disagreement and report changed weights."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ __all__ = ["benchmarks"]  # the fixture, used by name
 
 
 def test_prefill_compute_floor_counts_products_and_visible_attention(benchmarks: Any) -> None:
-    checks: ModuleType = benchmarks("head_to_head_checks")
+    checks: ModuleType = benchmarks("harness.head_to_head_checks")
     import optgraph as og
 
     graph = og.parse("""graph p {
@@ -38,7 +38,7 @@ def test_prefill_compute_floor_counts_products_and_visible_attention(benchmarks:
 
 
 def test_agreement_names_the_side_that_is_off(benchmarks: Any, monkeypatch: Any) -> None:
-    checks: ModuleType = benchmarks("head_to_head_checks")
+    checks: ModuleType = benchmarks("harness.head_to_head_checks")
     import optgraph as og
 
     graph = og.parse("graph g {\n input %x : f32[4]\n %y = exp(%x) : f32[4]\n output %y\n}\n")
@@ -51,7 +51,9 @@ def test_agreement_names_the_side_that_is_off(benchmarks: Any, monkeypatch: Any)
         def __call__(self, env: Any) -> dict[str, np.ndarray]:
             return {"y": good}
 
-    monkeypatch.setitem(sys.modules, "cupy_interpreter", SimpleNamespace(CupyModel=Exact))
+    monkeypatch.setitem(
+        sys.modules, "benchmarks.harness.cupy_interpreter", SimpleNamespace(CupyModel=Exact)
+    )
     inputs = {"x": np.arange(4, dtype=np.float32)}
     seen: list[str] = []
 

@@ -4,21 +4,16 @@ instrumented kernels compute the same bits in the CPU emulator."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from benchmarks import kernel_phases
 from optgraph.codegen.lower_cuda import CudaPlan, KernelStep, lower_cuda
 from optgraph.codegen.plan.in_place_outputs import in_place_candidates
 from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
 from optgraph.reference.interpreter import random_inputs, random_weights
 from tests.support import cuda_emulator
 from tests.support.decode_loop_graph import loop_step_graph
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import kernel_phases
 
 NEEDS_GXX = pytest.mark.skipif(not cuda_emulator.available(), reason="needs g++ (C++20)")
 SIZES = {"layers": 2, "hidden": 512, "heads": 8, "kv_heads": 2, "ffn": 1376, "vocab": 256,

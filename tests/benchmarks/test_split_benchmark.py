@@ -32,7 +32,7 @@ def test_dry_run_syncs_at_the_placements_minimum(
 def test_the_routed_experts_run_on_the_cpu_and_nothing_else(benchmarks: Any) -> None:  # noqa: F811
     bench = benchmarks("bench_split")
     args = bench.build_parser().parse_args(TINY)
-    _, split, gpu = benchmarks("split_plan").plan_graphs(args)
+    _, split, gpu = benchmarks("harness.split_plan").plan_graphs(args)
     cpu = {
         n.name.split(".", 1)[1]
         for n in split.nodes

@@ -3,16 +3,12 @@ adds to the step, and a trace that does not match the plan refused (no GPU: made
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from benchmarks import trace_decode_step
 from optgraph.codegen.plan.steps import Extent, KernelStep, Location
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import trace_decode_step
 
 
 def _launch(node: str, kernel: str, weight_bytes: int) -> KernelStep:

@@ -8,9 +8,6 @@ spread resident layout: tests/gpu/test_offload.py.)"""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -23,11 +20,9 @@ from tests.support.gpu_support import require_gpu
 pytestmark = pytest.mark.gpu
 cupy = require_gpu()
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from moe_decode import MoeSizes, generate_moe_decode
-from split_plan import SPLIT
-from split_sync_way import SyncWay
-
+from benchmarks.harness.moe_decode import MoeSizes, generate_moe_decode
+from benchmarks.harness.split_plan import SPLIT
+from benchmarks.harness.split_sync_way import SyncWay
 from optgraph.api.programs import cuda_program
 from optgraph.runtime.cuda.runner import CHECK_BOUNDS
 

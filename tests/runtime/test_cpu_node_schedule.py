@@ -7,8 +7,6 @@ graphs; and the CUDA runtime on the fake CuPy runs the pieces in the plan's orde
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +14,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import optgraph as og
+from benchmarks.harness.moe_decode import MoeSizes, generate_moe_decode
+from benchmarks.harness.split_plan import SPLIT
 from optgraph.analysis.host_syncs import host_device_waits, min_host_device_syncs
 from optgraph.codegen.cuda_source import CodegenError
 from optgraph.codegen.lower_cuda import lower_cuda
@@ -39,10 +39,6 @@ from optgraph.reference.interpreter import random_inputs, random_weights
 from tests.support.fake_cupy import fake_cupy
 from tests.support.offload_models import llama
 from tests.support.random_graphs import random_dag_graphs
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from moe_decode import MoeSizes, generate_moe_decode
-from split_plan import SPLIT
 
 SIZES = MoeSizes(
     layers=3, hidden=32, heads=4, kv_heads=2, experts=6, expert_ffn=16, shared_ffn=24, vocab=64,

@@ -6,13 +6,12 @@ nothing)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import optgraph as og
+from benchmarks.harness.moe_decode import MoeSizes, generate_moe_decode
+from benchmarks.harness.split_plan import SPLIT
 from optgraph.codegen.lower_cuda import lower_cuda
 from optgraph.codegen.plan.steps import HostStep
 from optgraph.errors import OptGraphError
@@ -28,10 +27,6 @@ from optgraph.reference.interpreter import (
 from optgraph.runtime.cuda.host_gathers import gathers_read_in_place
 from optgraph.runtime.cuda.offload import HostErrors, HostFunction, HostMemory, HostWeights
 from tests.support.offload_models import run_planned
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from moe_decode import MoeSizes, generate_moe_decode
-from split_plan import SPLIT
 
 SIZES = MoeSizes(
     layers=2, hidden=32, heads=4, kv_heads=2, experts=6, expert_ffn=16, shared_ffn=24, vocab=64,

@@ -19,8 +19,8 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from split_plan import SPLIT_MODES, describe, plan_graphs, schedule_syncs
 
+from benchmarks.harness.split_plan import SPLIT_MODES, describe, plan_graphs, schedule_syncs
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.codegen.plan.steps import CopyStep, EventStep, HostStep
 from optgraph.ir.graph import Graph

@@ -6,7 +6,7 @@ callable doing one run plus the stream that run starts and ends on (timed by
 ones (head_to_head_variants.py) to the optgraph variants built here; bench_stream_threshold.py
 uses the pipelines and `Model`.
 
-- `cupy-eager`: the graph op by op in CuPy (benchmarks/cupy_interpreter.py);
+- `cupy-eager`: the graph op by op in CuPy (cupy_interpreter.py);
 - `og-eager`: optgraph's kernels launched one by one (`LoweringOptions(use_graph=False)`), 1 stream;
 - `og-graph-1s`: one CUDA graph, every node on one stream;
 - `og-graph-chains`: one CUDA graph, streams from `assign-streams{policy=chains}`.
@@ -66,7 +66,8 @@ class Variant:
 def cupy_eager(model: Model) -> Runner:
     """The graph op by op in CuPy, on the null stream."""
     import cupy as cp
-    from cupy_interpreter import CupyModel
+
+    from benchmarks.harness.cupy_interpreter import CupyModel
 
     run = CupyModel(model.graph)
     env = {**model.device_inputs(), **{k: cp.asarray(v) for k, v in model.weights.items()}}

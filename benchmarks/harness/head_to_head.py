@@ -9,8 +9,8 @@ batch 1. Decode steps attend over the full cache (`pos` = cache length − 1, `k
 length). Big weights are drawn on the device (norm weights ~ 1 + 0.1·N, matrices ~ N/√fan-in),
 since drawing 3.7 GB on the host would take longer than the whole benchmark.
 
-Variants (`suite_variants`): CuPy eager, PyTorch eager (`benchmarks/torch_interpreter.py`, op by
-op), PyTorch CUDA graph (`torch.cuda.graph` of the eager path), `torch.compile` in the modes
+Variants (`suite_variants`): CuPy eager, PyTorch eager (`torch_interpreter.py`, op by op),
+PyTorch CUDA graph (`torch.cuda.graph` of the eager path), `torch.compile` in the modes
 `max-autotune-no-cudagraphs` and `reduce-overhead` (weights as frozen parameters, so CUDA graphs
 treat them as static; each compile gets `COMPILE_LIMIT_S` seconds, after which it is reported as a
 timeout; these variants live in head_to_head_variants.py), optgraph with fusion on one stream and
@@ -41,7 +41,8 @@ from typing import Any
 
 import cupy as cp
 import numpy as np
-from gpu_variants import (
+
+from benchmarks.harness.gpu_variants import (
     FUSED_CHAINS,
     FUSED_ONE_STREAM,
     ONE_STREAM,
@@ -50,7 +51,7 @@ from gpu_variants import (
     cupy_eager,
     optgraph_variant,
 )
-from head_to_head_checks import (
+from benchmarks.harness.head_to_head_checks import (
     agreement,
     changed_weights,
     compute_flops,
@@ -60,7 +61,7 @@ from head_to_head_checks import (
     rate_line,
     weight_fingerprint,
 )
-from head_to_head_variants import (
+from benchmarks.harness.head_to_head_variants import (
     COMPILE_SECONDS,
     codegen_setting_variant,
     cublas_variant,
@@ -70,14 +71,13 @@ from head_to_head_variants import (
     torch_eager_outputs,
     torch_variant,
 )
-from timing import device_name, median_us, results_table
-
+from benchmarks.harness.timing import device_name, median_us, results_table
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.ir.graph import Graph
 from optgraph.reference.interpreter import random_inputs
 from optgraph.reference.kernels import numpy_dtype
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Variants run on some models only (time on the GPU machine is scarce): the autotuning compile
 # on the decode steps the anchors measured, the cuBLAS comparison on the one-row products.

@@ -1,4 +1,4 @@
-"""The head-to-head suite's floors and its agreement check (benchmarks/head_to_head.py).
+"""The head-to-head suite's floors and its agreement check (head_to_head.py).
 
 Bandwidth floor of a decode step (`floor_bytes`): the bytes it must move (every weight byte
 read, the embedding rows gathered rather than the whole table, every input including the KV
@@ -10,7 +10,7 @@ Compute floor of a prefill: the FLOPs it must do (every matrix product 2·M·N·
 divided by the f16 GEMM rate measured in the same run (`gemm_rate`: one large cuBLAS product,
 8192³, float32 accumulation, as the models' products use).
 
-Agreement (`agreement`): optgraph, PyTorch eager and CuPy eager (benchmarks/cupy_interpreter.py,
+Agreement (`agreement`): optgraph, PyTorch eager and CuPy eager (cupy_interpreter.py,
 a third implementation) each run once on fresh device copies of the model's inputs and weights
 drawn again from the same seed, never the arrays the timed variants used; the column shows the
 NMSE of optgraph against PyTorch and against CuPy, and the weights' fingerprint (a float64 sum
@@ -181,7 +181,7 @@ def agreement(
     `changed` names the shared weights whose fingerprint moved since the model was built;
     `diagnostics` (other ways to run ours, e.g. without PDL) run only when optgraph and PyTorch
     disagree by more than `SUSPECT_NMSE`, each compared with PyTorch."""
-    from cupy_interpreter import CupyModel
+    from benchmarks.harness.cupy_interpreter import CupyModel
 
     first = graph.output_names()[0]
     results: dict[str, np.ndarray] = {}

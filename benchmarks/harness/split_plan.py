@@ -17,9 +17,9 @@ import argparse
 from typing import Any
 
 import numpy as np
-from moe_decode import MoeSizes, generate_moe_decode
 
 import optgraph as og
+from benchmarks.harness.moe_decode import MoeSizes, generate_moe_decode
 from optgraph.analysis.host_syncs import host_device_waits, min_host_device_syncs
 from optgraph.analysis.segments import count_splits, format_size
 from optgraph.codegen.lowering_options import CPU_NODE_MODES

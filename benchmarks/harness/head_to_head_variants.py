@@ -1,4 +1,4 @@
-"""The PyTorch and cuBLAS variants of the head-to-head suite (benchmarks/head_to_head.py), and the
+"""The PyTorch and cuBLAS variants of the head-to-head suite (head_to_head.py), and the
 kernel-family profile of a run.
 
 `torch_variant(kind)` builds a bench_gpu variant from `torch_interpreter.py`: eager, a CUDA graph of
@@ -51,7 +51,8 @@ def _torch_module(model: Any) -> tuple[Any, dict[str, Any]]:
     if cached is not None:
         return cached
     import torch
-    from torch_interpreter import TorchModel, TorchModule
+
+    from benchmarks.harness.torch_interpreter import TorchModel, TorchModule
 
     _TORCH_CACHE.clear()  # one model's weights at a time
     interp = TorchModel(model.graph, device="cuda")
@@ -73,7 +74,11 @@ def torch_variant(kind: str) -> Callable[[Any], tuple[Callable[[], Any], Any]]:
     """A bench_gpu variant builder: kind is eager, graph or a torch.compile mode."""
 
     def build(model: Any) -> tuple[Callable[[], Any], Any]:
-        from torch_interpreter import compiled_runner, cuda_graph_runner, eager_runner
+        from benchmarks.harness.torch_interpreter import (
+            compiled_runner,
+            cuda_graph_runner,
+            eager_runner,
+        )
 
         module, inputs = _torch_module(model)
         if kind == "eager":
@@ -102,7 +107,8 @@ def torch_eager_outputs(
     """PyTorch eager outputs of `graph` on these device arrays (for the agreement column): a
     module of its own, sharing the arrays' memory, nothing cached."""
     import torch
-    from torch_interpreter import TorchModel, TorchModule
+
+    from benchmarks.harness.torch_interpreter import TorchModel, TorchModule
 
     module = TorchModule(
         TorchModel(graph, device="cuda"),
@@ -167,7 +173,7 @@ PREFILL_SETTINGS = {
 def prefill_variants(build_fused: Callable[[Any], Any]) -> list[Any]:
     """og-fused-1s with each prefill kernel setting off, and with all of them off (the kernels
     as before them), to A/B them in one run."""
-    from gpu_variants import Variant
+    from benchmarks.harness.gpu_variants import Variant
 
     variants = [
         Variant(f"og-fused-1s-{tag}", f"og-fused-1s with {what}",
