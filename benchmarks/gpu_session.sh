@@ -7,7 +7,8 @@
 # Llama shapes, old vs new; KERNELS_ARGS=--no-pdl for each kernel's own time); h2h: the head-to-head suite (H2H_ONLY=llama,
 # H2H_VARIANTS=torch-graph,og-fused-1s restrict it; H2H_PROFILE=a,b: per-kernel profiles of those variants); gemv: benchmarks/bench_gemv.py (GEMV_ARGS=--sweep
 # for every layout); decode: benchmarks/bench_decode_launches.py (DECODE_ARGS); offload: benchmarks/bench_offload.py (OFFLOAD_ARGS, e.g. "--modes balanced");
-# split: benchmarks/bench_split.py (SPLIT_ARGS, e.g. "--expert-ffn 128"); threshold:
+# split: benchmarks/bench_split.py, then benchmarks/split_diagnose.py (SPLIT_ARGS for both, e.g.
+# "--expert-ffn 128"); threshold:
 # benchmarks/bench_stream_threshold.py; host: benchmarks/bench_host_cost.py; multi: the several-GPU
 # tests (tests/gpu/test_multi_gpu.py: one GPU runs its one-GPU part) and, with 2+ GPUs,
 # benchmarks/bench_multi_gpu.py (MULTI_ARGS passes options). docs/benchmarks.md says what each measures.
@@ -89,6 +90,6 @@ for part in $parts; do
           python3 benchmarks/sanitize_examples.py > "$OUT/$tool.log" 2>&1
         echo "$tool rc=$?"; tail -n 4 "$OUT/$tool.log"
       done ;;
-    *) echo "unknown part: $part (tests bench sanitize kernels h2h gemv offload split threshold host multi)" ;;
+    *) echo "unknown part: $part (tests bench sanitize kernels h2h gemv decode offload split threshold host multi)" ;;
   esac
 done
