@@ -1,6 +1,6 @@
 """ATen arithmetic that is no one-to-one elementwise mapping (those the elementwise declarations
 list, `ir/op_elementwise.py`): remainders and rounding divisions -> IR `mod` and `div`
-(ring-buffer cache slots, position arithmetic), prelu:
+(ring-buffer cache slots, position arithmetic), prelu, softplus:
 
     slot = pos % window                    aten.remainder        -> mod
     torch.fmod(a, b)                       aten.fmod             -> mod {fmod = true}
@@ -8,6 +8,8 @@ list, `ir/op_elementwise.py`): remainders and rounding divisions -> IR `mod` and
     a // b                                 aten.floor_divide     -> div(sub(a, mod(a, b)), b)
     F.prelu(x, w)                          aten._prelu_kernel    -> prelu, w [C] reshaped to
                                                                     [C,1,..]
+    F.softplus(x, beta)                    aten.softplus         -> softplus (beta: scale before
+                                                                    and after; threshold >= 20)
 
 Floor division of integers is exact that way: `a - a mod b` is a multiple of b with the
 divisor's sign taken care of, so the truncating `div` rounds nothing. Rounding divisions of
@@ -73,6 +75,23 @@ def _prelu(ctx: TorchContext, node: Any) -> None:
     ctx.emit(node, "prelu", [ctx.name_of(node.args[0]), slope])
 
 
+def _softplus(ctx: TorchContext, node: Any) -> None:
+    """F.softplus(x, beta, threshold) = softplus(beta·x) / beta. PyTorch returns x itself where
+    beta·x > threshold; at the default 20 that is the float32 value of softplus too."""
+    beta = float(arg(node, 1, "beta", 1.0))
+    threshold = float(arg(node, 2, "threshold", 20.0))
+    if threshold < 20.0:
+        raise unsupported(node, f"threshold={threshold} (below 20, PyTorch's x is not softplus)")
+    x = ctx.name_of(node.args[0])
+    if beta == 1.0:
+        ctx.emit(node, "softplus", [x])
+        return
+    out = ctx.result_type(node)
+    scaled = ctx.step(node, "scale", [x], out, {"factor": beta})
+    soft = ctx.step(node, "softplus", [scaled], out)
+    ctx.emit(node, "scale", [soft], {"factor": 1.0 / beta})
+
+
 ARITHMETIC_CONVERTERS: dict[str, Converter] = {
     "aten._prelu_kernel.default": _prelu,
     "aten.div.Scalar_mode": _rounding_div,
@@ -83,4 +102,5 @@ ARITHMETIC_CONVERTERS: dict[str, Converter] = {
     "aten.prelu.default": _prelu,
     "aten.remainder.Scalar": _remainder(False),
     "aten.remainder.Tensor": _remainder(False),
+    "aten.softplus.default": _softplus,
 }

@@ -158,6 +158,10 @@ ELEMENTWISE: dict[str, ElementwiseOp] = {
     "sigmoid": _math("sigmoid", 5, numpy_ops.sigmoid, "og_sigmoid({0})"),
     "silu": _math("silu", 6, numpy_ops.silu, "({0} * og_sigmoid({0}))", onnx=False),
     "sin": _math("sin", 6, np.sin, "sinf({0})"),
+    "softplus": ElementwiseOp(
+        "arithmetic", 1, rules.unary_float, 8, numpy_ops.softplus,
+        "(og_max({0}, 0.0f) + log1pf(expf(-fabsf({0}))))", onnx=("Softplus",),
+    ),
     "sqrt": _math("sqrt", 2, np.sqrt, "sqrtf({0})"),
     "sub": _binary(np.subtract, "({0} - {1})", "aten.sub.Tensor", "Sub"),
     "tanh": _math("tanh", 6, np.tanh, "tanhf({0})"),

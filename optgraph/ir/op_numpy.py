@@ -14,7 +14,7 @@ to the node's dtype, so these compute in float32 (or the integer dtype) and neve
 
 - an integer divided by zero gives 0 for `div` and `mod` (as the CUDA kernels do; NumPy and C
   leave it undefined), and the lowest integer divided by -1 wraps (quotient itself, remainder 0);
-- `sigmoid` is written so that large |x| does not overflow.
+- `sigmoid` and `softplus` are written so that large |x| does not overflow.
 
 Here, not in the reference layer, because the op table's declarations name them and `ir` must
 not import the layers above it.
@@ -61,6 +61,11 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 
 def silu(x: np.ndarray) -> np.ndarray:
     return x * sigmoid(x)
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    """log(1 + e^x) as max(x, 0) + log1p(e^-|x|): no overflow for large x, exact for small e^x."""
+    return np.maximum(x, x.dtype.type(0)) + np.log1p(np.exp(-np.abs(x)))
 
 
 _ERF = np.frompyfunc(math.erf, 1, 1)

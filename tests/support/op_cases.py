@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "silu", "erf",
-         "sin", "cos")  # fmt: skip
+         "sin", "cos", "softplus")  # fmt: skip
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow")
 
 
