@@ -68,8 +68,9 @@ class ElementwiseOp:
         )  # fmt: skip
 
 
-def _math(name: str, flops: int, numpy: NumpyFn, cuda_text: str, torch: bool = True,
-          onnx: bool = True) -> ElementwiseOp:
+def _math(
+    name: str, flops: int, numpy: NumpyFn, cuda_text: str, torch: bool = True, onnx: bool = True
+) -> ElementwiseOp:
     """A unary float function `name` (aten.<name>.default, ONNX <Name> when the flags say so)."""
     return ElementwiseOp(
         "arithmetic", 1, rules.unary_float, flops, numpy, cuda_text,

@@ -249,14 +249,9 @@ _NOT_ELEMENTWISE: dict[str, OpDef] = {
     "transpose": _view("transpose", rules.transpose, perm=_REQUIRED_INTS),
 }  # fmt: skip
 
-OPS: dict[str, OpDef] = dict(
-    sorted(
-        {
-            **_NOT_ELEMENTWISE,
-            **{name: op.opdef(name) for name, op in ELEMENTWISE.items()},
-        }.items()
-    )
-)
+_DECLARED = {name: op.opdef(name) for name, op in ELEMENTWISE.items()}
+OPS: dict[str, OpDef] = dict(sorted({**_NOT_ELEMENTWISE, **_DECLARED}.items()))
+
 
 def get_op(name: str) -> OpDef | None:
     return OPS.get(name)
