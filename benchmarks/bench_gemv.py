@@ -8,7 +8,7 @@ the small shapes' copies fit in L2, as in `bench_kernels.py`), the launches capt
 graph. Reported: `kernel µs` (CUPTI device time per launch, through torch.profiler: the figure
 to compare), `graph µs` (replay time per launch, launch gaps included), GB/s of the weights over
 the kernel time, and the largest error of copy 0 against a float32 product, relative to its
-largest value. Without `--sweep` only optgraph's kernel (`product_kernel.gemv_matmul`) and the layout
+largest value. Without `--sweep` only optgraph's kernel (`product_kernel.one_row_matmul`) and the layout
 it had before (`gemv_variants.legacy`) run; `--sweep` adds every candidate of `sweep_variants`.
 `--emit DIR` writes the CUDA sources and exits (no GPU needed: check they compile with nvcc).
 Kernels are compiled with nvcc (-arch=sm_90) in parallel when it is on the PATH, else NVRTC.
@@ -86,7 +86,7 @@ def optgraph_kernel(k: int, n: int) -> tuple[str, str, tuple[int, int, int], int
     """(name, source, grid, threads) of optgraph's kernel for `[1, k] @ [k, n]` (f16)."""
     a, b = TensorType("f16", (1, k)), TensorType("f16", (k, n))
     node = Node(f"y{k}x{n}", "matmul", ("x", "w"), {}, TensorType("f16", (1, n)))
-    made = product_kernel.gemv_matmul(node, [a, b])
+    made = product_kernel.one_row_matmul(node, [a, b])
     assert made is not None and len(made) == 1
     launch = made[0]
     return launch.kernel.name, launch.kernel.source, launch.grid, launch.block[0]

@@ -124,7 +124,7 @@ def cublas_variant(build_fused: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """The same optgraph variant with the one-row matrix-vector kernel off (cuBLAS + epilogue)
     for products without a prologue; a product with a norm prologue keeps the one-row kernel
     (cuBLAS cannot run the prologue)."""
-    return codegen_setting_variant(build_fused, "GEMV_MAX_M", 0)
+    return codegen_setting_variant(build_fused, "ONE_ROW_MAX_M", 0)
 
 
 def codegen_setting_variant(

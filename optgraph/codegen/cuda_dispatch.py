@@ -86,7 +86,7 @@ def node_code(
     if node.op == "fused":
         return tuple(fused_code(node, types, resident, l2_ahead, most_splits, rope_pairs))
     if node.op == "matmul":
-        one_kernel = product_kernel.gemv_matmul(
+        one_kernel = product_kernel.one_row_matmul(
             node, types, resident, None, l2_ahead, most_splits, rope_pairs
         )
         if one_kernel is not None:
@@ -135,7 +135,7 @@ def fused_code(
     if plan.kind == REDUCTION:
         return [reductions.fused_row_launch(node, types, plan, roles)]
     assert plan.kind == PRODUCT
-    one_kernel = product_kernel.gemv_region(
+    one_kernel = product_kernel.one_row_region(
         node, types, resident, None, l2_ahead, most_splits, rope_pairs
     )
     if one_kernel is not None:

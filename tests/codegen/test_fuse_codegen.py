@@ -85,7 +85,7 @@ def test_one_row_products_are_one_kernel_and_compile() -> None:
     import subprocess
     import tempfile
 
-    from optgraph.codegen.kernels.one_row.product_kernel import gemv_matmul, gemv_region
+    from optgraph.codegen.kernels.one_row.product_kernel import one_row_matmul, one_row_region
 
     src = """graph g {
   input %x : f16[1,1,4096]
@@ -106,7 +106,11 @@ def test_one_row_products_are_one_kernel_and_compile() -> None:
     kernels = []
     for node in graph.nodes:
         operand_types = [types[o] for o in node.operands]
-        work = gemv_region(node, operand_types) if node.body else gemv_matmul(node, operand_types)
+        work = (
+            one_row_region(node, operand_types)
+            if node.body
+            else one_row_matmul(node, operand_types)
+        )
         assert work is not None and len(work) == 1, node.name
         if node.name == "y":  # K = 4096, N = 1024: split K so that the grid fills the GPU
             assert work[0].grid[0] * work[0].grid[1] >= 132

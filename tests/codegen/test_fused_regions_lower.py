@@ -1,5 +1,5 @@
 """Every region `fuse` builds lowers to CUDA (issue 13, class 3), also with the one-row kernel
-turned off for plain products (`product_kernel.GEMV_MAX_M = 0`, the cuBLAS benchmark variant): a
+turned off for plain products (`product_kernel.ONE_ROW_MAX_M = 0`, the cuBLAS benchmark variant): a
 product with a prologue (a norm recomputed inside it) has no cuBLAS form, so fusion's contract
 (`fusion_rules.one_row_product`) decides, not the tuning switch."""
 
@@ -45,7 +45,7 @@ def test_llama_step_lowers_with_the_one_row_kernel_off(
     dtype: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     graph = run_pipeline(_llama_step(dtype), DEFAULT_PIPELINE)
-    monkeypatch.setattr(product_kernel, "GEMV_MAX_M", 0)
+    monkeypatch.setattr(product_kernel, "ONE_ROW_MAX_M", 0)
     plan = lower_cuda(graph)
     assert plan.source()
     assert any(isinstance(s, GemmStep) for s in plan.steps)  # products without prologue: cuBLAS
@@ -56,7 +56,7 @@ def test_prologue_product_runs_with_the_one_row_kernel_off(monkeypatch: pytest.M
     source = og.parse(NORM_PRODUCT)
     graph = run_pipeline(source, DEFAULT_PIPELINE)
     assert sum(n.op == "fused" for n in graph.nodes) == 1  # the norm inside the first product
-    monkeypatch.setattr(product_kernel, "GEMV_MAX_M", 0)
+    monkeypatch.setattr(product_kernel, "ONE_ROW_MAX_M", 0)
     plan = lower_cuda(graph)
     assert sum(isinstance(s, GemmStep) for s in plan.steps) == 1  # the plain product: cuBLAS
     inputs, weights = random_inputs(source), random_weights(source)

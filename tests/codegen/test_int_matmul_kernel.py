@@ -12,7 +12,7 @@ from optgraph.analysis.fusion_rules import one_row_product
 from optgraph.codegen.cuda_dispatch import node_code
 from optgraph.codegen.cuda_source import Launch
 from optgraph.codegen.kernels.matmul import Gemm
-from optgraph.codegen.kernels.one_row.product_kernel import gemv_shape
+from optgraph.codegen.kernels.one_row.product_kernel import one_row_shape
 from optgraph.passes.fuse import FusePass
 from optgraph.reference.interpreter import run_reference
 from tests.support import cuda_emulator
@@ -62,7 +62,7 @@ def test_integer_products_take_our_kernel(dtype: str) -> None:
         assert work[0].kernel.name.startswith("og_int_matmul_")
         assert not any(isinstance(w, Gemm) for w in work)
         assert one_row_product(node, *operand_types) is None
-        assert gemv_shape(node, *operand_types, has_prologue=True) is None
+        assert one_row_shape(node, *operand_types, has_prologue=True) is None
 
 
 @pytest.mark.skipif(not cuda_emulator.available(), reason="needs g++ (C++20)")

@@ -78,7 +78,7 @@ def _kernel(k: int, n: int, ahead: bool, resident: bool = True) -> str:
     a, b = TensorType("f16", (1, k)), TensorType("f16", (k, n))
     anchor = Node("p", "matmul", ("#a", "#b"), {}, TensorType("f16", (1, n)))
     named = frozenset({"#b"}) if resident else frozenset()
-    made = product_kernel.gemv_kernel(
+    made = product_kernel.one_row_kernel(
         "p", ("#a", "#b"), (a, b), anchor, [], "p", anchor.type, (), named, None, ahead
     )
     assert made is not None

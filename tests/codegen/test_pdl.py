@@ -22,7 +22,7 @@ from optgraph.codegen.cuda_source import LAUNCH_DEPENDENTS, PDL_ENTRY, body_entr
 from optgraph.codegen.lower_cuda import CudaPlan, KernelStep, lower_cuda
 from optgraph.passes.manager import run_pipeline
 from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
-from optgraph.runtime.cuda import pdl
+from optgraph.runtime.cuda import pdl as cuda_pdl
 from optgraph.runtime.cuda.pdl import LAUNCH_KERNEL_EX, lookup_launch_entry, pdl_steps
 from tests.support import cuda_emulator
 from tests.support.fake_cupy import fake_cupy
@@ -297,8 +297,8 @@ def _install_driver(monkeypatch: pytest.MonkeyPatch, fake: Any, cc: str) -> list
         return 0
 
     library = FakeDriverLibrary(12080, launch)
-    monkeypatch.setattr(pdl, "open_driver_library", lambda: library)
-    pdl.driver_launch.cache_clear()
+    monkeypatch.setattr(cuda_pdl, "open_driver_library", lambda: library)
+    cuda_pdl.driver_launch.cache_clear()
     monkeypatch.setattr(cupy, "RawModule", RawModule)
     device = types.SimpleNamespace(compute_capability=cc)
     monkeypatch.setattr(cupy.cuda, "Device", lambda: device, raising=False)
@@ -336,7 +336,7 @@ def test_runtime_launches_programmatically_only_on_sm90_when_asked(monkeypatch, 
             options = LoweringOptions(pdl=pdl)
             cuda_program(graph, weights=random_weights(graph), options=options).close()
             assert len(fake.driver_library.lookups) == 1
-    pdl.driver_launch.cache_clear()
+    cuda_pdl.driver_launch.cache_clear()
 
 
 @pytest.mark.parametrize("version", [12080, 13000, 11080])

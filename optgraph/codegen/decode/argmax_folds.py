@@ -189,9 +189,9 @@ def _in_product(
         k for k, o in enumerate(product.operands) if g.locations[o].space == "weights"
     )
     if product.op == "fused":
-        launches = product_kernel.gemv_region(product, types, resident)
+        launches = product_kernel.one_row_region(product, types, resident)
     else:
-        launches = product_kernel.gemv_matmul(product, types, resident)
+        launches = product_kernel.one_row_matmul(product, types, resident)
     if not launches or len(launches) != 1:
         return None
     launch = with_argmax_tail(launches[0], product.name, product.type, index_dtype)

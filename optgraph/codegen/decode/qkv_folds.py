@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from optgraph.codegen.cuda_source import Kernel, Launch
 from optgraph.codegen.decode.rope_cache_writes import IssueOrder
 from optgraph.codegen.kernels.one_row import product_kernel
-from optgraph.codegen.kernels.one_row.epilogues import GemvFold, is_full_rotary
+from optgraph.codegen.kernels.one_row.epilogues import OneRowFold, is_full_rotary
 from optgraph.codegen.plan.in_place_outputs import unwritten_inputs
 from optgraph.codegen.plan.steps import DecodeRewrite, Extent, KernelStep, Location
 from optgraph.ir.graph import Graph, Node, TensorType
@@ -238,7 +238,7 @@ def _fold_of(
     )
     if not all(g.order.ready(value, product) for value in extra):
         return None  # a position computed after the product: not readable at its place
-    fold = _gemv_fold(g, product, rope, write)
+    fold = _one_row_fold(g, product, rope, write)
     if fold is None:
         return None
     if rope is not None:  # a position no kernel writes: its rope factors before the PDL wait
@@ -248,9 +248,9 @@ def _fold_of(
         k for k, o in enumerate(product.operands) if g.locations[o].space == "weights"
     )
     if product.op == "fused":
-        launches = product_kernel.gemv_region(product, types, resident, fold, False, most_splits)
+        launches = product_kernel.one_row_region(product, types, resident, fold, False, most_splits)
     else:
-        launches = product_kernel.gemv_matmul(product, types, resident, fold, False, most_splits)
+        launches = product_kernel.one_row_matmul(product, types, resident, fold, False, most_splits)
     if not launches:
         return None
     return ProductFold(product, rope, write, launches[0], in_rope_bytes)
@@ -271,7 +271,9 @@ def _is_write_of(g: _Graph, node: Node, source: str, in_place: Mapping[str, str]
     )
 
 
-def _gemv_fold(g: _Graph, product: Node, rope: Node | None, write: Node | None) -> GemvFold | None:
+def _one_row_fold(
+    g: _Graph, product: Node, rope: Node | None, write: Node | None
+) -> OneRowFold | None:
     assert product.type is not None
     if rope is not None:
         x = g.types[rope.operands[0]]
@@ -291,7 +293,7 @@ def _gemv_fold(g: _Graph, product: Node, rope: Node | None, write: Node | None) 
         head = new.shape[-1]
         cache = (kv.shape[2], new.shape[2])
         write_pos = g.types[write.operands[2]].dtype
-    return GemvFold(head, rope, seq, cache, pos, write_pos)
+    return OneRowFold(head, rope, seq, cache, pos, write_pos)
 
 
 def fold_step(

@@ -12,8 +12,8 @@ in the argmax's (or its cast's) dtype and resets the counter for the next launch
     ->  one launch: every block stores its columns of %logits, the last one stores
         %t[0] = (int)argmax(%logits[0, :])
 
-`with_argmax_tail` appends the tail to the body of the product's kernel (`product_kernel.gemv_region`
-or `gemv_matmul`): that body ends with the stores, which every block completing a tile reaches
+`with_argmax_tail` appends the tail to the body of the product's kernel (`product_kernel.one_row_region`
+or `one_row_matmul`): that body ends with the stores, which every block completing a tile reaches
 (with split-K, the tile's last block; the others have returned), so `tiles` blocks arrive. The
 index is stored after the last block has read every element it needs, so its bytes may be any
 the memory planner gave the cast (even the row's own: `argmax_folds` says when the plan allows

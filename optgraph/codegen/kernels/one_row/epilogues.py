@@ -1,6 +1,6 @@
 """One-row products that rotate their result (rope) and/or store it into KV-cache rows.
 
-`product_kernel.gemv_kernel` takes a `GemvFold` from `qkv_folds` (which decides where it is legal):
+`product_kernel.one_row_kernel` takes a `OneRowFold` from `qkv_folds` (which decides where it is legal):
 the q, k and v products of a decode layer then do what rope and kv_cache_write did after them,
 in their store loop, so a layer's q/k/v work is one launch.
 
@@ -32,7 +32,7 @@ from optgraph.ir.ops import attrs_with_defaults
 
 
 @dataclass(frozen=True)
-class GemvFold:
+class OneRowFold:
     """What the product's store does. `rope`: the rope node (None: no rotation) and `seq`, the
     S of its x [B, S, H, D] (the position of product row i is pos[i % S]); `cache`: (Smax, S)
     of the cache the rows go to (None: out[i·N + col] as usual); `pos_dtype` /
@@ -66,7 +66,7 @@ def is_full_rotary(rope: Node, head_dim: int) -> bool:
     return rope_frequencies(attrs_with_defaults(rope), head_dim).rotary_dim == head_dim
 
 
-def pairing(fold: GemvFold, tile_cols: int, ct: int, n: int) -> str | None:
+def pairing(fold: OneRowFold, tile_cols: int, ct: int, n: int) -> str | None:
     """How tiles hold rope's column pairs: "" (no rope: any tile), "heads", "chunked", or None
     when this layout cannot (see the module docstring)."""
     d = fold.head_dim
@@ -81,7 +81,7 @@ def pairing(fold: GemvFold, tile_cols: int, ct: int, n: int) -> str | None:
     return None
 
 
-def column(mode: str, fold: GemvFold, tile_cols: int, local: str) -> str:
+def column(mode: str, fold: OneRowFold, tile_cols: int, local: str) -> str:
     """C expression of the global column of the tile's column `local` (`tile` in scope)."""
     if mode != "chunked":
         return f"(tile * {tile_cols}u + {local})"
@@ -92,7 +92,7 @@ def column(mode: str, fold: GemvFold, tile_cols: int, local: str) -> str:
     return f"({head} + {side} + (tile % {chunks}u) * {tc2}u + {local} % {tc2}u)"
 
 
-def partner_local(mode: str, fold: GemvFold, tile_cols: int) -> str:
+def partner_local(mode: str, fold: OneRowFold, tile_cols: int) -> str:
     """C expression of the tile column holding the rope partner of tile column `c`."""
     if mode == "chunked":
         tc2 = tile_cols // 2
@@ -101,13 +101,13 @@ def partner_local(mode: str, fold: GemvFold, tile_cols: int) -> str:
     return f"(c % {d}u < {half}u ? c + {half}u : c - {half}u)"
 
 
-def partner_global(fold: GemvFold) -> str:
+def partner_global(fold: OneRowFold) -> str:
     d, half = fold.head_dim, fold.half
     return f"(col % {d}u < {half}u ? col + {half}u : col - {half}u)"
 
 
 def fold_store(
-    fold: GemvFold, dtype: str, out_dtype: str, n: int, first: int, factored: bool = False
+    fold: OneRowFold, dtype: str, out_dtype: str, n: int, first: int, factored: bool = False
 ) -> list[str]:
     """Statements storing the value of (row i, column col): `val` (and `pval`, the partner's,
     with rope) are the product's float sums; the extra params are in{first}, in{first + 1}.
@@ -137,7 +137,7 @@ def fold_store(
 
 
 def rope_factors(
-    fold: GemvFold, first: int, items: int, cols: int, column: str
+    fold: OneRowFold, first: int, items: int, cols: int, column: str
 ) -> tuple[list[str], list[str]]:
     """(the position's load, statements declaring `og_rc`, `og_rs`): the cosine and sine of
     the rope angle of this thread's item of the store loop (t = threadIdx.x < `items`: row
@@ -163,7 +163,7 @@ def rope_factors(
     ]
 
 
-def _angle(fold: GemvFold, position: str) -> list[str]:
+def _angle(fold: OneRowFold, position: str) -> list[str]:
     """`og_c`, `og_s`: the cosine and sine of column `col`'s angle at `position` (a double), in
     double as `rope` (and the reference) computes them."""
     assert fold.rope is not None
@@ -191,7 +191,7 @@ def _angle(fold: GemvFold, position: str) -> list[str]:
     ]
 
 
-def _rope(fold: GemvFold, dtype: str, pos: str, factored: bool) -> list[str]:
+def _rope(fold: OneRowFold, dtype: str, pos: str, factored: bool) -> list[str]:
     """`og_r` rotated with its partner `pval` (rounded alike), as `rope` computes it."""
     assert fold.rope is not None
     if factored:

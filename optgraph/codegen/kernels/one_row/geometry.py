@@ -1,6 +1,6 @@
 """Layout and inner loop of the one-row product kernels (`product_kernel`, `sibling_kernel`).
 
-A kernel computes `[M, K] @ [K, N]` (M ≤ `product_kernel.GEMV_MAX_M`) with blocks of THREADS
+A kernel computes `[M, K] @ [K, N]` (M ≤ `product_kernel.ONE_ROW_MAX_M`) with blocks of THREADS
 threads. A block owns a tile of `ct` column threads × one 16-byte vector of b each (8 halves,
 4 floats) and rows [k0, k1) of K (split `blockIdx.y` of S); its THREADS / ct row lanes take
 every lanes-th row. Per thread:
@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from optgraph.codegen.kernels.one_row.epilogues import GemvFold, column
+from optgraph.codegen.kernels.one_row.epilogues import OneRowFold, column
 
 THREADS = 256
 SMS = 132  # multiprocessors of an H100 / H200
@@ -75,7 +75,7 @@ class Geometry:
     tiles: int
     splits: int
     rows: int
-    fold: GemvFold | None = None
+    fold: OneRowFold | None = None
     pairing: str = ""  # how tiles hold rope's column pairs (`epilogues.pairing`)
 
     @property

@@ -1,7 +1,7 @@
 """One-row product kernels generated once per structure while a graph is lowered.
 
 A model's layers repeat the same products: `lower_cuda` of a 3,850-layer decode graph asks
-`product_kernel.gemv_kernel` for 30k kernels of a handful of distinct texts, and generating them
+`product_kernel.one_row_kernel` for 30k kernels of a handful of distinct texts, and generating them
 was the largest part of the lowering's time. Inside `remembered()` (which `lower_cuda` enters),
 a kernel is generated once per *structure*: the region with its names replaced by their
 positions, the operands' types, the weights that are resident, the fold, and the two flags that
@@ -14,7 +14,7 @@ the same kernel; a split-K kernel's workspace, named after its node, is renamed 
 
 Outside `remembered()` nothing is kept. The memo lives for one lowering, so module settings
 that benchmarks change between lowerings (`product_kernel.EARLY_WEIGHTS`, ...) are never served
-stale. `tests/codegen/test_gemv_structures.py` checks that lowering with and without it gives
+stale. `tests/codegen/test_one_row_kernel_cache.py` checks that lowering with and without it gives
 the same CUDA source byte for byte.
 
 Complexity: O(size of the region) for a key, one dictionary lookup a product.
@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from typing import NamedTuple
 
 from optgraph.codegen.cuda_source import Kernel, kernel_template
-from optgraph.codegen.kernels.one_row.epilogues import GemvFold
+from optgraph.codegen.kernels.one_row.epilogues import OneRowFold
 from optgraph.codegen.kernels.one_row.geometry import Geometry
 from optgraph.codegen.kernels.one_row.lane_reduce import workspace_digest
 from optgraph.ir.graph import Node, TensorType
@@ -37,8 +37,8 @@ from optgraph.ir.graph import Node, TensorType
 Made = tuple[Kernel, tuple[int, int, int], Geometry]  # a kernel, its grid and its layout
 
 
-class GemvInputs(NamedTuple):
-    """What a one-row product kernel is made from (`product_kernel.gemv_kernel` says what each
+class OneRowInputs(NamedTuple):
+    """What a one-row product kernel is made from (`product_kernel.one_row_kernel` says what each
     is): the region's params and their types, its product (anchor), epilogue, result and
     result type, the prologue of its row, the params bound to resident weights, the store's
     fold, whether it brings its weights into L2 ahead, its most splits of K, and whether a rope
@@ -52,7 +52,7 @@ class GemvInputs(NamedTuple):
     out_type: TensorType
     prologue: Sequence[Node] = ()
     resident: frozenset[str] = frozenset()
-    fold: GemvFold | None = None
+    fold: OneRowFold | None = None
     l2_ahead: bool = False
     most_splits: int | None = None
     rope_pairs: bool = False
@@ -89,8 +89,8 @@ def kernel_name(salt: str, g: Geometry, decl: str, template: str) -> str:
     return "og_gemv_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
 
 
-def structure_key(inputs: GemvInputs) -> Hashable | None:
-    """What `product_kernel.gemv_kernel`'s text depends on, without names: the params by position,
+def structure_key(inputs: OneRowInputs) -> Hashable | None:
+    """What `product_kernel.one_row_kernel`'s text depends on, without names: the params by position,
     the region's nodes by position (op, operands, attributes, type), the operand and result
     types, the resident params, the fold, `l2_ahead`, `most_splits` and `rope_pairs`. None where
     a node holds a region of its own (not keyed)."""
@@ -128,7 +128,7 @@ def _attrs(node: Node) -> Hashable:
     return tuple(sorted((k, repr(v)) for k, v in node.attrs.items()))
 
 
-def _fold_key(fold: GemvFold | None) -> Hashable:
+def _fold_key(fold: OneRowFold | None) -> Hashable:
     """A fold's fields, its rope node by op, attributes and type (its operands are the graph's
     values, which the kernel reads through the fold's parameters, not by name)."""
     if fold is None:

@@ -1,4 +1,4 @@
-"""The reductions and the store loop of a one-row product kernel (`product_kernel.gemv_kernel`).
+"""The reductions and the store loop of a one-row product kernel (`product_kernel.one_row_kernel`).
 
 After the product loop each thread holds `acc[i][v]`, its row lanes' partial sums of the tile's
 columns. `reduce_lanes` sums the lanes of a warp by shuffles and leaves each warp's sums in

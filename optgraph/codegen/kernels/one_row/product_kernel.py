@@ -2,7 +2,7 @@
 
 Decode steps multiply one token (M = 1) by every weight matrix: memory-bound products that cuBLAS
 runs as a gemm plus, in a product region, a separate epilogue kernel (`elementwise`). For
-`M ≤ GEMV_MAX_M` rows, `[M, K] @ [K, N]` with a 2-D, non-transposed `b`, this module emits one
+`M ≤ ONE_ROW_MAX_M` rows, `[M, K] @ [K, N]` with a 2-D, non-transposed `b`, this module emits one
 kernel that computes the product and applies the region's epilogue before the only store:
 
     %y = fused(%x, %w, %b, %r) body(...) { %mm = matmul(%p0, %p1)  %t = add(%mm, %p2)
@@ -27,7 +27,7 @@ column threads (32, 16 or 8 halves) so that the 256 threads' row lanes cover K w
 
 Accumulation is float32; the product is rounded to the matmul's dtype before the epilogue, as the
 unfused graph would round it. Not handled (the caller falls back to cuBLAS + one epilogue
-kernel): M > GEMV_MAX_M, transposed operands, batched `b`, N not a multiple of the vector width,
+kernel): M > ONE_ROW_MAX_M, transposed operands, batched `b`, N not a multiple of the vector width,
 dtypes other than f32/f16/bf16.
 """
 
@@ -49,7 +49,7 @@ from optgraph.codegen.cuda_source import (
     store,
 )
 from optgraph.codegen.kernels.one_row.epilogues import (
-    GemvFold,
+    OneRowFold,
     fold_store,
     pairing,
     rope_factors,
@@ -66,8 +66,8 @@ from optgraph.codegen.kernels.one_row.geometry import (
     product_loop,
 )
 from optgraph.codegen.kernels.one_row.kernel_cache import (
-    GemvInputs,
     Made,
+    OneRowInputs,
     kernel_name,
     recall,
     structure_key,
@@ -79,18 +79,18 @@ from optgraph.codegen.kernels.scalars import emit_scalars, load_params, used_val
 from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
 
-GEMV_MAX_M = 1  # rows up to which the fused matrix-vector kernel replaces cuBLAS (0: never)
+ONE_ROW_MAX_M = 1  # rows up to which the fused matrix-vector kernel replaces cuBLAS (0: never)
 
 
-def gemv_shape(
+def one_row_shape(
     anchor: Node, a: TensorType, b: TensorType, has_prologue: bool = False
 ) -> tuple[int, int, int] | None:
     """(M, K, N) when `anchor` (a matmul) qualifies for the fused kernel, else None.
 
     A product with a prologue always does where fusion built it (`fusion_rules.one_row_product`
-    is the contract): cuBLAS cannot run a prologue, so `GEMV_MAX_M` (a tuning choice, 0 in the
+    is the contract): cuBLAS cannot run a prologue, so `ONE_ROW_MAX_M` (a tuning choice, 0 in the
     cuBLAS benchmark variant) only decides for products without one."""
-    max_m = max(GEMV_MAX_M, 1) if has_prologue else GEMV_MAX_M
+    max_m = max(ONE_ROW_MAX_M, 1) if has_prologue else ONE_ROW_MAX_M
     if anchor.op != "matmul" or anchor.type is None or max_m <= 0:
         return None
     attrs = attrs_with_defaults(anchor)
@@ -106,7 +106,7 @@ def gemv_shape(
     return m, k, n
 
 
-def gemv_kernel(
+def one_row_kernel(
     salt: str,
     params: Sequence[str],
     types: Sequence[TensorType],
@@ -116,7 +116,7 @@ def gemv_kernel(
     out_type: TensorType,
     prologue: Sequence[Node] = (),
     resident: frozenset[str] = frozenset(),
-    fold: GemvFold | None = None,
+    fold: OneRowFold | None = None,
     l2_ahead: bool = False,
     most_splits: int | None = None,
     rope_pairs: bool = False,
@@ -125,14 +125,14 @@ def gemv_kernel(
     graph is lowered, each structure's kernel is generated once (`kernel_cache`).
     `rope_pairs`: a rope reads the result (`qkv_folds.rope_read_products`), so the layout is
     the one a rope fold needs, folded or not (the same sums either way)."""
-    inputs = GemvInputs(
+    inputs = OneRowInputs(
         params, types, anchor, epilogue, result, out_type, prologue, resident, fold, l2_ahead,
         most_splits, rope_pairs,
     )  # fmt: skip
-    return recall(structure_key(inputs), salt, lambda name: _gemv_kernel(name, inputs))
+    return recall(structure_key(inputs), salt, lambda name: _one_row_kernel(name, inputs))
 
 
-def _gemv_kernel(salt: str, inputs: GemvInputs) -> Made | None:
+def _one_row_kernel(salt: str, inputs: OneRowInputs) -> Made | None:
     """(kernel, grid, layout) of the fused product, or None when the shape does not qualify.
 
     `fold`: the store rotates the value and/or writes it to cache rows (`epilogues`;
@@ -162,7 +162,7 @@ def _gemv_kernel(salt: str, inputs: GemvInputs) -> Made | None:
     a_type = types[index[anchor.operands[0]]] if anchor.operands[0] in index else None
     a_type = a_type or computed[anchor.operands[0]]
     b_type = types[index[anchor.operands[1]]]
-    shape = gemv_shape(anchor, a_type, b_type, bool(prologue))
+    shape = one_row_shape(anchor, a_type, b_type, bool(prologue))
     if shape is None:
         return None
     assert anchor.type is not None
@@ -356,21 +356,23 @@ def _launch(kernel: Kernel, grid: tuple[int, int, int], arity: int) -> Launch:
     return Launch(kernel, grid, (THREADS, 1, 1), args)
 
 
-def gemv_region(
+def one_row_region(
     node: Node,
     types: Sequence[TensorType],
     resident: frozenset[int] = frozenset(),
-    fold: GemvFold | None = None,
+    fold: OneRowFold | None = None,
     l2_ahead: bool = False,
     most_splits: int | None = None,
     rope_pairs: bool = False,
 ) -> list[Launch] | None:
     """The one launch of a fused product region with few rows, or None (use cuBLAS).
     `resident`: the operands (by index) that are weights no kernel writes; `fold`, `l2_ahead`,
-    `most_splits`, `rope_pairs`: see `gemv_kernel` (a fold's extra params are the launch's
+    `most_splits`, `rope_pairs`: see `one_row_kernel` (a fold's extra params are the launch's
     next roles: in{arity}, ...)."""
     if node.body is None or node.type is None:
-        return None  # GEMV_MAX_M is applied by gemv_shape: a prologue needs this kernel anyway
+        return (
+            None  # ONE_ROW_MAX_M is applied by one_row_shape: a prologue needs this kernel anyway
+        )
     try:
         plan = plan_body(node.body, types)
     except ValueError:
@@ -378,7 +380,7 @@ def gemv_region(
     if plan.kind != PRODUCT or plan.anchor is None:
         return None
     by_name = {inner.name: inner for inner in node.body.nodes}
-    made = gemv_kernel(
+    made = one_row_kernel(
         node.name,
         node.body.params,
         types,
@@ -400,23 +402,23 @@ def gemv_region(
     return [_launch(kernel, grid, len(types) + extra)]
 
 
-def gemv_matmul(
+def one_row_matmul(
     node: Node,
     types: Sequence[TensorType],
     resident: frozenset[int] = frozenset(),
-    fold: GemvFold | None = None,
+    fold: OneRowFold | None = None,
     l2_ahead: bool = False,
     most_splits: int | None = None,
     rope_pairs: bool = False,
 ) -> list[Launch] | None:
     """A plain matmul with few rows as the same kernel (no epilogue), or None; `resident`,
-    `fold`, `l2_ahead`, `most_splits`, `rope_pairs`: see `gemv_region`."""
+    `fold`, `l2_ahead`, `most_splits`, `rope_pairs`: see `one_row_region`."""
     if node.op != "matmul" or node.type is None or len(types) != 2:
         return None
     params = ("#a", "#b")  # cannot clash with IR names
     anchor = Node(node.name, "matmul", params, node.attrs, node.type)
     named = frozenset(params[k] for k in resident if k < len(params))
-    made = gemv_kernel(
+    made = one_row_kernel(
         node.name, params, types, anchor, [], node.name, node.type, (), named, fold, l2_ahead,
         most_splits, rope_pairs,
     )  # fmt: skip

@@ -1,7 +1,7 @@
 """The row of a one-row product computed where the product reads it: its prologue.
 
 `fuse` lets a one-row product take a prologue on its row operand (elementwise nodes and at most
-one norm of the whole row, `fusion_rules`). `product_kernel.gemv_kernel` asks `row_prologue` for the
+one norm of the whole row, `fusion_rules`). `product_kernel.one_row_kernel` asks `row_prologue` for the
 statements to run first (the norm's statistics: one block reduction per row, every load of the
 row in flight) and the C expression of row element (i, kk); `stage_row` then computes the
 block's slice of the row once into shared memory, in the row's dtype, when it fits:

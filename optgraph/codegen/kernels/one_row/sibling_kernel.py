@@ -19,7 +19,7 @@ the partial sums go through a per-kernel workspace and the block that arrives la
 them in a fixed split order: deterministic, bit-identical between replays.
 
 Not handled: regions whose products have more than one row (fuse-siblings only makes one-row
-ones); `GEMV_MAX_M` does not apply (there is no cuBLAS fallback for a concatenated result).
+ones); `ONE_ROW_MAX_M` does not apply (there is no cuBLAS fallback for a concatenated result).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ from optgraph.codegen.kernels.one_row.geometry import (
     matrix_bytes,
     product_loop,
 )
-from optgraph.codegen.kernels.one_row.geometry import layout as gemv_layout
-from optgraph.codegen.kernels.one_row.geometry import splits as gemv_splits
+from optgraph.codegen.kernels.one_row.geometry import layout as one_row_layout
+from optgraph.codegen.kernels.one_row.geometry import splits as one_row_splits
 from optgraph.codegen.kernels.scalars import emit_scalars, load_params, used_values
 from optgraph.ir.graph import Node, TensorType
 
@@ -78,11 +78,11 @@ def siblings_launch(
     dtype = ptype[x].dtype
     vec = VECTOR[dtype]
     n_total = node.type.numel
-    ct, _, splits, rows = gemv_layout(k, n_total, vec)
+    ct, _, splits, rows = one_row_layout(k, n_total, vec)
     tile_cols = ct * vec
     tiles = [-(-s.cols // tile_cols) for s in plan.segments]
     if splits > 1:
-        splits, rows = gemv_splits(k, sum(tiles))
+        splits, rows = one_row_splits(k, sum(tiles))
     width = max(len(s.products) for s in plan.segments)
     early = [
         product_kernel.EARLY_WEIGHTS
@@ -128,7 +128,7 @@ def siblings_launch(
     decls = [out_param(node.type.dtype)] + [in_param(t.dtype, j) for j, t in enumerate(types)]
     text = "\n".join("  " + line for line in "\n".join(lines).split("\n"))
     template = kernel_template(decls, text, BOUNDS, self_wait=any(early))
-    family = f"gemv_siblings|{node.name}" if splits > 1 else "gemv_siblings"
+    family = f"gemv_siblings|{node.name}" if splits > 1 else "gemv_siblings"  # in the name hash
     name = "og_gemvs_" + hashlib.sha1(f"{family}\n{decl}{template}".encode()).hexdigest()[:12]
     kernel = Kernel.assemble(name, decls, text, (decl,), BOUNDS, self_wait=any(early))
     args = ("out",) + tuple(f"in{j}" for j in range(len(types)))

@@ -73,13 +73,13 @@ def test_split_k_kernels_keep_one_workspace_a_node() -> None:
 
 def test_each_structure_is_generated_once(monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[str] = []
-    original = product_kernel._gemv_kernel
+    original = product_kernel._one_row_kernel
 
     def counting(salt: str, *args: object) -> object:
         built.append(salt)
         return original(salt, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(product_kernel, "_gemv_kernel", counting)
+    monkeypatch.setattr(product_kernel, "_one_row_kernel", counting)
     graph = _llama(256, 6, ONE_STREAM_FUSED)
     _lowered(graph, True, None)  # outside `remembered()`: one generation a product
     products = len(built)
