@@ -22,6 +22,8 @@ no-ops. Host steps (CPU nodes) are not emulated.
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import re
 import shutil
 import subprocess
@@ -257,7 +259,7 @@ def run_graph(
             arr.tofile(folder / f"in{k}.bin")
             buffers[name] = f"b{k}"
             setup.append(
-                f'auto* b{k} = ({STORAGE[t.dtype]}*)og_emu_read("{folder}/in{k}.bin", {arr.nbytes});'
+                f'auto* b{k} = ({STORAGE[t.dtype]}*)og_emu_read("in{k}.bin", {arr.nbytes});'
             )
         roots = alias_roots(graph)
         for n, node in enumerate(graph.nodes):
@@ -283,7 +285,7 @@ def run_graph(
         outs = list(dict.fromkeys(graph.output_names()))
         for k, name in enumerate(outs):
             calls.append(
-                f'{{ FILE* f = std::fopen("{folder}/out{k}.bin", "wb"); '
+                f'{{ FILE* f = std::fopen("out{k}.bin", "wb"); '
                 f"std::fwrite({buffers[name]}, 1, {types[name].nbytes}, f); std::fclose(f); }}"
             )
         _build_and_run(folder, kernels_source(sources.values()), setup + calls)
@@ -319,20 +321,71 @@ class EmulationError(RuntimeError):
     """The emulated program did not build or did not run to its end (g++'s or its own message)."""
 
 
-def _build_and_run(folder: Path, kernels: str, statements: list[str]) -> None:
-    main = "int main() {\n  " + "\n  ".join(statements) + "\n  return 0;\n}\n"
-    (folder / "emu.cpp").write_text(EMULATION + _prelude() + kernels + main)
-    # No _FORTIFY_SOURCE: its checked longjmp refuses to jump between fiber stacks.
-    build = ["g++", "-std=c++20", "-O1", "-U_FORTIFY_SOURCE", "-w", "-o", str(folder / "emu")]
-    for command, what in (
-        (build + [str(folder / "emu.cpp")], "build"),
-        ([str(folder / "emu")], "run"),
-    ):
-        done = subprocess.run(command, check=False, capture_output=True, text=True)
+# g++ as the emulator runs it. No _FORTIFY_SOURCE: its checked longjmp refuses to jump between
+# fiber stacks.
+GXX = ("g++", "-std=c++20", "-O1", "-U_FORTIFY_SOURCE", "-w")
+
+
+class _Builds:
+    """What this process has built, in one temporary folder removed at exit: the emulation and
+    the prelude (the same in every program) as a precompiled header, and each program's binary
+    by its source's digest. A program's source names its files relative to the folder it runs in,
+    so the tests that emulate the same kernels on other values (and the two runs of a merged and
+    an unmerged plan that lower alike) build once. g++ reads the header's text where the
+    precompiled one does not fit, so the header only ever saves time."""
+
+    def __init__(self) -> None:
+        self.folder: Path | None = None
+        self.header_flags: list[str] = []
+        self.binaries: dict[str, Path] = {}
+
+    def _start(self) -> Path:
+        folder = Path(tempfile.mkdtemp(prefix="optgraph-emulator-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        header = folder / "emulation.h"
+        header.write_text(EMULATION + _prelude())
+        done = subprocess.run(
+            [*GXX, "-x", "c++-header", "-o", f"{header}.gch", str(header)],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        self.header_flags = ["-include", str(header)] if done.returncode == 0 else []
+        self.folder = folder
+        return folder
+
+    def binary(self, source: str) -> Path:
+        """The emulated program of `source` (its text after the emulation and the prelude)."""
+        key = hashlib.sha1(source.encode()).hexdigest()
+        if key in self.binaries:
+            return self.binaries[key]
+        folder = self.folder or self._start()
+        program = folder / f"{key}.cpp"
+        if self.header_flags:
+            program.write_text(source)
+        else:
+            program.write_text(EMULATION + _prelude() + source)
+        binary = folder / key
+        build = [*GXX, *self.header_flags, "-o", str(binary), str(program)]
+        done = subprocess.run(build, check=False, capture_output=True, text=True)
         if done.returncode != 0:
             raise EmulationError(
-                f"emulated {what} failed ({done.returncode}):\n{done.stderr[-4000:]}"
+                f"emulated build failed ({done.returncode}):\n{done.stderr[-4000:]}"
             )
+        self.binaries[key] = binary
+        return binary
+
+
+_BUILDS = _Builds()
+
+
+def _build_and_run(folder: Path, kernels: str, statements: list[str]) -> None:
+    """Build (or take the build of the same source) and run in `folder`, where its files are."""
+    main = "int main() {\n  " + "\n  ".join(statements) + "\n  return 0;\n}\n"
+    binary = _BUILDS.binary(kernels + main)
+    done = subprocess.run([str(binary)], cwd=folder, check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise EmulationError(f"emulated run failed ({done.returncode}):\n{done.stderr[-4000:]}")
 
 
 def run_kernel(
@@ -355,10 +408,12 @@ def run_kernel(
             for k, array in enumerate(arrays):
                 path = folder / f"{prefix}{k}.bin"
                 np.ascontiguousarray(array).tofile(path)
-                loads.append(f'char* {prefix}{k} = (char*)og_emu_read("{path}", {array.nbytes});')
+                loads.append(
+                    f'char* {prefix}{k} = (char*)og_emu_read("{path.name}", {array.nbytes});'
+                )
             names += [f"{prefix}{k}" for k in range(len(arrays))] if prefix == "b" else []
         writes = [
-            f'{{ FILE* f = std::fopen("{folder}/b{k}.bin", "wb"); '
+            f'{{ FILE* f = std::fopen("b{k}.bin", "wb"); '
             f"std::fwrite(b{k}, 1, {array.nbytes}, f); std::fclose(f); }}"
             for k, array in enumerate(buffers)
         ]
@@ -423,7 +478,7 @@ def run_plan(
                 path = folder / f"w_{len(setup)}.bin"
                 _host(weights[name], plan.types[name].dtype).tofile(path)
                 setup.append(
-                    f'std::memcpy({buffer} + {offset}, og_emu_read("{path}", '
+                    f'std::memcpy({buffer} + {offset}, og_emu_read("{path.name}", '
                     f"{plan.types[name].nbytes}), {plan.types[name].nbytes});"
                 )
         buffers: dict[tuple[str, str], str] = {}
@@ -434,7 +489,7 @@ def run_plan(
             nbytes = plan.types[name].nbytes
             setup.append(
                 f"char* og_in{k} = (char*)std::calloc({nbytes} + 64, 1); "
-                f'std::memcpy(og_in{k}, og_emu_read("{path}", {nbytes}), {nbytes});'
+                f'std::memcpy(og_in{k}, og_emu_read("{path.name}", {nbytes}), {nbytes});'
             )
         for k, (name, nbytes) in enumerate(plan.value_bytes.items()):
             buffers["value", name] = f"og_val{k}"
@@ -463,7 +518,7 @@ def run_plan(
         outs = list(dict.fromkeys(plan.outputs))
         for k, name in enumerate(outs):
             calls.append(
-                f'{{ FILE* f = std::fopen("{folder}/out{k}.bin", "wb"); '
+                f'{{ FILE* f = std::fopen("out{k}.bin", "wb"); '
                 f"std::fwrite({ptr(plan.locations[name])}, 1, {plan.types[name].nbytes}, f); "
                 "std::fclose(f); }"
             )
