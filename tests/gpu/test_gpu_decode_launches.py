@@ -31,17 +31,17 @@ from gen_llama import generate_llama
 
 SETTINGS = {  # name: ({module: {setting: value}}, launches a layer)
     "all-on": ({}, 5),
-    "no-qkv-fold": ({"qkv_folds": {"FOLD_QKV": False}}, 6),
+    "no-qkv-fold": ({"decode.qkv_folds": {"FOLD_QKV": False}}, 6),
     "none": (
         {
-            "qkv_folds": {"FOLD_QKV": False},
-            "rope_cache_writes": {"ROPE_CACHE_WRITES": False},
-            "cuda_fused": {"EARLY_WEIGHTS": False},
+            "decode.qkv_folds": {"FOLD_QKV": False},
+            "decode.rope_cache_writes": {"ROPE_CACHE_WRITES": False},
+            "kernels.one_row.product_kernel": {"EARLY_WEIGHTS": False},
         },
         7,
     ),
     # prologue norms reduced by the block instead of every warp (the default before)
-    "block-stats": ({"cuda_row_prologue": {"WARP_STATISTICS_MAX_K": 0}}, 5),
+    "block-stats": ({"kernels.one_row.prologue": {"WARP_STATISTICS_MAX_K": 0}}, 5),
 }
 SHAPES = {  # name: (generate_llama's sizes, launches besides the layers', more a layer)
     "small": ({"hidden": 256, "heads": 4, "kv_heads": 2, "ffn": 512, "vocab": 256}, 2, 0),

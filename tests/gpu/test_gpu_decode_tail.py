@@ -28,9 +28,9 @@ import cupy as cp
 from optgraph.api.programs import cuda_program
 
 SETTINGS = {
-    "cast": ("argmax_folds", "ARGMAX_CAST"),
-    "product": ("argmax_folds", "ARGMAX_IN_PRODUCT"),
-    "gather": ("gathered_rows", "GATHER_ROWS"),
+    "cast": ("decode.argmax_folds", "ARGMAX_CAST"),
+    "product": ("decode.argmax_folds", "ARGMAX_IN_PRODUCT"),
+    "gather": ("decode.gathered_rows", "GATHER_ROWS"),
 }
 CASES = [("cast",), ("product",), ("gather",), ("cast", "product", "gather")]
 SIZES = {"layers": 2, "hidden": 256, "heads": 4, "kv_heads": 2, "ffn": 512, "vocab": 1024,

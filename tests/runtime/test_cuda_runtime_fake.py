@@ -160,12 +160,9 @@ def test_buffers_the_offload_tests_measure_exist(monkeypatch) -> None:
 
 def test_importing_the_runtime_imports_no_cupy() -> None:
     """CuPy is imported lazily, on first use: every runtime module imports where it is absent."""
-    modules = (
-        "cuda, cuda_blas, cuda_capture, cuda_device, cuda_graph_cache, cuda_launch, cuda_memory, "
-        "cuda_offload"
-    )
+    modules = "runner, blas, capture, device, graph_cache, launch, memory, offload, pdl"
     code = (
-        f"from optgraph.runtime import {modules}\n"
+        f"from optgraph.runtime.cuda import {modules}\n"
         "import sys\n"
         "assert not [m for m in sys.modules if m.split('.')[0] in ('cupy', 'cupy_backends')]\n"
     )
