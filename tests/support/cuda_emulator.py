@@ -328,45 +328,45 @@ GXX = ("g++", "-std=c++20", "-O1", "-U_FORTIFY_SOURCE", "-w")
 
 class _Builds:
     """What this process has built, in one temporary folder removed at exit: the emulation and
-    the prelude (the same in every program) as a precompiled header, and each program's binary
-    by its source's digest. A program's source names its files relative to the folder it runs in,
-    so the tests that emulate the same kernels on other values (and the two runs of a merged and
-    an unmerged plan that lower alike) build once. g++ reads the header's text where the
-    precompiled one does not fit, so the header only ever saves time."""
+    the prelude (the same in nearly every program) as a precompiled header, and each program's
+    binary by the digest of its text. A program's source names its files relative to the folder
+    it runs in, so the tests that emulate the same kernels on other values (and the two runs of a
+    merged and an unmerged plan that lower alike) build once. g++ reads the header's text where
+    the precompiled one does not fit, so the header only ever saves time."""
 
     def __init__(self) -> None:
         self.folder: Path | None = None
-        self.header_flags: list[str] = []
+        self.includes: dict[str, list[str]] = {}  # header digest -> g++'s flags that include it
         self.binaries: dict[str, Path] = {}
 
-    def _start(self) -> Path:
-        folder = Path(tempfile.mkdtemp(prefix="optgraph-emulator-"))
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
-        header = folder / "emulation.h"
-        header.write_text(EMULATION + _prelude())
-        done = subprocess.run(
-            [*GXX, "-x", "c++-header", "-o", f"{header}.gch", str(header)],
-            check=False,
-            capture_output=True,
-            text=True,
-        )
-        self.header_flags = ["-include", str(header)] if done.returncode == 0 else []
-        self.folder = folder
-        return folder
+    def _folder(self) -> Path:
+        if self.folder is None:
+            self.folder = Path(tempfile.mkdtemp(prefix="optgraph-emulator-"))
+            atexit.register(shutil.rmtree, self.folder, ignore_errors=True)
+        return self.folder
 
-    def binary(self, source: str) -> Path:
-        """The emulated program of `source` (its text after the emulation and the prelude)."""
-        key = hashlib.sha1(source.encode()).hexdigest()
+    def _include(self, header: str) -> list[str]:
+        """The flags that include `header`, precompiled once (none where it would not build)."""
+        key = hashlib.sha1(header.encode()).hexdigest()
+        if key not in self.includes:
+            path = self._folder() / f"header-{key}.h"
+            path.write_text(header)
+            build = [*GXX, "-x", "c++-header", "-o", f"{path}.gch", str(path)]
+            done = subprocess.run(build, check=False, capture_output=True, text=True)
+            self.includes[key] = ["-include", str(path)] if done.returncode == 0 else []
+        return self.includes[key]
+
+    def binary(self, header: str, source: str) -> Path:
+        """The emulated program whose text is `header` (the emulation and the prelude), then
+        `source` (the kernels and main)."""
+        key = hashlib.sha1((header + source).encode()).hexdigest()
         if key in self.binaries:
             return self.binaries[key]
-        folder = self.folder or self._start()
-        program = folder / f"{key}.cpp"
-        if self.header_flags:
-            program.write_text(source)
-        else:
-            program.write_text(EMULATION + _prelude() + source)
-        binary = folder / key
-        build = [*GXX, *self.header_flags, "-o", str(binary), str(program)]
+        include = self._include(header)
+        program = self._folder() / f"{key}.cpp"
+        program.write_text(source if include else header + source)
+        binary = program.with_suffix("")
+        build = [*GXX, *include, "-o", str(binary), str(program)]
         done = subprocess.run(build, check=False, capture_output=True, text=True)
         if done.returncode != 0:
             raise EmulationError(
@@ -382,7 +382,7 @@ _BUILDS = _Builds()
 def _build_and_run(folder: Path, kernels: str, statements: list[str]) -> None:
     """Build (or take the build of the same source) and run in `folder`, where its files are."""
     main = "int main() {\n  " + "\n  ".join(statements) + "\n  return 0;\n}\n"
-    binary = _BUILDS.binary(kernels + main)
+    binary = _BUILDS.binary(EMULATION + _prelude(), kernels + main)
     done = subprocess.run([str(binary)], cwd=folder, check=False, capture_output=True, text=True)
     if done.returncode != 0:
         raise EmulationError(f"emulated run failed ({done.returncode}):\n{done.stderr[-4000:]}")
