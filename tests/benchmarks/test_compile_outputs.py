@@ -11,6 +11,7 @@ why in the commit); a reviewer sees which cases changed.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 from pathlib import Path
@@ -82,8 +83,12 @@ def test_compile_outputs_are_the_recorded_ones(
     key = f"{model} | {pipeline}"
     got = _digest(MODELS[model], pipeline)
     if update_fixtures:
-        recorded = _recorded()
-        recorded[key] = got
-        RECORD.write_text(json.dumps(dict(sorted(recorded.items())), indent=1) + "\n")
+        with RECORD.open("a+") as handle:  # one case at a time: pytest -n runs several at once
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            handle.seek(0)
+            recorded = json.loads(handle.read() or "{}")
+            recorded[key] = got
+            handle.truncate(0)
+            handle.write(json.dumps(dict(sorted(recorded.items())), indent=1) + "\n")
         return
     assert got == _recorded().get(key), f"{key}: the compiled IR or report changed"
