@@ -61,8 +61,8 @@ from optgraph.frontends.raising_probe import (
 )
 from optgraph.frontends.rope_tables import rope_attributes, table_tolerance
 from optgraph.ir.graph import AttrValue, Node, TensorType
-from optgraph.ir.op_numpy import erf
 from optgraph.ir.op_rules_rope import rope_frequencies
+from optgraph.reference.elementwise import erf
 from optgraph.reference.kernels import KERNELS, numpy_dtype
 
 Rule = Callable[[Draft, Node, dict[str, Node]], list[Node] | None]

@@ -14,8 +14,8 @@ import numpy as np
 
 from optgraph.frontends.draft import Draft
 from optgraph.ir.graph import Node
-from optgraph.ir.op_numpy import erf
 from optgraph.ir.ops import attrs_with_defaults
+from optgraph.reference.elementwise import erf
 from optgraph.reference.kernels import KERNELS
 
 # Ops the probe evaluator may run besides the IR's elementwise ones (pseudo ops of the draft).

@@ -22,8 +22,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from optgraph.ir.graph import FLOAT_DTYPES, AttrValue
 
 # The C type of each IR dtype's compute value (f16 and bf16 compute in float).
@@ -39,6 +37,8 @@ COMPUTE: dict[str, str] = {
 
 def f32_literal(value: float) -> str:
     """A C float literal that is exactly `value` rounded to float32 (inf and nan spelled out)."""
+    import numpy as np  # here, not at the top: reading the op table needs no NumPy
+
     v = np.float32(value)
     if np.isnan(v):
         return "__int_as_float(0x7fc00000)"

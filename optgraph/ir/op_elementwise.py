@@ -6,8 +6,10 @@
   layer that splits by family);
 - `arity` and `rule`, the shape and dtype rule (`op_rules`, `op_rules_logic`), and `attrs`;
 - `flops` per result element, which the cost model reads (`op_costs.per_element`);
-- `numpy`, its reference semantics, called as `numpy(*operands, **attributes)` on float32 (or
-  integer, or bool) arrays; the reference interpreter widens and rounds around it (`op_numpy`);
+- `numpy`, the name of its reference semantics: `np.<name>` (one of NumPy's functions) or a
+  function of `reference/elementwise.py`, called as `fn(*operands, **attributes)` on float32 (or
+  integer, or bool) arrays; the reference interpreter widens and rounds around it. A name, not
+  the function, so that the op table imports no NumPy (`optgraph passes` starts quickly);
 - `cuda`, its C expression over the operands' compute values: a template (`{0}`, `{1}`, `{2}` the
   operands, `{name}` a float attribute as a C float literal) or a function of a
   `ScalarOperands` (`op_cuda`); `codegen/kernels/scalars.py` renders it into every kernel;
@@ -21,28 +23,23 @@ The op table (`ops.OPS`), the reference kernels (`reference/kernels.py`), the CU
 elementwise op is one entry here (docs/adding-an-op.md). An entry, before and after:
 
     (absent)            %y = softplus(%x) : f32[4]   ->  softplus: unknown op 'softplus'
-    "softplus": ElementwiseOp("arithmetic", 1, rules.unary_float, 8, numpy_ops.softplus,
+    "softplus": ElementwiseOp("arithmetic", 1, rules.unary_float, 8, "softplus",
                               "(og_max({0}, 0.0f) + log1pf(expf(-fabsf({0}))))", onnx=...)
                         %y = softplus(%x) : f32[4]   ->  verifies, runs, fuses, lowers to CUDA
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from optgraph.ir import op_cuda as cuda
-from optgraph.ir import op_numpy as numpy_ops
 from optgraph.ir import op_rules as rules
 from optgraph.ir import op_rules_logic as logic
 from optgraph.ir.graph import DTYPES
 from optgraph.ir.op_costs import per_element
 from optgraph.ir.op_cuda import CudaFn
 from optgraph.ir.op_specs import AttrSpec, InferFn, OpDef
-
-NumpyFn = Callable[..., np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -53,7 +50,7 @@ class ElementwiseOp:
     arity: int
     rule: InferFn
     flops: int
-    numpy: NumpyFn
+    numpy: str
     cuda: str | CudaFn
     attrs: Mapping[str, AttrSpec] = field(default_factory=dict)
     aten: tuple[str, ...] = ()
@@ -69,7 +66,7 @@ class ElementwiseOp:
 
 
 def _math(
-    name: str, flops: int, numpy: NumpyFn, cuda_text: str, torch: bool = True, onnx: bool = True
+    name: str, flops: int, numpy: str, cuda_text: str, torch: bool = True, onnx: bool = True
 ) -> ElementwiseOp:
     """A unary float function `name` (aten.<name>.default, ONNX <Name> when the flags say so)."""
     return ElementwiseOp(
@@ -79,17 +76,17 @@ def _math(
     )  # fmt: skip
 
 
-def _compare(numpy: NumpyFn, cuda_text: str) -> ElementwiseOp:
+def _compare(numpy: str, cuda_text: str) -> ElementwiseOp:
     return ElementwiseOp("logic", 2, logic.compare, 1, numpy, cuda_text)
 
 
-def _logical(arity: int, numpy: NumpyFn, cuda_text: str) -> ElementwiseOp:
+def _logical(arity: int, numpy: str, cuda_text: str) -> ElementwiseOp:
     rule = logic.logical_not if arity == 1 else logic.logical_binary
     return ElementwiseOp("logic", arity, rule, 1, numpy, cuda_text)
 
 
 def _binary(
-    numpy: NumpyFn, cuda_text: str | CudaFn, aten: str = "", onnx: str = "", flops: int = 1
+    numpy: str, cuda_text: str | CudaFn, aten: str = "", onnx: str = "", flops: int = 1
 ) -> ElementwiseOp:
     """A binary numeric op of the arithmetic family, mapped from `aten` and `onnx` when given."""
     return ElementwiseOp(
@@ -102,69 +99,69 @@ _FLOAT = AttrSpec("float")
 
 ELEMENTWISE: dict[str, ElementwiseOp] = {
     "abs": ElementwiseOp(
-        "arithmetic", 1, rules.unary_numeric, 1, np.abs, cuda.abs_,
+        "arithmetic", 1, rules.unary_numeric, 1, "np.abs", cuda.abs_,
         aten=("aten.abs.default",), onnx=("Abs",),
     ),
-    "add": _binary(np.add, "({0} + {1})", "aten.add.Tensor", "Add"),
-    "and": _logical(2, np.logical_and, "({0} && {1})"),
+    "add": _binary("np.add", "({0} + {1})", "aten.add.Tensor", "Add"),
+    "and": _logical(2, "np.logical_and", "({0} && {1})"),
     "cast": ElementwiseOp(
-        "arithmetic", 1, rules.cast, 1, numpy_ops.cast, cuda.cast,
+        "arithmetic", 1, rules.cast, 1, "cast", cuda.cast,
         {"dtype": AttrSpec("str", "f16", choices=DTYPES)},
     ),
     "clip": ElementwiseOp(
-        "logic", 1, logic.clip, 2, numpy_ops.clip, cuda.clip, {"max": _FLOAT, "min": _FLOAT}
+        "logic", 1, logic.clip, 2, "clip", cuda.clip, {"max": _FLOAT, "min": _FLOAT}
     ),
-    "cos": _math("cos", 6, np.cos, "cosf({0})"),
-    "div": _binary(numpy_ops.div, cuda.div, onnx="Div"),
-    "equal": _compare(np.equal, "({0} == {1})"),
-    "erf": _math("erf", 6, numpy_ops.erf, "erff({0})"),
-    "exp": _math("exp", 4, np.exp, "expf({0})"),
+    "cos": _math("cos", 6, "np.cos", "cosf({0})"),
+    "div": _binary("div", cuda.div, onnx="Div"),
+    "equal": _compare("np.equal", "({0} == {1})"),
+    "erf": _math("erf", 6, "erf", "erff({0})"),
+    "exp": _math("exp", 4, "np.exp", "expf({0})"),
     "gelu": ElementwiseOp(
-        "arithmetic", 1, rules.unary_float, 10, numpy_ops.gelu, cuda.gelu,
+        "arithmetic", 1, rules.unary_float, 10, "gelu", cuda.gelu,
         {"approximate": AttrSpec("str", "tanh", choices=("tanh", "none"))},
     ),
-    "greater": _compare(np.greater, "({0} > {1})"),
-    "greater_equal": _compare(np.greater_equal, "({0} >= {1})"),
-    "less": _compare(np.less, "({0} < {1})"),
-    "less_equal": _compare(np.less_equal, "({0} <= {1})"),
-    "log": _math("log", 4, np.log, "logf({0})"),
-    "maximum": _binary(np.maximum, "og_max({0}, {1})", "aten.maximum.default"),
-    "minimum": _binary(np.minimum, "og_min({0}, {1})", "aten.minimum.default"),
+    "greater": _compare("np.greater", "({0} > {1})"),
+    "greater_equal": _compare("np.greater_equal", "({0} >= {1})"),
+    "less": _compare("np.less", "({0} < {1})"),
+    "less_equal": _compare("np.less_equal", "({0} <= {1})"),
+    "log": _math("log", 4, "np.log", "logf({0})"),
+    "maximum": _binary("np.maximum", "og_max({0}, {1})", "aten.maximum.default"),
+    "minimum": _binary("np.minimum", "og_min({0}, {1})", "aten.minimum.default"),
     "mod": ElementwiseOp(
-        "arithmetic", 2, rules.binary_numeric, 2, numpy_ops.mod, cuda.mod,
+        "arithmetic", 2, rules.binary_numeric, 2, "mod", cuda.mod,
         {"fmod": AttrSpec("bool", False)},
     ),
-    "mul": _binary(np.multiply, "({0} * {1})", "aten.mul.Tensor", "Mul"),
+    "mul": _binary("np.multiply", "({0} * {1})", "aten.mul.Tensor", "Mul"),
     "neg": ElementwiseOp(
-        "arithmetic", 1, rules.unary_numeric, 1, np.negative, "(-{0})",
+        "arithmetic", 1, rules.unary_numeric, 1, "np.negative", "(-{0})",
         aten=("aten.neg.default",), onnx=("Neg",),
     ),
-    "not": _logical(1, np.logical_not, "(!{0})"),
-    "or": _logical(2, np.logical_or, "({0} || {1})"),
+    "not": _logical(1, "np.logical_not", "(!{0})"),
+    "or": _logical(2, "np.logical_or", "({0} || {1})"),
     "pow": ElementwiseOp(
-        "arithmetic", 2, rules.binary_float, 8, np.power, "powf({0}, {1})", onnx=("Pow",)
+        "arithmetic", 2, rules.binary_float, 8, "np.power", "powf({0}, {1})", onnx=("Pow",)
     ),
     "prelu": ElementwiseOp(
-        "arithmetic", 2, rules.prelu, 2, numpy_ops.prelu, "({0} >= 0.0f ? {0} : {1} * {0})"
+        "arithmetic", 2, rules.prelu, 2, "prelu", "({0} >= 0.0f ? {0} : {1} * {0})"
     ),
     "relu": ElementwiseOp(
-        "arithmetic", 1, rules.unary_numeric, 1, numpy_ops.relu, cuda.relu,
+        "arithmetic", 1, rules.unary_numeric, 1, "relu", cuda.relu,
         aten=("aten.relu.default",), onnx=("Relu",),
     ),
-    "rsqrt": _math("rsqrt", 2, numpy_ops.rsqrt, "(1.0f / sqrtf({0}))", onnx=False),
+    "rsqrt": _math("rsqrt", 2, "rsqrt", "(1.0f / sqrtf({0}))", onnx=False),
     "scale": ElementwiseOp(
-        "arithmetic", 1, rules.unary_float, 1, numpy_ops.scale, "({0} * {factor})",
+        "arithmetic", 1, rules.unary_float, 1, "scale", "({0} * {factor})",
         {"factor": AttrSpec("float", 1.0)},
     ),
-    "sigmoid": _math("sigmoid", 5, numpy_ops.sigmoid, "og_sigmoid({0})"),
-    "silu": _math("silu", 6, numpy_ops.silu, "({0} * og_sigmoid({0}))", onnx=False),
-    "sin": _math("sin", 6, np.sin, "sinf({0})"),
+    "sigmoid": _math("sigmoid", 5, "sigmoid", "og_sigmoid({0})"),
+    "silu": _math("silu", 6, "silu", "({0} * og_sigmoid({0}))", onnx=False),
+    "sin": _math("sin", 6, "np.sin", "sinf({0})"),
     "softplus": ElementwiseOp(
-        "arithmetic", 1, rules.unary_float, 8, numpy_ops.softplus,
+        "arithmetic", 1, rules.unary_float, 8, "softplus",
         "(og_max({0}, 0.0f) + log1pf(expf(-fabsf({0}))))", onnx=("Softplus",),
     ),
-    "sqrt": _math("sqrt", 2, np.sqrt, "sqrtf({0})"),
-    "sub": _binary(np.subtract, "({0} - {1})", "aten.sub.Tensor", "Sub"),
-    "tanh": _math("tanh", 6, np.tanh, "tanhf({0})"),
-    "where": ElementwiseOp("logic", 3, logic.where, 1, numpy_ops.where, "({0} ? {1} : {2})"),
+    "sqrt": _math("sqrt", 2, "np.sqrt", "sqrtf({0})"),
+    "sub": _binary("np.subtract", "({0} - {1})", "aten.sub.Tensor", "Sub"),
+    "tanh": _math("tanh", 6, "np.tanh", "tanhf({0})"),
+    "where": ElementwiseOp("logic", 3, logic.where, 1, "where", "({0} ? {1} : {2})"),
 }  # fmt: skip

@@ -9,7 +9,7 @@ rounds the kernel's result to the node's dtype, so kernels compute in float32 (o
 dtype) and never round themselves.
 
 The elementwise ops' kernels are their declared NumPy functions (`ir/op_elementwise.py`, most of
-them in `ir/op_numpy.py`), called as `fn(*args, **attrs)`; the indexing and collective ops' are in
+them in `reference/elementwise.py`), called as `fn(*args, **attrs)`; the indexing and collective ops' are in
 `indexing` and `collective`, attention's in `attention`.
 
 Conventions a kernel implementation (CUDA or otherwise) must reproduce within tolerance:
@@ -32,10 +32,10 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from optgraph.errors import InputError
-from optgraph.ir import op_numpy
 from optgraph.ir.graph import AttrValue, Node
-from optgraph.ir.op_elementwise import ELEMENTWISE, NumpyFn
+from optgraph.ir.op_elementwise import ELEMENTWISE
 from optgraph.ir.op_rules_rope import rope_frequencies
+from optgraph.reference import elementwise
 from optgraph.reference.attention import attention
 from optgraph.reference.collective import KERNELS as COLLECTIVE_KERNELS
 from optgraph.reference.indexing import KERNELS as INDEXING_KERNELS
@@ -44,10 +44,10 @@ Attrs = Mapping[str, AttrValue]
 Kernel = Callable[[Node, Sequence[np.ndarray], Attrs], np.ndarray]
 
 F32 = np.float32
-# The IR's NumPy dtypes (defined in `ir/op_numpy.py`, which the elementwise declarations use).
-NUMPY_DTYPES = op_numpy.NUMPY_DTYPES
-numpy_dtype = op_numpy.numpy_dtype
-ir_dtype = op_numpy.ir_dtype
+# The IR's NumPy dtypes (defined in `reference/elementwise.py`, beside the elementwise semantics).
+NUMPY_DTYPES = elementwise.NUMPY_DTYPES
+numpy_dtype = elementwise.numpy_dtype
+ir_dtype = elementwise.ir_dtype
 
 
 def _ints(value: AttrValue | None) -> tuple[int, ...]:
@@ -68,9 +68,10 @@ def _float(value: AttrValue | None) -> float:
 # -- elementwise -------------------------------------------------------------------------------
 
 
-def declared(fn: NumpyFn) -> Kernel:
-    """The kernel of an elementwise op: its declared NumPy function (`ir/op_elementwise.py`)
-    called with the operands and the attributes."""
+def declared(name: str) -> Kernel:
+    """The kernel of an elementwise op: the NumPy function its declaration names
+    (`ir/op_elementwise.py`, `elementwise.semantics`) called with the operands and the attributes."""
+    fn = elementwise.semantics(name)
     return lambda node, args, attrs: fn(*args, **attrs)
 
 

@@ -3,8 +3,8 @@
 """The NumPy semantics of the elementwise ops that take more than one NumPy call, and the IR's
 NumPy dtypes.
 
-The elementwise table (`op_elementwise`) names one function per op, called as
-`fn(*operands, **attributes)` with the attributes the kernels see (`ops.attrs_with_defaults`). The
+The elementwise table (`ir/op_elementwise.py`) names one function per op (`semantics`: a
+function here, or `np.<name>` one of NumPy's), called as `fn(*operands, **attributes)` with the attributes the kernels see (`ops.attrs_with_defaults`). The
 reference interpreter has already widened f16 and bf16 operands to float32 and rounds the result
 to the node's dtype, so these compute in float32 (or the integer dtype) and never round:
 
@@ -16,14 +16,14 @@ to the node's dtype, so these compute in float32 (or the integer dtype) and neve
   leave it undefined), and the lowest integer divided by -1 wraps (quotient itself, remainder 0);
 - `sigmoid` and `softplus` are written so that large |x| does not overflow.
 
-Here, not in the reference layer, because the op table's declarations name them and `ir` must
-not import the layers above it.
+The op table names them rather than holding them, so `ir` (and everything that only reads the
+op table, such as `optgraph passes`) imports neither NumPy nor ml_dtypes.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import ml_dtypes
 import numpy as np
@@ -144,3 +144,14 @@ def clip(x: np.ndarray, min: float | None = None, max: float | None = None) -> n
 
 def where(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(cond, a, b)
+
+
+def semantics(name: str) -> Callable[..., np.ndarray]:
+    """The function an elementwise declaration names: `np.<name>` is NumPy's, any other name this
+    module's (`semantics("np.exp") is np.exp`, `semantics("softplus") is softplus`)."""
+    if name.startswith("np."):
+        return getattr(np, name.removeprefix("np."))
+    function = globals().get(name)
+    if not callable(function):
+        raise KeyError(f"no NumPy semantics named '{name}' in optgraph.reference.elementwise")
+    return function
