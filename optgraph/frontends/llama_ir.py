@@ -1,0 +1,367 @@
+"""Llama-family decoders as IR text: the one structure `examples/gen_llama.py` and the GGUF
+importer (`gguf.py`) both build.
+
+    tokens -> get_rows(embed) -> N x [ rms_norm -> q/k/v matmuls (+ bias) -> (q/k rms_norm) ->
+    rope -> (kv_cache_write) -> GQA attention -> wo matmul -> residual -> rms_norm -> SwiGLU MLP
+    -> residual ] -> rms_norm -> logits
+
+Hidden states are kept 2-D, `[B*S, hidden]`, so every projection is a plain GEMM; attention sees
+`[B,H,S,D]` through reshape + transpose views, and rope sees `[B,S,H,D]`.
+
+What the model is (`LlamaConfig`: sizes, eps, rope attributes, biases, tied embeddings, Qwen3's
+per-head q/k norms) is separate from how one step runs (`LlamaStep`: dtype, batch, seq,
+cache_len, decode or prefill) and from what the weights are called and how they are stored
+(`LlamaWeights`: a name per role and layer; matrices `[in, out]` read as they are, or `[out, in]`
+as PyTorch and GGUF store them, read with `transpose_b = true`; each weight's stored dtype).
+A weight stored in another float dtype than the step's is `cast` where it is read; a quantized
+matrix (any dtype that is not a float) is read by `matmul {transpose_b}` and `get_rows` directly.
+
+Modes:
+
+- `decode`: `seq` new tokens per sequence are appended to per-layer KV caches
+  (`l{i}.k_cache`/`l{i}.v_cache` inputs `[B,kv_heads,cache_len,head_dim]`) with `kv_cache_write`
+  at `pos`, then attention runs over the cache limited by `kv_len` (causal when `seq > 1`).
+  Inputs: `tokens i32[B*S]`, `pos i32[S]`, `kv_len i32[1]`, the caches. Outputs: logits
+  `[B*S, vocab]`, then every layer's updated k and v cache.
+- `prefill`: causal attention over the sequence itself, no cache. Inputs: `tokens`, `pos`.
+  Output: logits.
+
+Lines are built in a list and joined once, so a 100k-node graph takes well under a second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from optgraph.ir.graph import FLOAT_DTYPES, AttrValue
+from optgraph.ir.printer import format_literal
+
+DTYPES = ("f32", "f16", "bf16")
+MODES = ("decode", "prefill")
+PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
+# The weight roles: per layer, then the model's own (layer None).
+LAYER_ROLES = ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
+MATRIX_ROLES = frozenset({"embed", "lm_head", "wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"})
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """What the model is. `head_dim` None: hidden / heads. `rope`: the rope op's attributes
+    (theta, scaling, ...). `bias`: the projections (of `PROJECTIONS`) that add a bias vector.
+    `qk_norm`: an rms_norm over each head of q and k before rope (Qwen3)."""
+
+    layers: int = 2
+    hidden: int = 64
+    heads: int = 4
+    kv_heads: int = 2
+    ffn: int = 128
+    vocab: int = 128
+    head_dim: int | None = None
+    eps: float = 1e-6
+    rope: Mapping[str, AttrValue] = field(default_factory=lambda: {"theta": 10000.0})
+    bias: tuple[str, ...] = ()
+    tied_embeddings: bool = False
+    qk_norm: bool = False
+
+    @property
+    def head_width(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden // self.heads
+
+
+@dataclass(frozen=True)
+class LlamaStep:
+    """One program of the model: its dtype (the activations'), batch, new tokens per sequence,
+    cache length and mode."""
+
+    dtype: str = "f32"
+    batch: int = 1
+    seq: int = 1
+    cache_len: int = 32
+    mode: str = "decode"
+
+
+def _short_name(role: str, layer: int | None) -> str:
+    return role if layer is None else f"l{layer}.{role}"
+
+
+@dataclass(frozen=True)
+class LlamaWeights:
+    """How the weights are named and stored. `name(role, layer)`: roles `embed`, `final_norm`,
+    `lm_head` (layer None) and per layer `LAYER_ROLES`, `b_<projection>`, `q_norm`, `k_norm`.
+    `out_in`: matrices stored `[out, in]` (read with `transpose_b = true`). `dtypes`: a weight's
+    stored dtype by its name, when it is not the step's."""
+
+    name: Callable[[str, int | None], str] = _short_name
+    out_in: bool = False
+    dtypes: Mapping[str, str] = field(default_factory=dict)
+
+
+def _shape(*dims: int) -> str:
+    """A type's shape, `[1,2,16]`."""
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+def _ints(*values: int) -> str:
+    """An integer-list attribute, `[1, 2, 16]`."""
+    return "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def _attrs(attrs: Mapping[str, AttrValue]) -> str:
+    """`{a = 1, b = 2.0}`, sorted by key as the printer prints them."""
+    return "{" + ", ".join(f"{k} = {format_literal(attrs[k])}" for k in sorted(attrs)) + "}"
+
+
+def check_llama(config: LlamaConfig, step: LlamaStep) -> None:
+    """Raise ValueError naming the first size or option that cannot make a model."""
+    c, s = config, step
+    if s.dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {s.dtype!r}")
+    if s.mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {s.mode!r}")
+    sizes = (c.hidden, c.heads, c.kv_heads, c.ffn, c.vocab, s.batch, s.seq)
+    if c.layers < 0 or min(sizes) < 1:
+        raise ValueError("sizes must be positive (layers may be 0)")
+    unknown = sorted(set(c.bias) - set(PROJECTIONS))
+    if unknown:
+        raise ValueError(f"bias on unknown projections {unknown}; known: {', '.join(PROJECTIONS)}")
+    theta = c.rope.get("theta", 10000.0)
+    if not (isinstance(theta, int | float) and c.eps > 0 and theta > 0):  # also rejects NaN
+        raise ValueError(f"eps ({c.eps}) and theta ({theta}) must be positive")
+    if c.head_dim is None and c.hidden % c.heads:
+        raise ValueError(f"hidden ({c.hidden}) must be divisible by heads ({c.heads})")
+    if c.head_width < 2 or c.head_width % 2:
+        raise ValueError(f"head_dim ({c.head_width}) must be even and positive for rope")
+    if c.heads % c.kv_heads:
+        raise ValueError(f"heads ({c.heads}) must be divisible by kv-heads ({c.kv_heads})")
+    if s.mode == "decode" and s.seq > s.cache_len:
+        raise ValueError(f"seq ({s.seq}) must not exceed cache-len ({s.cache_len})")
+
+
+def weight_shapes(
+    config: LlamaConfig, out_in: bool
+) -> dict[tuple[str, int | None], tuple[int, ...]]:
+    """(role, layer) -> stored shape, in declaration order."""
+    c = config
+    q_dim, kv_dim = c.heads * c.head_width, c.kv_heads * c.head_width
+    # (in, out) of each matrix; vectors by their length.
+    matrices = {"wq": (c.hidden, q_dim), "wk": (c.hidden, kv_dim), "wv": (c.hidden, kv_dim)}
+    matrices |= {"wo": (q_dim, c.hidden), "w_gate": (c.hidden, c.ffn), "w_up": (c.hidden, c.ffn)}
+    matrices |= {"w_down": (c.ffn, c.hidden), "lm_head": (c.hidden, c.vocab)}
+    bias_dims = {"q": q_dim, "k": kv_dim, "v": kv_dim, "o": c.hidden}
+    bias_dims |= {"gate": c.ffn, "up": c.ffn, "down": c.hidden}
+
+    def matrix(role: str) -> tuple[int, ...]:
+        k, n = matrices[role]
+        return (n, k) if out_in else (k, n)
+
+    shapes: dict[tuple[str, int | None], tuple[int, ...]] = {("embed", None): (c.vocab, c.hidden)}
+    for i in range(c.layers):
+        for role in LAYER_ROLES:
+            shapes[role, i] = matrix(role) if role in MATRIX_ROLES else (c.hidden,)
+        for proj in c.bias:
+            shapes[f"b_{proj}", i] = (bias_dims[proj],)
+        if c.qk_norm:
+            shapes["q_norm", i] = shapes["k_norm", i] = (c.head_width,)
+    shapes["final_norm", None] = (c.hidden,)
+    if not c.tied_embeddings:
+        shapes["lm_head", None] = matrix("lm_head")
+    return shapes
+
+
+def llama_ir(
+    config: LlamaConfig,
+    step: LlamaStep,
+    weights: LlamaWeights | None = None,
+    comments: Sequence[str] = (),
+) -> str:
+    """The IR text of `config` run as `step`, weights named and stored as `weights` (default:
+    gen_llama's short names, `[in, out]` matrices in the step's dtype). `comments` follow the
+    two header lines that describe the model. Raises ValueError for sizes that make no model."""
+    check_llama(config, step)
+    return _Builder(config, step, weights or LlamaWeights()).text(comments)
+
+
+class _Builder:
+    """The lines of one graph; `out` appends one."""
+
+    def __init__(self, config: LlamaConfig, step: LlamaStep, weights: LlamaWeights) -> None:
+        self.c, self.s, self.w = config, step, weights
+        self.lines: list[str] = []
+        self.shapes = weight_shapes(config, weights.out_in)
+
+    def out(self, line: str) -> None:
+        self.lines.append(line)
+
+    def ty(self, *dims: int) -> str:
+        return self.s.dtype + _shape(*dims)
+
+    def stored(self, name: str) -> str:
+        return self.w.dtypes.get(name, self.s.dtype)
+
+    def read(self, role: str, layer: int | None = None) -> str:
+        """The value that holds weight `role` in the step's dtype: the weight itself, a quantized
+        matrix as stored (its readers dequantize), or a `cast` of a float weight stored in
+        another dtype, made here, just before its one reader."""
+        name = self.w.name(role, layer)
+        stored = self.stored(name)
+        if stored == self.s.dtype or (stored not in FLOAT_DTYPES and role in MATRIX_ROLES):
+            return f"%{name}"
+        dims = self.shapes[role, layer]
+        self.out(
+            f'  %{name}.{self.s.dtype} = cast(%{name}) {{dtype = "{self.s.dtype}"}} : '
+            f"{self.ty(*dims)}"
+        )
+        return f"%{name}.{self.s.dtype}"
+
+    def project(self, result: str, source: str, role: str, proj: str, layer: int, ty: str) -> None:
+        """`result = source @ weight` (transposed when stored `[out, in]`), then `+ bias` when
+        the projection `proj` has one."""
+        weight = self.read(role, layer)
+        flags = " {transpose_b = true}" if self.w.out_in else ""
+        if proj in self.c.bias:
+            bias = self.read(f"b_{proj}", layer)
+            self.out(f"  {result}_matmul = matmul({source}, {weight}){flags} : {ty}")
+            self.out(f"  {result} = add({result}_matmul, {bias}) : {ty}")
+        else:
+            self.out(f"  {result} = matmul({source}, {weight}){flags} : {ty}")
+
+    def header(self, comments: Sequence[str]) -> None:
+        c, s = self.c, self.s
+        decode = s.mode == "decode"
+        rope = dict(c.rope)
+        theta = float(rope.pop("theta", 10000.0))  # type: ignore[arg-type]
+        scaling = "".join(f", {k} {format_literal(rope[k])}" for k in sorted(rope))
+        norms = ", q/k norms" if c.qk_norm else ""
+        self.out(
+            f"# Llama-style {s.mode}: {c.layers} layers, hidden {c.hidden}, {c.heads} query heads, "
+            f"{c.kv_heads} KV heads, head_dim {c.head_width}, ffn {c.ffn}, vocab {c.vocab}, "
+            f"{s.dtype}, batch {s.batch}, seq {s.seq}"
+            + (f", cache {s.cache_len}" if decode else "")
+        )
+        self.out(
+            f"# eps {float(c.eps)!r}, rope theta {theta!r}{scaling}, bias on "
+            f"{', '.join(c.bias) or 'none'}{norms}, "
+            f"{'tied' if c.tied_embeddings else 'separate'} embeddings and logits head"
+        )
+        self.lines.extend(comments)
+
+    def declarations(self) -> None:
+        c, s = self.c, self.s
+        t = s.batch * s.seq
+        self.out(f"graph llama_{s.mode} {{")
+        self.out(f"  input %tokens : i32[{t}]")
+        self.out(f"  input %pos : i32[{s.seq}]")
+        if s.mode == "decode":
+            cache_ty = self.ty(s.batch, c.kv_heads, s.cache_len, c.head_width)
+            self.out("  input %kv_len : i32[1]")
+            for i in range(c.layers):
+                self.out(f"  input %l{i}.k_cache : {cache_ty}")
+                self.out(f"  input %l{i}.v_cache : {cache_ty}")
+        for (role, layer), dims in self.shapes.items():
+            name = self.w.name(role, layer)
+            self.out(f"  weight %{name} : {self.stored(name)}{_shape(*dims)}")
+
+    def embedding(self, h_ty: str) -> None:
+        """`%h0`: the tokens' rows of the table, in the step's dtype."""
+        name = self.w.name("embed", None)
+        stored = self.stored(name)
+        rows = stored if stored in FLOAT_DTYPES else "f32"  # a quantized table gives f32 rows
+        if rows == self.s.dtype:
+            self.out(f"  %h0 = get_rows(%{name}, %tokens) : {h_ty}")
+            return
+        t = self.s.batch * self.s.seq
+        self.out(f"  %h0_rows = get_rows(%{name}, %tokens) : {rows}{_shape(t, self.c.hidden)}")
+        self.out(f'  %h0 = cast(%h0_rows) {{dtype = "{self.s.dtype}"}} : {h_ty}')
+
+    def layer(self, i: int, x: str, write_pos: str, causal: str) -> str:
+        c, s = self.c, self.s
+        b, sq, hd = s.batch, s.seq, c.head_width
+        t, q_dim, kv_dim = b * sq, c.heads * hd, c.kv_heads * hd
+        h_ty, ffn_ty = self.ty(t, c.hidden), self.ty(t, c.ffn)
+        q_bshd, kv_bshd = self.ty(b, sq, c.heads, hd), self.ty(b, sq, c.kv_heads, hd)
+        q_bhsd, kv_bhsd = self.ty(b, c.heads, sq, hd), self.ty(b, c.kv_heads, sq, hd)
+        eps_attr = f"{{eps = {float(c.eps)!r}}}"  # repr: the printer's spelling
+        rope_attr = _attrs(c.rope)
+        out, p = self.out, f"%l{i}."
+        out(f"  # layer {i}: attention")
+        out(f"  {p}attn_in = rms_norm({x}, {self.read('attn_norm', i)}) {eps_attr} : {h_ty}")
+        self.project(f"{p}q", f"{p}attn_in", "wq", "q", i, self.ty(t, q_dim))
+        self.project(f"{p}k", f"{p}attn_in", "wk", "k", i, self.ty(t, kv_dim))
+        self.project(f"{p}v", f"{p}attn_in", "wv", "v", i, self.ty(t, kv_dim))
+        out(f"  {p}q4 = reshape({p}q) {{shape = {_ints(b, sq, c.heads, hd)}}} : {q_bshd}")
+        out(f"  {p}k4 = reshape({p}k) {{shape = {_ints(b, sq, c.kv_heads, hd)}}} : {kv_bshd}")
+        out(f"  {p}v4 = reshape({p}v) {{shape = {_ints(b, sq, c.kv_heads, hd)}}} : {kv_bshd}")
+        q4, k4 = f"{p}q4", f"{p}k4"
+        if c.qk_norm:
+            out(f"  {p}q_normed = rms_norm({q4}, {self.read('q_norm', i)}) {eps_attr} : {q_bshd}")
+            out(f"  {p}k_normed = rms_norm({k4}, {self.read('k_norm', i)}) {eps_attr} : {kv_bshd}")
+            q4, k4 = f"{p}q_normed", f"{p}k_normed"
+        out(f"  {p}q_rot = rope({q4}, %pos) {rope_attr} : {q_bshd}")
+        out(f"  {p}k_rot = rope({k4}, %pos) {rope_attr} : {kv_bshd}")
+        out(f"  {p}q_t = transpose({p}q_rot) {{perm = [0, 2, 1, 3]}} : {q_bhsd}")
+        out(f"  {p}k_t = transpose({p}k_rot) {{perm = [0, 2, 1, 3]}} : {kv_bhsd}")
+        out(f"  {p}v_t = transpose({p}v4) {{perm = [0, 2, 1, 3]}} : {kv_bhsd}")
+        if s.mode == "decode":
+            cache_ty = self.ty(b, c.kv_heads, s.cache_len, hd)
+            out(f"  {p}k_cache_new = kv_cache_write({p}k_cache, {p}k_t, {write_pos}) : {cache_ty}")
+            out(f"  {p}v_cache_new = kv_cache_write({p}v_cache, {p}v_t, {write_pos}) : {cache_ty}")
+            out(
+                f"  {p}attn = attention({p}q_t, {p}k_cache_new, {p}v_cache_new, %kv_len){causal}"
+                f" : {q_bhsd}"
+            )
+        else:
+            out(f"  {p}attn = attention({p}q_t, {p}k_t, {p}v_t) {{causal = true}} : {q_bhsd}")
+        out(f"  {p}attn_t = transpose({p}attn) {{perm = [0, 2, 1, 3]}} : {q_bshd}")
+        out(
+            f"  {p}attn_2d = reshape({p}attn_t) {{shape = {_ints(t, q_dim)}}} : {self.ty(t, q_dim)}"
+        )
+        self.project(f"{p}attn_out", f"{p}attn_2d", "wo", "o", i, h_ty)
+        out(f"  {p}h_attn = add({x}, {p}attn_out) : {h_ty}")
+        out(f"  # layer {i}: SwiGLU MLP")
+        out(f"  {p}mlp_in = rms_norm({p}h_attn, {self.read('mlp_norm', i)}) {eps_attr} : {h_ty}")
+        self.project(f"{p}gate", f"{p}mlp_in", "w_gate", "gate", i, ffn_ty)
+        self.project(f"{p}up", f"{p}mlp_in", "w_up", "up", i, ffn_ty)
+        out(f"  {p}gate_act = silu({p}gate) : {ffn_ty}")
+        out(f"  {p}gated = mul({p}gate_act, {p}up) : {ffn_ty}")
+        self.project(f"{p}mlp_out", f"{p}gated", "w_down", "down", i, h_ty)
+        out(f"  {p}out = add({p}h_attn, {p}mlp_out) : {h_ty}")
+        return f"{p}out"
+
+    def text(self, comments: Sequence[str]) -> str:
+        c, s = self.c, self.s
+        decode = s.mode == "decode"
+        t = s.batch * s.seq
+        h_ty = self.ty(t, c.hidden)
+        self.header(comments)
+        self.declarations()
+        self.out("")
+        self.embedding(h_ty)
+        write_pos = "%pos"
+        if decode and s.seq > 1:
+            # kv_cache_write takes the start row as i32[1]: the first new token's position.
+            write_pos = "%write_pos"
+            self.out("  %write_pos = slice(%pos) {axis = 0, end = 1, start = 0} : i32[1]")
+        # One new token per sequence sees every cached key: no causal mask needed.
+        causal = " {causal = true}" if s.seq > 1 else ""
+        x = "%h0"
+        for i in range(c.layers):
+            x = self.layer(i, x, write_pos, causal)
+        self.out("  # head")
+        eps_attr = f"{{eps = {float(c.eps)!r}}}"
+        self.out(f"  %h_final = rms_norm({x}, {self.read('final_norm')}) {eps_attr} : {h_ty}")
+        logits_ty = self.ty(t, c.vocab)
+        if c.tied_embeddings:  # the embedding table [vocab, hidden] read as its transpose
+            table = self.read("embed")
+            self.out(f"  %logits = matmul(%h_final, {table}) {{transpose_b = true}} : {logits_ty}")
+        else:
+            head = self.read("lm_head")
+            flags = " {transpose_b = true}" if self.w.out_in else ""
+            self.out(f"  %logits = matmul(%h_final, {head}){flags} : {logits_ty}")
+        outputs = ["%logits"]
+        if decode:
+            for i in range(c.layers):
+                outputs += [f"%l{i}.k_cache_new", f"%l{i}.v_cache_new"]
+        self.out("  output " + ", ".join(outputs))
+        self.out("}")
+        return "\n".join(self.lines) + "\n"
