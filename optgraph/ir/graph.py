@@ -21,6 +21,19 @@ DTYPES: tuple[str, ...] = ("f32", "f16", "bf16", "i32", "i64", "bool")
 DTYPE_BYTES: Mapping[str, int] = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i64": 8, "bool": 1}
 FLOAT_DTYPES: frozenset[str] = frozenset({"f32", "f16", "bf16"})
 INT_DTYPES: frozenset[str] = frozenset({"i32", "i64"})
+# Quantized weights (docs/ir.md, "Quantized weights"): ggml's block formats, bit for bit as GGUF
+# stores them. dtype -> (elements per block, bytes per block); blocks run along the last axis.
+QUANT_BLOCKS: Mapping[str, tuple[int, int]] = {
+    "q8_0": (32, 34),
+    "q4_0": (32, 18),
+    "q4_1": (32, 20),
+    "q5_0": (32, 22),
+    "q4_k": (256, 144),
+    "q5_k": (256, 176),
+    "q6_k": (256, 210),
+    "mxfp4": (32, 17),
+}
+QUANT_DTYPES: tuple[str, ...] = tuple(QUANT_BLOCKS)
 
 BACKENDS: tuple[str, ...] = ("cpu", "cuda")
 # How a weight is stored against the array the model supplies (`optgraph/ir/weight_layout.py`).
@@ -53,10 +66,33 @@ class TensorType:
     def nbytes(self) -> int:
         # Kept in the instance `__dict__` like the text below: cost models, limits and memory
         # plans ask the few type objects of a graph for their bytes once per node.
+        # A quantized type counts its stored blocks (a partial block, which verify refuses,
+        # as a whole one).
         nbytes: int | None = self.__dict__.get("_nbytes")
         if nbytes is None:
-            nbytes = self.__dict__["_nbytes"] = self.numel * DTYPE_BYTES[self.dtype]
+            block = QUANT_BLOCKS.get(self.dtype)
+            if block is None:
+                nbytes = self.numel * DTYPE_BYTES[self.dtype]
+            else:
+                nbytes = math.prod(self.array_shape)
+            self.__dict__["_nbytes"] = nbytes
         return nbytes
+
+    @property
+    def is_quantized(self) -> bool:
+        return self.dtype in QUANT_BLOCKS
+
+    @property
+    def array_shape(self) -> tuple[int, ...]:
+        """The shape of the array holding the value: `shape`, or for a quantized type the
+        `uint8` blocks of each row, `(*shape[:-1], shape[-1] / block elements * block bytes)`
+        (a GGUF tensor's `data`)."""
+        block = QUANT_BLOCKS.get(self.dtype)
+        if block is None:
+            return self.shape
+        elems, size = block
+        last = self.shape[-1] if self.shape else 1
+        return (*self.shape[:-1], -(-last // elems) * size)
 
     def with_shape(self, shape: Iterable[int]) -> TensorType:
         return TensorType(self.dtype, tuple(shape))

@@ -27,6 +27,7 @@ from optgraph.ir.graph import (
     ANNOTATION_KINDS,
     DTYPES,
     NO_ANNOTATIONS,
+    QUANT_BLOCKS,
     WEIGHT_PLACEMENTS,
     Annotations,
     AttrValue,
@@ -159,7 +160,7 @@ def _annotations(text: str | None) -> Annotations:
 
 
 def _new_type(dtype: str, dims: str) -> TensorType:
-    if dtype not in DTYPES:
+    if dtype not in DTYPES and dtype not in QUANT_BLOCKS:
         raise _GiveUp
     shape = _ints(dims)
     if any(d < 0 for d in shape):

@@ -130,6 +130,11 @@ def copy_result(node: Node, types: Types, result: TensorType, attrs: Attrs) -> C
     return Cost(2 * result.nbytes, 0)
 
 
+def dequantize(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
+    """Read the stored blocks, write the floats: a scale and a code per element."""
+    return Cost(types[0].nbytes + result.nbytes, 2 * result.numel)
+
+
 def get_rows(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
     """Reads only the gathered rows (and the ids), writes them."""
     return Cost(types[1].nbytes + 2 * result.nbytes, 0)

@@ -17,7 +17,14 @@ from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 from optgraph.errors import VerifyError
-from optgraph.ir.graph import FLOAT_DTYPES, INT_DTYPES, AttrValue, Node, TensorType
+from optgraph.ir.graph import (
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    QUANT_BLOCKS,
+    AttrValue,
+    Node,
+    TensorType,
+)
 
 Attrs = Mapping[str, AttrValue]
 Types = Sequence[TensorType]
@@ -222,8 +229,11 @@ def matmul_dims(a: TensorType, b: TensorType, attrs: Attrs) -> tuple[int, int, i
 
 def matmul(node: Node, types: Types, attrs: Attrs) -> TensorType:
     """Both operands float or both the same integer dtype (i32/i64: an exact product that wraps
-    in the dtype); mixed int/float is refused, like every other dtype mismatch."""
+    in the dtype); mixed int/float is refused, like every other dtype mismatch. A quantized b is
+    `[N,K]` with its blocks along K, read with transpose_b = true (`quantized_matmul`)."""
     a, b = types
+    if b.is_quantized:
+        return _quantized_matmul(node, a, b, attrs)
     for role, t in (("a", a), ("b", b)):
         if t.rank < 2:
             fail(node, f"operand {role} must have rank >= 2, got {t}")
@@ -241,6 +251,35 @@ def matmul(node: Node, types: Types, attrs: Attrs) -> TensorType:
             f"with {shape_text(b.shape[:-2])}",
         )
     return TensorType(a.dtype, (*batch, m, n))
+
+
+def _quantized_matmul(node: Node, a: TensorType, b: TensorType, attrs: Attrs) -> TensorType:
+    """x [..., M, K] (f32, f16 or bf16) times the quantized weight w [N, K] transposed: x's dtype."""
+    if b.rank != 2:
+        fail(node, f"a quantized operand b must be [N,K], got {b}")
+    if not attrs["transpose_b"]:
+        fail(
+            node,
+            f"a quantized operand b ({b}) is [N,K] with blocks along K: set transpose_b = true",
+        )
+    if a.rank < 2:
+        fail(node, f"operand a must have rank >= 2, got {a}")
+    if a.dtype not in FLOAT_DTYPES:
+        fail(node, f"operand a must be f32, f16 or bf16 to multiply a quantized b, got {a}")
+    m, ka, kb, n = matmul_dims(a, b, attrs)
+    if ka != kb:
+        fail(node, f"inner dimensions differ ({ka} vs {kb})")
+    return TensorType(a.dtype, (*a.shape[:-2], m, n))
+
+
+def dequantize(node: Node, types: Types, attrs: Attrs) -> TensorType:
+    """A quantized weight's values, in the float dtype of attribute `dtype`: the same shape."""
+    w = types[0]
+    if not w.is_quantized:
+        fail(node, f"expected a quantized operand ({', '.join(QUANT_BLOCKS)}), got {w}")
+    dtype = attrs["dtype"]
+    assert isinstance(dtype, str)
+    return w.with_dtype(dtype)
 
 
 # -- data movement -----------------------------------------------------------------------------
@@ -313,7 +352,9 @@ def get_rows(node: Node, types: Types, attrs: Attrs) -> TensorType:
     _require_int(node, ids, "ids")
     if math.prod(table.shape[:-1]) == 0 and ids.numel > 0:
         fail(node, f"gathers {ids.numel} rows from a table with no rows ({table})")
-    return TensorType(table.dtype, (*ids.shape, table.shape[-1]))
+    # A quantized table's rows come dequantized, in f32.
+    dtype = "f32" if table.is_quantized else table.dtype
+    return TensorType(dtype, (*ids.shape, table.shape[-1]))
 
 
 def kv_cache_write(node: Node, types: Types, attrs: Attrs) -> TensorType:

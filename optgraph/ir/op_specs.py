@@ -72,6 +72,7 @@ FAMILIES: tuple[str, ...] = (
     "rope",
     "attention",
     "collective",
+    "dequantize",
     "fused",
 )
 
@@ -88,6 +89,9 @@ class OpDef:
     attrs: Mapping[str, AttrSpec] = field(default_factory=dict)
     is_view: bool = False
     inplace_operand: int | None = None
+    # The operands that may be quantized weights (`QUANT_BLOCKS`); `infer_type` refuses a
+    # quantized value anywhere else (a fused node's operands: wherever its body reads them).
+    quantized_operands: tuple[int, ...] = ()
 
 
 def fail(node: Node, message: str) -> VerifyError:

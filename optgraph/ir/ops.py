@@ -35,6 +35,7 @@ Example: `%y = softmax(%x) {axsi = 1} : f32[2,4]` fails with
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from optgraph.errors import VerifyError, did_you_mean
 from optgraph.ir import op_costs as costs
@@ -144,6 +145,10 @@ def _op(
     return OpDef(name, kind[0], kind[1], arity[0], arity[1], infer, cost_fn, attrs)
 
 
+def _reads_quantized(opdef: OpDef, *operands: int) -> OpDef:
+    return replace(opdef, quantized_operands=operands)
+
+
 _COLLECTIVE = ("collective", "collective")
 _DATA_MOVEMENT = ("data_movement", "data_movement")
 _INDEXING = ("indexing", "data_movement")
@@ -179,19 +184,25 @@ _NOT_ELEMENTWISE: dict[str, OpDef] = {
         groups=AttrSpec("int", 1), padding=AttrSpec("ints", (0, 0)),
         stride=AttrSpec("ints", (1, 1)),
     ),
-    "copy": _op(
+    "copy": _reads_quantized(_op(
         "copy", _DATA_MOVEMENT, (1, 1), rules.same_type, costs.copy_result,
         to=AttrSpec("str", "cuda", choices=("cuda", "cpu")),
-    ),
+    ), 0),
     "cumsum": _op(
         "cumsum", ("indexing", "reduction"), (1, 1), indexing.cumsum, costs.reduction,
         axis=_REQUIRED_INT,
     ),
+    "dequantize": _reads_quantized(_op(
+        "dequantize", ("dequantize", "opaque"), (1, 1), rules.dequantize, costs.dequantize,
+        dtype=AttrSpec("str", "f32", choices=("f32", "f16", "bf16")),
+    ), 0),
     "expand": _op(
         "expand", _INDEXING, (1, 1), indexing.expand, costs.copy_result, shape=_REQUIRED_INTS
     ),
     "fused": _op("fused", ("fused", "opaque"), (1, None), _infer_fused, _fused_cost),
-    "get_rows": _op("get_rows", _DATA_MOVEMENT, (2, 2), rules.get_rows, costs.get_rows),
+    "get_rows": _reads_quantized(
+        _op("get_rows", _DATA_MOVEMENT, (2, 2), rules.get_rows, costs.get_rows), 0
+    ),
     "kv_cache_write": OpDef(
         "kv_cache_write", "data_movement", "data_movement", 3, 3, rules.kv_cache_write,
         costs.kv_cache_write, inplace_operand=0,
@@ -203,10 +214,10 @@ _NOT_ELEMENTWISE: dict[str, OpDef] = {
         "log_softmax", _REDUCTION, (1, 1), rules.softmax, costs.reduction,
         axis=AttrSpec("int", -1),
     ),
-    "matmul": _op(
+    "matmul": _reads_quantized(_op(
         "matmul", ("matmul", "matmul"), (2, 2), rules.matmul, costs.matmul,
         transpose_a=_FALSE, transpose_b=_FALSE,
-    ),
+    ), 1),
     "max": _reduction("max", rules.reduce_max),
     "max_pool2d": _pool("max_pool2d"),
     "mean": _reduction("mean", rules.reduce_mean),
@@ -214,7 +225,9 @@ _NOT_ELEMENTWISE: dict[str, OpDef] = {
         "pad", _INDEXING, (1, 1), indexing.pad, costs.copy_result,
         pads=_REQUIRED_INTS, value=AttrSpec("float", 0.0),
     ),
-    "prefetch": _op("prefetch", _DATA_MOVEMENT, (1, 1), rules.same_type, costs.copy_result),
+    "prefetch": _reads_quantized(
+        _op("prefetch", _DATA_MOVEMENT, (1, 1), rules.same_type, costs.copy_result), 0
+    ),
     "recv": _op(
         "recv", _COLLECTIVE, (1, 1), collective.recv, collective.point_to_point_cost,
         **{"from": _REQUIRED_INT},
@@ -303,7 +316,27 @@ def infer_type(node: Node, operand_types: Sequence[TensorType]) -> TensorType:
     if node.body is not None and node.op != "fused":
         raise fail(node, "only fused nodes have a body")
     attrs = checked_attrs(node, opdef)
+    if node.op != "fused":
+        _check_quantized_reads(node, opdef, operand_types)
     return opdef.infer(node, operand_types, attrs)
+
+
+# Who may read a quantized weight (`copy` and `prefetch` move its bytes too, but only passes make
+# them): the end of the verifier's message to every other reader.
+QUANTIZED_READERS = (
+    "only matmul (as b, [N,K] with transpose_b = true), get_rows (as the table) and "
+    "dequantize read quantized weights"
+)
+
+
+def _check_quantized_reads(node: Node, opdef: OpDef, types: Sequence[TensorType]) -> None:
+    for k, t in enumerate(types):
+        if t.is_quantized and k not in opdef.quantized_operands:
+            span = node.operand_spans[k] if k < len(node.operand_spans) else node.span
+            raise VerifyError(
+                f"{node.op}: operand '%{node.operands[k]}' is quantized ({t}); {QUANTIZED_READERS}",
+                span,
+            )
 
 
 def remembered_type(

@@ -32,6 +32,7 @@ from optgraph.ir.graph import (
     ANNOTATION_KINDS,
     BACKENDS,
     DTYPES,
+    QUANT_BLOCKS,
     WEIGHT_LAYOUTS,
     WEIGHT_PLACEMENTS,
     Annotations,
@@ -193,9 +194,10 @@ class _Builder(Transformer[Token, Any]):
         dtype_token = children[0]
         assert dtype_token is not None
         dtype = str(dtype_token)
-        if dtype not in DTYPES:
+        if dtype not in DTYPES and dtype not in QUANT_BLOCKS:
             raise self.at.error(
-                f"unknown dtype '{dtype}'{did_you_mean(dtype, DTYPES)}", dtype_token
+                f"unknown dtype '{dtype}'{did_you_mean(dtype, DTYPES + tuple(QUANT_BLOCKS))}",
+                dtype_token,
             )
         dims = []
         for t in children[1:]:

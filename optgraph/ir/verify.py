@@ -7,6 +7,8 @@ located diagnostic per problem. It checks:
 - uses come after definitions (issue order is topological); a forward use that closes a loop is
   reported as a cycle, naming the values on it;
 - every op is known and its declared result type equals the type the op table infers;
+- quantized types (`QUANT_BLOCKS`) only on weights (and the copies passes make of them), whose
+  last dimension holds whole blocks; the op table refuses every reader the op does not allow;
 - events: each `wait ^e` follows a `record ^e`, each event is recorded once, events have no operands;
 - devices (`verify_devices`): operands exist where their node runs, collectives and send/recv
   placed on their group and peers;
@@ -25,6 +27,7 @@ from optgraph.ir.gc_pause import gc_paused
 from optgraph.ir.graph import (
     DATA_PREDECESSORS,
     NODE_COSTS,
+    QUANT_BLOCKS,
     Graph,
     Input,
     Node,
@@ -200,9 +203,15 @@ def _verify(graph: Graph) -> None:
         define(i.name, i.type, i.span)
         if i.ann.layout is not None:
             diags.append(Diagnostic(f"input '%{i.name}': only weights take a layout", i.span))
+        if i.type.is_quantized:
+            diags.append(
+                Diagnostic(f"input '%{i.name}' {i.type}: {_QUANTIZED_WEIGHTS_ONLY}", i.span)
+            )
     for w in graph.weights:
         define(w.name, w.type, w.span)
-        if w.ann.layout is not None and w.type.rank != 2:
+        if w.type.is_quantized:
+            diags.extend(_quantized_weight_diagnostics(w))
+        elif w.ann.layout is not None and w.type.rank != 2:
             diags.append(
                 Diagnostic(f"weight '%{w.name}' {w.type}: a transposed layout needs 2 axes", w.span)
             )
@@ -272,6 +281,10 @@ def _verify(graph: Graph) -> None:
                             node.span,
                         )
                     )
+        if node.type is not None and node.type.is_quantized and node.op not in _MOVES_BYTES:
+            diags.append(
+                Diagnostic(f"'%{node.name}' {node.type}: {_QUANTIZED_WEIGHTS_ONLY}", node.span)
+            )
         define(node.name, node.type, node.span)
 
     if forward_uses:
@@ -297,6 +310,41 @@ def _verify(graph: Graph) -> None:
 
     if diags:
         raise VerifyError.from_diagnostics(diags)
+
+
+# Quantized values are weights; the copies passes make of them (split-backends, plan-prefetch)
+# keep their bytes and type.
+_QUANTIZED_WEIGHTS_ONLY = "a quantized type is only for weights (dequantize them to compute)"
+_MOVES_BYTES = frozenset({"copy", "prefetch"})
+
+
+def _quantized_weight_diagnostics(w: Weight) -> list[Diagnostic]:
+    """Blocks run along the last axis, whole: it must hold a multiple of the block; the weight is
+    read as stored (no layout)."""
+    elems, size = QUANT_BLOCKS[w.type.dtype]
+    if w.type.rank == 0:
+        return [
+            Diagnostic(f"weight '%{w.name}' {w.type}: a quantized weight needs an axis", w.span)
+        ]
+    diags = []
+    last = w.type.shape[-1]
+    if last % elems:
+        diags.append(
+            Diagnostic(
+                f"weight '%{w.name}' {w.type}: the last dimension ({last}) must be a multiple of "
+                f"the {w.type.dtype} block ({elems} elements, {size} bytes)",
+                w.span,
+            )
+        )
+    if w.ann.layout is not None:
+        diags.append(
+            Diagnostic(
+                f"weight '%{w.name}' {w.type}: a quantized weight takes no layout (its blocks "
+                "run along the last axis as stored)",
+                w.span,
+            )
+        )
+    return diags
 
 
 def _explain_forward_uses(
