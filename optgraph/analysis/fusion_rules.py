@@ -122,6 +122,10 @@ def reduction_cols(node: Node, x: TensorType) -> int | None:
 def is_anchor(node: Node, types: Mapping[str, TensorType]) -> str | None:
     """The region kind `node` can anchor (REDUCTION or PRODUCT), or None."""
     if node.op in PRODUCT_OPS:
+        # A product by a quantized weight is its own kernel (codegen/kernels/quantized.py: the
+        # blocks decoded in registers), which takes no prologue nor epilogue: never a region's.
+        if any(o in types and types[o].is_quantized for o in node.operands):
+            return None
         return PRODUCT
     if (node.op in ROW_OPS or node.op in REDUCE_OPS) and node.operands:
         x = types[node.operands[0]]

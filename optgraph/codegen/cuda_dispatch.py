@@ -9,12 +9,15 @@ it: a tuple of `Launch` (one of our kernels), `Gemm` (a cuBLAS call, `matmul`) a
     %y = matmul(%x, %w) : f16[1,4096]                  ->  product_kernel: the one-row product kernel
     %y = matmul(%x, %w) : f16[8,4096]                  ->  matmul: cuBLAS
     %y = fused(...) { matmul, add }  (8 rows)          ->  cuBLAS, then a elementwise epilogue
+    %y = matmul(%x, %wq) : f16[1,4096]  (%wq : q4_k)   ->  quantized: its one-row product kernel
 
 Families (`elementwise`, `data_movement`, `indexing`, `reductions`, `rope`,
 `variants`,
 `conv`, `matmul`) each name their ops in `OPS` and emit them with
 `emit(node, types, in_place=...)`; they import the shared vocabulary below them (`cuda_source`,
-`scalars`, `geometry`, `head_rows`), never this module or each other. A
+`scalars`, `geometry`, `head_rows`), never this module or each other. A node
+reading a quantized weight (`dequantize`, `get_rows` of a quantized table, `matmul` by one)
+goes to `quantized` before any other family. A
 `fused` node is planned with `fusion_rules.plan_body` and emitted by kind here: an elementwise
 region is one `elementwise` kernel, a reduction region one `reductions` row kernel, a
 siblings region one `sibling_kernel` kernel, a product region the one-row kernel of
@@ -34,6 +37,7 @@ from optgraph.codegen.kernels import (
     elementwise,
     indexing,
     matmul,
+    quantized,
     reductions,
     rope,
 )
@@ -54,6 +58,7 @@ FAMILIES = (
     variants,
     conv,
     matmul,
+    quantized,
 )
 
 
@@ -85,6 +90,8 @@ def node_code(
     types = tuple(operand_types)
     if node.op == "fused":
         return tuple(fused_code(node, types, resident, l2_ahead, most_splits, rope_pairs))
+    if quantized.reads_quantized(node, types):
+        return tuple(quantized.emit(node, types, in_place=in_place))
     if node.op == "matmul":
         one_kernel = product_kernel.one_row_matmul(
             node, types, resident, None, l2_ahead, most_splits, rope_pairs
@@ -101,6 +108,8 @@ def scratch_bytes(node: Node, operand_types: Sequence[TensorType]) -> int:
     """Bytes of scratch the work of `node` needs besides its result (role "scratch"; 0: none)."""
     if node.op == "attention" and node.type is not None and node.type.numel:
         return variants.scratch_bytes(node, tuple(operand_types))
+    if node.type is not None and node.type.numel:
+        return quantized.scratch_bytes(node, tuple(operand_types))
     return 0
 
 

@@ -17,7 +17,8 @@ a top-level `matmul` with `transpose_b = true` and `transpose_a = false`.
 
 Does not handle: weights read any other way too (a tied embedding that `get_rows` also reads keeps
 its layout and its products stay cuBLAS calls), products inside fused bodies (it runs before
-`fuse`), batched (3-D) weights, inputs (their layout is the caller's). Keeps every annotation
+`fuse`), batched (3-D) weights, inputs (their layout is the caller's), quantized weights (their
+blocks run along K as stored; their products have a kernel of their own that reads `[N, K]`). Keeps every annotation
 valid: no type of any value changes but the weight's own, and its byte size stays.
 
 Complexity O(V + E): one sweep to collect uses, one to rewrite.
@@ -41,7 +42,11 @@ def _reads_transposed(node: Node, index: int) -> bool:
 
 def transposable_weights(graph: Graph) -> set[str]:
     """Names of the weights `transpose-weights` rewrites (see the module docstring)."""
-    candidates = {w.name for w in graph.weights if w.type.rank == 2 and w.ann.layout is None}
+    candidates = {
+        w.name
+        for w in graph.weights
+        if w.type.rank == 2 and w.ann.layout is None and not w.type.is_quantized
+    }
     used: set[str] = set()
     for node in graph.nodes:
         for index, operand in enumerate(node.operands):

@@ -51,7 +51,7 @@ from optgraph.codegen.lower_cuda import (
     KernelStep,
     Location,
 )
-from optgraph.ir.graph import Graph
+from optgraph.ir.graph import QUANT_BLOCKS, Graph
 from optgraph.ir.layout import alias_roots
 from optgraph.ir.weight_layout import stored_weights
 from optgraph.reference.kernels import numpy_dtype
@@ -255,11 +255,11 @@ def run_graph(
         setup: list[str] = []
         for k, (name, array) in enumerate({**inputs, **weights}.items()):
             t = types[name]
-            arr = np.ascontiguousarray(np.asarray(array, dtype=numpy_dtype(t.dtype)))
+            arr = _host(array, t.dtype)
             arr.tofile(folder / f"in{k}.bin")
             buffers[name] = f"b{k}"
             setup.append(
-                f'auto* b{k} = ({STORAGE[t.dtype]}*)og_emu_read("in{k}.bin", {arr.nbytes});'
+                f'auto* b{k} = ({_storage(t.dtype)}*)og_emu_read("in{k}.bin", {arr.nbytes});'
             )
         roots = alias_roots(graph)
         for n, node in enumerate(graph.nodes):
@@ -270,10 +270,10 @@ def run_graph(
             if node.name in roots:  # an aliasing view (a slice of a siblings region): no kernel
                 root, offset = roots[node.name]
                 setup.append(
-                    f"auto* v{n} = ({STORAGE[t.dtype]}*)((char*){buffers[root]} + {offset});"
+                    f"auto* v{n} = ({_storage(t.dtype)}*)((char*){buffers[root]} + {offset});"
                 )
                 continue
-            setup.append(f"auto* v{n} = ({STORAGE[t.dtype]}*)std::calloc({t.nbytes} + 16, 1);")
+            setup.append(f"auto* v{n} = ({_storage(t.dtype)}*)std::calloc({t.nbytes} + 16, 1);")
             for work in node_code(node, [types[o] for o in node.operands]):
                 if not isinstance(work, Launch):
                     raise NotImplementedError(f"{node.op}: only kernel launches are emulated")
@@ -292,7 +292,7 @@ def run_graph(
         result = {}
         for k, name in enumerate(outs):
             t = types[name]
-            data = np.fromfile(folder / f"out{k}.bin", dtype=numpy_dtype(t.dtype))
+            data = np.fromfile(folder / f"out{k}.bin", dtype=_numpy(t.dtype))
             result[name] = data.reshape(t.shape)
         return result
 
@@ -527,10 +527,19 @@ def run_plan(
         result = {}
         for k, name in enumerate(outs):
             t = plan.types[name]
-            data = np.fromfile(folder / f"out{k}.bin", dtype=numpy_dtype(t.dtype))
+            data = np.fromfile(folder / f"out{k}.bin", dtype=_numpy(t.dtype))
             result[name] = data.reshape(t.shape)
         return result
 
 
 def _host(array: np.ndarray, dtype: str) -> np.ndarray:
-    return np.ascontiguousarray(np.asarray(array, dtype=numpy_dtype(dtype)))
+    return np.ascontiguousarray(np.asarray(array, dtype=_numpy(dtype)))
+
+
+def _numpy(dtype: str) -> np.dtype:
+    """The NumPy dtype of a value's array: a quantized weight's is its GGUF bytes."""
+    return np.dtype(np.uint8) if dtype in QUANT_BLOCKS else numpy_dtype(dtype)
+
+
+def _storage(dtype: str) -> str:
+    return "unsigned char" if dtype in QUANT_BLOCKS else STORAGE[dtype]

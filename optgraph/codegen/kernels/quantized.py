@@ -43,21 +43,12 @@ from optgraph.codegen.cuda_source import (
     store,
 )
 from optgraph.codegen.kernels.matmul import Gemm, emit_roles
-from optgraph.ir.graph import DTYPE_BYTES, Node, TensorType
-
-QUANT_BLOCKS = {  # TEMPORARY until ir.graph has it
-    "q8_0": (32, 34),
-    "q4_0": (32, 18),
-    "q4_1": (32, 20),
-    "q5_0": (32, 22),
-    "q4_k": (256, 144),
-    "q5_k": (256, 176),
-    "q6_k": (256, 210),
-    "mxfp4": (32, 17),
-}
+from optgraph.ir.graph import DTYPE_BYTES, QUANT_BLOCKS, Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
 
-OPS = frozenset({"dequantize", "get_rows", "matmul"})
+# The op only this family emits; get_rows and matmul come here when they read a quantized
+# operand (`reads_quantized`, asked by the dispatcher before any family).
+OPS = frozenset({"dequantize"})
 SCRATCH = "scratch"
 # Rows of x the one-row kernel takes (a block row each); more go to scratch + cuBLAS.
 KERNEL_MAX_ROWS = 4
