@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from optgraph.api.programs import CompiledProgram, compile
     from optgraph.codegen.lowering_options import LoweringOptions
     from optgraph.errors import OptGraphError, Span
+    from optgraph.frontends.gguf import from_gguf
     from optgraph.frontends.onnx import from_onnx
     from optgraph.frontends.torch_export import from_torch
     from optgraph.ir.graph import Graph
@@ -43,6 +44,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Program": ("optgraph.api.programs", "CompiledProgram"),
     "Span": ("optgraph.errors", "Span"),
     "compile": ("optgraph.api.programs", "compile"),
+    "from_gguf": ("optgraph.frontends.gguf", "from_gguf"),
     "from_onnx": ("optgraph.frontends.onnx", "from_onnx"),
     "from_torch": ("optgraph.frontends.torch_export", "from_torch"),
     "parse": ("optgraph.ir.parser", "parse"),
@@ -60,6 +62,7 @@ __all__ = [
     "Program",
     "Span",
     "compile",
+    "from_gguf",
     "from_onnx",
     "from_torch",
     "parse",

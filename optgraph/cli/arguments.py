@@ -91,7 +91,7 @@ def _add_run(sub: Any) -> None:
         "without device annotations is split first)",
     )
     p.add_argument("--inputs", metavar="FILE.npz", help="input arrays by name")
-    p.add_argument("--weights", metavar="FILE", help="weights (.npz or .safetensors)")
+    p.add_argument("--weights", metavar="FILE", help="weights (.npz, .safetensors or .gguf)")
     p.add_argument("--seed", type=_seed, default=0, help="seed for random inputs and weights")
     p.add_argument("-p", "--pipeline", default="default", help="pipeline for --device cuda")
     p.add_argument(
@@ -133,10 +133,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_run(sub)
 
-    p = sub.add_parser("import", help="a model in: MODEL.onnx or MODEL.pt2 to MODEL.ir")
-    p.add_argument("model", metavar="MODEL.onnx|MODEL.pt2")
+    p = sub.add_parser("import", help="a model in: MODEL.onnx, .pt2 or .gguf to MODEL.ir")
+    p.add_argument("model", metavar="MODEL.onnx|MODEL.pt2|MODEL.gguf")
     p.add_argument("-o", "--output", metavar="MODEL.ir", required=True, help="the IR to write")
     p.add_argument("--weights-out", metavar="W.safetensors", help="write the weights (or .npz)")
+    g = p.add_argument_group("GGUF (the step to build)")
+    g.add_argument("--mode", choices=("decode", "prefill"), default="decode")
+    g.add_argument("--batch", type=int, default=1, help="sequences (default 1)")
+    g.add_argument("--seq", type=int, default=1, help="new tokens per sequence (default 1)")
+    g.add_argument(
+        "--cache-len", type=int, help="decode: cached positions (default the context, <= 4096)"
+    )
+    g.add_argument(
+        "--dtype", choices=("f32", "f16", "bf16"), help="activations (default from the weights)"
+    )
 
     p = sub.add_parser("passes", help="list every pass with its options")
     return parser

@@ -7,7 +7,8 @@
                           [--seed N] [-p PIPELINE] [--no-graph] [--no-pdl] [--no-merge-launches]
                           [--vram-budget SIZE] [--save-outputs FILE.npz] [-q]
     optgraph dot MODEL.ir [-p PIPELINE] [-o FILE.dot|.svg|.png] [-q]
-    optgraph import MODEL.onnx|MODEL.pt2 -o MODEL.ir [--weights-out W.safetensors]
+    optgraph import MODEL.onnx|MODEL.pt2|MODEL.gguf -o MODEL.ir [--weights-out W.safetensors]
+                    [--mode decode|prefill] [--batch N] [--seq N] [--cache-len N] [--dtype D]
     optgraph passes
     optgraph --version
 
@@ -290,10 +291,13 @@ def cmd_passes(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    """A model in: MODEL.onnx or MODEL.pt2 (torch.export.save) -> MODEL.ir [+ weights]."""
+    """A model in: MODEL.onnx, MODEL.pt2 (torch.export.save) or MODEL.gguf -> MODEL.ir
+    [+ weights]."""
     from optgraph.frontends.model_files import import_model_file
 
-    graph, weights = import_model_file(args.model, args.output, args.weights_out)
+    gguf_options = {"mode": args.mode, "batch": args.batch, "seq": args.seq}
+    gguf_options |= {"cache_len": args.cache_len, "dtype": args.dtype}
+    graph, weights = import_model_file(args.model, args.output, args.weights_out, gguf_options)
     note = f", {len(weights)} weights -> {args.weights_out}" if args.weights_out else ""
     print(f"imported {args.model}: {len(graph.nodes)} nodes -> {args.output}{note}")
     return 0

@@ -333,7 +333,14 @@ def _read_arrays(path: str | Path, kind: str, suffixes: Sequence[str]) -> dict[s
 
 
 def load_weights(path: str | Path, graph: Graph) -> dict[str, np.ndarray]:
-    """The weights of `graph` from a `.npz` or `.safetensors` file, checked name by name."""
+    """The weights of `graph` from a `.npz`, `.safetensors` or `.gguf` file (a GGUF tensor by
+    its name, memory-mapped: `gguf_file.GGUFFile.array`), checked name by name."""
+    if Path(path).suffix == ".gguf":
+        from optgraph.reference.gguf_file import open_gguf
+
+        gguf = open_gguf(path)
+        arrays = {w.name: gguf.array(w.name) for w in graph.weights if w.name in gguf.tensors}
+        return _check_arrays(arrays, graph.weights, "weight", f"file '{path}'", graph.name)
     arrays = _read_arrays(path, "weights", (".npz", ".safetensors"))
     return _check_arrays(arrays, graph.weights, "weight", f"file '{path}'", graph.name)
 

@@ -57,7 +57,7 @@ def test_unknown_suffix_and_missing_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["import", str(tmp_path / "model.h5"), "-o", str(tmp_path / "m.ir")]) == 1
-    assert "expected a .onnx or .pt2" in capsys.readouterr().err
+    assert "expected a .onnx, .pt2 (torch.export.save) or .gguf" in capsys.readouterr().err
     assert main(["import", str(tmp_path / "absent.onnx"), "-o", str(tmp_path / "m.ir")]) == 1
     assert "no such file" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []

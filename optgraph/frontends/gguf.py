@@ -1,0 +1,235 @@
+"""GGUF in: a llama.cpp model file as a Llama-family graph and its weights.
+
+    graph, weights = og.from_gguf("model.gguf")                        # a decode step
+    graph, weights = og.from_gguf("model.gguf", mode="prefill", seq=16)
+
+The architecture and hyper-parameters come from the file's metadata (`{arch}.block_count`,
+`.embedding_length`, `.feed_forward_length`, `.attention.head_count`, `.head_count_kv`,
+`.key_length`, `.layer_norm_rms_epsilon`, `.rope.freq_base`, `.rope.scaling.*`,
+`.context_length`); the vocabulary is `token_embd.weight`'s rows, the embeddings are tied when
+there is no `output.weight`, biases and Qwen3's q/k norms are there when their tensors are. The
+graph is `llama_ir`'s (the structure of `examples/gen_llama.py`), its weights named as in the
+file (`token_embd.weight`, `blk.0.attn_q.weight`, ...) and declared with their stored dtype and
+row-major shape: matrices `[out, in]`, read with `transpose_b = true`; a float weight in another
+dtype than the step's is cast where it is read; quantized ones are read as stored.
+
+Architectures: `llama` (llama.cpp writes Mistral models as `llama` too), `qwen2` (q/k/v
+biases), `qwen3` (q/k norms). Rope scaling: `linear` and `yarn` from `rope.scaling.*`; llama3's from the
+`rope_freqs.weight` table llama.cpp's converter writes (fitted by `rope_tables`). The weights are
+the file's arrays (memory-mapped; `reference/gguf_file.py`, which also undoes llama.cpp's q/k row
+permutation), so `optgraph run MODEL.ir --weights MODEL.gguf` reads the same ones.
+
+Not handled: gemma2/3 (norm offsets, softcaps, sliding windows), phi3 (fused qkv), MoE models,
+partial rotary (`rope.dimension_count` below the head width), per-layer head counts.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from optgraph.errors import InputError
+from optgraph.frontends.llama_ir import (
+    MODES,
+    PROJECTIONS,
+    LlamaConfig,
+    LlamaStep,
+    LlamaWeights,
+    llama_ir,
+    weight_shapes,
+)
+from optgraph.frontends.rope_tables import rope_attributes
+from optgraph.ir.graph import AttrValue, Graph
+from optgraph.ir.parser import parse
+from optgraph.reference.gguf_file import GGUFFile, open_gguf, supported_types
+
+ARCHITECTURES = ("llama", "qwen2", "qwen3")
+DEFAULT_CACHE_LEN = 4096  # a decode step's cache when the model's context is longer
+_LAYER_TENSORS = {
+    "attn_norm": "attn_norm",
+    "wq": "attn_q",
+    "wk": "attn_k",
+    "wv": "attn_v",
+    "wo": "attn_output",
+    "mlp_norm": "ffn_norm",
+    "w_gate": "ffn_gate",
+    "w_up": "ffn_up",
+    "w_down": "ffn_down",
+    "q_norm": "attn_q_norm",
+    "k_norm": "attn_k_norm",
+}
+_BIAS_TENSORS = dict(
+    zip(
+        PROJECTIONS, ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+    )
+)
+_MODEL_TENSORS = {"embed": "token_embd.weight", "final_norm": "output_norm.weight"}
+_MODEL_TENSORS["lm_head"] = "output.weight"
+
+
+def gguf_weight_name(role: str, layer: int | None) -> str:
+    """The GGUF tensor name of a `llama_ir` weight role."""
+    if layer is None:
+        return _MODEL_TENSORS[role]
+    if role.startswith("b_"):
+        return f"blk.{layer}.{_BIAS_TENSORS[role[2:]]}.bias"
+    return f"blk.{layer}.{_LAYER_TENSORS[role]}.weight"
+
+
+def from_gguf(
+    path: str | Path,
+    *,
+    mode: str = "decode",
+    batch: int = 1,
+    seq: int = 1,
+    cache_len: int | None = None,
+    dtype: str | None = None,
+) -> tuple[Graph, dict[str, np.ndarray]]:
+    """(graph, weights) of a GGUF file: a decode step over `cache_len` cached positions (default
+    the context length, at most 4096), or a prefill (`mode="prefill"`) of `seq` tokens, for
+    `batch` sequences. `dtype` (f32, f16, bf16) is the activations'; default the stored dtype
+    of the projections when it is f16 or bf16, else f32."""
+    gguf = open_gguf(path)
+    if mode not in MODES:
+        raise InputError(f"from_gguf: mode must be one of {', '.join(MODES)}, got {mode!r}")
+    config = gguf_config(gguf)
+    names = {
+        gguf_weight_name(role, layer): dims
+        for (role, layer), dims in weight_shapes(config, out_in=True).items()
+    }
+    dtypes = _check_tensors(gguf, names)
+    if dtype is None:
+        stored = dtypes[gguf_weight_name("wq", 0)] if config.layers else "f32"
+        dtype = stored if stored in ("f16", "bf16") else "f32"
+    if cache_len is None:
+        context = gguf.metadata(f"{gguf.architecture}.context_length", DEFAULT_CACHE_LEN)
+        cache_len = min(int(context), DEFAULT_CACHE_LEN)
+    step = LlamaStep(dtype=dtype, batch=batch, seq=seq, cache_len=cache_len, mode=mode)
+    weights = LlamaWeights(name=gguf_weight_name, out_in=True, dtypes=dtypes)
+    comment = f"# Imported from {Path(path).name} ({gguf.architecture}) by optgraph's from_gguf."
+    try:
+        text = llama_ir(config, step, weights, comments=[comment])
+    except ValueError as err:
+        raise InputError(f"from_gguf '{path}': {err}") from None
+    graph = parse(text)
+    return graph, {w.name: gguf.array(w.name) for w in graph.weights}
+
+
+def gguf_config(gguf: GGUFFile) -> LlamaConfig:
+    """The model's `LlamaConfig` from the metadata (module docstring)."""
+    arch = gguf.architecture
+    if arch not in ARCHITECTURES:
+        raise gguf.error(
+            f"architecture '{arch}' is not supported; supported: {', '.join(ARCHITECTURES)}"
+        )
+
+    def number(key: str, default: int | None = None) -> int:
+        value = gguf.metadata(f"{arch}.{key}", default)
+        if isinstance(value, list):
+            raise gguf.error(
+                f"'{arch}.{key}' differs between layers ({value[:8]}...): "
+                "per-layer sizes are not supported"
+            )
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            what = "missing" if value is None else f"not a non-negative integer ({value!r})"
+            raise gguf.error(f"metadata '{arch}.{key}' is {what}")
+        return value
+
+    hidden, heads = number("embedding_length"), number("attention.head_count")
+    if heads < 1:
+        raise gguf.error(f"'{arch}.attention.head_count' must be positive")
+    head_dim = number("attention.key_length", hidden // heads)
+    if number("attention.value_length", head_dim) != head_dim:
+        raise gguf.error("attention.value_length differs from attention.key_length")
+    rotary = number("rope.dimension_count", head_dim)
+    if rotary != head_dim:
+        raise gguf.error(
+            f"partial rotary (rope.dimension_count {rotary} of head width "
+            f"{head_dim}) is not supported"
+        )
+    embed = gguf.tensors.get("token_embd.weight")
+    if embed is None or len(embed.shape) != 2:
+        raise gguf.error("no 2-D 'token_embd.weight' tensor")
+    eps = gguf.metadata(f"{arch}.attention.layer_norm_rms_epsilon")
+    if not isinstance(eps, float) or not eps > 0:
+        raise gguf.error(f"metadata '{arch}.attention.layer_norm_rms_epsilon' is {eps!r}")
+    layers = number("block_count")
+    present = set(gguf.tensors)
+    return LlamaConfig(
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=number("attention.head_count_kv", heads),
+        ffn=number("feed_forward_length"),
+        vocab=embed.shape[0],
+        head_dim=head_dim if head_dim != hidden // heads or hidden % heads else None,
+        eps=eps,
+        rope=_rope(gguf, head_dim),
+        bias=tuple(p for p in PROJECTIONS if gguf_weight_name(f"b_{p}", 0) in present),
+        tied_embeddings="output.weight" not in present,
+        qk_norm=layers > 0 and gguf_weight_name("q_norm", 0) in present,
+    )
+
+
+def _rope(gguf: GGUFFile, head_dim: int) -> dict[str, AttrValue]:
+    """The rope op's attributes: theta, and the scaling of `rope.scaling.*` or `rope_freqs`."""
+    arch = gguf.architecture
+    theta = float(gguf.metadata(f"{arch}.rope.freq_base", 10000.0))
+    kind = gguf.metadata(f"{arch}.rope.scaling.type", "none")
+    factor = float(gguf.metadata(f"{arch}.rope.scaling.factor", 1.0))
+    if "rope_freqs.weight" in gguf.tensors:  # llama3: the converter writes the divisors
+        if kind != "none":
+            raise gguf.error(f"rope_freqs.weight with rope scaling '{kind}' is not supported")
+        divisors = np.asarray(gguf.array("rope_freqs.weight"), np.float64).reshape(-1)
+        if divisors.size != head_dim // 2:
+            raise gguf.error(f"rope_freqs.weight has {divisors.size} entries, not {head_dim // 2}")
+        inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim) / divisors
+        fitted = rope_attributes(inv_freq.astype(np.float32), 1.0)
+        if fitted is None:
+            raise gguf.error("rope_freqs.weight is no rope scaling optgraph knows (llama3, linear)")
+        return fitted
+    if kind == "none" or (kind == "linear" and factor == 1.0):
+        return {"theta": theta}
+    if kind == "linear":
+        return {"theta": theta, "scaling": "linear", "factor": factor}
+    if kind == "yarn":
+        original = gguf.metadata(f"{arch}.rope.scaling.original_context_length")
+        if not isinstance(original, int):
+            raise gguf.error("yarn rope scaling without rope.scaling.original_context_length")
+        attrs: dict[str, AttrValue] = {"theta": theta, "scaling": "yarn", "factor": factor}
+        attrs["original_max_position"] = original
+        for key, name in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
+            if gguf.has(f"{arch}.rope.scaling.{key}"):
+                attrs[name] = float(gguf.metadata(f"{arch}.rope.scaling.{key}"))
+        if gguf.has(f"{arch}.rope.scaling.yarn_attn_factor"):  # ggml multiplies its mscale
+            scale = float(gguf.metadata(f"{arch}.rope.scaling.yarn_attn_factor"))
+            attrs["attention_factor"] = scale * (0.1 * math.log(factor) + 1.0)
+        return attrs
+    raise gguf.error(f"rope scaling '{kind}' is not supported (none, linear, yarn, llama3)")
+
+
+def _check_tensors(gguf: GGUFFile, shapes: dict[str, tuple[int, ...]]) -> dict[str, str]:
+    """The stored IR dtype of every weight the graph reads; an error naming every tensor that is
+    missing, of another shape or of a type optgraph cannot read."""
+    missing = [name for name in shapes if name not in gguf.tensors]
+    if missing:
+        shown = ", ".join(missing[:6]) + (
+            f", ... ({len(missing)} in all)" if len(missing) > 6 else ""
+        )
+        raise gguf.error(f"tensors missing for a {gguf.architecture} model: {shown}")
+    dtypes: dict[str, str] = {}
+    for name, dims in shapes.items():
+        info = gguf.tensors[name]
+        if info.shape != dims:
+            raise gguf.error(
+                f"tensor '{name}' has shape {list(info.shape)}, the metadata gives {list(dims)}"
+            )
+        if info.dtype is None:
+            raise gguf.error(
+                f"tensor '{name}' has type {info.ggml_type}, which optgraph cannot "
+                f"read; supported: {', '.join(supported_types())}"
+            )
+        dtypes[name] = info.dtype
+    return dtypes

@@ -1,0 +1,213 @@
+"""GGUF files (llama.cpp's format): metadata and tensors by name, memory-mapped and checked.
+
+`open_gguf(path)` reads the header with the `gguf` package's `GGUFReader` (which memory-maps the
+file: no copy on disk, no whole-file read) and checks what a damaged file could get wrong (magic,
+version, counts and offsets against the file size, tensor types, shapes). Every failure is one
+`InputError` naming the file; the `gguf` package is imported only here, when a file is opened.
+
+`GGUFFile.array(name)` is the array optgraph's graphs read under the tensor's GGUF name:
+
+- F32, F16 and BF16 tensors as `[rows..., K]` float arrays (views of the mapping);
+- quantized tensors (`QUANTIZED`) as their `np.uint8` blocks, one row of blocks per row;
+- the rows of `llama` files' `attn_q` / `attn_k` weights and biases back in Hugging Face order:
+  llama.cpp's converter interleaves each head's two rotary halves (its "normal" rope rotates
+  adjacent pairs), optgraph's rope is rotate-half (NeoX), so row `(h, i, j)` of the file is row
+  `(h, j, i)` of the model (`i < head_dim/2`, `j` the half), as transformers' GGUF loader reads
+  it back. Rows hold whole blocks, so quantized tensors are permuted the same way. These arrays
+  are copies; every other one is a view of the file.
+
+`import_model`'s `optgraph import MODEL.gguf` and `load_weights(MODEL.gguf)` both read through
+`array`, so a graph imported from a file runs with that same file as its weights.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import ml_dtypes
+import numpy as np
+
+from optgraph.errors import InputError
+from optgraph.ir.graph import QUANT_BLOCKS
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader, ReaderTensor
+
+MAGIC = b"GGUF"
+FLOATS = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
+# ggml type name -> the IR dtype of a quantized weight (docs/design.md, "Quantized weights").
+QUANTIZED = {
+    "Q8_0": "q8_0",
+    "Q4_0": "q4_0",
+    "Q4_1": "q4_1",
+    "Q5_0": "q5_0",
+    "Q4_K": "q4_k",
+    "Q5_K": "q5_k",
+    "Q6_K": "q6_k",
+    "MXFP4": "mxfp4",
+}
+# Architectures whose converter permutes the q and k rows for ggml's adjacent-pair rope.
+PERMUTED_QK = frozenset({"llama"})
+
+
+def quantized_dtypes() -> frozenset[str]:
+    """The quantized IR dtypes this optgraph knows (`ir.graph.QUANT_BLOCKS`)."""
+    return frozenset(QUANT_BLOCKS)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor: its ggml type name, IR dtype (None: a type optgraph cannot read) and logical
+    row-major shape (`[N, K]` for a matrix; blocks run along K)."""
+
+    name: str
+    ggml_type: str
+    dtype: str | None
+    shape: tuple[int, ...]
+
+
+class GGUFFile:
+    """An opened GGUF file: `metadata(key)`, `tensors` (name -> `TensorInfo`), `array(name)`."""
+
+    def __init__(self, path: Path, reader: GGUFReader) -> None:
+        self.path = path
+        self._reader = reader
+        self._raw: dict[str, ReaderTensor] = {t.name: t for t in reader.tensors}
+        self.tensors: dict[str, TensorInfo] = {}
+        known = quantized_dtypes()
+        for t in reader.tensors:
+            kind = t.tensor_type.name
+            dtype = FLOATS.get(kind) or (QUANTIZED[kind] if QUANTIZED.get(kind) in known else None)
+            shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+            self.tensors[t.name] = TensorInfo(t.name, kind, dtype, shape)
+
+    def has(self, key: str) -> bool:
+        return key in self._reader.fields
+
+    def metadata(self, key: str, default: Any = None) -> Any:
+        """A scalar, string or (short) array value; `default` when the key is absent."""
+        field = self._reader.fields.get(key)
+        if field is None:
+            return default
+        try:
+            return field.contents()
+        except (ValueError, IndexError, UnicodeDecodeError) as err:
+            raise self.error(f"metadata '{key}' cannot be read ({err})") from None
+
+    def array_length(self, key: str) -> int | None:
+        """The element count of an array value (the token list), without reading it."""
+        field = self._reader.fields.get(key)
+        return None if field is None else len(field.data)
+
+    @property
+    def architecture(self) -> str:
+        arch = self.metadata("general.architecture")
+        if not isinstance(arch, str):
+            raise self.error("no 'general.architecture' in its metadata")
+        return arch
+
+    def error(self, message: str) -> InputError:
+        return InputError(f"GGUF file '{self.path}': {message}")
+
+    def array(self, name: str) -> np.ndarray:
+        """The tensor `name` as optgraph reads it (module docstring)."""
+        info = self.tensors[name]
+        if info.dtype is None:
+            raise self.error(
+                f"tensor '{name}' has type {info.ggml_type}, which optgraph cannot "
+                f"read; supported: {', '.join(supported_types())}"
+            )
+        data: np.ndarray = self._raw[name].data
+        if info.ggml_type == "BF16":
+            data = data.view(ml_dtypes.bfloat16).reshape(info.shape)
+        if self.architecture in PERMUTED_QK:
+            heads = self._permuted_heads(name)
+            if heads is not None:
+                data = _unpermute_rows(data, heads)
+        return data
+
+    def _permuted_heads(self, name: str) -> int | None:
+        """The head count of a q or k tensor whose rows the converter permuted, else None."""
+        parts = name.split(".")
+        if len(parts) != 4 or parts[0] != "blk" or parts[2] not in ("attn_q", "attn_k"):
+            return None
+        arch = self.architecture
+        heads = self.metadata(f"{arch}.attention.head_count")
+        if parts[2] == "attn_k":
+            heads = self.metadata(f"{arch}.attention.head_count_kv", heads)
+        if not isinstance(heads, int) or heads < 1:
+            raise self.error(f"'{arch}.attention.head_count' must be a positive integer")
+        rows = self.tensors[name].shape[0]
+        if rows % (2 * heads):
+            raise self.error(
+                f"tensor '{name}' has {rows} rows, not a multiple of 2 x {heads} heads"
+            )
+        return heads
+
+
+def _unpermute_rows(data: np.ndarray, heads: int) -> np.ndarray:
+    """Rows `(head, i, half)` (llama.cpp's order) to `(head, half, i)`, a copy."""
+    rows = data.shape[0]
+    grouped = data.reshape(heads, rows // heads // 2, 2, *data.shape[1:])
+    return np.ascontiguousarray(grouped.swapaxes(1, 2)).reshape(data.shape)
+
+
+def supported_types() -> list[str]:
+    known = quantized_dtypes()
+    return [*FLOATS, *(k for k, v in QUANTIZED.items() if v in known)]
+
+
+def open_gguf(path: str | Path) -> GGUFFile:
+    """Open and check a GGUF file (module docstring); an `InputError` for anything wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"GGUF file '{path}' not found")
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(24)
+    if head[:4] != MAGIC:
+        raise InputError(f"GGUF file '{path}': not a GGUF file (starts with {head[:4]!r})")
+    if len(head) < 24:
+        raise InputError(f"GGUF file '{path}': truncated header ({size} bytes)")
+    # Every tensor info and key-value pair takes more than 8 bytes: larger counts are damage.
+    tensors, pairs = int.from_bytes(head[8:16], "little"), int.from_bytes(head[16:24], "little")
+    for what, count in (("tensor", tensors), ("metadata", pairs)):
+        if count > size // 8:
+            raise InputError(
+                f"GGUF file '{path}': {what} count {count} cannot fit in {size} bytes (damaged)"
+            )
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        raise InputError(f"reading '{path}' needs the gguf package (pip install gguf)") from None
+    try:
+        reader = GGUFReader(path)
+    except (ValueError, IndexError, KeyError, OverflowError, TypeError, UnicodeDecodeError) as err:
+        raise InputError(
+            f"GGUF file '{path}': cannot be read, truncated or damaged ({err})"
+        ) from None
+    except OSError as err:
+        raise InputError(f"GGUF file '{path}': cannot be read ({err.strerror or err})") from None
+    _check_tensors(path, reader, size)
+    return GGUFFile(path, reader)
+
+
+def _check_tensors(path: Path, reader: GGUFReader, size: int) -> None:
+    """Each tensor's data lies inside the file and has the bytes its type and shape need."""
+    from gguf import GGML_QUANT_SIZES
+
+    for t in reader.tensors:
+        dims = [int(d) for d in t.shape.tolist()]
+        if not 1 <= len(dims) <= 4 or min(dims) < 1:
+            raise InputError(f"GGUF file '{path}': tensor '{t.name}' has shape {dims}")
+        block, block_bytes = GGML_QUANT_SIZES[t.tensor_type]
+        n_bytes = math.prod(dims) * block_bytes // block  # Python ints: no wrap-around
+        end = int(t.data_offset) + n_bytes
+        if t.data_offset % reader.alignment or end > size or t.data.nbytes != n_bytes:
+            raise InputError(
+                f"GGUF file '{path}': tensor '{t.name}' ({t.n_bytes} bytes at offset "
+                f"{t.data_offset}) lies outside the file ({size} bytes): truncated or damaged"
+            )

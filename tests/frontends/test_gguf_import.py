@@ -1,0 +1,147 @@
+"""`og.from_gguf`: GGUF files written as llama.cpp's converter writes them (tests/frontends/
+gguf_models.py) import as Llama-family graphs whose logits, run by the reference interpreter,
+match transformers' own GGUF loading, and whose greedy tokens equal `generate`'s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import optgraph as og
+from optgraph.frontends.gguf import from_gguf
+from optgraph.reference.interpreter import run_reference
+from tests.frontends import gguf_models
+
+pytest.importorskip("gguf")
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")  # transformers' GGUF loading needs it
+
+PROMPT = [3, 17, 99, 5, 200, 42]
+NEW_TOKENS = 24
+F32_BOUND = 1e-4  # the largest logit difference seen: 6.2e-6, on logits up to ~6
+F16_BOUND = 0.05  # an f16 step (activations rounded to f16 after every op)
+
+
+def _oracle(path: Path, prompt: list[int], new_tokens: int) -> tuple[np.ndarray, list[int]]:
+    """transformers' GGUF loading: the prompt's logits and the greedy continuation."""
+    model = gguf_models.load_with_transformers(path)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt])).logits[0].float().numpy()
+    return logits, gguf_models.greedy_reference(model, prompt, new_tokens)
+
+
+def _file(tmp_path: Path, arch: str, ftype: str = "F32", **overrides: Any) -> Path:
+    """A GGUF file of `arch` as llama.cpp lays it out; Mistral models are `llama` files."""
+    model = gguf_models.hf_model(arch, **overrides)
+    name = "Mistral tiny" if arch == "mistral" else "tiny"
+    file_arch = "llama" if arch == "mistral" else arch
+    return gguf_models.write_gguf(model, tmp_path / f"{arch}.gguf", file_arch, ftype, name=name)
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3"])
+def test_f32_files_decode_as_transformers_loads_them(tmp_path: Path, arch: str) -> None:
+    path = _file(tmp_path, arch)
+    graph, weights = from_gguf(path, cache_len=40)
+    og.verify(graph)
+    assert {w.name for w in graph.weights} <= {t for t in weights}
+    assert "blk.0.attn_q.weight" in weights and "token_embd.weight" in weights
+    logits, tokens = gguf_models.decode_steps(graph, weights, PROMPT, NEW_TOKENS)
+    expected_logits, expected_tokens = _oracle(path, PROMPT, NEW_TOKENS)
+    assert np.abs(logits - expected_logits).max() <= F32_BOUND
+    assert tokens == expected_tokens
+
+
+def test_the_graph_has_gen_llamas_structure_with_the_files_names(tmp_path: Path) -> None:
+    graph, _ = from_gguf(_file(tmp_path, "qwen3"), cache_len=16)
+    ops = [n.op for n in graph.nodes]
+    # Per layer: 5 rms_norms (attention, mlp, q and k heads), 7 products, 2 ropes, 2 cache writes.
+    assert ops.count("rms_norm") == 2 * 4 + 1 and ops.count("rope") == 4
+    assert ops.count("kv_cache_write") == 4 and ops.count("attention") == 2
+    assert ops.count("matmul") == 2 * 7 + 1
+    products = [n for n in graph.nodes if n.op == "matmul"]
+    assert all(n.attrs.get("transpose_b") for n in products)
+    assert [i.name for i in graph.inputs][:3] == ["tokens", "pos", "kv_len"]
+    assert graph.output_names()[0] == "logits"
+
+
+def test_qwen2_biases_and_tied_embeddings(tmp_path: Path) -> None:
+    path = _file(tmp_path, "qwen2", tie_word_embeddings=True)
+    graph, weights = from_gguf(path, cache_len=40)
+    names = {w.name for w in graph.weights}
+    assert "blk.1.attn_k.bias" in names and "output.weight" not in names
+    logits, tokens = gguf_models.decode_steps(graph, weights, PROMPT, NEW_TOKENS)
+    expected_logits, expected_tokens = _oracle(path, PROMPT, NEW_TOKENS)
+    assert np.abs(logits - expected_logits).max() <= F32_BOUND
+    assert tokens == expected_tokens
+
+
+def test_prefill_logits_match_for_every_position(tmp_path: Path) -> None:
+    path = _file(tmp_path, "llama")
+    graph, weights = from_gguf(path, mode="prefill", seq=len(PROMPT))
+    assert [i.name for i in graph.inputs] == ["tokens", "pos"]
+    feed = {"tokens": np.array(PROMPT, np.int32), "pos": np.arange(len(PROMPT), dtype=np.int32)}
+    logits = run_reference(graph, feed, weights)["logits"]
+    expected, _ = _oracle(path, PROMPT, 1)
+    assert np.abs(logits - expected).max() <= F32_BOUND
+
+
+def test_f16_files_keep_f16_weights(tmp_path: Path) -> None:
+    """f16 matrices stay f16 (`transpose_b` products); in an f32 step each is cast where it is
+    read and the logits match transformers (which widens them) as closely as f32 files do; the
+    default step is f16: within f16's rounding."""
+    path = _file(tmp_path, "llama", "F16")
+    expected_logits, expected_tokens = _oracle(path, PROMPT, NEW_TOKENS)
+    graph, weights = from_gguf(path, cache_len=40, dtype="f32")
+    assert weights["blk.0.attn_q.weight"].dtype == np.float16
+    assert graph.value_types()["blk.0.ffn_down.weight"].dtype == "f16"
+    logits, tokens = gguf_models.decode_steps(graph, weights, PROMPT, NEW_TOKENS)
+    assert np.abs(logits - expected_logits).max() <= F32_BOUND
+    assert tokens == expected_tokens
+    graph16, weights16 = from_gguf(path, cache_len=40)
+    assert graph16.value_types()["logits"].dtype == "f16"
+    logits16, tokens16 = gguf_models.decode_steps(graph16, weights16, PROMPT, NEW_TOKENS)
+    print("f16 step: largest logit difference", np.abs(logits16 - expected_logits).max())
+    assert np.abs(logits16 - expected_logits).max() <= F16_BOUND
+    # Greedy tokens agree until a near tie (the random model's top two within f16's error).
+    assert tokens16[:5] == expected_tokens[:5]
+
+
+def test_weights_are_views_of_the_mapped_file_except_permuted_q_and_k(tmp_path: Path) -> None:
+    _, weights = from_gguf(_file(tmp_path, "llama"), cache_len=8)
+    assert isinstance(weights["blk.0.ffn_up.weight"].base, np.memmap | np.ndarray)
+    assert not weights["blk.0.ffn_up.weight"].flags.owndata
+    assert weights["blk.0.attn_q.weight"].flags.c_contiguous  # un-permuted: a copy
+
+
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {"rope_type": "linear", "factor": 2.0},
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    ],
+    ids=["linear", "llama3"],
+)
+def test_rope_scaling_from_the_metadata_and_rope_freqs(
+    tmp_path: Path, rope: dict[str, Any]
+) -> None:
+    """transformers' GGUF loader drops rope scaling: the oracle is the model the file came from."""
+    rope_parameters = {"rope_theta": 500000.0, **rope}
+    model = gguf_models.hf_model("llama", rope_parameters=rope_parameters)
+    path = gguf_models.write_gguf(model, tmp_path / "scaled.gguf", "llama", rope=rope)
+    graph, weights = from_gguf(path, cache_len=40)
+    ropes = [n for n in graph.nodes if n.op == "rope"]
+    assert ropes[0].attrs["scaling"] == rope["rope_type"]
+    logits, _ = gguf_models.decode_steps(graph, weights, PROMPT + [7] * 20, 1)
+    with torch.no_grad():
+        expected = model(torch.tensor([PROMPT + [7] * 20])).logits[0].numpy()
+    assert np.abs(logits - expected).max() <= F32_BOUND
