@@ -72,7 +72,6 @@ KNOWN_GAPS: dict[tuple[str, str], str] = {
     ("dequantize", "aten"): "GGUF models only: PyTorch has no ggml block formats",
     ("dequantize", "onnx"): "GGUF models only: ONNX has no ggml block formats",
     ("dequantize", "case"): "not yet: an op case runs the CUDA kernel, which does not exist yet",
-    ("dequantize", "reference"): "not yet: reference/dequantize.py (issue 32, part 2)",
     ("fused", "aten"): f"fuse: {_NOT_IMPORTED}",
     ("fused", "onnx"): f"fuse: {_NOT_IMPORTED}",
     ("kv_cache_write", "onnx"): "not yet: ONNX exports write a static cache with ScatterND, "

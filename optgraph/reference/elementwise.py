@@ -28,6 +28,8 @@ from collections.abc import Callable, Mapping
 import ml_dtypes
 import numpy as np
 
+from optgraph.ir.graph import QUANT_BLOCKS
+
 NUMPY_DTYPES: Mapping[str, np.dtype] = {
     "f32": np.dtype(np.float32),
     "f16": np.dtype(np.float16),
@@ -37,12 +39,15 @@ NUMPY_DTYPES: Mapping[str, np.dtype] = {
     "bool": np.dtype(np.bool_),
 }
 _IR_DTYPES: Mapping[np.dtype, str] = {v: k for k, v in NUMPY_DTYPES.items()}
+_BYTES = np.dtype(np.uint8)
 F32 = np.float32
 
 
 def numpy_dtype(dtype: str) -> np.dtype:
-    """The NumPy dtype of an IR dtype name (`bf16` is `ml_dtypes.bfloat16`)."""
-    return NUMPY_DTYPES[dtype]
+    """The NumPy dtype of an IR dtype name (`bf16` is `ml_dtypes.bfloat16`; a quantized dtype's
+    arrays hold its blocks' bytes, `uint8`)."""
+    found = NUMPY_DTYPES.get(dtype)
+    return _BYTES if found is None and dtype in QUANT_BLOCKS else NUMPY_DTYPES[dtype]
 
 
 def ir_dtype(dtype: np.dtype) -> str | None:

@@ -31,6 +31,7 @@ from optgraph.ir.graph import FLOAT_DTYPES, Graph, Input, Node, TensorType, Weig
 from optgraph.ir.op_rules_attention import attention_operands
 from optgraph.ir.ops import attrs_with_defaults, get_op, infer_type
 from optgraph.ir.weight_layout import model_type, stored_array
+from optgraph.reference.dequantize import dequantize_operands, random_blocks
 from optgraph.reference.kernels import KERNELS, ir_dtype, numpy_dtype
 
 __all__ = [
@@ -46,6 +47,8 @@ __all__ = [
 ]
 
 _WIDE = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
+# Ops that move a quantized value's bytes as they are (the copies passes make of weights).
+_MOVES_BYTES = frozenset({"copy", "prefetch"})
 
 
 def _describe(array: np.ndarray) -> str:
@@ -61,21 +64,35 @@ def _type_of(array: np.ndarray) -> TensorType:
     return TensorType(dtype, tuple(array.shape))
 
 
-def evaluate_node(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    """The value of one node given its operands' values (never modifies them)."""
+def evaluate_node(
+    node: Node, args: Sequence[np.ndarray], types: Sequence[TensorType] | None = None
+) -> np.ndarray:
+    """The value of one node given its operands' values (never modifies them).
+
+    `types`: the operands' types, needed where one is quantized (its array holds bytes, see
+    `reference.dequantize`); without them each type is read off its array."""
     if node.op == "fused":
         if node.body is None:
             raise VerifyError("fused: missing body", node.span)
         env = dict(zip(node.body.params, args))
+        env_types = dict(zip(node.body.params, types)) if types is not None else None
         for inner in node.body.nodes:
-            env[inner.name] = evaluate_node(inner, [env[o] for o in inner.operands])
+            inner_args = [env[o] for o in inner.operands]
+            if env_types is None:
+                env[inner.name] = evaluate_node(inner, inner_args)
+                continue
+            inner_types = [env_types[o] for o in inner.operands]
+            env[inner.name] = evaluate_node(inner, inner_args, inner_types)
+            env_types[inner.name] = inner.type or infer_type(inner, inner_types)
         return env[node.body.result]
     opdef = get_op(node.op)
     if opdef is None or node.is_event:
         raise VerifyError(f"{node.op}: cannot be evaluated", node.span)
     result_type = node.type
     if result_type is None:
-        result_type = infer_type(node, [_type_of(a) for a in args])
+        result_type = infer_type(node, types or [_type_of(a) for a in args])
+    if types is not None and node.op not in _MOVES_BYTES and any(t.is_quantized for t in types):
+        args = dequantize_operands(node, args, types)
     if opdef.category != "data_movement":
         # Row-major operands: NumPy's summation order follows the memory layout, so a reduction
         # of a transposed view would round unlike the same values in a planned (contiguous)
@@ -84,7 +101,7 @@ def evaluate_node(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     with np.errstate(all="ignore"):
         out = KERNELS[node.op](node, args, attrs_with_defaults(node))
         out = np.asarray(out).astype(numpy_dtype(result_type.dtype), copy=False)
-    if out.shape != result_type.shape:
+    if out.shape != result_type.array_shape:
         raise VerifyError(
             f"{node.op}: computed a {_describe(out)} value but the node is declared {result_type}",
             node.span,
@@ -116,11 +133,14 @@ def _check_arrays(
         if decl.type.dtype == "bf16" and array.dtype.kind == "V" and array.dtype.itemsize == 2:
             array = array.view(ml_dtypes.bfloat16)  # .npz stores bfloat16 as raw 2-byte records
         expected = model_type(decl) if isinstance(decl, Weight) else decl.type
-        if array.dtype != numpy_dtype(expected.dtype) or array.shape != expected.shape:
+        if array.dtype != numpy_dtype(expected.dtype) or array.shape != expected.array_shape:
+            stored = ""
+            if expected.is_quantized:  # its array holds the blocks' bytes
+                stored = f" (stored as uint8[{','.join(map(str, expected.array_shape))}])"
             diags.append(
                 Diagnostic(
-                    f"{kind} '%{decl.name}': expected {expected}, got {_describe(array)} "
-                    f"in {source}",
+                    f"{kind} '%{decl.name}': expected {expected}{stored}, got "
+                    f"{_describe(array)} in {source}",
                     decl.span,
                 )
             )
@@ -153,10 +173,12 @@ def run_reference(
         for operand in node.operands:
             last_use[operand] = index
     keep = set(graph.output_names())
+    types = graph.value_types()
     for index, node in enumerate(graph.nodes):
         if node.is_event:
             continue
-        env[node.name] = evaluate_node(node, [env[o] for o in node.operands])
+        operand_types = [types[o] for o in node.operands]
+        env[node.name] = evaluate_node(node, [env[o] for o in node.operands], operand_types)
         for operand in set(node.operands):
             if last_use[operand] == index and operand not in keep:
                 del env[operand]
@@ -199,7 +221,9 @@ class _Use:
             self.fan_in = other.fan_in
 
 
-_PASS_THROUGH = frozenset({"reshape", "transpose", "slice", "concat", "copy", "prefetch"})
+_PASS_THROUGH = frozenset(
+    {"reshape", "transpose", "slice", "concat", "copy", "prefetch", "dequantize"}
+)
 
 
 def _direct_use(node: Node, index: int, types: Sequence[TensorType]) -> _Use:
@@ -261,6 +285,8 @@ def _random_array(name: str, t: TensorType, use: _Use, seed: int, is_weight: boo
     """Drawn in float32 (floats) or the target dtype (integers, bools), never in float64: a large
     input must not need twice its own size while it is drawn."""
     rng = _rng(seed, name)
+    if t.is_quantized:
+        return random_blocks(rng, t, 1.0 / math.sqrt(use.fan_in) if use.fan_in else 0.5)
     if t.dtype == "bool":
         return rng.integers(0, 2, size=t.shape, dtype=np.bool_)
     if t.dtype not in FLOAT_DTYPES:
@@ -293,7 +319,8 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
 
 def random_weights(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded weights: matrices ~ N(0,1)/√fan_in, norm weights ~ 1, biases ~ 0.1·N(0,1); in the
-    model's layout (`weight_layout.model_type`), so a compiled graph draws the same arrays."""
+    model's layout (`weight_layout.model_type`), so a compiled graph draws the same arrays.
+    A quantized weight gets valid random blocks of about that spread (`random_blocks`)."""
     uses = _uses(graph.nodes, graph.value_types())
     return {
         w.name: _random_array(w.name, model_type(w), uses.get(w.name, _Use()), seed, True)

@@ -38,6 +38,7 @@ from optgraph.ir.op_rules_rope import rope_frequencies
 from optgraph.reference import elementwise
 from optgraph.reference.attention import attention
 from optgraph.reference.collective import KERNELS as COLLECTIVE_KERNELS
+from optgraph.reference.dequantize import dequantize_kernel
 from optgraph.reference.indexing import KERNELS as INDEXING_KERNELS
 
 Attrs = Mapping[str, AttrValue]
@@ -297,6 +298,7 @@ KERNELS: dict[str, Kernel] = {
     "concat": concat,
     "conv2d": conv2d,
     "copy": copy,
+    "dequantize": dequantize_kernel,
     "get_rows": get_rows,
     "kv_cache_write": kv_cache_write,
     "layer_norm": layer_norm,

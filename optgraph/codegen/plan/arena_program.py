@@ -60,6 +60,11 @@ class Buffer:
     def nbytes(self) -> int:
         return TensorType(self.dtype, self.shape).nbytes
 
+    @property
+    def array_shape(self) -> tuple[int, ...]:
+        """The shape of the array holding the value (a quantized one's: its blocks' bytes)."""
+        return TensorType(self.dtype, self.shape).array_shape
+
 
 @dataclass(frozen=True)
 class Step:

@@ -19,9 +19,11 @@ from optgraph.ir.layout import alias_roots
 
 
 def row_major_strides(t: TensorType) -> tuple[int, ...]:
+    """Byte strides of the array holding `t` (a quantized type's: of its blocks' bytes, over
+    `array_shape`)."""
     strides: list[int] = []
-    step = DTYPE_BYTES[t.dtype]
-    for dim in reversed(t.shape):
+    step = 1 if t.is_quantized else DTYPE_BYTES[t.dtype]
+    for dim in reversed(t.array_shape):
         strides.append(step)
         step *= dim
     return tuple(reversed(strides))

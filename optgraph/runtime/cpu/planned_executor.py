@@ -41,14 +41,14 @@ from __future__ import annotations
 
 import zlib
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from optgraph.codegen.plan.arena_program import Buffer, Program, Step
 from optgraph.errors import InputError
-from optgraph.ir.graph import Node
+from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.ops import get_op
 from optgraph.ir.weight_layout import model_type, stored_array
 from optgraph.reference.interpreter import evaluate_node, numpy_dtype
@@ -78,7 +78,7 @@ def _checked_arrays(
             raise InputError(f"missing {what} '%{name}' for graph '{program.graph.name}'")
         b = program.buffers[name]
         weight = weights.get(name)
-        shape = model_type(weight).shape if weight is not None else b.shape
+        shape = model_type(weight).array_shape if weight is not None else b.array_shape
         # np.require, not np.ascontiguousarray: that one turns a rank-0 array into shape [1]
         array = np.require(np.asarray(given[name]), numpy_dtype(b.dtype), "C")
         if array.shape != shape:
@@ -155,13 +155,16 @@ class _Machine:
         b = self.program.buffers[name]
         root, offset = self.root(name)
         dtype = numpy_dtype(b.dtype)
+        shape = b.array_shape  # a quantized value: its blocks' bytes
         if root.kind == "arena":
-            return np.ndarray(
-                b.shape, dtype, self.arenas[device], self.guard + root.offset + offset
-            )
+            return np.ndarray(shape, dtype, self.arenas[device], self.guard + root.offset + offset)
         base = self.own[root.name]
         flat = base.reshape(-1).view(np.uint8)
-        return np.ndarray(b.shape, dtype, flat, offset)
+        return np.ndarray(shape, dtype, flat, offset)
+
+    def types(self, operands: Sequence[str]) -> list[TensorType]:
+        buffers = self.program.buffers
+        return [TensorType(buffers[o].dtype, buffers[o].shape) for o in operands]
 
     def _bytes(self, b: Buffer, device: int) -> memoryview:
         """The buffer's bytes in the (contiguous, uint8) arena, as zlib.crc32 reads them."""
@@ -221,7 +224,8 @@ class _Machine:
         for operand in node.operands:
             self.check_buffer(operand, node.name, d)
         self.check_operand_overlap(node, list(enumerate(node.operands)))
-        self.write(node, evaluate_node(node, [self.view(o, d) for o in node.operands]), d)
+        args = [self.view(o, d) for o in node.operands]
+        self.write(node, evaluate_node(node, args, self.types(node.operands)), d)
 
     def collective(self, node: Node) -> None:
         """Run every instance of a collective at once: operand k read on group[k] (a recv's
@@ -238,7 +242,8 @@ class _Machine:
             pairs = list(zip(group, node.operands))
         for d, operand in pairs:
             self.check_buffer(operand, node.name, d)
-        result = evaluate_node(node, [self.view(o, d) for d, o in pairs])
+        args = [self.view(o, d) for d, o in pairs]
+        result = evaluate_node(node, args, self.types([o for _, o in pairs]))
         for d in node.devices:
             local = [(k, o) for k, (e, o) in enumerate(pairs) if e == d]
             self.check_operand_overlap(node, local)
