@@ -145,3 +145,33 @@ def test_rope_scaling_from_the_metadata_and_rope_freqs(
     with torch.no_grad():
         expected = model(torch.tensor([PROMPT + [7] * 20])).logits[0].numpy()
     assert np.abs(logits - expected).max() <= F32_BOUND
+
+
+@pytest.mark.parametrize(
+    "arch, ftype, overrides",
+    [
+        ("llama", "Q8_0", {}),
+        ("llama", "Q4_0", {}),
+        ("qwen3", "Q8_0", {}),
+        ("qwen2", "Q4_0", {"tie_word_embeddings": True}),
+    ],
+    ids=["llama-q8_0", "llama-q4_0", "qwen3-q8_0", "qwen2-tied-q4_0"],
+)
+def test_quantized_files_keep_their_blocks(
+    tmp_path: Path, arch: str, ftype: str, overrides: dict[str, Any]
+) -> None:
+    """Quantized matrices are declared with their ggml dtype and GGUF shape `[N, K]`, their
+    arrays the file's bytes (q and k rows un-permuted whole); the reference dequantizes them as
+    gguf does, so the logits match transformers' (which dequantizes with gguf) as f32 files do."""
+    path = _file(tmp_path, arch, ftype, **overrides)
+    graph, weights = from_gguf(path, cache_len=40)
+    og.verify(graph)
+    types = graph.value_types()
+    dtype = ftype.lower()
+    assert types["blk.0.attn_q.weight"].dtype == dtype and types["token_embd.weight"].dtype == dtype
+    assert weights["blk.0.attn_v.weight"].dtype == np.uint8
+    assert types["blk.0.attn_norm.weight"].dtype == "f32"
+    logits, tokens = gguf_models.decode_steps(graph, weights, PROMPT, NEW_TOKENS)
+    expected_logits, expected_tokens = _oracle(path, PROMPT, NEW_TOKENS)
+    assert np.abs(logits - expected_logits).max() <= F32_BOUND
+    assert tokens == expected_tokens
