@@ -40,8 +40,18 @@ def align(n: int) -> int:
 
 
 def check_array(value: Any, t: TensorType, what: str) -> None:
+    """`value` is an array of `t`: its shape and dtype; a quantized `t` is held as its blocks'
+    bytes, `uint8` of `t.array_shape` (as a GGUF tensor's data)."""
     shape = tuple(getattr(value, "shape", ()))
-    dtype = ir_dtype(np.dtype(getattr(value, "dtype", np.float64)))
+    found = np.dtype(getattr(value, "dtype", np.float64))
+    if t.is_quantized:
+        if shape != t.array_shape or found != np.uint8:
+            raise InputError(
+                f"{what}: expected {t} as its blocks' bytes, uint8{list(t.array_shape)}; "
+                f"got {ir_dtype(found) or found}{list(shape)}"
+            )
+        return
+    dtype = ir_dtype(found)
     if shape != t.shape or dtype != t.dtype:
         raise InputError(f"{what}: expected {t}, got {dtype}{list(shape)}")
 
