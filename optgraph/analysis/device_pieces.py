@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from optgraph.analysis.tensor_shards import PieceLayout, ShardRecipe, Split
+from optgraph.analysis.tensor_shards import PieceLayout, ShardRecipe, Split, stored_segments
 from optgraph.errors import Span, VerifyError
-from optgraph.ir.graph import AttrValue, Graph, Input, Node, Output, Weight
+from optgraph.ir.graph import QUANT_BLOCKS, AttrValue, Graph, Input, Node, Output, Weight
 from optgraph.ir.names import fresh_name
 
 Attrs = Mapping[str, AttrValue]
@@ -113,8 +113,17 @@ class DevicePieces:
             names = tuple(self.fresh(f"{stem}.d{i}") for i in range(self.ways))
             source = self.weights[weight]
             local = split.local_type(source.type, self.ways)
+            stored = stored_segments(source.type, split, self.ways)
+            if stored is None:
+                raise VerifyError(
+                    f"tensor-parallel: {self.ways} devices would cut quantized weight "
+                    f"%{weight} {source.type} along its last dimension into chunks of "
+                    f"{local.shape[-1]}, inside its {QUANT_BLOCKS[source.type.dtype][0]}-element "
+                    "blocks",
+                    source.span,
+                )
             for i, name in enumerate(names):
-                self.recipes[name] = ShardRecipe(weight, split.axis, split.segments, i, self.ways)
+                self.recipes[name] = ShardRecipe(weight, split.axis, stored, i, self.ways)
                 piece = replace(source, name=name, type=local, ann=replace(source.ann, device=(i,)))
                 self.cut_weights.setdefault(weight, []).append(piece)
             self.weight_pieces[key] = names

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from optgraph.errors import PipelineError
-from optgraph.ir.graph import AttrValue, Graph, Input, Node, TensorType, Weight
+from optgraph.ir.graph import QUANT_BLOCKS, AttrValue, Graph, Input, Node, TensorType, Weight
 from optgraph.ir.ops import attrs_with_defaults, get_op
 
 if TYPE_CHECKING:  # `optgraph passes` and the other light commands load no NumPy
@@ -78,6 +78,18 @@ class Split:
             parts += [piece[tuple(window)] for piece in pieces]
             start += chunk
         return np.concatenate(parts, axis=self.axis)
+
+
+def stored_segments(t: TensorType, split: Split, ways: int) -> tuple[int, ...] | None:
+    """The segments of `split` as `ShardRecipe` cuts the array holding a value of type `t`: the
+    same, but for a quantized type split along its last axis, whose array holds blocks of bytes
+    there: the segments in bytes, or None where a device's chunk would end inside a block."""
+    if not t.is_quantized or split.axis != t.rank - 1:
+        return split.segments
+    elems, size = QUANT_BLOCKS[t.dtype]
+    if any((length // ways) % elems for length in split.segments):
+        return None
+    return tuple(length // elems * size for length in split.segments)
 
 
 # Ops whose result keeps the split of the operand named here (operand index), used by the demand

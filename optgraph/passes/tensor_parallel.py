@@ -48,6 +48,7 @@ from optgraph.analysis.tensor_shards import (
     slice_bounds,
     split_demand,
     splittable_caches,
+    stored_segments,
     view_split,
 )
 from optgraph.errors import VerifyError
@@ -184,6 +185,8 @@ class TensorSplitter(DevicePieces):
         width = self.types[table].shape[-1]
         if self.types[table].rank != 2 or width % self.ways:
             return False
+        if stored_segments(self.types[table], Split(1, (width,)), self.ways) is None:
+            return False  # a quantized table whose blocks the devices cannot share: whole
         pieces = self.weightpieces_of(table, Split(1, (width,)))
         operands = self.per_device([pieces, self.replicated(ids, node.span)])
         self.emit_split(node, Split(node.type.rank - 1, (width,)), operands, None)
