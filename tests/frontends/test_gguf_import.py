@@ -175,3 +175,16 @@ def test_quantized_files_keep_their_blocks(
     expected_logits, expected_tokens = _oracle(path, PROMPT, NEW_TOKENS)
     assert np.abs(logits - expected_logits).max() <= F32_BOUND
     assert tokens == expected_tokens
+
+
+def test_bf16_files(tmp_path: Path) -> None:
+    path = _file(tmp_path, "qwen2", "BF16")
+    graph, weights = from_gguf(path, cache_len=40, dtype="f32")
+    assert graph.value_types()["blk.0.attn_q.weight"].dtype == "bf16"
+    assert weights["blk.0.attn_q.weight"].dtype.name == "bfloat16"
+    logits, tokens = gguf_models.decode_steps(graph, weights, PROMPT, NEW_TOKENS)
+    expected_logits, expected_tokens = _oracle(path, PROMPT, NEW_TOKENS)
+    assert np.abs(logits - expected_logits).max() <= F32_BOUND
+    assert tokens == expected_tokens
+    default, _ = from_gguf(path, cache_len=40)
+    assert default.value_types()["logits"].dtype == "bf16"
