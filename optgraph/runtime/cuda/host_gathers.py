@@ -44,6 +44,7 @@ def gathers_read_in_place(graph: Graph) -> dict[str, Gather]:
         for n in graph.nodes
         if n.op == "get_rows" and n.ann.backend == "cpu" and n.operands[0] in host
         and types[n.operands[0]].rank == 2 and types[n.name].rank == 2
+        and not types[n.operands[0]].is_quantized  # its rows are blocks: dequantized, not read
     }  # fmt: skip
     roots = alias_roots(graph)
     refused = {roots.get(o, (o, 0))[0] for o in graph.output_names()}

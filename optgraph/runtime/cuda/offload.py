@@ -155,6 +155,8 @@ class HostFunction:
         self.errors = errors
         roots = alias_roots(graph)
         self.args = [self._view(o, plan, memory, staged_inputs, roots) for o in self.node.operands]
+        # A quantized operand's view holds its blocks' bytes: the reference reads it by its type.
+        self.types = [plan.types[o] for o in self.node.operands]
         self.out = self._view(self.node.name, plan, memory, staged_inputs, roots)
         # Gathers of expert rows no node needs materialized (`host_gathers`): the gather does
         # nothing, the products read the rows in place, by operand index.
@@ -195,6 +197,8 @@ class HostFunction:
                     f"({loc.space}); inputs read on the CPU must be given as NumPy arrays"
                 )
             base, start = memory.arena, loc.offset
+        if t.is_quantized:  # the stored blocks, as the reference reads them
+            return np.ndarray(t.array_shape, np.uint8, base, start)
         dtype = numpy_dtype(t.dtype)
         return np.ndarray(t.shape, dtype, base, start)
 
@@ -207,7 +211,7 @@ class HostFunction:
             if self.rows:
                 self._with_rows_in_place()
             elif not self._into_result():
-                self.out[...] = evaluate_node(self.node, self.args)
+                self.out[...] = evaluate_node(self.node, self.args, self.types)
         except BaseException as err:  # noqa: BLE001 - reported after the run
             self.errors.append(err)
 
@@ -237,6 +241,8 @@ class HostFunction:
         reference kernels, without their temporary and its copy: a gather of expert weights
         moves megabytes). False where the node takes the general path."""
         node, args = self.node, self.args
+        if any(t.is_quantized for t in self.types):
+            return False  # blocks, not values: the reference dequantizes them
         if node.op == "get_rows" and self.out.flags.c_contiguous:
             rows = args[0].reshape(-1, args[0].shape[-1])
             ids = args[1].reshape(-1)
