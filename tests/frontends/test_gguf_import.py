@@ -128,8 +128,9 @@ def test_weights_are_views_of_the_mapped_file_except_permuted_q_and_k(tmp_path: 
             "high_freq_factor": 4.0,
             "original_max_position_embeddings": 64,
         },
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
     ],
-    ids=["linear", "llama3"],
+    ids=["linear", "llama3", "yarn"],
 )
 def test_rope_scaling_from_the_metadata_and_rope_freqs(
     tmp_path: Path, rope: dict[str, Any]
