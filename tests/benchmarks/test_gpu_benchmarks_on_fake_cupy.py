@@ -242,3 +242,55 @@ def test_decode_launch_settings_on_the_loop_step(
         ("loop_launch_adds_first", "gather-rows"): 8,
         ("loop_launch_adds_first", "tail-all"): 6,
     }
+
+
+TINY_QUANT = {
+    "layers": 2, "hidden": 256, "heads": 4, "kv_heads": 2, "ffn": 320, "vocab": 256,
+    "dtype": "f16", "batch": 1, "seq": 1, "cache_len": 32, "mode": "decode",
+}  # fmt: skip
+
+
+def test_bench_quantized_table(
+    benchmarks: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench_quantized.py at tiny sizes (a 4096-wide shape stands in for the real one): every
+    model and weight set built through the default pipeline and timed, the floors, ratios and
+    targets filled, each quantized row checked (values mean nothing on the fake)."""
+    bench: ModuleType = benchmarks("bench_quantized")
+    checks: ModuleType = benchmarks("harness.head_to_head_checks")
+    from benchmarks.harness.quantized_models import draw_weights
+
+    cp = sys.modules["cupy"]
+    sizes = {
+        "llama_real": {**TINY_QUANT, "hidden": 4096, "heads": 32, "kv_heads": 8, "layers": 1},
+        "llama_prefill_512": {**TINY_QUANT, "seq": 16, "cache_len": 16, "mode": "prefill"},
+        "llama_launch": TINY_QUANT,
+    }
+    monkeypatch.setattr(bench, "model_sizes", lambda model: dict(sizes[model]))
+    monkeypatch.setattr(bench, "CHECK_LAYERS", 1)
+
+    def drawn(graph: Any) -> dict[str, Any]:  # quantized on the device; the fake has no `.T`
+        weights = draw_weights(graph, np)
+        return {k: cp.asarray(v) if v.dtype == np.uint8 else v for k, v in weights.items()}
+
+    monkeypatch.setattr(bench, "weights_on_device", drawn)
+    monkeypatch.setattr(cp, "asnumpy", lambda a: a.get(), raising=False)
+    monkeypatch.setattr(checks, "copy_bandwidth", lambda: 4e12)
+    monkeypatch.setattr(checks, "gemm_rate", lambda: 8e14)
+    out = tmp_path / "quant.md"
+    assert bench.main(["--iters", "2", "--warmup", "1", "--markdown", str(out)]) == 0
+    text = out.read_text()
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| llama")]
+    cells = {(r[0].strip(), r[1].strip()): [c.strip() for c in r[2:]] for r in rows}
+    assert set(cells) == {(m, w) for m in bench.MODELS for w in ("f16", "q8_0", "q4_k_m")}
+    for (model, weights), row in cells.items():
+        assert row[2] == f"{INTERVAL_MS * 1000:.1f}", (model, weights)  # the step, from events
+        assert row[4] == ("1.00×"), (model, weights)  # vs f16: every step reads 10 µs
+        if weights != "f16":
+            assert row[6] != "-", (model, weights)  # checked
+    real = cells["llama_real", "q4_k_m"]
+    assert real[5] == "1,000" and real[7].startswith("≤ 1.30× floor: ")
+    assert cells["llama_launch", "q8_0"][7] == "≤ 1.00× f16: met"
+    assert float(cells["llama_real", "q4_k_m"][0]) < float(cells["llama_real", "q8_0"][0])
+    # layer 1 of 2 takes more bits; down (320 a row) falls back: q4_k -> q5_0, q6_k -> q8_0
+    assert "- llama_launch q4_k_m: f16 5, q4_k 12, q5_0 1, q6_k 2, q8_0 1" in text
