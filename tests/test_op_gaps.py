@@ -71,8 +71,6 @@ KNOWN_GAPS: dict[tuple[str, str], str] = {
     ("copy", "onnx"): f"split-backends: {_NOT_IMPORTED}",
     ("dequantize", "aten"): "GGUF models only: PyTorch has no ggml block formats",
     ("dequantize", "onnx"): "GGUF models only: ONNX has no ggml block formats",
-    ("dequantize", "case"): "not yet: op cases draw float operands; its CUDA runs against the "
-    "reference in tests/codegen/test_quantized_kernels_emulated.py and tests/gpu instead",
     ("fused", "aten"): f"fuse: {_NOT_IMPORTED}",
     ("fused", "onnx"): f"fuse: {_NOT_IMPORTED}",
     ("kv_cache_write", "onnx"): "not yet: ONNX exports write a static cache with ScatterND, "

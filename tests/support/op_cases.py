@@ -40,6 +40,15 @@ CASES: dict[str, str] = {
 %a = gelu(%x) : {T}[4,64]
 %b = gelu(%x) {approximate = "none"} : {T}[4,64]
 output %a, %b""",
+    # Quantized weights (random valid blocks from `random_weights`): a 32- and a 256-element
+    # block type, and the E8M0-scaled mxfp4.
+    "dequantize": """weight %a : q8_0[3,64]
+weight %b : q4_k[2,256]
+weight %c : mxfp4[1,32]
+%ya = dequantize(%a) {dtype = "{T}"} : {T}[3,64]
+%yb = dequantize(%b) {dtype = "{T}"} : {T}[2,256]
+%yc = dequantize(%c) {dtype = "{T}"} : {T}[1,32]
+output %ya, %yb, %yc""",
     "scale": """input %x : {T}[3,33]
 %y = scale(%x) {factor = -0.75} : {T}[3,33]
 output %y""",
@@ -430,7 +439,7 @@ for _op in BINARY:
 NARROW = ("add", "mul", "exp", "gelu", "cast", "sum", "mean", "softmax", "rms_norm",
           "layer_norm", "matmul", "attention", "rope", "conv2d", "get_rows", "kv_cache_write",
           "transpose", "fused", "where", "clip", "less", "log_softmax", "prelu", "expand",
-          "pad", "cumsum", "argmax", "mod", "less_equal")  # fmt: skip
+          "pad", "cumsum", "argmax", "mod", "less_equal", "dequantize")  # fmt: skip
 INTEGER = ("add", "mul", "maximum", "neg", "abs", "relu", "sum", "max", "concat", "equal", "less",
            "greater", "not", "where", "and", "or", "expand", "tile", "pad", "cumsum", "argmax",
            "div", "mod", "sub", "minimum", "less_equal", "greater_equal", "transpose",
