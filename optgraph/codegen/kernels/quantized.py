@@ -14,9 +14,10 @@ reference's.
     %e = get_rows(%t, %ids) : f32[5,512]   (%t : q8_0[1000,512])
     ->  a thread per (id, 32 values); an id outside the table gives zeros
     %y = matmul(%x, %w) {transpose_b = true} : f16[1,4096]   (%w : q4_k[4096,4096])
-    ->  one-row kernel: a warp per output column (8 a block), a lane per 32 values of K;
-        a warp stages its tile of the weight row in shared memory with 16-byte loads where the
-        row is whole 16-byte units and aligned, decodes in registers, f32 sums, xor shuffles
+    ->  one-row kernel (`quantized_one_row`): a warp per output column or part of one (8 a
+        block), a lane per 32 values of K; warps stage tiles of the weight row in shared memory
+        with 16-byte loads (the next in flight) where the row is whole 16-byte units and
+        aligned, decode in registers, f32 sums, xor shuffles
     %y = matmul(%x, %w) {transpose_b = true} : f16[64,4096]
     ->  dequantize %w into the node's scratch in %x's dtype, then cuBLAS (x · scratchᵀ)
 
@@ -42,6 +43,7 @@ from optgraph.codegen.cuda_source import (
     out_param,
     store,
 )
+from optgraph.codegen.kernels import quantized_one_row
 from optgraph.codegen.kernels.matmul import Gemm, emit_roles
 from optgraph.ir.graph import DTYPE_BYTES, QUANT_BLOCKS, Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
@@ -52,7 +54,10 @@ OPS = frozenset({"dequantize"})
 SCRATCH = "scratch"
 # Rows of x the one-row kernel takes (a block row each); more go to scratch + cuBLAS.
 KERNEL_MAX_ROWS = 4
-WARPS = 8  # output columns a block of the one-row kernel (a warp each)
+WARPS = 8  # warps a block of the one-row kernel (a column each, or parts of one)
+# The one-row kernel's layout: `quantized_one_row` (True), or a warp a column with one staged
+# tile in flight and byte loads (False: the layout before it, for A/B runs).
+WIDE_ONE_ROW = True
 
 COMMON = r"""// Quantized blocks (ggml formats): each og_dq32_<type> writes the 32 values of sub-block s.
 __device__ __forceinline__ float og_q_half(const unsigned char* p) {
@@ -180,11 +185,20 @@ def decls(dtype: str) -> tuple[str, ...]:
     return (COMMON, *own, DECODERS[dtype])
 
 
-def _kernel(family: str, dtype: str, params: Sequence[str], body: str) -> Kernel:
-    """A kernel named by the hash of its decoder and text, with the decoder as its decls."""
-    text = "".join(decls(dtype)) + kernel_template(params, body)
+def _kernel(
+    family: str,
+    dtype: str,
+    params: Sequence[str],
+    body: str,
+    extra: tuple[str, ...] = (),
+    bounds: tuple[int, int] | None = None,
+) -> Kernel:
+    """A kernel named by the hash of its decoders and text, with the decoders as its decls
+    (`extra`: more file-scope text after them; `bounds`: its `__launch_bounds__`)."""
+    texts = (*decls(dtype), *extra)
+    text = "".join(texts) + kernel_template(params, body, bounds)
     digest = hashlib.sha1(f"{family}\n{text}".encode()).hexdigest()[:12]
-    return Kernel.assemble(f"og_{family}_{digest}", params, body, decls(dtype))
+    return Kernel.assemble(f"og_{family}_{digest}", params, body, texts, bounds)
 
 
 def _geometry(dtype: str, k: int) -> tuple[int, int, int]:
@@ -270,13 +284,26 @@ def lanes_per_tile(dtype: str) -> int:
 
 
 def one_row_launch(x: TensorType, w: TensorType, out: TensorType) -> Launch:
-    """`out[r, n] = Σ_k x[r, k] · w[n, k]` for every row r of x: a warp per (n, r)."""
+    """`out[r, n] = Σ_k x[r, k] · w[n, k]` for every row r of x: a warp per (n, r), or with
+    `WIDE_ONE_ROW` the layout of `quantized_one_row` (parts of K for short N, words)."""
     n, k = w.shape
     _, nbytes, sub = _geometry(w.dtype, k)
     rows = x.numel // k
     units = k // 32
     row_bytes = k // (32 * sub) * nbytes
     per = lanes_per_tile(w.dtype)
+    params = [out_param(out.dtype), in_param(x.dtype, 0), "const unsigned char* in1"]
+    if WIDE_ONE_ROW:
+        per = quantized_one_row.tile_lanes(per, 32 * per // sub * nbytes)
+        split = quantized_one_row.parts(n, rows, -(-units // (32 * per)), WARPS)
+        geometry = (n, k, nbytes, sub, row_bytes)
+        body = quantized_one_row.wide_body(x.dtype, w.dtype, out.dtype, geometry, per, split)
+        extra = quantized_one_row.word_decls(w.dtype) if row_bytes % 16 == 0 else ()
+        text = "\n".join("  " + line for line in body)
+        bounds = quantized_one_row.bounds(w.dtype)
+        kernel = _kernel("one_row_q", w.dtype, params, text, extra, bounds)
+        grid = (-(-n // (WARPS // split)), rows, 1)
+        return Launch(kernel, grid, (32 * WARPS, 1, 1), ("out", "in0", "in1"))
     tile_units = 32 * per
     tile_bytes = tile_units // sub * nbytes
     stageable = row_bytes % 16 == 0
@@ -326,7 +353,6 @@ def one_row_launch(x: TensorType, w: TensorType, out: TensorType) -> Launch:
         "acc = og_warp_sum(acc);",
         f"if (lane == 0u) out[(unsigned long long)r * {n}u + n] = {store(out.dtype, 'acc')};",
     ]
-    params = [out_param(out.dtype), in_param(xt, 0), "const unsigned char* in1"]
     kernel = _kernel("one_row_q", w.dtype, params, "\n".join("  " + x for x in lines))
     return Launch(kernel, (-(-n // WARPS), rows, 1), (32 * WARPS, 1, 1), ("out", "in0", "in1"))
 
