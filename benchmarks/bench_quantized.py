@@ -2,7 +2,8 @@
 weights, against their floors, the f16 step and llama.cpp.
 
     python benchmarks/bench_quantized.py [--only llama_real,llama_prefill_512,llama_launch]
-        [--weights f16,q8_0,q4_k_m] [--iters 200] [--warmup 20] [--no-check] [--markdown FILE]
+        [--weights f16,q8_0,q4_k_m] [--iters 200] [--warmup 20] [--no-check] [--no-before]
+        [--markdown FILE]
 
 Models (head_to_head's sizes): `llama_real` (decode, 8 layers, hidden 4096, GQA 32/8, FFN
 14336, vocab 32000, KV 1024, f16 activations), `llama_prefill_512` (the same sizes, 512 tokens,
@@ -23,7 +24,10 @@ in this run; prefill: its FLOPs over the f16 GEMM rate measured in this run); op
 `run_reference` on the CPU (the launch-bound model itself; for the 4096-wide sizes the first
 `CHECK_LAYERS` layers of the model with its mix, a step of the same mode), marked against the
 f16 bound of tests/support/gpu_support.py; the target of the issue where it sets one.
-`--no-check` skips the nmse column. Needs CuPy and a GPU (fake CuPy in the tests).
+`--no-check` skips the nmse column (the table is printed once before the checks, and again
+with them). Each quantized decode also gets a row `(one-row before)`: the same program lowered
+with the quantized one-row kernel's earlier layout (`quantized.WIDE_ONE_ROW = False`), timed
+right after it (`--no-before`: none). Needs CuPy and a GPU (fake CuPy in the tests).
 """
 
 from __future__ import annotations
@@ -224,7 +228,7 @@ def table(rows: list[Row], device: str, rates: dict[str, float]) -> str:
     seen = set()
     for r in rows:
         key = (r.model, r.weights)
-        if r.weights != "f16" and key not in seen:
+        if r.weights != "f16" and BEFORE not in r.weights and key not in seen:
             seen.add(key)
             lines.append(f"- {r.model} {r.weights}: {r.mix}")
     return "\n".join(lines)
@@ -242,44 +246,69 @@ def _freed() -> Iterator[None]:
         cp.get_default_memory_pool().free_all_blocks()
 
 
-def measure(
-    models: list[str], weight_sets: list[str], args: argparse.Namespace, rates: dict[str, float]
-) -> list[Row]:
-    """One row per (model, weights): the weights of a weight set drawn once on the device and
-    shared by the models of the same sizes."""
+BEFORE = " (one-row before)"  # rows timed with the quantized one-row kernel's earlier layout
+
+
+@contextmanager
+def _one_row_layout(wide: bool) -> Iterator[None]:
+    """`quantized.WIDE_ONE_ROW` set to `wide` while programs are lowered in the block."""
+    from optgraph.codegen.kernels import quantized
+
+    saved = quantized.WIDE_ONE_ROW
+    quantized.WIDE_ONE_ROW = wide
+    try:
+        yield
+    finally:
+        quantized.WIDE_ONE_ROW = saved
+
+
+def _step_us(model: str, graph: Any, weights: dict[str, Any], args: argparse.Namespace) -> Any:
+    """The median step of `graph` in µs, or the error that stopped it."""
     from benchmarks.harness.head_to_head import decode_inputs
     from benchmarks.harness.timing import median_us
 
+    iters = args.iters if model not in PREFILL else max(3, args.iters // 10)
+    warmup = args.warmup if model not in PREFILL else max(1, args.warmup // 10)
+    try:
+        bound = bind(graph, decode_inputs(graph), weights)
+        try:
+            return median_us(bound.step, bound.stream, iters, warmup)
+        finally:
+            bound.close()
+    except Exception as err:  # noqa: BLE001 - one failed model must not hide the rest
+        return f"error: {type(err).__name__}: {str(err)[:80]}"
+
+
+def measure(
+    models: list[str], weight_sets: list[str], args: argparse.Namespace, rates: dict[str, float]
+) -> list[Row]:
+    """One row per (model, weights), and with `args.before` one more per quantized decode with
+    the one-row kernel's earlier layout (`quantized.WIDE_ONE_ROW = False`), timed right after;
+    a weight set's weights are drawn once on the device and shared by the models of its sizes."""
     rows: list[Row] = []
     for weight_set in weight_sets:
         shared: dict[int, dict[str, Any]] = {}  # hidden size -> weights
         for model in models:
             sizes = model_sizes(model)
             graph = llama_graph(sizes, weight_set)
-            started = time.perf_counter()
-            with _freed():
-                weights = shared.get(sizes["hidden"])
-                if weights is None:
-                    weights = shared[sizes["hidden"]] = weights_on_device(graph)
-                iters = args.iters if model not in PREFILL else max(3, args.iters // 10)
-                warmup = args.warmup if model not in PREFILL else max(1, args.warmup // 10)
-                step: float | str
-                try:
-                    bound = bind(graph, decode_inputs(graph), weights)
-                    try:
-                        step = median_us(bound.step, bound.stream, iters, warmup)
-                    finally:
-                        bound.close()
-                except Exception as err:  # noqa: BLE001 - one failed model must not hide the rest
-                    step = f"error: {type(err).__name__}: {str(err)[:80]}"
-            row = Row(
-                model, weight_set, stored_megabytes(graph), floor_us(model, graph, rates), step,
-                mix_summary(graph),
-            )  # fmt: skip
-            rows.append(row)
-            took = time.perf_counter() - started
-            shown = f"{step:,.1f}" if isinstance(step, float) else step
-            print(f"  {model} {weight_set}: {shown} µs ({took:.0f} s)", flush=True)
+            layouts = [(weight_set, True)]
+            if args.before and weight_set != "f16" and model not in PREFILL:
+                layouts.append((weight_set + BEFORE, False))
+            for label, wide in layouts:
+                started = time.perf_counter()
+                with _freed(), _one_row_layout(wide):
+                    weights = shared.get(sizes["hidden"])
+                    if weights is None:
+                        weights = shared[sizes["hidden"]] = weights_on_device(graph)
+                    step = _step_us(model, graph, weights, args)
+                row = Row(
+                    model, label, stored_megabytes(graph), floor_us(model, graph, rates), step,
+                    mix_summary(graph),
+                )  # fmt: skip
+                rows.append(row)
+                took = time.perf_counter() - started
+                shown = f"{step:,.1f}" if isinstance(step, float) else step
+                print(f"  {model} {label}: {shown} µs ({took:.0f} s)", flush=True)
         shared.clear()
         with _freed():
             pass
@@ -293,6 +322,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=200, help="timed steps (prefill: a tenth)")
     parser.add_argument("--warmup", type=int, default=20, help="untimed steps first")
     parser.add_argument("--no-check", action="store_true", help="no nmse column")
+    parser.add_argument(
+        "--no-before",
+        dest="before",
+        action="store_false",
+        help="no rows with the quantized one-row kernel's earlier layout",
+    )
     parser.add_argument("--markdown", help="also write the table to this file")
     args = parser.parse_args(argv)
     models = [m for m in MODELS if m in args.only.split(",")]
@@ -310,14 +345,17 @@ def main(argv: list[str] | None = None) -> int:
     rates = {"copy": copy_bandwidth()}
     rates["gemm"] = gemm_rate() if PREFILL & set(models) else math.nan
     rows = measure(models, weight_sets, args, rates)
-    if not args.no_check:
+    device = device_name()
+    if not args.no_check:  # the timings first: a run stopped during the checks still has them
+        print(f"timings ({time.perf_counter() - started:.0f} s):")
+        print_report(table(rows, device, rates), args.markdown)
         for row in rows:
-            if row.weights == "f16" and row.model in PREFILL:
-                continue  # the f16 decode check covers the same reference
+            if BEFORE in row.weights or (row.weights == "f16" and row.model in PREFILL):
+                continue  # the same reference as a row checked
             row.nmse = check_nmse(row.model, row.weights)
             print(f"  check {row.model} {row.weights}: {row.nmse}", flush=True)
     print(f"({time.perf_counter() - started:.0f} s)")
-    print_report(table(rows, device_name(), rates), args.markdown)
+    print_report(table(rows, device, rates), args.markdown)
     return 0
 
 
