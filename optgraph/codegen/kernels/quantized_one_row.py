@@ -30,6 +30,13 @@ TARGET_WARPS = 8192
 # Bytes of a warp's tile at least: the bytes each warp has in flight while it decodes.
 TILE_BYTES = 1024
 
+# `q - bias` as a float, exactly (q < 2^23, bias <= q + 2^23): 2^23 + q spelled as bits, less
+# 2^23 + bias. No int-to-float conversion: sm_90 converts at a quarter of its float rate, and
+# the decoders convert every value.
+INT_TO_FLOAT = r"""__device__ __forceinline__ float og_q_int(unsigned int q, unsigned int bias) {
+  return __fsub_rn(__uint_as_float(0x4b000000u | q), __uint_as_float(0x4b000000u | bias));
+}
+"""
 # Decoders of a unit from words already in registers, each giving what `og_dq32_<type>` gives.
 WORD_DECODERS: dict[str, str] = {
     "q4_k": r"""// q4_k sub-block s from the block's first 16 bytes h (d, dmin, 12 bytes of scales) and
@@ -46,7 +53,7 @@ __device__ __forceinline__ void og_dq32w_q4_k(uint4 h, uint4 q0, uint4 q1, unsig
 #pragma unroll
   for (int j = 0; j < 32; ++j) {
     const unsigned int v = (q[j >> 2] >> ((j & 3) * 8 + shift)) & 15u;
-    w[j] = __fsub_rn(__fmul_rn(d, (float)v), m);
+    w[j] = __fsub_rn(__fmul_rn(d, og_q_int(v, 0u)), m);
   }
 }
 """,
@@ -61,7 +68,7 @@ __device__ __forceinline__ void og_dq32w_q6_k(const unsigned int* ql, const unsi
   for (int j = 0; j < 32; ++j) {
     const unsigned int lo = (ql[j >> 2] >> ((j & 3) * 8 + lo_shift)) & 15u;
     const unsigned int hi = (qh[j >> 2] >> ((j & 3) * 8 + hi_shift)) & 3u;
-    w[j] = __fmul_rn(j < 16 ? d0 : d1, (float)((int)(lo | (hi << 4)) - 32));
+    w[j] = __fmul_rn(j < 16 ? d0 : d1, og_q_int(lo | (hi << 4), 32u));
   }
 }
 """,
@@ -70,7 +77,7 @@ __device__ __forceinline__ void og_dq32w_q8_0(const unsigned int* v, float* w) {
   const float d = og_f16_to_f32((og_f16)(v[0] & 0xffffu));
 #pragma unroll
   for (int j = 0; j < 32; ++j)
-    w[j] = __fmul_rn((float)(signed char)((v[(j + 2) >> 2] >> (((j + 2) & 3) * 8)) & 255u), d);
+    w[j] = __fmul_rn(og_q_int(((v[(j + 2) >> 2] >> (((j + 2) & 3) * 8)) & 255u) ^ 128u, 128u), d);
 }
 """,
 }
@@ -110,7 +117,8 @@ def word_decls(dtype: str) -> tuple[str, ...]:
     """File-scope text of the wide layout's decoder of `dtype` (none for byte-decoded types)."""
     if dtype not in WORD_DECODERS:
         return ()
-    return (WORD_DECODERS[dtype], *((_WORDS,) if dtype in ("q6_k", "q8_0") else ()))
+    words = (_WORDS,) if dtype in ("q6_k", "q8_0") else ()
+    return (INT_TO_FLOAT, WORD_DECODERS[dtype], *words)
 
 
 def _decode_staged(dtype: str, nbytes: int, sub: int) -> list[str]:
