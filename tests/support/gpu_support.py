@@ -110,3 +110,12 @@ def outputs_in_place(graph: Graph, dev: dict) -> dict:
         name: dev[pairs[name]] if name in pairs else cp.empty(t.shape, numpy_dtype(t.dtype))
         for name, t in ((n, types[n]) for n in dict.fromkeys(graph.output_names()))
     }
+
+
+def flushed_to_zero(values: np.ndarray) -> np.ndarray:
+    """`values` as a kernel compiled with `-ftz=true` (CuPy's default) yields them: float32
+    subnormals replaced by a zero of the same sign; other dtypes unchanged."""
+    if values.dtype != np.float32:
+        return values
+    tiny = np.finfo(np.float32).tiny
+    return np.where(np.abs(values) < tiny, np.copysign(np.float32(0), values), values)
