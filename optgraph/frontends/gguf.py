@@ -14,13 +14,16 @@ row-major shape: matrices `[out, in]`, read with `transpose_b = true`; a float w
 dtype than the step's is cast where it is read; quantized ones are read as stored.
 
 Architectures: `llama` (llama.cpp writes Mistral models as `llama` too), `qwen2` (q/k/v
-biases), `qwen3` (q/k norms). Rope scaling: `linear` and `yarn` from `rope.scaling.*`; llama3's from the
-`rope_freqs.weight` table llama.cpp's converter writes (fitted by `rope_tables`). The weights are
-the file's arrays (memory-mapped; `reference/gguf_file.py`, which also undoes llama.cpp's q/k row
+biases), `qwen3` (q/k norms), `phi3` (fused `attn_qkv` = [q; k; v] rows and `ffn_up` = [gate; up]
+rows, read whole and sliced apart after the product, so the file's tensors stay the weights;
+`attention.sliding_window` as the attention's window). Rope scaling: `linear` and `yarn` from
+`rope.scaling.*`; llama3's from the `rope_freqs.weight` table llama.cpp's converter writes
+(fitted by `rope_tables`). The weights are the file's arrays (memory-mapped; `reference/gguf_file.py`, which also undoes llama.cpp's q/k row
 permutation), so `optgraph run MODEL.ir --weights MODEL.gguf` reads the same ones.
 
-Not handled: gemma2/3 (norm offsets, softcaps, sliding windows), phi3 (fused qkv), MoE models,
-partial rotary (`rope.dimension_count` below the head width), per-layer head counts.
+Not handled: gemma2/3 (norm offsets, softcaps, sliding windows), MoE models, partial rotary
+(`rope.dimension_count` below the head width: Phi-4-mini), phi3's LongRoPE
+(`rope_factors_long/short.weight`: Phi-3 128k models), per-layer head counts.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from optgraph.ir.graph import AttrValue, Graph
 from optgraph.ir.parser import parse
 from optgraph.reference.gguf_file import GGUFFile, open_gguf, supported_types
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3")
 DEFAULT_CACHE_LEN = 4096  # a decode step's cache when the model's context is longer
 _LAYER_TENSORS = {
     "attn_norm": "attn_norm",
@@ -59,6 +62,8 @@ _LAYER_TENSORS = {
     "w_down": "ffn_down",
     "q_norm": "attn_q_norm",
     "k_norm": "attn_k_norm",
+    "wqkv": "attn_qkv",  # phi3: q, k, v rows one after another
+    "w_gate_up": "ffn_up",  # phi3: gate rows then up rows, under ffn_up's name
 }
 _BIAS_TENSORS = dict(
     zip(
@@ -101,7 +106,8 @@ def from_gguf(
     }
     dtypes = _check_tensors(gguf, names)
     if dtype is None:
-        stored = dtypes[gguf_weight_name("wq", 0)] if config.layers else "f32"
+        first = "wqkv" if config.fused_qkv else "wq"
+        stored = dtypes[gguf_weight_name(first, 0)] if config.layers else "f32"
         dtype = stored if stored in ("f16", "bf16") else "f32"
     if cache_len is None:
         context = gguf.metadata(f"{gguf.architecture}.context_length", DEFAULT_CACHE_LEN)
@@ -157,6 +163,16 @@ def gguf_config(gguf: GGUFFile) -> LlamaConfig:
         raise gguf.error(f"metadata '{arch}.attention.layer_norm_rms_epsilon' is {eps!r}")
     layers = number("block_count")
     present = set(gguf.tensors)
+    phi3 = arch == "phi3"
+    longrope = [
+        t for t in ("rope_factors_long.weight", "rope_factors_short.weight") if t in present
+    ]
+    if longrope:
+        raise gguf.error(
+            f"LongRoPE scaling ({', '.join(longrope)}: per-frequency factors that switch with the "
+            "sequence length) is not supported"
+        )
+    window = number("attention.sliding_window", 0) if phi3 else 0
     return LlamaConfig(
         layers=layers,
         hidden=hidden,
@@ -170,6 +186,9 @@ def gguf_config(gguf: GGUFFile) -> LlamaConfig:
         bias=tuple(p for p in PROJECTIONS if gguf_weight_name(f"b_{p}", 0) in present),
         tied_embeddings="output.weight" not in present,
         qk_norm=layers > 0 and gguf_weight_name("q_norm", 0) in present,
+        fused_qkv=phi3,
+        fused_gate_up=phi3,
+        window=window,
     )
 
 

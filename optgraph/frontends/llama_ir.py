@@ -43,13 +43,17 @@ PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
 # The weight roles: per layer, then the model's own (layer None).
 LAYER_ROLES = ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
 MATRIX_ROLES = frozenset({"embed", "lm_head", "wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"})
+MATRIX_ROLES |= {"wqkv", "w_gate_up"}  # fused forms (Phi-3): [q; k; v] and [gate; up] rows
 
 
 @dataclass(frozen=True)
 class LlamaConfig:
     """What the model is. `head_dim` None: hidden / heads. `rope`: the rope op's attributes
     (theta, scaling, ...). `bias`: the projections (of `PROJECTIONS`) that add a bias vector.
-    `qk_norm`: an rms_norm over each head of q and k before rope (Qwen3)."""
+    `qk_norm`: an rms_norm over each head of q and k before rope (Qwen3). `fused_qkv`: one
+    `wqkv` matrix whose outputs are q, k, v one after another, sliced apart after the product;
+    `fused_gate_up`: one `w_gate_up` matrix, gate's outputs then up's (Phi-3). `window`: sliding
+    window attention over the last `window` positions, every layer (0: none)."""
 
     layers: int = 2
     hidden: int = 64
@@ -63,6 +67,9 @@ class LlamaConfig:
     bias: tuple[str, ...] = ()
     tied_embeddings: bool = False
     qk_norm: bool = False
+    fused_qkv: bool = False
+    fused_gate_up: bool = False
+    window: int = 0
 
     @property
     def head_width(self) -> int:
@@ -134,8 +141,28 @@ def check_llama(config: LlamaConfig, step: LlamaStep) -> None:
         raise ValueError(f"head_dim ({c.head_width}) must be even and positive for rope")
     if c.heads % c.kv_heads:
         raise ValueError(f"heads ({c.heads}) must be divisible by kv-heads ({c.kv_heads})")
+    fused = {"q", "k", "v"} if c.fused_qkv else set()
+    fused |= {"gate", "up"} if c.fused_gate_up else set()
+    if fused & set(c.bias):
+        raise ValueError(f"biases on fused projections ({', '.join(sorted(fused & set(c.bias)))})")
+    if c.window < 0:
+        raise ValueError(f"window ({c.window}) must not be negative")
     if s.mode == "decode" and s.seq > s.cache_len:
         raise ValueError(f"seq ({s.seq}) must not exceed cache-len ({s.cache_len})")
+
+
+def layer_roles(config: LlamaConfig) -> tuple[str, ...]:
+    """A layer's weight roles (biases and q/k norms aside): `LAYER_ROLES`, with `wqkv` for
+    wq/wk/wv and `w_gate_up` for w_gate/w_up when they are fused."""
+    roles: list[str] = []
+    for role in LAYER_ROLES:
+        if config.fused_qkv and role in ("wq", "wk", "wv"):
+            role = "wqkv"
+        if config.fused_gate_up and role in ("w_gate", "w_up"):
+            role = "w_gate_up"
+        if role not in roles:
+            roles.append(role)
+    return tuple(roles)
 
 
 def weight_shapes(
@@ -148,6 +175,7 @@ def weight_shapes(
     matrices = {"wq": (c.hidden, q_dim), "wk": (c.hidden, kv_dim), "wv": (c.hidden, kv_dim)}
     matrices |= {"wo": (q_dim, c.hidden), "w_gate": (c.hidden, c.ffn), "w_up": (c.hidden, c.ffn)}
     matrices |= {"w_down": (c.ffn, c.hidden), "lm_head": (c.hidden, c.vocab)}
+    matrices |= {"wqkv": (c.hidden, q_dim + 2 * kv_dim), "w_gate_up": (c.hidden, 2 * c.ffn)}
     bias_dims = {"q": q_dim, "k": kv_dim, "v": kv_dim, "o": c.hidden}
     bias_dims |= {"gate": c.ffn, "up": c.ffn, "down": c.hidden}
 
@@ -157,7 +185,7 @@ def weight_shapes(
 
     shapes: dict[tuple[str, int | None], tuple[int, ...]] = {("embed", None): (c.vocab, c.hidden)}
     for i in range(c.layers):
-        for role in LAYER_ROLES:
+        for role in layer_roles(c):
             shapes[role, i] = matrix(role) if role in MATRIX_ROLES else (c.hidden,)
         for proj in c.bias:
             shapes[f"b_{proj}", i] = (bias_dims[proj],)
@@ -286,9 +314,18 @@ class _Builder:
         out, p = self.out, f"%l{i}."
         out(f"  # layer {i}: attention")
         out(f"  {p}attn_in = rms_norm({x}, {self.read('attn_norm', i)}) {eps_attr} : {h_ty}")
-        self.project(f"{p}q", f"{p}attn_in", "wq", "q", i, self.ty(t, q_dim))
-        self.project(f"{p}k", f"{p}attn_in", "wk", "k", i, self.ty(t, kv_dim))
-        self.project(f"{p}v", f"{p}attn_in", "wv", "v", i, self.ty(t, kv_dim))
+        if c.fused_qkv:
+            self.project(f"{p}qkv", f"{p}attn_in", "wqkv", "qkv", i, self.ty(t, q_dim + 2 * kv_dim))
+            bounds = (("q", 0, q_dim), ("k", q_dim, q_dim + kv_dim))
+            for name, start, end in (*bounds, ("v", q_dim + kv_dim, q_dim + 2 * kv_dim)):
+                out(
+                    f"  {p}{name} = slice({p}qkv) {{axis = 1, end = {end}, start = {start}}} : "
+                    f"{self.ty(t, end - start)}"
+                )
+        else:
+            self.project(f"{p}q", f"{p}attn_in", "wq", "q", i, self.ty(t, q_dim))
+            self.project(f"{p}k", f"{p}attn_in", "wk", "k", i, self.ty(t, kv_dim))
+            self.project(f"{p}v", f"{p}attn_in", "wv", "v", i, self.ty(t, kv_dim))
         out(f"  {p}q4 = reshape({p}q) {{shape = {_ints(b, sq, c.heads, hd)}}} : {q_bshd}")
         out(f"  {p}k4 = reshape({p}k) {{shape = {_ints(b, sq, c.kv_heads, hd)}}} : {kv_bshd}")
         out(f"  {p}v4 = reshape({p}v) {{shape = {_ints(b, sq, c.kv_heads, hd)}}} : {kv_bshd}")
@@ -311,7 +348,8 @@ class _Builder:
                 f" : {q_bhsd}"
             )
         else:
-            out(f"  {p}attn = attention({p}q_t, {p}k_t, {p}v_t) {{causal = true}} : {q_bhsd}")
+            attrs = "{causal = true" + (f", window = {c.window}" if c.window else "") + "}"
+            out(f"  {p}attn = attention({p}q_t, {p}k_t, {p}v_t) {attrs} : {q_bhsd}")
         out(f"  {p}attn_t = transpose({p}attn) {{perm = [0, 2, 1, 3]}} : {q_bshd}")
         out(
             f"  {p}attn_2d = reshape({p}attn_t) {{shape = {_ints(t, q_dim)}}} : {self.ty(t, q_dim)}"
@@ -320,8 +358,14 @@ class _Builder:
         out(f"  {p}h_attn = add({x}, {p}attn_out) : {h_ty}")
         out(f"  # layer {i}: SwiGLU MLP")
         out(f"  {p}mlp_in = rms_norm({p}h_attn, {self.read('mlp_norm', i)}) {eps_attr} : {h_ty}")
-        self.project(f"{p}gate", f"{p}mlp_in", "w_gate", "gate", i, ffn_ty)
-        self.project(f"{p}up", f"{p}mlp_in", "w_up", "up", i, ffn_ty)
+        if c.fused_gate_up:
+            f = c.ffn
+            self.project(f"{p}gate_up", f"{p}mlp_in", "w_gate_up", "gate_up", i, self.ty(t, 2 * f))
+            out(f"  {p}gate = slice({p}gate_up) {{axis = 1, end = {f}, start = 0}} : {ffn_ty}")
+            out(f"  {p}up = slice({p}gate_up) {{axis = 1, end = {2 * f}, start = {f}}} : {ffn_ty}")
+        else:
+            self.project(f"{p}gate", f"{p}mlp_in", "w_gate", "gate", i, ffn_ty)
+            self.project(f"{p}up", f"{p}mlp_in", "w_up", "up", i, ffn_ty)
         out(f"  {p}gate_act = silu({p}gate) : {ffn_ty}")
         out(f"  {p}gated = mul({p}gate_act, {p}up) : {ffn_ty}")
         self.project(f"{p}mlp_out", f"{p}gated", "w_down", "down", i, h_ty)
@@ -342,8 +386,11 @@ class _Builder:
             # kv_cache_write takes the start row as i32[1]: the first new token's position.
             write_pos = "%write_pos"
             self.out("  %write_pos = slice(%pos) {axis = 0, end = 1, start = 0} : i32[1]")
-        # One new token per sequence sees every cached key: no causal mask needed.
-        causal = " {causal = true}" if s.seq > 1 else ""
+        # One new token per sequence sees every cached key: no causal mask needed (but a
+        # sliding window needs `causal`, which with one query is no restriction).
+        causal = " {causal = true}" if s.seq > 1 or c.window else ""
+        if c.window:
+            causal = f" {{causal = true, window = {c.window}}}"
         x = "%h0"
         for i in range(c.layers):
             x = self.layer(i, x, write_pos, causal)

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 import optgraph as og
+from optgraph.errors import InputError
 from optgraph.frontends.gguf import from_gguf
 from optgraph.reference.interpreter import run_reference
-from tests.frontends import gguf_models
+from tests.frontends import gguf_models, gguf_phi3
 
 pytest.importorskip("gguf")
 pytest.importorskip("transformers")
@@ -189,3 +190,52 @@ def test_bf16_files(tmp_path: Path) -> None:
     assert tokens == expected_tokens
     default, _ = from_gguf(path, cache_len=40)
     assert default.value_types()["logits"].dtype == "bf16"
+
+
+@pytest.mark.parametrize("ftype", ["F32", "Q8_0"])
+def test_phi3_fused_qkv_and_gate_up_are_sliced_after_their_products(
+    tmp_path: Path, ftype: str
+) -> None:
+    """phi3 files keep Phi-3's fused `attn_qkv` ([q; k; v] rows) and `ffn_up` ([gate; up]): each
+    is one product, sliced into q, k, v and gate, up; the weights stay the file's tensors."""
+    path = gguf_phi3.write_phi3_gguf(gguf_phi3.phi3_model(), tmp_path / "phi3.gguf", ftype)
+    graph, weights = from_gguf(path, cache_len=40)
+    og.verify(graph)
+    names = {w.name for w in graph.weights}
+    assert {"blk.0.attn_qkv.weight", "blk.1.ffn_up.weight"} <= names
+    assert not any(".attn_q." in n or ".ffn_gate." in n for n in names)
+    ops = [n.op for n in graph.nodes]
+    assert ops.count("matmul") == 2 * 4 + 1 and ops.count("slice") == 2 * 5
+    logits, tokens = gguf_models.decode_steps(graph, weights, PROMPT, NEW_TOKENS)
+    expected_logits, expected_tokens = _oracle(path, PROMPT, NEW_TOKENS)
+    assert np.abs(logits - expected_logits).max() <= F32_BOUND
+    assert tokens == expected_tokens
+
+
+def test_phi3_sliding_window(tmp_path: Path) -> None:
+    """`phi3.attention.sliding_window` becomes the attention's window, in decode and prefill.
+    transformers' GGUF loader drops it: the oracle is the model the file came from."""
+    model = gguf_phi3.phi3_model(sliding_window=4)
+    path = gguf_phi3.write_phi3_gguf(model, tmp_path / "phi3-swa.gguf")
+    prompt = PROMPT + [7, 11, 13, 250, 1, 9]
+    with torch.no_grad():
+        expected = model(torch.tensor([prompt])).logits[0].numpy()
+    graph, weights = from_gguf(path, cache_len=40)
+    assert all(n.attrs.get("window") == 4 for n in graph.nodes if n.op == "attention")
+    logits, _ = gguf_models.decode_steps(graph, weights, prompt, 1)
+    assert np.abs(logits - expected).max() <= F32_BOUND
+    prefill, prefill_weights = from_gguf(path, mode="prefill", seq=len(prompt))
+    feed = {"tokens": np.array(prompt, np.int32), "pos": np.arange(len(prompt), dtype=np.int32)}
+    logits = run_reference(prefill, feed, prefill_weights)["logits"]
+    assert np.abs(logits - expected).max() <= F32_BOUND
+    plain = gguf_phi3.write_phi3_gguf(gguf_phi3.phi3_model(), tmp_path / "phi3.gguf")
+    without, _ = from_gguf(plain, mode="prefill", seq=len(prompt))
+    assert not any(n.attrs.get("window") for n in without.nodes if n.op == "attention")
+
+
+def test_phi3_partial_rotary_is_refused(tmp_path: Path) -> None:
+    rope = {"rope_theta": 10000.0, "partial_rotary_factor": 0.5}
+    model = gguf_phi3.phi3_model(rope_parameters=rope)
+    path = gguf_phi3.write_phi3_gguf(model, tmp_path / "phi3-partial.gguf")
+    with pytest.raises(InputError, match="partial rotary"):
+        from_gguf(path)
