@@ -16,12 +16,18 @@ dtype than the step's is cast where it is read; quantized ones are read as store
 Architectures: `llama` (llama.cpp writes Mistral models as `llama` too), `qwen2` (q/k/v
 biases), `qwen3` (q/k norms), `phi3` (fused `attn_qkv` = [q; k; v] rows and `ffn_up` = [gate; up]
 rows, read whole and sliced apart after the product, so the file's tensors stay the weights;
-`attention.sliding_window` as the attention's window). Rope scaling: `linear` and `yarn` from
-`rope.scaling.*`; llama3's from the `rope_freqs.weight` table llama.cpp's converter writes
-(fitted by `rope_tables`). The weights are the file's arrays (memory-mapped; `reference/gguf_file.py`, which also undoes llama.cpp's q/k row
-permutation), so `optgraph run MODEL.ir --weights MODEL.gguf` reads the same ones.
+`attention.sliding_window` as the attention's window), `gemma2` / `gemma3` (embeddings times
+sqrt(hidden); the converter stores the norms as 1 + weight, so they are plain RMS norms;
+`post_attention_norm` / `post_ffw_norm` before the residual adds; GELU-tanh MLP; the window on
+all but every 2nd / 6th layer; gemma2's `attn_logit_softcapping` and `final_logit_softcapping`;
+gemma3's q/k norms and its sliding layers' rope, theta 10000 unscaled, as llama.cpp runs it;
+the 27B models' q scale (hidden / heads)^-0.5 as llama.cpp's, 1/sqrt(head_dim) otherwise). Rope
+scaling: `linear` and `yarn` from `rope.scaling.*`; llama3's from the `rope_freqs.weight` table
+llama.cpp's converter writes (fitted by `rope_tables`). The weights are the file's arrays
+(memory-mapped; `reference/gguf_file.py`, which also undoes llama.cpp's q/k row permutation), so
+`optgraph run MODEL.ir --weights MODEL.gguf` reads the same ones.
 
-Not handled: gemma2/3 (norm offsets, softcaps, sliding windows), MoE models, partial rotary
+Not handled: another `attention.sliding_window_pattern` than gemma's, MoE models, partial rotary
 (`rope.dimension_count` below the head width: Phi-4-mini), phi3's LongRoPE
 (`rope_factors_long/short.weight`: Phi-3 128k models), per-layer head counts.
 """
@@ -48,7 +54,9 @@ from optgraph.ir.graph import AttrValue, Graph
 from optgraph.ir.parser import parse
 from optgraph.reference.gguf_file import GGUFFile, open_gguf, supported_types
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
+GEMMA = {"gemma2": 2, "gemma3": 6}  # their sliding-window pattern: n - 1 sliding layers, 1 global
+GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}  # llama.cpp scales those q by (hidden/heads)^-0.5
 DEFAULT_CACHE_LEN = 4096  # a decode step's cache when the model's context is longer
 _LAYER_TENSORS = {
     "attn_norm": "attn_norm",
@@ -64,6 +72,8 @@ _LAYER_TENSORS = {
     "k_norm": "attn_k_norm",
     "wqkv": "attn_qkv",  # phi3: q, k, v rows one after another
     "w_gate_up": "ffn_up",  # phi3: gate rows then up rows, under ffn_up's name
+    "attn_post_norm": "post_attention_norm",  # gemma
+    "mlp_post_norm": "post_ffw_norm",
 }
 _BIAS_TENSORS = dict(
     zip(
@@ -172,7 +182,33 @@ def gguf_config(gguf: GGUFFile) -> LlamaConfig:
             f"LongRoPE scaling ({', '.join(longrope)}: per-frequency factors that switch with the "
             "sequence length) is not supported"
         )
-    window = number("attention.sliding_window", 0) if phi3 else 0
+    window = number("attention.sliding_window", 0) if phi3 or arch in GEMMA else 0
+    gemma: dict[str, object] = {}
+    if arch in GEMMA:
+        pattern = gguf.metadata(f"{arch}.attention.sliding_window_pattern", GEMMA[arch])
+        if pattern != GEMMA[arch]:
+            raise gguf.error(
+                f"'{arch}.attention.sliding_window_pattern' {pattern!r} is not supported "
+                f"({GEMMA[arch]}: every {GEMMA[arch]}th layer global)"
+            )
+        caps = {}
+        for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+            value = gguf.metadata(f"{arch}.{key}", 0.0)
+            if not isinstance(value, int | float) or value < 0:
+                raise gguf.error(f"metadata '{arch}.{key}' is {value!r}")
+            caps[key] = float(value)
+        gemma = {
+            "window_pattern": GEMMA[arch],
+            "embed_scale": math.sqrt(hidden),
+            "mlp_act": "gelu_tanh",
+            "post_norms": True,
+            "attn_softcap": caps["attn_logit_softcapping"],
+            "final_softcap": caps["final_logit_softcapping"],
+        }
+        if layers == GEMMA_27B_LAYERS[arch]:  # llama.cpp's f_attention_scale for the 27B
+            gemma["attn_scale"] = 1.0 / math.sqrt(hidden // heads)
+        if arch == "gemma3":  # llama.cpp: the sliding layers' rope is theta 10000, unscaled
+            gemma["local_rope"] = {"theta": 10000.0}
     return LlamaConfig(
         layers=layers,
         hidden=hidden,
@@ -189,6 +225,7 @@ def gguf_config(gguf: GGUFFile) -> LlamaConfig:
         fused_qkv=phi3,
         fused_gate_up=phi3,
         window=window,
+        **gemma,  # type: ignore[arg-type]
     )
 
 

@@ -53,7 +53,14 @@ class LlamaConfig:
     `qk_norm`: an rms_norm over each head of q and k before rope (Qwen3). `fused_qkv`: one
     `wqkv` matrix whose outputs are q, k, v one after another, sliced apart after the product;
     `fused_gate_up`: one `w_gate_up` matrix, gate's outputs then up's (Phi-3). `window`: sliding
-    window attention over the last `window` positions, every layer (0: none)."""
+    window attention over the last `window` positions, every layer (0: none), or with
+    `window_pattern` n > 0 only layers i with (i + 1) % n != 0 (Gemma: n - 1 sliding, then one
+    global); `local_rope`: the sliding layers' rope attributes when they differ (Gemma 3).
+    Gemma's: `embed_scale` (the embedding rows times it; 0: none), `mlp_act` (`silu` or
+    `gelu_tanh`), `post_norms` (rms_norms of the attention's and the MLP's outputs before their
+    residual adds: roles `attn_post_norm`, `mlp_post_norm`), `attn_scale` (the attention's scale;
+    None: 1/sqrt(head_dim)), `attn_softcap` and `final_softcap` (C·tanh(x/C) of the scores and of
+    the logits; 0: none)."""
 
     layers: int = 2
     hidden: int = 64
@@ -70,6 +77,25 @@ class LlamaConfig:
     fused_qkv: bool = False
     fused_gate_up: bool = False
     window: int = 0
+    window_pattern: int = 0
+    local_rope: Mapping[str, AttrValue] | None = None
+    embed_scale: float = 0.0
+    mlp_act: str = "silu"
+    post_norms: bool = False
+    attn_scale: float | None = None
+    attn_softcap: float = 0.0
+    final_softcap: float = 0.0
+
+    def layer_window(self, i: int) -> int:
+        """Layer i's sliding window (0: none)."""
+        if self.window_pattern > 0 and (i + 1) % self.window_pattern == 0:
+            return 0
+        return self.window
+
+    def layer_rope(self, i: int) -> Mapping[str, AttrValue]:
+        if self.local_rope is not None and self.layer_window(i):
+            return self.local_rope
+        return self.rope
 
     @property
     def head_width(self) -> int:
@@ -145,6 +171,8 @@ def check_llama(config: LlamaConfig, step: LlamaStep) -> None:
     fused |= {"gate", "up"} if c.fused_gate_up else set()
     if fused & set(c.bias):
         raise ValueError(f"biases on fused projections ({', '.join(sorted(fused & set(c.bias)))})")
+    if c.mlp_act not in ("silu", "gelu_tanh"):
+        raise ValueError(f"mlp_act must be silu or gelu_tanh, got {c.mlp_act!r}")
     if c.window < 0:
         raise ValueError(f"window ({c.window}) must not be negative")
     if s.mode == "decode" and s.seq > s.cache_len:
@@ -191,6 +219,8 @@ def weight_shapes(
             shapes[f"b_{proj}", i] = (bias_dims[proj],)
         if c.qk_norm:
             shapes["q_norm", i] = shapes["k_norm", i] = (c.head_width,)
+        if c.post_norms:
+            shapes["attn_post_norm", i] = shapes["mlp_post_norm", i] = (c.hidden,)
     shapes["final_norm", None] = (c.hidden,)
     if not c.tied_embeddings:
         shapes["lm_head", None] = matrix("lm_head")
@@ -310,7 +340,13 @@ class _Builder:
         q_bshd, kv_bshd = self.ty(b, sq, c.heads, hd), self.ty(b, sq, c.kv_heads, hd)
         q_bhsd, kv_bhsd = self.ty(b, c.heads, sq, hd), self.ty(b, c.kv_heads, sq, hd)
         eps_attr = f"{{eps = {float(c.eps)!r}}}"  # repr: the printer's spelling
-        rope_attr = _attrs(c.rope)
+        rope_attr = _attrs(c.layer_rope(i))
+        window = c.layer_window(i)
+        extra = ""  # after `causal`, sorted as the printer prints them
+        if c.attn_scale is not None:
+            extra += f", scale = {format_literal(float(c.attn_scale))}"
+        extra += f", softcap = {format_literal(float(c.attn_softcap))}" if c.attn_softcap else ""
+        extra += f", window = {window}" if window else ""
         out, p = self.out, f"%l{i}."
         out(f"  # layer {i}: attention")
         out(f"  {p}attn_in = rms_norm({x}, {self.read('attn_norm', i)}) {eps_attr} : {h_ty}")
@@ -343,19 +379,31 @@ class _Builder:
             cache_ty = self.ty(b, c.kv_heads, s.cache_len, hd)
             out(f"  {p}k_cache_new = kv_cache_write({p}k_cache, {p}k_t, {write_pos}) : {cache_ty}")
             out(f"  {p}v_cache_new = kv_cache_write({p}v_cache, {p}v_t, {write_pos}) : {cache_ty}")
+            # One query per sequence sees every cached key (causal then restricts nothing), but a
+            # window needs `causal`.
+            attrs = ""
+            if s.seq > 1 or window:
+                attrs = " {causal = true" + extra + "}"
+            elif extra:
+                attrs = " {" + extra[2:] + "}"
             out(
-                f"  {p}attn = attention({p}q_t, {p}k_cache_new, {p}v_cache_new, %kv_len){causal}"
+                f"  {p}attn = attention({p}q_t, {p}k_cache_new, {p}v_cache_new, %kv_len){attrs}"
                 f" : {q_bhsd}"
             )
         else:
-            attrs = "{causal = true" + (f", window = {c.window}" if c.window else "") + "}"
+            attrs = "{causal = true" + extra + "}"
             out(f"  {p}attn = attention({p}q_t, {p}k_t, {p}v_t) {attrs} : {q_bhsd}")
         out(f"  {p}attn_t = transpose({p}attn) {{perm = [0, 2, 1, 3]}} : {q_bshd}")
         out(
             f"  {p}attn_2d = reshape({p}attn_t) {{shape = {_ints(t, q_dim)}}} : {self.ty(t, q_dim)}"
         )
         self.project(f"{p}attn_out", f"{p}attn_2d", "wo", "o", i, h_ty)
-        out(f"  {p}h_attn = add({x}, {p}attn_out) : {h_ty}")
+        attn_out = f"{p}attn_out"
+        if c.post_norms:
+            norm = self.read("attn_post_norm", i)
+            out(f"  {p}attn_post = rms_norm({attn_out}, {norm}) {eps_attr} : {h_ty}")
+            attn_out = f"{p}attn_post"
+        out(f"  {p}h_attn = add({x}, {attn_out}) : {h_ty}")
         out(f"  # layer {i}: SwiGLU MLP")
         out(f"  {p}mlp_in = rms_norm({p}h_attn, {self.read('mlp_norm', i)}) {eps_attr} : {h_ty}")
         if c.fused_gate_up:
@@ -366,10 +414,18 @@ class _Builder:
         else:
             self.project(f"{p}gate", f"{p}mlp_in", "w_gate", "gate", i, ffn_ty)
             self.project(f"{p}up", f"{p}mlp_in", "w_up", "up", i, ffn_ty)
-        out(f"  {p}gate_act = silu({p}gate) : {ffn_ty}")
+        if c.mlp_act == "gelu_tanh":
+            out(f'  {p}gate_act = gelu({p}gate) {{approximate = "tanh"}} : {ffn_ty}')
+        else:
+            out(f"  {p}gate_act = silu({p}gate) : {ffn_ty}")
         out(f"  {p}gated = mul({p}gate_act, {p}up) : {ffn_ty}")
         self.project(f"{p}mlp_out", f"{p}gated", "w_down", "down", i, h_ty)
-        out(f"  {p}out = add({p}h_attn, {p}mlp_out) : {h_ty}")
+        mlp_out = f"{p}mlp_out"
+        if c.post_norms:
+            norm = self.read("mlp_post_norm", i)
+            out(f"  {p}mlp_post = rms_norm({mlp_out}, {norm}) {eps_attr} : {h_ty}")
+            mlp_out = f"{p}mlp_post"
+        out(f"  {p}out = add({p}h_attn, {mlp_out}) : {h_ty}")
         return f"{p}out"
 
     def text(self, comments: Sequence[str]) -> str:
@@ -386,12 +442,12 @@ class _Builder:
             # kv_cache_write takes the start row as i32[1]: the first new token's position.
             write_pos = "%write_pos"
             self.out("  %write_pos = slice(%pos) {axis = 0, end = 1, start = 0} : i32[1]")
-        # One new token per sequence sees every cached key: no causal mask needed (but a
-        # sliding window needs `causal`, which with one query is no restriction).
-        causal = " {causal = true}" if s.seq > 1 or c.window else ""
-        if c.window:
-            causal = f" {{causal = true, window = {c.window}}}"
+        causal = ""  # the layers' attention attributes are their own
         x = "%h0"
+        if c.embed_scale:
+            factor = format_literal(float(c.embed_scale))
+            self.out(f"  %h0_scaled = scale(%h0) {{factor = {factor}}} : {h_ty}")
+            x = "%h0_scaled"
         for i in range(c.layers):
             x = self.layer(i, x, write_pos, causal)
         self.out("  # head")
@@ -405,6 +461,13 @@ class _Builder:
             head = self.read("lm_head")
             flags = " {transpose_b = true}" if self.w.out_in else ""
             self.out(f"  %logits = matmul(%h_final, {head}){flags} : {logits_ty}")
+        if c.final_softcap:
+            cap = float(c.final_softcap)
+            self.lines[-1] = self.lines[-1].replace("%logits =", "%logits_raw =", 1)
+            inverse, factor = format_literal(1 / cap), format_literal(cap)
+            self.out(f"  %logits_div = scale(%logits_raw) {{factor = {inverse}}} : {logits_ty}")
+            self.out(f"  %logits_tanh = tanh(%logits_div) : {logits_ty}")
+            self.out(f"  %logits = scale(%logits_tanh) {{factor = {factor}}} : {logits_ty}")
         outputs = ["%logits"]
         if decode:
             for i in range(c.layers):

@@ -15,7 +15,7 @@ import optgraph as og
 from optgraph.errors import InputError
 from optgraph.frontends.gguf import from_gguf
 from optgraph.reference.interpreter import run_reference
-from tests.frontends import gguf_models, gguf_phi3
+from tests.frontends import gguf_gemma, gguf_models, gguf_phi3
 
 pytest.importorskip("gguf")
 pytest.importorskip("transformers")
@@ -239,3 +239,63 @@ def test_phi3_partial_rotary_is_refused(tmp_path: Path) -> None:
     path = gguf_phi3.write_phi3_gguf(model, tmp_path / "phi3-partial.gguf")
     with pytest.raises(InputError, match="partial rotary"):
         from_gguf(path)
+
+
+GEMMA_PROMPT = PROMPT + [7, 11, 13, 250, 1, 9]  # longer than the test models' window, 4
+
+
+@pytest.mark.parametrize(
+    "arch, ftype, overrides",
+    [("gemma2", "F32", {}), ("gemma2", "Q8_0", {}), ("gemma3", "F32", {"num_hidden_layers": 6})],
+    ids=["gemma2", "gemma2-q8_0", "gemma3"],
+)
+def test_gemma_files_decode_as_transformers_loads_them(
+    tmp_path: Path, arch: str, ftype: str, overrides: dict[str, Any]
+) -> None:
+    """Gemma 2 and 3: embeddings times sqrt(hidden), the file's norms (1 + weight, added by the
+    converter) as plain RMS norms, post-attention and post-MLP norms, a GELU-tanh MLP, sliding
+    windows on all but every 2nd (gemma2) / 6th (gemma3) layer, gemma3's local rope (theta
+    10000) on its sliding layers and q/k norms, gemma2's softcaps (transformers' defaults: the
+    loader reads none)."""
+    model = gguf_gemma.gemma_model(arch, **overrides)
+    path = gguf_gemma.write_gemma_gguf(model, tmp_path / f"{arch}.gguf", arch, ftype)
+    graph, weights = from_gguf(path, cache_len=40)
+    og.verify(graph)
+    attention = [n for n in graph.nodes if n.op == "attention"]
+    thetas = [n.attrs["theta"] for n in graph.nodes if n.op == "rope"][::2]
+    if arch == "gemma2":
+        assert [n.attrs.get("window", 0) for n in attention] == [4, 0]
+        assert all(n.attrs["softcap"] == 50.0 for n in attention)
+        assert [n.op for n in graph.nodes][-3:] == ["scale", "tanh", "scale"]  # logits' softcap
+    else:
+        assert [n.attrs.get("window", 0) for n in attention] == [4, 4, 4, 4, 4, 0]
+        assert thetas == [10000.0] * 5 + [1000000.0]
+        assert "blk.0.attn_q_norm.weight" in weights
+    assert "blk.1.post_ffw_norm.weight" in weights and "output.weight" not in weights
+    logits, tokens = gguf_models.decode_steps(graph, weights, GEMMA_PROMPT, NEW_TOKENS)
+    expected_logits, expected_tokens = _oracle(path, GEMMA_PROMPT, NEW_TOKENS)
+    assert np.abs(logits - expected_logits).max() <= F32_BOUND
+    assert tokens == expected_tokens
+    prefill, prefill_weights = from_gguf(path, mode="prefill", seq=len(GEMMA_PROMPT))
+    feed = {
+        "tokens": np.array(GEMMA_PROMPT, np.int32),
+        "pos": np.arange(len(GEMMA_PROMPT), dtype=np.int32),
+    }
+    logits = run_reference(prefill, feed, prefill_weights)["logits"]
+    assert np.abs(logits - expected_logits).max() <= F32_BOUND
+
+
+def test_gemma2_softcaps_from_the_metadata(tmp_path: Path) -> None:
+    """Softcaps small enough to bend every score and logit, read from the file (the loader
+    keeps transformers' defaults: the oracle is the model the file came from)."""
+    model = gguf_gemma.gemma_model(
+        "gemma2", attn_logit_softcapping=0.5, final_logit_softcapping=2.0
+    )
+    path = gguf_gemma.write_gemma_gguf(model, tmp_path / "gemma2-caps.gguf", "gemma2")
+    graph, weights = from_gguf(path, cache_len=40)
+    assert all(n.attrs["softcap"] == 0.5 for n in graph.nodes if n.op == "attention")
+    logits, _ = gguf_models.decode_steps(graph, weights, GEMMA_PROMPT, 1)
+    with torch.no_grad():
+        expected = model(torch.tensor([GEMMA_PROMPT])).logits[0].numpy()
+    assert np.abs(expected).max() <= 2.0
+    assert np.abs(logits - expected).max() <= F32_BOUND
