@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from tests.frontends.gguf_models import SIZES, _add_tensor
+from tests.frontends.gguf_models import SIZES, finish_file, named_tensors, new_writer
 
 _NAMES = {
     "self_attn.q_proj": "attn_q",
@@ -60,19 +60,8 @@ def gemma_model(arch: str, seed: int = 0, **overrides: Any) -> Any:
 
 def write_gemma_gguf(model: Any, path: Path, arch: str, ftype: str = "F32") -> Path:
     """Write `model` as a `gemma2` or `gemma3` GGUF file (module docstring)."""
-    import gguf
-
     c = model.config
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"{arch} tiny")
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_block_count(c.num_hidden_layers)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
-    w.add_layer_norm_rms_eps(c.rms_norm_eps)
-    w.add_vocab_size(c.vocab_size)
+    w = new_writer(model, path, arch, f"{arch} tiny", ftype)
     w.add_key_length(c.head_dim)
     w.add_value_length(c.head_dim)
     if arch == "gemma2":
@@ -83,24 +72,10 @@ def write_gemma_gguf(model: Any, path: Path, arch: str, ftype: str = "F32") -> P
     w.add_sliding_window(c.sliding_window)
     w.add_pad_token_id(c.pad_token_id)
     w.add_eos_token_id(c.eos_token_id)
-    w.add_file_type({"F32": 0, "F16": 1}.get(ftype, 7))
-    for name, p in model.state_dict().items():
-        a = p.detach().float().numpy().copy()
-        if name.endswith("norm.weight"):
-            a = a + 1.0  # the converter's `data_torch + 1`
-        if name == "model.embed_tokens.weight":
-            gguf_name = "token_embd.weight"
-        elif name == "model.norm.weight":
-            gguf_name = "output_norm.weight"
-        elif name == "lm_head.weight":
-            continue  # tied
-        else:
-            _, _, layer, rest = name.split(".", 3)
-            module, kind = rest.rsplit(".", 1)
-            gguf_name = f"blk.{layer}.{_NAMES[module]}.{kind}"
-        _add_tensor(w, gguf_name, a, ftype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    tensors = (
+        # the converter's `data_torch + 1` on every norm
+        (g, a + 1.0 if hf.endswith("norm.weight") else a)
+        for hf, g, a in named_tensors(model, _NAMES)
+    )
+    finish_file(w, tensors, ftype)
     return path

@@ -15,6 +15,7 @@ prompt position.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,28 +71,65 @@ _HF_TO_GGUF = {
 }
 
 
+def named_tensors(model: Any, names: Mapping[str, str]) -> Iterator[tuple[str, str, np.ndarray]]:
+    """(transformers name, GGUF name, float32 copy) of each tensor the file holds, as the
+    converter names them: `names` maps a layer's module (`self_attn.q_proj`) to its GGUF stem
+    (`attn_q`); `lm_head` is left out of a model with tied embeddings."""
+    for name, p in model.state_dict().items():
+        a = p.detach().float().numpy().copy()
+        if name == "model.embed_tokens.weight":
+            yield name, "token_embd.weight", a
+        elif name == "model.norm.weight":
+            yield name, "output_norm.weight", a
+        elif name == "lm_head.weight":
+            if not model.config.tie_word_embeddings:
+                yield name, "output.weight", a
+        else:
+            _, _, layer, rest = name.split(".", 3)
+            module, kind = rest.rsplit(".", 1)
+            yield name, f"blk.{layer}.{names[module]}.{kind}", a
+
+
 def gguf_tensors(model: Any, arch: str) -> dict[str, np.ndarray]:
     """The model's tensors under their GGUF names, q/k permuted for `llama` files."""
     c = model.config
     out: dict[str, np.ndarray] = {}
-    for name, p in model.state_dict().items():
-        a = p.detach().float().numpy().copy()
-        if name == "model.embed_tokens.weight":
-            out["token_embd.weight"] = a
-        elif name == "model.norm.weight":
-            out["output_norm.weight"] = a
-        elif name == "lm_head.weight":
-            if not c.tie_word_embeddings:
-                out["output.weight"] = a
-        else:
-            _, _, layer, rest = name.split(".", 3)
-            module, kind = rest.rsplit(".", 1)
-            gguf_name = _HF_TO_GGUF[module]
-            if arch == "llama" and gguf_name in ("attn_q", "attn_k"):
-                heads = c.num_attention_heads if gguf_name == "attn_q" else c.num_key_value_heads
-                a = _permute(a, heads)
-            out[f"blk.{layer}.{gguf_name}.{kind}"] = a
+    for _, gguf_name, a in named_tensors(model, _HF_TO_GGUF):
+        stem = gguf_name.split(".")[-2]
+        if arch == "llama" and stem in ("attn_q", "attn_k"):
+            a = _permute(a, c.num_attention_heads if stem == "attn_q" else c.num_key_value_heads)
+        out[gguf_name] = a
     return out
+
+
+def new_writer(model: Any, path: Path, arch: str, name: str, ftype: str) -> Any:
+    """A `GGUFWriter` holding the keys every llama-family file carries: sizes, heads, the norm
+    epsilon, the vocabulary size and the file type (`ftype`: F32, F16, BF16 or quantized)."""
+    import gguf
+
+    c = model.config
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(name)
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_vocab_size(c.vocab_size)
+    w.add_file_type({"F32": 0, "F16": 1, "BF16": 32}.get(ftype, 7))
+    return w
+
+
+def finish_file(w: Any, tensors: Iterable[tuple[str, np.ndarray]], ftype: str) -> None:
+    """Add `tensors` (vectors in F32, matrices in `ftype`) and write the file."""
+    for tensor_name, a in tensors:
+        _add_tensor(w, tensor_name, a, ftype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 def write_gguf(
@@ -107,24 +145,14 @@ def write_gguf(
 
     c = model.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(name)
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_block_count(c.num_hidden_layers)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
-    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w = new_writer(model, path, arch, name, ftype)
     theta = float(c.rope_parameters["rope_theta"])
     w.add_rope_freq_base(theta)
-    w.add_vocab_size(c.vocab_size)
     if arch in ("llama", "mistral"):
         w.add_rope_dimension_count(head_dim)
     if head_dim != c.hidden_size // c.num_attention_heads:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
-    w.add_file_type({"F32": 0, "F16": 1, "BF16": 32}.get(ftype, 7))
     tensors = gguf_tensors(model, arch)
     rope = rope or {}
     if rope.get("rope_type") == "linear":
@@ -136,12 +164,7 @@ def write_gguf(
         w.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
     elif rope.get("rope_type") == "llama3":
         tensors["rope_freqs.weight"] = _llama3_divisors(rope, theta, head_dim)
-    for tensor_name, a in tensors.items():
-        _add_tensor(w, tensor_name, a, ftype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_file(w, tensors.items(), ftype)
     return path
 
 
