@@ -18,19 +18,16 @@ from typing import Any
 
 import torch
 
-from tests.frontends.gguf_models import SIZES, finish_file, named_tensors, new_writer
+from tests.frontends.gguf_models import (
+    HF_TO_GGUF,
+    SIZES,
+    finish_file,
+    named_tensors,
+    new_writer,
+)
 
-_NAMES = {
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "self_attn.q_norm": "attn_q_norm",
-    "self_attn.k_norm": "attn_k_norm",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-    "input_layernorm": "attn_norm",
+# Gemma's layers: the llama names, with a norm after the attention and around the MLP.
+_NAMES = HF_TO_GGUF | {
     "post_attention_layernorm": "post_attention_norm",
     "pre_feedforward_layernorm": "ffn_norm",
     "post_feedforward_layernorm": "post_ffw_norm",

@@ -56,7 +56,7 @@ def _permute(w: np.ndarray, heads: int) -> np.ndarray:
     )
 
 
-_HF_TO_GGUF = {
+HF_TO_GGUF = {
     "self_attn.q_proj": "attn_q",
     "self_attn.k_proj": "attn_k",
     "self_attn.v_proj": "attn_v",
@@ -94,7 +94,7 @@ def gguf_tensors(model: Any, arch: str) -> dict[str, np.ndarray]:
     """The model's tensors under their GGUF names, q/k permuted for `llama` files."""
     c = model.config
     out: dict[str, np.ndarray] = {}
-    for _, gguf_name, a in named_tensors(model, _HF_TO_GGUF):
+    for _, gguf_name, a in named_tensors(model, HF_TO_GGUF):
         stem = gguf_name.split(".")[-2]
         if arch == "llama" and stem in ("attn_q", "attn_k"):
             a = _permute(a, c.num_attention_heads if stem == "attn_q" else c.num_key_value_heads)
