@@ -25,9 +25,9 @@ in this run; prefill: its FLOPs over the f16 GEMM rate measured in this run); op
 `CHECK_LAYERS` layers of the model with its mix, a step of the same mode), marked against the
 f16 bound of tests/support/gpu_support.py; the target of the issue where it sets one.
 `--no-check` skips the nmse column (the table is printed once before the checks, and again
-with them). Each quantized decode also gets a row `(one-row before)`: the same program lowered
-with the quantized one-row kernel's earlier layout (`quantized.WIDE_ONE_ROW = False`), timed
-right after it (`--no-before`: none). Needs CuPy and a GPU (fake CuPy in the tests).
+with them). Each quantized decode also gets a row `(float form)`: the same program lowered
+with the quantized one-row kernel's float form (`quantized.INTEGER_DOT = False`: the weight
+decoded to floats, the form before the integer dot), timed right after it (`--no-before`: none). Needs CuPy and a GPU (fake CuPy in the tests).
 """
 
 from __future__ import annotations
@@ -246,20 +246,20 @@ def _freed() -> Iterator[None]:
         cp.get_default_memory_pool().free_all_blocks()
 
 
-BEFORE = " (one-row before)"  # rows timed with the quantized one-row kernel's earlier layout
+BEFORE = " (float form)"  # rows timed with the quantized one-row kernel's float form
 
 
 @contextmanager
-def _one_row_layout(wide: bool) -> Iterator[None]:
-    """`quantized.WIDE_ONE_ROW` set to `wide` while programs are lowered in the block."""
+def _one_row_layout(integer: bool) -> Iterator[None]:
+    """`quantized.INTEGER_DOT` set to `integer` while programs are lowered in the block."""
     from optgraph.codegen.kernels import quantized
 
-    saved = quantized.WIDE_ONE_ROW
-    quantized.WIDE_ONE_ROW = wide
+    saved = quantized.INTEGER_DOT
+    quantized.INTEGER_DOT = integer
     try:
         yield
     finally:
-        quantized.WIDE_ONE_ROW = saved
+        quantized.INTEGER_DOT = saved
 
 
 def _step_us(model: str, graph: Any, weights: dict[str, Any], args: argparse.Namespace) -> Any:
@@ -283,7 +283,7 @@ def measure(
     models: list[str], weight_sets: list[str], args: argparse.Namespace, rates: dict[str, float]
 ) -> list[Row]:
     """One row per (model, weights), and with `args.before` one more per quantized decode with
-    the one-row kernel's earlier layout (`quantized.WIDE_ONE_ROW = False`), timed right after;
+    the one-row kernel's float form (`quantized.INTEGER_DOT = False`), timed right after;
     a weight set's weights are drawn once on the device and shared by the models of its sizes."""
     rows: list[Row] = []
     for weight_set in weight_sets:

@@ -128,6 +128,16 @@ template <typename T> T __shfl_up_sync(unsigned int, T v, unsigned int d) {
 inline float __fmul_rn(float a, float b) { return a * b; }  // ISO C++: never contracted
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
+inline int __float2int_rn(float f) { return (int)std::nearbyint(f); }  // ties to even
+// dp2a: two int16 of a by two int8 of b (bytes 0-1: lo, 2-3: hi), summed into c.
+inline int og_emu_dp2a(int a, int b, int c, int at) {
+  const int a0 = (short)(a & 0xffff), a1 = (short)((unsigned int)a >> 16);
+  const int b0 = (signed char)(((unsigned int)b >> (8 * at)) & 255u);
+  const int b1 = (signed char)(((unsigned int)b >> (8 * at + 8)) & 255u);
+  return c + a0 * b0 + a1 * b1;
+}
+inline int __dp2a_lo(int a, int b, int c) { return og_emu_dp2a(a, b, c, 0); }
+inline int __dp2a_hi(int a, int b, int c) { return og_emu_dp2a(a, b, c, 2); }
 inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline float __int_as_float(int u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }

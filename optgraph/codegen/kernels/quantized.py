@@ -43,7 +43,7 @@ from optgraph.codegen.cuda_source import (
     out_param,
     store,
 )
-from optgraph.codegen.kernels import quantized_one_row
+from optgraph.codegen.kernels import quantized_integer_dot, quantized_one_row
 from optgraph.codegen.kernels.matmul import Gemm, emit_roles
 from optgraph.ir.graph import DTYPE_BYTES, QUANT_BLOCKS, Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults
@@ -58,6 +58,9 @@ WARPS = 8  # warps a block of the one-row kernel (a column each, or parts of one
 # The one-row kernel's layout: `quantized_one_row` (True), or a warp a column with one staged
 # tile in flight and byte loads (False: the layout before it, for A/B runs).
 WIDE_ONE_ROW = True
+# The wide layout's staged tiles in integer form (`quantized_integer_dot`) where it fits (True),
+# or decoded to floats (False: the form before it, for A/B runs).
+INTEGER_DOT = True
 
 COMMON = r"""// Quantized blocks (ggml formats): each og_dq32_<type> writes the 32 values of sub-block s.
 __device__ __forceinline__ float og_q_half(const unsigned char* p) {
@@ -340,7 +343,11 @@ def one_row_launch(x: TensorType, w: TensorType, out: TensorType) -> Launch:
         per = quantized_one_row.tile_lanes(per, 32 * per // sub * nbytes)
         split = quantized_one_row.parts(n, rows, -(-units // (32 * per)), WARPS)
         geometry = (n, k, nbytes, sub, row_bytes)
-        body = quantized_one_row.wide_body(x.dtype, w.dtype, out.dtype, geometry, per, split)
+        stage = WARPS * (32 * per // sub * nbytes + 16)
+        integer = INTEGER_DOT and quantized_integer_dot.fits(w.dtype, k, row_bytes, stage)
+        body = quantized_one_row.wide_body(
+            x.dtype, w.dtype, out.dtype, geometry, per, split, integer
+        )
         extra = quantized_one_row.word_decls(w.dtype) if row_bytes % 16 == 0 else ()
         text = "\n".join("  " + line for line in body)
         bounds = quantized_one_row.bounds(w.dtype)
