@@ -10,12 +10,14 @@ it: a tuple of `Launch` (one of our kernels), `Gemm` (a cuBLAS call, `matmul`) a
     %y = matmul(%x, %w) : f16[8,4096]                  ->  matmul: cuBLAS
     %y = fused(...) { matmul, add }  (8 rows)          ->  cuBLAS, then a elementwise epilogue
     %y = matmul(%x, %wq) : f16[1,4096]  (%wq : q4_k)   ->  quantized: its one-row product kernel
+    %y = moe(%x, %logits, %g, %u, %d) {k = 2}         ->  moe: route, gate_up, down (scratch)
 
 Families (`elementwise`, `data_movement`, `indexing`, `reductions`, `rope`,
 `variants`,
-`conv`, `matmul`) each name their ops in `OPS` and emit them with
+`conv`, `matmul`, `quantized`, `moe`) each name their ops in `OPS` and emit them with
 `emit(node, types, in_place=...)`; they import the shared vocabulary below them (`cuda_source`,
-`scalars`, `geometry`, `head_rows`), never this module or each other. A node
+`scalars`, `geometry`, `head_rows`), never this module or each other (`moe` calls `quantized`'s
+block decoders, `quantized` `matmul`'s cuBLAS roles). A node
 reading a quantized weight (`dequantize`, `get_rows` of a quantized table, `matmul` by one)
 goes to `quantized` before any other family. A
 `fused` node is planned with `fusion_rules.plan_body` and emitted by kind here: an elementwise
@@ -37,6 +39,7 @@ from optgraph.codegen.kernels import (
     elementwise,
     indexing,
     matmul,
+    moe,
     quantized,
     reductions,
     rope,
@@ -59,6 +62,7 @@ FAMILIES = (
     conv,
     matmul,
     quantized,
+    moe,
 )
 
 
@@ -108,6 +112,8 @@ def scratch_bytes(node: Node, operand_types: Sequence[TensorType]) -> int:
     """Bytes of scratch the work of `node` needs besides its result (role "scratch"; 0: none)."""
     if node.op == "attention" and node.type is not None and node.type.numel:
         return variants.scratch_bytes(node, tuple(operand_types))
+    if node.op == "moe" and node.type is not None and node.type.numel:
+        return moe.scratch_bytes(node, tuple(operand_types))
     if node.type is not None and node.type.numel:
         return quantized.scratch_bytes(node, tuple(operand_types))
     return 0

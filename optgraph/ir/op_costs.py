@@ -140,6 +140,22 @@ def get_rows(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost
     return Cost(types[1].nbytes + 2 * result.nbytes, 0)
 
 
+def moe(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
+    """x, logits and the result, and the experts the tokens can select: min(E, T·k) of each
+    stack's E (a decode step reads k experts' rows, never all E). Flops: the k experts' three
+    products a token (2·3·H·F), their activation and weighting, and the routing (softmax and
+    selection over E)."""
+    x, logits, stacks = types[0], types[1], types[2:]
+    tokens, hidden = x.shape
+    experts, ffn = stacks[-1].shape[0], stacks[-1].shape[2]
+    k = attrs["k"]
+    assert isinstance(k, int)
+    used = min(experts, tokens * k)
+    stack_bytes = sum(t.nbytes for t in stacks) * used // experts if experts else 0
+    flops = tokens * (k * (6 * hidden * ffn + 8 * ffn + 2 * hidden) + 6 * experts)
+    return Cost(x.nbytes + logits.nbytes + result.nbytes + stack_bytes, flops)
+
+
 def kv_cache_write(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
     """In place: reads the new rows and the position, writes the rows."""
     return Cost(2 * types[1].nbytes + types[2].nbytes, 0)

@@ -73,6 +73,7 @@ FAMILIES: tuple[str, ...] = (
     "attention",
     "collective",
     "dequantize",
+    "moe",
     "fused",
 )
 

@@ -43,6 +43,7 @@ from optgraph.ir import op_rules as rules
 from optgraph.ir import op_rules_attention as attention_rules
 from optgraph.ir import op_rules_collective as collective
 from optgraph.ir import op_rules_indexing as indexing
+from optgraph.ir import op_rules_moe as moe_rules
 from optgraph.ir import op_rules_rope as rope_rules
 from optgraph.ir.graph import AttrValue, Node, TensorType
 from optgraph.ir.op_costs import (
@@ -221,6 +222,12 @@ _NOT_ELEMENTWISE: dict[str, OpDef] = {
     "max": _reduction("max", rules.reduce_max),
     "max_pool2d": _pool("max_pool2d"),
     "mean": _reduction("mean", rules.reduce_mean),
+    "moe": _reads_quantized(_op(
+        "moe", ("moe", "opaque"), (4, 5), moe_rules.moe, costs.moe,
+        act=AttrSpec("str", "silu", choices=moe_rules.ACTIVATIONS), k=_REQUIRED_INT,
+        norm_topk=_FALSE,
+        routing=AttrSpec("str", "softmax_topk", choices=moe_rules.ROUTINGS),
+    ), 2, 3, 4),
     "pad": _op(
         "pad", _INDEXING, (1, 1), indexing.pad, costs.copy_result,
         pads=_REQUIRED_INTS, value=AttrSpec("float", 0.0),
@@ -324,8 +331,8 @@ def infer_type(node: Node, operand_types: Sequence[TensorType]) -> TensorType:
 # Who may read a quantized weight (`copy` and `prefetch` move its bytes too, but only passes make
 # them): the end of the verifier's message to every other reader.
 QUANTIZED_READERS = (
-    "only matmul (as b, [N,K] with transpose_b = true), get_rows (as the table) and "
-    "dequantize read quantized weights"
+    "only matmul (as b, [N,K] with transpose_b = true), get_rows (as the table), moe (as its "
+    "expert stacks) and dequantize read quantized weights"
 )
 
 

@@ -29,10 +29,12 @@ import numpy as np
 from optgraph.errors import Diagnostic, InputError, VerifyError, did_you_mean
 from optgraph.ir.graph import FLOAT_DTYPES, Graph, Input, Node, TensorType, Weight
 from optgraph.ir.op_rules_attention import attention_operands
+from optgraph.ir.op_rules_moe import EXPERTS_AT
 from optgraph.ir.ops import attrs_with_defaults, get_op, infer_type
 from optgraph.ir.weight_layout import model_type, stored_array
 from optgraph.reference.dequantize import dequantize_operands, random_blocks
 from optgraph.reference.kernels import KERNELS, ir_dtype, numpy_dtype
+from optgraph.reference.moe import stored_moe
 
 __all__ = [
     "evaluate_node",
@@ -91,22 +93,34 @@ def evaluate_node(
     result_type = node.type
     if result_type is None:
         result_type = infer_type(node, types or [_type_of(a) for a in args])
-    if types is not None and node.op not in _MOVES_BYTES and any(t.is_quantized for t in types):
-        args = dequantize_operands(node, args, types)
-    if opdef.category != "data_movement":
-        # Row-major operands: NumPy's summation order follows the memory layout, so a reduction
-        # of a transposed view would round unlike the same values in a planned (contiguous)
-        # buffer. A result depends on its operands' values only.
-        args = [np.asarray(a, np.float32 if a.dtype in _WIDE else a.dtype, order="C") for a in args]
     with np.errstate(all="ignore"):
-        out = KERNELS[node.op](node, args, attrs_with_defaults(node))
-        out = np.asarray(out).astype(numpy_dtype(result_type.dtype), copy=False)
+        out = np.asarray(_kernel_value(node, opdef.category, args, types))
+        out = out.astype(numpy_dtype(result_type.dtype), copy=False)
     if out.shape != result_type.array_shape:
         raise VerifyError(
             f"{node.op}: computed a {_describe(out)} value but the node is declared {result_type}",
             node.span,
         )
     return out
+
+
+def _kernel_value(
+    node: Node, category: str, args: Sequence[np.ndarray], types: Sequence[TensorType] | None
+) -> np.ndarray:
+    """The kernel's value of `node` before rounding to its dtype."""
+    if node.op == "moe":
+        # Its expert stacks are read as stored: only the experts its tokens select are decoded
+        # (a quantized one dequantized, an f16 one widened), never all E.
+        operand_types = list(types) if types is not None else [_type_of(a) for a in args]
+        return stored_moe(node, args, operand_types, attrs_with_defaults(node))
+    if types is not None and node.op not in _MOVES_BYTES and any(t.is_quantized for t in types):
+        args = dequantize_operands(node, args, types)
+    if category != "data_movement":
+        # Row-major operands: NumPy's summation order follows the memory layout, so a reduction
+        # of a transposed view would round unlike the same values in a planned (contiguous)
+        # buffer. A result depends on its operands' values only.
+        args = [np.asarray(a, np.float32 if a.dtype in _WIDE else a.dtype, order="C") for a in args]
+    return KERNELS[node.op](node, args, attrs_with_defaults(node))
 
 
 def _check_arrays(
@@ -246,6 +260,8 @@ def _direct_use(node: Node, index: int, types: Sequence[TensorType]) -> _Use:
         t, transposed = types[index], attrs[f"transpose_{'ab'[index]}"]
         rows_are_k = (index == 1) != bool(transposed)
         return _Use(fan_in=t.shape[-2] if rows_are_k else t.shape[-1])
+    if op == "moe" and index >= EXPERTS_AT:  # an expert's rows: [F,H] or [H,F]
+        return _Use(fan_in=types[index].shape[-1])
     if op == "conv2d" and index == 1:
         return _Use(fan_in=math.prod(types[1].shape[1:]))
     return _Use()

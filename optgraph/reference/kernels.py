@@ -10,7 +10,7 @@ dtype) and never round themselves.
 
 The elementwise ops' kernels are their declared NumPy functions (`ir/op_elementwise.py`, most of
 them in `reference/elementwise.py`), called as `fn(*args, **attrs)`; the indexing and collective ops' are in
-`indexing` and `collective`, attention's in `attention`.
+`indexing` and `collective`, attention's in `attention`, moe's in `moe`.
 
 Conventions a kernel implementation (CUDA or otherwise) must reproduce within tolerance:
 
@@ -40,6 +40,7 @@ from optgraph.reference.attention import attention
 from optgraph.reference.collective import KERNELS as COLLECTIVE_KERNELS
 from optgraph.reference.dequantize import dequantize_kernel
 from optgraph.reference.indexing import KERNELS as INDEXING_KERNELS
+from optgraph.reference.moe import moe
 
 Attrs = Mapping[str, AttrValue]
 Kernel = Callable[[Node, Sequence[np.ndarray], Attrs], np.ndarray]
@@ -307,6 +308,7 @@ KERNELS: dict[str, Kernel] = {
     "max": reduce_max,
     "max_pool2d": max_pool2d,
     "mean": reduce_mean,
+    "moe": moe,
     "prefetch": copy,
     "reshape": reshape,
     "rms_norm": rms_norm,

@@ -134,8 +134,8 @@ def test_quantized_inputs_and_results_are_refused() -> None:
 
 def test_only_the_named_ops_read_quantized_values() -> None:
     allowed = (
-        "only matmul (as b, [N,K] with transpose_b = true), get_rows (as the table) and "
-        "dequantize read quantized weights"
+        "only matmul (as b, [N,K] with transpose_b = true), get_rows (as the table), moe (as "
+        "its expert stacks) and dequantize read quantized weights"
     )
     text = graph(
         "weight %w : q8_0[16,64]",

@@ -49,6 +49,18 @@ weight %c : mxfp4[1,32]
 %yb = dequantize(%b) {dtype = "{T}"} : {T}[2,256]
 %yc = dequantize(%c) {dtype = "{T}"} : {T}[1,32]
 output %ya, %yb, %yc""",
+    # Mixture of experts: float expert stacks (norm_topk routing, SiLU) and quantized ones,
+    # gate and up in one stack (top-k-then-softmax routing, GELU-tanh); 8 experts, 3 tokens.
+    "moe": """input %x : {T}[3,64]
+input %logits : {T}[3,8]
+weight %gate : {T}[8,32,64]
+weight %up : {T}[8,32,64]
+weight %down : {T}[8,64,32]
+weight %gate_up : q8_0[8,64,64]
+weight %down_q : mxfp4[8,64,32]
+%y = moe(%x, %logits, %gate, %up, %down) {k = 2, norm_topk = true} : {T}[3,64]
+%z = moe(%x, %logits, %gate_up, %down_q) {act = "gelu_tanh", k = 3, routing = "topk_softmax"} : {T}[3,64]
+output %y, %z""",
     "scale": """input %x : {T}[3,33]
 %y = scale(%x) {factor = -0.75} : {T}[3,33]
 output %y""",
@@ -439,7 +451,7 @@ for _op in BINARY:
 NARROW = ("add", "mul", "exp", "gelu", "cast", "sum", "mean", "softmax", "rms_norm",
           "layer_norm", "matmul", "attention", "rope", "conv2d", "get_rows", "kv_cache_write",
           "transpose", "fused", "where", "clip", "less", "log_softmax", "prelu", "expand",
-          "pad", "cumsum", "argmax", "mod", "less_equal", "dequantize")  # fmt: skip
+          "pad", "cumsum", "argmax", "mod", "less_equal", "dequantize", "moe")  # fmt: skip
 INTEGER = ("add", "mul", "maximum", "neg", "abs", "relu", "sum", "max", "concat", "equal", "less",
            "greater", "not", "where", "and", "or", "expand", "tile", "pad", "cumsum", "argmax",
            "div", "mod", "sub", "minimum", "less_equal", "greater_equal", "transpose",

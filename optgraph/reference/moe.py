@@ -1,0 +1,121 @@
+# NumPy's stubs type most array expressions as Any; returning them is the point of a kernel.
+# mypy: disable-error-code="no-any-return"
+"""The reference semantics of `moe` (docs/ir.md, "moe"): routing, then the selected experts.
+
+    %y = moe(%x, %logits, %gate, %up, %down) {k = 2, norm_topk = true} : f32[T,H]
+
+Routing, per token, in float32 (`route`):
+
+- `softmax_topk`: p = softmax(logits) over all E; the k largest p (ties: the lower expert
+  first; a NaN counts as the smallest); with `norm_topk` each of the k divided by their sum;
+- `topk_softmax`: the k largest logits (the same order), then a softmax over those k.
+
+Then for each token t and slot j (expert e = ids[t, j], weight w = weights[t, j]):
+`h = act(x[t] @ gate_eᵀ) * (x[t] @ up_eᵀ)`, `y_j = h @ down_eᵀ`, and `y[t] = Σ_j w·y_j`, summed
+in slot order (largest weight first), all in float32; the caller rounds to the node's dtype.
+
+The expert stacks are read as stored (`stored_moe`): only the experts some token selected are
+decoded (a quantized expert dequantized, an f16/bf16 one widened), one at a time, with every
+token that selected it as the rows of its products. A decode step decodes k experts' matrices,
+never all E. Cost: O(T·E) routing, O(T·k·H·F) products, O(used experts' F·H) decoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import ml_dtypes
+import numpy as np
+
+from optgraph.ir.graph import AttrValue, Node, TensorType
+from optgraph.ir.op_rules_moe import EXPERTS_AT
+from optgraph.reference import elementwise
+from optgraph.reference.dequantize import dequantize
+
+__all__ = ["expert_matrix", "moe", "route", "stored_moe"]
+
+F32 = np.float32
+Attrs = Mapping[str, AttrValue]
+_WIDE = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
+def _top(scores: np.ndarray, k: int) -> np.ndarray:
+    """The k largest of each row, largest first; ties: the lower index first; NaN last."""
+    return np.argsort(-scores, axis=-1, kind="stable")[:, :k]
+
+
+def route(
+    logits: np.ndarray, k: int, routing: str, norm_topk: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(expert ids `int64 [T,k]`, weights `float32 [T,k]`) of each token's router logits."""
+    logits = np.asarray(logits, F32)
+    if routing == "softmax_topk":
+        probs = _softmax(logits)
+        ids = _top(probs, k)
+        weights = np.take_along_axis(probs, ids, axis=-1)
+        if norm_topk:
+            weights = weights / np.sum(weights, axis=-1, keepdims=True)
+        return ids, weights
+    if routing == "topk_softmax":
+        ids = _top(logits, k)
+        return ids, _softmax(np.take_along_axis(logits, ids, axis=-1))
+    raise ValueError(f"moe: unknown routing {routing!r}")
+
+
+def _activation(g: np.ndarray, act: str) -> np.ndarray:
+    if act == "silu":
+        return elementwise.silu(g)
+    if act == "gelu":
+        return elementwise.gelu(g, "none")
+    if act == "gelu_tanh":
+        return elementwise.gelu(g, "tanh")
+    raise ValueError(f"moe: unknown act {act!r}")
+
+
+def expert_matrix(stack: np.ndarray, t: TensorType, e: int) -> np.ndarray:
+    """Expert e of a stack stored as `t` (its blocks' bytes when quantized): float32
+    `t.shape[1:]`, decoding that expert alone."""
+    if t.is_quantized:
+        return dequantize(stack[e], t.dtype, t.shape[1:])
+    return np.asarray(stack[e], F32)
+
+
+def stored_moe(
+    node: Node, args: Sequence[np.ndarray], types: Sequence[TensorType], attrs: Attrs
+) -> np.ndarray:
+    """The value of moe node `node` (float32), its expert stacks `args[2:]` as stored."""
+    x = np.asarray(args[0], F32 if args[0].dtype in _WIDE else args[0].dtype)
+    k, routing, act = attrs["k"], attrs["routing"], attrs["act"]
+    assert isinstance(k, int) and isinstance(routing, str) and isinstance(act, str)
+    ids, weights = route(np.asarray(args[1], F32), k, routing, bool(attrs["norm_topk"]))
+    stacks = list(zip(args[EXPERTS_AT:], types[EXPERTS_AT:]))
+    tokens, hidden = x.shape
+    ffn = types[-1].shape[2]
+    y = np.zeros((tokens, k, hidden), F32)
+    for e in np.unique(ids):
+        rows, slots = np.nonzero(ids == e)
+        xs = x[rows]
+        if len(stacks) == 2:
+            gate_up = expert_matrix(*stacks[0], int(e))
+            gate, up = gate_up[:ffn], gate_up[ffn:]
+        else:
+            gate, up = (expert_matrix(a, t, int(e)) for a, t in stacks[:2])
+        down = expert_matrix(*stacks[-1], int(e))
+        h = _activation(xs @ gate.T, act) * (xs @ up.T)
+        y[rows, slots] = h @ down.T
+    out = np.zeros((tokens, hidden), F32)
+    for j in range(k):
+        out += weights[:, j, None] * y[:, j]
+    return out
+
+
+def moe(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:
+    """The kernel of `reference.kernels.KERNELS`: every operand a float array (the interpreter
+    itself calls `stored_moe` with the operands' types, quantized stacks as their bytes)."""
+    types = [TensorType(elementwise.ir_dtype(a.dtype) or "f32", tuple(a.shape)) for a in args]
+    return stored_moe(node, args, types, attrs)
