@@ -55,6 +55,7 @@ from optgraph.ir.graph import QUANT_BLOCKS, Graph
 from optgraph.ir.layout import alias_roots
 from optgraph.ir.weight_layout import stored_weights
 from optgraph.reference.kernels import numpy_dtype
+from optgraph.runtime.cpu.host_compiler import BuildError, build
 
 EMULATION = r"""
 #include <atomic>
@@ -338,12 +339,13 @@ GXX = ("g++", "-std=c++20", "-O0", "-U_FORTIFY_SOURCE", "-w")
 
 
 class _Builds:
-    """What this process has built, in one temporary folder removed at exit: the emulation and
-    the prelude (the same in nearly every program) as a precompiled header, and each program's
-    binary by the digest of its text. A program's source names its files relative to the folder
-    it runs in, so the tests that emulate the same kernels on other values (and the two runs of a
-    merged and an unmerged plan that lower alike) build once. g++ reads the header's text where
-    the precompiled one does not fit, so the header only ever saves time."""
+    """What this process has built, in one temporary folder removed at exit (each build by
+    `host_compiler.build`, named by the digest of its command and text): the emulation and the
+    prelude (the same in nearly every program) as a precompiled header, and each program's
+    binary. A program's source names its files relative to the folder it runs in, so the tests
+    that emulate the same kernels on other values (and the two runs of a merged and an unmerged
+    plan that lower alike) build once. g++ reads the header's text where the precompiled one
+    does not fit, so the header only ever saves time."""
 
     def __init__(self) -> None:
         self.folder: Path | None = None
@@ -360,11 +362,14 @@ class _Builds:
         """The flags that include `header`, precompiled once (none where it would not build)."""
         key = hashlib.sha1(header.encode()).hexdigest()
         if key not in self.includes:
-            path = self._folder() / f"header-{key}.h"
-            path.write_text(header)
-            build = [*GXX, "-x", "c++-header", "-o", f"{path}.gch", str(path)]
-            done = subprocess.run(build, check=False, capture_output=True, text=True)
-            self.includes[key] = ["-include", str(path)] if done.returncode == 0 else []
+            command = (*GXX, "-x", "c++-header")
+            try:
+                gch = build(command, header, self._folder(), source_suffix=".h",
+                            output_suffix=".h.gch", language="c++")  # fmt: skip
+            except BuildError:
+                self.includes[key] = []
+            else:
+                self.includes[key] = ["-include", str(gch.with_suffix(""))]
         return self.includes[key]
 
     def binary(self, header: str, source: str) -> Path:
@@ -374,15 +379,12 @@ class _Builds:
         if key in self.binaries:
             return self.binaries[key]
         include = self._include(header)
-        program = self._folder() / f"{key}.cpp"
-        program.write_text(source if include else header + source)
-        binary = program.with_suffix("")
-        build = [*GXX, *include, "-o", str(binary), str(program)]
-        done = subprocess.run(build, check=False, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise EmulationError(
-                f"emulated build failed ({done.returncode}):\n{done.stderr[-4000:]}"
-            )
+        text = source if include else header + source
+        try:
+            binary = build((*GXX, *include), text, self._folder(), source_suffix=".cpp",
+                           output_suffix="", language="c++")  # fmt: skip
+        except BuildError as err:
+            raise EmulationError(f"emulated build failed: {err}") from None
         self.binaries[key] = binary
         return binary
 

@@ -33,6 +33,14 @@ sent bytes are read from the sender's arena, written into the receiver's). When 
 the run is a deadlock: a `PlanViolation` naming each blocked collective and what it waits for.
 Events are recorded and waited per device.
 
+Quantized weights: by default (`quantized="reference"`) a node reading one is the reference's
+too, which dequantizes the whole weight per call, so results stay bit-identical to the reference
+(what `--check` on the CPU asserts). `quantized="native"` runs products, gathers and dequantize of
+quantized weights with the compiled CPU kernels (`runtime/cpu/quantized_nodes.py`, on `threads`
+threads, default all cores): never a whole matrix dequantized for a product, gathers and
+dequantize still bit-identical, products within f32 rounding of the reference (their bound:
+`runtime/cpu/quantized.py`), the same bits whatever the interleaving or thread count.
+
 Does not model partial overlap of two kernels (each step is atomic) or host-side copies.
 Complexity: O(steps · k) scheduling (k lanes) plus the kernels; read checks add O(bytes read).
 """
@@ -52,7 +60,9 @@ from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.ops import get_op
 from optgraph.ir.weight_layout import model_type, stored_array
 from optgraph.reference.interpreter import evaluate_node, numpy_dtype
+from optgraph.runtime.cpu.quantized_nodes import evaluate_quantized
 
+QUANTIZED_MODES = ("reference", "native")
 GUARD = 0xA5
 POISON = 0x7F  # fresh arena bytes: reads of never-written memory give large floats, not zeros
 
@@ -107,8 +117,12 @@ class _Machine:
         guard_bytes: int,
         check_reads: bool,
         strict: bool,
+        native_threads: int | None = None,
+        native: bool = False,
     ):
         self.program = program
+        self.native = native
+        self.native_threads = native_threads
         self.guard = guard_bytes
         self.arenas: dict[int, np.ndarray] = {}
         for d in range(program.device_count):
@@ -225,7 +239,12 @@ class _Machine:
             self.check_buffer(operand, node.name, d)
         self.check_operand_overlap(node, list(enumerate(node.operands)))
         args = [self.view(o, d) for o in node.operands]
-        self.write(node, evaluate_node(node, args, self.types(node.operands)), d)
+        types = self.types(node.operands)
+        if self.native:
+            result = evaluate_quantized(node, args, types, threads=self.native_threads)
+        else:
+            result = evaluate_node(node, args, types)
+        self.write(node, result, d)
 
     def collective(self, node: Node) -> None:
         """Run every instance of a collective at once: operand k read on group[k] (a recv's
@@ -328,8 +347,16 @@ def execute(
     guard_bytes: int = 64,
     check_reads: bool = True,
     strict: bool = True,
+    quantized: str = "reference",
+    threads: int | None = None,
 ) -> Execution:
-    """Run `program`; `seed=None` runs the lanes in issue order (the host's order)."""
+    """Run `program`; `seed=None` runs the lanes in issue order (the host's order).
+
+    `quantized`: "reference" (nodes reading quantized weights as the reference: bit-identical)
+    or "native" (the compiled CPU kernels on `threads` threads; see the module docstring)."""
+    if quantized not in QUANTIZED_MODES:
+        expected = ", ".join(QUANTIZED_MODES)
+        raise ValueError(f"quantized: expected one of {expected}, got {quantized!r}")
     machine = _Machine(
         program,
         _checked_arrays(inputs, program, program.inputs, "input"),
@@ -337,6 +364,8 @@ def execute(
         guard_bytes,
         check_reads,
         strict,
+        threads,
+        quantized == "native",
     )
     lanes = _Lanes(program)
     queues = lanes.queues

@@ -16,7 +16,10 @@ argument, so it imports no CuPy.
   NumPy views of the pinned buffers (built once, before capture); gathers and f32 products write
   straight into the pinned result (the reference kernels' NumPy calls with `out=`), and products
   of expert rows gathered from a host table read the rows in place there (`host_gathers`: the
-  gather keeps only its ids, in its own buffer). Who calls it is `LoweringOptions.cpu_nodes`
+  gather keeps only its ids, in its own buffer). Nodes reading quantized weights (products,
+  gathers, dequantize, also inside a fused node) run the compiled CPU kernels on the blocks
+  (`runtime/cpu/quantized_nodes.py`: multi-threaded, no whole matrix dequantized per call;
+  f32 results written straight into the pinned buffer). Who calls it is `LoweringOptions.cpu_nodes`
   (`codegen/plan/cpu_node_schedule.py`): the thread that called `run`, between CUDA graphs of the GPU
   parts (the default); or the driver, as a CUDA host function on the node's stream, launched
   with `cuLaunchHostFunc` through ctypes, one per node or one per run of consecutive nodes
@@ -47,6 +50,7 @@ from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph, TensorType
 from optgraph.ir.layout import alias_roots
 from optgraph.reference.interpreter import evaluate_node, numpy_dtype
+from optgraph.runtime.cpu.quantized_nodes import evaluate_quantized, write_quantized
 from optgraph.runtime.cuda.host_gathers import gathers_read_in_place, rows_product
 
 _HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -211,7 +215,7 @@ class HostFunction:
             if self.rows:
                 self._with_rows_in_place()
             elif not self._into_result():
-                self.out[...] = evaluate_node(self.node, self.args, self.types)
+                self.out[...] = evaluate_quantized(self.node, self.args, self.types)
         except BaseException as err:  # noqa: BLE001 - reported after the run
             self.errors.append(err)
 
@@ -241,8 +245,8 @@ class HostFunction:
         reference kernels, without their temporary and its copy: a gather of expert weights
         moves megabytes). False where the node takes the general path."""
         node, args = self.node, self.args
-        if any(t.is_quantized for t in self.types):
-            return False  # blocks, not values: the reference dequantizes them
+        if any(t.is_quantized for t in self.types):  # blocks: the CPU kernels read them
+            return write_quantized(node, args, self.types, self.out)
         if node.op == "get_rows" and self.out.flags.c_contiguous:
             rows = args[0].reshape(-1, args[0].shape[-1])
             ids = args[1].reshape(-1)
