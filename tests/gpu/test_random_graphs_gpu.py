@@ -21,6 +21,10 @@ tests/support/gpu_support.py (`mixed_bound`), per output by its dtype and what i
 - f32 output fed by f32 values only: NMSE ≤ 1e-7, as in the pure-f32 test.
 
     python -m pytest tests/gpu/test_random_graphs_gpu.py --random-graphs 300 -s -k mixed
+
+Decode-like graphs (`rows=True`: one-row values, norms, skip connections, one-row products with
+norm prologues) run with the mixed bounds too; their lowering and a sample of their kernels also
+run on the CPU in CI (tests/codegen/test_random_lowering.py).
 """
 
 from __future__ import annotations
@@ -84,7 +88,7 @@ def _assert_mixed_close(graph: Graph, got: dict, want: dict) -> dict[str, float]
     return errors
 
 
-def _run_random_graphs(count: int, mixed: bool) -> None:
+def _run_random_graphs(count: int, mixed: bool, rows: bool = False) -> None:
     seen: list[float] = []
 
     @settings(
@@ -93,7 +97,7 @@ def _run_random_graphs(count: int, mixed: bool) -> None:
         database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     )
-    @given(graph=random_dag_graphs(max_nodes=14, mixed=mixed))
+    @given(graph=random_dag_graphs(max_nodes=14, mixed=mixed, rows=rows))
     def run(graph: Graph) -> None:
         worst = _check(graph, mixed)
         seen.append(worst)
@@ -114,3 +118,8 @@ def test_random_graphs_match_the_reference(random_graph_count: int | None) -> No
 
 def test_mixed_precision_graphs_match_the_reference(random_graph_count: int | None) -> None:
     _run_random_graphs(_count(random_graph_count), mixed=True)
+
+
+def test_decode_like_row_graphs_match_the_reference(random_graph_count: int | None) -> None:
+    """`rows=True`: one-row values, norms, skips and one-row products (norm prologues)."""
+    _run_random_graphs(_count(random_graph_count), mixed=True, rows=True)

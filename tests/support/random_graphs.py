@@ -18,6 +18,16 @@ between float dtypes, and every op that needs equal operand dtypes (binary ops, 
 partners of its operand's dtype (a new weight takes it). `mixed=False` (the default) draws exactly
 what it drew before the option existed, so pinned examples and derandomized runs are unchanged.
 `narrow_ancestry(graph)` says which values an f16/bf16 value feeds.
+
+With `rows=True` the graphs look like decode steps: every input is one row `[1, K]` (K in
+`ROW_WIDTHS`), new matmul weights are `[K, N]` with N in `ROW_WIDTHS` (a one-row product by a
+16-byte multiple), and the kinds are `ROW_KINDS`: elementwise ops, `norm` (rms_norm or layer_norm
+of the last axis, its weights `[K]`), `skip` (a binary op of a value and one it is computed from:
+a residual connection), products, softmax, reductions, slices, `concat` (two values along the
+last axis) and `block` (a norm, elementwise nodes and skips, then a product); no reshape or transpose, which would leave the row. Only such graphs
+let fusion build one-row products with a norm in their prologue, a region the small default
+shapes and the default kinds never make (issue 36's finding 10, a lowering failure on exactly
+that region, hid there). `rows=False` draws exactly what it drew before the option existed.
 """
 
 from __future__ import annotations
@@ -37,6 +47,11 @@ BINARY_OPS = ("add", "sub", "mul", "maximum", "minimum")
 REDUCTION_OPS = ("sum", "mean", "max")
 KINDS = ("unary", "binary", "reduce", "softmax", "matmul", "reshape", "transpose", "slice", "dup")
 FLOATS = ("f32", "f16", "bf16")
+ROW_KINDS = (
+    *("unary", "unary", "binary", "skip", "skip", "norm", "norm", "matmul", "matmul"),
+    *("softmax", "reduce", "slice", "concat", "block", "block"),
+)
+ROW_WIDTHS = (4, 8, 16)
 
 Draw = Callable[[st.SearchStrategy], object]
 
@@ -45,9 +60,10 @@ shapes = st.lists(dims, min_size=1, max_size=3).map(tuple)
 
 
 class _Builder:
-    def __init__(self, draw: Draw, mixed: bool = False):
+    def __init__(self, draw: Draw, mixed: bool = False, rows: bool = False):
         self.draw = draw
         self.mixed = mixed
+        self.rows = rows
         self.types: dict[str, TensorType] = {}
         self.inputs: list[Input] = []
         self.weights: list[Weight] = []
@@ -145,8 +161,65 @@ class _Builder:
         if partners and self.draw(st.booleans()):
             b = self.pick(partners)
         else:
-            b = self.add_weight((k, self.draw(dims)), dtype)  # type: ignore[arg-type]
+            n = self.draw(st.sampled_from(ROW_WIDTHS) if self.rows else dims)
+            b = self.add_weight((k, n), dtype)  # type: ignore[arg-type]
         return self.add_node("matmul", (x, b), {})
+
+    def skip(self, x: str) -> str | None:
+        """A binary op of `x` and a computed value `x` is computed from, of its type: a skip
+        (residual) connection around the nodes between them (rows=True only)."""
+        producers = {n.name: n for n in self.nodes}
+        ancestors, stack = set(), list(producers[x].operands) if x in producers else []
+        while stack:
+            v = stack.pop()
+            if v in producers and v not in ancestors:
+                ancestors.add(v)
+                stack.extend(producers[v].operands)
+        fits = [v for v in self.computed if v in ancestors and self.types[v] == self.types[x]]
+        if not fits:
+            return None
+        other = self.pick(fits)
+        pair = (x, other) if self.draw(st.booleans()) else (other, x)
+        return self.add_node(str(self.draw(st.sampled_from(BINARY_OPS))), pair, {})
+
+    def block(self, x: str) -> str | None:
+        """A pre-norm block of a decode step: a norm of `x` or of a unary node on it, up to two
+        elementwise nodes on the norm (unary, or `skip` back to a value the norm's input is
+        computed from), then a one-row product (rows=True only)."""
+        v = self.norm(self.unary(x) if self.draw(st.booleans()) else x)
+        if v is None:
+            return None
+        for _ in range(int(self.draw(st.integers(0, 2)))):  # type: ignore[arg-type]
+            v = (self.skip(v) if self.draw(st.booleans()) else None) or self.unary(v)
+        return self.matmul(v)
+
+    def norm(self, x: str) -> str | None:
+        """rms_norm or layer_norm of the last axis, with new weights (rows=True only)."""
+        shape, dtype = self.types[x].shape, self.types[x].dtype
+        if not shape:
+            return None
+        op = str(self.draw(st.sampled_from(["rms_norm", "layer_norm"])))
+        params = [self.add_weight((shape[-1],), dtype)]
+        if op == "layer_norm":
+            params.append(self.add_weight((shape[-1],), dtype))
+        eps = self.draw(st.sampled_from([1e-5, 1e-6]))
+        return self.add_node(op, (x, *params), {"eps": eps})  # type: ignore[dict-item]
+
+    def concat(self, x: str) -> str | None:
+        """`x` and a value of its shape but for the last axis, joined along it (rows=True only)."""
+        t = self.types[x]
+        if not t.shape:
+            return None
+        fits = [
+            v
+            for v in self.values()
+            if self.types[v].dtype == t.dtype
+            and self.types[v].shape[:-1] == t.shape[:-1]
+            and self.types[v].rank == t.rank
+        ]
+        other = self.pick(fits)  # x itself always fits
+        pair = (x, other) if self.draw(st.booleans()) else (other, x)
+        return self.add_node("concat", pair, {"axis": t.rank - 1})
 
     def reshape(self, x: str) -> str | None:
         shape = self.types[x].shape
@@ -235,29 +308,39 @@ def random_dag_graphs(
     annotations: bool = False,
     events: bool = False,
     mixed: bool = False,
+    rows: bool = False,
 ) -> Graph:
     """A verified random graph; `annotations`/`events` add random `!{...}` and record/wait pairs,
-    `mixed` f16/bf16 inputs, weights and casts."""
-    b = _Builder(draw, mixed)
+    `mixed` f16/bf16 inputs, weights and casts, `rows` decode-like rows, norms and concats."""
+    b = _Builder(draw, mixed, rows)
     if mixed and "cast" not in kinds:
         kinds = (*kinds, "cast", "cast")
+    if rows:
+        kinds = ROW_KINDS + (("cast", "cast") if mixed else ())
     for _ in range(draw(st.integers(1, max_inputs))):  # type: ignore[arg-type]
-        b.add_input(draw(shapes), b.float_dtype())  # type: ignore[arg-type]
+        shape = (1, draw(st.sampled_from(ROW_WIDTHS))) if rows else draw(shapes)
+        b.add_input(shape, b.float_dtype())  # type: ignore[arg-type]
     for _ in range(draw(st.integers(0, 2))):  # type: ignore[arg-type]
-        b.add_weight(draw(shapes), b.float_dtype())  # type: ignore[arg-type]
-    target = draw(st.integers(1, max_nodes))
+        shape = (draw(st.sampled_from(ROW_WIDTHS)),) if rows else draw(shapes)
+        b.add_weight(shape, b.float_dtype())  # type: ignore[arg-type]
+    target = draw(st.integers(max_nodes // 2 if rows else 1, max_nodes))  # rows: deep chains
     attempts = 0
     while len(b.nodes) < target and attempts < 4 * max_nodes:  # type: ignore[operator]
         attempts += 1
         kind = draw(st.sampled_from(kinds))
         # Prefer recent values, so chains get deep rather than everything reading the inputs.
         values = b.values()
+        if rows:  # computed values and inputs only: a norm's new weights are not a chain's end
+            values = [i.name for i in b.inputs] + b.computed
         recent = values[-3:] if draw(st.booleans()) else values
         getattr(b, str(kind))(b.pick(recent))
     if not b.nodes:
         b.unary(b.inputs[0].name)
     count = draw(st.integers(1, min(max_outputs, len(b.computed))))
     outputs = draw(st.lists(st.sampled_from(b.computed), min_size=1, max_size=count, unique=True))
+    if rows:  # every value nobody reads is an output: the chains stay live (not dce'd)
+        read = {o for n in b.nodes for o in n.operands}
+        outputs = [v for v in b.computed if v not in read]
     if mixed:  # about half the narrow outputs widened to f32: f32 outputs fed by narrow paths
         outputs = [
             b.add_node("cast", (o,), {"dtype": "f32"})

@@ -11,6 +11,10 @@ block's slice of the row once into shared memory, in the row's dtype, when it fi
         og_xs[kk - k0] = round_f16(h[kk] / r * g[kk])   for the block's rows k0 <= kk < k1
         product loop: xv = og_xs[kk - k0]
 
+A node after the norm may read a value computed before it (`maximum(rms_norm(%h), %h)`): the
+element lambda computes such values again at (i, j) from the parameters, as the statistics'
+lambda does (they are elementwise in the row, so no value crosses the two phases).
+
 Complexity: linear in the prologue's nodes; the kernel does K work per block for a norm's
 statistics (the row is read from L2 by every block) and one element per row of its slice.
 """
@@ -65,13 +69,20 @@ def row_prologue(
     cone = needed_values(prologue, norm.operands[0])
     before = [n for n in prologue if n.name in cone]
     after = [n for n in prologue if n.name not in cone and n is not norm]
+    # A node after the norm may read a value computed before it (`maximum(%n, %h)` of the
+    # norm's own input): that value is elementwise in the row, so it is recomputed at (i, j).
+    read_after = {o for n in after for o in n.operands}
+    again: set[str] = set()
+    for name in read_after & cone:
+        again |= needed_values(before, name)
+    recomputed = [n for n in before if n.name in again]
     lines = [
         "auto og_x = [&](unsigned int i, unsigned int j) -> float {",
         *("  " + line for line in reader.element(before, norm.operands[0])),
         "};",
         *_norm_statistics(norm, k, m),
         "auto og_row = [&](unsigned int i, unsigned int j) -> float {",
-        *("  " + line for line in _normalized_element(reader, norm, after, row)),
+        *("  " + line for line in _normalized_element(reader, norm, recomputed, after, row)),
         "};",
     ]
     return lines, "og_row(i, kk)"
@@ -158,13 +169,21 @@ def _norm_statistics(norm: Node, k: int, m: int) -> list[str]:
 
 
 def _normalized_element(
-    reader: _RowReader, norm: Node, after: Sequence[Node], row: str
+    reader: _RowReader,
+    norm: Node,
+    recomputed: Sequence[Node],
+    after: Sequence[Node],
+    row: str,
 ) -> list[str]:
     """A lambda body returning row element (i, j): the norm's value (`og_x` normalized with the
-    statistics, weighted, rounded to the norm's dtype), then the prologue nodes `after` it."""
+    statistics, weighted, rounded to the norm's dtype), the values before the norm that nodes
+    after it read (`recomputed`, elementwise, as `og_x` computes them), then the prologue nodes
+    `after` it."""
     assert norm.type is not None
     env: dict[str, tuple[str, str]] = {}
-    lines = reader.load(used_values([norm, *after], (row,)) - {norm.name}, env)
+    computed = {n.name for n in recomputed} | {norm.name}
+    lines = reader.load(used_values([norm, *recomputed, *after], (row,)) - computed, env)
+    lines += emit_scalars(recomputed, env, "b")
     weights = [env[o][0] for o in norm.operands[1:]]
     if norm.op == "rms_norm":
         normalized = f"og_x(i, j) / og_r[i] * {weights[0]}"
