@@ -1,6 +1,7 @@
 """CPU nodes of a split program that read quantized weights, in the CUDA runtime on the fake
 CuPy (runtime/cuda/offload.py): a host function's view of a quantized weight is its blocks'
-bytes, and the reference dequantizes them (no fast path reads blocks as values)."""
+bytes, which the CPU kernels read (runtime/cpu/quantized_nodes.py; no path reads blocks as
+values)."""
 
 from __future__ import annotations
 

@@ -97,8 +97,8 @@ def _checked_arrays(
             )
         if weight is not None and weight.ann.layout is not None:
             array = stored_array(weight, array)
-        else:
-            array = array.copy()
+        else:  # a read-only view, not a copy: a GGUF model's weights are gigabytes
+            array = array.view()
         array.flags.writeable = False
         out[name] = array
     return out
