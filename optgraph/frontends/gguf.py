@@ -27,14 +27,26 @@ llama.cpp's converter writes (fitted by `rope_tables`). The weights are the file
 (memory-mapped; `reference/gguf_file.py`, which also undoes llama.cpp's q/k row permutation), so
 `optgraph run MODEL.ir --weights MODEL.gguf` reads the same ones.
 
-Not handled: another `attention.sliding_window_pattern` than gemma's, MoE models, partial rotary
-(`rope.dimension_count` below the head width: Phi-4-mini), phi3's LongRoPE
+Mixtures of experts: `qwen3moe` (Qwen3-MoE: q/k norms, `expert_count` experts of width
+`expert_feed_forward_length`, `expert_used_count` a token, softmax over all E then the top k,
+renormalised unless `expert_weights_norm` says false, as llama.cpp runs it) and `llama` files
+with `expert_count` (Mixtral-style: top k of the router's logits, then a softmax over those k;
+`expert_weights_norm` false: softmax over all E, top k, not renormalised). Each layer's MLP is
+then the router product (`ffn_gate_inp` `[E,H]`) and one `moe` node over the stacks
+`ffn_gate_exps`, `ffn_up_exps` `[E,F,H]` and `ffn_down_exps` `[E,H,F]`, read as stored (quantized
+or float, each its own type).
+
+Not handled: another `attention.sliding_window_pattern` than gemma's, shared experts
+(`qwen2moe`, `ffn_*_shexp`), gpt-oss, other expert gating (`expert_gating_func` not softmax,
+`expert_weights_scale`), per-expert tensors of old Mixtral files (`blk.N.ffn_gate.E.weight`),
+partial rotary (`rope.dimension_count` below the head width: Phi-4-mini), phi3's LongRoPE
 (`rope_factors_long/short.weight`: Phi-3 128k models), per-layer head counts.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +66,12 @@ from optgraph.ir.graph import AttrValue, Graph
 from optgraph.ir.parser import parse
 from optgraph.reference.gguf_file import GGUFFile, open_gguf, supported_types
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe")
+# What optgraph lacks for architectures that GGUF files of mixtures of experts often carry.
+MISSING = {
+    "qwen2moe": "its shared expert (ffn_*_shexp) is not supported",
+    "gpt-oss": "its biased router, clamped SwiGLU experts and attention sinks are not supported",
+}
 GEMMA = {"gemma2": 2, "gemma3": 6}  # their sliding-window pattern: n - 1 sliding layers, 1 global
 GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}  # llama.cpp scales those q by (hidden/heads)^-0.5
 DEFAULT_CACHE_LEN = 4096  # a decode step's cache when the model's context is longer
@@ -74,6 +91,10 @@ _LAYER_TENSORS = {
     "w_gate_up": "ffn_up",  # phi3: gate rows then up rows, under ffn_up's name
     "attn_post_norm": "post_attention_norm",  # gemma
     "mlp_post_norm": "post_ffw_norm",
+    "router": "ffn_gate_inp",  # mixtures of experts: the router and the expert stacks
+    "w_gate_exps": "ffn_gate_exps",
+    "w_up_exps": "ffn_up_exps",
+    "w_down_exps": "ffn_down_exps",
 }
 _BIAS_TENSORS = dict(
     zip(
@@ -137,8 +158,9 @@ def gguf_config(gguf: GGUFFile) -> LlamaConfig:
     """The model's `LlamaConfig` from the metadata (module docstring)."""
     arch = gguf.architecture
     if arch not in ARCHITECTURES:
+        why = f" ({MISSING[arch]})" if arch in MISSING else ""
         raise gguf.error(
-            f"architecture '{arch}' is not supported; supported: {', '.join(ARCHITECTURES)}"
+            f"architecture '{arch}' is not supported{why}; supported: {', '.join(ARCHITECTURES)}"
         )
 
     def number(key: str, default: int | None = None) -> int:
@@ -209,12 +231,13 @@ def gguf_config(gguf: GGUFFile) -> LlamaConfig:
             gemma["attn_scale"] = 1.0 / math.sqrt(hidden // heads)
         if arch == "gemma3":  # llama.cpp: the sliding layers' rope is theta 10000, unscaled
             gemma["local_rope"] = {"theta": 10000.0}
+    experts = _experts(gguf, number)
     return LlamaConfig(
         layers=layers,
         hidden=hidden,
         heads=heads,
         kv_heads=number("attention.head_count_kv", heads),
-        ffn=number("feed_forward_length"),
+        ffn=number("feed_forward_length", int(experts.get("expert_ffn", 0)) or None),
         vocab=embed.shape[0],
         head_dim=head_dim if head_dim != hidden // heads or hidden % heads else None,
         eps=eps,
@@ -226,7 +249,53 @@ def gguf_config(gguf: GGUFFile) -> LlamaConfig:
         fused_gate_up=phi3,
         window=window,
         **gemma,  # type: ignore[arg-type]
+        **experts,  # type: ignore[arg-type]
     )
+
+
+def _experts(
+    gguf: GGUFFile, number: Callable[[str, int | None], int]
+) -> dict[str, int | str | bool]:
+    """`LlamaConfig`'s mixture-of-experts fields from the metadata (none for a dense model)."""
+    arch = gguf.architecture
+    count = number("expert_count", 0)
+    if not count:
+        if arch == "qwen3moe":
+            raise gguf.error("metadata 'qwen3moe.expert_count' is missing or 0")
+        return {}
+    shared = [t for t in gguf.tensors if "_shexp." in t]
+    if number("expert_shared_count", 0) or shared:
+        raise gguf.error(
+            f"shared experts ({', '.join(shared[:3]) or 'expert_shared_count'}) are not "
+            "supported; supported: routed experts alone (qwen3moe, Mixtral-style llama)"
+        )
+    old_style = [t for t in gguf.tensors if t.startswith("blk.0.ffn_gate.") and t[15:16].isdigit()]
+    if old_style:
+        raise gguf.error(
+            f"per-expert tensors ({old_style[0]}, ...) are not supported: the experts must be "
+            "stacked (blk.N.ffn_gate_exps.weight), as llama.cpp's converter writes them today"
+        )
+    gating = gguf.metadata(f"{arch}.expert_gating_func", 1)
+    scale = gguf.metadata(f"{arch}.expert_weights_scale", 1.0)
+    if gating != 1 or scale != 1.0:
+        raise gguf.error(
+            f"expert gating {gating!r} with weights scale {scale!r} is not supported "
+            "(softmax gating, 1: unscaled)"
+        )
+    norm = gguf.metadata(f"{arch}.expert_weights_norm", True)
+    if not isinstance(norm, bool):
+        raise gguf.error(f"metadata '{arch}.expert_weights_norm' is {norm!r}, not a bool")
+    key = "expert_feed_forward_length"
+    width = number(key, None if arch == "qwen3moe" else 0)
+    return {
+        "experts": count,
+        "experts_used": number("expert_used_count", None),
+        "expert_ffn": width,
+        # llama.cpp: qwen3moe softmax, top k, renormalised; llama (Mixtral) the same, which is
+        # the top k logits' softmax
+        "moe_routing": "topk_softmax" if arch == "llama" and norm else "softmax_topk",
+        "norm_topk": arch != "llama" and norm,
+    }
 
 
 def _rope(gguf: GGUFFile, head_dim: int) -> dict[str, AttrValue]:

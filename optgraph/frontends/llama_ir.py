@@ -9,12 +9,16 @@ Hidden states are kept 2-D, `[B*S, hidden]`, so every projection is a plain GEMM
 `[B,H,S,D]` through reshape + transpose views, and rope sees `[B,S,H,D]`.
 
 What the model is (`LlamaConfig`: sizes, eps, rope attributes, biases, tied embeddings, Qwen3's
-per-head q/k norms) is separate from how one step runs (`LlamaStep`: dtype, batch, seq,
-cache_len, decode or prefill) and from what the weights are called and how they are stored
-(`LlamaWeights`: a name per role and layer; matrices `[in, out]` read as they are, or `[out, in]`
-as PyTorch and GGUF store them, read with `transpose_b = true`; each weight's stored dtype).
+per-head q/k norms, a sparse mixture of experts in place of the MLP) is separate from how one
+step runs (`LlamaStep`: dtype, batch, seq, cache_len, decode or prefill) and from what the
+weights are called and how they are stored (`LlamaWeights`: a name per role and layer; matrices
+`[in, out]` read as they are, or `[out, in]` as PyTorch and GGUF store them, read with
+`transpose_b = true`; each weight's stored dtype).
 A weight stored in another float dtype than the step's is `cast` where it is read; a quantized
 matrix (any dtype that is not a float) is read by `matmul {transpose_b}` and `get_rows` directly.
+With `experts` the MLP is a router product and one `moe` node over the expert stacks
+(`w_gate_exps`, `w_up_exps` `[E,F,H]`, `w_down_exps` `[E,H,F]`, as GGUF stores them), which reads
+every stack as stored, float or quantized (a cast would convert all E experts).
 
 Modes:
 
@@ -35,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from optgraph.ir.graph import FLOAT_DTYPES, AttrValue
+from optgraph.ir.op_rules_moe import ROUTINGS
 from optgraph.ir.printer import format_literal
 
 DTYPES = ("f32", "f16", "bf16")
@@ -44,6 +49,9 @@ PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
 LAYER_ROLES = ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
 MATRIX_ROLES = frozenset({"embed", "lm_head", "wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"})
 MATRIX_ROLES |= {"wqkv", "w_gate_up"}  # fused forms (Phi-3): [q; k; v] and [gate; up] rows
+MATRIX_ROLES |= {"router"}  # a mixture of experts' router: [hidden] -> [experts] logits
+# A mixture of experts' stacks in place of w_gate, w_up, w_down: [E,F,H], [E,F,H], [E,H,F].
+STACK_ROLES = ("w_gate_exps", "w_up_exps", "w_down_exps")
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,9 @@ class LlamaConfig:
     `gelu_tanh`), `post_norms` (rms_norms of the attention's and the MLP's outputs before their
     residual adds: roles `attn_post_norm`, `mlp_post_norm`), `attn_scale` (the attention's scale;
     None: 1/sqrt(head_dim)), `attn_softcap` and `final_softcap` (C·tanh(x/C) of the scores and of
-    the logits; 0: none)."""
+    the logits; 0: none). A sparse mixture of experts in place of the MLP (`experts` > 0):
+    `experts_used` of them a token, each of width `expert_ffn` (0: `ffn`), routed by `moe_routing`
+    (the moe op's `routing`: "softmax_topk" with `norm_topk`, or "topk_softmax")."""
 
     layers: int = 2
     hidden: int = 64
@@ -85,6 +95,11 @@ class LlamaConfig:
     attn_scale: float | None = None
     attn_softcap: float = 0.0
     final_softcap: float = 0.0
+    experts: int = 0
+    experts_used: int = 0
+    expert_ffn: int = 0
+    moe_routing: str = "softmax_topk"
+    norm_topk: bool = False
 
     def layer_window(self, i: int) -> int:
         """Layer i's sliding window (0: none)."""
@@ -100,6 +115,10 @@ class LlamaConfig:
     @property
     def head_width(self) -> int:
         return self.head_dim if self.head_dim is not None else self.hidden // self.heads
+
+    @property
+    def expert_width(self) -> int:
+        return self.expert_ffn or self.ffn
 
 
 @dataclass(frozen=True)
@@ -175,8 +194,25 @@ def check_llama(config: LlamaConfig, step: LlamaStep) -> None:
         raise ValueError(f"mlp_act must be silu or gelu_tanh, got {c.mlp_act!r}")
     if c.window < 0:
         raise ValueError(f"window ({c.window}) must not be negative")
+    if c.experts:
+        _check_experts(c)
     if s.mode == "decode" and s.seq > s.cache_len:
         raise ValueError(f"seq ({s.seq}) must not exceed cache-len ({s.cache_len})")
+
+
+def _check_experts(c: LlamaConfig) -> None:
+    if not 1 <= c.experts_used <= c.experts or c.expert_ffn < 0:
+        raise ValueError(
+            f"experts used a token ({c.experts_used}) must be 1 to the experts ({c.experts}), "
+            f"expert width ({c.expert_ffn}) not negative"
+        )
+    if c.moe_routing not in ROUTINGS or (c.norm_topk and c.moe_routing != "softmax_topk"):
+        raise ValueError(
+            f"moe routing {c.moe_routing!r} (norm_topk {c.norm_topk}) is not one of "
+            f"{', '.join(ROUTINGS)} (norm_topk only with softmax_topk)"
+        )
+    if c.fused_gate_up or {"gate", "up", "down"} & set(c.bias):
+        raise ValueError("experts take neither a fused gate_up matrix nor MLP biases")
 
 
 def layer_roles(config: LlamaConfig) -> tuple[str, ...]:
@@ -188,6 +224,9 @@ def layer_roles(config: LlamaConfig) -> tuple[str, ...]:
             role = "wqkv"
         if config.fused_gate_up and role in ("w_gate", "w_up"):
             role = "w_gate_up"
+        if config.experts and role in ("w_gate", "w_up", "w_down"):
+            roles += [r for r in ("router", *STACK_ROLES) if r not in roles]
+            continue
         if role not in roles:
             roles.append(role)
     return tuple(roles)
@@ -204,6 +243,9 @@ def weight_shapes(
     matrices |= {"wo": (q_dim, c.hidden), "w_gate": (c.hidden, c.ffn), "w_up": (c.hidden, c.ffn)}
     matrices |= {"w_down": (c.ffn, c.hidden), "lm_head": (c.hidden, c.vocab)}
     matrices |= {"wqkv": (c.hidden, q_dim + 2 * kv_dim), "w_gate_up": (c.hidden, 2 * c.ffn)}
+    matrices |= {"router": (c.hidden, c.experts)}
+    e, f = c.experts, c.expert_width
+    stacks = dict(zip(STACK_ROLES, ((e, f, c.hidden), (e, f, c.hidden), (e, c.hidden, f))))
     bias_dims = {"q": q_dim, "k": kv_dim, "v": kv_dim, "o": c.hidden}
     bias_dims |= {"gate": c.ffn, "up": c.ffn, "down": c.hidden}
 
@@ -214,7 +256,10 @@ def weight_shapes(
     shapes: dict[tuple[str, int | None], tuple[int, ...]] = {("embed", None): (c.vocab, c.hidden)}
     for i in range(c.layers):
         for role in layer_roles(c):
-            shapes[role, i] = matrix(role) if role in MATRIX_ROLES else (c.hidden,)
+            if role in stacks:
+                shapes[role, i] = stacks[role]
+            else:
+                shapes[role, i] = matrix(role) if role in MATRIX_ROLES else (c.hidden,)
         for proj in c.bias:
             shapes[f"b_{proj}", i] = (bias_dims[proj],)
         if c.qk_norm:
@@ -264,6 +309,8 @@ class _Builder:
         name = self.w.name(role, layer)
         stored = self.stored(name)
         if stored == self.s.dtype or (stored not in FLOAT_DTYPES and role in MATRIX_ROLES):
+            return f"%{name}"
+        if role in STACK_ROLES:  # moe reads every stack as stored
             return f"%{name}"
         dims = self.shapes[role, layer]
         self.out(
@@ -336,7 +383,7 @@ class _Builder:
         c, s = self.c, self.s
         b, sq, hd = s.batch, s.seq, c.head_width
         t, q_dim, kv_dim = b * sq, c.heads * hd, c.kv_heads * hd
-        h_ty, ffn_ty = self.ty(t, c.hidden), self.ty(t, c.ffn)
+        h_ty = self.ty(t, c.hidden)
         q_bshd, kv_bshd = self.ty(b, sq, c.heads, hd), self.ty(b, sq, c.kv_heads, hd)
         q_bhsd, kv_bhsd = self.ty(b, c.heads, sq, hd), self.ty(b, c.kv_heads, sq, hd)
         eps_attr = f"{{eps = {float(c.eps)!r}}}"  # repr: the printer's spelling
@@ -404,22 +451,12 @@ class _Builder:
             out(f"  {p}attn_post = rms_norm({attn_out}, {norm}) {eps_attr} : {h_ty}")
             attn_out = f"{p}attn_post"
         out(f"  {p}h_attn = add({x}, {attn_out}) : {h_ty}")
-        out(f"  # layer {i}: SwiGLU MLP")
+        out(f"  # layer {i}: {'MoE' if c.experts else 'SwiGLU'} MLP")
         out(f"  {p}mlp_in = rms_norm({p}h_attn, {self.read('mlp_norm', i)}) {eps_attr} : {h_ty}")
-        if c.fused_gate_up:
-            f = c.ffn
-            self.project(f"{p}gate_up", f"{p}mlp_in", "w_gate_up", "gate_up", i, self.ty(t, 2 * f))
-            out(f"  {p}gate = slice({p}gate_up) {{axis = 1, end = {f}, start = 0}} : {ffn_ty}")
-            out(f"  {p}up = slice({p}gate_up) {{axis = 1, end = {2 * f}, start = {f}}} : {ffn_ty}")
+        if c.experts:
+            self.moe_mlp(i, f"{p}mlp_in", h_ty)
         else:
-            self.project(f"{p}gate", f"{p}mlp_in", "w_gate", "gate", i, ffn_ty)
-            self.project(f"{p}up", f"{p}mlp_in", "w_up", "up", i, ffn_ty)
-        if c.mlp_act == "gelu_tanh":
-            out(f'  {p}gate_act = gelu({p}gate) {{approximate = "tanh"}} : {ffn_ty}')
-        else:
-            out(f"  {p}gate_act = silu({p}gate) : {ffn_ty}")
-        out(f"  {p}gated = mul({p}gate_act, {p}up) : {ffn_ty}")
-        self.project(f"{p}mlp_out", f"{p}gated", "w_down", "down", i, h_ty)
+            self.mlp(i, f"{p}mlp_in", h_ty)
         mlp_out = f"{p}mlp_out"
         if c.post_norms:
             norm = self.read("mlp_post_norm", i)
@@ -427,6 +464,39 @@ class _Builder:
             mlp_out = f"{p}mlp_post"
         out(f"  {p}out = add({p}h_attn, {mlp_out}) : {h_ty}")
         return f"{p}out"
+
+    def mlp(self, i: int, x: str, h_ty: str) -> None:
+        """`%l{i}.mlp_out`: the gated MLP of layer i over `x`."""
+        c, p, out = self.c, f"%l{i}.", self.out
+        t = self.s.batch * self.s.seq
+        ffn_ty = self.ty(t, c.ffn)
+        if c.fused_gate_up:
+            f = c.ffn
+            self.project(f"{p}gate_up", x, "w_gate_up", "gate_up", i, self.ty(t, 2 * f))
+            out(f"  {p}gate = slice({p}gate_up) {{axis = 1, end = {f}, start = 0}} : {ffn_ty}")
+            out(f"  {p}up = slice({p}gate_up) {{axis = 1, end = {2 * f}, start = {f}}} : {ffn_ty}")
+        else:
+            self.project(f"{p}gate", x, "w_gate", "gate", i, ffn_ty)
+            self.project(f"{p}up", x, "w_up", "up", i, ffn_ty)
+        if c.mlp_act == "gelu_tanh":
+            out(f'  {p}gate_act = gelu({p}gate) {{approximate = "tanh"}} : {ffn_ty}')
+        else:
+            out(f"  {p}gate_act = silu({p}gate) : {ffn_ty}")
+        out(f"  {p}gated = mul({p}gate_act, {p}up) : {ffn_ty}")
+        self.project(f"{p}mlp_out", f"{p}gated", "w_down", "down", i, h_ty)
+
+    def moe_mlp(self, i: int, x: str, h_ty: str) -> None:
+        """`%l{i}.mlp_out`: layer i's router product over `x`, then one moe node."""
+        c, p = self.c, f"%l{i}."
+        t = self.s.batch * self.s.seq
+        self.project(f"{p}router_logits", x, "router", "router", i, self.ty(t, c.experts))
+        stacks = ", ".join(self.read(role, i) for role in STACK_ROLES)
+        attrs: dict[str, AttrValue] = {"k": c.experts_used, "routing": c.moe_routing}
+        if c.norm_topk:
+            attrs["norm_topk"] = True
+        if c.mlp_act != "silu":
+            attrs["act"] = c.mlp_act
+        self.out(f"  {p}mlp_out = moe({x}, {p}router_logits, {stacks}) {_attrs(attrs)} : {h_ty}")
 
     def text(self, comments: Sequence[str]) -> str:
         c, s = self.c, self.s
