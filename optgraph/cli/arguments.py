@@ -110,6 +110,46 @@ def _add_run(sub: Any) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
 
 
+def _tokens(text: str) -> list[int]:
+    """`--tokens`' type: `generate.token_list`, imported only when given."""
+    from optgraph.cli.generate import token_list
+
+    return token_list(text)
+
+
+def _add_generate(sub: Any) -> None:
+    p = sub.add_parser("generate", help="text from a model: checkpoint dir, .gguf, or .ir")
+    p.add_argument("model", metavar="MODEL", help="checkpoint directory, MODEL.gguf or MODEL.ir")
+    g = p.add_argument_group("prompt (one of)")
+    g.add_argument("--prompt", metavar="TEXT")
+    g.add_argument("--prompt-file", metavar="FILE", help="one prompt a line, run in turn")
+    g.add_argument("--tokens", type=_tokens, metavar="1,2,3", help="token ids, no tokenizer")
+    g.add_argument("--chat", action="store_true", help="through the model's chat template")
+    p.add_argument("--max-new-tokens", type=int, default=64, metavar="N", help="default 64")
+    p.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-sequence")
+    g = p.add_argument_group("sampling (default greedy)")
+    g.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0: greedy")
+    g.add_argument("--top-k", type=int, default=0, metavar="K", help="0: off")
+    g.add_argument("--top-p", type=float, default=1.0, metavar="P", help="1: off")
+    g.add_argument("--seed", type=_seed, default=0, help="sampling seed (default 0)")
+    p.add_argument("--device", choices=DEVICES, help="default: cuda when usable, else cpu")
+    p.add_argument("--dtype", choices=("f32", "f16", "bf16"), help="default: f32 on cpu")
+    p.add_argument(
+        "--context", type=int, metavar="N", help="KV cache positions (default: model's, <= 4096)"
+    )
+    p.add_argument("--weights", metavar="FILE", help="an .ir model's weights")
+    p.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json, a checkpoint dir or .gguf")
+    p.add_argument("--json", metavar="FILE", help="write tokens, text and figures as JSON")
+    p.add_argument(
+        "--cache-dir", metavar="DIR", help="compiled programs (default ~/.cache/optgraph)"
+    )
+    p.add_argument("--no-cache", action="store_true", help="compile every time, store nothing")
+    p.add_argument("-p", "--pipeline", default="default", help="pass pipeline (default: default)")
+    p.add_argument("--vram-budget", metavar="SIZE", help=VRAM_HELP)
+    p.add_argument("--no-merge-launches", action="store_true", help=NO_MERGE_HELP)
+    p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP + "; no figures")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="optgraph", description="Graph-optimization compiler for GPU inference graphs."
@@ -132,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after each pass")
 
     _add_run(sub)
+    _add_generate(sub)
 
     p = sub.add_parser("import", help="a model in: MODEL.onnx, .pt2 or .gguf to MODEL.ir")
     p.add_argument("model", metavar="MODEL.onnx|MODEL.pt2|MODEL.gguf")

@@ -9,6 +9,9 @@
     optgraph dot MODEL.ir [-p PIPELINE] [-o FILE.dot|.svg|.png] [-q]
     optgraph import MODEL.onnx|MODEL.pt2|MODEL.gguf -o MODEL.ir [--weights-out W.safetensors]
                     [--mode decode|prefill] [--batch N] [--seq N] [--cache-len N] [--dtype D]
+    optgraph generate MODEL [--prompt TEXT | --prompt-file F | --tokens 1,2,3] [--chat]
+                    [--max-new-tokens N] [--temperature T --top-k K --top-p P --seed S]
+                    [--device cpu|cuda] [--dtype D] [--context N] [--json FILE] (cli/generate.py)
     optgraph passes
     optgraph --version
 
@@ -319,9 +322,16 @@ def render_error(err: OptGraphError) -> str:
     return text
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    from optgraph.cli.generate import cmd_generate as generate
+
+    return generate(args)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "compile": cmd_compile,
     "dot": cmd_dot,
+    "generate": cmd_generate,
     "import": cmd_import,
     "opt": cmd_opt,
     "passes": cmd_passes,

@@ -24,7 +24,10 @@ def _attention(ctx: TorchContext, node: Any) -> None:
     sq, skv = q.shape[2], k.shape[2]
     if float(arg(node, 4, "dropout_p", 0.0)) != 0.0:
         raise unsupported(node, "dropout in attention is not supported")
-    if q.shape[1] != k.shape[1] and not arg(node, 7, "enable_gqa", False):
+    # One key/value head broadcasts over the query heads (PyTorch's matmul broadcasting: Falcon's
+    # multi-query attention), which is the IR's grouped attention with a single group.
+    broadcast = k.shape[1] == 1 == ctx.type_of(node.args[2]).shape[1]
+    if q.shape[1] != k.shape[1] and not broadcast and not arg(node, 7, "enable_gqa", False):
         raise unsupported(node, "query and key head counts differ without enable_gqa")
     causal = bool(arg(node, 5, "is_causal", False))
     attrs: dict[str, AttrValue] = {"causal": causal}

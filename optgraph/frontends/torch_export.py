@@ -6,7 +6,10 @@ the norms, scaled_dot_product_attention, gelu, silu, conv2d, ...): those are kep
 become optgraph's fast ops. Then each node becomes IR nodes:
 
 - graph inputs take `forward`'s parameter names, in order; outputs keep their order;
-- parameters become weights under their real names (`layers.0.attn.q_proj.weight`);
+- parameters become weights under their real names (`layers.0.attn.q_proj.weight`); with
+  `read_parameters=False` their values are not read (only their dtypes and shapes: a module
+  whose parameters are placeholders, e.g. zero-stride views, exports the same graph) and the
+  caller gives them (`frontends/hf_checkpoint.py`: from a checkpoint, memory-mapped);
 - a node whose tensor operands are all constants (buffers, literals, shape arithmetic) is run by
   PyTorch at import and becomes a constant; constants still read at the end become weights (a
   buffer keeps its name, others are `const.N`);
@@ -84,8 +87,13 @@ def _decomposed(torch: Any, program: Any) -> Any:
     return program.run_decompositions(table)
 
 
-def _placeholders(program: Any, draft: Draft, context: TorchContext) -> None:
+def _placeholders(
+    program: Any, draft: Draft, context: TorchContext, read_parameters: bool = True
+) -> set[str]:
+    """Inputs, parameters and buffers of `program` into `draft`; the names of the parameters
+    whose values were not read (`read_parameters=False`)."""
     signature = program.graph_signature
+    unread: set[str] = set()
     params = dict(signature.inputs_to_parameters)
     buffers = dict(signature.inputs_to_buffers)
     constants = dict(signature.inputs_to_lifted_tensor_constants)
@@ -95,7 +103,13 @@ def _placeholders(program: Any, draft: Draft, context: TorchContext) -> None:
             continue
         if node.name in params:
             target = params[node.name]
-            draft.weights[target] = to_numpy(program.state_dict[target])
+            tensor = program.state_dict[target]
+            if read_parameters:
+                draft.weights[target] = to_numpy(tensor)
+            else:  # typed by an array of no memory: Draft.finish reads dtype and shape only
+                empty = np.zeros((), to_numpy(tensor.new_zeros(())).dtype)
+                draft.weights[target] = np.broadcast_to(empty, tuple(tensor.shape))
+                unread.add(target)
             context.values[node.name] = target
         elif node.name in buffers or node.name in constants:
             target = buffers.get(node.name) or constants[node.name]
@@ -108,6 +122,7 @@ def _placeholders(program: Any, draft: Draft, context: TorchContext) -> None:
             context.values[node.name] = draft.input(node.name, value_type(node))
         else:
             raise OptGraphError(f"import: unsupported input '{node.name}'", node_span(node))
+    return unread
 
 
 def _fold(torch: Any, node: Any, context: TorchContext) -> bool:
@@ -197,10 +212,10 @@ def _unmapped(context: TorchContext, node: Any, target: str) -> None:
         context.values.setdefault(f"{node.name}#{index}", name)
 
 
-def _convert(torch: Any, program: Any, name: str) -> Draft:
+def _convert(torch: Any, program: Any, name: str, read_parameters: bool) -> tuple[Draft, set[str]]:
     draft = Draft(name)
     context = TorchContext(draft)
-    _placeholders(program, draft, context)
+    unread = _placeholders(program, draft, context, read_parameters)
     for node in program.graph.nodes:
         if node.op == "output":
             outputs = node.args[0]
@@ -219,16 +234,21 @@ def _convert(torch: Any, program: Any, name: str) -> Draft:
             _unmapped(context, node, target)
             continue
         convert(context, node)
-    return draft
+    return draft, unread
 
 
 def from_torch(
-    model: Any, example_args: Sequence[Any] | None = None
+    model: Any, example_args: Sequence[Any] | None = None, *, read_parameters: bool = True
 ) -> tuple[Graph, dict[str, np.ndarray]]:
-    """(graph, weights) of a torch module (exported with `example_args`) or ExportedProgram."""
+    """(graph, weights) of a torch module (exported with `example_args`) or ExportedProgram.
+
+    `read_parameters=False`: the parameters are weights of the graph by name, dtype and shape,
+    but their values are neither read nor returned (the weights hold the import's constants
+    only); the caller supplies them."""
     torch = torch_module()
     program = _decomposed(torch, _export(torch, model, example_args))
     name = type(model).__name__ if not isinstance(model, torch.export.ExportedProgram) else "model"
-    draft = _convert(torch, program, name)
+    draft, unread = _convert(torch, program, name, read_parameters)
     raise_patterns(draft)
-    return draft.finish()
+    graph, weights = draft.finish()
+    return graph, {k: v for k, v in weights.items() if k not in unread}

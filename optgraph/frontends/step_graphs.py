@@ -1,0 +1,136 @@
+"""Generation steps as graphs: what each input and output of a prefill or decode step is to a
+generation loop, whatever the model came from.
+
+    step = gguf_step("model.gguf", seq=16, context=64)      # llama_ir's decode form, 16 tokens
+    step.roles   # {"tokens": "tokens", "pos": "positions", "kv_len": "kv_len",
+                 #  "l0.k_cache": "cache", ...}
+    step.logits, step.cache_outputs   # "logits", ("l0.k_cache_new", ...)
+
+A `StepGraph` is a graph plus `roles`, one per input:
+
+- `tokens`: the new tokens' ids (`[1,S]` for Hugging Face steps, `[S]` for llama_ir's);
+- `position_ids` (`[1,S]`) / `positions` (`[S]`): their positions, `start .. start+S-1`;
+- `cache_position` (`[1]`): the first new token's position;
+- `kv_len` (`[1]`): the cache rows attended to after the step, `start + S`;
+- `last` (`[1,1]`): the row whose logits the step returns (the prompt's last real token);
+- `cache`: a KV cache, updated in place by the step (`cache_outputs`, in the same order).
+
+`tensor_names` maps a weight to the model file's tensor where the names differ. `logits_rows`
+says which rows the logits output holds: "last" (one row, chosen by `last`, or the
+only token) or "all" (one per new token: the loop reads row `n - 1`). Three sources make them:
+`hf_steps` (a checkpoint directory), `gguf_step` below (llama_ir's decode form with `seq` tokens
+serves as the prefill too: it writes all of them into the caches at `pos`), and `ir_decode_step`
+(an `.ir` decode step whose inputs carry llama_ir's or `hf_steps`' names).
+
+Not handled: batches (every step here is one sequence).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from optgraph.errors import InputError
+from optgraph.ir.graph import Graph
+
+ROLES = ("tokens", "position_ids", "positions", "cache_position", "kv_len", "last", "cache")
+# llama_ir's and hf_steps' input names -> their roles (an `.ir` decode step is read by name)
+NAMED_ROLES = {
+    "tokens": "tokens",
+    "pos": "positions",
+    "kv_len": "kv_len",
+    "input_ids": "tokens",
+    "cache_position": "cache_position",
+}
+
+
+@dataclass(frozen=True)
+class StepGraph:
+    """One step of generation (module docstring). `constants`: weights of the graph that the
+    import made (tables, masks), not the model's own tensors."""
+
+    graph: Graph
+    roles: dict[str, str]
+    logits: str
+    cache_outputs: tuple[str, ...]
+    logits_rows: str = "last"
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+    # graph weight -> the model file's tensor name, where they differ (tied parameters)
+    tensor_names: dict[str, str] = field(default_factory=dict)
+
+    def tensor_name(self, weight: str) -> str:
+        return self.tensor_names.get(weight, weight)
+
+    @property
+    def cache_inputs(self) -> tuple[str, ...]:
+        return tuple(n for n, role in self.roles.items() if role == "cache")
+
+    @property
+    def seq(self) -> int:
+        """New tokens a run takes (S)."""
+        tokens = next(n for n, role in self.roles.items() if role == "tokens")
+        return self.graph.value_types()[tokens].shape[-1]
+
+    @property
+    def vocab(self) -> int:
+        return self.graph.value_types()[self.logits].shape[-1]
+
+
+def updated_caches(graph: Graph) -> dict[str, str]:
+    """{cache input: output}: each input that a `kv_cache_write` output of the graph updates."""
+    inputs = set(graph.input_names())
+    outputs = set(graph.output_names())
+    return {
+        node.operands[0]: node.name
+        for node in graph.nodes
+        if node.op == "kv_cache_write" and node.operands[0] in inputs and node.name in outputs
+    }
+
+
+def ir_decode_step(graph: Graph) -> StepGraph:
+    """An `.ir` decode step: inputs named as llama_ir's (`tokens`, `pos`, `kv_len`) or
+    hf_steps' (`input_ids`, `cache_position`), every other input a cache that a
+    `kv_cache_write` output updates, one other output: the logits."""
+    written = updated_caches(graph)
+    roles: dict[str, str] = {}
+    for item in graph.inputs:
+        role = NAMED_ROLES.get(item.name) or ("cache" if item.name in written else None)
+        if role is None:
+            raise InputError(
+                f"generate: graph '{graph.name}': input '%{item.name}' is neither a token, "
+                "position nor a KV cache updated by kv_cache_write (a decode step's inputs: "
+                "tokens, pos, kv_len and caches, or input_ids, cache_position and caches)",
+                item.span,
+            )
+        roles[item.name] = role
+    if "tokens" not in roles.values():
+        raise InputError(f"generate: graph '{graph.name}' has no token input (tokens, input_ids)")
+    others = [n for n in graph.output_names() if n not in written.values()]
+    if len(others) != 1:
+        raise InputError(
+            f"generate: graph '{graph.name}': expected one output besides the updated caches "
+            f"(the logits), got {len(others)}: {', '.join(others) or 'none'}"
+        )
+    step = StepGraph(graph, roles, others[0], tuple(written[n] for n in roles if n in written))
+    if step.seq != 1:
+        raise InputError(
+            f"generate: graph '{graph.name}' takes {step.seq} tokens a step; a decode step takes 1"
+        )
+    return step
+
+
+def gguf_step(path: str | Path, seq: int, context: int, dtype: str | None = None) -> StepGraph:
+    """llama_ir's decode form of a GGUF file (`og.from_gguf(mode="decode")`): `seq` new tokens
+    written into caches of `context` rows; logits for every new token."""
+    from optgraph.frontends.gguf import from_gguf
+
+    graph, _ = from_gguf(path, mode="decode", seq=seq, cache_len=context, dtype=dtype)
+    written = updated_caches(graph)
+    roles = {i.name: NAMED_ROLES.get(i.name, "cache") for i in graph.inputs}
+    outputs = graph.output_names()
+    rows = "last" if seq == 1 else "all"
+    return StepGraph(
+        graph, roles, outputs[0], tuple(written[n] for n in roles if n in written), rows
+    )
