@@ -7,6 +7,14 @@ in place:
     before: out/ holds last run's model.opt.ir
     after:  out/model.opt.ir is either entirely the old text or entirely the new one
 
+Files that belong together (`compile -o DIR`'s artifacts with `--report-json`, `import`'s IR
+and weights) go through an `OutputSet`: every file is written to a temporary beside its target
+first, then all are renamed into place together; a failure at any point (a full disk while
+writing, a rename that fails) leaves every old target as it was and removes every temporary:
+
+    before: out/ holds last run's model.opt.ir, report.json, kernels.cu, ...
+    after:  all of them the new compile's, or all of them still the old one's
+
 A low module beside `errors.py`, so every layer that writes files (`ir/dot.py`, `artifacts.py`,
 the command line) can use it without importing upwards. Problems (a missing directory, a target
 that is a directory, a full disk) are `InputError`s naming the file, never tracebacks.
@@ -15,8 +23,9 @@ that is a directory, a full disk) are `InputError`s naming the file, never trace
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -120,3 +129,123 @@ def write_npz(path: str | os.PathLike[str], arrays: Mapping[str, Any], what: str
     with open_atomic(target, what) as handle:
         np.savez(handle, **host)  # type: ignore[arg-type]
     return target
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """`data` into the file `path` (no rename: what `OutputSet` fills its temporaries with)."""
+    with open(path, "wb") as handle:
+        handle.write(data)
+
+
+class OutputSet:
+    """Files that appear together or not at all (see the module docstring).
+
+        outputs = OutputSet()
+        outputs.write_text(out / "model.opt.ir", text)     # to a temporary beside the target
+        outputs.write_with(out / "w.safetensors", save)    # save(temporary path) fills it
+        outputs.remove(out / "program.json")               # a stale member of the set goes too
+        outputs.commit()                                   # all renamed into place, or none
+
+    `discard()` (also what `commit` does on failure) removes the temporaries. A write or a
+    rename that fails raises an `InputError` naming the target, with every old target intact.
+    """
+
+    def __init__(self, what: str = "") -> None:
+        self.what = what
+        self._staged: dict[Path, Path | None] = {}  # target -> its temporary (None: remove it)
+
+    def write_with(self, target: str | os.PathLike[str], write: Callable[[Path], None]) -> None:
+        """Stage `target`: `write(temporary)` fills a temporary beside it (same suffix)."""
+        target = Path(target)
+        temporary = temporary_beside(target, self.what)
+        self._discard(target)
+        self._staged[target] = temporary
+        try:
+            write(temporary)
+        except OSError as err:
+            self.discard()
+            raise self._error(target, err) from None
+
+    def write_text(self, target: str | os.PathLike[str], text: str) -> None:
+        self.write_bytes(target, text.encode("utf-8"))
+
+    def write_bytes(self, target: str | os.PathLike[str], data: bytes) -> None:
+        self.write_with(target, lambda temporary: write_file(temporary, data))
+
+    def remove(self, target: str | os.PathLike[str]) -> None:
+        """`target` must not exist once the set is committed (a stale member of the set)."""
+        target = Path(target)
+        self._discard(target)
+        self._staged[target] = None
+
+    def targets(self) -> list[Path]:
+        """The files the set writes, in staging order."""
+        return [target for target, temporary in self._staged.items() if temporary is not None]
+
+    def commit(self) -> list[Path]:
+        """Rename every staged file over its target (and remove the removed ones) together;
+        on any failure, put every old target back. The written targets."""
+        backups: dict[Path, Path] = {}
+        done: list[Path] = []
+        current = None
+        try:
+            for current in self._staged:
+                if current.exists():
+                    backups[current] = self._backup(current)
+            for current, temporary in self._staged.items():
+                if temporary is None:
+                    current.unlink(missing_ok=True)
+                else:
+                    os.chmod(temporary, 0o666 & ~_umask())
+                    os.replace(temporary, current)
+                done.append(current)
+        except OSError as err:
+            for target in done:
+                self._restore(target, backups.pop(target, None))
+            for backup in backups.values():
+                backup.unlink(missing_ok=True)
+            self.discard()
+            assert current is not None
+            raise self._error(current, err) from None
+        for backup in backups.values():
+            backup.unlink(missing_ok=True)
+        written = self.targets()
+        self._staged.clear()
+        return written
+
+    def discard(self) -> None:
+        """Remove every temporary; nothing is committed."""
+        for target in list(self._staged):
+            self._discard(target)
+        self._staged.clear()
+
+    def _discard(self, target: Path) -> None:
+        temporary = self._staged.pop(target, None)
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
+
+    def _backup(self, target: Path) -> Path:
+        """A second name for the old `target` (a hard link, else a copy): what a failed commit
+        puts back."""
+        fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old")
+        os.close(fd)
+        backup = Path(name)
+        backup.unlink()
+        try:
+            os.link(target, backup)
+        except OSError:  # a file system without hard links
+            shutil.copy2(target, backup)
+        return backup
+
+    @staticmethod
+    def _restore(target: Path, backup: Path | None) -> None:
+        try:
+            if backup is None:
+                target.unlink(missing_ok=True)
+            else:
+                os.replace(backup, target)
+        except OSError:  # nothing more to try; the error raised names the failed write
+            pass
+
+    def _error(self, target: Path, err: OSError) -> InputError:
+        return InputError(f"{self.what}cannot write '{target}': {err.strerror or err}")

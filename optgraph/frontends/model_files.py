@@ -4,7 +4,8 @@ A `.gguf` file's weights stay in it: `optgraph run MODEL.ir --weights MODEL.gguf
 tensor name (`--weights-out` still writes a copy).
 
 The model is imported completely in memory first; then the weights and the IR are written to
-temporary files beside their targets and renamed, so a failure leaves no partial output.
+temporary files beside their targets and renamed together (`output_files.OutputSet`), so a
+failure (a full disk) leaves no partial output and the old files as they were.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 from optgraph.errors import InputError, OptGraphError, Span
 from optgraph.ir.graph import Graph
 from optgraph.ir.printer import print_graph
-from optgraph.output_files import commit, temporary_beside
+from optgraph.output_files import OutputSet
 from optgraph.reference.interpreter import save_weights
 
 SUFFIXES = (".onnx", ".pt2", ".gguf")
@@ -56,24 +57,31 @@ def import_model_file(
     weights_out: str | None,
     gguf_options: Mapping[str, Any] | None = None,
 ) -> tuple[Graph, dict[str, np.ndarray]]:
-    """Import `path` and write the IR to `output` (and the weights to `weights_out`)."""
+    """Import `path` and write the IR to `output` (and the weights to `weights_out`), both or
+    neither (`OutputSet`); a write that fails (a full disk) is an `InputError` naming the file."""
+    if weights_out is not None and Path(weights_out).suffix not in (".safetensors", ".npz"):
+        raise InputError(f"weights file '{weights_out}': expected .safetensors or .npz")
     graph, weights = import_model(path, gguf_options)
-    staged: list[tuple[Path, Path]] = []
+    outputs = OutputSet("import: ")
     try:
         if weights_out is not None:
-            target = Path(weights_out)
-            if target.suffix not in (".safetensors", ".npz"):
-                raise InputError(f"weights file '{target}': expected .safetensors or .npz")
-            temporary = temporary_beside(target)
-            staged.append((temporary, target))
-            save_weights(temporary, weights)
-        target = Path(output)
-        temporary = temporary_beside(target)
-        staged.append((temporary, target))
-        temporary.write_text(print_graph(graph), encoding="utf-8")
-        for temporary, target in staged:
-            commit(temporary, target)
+            outputs.write_with(weights_out, lambda temporary: _save(temporary, weights))
+        outputs.write_text(output, print_graph(graph))
+        outputs.commit()
     finally:
-        for temporary, _ in staged:
-            temporary.unlink(missing_ok=True)
+        outputs.discard()
     return graph, weights
+
+
+def _save(path: Path, weights: Mapping[str, np.ndarray]) -> None:
+    """`save_weights`, with safetensors' own error for a failed write (a full disk) turned into
+    the `OSError` it is, which the `OutputSet` reports by the target's name."""
+    if path.suffix != ".safetensors":
+        save_weights(path, weights)
+        return
+    from safetensors import SafetensorError
+
+    try:
+        save_weights(path, weights)
+    except SafetensorError as err:
+        raise OSError(str(err)) from None

@@ -1,6 +1,9 @@
 """ONNX in: `from_onnx(path_or_ModelProto) -> (graph, weights)`.
 
-- Initializers are weights (float tensors) or constants (integer or one-element ones);
+- Initializers are weights (float tensors) or constants (integer or one-element ones); external
+  data is read from beside the model file, checked first (`onnx_initializers.py`);
+- every tensor a node reads must be defined before it (an initializer, a graph input or an
+  earlier node), every graph output by something: else an error naming the node and tensor;
 - Graph inputs keep the model's input names (initializers are weights, not inputs), outputs their
   order; names the IR cannot spell are escaped reversibly (`draft.ir_name`).
 - Static shapes only: a symbolic dimension (`dim_param`) is an error naming the input and axis.
@@ -22,6 +25,7 @@ import numpy as np
 from optgraph.errors import OptGraphError, Span
 from optgraph.frontends.draft import Draft, ir_name, tensor_type
 from optgraph.frontends.onnx_context import ONNX_DTYPES, OnnxContext
+from optgraph.frontends.onnx_initializers import initializer_arrays
 from optgraph.frontends.onnx_ops import CONVERTERS
 from optgraph.frontends.raising import raise_patterns
 from optgraph.ir.graph import Graph, TensorType
@@ -79,10 +83,6 @@ def _input_type(onnx: Any, value: Any, path: str) -> tuple[np.dtype, list[int]]:
     return dtype, shape
 
 
-def _arrays(onnx: Any, graph: Any) -> dict[str, np.ndarray]:
-    return {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
-
-
 def from_onnx(model: Any) -> tuple[Graph, dict[str, np.ndarray]]:
     """(graph, weights) of an ONNX model given as a path or a ModelProto."""
     onnx = _onnx()
@@ -91,7 +91,7 @@ def from_onnx(model: Any) -> tuple[Graph, dict[str, np.ndarray]]:
     opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=13)
     draft = Draft(proto.graph.name or "model")
     context = OnnxContext(draft, path, opset, inferred=_inferred_types(onnx, proto))
-    for name, array in _arrays(onnx, proto.graph).items():
+    for name, array in initializer_arrays(onnx, proto.graph, path).items():
         context.values[name] = ir_name(name)
         # Integer and one-element initializers are shape arithmetic and literals (eps, 0.5):
         # constants that fold and raise; read at the end, they are weights under their name.
@@ -111,8 +111,16 @@ def from_onnx(model: Any) -> tuple[Graph, dict[str, np.ndarray]]:
         context.values[value.name] = name
     read = {i for n in proto.graph.node for i in n.input} | {o.name for o in proto.graph.output}
     for index, node in enumerate(proto.graph.node):
+        _check_inputs(context, node)
         _convert_node(onnx, context, node, index)
         _check_outputs(context, node, read)
+    for output in proto.graph.output:
+        if output.name not in context.values:
+            raise OptGraphError(
+                f"import: graph output '{output.name}' is not defined by an initializer, a graph "
+                "input or any node",
+                Span(path, 1, 1),
+            )
     draft.outputs = [context.values[o.name] for o in proto.graph.output]
     raise_patterns(draft)
     return draft.finish()
@@ -160,6 +168,18 @@ def _convert_node(onnx: Any, context: OnnxContext, node: Any, index: int) -> Non
         context.unmapped(node, name)
         return
     convert(context, node, attrs)
+
+
+def _check_inputs(context: OnnxContext, node: Any) -> None:
+    """Every tensor `node` reads is defined before it: by an initializer, a graph input or an
+    earlier node (ONNX keeps nodes in topological order); else an error naming both."""
+    for index, name in enumerate(node.input):
+        if name and name not in context.values:
+            raise context.error(
+                node,
+                f"input {index} '{name}' is not defined by an initializer, a graph input or an "
+                "earlier node",
+            )
 
 
 def _check_outputs(context: OnnxContext, node: Any, read: set[str]) -> None:

@@ -1,0 +1,111 @@
+"""An ONNX model's initializers as arrays, their data inline or in external files, checked first.
+
+A large model keeps its tensors outside the `.onnx` file (`save_as_external_data`): each such
+initializer names a file relative to the model's directory, an offset and a length. Before any
+byte is read, `initializer_arrays` checks what a hostile or damaged model could get wrong, and
+refuses with a message naming the model, the initializer and the data file:
+
+    model.onnx:1:1: error: import: initializer 'w': its external data file 'w.bin' is missing
+      (looked for /models/w.bin, next to the model)
+
+- the data file exists (relative to the model's directory, not the working directory) and
+  stays inside that directory (no absolute path, no `..`);
+- the bytes the tensor's dtype and shape need fit in the file at the given offset, and agree
+  with the stated length, so nothing is allocated beyond what the file holds;
+- inline data that does not match its shape is called corrupt, by initializer.
+
+Complexity: O(initializers) checks plus reading the data once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from optgraph.errors import OptGraphError, Span
+
+
+def initializer_arrays(onnx: Any, graph: Any, path: str) -> dict[str, np.ndarray]:
+    """{name: array} of `graph`'s initializers; `path` is the model file ("<onnx>": a model
+    given in memory, whose external data is looked up in the working directory)."""
+    base = Path(path).parent if path != "<onnx>" else Path()
+    arrays = {}
+    for tensor in graph.initializer:
+        external = tensor.data_location == onnx.TensorProto.EXTERNAL
+        if external:
+            _check_external(onnx, tensor, base, path)
+        try:
+            array = onnx.numpy_helper.to_array(tensor, base_dir=str(base))
+        except Exception as err:  # noqa: BLE001 - onnx raises ValueError, ValidationError, ...
+            where = "its external data" if external else "its data"
+            raise _error(path, f"initializer '{tensor.name}': {where} is corrupt ({err})") from None
+        arrays[tensor.name] = array
+    return arrays
+
+
+def _error(path: str, why: str) -> OptGraphError:
+    return OptGraphError(f"import: {why}", Span(path, 1, 1))
+
+
+def _check_external(onnx: Any, tensor: Any, base: Path, path: str) -> None:
+    """Refuse an external initializer whose file is missing, outside the model's directory, or
+    too short for the tensor (see the module docstring)."""
+    info = {entry.key: entry.value for entry in tensor.external_data}
+    name = tensor.name
+    location = info.get("location", "")
+    if not location:
+        raise _error(path, f"initializer '{name}': external data without a location")
+    relative = Path(location)
+    if relative.is_absolute() or ".." in relative.parts:
+        raise _error(
+            path,
+            f"initializer '{name}': external data file '{location}' is outside the model's "
+            "directory (ONNX allows only a relative path below it)",
+        )
+    data_file = base / relative
+    if not data_file.is_file():
+        raise _error(
+            path,
+            f"initializer '{name}': its external data file '{location}' is missing "
+            f"(looked for {os.path.abspath(data_file)}, next to the model)",
+        )
+    size = data_file.stat().st_size
+    try:
+        offset = int(info.get("offset", "0"))
+        length = int(info["length"]) if "length" in info else None
+    except ValueError:
+        raise _error(path, f"initializer '{name}': external data offset or length is not a number")
+    need = _tensor_bytes(onnx, tensor)
+    if offset < 0 or (length is not None and length < 0):
+        raise _error(path, f"initializer '{name}': negative external data offset or length")
+    if need is not None and length is not None and length != need:
+        raise _error(
+            path,
+            f"initializer '{name}': external data length {length} does not match its type "
+            f"({need} bytes)",
+        )
+    end = offset + (length if length is not None else (need or 0))
+    if end > size:
+        raise _error(
+            path,
+            f"initializer '{name}': needs bytes [{offset}, {end}) of '{location}', "
+            f"which holds {size} bytes (truncated?)",
+        )
+
+
+def _tensor_bytes(onnx: Any, tensor: Any) -> int | None:
+    """Bytes of `tensor`'s data by its dtype and shape; None for a dtype without a fixed size."""
+    try:
+        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    except Exception:  # noqa: BLE001 - an unknown or variable-size element type
+        return None
+    packed = {getattr(onnx.TensorProto, t, -1) for t in ("INT4", "UINT4", "FLOAT4E2M1")}
+    if tensor.data_type in packed or tensor.data_type == onnx.TensorProto.STRING:
+        return None  # two elements a byte, or strings
+    if any(d < 0 for d in tensor.dims):
+        return None
+    return math.prod(tensor.dims) * itemsize
