@@ -1,8 +1,11 @@
-"""What `optgraph compile -o DIR` writes. Every file is written atomically
-(`optgraph.output_files.write_atomic`): a temporary file renamed over the target, so
+"""What `optgraph compile -o DIR` writes. The files are one set (`optgraph.output_files.OutputSet`,
+with `--report-json` and `--timeline`): every file is rendered and written to a temporary beside
+its target first, then all are renamed into place together, so
 
-    before: out/ holds last run's model.opt.ir
-    after:  out/model.opt.ir is either entirely the old text or entirely the new one
+    before: out/ holds last run's model.opt.ir, report.json, kernels.cu, ...
+    after:  every file is the new compile's, or (a full disk, a lowering error) every file is
+            still the old one's; an artifact this compile does not make (program.json of an
+            unplanned graph) is removed with the set, not left from an older compile
 
 `ARTIFACTS` is the list of files `-o DIR` produces, in order. To add one (kernels.cu, program.json,
 streams.dot, lowered_plan.txt), add an `Artifact` whose `render` returns the file's text from the
@@ -23,7 +26,7 @@ from optgraph.errors import InputError
 from optgraph.ir.dot import to_dot
 from optgraph.ir.graph import Graph
 from optgraph.ir.printer import print_graph
-from optgraph.output_files import write_atomic
+from optgraph.output_files import OutputSet
 
 if TYPE_CHECKING:  # the report module pulls in the analyses; an artifact only reads its figures
     from optgraph.cli.report import Report
@@ -127,17 +130,31 @@ def check_writable_file(path: str | os.PathLike[str]) -> None:
         raise InputError(f"cannot write '{target}': permission denied")
 
 
-def write_artifact(out: Path, artifact: Artifact, result: CompileResult) -> Path | None:
-    """Render one artifact into the directory `out`; None when it does not apply."""
+def stage_artifact(
+    outputs: OutputSet, out: Path, artifact: Artifact, result: CompileResult
+) -> Path | None:
+    """Render one artifact into `outputs` as `out/filename`, or stage its removal when it does
+    not apply to this compile (None)."""
+    target = out / artifact.filename
     text = artifact.render(result)
-    return None if text is None else write_atomic(out / artifact.filename, text)
+    if text is None:
+        outputs.remove(target)
+        return None
+    outputs.write_text(target, text)
+    return target
 
 
 def write_artifacts(directory: str | os.PathLike[str], result: CompileResult) -> list[Path]:
-    """Create `directory` if needed and write every applicable artifact; return the paths."""
+    """Create `directory` if needed and write every applicable artifact, all or none; return
+    the paths."""
     out = prepare_output_directory(directory)
-    written = (write_artifact(out, artifact, result) for artifact in ARTIFACTS)
-    return [path for path in written if path is not None]
+    outputs = OutputSet()
+    try:
+        for artifact in ARTIFACTS:
+            stage_artifact(outputs, out, artifact, result)
+        return outputs.commit()
+    finally:
+        outputs.discard()
 
 
 def check_output_paths(directory: str | None, files: list[str | None]) -> None:

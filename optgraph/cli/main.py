@@ -99,39 +99,46 @@ def _pipeline(args: argparse.Namespace) -> str:
 def _compile_outputs(
     args: argparse.Namespace, progress: PhaseProgress, graph: Graph, report: Report
 ) -> list[str]:
-    """Write what compile's options ask for, one phase per file; the lines to print."""
-    from optgraph.output_files import write_atomic
+    """Write what compile's options ask for, one phase per file, as one `OutputSet`: all of
+    them or none (the old ones stay); the lines to print."""
+    from optgraph.output_files import OutputSet
 
     lines = []
-    if args.report_json is not None:
-        with progress.phase(f"write {args.report_json}"):
-            write_atomic(args.report_json, report.to_json())
-        lines.append(f"wrote {args.report_json}")
-    if args.timeline is not None:
-        import json
+    outputs = OutputSet()
+    try:
+        if args.report_json is not None:
+            with progress.phase(f"write {args.report_json}"):
+                outputs.write_text(args.report_json, report.to_json())
+            lines.append(f"wrote {args.report_json}")
+        if args.timeline is not None:
+            import json
 
-        from optgraph.analysis.schedule_estimate import chrome_trace, estimate_schedule
+            from optgraph.analysis.schedule_estimate import chrome_trace, estimate_schedule
 
-        with progress.phase(f"write {args.timeline}"):
-            write_atomic(args.timeline, json.dumps(chrome_trace(graph, estimate_schedule(graph))))
-        lines.append(f"wrote {args.timeline} (open in ui.perfetto.dev or chrome://tracing)")
-    if args.output is not None:
-        from optgraph.cli.artifacts import (
-            ARTIFACTS,
-            CompileResult,
-            prepare_output_directory,
-            write_artifact,
-        )
-        from optgraph.codegen.lowering_options import LoweringOptions
+            with progress.phase(f"write {args.timeline}"):
+                trace = chrome_trace(graph, estimate_schedule(graph))
+                outputs.write_text(args.timeline, json.dumps(trace))
+            lines.append(f"wrote {args.timeline} (open in ui.perfetto.dev or chrome://tracing)")
+        if args.output is not None:
+            from optgraph.cli.artifacts import (
+                ARTIFACTS,
+                CompileResult,
+                prepare_output_directory,
+                stage_artifact,
+            )
+            from optgraph.codegen.lowering_options import LoweringOptions
 
-        out = prepare_output_directory(args.output)
-        options = LoweringOptions(merge_launches=not args.no_merge_launches)
-        result = CompileResult(graph, report, options=options)
-        for artifact in ARTIFACTS:  # kernels.cu, cuda_plan.json, program.json: lowering inside
-            with progress.phase(f"write {artifact.filename}"):
-                path = write_artifact(out, artifact, result)
-            if path is not None:
-                lines.append(f"wrote {path}")
+            out = prepare_output_directory(args.output)
+            options = LoweringOptions(merge_launches=not args.no_merge_launches)
+            result = CompileResult(graph, report, options=options)
+            for artifact in ARTIFACTS:  # kernels.cu, cuda_plan.json, program.json: lowering inside
+                with progress.phase(f"write {artifact.filename}"):
+                    path = stage_artifact(outputs, out, artifact, result)
+                if path is not None:
+                    lines.append(f"wrote {path}")
+        outputs.commit()
+    finally:
+        outputs.discard()
     return lines
 
 
