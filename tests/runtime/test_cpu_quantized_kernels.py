@@ -11,6 +11,7 @@ fallback, one warning.
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 import warnings
@@ -157,6 +158,28 @@ def test_the_pool_runs_parts_on_other_threads() -> None:
     )
     before, after = map(int, done.stdout.split())
     assert after == before + 2
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 flags")
+def test_the_portable_paths_without_avx512_and_f16c(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Built for a host without AVX-512 and F16C: 8-lane sums and 2 x 4 tiles, the halves'
+    bits converted by hand; the same checks."""
+    flags = (*quantized.FLAGS, "-mno-avx512f", "-mno-f16c")
+    monkeypatch.setattr(quantized, "_LOADER", quantized._Loader(quantized.COMPILERS, flags))
+    if quantized.compiled_library() is None:
+        pytest.skip("no C compiler")
+    for dtype in TYPES:
+        rows, k = 7, 2 * QUANT_BLOCKS[dtype][0]
+        t = TensorType(dtype, (rows, k))
+        raw = np.random.default_rng(8).integers(0, 256, t.array_shape, dtype=np.uint8)
+        with np.errstate(all="ignore"):
+            want = dequantize(raw, dtype, (rows, k))
+        assert _same_bits(dequantize_blocks(raw, dtype, (rows, k)), want), dtype
+        blocks, w = _weight(dtype, 13, 512, seed=9)
+        for m in (1, 3):
+            x = np.random.default_rng(m).standard_normal((m, 512)).astype(np.float32)
+            y = quantized_matmul(x, blocks, dtype, 13, 512, threads=2)
+            _assert_within_bound(y, x, w)
 
 
 def test_threads_default_and_setting() -> None:

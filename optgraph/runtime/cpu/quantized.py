@@ -76,8 +76,9 @@ class _Loader:
     """The compiled kernels of this process: built (or found in the cache) and loaded once; None,
     after one warning, where no compiler is found or the build fails."""
 
-    def __init__(self, compilers: Sequence[str]):
+    def __init__(self, compilers: Sequence[str], flags: Sequence[str] = FLAGS):
         self.compilers = tuple(compilers)
+        self.flags = tuple(flags)
         self.lock = threading.Lock()
         self.tried = False
         self.library: ctypes.CDLL | None = None
@@ -96,7 +97,7 @@ class _Loader:
             _fall_back(f"no C compiler found (tried {tried})")
             return None
         try:
-            path = build((compiler, *FLAGS), quantized_source(), _folder())
+            path = build((compiler, *self.flags), quantized_source(), _folder())
             library = ctypes.CDLL(str(path))
         except (BuildError, OSError) as err:
             _fall_back(f"the kernels did not build: {err}")

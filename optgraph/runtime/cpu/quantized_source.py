@@ -399,8 +399,9 @@ static int og_parts_for(double work, int64_t units, int threads) {
 int og_matmul(int type, const float* x, int64_t m, const uint8_t* w, int64_t n, int64_t k,
               float* y, int threads) {
   struct og_product p = {&og_types[type], x, w, y, m, n, k, OG_CHUNK, 0};
-  /* x's chunk for all rows stays in L1: at most 8 Ki floats, whole blocks of 256. */
-  int64_t chunk = m > 0 ? 8192 / m / 256 * 256 : OG_CHUNK;
+  /* Whole blocks of 256 values; x's chunk for all rows stays in L1 (at most 8 Ki floats), and a
+     few rows take short chunks (the panel just decoded is read back from L1 sooner). */
+  int64_t chunk = m <= 4 ? 1024 : 8192 / m / 256 * 256;
   p.chunk = chunk < 256 ? 256 : chunk > OG_CHUNK ? OG_CHUNK : chunk;
   const int64_t groups = (n + OG_COLS - 1) / OG_COLS;
   og_parallel(og_product_part, &p, og_parts_for((double)n * k * (m + 4), groups, threads));
