@@ -17,7 +17,6 @@ are valid for the ops they feed), `.npz`/`.safetensors` loading and saving with 
 from __future__ import annotations
 
 import math
-import zipfile
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from optgraph.ir.weight_layout import model_type, stored_array
 from optgraph.reference.dequantize import dequantize_operands, random_blocks
 from optgraph.reference.kernels import KERNELS, ir_dtype, numpy_dtype
 from optgraph.reference.moe import stored_moe
+from optgraph.reference.npz_files import read_npz
 
 __all__ = [
     "evaluate_node",
@@ -123,6 +123,27 @@ def _kernel_value(
     return KERNELS[node.op](node, args, attrs_with_defaults(node))
 
 
+def _without_sigils(
+    given: Mapping[str, np.ndarray],
+    declared: Mapping[str, object],
+    kind: str,
+    source: str,
+    diags: list[Diagnostic],
+) -> dict[str, np.ndarray]:
+    """`given` with a key written as in the IR (`%x`) taken as the value's name (`x`); a value
+    given under both spellings is reported."""
+    named: dict[str, np.ndarray] = {}
+    for key, array in given.items():
+        name = key[1:] if key.startswith("%") and key[1:] in declared else key
+        if name in named:
+            diags.append(
+                Diagnostic(f"{kind} '%{name}' given twice in {source} ('{name}', '%{name}')")
+            )
+            continue
+        named[name] = array
+    return named
+
+
 def _check_arrays(
     given: Mapping[str, np.ndarray],
     decls: Sequence[Input] | Sequence[Weight],
@@ -137,6 +158,7 @@ def _check_arrays(
     diags: list[Diagnostic] = []
     checked: dict[str, np.ndarray] = {}
     declared = {d.name: d for d in decls}
+    given = _without_sigils(given, declared, kind, source, diags)
     for decl in decls:
         if decl.name not in given:
             diags.append(
@@ -366,13 +388,7 @@ def _read_arrays(path: str | Path, kind: str, suffixes: Sequence[str]) -> dict[s
             return dict(load_file(str(path)))
         except (SafetensorError, OSError, ValueError) as err:
             raise InputError(f"cannot read {kind} file '{path}': {err}") from None
-    if not zipfile.is_zipfile(path):
-        raise InputError(f"cannot read {kind} file '{path}': not an .npz archive")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {name: data[name] for name in data.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as err:
-        raise InputError(f"cannot read {kind} file '{path}': {err}") from None
+    return read_npz(path, kind)  # each member's header checked against the file first
 
 
 def load_weights(path: str | Path, graph: Graph) -> dict[str, np.ndarray]:
