@@ -236,12 +236,13 @@ def cmd_opt(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from optgraph.cli.run import (
-        RUNNERS,
         SPLIT_BOUNDS,
         check_against_reference,
+        check_value_files,
         device_pipeline,
         load_values,
         output_table,
+        prepare_run,
     )
     from optgraph.cli.run import cuda_usable as _cuda_usable
 
@@ -254,10 +255,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from optgraph.output_files import check_npz_target
 
         check_npz_target(args.save_outputs, "--save-outputs: ")  # before the work, not after
-    with _progress(args.quiet, 3 + (args.save_outputs is not None)) as progress:
+    with _progress(args.quiet, 4 + (args.save_outputs is not None)) as progress:
         graph = _read_model(progress, args.model)
-        with progress.phase("inputs and weights"):
-            inputs, weights = load_values(graph, args.inputs, args.weights, args.seed)
+        check_value_files(args.inputs, args.weights)
         from optgraph.codegen.lowering_options import LoweringOptions
 
         options = LoweringOptions(
@@ -266,12 +266,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             use_graph=not args.no_graph,
         )
         pipeline, split = device_pipeline(graph, _pipeline(args), args.devices)
+        with progress.phase(f"compile for {device}" if device == "cpu" else "plan memory"):
+            prepared = prepare_run(graph, device, pipeline=pipeline, options=options)
+            prepared.check_memory(args.check, args.weights)  # before any value is allocated
+        with progress.phase("inputs and weights"):
+            inputs, weights = load_values(graph, args.inputs, args.weights, args.seed)
         # cuda: one process per GPU through NCCL (runtime/multi/gpus.py) for several devices.
         on_gpus = {"devices": args.devices} if device == "cuda" else {}
-        with progress.phase(f"compile and run on {device}"):
-            results = RUNNERS[device](
-                graph, inputs, weights, pipeline=pipeline, options=options, **on_gpus
-            )
+        with progress.phase(f"run on {device}" if device == "cpu" else "compile and run on cuda"):
+            results = prepared.run(inputs, weights, **on_gpus)
         if args.save_outputs is not None:
             from optgraph.output_files import write_npz
 

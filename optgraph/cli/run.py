@@ -10,6 +10,7 @@ imported lazily, so this module imports everywhere.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +19,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from optgraph.api.programs import CompiledProgram, run_on_cuda
 from optgraph.api.programs import compile as compile_program
-from optgraph.api.programs import run_on_cuda
 from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import parse_pipeline
@@ -58,6 +59,14 @@ def _existing_file(path: str, what: str) -> str:
     if p.is_dir():
         raise InputError(f"{what}: '{p}' is a directory, not a file")
     return path
+
+
+def check_value_files(inputs_path: str | None, weights_path: str | None) -> None:
+    """`--inputs` and `--weights` name files that exist: checked before any long work."""
+    if inputs_path is not None:
+        _existing_file(inputs_path, "--inputs")
+    if weights_path is not None:
+        _existing_file(weights_path, "--weights")
 
 
 def load_values(
@@ -113,10 +122,12 @@ def run_on_cpu(
     *,
     pipeline: str = "default",
     options: LoweringOptions | None = None,
+    compiled: CompiledProgram | None = None,
 ) -> dict[str, Any]:
     """The compiled program on the planned executor: a NumPy arena at the planned offsets,
-    planned as for `options` (whether launches merge shapes the stream assignment)."""
-    program = compile_program(graph, pipeline, target="cpu", options=options)
+    planned as for `options` (whether launches merge shapes the stream assignment); `compiled`:
+    that program, compiled already (`prepare_run`)."""
+    program = compiled or compile_program(graph, pipeline, target="cpu", options=options)
     return program.run(inputs, weights)  # a split program cuts and joins the arrays itself
 
 
@@ -124,6 +135,43 @@ RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "cpu": run_on_cpu,
     "cuda": run_on_cuda,
 }
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A run decided before any value is allocated: on cpu the compiled program (its planned
+    arena is part of the memory the run needs); on cuda the graph, compiled when it runs."""
+
+    graph: Graph
+    device: str
+    pipeline: str
+    options: LoweringOptions | None
+    compiled: CompiledProgram | None
+
+    def run(self, inputs: dict[str, Any], weights: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        if self.compiled is not None:
+            extra["compiled"] = self.compiled
+        return RUNNERS[self.device](
+            self.graph, inputs, weights, pipeline=self.pipeline, options=self.options, **extra
+        )
+
+    def check_memory(self, check: bool, weights_file: str | None) -> None:
+        """Refuse, with the figures, a run whose host memory exceeds what is available
+        (`run_memory`), before the inputs and weights are made."""
+        from optgraph.cli.run_memory import available_memory, check_run_memory, run_memory
+
+        program = self.compiled.program if self.compiled is not None else None
+        check_run_memory(run_memory(self.graph, program, check, weights_file), available_memory())
+
+
+def prepare_run(
+    graph: Graph, device: str, *, pipeline: str, options: LoweringOptions | None
+) -> PreparedRun:
+    """Compile `graph` for the cpu executor now (a cuda run compiles in `run_on_cuda`)."""
+    compiled = None
+    if device == "cpu":
+        compiled = compile_program(graph, pipeline, target="cpu", options=options)
+    return PreparedRun(graph, device, pipeline, options, compiled)
 
 
 def _stats(value: Any) -> list[str]:
