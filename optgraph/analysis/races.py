@@ -32,12 +32,22 @@ _NEVER = (1 << 63) - 1  # a sequence number no access reaches
 
 @dataclass(frozen=True)
 class Access:
-    """`node` (an index in issue order) reads or writes `value` on `device`."""
+    """`node` (an index in issue order) reads or writes `value` on `device`. `within`: the
+    bytes [lo, hi) of its root buffer the access touches (a read through an aliasing view: the
+    view's bytes); None: the whole buffer."""
 
     node: int
     value: str
     writes: bool
     device: int = 0
+    within: tuple[int, int] | None = None
+
+    def touches(self, start: int, overlap: tuple[int, int]) -> bool:
+        """Whether the access reaches the arena bytes `overlap`, its buffer starting at `start`."""
+        if self.within is None:
+            return True
+        lo, hi = start + self.within[0], start + self.within[1]
+        return lo < overlap[1] and overlap[0] < hi
 
 
 @dataclass(frozen=True)
@@ -147,20 +157,26 @@ Buffers = dict[tuple[str, int], list[Access]]
 
 def _buffer_accesses(graph: Graph, roots: dict[str, tuple[str, int]]) -> Buffers:
     """Per (root buffer, device): the write of its producer, and every read through it or its
-    aliases on that device (a send reads the buffer it sends; a recv reads nothing there)."""
+    aliases on that device (a send reads the buffer it sends; a recv reads nothing there). A read
+    through an aliasing view touches only the view's bytes (`Access.within`)."""
     accesses: Buffers = {}
+    types = graph.value_types()
+
+    def read(i: int, operand: str, d: int) -> None:
+        root, offset = roots.get(operand, (operand, 0))
+        within = (offset, offset + types[operand].nbytes) if operand in roots else None
+        accesses.setdefault((root, d), []).append(Access(i, operand, False, d, within))
+
     for i, node in graph.compute_nodes():
         for d in node.devices:
             if node.op == "send" and node.operands:
-                root = roots.get(node.operands[0], (node.operands[0], 0))[0]
-                accesses.setdefault((root, d), []).append(Access(i, node.operands[0], False, d))
+                read(i, node.operands[0], d)
                 continue
             if node.name in roots:  # an aliasing view reads and writes nothing
                 continue
             accesses.setdefault((node.name, d), []).insert(0, Access(i, node.name, True, d))
             for operand in operands_read(node, d):
-                root = roots.get(operand, (operand, 0))[0]
-                accesses.setdefault((root, d), []).append(Access(i, operand, False, d))
+                read(i, operand, d)
     return accesses
 
 
@@ -210,9 +226,16 @@ def _is_in_place(
     return root_offset is not None and root_offset + extra == node.ann.offset
 
 
-def _output_roots(graph: Graph, roots: dict[str, tuple[str, int]]) -> set[str]:
-    """The buffers the host reads at the end: each output's root."""
-    return {roots.get(name, (name, 0))[0] for name in graph.output_names()}
+def _output_roots(graph: Graph, roots: dict[str, tuple[str, int]]) -> dict[str, list[Access]]:
+    """The buffers the host reads at the end: each output's root, with the reads (an output
+    that is a view reads only its bytes)."""
+    types = graph.value_types()
+    read: dict[str, list[Access]] = {}
+    for name in graph.output_names():
+        root, offset = roots.get(name, (name, 0))
+        within = (offset, offset + types[name].nbytes) if name in roots else None
+        read.setdefault(root, []).append(Access(END, name, False, 0, within))
+    return read
 
 
 def _check_arena(
@@ -249,7 +272,7 @@ def _check_arena(
         need[name] = row
         least[name] = list(map(min, *(rows[x] for x in idx))) if len(idx) > 1 else [*rows[idx[0]]]
     read_at_end = _output_roots(graph, roots)
-    for name in read_at_end & need.keys():  # read by the host after every node: never before
+    for name in read_at_end.keys() & need.keys():  # read by the host after every node
         need[name] = [_NEVER] * lanes
     span = {name: (lo, hi) for _, name, lo, hi in buffers}
     children: dict[str, list[str]] = {}
@@ -275,25 +298,32 @@ def _check_arena(
             olo, ohi = span[older]
             if ohi <= lo or olo >= hi:
                 continue
+            overlap = (max(lo, olo), min(hi, ohi))
+            # Only the accesses that reach the shared bytes (a read through a view of `older`
+            # outside them cannot conflict with `name`'s write).
+            local = {
+                older: [a for a in accesses.get(older, ()) if a.touches(olo, overlap)],
+                name: [b for b in accesses.get(name, ()) if b.touches(lo, overlap)],
+            }
             if all(map(operator.ge, least[name], need[older])) and not _writes_over_own_read(
-                rule, accesses, older, name
+                rule, local, older, name
             ):
                 if older in found:
                     children.setdefault(name, []).append(older)
                 continue
             if older in found:
                 kept.add(older)
-            overlap = (max(lo, olo), min(hi, ohi))
             before = len(f.races)
-            for a in accesses.get(older, ()):
-                for b in accesses.get(name, ()):
+            for a in local[older]:
+                for b in local[name]:
                     f.pair(b, a, overlap)
-            if len(f.races) == before and older in read_at_end:
+            at_end = [e for e in read_at_end.get(older, ()) if e.touches(olo, overlap)]
+            if len(f.races) == before and at_end:
                 write = next(x for x in accesses[name] if x.writes)
-                end = Access(END, older, False, device)
+                end = Access(END, at_end[0].value, False, device)  # the output, maybe a view
                 f.races.append(Race(write, end, overlap, clobber=True))
             elif len(f.races) == before:
-                _check_reuse_order(f, rule, accesses, older, name, overlap)
+                _check_reuse_order(f, rule, local, older, name, overlap)
             for child in children.get(older, ()):
                 if child not in visited:
                     visited.add(child)

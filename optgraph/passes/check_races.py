@@ -14,10 +14,13 @@ Accesses are:
   the root) when the plan puts its result at the cache's bytes, or when memory is not planned yet
   (the conservative reading); planned as a copy (its own bytes) it only reads the cache;
 - arena bytes, once memory is planned: a buffer is a node result with `offset`/`size`; an aliasing
-  view's readers read its root's bytes; two different buffers whose byte ranges overlap conflict;
+  view's readers read its root's bytes, only those of the view (a slice of the second half reads
+  nothing of the first); two different buffers whose byte ranges overlap conflict where accesses
+  of both reach the shared bytes;
 - the end: the host returns the outputs and starts the next replay after stream 0's end, so every
   stream's last node must happen-before it; the host then reads every output, so no later write
-  may land on an output's bytes (a plan that reuses them after the output's last in-graph read).
+  may land on an output's bytes (a plan that reuses them after the output's last in-graph read;
+  an output that is a view holds only its own bytes).
 
 Several devices: also collectives that wait for each other (`optgraph.analysis.deadlocks`): a
 send blocks until its recv is posted and a group collective until every participant reached it,
