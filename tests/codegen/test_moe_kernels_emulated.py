@@ -100,6 +100,16 @@ def test_kernels_match_the_reference(
     _check(graph, seed=tokens)
 
 
+def test_grid_y_strides_past_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """More (token, slot) pairs and tokens than grid.y holds (CUDA: 65535) loop over grid.y."""
+    monkeypatch.setattr(moe_kernels, "MAX_GRID_Y", 2)
+    graph = _graph(5, "f32", ("q8_0", "f32", "f16"), 64, 32, "k = 3")
+    types = graph.value_types()
+    work = node_code(graph.nodes[0], [types[o] for o in graph.nodes[0].operands])
+    assert [w.grid[1] for w in work if isinstance(w, Launch)] == [1, 2, 2]
+    _check(graph, seed=8)
+
+
 def test_unselected_experts_are_never_read() -> None:
     """Every expert but the decode token's two holds NaN (float rows) or NaN scales (q8_0
     blocks): the result is still the reference's of the two."""

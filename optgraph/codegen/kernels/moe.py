@@ -14,8 +14,9 @@ of every token, then the k gated rows `h [T,k,F]` in f32):
 
 Each selected expert's rows are read in place from its stack (expert e's row f of gate is row
 e·F + f), so a decode step reads k experts' rows and never touches the other E - k. A prefill
-runs the same kernels over every token (grid.y), each token's experts read for it alone:
-correct, not fast (grouping tokens by expert into tensor-core tiles would be). Numerics: f32
+runs the same kernels over every token (grid.y, a loop past its 65535), each token's experts
+read for it alone: correct, not fast (grouping tokens by expert into tensor-core tiles would
+be). Numerics: f32
 throughout, as the reference (`reference/moe.py`); sums in another order, so within the usual
 bounds, not bit for bit. Routing selects like the reference: the k largest (of the softmax
 probabilities, or of the logits), the lower expert first on ties, NaN smallest.
@@ -50,6 +51,7 @@ from optgraph.ir.ops import attrs_with_defaults
 OPS = frozenset({"moe"})
 WARPS = 8  # warps a block of the gate_up and down kernels: a row (or an output) each
 MAX_K = 64  # experts a token at most: the route kernel checks earlier selections one by one
+MAX_GRID_Y = 65535  # CUDA's limit of grid.y: the (token, slot) and token loops stride past it
 SCRATCH = "scratch"
 
 
@@ -207,20 +209,25 @@ def gate_up_launch(d: MoeDims, x: TensorType, stacks: Sequence[TensorType], act:
     xs = f"(in0 + (unsigned long long)(pair / {d.k}u) * {d.hidden}u)"
     lines = [
         "const unsigned int warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;",
-        f"const unsigned int f = blockIdx.x * {WARPS}u + warp, pair = blockIdx.y;",
+        f"const unsigned int f = blockIdx.x * {WARPS}u + warp;",
         f"if (f >= {d.ffn}u) return;  // the whole warp: no shuffle waits for it",
-        "const unsigned int e = (unsigned int)reinterpret_cast<const int*>(scratch)[pair];",
-        f"const {STORAGE[x.dtype]}* xr = {xs};",
-        "float g = 0.0f, v = 0.0f;",
-        *_row_dot("g", "in2", stacks[0].dtype, gate_row, d.hidden, "xr", x.dtype),
-        *_row_dot("v", up_stack, up_dtype, up_row, d.hidden, "xr", x.dtype),
-        "g = og_warp_sum(g);",
-        "v = og_warp_sum(v);",
-        "if (lane == 0u)",
+        f"for (unsigned int pair = blockIdx.y; pair < {d.tokens * d.k}u; pair += gridDim.y) {{",
+        "  const unsigned int e = (unsigned int)reinterpret_cast<const int*>(scratch)[pair];",
+        f"  const {STORAGE[x.dtype]}* xr = {xs};",
+        "  float g = 0.0f, v = 0.0f;",
+        *(
+            "  " + x
+            for x in _row_dot("g", "in2", stacks[0].dtype, gate_row, d.hidden, "xr", x.dtype)
+        ),
+        *("  " + x for x in _row_dot("v", up_stack, up_dtype, up_row, d.hidden, "xr", x.dtype)),
+        "  g = og_warp_sum(g);",
+        "  v = og_warp_sum(v);",
+        "  if (lane == 0u)",
         (
-            f"  reinterpret_cast<float*>(scratch + {h_at}u)[(unsigned long long)pair * {d.ffn}u"
+            f"    reinterpret_cast<float*>(scratch + {h_at}u)[(unsigned long long)pair * {d.ffn}u"
             f" + f] = {_activation(act, 'g')} * v;"
         ),
+        "}",
     ]
     params = [
         "unsigned char* scratch",
@@ -233,7 +240,7 @@ def gate_up_launch(d: MoeDims, x: TensorType, stacks: Sequence[TensorType], act:
         args.append("in3")
     dtypes = [t.dtype for t in stacks[:-1]]
     kernel = _kernel("moe_gate_up", params, "\n".join("  " + x for x in lines), dtypes)
-    grid = (-(-d.ffn // WARPS), d.tokens * d.k, 1)
+    grid = (-(-d.ffn // WARPS), min(d.tokens * d.k, MAX_GRID_Y), 1)
     return Launch(kernel, grid, (32 * WARPS, 1, 1), tuple(args))
 
 
@@ -241,10 +248,7 @@ def down_launch(d: MoeDims, out: TensorType, down: TensorType, role: str) -> Lau
     """out[t, n] = Σ_j w[t, j] · (h[t, j] · down_e[n]), slots in order, in out's dtype."""
     weights_at, h_at, _ = _offsets(d)
     row = f"(unsigned long long)e * {d.hidden}u + n"
-    lines = [
-        "const unsigned int warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;",
-        f"const unsigned int n = blockIdx.x * {WARPS}u + warp, t = blockIdx.y;",
-        f"if (n >= {d.hidden}u) return;  // the whole warp: no shuffle waits for it",
+    token = [
         "float acc = 0.0f;",
         f"for (unsigned int j = 0; j < {d.k}u; ++j) {{",
         f"  const unsigned int pair = t * {d.k}u + j;",
@@ -260,9 +264,17 @@ def down_launch(d: MoeDims, out: TensorType, down: TensorType, role: str) -> Lau
         "}",
         f"if (lane == 0u) out[(unsigned long long)t * {d.hidden}u + n] = {store(out.dtype, 'acc')};",
     ]
+    lines = [
+        "const unsigned int warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;",
+        f"const unsigned int n = blockIdx.x * {WARPS}u + warp;",
+        f"if (n >= {d.hidden}u) return;  // the whole warp: no shuffle waits for it",
+        f"for (unsigned int t = blockIdx.y; t < {d.tokens}u; t += gridDim.y) {{",
+        *("  " + x for x in token),
+        "}",
+    ]
     params = [out_param(out.dtype), "const unsigned char* scratch", _pointer(down.dtype, role)]
     kernel = _kernel("moe_down", params, "\n".join("  " + x for x in lines), (down.dtype,))
-    grid = (-(-d.hidden // WARPS), d.tokens, 1)
+    grid = (-(-d.hidden // WARPS), min(d.tokens, MAX_GRID_Y), 1)
     return Launch(kernel, grid, (32 * WARPS, 1, 1), ("out", SCRATCH, role))
 
 
