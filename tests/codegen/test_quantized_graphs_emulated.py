@@ -127,7 +127,7 @@ def test_rows_up_to_the_limit_take_the_kernel() -> None:
         work = node_code(node, [types[o] for o in node.operands])
         assert (len(work) == 1) == kernel, m
         assert isinstance(work[0], Launch)
-        assert work[0].kernel.name.startswith("og_one_row_q_" if kernel else "og_dequantize_")
+        assert work[0].kernel.name.startswith("og_one_row_q" if kernel else "og_dequantize_")
 
 
 def test_a_quantized_product_anchors_no_region() -> None:

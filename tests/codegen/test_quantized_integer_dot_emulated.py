@@ -1,104 +1,109 @@
-"""The integer form of the quantized one-row product (`codegen/kernels/quantized_integer_dot.py`)
-in the CPU emulator: x's int16 codes and exact dp2a sums give the reference's product of the
+"""The integer form of the q4_k one-row product (`codegen/kernels/quantized_integer_dot.py`) in
+the CPU emulator: x's int16 codes and exact dp2a sums give the reference's product of the
 dequantized weight within the rounding of x's codes (2^-16 of each unit's largest |x|), far
-inside the f16 bound, for every type it takes, one to four rows, parts of K or not, and the
-shapes of a Llama layer; types and shapes it does not take keep the float form."""
+inside the f16 bound, for one to four rows, columns not a multiple of the block's, K not a
+multiple of the warps' blocks, an unaligned weight; other types and shapes keep the float form."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from optgraph.codegen.kernels import quantized, quantized_integer_dot, quantized_one_row
-from optgraph.ir.graph import QUANT_BLOCKS, TensorType
+from optgraph.codegen.kernels import quantized, quantized_integer_dot
+from optgraph.ir.graph import TensorType
 from tests.codegen.test_quantized_kernels_emulated import NUMPY, random_blocks, reference
 from tests.support import cuda_emulator
 
 pytestmark = pytest.mark.skipif(not cuda_emulator.available(), reason="needs g++ (C++20)")
 
 
-def _product(dtype: str, n: int, k: int, rows: int, xdtype: str, seed: int = 0):
-    launch = quantized.one_row_launch(
+def _launch(dtype: str, n: int, k: int, rows: int, xdtype: str) -> quantized.Launch:
+    return quantized.one_row_launch(
         TensorType(xdtype, (rows, k)), TensorType(dtype, (n, k)), TensorType("f32", (rows, n))
     )
-    raw = random_blocks(dtype, n, k, seed=seed + n + k)
+
+
+def _x(rows: int, k: int, xdtype: str, seed: int) -> np.ndarray:
+    """Normal values whose units of 32 have scales from 0.01 to 30 (each unit its own dx)."""
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((rows, k)) * rng.uniform(0.01, 30.0, (rows, k // 32, 1)).repeat(
-        32, 2
-    ).reshape(rows, k)
-    x = x.astype(NUMPY[xdtype])
-    buffers = [np.zeros((rows, n), np.float32), x, raw]
-    got = cuda_emulator.run_kernel(launch.kernel, launch.grid, launch.block, buffers)[0]
-    want = x.astype(np.float64) @ reference(dtype, raw).reshape(n, k).astype(np.float64).T
-    return launch, got.astype(np.float64), want
+    scales = rng.uniform(0.01, 30.0, (rows, k // 32, 1))
+    x = (rng.standard_normal((rows, k // 32, 32)) * scales).reshape(rows, k)
+    return x.astype(NUMPY[xdtype])
+
+
+def _nmse(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.sum((got - want) ** 2) / np.sum(want**2))
+
+
+def _run(launch: quantized.Launch, x: np.ndarray, raw: np.ndarray, shift: int = 0) -> np.ndarray:
+    rows, n = x.shape[0], raw.shape[0]
+    weight, setup = raw, []
+    if shift:  # the weight `shift` bytes past a 16-byte boundary
+        weight = np.zeros(raw.nbytes + 16, np.uint8)
+        weight[shift : shift + raw.nbytes] = raw.reshape(-1)
+        setup = [f"b2 += {shift};"]
+    buffers = [np.zeros((rows, n), np.float32), x, weight]
+    got = cuda_emulator.run_kernel(launch.kernel, launch.grid, launch.block, buffers, setup=setup)
+    return got[0].astype(np.float64)
 
 
 @pytest.mark.parametrize(
-    ("dtype", "n", "k", "rows", "xdtype"),
+    ("n", "k", "rows", "xdtype", "shift"),
     [
-        ("q4_k", 9, 2048, 1, "f16"),
-        ("q4_k", 5, 1024, 3, "f32"),
-        ("q6_k", 7, 4096, 1, "bf16"),
-        ("q6_k", 3, 2048, 2, "f32"),
-        ("q8_0", 11, 1536, 1, "f16"),
-        ("q8_0", 4, 2304, 4, "f32"),
+        (16, 2048, 1, "f16", 0),  # a block of columns, 8 blocks of K: one a warp
+        (21, 2560, 1, "f32", 0),  # columns past the last block's; 10 blocks of K (2 warps twice)
+        (9, 1024, 3, "bf16", 0),  # three rows; 4 blocks of K (warps 4-7 have none)
+        (5, 4096, 4, "f16", 0),
+        (7, 1536, 1, "f32", 4),  # an unaligned weight: read by bytes
     ],
 )
 def test_integer_form_matches_the_reference(
-    dtype: str, n: int, k: int, rows: int, xdtype: str
+    n: int, k: int, rows: int, xdtype: str, shift: int
 ) -> None:
-    launch, got, want = _product(dtype, n, k, rows, xdtype)
+    launch = _launch("q4_k", n, k, rows, xdtype)
     assert "__dp2a_hi" in launch.kernel.source and "og_xq16" in launch.kernel.source
-    nmse = float(np.sum((got - want) ** 2) / np.sum(want**2))
-    # the int16 codes of x: a few 1e-10; the f32 output of f16 x is held to the f32-path bound
-    assert nmse <= 1e-8, nmse
+    assert launch.grid == (-(-n // quantized_integer_dot.COLUMNS), rows, 1)
+    raw = random_blocks("q4_k", n, k, seed=n + k)
+    x = _x(rows, k, xdtype, seed=k)
+    got = _run(launch, x, raw, shift)
+    want = x.astype(np.float64) @ reference("q4_k", raw).reshape(n, k).astype(np.float64).T
+    # x's int16 codes: a few 1e-10 (the f32 bound of the GPU tests is 1e-7, f16's 1e-6)
+    assert _nmse(got, want) <= 1e-8, _nmse(got, want)
 
 
-def test_a_row_of_zeros_and_a_unit_of_zeros_give_exact_zeros() -> None:
+def test_zero_units_give_no_nan_and_a_zero_row_gives_zeros() -> None:
     """A unit whose largest |x| is 0 has scale 0 and codes 0: no division by zero."""
-    dtype, n, k = "q4_k", 3, 1024
-    launch = quantized.one_row_launch(
-        TensorType("f32", (2, k)), TensorType(dtype, (n, k)), TensorType("f32", (2, n))
-    )
-    raw = random_blocks(dtype, n, k, seed=4)
+    n, k = 3, 1024
+    launch = _launch("q4_k", n, k, 2, "f32")
+    raw = random_blocks("q4_k", n, k, seed=4)
     x = np.random.default_rng(1).standard_normal((2, k)).astype(np.float32)
     x[0] = 0.0
     x[1, 32:64] = 0.0
-    got = cuda_emulator.run_kernel(
-        launch.kernel, launch.grid, launch.block, [np.zeros((2, n), np.float32), x, raw]
-    )[0]
-    assert np.all(got[0] == 0.0)
-    want = x[1].astype(np.float64) @ reference(dtype, raw).reshape(n, k).astype(np.float64).T
-    assert np.all(np.isfinite(got[1]))
-    assert float(np.sum((got[1] - want) ** 2) / np.sum(want**2)) <= 1e-8
+    got = _run(launch, x, raw)
+    assert np.all(got[0] == 0.0) and np.all(np.isfinite(got[1]))
+    want = x[1].astype(np.float64) @ reference("q4_k", raw).reshape(n, k).astype(np.float64).T
+    assert _nmse(got[1], want) <= 1e-8
 
 
-@pytest.mark.parametrize("dtype", ["q4_0", "q4_1", "q5_0", "q5_k", "mxfp4"])
-def test_other_types_keep_the_float_form(dtype: str) -> None:
-    k = 1024
-    launch = quantized.one_row_launch(
-        TensorType("f16", (1, k)), TensorType(dtype, (8, k)), TensorType("f16", (1, 8))
-    )
-    assert "__dp2a" not in launch.kernel.source
+def test_the_float_form_switch_and_the_types_it_keeps() -> None:
+    assert "__dp2a" in _launch("q4_k", 8, 1024, 1, "f16").kernel.source
+    for dtype in ("q4_0", "q4_1", "q5_0", "q5_k", "q6_k", "q8_0", "mxfp4"):
+        assert "__dp2a" not in _launch(dtype, 8, 1024, 1, "f16").kernel.source, dtype
+    saved = quantized.INTEGER_DOT
+    quantized.INTEGER_DOT = False
+    try:
+        assert "__dp2a" not in _launch("q4_k", 8, 1024, 1, "f16").kernel.source
+    finally:
+        quantized.INTEGER_DOT = saved
 
 
 def test_shared_memory_decides_the_form() -> None:
-    """x's codes, scales and sums sit beside the stage in 48 KiB: 14336 values a row fit (the
-    down product of a Llama layer), 20480 do not and keep the float form."""
-
-    def integer(k: int) -> bool:
-        launch = quantized.one_row_launch(
-            TensorType("f16", (1, k)), TensorType("q4_k", (64, k)), TensorType("f16", (1, 64))
-        )
-        return "__dp2a_lo" in launch.kernel.source
-
-    assert integer(14336) and not integer(20480)
-    elements, nbytes = QUANT_BLOCKS["q4_k"]
-    assert quantized_integer_dot.fits("q4_k", 14336, 14336 // elements * nbytes, 8 * 1168)
-
-
-def test_parts_of_k_are_kept_in_integer_form(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(quantized_one_row, "TARGET_WARPS", 1 << 20)  # as many parts as fit
-    launch, got, want = _product("q4_k", 2, 4096, 1, "f16", seed=3)
-    assert "og_part" in launch.kernel.source
-    assert float(np.sum((got - want) ** 2) / np.sum(want**2)) <= 1e-8
+    """x's padded codes, scales and sums in 48 KiB: 14336 values a row fit (the down product of
+    a Llama layer), 20480 do not and keep the float form."""
+    assert quantized_integer_dot.fits("q4_k", 14336, True)
+    assert not quantized_integer_dot.fits("q4_k", 20480, True)
+    assert not quantized_integer_dot.fits("q4_k", 4096, False)  # rows not whole 16-byte units
+    assert "__dp2a" not in _launch("q4_k", 8, 20480, 1, "f16").kernel.source
+    launch = _launch("q4_k", 8, 14336, 1, "f16")
+    assert launch.kernel.shared_bytes is not None
+    assert launch.kernel.shared_bytes <= quantized_integer_dot.SHARED_LIMIT

@@ -114,8 +114,12 @@ def outputs_in_place(graph: Graph, dev: dict) -> dict:
 
 def flushed_to_zero(values: np.ndarray) -> np.ndarray:
     """`values` as a kernel compiled with `-ftz=true` (CuPy's default) yields them: float32
-    subnormals replaced by a zero of the same sign; other dtypes unchanged."""
-    if values.dtype != np.float32:
+    subnormals replaced by a zero of the same sign, and bf16 ones too (bf16 has float32's
+    exponent range: its subnormals come from float32 subnormals, flushed before the rounding);
+    other dtypes (f16's subnormals are normal float32 values) unchanged."""
+    if values.dtype != np.float32 and values.dtype.name != "bfloat16":
         return values
+    wide = values.astype(np.float32)
     tiny = np.finfo(np.float32).tiny
-    return np.where(np.abs(values) < tiny, np.copysign(np.float32(0), values), values)
+    flushed = np.where(np.abs(wide) < tiny, np.copysign(np.float32(0), wide), wide)
+    return flushed.astype(values.dtype)

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 
 from optgraph.codegen.cuda_source import (
     STORAGE,
+    body_entry,
     Kernel,
     Launch,
     in_param,
@@ -58,8 +59,8 @@ WARPS = 8  # warps a block of the one-row kernel (a column each, or parts of one
 # The one-row kernel's layout: `quantized_one_row` (True), or a warp a column with one staged
 # tile in flight and byte loads (False: the layout before it, for A/B runs).
 WIDE_ONE_ROW = True
-# The wide layout's staged tiles in integer form (`quantized_integer_dot`) where it fits (True),
-# or decoded to floats (False: the form before it, for A/B runs).
+# q4_k products in the integer form of `quantized_integer_dot` where it fits (True), or in the
+# float form of the wide layout (False: the form before it, for A/B runs).
 INTEGER_DOT = True
 
 COMMON = r"""// Quantized blocks (ggml formats): each og_dq32_<type> writes the 32 values of sub-block s.
@@ -151,13 +152,17 @@ __device__ __forceinline__ void og_dq32_q4_k(const unsigned char* b, unsigned in
 }
 """,
     "mxfp4": r"""__device__ __forceinline__ void og_dq32_mxfp4(const unsigned char* b, unsigned int s, float* w) {
+  // d = 2^(e - 128); for e < 2 a subnormal, which the device flushes to zero (-ftz), so it
+  // is taken as 2^8 d and the product scaled by 2^-8 after: both exact, the result flushed
+  // only where it is itself subnormal.
   const unsigned int e = b[0];
-  const float d = __uint_as_float(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
+  const float d = __uint_as_float(e < 2u ? (e + 7u) << 23 : (e - 1u) << 23);
+  const float post = e < 2u ? 0.00390625f : 1.0f;
   const signed char kv[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
-    w[j] = __fmul_rn(d, (float)kv[b[1 + j] & 15u]);
-    w[j + 16] = __fmul_rn(d, (float)kv[b[1 + j] >> 4]);
+    w[j] = __fmul_rn(__fmul_rn(d, (float)kv[b[1 + j] & 15u]), post);
+    w[j + 16] = __fmul_rn(__fmul_rn(d, (float)kv[b[1 + j] >> 4]), post);
   }
 }
 """,
@@ -195,13 +200,15 @@ def _kernel(
     body: str,
     extra: tuple[str, ...] = (),
     bounds: tuple[int, int] | None = None,
+    self_wait: bool = False,
 ) -> Kernel:
     """A kernel named by the hash of its decoders and text, with the decoders as its decls
-    (`extra`: more file-scope text after them; `bounds`: its `__launch_bounds__`)."""
+    (`extra`: more file-scope text after them; `bounds`: its `__launch_bounds__`; `self_wait`:
+    the body has the PDL entry, after its first weight loads, see `Kernel.self_wait`)."""
     texts = (*decls(dtype), *extra)
-    text = "".join(texts) + kernel_template(params, body, bounds)
+    text = "".join(texts) + kernel_template(params, body, bounds, "", self_wait)
     digest = hashlib.sha1(f"{family}\n{text}".encode()).hexdigest()[:12]
-    return Kernel.assemble(f"og_{family}_{digest}", params, body, texts, bounds)
+    return Kernel.assemble(f"og_{family}_{digest}", params, body, texts, bounds, "", self_wait)
 
 
 def _geometry(dtype: str, k: int) -> tuple[int, int, int]:
@@ -339,15 +346,20 @@ def one_row_launch(x: TensorType, w: TensorType, out: TensorType) -> Launch:
     row_bytes = k // (32 * sub) * nbytes
     per = lanes_per_tile(w.dtype)
     params = [out_param(out.dtype), in_param(x.dtype, 0), "const unsigned char* in1"]
+    if INTEGER_DOT and quantized_integer_dot.fits(w.dtype, k, row_bytes % 16 == 0):
+        early, body = quantized_integer_dot.body(x.dtype, out.dtype, n, k)
+        lines = [*early, *body_entry().splitlines(), *body]
+        text = "\n".join("  " + line for line in lines)
+        kernel = _kernel(
+            "one_row_qi", w.dtype, params, text, quantized_integer_dot.decls(), (256, 2), True
+        )
+        grid = (-(-n // quantized_integer_dot.COLUMNS), rows, 1)
+        return Launch(kernel, grid, (32 * quantized_integer_dot.WARPS, 1, 1), ("out", "in0", "in1"))
     if WIDE_ONE_ROW:
         per = quantized_one_row.tile_lanes(per, 32 * per // sub * nbytes)
         split = quantized_one_row.parts(n, rows, -(-units // (32 * per)), WARPS)
         geometry = (n, k, nbytes, sub, row_bytes)
-        stage = WARPS * (32 * per // sub * nbytes + 16)
-        integer = INTEGER_DOT and quantized_integer_dot.fits(w.dtype, k, row_bytes, stage)
-        body = quantized_one_row.wide_body(
-            x.dtype, w.dtype, out.dtype, geometry, per, split, integer
-        )
+        body = quantized_one_row.wide_body(x.dtype, w.dtype, out.dtype, geometry, per, split)
         extra = quantized_one_row.word_decls(w.dtype) if row_bytes % 16 == 0 else ()
         text = "\n".join("  " + line for line in body)
         bounds = quantized_one_row.bounds(w.dtype)

@@ -25,7 +25,6 @@ on the realistic decode, still bound by work per value rather than bytes (docs/r
 from __future__ import annotations
 
 from optgraph.codegen.cuda_source import STORAGE, load, store
-from optgraph.codegen.kernels import quantized_integer_dot as integer_dot
 
 # Warps of the grid the parts of K aim for: 132 multiprocessors x 64 resident warps is 8448.
 TARGET_WARPS = 8192
@@ -180,19 +179,6 @@ def dot_lines(xt: str) -> list[str]:
     ]
 
 
-def integer_units(wtype: str, per: int, units: int) -> list[str]:
-    """The units of the tile at `t` a lane takes, in `quantized_integer_dot`'s integer form."""
-    return [
-        "#pragma unroll",
-        f"for (unsigned int i = 0; i < {per}u; ++i) {{",
-        "  const unsigned int u = lane + 32u * i;",
-        f"  if (t + u < {units}u) {{",
-        *_indent(integer_dot.unit_lines(wtype), 4),
-        "  }",
-        "}",
-    ]
-
-
 def _indent(lines: list[str], by: int) -> list[str]:
     return [line if line.startswith("#") else " " * by + line for line in lines]
 
@@ -204,12 +190,10 @@ def wide_body(
     geometry: tuple[int, int, int, int, int],
     per: int,
     split: int,
-    integer: bool = False,
 ) -> list[str]:
     """The body of the wide one-row kernel (8 warps a block). `geometry` = (n, k, block bytes,
     sub-blocks a block, row bytes); `per`: units a lane decodes a tile
-    (`quantized.lanes_per_tile`); `split`: the parts of K (`parts`); `integer`: the staged
-    tiles in the integer form of `quantized_integer_dot` (x's int16 codes a block)."""
+    (`quantized.lanes_per_tile`); `split`: the parts of K (`parts`)."""
     n, k, nbytes, sub, row_bytes = geometry
     units, tile_units = k // 32, 32 * per
     tile_bytes = tile_units // sub * nbytes
@@ -221,15 +205,13 @@ def wide_body(
         f"const unsigned int part = warp % {split}u, r = blockIdx.y;",
         f"const unsigned int n = blockIdx.x * {8 // split}u + warp / {split}u;",
         f"if (n >= {n}u) return;  // the whole warp: no shuffle waits for it"
-        if split == 1 and not integer
+        if split == 1
         else f"const bool active = n < {n}u;  // every warp reaches the block's barrier",
         f"const unsigned char* row = in1 + (unsigned long long)(n < {n}u ? n : 0u) * {row_bytes}ull;",
         f"const {STORAGE[xt]}* x = in0 + (unsigned long long)r * {k}ull;",
         "const bool xvec = (reinterpret_cast<unsigned long long>(in0) & 15ull) == 0ull;",
         "float acc = 0.0f;",
     ]
-    if integer:
-        lines += integer_dot.prologue(xt, k)
 
     def units_of_tile(decode: list[str]) -> list[str]:
         """Each unit `u` of the tile at `t` a lane takes: decode into `w`, then the dot."""
@@ -246,7 +228,7 @@ def wide_body(
             "}",
         ]
 
-    active = "active" if split > 1 or integer else "true"
+    active = "active" if split > 1 else "true"
     if row_bytes % 16 == 0:
 
         def fill(at: str) -> list[str]:
@@ -263,8 +245,7 @@ def wide_body(
             ]
 
         lines += [
-            # integer: one unit more a warp, as q8_0's words read past the tile's last byte
-            f"__shared__ uint4 og_stage[8][{chunks + int(integer)}];",
+            f"__shared__ uint4 og_stage[8][{chunks}];",
             "const bool staged = (reinterpret_cast<unsigned long long>(in1) & 15ull) == 0ull;",
             f"if ({active} && staged) {{",
             "  const unsigned char* tile = reinterpret_cast<const unsigned char*>(og_stage[warp]);",
@@ -285,11 +266,7 @@ def wide_body(
             f"    if (t + {step} < {units}u) {{  // the next tile's loads, in flight meanwhile",
             *_indent(fill(f"t + {step}"), 6),
             "    }",
-            *_indent(
-                integer_units(wtype, per, units) if integer
-                else units_of_tile(_decode_staged(wtype, nbytes, sub)),
-                4,
-            ),
+            *_indent(units_of_tile(_decode_staged(wtype, nbytes, sub)), 4),
             "  }",
             f"}} else if ({active}) {{",
         ]
@@ -305,8 +282,7 @@ def wide_body(
     ]
     at = f"out[(unsigned long long)r * {n}u + n]"
     if split == 1:
-        guard = " && active" if integer else ""
-        return [*lines, f"if (lane == 0u{guard}) {at} = {store(out_dtype, 'acc')};"]
+        return [*lines, f"if (lane == 0u) {at} = {store(out_dtype, 'acc')};"]
     return [
         *lines,
         "__shared__ float og_part[8];",
