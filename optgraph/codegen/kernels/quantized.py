@@ -34,9 +34,9 @@ from collections.abc import Sequence
 
 from optgraph.codegen.cuda_source import (
     STORAGE,
-    body_entry,
     Kernel,
     Launch,
+    body_entry,
     in_param,
     index_type,
     kernel_template,

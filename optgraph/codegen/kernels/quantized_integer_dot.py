@@ -148,10 +148,10 @@ def _loads(prefix: str, block: str) -> list[str]:
         f"{{ const uint4* p0 = reinterpret_cast<const uint4*>(w0 + ({block}) * 144u);",
         f"  const uint4* p1 = reinterpret_cast<const uint4*>(w1 + ({block}) * 144u);",
         f"  {p}h0 = og_q_load16(p0, aligned); {p}h1 = og_q_load16(p1, aligned);",
-        f"  {p}a0 = og_q_load16(p0 + 1u + 2u * j, aligned);"
-        f" {p}a1 = og_q_load16(p0 + 2u + 2u * j, aligned);",
-        f"  {p}c0 = og_q_load16(p1 + 1u + 2u * j, aligned);"
-        f" {p}c1 = og_q_load16(p1 + 2u + 2u * j, aligned); }}",
+        f"  {p}a0 = og_q_load16(p0 + 1u + 2u * j, aligned);",
+        f"  {p}a1 = og_q_load16(p0 + 2u + 2u * j, aligned);",
+        f"  {p}c0 = og_q_load16(p1 + 1u + 2u * j, aligned);",
+        f"  {p}c1 = og_q_load16(p1 + 2u + 2u * j, aligned); }}",
     ]
 
 
