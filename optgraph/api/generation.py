@@ -333,9 +333,9 @@ class GenerationModel:
         }
         prefill = self.prefill_for(len(prompt))
         if prefill is not None:
-            out = prefill.program.run(
-                step_inputs(prefill.step, prompt, 0), self.weights(prefill), seed=None
-            )
+            feed = step_inputs(prefill.step, prompt, 0)  # and empty caches where it reads them
+            feed |= dict(zip(prefill.step.cache_inputs, caches.values()))
+            out = prefill.program.run(feed, self.weights(prefill), seed=None)
             caches = dict(
                 zip(decode.step.cache_inputs, (out[n] for n in prefill.step.cache_outputs))
             )

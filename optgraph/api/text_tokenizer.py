@@ -96,6 +96,14 @@ class Detokenizer:
         self.shown = text
         return new
 
+    def flush(self) -> str:
+        """What is left at the end: the text of the held-back bytes (as decoded, replacement
+        characters included)."""
+        text = self.tokenizer.decode(self.ids)
+        new = text[len(_common_prefix(self.shown, text)) :]
+        self.shown = text
+        return new
+
 
 def _common_prefix(a: str, b: str) -> str:
     n = 0

@@ -132,10 +132,10 @@ def _generate_one(model: Any, ids: list[int], args: argparse.Namespace) -> dict[
         if piece:
             out.write(piece)
             out.flush()
-    out.write("\n")
+    out.write(("" if detok is None else detok.flush()) + "\n")
     out.flush()
     stats = model.last_stats
     if not args.quiet:
         print(_figures(stats), file=sys.stderr)
     text = None if model.tokenizer is None else model.tokenizer.decode(tokens)
-    return {"prompt_tokens": ids, "tokens": tokens, "text": text, **stats.as_dict()}
+    return {"prompt_ids": ids, "tokens": tokens, "text": text, **stats.as_dict()}

@@ -94,7 +94,9 @@ class HFModel:
         self.dtype = dtype
         self.lm = _empty_model(checkpoint, dtype)
         self.aliases = _tied_names(self.lm)
+        self.renamed = _renamed_tensors(self.lm, checkpoint)
         self._check_parameters()
+        self._prefills: dict[tuple[int, int], StepGraph] = {}
 
     # -- weights ----------------------------------------------------------------------------
 
@@ -104,6 +106,8 @@ class HFModel:
         prefix = getattr(self.lm, "base_model_prefix", "") + "."
         for candidate in self.aliases.get(name, (name,)):
             for spelled in (candidate, candidate.removeprefix(prefix)):
+                if spelled in self.renamed:
+                    return self.renamed[spelled]
                 if spelled in self.checkpoint.tensors:
                     return spelled
         return None
@@ -130,6 +134,12 @@ class HFModel:
     # -- steps ------------------------------------------------------------------------------
 
     def prefill_step(self, bucket: int, context: int) -> StepGraph:
+        found = self._prefills.get((bucket, context))
+        if found is None:
+            found = self._prefills[(bucket, context)] = self._prefill(bucket, context)
+        return found
+
+    def _prefill(self, bucket: int, context: int) -> StepGraph:
         torch = _torch()
         args = (
             torch.zeros(1, bucket, dtype=torch.int64),
@@ -147,7 +157,10 @@ class HFModel:
 
     def decode_step(self, context: int) -> StepGraph:
         torch = _torch()
-        prefill = self.prefill_step(1, context)  # the cache types: [1, Hkv, context, D] a layer
+        # the cache types, [1, Hkv, context, D] a layer: a prefill's outputs (16 tokens, the
+        # bucket a short prompt takes, kept for its own program)
+        made = [step for (_, c), step in self._prefills.items() if c == context]
+        prefill = made[0] if made else self.prefill_step(min(16, context), context)
         types = prefill.graph.value_types()
         from optgraph.reference.kernels import numpy_dtype
 
@@ -286,10 +299,11 @@ def _empty_model(checkpoint: Checkpoint, dtype: str) -> Any:
             config = transformers.AutoConfig.for_model(**checkpoint.config)
         except (ValueError, TypeError, KeyError) as err:
             raise checkpoint.error(f"config.json: {err}") from None
-        config._attn_implementation = "sdpa"
         with init_empty_weights():
             lm = transformers.AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     lm.eval()
+    if hasattr(lm, "tie_weights"):  # tied embeddings are tied at load, not when built
+        lm.tie_weights()
     placeholders: dict[int, Any] = {}
     for name, param in list(lm.named_parameters(remove_duplicate=False)):
         new = placeholders.get(id(param))
@@ -311,6 +325,33 @@ def _load_buffers(checkpoint: Checkpoint, lm: Any) -> None:
             value = np.array(checkpoint.array(name))
             with torch.no_grad():
                 buffer.copy_(torch.from_numpy(value).to(buffer.dtype))
+
+
+def _renamed_tensors(lm: Any, checkpoint: Checkpoint) -> dict[str, str]:
+    """{model name: checkpoint name} for the tensors transformers renames when it loads this
+    model (its `WeightRenaming`s: GPT-NeoX's `embed_out` is `lm_head`); a checkpoint that needs
+    one of transformers' other conversions (merging tensors) is refused."""
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+    except ImportError:  # a transformers without renamings
+        return {}
+    renamings, others = [], []
+    for transform in get_model_conversion_mapping(lm):
+        (renamings if type(transform).__name__ == "WeightRenaming" else others).append(transform)
+    out = {}
+    for name in checkpoint.tensors:
+        renamed = name
+        for transform in renamings:
+            renamed, _ = transform.rename_source_key(renamed)
+        for transform in others:
+            if transform.rename_source_key(renamed)[1] is not None:
+                raise checkpoint.error(
+                    f"tensor '{name}' needs transformers' {type(transform).__name__} to load "
+                    "(tensors merged or split), which generate does not do"
+                )
+        if renamed != name:
+            out[renamed] = name
+    return out
 
 
 def _tied_names(lm: Any) -> dict[str, tuple[str, ...]]:
