@@ -247,7 +247,9 @@ class PathCover:
 
 
 def path_cover(
-    preds: Sequence[Sequence[int]], priority: Sequence[float] | None = None
+    preds: Sequence[Sequence[int]],
+    priority: Sequence[float] | None = None,
+    prefer: Sequence[int] | None = None,
 ) -> PathCover:
     """Minimum path cover of the transitive reduction of a DAG in topological order.
 
@@ -255,6 +257,9 @@ def path_cover(
     matching starts by linking, from the last node back, every node to its free successor of
     highest priority (ties: the one whose chain reaches the last node), so chains follow critical
     paths, the trunk ends where the last node is, and light branches are left as separate chains.
+    With `prefer` (prefer[u]: the successor u should continue into, or -1), the matching starts
+    from those links that are reduced edges (first come, first served); either way it is then
+    made maximum, so the cover is minimum whatever the preference.
     """
     n = len(preds)
     try:
@@ -269,7 +274,13 @@ def path_cover(
         for p in ps:
             succs[p].append(v)
     initial = None
-    if priority is not None and n:
+    if prefer is not None and n:
+        initial = [-1] * n
+        taken = [False] * n
+        for u, v in enumerate(prefer):
+            if v >= 0 and not taken[v] and v in succs[u]:
+                initial[u], taken[v] = v, True
+    elif priority is not None and n:
         initial = [-1] * n
         taken = [False] * n
         to_last = [False] * n

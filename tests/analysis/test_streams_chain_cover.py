@@ -91,3 +91,18 @@ def test_wide_fan_in_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
     assert transitive_reduction(preds)[-1] == list(range(n - 1))
     assert width(preds) == n - 1
     assert path_cover(preds).nimble_syncs == n - 2
+
+
+@settings(max_examples=examples(60))
+@given(preds=dags(max_nodes=30), seed=st.integers(0, 2**16))
+def test_a_preferred_start_still_gives_a_minimum_cover(preds: list[list[int]], seed: int) -> None:
+    """`prefer` (fanout's continuations) only seeds the matching: it is still maximum, and a
+    preferred link along a reduced edge that nothing else needs stays."""
+    rng = random.Random(seed)
+    n = len(preds)
+    prefer = [rng.randrange(-1, n) for _ in range(n)]
+    expected = set(nx.transitive_reduction(_nx(preds)).edges())
+    cover = path_cover(preds, prefer=prefer)
+    assert cover.matching == _matching_size(sorted(expected), n)
+    for chain in cover.chains:
+        assert all((a, b) in expected for a, b in itertools.pairwise(chain))

@@ -50,8 +50,7 @@ def _check(
     waits = [i for i, n in enumerate(synced.nodes) if n.op == "wait"]
     for i in waits:
         assert find_races(_without(synced, i)), f"wait ^{synced.nodes[i].name} is not needed"
-    if policy != "fanout":
-        assert len(waits) <= nimble_syncs(graph)
+    assert len(waits) <= nimble_syncs(graph), (len(waits), nimble_syncs(graph))
     if policy == "single":
         assert waits == [] and used <= {0}
 

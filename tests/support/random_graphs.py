@@ -379,3 +379,31 @@ def narrow_ancestry(graph: Graph) -> dict[str, set[str]]:
             dtypes |= seen[operand]
         seen[node.name] = dtypes
     return seen
+
+
+@st.composite
+def layered_graphs(draw: Draw, max_layers: int = 6, max_width: int = 5) -> Graph:
+    """A verified layered DAG of elementwise nodes over one input: each layer has 1..max_width
+    nodes, each reading one, two or three earlier values (most often one of the layer just
+    before; three through two chained adds), every value nobody reads an output. The shape of
+    the outside testing's stream-assignment graphs (forks, partial joins, skip edges)."""
+    b = _Builder(draw)
+    x = b.add_input((4,))
+    earlier, previous = [x], [x]
+    for _ in range(int(draw(st.integers(2, max_layers)))):  # type: ignore[arg-type]
+        layer = []
+        for _ in range(int(draw(st.integers(1, max_width)))):  # type: ignore[arg-type]
+            reads = int(draw(st.sampled_from([1, 1, 2, 2, 3])))  # type: ignore[arg-type]
+            first = b.pick(previous) if draw(st.booleans()) else b.pick(earlier)
+            operands = list(dict.fromkeys([first, *(b.pick(earlier) for _ in range(reads - 1))]))
+            value = b.add_node("neg", (operands[0],), {}) if len(operands) == 1 else operands[0]
+            for other in operands[1:]:
+                value = b.add_node("add", (value, other), {})
+            layer.append(value)
+        earlier += layer
+        previous = layer
+    read = {o for n in b.nodes for o in n.operands}
+    outputs = [v for v in b.computed if v not in read]
+    graph = Graph("layered", tuple(b.inputs), (), tuple(b.nodes), tuple(Output(o) for o in outputs))
+    verify(graph)
+    return graph
