@@ -127,7 +127,10 @@ class CompiledProgram:
     ) -> dict[str, Any]:
         """Outputs by name. `weights=None` uses `default_weights()` (made once, then reused).
 
-        On cpu, `seed` picks the stream interleaving (None: issue order)."""
+        On cpu, `seed` picks the stream interleaving (None: issue order); nodes reading
+        quantized weights run on the compiled CPU kernels (`quantized="native"`: never a whole
+        matrix dequantized per call, all cores; products within f32 round-off of the
+        reference, not its bits)."""
         if weights is None:
             weights = self.default_weights()
         if self.target == "cuda":
@@ -138,7 +141,7 @@ class CompiledProgram:
         from optgraph.runtime.cpu.planned_executor import execute
 
         arrays = {k: np.asarray(v) for k, v in inputs.items()}
-        return execute(self.program, arrays, dict(weights), seed=seed).outputs
+        return execute(self.program, arrays, dict(weights), seed=seed, quantized="native").outputs
 
     def bind(
         self,

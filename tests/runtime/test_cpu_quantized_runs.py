@@ -167,3 +167,15 @@ def test_cpu_nodes_of_a_split_program_run_the_kernels(
     # f16 results: the two f32 sums round to f16 alike or one f16 step apart
     p, q = np.asarray(got["p"], np.float32), want["p"].astype(np.float32)
     assert np.all(np.abs(p - q) <= np.abs(np.spacing(q.astype(np.float16))).astype(np.float32))
+
+
+def test_a_compiled_cpu_program_runs_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`og.compile(..., target="cpu").run` (what `optgraph run` and the API use) takes the
+    compiled kernels: no whole weight dequantized, the reference's values within the bound."""
+    graph = og.parse_file(DECODE)
+    inputs = random_inputs(graph, seed=5) | {"ids": np.array([3], np.int32)}
+    weights = random_weights(graph, seed=5)
+    want = run_reference(graph, inputs, weights)
+    compiled = og.compile(graph, "default", target="cpu")
+    _refuse_whole_dequantization(monkeypatch)
+    _close(compiled.run(inputs, weights), want)
