@@ -83,7 +83,8 @@ def test_a_tensor_that_cannot_be_allocated_is_an_error_not_a_crash(
     path.write_text(_model("40000000000000"))
     assert main(["run", str(path), "--device", "cpu", "-q"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("error: not enough memory") and "Traceback" not in err
+    assert err.startswith("error: run: not enough memory") and "Traceback" not in err
+    assert "this run needs at least" in err  # refused up front, with the figure
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16", "i32", "bool"])
