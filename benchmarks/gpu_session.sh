@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine session: GPU tests, the benchmark, compute-sanitizer; logs under $OUT.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh [tests] [bench] [sanitize] [kernels] [h2h] \
-#       [gemv] [decode] [offload] [split] [threshold] [host] [multi] [quant]
+#       [gemv] [decode] [offload] [split] [threshold] [host] [multi] [generate] [quant]
 # bench: benchmarks/bench_gpu.py (the examples); sanitize: compute-sanitizer over
 # benchmarks/sanitize_examples.py; kernels: benchmarks/bench_kernels.py (single kernels at the
 # Llama shapes, old vs new; KERNELS_ARGS=--no-pdl for each kernel's own time); h2h: the head-to-head suite (H2H_ONLY=llama,
@@ -11,7 +11,8 @@
 # "--expert-ffn 128"); threshold:
 # benchmarks/bench_stream_threshold.py; host: benchmarks/bench_host_cost.py; multi: the several-GPU
 # tests (tests/gpu/test_multi_gpu.py: one GPU runs its one-GPU part) and, with 2+ GPUs,
-# benchmarks/bench_multi_gpu.py (MULTI_ARGS passes options); quant: benchmarks/bench_quantized.py (f16,
+# benchmarks/bench_multi_gpu.py (MULTI_ARGS passes options); generate: tests/gpu/test_gpu_generate.py
+# and benchmarks/bench_generate.py (GENERATE_ARGS); quant: benchmarks/bench_quantized.py (f16,
 # Q8_0 and Q4_K_M Llama steps; QUANT_ARGS, e.g. "--only llama_launch"). docs/benchmarks.md says what each measures.
 # Each part runs under its own time limit so one slow part cannot hide the others' logs.
 set -u
@@ -85,6 +86,13 @@ for part in $parts; do
       timeout "${MULTI_S:-480}" python3 benchmarks/bench_multi_gpu.py ${MULTI_ARGS:-} \
         --markdown "$OUT/multi.md" > "$OUT/multi.log" 2>&1
       echo "multi bench rc=$?"; tail -n 12 "$OUT/multi.log" ;;
+    generate)
+      timeout "${GENERATE_TESTS_S:-600}" python3 -m pytest -q tests/gpu/test_gpu_generate.py -p no:cacheprovider \
+        -rfE --durations=8 > "$OUT/generate_tests.log" 2>&1
+      echo "generate tests rc=$?"; tail -n 20 "$OUT/generate_tests.log"
+      timeout "${GENERATE_S:-600}" python3 benchmarks/bench_generate.py ${GENERATE_ARGS:-} \
+        --markdown "$OUT/generate.md" > "$OUT/generate.log" 2>&1
+      echo "generate bench rc=$?"; tail -n 12 "$OUT/generate.log" ;;
     quant)
       timeout "${QUANT_S:-450}" python3 benchmarks/bench_quantized.py ${QUANT_ARGS:-} \
         --markdown "$OUT/quant.md" > "$OUT/quant.log" 2>&1
@@ -95,6 +103,6 @@ for part in $parts; do
           python3 benchmarks/sanitize_examples.py > "$OUT/$tool.log" 2>&1
         echo "$tool rc=$?"; tail -n 4 "$OUT/$tool.log"
       done ;;
-    *) echo "unknown part: $part (tests bench sanitize kernels h2h gemv decode offload split threshold host multi quant)" ;;
+    *) echo "unknown part: $part (tests bench sanitize kernels h2h gemv decode offload split threshold host multi generate quant)" ;;
   esac
 done

@@ -271,8 +271,14 @@ class GenerationModel:
             )
 
     def prepare(self, prompt_length: int) -> None:
-        """Compile (or load) what a prompt of this length needs, before generating."""
-        self.prefill_for(prompt_length)
+        """Compile (or load) what a prompt of this length needs, before generating; on the GPU
+        also bind and capture its programs, so that a prompt's time is its run."""
+        prefill = self.prefill_for(prompt_length)
+        if self.device == "cuda":
+            with self._phase("bind and capture on the GPU"):
+                loop = self.device_loop()
+                if prefill is not None:
+                    loop.prepare(prefill, self.weights(prefill))
 
     # -- generating -------------------------------------------------------------------------
 
@@ -370,15 +376,23 @@ class GenerationModel:
     def _device_tokens(
         self, prompt: list[int], max_new: int, sampling: Sampling, stop: set[int]
     ) -> Iterator[int]:
-        from optgraph.runtime.cuda.decode_loop import DeviceDecodeLoop
-
-        if self._device_loop is None:
-            self._device_loop = DeviceDecodeLoop(self.decode, self.weights(self.decode))
+        loop = self.device_loop()
         prefill = self.prefill_for(len(prompt))
-        prefill_weights = None if prefill is None else self.weights(prefill)
-        yield from self._device_loop.tokens(
-            prompt, max_new, sampling, stop, prefill, prefill_weights
-        )
+        if prefill is not None:
+            weights = self.weights(prefill)
+            feeds = [step_inputs(prefill.step, prompt, 0)]
+        else:
+            weights = None
+            feeds = [step_inputs(self.decode.step, [t], i) for i, t in enumerate(prompt)]
+        yield from loop.tokens(len(prompt), max_new, sampling, stop, prefill, weights, feeds)
+
+    def device_loop(self) -> Any:
+        """The GPU decode loop (`runtime/cuda/decode_loop.py`), made on first use."""
+        if self._device_loop is None:
+            from optgraph.runtime.cuda.decode_loop import DeviceDecodeLoop
+
+            self._device_loop = DeviceDecodeLoop(self.decode, self.weights(self.decode))
+        return self._device_loop
 
     def close(self) -> None:
         if self._device_loop is not None:
