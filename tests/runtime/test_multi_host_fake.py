@@ -29,6 +29,8 @@ from tests.support import fake_nccl
 from tests.support.fake_cupy import fake_cupy
 from tests.support.placed_graphs import COLLECTIVES
 
+SECRET = b"a-test-secret-of-enough-bytes"
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -63,9 +65,9 @@ def test_ranks_meet_through_the_rendezvous_and_own_their_outputs(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     where: Rendezvous = (
-        TcpRendezvous("127.0.0.1", free_port(), timeout=30)
+        TcpRendezvous("127.0.0.1", free_port(), SECRET, timeout=30)
         if kind == "tcp"
-        else FileRendezvous(str(tmp_path / "ids"), timeout=30)
+        else FileRendezvous(str(tmp_path / "ids"), SECRET, timeout=30)
     )
     with fake_cupy(monkeypatch) as fake:
         fake.device_count = 2
@@ -81,9 +83,9 @@ def test_a_rank_that_compiled_another_graph_is_refused(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     where: Rendezvous = (
-        TcpRendezvous("127.0.0.1", free_port(), timeout=5)
+        TcpRendezvous("127.0.0.1", free_port(), SECRET, timeout=5)
         if kind == "tcp"
-        else FileRendezvous(str(tmp_path / "ids"), timeout=5)
+        else FileRendezvous(str(tmp_path / "ids"), SECRET, timeout=5)
     )
     other = COLLECTIVES.replace("graph collectives", "graph other")
     monkeypatch.setattr(fake_nccl, "WAIT_SECONDS", 1.0)  # rank 0 waits for its peer in vain
@@ -98,6 +100,8 @@ def test_a_rank_that_compiled_another_graph_is_refused(
 
 def test_rendezvous_from_torchrun_variables() -> None:
     env = {"RANK": "3", "LOCAL_RANK": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
-    assert rendezvous_from_environment(env) == (3, 1, TcpRendezvous("node0", 29500))
+    env["OPTGRAPH_RENDEZVOUS_KEY"] = SECRET.decode()
+    assert rendezvous_from_environment(env) == (3, 1, TcpRendezvous("node0", 29500, SECRET))
+    assert SECRET.decode() not in repr(rendezvous_from_environment(env)[2])
     with pytest.raises(InputError, match="MASTER_ADDR, MASTER_PORT not set"):
         rendezvous_from_environment({"RANK": "0"})

@@ -10,14 +10,19 @@ compiles the same graph, and `HostRank` runs its rank:
         outputs = me.run(inputs)     # the outputs this rank owns (RankPrograms.outputs)
 
 The only thing the ranks must agree on before NCCL can connect them is one NCCL unique id per
-communicator group. Rank 0 makes them and hands them out through a *rendezvous*:
+communicator group. Rank 0 makes them and hands them out through a *rendezvous*, as plain bytes
+in a strict format (`rendezvous_wire`: length-prefixed frames, bounded counts, no pickle), to
+peers that prove they hold the run's secret, which the launcher gives every rank
+(OPTGRAPH_RENDEZVOUS_KEY, or OPTGRAPH_RENDEZVOUS_KEY_FILE: a file only its user can read):
 
-- `TcpRendezvous(host, port)`: rank 0 listens on `host:port` (MASTER_ADDR / MASTER_PORT, as
-  torchrun sets them) and answers each other rank once; `multiprocessing.connection` with an
-  authentication key derived from the planned graph's text, so a rank that compiled another
-  graph (another split, other shapes) is refused rather than joined to the wrong collectives;
-- `FileRendezvous(path)`: rank 0 writes the ids to a file on a filesystem every host sees
-  (written whole, then renamed into place); the others wait for it.
+- `TcpRendezvous(host, port, secret)`: rank 0 listens on `host:port` (MASTER_ADDR / MASTER_PORT,
+  as torchrun sets them) and answers each other rank once, after a mutual HMAC challenge-response:
+  a peer without the secret is dropped (rank 0 keeps serving), a rank 0 without it is refused;
+  the planned graph's digest, sent along, tells a rank that compiled another graph (another
+  split, other shapes) that it did, rather than joining it to the wrong collectives;
+- `FileRendezvous(path, secret)`: rank 0 writes the ids, sealed with an HMAC of the secret and
+  the digest, to a file on a filesystem every host sees (written whole, then renamed into
+  place); the others wait for it and check the seal.
 
 NCCL then connects the ranks over NVLink, PCIe or the network by itself (its own environment:
 NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...). NVLink multicast is kept off here as everywhere.
@@ -27,14 +32,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
+import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from multiprocessing import AuthenticationError
-from multiprocessing.connection import Client, Listener
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 import numpy as np
 
@@ -43,88 +46,111 @@ from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.printer import print_graph
 from optgraph.runtime.cuda.device import cupy
 from optgraph.runtime.multi.gpu_rank import nccl_environment
+from optgraph.runtime.multi.rendezvous_wire import (
+    MAX_FRAME,
+    Ids,
+    WireError,
+    ask_rank0,
+    encode_ids,
+    rendezvous_secret,
+    seal,
+    serve_peer,
+    unseal,
+)
 
-if TYPE_CHECKING:
-    from optgraph.runtime.cuda.collectives import UniqueId
 
-Ids = dict[tuple[int, ...], "UniqueId"]
-
-
-def program_token(ranks: RankPrograms) -> bytes:
-    """A key every rank of one run derives alike: the digest of the planned graph's text."""
+def program_digest(ranks: RankPrograms) -> bytes:
+    """The digest of the planned graph's text: equal for every rank of one run, compared (not
+    trusted: the model is no secret) so that a rank of another program is told so."""
     return hashlib.sha256(print_graph(ranks.graph).encode()).digest()
+
+
+# A peer must finish its handshake within this many seconds: a silent or slow connection (a
+# port scanner, a stray client) holds rank 0 up no longer.
+PEER_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
 class TcpRendezvous:
-    """Rank 0 serves the ids on `host:port`; the others connect (retrying for `timeout` s)."""
+    """Rank 0 serves the ids on `host:port` to the peers that prove `secret`; the others
+    connect (retrying for `timeout` s). See `rendezvous_wire` for the bytes exchanged."""
 
     host: str
     port: int
+    secret: bytes = field(repr=False)
     timeout: float = 300.0
 
-    def exchange(self, ids: Ids | None, rank: int, world: int, token: bytes) -> Ids:
+    def exchange(self, ids: Ids | None, rank: int, world: int, digest: bytes) -> Ids:
+        where = f"{self.host}:{self.port}"
         if rank == 0:
             assert ids is not None
-            with Listener((self.host, self.port), authkey=token) as listener:
-                for _ in range(world - 1):
-                    try:
-                        conn = listener.accept()
-                    except AuthenticationError:
-                        raise OptGraphError(
-                            f"rank 0: a rank of another program connected to {self.host}:"
-                            f"{self.port} (every rank must compile the same graph and pipeline)"
-                        ) from None
-                    with conn:
-                        conn.send(ids)
+            self._serve(encode_ids(ids), world, digest, where)
             return ids
         deadline = time.monotonic() + self.timeout
         while True:
             try:
-                with Client((self.host, self.port), authkey=token) as conn:
-                    received: Ids = conn.recv()
-                    return received
-            except AuthenticationError:
-                raise OptGraphError(
-                    f"rank {rank}: rank 0 on {self.host}:{self.port} runs another program "
-                    "(every rank must compile the same graph with the same pipeline)"
-                ) from None
-            except ConnectionRefusedError:
+                with socket.create_connection((self.host, self.port), timeout=PEER_SECONDS) as conn:
+                    return ask_rank0(conn, self.secret, digest, rank, where)
+            except (TimeoutError, ConnectionRefusedError, ConnectionResetError) as err:
                 if time.monotonic() > deadline:
                     raise OptGraphError(
-                        f"rank {rank}: no rank 0 listening on {self.host}:{self.port} "
-                        f"after {self.timeout:g}s"
+                        f"rank {rank}: no rank 0 answering on {where} after {self.timeout:g}s "
+                        f"({err})"
                     ) from None
                 time.sleep(0.05)
+            except OSError as err:
+                raise OptGraphError(f"rank {rank}: cannot reach {where}: {err}") from None
+
+    def _serve(self, ids_bytes: bytes, world: int, digest: bytes, where: str) -> None:
+        """Answer every other rank once; peers that are not ranks of this run are dropped."""
+        served: set[int] = set()
+        deadline = time.monotonic() + self.timeout
+        with socket.create_server((self.host, self.port)) as server:
+            while len(served) < world - 1:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = sorted(set(range(1, world)) - served)
+                    raise OptGraphError(
+                        f"rank 0: ranks {missing} did not come to {where} in {self.timeout:g}s"
+                    )
+                server.settimeout(left)
+                try:
+                    conn, _ = server.accept()
+                except TimeoutError:
+                    continue
+                with conn:
+                    conn.settimeout(PEER_SECONDS)
+                    try:
+                        served.add(serve_peer(conn, self.secret, digest, ids_bytes, world))
+                    except (WireError, OSError):
+                        continue  # not a rank of this run (garbage, a wrong secret): drop it
 
 
 @dataclass(frozen=True)
 class FileRendezvous:
-    """Rank 0 writes the ids (with the program token) to `path`; the others wait for it."""
+    """Rank 0 writes the ids, sealed with `secret` and the program digest, to `path` (written
+    whole, then renamed into place); the others wait for it and check the seal."""
 
     path: str
+    secret: bytes = field(repr=False)
     timeout: float = 300.0
 
-    def exchange(self, ids: Ids | None, rank: int, world: int, token: bytes) -> Ids:
+    def exchange(self, ids: Ids | None, rank: int, world: int, digest: bytes) -> Ids:
         path = Path(self.path)
         if rank == 0:
-            tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-            tmp.write_bytes(pickle.dumps((token, ids)))
-            os.replace(tmp, path)
             assert ids is not None
+            tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+            tmp.write_bytes(seal(self.secret, digest, encode_ids(ids)))
+            os.replace(tmp, path)
             return ids
         deadline = time.monotonic() + self.timeout
         while not path.exists():
             if time.monotonic() > deadline:
                 raise OptGraphError(f"rank {rank}: no ids in '{path}' after {self.timeout:g}s")
             time.sleep(0.05)
-        written, received = pickle.loads(path.read_bytes())
-        if written != token:
-            raise OptGraphError(
-                f"rank {rank}: '{path}' holds the ids of another program (every rank must "
-                "compile the same graph with the same pipeline)"
-            )
-        return dict(received)
+        if path.stat().st_size > MAX_FRAME:
+            raise OptGraphError(f"rank {rank}: '{path}' is not an optgraph rendezvous file")
+        return unseal(self.secret, digest, path.read_bytes(), rank, str(path))
 
 
 Rendezvous = TcpRendezvous | FileRendezvous
@@ -133,8 +159,9 @@ Rendezvous = TcpRendezvous | FileRendezvous
 def rendezvous_from_environment(
     environ: Mapping[str, str],
 ) -> tuple[int, int, Rendezvous]:
-    """(rank, local GPU, rendezvous) from torchrun's variables: RANK, LOCAL_RANK (default 0),
-    MASTER_ADDR and MASTER_PORT."""
+    """(rank, local GPU, rendezvous) from torchrun's variables, RANK, LOCAL_RANK (default 0),
+    MASTER_ADDR and MASTER_PORT, and the run's secret (`rendezvous_wire.rendezvous_secret`:
+    OPTGRAPH_RENDEZVOUS_KEY or OPTGRAPH_RENDEZVOUS_KEY_FILE, which the launcher sets)."""
     missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in environ]
     if missing:
         raise InputError(f"rendezvous: {', '.join(missing)} not set (torchrun sets them)")
@@ -143,7 +170,8 @@ def rendezvous_from_environment(
         port = int(environ["MASTER_PORT"])
     except ValueError as err:
         raise InputError(f"rendezvous: {err}") from None
-    return rank, local, TcpRendezvous(environ["MASTER_ADDR"], port)
+    secret = rendezvous_secret(environ)
+    return rank, local, TcpRendezvous(environ["MASTER_ADDR"], port, secret)
 
 
 class HostRank:
@@ -175,7 +203,12 @@ class HostRank:
         if missing:
             raise InputError(f"missing weight '%{missing[0].name}' ({missing[0].type})")
         ids = {group: unique_id() for group in ranks.groups} if rank == 0 else None
-        ids = rendezvous.exchange(ids, rank, ranks.world, program_token(ranks))
+        ids = rendezvous.exchange(ids, rank, ranks.world, program_digest(ranks))
+        if set(ids) != set(ranks.groups):
+            raise OptGraphError(
+                f"rank {rank}: the rendezvous gave ids for groups {sorted(ids)}, this program "
+                f"has {sorted(ranks.groups)}"
+            )
         cupy().cuda.Device(device).use()
         self.communicators = Communicators(rank, ids)
         self.program = RankProgram(
