@@ -12,6 +12,17 @@ time; `--quiet` prints nothing:
     ...
     optgraph: write kernels.cu: 3.377 s
 
+A long pipeline stays readable: up to `EVERY_PASS_UP_TO` passes get a line each; past that,
+the passes that end within `GROUP_S` seconds of the last line share one, and a line is always
+written at every tenth of the pipeline, so a log holds at most about one line a second plus ten
+for the passes, whatever their number (10,000 passes of a few ms: about a dozen lines, not
+10,000):
+
+    optgraph: passes 1-1000 of 10,000: 0.201 s (1,000 passes)
+    optgraph: passes 1001-2000 of 10,000: 0.198 s (1,000 passes)
+
+On a terminal the live line shows the running pass and the count, whatever the length.
+
 A phase that runs long also says so every `HEARTBEAT_S` seconds (`optgraph: pass fuse: 30 s so
 far`), so a log never stays silent longer than that, whatever the phase. A phase that fails prints
 no line of its own: the error message is the last thing on stderr. Pass lines come
@@ -36,6 +47,8 @@ if TYPE_CHECKING:
 
 Mode = Literal["live", "lines", "quiet"]
 HEARTBEAT_S = 30.0  # the longest silence of a log: a running phase says so this often
+EVERY_PASS_UP_TO = 40  # pipelines of at most this many passes get a line per pass
+GROUP_S = 1.0  # past that, passes ending within this long of the last line share a line
 
 
 def progress_mode(stream: TextIO, quiet: bool) -> Mode:
@@ -69,6 +82,8 @@ class PhaseProgress:
         self._running: tuple[str, float] | None = None
         self._last_line = time.perf_counter()
         self._stopped = threading.Event()
+        # Lines mode, a long pipeline: the passes done since the last line (first, count, time).
+        self._group: tuple[int, int, float] | None = None
 
     def __enter__(self) -> Self:
         if self.mode == "live":
@@ -144,23 +159,56 @@ class PhaseProgress:
         self._finished(name, time.perf_counter() - start, ", ".join(detail))
 
     def run_pipeline(self, graph: Graph, passes: list[Pass]) -> Graph:
-        """`run_pipeline(graph, passes)` with one phase per pass."""
+        """`run_pipeline(graph, passes)` with one phase per pass (lines grouped past
+        `EVERY_PASS_UP_TO` passes, see the module docstring)."""
         from optgraph.passes.manager import run_pipeline
 
         if passes:
             self._started(f"pass {passes[0].name}")
         start = time.perf_counter()
         position = 0  # a count, not passes.index(): equal passes may appear twice
+        total = len(passes)
+        grouped = self.mode == "lines" and total > EVERY_PASS_UP_TO
 
         def after(done: Pass, _: Graph) -> None:
             nonlocal start, position
-            self._finished(f"pass {done.name}", time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            if grouped:
+                self._pass_done(position, total, seconds)
+            else:
+                self._finished(f"pass {done.name}", seconds)
             position += 1
-            if position < len(passes):
+            if position < total:
                 self._started(f"pass {passes[position].name}")
             start = time.perf_counter()
 
-        return run_pipeline(graph, passes, after_each=after)
+        try:
+            return run_pipeline(graph, passes, after_each=after)
+        finally:
+            self._write_group(total)  # the passes done before a failure, if any are unsaid
+
+    def _pass_done(self, position: int, total: int, seconds: float) -> None:
+        """Pass `position` (0-based) of a long pipeline ended: add it to the pending group, and
+        write the group at a tenth of the pipeline or `GROUP_S` after the last line."""
+        first, count, spent = self._group or (position, 0, 0.0)
+        self._group = (first, count + 1, spent + seconds)
+        tenth = (position + 1) * 10 // total != position * 10 // total
+        with self._lock:
+            self._running = None
+            due = tenth or time.perf_counter() - self._last_line >= GROUP_S
+        if due:
+            self._write_group(total)
+
+    def _write_group(self, total: int) -> None:
+        if self._group is None:
+            return
+        first, count, spent = self._group
+        self._group = None
+        with self._lock:
+            self._write(
+                f"optgraph: passes {first + 1}-{first + count} of {total:,}: {spent:.3f} s "
+                f"({count:,} pass{'es' if count != 1 else ''})"
+            )
 
 
 def phase_progress(quiet: bool, total: int | None = None) -> PhaseProgress:

@@ -5,6 +5,7 @@ failed; a live display (no lines) on a terminal."""
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import re
 import subprocess
@@ -161,3 +162,45 @@ def test_a_long_phase_says_it_is_still_running() -> None:
     assert 1 <= len(beats) <= 5
     for beat in beats:
         assert re.fullmatch(r"optgraph: parse \+ verify big\.ir: \d+ s so far", beat), beat
+
+
+def _long_pipeline(count: int) -> str:
+    return ",".join(["dce"] * count)
+
+
+def test_a_long_pipeline_prints_a_bounded_number_of_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 36 (finding 9): 10,000 passes printed 10,000 lines (280-360 KB). Now passes share a
+    line: one at every tenth of the pipeline, more only when a second passed since the last."""
+    start = time.perf_counter()
+    assert main(["compile", DIAMOND, "-p", _long_pipeline(10_000)]) == 0
+    seconds = time.perf_counter() - start
+    phases = _phases(capsys.readouterr().err)
+    assert phases[0] == f"parse + verify {DIAMOND}" and phases[-1] == "report"
+    groups = [re.fullmatch(r"passes (\d+)-(\d+) of 10,000", p) for p in phases[1:-1]]
+    assert all(groups), phases
+    spans = [(int(g[1]), int(g[2])) for g in groups if g]
+    assert spans[0][0] == 1 and spans[-1][1] == 10_000  # every pass, once, in order
+    assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(spans))
+    assert len(spans) <= 10 + int(seconds) + 1, (len(spans), seconds)
+
+
+def test_a_short_pipeline_keeps_a_line_per_pass(capsys: pytest.CaptureFixture[str]) -> None:
+    from optgraph.cli.progress import EVERY_PASS_UP_TO
+
+    assert main(["compile", DIAMOND, "-p", _long_pipeline(EVERY_PASS_UP_TO)]) == 0
+    assert _phases(capsys.readouterr().err)[1:-1] == ["pass dce"] * EVERY_PASS_UP_TO
+
+
+def test_a_long_pipeline_on_a_terminal_is_one_live_line() -> None:
+    import optgraph as og
+    from optgraph.passes.manager import parse_pipeline
+
+    terminal = _Terminal()
+    passes = parse_pipeline(_long_pipeline(10_000))
+    with PhaseProgress(terminal, "live", total=len(passes)) as progress:
+        progress.run_pipeline(og.parse_file(DIAMOND), passes)
+    shown = terminal.getvalue()
+    assert "optgraph: pass" not in shown and "10000/10000" in shown
+    assert len(shown) < 64 * 1024  # the live line redrawn a few times a second, then cleared
