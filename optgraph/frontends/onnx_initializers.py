@@ -100,7 +100,7 @@ def _check_external(onnx: Any, tensor: Any, base: Path, path: str) -> None:
 def _tensor_bytes(onnx: Any, tensor: Any) -> int | None:
     """Bytes of `tensor`'s data by its dtype and shape; None for a dtype without a fixed size."""
     try:
-        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+        itemsize = int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize)
     except Exception:  # noqa: BLE001 - an unknown or variable-size element type
         return None
     packed = {getattr(onnx.TensorProto, t, -1) for t in ("INT4", "UINT4", "FLOAT4E2M1")}
@@ -108,4 +108,4 @@ def _tensor_bytes(onnx: Any, tensor: Any) -> int | None:
         return None  # two elements a byte, or strings
     if any(d < 0 for d in tensor.dims):
         return None
-    return math.prod(tensor.dims) * itemsize
+    return int(math.prod(tensor.dims)) * itemsize

@@ -89,7 +89,7 @@ def _read_into(handle: IO[bytes], array: np.ndarray, nbytes: int) -> int:
     """Fill the C-contiguous `array` from `handle`; the bytes read (fewer: the data ends)."""
     if nbytes == 0:
         return 0
-    view = memoryview(array.reshape(-1).view(np.uint8))  # any dtype, bf16's 2-byte records too
+    view = memoryview(array.reshape(-1).view(np.uint8).data)  # any dtype, bf16's records too
     got = 0
     while got < nbytes:
         n = handle.readinto(view[got:])  # type: ignore[attr-defined]

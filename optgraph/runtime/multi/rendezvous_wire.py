@@ -177,7 +177,7 @@ def serve_peer(
     if not hmac.compare_digest(mac, _mac(secret, b"peer", nonce0, nonce1, rank_bytes, peer_digest)):
         send_frame(sock, DENIED)
         raise WireError("a peer without the run's secret")
-    (rank,) = struct.unpack(">I", rank_bytes)
+    rank = int(struct.unpack(">I", rank_bytes)[0])
     if peer_digest != digest:
         send_frame(sock, ERROR + b"another program")
         raise OptGraphError(
