@@ -12,7 +12,9 @@ kept (a wait on it covers the earlier ones), and a candidate covered by another 
 dropped. Each remaining candidate gets one `wait` right before the node, on a `record` placed right
 after the producer (one record serves every wait on it). So a wait exists only for a cross-stream
 edge of the transitive reduction of (data edges ∪ same-stream order): the fewest waits for the given
-assignment and issue order, never more than Nimble's |reduced edges| - |matching|. Finally stream 0
+assignment and issue order; for assign-streams' assignments (streams holding whole chains, or a
+fanout drawing checked against it) never more than Nimble's |reduced edges| - |matching|, which
+an arbitrary assignment can exceed (`analysis/stream_waits.py` counts these waits). Finally stream 0
 waits for the last node of every other stream the end does not already cover, so all streams join
 before the outputs are returned. Events already in the graph are kept and count.
 
