@@ -10,6 +10,8 @@ The small public API::
     program = og.compile(g, target="cpu")         # default pipeline, planned arena
     outputs = program.run({"x": x}, weights=params)
     program = og.compile(g, target="cuda", options=og.LoweringOptions(merge_launches=False))
+    model = og.load("checkpoint-dir", device="cpu")   # or a .gguf; text in, text out
+    model.generate("Hello", max_new_tokens=32).text
 
 The names are loaded on first use (PEP 562 `__getattr__`): `import optgraph` alone imports
 nothing heavy, so `optgraph --help` and `optgraph passes` start quickly.
@@ -21,6 +23,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from optgraph.api.generation import load
     from optgraph.api.programs import CompiledProgram, compile
     from optgraph.codegen.lowering_options import LoweringOptions
     from optgraph.errors import OptGraphError, Span
@@ -47,6 +50,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "from_gguf": ("optgraph.frontends.gguf", "from_gguf"),
     "from_onnx": ("optgraph.frontends.onnx", "from_onnx"),
     "from_torch": ("optgraph.frontends.torch_export", "from_torch"),
+    "load": ("optgraph.api.generation", "load"),
     "parse": ("optgraph.ir.parser", "parse"),
     "parse_file": ("optgraph.ir.parser", "parse_file"),
     "print_graph": ("optgraph.ir.printer", "print_graph"),
@@ -65,6 +69,7 @@ __all__ = [
     "from_gguf",
     "from_onnx",
     "from_torch",
+    "load",
     "parse",
     "parse_file",
     "print_graph",

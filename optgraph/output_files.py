@@ -123,7 +123,9 @@ def write_npz(path: str | os.PathLike[str], arrays: Mapping[str, Any], what: str
 
     target = check_npz_target(path, what)
     host = {
-        name: np.ascontiguousarray(value.get() if hasattr(value, "get") else value)
+        # np.require keeps a 0-d array 0-d (ascontiguousarray makes it 1-d: a graph's f32[]
+        # weight read back as f32[1])
+        name: np.require(value.get() if hasattr(value, "get") else value, requirements="C")
         for name, value in arrays.items()
     }
     with open_atomic(target, what) as handle:

@@ -178,7 +178,11 @@ class GenerationModel:
         self._steps: dict[str, CompiledStep] = {}
         self._weights: dict[str, dict[str, Any]] = {}
         self._device_loop: Any = None
-        self.decode = self.compiled("decode")
+
+    @property
+    def decode(self) -> CompiledStep:
+        """The compiled decode step (compiled, or read from the cache, on first use)."""
+        return self.compiled("decode")
 
     # -- programs ---------------------------------------------------------------------------
 
@@ -232,10 +236,9 @@ class GenerationModel:
 
     # -- prompts ----------------------------------------------------------------------------
 
-    def prompt_tokens(self, prompt: str | Sequence[int], chat: bool = False) -> list[int]:
+    def encode(self, prompt: str | Sequence[int], chat: bool = False) -> list[int]:
         """Token ids of `prompt`: text through the tokenizer (the chat template first with
-        `chat`), or ids as given, checked against the vocabulary."""
-        vocab = self.decode.step.vocab
+        `chat`), or ids as given. Compiles nothing."""
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise InputError(
@@ -253,12 +256,20 @@ class GenerationModel:
             ids = [int(t) for t in prompt]
         if not ids:
             raise InputError("generate: the prompt has no tokens")
+        return ids
+
+    def prompt_tokens(self, prompt: str | Sequence[int], chat: bool = False) -> list[int]:
+        """`encode`, checked against the model's vocabulary."""
+        ids = self.encode(prompt, chat)
+        vocab = self.decode.step.vocab
         bad = [t for t in ids if not 0 <= t < vocab]
         if bad:
             raise InputError(f"generate: token {bad[0]} outside the vocabulary (0 to {vocab - 1})")
         return ids
 
     def check_length(self, prompt_length: int, max_new_tokens: int) -> None:
+        if max_new_tokens < 1:
+            raise InputError(f"generate: --max-new-tokens must be at least 1, got {max_new_tokens}")
         if prompt_length > self.context:
             raise InputError(
                 f"generate: the prompt has {prompt_length} tokens, more than the context "
@@ -296,10 +307,9 @@ class GenerationModel:
     ) -> Iterator[int]:
         """The new tokens, each as soon as it is on the host; `last_stats` when done."""
         sampling = Sampling(temperature, top_k, top_p, seed)
-        ids = self.prompt_tokens(prompt, chat)
-        if max_new_tokens < 1:
-            raise InputError(f"generate: --max-new-tokens must be at least 1, got {max_new_tokens}")
-        self.check_length(len(ids), max_new_tokens)
+        ids = self.encode(prompt, chat)
+        self.check_length(len(ids), max_new_tokens)  # before anything is compiled
+        ids = self.prompt_tokens(ids)
         stop = set(self.tokenizer.eos_ids) if stop_at_eos and self.tokenizer is not None else set()
         stats = GenerationStats(prompt_tokens=len(ids))
         self.last_stats = stats
@@ -319,7 +329,7 @@ class GenerationModel:
         self, prompt: str | Sequence[int], max_new_tokens: int = 32, **kw: Any
     ) -> Generation:
         """The new tokens and their text (`stream`'s options)."""
-        ids = self.prompt_tokens(prompt, bool(kw.get("chat", False)))
+        ids = self.encode(prompt, bool(kw.get("chat", False)))
         tokens = list(self.stream(prompt, max_new_tokens, **kw))
         text = None if self.tokenizer is None else self.tokenizer.decode(tokens)
         return Generation(ids, tokens, text, self.last_stats)

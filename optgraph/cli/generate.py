@@ -98,9 +98,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 on_rebuild=rebuilt,
             )  # fmt: skip
         model.progress = progress
-        tokenized = [model.prompt_tokens(p, args.chat) for p in prompts]
-        for ids in tokenized:
+        tokenized = [model.encode(p, args.chat) for p in prompts]
+        for ids in tokenized:  # before anything is compiled
             model.check_length(len(ids), args.max_new_tokens)
+        tokenized = [model.prompt_tokens(ids) for ids in tokenized]
         for length in sorted({len(ids) for ids in tokenized}):
             model.prepare(length)
         model.progress = None
