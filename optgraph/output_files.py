@@ -129,7 +129,7 @@ def write_npz(path: str | os.PathLike[str], arrays: Mapping[str, Any], what: str
         for name, value in arrays.items()
     }
     with open_atomic(target, what) as handle:
-        np.savez(handle, **host)  # type: ignore[arg-type]
+        np.savez(handle, **host)
     return target
 
 

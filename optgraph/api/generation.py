@@ -145,8 +145,9 @@ def step_inputs(step: StepGraph, tokens: Sequence[int], start: int) -> dict[str,
 
 def logits_row(step: StepGraph, logits: Any, count: int) -> np.ndarray:
     """The logits of the last of `count` real tokens of a run of `step`."""
-    rows = np.asarray(logits).reshape(-1, step.vocab)
-    return rows[count - 1] if step.logits_rows == "all" else rows[0]
+    rows: np.ndarray = np.asarray(logits).reshape(-1, step.vocab)
+    row: np.ndarray = rows[count - 1] if step.logits_rows == "all" else rows[0]
+    return row
 
 
 class GenerationModel:
@@ -214,9 +215,10 @@ class GenerationModel:
         if kind == "decode":
             step = self.source.decode_step(self.context, self.dtype)
         else:
-            step = self.source.prefill_step(int(kind.split("-")[1]), self.context, self.dtype)
-            if step is None:
+            prefill = self.source.prefill_step(int(kind.split("-")[1]), self.context, self.dtype)
+            if prefill is None:
                 raise OptGraphError(f"{self.source.path}: no prefill step")
+            step = prefill
         return CompiledStep(
             step, compile_step(step.graph, self.pipeline, self.device, self.options)
         )

@@ -39,6 +39,7 @@ import inspect
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from importlib import import_module
 from typing import Any
 
 import numpy as np
@@ -205,13 +206,20 @@ class HFModel:
                 names[weight.name] = found
         return names
 
-    def _export(self, forward: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Graph, dict]:
+    def _export(
+        self, forward: Callable[..., Any], args: tuple[Any, ...]
+    ) -> tuple[Graph, dict[str, np.ndarray]]:
         from optgraph.frontends.torch_export import from_torch
 
         with _forward_replaced(self.lm, forward), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             graph, constants = from_torch(self.lm, args, read_parameters=False)
         return graph, constants
+
+
+def _library(name: str) -> Any:
+    """A module of transformers or accelerate, typed Any (their objects are used as such)."""
+    return import_module(name)
 
 
 def _torch() -> Any:
@@ -228,7 +236,7 @@ def _cache_keyword(lm: Any) -> str:
 
 def _prefill_forward(context: int) -> Callable[..., Any]:
     def forward(self: Any, input_ids: Any, position_ids: Any, last: Any) -> tuple[Any, ...]:
-        from transformers.cache_utils import DynamicCache
+        DynamicCache = _library("transformers.cache_utils").DynamicCache
 
         torch = _torch()
         cache = DynamicCache()  # no config: plain layers keep every row, sliding ones too
@@ -248,7 +256,8 @@ def _prefill_forward(context: int) -> Callable[..., Any]:
 
 def _decode_forward(context: int) -> Callable[..., Any]:
     def forward(self: Any, input_ids: Any, cache_position: Any, *caches: Any) -> Any:
-        from transformers.cache_utils import Cache, StaticLayer
+        cache_utils = _library("transformers.cache_utils")
+        Cache, StaticLayer = cache_utils.Cache, cache_utils.StaticLayer
 
         layers = []
         for index in range(len(caches) // 2):
@@ -285,8 +294,8 @@ def _forward_replaced(lm: Any, forward: Callable[..., Any]) -> Iterator[None]:
 def _empty_model(checkpoint: Checkpoint, dtype: str) -> Any:
     """transformers' model of the config, its parameters zero-stride placeholders of `dtype`."""
     try:
-        import transformers
-        from accelerate import init_empty_weights
+        transformers = _library("transformers")
+        init_empty_weights = _library("accelerate").init_empty_weights
     except ImportError as err:
         raise InputError(
             f"generate: a Hugging Face checkpoint needs transformers and accelerate ({err})"
@@ -332,10 +341,13 @@ def _renamed_tensors(lm: Any, checkpoint: Checkpoint) -> dict[str, str]:
     model (its `WeightRenaming`s: GPT-NeoX's `embed_out` is `lm_head`); a checkpoint that needs
     one of transformers' other conversions (merging tensors) is refused."""
     try:
-        from transformers.conversion_mapping import get_model_conversion_mapping
+        get_model_conversion_mapping = _library(
+            "transformers.conversion_mapping"
+        ).get_model_conversion_mapping
     except ImportError:  # a transformers without renamings
         return {}
-    renamings, others = [], []
+    renamings: list[Any] = []
+    others: list[Any] = []
     for transform in get_model_conversion_mapping(lm):
         (renamings if type(transform).__name__ == "WeightRenaming" else others).append(transform)
     out = {}

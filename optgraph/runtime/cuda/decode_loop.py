@@ -101,11 +101,12 @@ class DeviceDecodeLoop:
         self.context = int(types[step.cache_inputs[0]].shape[-2]) if step.cache_inputs else 4096
         self.vocab = step.vocab
         self.threads = threads
-        self.token_name = self.decode.role("tokens")
+        token_name = self.decode.role("tokens")
         self.position_name = next((n for n, r in step.roles.items() if r in POSITION_ROLES), None)
         self.kv_name = self.decode.role("kv_len")
-        if self.token_name is None:
+        if token_name is None:
             raise OptGraphError("generate: the decode step has no token input")
+        self.token_name: str = token_name
         dummy = cp.asarray(np.zeros(1, np.int64))
         inputs = self.decode.inputs
         self.position = inputs[self.position_name] if self.position_name else dummy
