@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from optgraph.analysis.happens_before import happens_before, operands_read
 from optgraph.errors import Diagnostic, Span
-from optgraph.ir.graph import Graph, Node
+from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
 from optgraph.ir.ops import get_op
 
@@ -155,6 +155,20 @@ class _Finder:
 Buffers = dict[tuple[str, int], list[Access]]
 
 
+def view_bytes(
+    value: str, roots: dict[str, tuple[str, int]], types: dict[str, TensorType]
+) -> tuple[int, int] | None:
+    """The bytes [lo, hi) of its root buffer that `value` spans, when it is a view of part of
+    it; None for the root itself or a view of all of it (a reshape): the whole buffer."""
+    if value not in roots:
+        return None
+    root, offset = roots[value]
+    nbytes = types[value].nbytes
+    if offset == 0 and nbytes >= types[root].nbytes:
+        return None
+    return offset, offset + nbytes
+
+
 def _buffer_accesses(graph: Graph, roots: dict[str, tuple[str, int]]) -> Buffers:
     """Per (root buffer, device): the write of its producer, and every read through it or its
     aliases on that device (a send reads the buffer it sends; a recv reads nothing there). A read
@@ -163,8 +177,8 @@ def _buffer_accesses(graph: Graph, roots: dict[str, tuple[str, int]]) -> Buffers
     types = graph.value_types()
 
     def read(i: int, operand: str, d: int) -> None:
-        root, offset = roots.get(operand, (operand, 0))
-        within = (offset, offset + types[operand].nbytes) if operand in roots else None
+        root = roots.get(operand, (operand, 0))[0]
+        within = view_bytes(operand, roots, types)
         accesses.setdefault((root, d), []).append(Access(i, operand, False, d, within))
 
     for i, node in graph.compute_nodes():
@@ -232,8 +246,8 @@ def _output_roots(graph: Graph, roots: dict[str, tuple[str, int]]) -> dict[str, 
     types = graph.value_types()
     read: dict[str, list[Access]] = {}
     for name in graph.output_names():
-        root, offset = roots.get(name, (name, 0))
-        within = (offset, offset + types[name].nbytes) if name in roots else None
+        root = roots.get(name, (name, 0))[0]
+        within = view_bytes(name, roots, types)
         read.setdefault(root, []).append(Access(END, name, False, 0, within))
     return read
 

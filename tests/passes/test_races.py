@@ -38,20 +38,25 @@ def _brute_force(graph: Graph) -> set[Key]:
         for o in dict.fromkeys(node.operands):
             if o in producers and hb.concurrent(producers[o], i):
                 found.add((i, o, producers[o], o))
-    accesses: list[tuple[int, str, bool, str, bool]] = []  # node, value, writes, root, in place
+    # node, value, writes, root, in place, bytes of the root it touches (None: all of them)
+    accesses: list[tuple[int, str, bool, str, bool, tuple[int, int] | None]] = []
     offsets = {n.name: n.ann.offset for _, n in graph.compute_nodes()}
+    types = graph.value_types()
     for i, node in graph.compute_nodes():
         if node.name not in roots:  # an aliasing view touches no bytes
-            accesses.append((i, node.name, True, node.name, False))
+            accesses.append((i, node.name, True, node.name, False, None))
             for o in dict.fromkeys(node.operands):
-                accesses.append((i, o, False, roots.get(o, (o, 0))[0], False))
+                root, at = roots.get(o, (o, 0))
+                whole = o not in roots or (at == 0 and types[o].nbytes >= types[root].nbytes)
+                within = None if whole else (at, at + types[o].nbytes)  # a view of part of it
+                accesses.append((i, o, False, root, False, within))
         if node.op == "kv_cache_write":  # into its cache unless planned as a copy
             root, extra = roots.get(node.operands[0], (node.operands[0], 0))
             root_offset = offsets.get(root)
             if node.ann.offset is None or (
                 root_offset is not None and root_offset + extra == node.ann.offset
             ):
-                accesses.append((i, root, True, root, True))
+                accesses.append((i, root, True, root, True, None))
     span = {
         n.name: (n.ann.offset, n.ann.offset + n.ann.size)
         for _, n in graph.compute_nodes()
@@ -62,11 +67,23 @@ def _brute_force(graph: Graph) -> set[Key]:
             continue
         later, earlier = (a, b) if a[0] > b[0] else (b, a)
         in_place = (a[4] or b[4]) and a[3] == b[3]  # kv_cache_write into its cache's root
-        ra, rb = span.get(a[3]), span.get(b[3])
-        overlap = a[3] != b[3] and ra and rb and ra[0] < rb[1] and rb[0] < ra[1]
+        ra, rb = _touched(span, a), _touched(span, b)
+        overlap = a[3] != b[3] and ra and rb and max(ra[0], rb[0]) < min(ra[1], rb[1])
         if in_place or overlap:
             found.add((later[0], later[1], earlier[0], earlier[1]))
     return found
+
+
+def _touched(
+    span: dict[str, tuple[int, int]],
+    access: tuple[int, str, bool, str, bool, tuple[int, int] | None],
+) -> tuple[int, int] | None:
+    """The arena bytes an access touches: its root's, or the part a view of it spans (within
+    the root's planned bytes: the random plans here may be smaller than the values)."""
+    whole = span.get(access[3])
+    if whole is None or access[5] is None:
+        return whole
+    return whole[0] + access[5][0], min(whole[0] + access[5][1], whole[1])
 
 
 def _keys(graph: Graph) -> set[Key]:
