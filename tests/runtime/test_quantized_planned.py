@@ -125,4 +125,5 @@ def test_weight_bytes_are_stored_bytes() -> None:
 def test_run_check_on_the_example(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", str(DECODE), "--device", "cpu", "--check"]) == 0
     out = capsys.readouterr().out
-    assert "bit-identical" in out and "%logits" in out
+    # quantized products on the cpu's compiled kernels: held to the f32 NMSE bound, not bits
+    assert "%logits" in out and "1e-06" in out and "ok" in out and "MISMATCH" not in out
