@@ -1,7 +1,13 @@
 """`optgraph generate CHECKPOINT-DIR` against transformers: for every architecture generate
 supports, a random-weight checkpoint written by `save_pretrained` (with a locally trained BPE
 tokenizer) generates the same 32 greedy tokens as `generate(do_sample=False)` on transformers'
-own loading of the same directory, and the same decoded text, on the CPU in float32."""
+own loading of the same directory, and the same decoded text, on the CPU in float32.
+
+What `--device cuda` runs, on the CPU: for the architectures whose steps have their own ops
+(sliding windows, Gemma's norms and softcaps, multi-query attention, learned positions, fused
+projections), the same decode and prefill steps (from the program cache the first test filled)
+lowered for CUDA with the caches updated in place, every kernel in the CPU emulator, against the
+reference interpreter."""
 
 from __future__ import annotations
 
@@ -22,9 +28,17 @@ PROMPT = "the quick brown fox"  # 5 tokens with <s>: the 16-token prefill bucket
 NEW = 32
 
 
+EMULATED = ["mistral", "gemma3", "falcon", "gpt2", "phi3"]
+
+
 @pytest.fixture(scope="module")
 def tokenizer() -> Any:
     return hf.train_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("programs")
 
 
 @pytest.fixture(scope="module", params=sorted(hf.ARCHITECTURES))
@@ -50,13 +64,14 @@ def checkpoint(
 
 def test_greedy_tokens_and_text_equal_transformers(
     checkpoint: tuple[str, Path, list[int], str],
+    programs: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     arch, directory, expected, text = checkpoint
     out = tmp_path / "out.json"
     argv = ["generate", str(directory), "--prompt", PROMPT, "--max-new-tokens", str(NEW)]
-    argv += ["--device", "cpu", "--ignore-eos", "--json", str(out), "--no-cache"]
+    argv += ["--device", "cpu", "--ignore-eos", "--json", str(out), "--cache-dir", str(programs)]
     assert hf.quietly(lambda: main(argv)) == 0
     result = json.loads(out.read_text())["results"][0]
     assert result["tokens"] == expected, arch
@@ -66,3 +81,45 @@ def test_greedy_tokens_and_text_equal_transformers(
     assert stdout == text + "\n"  # streamed piece by piece, the same text
     assert f"{len(result['prompt_ids'])} prompt tokens, {NEW} new" in stderr
     assert result["ttft_s"] > 0 and result["decode_tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("checkpoint", EMULATED, indirect=True)
+def test_the_cuda_steps_in_the_emulator_equal_the_reference(
+    checkpoint: tuple[str, Path, list[int], str], programs: Path
+) -> None:
+    import numpy as np
+
+    import optgraph as og
+    from optgraph.api.generation import step_inputs
+    from optgraph.codegen.lower_cuda import lower_cuda
+    from optgraph.codegen.plan.in_place_outputs import in_place_candidates
+    from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
+    from optgraph.reference.interpreter import nmse, run_reference
+    from tests.support import cuda_emulator
+
+    if not cuda_emulator.available():
+        pytest.skip("the CUDA emulator needs g++")
+    arch, directory, _, _ = checkpoint
+    model = og.load(directory, device="cpu", cache_dir=programs)
+    decode, prefill = model.decode, model.prefill_for(5)
+    assert model.cache.misses == 0, "the first test compiles these"
+    rng = np.random.default_rng(1)
+    types = decode.step.graph.value_types()
+    caches = {n: rng.standard_normal(types[n].shape).astype(np.float32)
+              for n in decode.step.cache_inputs}  # fmt: skip
+    cases = [
+        (decode, {**step_inputs(decode.step, [7], 9), **caches}, len(caches)),
+        (prefill, step_inputs(prefill.step, [1, 86, 260, 223, 83], 0), 0),
+    ]
+    for compiled, inputs, in_place in cases:
+        graph, weights = compiled.step.graph, model.weights(compiled)
+        planned = run_pipeline(graph, DEFAULT_PIPELINE)
+        pairs = in_place_candidates(planned)
+        assert len(pairs) == in_place  # every decode cache written where the caller keeps it
+        want = run_reference(graph, dict(inputs), weights)
+        plan = lower_cuda(planned, in_place=pairs)
+        feed = {k: v.copy() for k, v in inputs.items()}
+        got = cuda_emulator.run_plan(plan, feed, weights, graph=planned)
+        for name in graph.output_names():
+            error = nmse(np.asarray(got[name], np.float64), np.asarray(want[name], np.float64))
+            assert error <= 1e-10, f"{arch} {name}: nmse {error:.3g}"
