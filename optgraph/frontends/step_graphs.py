@@ -127,10 +127,15 @@ def gguf_step(path: str | Path, seq: int, context: int, dtype: str | None = None
     from optgraph.frontends.gguf import from_gguf
 
     graph, _ = from_gguf(path, mode="decode", seq=seq, cache_len=context, dtype=dtype)
+    return llama_ir_step(graph)
+
+
+def llama_ir_step(graph: Graph) -> StepGraph:
+    """A llama_ir graph in decode form (`tokens`, `pos`, `kv_len`, the caches; the logits of
+    every new token, then the updated caches) as a step."""
     written = updated_caches(graph)
     roles = {i.name: NAMED_ROLES.get(i.name, "cache") for i in graph.inputs}
     outputs = graph.output_names()
-    rows = "last" if seq == 1 else "all"
-    return StepGraph(
-        graph, roles, outputs[0], tuple(written[n] for n in roles if n in written), rows
-    )
+    caches = tuple(written[n] for n in roles if n in written)
+    step = StepGraph(graph, roles, outputs[0], caches)
+    return step if step.seq == 1 else StepGraph(graph, roles, outputs[0], caches, "all")

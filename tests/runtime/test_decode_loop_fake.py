@@ -9,7 +9,7 @@ the decode step's logits stay zeros on the fake."""
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
+import sys
 from typing import Any
 
 import numpy as np
@@ -19,11 +19,10 @@ import optgraph as og
 from optgraph.api.generation import CompiledStep, compile_step, step_inputs
 from optgraph.api.sampling import Sampling, sample
 from optgraph.codegen.lowering_options import LoweringOptions
-from optgraph.frontends.step_graphs import ir_decode_step
+from optgraph.frontends.llama_ir import LlamaConfig, LlamaStep, LlamaWeights, llama_ir
+from optgraph.frontends.step_graphs import llama_ir_step
 from optgraph.reference.interpreter import random_weights
 from tests.support.fake_cupy import fake_cupy
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama_decode.ir"
 
 
 def _array(pointer: int, dtype: Any, count: int) -> np.ndarray:
@@ -62,11 +61,17 @@ def _sampling_kernel(fake: Any, types: dict[str, Any]) -> None:
     fake.kernel = kernel
 
 
-@pytest.fixture
-def decode() -> tuple[CompiledStep, dict[str, np.ndarray]]:
-    step = ir_decode_step(og.parse_file(EXAMPLE))
+def _step(seq: int) -> tuple[CompiledStep, dict[str, np.ndarray]]:
+    """llama_ir's decode form (2 layers, cache 32) taking `seq` tokens a run, lowered for cuda."""
+    text = llama_ir(LlamaConfig(), LlamaStep(seq=seq, cache_len=32), LlamaWeights())
+    step = llama_ir_step(og.parse(text))
     compiled = compile_step(step.graph, "default", "cuda", LoweringOptions())
     return CompiledStep(step, compiled), random_weights(step.graph, seed=0)
+
+
+@pytest.fixture
+def decode() -> tuple[CompiledStep, dict[str, np.ndarray]]:
+    return _step(1)
 
 
 def test_tokens_come_from_one_launch_each_without_a_synchronization_per_token(
@@ -127,3 +132,43 @@ def test_an_end_of_sequence_token_ends_the_loop(
         feeds = [step_inputs(compiled.step, [1], 0)]
         tokens = list(loop.tokens(1, 20, settings, stop, None, None, feeds))
         assert tokens == expected[: expected.index(expected[5]) + 1]
+
+
+def test_the_first_choice_waits_for_the_prefill_stream_and_reads_its_last_real_row(
+    monkeypatch: pytest.MonkeyPatch, decode: tuple[CompiledStep, dict[str, np.ndarray]]
+) -> None:
+    compiled, weights = decode
+    prefill, prefill_weights = _step(8)
+    with fake_cupy(monkeypatch) as fake:
+        _sampling_kernel(fake, {"logits": np.float32, "token": np.int32})
+        waits: list[tuple[int, int]] = []
+        runtime = sys.modules["cupy"].cuda.runtime
+        record, wait = runtime.eventRecord, runtime.streamWaitEvent
+        recorded: dict[int, int] = {}
+
+        def record_event(event: int, stream: int) -> None:
+            recorded[event] = stream
+            record(event, stream)
+
+        def wait_event(stream: int, event: int, flags: int) -> None:
+            waits.append((stream, recorded[event]))
+            wait(stream, event, flags)
+
+        monkeypatch.setattr(runtime, "eventRecord", record_event)
+        monkeypatch.setattr(runtime, "streamWaitEvent", wait_event)
+        from optgraph.runtime.cuda.decode_loop import DeviceDecodeLoop
+
+        loop = DeviceDecodeLoop(compiled, weights, threads=64)
+        bound = loop.prepare(prefill, prefill_weights)
+        prompt = [3, 1, 4, 1, 5]
+        feeds = [step_inputs(prefill.step, prompt, 0)]
+        waits.clear()
+        settings = Sampling(temperature=1.0, seed=2)
+        tokens = list(loop.tokens(len(prompt), 6, settings, set(), prefill, prefill_weights, feeds))
+        zeros = np.zeros(compiled.step.vocab, np.float32)
+        assert tokens == [sample(zeros, settings, i) for i in range(6)]
+        assert (loop.stream.ptr, bound.stream.ptr) in waits  # the decode stream on the prefill's
+        assert bound.stream.ptr != loop.stream.ptr
+        assert bound.inputs["tokens"].get().tolist() == [3, 1, 4, 1, 5, 0, 0, 0]  # padded
+        assert int(loop.prefill_iconf.get()[0]) == (len(prompt) - 1) * compiled.step.vocab
+        assert int(loop.decode.inputs["pos"].get()[0]) == len(prompt) + 5  # after the 6th choice

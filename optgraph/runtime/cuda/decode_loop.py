@@ -11,7 +11,8 @@ KV caches) and its logits; the step bound to them (`CompiledProgram.bind`: one C
 cache updated in place) and run once (the capture); the sampling kernel
 (`codegen/kernels/sampling.py`) compiled; a history buffer on the device and its pinned copy on
 the host. Each prefill bucket is bound the same way: its own token/position inputs, its caches
-(outputs, or inputs and outputs) the decode step's arrays, its logits its own.
+(outputs, or inputs and outputs) the decode step's arrays, its logits its own. A prefill runs on
+its program's stream; the decode stream waits for it on an event before the first choice.
 
 A prompt: the stream drained, the control values written (prefill inputs, the decode step's
 position and kv_len one before the first new token, the sampling settings); then on the one
@@ -72,7 +73,10 @@ class _Step:
         out = {step.logits: self.logits}
         out |= dict(zip(step.cache_outputs, caches.values()))
         self.launch = compiled.program.bind(self.inputs, out, weights)
+        self.stream = self.launch.program.stream  # its program's stream 0: where a run ends
+        self.done = cp.cuda.Event(block=False, disable_timing=True)
         self.launch()  # the first call runs eagerly and captures: not in a prompt's time
+        self.stream.synchronize()
 
     def role(self, role: str) -> str | None:
         return next((n for n, r in self.step.roles.items() if r == role), None)
@@ -97,7 +101,7 @@ class DeviceDecodeLoop:
             for n in step.cache_inputs
         }
         self.decode = _Step(decode, weights, self.caches)
-        self.stream = self.decode.launch.program.stream  # the bound step's program's stream 0
+        self.stream = self.decode.stream
         self.context = int(types[step.cache_inputs[0]].shape[-2]) if step.cache_inputs else 4096
         self.vocab = step.vocab
         self.threads = threads
@@ -160,7 +164,6 @@ class DeviceDecodeLoop:
         found = self._prefills.get(key)
         if found is None:
             found = self._prefills[key] = _Step(prefill, weights, self.caches)
-            self.stream.synchronize()
         return found
 
     # -- a prompt ---------------------------------------------------------------------------
@@ -203,6 +206,10 @@ class DeviceDecodeLoop:
             row = prompt_length - 1 if bound.step.logits_rows == "all" else 0
             _write(self.prefill_iconf, np.array([row * self.vocab, *config[1:]], np.int64))
             bound.launch()
+            # the prefill runs on its own program's stream: the choice waits for its end
+            runtime = cupy().cuda.runtime
+            runtime.eventRecord(bound.done.ptr, bound.stream.ptr)
+            runtime.streamWaitEvent(self.stream.ptr, bound.done.ptr, 0)
             self._sample(bound.logits, self.prefill_iconf, 0)
         else:
             for values in feeds:
