@@ -462,8 +462,13 @@ def load(
     if context < 1:
         raise InputError(f"generate: --context must be positive, got {context}")
     dtype = dtype or source.default_dtype(device)
-    if dtype not in ("", "f32", "f16", "bf16"):
+    if dtype not in ("f32", "f16", "bf16"):
         raise InputError(f"generate: dtype must be f32, f16 or bf16, got {dtype!r}")
+    if device == "cuda" and dtype == "bf16":
+        raise InputError(
+            "generate --device cuda: bf16 is not supported on the GPU (the decode loop binds "
+            "CuPy arrays, which have no bfloat16 dtype); use --dtype f16 or f32"
+        )
     directory = default_cache_dir() if cache_dir is True else (cache_dir or None)
     cache = ProgramCache(directory, on_rebuild)
     text = load_tokenizer(tokenizer) if tokenizer is not None else source.tokenizer()

@@ -14,7 +14,8 @@ file where it allows (safetensors and GGUF, memory-mapped), converted where the 
 differs from the stored one.
 
 - checkpoint: `hf_checkpoint` + `hf_steps`; default context the config's
-  `max_position_embeddings` (or `n_positions`), at most 4096;
+  `max_position_embeddings` (or `n_positions`), at most 4096; default dtype f32 on the CPU, f16
+  on the GPU (a GGUF file's too);
 - GGUF: `step_graphs.gguf_step` (llama_ir through `og.from_gguf`), its tensors by name; default
   context `{arch}.context_length`, at most 4096;
 - `.ir`: `step_graphs.ir_decode_step`; the weights file (`.npz`, `.safetensors`, `.gguf`) as
@@ -184,7 +185,7 @@ class GGUFSource:
         return min(int(value), DEFAULT_CONTEXT) if isinstance(value, int) else DEFAULT_CONTEXT
 
     def default_dtype(self, target: str) -> str:
-        return "f32" if target == "cpu" else ""  # "": the importer's choice (the stored dtype)
+        return "f32" if target == "cpu" else "f16"
 
     def tokenizer(self) -> TextTokenizer | None:
         if not self.file.has("tokenizer.ggml.tokens"):
@@ -194,12 +195,12 @@ class GGUFSource:
     def decode_step(self, context: int, dtype: str) -> StepGraph:
         from optgraph.frontends.step_graphs import gguf_step
 
-        return gguf_step(self.path, 1, context, dtype or None)
+        return gguf_step(self.path, 1, context, dtype)
 
     def prefill_step(self, bucket: int, context: int, dtype: str) -> StepGraph | None:
         from optgraph.frontends.step_graphs import gguf_step
 
-        return gguf_step(self.path, bucket, context, dtype or None)
+        return gguf_step(self.path, bucket, context, dtype)
 
     def weights(self, step: StepGraph) -> dict[str, Any]:
         return {w.name: self.file.array(step.tensor_name(w.name)) for w in step.graph.weights}
