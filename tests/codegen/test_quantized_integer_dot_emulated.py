@@ -1,5 +1,5 @@
-"""The integer form of the q4_k, q6_k and q8_0 one-row products
-(`codegen/kernels/quantized_integer_dot.py`) in the CPU emulator: x's int16 codes and exact dp2a sums give the reference's product of the
+"""The integer form of the q4_k one-row product (`codegen/kernels/quantized_integer_dot.py`) in
+the CPU emulator: x's int16 codes and exact dp2a sums give the reference's product of the
 dequantized weight within the rounding of x's codes (2^-16 of each unit's largest |x|), far
 inside the f16 bound, for one to four rows, columns not a multiple of the block's, K not a
 multiple of the warps' blocks, an unaligned weight; other types and shapes keep the float form."""
@@ -48,31 +48,25 @@ def _run(launch: quantized.Launch, x: np.ndarray, raw: np.ndarray, shift: int = 
 
 
 @pytest.mark.parametrize(
-    ("dtype", "n", "k", "rows", "xdtype", "shift"),
+    ("n", "k", "rows", "xdtype", "shift"),
     [
-        ("q4_k", 16, 2048, 1, "f16", 0),  # a block of columns, 8 groups of K: one a warp
-        ("q4_k", 21, 2560, 1, "f32", 0),  # columns past the last block's; 10 groups of K
-        ("q4_k", 9, 1024, 3, "bf16", 0),  # three rows; 4 groups of K (warps 4-7 have none)
-        ("q4_k", 5, 4096, 4, "f16", 0),
-        ("q4_k", 7, 1536, 1, "f32", 4),  # an unaligned weight: read by bytes
-        ("q6_k", 18, 2048, 1, "f16", 0),  # blocks at odd multiples of 210: 2-byte aligned
-        ("q6_k", 5, 1024, 2, "f32", 0),
-        ("q6_k", 3, 3072, 1, "bf16", 2),  # base 2 bytes off: read by bytes
-        ("q8_0", 17, 2048, 1, "f16", 0),
-        ("q8_0", 6, 1280, 3, "f32", 0),
-        ("q8_0", 4, 1024, 1, "f16", 2),
+        (16, 2048, 1, "f16", 0),  # a block of columns, 8 blocks of K: one a warp
+        (21, 2560, 1, "f32", 0),  # columns past the last block's; 10 blocks of K (2 warps twice)
+        (9, 1024, 3, "bf16", 0),  # three rows; 4 blocks of K (warps 4-7 have none)
+        (5, 4096, 4, "f16", 0),
+        (7, 1536, 1, "f32", 4),  # an unaligned weight: read by bytes
     ],
 )
 def test_integer_form_matches_the_reference(
-    dtype: str, n: int, k: int, rows: int, xdtype: str, shift: int
+    n: int, k: int, rows: int, xdtype: str, shift: int
 ) -> None:
-    launch = _launch(dtype, n, k, rows, xdtype)
+    launch = _launch("q4_k", n, k, rows, xdtype)
     assert "__dp2a_hi" in launch.kernel.source and "og_xq16" in launch.kernel.source
     assert launch.grid == (-(-n // quantized_integer_dot.COLUMNS), rows, 1)
-    raw = random_blocks(dtype, n, k, seed=n + k)
+    raw = random_blocks("q4_k", n, k, seed=n + k)
     x = _x(rows, k, xdtype, seed=k)
     got = _run(launch, x, raw, shift)
-    want = x.astype(np.float64) @ reference(dtype, raw).reshape(n, k).astype(np.float64).T
+    want = x.astype(np.float64) @ reference("q4_k", raw).reshape(n, k).astype(np.float64).T
     # x's int16 codes: a few 1e-10 (the f32 bound of the GPU tests is 1e-7, f16's 1e-6)
     assert _nmse(got, want) <= 1e-8, _nmse(got, want)
 
@@ -93,11 +87,8 @@ def test_zero_units_give_no_nan_and_a_zero_row_gives_zeros() -> None:
 
 def test_the_float_form_switch_and_the_types_it_keeps() -> None:
     assert "__dp2a" in _launch("q4_k", 8, 1024, 1, "f16").kernel.source
-    for dtype in ("q4_0", "q4_1", "q5_0", "q5_k", "mxfp4"):
+    for dtype in ("q4_0", "q4_1", "q5_0", "q5_k", "q6_k", "q8_0", "mxfp4"):
         assert "__dp2a" not in _launch(dtype, 8, 1024, 1, "f16").kernel.source, dtype
-    # q6_k rows of an odd number of blocks are not whole words; q8_0 rows not whole 256s
-    assert "__dp2a" not in _launch("q6_k", 8, 768, 1, "f16").kernel.source
-    assert "__dp2a" not in _launch("q8_0", 8, 96, 1, "f16").kernel.source
     saved = quantized.INTEGER_DOT
     quantized.INTEGER_DOT = False
     try:
@@ -109,9 +100,9 @@ def test_the_float_form_switch_and_the_types_it_keeps() -> None:
 def test_shared_memory_decides_the_form() -> None:
     """x's padded codes, scales and sums in 48 KiB: 14336 values a row fit (the down product of
     a Llama layer), 20480 do not and keep the float form."""
-    assert quantized_integer_dot.fits("q4_k", 14336)
-    assert quantized_integer_dot.fits("q6_k", 14336) and quantized_integer_dot.fits("q8_0", 14336)
-    assert not quantized_integer_dot.fits("q4_k", 20480)
+    assert quantized_integer_dot.fits("q4_k", 14336, True)
+    assert not quantized_integer_dot.fits("q4_k", 20480, True)
+    assert not quantized_integer_dot.fits("q4_k", 4096, False)  # rows not whole 16-byte units
     assert "__dp2a" not in _launch("q4_k", 8, 20480, 1, "f16").kernel.source
     launch = _launch("q4_k", 8, 14336, 1, "f16")
     assert launch.kernel.shared_bytes is not None

@@ -346,12 +346,13 @@ def one_row_launch(x: TensorType, w: TensorType, out: TensorType) -> Launch:
     row_bytes = k // (32 * sub) * nbytes
     per = lanes_per_tile(w.dtype)
     params = [out_param(out.dtype), in_param(x.dtype, 0), "const unsigned char* in1"]
-    if INTEGER_DOT and quantized_integer_dot.fits(w.dtype, k):
-        early, body = quantized_integer_dot.body(x.dtype, w.dtype, out.dtype, n, k)
+    if INTEGER_DOT and quantized_integer_dot.fits(w.dtype, k, row_bytes % 16 == 0):
+        early, body = quantized_integer_dot.body(x.dtype, out.dtype, n, k)
         lines = [*early, *body_entry().splitlines(), *body]
         text = "\n".join("  " + line for line in lines)
-        extra = quantized_integer_dot.decls(w.dtype)
-        kernel = _kernel("one_row_qi", w.dtype, params, text, extra, (256, 2), True)
+        kernel = _kernel(
+            "one_row_qi", w.dtype, params, text, quantized_integer_dot.decls(), (256, 2), True
+        )
         grid = (-(-n // quantized_integer_dot.COLUMNS), rows, 1)
         return Launch(kernel, grid, (32 * quantized_integer_dot.WARPS, 1, 1), ("out", "in0", "in1"))
     if WIDE_ONE_ROW:

@@ -38,33 +38,26 @@ COLUMNS = 16  # output columns a block (8 a lane pair's first, 8 its second)
 WARPS = 8
 
 
-# Bytes of 256 values of each type the integer form takes: a q4_k or q6_k block, 8 q8_0 blocks.
-GROUP_BYTES = {"q4_k": 144, "q6_k": 210, "q8_0": 272}
-
-
 def shared_bytes(k: int) -> int:
-    """x's int16 codes (one 16-byte unit of padding in 9), a float scale a 32 values and an int
-    sum a 16, and the warps' partial sums."""
-    return (k // 8) * 9 // 8 * 16 + 16 + 4 * (k // 32) + 4 * (k // 16) + 4 * WARPS * COLUMNS
+    """x's int16 codes (one 16-byte unit of padding in 9), a float scale and an int sum a 32."""
+    return (k // 8) * 9 // 8 * 16 + 16 + 8 * (k // 32)
 
 
-def fits(dtype: str, k: int) -> bool:
-    """Whether the integer form takes a product of `dtype` with `k` values a row: 256-value
-    groups, rows of whole 4-byte words (q6_k: an even number of blocks), x's codes in 48 KiB."""
-    if dtype not in GROUP_BYTES or k % 256:
-        return False
-    return (k // 256 * GROUP_BYTES[dtype]) % 4 == 0 and shared_bytes(k) <= SHARED_LIMIT
+def fits(dtype: str, k: int, aligned: bool) -> bool:
+    """Whether the integer form takes a product of `dtype` with `k` values a row (`aligned`:
+    the weight rows are whole 16-byte units)."""
+    return dtype == "q4_k" and aligned and k % 256 == 0 and shared_bytes(k) <= SHARED_LIMIT
 
 
 def prologue(xt: str, k: int) -> list[str]:
     """x's row (`x`) into shared int16 codes `og_xq16` (16-byte unit c at c + c / 8), scales
-    `og_xd` (a 32 values) and the codes' integer sums `og_xs` (a 16 values). Four threads a unit, eight values each;
+    `og_xd` and integer sums `og_xs` (a 32 values each). Four threads a unit, eight values each;
     every thread reaches every shuffle; ends with the block barrier."""
     chunks = k // 8
     return [
         f"__shared__ uint4 og_xq16[{chunks * 9 // 8 + 1}];  // 16-byte units of int16 codes",
         f"__shared__ float og_xd[{k // 32}];",
-        f"__shared__ int og_xs[{k // 16}];",
+        f"__shared__ int og_xs[{k // 32}];",
         f"for (unsigned int base = 0; base < {chunks}u; base += blockDim.x) {{",
         "  const unsigned int c = base + threadIdx.x;  // 8 values; c / 4 the unit",
         f"  const bool here = c < {chunks}u;",
@@ -85,11 +78,14 @@ def prologue(xt: str, k: int) -> list[str]:
         "    packed[j] = ((unsigned int)lo & 0xffffu) | ((unsigned int)hi << 16);",
         "    sum += lo + hi;",
         "  }",
-        "  sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // the 16 values of c and c ^ 1",
+        "  sum += __shfl_xor_sync(0xffffffffu, sum, 1);",
+        "  sum += __shfl_xor_sync(0xffffffffu, sum, 2);",
         "  if (here) {",
         "    og_xq16[c + (c >> 3)] = uint4{packed[0], packed[1], packed[2], packed[3]};",
-        "    if ((c & 1u) == 0u) og_xs[c >> 1] = sum;",
-        "    if ((c & 3u) == 0u) og_xd[c >> 2] = top / 32767.0f;",
+        "    if ((c & 3u) == 0u) {",
+        "      og_xd[c >> 2] = top / 32767.0f;",
+        "      og_xs[c >> 2] = sum;",
+        "    }",
         "  }",
         "}",
         "__syncthreads();",
@@ -136,106 +132,9 @@ __device__ __forceinline__ float og_q4k_quarter(uint4 h, const unsigned int* q, 
 """
 
 
-_WORD_DECLS = r"""// N little-endian words from byte `at`: aligned word loads, shifted where `at` is not
-// 4-byte aligned (reading at most the word holding the last byte); bytes where `aligned` is
-// false (the weight's base not 4-byte aligned).
-template <int N> __device__ __forceinline__ void og_q_words(const unsigned char* at, bool aligned, unsigned int* v) {
-  if (!aligned) {
-#pragma unroll
-    for (int i = 0; i < N; ++i)
-      v[i] = at[4 * i] | (at[4 * i + 1] << 8) | (at[4 * i + 2] << 16) | ((unsigned int)at[4 * i + 3] << 24);
-    return;
-  }
-  const unsigned long long a = reinterpret_cast<unsigned long long>(at);
-  const unsigned int* w = reinterpret_cast<const unsigned int*>(a & ~3ull);
-  const unsigned int shift = (unsigned int)(a & 3ull) * 8u;
-  if (shift == 0u) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = __ldg(w + i);
-    return;
-  }
-  unsigned int lo = __ldg(w);
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    const unsigned int hi = __ldg(w + i + 1);
-    v[i] = (unsigned int)((((unsigned long long)hi << 32) | lo) >> shift);
-    lo = hi;
-  }
-}
-// The f16 at byte `at` (2-byte aligned) as a float.
-__device__ __forceinline__ float og_q_half_at(const unsigned char* at, bool aligned) {
-  if (!aligned) return og_f16_to_f32((og_f16)(at[0] | (at[1] << 8)));
-  const unsigned long long a = reinterpret_cast<unsigned long long>(at);
-  const unsigned int w = __ldg(reinterpret_cast<const unsigned int*>(a & ~3ull));
-  return og_f16_to_f32((og_f16)((w >> ((unsigned int)(a & 3ull) * 8u)) & 0xffffu));
-}
-// Σ codes · x's codes over 8 words of 4 int8 codes (`c`) and x's 16 words from `xw`.
-__device__ __forceinline__ int og_q_dot8(const unsigned int* c, const unsigned int* xw) {
-  int dot = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    dot = __dp2a_lo((int)xw[2 * i], (int)c[i], dot);
-    dot = __dp2a_hi((int)xw[2 * i + 1], (int)c[i], dot);
-  }
-  return dot;
-}
-"""
-_Q8_0 = r"""// Σ over a q8_0 quarter: the two 34-byte blocks at `g` + 68 j of a group of 8 (4-byte
-// aligned), times x's 64 codes (scales dx0, dx1 of its two units).
-__device__ __forceinline__ float og_q8_0_quarter(const unsigned char* g, unsigned int j, bool aligned, const unsigned int* xw, float dx0, float dx1) {
-  unsigned int v[17];
-  og_q_words<17>(g + 68u * j, aligned, v);
-  unsigned int c0[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) c0[i] = (unsigned int)((((unsigned long long)v[i + 1] << 32) | v[i]) >> 16);
-  const float d0 = og_f16_to_f32((og_f16)(v[0] & 0xffffu)), d1 = og_f16_to_f32((og_f16)(v[8] >> 16));
-  return dx0 * (d0 * (float)og_q_dot8(c0, xw)) + dx1 * (d1 * (float)og_q_dot8(v + 9, xw + 16));
-}
-"""
-_Q6_K = r"""// Σ over a q6_k quarter j of the block at `b` (2-byte aligned): values 32 g + l of half
-// j / 2, g = 2 (j & 1) and the next, each 16 with its scale; times x's 64 codes (scales dx0,
-// dx1 of its two units, integer sums xs[4] a 16).
-__device__ __forceinline__ float og_q6_k_quarter(const unsigned char* b, unsigned int j, bool aligned, const unsigned int* xw, float dx0, float dx1, const int* xs) {
-  const unsigned int h = j >> 1, odd = j & 1u;
-  unsigned int ql[16], qh[8], sw[1];
-  og_q_words<16>(b + 64u * h, aligned, ql);
-  og_q_words<8>(b + 128u + 32u * h, aligned, qh);
-  og_q_words<1>(b + 192u + 8u * h + 4u * odd, aligned, sw);
-  const float d = og_q_half_at(b + 208u, aligned);
-  const unsigned int ns = 4u * odd, hs = 4u * odd;
-  unsigned int c0[8], c1[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    c0[i] = ((ql[i] >> ns) & 0x0f0f0f0fu) | (((qh[i] >> hs) & 0x03030303u) << 4);
-    c1[i] = ((ql[8 + i] >> ns) & 0x0f0f0f0fu) | (((qh[i] >> (hs + 2u)) & 0x03030303u) << 4);
-  }
-  int dot[4] = {0, 0, 0, 0};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    dot[0] = __dp2a_lo((int)xw[2 * i], (int)c0[i], dot[0]);
-    dot[0] = __dp2a_hi((int)xw[2 * i + 1], (int)c0[i], dot[0]);
-    dot[1] = __dp2a_lo((int)xw[8 + 2 * i], (int)c0[4 + i], dot[1]);
-    dot[1] = __dp2a_hi((int)xw[8 + 2 * i + 1], (int)c0[4 + i], dot[1]);
-    dot[2] = __dp2a_lo((int)xw[16 + 2 * i], (int)c1[i], dot[2]);
-    dot[2] = __dp2a_hi((int)xw[16 + 2 * i + 1], (int)c1[i], dot[2]);
-    dot[3] = __dp2a_lo((int)xw[24 + 2 * i], (int)c1[4 + i], dot[3]);
-    dot[3] = __dp2a_hi((int)xw[24 + 2 * i + 1], (int)c1[4 + i], dot[3]);
-  }
-  float t[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float sc = (float)(signed char)((sw[0] >> (8 * i)) & 255u);
-    t[i] = __fmul_rn(d, sc) * (float)(dot[i] - 32 * xs[i]);
-  }
-  return dx0 * (t[0] + t[1]) + dx1 * (t[2] + t[3]);
-}
-"""
-
-
-def decls(dtype: str = "q4_k") -> tuple[str, ...]:
-    """File-scope text of the kernel of `dtype` (after the decoders of `quantized.decls`)."""
-    own = {"q4_k": _DECLS, "q8_0": _Q8_0, "q6_k": _Q6_K}[dtype]
-    return (_WORD_DECLS, own) if dtype != "q4_k" else (own,)
+def decls() -> tuple[str, ...]:
+    """File-scope text of the kernel (after the q4_k decoders of `quantized.decls`)."""
+    return (_DECLS,)
 
 
 _LOAD_NAMES = ("h0", "a0", "a1", "h1", "c0", "c1")
@@ -256,85 +155,50 @@ def _loads(prefix: str, block: str) -> list[str]:
     ]
 
 
-_X_CODES = [
-    "  const unsigned int unit = b * 8u + 2u * j;  // x's first unit of 32 of the quarter",
-    "  unsigned int xw[32];",
-    "#pragma unroll",
-    "  for (int i = 0; i < 8; ++i) {",
-    "    const unsigned int c = unit * 4u + i;",
-    "    const uint4 v = og_xq16[c + (c >> 3)];",
-    "    xw[4 * i] = v.x; xw[4 * i + 1] = v.y; xw[4 * i + 2] = v.z; xw[4 * i + 3] = v.w;",
-    "  }",
-    "  const float dx0 = og_xd[unit], dx1 = og_xd[unit + 1u];",
-]
-
-
-def _q4_k_loop(groups: int) -> tuple[list[str], list[str]]:
-    """(early, loop) of q4_k: each warp's first block loaded before the PDL wait, the next
-    block's loads in flight while the current one is multiplied."""
+def body(xt: str, out_dtype: str, n: int, k: int) -> tuple[list[str], list[str]]:
+    """(early, body) of the kernel: grid (ceil(n / COLUMNS), rows), `WARPS` warps a block.
+    `early` (the body's statements before its PDL wait: they read only the weight) loads each
+    warp's first block; the loop loads the next block while it multiplies the current one."""
+    blocks = k // 256
+    row_bytes = blocks * 144
+    half = COLUMNS // 2
     cur = ", ".join(_LOAD_NAMES)
     nxt = ", ".join("n" + name for name in _LOAD_NAMES)
     early = [
+        "const unsigned int warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;",
+        "const unsigned int j = lane & 3u, col = lane >> 2;  // quarter of a block, column",
+        f"const unsigned int n0 = blockIdx.x * {COLUMNS}u + col, n1 = n0 + {half}u;",
+        f"const unsigned char* w0 = in1 + (unsigned long long)(n0 < {n}u ? n0 : 0u) * {row_bytes}ull;",
+        f"const unsigned char* w1 = in1 + (unsigned long long)(n1 < {n}u ? n1 : 0u) * {row_bytes}ull;",
+        "const bool aligned = (reinterpret_cast<unsigned long long>(in1) & 15ull) == 0ull;",
         f"uint4 {cur};",
-        f"if (warp < {groups}u)",
+        f"if (warp < {blocks}u)",
         *("  " + line for line in _loads("", "warp")),
     ]
-    loop = [
-        f"for (unsigned int b = warp; b < {groups}u; b += {WARPS}u) {{",
+    lines = [
+        f"const {STORAGE[xt]}* x = in0 + (unsigned long long)blockIdx.y * {k}ull;",
+        *prologue(xt, k),
+        "float acc0 = 0.0f, acc1 = 0.0f;",
+        f"for (unsigned int b = warp; b < {blocks}u; b += {WARPS}u) {{",
         f"  uint4 {nxt};",
-        f"  if (b + {WARPS}u < {groups}u)  // the next block's loads, in flight meanwhile",
+        f"  if (b + {WARPS}u < {blocks}u)  // the next block's loads, in flight meanwhile",
         *("    " + line for line in _loads("n", f"b + {WARPS}u")),
-        *_X_CODES,
-        "  const int xs0 = og_xs[2u * unit] + og_xs[2u * unit + 1u];",
-        "  const int xs1 = og_xs[2u * unit + 2u] + og_xs[2u * unit + 3u];",
+        "  const unsigned int unit = b * 8u + 2u * j;  // x's first unit of 32 of the quarter",
+        "  unsigned int xw[32];",
+        "#pragma unroll",
+        "  for (int i = 0; i < 8; ++i) {",
+        "    const unsigned int c = unit * 4u + i;",
+        "    const uint4 v = og_xq16[c + (c >> 3)];",
+        "    xw[4 * i] = v.x; xw[4 * i + 1] = v.y; xw[4 * i + 2] = v.z; xw[4 * i + 3] = v.w;",
+        "  }",
+        "  const float dx0 = og_xd[unit], dx1 = og_xd[unit + 1u];",
+        "  const int xs0 = og_xs[unit], xs1 = og_xs[unit + 1u];",
         "  const unsigned int q0[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};",
         "  const unsigned int q1[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};",
         "  acc0 += og_q4k_quarter(h0, q0, xw, j, dx0, dx1, xs0, xs1);",
         "  acc1 += og_q4k_quarter(h1, q1, xw, j, dx0, dx1, xs0, xs1);",
         *(f"  {name} = n{name};" for name in _LOAD_NAMES),
         "}",
-    ]
-    return early, loop
-
-
-def _word_loop(dtype: str, groups: int) -> list[str]:
-    """The loop of q8_0 and q6_k: a quarter's words loaded and multiplied by one function."""
-    size = GROUP_BYTES[dtype]
-    tail = "aligned, xw, dx0, dx1" + (", og_xs + 2u * unit" if dtype == "q6_k" else "")
-    return [
-        f"for (unsigned int b = warp; b < {groups}u; b += {WARPS}u) {{",
-        *_X_CODES,
-        f"  acc0 += og_{dtype}_quarter(w0 + b * {size}u, j, {tail});",
-        f"  acc1 += og_{dtype}_quarter(w1 + b * {size}u, j, {tail});",
-        "}",
-    ]
-
-
-def body(xt: str, dtype: str, out_dtype: str, n: int, k: int) -> tuple[list[str], list[str]]:
-    """(early, body) of the kernel: grid (ceil(n / COLUMNS), rows), `WARPS` warps a block.
-    `early`: the body's statements before its PDL wait (they read only the weight)."""
-    groups = k // 256
-    row_bytes = groups * GROUP_BYTES[dtype]
-    half = COLUMNS // 2
-    alignment = 15 if dtype == "q4_k" else 3
-    early = [
-        "const unsigned int warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;",
-        "const unsigned int j = lane & 3u, col = lane >> 2;  // quarter of a group, column",
-        f"const unsigned int n0 = blockIdx.x * {COLUMNS}u + col, n1 = n0 + {half}u;",
-        f"const unsigned char* w0 = in1 + (unsigned long long)(n0 < {n}u ? n0 : 0u) * {row_bytes}ull;",
-        f"const unsigned char* w1 = in1 + (unsigned long long)(n1 < {n}u ? n1 : 0u) * {row_bytes}ull;",
-        f"const bool aligned = (reinterpret_cast<unsigned long long>(in1) & {alignment}ull) == 0ull;",
-    ]
-    if dtype == "q4_k":
-        first, loop = _q4_k_loop(groups)
-        early += first
-    else:
-        loop = _word_loop(dtype, groups)
-    lines = [
-        f"const {STORAGE[xt]}* x = in0 + (unsigned long long)blockIdx.y * {k}ull;",
-        *prologue(xt, k),
-        "float acc0 = 0.0f, acc1 = 0.0f;",
-        *loop,
         "acc0 += __shfl_xor_sync(0xffffffffu, acc0, 1);",
         "acc0 += __shfl_xor_sync(0xffffffffu, acc0, 2);",
         "acc1 += __shfl_xor_sync(0xffffffffu, acc1, 1);",
