@@ -133,7 +133,9 @@ def _add_generate(sub: Any) -> None:
     g.add_argument("--top-p", type=float, default=1.0, metavar="P", help="1: off")
     g.add_argument("--seed", type=_seed, default=0, help="sampling seed (default 0)")
     p.add_argument("--device", choices=DEVICES, help="default: cuda when usable, else cpu")
-    p.add_argument("--dtype", choices=("f32", "f16", "bf16"), help="default: f32 on cpu")
+    p.add_argument(
+        "--dtype", choices=("f32", "f16", "bf16"), help="default: f32 on cpu, f16 on cuda"
+    )
     p.add_argument(
         "--context", type=int, metavar="N", help="KV cache positions (default: model's, <= 4096)"
     )

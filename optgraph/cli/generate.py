@@ -75,11 +75,13 @@ def _figures(stats: Any) -> str:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from optgraph.api.generation import load
+    from optgraph.api.sampling import Sampling
     from optgraph.cli.progress import phase_progress
     from optgraph.codegen.lowering_options import LoweringOptions
     from optgraph.output_files import check_target
 
     prompts = _prompts(args)
+    Sampling(args.temperature, args.top_k, args.top_p, args.seed)  # bad values before the work
     if args.json is not None:
         check_target(Path(args.json), "--json: ")  # before the work, not after
     options = LoweringOptions(merge_launches=not args.no_merge_launches)

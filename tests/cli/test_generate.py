@@ -403,3 +403,5 @@ def test_bad_files_and_arguments_fail_with_one_message(
     argv = ["generate", ir, "--weights", str(tmp_path / "w.npz")]
     _fails([*argv, "--prompt", "hi"], capsys, "has no tokenizer", cache)
     _fails([*argv, "--tokens", "1", "--prompt", "x"], capsys, "exactly one of", cache)
+    _fails([*argv, "--tokens", "1", "--top-p", "0"], capsys, "--top-p must be in (0, 1]", cache)
+    _fails([*argv, "--tokens", "1", "--temperature", "-1"], capsys, "--temperature must be", cache)
