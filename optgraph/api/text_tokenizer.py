@@ -76,40 +76,37 @@ class TextTokenizer:
 
 
 class Detokenizer:
-    """The text of a growing token list, a piece at a time: `push(id)` returns what the list's
-    text gained (empty while the last bytes do not yet make a whole character)."""
+    """The text of a growing token list, a piece at a time: `push(id)` returns what the text
+    gained (empty while the last bytes do not yet make a whole character), `flush()` what is left
+    at the end. Each push decodes only the tokens since the last piece and the piece before them
+    (their context: a SentencePiece space, a byte sequence cut in two), so a long generation costs
+    the same a token as a short one."""
 
     def __init__(self, tokenizer: TextTokenizer) -> None:
         self.tokenizer = tokenizer
         self.ids: list[int] = []
         self.shown = ""
+        self._prefix = 0  # the window: ids[_prefix:_read] were shown, as the last piece
+        self._read = 0
 
     def push(self, token: int) -> str:
         self.ids.append(token)
-        text = self.tokenizer.decode(self.ids)
-        if text.endswith("\ufffd"):
+        before = self.tokenizer.decode(self.ids[self._prefix : self._read])
+        now = self.tokenizer.decode(self.ids[self._prefix :])
+        if now.endswith("\ufffd") or len(now) <= len(before) or not now.startswith(before):
             return ""
-        if not text.startswith(self.shown):  # decoding changed earlier text: show it whole
-            new = text[len(_common_prefix(self.shown, text)) :]
-        else:
-            new = text[len(self.shown) :]
-        self.shown = text
+        new = now[len(before) :]
+        self._prefix, self._read = self._read, len(self.ids)
+        self.shown += new
         return new
 
     def flush(self) -> str:
-        """What is left at the end: the text of the held-back bytes (as decoded, replacement
+        """The rest of the whole list's text (held-back bytes as decoded, replacement
         characters included)."""
         text = self.tokenizer.decode(self.ids)
-        new = text[len(_common_prefix(self.shown, text)) :]
-        self.shown = text
+        new = text[len(self.shown) :] if text.startswith(self.shown) else ""
+        self.shown += new
         return new
-
-
-def _common_prefix(a: str, b: str) -> str:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return a[:n]
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -116,6 +116,18 @@ def test_seeded_sampling_is_reproducible_and_follows_the_definition(model: Any) 
     assert chosen == first
 
 
+def test_text_streams_in_whole_characters_and_adds_up(model: Any) -> None:
+    from optgraph.api.text_tokenizer import Detokenizer
+
+    text = "ünïcödé 😀 the quick brown fox, again 日本"
+    ids = model.tokenizer.encode(text, add_special_tokens=False)
+    assert len(ids) > len(text.encode()) // 2  # bytes outside the vocabulary: split over tokens
+    detok = Detokenizer(model.tokenizer)
+    pieces = [detok.push(t) for t in ids]
+    assert "".join(pieces) + detok.flush() == model.tokenizer.decode(ids) == text
+    assert not any("\ufffd" in p for p in pieces) and pieces.count("") > 0  # held back
+
+
 def test_an_end_of_sequence_token_stops_unless_ignored(model: Any) -> None:
     tokens = model.generate(PROMPT, 12, stop_at_eos=False).tokens
     model.tokenizer.eos_ids = (tokens[3],)
