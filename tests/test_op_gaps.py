@@ -75,10 +75,6 @@ KNOWN_GAPS: dict[tuple[str, str], str] = {
     ("fused", "onnx"): f"fuse: {_NOT_IMPORTED}",
     ("kv_cache_write", "onnx"): "not yet: ONNX exports write a static cache with ScatterND, "
     "which no converter recognizes",
-    ("moe", "aten"): "not yet (issue 34): transformers' MoE dispatch (sort, histc, "
-    "grouped_mm) is not raised into moe; the GGUF importer makes it",
-    ("moe", "onnx"): "ONNX has no MoE op: exports write the dispatch as gathers and loops, "
-    "which no converter raises",
     ("prefetch", "aten"): f"plan-prefetch: {_NOT_IMPORTED}",
     ("prefetch", "onnx"): f"plan-prefetch: {_NOT_IMPORTED}",
     ("silu", "onnx"): "ONNX has no SiLU: exports write x·sigmoid(x), two ops",

@@ -79,6 +79,14 @@ def models() -> dict[str, Callable[[], Any]]:
             shared_expert_intermediate_size=32,
         )
 
+    def qwen3_moe() -> Any:
+        return t.Qwen3MoeConfig(
+            **gqa, head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32
+        )
+
+    def gpt_oss() -> Any:
+        return t.GptOssConfig(**gqa, head_dim=8, num_local_experts=4, num_experts_per_tok=2)
+
     return {
         "llama": lambda: t.LlamaForCausalLM(t.LlamaConfig(**gqa)),
         "llama3_rope": lambda: t.LlamaForCausalLM(
@@ -136,6 +144,9 @@ def models() -> dict[str, Callable[[], Any]]:
         "mixtral_batched_mm": lambda: batched_mm(t.MixtralForCausalLM(mixtral())),
         "qwen2_moe": lambda: t.Qwen2MoeForCausalLM(qwen2_moe()),
         "qwen2_moe_batched_mm": lambda: batched_mm(t.Qwen2MoeForCausalLM(qwen2_moe())),
+        "qwen3_moe": lambda: t.Qwen3MoeForCausalLM(qwen3_moe()),
+        "gpt_oss": lambda: t.GptOssForCausalLM(gpt_oss()),
+        "gpt_oss_batched_mm": lambda: batched_mm(t.GptOssForCausalLM(gpt_oss())),
         "bert": lambda: t.BertModel(t.BertConfig(**small)),
         "roberta": lambda: t.RobertaModel(t.RobertaConfig(**small)),
         "xlm_roberta": lambda: t.XLMRobertaModel(t.XLMRobertaConfig(**small)),

@@ -10,6 +10,8 @@ and gathers as `get_rows`.
     x.cumsum(1), x.argmax(-1)       -> cumsum {axis}, argmax {axis, keepdims} (a cumsum whose
                                                              result is wider, e.g. torch's int32
                                                              -> int64: cast first, as torch does)
+    x.max(dim, keepdim)             aten.max.dim          -> max {axes, keepdims} (values) and
+                                                             argmax {axis, keepdims} (indices)
     mask[b_idx, kv_idx]             aten.index.Tensor     -> get_rows of the indexed leading
                                                              axes (flattened) at the constant
                                                              flat positions, then a reshape
@@ -140,6 +142,25 @@ def _argmax(ctx: TorchContext, node: Any) -> None:
     ctx.emit(node, "argmax", [ctx.name_of(node.args[0])], attrs)
 
 
+def _max_dim(ctx: TorchContext, node: Any) -> None:
+    """torch.max(x, dim, keepdim): its values (`max {axes}`) and indices (`argmax`, the first
+    maximum) are the fx node's results 0 and 1; a result nobody reads dies at the draft's end.
+    gpt-oss's attention with sinks takes the row maximum so."""
+    x = ctx.type_of(node.args[0])
+    if x.rank == 0:
+        raise unsupported(node, "max along a dim of a 0-d tensor")
+    dim = int(node.args[1]) % x.rank
+    keep = bool(arg(node, 2, "keepdim", False))
+    values_type = value_type(node, node.meta["val"][0])
+    name = ctx.name_of(node.args[0])
+    reduce: dict[str, AttrValue] = {"axes": (dim,), "keepdims": keep}
+    values = ctx.step(node, "max", [name], values_type, reduce)
+    along: dict[str, AttrValue] = {"axis": dim, "keepdims": keep}
+    indices = ctx.step(node, "argmax", [name], values_type.with_dtype("i64"), along)
+    ctx.values[node.name] = ctx.values[f"{node.name}#0"] = values
+    ctx.values[f"{node.name}#1"] = indices
+
+
 def _constant_indices(ctx: TorchContext, node: Any, lead: tuple[int, ...]) -> np.ndarray:
     """The flat positions (row-major over `lead`) the constant index tensors select."""
     arrays = []
@@ -258,6 +279,7 @@ INDEXING_CONVERTERS: dict[str, Converter] = {
     "aten.expand.default": _expand,
     "aten.gather.default": _gather,
     "aten.index.Tensor": _index,
+    "aten.max.dim": _max_dim,
     "aten.repeat.default": _repeat,
     "aten.topk.default": _topk,
 }

@@ -25,6 +25,8 @@ unless something else reads them. Rules (applied in this order, each over the wh
   position input -> `attention {causal, window}` over `kv_len = pos + c` keys.
 - `shared_kv_heads` (raising_gqa.py): keys and values repeated to the query heads
   (transformers' `repeat_kv`: reshape, expand, reshape) -> the attention reads them unrepeated.
+- `routed_experts` (raising_moe.py): a mixture-of-experts block's dispatch (transformers'
+  grouped_mm or batched_mm experts) and its router's top k -> `moe(x, logits, stacks) {k, ...}`.
 
 Before/after (rms_norm)::
 
@@ -50,6 +52,7 @@ from optgraph.frontends.raise_attention_masks import attention_kv_len
 from optgraph.frontends.raising_attention import written_out_attention
 from optgraph.frontends.raising_constant_rope import constant_table_rope, rope_layout
 from optgraph.frontends.raising_gqa import shared_kv_heads
+from optgraph.frontends.raising_moe import routed_experts
 from optgraph.frontends.raising_partial_rope import partial_rope
 from optgraph.frontends.raising_probe import (
     PSEUDO_KERNELS,
@@ -84,6 +87,7 @@ def raise_patterns(draft: Draft) -> None:
         written_out_attention,
         attention_kv_len,
         shared_kv_heads,
+        routed_experts,
     )
     for rule in rules:
         producers = {n.name: n for n in draft.nodes}
@@ -95,6 +99,7 @@ def raise_patterns(draft: Draft) -> None:
                 continue
             rewritten.extend(replacement)
             producers.update((n.name, n) for n in replacement)
+            draft.types.update((n.name, n.type) for n in replacement if n.type is not None)
         draft.nodes = rewritten
     positions_first(draft)
 

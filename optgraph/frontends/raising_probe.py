@@ -8,7 +8,7 @@ angle tables on probe positions), with the reference interpreter's kernels.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -52,12 +52,25 @@ def _known(draft: Draft, name: str) -> np.ndarray:
     return value
 
 
-def probe(draft: Draft, nodes: Sequence[Node], inputs: dict[str, np.ndarray]) -> np.ndarray:
-    """The last of `nodes` evaluated with `inputs` and the draft's constants and weights."""
+# A kernel of an op the draft holds under its source's name (`raising_moe`'s ATen sort): the
+# node (its attributes are the source's arguments) and its operands' values.
+NodeKernel = Callable[[Node, list[np.ndarray]], np.ndarray]
+
+
+def probe(
+    draft: Draft,
+    nodes: Sequence[Node],
+    inputs: dict[str, np.ndarray],
+    kernels: Mapping[str, NodeKernel] | None = None,
+) -> np.ndarray:
+    """The last of `nodes` evaluated with `inputs` and the draft's constants and weights;
+    `kernels`: how to evaluate ops of the source that the IR does not have."""
     env = dict(inputs)
     for node in nodes:
         args = [env[o] if o in env else _known(draft, o) for o in node.operands]
-        if node.op in PSEUDO_KERNELS:
+        if kernels is not None and node.op in kernels:
+            env[node.name] = np.asarray(kernels[node.op](node, args))
+        elif node.op in PSEUDO_KERNELS:
             env[node.name] = PSEUDO_KERNELS[node.op](args[0])
         else:
             env[node.name] = np.asarray(KERNELS[node.op](node, args, attrs_with_defaults(node)))

@@ -39,7 +39,7 @@ from optgraph.frontends.torch_values import (
     torch_module,
     value_type,
 )
-from optgraph.ir.graph import Graph
+from optgraph.ir.graph import AttrValue, Graph
 
 __all__ = ["from_torch", "load_exported_program"]
 
@@ -197,17 +197,47 @@ def from_numpy(array: np.ndarray) -> Any:
     return torch.from_numpy(array)
 
 
-def _unmapped(context: TorchContext, node: Any, target: str) -> None:
-    """A node under its ATen name, for `Draft.finish` to report unless raising consumes it."""
+def _argument_attrs(torch: Any, node: Any) -> dict[str, AttrValue]:
+    """The scalar arguments of an fx node by their schema names, defaults filled in (`bins`,
+    `descending`, ...), and for a list of tensors its length: what raising reads from a node
+    the importer does not map (`raising_moe`'s sort, histc, index_put)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return {}
+    attrs: dict[str, AttrValue] = {}
+    for index, argument in enumerate(schema.arguments):
+        if index < len(node.args):
+            value = node.args[index]
+        elif argument.name in node.kwargs:
+            value = node.kwargs[argument.name]
+        elif argument.has_default_value():
+            value = argument.default_value
+        else:
+            continue
+        if isinstance(value, (bool, int, float)) and not isinstance(value, torch.fx.Node):
+            attrs[argument.name] = value
+        elif isinstance(value, (list, tuple)) and value:
+            if all(isinstance(v, torch.fx.Node) for v in value):
+                attrs[argument.name] = len(value)
+            elif all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+                attrs[argument.name] = tuple(value)
+    return attrs
+
+
+def _unmapped(torch: Any, context: TorchContext, node: Any, target: str) -> None:
+    """A node under its ATen name, for `Draft.finish` to report unless raising consumes it; its
+    scalar arguments as attributes, and `result` = i for its i-th result of several."""
     operands = [context.name_of(a) for a in node.all_input_nodes]
     val = node.meta.get("val")
     parts = list(val) if isinstance(val, (list, tuple)) else [val]
+    attrs = _argument_attrs(torch, node)
     for index, part in enumerate(parts):
         if not hasattr(part, "shape"):
             continue
         name = node.name if index == 0 else f"{node.name}.{index}"
         result = value_type(node, part)
-        context.draft.node(target, operands, result, name=name, span=node_span(node))
+        at = {**attrs, "result": index} if len(parts) > 1 else attrs
+        context.draft.node(target, operands, result, at, name=name, span=node_span(node))
         context.values[name if index == 0 else f"{node.name}#{index}"] = name
         context.values.setdefault(f"{node.name}#{index}", name)
 
@@ -231,7 +261,7 @@ def _convert(torch: Any, program: Any, name: str, read_parameters: bool) -> tupl
             context.values[node.name] = context.values[f"{node.args[0].name}#{node.args[1]}"]
             continue
         if convert is None:
-            _unmapped(context, node, target)
+            _unmapped(torch, context, node, target)
             continue
         convert(context, node)
     return draft, unread

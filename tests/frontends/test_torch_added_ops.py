@@ -1,6 +1,6 @@
 """The ops added for imports, from torch.export, against PyTorch's own outputs: attention masks,
 per-row kv_len and sliding windows (comparisons, not, where), clamps (clip), log_softmax, and
-expand, repeat, pad, cumsum, argmax, prelu."""
+expand, repeat, pad, cumsum, argmax, prelu, max along a dim."""
 
 from __future__ import annotations
 
@@ -105,3 +105,20 @@ def test_indexing_ops_match_pytorch() -> None:
     for op in ("pad", "cumsum", "expand", "tile", "argmax", "prelu"):
         assert op in ops, (op, ops)
     assert "concat" not in ops  # expand is a broadcast op now, not concatenated copies
+
+
+class MaxAlongDim(torch.nn.Module):
+    """torch.max(x, dim): values and indices (gpt-oss's attention with sinks takes the row
+    maximum so); ties: the first index, as torch."""
+
+    def forward(self, x, ties):  # type: ignore[no-untyped-def]
+        values, indices = x.max(dim=-1, keepdim=True)
+        return x - values, indices, torch.max(ties, 1).indices
+
+
+def test_max_along_a_dim_matches_pytorch() -> None:
+    torch.manual_seed(4)
+    ties = torch.randint(0, 3, (2, 5, 6)).float()
+    graph = _import_and_check(MaxAlongDim(), (torch.randn(2, 5, 6), ties))
+    ops = ops_of(graph)
+    assert ops.count("max") == 1 and ops.count("argmax") == 2
