@@ -200,14 +200,21 @@ def _runs(positions: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _index_after_slices(ctx: TorchContext, node: Any, axis: int) -> None:
-    """x[:, .., :, i] (`axis` slices, then one constant index tensor of at most one axis):
-    slices of `axis`, one a run of consecutive indices, concatenated along it (Falcon's fused
-    q/k/v split, `qkv[..., [-2], :]`); a 0-d index drops the axis."""
+    """x[:, .., :, i] (`axis` slices, then one index tensor): a constant index of at most one
+    axis as slices of `axis`, one a run of consecutive indices, concatenated along it (Falcon's
+    fused q/k/v split, `qkv[..., [-2], :]`; a 0-d index drops the axis); an index computed at
+    run time as a gather along `axis` (transformers' `hidden_states[:, logits_to_keep, :]` with
+    a tensor `logits_to_keep`)."""
     x, out = ctx.type_of(node.args[0]), ctx.result_type(node)
     index = node.args[1][axis]
     value = ctx.draft.constants.get(ctx.name_of(index))
-    if value is None:
-        raise unsupported(node, "an index computed at run time (only constant indices map)")
+    if value is None:  # computed at run time: a gather along `axis` (`gathers.rows_along`)
+        ids = ctx.type_of(index)
+        if ids.dtype not in ("i32", "i64"):
+            raise unsupported(node, f"an index of dtype {ids.dtype} computed at run time")
+        name = ctx.name_of(node.args[0])
+        rows_along(ctx.emitter(node), (name, x), axis, (ctx.name_of(index), ids))
+        return
     if value.dtype == np.bool_:
         raise unsupported(node, "boolean mask indexing is not supported")
     if value.ndim > 1:

@@ -94,3 +94,31 @@ def test_the_draw_is_splitmix64_of_seed_and_step() -> None:
     assert uniform(1, 0) != uniform(2, 0)
     draws = np.array([uniform(7, s) for s in range(2000)])
     assert 0.0 <= draws.min() and draws.max() < 1.0 and abs(draws.mean() - 0.5) < 0.03
+
+
+# Macros of the host's math headers: NVRTC (CuPy's compiler on the GPU machine) has no host
+# headers, so a kernel naming one fails there though nvcc and g++ accept it.
+HOST_MACROS = ("INFINITY", "NAN", "HUGE_VALF", "FLT_MAX")
+
+
+@pytest.mark.parametrize("logits", ["f32", "f16"])
+def test_the_kernel_compiles_with_nvcc_and_names_no_host_macro(logits: str, tmp_path) -> None:
+    import re
+    import shutil
+    import subprocess
+
+    from optgraph.codegen.cuda_source import module_source
+
+    kernel = sampling_kernel(logits, "i32", "i32", "i64")
+    used = [m for m in HOST_MACROS if re.search(rf"\b{m}\b", kernel.source)]
+    assert not used, f"host-header macros NVRTC lacks: {used}"
+    if shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc (CUDA toolkit) for the build half")
+    source = tmp_path / "sampling.cu"
+    source.write_text(module_source([kernel]))
+    done = subprocess.run(
+        ["nvcc", "-cubin", "-arch=sm_90", "-std=c++17", "-o", str(tmp_path / "s.cubin"),
+         str(source)],
+        check=False, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]

@@ -92,7 +92,7 @@ _BODY = r"""
   long long chosen = 0;
   if (temperature == 0.0f || top_k == 1) {
     // greedy: the largest value, its smallest index
-    float best = -INFINITY; long long at = n;
+    float best = __uint_as_float(0xff800000u); long long at = n;
     for (long long i = tid; i < n; i += THREADS) {
       float v = OG_LOAD(i);
       if (v > best || (v == best && at == n)) { best = v; at = i; }
@@ -110,7 +110,7 @@ _BODY = r"""
     chosen = og_red_i[0] < n ? og_red_i[0] : 0;  // a row of NaN: token 0
   } else {
     // the largest z (every value kept so far)
-    float zmax = -INFINITY;
+    float zmax = __uint_as_float(0xff800000u);
     for (long long i = tid; i < n; i += THREADS) zmax = fmaxf(zmax, OG_LOAD(i) / temperature);
     og_red_f[tid] = zmax;
     __syncthreads();
