@@ -14,17 +14,20 @@ reference's.
     %e = get_rows(%t, %ids) : f32[5,512]   (%t : q8_0[1000,512])
     ->  a thread per (id, 32 values); an id outside the table gives zeros
     %y = matmul(%x, %w) {transpose_b = true} : f16[1,4096]   (%w : q4_k[4096,4096])
-    ->  one-row kernel (`quantized_one_row`): a warp per output column or part of one (8 a
-        block), a lane per 32 values of K; warps stage tiles of the weight row in shared memory
-        with 16-byte loads (the next in flight) where the row is whole 16-byte units and
-        aligned, decode in registers, f32 sums, xor shuffles
+    ->  q4_k: the integer-dot kernel (`quantized_integer_dot`): x's int16 codes a block, the
+        weight's 4-bit codes by dp2a, 16 columns a block;
+        other types (and `INTEGER_DOT = False`): the one-row kernel (`quantized_one_row`): a warp
+        per output column or part of one (8 a block), a lane per 32 values of K; warps stage
+        tiles of the weight row in shared memory with 16-byte loads (the next in flight) where
+        the row is whole 16-byte units and aligned, decode in registers, f32 sums, xor shuffles
     %y = matmul(%x, %w) {transpose_b = true} : f16[64,4096]
     ->  dequantize %w into the node's scratch in %x's dtype, then cuBLAS (x · scratchᵀ)
 
 Rows of x beyond `KERNEL_MAX_ROWS` (prefill) take the cuBLAS path; for f16 and bf16 rows the
 weight is rounded to that dtype on the way (cuBLAS multiplies like dtypes), an error within the
 GPU tests' bounds. Not handled: a fused region around a quantized product (`fusion_rules`
-refuses it), epilogues, merged sibling products, PDL weight loads before the wait.
+refuses it), epilogues, merged sibling products; PDL weight loads before the wait only in the
+integer-dot kernel.
 """
 
 from __future__ import annotations
