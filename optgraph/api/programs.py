@@ -50,6 +50,7 @@ from optgraph.codegen.plan.lower_arena import lower
 from optgraph.codegen.plan.lowered import LoweredProgram, LoweredVariant, Relower
 from optgraph.codegen.rank_programs import lower_ranks
 from optgraph.errors import InputError, OptGraphError
+from optgraph.ir.constants import with_constants
 from optgraph.ir.graph import Graph, TensorType
 from optgraph.passes.manager import plan_memory_if_missing, run_pipeline, with_merged_launches
 
@@ -117,6 +118,7 @@ class CompiledProgram:
     lowered: LoweredProgram | None = None
     _cuda: Any = field(default=None, repr=False)
     _default_weights: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    _constants: dict[str, np.ndarray] | None = field(default=None, repr=False)
 
     def run(
         self,
@@ -131,8 +133,7 @@ class CompiledProgram:
         quantized weights run on the compiled CPU kernels (`quantized="native"`: never a whole
         matrix dequantized per call, all cores; products within f32 round-off of the
         reference, not its bits)."""
-        if weights is None:
-            weights = self.default_weights()
+        weights = self.default_weights() if weights is None else self._with_constants(weights)
         if self.target == "cuda":
             outputs: dict[str, Any] = self._cuda_runner().run(inputs, weights)
             return outputs
@@ -157,8 +158,27 @@ class CompiledProgram:
         runtime = self._cuda_runner()
         if isinstance(runtime, MultiDeviceRunner):
             raise OptGraphError("bind: a program on several devices has no bound steps; use run")
-        runtime.use_weights(self.default_weights() if weights is None else weights)
+        runtime.use_weights(
+            self.default_weights() if weights is None else self._with_constants(weights)
+        )
         return runtime.bind(inputs, out)
+
+    def _with_constants(self, weights: Mapping[str, Any]) -> Mapping[str, Any]:
+        """`weights` and the value of each constant of the graph not among them (its own
+        weights file need not hold an import's constants: `ir.constants`); the mapping itself
+        when none is missing. The constants' arrays are made once per program, so a runtime
+        that skips uploading the arrays it uploaded last skips them too."""
+        if self._constants is None:
+            arrays: dict[str, np.ndarray] = with_constants(self.graph, {})
+            if self.source is not None:
+                arrays = with_constants(self.source, arrays)
+            for array in arrays.values():
+                array.flags.writeable = False
+            self._constants = arrays
+        missing = {
+            k: v for k, v in self._constants.items() if k not in weights and f"%{k}" not in weights
+        }
+        return {**weights, **missing} if missing else weights
 
     def default_weights(self) -> dict[str, np.ndarray]:
         """The reference's seeded random weights (seed 0) for `graph`, made on first use and the

@@ -8,7 +8,10 @@ every op left unmapped, with its count and node names.
 
 Constants are NumPy arrays known at import time (folded shape arithmetic, buffers, literals):
 raising reads their values (an `eps`, a rope frequency table). Those still read at the end become
-weights named after their source (a torch buffer keeps its name) or `const.N`.
+weights named after their source (a torch buffer keeps its name) or `const.N`; those of at most
+`ir.constants.INLINE_LIMIT` elements carry their value in the graph (`weight %c : i64[1] = [1]`),
+so a run without the weights file computes with them, not with random data. The weights
+returned still hold every constant's array.
 
 Names: an IR value name is letters, digits, `_` and `.` (docs/ir.md). `ir_name` keeps such a
 name as it is and spells every other character `c` as `_xHH_` (HH its code point in hex), so a
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from optgraph.errors import OptGraphError, Span
+from optgraph.ir.constants import INLINE_LIMIT, array_bytes
 from optgraph.ir.graph import AttrValue, Graph, Input, Node, Output, TensorType, Weight
 from optgraph.ir.ops import get_op
 from optgraph.ir.verify import verify
@@ -133,6 +137,13 @@ class Draft:
             raise KeyError(name)
         return tensor_type(array.dtype, array.shape, name)
 
+    def _weight(self, name: str, array: np.ndarray) -> Weight:
+        """The declaration of a weight; a constant of the import at most `INLINE_LIMIT` elements
+        carries its value (`ir.constants`), so the graph runs without a weights file."""
+        t = tensor_type(array.dtype, array.shape, name)
+        value = _inline(t, array) if name in self.constants else None
+        return Weight(name, t, value=value)
+
     def finish(self) -> tuple[Graph, dict[str, np.ndarray]]:
         """The IR graph and its weights (equal constants read under one name); an
         `OptGraphError` listing every unmapped op."""
@@ -146,13 +157,18 @@ class Draft:
         graph = Graph(
             ir_name(self.name),
             tuple(self.inputs),
-            tuple(Weight(k, tensor_type(v.dtype, v.shape, k)) for k, v in weights.items()),
+            tuple(self._weight(k, v) for k, v in weights.items()),
             tuple(nodes),
             tuple(Output(o) for o in self.outputs),
             path=self.name,
         )
         verify(graph)
         return graph, weights
+
+
+def _inline(t: TensorType, array: np.ndarray) -> bytes | None:
+    """A constant's value to write into the graph, when it is small enough (`INLINE_LIMIT`)."""
+    return array_bytes(array, t) if t.numel <= INLINE_LIMIT else None
 
 
 def _shared_constants(

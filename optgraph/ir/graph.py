@@ -303,13 +303,16 @@ class Input:
 
 @dataclass(frozen=True)
 class Weight:
-    """A named parameter. `placement` is the user's hint: keep it on the device or in host memory."""
+    """A named parameter. `placement` is the user's hint: keep it on the device or in host memory.
+    `value`: a constant's value, the bytes of its array (`optgraph.ir.constants`); None for a
+    weight the user supplies."""
 
     name: str
     type: TensorType
     placement: str = "device"
     ann: Annotations = NO_ANNOTATIONS
     span: Span | None = field(default=None, compare=False, repr=False)
+    value: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from optgraph.errors import Span
+from optgraph.ir.constants import constant_bytes
 from optgraph.ir.graph import (
     ANNOTATION_CHOICES,
     ANNOTATION_KINDS,
@@ -65,7 +66,7 @@ _NODE_RE = re.compile(
 _INPUT_RE = re.compile(rf"input[ \t]+({_VALUE}){_S}:{_S}{_TYPE}{_S}")
 _WEIGHT_RE = re.compile(
     rf"weight[ \t]+({_VALUE}){_S}:{_S}{_TYPE}{_S}(?:(device|host)(?![A-Za-z0-9_.]){_S})?"
-    rf"(?:!\{{([^{{}}]*)\}}{_S})?"
+    rf"(?:!\{{([^{{}}]*)\}}{_S})?(?:={_S}\[([^\[\]]*)\]{_S})?"
 )
 _EVENT_RE = re.compile(rf"(record|wait)[ \t]+(\^[A-Za-z0-9_.]+){_S}(?:!\{{([^{{}}]*)\}}{_S})?")
 _OUTPUT_RE = re.compile(rf"output[ \t]+({_VALUE}(?:{_S},{_S}{_VALUE})*){_S}")
@@ -115,6 +116,21 @@ def _literal(text: str) -> AttrValue:
     if text in WORD_LITERALS:
         return WORD_LITERALS[text]
     raise _GiveUp
+
+
+def _constant(t: TensorType, text: str) -> bytes:
+    """A constant's value bytes from the inside of its `[...]`; lark reports what is wrong."""
+    words = text.split(",") if text.strip(" \t") else []
+    values: list[AttrValue] = []
+    for word in words:
+        item = word.strip(" \t")
+        if not item or item[0] in '"[':
+            raise _GiveUp
+        values.append(_literal(item))
+    try:
+        return constant_bytes(t, values)  # type: ignore[arg-type]
+    except ValueError:
+        raise _GiveUp from None
 
 
 def _pairs(text: str) -> dict[str, AttrValue]:
@@ -361,7 +377,8 @@ class _LineReader:
             assert placement in WEIGHT_PLACEMENTS
             tensor_type = self.type(m.group(2), m.group(3))
             ann = self.ann(m.group(5))
-            weights.append(Weight(m.group(1)[1:], tensor_type, placement, ann, span))
+            value = None if m.group(6) is None else _constant(tensor_type, m.group(6))
+            weights.append(Weight(m.group(1)[1:], tensor_type, placement, ann, span, value))
         elif m := _EVENT_RE.fullmatch(text):
             span = self.span(line, indent + m.start(2), indent + m.end(2))
             ann = self.ann(m.group(3))

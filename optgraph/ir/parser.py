@@ -26,6 +26,7 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedInput, VisitError
 
 from optgraph.errors import OptGraphError, ParseError, Span, did_you_mean
+from optgraph.ir.constants import constant_bytes
 from optgraph.ir.gc_pause import gc_paused
 from optgraph.ir.graph import (
     ANNOTATION_KEYS,
@@ -61,6 +62,14 @@ class _Attr:
     value: AttrValue
     key_token: Token
     value_token: Token | None
+
+
+@dataclass(frozen=True)
+class _Constant:
+    """The values after a weight's `=`, and the first one's token (for errors)."""
+
+    values: tuple[Any, ...]
+    token: Token | None
 
 
 class _Builder(Transformer[Token, Any]):
@@ -268,11 +277,23 @@ class _Builder(Transformer[Token, Any]):
             raise self.at.error("an input takes only the 'device' annotation", type_token)
         return Input(str(name)[1:], tensor_type, self.at.span(name), ann)
 
+    def constant(self, children: list[Any]) -> _Constant:
+        items = [c for c in children if c is not None]
+        return _Constant(tuple(value for value, _ in items), items[0][1] if items else None)
+
     def weight_decl(self, children: list[Any]) -> Weight:
-        name, (tensor_type, _) = children[0], children[1]
+        name, (tensor_type, type_token) = children[0], children[1]
         placement = "device"
         ann = Annotations()
+        value: bytes | None = None
         for piece in children[2:]:
+            if isinstance(piece, _Constant):
+                try:
+                    value = constant_bytes(tensor_type, piece.values)
+                except ValueError as err:
+                    where = piece.token if piece.token is not None else type_token
+                    raise self.at.error(f"weight '{name}': {err}", where) from None
+                continue
             if isinstance(piece, Token):
                 placement = str(piece)
                 if placement not in WEIGHT_PLACEMENTS:
@@ -283,7 +304,7 @@ class _Builder(Transformer[Token, Any]):
                     )
             elif isinstance(piece, Annotations):
                 ann = piece
-        return Weight(str(name)[1:], tensor_type, placement, ann, self.at.span(name))
+        return Weight(str(name)[1:], tensor_type, placement, ann, self.at.span(name), value)
 
     def output_decl(self, children: list[Token]) -> list[Output]:
         return [Output(str(t)[1:], self.at.span(t)) for t in children]

@@ -1,8 +1,8 @@
 """`Graph` to canonical text: the same graph always prints the same way, and parses back equal.
 
 Canonical form: two-space indent; declarations in the order inputs, weights, nodes (issue order),
-outputs; attributes sorted by key; annotations in `ANNOTATION_KEYS` order; floats by `repr`, so
-`parse(print_graph(g)) == g`.
+outputs; a constant's value after its weight's annotations (`= [0, 1, 2]`); attributes sorted
+by key; annotations in `ANNOTATION_KEYS` order; floats by `repr`, so `parse(print_graph(g)) == g`.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 
+from optgraph.ir.constants import format_constant
 from optgraph.ir.graph import NO_ANNOTATIONS, Annotations, AttrValue, Graph, Node
 
 
@@ -71,7 +72,8 @@ def print_graph(graph: Graph) -> str:
     lines.extend(f"  input %{i.name} : {i.type}{format_annotations(i.ann)}" for i in graph.inputs)
     for w in graph.weights:
         placement = "" if w.placement == "device" else f" {w.placement}"
-        lines.append(f"  weight %{w.name} : {w.type}{placement}{format_annotations(w.ann)}")
+        value = "" if w.value is None else f" = {format_constant(w)}"
+        lines.append(f"  weight %{w.name} : {w.type}{placement}{format_annotations(w.ann)}{value}")
     lines.extend(format_node(n) for n in graph.nodes)
     if graph.outputs:
         lines.append("  output " + ", ".join(f"%{o.name}" for o in graph.outputs))

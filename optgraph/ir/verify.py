@@ -209,6 +209,14 @@ def _verify(graph: Graph) -> None:
             )
     for w in graph.weights:
         define(w.name, w.type, w.span)
+        if w.value is not None and (w.type.is_quantized or len(w.value) != w.type.nbytes):
+            diags.append(
+                Diagnostic(
+                    f"weight '%{w.name}' {w.type}: a constant's value has {len(w.value)} bytes, "
+                    f"not {w.type.nbytes}",
+                    w.span,
+                )
+            )
         if w.type.is_quantized:
             diags.extend(_quantized_weight_diagnostics(w))
         elif w.ann.layout is not None and w.type.rank != 2:

@@ -10,31 +10,29 @@ Numerics: f16 and bf16 ops compute in float32 and round each node's result to it
 `ml_dtypes.bfloat16`); a fused node evaluates its body node by node, with the same rounding, so it
 means exactly what the unfused nodes meant. Kernels are in `kernels`.
 
-Also here: seeded, well-scaled `random_inputs`/`random_weights` (integer inputs get values that
-are valid for the ops they feed), `.npz`/`.safetensors` loading and saving with checks, and `nmse`.
+Also here: `.npz`/`.safetensors` loading and saving with checks, and `nmse`; seeded random data
+(`random_inputs`/`random_weights`) is `random_data`'s, named here too.
 """
 
 from __future__ import annotations
 
 import math
-import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 
 from optgraph.errors import Diagnostic, InputError, VerifyError, did_you_mean
-from optgraph.ir.graph import FLOAT_DTYPES, Graph, Input, Node, TensorType, Weight
-from optgraph.ir.op_rules_attention import attention_operands
-from optgraph.ir.op_rules_moe import EXPERTS_AT
+from optgraph.ir.constants import with_constants
+from optgraph.ir.graph import Graph, Input, Node, TensorType, Weight
 from optgraph.ir.ops import attrs_with_defaults, get_op, infer_type
 from optgraph.ir.weight_layout import model_type, stored_array
-from optgraph.reference.dequantize import dequantize_operands, random_blocks
+from optgraph.reference.dequantize import dequantize_operands
 from optgraph.reference.kernels import KERNELS, ir_dtype, numpy_dtype
 from optgraph.reference.moe import stored_moe
 from optgraph.reference.npz_files import read_npz
+from optgraph.reference.random_data import random_inputs, random_weights
 
 __all__ = [
     "evaluate_node",
@@ -202,7 +200,8 @@ def run_reference(
     """Evaluate `graph` in issue order; the outputs by name, in the graph's output order."""
     env: dict[str, np.ndarray] = {}
     env.update(_check_arrays(inputs, graph.inputs, "input", "the given inputs", graph.name))
-    checked = _check_arrays(weights, graph.weights, "weight", "the given weights", graph.name)
+    given = with_constants(graph, weights)  # a constant not given: the graph's own value
+    checked = _check_arrays(given, graph.weights, "weight", "the given weights", graph.name)
     env.update((w.name, stored_array(w, checked[w.name])) for w in graph.weights)
     last_use: dict[str, int] = {}
     for index, node in enumerate(graph.nodes):
@@ -230,140 +229,6 @@ def nmse(actual: np.ndarray, expected: np.ndarray) -> float:
     if norm == 0.0:
         return 0.0 if err == 0.0 else math.inf
     return err / norm
-
-
-# -- random data -------------------------------------------------------------------------------
-
-
-@dataclass
-class _Use:
-    """What the ops reading one value need from it (merged over all its uses)."""
-
-    low: int = 0  # integer values: [low, high)
-    high: int | None = None
-    positive: bool = False  # read by log, sqrt, rsqrt or as the base of pow
-    norm_weight: bool = False  # the w of rms_norm / layer_norm: values near 1
-    bias: bool = False
-    fan_in: int | None = None  # a matrix operand of matmul / conv2d
-
-    def merge(self, other: _Use) -> None:
-        self.low = max(self.low, other.low)
-        if other.high is not None:
-            self.high = other.high if self.high is None else min(self.high, other.high)
-        self.positive |= other.positive
-        self.norm_weight |= other.norm_weight
-        self.bias |= other.bias
-        if other.fan_in is not None:
-            self.fan_in = other.fan_in
-
-
-_PASS_THROUGH = frozenset(
-    {"reshape", "transpose", "slice", "concat", "copy", "prefetch", "dequantize"}
-)
-
-
-def _direct_use(node: Node, index: int, types: Sequence[TensorType]) -> _Use:
-    op, attrs = node.op, attrs_with_defaults(node)
-    if op == "get_rows" and index == 1:
-        return _Use(high=math.prod(types[0].shape[:-1]))
-    if op == "kv_cache_write" and index == 2:
-        return _Use(high=types[0].shape[2] - types[1].shape[2] + 1)
-    if op == "attention" and index == attention_operands(len(types), bool(attrs["masked"])).kv_len:
-        sq, skv = types[0].shape[2], types[1].shape[2]
-        bottom_right = attrs["causal_align"] == "bottom_right"
-        return _Use(low=sq if attrs["causal"] and bottom_right and sq <= skv else 1, high=skv + 1)
-    if (op in ("log", "sqrt", "rsqrt") and index == 0) or (op == "pow" and index == 0):
-        return _Use(positive=True)
-    if op in ("rms_norm", "layer_norm") and index == 1:
-        return _Use(norm_weight=True)
-    if (op == "layer_norm" and index == 2) or (op == "conv2d" and index == 2):
-        return _Use(bias=True)
-    if op == "matmul" and types[index].rank >= 2:
-        t, transposed = types[index], attrs[f"transpose_{'ab'[index]}"]
-        rows_are_k = (index == 1) != bool(transposed)
-        return _Use(fan_in=t.shape[-2] if rows_are_k else t.shape[-1])
-    if op == "moe" and index >= EXPERTS_AT:  # an expert's rows: [F,H] or [H,F]
-        return _Use(fan_in=types[index].shape[-1])
-    if op == "conv2d" and index == 1:
-        return _Use(fan_in=math.prod(types[1].shape[1:]))
-    return _Use()
-
-
-def _uses(nodes: Sequence[Node], types: Mapping[str, TensorType]) -> dict[str, _Use]:
-    """Per value, the merged needs of its readers, followed back through views and copies."""
-    uses: dict[str, _Use] = {}
-    for node in reversed(nodes):
-        if node.is_event:
-            continue
-        result = uses.get(node.name)
-        if any(o not in types for o in node.operands):
-            continue  # an unverified graph: leave the data unconstrained rather than fail here
-        operand_types = [types[o] for o in node.operands]
-        if node.op == "fused" and node.body is not None:
-            inner_types = dict(zip(node.body.params, operand_types))
-            inner_types.update((n.name, n.type) for n in node.body.nodes if n.type is not None)
-            inner = _uses(node.body.nodes, inner_types)
-            for param, operand in zip(node.body.params, node.operands):
-                uses.setdefault(operand, _Use()).merge(inner.get(param, _Use()))
-            continue
-        for index, operand in enumerate(node.operands):
-            use = uses.setdefault(operand, _Use())
-            use.merge(_direct_use(node, index, operand_types))
-            if node.op in _PASS_THROUGH and result is not None:
-                use.merge(result)
-    return uses
-
-
-def _rng(seed: int, name: str) -> np.random.Generator:
-    """One generator per value, so a value's data does not depend on the others."""
-    return np.random.default_rng([seed, zlib.crc32(name.encode())])
-
-
-def _random_array(name: str, t: TensorType, use: _Use, seed: int, is_weight: bool) -> np.ndarray:
-    """Drawn in float32 (floats) or the target dtype (integers, bools), never in float64: a large
-    input must not need twice its own size while it is drawn."""
-    rng = _rng(seed, name)
-    if t.is_quantized:
-        return random_blocks(rng, t, 1.0 / math.sqrt(use.fan_in) if use.fan_in else 0.5)
-    if t.dtype == "bool":
-        return rng.integers(0, 2, size=t.shape, dtype=np.bool_)
-    if t.dtype not in FLOAT_DTYPES:
-        high = use.low + 16 if use.high is None else max(use.high, use.low + 1)
-        return rng.integers(use.low, high, size=t.shape, dtype=numpy_dtype(t.dtype))
-    values = rng.standard_normal(t.shape, dtype=np.float32)
-    if use.norm_weight:
-        values *= np.float32(0.1)
-        values += np.float32(1.0)
-    elif use.bias:
-        values *= np.float32(0.1)
-    elif is_weight and use.fan_in:
-        values *= np.float32(1.0 / math.sqrt(use.fan_in))
-    else:
-        values *= np.float32(0.5)
-    if use.positive:
-        np.abs(values, out=values)
-        values += np.float32(0.1)
-    return values if t.dtype == "f32" else values.astype(numpy_dtype(t.dtype))
-
-
-def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded inputs: floats ~ 0.5·N(0,1); integers valid for the ops that read them."""
-    uses = _uses(graph.nodes, graph.value_types())
-    return {
-        i.name: _random_array(i.name, i.type, uses.get(i.name, _Use()), seed, False)
-        for i in graph.inputs
-    }
-
-
-def random_weights(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded weights: matrices ~ N(0,1)/√fan_in, norm weights ~ 1, biases ~ 0.1·N(0,1); in the
-    model's layout (`weight_layout.model_type`), so a compiled graph draws the same arrays.
-    A quantized weight gets valid random blocks of about that spread (`random_blocks`)."""
-    uses = _uses(graph.nodes, graph.value_types())
-    return {
-        w.name: _random_array(w.name, model_type(w), uses.get(w.name, _Use()), seed, True)
-        for w in graph.weights
-    }
 
 
 # -- files -------------------------------------------------------------------------------------
@@ -399,8 +264,9 @@ def load_weights(path: str | Path, graph: Graph) -> dict[str, np.ndarray]:
 
         gguf = open_gguf(path)
         arrays = {w.name: gguf.array(w.name) for w in graph.weights if w.name in gguf.tensors}
+        arrays = with_constants(graph, arrays)
         return _check_arrays(arrays, graph.weights, "weight", f"file '{path}'", graph.name)
-    arrays = _read_arrays(path, "weights", (".npz", ".safetensors"))
+    arrays = with_constants(graph, _read_arrays(path, "weights", (".npz", ".safetensors")))
     return _check_arrays(arrays, graph.weights, "weight", f"file '{path}'", graph.name)
 
 
