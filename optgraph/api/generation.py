@@ -6,6 +6,7 @@ cached on disk.
     result.text, result.tokens, result.stats.decode_tokens_per_s
     for token in model.stream("Hello", max_new_tokens=32, temperature=0.8, seed=1):
         ...                                          # token ids as they are made
+    results = model.generate(["Hello", "Once upon a time"])   # a list: one Generation a prompt
 
 A model has a decode step (one token over the KV caches, updated in place) and, for checkpoints
 and GGUF files, prefill steps: the prompt padded to a bucket of 16, 32, 64, ... tokens (at most
@@ -25,7 +26,12 @@ Timing (`GenerationStats`): time to first token from the start of the prefill to
 on the host, prefill tokens/s (prompt tokens / that time), decode tokens/s (tokens after the
 first / the time from the first token to the last).
 
-Not handled: batches of prompts in one run (`generate` runs them one after another).
+A list of prompts: on the CPU with a GGUF file, generated together in batches of up to
+`MAX_BATCH` rows (`batch_generation.py`: one step for every row, each with its own length,
+positions and `kv_len`; each row's tokens are those of its prompt alone); elsewhere (the GPU, a
+checkpoint directory, an `.ir` step) one prompt after another.
+
+Not handled: batches on the GPU and of checkpoint directories (see `batch_generation.py`).
 """
 
 from __future__ import annotations
@@ -35,10 +41,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
+from optgraph.api.batch_generation import MAX_BATCH, rows_tokens
 from optgraph.api.model_sources import ModelSource, open_source
 from optgraph.api.program_cache import ProgramCache, cache_key, default_cache_dir
 from optgraph.api.programs import CompiledProgram, plan_graph
@@ -104,6 +111,15 @@ def bucket_for(length: int, context: int) -> int:
     while bucket < length:
         bucket *= 2
     return min(bucket, context)
+
+
+def is_prompt_list(prompt: Any) -> bool:
+    """A list of prompts (texts, or token id lists), not one prompt of token ids."""
+    return (
+        isinstance(prompt, list | tuple)
+        and len(prompt) > 0
+        and all(isinstance(p, str) or not isinstance(p, int | np.integer) for p in prompt)
+    )
 
 
 def cuda_usable() -> bool:
@@ -176,6 +192,7 @@ class GenerationModel:
         self.tokenizer = tokenizer
         self.progress = progress
         self.last_stats = GenerationStats()
+        self.last_row_stats: list[GenerationStats] = []
         self._steps: dict[str, CompiledStep] = {}
         self._weights: dict[str, dict[str, Any]] = {}
         self._device_loop: Any = None
@@ -212,7 +229,14 @@ class GenerationModel:
         return compiled
 
     def _build(self, kind: str) -> CompiledStep:
-        if kind == "decode":
+        if kind.startswith("rows-"):  # rows-B-decode, rows-B-prefill-N
+            parts = kind.split("-")
+            bucket = None if parts[2] == "decode" else int(parts[3])
+            rows = self.source.batch_step(int(parts[1]), bucket, self.context, self.dtype)
+            if rows is None:
+                raise OptGraphError(f"{self.source.path}: no batch steps")
+            step = rows
+        elif kind == "decode":
             step = self.source.decode_step(self.context, self.dtype)
         else:
             prefill = self.source.prefill_step(int(kind.split("-")[1]), self.context, self.dtype)
@@ -293,7 +317,87 @@ class GenerationModel:
                 if prefill is not None:
                     loop.prepare(prefill, self.weights(prefill))
 
+    def stop_tokens(self, stop_at_eos: bool = True) -> set[int]:
+        """The tokens that end a prompt's generation (it ends after `max_new_tokens` too)."""
+        return set(self.tokenizer.eos_ids) if stop_at_eos and self.tokenizer is not None else set()
+
+    @property
+    def batches(self) -> bool:
+        """Whether a list of prompts is generated together (module docstring)."""
+        return self.device == "cpu" and self.source.kind == "gguf"
+
+    def prepare_rows(self, lengths: Sequence[int]) -> None:
+        """Compile (or load) the batch steps the prompts of these lengths, in this order, take
+        (`stream_rows`), before generating."""
+        for start in range(0, len(lengths), MAX_BATCH):
+            chunk = lengths[start : start + MAX_BATCH]
+            if len(chunk) == 1 or not self.batches:
+                for length in sorted(set(chunk)):
+                    self.prepare(length)
+                continue
+            self.compiled(f"rows-{len(chunk)}-prefill-{bucket_for(max(chunk), self.context)}")
+            self.compiled(f"rows-{len(chunk)}-decode")
+
     # -- generating -------------------------------------------------------------------------
+
+    def stream_rows(
+        self,
+        prompts: Sequence[str | Sequence[int]],
+        max_new_tokens: int = 32,
+        *,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        chat: bool = False,
+        stop_at_eos: bool = True,
+    ) -> Iterator[tuple[int, int]]:
+        """(prompt index, token) for the new tokens of every prompt, generated together
+        (`batches`; else one prompt after another); each prompt's tokens are those `stream`
+        gives it alone. `last_row_stats`: each prompt's figures when done."""
+        sampling = Sampling(temperature, top_k, top_p, seed)
+        encoded = [self.encode(p, chat) for p in prompts]
+        for ids in encoded:  # before anything is compiled
+            self.check_length(len(ids), max_new_tokens)
+        rows = [self.prompt_tokens(ids) for ids in encoded]
+        stop = self.stop_tokens(stop_at_eos)
+        self.last_row_stats = [GenerationStats(prompt_tokens=len(ids)) for ids in rows]
+        for first in range(0, len(rows), MAX_BATCH):
+            chunk = rows[first : first + MAX_BATCH]
+            if not self.batches or len(chunk) == 1:
+                for row, ids in enumerate(chunk, first):
+                    for token in self.stream(
+                        ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                        seed=seed, stop_at_eos=stop_at_eos,
+                    ):  # fmt: skip
+                        self.last_row_stats[row] = self.last_stats  # set by its first token
+                        yield row, token
+                continue
+            found = self._rows(chunk, max_new_tokens, sampling, stop)
+            start = time.perf_counter()
+            firsts: dict[int, float] = {}
+            for row, token in found:
+                now = time.perf_counter()
+                stats = self.last_row_stats[first + row]
+                if row not in firsts:
+                    firsts[row] = now
+                    stats.ttft_s = now - start
+                stats.new_tokens += 1
+                stats.decode_s = now - firsts[row]
+                yield first + row, token
+
+    def _rows(
+        self, prompts: list[list[int]], max_new: int, sampling: Sampling, stop: set[int]
+    ) -> Iterator[tuple[int, int]]:
+        batch = len(prompts)
+        bucket = bucket_for(max(len(p) for p in prompts), self.context)
+        prefill = self.compiled(f"rows-{batch}-prefill-{bucket}")
+        decode = self.compiled(f"rows-{batch}-decode")
+        yield from rows_tokens(
+            (prefill.step, prefill.program, self.weights(prefill)),
+            (decode.step, decode.program, self.weights(decode)),
+            prompts, max_new, sampling, stop,
+        )  # fmt: skip
 
     def stream(
         self,
@@ -312,7 +416,7 @@ class GenerationModel:
         ids = self.encode(prompt, chat)
         self.check_length(len(ids), max_new_tokens)  # before anything is compiled
         ids = self.prompt_tokens(ids)
-        stop = set(self.tokenizer.eos_ids) if stop_at_eos and self.tokenizer is not None else set()
+        stop = self.stop_tokens(stop_at_eos)
         stats = GenerationStats(prompt_tokens=len(ids))
         self.last_stats = stats
         start = time.perf_counter()
@@ -327,14 +431,42 @@ class GenerationModel:
             stats.decode_s = now - first
             yield token
 
+    @overload
     def generate(
         self, prompt: str | Sequence[int], max_new_tokens: int = 32, **kw: Any
-    ) -> Generation:
-        """The new tokens and their text (`stream`'s options)."""
-        ids = self.encode(prompt, bool(kw.get("chat", False)))
-        tokens = list(self.stream(prompt, max_new_tokens, **kw))
-        text = None if self.tokenizer is None else self.tokenizer.decode(tokens)
-        return Generation(ids, tokens, text, self.last_stats)
+    ) -> Generation: ...
+
+    @overload
+    def generate(
+        self, prompt: list[str] | list[list[int]], max_new_tokens: int = 32, **kw: Any
+    ) -> list[Generation]: ...
+
+    def generate(
+        self,
+        prompt: str | Sequence[int] | list[str] | list[list[int]],
+        max_new_tokens: int = 32,
+        **kw: Any,
+    ) -> Generation | list[Generation]:
+        """The new tokens and their text (`stream`'s options): a `Generation`, or for a list
+        of prompts (texts or token id lists) a list of them, in order (`stream_rows`)."""
+        if is_prompt_list(prompt):
+            prompts: list[Any] = list(prompt)
+            tokens_of: list[list[int]] = [[] for _ in prompts]
+            for row, token in self.stream_rows(prompts, max_new_tokens, **kw):
+                tokens_of[row].append(token)
+            chat = bool(kw.get("chat", False))
+            return [
+                Generation(
+                    self.encode(p, chat), tokens, self._text(tokens), self.last_row_stats[row]
+                )
+                for row, (p, tokens) in enumerate(zip(prompts, tokens_of))
+            ]
+        ids = self.encode(prompt, bool(kw.get("chat", False)))  # type: ignore[arg-type]
+        tokens = list(self.stream(prompt, max_new_tokens, **kw))  # type: ignore[arg-type]
+        return Generation(ids, tokens, self._text(tokens), self.last_stats)
+
+    def _text(self, tokens: list[int]) -> str | None:
+        return None if self.tokenizer is None else self.tokenizer.decode(tokens)
 
     def detokenizer(self) -> Detokenizer | None:
         return None if self.tokenizer is None else Detokenizer(self.tokenizer)

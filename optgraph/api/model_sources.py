@@ -5,6 +5,7 @@ decode step with its weights file, behind one interface (`ModelSource`).
     source.fingerprint()                              # what its compiled programs depend on
     step = source.decode_step(context=512, dtype="f32")   # a StepGraph (frontends/step_graphs)
     prefill = source.prefill_step(16, 512, "f32")         # None for an .ir source
+    rows = source.batch_step(3, None, 512, "f32")         # 3 rows a step; None but for GGUF
     weights = source.weights(step)                    # arrays by the graph's weight names
     tokenizer = source.tokenizer()                    # None where the model has none
 
@@ -21,8 +22,13 @@ differs from the stored one.
 - `.ir`: `step_graphs.ir_decode_step`; the weights file (`.npz`, `.safetensors`, `.gguf`) as
   `optgraph run --weights` reads it; context and dtype are the graph's, fixed.
 
+Batch steps (`batch_step`: B rows in one run, `api/batch_generation.py`) only for GGUF files:
+llama_ir builds them with positions and `kv_len` per row. A checkpoint's steps are transformers'
+own forward, whose static cache writes one `cache_position` for every row, and an `.ir` step is
+what its file says.
+
 Not handled: several weights files for an `.ir`, `.ir` prefill steps (the prompt is fed one token
-a step).
+a step), batch steps of checkpoints and `.ir` files.
 """
 
 from __future__ import annotations
@@ -59,6 +65,10 @@ class ModelSource(Protocol):
     def decode_step(self, context: int, dtype: str) -> StepGraph: ...
 
     def prefill_step(self, bucket: int, context: int, dtype: str) -> StepGraph | None: ...
+
+    def batch_step(
+        self, batch: int, bucket: int | None, context: int, dtype: str
+    ) -> StepGraph | None: ...
 
     def weights(self, step: StepGraph) -> dict[str, Any]: ...
 
@@ -137,6 +147,11 @@ class CheckpointSource:
         step: StepGraph = self._model(dtype).prefill_step(bucket, context)
         return step
 
+    def batch_step(
+        self, batch: int, bucket: int | None, context: int, dtype: str
+    ) -> StepGraph | None:
+        return None
+
     def weights(self, step: StepGraph) -> dict[str, Any]:
         checkpoint = self.checkpoint
         out: dict[str, Any] = {}
@@ -202,6 +217,17 @@ class GGUFSource:
 
         return gguf_step(self.path, bucket, context, dtype)
 
+    def batch_step(
+        self, batch: int, bucket: int | None, context: int, dtype: str
+    ) -> StepGraph | None:
+        """`batch` rows: a prefill of `bucket` tokens a row, all at positions 0.. (shared), or
+        with `bucket` None a decode step of one token a row, each row at its own position."""
+        from optgraph.frontends.step_graphs import gguf_step
+
+        if bucket is None:
+            return gguf_step(self.path, 1, context, dtype, batch=batch, per_row=True)
+        return gguf_step(self.path, bucket, context, dtype, batch=batch)
+
     def weights(self, step: StepGraph) -> dict[str, Any]:
         return {w.name: self.file.array(step.tensor_name(w.name)) for w in step.graph.weights}
 
@@ -263,6 +289,11 @@ class IRSource:
         return self.step
 
     def prefill_step(self, bucket: int, context: int, dtype: str) -> StepGraph | None:
+        return None
+
+    def batch_step(
+        self, batch: int, bucket: int | None, context: int, dtype: str
+    ) -> StepGraph | None:
         return None
 
     def weights(self, step: StepGraph) -> dict[str, Any]:

@@ -122,7 +122,12 @@ def _add_generate(sub: Any) -> None:
     p.add_argument("model", metavar="MODEL", help="checkpoint directory, MODEL.gguf or MODEL.ir")
     g = p.add_argument_group("prompt (one of)")
     g.add_argument("--prompt", metavar="TEXT")
-    g.add_argument("--prompt-file", metavar="FILE", help="one prompt a line, run in turn")
+    g.add_argument(
+        "--prompt-file",
+        metavar="FILE",
+        help="one prompt a line: generated together (a GGUF file on the CPU) or in turn; "
+        "stdout holds one block a prompt, in order",
+    )
     g.add_argument("--tokens", type=_tokens, metavar="1,2,3", help="token ids, no tokenizer")
     g.add_argument("--chat", action="store_true", help="through the model's chat template")
     p.add_argument("--max-new-tokens", type=int, default=64, metavar="N", help="default 64")

@@ -6,7 +6,10 @@
 
 MODEL is a Hugging Face checkpoint directory, a `.gguf` file, or an `.ir` decode step with
 `--weights` (`api/model_sources.py`). The prompt is `--prompt TEXT`, each line of
-`--prompt-file F` (run one after another, each text on its own line), or `--tokens 1,2,3`; with
+`--prompt-file F`, or `--tokens 1,2,3`. A prompt file's prompts are generated together (a GGUF
+file on the CPU: `GenerationModel.stream_rows`) or one after another; either way stdout holds one
+block a prompt, in the file's order (its text and a new line), each streamed as it is made once
+the blocks before it are printed, and each prompt's figures follow its block on stderr; with
 `--chat` the text goes through the model's chat template. Sampling: greedy unless `--temperature`
 is above 0 (then `--top-k`, `--top-p`, `--seed`). Loading and compiling are progress phases on
 stderr (programs come from the cache, `--cache-dir`, after the first run; `--no-cache`: none);
@@ -104,13 +107,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         for ids in tokenized:  # before anything is compiled
             model.check_length(len(ids), args.max_new_tokens)
         tokenized = [model.prompt_tokens(ids) for ids in tokenized]
-        for length in sorted({len(ids) for ids in tokenized}):
-            model.prepare(length)
+        model.prepare_rows([len(ids) for ids in tokenized])
         model.progress = None
-    results = []
     try:
-        for ids in tokenized:
-            results.append(_generate_one(model, ids, args))
+        results = _generate_all(model, tokenized, args)
     finally:
         model.close()
     if args.json is not None:
@@ -121,24 +121,65 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _generate_one(model: Any, ids: list[int], args: argparse.Namespace) -> dict[str, Any]:
+class _Block:
+    """One prompt's output: its tokens, and the text not yet printed while a block before it is
+    still being made."""
+
+    def __init__(self, model: Any) -> None:
+        self.tokens: list[int] = []
+        self.detok = model.detokenizer()
+        self.held = ""
+        self.done = False
+
+    def push(self, token: int) -> str:
+        self.tokens.append(token)
+        if self.detok is None:
+            return f"{' ' if len(self.tokens) > 1 else ''}{token}"
+        piece: str = self.detok.push(token)
+        return piece
+
+    def end(self) -> str:
+        self.done = True
+        return ("" if self.detok is None else self.detok.flush()) + "\n"
+
+
+def _generate_all(
+    model: Any, prompts: list[list[int]], args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Generate every prompt (`stream_rows`) and print one block a prompt, in order (module
+    docstring): the first unfinished block streams, later ones are held until it ends."""
     out = sys.stdout
-    detok = model.detokenizer()
-    tokens: list[int] = []
-    stream = model.stream(
-        ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+    stop = model.stop_tokens(not args.ignore_eos)
+    blocks = [_Block(model) for _ in prompts]
+    shown = 0  # the block now printed as it comes
+
+    def write(text: str) -> None:
+        if text:
+            out.write(text)
+            out.flush()
+
+    rows = model.stream_rows(
+        prompts, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
         top_p=args.top_p, seed=args.seed, stop_at_eos=not args.ignore_eos,
     )  # fmt: skip
-    for token in stream:
-        tokens.append(token)
-        piece = f"{' ' if len(tokens) > 1 else ''}{token}" if detok is None else detok.push(token)
-        if piece:
-            out.write(piece)
-            out.flush()
-    out.write(("" if detok is None else detok.flush()) + "\n")
-    out.flush()
-    stats = model.last_stats
-    if not args.quiet:
-        print(_figures(stats), file=sys.stderr)
-    text = None if model.tokenizer is None else model.tokenizer.decode(tokens)
-    return {"prompt_ids": ids, "tokens": tokens, "text": text, **stats.as_dict()}
+    for row, token in rows:
+        block = blocks[row]
+        piece = block.push(token)
+        if token in stop or len(block.tokens) == args.max_new_tokens:
+            piece += block.end()  # the row's last token (stream_rows gives it no more)
+        if row == shown:
+            write(piece)
+        else:
+            block.held += piece
+        while shown < len(blocks) and blocks[shown].done:
+            if not args.quiet:
+                print(_figures(model.last_row_stats[shown]), file=sys.stderr)
+            shown += 1
+            if shown < len(blocks):
+                write(blocks[shown].held)
+                blocks[shown].held = ""
+    results = []
+    for ids, block, stats in zip(prompts, blocks, model.last_row_stats):
+        text = None if model.tokenizer is None else model.tokenizer.decode(block.tokens)
+        results.append({"prompt_ids": ids, "tokens": block.tokens, "text": text, **stats.as_dict()})
+    return results

@@ -122,11 +122,13 @@ def from_gguf(
     seq: int = 1,
     cache_len: int | None = None,
     dtype: str | None = None,
+    per_row: bool = False,
 ) -> tuple[Graph, dict[str, np.ndarray]]:
     """(graph, weights) of a GGUF file: a decode step over `cache_len` cached positions (default
     the context length, at most 4096), or a prefill (`mode="prefill"`) of `seq` tokens, for
     `batch` sequences. `dtype` (f32, f16, bf16) is the activations'; default the stored dtype
-    of the projections when it is f16 or bf16, else f32."""
+    of the projections when it is f16 or bf16, else f32. `per_row` (decode): each sequence with
+    its own positions and kv_len (llama_ir's `LlamaStep.per_row`)."""
     gguf = open_gguf(path)
     if mode not in MODES:
         raise InputError(f"from_gguf: mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -143,7 +145,9 @@ def from_gguf(
     if cache_len is None:
         context = gguf.metadata(f"{gguf.architecture}.context_length", DEFAULT_CACHE_LEN)
         cache_len = min(int(context), DEFAULT_CACHE_LEN)
-    step = LlamaStep(dtype=dtype, batch=batch, seq=seq, cache_len=cache_len, mode=mode)
+    step = LlamaStep(
+        dtype=dtype, batch=batch, seq=seq, cache_len=cache_len, mode=mode, per_row=per_row
+    )
     weights = LlamaWeights(name=gguf_weight_name, out_in=True, dtypes=dtypes)
     comment = f"# Imported from {Path(path).name} ({gguf.architecture}) by optgraph's from_gguf."
     try:

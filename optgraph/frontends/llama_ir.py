@@ -27,6 +27,13 @@ Modes:
   at `pos`, then attention runs over the cache limited by `kv_len` (causal when `seq > 1`).
   Inputs: `tokens i32[B*S]`, `pos i32[S]`, `kv_len i32[1]`, the caches. Outputs: logits
   `[B*S, vocab]`, then every layer's updated k and v cache.
+  With `per_row` each sequence has its own positions: `pos i32[B*S]` (row b's tokens at
+  `pos[b*S:(b+1)*S]`, consecutive), `kv_len i32[B]` (attention's per-row form), so rows of
+  different lengths, each left-aligned in its cache, step together. rope then sees the tokens
+  as one sequence `[1,B*S,H,D]` (a view) with their own positions, and each row's keys and
+  values are written at its own `pos[b*S]` by a `kv_cache_write` into its slice of the cache,
+  the rows joined by a `concat` (kv_cache_write's `pos` is one start for every row, so the
+  update is a copy of the caches here, not in place).
 - `prefill`: causal attention over the sequence itself, no cache. Inputs: `tokens`, `pos`.
   Output: logits.
 
@@ -124,13 +131,14 @@ class LlamaConfig:
 @dataclass(frozen=True)
 class LlamaStep:
     """One program of the model: its dtype (the activations'), batch, new tokens per sequence,
-    cache length and mode."""
+    cache length and mode; `per_row` (decode only): positions and kv_len per sequence."""
 
     dtype: str = "f32"
     batch: int = 1
     seq: int = 1
     cache_len: int = 32
     mode: str = "decode"
+    per_row: bool = False
 
 
 def _short_name(role: str, layer: int | None) -> str:
@@ -196,6 +204,8 @@ def check_llama(config: LlamaConfig, step: LlamaStep) -> None:
         raise ValueError(f"window ({c.window}) must not be negative")
     if c.experts:
         _check_experts(c)
+    if s.per_row and s.mode != "decode":
+        raise ValueError("per-row positions need mode decode (they index the caches)")
     if s.mode == "decode" and s.seq > s.cache_len:
         raise ValueError(f"seq ({s.seq}) must not exceed cache-len ({s.cache_len})")
 
@@ -343,6 +353,7 @@ class _Builder:
             f"{c.kv_heads} KV heads, head_dim {c.head_width}, ffn {c.ffn}, vocab {c.vocab}, "
             f"{s.dtype}, batch {s.batch}, seq {s.seq}"
             + (f", cache {s.cache_len}" if decode else "")
+            + (", positions per row" if s.per_row else "")
         )
         self.out(
             f"# eps {float(c.eps)!r}, rope theta {theta!r}{scaling}, bias on "
@@ -356,10 +367,10 @@ class _Builder:
         t = s.batch * s.seq
         self.out(f"graph llama_{s.mode} {{")
         self.out(f"  input %tokens : i32[{t}]")
-        self.out(f"  input %pos : i32[{s.seq}]")
+        self.out(f"  input %pos : i32[{t if s.per_row else s.seq}]")
         if s.mode == "decode":
             cache_ty = self.ty(s.batch, c.kv_heads, s.cache_len, c.head_width)
-            self.out("  input %kv_len : i32[1]")
+            self.out(f"  input %kv_len : i32[{s.batch if s.per_row else 1}]")
             for i in range(c.layers):
                 self.out(f"  input %l{i}.k_cache : {cache_ty}")
                 self.out(f"  input %l{i}.v_cache : {cache_ty}")
@@ -417,15 +428,25 @@ class _Builder:
             out(f"  {p}q_normed = rms_norm({q4}, {self.read('q_norm', i)}) {eps_attr} : {q_bshd}")
             out(f"  {p}k_normed = rms_norm({k4}, {self.read('k_norm', i)}) {eps_attr} : {kv_bshd}")
             q4, k4 = f"{p}q_normed", f"{p}k_normed"
-        out(f"  {p}q_rot = rope({q4}, %pos) {rope_attr} : {q_bshd}")
-        out(f"  {p}k_rot = rope({k4}, %pos) {rope_attr} : {kv_bshd}")
+        if s.per_row:
+            self.rope_rows(f"{p}q", q4, rope_attr, c.heads)
+            self.rope_rows(f"{p}k", k4, rope_attr, c.kv_heads)
+        else:
+            out(f"  {p}q_rot = rope({q4}, %pos) {rope_attr} : {q_bshd}")
+            out(f"  {p}k_rot = rope({k4}, %pos) {rope_attr} : {kv_bshd}")
         out(f"  {p}q_t = transpose({p}q_rot) {{perm = [0, 2, 1, 3]}} : {q_bhsd}")
         out(f"  {p}k_t = transpose({p}k_rot) {{perm = [0, 2, 1, 3]}} : {kv_bhsd}")
         out(f"  {p}v_t = transpose({p}v4) {{perm = [0, 2, 1, 3]}} : {kv_bhsd}")
         if s.mode == "decode":
             cache_ty = self.ty(b, c.kv_heads, s.cache_len, hd)
-            out(f"  {p}k_cache_new = kv_cache_write({p}k_cache, {p}k_t, {write_pos}) : {cache_ty}")
-            out(f"  {p}v_cache_new = kv_cache_write({p}v_cache, {p}v_t, {write_pos}) : {cache_ty}")
+            for kv in ("k", "v"):
+                if s.per_row:
+                    self.write_rows(i, kv)
+                else:
+                    out(
+                        f"  {p}{kv}_cache_new = kv_cache_write({p}{kv}_cache, {p}{kv}_t, "
+                        f"{write_pos}) : {cache_ty}"
+                    )
             # One query per sequence sees every cached key (causal then restricts nothing), but a
             # window needs `causal`.
             attrs = ""
@@ -464,6 +485,40 @@ class _Builder:
             mlp_out = f"{p}mlp_post"
         out(f"  {p}out = add({p}h_attn, {mlp_out}) : {h_ty}")
         return f"{p}out"
+
+    def rope_rows(self, prefix: str, x: str, rope_attr: str, heads: int) -> None:
+        """`{prefix}_rot = rope(x)` with each token at its own position (`per_row`): the
+        `[B,S,H,D]` tokens seen as one sequence of B*S, `pos i32[B*S]`."""
+        b, sq, hd = self.s.batch, self.s.seq, self.c.head_width
+        flat = self.ty(1, b * sq, heads, hd)
+        self.out(
+            f"  {prefix}_seq = reshape({x}) {{shape = {_ints(1, b * sq, heads, hd)}}} : {flat}"
+        )
+        self.out(f"  {prefix}_seq_rot = rope({prefix}_seq, %pos) {rope_attr} : {flat}")
+        self.out(
+            f"  {prefix}_rot = reshape({prefix}_seq_rot) {{shape = {_ints(b, sq, heads, hd)}}} : "
+            f"{self.ty(b, sq, heads, hd)}"
+        )
+
+    def write_rows(self, i: int, kv: str) -> None:
+        """`%l{i}.{kv}_cache_new`: each row's new keys (or values) written at its own position
+        `pos[b*S]` into its slice of the cache, the rows joined again (`per_row`)."""
+        c, s, p = self.c, self.s, f"%l{i}."
+        hd, sq = c.head_width, s.seq
+        row_cache = self.ty(1, c.kv_heads, s.cache_len, hd)
+        row_new = self.ty(1, c.kv_heads, sq, hd)
+        rows = []
+        for b in range(s.batch):
+            cut = f"{{axis = 0, end = {b + 1}, start = {b}}}"
+            self.out(f"  {p}{kv}_cache.r{b} = slice({p}{kv}_cache) {cut} : {row_cache}")
+            self.out(f"  {p}{kv}_t.r{b} = slice({p}{kv}_t) {cut} : {row_new}")
+            self.out(
+                f"  {p}{kv}_cache_new.r{b} = kv_cache_write({p}{kv}_cache.r{b}, {p}{kv}_t.r{b}, "
+                f"%write_pos.r{b}) : {row_cache}"
+            )
+            rows.append(f"{p}{kv}_cache_new.r{b}")
+        cache_ty = self.ty(s.batch, c.kv_heads, s.cache_len, hd)
+        self.out(f"  {p}{kv}_cache_new = concat({', '.join(rows)}) {{axis = 0}} : {cache_ty}")
 
     def mlp(self, i: int, x: str, h_ty: str) -> None:
         """`%l{i}.mlp_out`: the gated MLP of layer i over `x`."""
@@ -508,7 +563,14 @@ class _Builder:
         self.out("")
         self.embedding(h_ty)
         write_pos = "%pos"
-        if decode and s.seq > 1:
+        if decode and s.per_row:
+            for b in range(s.batch):  # each row's first new token's position, i32[1]
+                start = b * s.seq
+                self.out(
+                    f"  %write_pos.r{b} = slice(%pos) {{axis = 0, end = {start + 1}, "
+                    f"start = {start}}} : i32[1]"
+                )
+        elif decode and s.seq > 1:
             # kv_cache_write takes the start row as i32[1]: the first new token's position.
             write_pos = "%write_pos"
             self.out("  %write_pos = slice(%pos) {axis = 0, end = 1, start = 0} : i32[1]")

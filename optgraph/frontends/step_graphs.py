@@ -8,10 +8,12 @@ generation loop, whatever the model came from.
 
 A `StepGraph` is a graph plus `roles`, one per input:
 
-- `tokens`: the new tokens' ids (`[1,S]` for Hugging Face steps, `[S]` for llama_ir's);
-- `position_ids` (`[1,S]`) / `positions` (`[S]`): their positions, `start .. start+S-1`;
+- `tokens`: the new tokens' ids (`[1,S]` for Hugging Face steps, `[B*S]` for llama_ir's, B
+  sequences of S);
+- `position_ids` (`[1,S]`) / `positions` (`[S]`): their positions, `start .. start+S-1`; a
+  llama_ir step with positions per row: `[B*S]`, row b's `start_b .. start_b+S-1`;
 - `cache_position` (`[1]`): the first new token's position;
-- `kv_len` (`[1]`): the cache rows attended to after the step, `start + S`;
+- `kv_len` (`[1]`): the cache rows attended to after the step, `start + S` (`[B]` per row);
 - `last` (`[1,1]`): the row whose logits the step returns (the prompt's last real token);
 - `cache`: a KV cache, updated in place by the step (`cache_outputs`, in the same order).
 
@@ -22,7 +24,7 @@ only token) or "all" (one per new token: the loop reads row `n - 1`). Three sour
 serves as the prefill too: it writes all of them into the caches at `pos`), and `ir_decode_step`
 (an `.ir` decode step whose inputs carry llama_ir's or `hf_steps`' names).
 
-Not handled: batches (every step here is one sequence).
+Not handled: batches of Hugging Face or `.ir` steps (those are one sequence).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from optgraph.errors import InputError
-from optgraph.ir.graph import Graph
+from optgraph.ir.graph import Graph, Node
 
 ROLES = ("tokens", "position_ids", "positions", "cache_position", "kv_len", "last", "cache")
 # llama_ir's and hf_steps' input names -> their roles (an `.ir` decode step is read by name)
@@ -68,10 +70,16 @@ class StepGraph:
         return tuple(n for n, role in self.roles.items() if role == "cache")
 
     @property
+    def batch(self) -> int:
+        """Sequences a run takes (B): the caches' first axis."""
+        caches = self.cache_inputs
+        return self.graph.value_types()[caches[0]].shape[0] if caches else 1
+
+    @property
     def seq(self) -> int:
-        """New tokens a run takes (S)."""
+        """New tokens a run takes per sequence (S)."""
         tokens = next(n for n, role in self.roles.items() if role == "tokens")
-        return self.graph.value_types()[tokens].shape[-1]
+        return self.graph.value_types()[tokens].shape[-1] // self.batch
 
     @property
     def vocab(self) -> int:
@@ -79,14 +87,36 @@ class StepGraph:
 
 
 def updated_caches(graph: Graph) -> dict[str, str]:
-    """{cache input: output}: each input that a `kv_cache_write` output of the graph updates."""
+    """{cache input: output}: each input that a `kv_cache_write` output of the graph updates,
+    or (llama_ir's rows with their own positions) a `concat` along axis 0 of `kv_cache_write`s
+    into slices of that input, one a row."""
     inputs = set(graph.input_names())
     outputs = set(graph.output_names())
-    return {
-        node.operands[0]: node.name
-        for node in graph.nodes
-        if node.op == "kv_cache_write" and node.operands[0] in inputs and node.name in outputs
-    }
+    nodes = {node.name: node for node in graph.nodes}
+    types = graph.value_types()
+    found = {}
+    for node in graph.nodes:
+        if node.name not in outputs:
+            continue
+        if node.op == "kv_cache_write" and node.operands[0] in inputs:
+            found[node.operands[0]] = node.name
+        elif node.op == "concat" and node.attrs.get("axis") == 0:
+            sources = {_sliced_cache(nodes, operand) for operand in node.operands}
+            source = sources.pop() if len(sources) == 1 else None
+            if source in inputs and types[source] == types[node.name]:  # every row written
+                found[str(source)] = node.name
+    return found
+
+
+def _sliced_cache(nodes: dict[str, Node], name: str) -> str | None:
+    """The value whose axis-0 slice a `kv_cache_write` `name` writes into, if it is one."""
+    write = nodes.get(name)
+    if write is None or write.op != "kv_cache_write":
+        return None
+    cut = nodes.get(write.operands[0])
+    if cut is None or cut.op != "slice" or cut.attrs.get("axis") != 0:
+        return None
+    return cut.operands[0]
 
 
 def ir_decode_step(graph: Graph) -> StepGraph:
@@ -114,6 +144,11 @@ def ir_decode_step(graph: Graph) -> StepGraph:
             f"(the logits), got {len(others)}: {', '.join(others) or 'none'}"
         )
     step = StepGraph(graph, roles, others[0], tuple(written[n] for n in roles if n in written))
+    if step.batch != 1:
+        raise InputError(
+            f"generate: graph '{graph.name}' has caches of {step.batch} sequences; a decode "
+            "step of an .ir model is one sequence"
+        )
     if step.seq != 1:
         raise InputError(
             f"generate: graph '{graph.name}' takes {step.seq} tokens a step; a decode step takes 1"
@@ -121,12 +156,23 @@ def ir_decode_step(graph: Graph) -> StepGraph:
     return step
 
 
-def gguf_step(path: str | Path, seq: int, context: int, dtype: str | None = None) -> StepGraph:
+def gguf_step(
+    path: str | Path,
+    seq: int,
+    context: int,
+    dtype: str | None = None,
+    batch: int = 1,
+    per_row: bool = False,
+) -> StepGraph:
     """llama_ir's decode form of a GGUF file (`og.from_gguf(mode="decode")`): `seq` new tokens
-    written into caches of `context` rows; logits for every new token."""
+    of each of `batch` sequences written into caches of `context` rows; logits for every new
+    token. `per_row`: each sequence with its own positions and kv_len."""
     from optgraph.frontends.gguf import from_gguf
 
-    graph, _ = from_gguf(path, mode="decode", seq=seq, cache_len=context, dtype=dtype)
+    graph, _ = from_gguf(
+        path, mode="decode", batch=batch, seq=seq, cache_len=context, dtype=dtype,
+        per_row=per_row,
+    )  # fmt: skip
     return llama_ir_step(graph)
 
 
