@@ -141,3 +141,23 @@ def test_the_cli_prints_one_block_a_prompt_in_order(
     assert [r["tokens"] for r in results] == expected
     assert captured.out == "".join(r["text"] + "\n" for r in results)
     assert captured.err.count("new: first token") == len(PROMPTS)
+
+
+def test_batch_steps_come_from_the_program_cache(
+    batch_file: tuple[Path, list[list[int]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, expected = batch_file
+    first = og.load(path, device="cpu", cache_dir=tmp_path)
+    assert [r.tokens for r in first.generate(list(PROMPTS), NEW, stop_at_eos=False)] == expected
+    first.close()
+    entries = sorted(p.name for p in tmp_path.rglob("*") if p.is_file())
+    assert len(entries) >= 2  # the batch prefill and decode programs
+
+    def no_build(self: Any, kind: str) -> Any:
+        raise AssertionError(f"{kind} built again")
+
+    monkeypatch.setattr(generation.GenerationModel, "_build", no_build)
+    second = og.load(path, device="cpu", cache_dir=tmp_path)
+    assert [r.tokens for r in second.generate(list(PROMPTS), NEW, stop_at_eos=False)] == expected
+    second.close()
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == entries
