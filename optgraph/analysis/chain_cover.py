@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import zip_longest
 
 
 class TooWide(Exception):
@@ -49,60 +50,64 @@ class Reachability:
 
         budget = LABEL_BUDGET if budget is None else budget
         n = len(preds)
-        self.chain = np.zeros(n, dtype=np.int64)
-        self.pos = np.zeros(n, dtype=np.int64)  # 1-based position on its chain
+        # Built in lists (C is a few chains: NumPy's per-call cost would dominate each row),
+        # then kept as arrays too. A row is as long as the chains were when it was made; the
+        # chains made since are 0 in it (no ancestor there).
         capacity = 8
-        anc = np.zeros((n, capacity), dtype=np.int32)
+        rows: list[list[int]] = []
+        chain: list[int] = []
+        pos: list[int] = []  # 1-based position on its chain
         tail_node: list[int] = []  # last node of each chain
-        tail_pos = np.zeros(capacity, dtype=np.int32)
-        chain = self.chain
-        pos = self.pos
+        tail_pos: list[int] = []
         for v in range(n):
             ps = preds[v]
             if len(ps) == 1:
-                row = anc[ps[0]].copy()
+                row = rows[ps[0]].copy()
             elif ps:
-                row = anc[list(ps)].max(axis=0)
+                row = [max(column) for column in zip_longest(*(rows[p] for p in ps), fillvalue=0)]
             else:
-                row = np.zeros(capacity, dtype=np.int32)
+                row = []
             c = -1
             for p in ps:  # prefer extending a direct predecessor's chain
                 if tail_node[chain[p]] == p:
-                    c = int(chain[p])
+                    c = chain[p]
                     break
             if c < 0 and ps:
-                hits = np.flatnonzero(
-                    (tail_pos[: len(tail_node)] == row[: len(tail_node)])
-                    & (row[: len(tail_node)] > 0)
-                )
-                if hits.size:
-                    c = int(hits[0])
+                for k, ancestor in enumerate(row):
+                    if ancestor > 0 and tail_pos[k] == ancestor:
+                        c = k
+                        break
             if c < 0:
                 c = len(tail_node)
                 tail_node.append(-1)
+                tail_pos.append(0)
                 if c >= capacity:
                     capacity *= 2
                     if n * capacity > budget:
                         raise TooWide(f"{n} nodes need more than {capacity // 2} chains")
-                    grown = np.zeros((n, capacity), dtype=np.int32)
-                    grown[:, : anc.shape[1]] = anc
-                    anc = grown
-                    tail_pos = np.concatenate(
-                        [tail_pos, np.zeros(capacity - len(tail_pos), np.int32)]
-                    )
-                    row = np.concatenate([row, np.zeros(capacity - len(row), np.int32)])
+            if len(row) <= c:
+                row.extend([0] * (c + 1 - len(row)))
             tail_node[c] = v
             tail_pos[c] += 1
-            chain[v] = c
-            pos[v] = tail_pos[c]
+            chain.append(c)
+            pos.append(tail_pos[c])
             row[c] = tail_pos[c]
-            anc[v] = row
-        self.anc = anc[:, : len(tail_node)]
-        self.chains = len(tail_node)
+            rows.append(row)
+        chains = len(tail_node)
+        for row in rows:
+            if len(row) < chains:
+                row.extend([0] * (chains - len(row)))
+        self.rows = rows  # rows[v][c]: the position of v's latest ancestor on chain c (0: none)
+        self.chain_of = chain
+        self.pos_of = pos
+        self.anc = np.array(rows, dtype=np.int32).reshape(n, chains)
+        self.chain = np.array(chain, dtype=np.int64)
+        self.pos = np.array(pos, dtype=np.int64)
+        self.chains = chains
 
     def reaches(self, u: int, v: int) -> bool:
         """Whether there is a path u -> ... -> v (True for u == v)."""
-        return bool(self.anc[v, self.chain[u]] >= self.pos[u])
+        return self.rows[v][self.chain_of[u]] >= self.pos_of[u]
 
 
 def transitive_reduction(
@@ -116,7 +121,7 @@ def transitive_reduction(
             reach = Reachability(preds)
         except TooWide:
             return _reduction_by_search(preds)
-    anc, chain, pos = reach.anc, reach.chain, reach.pos
+    anc, rows, chain, pos = reach.anc, reach.rows, reach.chain_of, reach.pos_of
     reduced: list[list[int]] = []
     for ps in preds:
         unique = list(dict.fromkeys(ps))
@@ -126,15 +131,15 @@ def transitive_reduction(
             keep = []
             for p in unique:
                 cp, sp = chain[p], pos[p]
-                if not any(q != p and anc[q, cp] >= sp for q in unique):
+                if not any(q != p and rows[q][cp] >= sp for q in unique):
                     keep.append(p)
             reduced.append(keep)
         else:
-            rows = anc[unique]  # d × C: the two largest per column tell "another pred reaches p"
-            top = np.argmax(rows, axis=0)
-            first = rows[top, np.arange(rows.shape[1])]
-            masked = rows.copy()
-            masked[top, np.arange(rows.shape[1])] = -1
+            block = anc[unique]  # d × C: the two largest per column tell "another pred reaches p"
+            top = np.argmax(block, axis=0)
+            first = block[top, np.arange(block.shape[1])]
+            masked = block.copy()
+            masked[top, np.arange(block.shape[1])] = -1
             second = masked.max(axis=0)
             keep = []
             for i, p in enumerate(unique):
@@ -330,7 +335,7 @@ def width(preds: Sequence[Sequence[int]], reach: Reachability | None = None) -> 
         except TooWide:  # start from the minimum path cover: its chains are real paths
             cover = path_cover(preds)
             return _min_flow(cover.reduced, cover.chain_of, None)
-    return _min_flow(transitive_reduction(preds, reach), [int(c) for c in reach.chain], reach)
+    return _min_flow(transitive_reduction(preds, reach), list(reach.chain_of), reach)
 
 
 def _min_flow(

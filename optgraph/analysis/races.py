@@ -19,6 +19,7 @@ from __future__ import annotations
 import operator
 from bisect import bisect_left, insort
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from optgraph.analysis.happens_before import happens_before, operands_read
 from optgraph.errors import Diagnostic, Span
@@ -30,11 +31,11 @@ END = -1  # the graph's end, as the second party of a race
 _NEVER = (1 << 63) - 1  # a sequence number no access reaches
 
 
-@dataclass(frozen=True)
-class Access:
+class Access(NamedTuple):
     """`node` (an index in issue order) reads or writes `value` on `device`. `within`: the
     bytes [lo, hi) of its root buffer the access touches (a read through an aliasing view: the
-    view's bytes); None: the whole buffer."""
+    view's bytes); None: the whole buffer. A named tuple: the race search makes one per read and
+    write of every buffer, and a frozen dataclass costs several times more to make."""
 
     node: int
     value: str

@@ -18,6 +18,14 @@ from collections.abc import Sequence
 
 from optgraph.analysis.fusion_rules import NORM_OPS, plan_region, reduction_cols
 from optgraph.ir.graph import Graph, Node, TensorType
+from optgraph.ir.op_specs import typed_value
+
+
+def _signature(node: Node, types: dict[str, TensorType]) -> tuple[object, ...]:
+    """What `plan_region` reads of a node besides its name: op, attributes, operand and result
+    types."""
+    attrs = tuple((k, typed_value(v)) for k, v in node.attrs.items())
+    return node.op, attrs, tuple(types.get(o) for o in node.operands), node.type
 
 
 def _shares_row_norm(
@@ -26,9 +34,14 @@ def _shares_row_norm(
     norm: Node,
     readers: Sequence[int],
     outputs: frozenset[str],
+    fusable: dict[tuple[object, ...], bool],
 ) -> bool:
     """`norm` normalizes one row, is no graph output, and every reader (two or more) is a
-    one-row product on its stream and backend reading it as the row: each can recompute it."""
+    one-row product on its stream and backend reading it as the row: each can recompute it.
+
+    `fusable`: whether `plan_region` made one kernel of earlier pairs, by both nodes'
+    signatures: a reader reads the norm as its row only, so the pair's plan depends on nothing
+    else, and a model's repeated layers are planned once, not once a pair."""
     if norm.op not in NORM_OPS or len(readers) < 2 or norm.name in outputs:
         return False
     if types[norm.operands[0]].numel != reduction_cols(norm, types[norm.operands[0]]):
@@ -42,8 +55,11 @@ def _shares_row_norm(
             norm.ann.backend,
         ):
             return False
-        plan, _ = plan_region([norm, reader], types)
-        if plan is None:
+        key = (_signature(norm, types), _signature(reader, types))
+        found = fusable.get(key)
+        if found is None:
+            found = fusable[key] = plan_region([norm, reader], types)[0] is not None
+        if not found:
             return False
     return True
 
@@ -61,6 +77,7 @@ def recompute_row_norms(graph: Graph, max_k: int = 2048) -> tuple[Graph, dict[st
     taken = {n.name for n in graph.nodes} | set(types)
     outputs = frozenset(graph.output_names())
     copies: dict[str, str] = {}
+    fusable: dict[tuple[object, ...], bool] = {}
     out: list[Node] = []
     renamed: dict[int, Node] = {}
     for i, node in enumerate(graph.nodes):
@@ -69,7 +86,7 @@ def recompute_row_norms(graph: Graph, max_k: int = 2048) -> tuple[Graph, dict[st
             out.append(renamed.pop(i, node))
             continue
         readers = sorted(set(users.get(node.name, [])))
-        if not _shares_row_norm(graph, types, node, readers, outputs):
+        if not _shares_row_norm(graph, types, node, readers, outputs, fusable):
             out.append(renamed.pop(i, node))
             continue
         for k, r in enumerate(readers):

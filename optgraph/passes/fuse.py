@@ -90,6 +90,9 @@ class _State:
     outputs: frozenset[str]
     group_of: list[int | None]
     members: dict[int, list[int]]
+    # Per group root: (anchors, products, norms) among its members, so a union that
+    # `plan_region` would refuse for its anchors alone is refused without building it.
+    anchors: dict[int, tuple[int, int, int]]
     planned: bool
     hb: HappensBefore | None
     ranges: dict[str, tuple[int, int]]  # arena byte range of each value (planned graphs)
@@ -205,6 +208,9 @@ def _try_absorb(state: _State, root: int, producer: int, max_ops: int) -> bool:
         return False
     if state.row_prologues and _joins_row_products(state, root, producer):
         return False
+    anchors = _joined_anchors(state.anchors[root], state.anchors[producer])
+    if anchors is None:
+        return False
     union = sorted(mine + theirs)
     plan, _ = plan_region([nodes[j] for j in union], state.types)
     if plan is None:
@@ -222,8 +228,27 @@ def _try_absorb(state: _State, root: int, producer: int, max_ops: int) -> bool:
     for j in theirs:
         state.group_of[j] = root
     state.members[root] = union
-    del state.members[producer]
+    state.anchors[root] = anchors
+    del state.members[producer], state.anchors[producer]
     return True
+
+
+def _anchor_counts(node: Node, types: dict[str, TensorType]) -> tuple[int, int, int]:
+    """(anchors, products, norms) of a group of the one fusable `node`."""
+    if is_elementwise(node):
+        return (0, 0, 0)
+    return (1, int(is_anchor(node, types) == PRODUCT), int(node.op in NORM_OPS))
+
+
+def _joined_anchors(
+    a: tuple[int, int, int], b: tuple[int, int, int]
+) -> tuple[int, int, int] | None:
+    """The anchor counts of two groups' union, or None where `plan_region` refuses it for them:
+    more than one anchor, unless one product and norms (its row prologue)."""
+    anchors, products, norms = a[0] + b[0], a[1] + b[1], a[2] + b[2]
+    if anchors > 1 and not (products == 1 and anchors == 1 + norms):
+        return None
+    return anchors, products, norms
 
 
 def _row_product_root(state: _State, i: int) -> bool:
@@ -347,6 +372,7 @@ class FusePass(Pass):
             outputs=frozenset(graph.output_names()),
             group_of=[None] * len(graph.nodes),
             members={},
+            anchors={},
             planned=planned,
             hb=happens_before(graph) if planned else None,
             ranges=_arena_ranges(graph, types) if planned else {},
@@ -361,6 +387,7 @@ class FusePass(Pass):
                 continue
             state.group_of[i] = i
             state.members[i] = [i]
+            state.anchors[i] = _anchor_counts(node, types)
             _grow(state, i, self.max_ops)
         regions = {root: group for root, group in state.members.items() if len(group) > 1}
         if not regions:
