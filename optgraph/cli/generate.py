@@ -178,6 +178,9 @@ def _generate_all(
             if shown < len(blocks):
                 write(blocks[shown].held)
                 blocks[shown].held = ""
+    for block in blocks[shown:]:  # none when every row ended by the rule above
+        write(block.held + ("" if block.done else block.end()))
+        block.held = ""
     results = []
     for ids, block, stats in zip(prompts, blocks, model.last_row_stats):
         text = None if model.tokenizer is None else model.tokenizer.decode(block.tokens)
