@@ -24,11 +24,13 @@ larger ones (rope tables, masks) stay plain weights that the import's weights fi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-
-import ml_dtypes
-import numpy as np
+from functools import cache
+from typing import TYPE_CHECKING
 
 from optgraph.ir.graph import DTYPES, Graph, TensorType, Weight
+
+if TYPE_CHECKING:  # NumPy is imported where a constant's value is touched, not with the IR
+    import numpy as np
 
 __all__ = [
     "INLINE_LIMIT",
@@ -44,15 +46,19 @@ INLINE_LIMIT = 4096  # elements: constants an importer writes into the graph, at
 
 Number = int | float | bool
 
-_NUMPY: dict[str, np.dtype] = {
-    "f32": np.dtype(np.float32),
-    "f16": np.dtype(np.float16),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
-    "i32": np.dtype(np.int32),
-    "i64": np.dtype(np.int64),
-    "bool": np.dtype(np.bool_),
-}
 _FLOATS = ("f32", "f16", "bf16")
+
+
+@cache
+def _numpy(dtype: str) -> np.dtype:
+    """The NumPy dtype of an IR dtype (NumPy and ml_dtypes imported on the first call: printing
+    or parsing a graph without constants, and the CLI's front door, never load them)."""
+    import ml_dtypes
+    import numpy as np
+
+    kinds = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "i32": np.int32,
+             "i64": np.int64, "bool": np.bool_}  # fmt: skip
+    return np.dtype(kinds[dtype])
 
 
 def is_constant(weight: Weight) -> bool:
@@ -61,8 +67,10 @@ def is_constant(weight: Weight) -> bool:
 
 def _canonical(array: np.ndarray) -> np.ndarray:
     """Little-endian, row-major, NaNs as the dtype's canonical quiet NaN."""
+    import numpy as np
+
     array = np.ascontiguousarray(array)
-    if array.dtype.kind == "f" or array.dtype == _NUMPY["bf16"]:
+    if array.dtype.kind == "f" or array.dtype == _numpy("bf16"):
         nan = np.isnan(array.astype(np.float32))
         if nan.any():
             array = array.copy()
@@ -72,9 +80,11 @@ def _canonical(array: np.ndarray) -> np.ndarray:
 
 def array_bytes(array: np.ndarray, t: TensorType) -> bytes:
     """The value bytes of a constant of type `t` holding `array` (cast to t's dtype)."""
+    import numpy as np
+
     if t.dtype not in DTYPES:
         raise ValueError(f"a constant cannot have dtype {t.dtype}")
-    typed = np.asarray(array).astype(_NUMPY[t.dtype], copy=False)
+    typed = np.asarray(array).astype(_numpy(t.dtype), copy=False)
     if typed.shape != t.shape:
         raise ValueError(f"a constant of type {t} holds an array of shape {typed.shape}")
     return _canonical(typed).tobytes()
@@ -84,6 +94,8 @@ def constant_bytes(t: TensorType, values: Sequence[Number]) -> bytes:
     """The value bytes of a constant of type `t` from its values as written (row-major); a
     `ValueError` saying what does not fit: the count, a float or bool for an integer dtype, a
     number for a bool, an integer out of the dtype's range."""
+    import numpy as np
+
     if t.dtype not in DTYPES:
         raise ValueError(f"a constant cannot have dtype {t.dtype}")
     if len(values) != t.numel:
@@ -97,24 +109,28 @@ def constant_bytes(t: TensorType, values: Sequence[Number]) -> bytes:
     else:
         if any(not isinstance(v, int) or isinstance(v, bool) for v in values):
             raise ValueError(f"a {t} constant takes integers only")
-        info = np.iinfo(_NUMPY[t.dtype])
+        info = np.iinfo(_numpy(t.dtype))
         bad = next((v for v in values if not info.min <= int(v) <= info.max), None)
         if bad is not None:
             raise ValueError(f"{bad} is out of range for {t.dtype}")
-    wide = np.float32 if t.dtype == "bf16" else _NUMPY[t.dtype]  # decimal -> f32 -> bf16: exact
-    array = np.array(values, dtype=wide).astype(_NUMPY[t.dtype]).reshape(t.shape)
+    wide = np.float32 if t.dtype == "bf16" else _numpy(t.dtype)  # decimal -> f32 -> bf16: exact
+    array = np.array(values, dtype=wide).astype(_numpy(t.dtype)).reshape(t.shape)
     return _canonical(array).tobytes()
 
 
 def constant_array(weight: Weight) -> np.ndarray:
     """A constant's value as a new array of its type."""
+    import numpy as np
+
     assert weight.value is not None, f"weight '%{weight.name}' is not a constant"
-    dtype = _NUMPY[weight.type.dtype].newbyteorder("<")
+    dtype = _numpy(weight.type.dtype).newbyteorder("<")
     flat = np.frombuffer(weight.value, dtype=dtype)
-    return flat.astype(_NUMPY[weight.type.dtype]).reshape(weight.type.shape)
+    return flat.astype(_numpy(weight.type.dtype)).reshape(weight.type.shape)
 
 
 def _text(value: np.generic, dtype: str) -> str:
+    import numpy as np
+
     if dtype == "bool":
         return "true" if value else "false"
     if dtype in _FLOATS:  # numpy's shortest round-trip text; nan, inf, -inf as words
