@@ -58,7 +58,8 @@ def _numpy(dtype: str) -> np.dtype:
 
     kinds = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "i32": np.int32,
              "i64": np.int64, "bool": np.bool_}  # fmt: skip
-    return np.dtype(kinds[dtype])
+    found: np.dtype = np.dtype(kinds[dtype])
+    return found
 
 
 def is_constant(weight: Weight) -> bool:
