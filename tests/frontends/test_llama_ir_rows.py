@@ -88,3 +88,31 @@ def test_rows_equal_their_own_steps(seq: int, executor: str) -> None:
 def test_per_row_needs_decode() -> None:
     with pytest.raises(ValueError, match="per-row positions need mode decode"):
         llama_ir(CONFIG, LlamaStep(batch=2, mode="prefill", per_row=True))
+
+
+def test_the_cuda_lowering_in_the_emulator_equals_the_reference() -> None:
+    """The per-row step's CUDA kernels (attention with `kv_len [B]`, the rows' kv_cache_writes
+    into slices, their concat), every kernel emulated on the CPU, give the reference's logits and
+    caches; no cache comes out in place (the concat copies: docs/generate.md)."""
+    from optgraph.codegen.lower_cuda import lower_cuda
+    from optgraph.codegen.plan.in_place_outputs import in_place_candidates
+    from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
+    from optgraph.reference.interpreter import nmse
+    from tests.support import cuda_emulator
+
+    if not cuda_emulator.available():
+        pytest.skip("needs g++")
+    rows = _graph(3, 1, per_row=True)
+    weights = _weights(rows)
+    starts = np.array([4, 9, 0], np.int32)
+    feed = {"tokens": np.array([3, 7, 11], np.int32), "pos": starts, "kv_len": starts + 1}
+    feed |= _caches(rows, np.random.default_rng(1))
+    want = run_reference(rows, feed, weights)
+    planned = run_pipeline(rows, DEFAULT_PIPELINE)
+    pairs = in_place_candidates(planned)
+    assert pairs == {}
+    plan = lower_cuda(planned, in_place=pairs)
+    got = cuda_emulator.run_plan(plan, {k: v.copy() for k, v in feed.items()}, weights, planned)
+    for name in rows.output_names():
+        error = nmse(np.asarray(got[name], np.float64), np.asarray(want[name], np.float64))
+        assert error <= 1e-10, f"%{name}: nmse {error:.3g}"
