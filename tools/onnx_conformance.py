@@ -58,6 +58,7 @@ STATIC_OPERANDS: dict[str, tuple[int, ...]] = {
     "ReduceMean": (1,),
     "ReduceSum": (1,),
     "Reshape": (1,),
+    "Resize": (1, 2, 3),
     "Slice": (1, 2, 3, 4),
     "Split": (1,),
     "Squeeze": (1,),
@@ -184,7 +185,7 @@ def run_op(op: str) -> list[Outcome]:
 
 
 _DTYPE = re.compile(r"input '.*' has dtype (\S+), which optgraph does not support")
-_CAST = re.compile(r"cast to ONNX type (\d+) is not supported")
+_CAST = re.compile(r"cast to ONNX type (\d+) is not supported( \(.*\))?")
 
 
 def _reason(outcome: Outcome) -> tuple[str, str]:

@@ -42,6 +42,7 @@ from optgraph.codegen.kernels import (
     moe,
     quantized,
     reductions,
+    resize,
     rope,
 )
 from optgraph.codegen.kernels.attention import variants
@@ -60,6 +61,7 @@ FAMILIES = (
     rope,
     variants,
     conv,
+    resize,
     matmul,
     quantized,
     moe,

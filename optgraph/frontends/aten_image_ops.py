@@ -1,5 +1,15 @@
-"""ATen convolutions, pools, inference batch norm, group norm and the 2-norm -> IR nodes (NCHW,
-2-D; a conv1d as a conv2d of height 1)."""
+"""ATen convolutions, pools, inference batch norm, group norm, the 2-norm, upsampling and the hard
+activations -> IR nodes (NCHW, 2-D; a conv1d as a conv2d of height 1).
+
+    F.interpolate(x, scale_factor=2, mode="nearest")   -> resize {size}             (floor(y·r))
+    F.interpolate(x, size, mode="nearest-exact")       -> resize {coordinates = "half_pixel",
+                                                          nearest = "round_prefer_ceil"}
+    F.interpolate(x, size, mode="bilinear")            -> resize {mode = "linear",
+                                                          coordinates = "half_pixel"} (or
+                                                          "align_corners")
+    F.hardsigmoid(x), F.hardswish(x)                   -> `hard_activations`
+
+Not mapped: 1-D and 3-D upsampling, bicubic, antialiased resampling."""
 
 from __future__ import annotations
 
@@ -8,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from optgraph.frontends.conv1d_group_norm import conv1d, group_norm
+from optgraph.frontends.hard_activations import hard_sigmoid
 from optgraph.frontends.torch_values import Converter, TorchContext, arg, unsupported, value_type
 from optgraph.ir.graph import AttrValue, TensorType
 from optgraph.reference.kernels import numpy_dtype
@@ -149,6 +160,71 @@ def _batch_norm(ctx: TorchContext, node: Any) -> None:
     ctx.values[f"{node.name}#0"] = name
 
 
+def _hard(swish: bool) -> Converter:
+    """F.hardsigmoid / F.hardswish (`hard_activations`), kept whole at export."""
+
+    def convert(ctx: TorchContext, node: Any) -> None:
+        x = (ctx.name_of(node.args[0]), ctx.type_of(node.args[0]))
+        hard_sigmoid(ctx.emitter(node), x, swish=swish)
+
+    return convert
+
+
+def _scale_factors(node: Any, value: Any, keys: tuple[str, str]) -> tuple[Any, Any]:
+    """The (h, w) scale factors an upsample was given: a `.vec` list or `.default` scalars."""
+    if value is not None:
+        return tuple(value) if len(value) == 2 else (value[0], value[0])
+    return arg(node, 2, keys[0]), arg(node, 3, keys[1])
+
+
+def _resize_attrs(
+    node: Any, x: TensorType, out: TensorType, scales: tuple[Any, Any], **attrs: AttrValue
+) -> dict[str, AttrValue]:
+    """resize's attributes: the output size, and a given scale factor where its coordinate map
+    differs from the sizes' ratio (torch maps with the factor it was given)."""
+    if x.rank != 4:
+        raise unsupported(node, f"upsampling of {x} (only [N, C, H, W] is supported)")
+    defaults = {"coordinates": "asymmetric", "mode": "nearest", "nearest": "floor"}
+    out_attrs: dict[str, AttrValue] = {"size": out.shape[2:]}
+    out_attrs.update((k, v) for k, v in attrs.items() if defaults.get(k) != v)
+    for key, scale, before, after in zip(
+        ("scale_h", "scale_w"), scales, x.shape[2:], out.shape[2:]
+    ):
+        if scale is not None and float(scale) > 0 and float(scale) * before != after:
+            out_attrs[key] = float(scale)
+    return out_attrs
+
+
+def _upsample(coordinates: str, nearest: str) -> Converter:
+    """F.interpolate(mode = "nearest" | "nearest-exact"): aten.upsample_nearest2d (`floor(y·r)`),
+    aten._upsample_nearest_exact2d (`floor((y + 0.5)·r)`) -> resize."""
+
+    def convert(ctx: TorchContext, node: Any) -> None:
+        x, out = ctx.type_of(node.args[0]), ctx.result_type(node)
+        vec = str(node.target).endswith(".vec")
+        scales = _scale_factors(node, arg(node, 2, "scale_factors") if vec else None,
+                                ("scales_h", "scales_w"))  # fmt: skip
+        attrs = _resize_attrs(node, x, out, scales, coordinates=coordinates, nearest=nearest)
+        ctx.emit(node, "resize", [ctx.name_of(node.args[0])], attrs)
+
+    return convert
+
+
+def _upsample_bilinear(ctx: TorchContext, node: Any) -> None:
+    """F.interpolate(mode = "bilinear", align_corners) -> resize {mode = "linear"}; antialias
+    (a separate ATen op) is not mapped."""
+    x, out = ctx.type_of(node.args[0]), ctx.result_type(node)
+    corners = bool(arg(node, 2, "align_corners", False))
+    if str(node.target).endswith(".vec"):
+        scales = _scale_factors(node, arg(node, 3, "scale_factors"), ("", ""))
+    else:
+        scales = (arg(node, 3, "scales_h"), arg(node, 4, "scales_w"))
+    coordinates = "align_corners" if corners else "half_pixel"
+    attrs = _resize_attrs(node, x, out, (None, None) if corners else scales,
+                          mode="linear", coordinates=coordinates)  # fmt: skip
+    ctx.emit(node, "resize", [ctx.name_of(node.args[0])], attrs)
+
+
 IMAGE_CONVERTERS: dict[str, Converter] = {
     "aten._native_batch_norm_legit_no_training.default": _batch_norm,
     "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool2d,
@@ -156,8 +232,16 @@ IMAGE_CONVERTERS: dict[str, Converter] = {
     "aten.batch_norm.default": _batch_norm,
     "aten.conv1d.default": _conv1d,
     "aten.conv2d.default": _conv2d,
+    "aten._upsample_nearest_exact2d.default": _upsample("half_pixel", "round_prefer_ceil"),
+    "aten._upsample_nearest_exact2d.vec": _upsample("half_pixel", "round_prefer_ceil"),
     "aten.group_norm.default": _group_norm,
+    "aten.hardsigmoid.default": _hard(swish=False),
+    "aten.hardswish.default": _hard(swish=True),
     "aten.linalg_vector_norm.default": _vector_norm,
     "aten.max_pool2d.default": _max_pool2d,
     "aten.max_pool2d_with_indices.default": _max_pool2d,
+    "aten.upsample_bilinear2d.default": _upsample_bilinear,
+    "aten.upsample_bilinear2d.vec": _upsample_bilinear,
+    "aten.upsample_nearest2d.default": _upsample("asymmetric", "floor"),
+    "aten.upsample_nearest2d.vec": _upsample("asymmetric", "floor"),
 }

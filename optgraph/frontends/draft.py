@@ -82,6 +82,9 @@ class Draft:
     # float32 values of constants that folded through a cast to f16 / bf16 (a half-precision
     # model's rope tables, computed in f32): raising recognises tables by these
     wide: dict[str, np.ndarray] = field(default_factory=dict)
+    # float64 values of constants held as float32: torch and ONNX fold float64 arithmetic on
+    # constants (Flux's rope tables) in float64, and only the result is narrowed
+    doubles: dict[str, np.ndarray] = field(default_factory=dict)
     _counter: int = 0
     _producers: dict[str, Node] = field(default_factory=dict)  # node name -> the node
 
@@ -95,11 +98,25 @@ class Draft:
 
     def constant(self, array: np.ndarray, hint: str = "const") -> str:
         name = self.fresh(hint)
-        value = as_ir_array(np.asarray(array))
+        self.add_constant(name, array)
+        return name
+
+    def add_constant(self, name: str, array: np.ndarray) -> None:
+        """Constant `name` in an IR dtype (`as_ir_array`); a float64 one keeps its exact value
+        in `doubles` for the folds that read it."""
+        array = np.asarray(array)
+        value = as_ir_array(array)
         # A scalar is stored as [1]: it broadcasts the same, and the planned executor's array
         # checks turn 0-d arrays into [1] ones (np.ascontiguousarray).
         self.constants[name] = value.reshape(1) if value.ndim == 0 else value
-        return name
+        if array.dtype == np.float64:
+            self.doubles[name] = array.reshape(1) if array.ndim == 0 else array
+
+    def exact(self, name: str) -> np.ndarray:
+        """A constant's value for folding: float64 where it was computed in float64 (the IR
+        holds it as float32), else as stored."""
+        found = self.doubles.get(name)
+        return self.constants[name] if found is None else found
 
     def node(
         self,

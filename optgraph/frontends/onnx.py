@@ -97,9 +97,10 @@ def from_onnx(model: Any) -> tuple[Graph, dict[str, np.ndarray]]:
         # constants that fold and raise; read at the end, they are weights under their name.
         is_literal = array.size == 1 or array.dtype.kind in "iub"
         # 0-d ones are stored as [1], like `Draft.constant` does (`OnnxContext.scalars`).
-        (draft.constants if is_literal else draft.weights)[ir_name(name)] = (
-            array.reshape(1) if array.ndim == 0 else array
-        )
+        if is_literal or array.dtype == np.float64:  # float64: a constant, folded exactly
+            draft.add_constant(ir_name(name), array)
+        else:
+            draft.weights[ir_name(name)] = array.reshape(1) if array.ndim == 0 else array
         if array.ndim == 0:
             context.scalars.add(name)
     for value in proto.graph.input:
@@ -206,7 +207,8 @@ def _fold(onnx: Any, context: OnnxContext, node: Any) -> bool:
     """Evaluate a node whose operands are all constants with onnx's reference evaluator."""
     from onnx.reference import ReferenceEvaluator
 
-    feeds = {f"in{i}": context.constant(name) for i, name in enumerate(node.input) if name}
+    draft = context.draft
+    feeds = {f"in{i}": draft.exact(context.values[n]) for i, n in enumerate(node.input) if n}
     inputs = [f"in{i}" if name else "" for i, name in enumerate(node.input)]
     outputs = [f"out{i}" for i in range(len(node.output))]
     single = onnx.helper.make_node(node.op_type, inputs, outputs, domain=node.domain)

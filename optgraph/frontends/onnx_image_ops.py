@@ -1,12 +1,26 @@
-"""ONNX convolutions, pools, batch and instance normalization -> IR nodes (2-D, NCHW; a 1-D Conv
-as a conv2d of height 1)."""
+"""ONNX convolutions, pools, batch and instance normalization, Resize, HardSigmoid and HardSwish
+-> IR nodes (2-D, NCHW; a 1-D Conv as a conv2d of height 1).
+
+    Resize(x, roi, scales = [1, 1, 2, 2]) {mode = "nearest", coordinate_transformation_mode =
+    "asymmetric", nearest_mode = "floor"}   -> resize {size = [2H, 2W]}
+    Resize(x, sizes) {mode = "linear"}      -> resize {coordinates = "half_pixel", mode =
+                                               "linear", size}
+
+Resize: a given scale factor is the coordinate map's (`scale_h`, `scale_w` where it differs from
+the sizes' ratio), applied as a product by 1 / scale in float32 (PyTorch's arithmetic; ONNX's
+evaluator divides by the scale in float64: a nearest row may differ where the two round to
+either side of a whole number). Refused, each named: cubic, tf_crop_and_resize and
+half_pixel_symmetric, antialiased downsampling, keep_aspect_ratio_policy, resizing N or C,
+other ranks, non-constant scales or sizes, opsets before 11."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from optgraph.frontends.conv1d_group_norm import conv1d, group_norm
+from optgraph.frontends.hard_activations import SIXTH, hard_sigmoid
 from optgraph.frontends.onnx_context import Converter, OnnxContext
 from optgraph.ir.graph import AttrValue
 
@@ -95,11 +109,110 @@ def _batch_norm(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     ctx.emit(node, "add", [scaled, ctx.step(node, "reshape", [bias], shaped)])
 
 
+def _text(attrs: Mapping[str, Any], key: str, default: str) -> str:
+    value = attrs.get(key, default)
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+_COORDINATES = ("asymmetric", "half_pixel", "pytorch_half_pixel", "align_corners")
+_NEAREST_MODES = ("floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
+
+
+def _resize_sizes(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> tuple[
+    tuple[int, int], tuple[float | None, float | None]
+]:  # fmt: skip
+    """((Ho, Wo), the scale factors given) of a Resize of `[N,C,H,W]` (opset 11+: X, roi,
+    scales, sizes), from its constant scales or sizes."""
+    x = ctx.type_of(node.input[0])
+    if x.rank != 4:
+        raise ctx.error(node, f"only [N, C, H, W] resizing is supported, got {x}")
+    axes = attrs.get("axes")
+    if axes is not None and sorted(int(a) % 4 for a in axes) != [2, 3]:
+        raise ctx.error(node, f"only resizing the last two axes is supported (axes {list(axes)})")
+
+    def given(index: int) -> list[float] | None:
+        """Input `index`'s values (a constant or an initializer), in axis order."""
+        if len(node.input) <= index or not node.input[index]:
+            return None
+        name = ctx.name(node.input[index])
+        known = ctx.draft.constants.get(name, ctx.draft.weights.get(name))
+        if known is None:
+            raise ctx.error(node, f"input {index} (scales or sizes) must be a constant")
+        values = [float(v) for v in known.reshape(-1)]
+        if values and axes is not None and len(values) == len(axes):  # listed by `axes`
+            by_axis = dict(zip((int(a) % 4 for a in axes), values))
+            values = [by_axis[2], by_axis[3]]
+        return values or None
+
+    scales, sizes = given(2), given(3)
+    if (scales is None) == (sizes is None):
+        raise ctx.error(node, "exactly one of scales and sizes must be given")
+    if scales is not None:
+        spatial = scales[-2:]
+        if len(scales) == 4 and scales[:2] != [1.0, 1.0]:
+            raise ctx.error(node, f"only the last two axes may be resized (scales {scales})")
+        out = tuple(math.floor(d * f) for d, f in zip(x.shape[2:], spatial))
+        return (out[0], out[1]), (spatial[0], spatial[1])
+    assert sizes is not None
+    if _text(attrs, "keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise ctx.error(node, "keep_aspect_ratio_policy other than 'stretch' is not supported")
+    if len(sizes) == 4 and [int(v) for v in sizes[:2]] != list(x.shape[:2]):
+        raise ctx.error(node, f"only the last two axes may be resized (sizes {sizes})")
+    return (int(sizes[-2]), int(sizes[-1])), (None, None)
+
+
+def _resize(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
+    """Resize (opsets 11+) -> resize: modes nearest and linear; coordinate transformation modes
+    asymmetric, half_pixel, pytorch_half_pixel, align_corners; every nearest_mode."""
+    if ctx.opset < 11:
+        raise ctx.error(node, "Resize before opset 11 is not supported")
+    mode = _text(attrs, "mode", "nearest")
+    coordinates = _text(attrs, "coordinate_transformation_mode", "half_pixel")
+    nearest = _text(attrs, "nearest_mode", "round_prefer_floor")
+    if mode not in ("nearest", "linear"):
+        raise ctx.error(node, f"mode '{mode}' is not supported (nearest and linear are)")
+    if coordinates not in _COORDINATES:
+        raise ctx.error(node, f"coordinate_transformation_mode '{coordinates}' is not supported")
+    if nearest not in _NEAREST_MODES:
+        raise ctx.error(node, f"nearest_mode '{nearest}' is not supported")
+    size, scales = _resize_sizes(ctx, node, attrs)
+    x = ctx.type_of(node.input[0])
+    if attrs.get("antialias", 0) and (size[0] < x.shape[2] or size[1] < x.shape[3]):
+        raise ctx.error(node, "antialiased downsampling is not supported")
+    out: dict[str, AttrValue] = {"size": size}
+    for key, scale, before, after in zip(("scale_h", "scale_w"), scales, x.shape[2:], size):
+        if scale is not None and scale * before != after:
+            if coordinates == "align_corners":
+                raise ctx.error(node, f"align_corners with scale {scale} of {before} rows")
+            out[key] = scale
+    defaults = {"mode": "nearest", "coordinates": "asymmetric", "nearest": "floor"}
+    chosen = {"mode": mode, "coordinates": coordinates, "nearest": nearest}
+    if mode == "linear":
+        chosen.pop("nearest")
+    out.update((k, v) for k, v in chosen.items() if defaults[k] != v)
+    ctx.emit(node, "resize", [ctx.name(node.input[0])], out)
+
+
+def _hard(swish: bool) -> Converter:
+    """HardSigmoid(alpha, beta), HardSwish (`hard_activations`)."""
+
+    def convert(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
+        x = (ctx.name(node.input[0]), ctx.type_of(node.input[0]))
+        alpha = SIXTH if swish else float(attrs.get("alpha", 0.2))
+        beta = 0.5 if swish else float(attrs.get("beta", 0.5))
+        hard_sigmoid(ctx.emitter(node), x, alpha, beta, swish=swish)
+
+    return convert
+
+
 IMAGE_CONVERTERS: dict[str, Converter] = {
     "AveragePool": _pool("avg_pool2d"),
     "BatchNormalization": _batch_norm,
     "Conv": _conv,
     "InstanceNormalization": _instance_norm,
     "GlobalAveragePool": _global_average_pool,
+    "HardSigmoid": _hard(swish=False),
+    "HardSwish": _hard(swish=True),
     "MaxPool": _pool("max_pool2d"),
+    "Resize": _resize,
 }

@@ -17,6 +17,7 @@ import numpy as np
 from optgraph.frontends.onnx_arithmetic_ops import ARITHMETIC_CONVERTERS
 from optgraph.frontends.onnx_attention_ops import ATTENTION_CONVERTERS
 from optgraph.frontends.onnx_context import ONNX_DTYPES, Converter, OnnxContext
+from optgraph.frontends.onnx_einsum import EINSUM_CONVERTERS
 from optgraph.frontends.onnx_image_ops import IMAGE_CONVERTERS
 from optgraph.frontends.onnx_indexing_ops import INDEXING_CONVERTERS
 from optgraph.frontends.onnx_logic_ops import LOGIC_CONVERTERS
@@ -70,7 +71,9 @@ def _gelu(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
 def _cast(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
     dtype = ONNX_DTYPES.get(int(attrs["to"]))
     if dtype is None:
-        raise ctx.error(node, f"cast to ONNX type {attrs['to']} is not supported")
+        why = " (DOUBLE: optgraph has no f64; float64 arithmetic on constants folds at import)"
+        double = int(attrs["to"]) == 11
+        raise ctx.error(node, f"cast to ONNX type {attrs['to']} is not supported{why * double}")
     if ctx.type_of(node.input[0]).dtype == dtype:
         ctx.values[node.output[0]] = ctx.name(node.input[0])
     else:
@@ -293,6 +296,7 @@ CONVERTERS: dict[str, Converter] = {
     **_declared(),
     **ATTENTION_CONVERTERS,
     **ARITHMETIC_CONVERTERS,
+    **EINSUM_CONVERTERS,
     **IMAGE_CONVERTERS,
     **INDEXING_CONVERTERS,
     **LOGIC_CONVERTERS,

@@ -11,8 +11,9 @@ become optgraph's fast ops. Then each node becomes IR nodes:
   whose parameters are placeholders, e.g. zero-stride views, exports the same graph) and the
   caller gives them (`frontends/hf_checkpoint.py`: from a checkpoint, memory-mapped);
 - a node whose tensor operands are all constants (buffers, literals, shape arithmetic) is run by
-  PyTorch at import and becomes a constant; constants still read at the end become weights (a
-  buffer keeps its name, others are `const.N`);
+  PyTorch at import and becomes a constant (float64 arithmetic in float64: the IR sees only the
+  result, narrowed to float32); constants still read at the end become weights (a buffer keeps
+  its name, others are `const.N`);
 - raising (`raising.py`) turns norm, GELU and rope patterns into fast ops.
 
 Errors: a dynamic dimension names the value and the dimension; ATen ops with no IR counterpart are
@@ -116,7 +117,7 @@ def _placeholders(
             tensor = program.state_dict.get(target)
             if tensor is None:
                 tensor = program.constants[target]
-            draft.constants[target] = to_numpy(tensor)
+            draft.add_constant(target, to_numpy(tensor))
             context.values[node.name] = target
         elif node.name in user_inputs:
             context.values[node.name] = draft.input(node.name, value_type(node))
@@ -134,7 +135,7 @@ def _fold(torch: Any, node: Any, context: TorchContext) -> bool:
         return False
 
     def constant(arg: Any) -> Any:
-        return from_numpy(np.array(context.draft.constants[context.values[arg.name]]))
+        return from_numpy(np.array(context.draft.exact(context.values[arg.name])))
 
     result = _run(torch, node, constant)
     if not isinstance(result, torch.Tensor):

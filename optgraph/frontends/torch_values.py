@@ -57,7 +57,14 @@ def value_type(node: Any, value: Any = None) -> TensorType:
                 node_span(node),
             )
         shape.append(dim)
-    return tensor_type(_numpy_dtype(val.dtype), shape, f"'{node.name}'")
+    dtype = _numpy_dtype(val.dtype)
+    if dtype == np.float64:
+        raise OptGraphError(
+            f"import: '{node.name}' computes in float64 on run-time values; optgraph has no f64 "
+            "(float64 arithmetic on constants folds at import): cast to float32 in the model",
+            node_span(node),
+        )
+    return tensor_type(dtype, shape, f"'{node.name}'")
 
 
 def _numpy_dtype(dtype: Any) -> np.dtype:

@@ -185,6 +185,12 @@ def conv2d(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
     return Cost(_io_bytes(types, result), flops)
 
 
+def resize(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
+    """Each output reads one input element (nearest) or four and blends them (linear)."""
+    linear = attrs.get("mode") == "linear"
+    return Cost(_io_bytes(types, result), result.numel * (8 if linear else 1))
+
+
 def pool2d(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
     kernel = attrs.get("kernel", (1, 1))
     assert isinstance(kernel, tuple)

@@ -42,6 +42,7 @@ from optgraph.ir import op_costs as costs
 from optgraph.ir import op_rules as rules
 from optgraph.ir import op_rules_attention as attention_rules
 from optgraph.ir import op_rules_collective as collective
+from optgraph.ir import op_rules_image as image_rules
 from optgraph.ir import op_rules_indexing as indexing
 from optgraph.ir import op_rules_moe as moe_rules
 from optgraph.ir import op_rules_rope as rope_rules
@@ -240,6 +241,13 @@ _NOT_ELEMENTWISE: dict[str, OpDef] = {
         **{"from": _REQUIRED_INT},
     ),
     "reshape": _view("reshape", rules.reshape, shape=_REQUIRED_INTS),
+    "resize": _op(
+        "resize", ("image", "opaque"), (1, 1), image_rules.resize, costs.resize,
+        coordinates=AttrSpec("str", "asymmetric", choices=image_rules.COORDINATES),
+        mode=AttrSpec("str", "nearest", choices=image_rules.MODES),
+        nearest=AttrSpec("str", "floor", choices=image_rules.NEAREST),
+        scale_h=AttrSpec("float"), scale_w=AttrSpec("float"), size=_REQUIRED_INTS,
+    ),
     "rms_norm": _op(
         "rms_norm", _REDUCTION, (2, 2), rules.norm, costs.reduction, eps=AttrSpec("float", 1e-6)
     ),

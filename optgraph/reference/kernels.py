@@ -10,7 +10,7 @@ dtype) and never round themselves.
 
 The elementwise ops' kernels are their declared NumPy functions (`ir/op_elementwise.py`, most of
 them in `reference/elementwise.py`), called as `fn(*args, **attrs)`; the indexing and collective ops' are in
-`indexing` and `collective`, attention's in `attention`, moe's in `moe`.
+`indexing` and `collective`, attention's in `attention`, moe's in `moe`, resize's in `image`.
 
 Conventions a kernel implementation (CUDA or otherwise) must reproduce within tolerance:
 
@@ -39,6 +39,7 @@ from optgraph.reference import elementwise
 from optgraph.reference.attention import attention
 from optgraph.reference.collective import KERNELS as COLLECTIVE_KERNELS
 from optgraph.reference.dequantize import dequantize_kernel
+from optgraph.reference.image import resize
 from optgraph.reference.indexing import KERNELS as INDEXING_KERNELS
 from optgraph.reference.moe import moe
 
@@ -311,6 +312,7 @@ KERNELS: dict[str, Kernel] = {
     "moe": moe,
     "prefetch": copy,
     "reshape": reshape,
+    "resize": resize,
     "rms_norm": rms_norm,
     "rope": rope,
     "slice": slice_,

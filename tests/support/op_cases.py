@@ -268,6 +268,14 @@ output %a, %c, %d""",
 %a = max_pool2d(%x) {kernel = [3, 3], padding = [1, 1], stride = [1, 1]} : {T}[2,3,9,9]
 %b = max_pool2d(%x) {kernel = [2, 2]} : {T}[2,3,4,4]
 output %a, %b""",
+    "resize": """input %x : {T}[2,3,5,7]
+%near = resize(%x) {size = [10, 14]} : {T}[2,3,10,14]
+%odd = resize(%x) {coordinates = "half_pixel", nearest = "round_prefer_ceil", size = [8, 11]} : {T}[2,3,8,11]
+%down = resize(%x) {coordinates = "pytorch_half_pixel", nearest = "round_prefer_floor", size = [3, 1]} : {T}[2,3,3,1]
+%up = resize(%x) {coordinates = "half_pixel", mode = "linear", scale_h = 1.7, scale_w = 1.7, size = [8, 11]} : {T}[2,3,8,11]
+%corner = resize(%x) {coordinates = "align_corners", mode = "linear", size = [9, 4]} : {T}[2,3,9,4]
+%ceil = resize(%x) {nearest = "ceil", scale_h = 2.0, scale_w = 0.5, size = [10, 3]} : {T}[2,3,10,3]
+output %near, %odd, %down, %up, %corner, %ceil""",
     "avg_pool2d": """input %x : {T}[2,3,9,9]
 %a = avg_pool2d(%x) {kernel = [3, 3], padding = [1, 1], stride = [2, 2]} : {T}[2,3,5,5]
 %b = avg_pool2d(%x) {kernel = [2, 3]} : {T}[2,3,4,3]
@@ -451,7 +459,7 @@ for _op in BINARY:
 NARROW = ("add", "mul", "exp", "gelu", "cast", "sum", "mean", "softmax", "rms_norm",
           "layer_norm", "matmul", "attention", "rope", "conv2d", "get_rows", "kv_cache_write",
           "transpose", "fused", "where", "clip", "less", "log_softmax", "prelu", "expand",
-          "pad", "cumsum", "argmax", "mod", "less_equal", "dequantize", "moe")  # fmt: skip
+          "pad", "cumsum", "argmax", "mod", "less_equal", "dequantize", "moe", "resize")  # fmt: skip
 INTEGER = ("add", "mul", "maximum", "neg", "abs", "relu", "sum", "max", "concat", "equal", "less",
            "greater", "not", "where", "and", "or", "expand", "tile", "pad", "cumsum", "argmax",
            "div", "mod", "sub", "minimum", "less_equal", "greater_equal", "transpose",
