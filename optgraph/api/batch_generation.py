@@ -1,5 +1,6 @@
-"""A batch of prompts generated together on the CPU: one prefill and one decode step a token for
-every row, each row with its own length, positions and `kv_len`.
+"""A batch of prompts generated together: one prefill and one decode step a token for every row,
+each row with its own length, positions and `kv_len`. The CPU loop is here; the GPU's is
+`runtime/cuda/rows_loop.py`, over the same steps and inputs (`rows_inputs`).
 
     for row, token in rows_tokens(prefill, decode, prompts, 32, Sampling(), stop):
         ...                              # token of prompt `row`, rows in order within a step
@@ -19,8 +20,8 @@ so greedy and seeded rows give that prompt's own tokens. A row that ends (an end
 token, or `max_new` tokens) yields no more; its next decode inputs are its last values, which
 write only its own cache rows, and the loop ends when every row has ended.
 
-Not handled: the GPU (a batch runs there one prompt after another), checkpoint directories and
-`.ir` steps (their steps are one sequence: `generation.py` runs their prompts in turn).
+Not handled: checkpoint directories and `.ir` steps (their steps are one sequence:
+`generation.py` runs their prompts in turn).
 """
 
 from __future__ import annotations

@@ -26,12 +26,12 @@ Timing (`GenerationStats`): time to first token from the start of the prefill to
 on the host, prefill tokens/s (prompt tokens / that time), decode tokens/s (tokens after the
 first / the time from the first token to the last).
 
-A list of prompts: on the CPU with a GGUF file, generated together in batches of up to
-`MAX_BATCH` rows (`batch_generation.py`: one step for every row, each with its own length,
-positions and `kv_len`; each row's tokens are those of its prompt alone); elsewhere (the GPU, a
-checkpoint directory, an `.ir` step) one prompt after another.
+A list of prompts: with a GGUF file, generated together in batches of up to `MAX_BATCH` rows
+(`batch_generation.py`: one step for every row, each with its own length, positions and
+`kv_len`; each row's tokens are those of its prompt alone; on the GPU
+`runtime/cuda/rows_loop.py`); with a checkpoint directory or an `.ir` step, one after another.
 
-Not handled: batches on the GPU and of checkpoint directories (see `batch_generation.py`).
+Not handled: batches of checkpoint directories (see `batch_generation.py`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from optgraph.api.batch_generation import MAX_BATCH, rows_tokens
+from optgraph.api.batch_generation import MAX_BATCH, rows_inputs, rows_tokens
 from optgraph.api.model_sources import ModelSource, open_source
 from optgraph.api.program_cache import ProgramCache, cache_key, default_cache_dir
 from optgraph.api.programs import CompiledProgram, plan_graph
@@ -196,6 +196,7 @@ class GenerationModel:
         self._steps: dict[str, CompiledStep] = {}
         self._weights: dict[str, dict[str, Any]] = {}
         self._device_loop: Any = None
+        self._rows_loops: dict[int, Any] = {}
 
     @property
     def decode(self) -> CompiledStep:
@@ -324,7 +325,7 @@ class GenerationModel:
     @property
     def batches(self) -> bool:
         """Whether a list of prompts is generated together (module docstring)."""
-        return self.device == "cpu" and self.source.kind == "gguf"
+        return self.source.kind == "gguf"
 
     def prepare_rows(self, lengths: Sequence[int]) -> None:
         """Compile (or load) the batch steps the prompts of these lengths, in this order, take
@@ -335,8 +336,13 @@ class GenerationModel:
                 for length in sorted(set(chunk)):
                     self.prepare(length)
                 continue
-            self.compiled(f"rows-{len(chunk)}-prefill-{bucket_for(max(chunk), self.context)}")
-            self.compiled(f"rows-{len(chunk)}-decode")
+            prefill = self.compiled(
+                f"rows-{len(chunk)}-prefill-{bucket_for(max(chunk), self.context)}"
+            )
+            decode = self.compiled(f"rows-{len(chunk)}-decode")
+            if self.device == "cuda":
+                with self._phase("bind and capture on the GPU"):
+                    self.rows_loop(decode).prepare(prefill, self.weights(prefill))
 
     # -- generating -------------------------------------------------------------------------
 
@@ -393,6 +399,12 @@ class GenerationModel:
         bucket = bucket_for(max(len(p) for p in prompts), self.context)
         prefill = self.compiled(f"rows-{batch}-prefill-{bucket}")
         decode = self.compiled(f"rows-{batch}-decode")
+        if self.device == "cuda":
+            feed = rows_inputs(prefill.step, prompts, [0] * batch)
+            loop = self.rows_loop(decode)
+            weights = self.weights(prefill)
+            yield from loop.tokens(prompts, max_new, sampling, stop, prefill, weights, feed)
+            return
         yield from rows_tokens(
             (prefill.step, prefill.program, self.weights(prefill)),
             (decode.step, decode.program, self.weights(decode)),
@@ -538,10 +550,24 @@ class GenerationModel:
             self._device_loop = DeviceDecodeLoop(self.decode, self.weights(self.decode))
         return self._device_loop
 
+    def rows_loop(self, decode: CompiledStep) -> Any:
+        """The GPU loop of a batch decode step (`runtime/cuda/rows_loop.py`), made on first
+        use, one a batch size."""
+        found = self._rows_loops.get(decode.step.batch)
+        if found is None:
+            from optgraph.runtime.cuda.rows_loop import DeviceRowsLoop
+
+            found = DeviceRowsLoop(decode, self.weights(decode))
+            self._rows_loops[decode.step.batch] = found
+        return found
+
     def close(self) -> None:
         if self._device_loop is not None:
             self._device_loop.close()
             self._device_loop = None
+        for loop in self._rows_loops.values():
+            loop.close()
+        self._rows_loops.clear()
         for compiled in self._steps.values():
             compiled.program.close()
 

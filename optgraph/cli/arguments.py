@@ -125,7 +125,7 @@ def _add_generate(sub: Any) -> None:
     g.add_argument(
         "--prompt-file",
         metavar="FILE",
-        help="one prompt a line: generated together (a GGUF file on the CPU) or in turn; "
+        help="one prompt a line: generated together (a GGUF file) or in turn; "
         "stdout holds one block a prompt, in order",
     )
     g.add_argument("--tokens", type=_tokens, metavar="1,2,3", help="token ids, no tokenizer")

@@ -7,7 +7,7 @@
 MODEL is a Hugging Face checkpoint directory, a `.gguf` file, or an `.ir` decode step with
 `--weights` (`api/model_sources.py`). The prompt is `--prompt TEXT`, each line of
 `--prompt-file F`, or `--tokens 1,2,3`. A prompt file's prompts are generated together (a GGUF
-file on the CPU: `GenerationModel.stream_rows`) or one after another; either way stdout holds one
+file: `GenerationModel.stream_rows`) or one after another; either way stdout holds one
 block a prompt, in the file's order (its text and a new line), each streamed as it is made once
 the blocks before it are printed, and each prompt's figures follow its block on stderr; with
 `--chat` the text goes through the model's chat template. Sampling: greedy unless `--temperature`

@@ -135,3 +135,32 @@ def test_gguf_files_generate_transformers_tokens_on_the_gpu(tmp_path: Path, toke
         expected = gguf_models.greedy_reference(reference, prompt, NEW)
         assert model.generate(prompt, NEW, stop_at_eos=False).tokens == expected, arch
         model.close()
+
+
+def test_a_batch_of_gguf_prompts_gives_each_its_own_tokens_on_the_gpu(
+    tmp_path: Path, tokenizer: Any
+) -> None:
+    """runtime/cuda/rows_loop.py: three prompts of different lengths in one batch give each row
+    transformers' greedy tokens and what it gives alone on the GPU; seeded rows what they draw on
+    the CPU's batch; a second batch after the first the same (the loop's state reset)."""
+    pytest.importorskip("gguf")
+    from tests.cli.test_generate_gguf import write_file
+    from tests.frontends import gguf_models
+
+    prompts = ["the quick brown fox", "fox", "the lazy dog jumps over the quick brown fox again"]
+    path = hf.quietly(lambda: write_file("qwen2", tokenizer, tmp_path / "qwen2.gguf"))
+    model = load(path, "cuda", dtype="f32", cache_dir=tmp_path)
+    reference = hf.quietly(lambda: gguf_models.load_with_transformers(path))
+    expected = [
+        gguf_models.greedy_reference(reference, model.prompt_tokens(p), NEW) for p in prompts
+    ]
+    rows = [r.tokens for r in model.generate(prompts, NEW, stop_at_eos=False)]
+    assert f"rows-{len(prompts)}-decode" in model._steps
+    assert rows == expected
+    assert [model.generate(p, NEW, stop_at_eos=False).tokens for p in prompts] == expected
+    settings = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "seed": 17, "stop_at_eos": False}
+    drawn = [r.tokens for r in model.generate(prompts, NEW, **settings)]
+    assert [r.tokens for r in model.generate(prompts, NEW, stop_at_eos=False)] == expected
+    model.close()
+    cpu = load(path, "cpu", cache_dir=tmp_path)
+    assert drawn == [r.tokens for r in cpu.generate(prompts, NEW, **settings)]

@@ -30,7 +30,7 @@ writes its control values first, and caches are read only below the position bei
 Without a prefill (an `.ir` decode step) the prompt is fed through the decode step, a token at a
 time, before the first choice.
 
-Not handled: batches; several decode loops sharing one program's weights on the device (the
+Not handled: batches (`rows_loop.py`); several decode loops sharing one program's weights on the device (the
 prefill and decode programs each hold theirs).
 """
 
@@ -54,9 +54,19 @@ POSITION_ROLES = ("positions", "cache_position")
 
 
 class _Step:
-    """A bound step: its device input arrays by name, its logits array, the launch."""
+    """A bound step: its device input arrays by name, its logits array, the launch. The caches
+    are updated in place, or with `out_caches` written there (`rows_loop.py`'s two sets);
+    `controls` and `logits`: arrays another binding of the step shares (made here if None)."""
 
-    def __init__(self, compiled: Any, weights: Mapping[str, Any], caches: Mapping[str, Any]):
+    def __init__(
+        self,
+        compiled: Any,
+        weights: Mapping[str, Any],
+        caches: Mapping[str, Any],
+        out_caches: Mapping[str, Any] | None = None,
+        controls: Mapping[str, Any] | None = None,
+        logits: Any = None,
+    ):
         cp = cupy()
         step = compiled.step
         types = step.graph.value_types()
@@ -66,12 +76,20 @@ class _Step:
             if role == "cache":
                 continue
             t = types[name]
-            self.inputs[name] = cp.asarray(np.zeros(t.shape, numpy_dtype(t.dtype)))
+            shared = None if controls is None else controls.get(name)
+            self.inputs[name] = (
+                shared
+                if shared is not None
+                else cp.asarray(np.zeros(t.shape, numpy_dtype(t.dtype)))
+            )
         self.inputs |= dict(zip(step.cache_inputs, caches.values()))
-        logits = types[step.logits]
-        self.logits = cp.asarray(np.zeros(logits.shape, numpy_dtype(logits.dtype)))
+        t = types[step.logits]
+        self.logits = (
+            logits if logits is not None else cp.asarray(np.zeros(t.shape, numpy_dtype(t.dtype)))
+        )
         out = {step.logits: self.logits}
-        out |= dict(zip(step.cache_outputs, caches.values()))
+        written = caches if out_caches is None else out_caches
+        out |= dict(zip(step.cache_outputs, written.values()))
         self.launch = compiled.program.bind(self.inputs, out, weights)
         self.stream = self.launch.program.stream  # its program's stream 0: where a run ends
         self.done = cp.cuda.Event(block=False, disable_timing=True)
