@@ -17,8 +17,9 @@ The steps are llama_ir's (a GGUF file: `ModelSource.batch_step`), B rows each:
 
 Each row's token i is `sample(its logits, sampling, i)`: the same draw as that prompt run alone,
 so greedy and seeded rows give that prompt's own tokens. A row that ends (an end-of-sequence
-token, or `max_new` tokens) yields no more; its next decode inputs are its last values, which
-write only its own cache rows, and the loop ends when every row has ended.
+token, or `max_new` tokens) yields no more; its later decode inputs repeat its last token at
+the next positions, which write only its own cache rows, and the loop ends when every row has
+ended.
 
 Not handled: checkpoint directories and `.ir` steps (their steps are one sequence:
 `generation.py` runs their prompts in turn).
