@@ -27,6 +27,8 @@ unless something else reads them. Rules (applied in this order, each over the wh
   (transformers' `repeat_kv`: reshape, expand, reshape) -> the attention reads them unrepeated.
 - `routed_experts` (raising_moe.py): a mixture-of-experts block's dispatch (transformers'
   grouped_mm or batched_mm experts) and its router's top k -> `moe(x, logits, stacks) {k, ...}`.
+- `dense_experts` (raising_dense_experts.py): a grouped_mm dispatch the moe op cannot express
+  (gpt-oss's experts) -> each (token, slot) pair's product with its own gathered expert.
 
 Before/after (rms_norm)::
 
@@ -51,6 +53,7 @@ from optgraph.frontends.positions_first import positions_first
 from optgraph.frontends.raise_attention_masks import attention_kv_len
 from optgraph.frontends.raising_attention import written_out_attention
 from optgraph.frontends.raising_constant_rope import constant_table_rope, rope_layout
+from optgraph.frontends.raising_dense_experts import dense_experts
 from optgraph.frontends.raising_gqa import shared_kv_heads
 from optgraph.frontends.raising_moe import routed_experts
 from optgraph.frontends.raising_partial_rope import partial_rope
@@ -88,6 +91,7 @@ def raise_patterns(draft: Draft) -> None:
         attention_kv_len,
         shared_kv_heads,
         routed_experts,
+        dense_experts,
     )
     for rule in rules:
         producers = {n.name: n for n in draft.nodes}

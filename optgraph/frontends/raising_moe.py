@@ -27,13 +27,14 @@ exporter's Gathers and any lowering of the indexing match alike):
    axis E (the logits), evaluated on random logits, equals `reference.moe.route` for one of the
    moe op's routings (softmax then top k, renormalised or not; top k then softmax).
 
-Not handled (left as written; the import then names the source ops it cannot map): expert
-biases and gates other than act(gate) · up (gpt-oss's clamped SwiGLU with biases), stacks
-stored transposed (`[E,H,2F]`: a transpose of every expert at each step), interleaved gate/up
-rows, experts without a gate, routing other than the moe op's (a jitter, grouped top-k, a
-sigmoid router), expert-parallel sentinels. Cost: one backward search of `AREA` nodes per
-candidate root, and at most `PROBES` evaluations of the dispatch on the model's own sizes (its
-T·k rows through the selected experts).
+Not raised (a grouped dispatch is then `raising_dense_experts`'s to lower; a `batched_mm` one
+stays as written): expert biases and gates other than act(gate) · up (gpt-oss's clamped SwiGLU
+with biases), stacks stored transposed (`[E,H,2F]`: a transpose of every expert at each step),
+interleaved gate/up rows, experts without a gate, routing other than the moe op's (a jitter,
+grouped top-k, a sigmoid router), expert-parallel sentinels. Cost: one backward search of
+`AREA` nodes per candidate root, at most `CONES` leaf choices' cones (the ids restricted to the
+sort's keys where the dispatch sorts) and `PROBES` evaluations of the dispatch on the model's own
+sizes (its T·k rows through the selected experts).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ Producers = dict[str, Node]
 
 AREA = 400  # nodes searched back from a root, and most nodes of a matched cone
 PROBES = 8  # candidate leaf choices evaluated per root, at most
+CONES = 4096  # leaf choices whose cone is searched per root, at most
+SORTS = ("aten.sort.default", "aten.sort.stable")
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
 ROUTINGS = (("softmax_topk", True), ("softmax_topk", False), ("topk_softmax", False))
 _INTEGERS = ("i32", "i64")
@@ -68,7 +71,7 @@ def _evaluable(node: Node) -> bool:
     return node.op in KERNELS or node.op in PSEUDO_KERNELS or node.op in DISPATCH_KERNELS
 
 
-def _area(roots: Sequence[str], producers: Producers) -> list[str]:
+def area_of(roots: Sequence[str], producers: Producers) -> list[str]:
     """Names at most `AREA` nodes back from `roots`, nearest first (breadth first)."""
     order: dict[str, None] = {}
     queue = list(roots)
@@ -86,7 +89,7 @@ def _area(roots: Sequence[str], producers: Producers) -> list[str]:
     return list(order)
 
 
-def _cone(
+def cone_of(
     draft: Draft, root: str, producers: Producers, stops: set[str]
 ) -> tuple[list[Node], set[str]] | None:
     """(nodes in a topological order, ending with `root`'s; the known leaves) of `root` computed
@@ -162,7 +165,7 @@ def _expected(
     return out
 
 
-def _probe_stack(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
+def probe_stack(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
     """A random `[E,R,C]` stack whose expert e is rows e..e+R-1 of one `[E+R, C]` matrix."""
     experts, rows, cols = shape
     base = (rng.standard_normal((experts + rows, cols)) / math.sqrt(cols)).astype(
@@ -172,56 +175,76 @@ def _probe_stack(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -
     return np.lib.stride_tricks.as_strided(base, shape, (step, step, base.strides[1]))
 
 
-def _tolerance(dtype: str) -> float:
+def tolerance(dtype: str) -> float:
     return 1e-4 if dtype == "f32" else 3e-2
 
 
-def _close(got: np.ndarray, want: np.ndarray, tol: float) -> bool:
+def close(got: np.ndarray, want: np.ndarray, tol: float) -> bool:
     scale = max(1.0, float(np.max(np.abs(want))) if want.size else 0.0)
     return got.shape == want.shape and float(np.max(np.abs(got - want))) <= tol * scale
 
 
-class _Leaves:
-    """One choice of leaves: x, ids, w, the stacks, and the cone they close."""
+class Leaves:
+    """One choice of leaves: x, ids, w, the stacks, and the cone they close; `weights`: every
+    weight the cone reads (the stacks among them)."""
 
     def __init__(
-        self, names: tuple[str, str, str], cone: list[Node], stacks: list[str], experts: int
+        self,
+        names: tuple[str, str, str],
+        cone: list[Node],
+        stacks: list[str],
+        experts: int,
+        weights: list[str],
     ) -> None:
         self.x, self.ids, self.w = names
-        self.cone, self.stacks, self.experts = cone, stacks, experts
+        self.cone, self.stacks, self.experts, self.weights = cone, stacks, experts, weights
 
 
-def _choices(
-    draft: Draft, root: Node, producers: Producers, sizes: tuple[int, int, int]
-) -> Iterator[_Leaves]:
-    """Leaf choices (nearest first) whose cone is closed, with two or three stacks and only
-    constants besides."""
+def leaf_choices(
+    draft: Draft,
+    root: Node,
+    producers: Producers,
+    sizes: tuple[int, int, int],
+    *,
+    expert_weights: bool = False,
+    ids: Sequence[str] = (),
+) -> Iterator[Leaves]:
+    """Leaf choices (nearest first) whose cone is closed, with two or three stacks of one E and
+    only constants besides (`expert_weights`: and other weights of E rows, the experts' biases);
+    `ids`: the candidates for the ids leaf, when known."""
     tokens, k, hidden = sizes
-    area = [n for n in _area([root.name], producers) if known_value(draft, n) is None]
+    area = [n for n in area_of([root.name], producers) if known_value(draft, n) is None]
     types = {n: draft.type_of(n) for n in area}
     ids_c = [n for n in area if types[n].dtype in _INTEGERS and types[n].numel == tokens * k]
+    ids_c = [n for n in ids_c if n in ids] if ids else ids_c
     floats = [n for n in area if types[n].dtype in FLOAT_DTYPES]
     w_c = [n for n in floats if types[n].numel == tokens * k]
     x_c = [n for n in floats if types[n].numel == tokens * hidden and n != root.name]
-    behind = {n: set(_area([n], producers)) for n in [*w_c, *x_c]}
-    for ids in ids_c:
-        for w, x in itertools.product(w_c, x_c):
-            if ids in behind[w] or ids in behind[x]:
-                continue  # x and w are not computed from the experts a token picked
-            found = _cone(draft, root.name, producers, {x, ids, w})
-            if found is None:
-                continue
-            cone, known = found
-            stacks = sorted(n for n in known if draft.type_of(n).rank == 3)
-            if any(n not in draft.constants for n in known - set(stacks)):
-                continue  # another weight (a bias): not moe's
-            experts = {draft.type_of(n).shape[0] for n in stacks}
-            if len(stacks) in (2, 3) and len(experts) == 1:
-                yield _Leaves((x, ids, w), cone, stacks, experts.pop())
+    behind = {n: set(area_of([n], producers)) for n in [*w_c, *x_c]}
+    combinations = itertools.product(ids_c, w_c, x_c)
+    for chosen, w, x in itertools.islice(combinations, CONES):
+        if chosen in behind[w] or chosen in behind[x]:
+            continue  # x and w are not computed from the experts a token picked
+        found = cone_of(draft, root.name, producers, {x, chosen, w})
+        if found is None:
+            continue
+        cone, known = found
+        stacks = sorted(n for n in known if draft.type_of(n).rank == 3)
+        weights = sorted(n for n in known if n not in draft.constants)
+        experts = {draft.type_of(n).shape[0] for n in stacks}
+        if len(stacks) not in (2, 3) or len(experts) != 1:
+            continue
+        count = experts.pop()
+        others = [n for n in weights if n not in stacks]
+        if others and not (
+            expert_weights and all(draft.type_of(n).shape[:1] == (count,) for n in others)
+        ):
+            continue  # another weight (a bias; the router's, for a cone too wide)
+        yield Leaves((x, chosen, w), cone, stacks, count, weights)
 
 
 def _experts(
-    draft: Draft, leaves: _Leaves, sizes: tuple[int, int, int]
+    draft: Draft, leaves: Leaves, sizes: tuple[int, int, int]
 ) -> tuple[tuple[str, ...], str] | None:
     """(the stacks in moe's operand order, the activation) the cone computes, by probing."""
     tokens, k, hidden = sizes
@@ -230,7 +253,7 @@ def _experts(
     w = rng.uniform(0.5, 1.5, (tokens, k))
     x = rng.standard_normal((tokens, hidden))
     stack_types = [draft.type_of(s) for s in leaves.stacks]
-    values = {s: _probe_stack(t.shape, t.dtype, rng) for s, t in zip(leaves.stacks, stack_types)}
+    values = {s: probe_stack(t.shape, t.dtype, rng) for s, t in zip(leaves.stacks, stack_types)}
     inputs = {s: v for s, v in values.items()}
     for name, value in ((leaves.ids, ids), (leaves.w, w), (leaves.x, x)):
         t = draft.type_of(name)
@@ -242,11 +265,11 @@ def _experts(
         return None
     x_in = inputs[leaves.x].reshape(tokens, hidden)
     w_in = inputs[leaves.w].reshape(tokens, k).astype(np.float64)
-    tol = _tolerance(draft.type_of(leaves.x).dtype)
+    tol = tolerance(draft.type_of(leaves.x).dtype)
     for order in _assignments(leaves.stacks, stack_types, hidden):
         for act in ACTIVATIONS:
             want = _expected(x_in, ids, w_in, [values[s] for s in order], act)
-            if got.size == want.size and _close(got.reshape(want.shape), want, tol):
+            if got.size == want.size and close(got.reshape(want.shape), want, tol):
                 return order, act
     return None
 
@@ -255,12 +278,12 @@ def _experts(
 
 
 def _router(
-    draft: Draft, producers: Producers, leaves: _Leaves, sizes: tuple[int, int]
+    draft: Draft, producers: Producers, leaves: Leaves, sizes: tuple[int, int]
 ) -> tuple[str, dict[str, AttrValue]] | None:
     """(logits, the routing attributes) when ids and w are the router's top k of the logits."""
     tokens, k = sizes
     experts = leaves.experts
-    area = _area([leaves.ids, leaves.w], producers)
+    area = area_of([leaves.ids, leaves.w], producers)
     candidates = [
         n
         for n in area
@@ -273,7 +296,7 @@ def _router(
     for logits in candidates[:PROBES]:
         cones = []
         for leaf in (leaves.ids, leaves.w):
-            found = _cone(draft, leaf, producers, {logits})
+            found = cone_of(draft, leaf, producers, {logits})
             if found is not None and found[1] <= draft.constants.keys():
                 cones.append(found[0])
         if len(cones) != 2:
@@ -288,7 +311,7 @@ def _router(
         ids, w = ids.reshape(tokens, k), w.reshape(tokens, k).astype(np.float64)
         for routing, norm in ROUTINGS:
             want_ids, want_w = route(values.astype(np.float32), k, routing, norm)
-            if np.array_equal(ids, want_ids) and _close(w, want_w, _tolerance(t.dtype)):
+            if np.array_equal(ids, want_ids) and close(w, want_w, tolerance(t.dtype)):
                 attrs: dict[str, AttrValue] = {"k": k}
                 if routing != "softmax_topk":
                     attrs["routing"] = routing
@@ -301,7 +324,7 @@ def _router(
 # -- the rule -----------------------------------------------------------------------------------
 
 
-def _root_sizes(draft: Draft, node: Node) -> tuple[int, int, int] | None:
+def root_sizes(draft: Draft, node: Node) -> tuple[int, int, int] | None:
     """(T, k, H) when `node` sums a float `[T,k,H]` over axis 1."""
     if node.op != "sum" or node.type is None or node.attrs.get("keepdims"):
         return None
@@ -325,13 +348,28 @@ def _shaped(draft: Draft, node: Node, name: str, want: TensorType) -> tuple[list
     return [reshaped], flat
 
 
+def sort_keys(root: Node, producers: Producers) -> list[str]:
+    """The keys of the one sort behind `root` (at most `AREA` nodes back) and what they are
+    reshapes of: the ids leaf's candidates where a dispatch sorts by expert. Empty when there is
+    no sort (a `batched_mm` dispatch) or several."""
+    area = [producers[n] for n in area_of([root.name], producers) if n in producers]
+    keys = {n.operands[0] for n in area if n.op in SORTS}
+    if len(keys) != 1:
+        return []
+    chain = [keys.pop()]
+    while (node := producers.get(chain[-1])) is not None and node.op == "reshape":
+        chain.append(node.operands[0])
+    return chain
+
+
 def routed_experts(draft: Draft, node: Node, producers: Producers) -> list[Node] | None:
     """The rule: `node` (the weighted sum over the k slots) and its dispatch as one `moe`."""
-    sizes = _root_sizes(draft, node)
+    sizes = root_sizes(draft, node)
     if sizes is None:
         return None
     tokens, k, _ = sizes
-    for count, leaves in enumerate(_choices(draft, node, producers, sizes)):
+    choices = leaf_choices(draft, node, producers, sizes, ids=sort_keys(node, producers))
+    for count, leaves in enumerate(choices):
         if count >= PROBES:
             return None
         found = _experts(draft, leaves, sizes)
@@ -344,7 +382,7 @@ def routed_experts(draft: Draft, node: Node, producers: Producers) -> list[Node]
 def _moe_nodes(
     draft: Draft,
     node: Node,
-    leaves: _Leaves,
+    leaves: Leaves,
     experts: tuple[tuple[str, ...], str],
     router: tuple[str, dict[str, AttrValue]],
 ) -> list[Node]:

@@ -2,8 +2,8 @@
 (frontends/raising_moe.py): Mixtral, Qwen2-MoE (its shared expert beside the moe op) and
 Qwen3-MoE with their default `grouped_mm` experts through torch.export, generating
 transformers' greedy tokens on the CPU; `batched_mm` experts through torch.export and ONNX;
-the source ops of the dispatch as the probe evaluates them against PyTorch; what is not moe's
-left alone; `torch.max(x, dim)`."""
+the source ops of the dispatch as the probe evaluates them against PyTorch; experts that are
+not moe's (gpt-oss's) computed as gathered products."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ torch = pytest.importorskip("torch", reason="the MoE import tests need PyTorch")
 transformers = pytest.importorskip("transformers", reason="the MoE import tests need transformers")
 
 import optgraph as og
-from optgraph.errors import OptGraphError
 from optgraph.frontends.moe_dispatch import DISPATCH_KERNELS
 from optgraph.frontends.torch_export import from_torch
 from optgraph.ir.graph import Node, TensorType
@@ -155,18 +154,39 @@ def test_batched_mm_experts_raise_through_both_importers(onnx: bool) -> None:
     assert_matches(graph, weights, {graph.inputs[0].name: TOKENS.numpy()}, [want])
 
 
-def test_experts_the_moe_op_cannot_compute_stay_unmapped_and_are_named() -> None:
-    """ReLU experts (moe's activations are silu and the GELUs): the probe finds no activation,
-    nothing is raised, and the import names the dispatch's source ops."""
-    config = _config("mixtral")
-    config.hidden_act = "relu"
-    config._attn_implementation = "eager"
+def _gathered(graph: og.Graph) -> int:
+    """How many products read gathered expert matrices (get_rows of an `experts.` stack)."""
+    stacks = {w.name for w in graph.weights if ".experts." in w.name and w.type.rank == 3}
+    producers = {n.name: n for n in graph.nodes}
+    gathers = set()
+    for node in graph.nodes:
+        if node.op == "get_rows":
+            table = node.operands[0]
+            source = producers.get(table)
+            while source is not None and source.op == "reshape":
+                table, source = source.operands[0], producers.get(source.operands[0])
+            if table in stacks:
+                gathers.add(node.name)
+    return len(gathers)
+
+
+def test_experts_the_moe_op_cannot_compute_import_as_gathered_products() -> None:
+    """gpt-oss's experts (biases, a clamped SwiGLU, stacks stored [E,H,2F] with gate and up
+    interleaved) with the default grouped_mm dispatch: no moe op; each (token, slot) pair's
+    product reads its own gathered expert (raising_dense_experts.py), as transformers'
+    batched_mm experts import; logits match."""
     torch.manual_seed(0)
-    model = transformers.MixtralForCausalLM(config).eval()
-    with pytest.raises(OptGraphError) as error:
-        from_torch(_first_output(model), (TOKENS,))
-    message = str(error.value)
-    assert "aten.sort.default" in message and "grouped_mm_fallback" in message
+    config = transformers.GptOssConfig(
+        **SMALL, head_dim=16, num_local_experts=4, num_experts_per_tok=2
+    )
+    config._attn_implementation = "eager"
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    module = _first_output(model)
+    with torch.no_grad():
+        want = module(TOKENS).numpy()
+    graph, weights = from_torch(module, (TOKENS,))
+    assert not _moe_nodes(graph) and _gathered(graph) == 2 * LAYERS  # gate_up and down a layer
+    assert_matches(graph, weights, {graph.inputs[0].name: TOKENS.numpy()}, [want])
 
 
 # -- the source ops the probe runs, against PyTorch ---------------------------------------------
