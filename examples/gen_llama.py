@@ -47,7 +47,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from optgraph.frontends.llama_ir import DTYPES, MODES, LlamaConfig, LlamaStep, llama_ir
+from optgraph.frontends.llama_config import DTYPES, MODES, LlamaConfig, LlamaStep
+from optgraph.frontends.llama_ir import llama_ir
 
 # Which projections get a bias vector, per --bias value.
 BIASED: dict[str, tuple[str, ...]] = {

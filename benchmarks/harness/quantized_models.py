@@ -28,14 +28,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from optgraph.frontends.llama_ir import (
+from optgraph.frontends.llama_config import (
     MATRIX_ROLES,
     LlamaConfig,
     LlamaStep,
     LlamaWeights,
-    llama_ir,
     weight_shapes,
 )
+from optgraph.frontends.llama_ir import llama_ir
 from optgraph.ir.graph import QUANT_BLOCKS, Graph
 
 WEIGHT_SETS = ("f16", "q8_0", "q4_k_m")

@@ -52,15 +52,15 @@ from pathlib import Path
 import numpy as np
 
 from optgraph.errors import InputError
-from optgraph.frontends.llama_ir import (
+from optgraph.frontends.llama_config import (
     MODES,
     PROJECTIONS,
     LlamaConfig,
     LlamaStep,
     LlamaWeights,
-    llama_ir,
     weight_shapes,
 )
+from optgraph.frontends.llama_ir import llama_ir
 from optgraph.frontends.rope_tables import rope_attributes
 from optgraph.ir.graph import AttrValue, Graph
 from optgraph.ir.parser import parse

@@ -10,7 +10,8 @@ import pytest
 
 from optgraph.api.generation import compile_step
 from optgraph.codegen.lowering_options import LoweringOptions
-from optgraph.frontends.llama_ir import LlamaConfig, LlamaStep, llama_ir
+from optgraph.frontends.llama_config import LlamaConfig, LlamaStep
+from optgraph.frontends.llama_ir import llama_ir
 from optgraph.ir.graph import Graph
 from optgraph.ir.parser import parse
 from optgraph.reference.interpreter import run_reference

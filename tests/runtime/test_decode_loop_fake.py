@@ -19,7 +19,8 @@ import optgraph as og
 from optgraph.api.generation import CompiledStep, compile_step, step_inputs
 from optgraph.api.sampling import Sampling, sample
 from optgraph.codegen.lowering_options import LoweringOptions
-from optgraph.frontends.llama_ir import LlamaConfig, LlamaStep, LlamaWeights, llama_ir
+from optgraph.frontends.llama_config import LlamaConfig, LlamaStep, LlamaWeights
+from optgraph.frontends.llama_ir import llama_ir
 from optgraph.frontends.step_graphs import llama_ir_step
 from optgraph.reference.interpreter import random_weights
 from tests.support.fake_cupy import fake_cupy

@@ -20,7 +20,8 @@ from optgraph.api.batch_generation import rows_inputs
 from optgraph.api.generation import CompiledStep, compile_step
 from optgraph.api.sampling import Sampling, sample
 from optgraph.codegen.lowering_options import LoweringOptions
-from optgraph.frontends.llama_ir import LlamaConfig, LlamaStep, LlamaWeights, llama_ir
+from optgraph.frontends.llama_config import LlamaConfig, LlamaStep, LlamaWeights
+from optgraph.frontends.llama_ir import llama_ir
 from optgraph.frontends.step_graphs import llama_ir_step
 from optgraph.reference.interpreter import random_weights
 from tests.runtime import test_decode_loop_fake as single
