@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from tests.support.hf_checkpoints import reference_tokens
+
 ARCH_CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "llama": ("LlamaConfig", {}),
     "mistral": ("MistralConfig", {"sliding_window": None}),
@@ -210,18 +212,9 @@ def load_with_transformers(path: Path) -> Any:
 
 
 def greedy_reference(model: Any, prompt: list[int], new_tokens: int) -> list[int]:
-    """transformers' greedy tokens (its own cache; no end-of-sequence stop: the random models'
-    eos token may come up)."""
-    with torch.no_grad():
-        out = model.generate(
-            torch.tensor([prompt]),
-            do_sample=False,
-            max_new_tokens=new_tokens,
-            attention_mask=torch.ones(1, len(prompt), dtype=torch.int64),
-            eos_token_id=None,
-            pad_token_id=0,
-        )
-    return [int(t) for t in out[0, len(prompt) :]]
+    """transformers' greedy tokens (`hf_checkpoints.reference_tokens`: no end-of-sequence stop,
+    the random models' eos token may come up)."""
+    return reference_tokens(model, prompt, new_tokens)
 
 
 def _feed(graph: Any, caches: dict[str, np.ndarray], token: int, pos: int) -> dict[str, Any]:
@@ -263,3 +256,24 @@ def decode_steps(
             token = int(np.argmax(row))
             tokens.append(token)
     return np.stack(logits_rows), tokens
+
+
+def run_from_the_file(path: Path, ir: Path, tmp_path: Path) -> None:
+    """`optgraph run IR --weights FILE.gguf --check` on the cpu (imported by `optgraph import`
+    as `ir`), its logits against the reference of `from_gguf`'s step on the same random inputs,
+    and the weights `load_weights` reads from the file equal to `from_gguf`'s (the blocks, q and
+    k rows un-permuted both ways)."""
+    from optgraph.cli.main import main
+    from optgraph.frontends.gguf import from_gguf
+    from optgraph.reference.interpreter import load_weights, random_inputs, run_reference
+
+    graph, weights = from_gguf(path, cache_len=16, seq=2)
+    loaded = load_weights(path, graph)
+    for name, array in weights.items():
+        np.testing.assert_array_equal(loaded[name], array)
+    outputs = tmp_path / "out.npz"
+    argv = ["run", str(ir), "--weights", str(path), "--device", "cpu", "--check"]
+    assert main([*argv, "--save-outputs", str(outputs), "-q"]) == 0
+    expected = run_reference(graph, random_inputs(graph, seed=0), weights)
+    with np.load(outputs) as saved:
+        np.testing.assert_allclose(saved["logits"], expected["logits"], rtol=1e-5, atol=1e-5)

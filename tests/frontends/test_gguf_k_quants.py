@@ -28,7 +28,6 @@ from optgraph.cli.main import main
 from optgraph.frontends.gguf import from_gguf
 from optgraph.ir.graph import TensorType
 from optgraph.reference.dequantize import random_blocks
-from optgraph.reference.interpreter import load_weights, random_inputs, run_reference
 from tests.frontends import gguf_models
 
 pytest.importorskip("gguf")
@@ -129,14 +128,5 @@ def test_import_then_run_on_the_cpu_with_the_file_as_weights(
         assert "weight %output.weight : q6_k[256,256]" in text
     else:
         assert "weight %blk.0.ffn_down.weight : mxfp4[256,512]" in text
-    graph, weights = from_gguf(path, cache_len=16, seq=2)
-    loaded = load_weights(path, graph)
-    for name, array in weights.items():  # the blocks, q and k rows un-permuted both ways
-        np.testing.assert_array_equal(loaded[name], array)
-    outputs = tmp_path / "out.npz"
-    argv = ["run", str(ir), "--weights", str(path), "--device", "cpu", "--check"]
-    assert main([*argv, "--save-outputs", str(outputs), "-q"]) == 0
+    gguf_models.run_from_the_file(path, ir, tmp_path)
     assert "Traceback" not in capsys.readouterr().err
-    expected = run_reference(graph, random_inputs(graph, seed=0), weights)
-    with np.load(outputs) as saved:
-        np.testing.assert_allclose(saved["logits"], expected["logits"], rtol=1e-5, atol=1e-5)
