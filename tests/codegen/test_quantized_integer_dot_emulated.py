@@ -100,9 +100,8 @@ def test_the_float_form_switch_and_the_types_it_keeps() -> None:
 def test_shared_memory_decides_the_form() -> None:
     """x's padded codes, scales and sums in 48 KiB: 14336 values a row fit (the down product of
     a Llama layer), 20480 do not and keep the float form."""
-    assert quantized_integer_dot.fits("q4_k", 14336, True)
-    assert not quantized_integer_dot.fits("q4_k", 20480, True)
-    assert not quantized_integer_dot.fits("q4_k", 4096, False)  # rows not whole 16-byte units
+    assert quantized_integer_dot.fits("q4_k", 14336)
+    assert not quantized_integer_dot.fits("q4_k", 20480)
     assert "__dp2a" not in _launch("q4_k", 8, 20480, 1, "f16").kernel.source
     launch = _launch("q4_k", 8, 14336, 1, "f16")
     assert launch.kernel.shared_bytes is not None

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from optgraph.codegen.cuda_source import module_source
-from optgraph.codegen.kernels import quantized
+from optgraph.codegen.kernels import quantized, quantized_integer_dot
 from optgraph.ir.graph import TensorType
 from tests.support import cuda_emulator
 
@@ -126,7 +126,7 @@ def test_one_row_product_matches_the_dequantized_product(
     integer = "__dp2a_lo" in launch.kernel.source  # q4_k: quantized_integer_dot
     row_bytes = raw.shape[1]
     assert (staged or integer) == (row_bytes % 16 == 0)
-    assert integer == (dtype == "q4_k" and row_bytes % 16 == 0)
+    assert integer == quantized_integer_dot.fits(dtype, k)
     got = _run(launch, [np.zeros((rows, n), NUMPY[xdtype]), x, raw])[0].astype(np.float64)
     nmse = float(np.sum((got - want) ** 2) / np.sum(want**2))
     # the integer form: x's int16 codes carry 2^-16 of a unit's largest |x| (a few 1e-10)

@@ -349,7 +349,7 @@ def one_row_launch(x: TensorType, w: TensorType, out: TensorType) -> Launch:
     row_bytes = k // (32 * sub) * nbytes
     per = lanes_per_tile(w.dtype)
     params = [out_param(out.dtype), in_param(x.dtype, 0), "const unsigned char* in1"]
-    if INTEGER_DOT and quantized_integer_dot.fits(w.dtype, k, row_bytes % 16 == 0):
+    if INTEGER_DOT and quantized_integer_dot.fits(w.dtype, k):
         early, body = quantized_integer_dot.body(x.dtype, out.dtype, n, k)
         lines = [*early, *body_entry().splitlines(), *body]
         text = "\n".join("  " + line for line in lines)
