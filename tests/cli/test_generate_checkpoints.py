@@ -5,7 +5,8 @@ own loading of the same directory, and the same decoded text, on the CPU in floa
 
 What `--device cuda` runs, on the CPU: for the architectures whose steps have their own ops
 (sliding windows, Gemma's norms and softcaps, multi-query attention, learned positions, fused
-projections), the same decode and prefill steps (from the program cache the first test filled)
+projections), the same decode and prefill steps (from the program cache when the first test ran
+in the same worker, else compiled here)
 lowered for CUDA with the caches updated in place, every kernel in the CPU emulator, against the
 reference interpreter."""
 
@@ -101,8 +102,7 @@ def test_the_cuda_steps_in_the_emulator_equal_the_reference(
         pytest.skip("the CUDA emulator needs g++")
     arch, directory, _, _ = checkpoint
     model = og.load(directory, device="cpu", cache_dir=programs)
-    decode, prefill = model.decode, model.prefill_for(5)
-    assert model.cache.misses == 0, "the first test compiles these"
+    decode, prefill = model.decode, model.prefill_for(5)  # from the cache if the worker has it
     rng = np.random.default_rng(1)
     types = decode.step.graph.value_types()
     caches = {n: rng.standard_normal(types[n].shape).astype(np.float32)

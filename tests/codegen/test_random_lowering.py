@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 import optgraph as og
@@ -177,11 +177,14 @@ def _reads_around_its_norm(body: Region) -> bool:
 
 
 def test_row_graphs_make_norm_prologues_read_around_their_norm() -> None:
-    """The generator's `rows=True` graphs do make the region of finding 10 in a fixed draw of
-    the size the property above runs, so that property reaches it."""
+    """The generator's `rows=True` graphs do make the region of finding 10, so the properties
+    above reach it. About one graph in fifteen holds it (6-9 of 100 on the development
+    machine); 300 generated graphs leave a chance of about 1e-9 of missing it, whatever
+    example order the hypothesis version or profile gives (a fixed draw of 100 once found
+    none on CI)."""
     found: list[str] = []
 
-    @settings(max_examples=100, database=None, derandomize=True)
+    @settings(max_examples=300, database=None, derandomize=True, phases=[Phase.generate])
     @given(graph=random_dag_graphs(max_nodes=14, rows=True))
     def collect(graph: Graph) -> None:
         for node in plan_graph(graph, "default").nodes:
