@@ -1,14 +1,18 @@
 """The attention op's operands, attributes and type rule.
 
 Operands: `q [B,Hq,Sq,D]`, `k, v [B,Hkv,Skv,D]`, then optionally `kv_len` (`i32[1]` or `i32[B]`,
-i64 too), then, with `masked = true`, the mask as the last operand (bool: true = attend, or q's
-float dtype: added to the scores), broadcastable to `[B,Hq,Sq,Skv]`:
+i64 too), then, with `sinks = true`, one sink logit per query head (`[Hq]`, f32 or q's dtype: a
+key of that score and value zero in every row's softmax, gpt-oss), then, with `masked = true`,
+the mask as the last operand (bool: true = attend, or q's float dtype: added to the scores),
+broadcastable to `[B,Hq,Sq,Skv]`:
 
     %o = attention(%q, %k, %v, %len, %m) {masked = true, causal = true} : f16[2,8,1,64]
+    %o = attention(%q, %k, %v, %len, %s) {sinks = true, causal = true} : f16[2,8,1,64]
 
 Attributes: `causal`, `causal_align` ("bottom_right": query i sits at position L - Sq + i;
 "top_left": at i), `window` (0: none; W > 0: position p sees keys p - W < j <= p, needs
-`causal`), `softcap` (0: none; C > 0: scores -> C·tanh(scores / C) before the mask), `scale`.
+`causal`), `softcap` (0: none; C > 0: scores -> C·tanh(scores / C) before the mask), `scale`, `masked`
+and `sinks` (whether those operands are present).
 Errors name the op and the conflicting facts:
 
     attention: mask f32[1,1,3,5] does not broadcast to [B,Hq,Sq,Skv] = [1,4,3,6]
@@ -31,20 +35,32 @@ class AttentionOperands:
 
     kv_len: int | None
     mask: int | None
+    sinks: int | None = None
 
 
-def attention_operands(count: int, masked: bool) -> AttentionOperands:
-    """Where kv_len and the mask sit among `count` operands (q, k, v [, kv_len] [, mask])."""
-    if masked:
-        return AttentionOperands(3 if count == 5 else None, count - 1)
-    return AttentionOperands(3 if count == 4 else None, None)
+def attention_operands(count: int, masked: bool, sinks: bool = False) -> AttentionOperands:
+    """Where kv_len, the sinks and the mask sit among `count` operands
+    (q, k, v [, kv_len] [, sinks] [, mask])."""
+    listed = 3 + int(sinks) + int(masked)  # the operands without kv_len
+    kv_len = 3 if count == listed + 1 else None
+    after = 3 if kv_len is None else 4
+    return AttentionOperands(kv_len, count - 1 if masked else None, after if sinks else None)
 
 
-def _check_count(node: Node, count: int, masked: bool) -> None:
-    if masked and count == 3:
-        fail(node, "masked = true needs a mask operand after q, k, v [, kv_len]")
-    if not masked and count == 5:
-        fail(node, "5 operands (q, k, v, kv_len, mask) need masked = true")
+def _check_count(node: Node, count: int, masked: bool, sinks: bool) -> None:
+    listed = 3 + int(sinks) + int(masked)
+    if count in (listed, listed + 1):
+        return
+    roles = "q, k, v [, kv_len]" + (", sinks" if sinks else "") + (", mask" if masked else "")
+    flags = f"masked = {str(masked).lower()} and sinks = {str(sinks).lower()}"
+    fail(node, f"{count} operands, but {flags} take {listed} or {listed + 1} ({roles})")
+
+
+def _check_sinks(node: Node, t: TensorType, q: TensorType) -> None:
+    heads = q.shape[1]
+    if t.shape != (heads,) or t.dtype not in ("f32", q.dtype):
+        dtypes = "f32" if q.dtype == "f32" else f"f32 or {q.dtype}"
+        fail(node, f"sinks must be [Hq] = [{heads}] of {dtypes} (a logit per query head), got {t}")
 
 
 def _check_kv_len(node: Node, t: TensorType, batch: int) -> None:
@@ -98,12 +114,14 @@ def attention(node: Node, types: Types, attrs: Attrs) -> TensorType:
         fail(node, f"query heads {q.shape[1]} are not a multiple of kv heads {k.shape[1]}")
     if k.shape[2] == 0:
         fail(node, f"attends over zero keys (k is {k})")
-    masked = bool(attrs["masked"])
-    _check_count(node, len(types), masked)
+    masked, sinks = bool(attrs["masked"]), bool(attrs["sinks"])
+    _check_count(node, len(types), masked, sinks)
     _check_attrs(node, attrs)
-    roles = attention_operands(len(types), masked)
+    roles = attention_operands(len(types), masked, sinks)
     if roles.kv_len is not None:
         _check_kv_len(node, types[roles.kv_len], q.shape[0])
+    if roles.sinks is not None:
+        _check_sinks(node, types[roles.sinks], q)
     if roles.mask is not None:
         _check_mask(node, types[roles.mask], q, k.shape[2])
     return q

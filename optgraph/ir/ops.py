@@ -171,10 +171,10 @@ _NOT_ELEMENTWISE: dict[str, OpDef] = {
         axis=AttrSpec("int", -1), keepdims=_FALSE,
     ),
     "attention": _op(
-        "attention", ("attention", "opaque"), (3, 5), attention_rules.attention, costs.attention,
+        "attention", ("attention", "opaque"), (3, 6), attention_rules.attention, costs.attention,
         causal=_FALSE,
         causal_align=AttrSpec("str", "bottom_right", choices=attention_rules.ALIGNMENTS),
-        masked=_FALSE, scale=AttrSpec("float"), softcap=AttrSpec("float", 0.0),
+        masked=_FALSE, scale=AttrSpec("float"), sinks=_FALSE, softcap=AttrSpec("float", 0.0),
         window=AttrSpec("int", 0),
     ),
     "avg_pool2d": _pool("avg_pool2d"),
@@ -225,8 +225,8 @@ _NOT_ELEMENTWISE: dict[str, OpDef] = {
     "mean": _reduction("mean", rules.reduce_mean),
     "moe": _reads_quantized(_op(
         "moe", ("moe", "opaque"), (4, 5), moe_rules.moe, costs.moe,
-        act=AttrSpec("str", "silu", choices=moe_rules.ACTIVATIONS), k=_REQUIRED_INT,
-        norm_topk=_FALSE,
+        act=AttrSpec("str", "silu", choices=moe_rules.ACTIVATIONS), experts=AttrSpec("ints"),
+        k=_REQUIRED_INT, norm_topk=_FALSE,
         routing=AttrSpec("str", "softmax_topk", choices=moe_rules.ROUTINGS),
     ), 2, 3, 4),
     "pad": _op(

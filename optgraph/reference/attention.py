@@ -11,6 +11,10 @@ For batch row b, query i and key j (query heads h read kv head h / (Hq / Hkv)):
 - a bool mask hides keys where it is false;
 - the score `s = (q·k)·scale`, then `C·tanh(s / C)` with `softcap = C`, then `+ mask[b,h,i,j]`
   for a float mask; a softmax over the seen keys (a score of -inf counts as weight 0);
+- with `sinks`, query head h's softmax also counts a key of score `sinks[h]` (not scaled,
+  capped or masked) and value zero: its weight `exp(sinks[h] - m)` joins the denominator
+  (gpt-oss; transformers concatenates the sinks to the scores and drops that column after the
+  softmax);
 - a row whose seen keys all have weight 0, or that sees none, yields zeros.
 
 kv_len values outside [0, Skv] raise `InputError`: bad run-time data, not a malformed graph.
@@ -68,7 +72,7 @@ def attention(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarra
     group = q.shape[1] // k.shape[1]
     k = np.repeat(k, group, axis=1)
     v = np.repeat(v, group, axis=1)
-    roles = attention_operands(len(args), bool(attrs["masked"]))
+    roles = attention_operands(len(args), bool(attrs["masked"]), bool(attrs["sinks"]))
     scale_value = attrs.get("scale")
     assert scale_value is None or isinstance(scale_value, int | float)
     factor = 1.0 / math.sqrt(d) if scale_value is None else float(scale_value)
@@ -85,8 +89,14 @@ def attention(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarra
     visible = visible_keys(attrs, lengths, sq, skv, mask)
     scores = np.where(visible, scores, F32(-np.inf))
     row_max = np.max(scores, axis=-1, keepdims=True)
+    sink = None
+    if roles.sinks is not None:
+        sink = args[roles.sinks].astype(F32).reshape(1, -1, 1, 1)
+        row_max = np.maximum(row_max, sink)
     row_max = np.where(np.isfinite(row_max), row_max, F32(0))
     e = np.where(visible, np.exp(scores - row_max), F32(0))
     total = np.sum(e, axis=-1, keepdims=True)
+    if sink is not None:
+        total = total + np.exp(sink - row_max)
     probs = e / np.where(total > 0, total, F32(1))
     return np.matmul(probs, v)

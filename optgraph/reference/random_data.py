@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from optgraph.ir.constants import constant_array
-from optgraph.ir.graph import FLOAT_DTYPES, Graph, Node, TensorType
+from optgraph.ir.graph import FLOAT_DTYPES, AttrValue, Graph, Node, TensorType
 from optgraph.ir.op_rules_attention import attention_operands
 from optgraph.ir.op_rules_moe import EXPERTS_AT
 from optgraph.ir.ops import attrs_with_defaults
@@ -68,13 +68,18 @@ _PASS_THROUGH = frozenset(
 _INTEGERS = ("i32", "i64")
 
 
+def _kv_len_at(types: Sequence[TensorType], attrs: Mapping[str, AttrValue]) -> int | None:
+    """Where an attention node's kv_len sits among its operands (None: absent)."""
+    return attention_operands(len(types), bool(attrs["masked"]), bool(attrs["sinks"])).kv_len
+
+
 def _direct_use(node: Node, index: int, types: Sequence[TensorType]) -> _Use:
     op, attrs = node.op, attrs_with_defaults(node)
     if op == "get_rows" and index == 1:
         return _Use(high=math.prod(types[0].shape[:-1]))
     if op == "kv_cache_write" and index == 2:
         return _Use(high=types[0].shape[2] - types[1].shape[2] + 1)
-    if op == "attention" and index == attention_operands(len(types), bool(attrs["masked"])).kv_len:
+    if op == "attention" and index == _kv_len_at(types, attrs):
         sq, skv = types[0].shape[2], types[1].shape[2]
         bottom_right = attrs["causal_align"] == "bottom_right"
         return _Use(low=sq if attrs["causal"] and bottom_right and sq <= skv else 1, high=skv + 1)

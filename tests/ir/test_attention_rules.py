@@ -1,5 +1,6 @@
 """The attention op's optional operands and attributes: mask (by `masked = true`, the last
-operand), per-batch-row kv_len, window, softcap and causal_align. Every message is pinned, and
+operand), sinks (by `sinks = true`, after kv_len), per-batch-row kv_len, window, softcap and
+causal_align. Every message is pinned, and
 one error goes through the parser to check its location."""
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ def test_operand_positions() -> None:
     assert attention_operands(4, False) == AttentionOperands(3, None)
     assert attention_operands(4, True) == AttentionOperands(None, 3)
     assert attention_operands(5, True) == AttentionOperands(3, 4)
+    assert attention_operands(4, False, True) == AttentionOperands(None, None, 3)
+    assert attention_operands(5, False, True) == AttentionOperands(3, None, 4)
+    assert attention_operands(5, True, True) == AttentionOperands(None, 4, 3)
+    assert attention_operands(6, True, True) == AttentionOperands(3, 5, 4)
 
 
 def test_masks_that_broadcast() -> None:
@@ -43,11 +48,34 @@ def test_mask_errors() -> None:
         "attention: mask must be bool or f32 like q, got f16[3,7]"
     )
     assert error("attention", Q, KV, KV, masked=True) == (
-        "attention: masked = true needs a mask operand after q, k, v [, kv_len]"
+        "attention: 3 operands, but masked = true and sinks = false take 4 or 5 "
+        "(q, k, v [, kv_len], mask)"
     )
     assert error("attention", Q, KV, KV, "i32[1]", "bool[3,7]") == (
-        "attention: 5 operands (q, k, v, kv_len, mask) need masked = true"
+        "attention: 5 operands, but masked = false and sinks = false take 3 or 4 (q, k, v [, kv_len])"
     )
+
+
+def test_sinks() -> None:
+    assert infer("attention", Q, KV, KV, "f32[4]", sinks=True) == Q
+    assert infer("attention", Q, KV, KV, "i32[2]", "f32[4]", "bool[3,7]", sinks=True,
+                 masked=True) == Q  # fmt: skip
+    half = "f16[2,4,3,16]", "f16[2,2,7,16]"
+    for sinks in ("f16[4]", "f32[4]"):
+        assert infer("attention", half[0], half[1], half[1], sinks, sinks=True) == half[0]
+    assert error("attention", Q, KV, KV, "f32[2]", sinks=True) == (
+        "attention: sinks must be [Hq] = [4] of f32 (a logit per query head), got f32[2]"
+    )
+    assert error("attention", half[0], half[1], half[1], "bf16[4]", sinks=True) == (
+        "attention: sinks must be [Hq] = [4] of f32 or f16 (a logit per query head), got bf16[4]"
+    )
+    assert error("attention", Q, KV, KV, sinks=True) == (
+        "attention: 3 operands, but masked = false and sinks = true take 4 or 5 "
+        "(q, k, v [, kv_len], sinks)"
+    )
+    assert error("attention", Q, KV, KV, "i32[1]", "f32[4]", sinks=True, masked=True) == (
+        "attention: sinks must be [Hq] = [4] of f32 (a logit per query head), got i32[1]"
+    )  # 5 operands of masked and sinks: q, k, v, sinks, mask (no kv_len)
 
 
 def test_kv_len_and_attribute_errors() -> None:
@@ -94,6 +122,29 @@ def test_round_trip_prints_the_attributes() -> None:
 """
     graph = og.parse(text)
     assert og.parse(og.print_graph(graph)) == graph
+
+
+def test_round_trip_with_sinks_and_a_located_error() -> None:
+    text = """graph g {
+  input %q : f16[1,4,2,16]
+  input %k : f16[1,2,9,16]
+  input %len : i32[1]
+  input %s : f32[4]
+  input %m : f16[1,1,2,9]
+  %o = attention(%q, %k, %k, %len, %s, %m) {causal = true, masked = true, sinks = true} : f16[1,4,2,16]
+  output %o
+}
+"""
+    graph = og.parse(text)
+    verify(graph)
+    printed = og.print_graph(graph)
+    assert "sinks = true" in printed and og.parse(printed) == graph
+    bad = text.replace("%s : f32[4]", "%s : f32[2]")
+    with pytest.raises(OptGraphError) as info:
+        verify(og.parse(bad, "s.ir"))
+    rendered = str(info.value)
+    assert "s.ir:7:" in rendered
+    assert "sinks must be [Hq] = [4] of f32 or f16 (a logit per query head), got f32[2]" in rendered
 
 
 def test_a_window_bounds_the_flops_not_the_bytes() -> None:

@@ -101,7 +101,7 @@ def test_arity_errors() -> None:
     assert error("exp") == "exp: expected 1 operand, got 0"
     assert error("add", "f32[2]") == "add: expected 2 operands, got 1"
     assert error("attention", "f32[1,1,1,4]", "f32[1,1,1,4]") == (
-        "attention: expected 3 to 5 operands, got 2"
+        "attention: expected 3 to 6 operands, got 2"
     )
     assert error("concat", axis=0) == "concat: expected at least 1 operand, got 0"
 
@@ -487,6 +487,7 @@ def test_attrs_with_defaults() -> None:
         "causal": False,
         "causal_align": "bottom_right",
         "masked": False,
+        "sinks": False,
         "softcap": 0.0,
         "window": 0,
     }
