@@ -144,15 +144,18 @@ def moe(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
     """x, logits and the result, and the experts the tokens can select: min(E, T·k) of each
     stack's E (a decode step reads k experts' rows, never all E). Flops: the k experts' three
     products a token (2·3·H·F), their activation and weighting, and the routing (softmax and
-    selection over E)."""
+    selection over E). A node holding some experts (`experts = [lo, hi]`) does its share of
+    the k products, (hi - lo) / E of them on average."""
     x, logits, stacks = types[0], types[1], types[2:]
     tokens, hidden = x.shape
     experts, ffn = stacks[-1].shape[0], stacks[-1].shape[2]
+    scored = logits.shape[1]
     k = attrs["k"]
     assert isinstance(k, int)
     used = min(experts, tokens * k)
     stack_bytes = sum(t.nbytes for t in stacks) * used // experts if experts else 0
-    flops = tokens * (k * (6 * hidden * ffn + 8 * ffn + 2 * hidden) + 6 * experts)
+    products = tokens * k * experts // max(1, scored)
+    flops = products * (6 * hidden * ffn + 8 * ffn + 2 * hidden) + tokens * 6 * scored
     return Cost(x.nbytes + logits.nbytes + result.nbytes + stack_bytes, flops)
 
 

@@ -13,13 +13,18 @@ H for gate/up, F for down); the three may differ (a Q4_K_M file keeps down in q6
 Attributes: `k` (experts a token uses, 1..E), `routing` ("softmax_topk": softmax over all E
 logits, then the k largest probabilities, renormalised to sum 1 with `norm_topk = true`;
 "topk_softmax": the k largest logits, then a softmax over those k), `act` (the gate's
-activation: "silu", "gelu" (erf) or "gelu_tanh"). The result has x's shape and dtype:
+activation: "silu", "gelu" (erf) or "gelu_tanh"), `experts = [lo, hi]` (optional: the node holds experts lo..hi-1 of the E the
+router scores, its stacks are [hi-lo, ...]; routing still runs over all E logits, and a token's
+selected experts outside [lo, hi) contribute nothing: the parts of a partition of 0..E-1 sum to
+the whole moe, which is how `split-experts` puts some experts on the CPU). The result has x's
+shape and dtype:
 
     y[t] = sum over the k selected experts e (in slot order) of  w[t,e] · down_e · (act(gate_e · x[t]) * (up_e · x[t]))
 
 Errors name the op and the conflicting facts:
 
     moe: up q4_k[8,32,256] differs from [E,F,H] = [8,64,256]
+    moe: experts = [6, 10] must be lo < hi within the 8 experts of logits f32[2,8]
 """
 
 from __future__ import annotations
@@ -37,8 +42,9 @@ EXPERTS_AT = 2
 
 @dataclass(frozen=True)
 class MoeDims:
-    """Sizes of one moe node: tokens, hidden width, experts, expert width, experts a token;
-    `fused`: one gate_up stack (gate's F rows, then up's) instead of gate and up."""
+    """Sizes of one moe node: tokens, hidden width, experts the router scores, expert width,
+    experts a token; `fused`: one gate_up stack (gate's F rows, then up's) instead of gate and
+    up; `first`, `held`: the stacks hold experts first..first+held-1 (all E: 0 and E)."""
 
     tokens: int
     hidden: int
@@ -46,12 +52,34 @@ class MoeDims:
     ffn: int
     k: int
     fused: bool
+    first: int = 0
+    held: int = 0
+
+    @property
+    def is_part(self) -> bool:
+        """Whether the node holds only some of the experts (an `experts` attribute)."""
+        return self.held != self.experts
 
 
-def moe_dims(types: Types, k: int) -> MoeDims:
-    """The sizes of a verified moe node with operand types `types`."""
-    x, down = types[0], types[-1]
-    return MoeDims(x.shape[0], x.shape[1], down.shape[0], down.shape[2], k, len(types) == 4)
+def expert_range(attrs: Attrs, experts: int) -> tuple[int, int]:
+    """The [lo, hi) a moe node holds of the `experts` its router scores (all without the
+    `experts` attribute)."""
+    held = attrs.get("experts")
+    if held is None:
+        return 0, experts
+    assert isinstance(held, tuple | list) and len(held) == 2
+    lo, hi = held
+    assert isinstance(lo, int) and isinstance(hi, int)
+    return lo, hi
+
+
+def moe_dims(types: Types, k: int, held: tuple[int, int] | None = None) -> MoeDims:
+    """The sizes of a verified moe node with operand types `types`, holding experts `held`
+    ([lo, hi); None: all)."""
+    x, logits, down = types[0], types[1], types[-1]
+    experts = logits.shape[1]
+    lo, hi = held if held is not None else (0, experts)
+    return MoeDims(x.shape[0], x.shape[1], experts, down.shape[2], k, len(types) == 4, lo, hi - lo)
 
 
 def expert_roles(count: int) -> tuple[str, ...]:
@@ -78,25 +106,41 @@ def moe(node: Node, types: Types, attrs: Attrs) -> TensorType:
     if logits.shape[0] != tokens:
         fail(node, f"logits {logits} has {logits.shape[0]} rows, x {x} has {tokens}")
     experts = logits.shape[1]
+    held = attrs.get("experts")
+    if held is not None:
+        if not isinstance(held, tuple | list) or len(held) != 2:
+            fail(node, f"experts must be [lo, hi], got [{', '.join(map(str, held))}]")
+        lo, hi = held
+        assert isinstance(lo, int) and isinstance(hi, int)
+        if not 0 <= lo < hi <= experts:
+            fail(
+                node,
+                f"experts = [{lo}, {hi}] must be lo < hi within the {experts} experts of "
+                f"logits {logits}",
+            )
+        experts = hi - lo  # what the stacks hold; routing still scores all of logits' E
     roles = expert_roles(len(types))
+    lead = "E" if held is None else "hi-lo"  # the experts the stacks hold
     first = types[EXPERTS_AT]
     if first.rank != 3:
-        layout = "[E,2F,H]" if len(types) == 4 else "[E,F,H]"
+        layout = f"[{lead},2F,H]" if len(types) == 4 else f"[{lead},F,H]"
         fail(node, f"{roles[0]} must be {layout}, got {first}")
     ffn = first.shape[1]
     if len(types) == 4:
         if ffn % 2:
             fail(node, f"gate_up {first} must have 2F rows (gate's F, then up's), got {ffn}")
         ffn //= 2
-        _check_stack(node, first, "gate_up", "[E,2F,H]", (experts, 2 * ffn, hidden))
+        _check_stack(node, first, "gate_up", f"[{lead},2F,H]", (experts, 2 * ffn, hidden))
     else:
         for t, role in zip(types[EXPERTS_AT:4], roles):
-            _check_stack(node, t, role, "[E,F,H]", (experts, ffn, hidden))
-    _check_stack(node, types[-1], "down", "[E,H,F]", (experts, hidden, ffn))
+            _check_stack(node, t, role, f"[{lead},F,H]", (experts, ffn, hidden))
+    _check_stack(node, types[-1], "down", f"[{lead},H,F]", (experts, hidden, ffn))
     k = attrs["k"]
     assert isinstance(k, int)
-    if not 1 <= k <= experts:
-        fail(node, f"k = {k} must be between 1 and the {experts} experts of logits {logits}")
+    if not 1 <= k <= logits.shape[1]:
+        fail(
+            node, f"k = {k} must be between 1 and the {logits.shape[1]} experts of logits {logits}"
+        )
     if attrs["norm_topk"] and attrs["routing"] == "topk_softmax":
         fail(node, 'norm_topk = true with routing = "topk_softmax": its k weights sum to 1')
     return x

@@ -14,6 +14,11 @@ Then for each token t and slot j (expert e = ids[t, j], weight w = weights[t, j]
 `h = act(x[t] @ gate_eᵀ) * (x[t] @ up_eᵀ)`, `y_j = h @ down_eᵀ`, and `y[t] = Σ_j w·y_j`, summed
 in slot order (largest weight first), all in float32; the caller rounds to the node's dtype.
 
+A node with `experts = [lo, hi]` holds experts lo..hi-1 (stack row e - lo): routing is the same
+over all E logits, and the slots whose expert lies outside [lo, hi) are left out of the sum. So
+over a partition of 0..E-1 the parts add up to the whole node (bit for bit where each token's
+selected experts fall in one part, within float32 rounding of the reordered sum otherwise).
+
 The expert stacks are read as stored (`stored_moe`): only the experts some token selected are
 decoded (a quantized expert dequantized, an f16/bf16 one widened), one at a time, with every
 token that selected it as the rows of its products. A decode step decodes k experts' matrices,
@@ -28,7 +33,7 @@ import ml_dtypes
 import numpy as np
 
 from optgraph.ir.graph import AttrValue, Node, TensorType
-from optgraph.ir.op_rules_moe import EXPERTS_AT
+from optgraph.ir.op_rules_moe import EXPERTS_AT, expert_range
 from optgraph.reference import elementwise
 from optgraph.reference.dequantize import dequantize
 
@@ -96,21 +101,27 @@ def stored_moe(
     stacks = list(zip(args[EXPERTS_AT:], types[EXPERTS_AT:]))
     tokens, hidden = x.shape
     ffn = types[-1].shape[2]
+    lo, hi = expert_range(attrs, args[1].shape[1])
     y = np.zeros((tokens, k, hidden), F32)
     for e in np.unique(ids):
+        if not lo <= e < hi:
+            continue  # another part's expert
         rows, slots = np.nonzero(ids == e)
         xs = x[rows]
+        row = int(e) - lo
         if len(stacks) == 2:
-            gate_up = expert_matrix(*stacks[0], int(e))
+            gate_up = expert_matrix(*stacks[0], row)
             gate, up = gate_up[:ffn], gate_up[ffn:]
         else:
-            gate, up = (expert_matrix(a, t, int(e)) for a, t in stacks[:2])
-        down = expert_matrix(*stacks[-1], int(e))
+            gate, up = (expert_matrix(a, t, row) for a, t in stacks[:2])
+        down = expert_matrix(*stacks[-1], row)
         h = _activation(xs @ gate.T, act) * (xs @ up.T)
         y[rows, slots] = h @ down.T
+    held = (ids >= lo) & (ids < hi)
     out = np.zeros((tokens, hidden), F32)
     for j in range(k):
-        out += weights[:, j, None] * y[:, j]
+        # A slot of another part adds nothing (not even 0 · y: its y is never computed here).
+        out += np.where(held[:, j, None], weights[:, j, None] * y[:, j], F32(0))
     return out
 
 

@@ -175,3 +175,38 @@ def test_cost_counts_the_selected_experts_not_all() -> None:
     quantized = {"gate": "q8_0[16,32,64]", "up": "q8_0[16,32,64]", "down": "q8_0[16,64,32]"}
     q = _cost(_block(node.format(t=1), "f32[1,64]", "f32[1,16]", **quantized))
     assert q[0] == 2 * 3 * 32 * 64 // 32 * 34 + (64 + 16 + 64) * 4
+
+
+@pytest.mark.parametrize(
+    ("attrs", "stacks", "message"),
+    [
+        ("experts = [2, 5], k = 2", {},
+         "experts = [2, 5] must be lo < hi within the 4 experts of logits f32[2,4]"),
+        ("experts = [3, 3], k = 1", {},
+         "experts = [3, 3] must be lo < hi within the 4 experts of logits f32[2,4]"),
+        ("experts = [1, 2, 3], k = 1", {}, "experts must be [lo, hi], got [1, 2, 3]"),
+        ("experts = [1, 3], k = 2", {}, "gate f32[4,32,64] differs from [hi-lo,F,H] = [2,32,64]"),
+        ("experts = [1, 3], k = 2", {"gate": "f32[2,32,64]", "up": "f32[2,32,64]"},
+         "down f32[4,64,32] differs from [hi-lo,H,F] = [2,64,32]"),
+    ],
+)  # fmt: skip
+def test_experts_attribute_errors(attrs: str, stacks: dict[str, str], message: str) -> None:
+    node = f"%y = moe(%x, %logits, %gate, %up, %down) {{{attrs}}} : f32[2,64]"
+    assert _diagnostics(_block(node, **stacks)) == [f"7:8: moe: {message}"]
+
+
+def test_a_part_holds_hi_minus_lo_experts_and_k_counts_all_of_them() -> None:
+    """The stacks of `experts = [1, 3]` hold 2 experts; k may exceed them (routing is over E)."""
+    node = "%y = moe(%x, %logits, %gate, %up, %down) {experts = [1, 3], k = 3} : f32[2,64]"
+    part = {"gate": "f32[2,32,64]", "up": "f32[2,32,64]", "down": "f32[2,64,32]"}
+    text = _block(node, **part)
+    graph = og.parse(text)
+    og.verify(graph)
+    assert og.print_graph(graph) == text
+    assert og.print_graph(parse_with_lark(text)) == text
+    # Its cost: its stacks' bytes, and 2/4 of the products of the whole node.
+    whole = _block(node.replace("experts = [1, 3], ", ""))
+    part_cost, whole_cost = _cost(text), _cost(whole)
+    assert part_cost[0] < whole_cost[0]
+    routing = 2 * 6 * 4
+    assert part_cost[1] - routing == (whole_cost[1] - routing) // 2

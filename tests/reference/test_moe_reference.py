@@ -5,6 +5,7 @@ form, and the planned CPU executor (bit for bit the reference)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -264,3 +265,61 @@ def test_the_planned_cpu_executor_runs_it_bit_for_bit(tokens: int) -> None:
     got = og.compile(graph, target="cpu").run(inputs, weights=weights)["y"]
     np.testing.assert_array_equal(got, want)
     assert np.abs(want - inputs["x"]).max() > 1e-3  # the experts contribute
+
+
+def _part(graph: og.Graph, lo: int, hi: int) -> og.Graph:
+    """`graph`'s moe holding experts lo..hi-1 only (its stacks cut to [hi-lo, ...])."""
+    text = og.print_graph(graph).replace(f"[{E},", f"[{hi - lo},")
+    return og.parse(text.replace("%down) {", f"%down) {{experts = [{lo}, {hi}], "))
+
+
+def _part_weights(weights: dict[str, np.ndarray], lo: int, hi: int) -> dict[str, np.ndarray]:
+    return {name: a[lo:hi] for name, a in weights.items()}
+
+
+@pytest.mark.parametrize(
+    ("k", "attrs", "cuts"),
+    [
+        (1, "", (0, 4, 6)),
+        (2, "norm_topk = true", (0, 1, 6)),
+        (2, 'routing = "topk_softmax"', (0, 3, 5, 6)),
+        (3, 'act = "gelu"', (0, 2, 4, 6)),
+        (6, "norm_topk = true", (0, 1, 2, 3, 4, 5, 6)),
+    ],
+)
+def test_parts_over_a_partition_of_the_experts_sum_to_the_whole(
+    k: int, attrs: str, cuts: tuple[int, ...]
+) -> None:
+    """Bit for bit for k <= 2 (the two terms of a token add in either order), within float32
+    rounding of the reordered sum beyond; a part holding no selected expert of a token adds 0."""
+    whole = _graph(7, k, attrs)
+    inputs, weights = random_inputs(whole, seed=3), random_weights(whole, seed=4)
+    want = run_reference(whole, inputs, weights)["y"]
+    total = np.zeros_like(want)
+    for lo, hi in itertools.pairwise(cuts):
+        part = _part(whole, lo, hi)
+        og.verify(part)
+        got = run_reference(part, inputs, _part_weights(weights, lo, hi))["y"]
+        ids, _ = route(inputs["logits"], k, "topk_softmax" if "topk_softmax" in attrs else
+                       "softmax_topk", False)  # fmt: skip
+        untouched = ~((ids >= lo) & (ids < hi)).any(axis=1)
+        assert np.all(got[untouched] == 0.0) and np.any(got != 0.0)
+        total += got
+    if k <= 2:
+        assert total.tobytes() == want.tobytes()
+    else:
+        np.testing.assert_allclose(total, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+        assert not np.array_equal(total, np.zeros_like(total))
+
+
+def test_a_quantized_part_reads_its_own_experts() -> None:
+    """q8_0 stacks cut by expert (whole blocks per expert): the parts' sum is the whole."""
+    whole = _graph(4, 2, "norm_topk = true", stacks=("q8_0", "q8_0", "q8_0"))
+    inputs, weights = random_inputs(whole, seed=5), random_weights(whole, seed=6)
+    want = run_reference(whole, inputs, weights)["y"]
+    parts = [(0, 2), (2, 6)]
+    total = sum(
+        run_reference(_part(whole, lo, hi), inputs, _part_weights(weights, lo, hi))["y"]
+        for lo, hi in parts
+    )
+    assert np.asarray(total).tobytes() == want.tobytes()
