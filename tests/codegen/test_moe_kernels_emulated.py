@@ -168,3 +168,68 @@ def test_more_experts_a_token_than_the_route_kernel_takes() -> None:
     with pytest.raises(CodegenError, match=f"moe: k = {k} experts a token; the CUDA kernels"):
         node_code(node, [types[o] for o in node.operands])
     assert TensorType("f32", (1, 32)) == types["y"]
+
+
+def _parts_graph(tokens: int, x: str, stacks: tuple[str, ...], hidden: int, ffn: int,
+                 cut: int, attrs: str) -> og.Graph:  # fmt: skip
+    """The moe of `_graph` as two parts, experts [0, cut) and [cut, E), added."""
+    if len(stacks) == 3:
+        shapes = {"gate": (ffn, hidden), "up": (ffn, hidden), "down": (hidden, ffn)}
+    else:
+        shapes = {"gate_up": (2 * ffn, hidden), "down": (hidden, ffn)}
+    lines = [f"  input %x : {x}[{tokens},{hidden}]", f"  input %logits : f32[{tokens},{E}]"]
+    result = f"{x}[{tokens},{hidden}]"
+    for lo, hi in ((0, cut), (cut, E)):
+        lines += [
+            f"  weight %{name}.e{lo}_{hi} : {dtype}[{hi - lo},{rows},{cols}]"
+            for (name, (rows, cols)), dtype in zip(shapes.items(), stacks)
+        ]
+    for lo, hi in ((0, cut), (cut, E)):
+        operands = ", ".join(f"%{name}.e{lo}_{hi}" for name in shapes)
+        lines.append(
+            f"  %y.e{lo}_{hi} = moe(%x, %logits, {operands}) "
+            f"{{experts = [{lo}, {hi}], {attrs}}} : {result}"
+        )
+    lines.append(f"  %y = add(%y.e0_{cut}, %y.e{cut}_{E}) : {result}")
+    graph = og.parse("graph parts {\n" + "\n".join(lines) + "\n  output %y\n}\n")
+    og.verify(graph)
+    return graph
+
+
+@pytest.mark.parametrize(
+    ("tokens", "x", "stacks", "cut", "attrs"),
+    [
+        (1, "f32", ("f32", "f32", "f32"), 4, "k = 2, norm_topk = true"),
+        (5, "f32", ("q4_k", "q4_k", "q8_0"), 2, "k = 3"),
+        (3, "f16", ("q8_0", "q8_0"), 5, 'k = 2, routing = "topk_softmax"'),
+    ],
+)
+def test_parts_of_the_experts_match_the_reference(
+    tokens: int, x: str, stacks: tuple[str, ...], cut: int, attrs: str
+) -> None:
+    """Each part's kernels skip the other part's experts (their slots add nothing) and index
+    the part's stacks from its first expert; parts on [0, cut) and [cut, E) add up to the
+    reference of the parts (and that of the whole, checked in tests/reference)."""
+    hidden = 256 if "q4_k" in stacks else 64
+    graph = _parts_graph(tokens, x, stacks, hidden, 32, cut, attrs)
+    types = graph.value_types()
+    for node in graph.nodes[:2]:
+        source = "".join(
+            w.kernel.source
+            for w in node_code(node, [types[o] for o in node.operands])
+            if isinstance(w, Launch)
+        )
+        lo = 0 if node.name == f"y.e0_{cut}" else cut
+        hi = cut if lo == 0 else E
+        assert f"if (e < {lo} || e >= {hi}) continue;" in source
+    got = _check(graph, seed=tokens)
+    # Against the whole node: one moe over the joined stacks.
+    whole = _graph(tokens, x, stacks, hidden, 32, attrs)
+    inputs, weights = random_inputs(graph, tokens), random_weights(graph, tokens)
+    joined = {
+        name: np.concatenate([weights[f"{name}.e0_{cut}"], weights[f"{name}.e{cut}_{E}"]])
+        for name in ("gate", "up", "down", "gate_up")
+        if f"{name}.e0_{cut}" in weights
+    }
+    want = run_reference(whole, inputs, joined)["y"]
+    assert nmse(got["y"].astype(np.float32), want.astype(np.float32)) <= BOUNDS[x]

@@ -21,6 +21,10 @@ throughout, as the reference (`reference/moe.py`); sums in another order, so wit
 bounds, not bit for bit. Routing selects like the reference: the k largest (of the softmax
 probabilities, or of the logits), the lower expert first on ties, NaN smallest.
 
+A node holding some experts (`experts = [lo, hi]`, the stacks' rows for experts lo..hi-1) routes
+over all E logits the same way; gate_up skips a (token, slot) whose expert is outside [lo, hi)
+and down leaves its slot out of the sum, and expert e's rows are row (e - lo)·F + f.
+
 Not handled (a CodegenError naming it): more than `MAX_K` experts a token, and a fused region
 around a moe (fusion never makes one: its category is opaque).
 """
@@ -45,7 +49,7 @@ from optgraph.codegen.kernels import quantized
 from optgraph.ir import op_cuda
 from optgraph.ir.graph import QUANT_BLOCKS, Node, TensorType
 from optgraph.ir.op_elementwise import ELEMENTWISE
-from optgraph.ir.op_rules_moe import MoeDims, moe_dims
+from optgraph.ir.op_rules_moe import MoeDims, expert_range, moe_dims
 from optgraph.ir.ops import attrs_with_defaults
 
 OPS = frozenset({"moe"})
@@ -68,9 +72,22 @@ def _offsets(d: MoeDims) -> tuple[int, int, int]:
 
 
 def _dims(node: Node, types: Sequence[TensorType]) -> MoeDims:
-    k = attrs_with_defaults(node)["k"]
+    attrs = attrs_with_defaults(node)
+    k = attrs["k"]
     assert isinstance(k, int)
-    return moe_dims(types, k)
+    return moe_dims(types, k, expert_range(attrs, types[1].shape[1]))
+
+
+def _held_expert(d: MoeDims, indent: str) -> list[str]:
+    """Lines that read the expert `e` of `pair` from the scratch as a row of the stacks
+    (e - first), and skip (`continue`) a pair whose expert another part holds."""
+    lines = [f"{indent}int e = reinterpret_cast<const int*>(scratch)[pair];"]
+    if d.is_part:
+        lines += [
+            f"{indent}if (e < {d.first} || e >= {d.first + d.held}) continue;  // another part's",
+            f"{indent}e -= {d.first};",
+        ]
+    return lines
 
 
 def scratch_bytes(node: Node, types: Sequence[TensorType]) -> int:
@@ -212,7 +229,7 @@ def gate_up_launch(d: MoeDims, x: TensorType, stacks: Sequence[TensorType], act:
         f"const unsigned int f = blockIdx.x * {WARPS}u + warp;",
         f"if (f >= {d.ffn}u) return;  // the whole warp: no shuffle waits for it",
         f"for (unsigned int pair = blockIdx.y; pair < {d.tokens * d.k}u; pair += gridDim.y) {{",
-        "  const unsigned int e = (unsigned int)reinterpret_cast<const int*>(scratch)[pair];",
+        *_held_expert(d, "  "),
         f"  const {STORAGE[x.dtype]}* xr = {xs};",
         "  float g = 0.0f, v = 0.0f;",
         *(
@@ -252,7 +269,7 @@ def down_launch(d: MoeDims, out: TensorType, down: TensorType, role: str) -> Lau
         "float acc = 0.0f;",
         f"for (unsigned int j = 0; j < {d.k}u; ++j) {{",
         f"  const unsigned int pair = t * {d.k}u + j;",
-        "  const unsigned int e = (unsigned int)reinterpret_cast<const int*>(scratch)[pair];",
+        *_held_expert(d, "  "),
         (
             f"  const float* hr = reinterpret_cast<const float*>(scratch + {h_at}u)"
             f" + (unsigned long long)pair * {d.ffn}u;"
