@@ -1,10 +1,10 @@
 """Upsampling (the `resize` op) and the hard activations through both importers: F.interpolate's
 nearest, nearest-exact and bilinear modes and ONNX Resize against PyTorch and onnx's evaluator;
 HardSigmoid / HardSwish; what is not supported refused by name; and diffusion-shaped models
-built by hand (diffusers' own models: test_diffusers_models.py) with its VAE decoder's and UNet's
-structure (convolutions, group norms, SiLU, attention over the pixels, cross-attention, nearest upsampling, strided
-downsampling, a sinusoidal timestep embedding), through torch.export and torch.onnx.export,
-against PyTorch."""
+built by hand (diffusers' own models: test_diffusers_models.py) with its VAE decoder's and
+UNet's structure (convolutions, group norms, SiLU, attention over the pixels, cross-attention,
+nearest upsampling, strided downsampling, a sinusoidal timestep embedding), through
+torch.export and torch.onnx.export, against PyTorch."""
 
 from __future__ import annotations
 
