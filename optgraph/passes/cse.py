@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from optgraph.ir.graph import Graph, Node
+from optgraph.ir.graph import EVENT_OPS, Graph, Node
 from optgraph.ir.ops import get_op
 from optgraph.ir.printer import format_node
 from optgraph.passes.base import Pass
@@ -52,20 +52,28 @@ class CsePass(Pass):
         rename: dict[str, str] = {}
         # Equal texts have equal ops and operands: texts are printed only within a group of kept
         # nodes with the same op and operands, once a second node joins it (printing every node
-        # costs most of the pass).
-        groups: dict[tuple[str, tuple[str, ...]], _SameOperands] = {}
+        # costs most of the pass). A group of one is its node alone (no group object).
+        groups: dict[tuple[str, tuple[str, ...]], Node | _SameOperands] = {}
+        apart: dict[str, bool] = {}  # by op: events and collectives are never merged
         nodes: list[Node] = []
         for node in graph.nodes:
-            if any(o in rename for o in node.operands):
+            if rename and not rename.keys().isdisjoint(node.operands):
                 node = replace(node, operands=tuple(rename.get(o, o) for o in node.operands))
-            if node.is_event or _communicates(node):
+            op = node.op
+            never = apart.get(op)
+            if never is None:
+                never = apart[op] = op in EVENT_OPS or _communicates(node)
+            if never:
                 nodes.append(node)
                 continue
-            group = groups.get((node.op, node.operands))
+            key = (op, node.operands)
+            group = groups.get(key)
             if group is None:
-                groups[(node.op, node.operands)] = _SameOperands(node)
+                groups[key] = node
                 nodes.append(node)
                 continue
+            if not isinstance(group, _SameOperands):
+                group = groups[key] = _SameOperands(group)
             survivor = group.survivor(node)
             if survivor is not None and node.name not in outputs:
                 rename[node.name] = survivor

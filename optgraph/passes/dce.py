@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from optgraph.ir.graph import Graph
+from optgraph.ir.graph import EVENT_OPS, Graph
 from optgraph.passes.base import Pass
 
 
@@ -29,23 +29,29 @@ class DcePass(Pass):
     invalidates = ("lifetimes-analyzed",)
 
     def run(self, graph: Graph) -> Graph:
+        nodes = graph.nodes
         needed = set(graph.output_names())
-        keep = [False] * len(graph.nodes)
-        for i in range(len(graph.nodes) - 1, -1, -1):
-            node = graph.nodes[i]
-            if node.is_event or node.name in needed:
+        keep = [False] * len(nodes)
+        events = False
+        for i in range(len(nodes) - 1, -1, -1):
+            node = nodes[i]
+            if node.op in EVENT_OPS:
+                events = keep[i] = True
+                needed.update(node.operands)
+            elif node.name in needed:
                 keep[i] = True
                 needed.update(node.operands)
-        waited = {n.name for i, n in enumerate(graph.nodes) if keep[i] and n.op == "wait"}
-        recorded = {n.name for i, n in enumerate(graph.nodes) if keep[i] and n.op == "record"}
-        nodes = [
-            n
-            for i, n in enumerate(graph.nodes)
-            if keep[i]
-            and not (n.op == "record" and n.name not in waited)
-            and not (n.op == "wait" and n.name not in recorded)
-        ]
+        kept = [n for n, k in zip(nodes, keep) if k]
+        if events:  # unpaired events go: a record nobody waits on, a wait on no record
+            waited = {n.name for n in kept if n.op == "wait"}
+            recorded = {n.name for n in kept if n.op == "record"}
+            kept = [
+                n
+                for n in kept
+                if not (n.op == "record" and n.name not in waited)
+                and not (n.op == "wait" and n.name not in recorded)
+            ]
         weights = tuple(w for w in graph.weights if w.name in needed)
-        if len(nodes) == len(graph.nodes) and len(weights) == len(graph.weights):
+        if len(kept) == len(nodes) and len(weights) == len(graph.weights):
             return graph  # nothing dead: the graph itself, with what it knows of itself
-        return replace(graph, nodes=tuple(nodes), weights=weights)
+        return replace(graph, nodes=tuple(kept), weights=weights)

@@ -29,15 +29,20 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from optgraph.ir.graph import Graph, Node, TensorType
-from optgraph.ir.ops import attrs_with_defaults
+from optgraph.ir.ops import OPS
 from optgraph.passes.base import Pass
+
+_MATMUL_ATTRS = OPS["matmul"].attrs
 
 
 def _reads_transposed(node: Node, index: int) -> bool:
     if node.op != "matmul" or index != 1 or node.operands.count(node.operands[1]) != 1:
         return False
-    attrs = attrs_with_defaults(node)
-    return bool(attrs["transpose_b"]) and not attrs["transpose_a"]
+    # Verified boolean attributes are stored as given; absent ones take the op's default.
+    attrs = node.attrs
+    transpose_a = attrs.get("transpose_a", _MATMUL_ATTRS["transpose_a"].default)
+    transpose_b = attrs.get("transpose_b", _MATMUL_ATTRS["transpose_b"].default)
+    return bool(transpose_b) and not transpose_a
 
 
 def transposable_weights(graph: Graph) -> set[str]:
@@ -49,6 +54,8 @@ def transposable_weights(graph: Graph) -> set[str]:
     }
     used: set[str] = set()
     for node in graph.nodes:
+        if candidates.isdisjoint(node.operands):
+            continue
         for index, operand in enumerate(node.operands):
             if operand not in candidates:
                 continue
