@@ -53,6 +53,7 @@ from optgraph.analysis.tensor_shards import (
 )
 from optgraph.errors import VerifyError
 from optgraph.ir.graph import Graph, Node
+from optgraph.ir.op_rules_attention import attention_operands
 from optgraph.ir.ops import attrs_with_defaults, get_op
 from optgraph.passes.base import Pass
 
@@ -256,11 +257,16 @@ class TensorSplitter(DevicePieces):
         head_axis = 2 if node.op == "rope" else 1
         if split is None or split.axis != head_axis or len(split.segments) != 1:
             return False
-        # k and v of attention split like q, and so does a per-head mask [B,Hq,Sq,Skv] after them;
-        # rope's positions, kv_len and a mask broadcast over heads are whole on every device
+        # k and v of attention split like q, and so do a per-head mask [B,Hq,Sq,Skv] and the sinks
+        # [Hq] after them; rope's positions, kv_len and a mask broadcast over heads are whole on
+        # every device
         kv = [] if node.op == "rope" else list(node.operands[1:3])
         rest = node.operands[1:] if node.op == "rope" else node.operands[3:]
-        per_head = [None if node.op == "rope" else aligned_axis(1, 4, self.types[o]) for o in rest]
+        sinks = {} if node.op == "rope" else {_sinks_at(node): 0}  # the sinks' axis 0: Hq
+        per_head = [
+            None if node.op == "rope" else sinks.get(i, aligned_axis(1, 4, self.types[o]))
+            for i, o in enumerate(rest, start=3)
+        ]
         rest_splits = [None if k is None else Split(k, (self.types[o].shape[k],))
                        for o, k in zip(rest, per_head)]  # fmt: skip
         few_kv = bool(kv) and self.types[kv[0]].shape[1] % self.ways != 0
@@ -379,6 +385,13 @@ def join_outputs(
     if layout is None:
         layout = piece_layout(graph_before, graph_after)
     return layout.join(graph_before.output_names(), outputs)
+
+
+def _sinks_at(node: Node) -> int | None:
+    """Where an attention node's sinks sit among its operands (None: absent)."""
+    attrs = attrs_with_defaults(node)
+    masked, sinks = bool(attrs["masked"]), bool(attrs["sinks"])
+    return attention_operands(len(node.operands), masked, sinks).sinks
 
 
 __all__ = [

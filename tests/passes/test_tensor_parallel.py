@@ -165,3 +165,20 @@ def test_attention_mask_per_head_is_split_like_q(mask: str) -> None:
     assert mask_type.shape[-3] == (2 if per_head else 1)
     assert attention.operands[3] == "kv_len"
     assert all(e <= BOUNDS["f32"] for e in compare(graph, split).values())
+
+
+def test_attention_sinks_are_split_like_q() -> None:
+    """The sinks [Hq] are sliced to each device's query heads (each device's kernel reads the
+    sink of its own head h, counted from 0)."""
+    text = MASKED_ATTENTION.format(mask="f32[4]").replace(
+        "%attn = attention(%q_t, %k, %v, %kv_len, %m) {masked = true}",
+        "%attn = attention(%q_t, %k, %v, %kv_len, %m) {sinks = true}",
+    )
+    graph = og.parse(text)
+    split = _split(graph, 2)
+    pieces = [n for n in split.nodes if n.op == "attention"]
+    assert len(pieces) == 2
+    types = split.value_types()
+    assert all(types[n.operands[4]].shape == (2,) for n in pieces)
+    assert all(n.operands[3] == "kv_len" for n in pieces)
+    assert all(e <= BOUNDS["f32"] for e in compare(graph, split).values())

@@ -273,9 +273,11 @@ def _store(s: AttentionShape, lay: _Layout, salt: str) -> tuple[list[str], str]:
         "  }",
     ]
     loop = f"for (unsigned int t = threadIdx.x; t < {rb * d}u; t += {warps * 32}u) {{"
+    head = f"hk * {s.group}u + gr / {s.sq}u"
+    quotient = f"Ls > 0.0f ? A / {s.denominator('Ls', 'M', head)} : 0.0f"
     write = [
         f"  const unsigned int gr = rt * {rb}u + r;",
-        f"  if (gr < {s.group * s.sq}u) out[qoff_of(gr) + dd] = {store(s.dtype, 'Ls > 0.0f ? A / Ls : 0.0f')};",
+        f"  if (gr < {s.group * s.sq}u) out[qoff_of(gr) + dd] = {store(s.dtype, quotient)};",
     ]
     if chunks == 1:
         return [loop, *merge_warps, *write, "}"], ""

@@ -332,7 +332,7 @@ def _share(s: AttentionShape, lay: WideLayout) -> list[str]:
         "}",
         "__syncthreads();",
     ]
-    if lay.chunks > 1:
+    if lay.chunks > 1 or s.sinks is not None:  # the rows' maxima: the merge's, the sinks'
         maxima = f"__shared__ float og_mf[{rb}];\nif (threadIdx.x == 0u) {{\n  #pragma unroll\n"
         lines[-1:-1] = [maxima + f"  for (int r = 0; r < {rb}; ++r) og_mf[r] = m[r];\n}}"]
     return lines
@@ -351,12 +351,15 @@ def _store(s: AttentionShape, lay: WideLayout, salt: str) -> tuple[list[str], st
         "  float Ls = 0.0f, A = 0.0f;",
         f"  #pragma unroll\n  for (int w = 0; w < {WARPS}; ++w) {{ Ls += og_l[w][r]; A += og_a[w][r][dd]; }}",
     ]
+    head = f"hk * {s.group}u + gr / {s.sq}u"
+    quotient = f"Ls > 0.0f ? A / {s.denominator('Ls', 'M', head)} : 0.0f"
     write = [
         f"  const unsigned int gr = rt * {rb}u + r;",
-        f"  if (gr < {s.group * s.sq}u) out[qoff_of(gr) + dd] = {store(s.dtype, 'Ls > 0.0f ? A / Ls : 0.0f')};",
+        f"  if (gr < {s.group * s.sq}u) out[qoff_of(gr) + dd] = {store(s.dtype, quotient)};",
     ]
     if lay.chunks == 1:
-        return [*loop, *sum_warps, *write, "}"], ""
+        maximum = ["  const float M = og_mf[r];"] if s.sinks is not None else []
+        return [*loop, *sum_warps, *maximum, *write, "}"], ""
     extras = f"|{s.extras_key()}" if s.has_extras else ""
     key = f"{salt}|attention_wide|{s}|{lay}{extras}"
     merge = ChunkMerge(key, s.b * s.hkv * lay.rt, lay.chunks, rb, d)

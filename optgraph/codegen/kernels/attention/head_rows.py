@@ -11,8 +11,13 @@ coalesced access. Two slicings:
   shared-memory bank conflicts for any E.
 
 Also the attention attributes every kernel needs (`AttentionShape`), with the C expressions of
-the optional parts (per-batch-row kv_len, top-left causal alignment, window, softcap, mask) that
-the three kernels share. A node that uses none of them gets the kernels' text unchanged.
+the optional parts (per-batch-row kv_len, top-left causal alignment, window, softcap, mask,
+sinks) that the kernels share. A node that uses none of them gets the kernels' text unchanged.
+
+Sinks join once, where a row's merged state (max M, sum L, accumulator A) is divided out:
+out = A / (L + exp(sink - M)) (`denominator`), which equals the softmax with the sink's key
+counted in the running max and sum; never per key chunk or warp, whose partial sums are merged
+first.
 """
 
 from __future__ import annotations
@@ -42,6 +47,14 @@ class MaskOperand:
 
 
 @dataclass(frozen=True)
+class SinksOperand:
+    """The sinks operand (a logit per query head): its kernel parameter and dtype."""
+
+    arg: str
+    dtype: str
+
+
+@dataclass(frozen=True)
 class AttentionShape:
     """Sizes and attributes of one attention node (q [B,Hq,Sq,D], k/v [B,Hkv,Skv,D]).
 
@@ -64,6 +77,7 @@ class AttentionShape:
     window: int = field(default=0, repr=False)
     softcap: float = field(default=0.0, repr=False)
     mask: MaskOperand | None = field(default=None, repr=False)
+    sinks: SinksOperand | None = field(default=None, repr=False)
 
     @property
     def group(self) -> int:
@@ -91,6 +105,8 @@ class AttentionShape:
             parts.append(f"softcap={self.softcap!r}")
         if self.mask is not None:
             parts.append(f"mask={self.mask}")
+        if self.sinks is not None:
+            parts.append(f"sinks={self.sinks}")
         return ",".join(parts)
 
     def length_expr(self) -> str:
@@ -130,6 +146,20 @@ class AttentionShape:
             return []
         index = int(self.mask.arg.removeprefix("in"))
         return [in_param(self.mask.dtype, index)]
+
+    def sinks_decl(self) -> list[str]:
+        """The sinks' kernel parameter (none without sinks)."""
+        if self.sinks is None:
+            return []
+        return [in_param(self.sinks.dtype, int(self.sinks.arg.removeprefix("in")))]
+
+    def denominator(self, total: str, maximum: str, head: str) -> str:
+        """C expression of a row's softmax denominator: `total` (the sum of exp(score -
+        `maximum`) over its keys) plus, with sinks, exp(sink[`head`] - `maximum`)."""
+        if self.sinks is None:
+            return total
+        sink = load(self.sinks.dtype, f"{self.sinks.arg}[{head}]")
+        return f"({total} + expf({sink} - ({maximum})))"
 
     def mask_is_bool(self) -> bool:
         return self.mask is not None and self.mask.dtype == "bool"
@@ -178,11 +208,14 @@ def attention_shape(node: Node, types: tuple[TensorType, ...]) -> AttentionShape
     attrs = attrs_with_defaults(node)
     scale_attr = attrs.get("scale")
     scale = 1.0 / math.sqrt(d) if scale_attr is None else float_attr(attrs, "scale")
-    roles = attention_operands(len(types), bool(attrs["masked"]))
+    roles = attention_operands(len(types), bool(attrs["masked"]), bool(attrs["sinks"]))
     has_len = roles.kv_len is not None
     mask = None
     if roles.mask is not None:
         mask = _mask_operand(f"in{roles.mask}", types[roles.mask])
+    sinks = None
+    if roles.sinks is not None:
+        sinks = SinksOperand(f"in{roles.sinks}", types[roles.sinks].dtype)
     causal = bool(attrs["causal"])
     return AttentionShape(
         dtype=q.dtype,
@@ -201,18 +234,20 @@ def attention_shape(node: Node, types: tuple[TensorType, ...]) -> AttentionShape
         window=int_attr(attrs, "window"),
         softcap=float_attr(attrs, "softcap"),
         mask=mask,
+        sinks=sinks,
     )
 
 
 def operand_decls(shape: AttentionShape) -> list[str]:
-    """Kernel parameters after out, q, k, v: kv_len, then the mask, where present."""
+    """Kernel parameters after out, q, k, v: kv_len, the sinks, then the mask, where present."""
     decls = [f"const {STORAGE[shape.len_dtype]}* in3"] if shape.has_len else []
-    return decls + shape.mask_decl()
+    return decls + shape.sinks_decl() + shape.mask_decl()
 
 
 def operand_args(shape: AttentionShape) -> tuple[str, ...]:
     """Launch arguments after out, q, k, v, matching `operand_decls`."""
     args = ("in3",) if shape.has_len else ()
+    args += (shape.sinks.arg,) if shape.sinks is not None else ()
     return args + ((shape.mask.arg,) if shape.mask is not None else ())
 
 

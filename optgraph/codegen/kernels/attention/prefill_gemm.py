@@ -125,12 +125,17 @@ def softmax_rows(s: AttentionShape) -> Launch:
         "total = og_block_reduce(total, og_scratch, OgSum(), 0.0f);",  # every read is before it
         f"#pragma unroll\nfor (int r = 0; r < {per}; ++r) {{",
         f"  const unsigned int j = threadIdx.x + r * {THREADS}u;",
-        f"  if (j < {s.skv}u) prow[j] = {store(dt, 'total > 0.0f ? sc[r] / total : 0.0f')};",
+        f"  if (j < {s.skv}u) prow[j] = {store(dt, _probability(s))};",
         "}",
     ]
     decls = ["float* scratch", *operand_decls(s)]
     kernel = make_kernel("attention_softmax", decls, "\n".join("  " + x for x in lines))
     return Launch(kernel, (s.sq, s.hq, s.b), (THREADS, 1, 1), (SCRATCH, *operand_args(s)))
+
+
+def _probability(s: AttentionShape) -> str:
+    """Key r's probability from its weight sc[r], the row's sum and maximum (0: no key seen)."""
+    return f"total > 0.0f ? sc[r] / {s.denominator('total', 'mx', 'h')} : 0.0f"
 
 
 def _row_prologue(s: AttentionShape) -> list[str]:
@@ -186,7 +191,7 @@ def softmax_warp_rows(s: AttentionShape) -> Launch:
         warp_sum("total"),  # every lane's reads are before it
         f"#pragma unroll\nfor (int r = 0; r < {per}; ++r) {{",
         "  const unsigned int j = lane + r * 32u;",
-        f"  if (j < {s.skv}u) prow[j] = {store(s.dtype, 'total > 0.0f ? sc[r] / total : 0.0f')};",
+        f"  if (j < {s.skv}u) prow[j] = {store(s.dtype, _probability(s))};",
         "}",
     ]
     decls = ["float* scratch", *operand_decls(s)]

@@ -330,6 +330,7 @@ def _store_rows(s: AttentionShape) -> list[str]:
     """Each row's accumulator divided by its sum (the lanes' shares added), 0 for a row that
     sees no key."""
     e, d, rw = s.per_lane, s.d, ROWS_PER_WARP
+    denominator = s.denominator("ls", "m[r]", "h")  # m[r]: the same in every lane of the warp
     return [
         f"#pragma unroll\nfor (int r = 0; r < {rw}; ++r) {{",
         f"  const long long i = (long long)qt * {WARPS * rw}LL + warp * {rw} + r;",
@@ -340,7 +341,7 @@ def _store_rows(s: AttentionShape) -> list[str]:
         "    const unsigned int t = (unsigned int)lane + 32u * k;",
         (
             f"    if (t < {d}u) out[qbase + (unsigned long long)i * {d}u + t] = "
-            f"{store(s.dtype, 'ls > 0.0f ? acc[r][k] / ls : 0.0f')};"
+            f"{store(s.dtype, f'ls > 0.0f ? acc[r][k] / {denominator} : 0.0f')};"
         ),
         "  }",
         "}",

@@ -111,6 +111,8 @@ def _attention_rows(node: Node, types: tuple[TensorType, ...]) -> Launch:
         limit = shape.causal_limit("L", "i")
     dt = q.dtype
     neg_inf = f32_literal(float("-inf"))
+    seen = "l > 0.0f" if extras else "limit > 0"
+    denominator = shape.denominator("l", "m", "h")
     lines = [
         f"typedef {idx} IDX;",
         f"const IDX D = {d}u, SQ = {sq}u, SKV = {skv}u;",
@@ -176,7 +178,7 @@ def _attention_rows(node: Node, types: tuple[TensorType, ...]) -> Launch:
         f"for (int r = 0; r < {per_thread}; ++r) {{",
         f"  const IDX t = threadIdx.x + (IDX)r * {THREADS}u;",
         "  if (t >= D) break;",
-        f"  out[qoff + t] = {store(dt, ('l > 0.0f' if extras else 'limit > 0') + ' ? acc[r] / l : 0.0f')};",
+        f"  out[qoff + t] = {store(dt, f'{seen} ? acc[r] / {denominator} : 0.0f')};",
         "}",
     ]
     decls = [out_param(dt), in_param(dt, 0), in_param(dt, 1), in_param(dt, 2)]
