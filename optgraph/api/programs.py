@@ -53,6 +53,7 @@ from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.constants import with_constants
 from optgraph.ir.graph import Graph, TensorType
 from optgraph.passes.manager import plan_memory_if_missing, run_pipeline, with_merged_launches
+from optgraph.passes.split_experts import expert_weights
 
 if TYPE_CHECKING:
     from optgraph.runtime.cuda.runner import CudaProgram
@@ -119,6 +120,7 @@ class CompiledProgram:
     _cuda: Any = field(default=None, repr=False)
     _default_weights: dict[str, np.ndarray] | None = field(default=None, repr=False)
     _constants: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    _pieces: tuple[list[Any], dict[str, Any]] | None = field(default=None, repr=False)
 
     def run(
         self,
@@ -133,7 +135,7 @@ class CompiledProgram:
         quantized weights run on the compiled CPU kernels (`quantized="native"`: never a whole
         matrix dequantized per call, all cores; products within f32 round-off of the
         reference, not its bits)."""
-        weights = self.default_weights() if weights is None else self._with_constants(weights)
+        weights = self.default_weights() if weights is None else self._with_pieces(weights)
         if self.target == "cuda":
             outputs: dict[str, Any] = self._cuda_runner().run(inputs, weights)
             return outputs
@@ -159,9 +161,28 @@ class CompiledProgram:
         if isinstance(runtime, MultiDeviceRunner):
             raise OptGraphError("bind: a program on several devices has no bound steps; use run")
         runtime.use_weights(
-            self.default_weights() if weights is None else self._with_constants(weights)
+            self.default_weights() if weights is None else self._with_pieces(weights)
         )
         return runtime.bind(inputs, out)
+
+    def _with_pieces(self, weights: Mapping[str, Any]) -> Mapping[str, Any]:
+        """`_with_constants(weights)` and the expert pieces `split-experts` named, cut from the
+        user's whole stacks (`passes.split_experts.expert_weights`: views, no copies). The same
+        arrays give the same piece objects (kept from the last call), so a runtime that skips
+        uploading the arrays it uploaded last skips them too."""
+        weights = self._with_constants(weights)
+        if self.source is None or all(
+            w.name in weights or f"%{w.name}" in weights for w in self.graph.weights
+        ):
+            return weights
+        given = list(weights.values())
+        last = self._pieces
+        same = last is not None and len(last[0]) == len(given)
+        if last is not None and same and all(a is b for a, b in zip(last[0], given)):
+            return last[1]
+        cut = expert_weights(self.source, self.graph, weights)
+        self._pieces = (given, cut)
+        return cut
 
     def _with_constants(self, weights: Mapping[str, Any]) -> Mapping[str, Any]:
         """`weights` and the value of each constant of the graph not among them (its own

@@ -40,6 +40,7 @@ from optgraph.passes.pipeline_parallel import PipelineParallelPass
 from optgraph.passes.plan_memory import PlanMemoryPass
 from optgraph.passes.plan_prefetch import PlanPrefetchPass
 from optgraph.passes.split_backends import SplitBackendsPass
+from optgraph.passes.split_experts import SplitExpertsPass
 from optgraph.passes.tensor_parallel import TensorParallelPass
 from optgraph.passes.transpose_weights import TransposeWeightsPass
 from optgraph.passes.verify_pass import VerifyPass
@@ -57,6 +58,7 @@ PASSES: dict[str, type[Pass]] = {
     "plan-memory": PlanMemoryPass,
     "plan-prefetch": PlanPrefetchPass,
     "split-backends": SplitBackendsPass,
+    "split-experts": SplitExpertsPass,
     "tensor-parallel": TensorParallelPass,
     "transpose-weights": TransposeWeightsPass,
     "verify": VerifyPass,

@@ -6,7 +6,9 @@ Placement, in order:
    `GPU_UNSUPPORTED_OPS`) run on the CPU;
 2. an op reading a weight placed on the `host` runs on the CPU unless it applies the weight to at
    least `gpu-min-batch` rows (the rows of a matmul, result elements / weight elements otherwise):
-   then it runs on the GPU and the weight is copied in (ggml's batch >= 32 rule, as an option);
+   then it runs on the GPU and the weight is copied in (ggml's batch >= 32 rule, as an option;
+   a moe's rows are its tokens, as ggml counts them: a decode step's experts on host stacks run
+   on the CPU, a prefill's are copied in; `split-experts` puts some experts on the host);
    a `get_rows` of a host table always gathers on the CPU; rows so gathered that a matmul applies
    as its right operand (a mixture of experts picking its experts' weights by router ids) count
    as a host weight there, so a decode step's routed experts run on the CPU beside their tables
@@ -75,6 +77,8 @@ def weight_batch(node: Node, weight_index: int, types: Mapping[str, TensorType])
         return result.numel // max(1, n)
     if node.op == "matmul" and weight_index == 0:
         return result.numel // max(1, result.shape[-2] if result.rank >= 2 else 1)
+    if node.op == "moe":  # its tokens, as ggml counts a MUL_MAT_ID's batch
+        return result.shape[0]
     return result.numel // max(1, w.numel)
 
 
