@@ -12,7 +12,8 @@ decode step with its weights file, behind one interface (`ModelSource`).
 Steps are made only on a program cache miss; a hit needs the fingerprint and the weights, so a
 checkpoint source imports neither torch nor transformers then. Weights are views of the model
 file where it allows (safetensors and GGUF, memory-mapped), converted where the step's dtype
-differs from the stored one.
+differs from the stored one; a checkpoint's experts stored one tensor each are stacked once (a
+copy) and shared by every step.
 
 - checkpoint: `hf_checkpoint` + `hf_steps`; default context the config's
   `max_position_embeddings` (or `n_positions`), at most 4096; default dtype f32 on the CPU, f16
@@ -42,7 +43,8 @@ import numpy as np
 
 from optgraph.api.text_tokenizer import TextTokenizer, from_directory, load_tokenizer
 from optgraph.errors import InputError
-from optgraph.frontends.step_graphs import StepGraph
+from optgraph.frontends.step_graphs import StepGraph, TensorMerge
+from optgraph.ir.graph import TensorType
 from optgraph.reference.kernels import numpy_dtype
 
 DEFAULT_CONTEXT = 4096
@@ -86,6 +88,8 @@ class CheckpointSource:
     kind: str = "checkpoint"
     _checkpoint: Any = None
     _models: dict[str, Any] = field(default_factory=dict)
+    # (weight, dtype) -> its merged experts: one copy shared by every step that reads it
+    _merged: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
 
     @property
     def checkpoint(self) -> Any:
@@ -152,12 +156,31 @@ class CheckpointSource:
     ) -> StepGraph | None:
         return None
 
+    def _merged_array(self, name: str, merge: TensorMerge, typed: TensorType) -> np.ndarray:
+        """Experts stored one tensor each, stacked as the graph reads them (a copy, made once)."""
+        key = (name, typed.dtype)
+        found = self._merged.get(key)
+        if found is None:
+            checkpoint = self.checkpoint
+            array = merge.join([[checkpoint.array(n) for n in group] for group in merge.groups])
+            if tuple(array.shape) != typed.shape:
+                raise checkpoint.error(
+                    f"tensors merged into '{name}' make {list(array.shape)}, the graph reads "
+                    f"{typed}"
+                )
+            found = self._merged[key] = _converted(array, typed.dtype)
+        return found
+
     def weights(self, step: StepGraph) -> dict[str, Any]:
         checkpoint = self.checkpoint
         out: dict[str, Any] = {}
         for weight in step.graph.weights:
             if weight.name in step.constants:
                 out[weight.name] = step.constants[weight.name]
+                continue
+            merge = step.merged_tensors.get(weight.name)
+            if merge is not None:
+                out[weight.name] = self._merged_array(weight.name, merge, weight.type)
                 continue
             name = step.tensor_name(weight.name)
             if name not in checkpoint.tensors:

@@ -29,8 +29,11 @@ cannot be exported once for every position, while full rows with the model's own
 mask (`create_sliding_window_causal_mask` over absolute positions) compute the same attention. So
 each step's cache layout is the model's heads and head widths, the context long.
 
-Not handled: multimodal configs (Gemma 3's `gemma3`, use its `gemma3_text` part), mixture-of-
-experts models, models whose attention is not a transformers `Cache` (refused by name).
+Mixture-of-experts checkpoints store each expert's tensors apart; the model's stacks are
+merged from them as transformers merges them (`hf_conversions`, `StepGraph.merged_tensors`).
+
+Not handled: multimodal configs (Gemma 3's `gemma3`, use its `gemma3_text` part), architectures
+not in `ARCHITECTURES`, models whose attention is not a transformers `Cache` (refused by name).
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ import numpy as np
 
 from optgraph.errors import InputError, OptGraphError
 from optgraph.frontends.hf_checkpoint import Checkpoint
-from optgraph.frontends.step_graphs import StepGraph, updated_caches
+from optgraph.frontends.hf_conversions import checkpoint_names
+from optgraph.frontends.step_graphs import StepGraph, TensorMerge, updated_caches
 from optgraph.ir.graph import Graph
 
 # config.json's model_type -> what a user calls it; every one tested against transformers.
@@ -63,6 +67,10 @@ ARCHITECTURES = {
     "stablelm": "StableLM",
     "falcon": "Falcon",
     "gpt2": "GPT-2",
+    "mixtral": "Mixtral (mixture of experts)",
+    "qwen2_moe": "Qwen2-MoE (mixture of experts, a shared expert)",
+    "qwen3_moe": "Qwen3-MoE (mixture of experts)",
+    "gpt_oss": "gpt-oss",
 }
 TORCH_DTYPES = ("f32", "f16", "bf16")
 
@@ -95,18 +103,21 @@ class HFModel:
         self.dtype = dtype
         self.lm = _empty_model(checkpoint, dtype)
         self.aliases = _tied_names(self.lm)
-        self.renamed = _renamed_tensors(self.lm, checkpoint)
+        names = checkpoint_names(self.lm, checkpoint)
+        self.renamed, self.merged = names.renamed, names.merged
         self._check_parameters()
         self._prefills: dict[tuple[int, int], StepGraph] = {}
 
     # -- weights ----------------------------------------------------------------------------
 
-    def checkpoint_name(self, name: str) -> str | None:
+    def checkpoint_name(self, name: str) -> str | TensorMerge | None:
         """The checkpoint's name of parameter `name` (a tied partner's, or without the base
-        model's prefix), None when it has none."""
+        model's prefix; the tensors it merges), None when it has none."""
         prefix = getattr(self.lm, "base_model_prefix", "") + "."
         for candidate in self.aliases.get(name, (name,)):
             for spelled in (candidate, candidate.removeprefix(prefix)):
+                if spelled in self.merged:
+                    return self.merged[spelled]
                 if spelled in self.renamed:
                     return self.renamed[spelled]
                 if spelled in self.checkpoint.tensors:
@@ -115,14 +126,20 @@ class HFModel:
 
     def _check_parameters(self) -> None:
         missing, wrong = [], []
+        shapes = {name: entry.shape for name, entry in self.checkpoint.tensors.items()}
         for name, param in self.lm.named_parameters():
             found = self.checkpoint_name(name)
             if found is None:
                 missing.append(name)
                 continue
-            shape = self.checkpoint.tensors[found].shape
+            if isinstance(found, TensorMerge):  # named as the model's, with its first part
+                shape = found.shape(shapes)
+                named = f"'{name}' (merged from '{found.groups[0][0]}', ...)"
+            else:
+                shape, named = shapes[found], f"'{found}'"
             if shape != tuple(param.shape):
-                wrong.append(f"'{found}' is {list(shape)}, the config gives {list(param.shape)}")
+                given = "parts that do not join" if shape is None else list(shape)
+                wrong.append(f"{named} is {given}, the config gives {list(param.shape)}")
         if missing:
             shown = ", ".join(missing[:6]) + (
                 f", ... ({len(missing)} in all)" if len(missing) > 6 else ""
@@ -153,7 +170,7 @@ class HFModel:
         outputs = graph.output_names()
         return StepGraph(
             graph, roles, outputs[0], tuple(outputs[1:]), "last", constants,
-            self._tensor_names(graph, constants),
+            *self._tensor_names(graph, constants),
         )  # fmt: skip
 
     def decode_step(self, context: int) -> StepGraph:
@@ -190,21 +207,27 @@ class HFModel:
             )
         return StepGraph(
             graph, roles, others[0], tuple(written[n] for n in inputs[2:]), "last", constants,
-            self._tensor_names(graph, constants),
+            *self._tensor_names(graph, constants),
         )  # fmt: skip
 
-    def _tensor_names(self, graph: Graph, constants: dict[str, np.ndarray]) -> dict[str, str]:
-        """Graph weight -> checkpoint tensor, where the names differ."""
-        names = {}
+    def _tensor_names(
+        self, graph: Graph, constants: dict[str, np.ndarray]
+    ) -> tuple[dict[str, str], dict[str, TensorMerge]]:
+        """Graph weight -> checkpoint tensor where the names differ, and -> the tensors it
+        merges."""
+        names: dict[str, str] = {}
+        merged: dict[str, TensorMerge] = {}
         for weight in graph.weights:
             if weight.name in constants:
                 continue
             found = self.checkpoint_name(weight.name)
             if found is None:
                 raise self.checkpoint.error(f"no tensor for the graph's weight '{weight.name}'")
-            if found != weight.name:
+            if isinstance(found, TensorMerge):
+                merged[weight.name] = found
+            elif found != weight.name:
                 names[weight.name] = found
-        return names
+        return names, merged
 
     def _export(
         self, forward: Callable[..., Any], args: tuple[Any, ...]
@@ -334,36 +357,6 @@ def _load_buffers(checkpoint: Checkpoint, lm: Any) -> None:
             value = np.array(checkpoint.array(name))
             with torch.no_grad():
                 buffer.copy_(torch.from_numpy(value).to(buffer.dtype))
-
-
-def _renamed_tensors(lm: Any, checkpoint: Checkpoint) -> dict[str, str]:
-    """{model name: checkpoint name} for the tensors transformers renames when it loads this
-    model (its `WeightRenaming`s: GPT-NeoX's `embed_out` is `lm_head`); a checkpoint that needs
-    one of transformers' other conversions (merging tensors) is refused."""
-    try:
-        get_model_conversion_mapping = _library(
-            "transformers.conversion_mapping"
-        ).get_model_conversion_mapping
-    except ImportError:  # a transformers without renamings
-        return {}
-    renamings: list[Any] = []
-    others: list[Any] = []
-    for transform in get_model_conversion_mapping(lm):
-        (renamings if type(transform).__name__ == "WeightRenaming" else others).append(transform)
-    out = {}
-    for name in checkpoint.tensors:
-        renamed = name
-        for transform in renamings:
-            renamed, _ = transform.rename_source_key(renamed)
-        for transform in others:
-            if transform.rename_source_key(renamed)[1] is not None:
-                raise checkpoint.error(
-                    f"tensor '{name}' needs transformers' {type(transform).__name__} to load "
-                    "(tensors merged or split), which generate does not do"
-                )
-        if renamed != name:
-            out[renamed] = name
-    return out
 
 
 def _tied_names(lm: Any) -> dict[str, tuple[str, ...]]:

@@ -17,7 +17,9 @@ A `StepGraph` is a graph plus `roles`, one per input:
 - `last` (`[1,1]`): the row whose logits the step returns (the prompt's last real token);
 - `cache`: a KV cache, updated in place by the step (`cache_outputs`, in the same order).
 
-`tensor_names` maps a weight to the model file's tensor where the names differ. `logits_rows`
+`tensor_names` maps a weight to the model file's tensor where the names differ, `merged_tensors`
+a weight to the tensors it is made of (a checkpoint's experts stored one tensor each: a
+`TensorMerge`). `logits_rows`
 says which rows the logits output holds: "last" (one row, chosen by `last`, or the
 only token) or "all" (one per new token: the loop reads row `n - 1`). Three sources make them:
 `hf_steps` (a checkpoint directory), `gguf_step` below (llama_ir's decode form with `seq` tokens
@@ -49,6 +51,49 @@ NAMED_ROLES = {
 
 
 @dataclass(frozen=True)
+class TensorMerge:
+    """A weight made of several of the model file's tensors, as transformers merges experts when
+    it loads them: each group's tensors (one an expert, in expert order) stacked along
+    `stack_axis`, then the groups concatenated along `concat_axis` (one group: none).
+
+        TensorMerge((("e0.w1", "e1.w1"), ("e0.w3", "e1.w3")), 0, 1)
+        # w1 [F,H] and w3 [F,H] of 2 experts -> [2, 2F, H]
+    """
+
+    groups: tuple[tuple[str, ...], ...]
+    stack_axis: int = 0
+    concat_axis: int | None = None
+
+    def shape(self, shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...] | None:
+        """The merged shape, given every part's (`shapes[name]`); None when they do not join
+        (a group's experts differ in shape, or the groups off the concatenation axis)."""
+        stacked = []
+        for group in self.groups:
+            first = shapes[group[0]]
+            if any(shapes[name] != first for name in group):
+                return None
+            dims = list(first)
+            dims.insert(self.stack_axis, len(group))
+            stacked.append(dims)
+        if self.concat_axis is None:
+            return tuple(stacked[0]) if len(stacked) == 1 else None
+        axis = self.concat_axis
+        rest = {tuple(d[:axis] + d[axis + 1 :]) for d in stacked}
+        if len(rest) != 1:
+            return None
+        out = stacked[0]
+        out[axis] = sum(d[axis] for d in stacked)
+        return tuple(out)
+
+    def join(self, arrays: list[list[np.ndarray]]) -> np.ndarray:
+        """The weight from its parts' arrays (`arrays[g][e]`: group g's expert e); a copy."""
+        stacks = [np.stack(group, axis=self.stack_axis) for group in arrays]
+        if self.concat_axis is None:
+            return stacks[0]
+        return np.concatenate(stacks, axis=self.concat_axis)
+
+
+@dataclass(frozen=True)
 class StepGraph:
     """One step of generation (module docstring). `constants`: weights of the graph that the
     import made (tables, masks), not the model's own tensors."""
@@ -61,6 +106,8 @@ class StepGraph:
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     # graph weight -> the model file's tensor name, where they differ (tied parameters)
     tensor_names: dict[str, str] = field(default_factory=dict)
+    # graph weight -> the model file's tensors it is made of (experts merged at load)
+    merged_tensors: dict[str, TensorMerge] = field(default_factory=dict)
 
     def tensor_name(self, weight: str) -> str:
         return self.tensor_names.get(weight, weight)

@@ -30,6 +30,7 @@ NEW = 32
 
 
 EMULATED = ["mistral", "gemma3", "falcon", "gpt2", "phi3"]
+MOE = ["mixtral", "qwen2_moe", "qwen3_moe"]  # raised to moe ops (gpt-oss's experts are not)
 
 
 @pytest.fixture(scope="module")
@@ -123,3 +124,31 @@ def test_the_cuda_steps_in_the_emulator_equal_the_reference(
         for name in graph.output_names():
             error = nmse(np.asarray(got[name], np.float64), np.asarray(want[name], np.float64))
             assert error <= 1e-10, f"{arch} {name}: nmse {error:.3g}"
+
+
+@pytest.mark.parametrize("checkpoint", MOE, indirect=True)
+def test_mixture_of_experts_steps_run_one_moe_op_a_layer_on_the_merged_experts(
+    checkpoint: tuple[str, Path, list[int], str], programs: Path
+) -> None:
+    """The steps that gave transformers' tokens above compute each layer's experts with one moe
+    op, over stacks merged from the checkpoint's one tensor an expert as transformers loads
+    them."""
+    import numpy as np
+
+    import optgraph as og
+
+    arch, directory, _, _ = checkpoint
+    model = og.load(directory, device="cpu", cache_dir=programs)
+    reference = hf.quietly(lambda: hf.load_reference(directory))
+    loaded = dict(reference.named_parameters())
+    prefill = model.prefill_for(5)
+    assert prefill is not None
+    for compiled in (model.decode, prefill):
+        graph = compiled.step.graph
+        moes = [node for node in graph.nodes if node.op == "moe"]
+        assert len(moes) == 2, arch  # one a layer
+        stacks = {name for node in moes for name in node.operands[2:]}
+        assert stacks == set(compiled.step.merged_tensors)
+        weights = model.weights(compiled)
+        for name in stacks:
+            assert np.array_equal(weights[name], loaded[name].detach().numpy()), name

@@ -10,7 +10,8 @@ template). No hub access.
 
 `ARCHITECTURES` gives each one's config class and sizes: the sliding-window ones with a window of
 4 (shorter than the prompts, so the window matters), Llama with llama3 rope scaling, Falcon with
-multi-query attention. Norm weights are drawn around their neutral value (as `gguf_models` does)
+multi-query attention, the mixture-of-experts ones with 4 or 8 experts, top 2 (saved, as
+`save_pretrained` writes them, one tensor an expert but gpt-oss's). Norm weights are drawn around their neutral value (as `gguf_models` does)
 and the weights' spread (and Gemma's embedding rows, which its sqrt(hidden) scale and tied head make
 dominant) chosen so that 32 greedy tokens are not one token repeated.
 """
@@ -38,6 +39,8 @@ CHAT_TEMPLATE = (
 SIZES = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
 SIZES |= {"intermediate_size": 128, "max_position_embeddings": 128}
 GQA = SIZES | {"num_key_value_heads": 2}
+MOE = {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+GPT_OSS = {"head_dim": 16, "sliding_window": 4, "num_local_experts": 4, "num_experts_per_tok": 2}
 LLAMA3 = {
     "rope_type": "llama3",
     "factor": 8.0,
@@ -66,6 +69,13 @@ ARCHITECTURES: dict[str, tuple[str, dict[str, Any], float, float]] = {
         1.0,
     ),
     "gpt2": ("GPT2Config", {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128}, 0.5, 1.0),
+    # mixture of experts: softmax top 2 renormalised (Mixtral, Qwen3-MoE) or not, with a gated
+    # shared expert (Qwen2-MoE); saved one tensor an expert, as published checkpoints are
+    "mixtral": ("MixtralConfig", GQA | {"num_local_experts": 4, "num_experts_per_tok": 2}, 0.2, 1),
+    "qwen2_moe": ("Qwen2MoeConfig", GQA | MOE | {"shared_expert_intermediate_size": 48}, 0.2, 1),
+    "qwen3_moe": ("Qwen3MoeConfig", GQA | MOE | {"head_dim": 16, "norm_topk_prob": True}, 0.2, 1),
+    # experts with biases and a clamped SwiGLU, attention sinks, alternating windows of 4
+    "gpt_oss": ("GptOssConfig", GQA | GPT_OSS, 0.2, 1.0),
 }
 
 
