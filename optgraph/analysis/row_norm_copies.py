@@ -64,29 +64,50 @@ def _shares_row_norm(
     return True
 
 
-def recompute_row_norms(graph: Graph, max_k: int = 2048) -> tuple[Graph, dict[str, str]]:
+def recompute_row_norms(
+    graph: Graph, types: dict[str, TensorType], max_k: int = 2048
+) -> tuple[Sequence[Node], dict[str, str]]:
     """Give each one-row product reading a shared row norm its own copy of the norm.
 
     A decode step normalizes one row and feeds it to several products (q/k/v; gate/up): stored,
     the norm is a kernel of its own; copied, each product computes it while reading its row
     (the row is K elements, its statistics cost the product a block reduction). Rows up to
-    `max_k`. Returns the graph and {copy name: original name}. O(V + E).
+    `max_k`. `types`: `graph.value_types()`. Returns the nodes (the graph's own when nothing is
+    copied) and {copy name: original name}. O(V + E): one walk over the operands finds the
+    readers of the norms alone.
     """
-    types = graph.value_types()
-    users = graph.users()
-    taken = {n.name for n in graph.nodes} | set(types)
+    nodes = graph.nodes
+    # Norms only (what `_shares_row_norm` tests first), of rows up to max_k.
+    norms = [
+        i for i, n in enumerate(nodes) if n.op in NORM_OPS and types[n.name].shape[-1] <= max_k
+    ]
+    if not norms:
+        return nodes, {}
+    users: dict[str, list[int]] = {nodes[i].name: [] for i in norms}
+    get = users.get
+    for i, node in enumerate(nodes):
+        for operand in node.operands:
+            found = get(operand)
+            if found is not None:
+                found.append(i)
     outputs = frozenset(graph.output_names())
-    copies: dict[str, str] = {}
     fusable: dict[tuple[object, ...], bool] = {}
+    shared: dict[int, list[int]] = {}  # norm -> its readers, each to get a copy
+    for i in norms:
+        node = nodes[i]
+        readers = sorted(set(users[node.name]))
+        if _shares_row_norm(graph, types, node, readers, outputs, fusable):
+            shared[i] = readers
+    if not shared:
+        return nodes, {}
+    # Names in use: every value's, and every node's (events and untyped nodes have no type).
+    taken = set(types).union(n.name for n in nodes if n.type is None)
+    copies: dict[str, str] = {}
     out: list[Node] = []
     renamed: dict[int, Node] = {}
-    for i, node in enumerate(graph.nodes):
-        # Norms only (what `_shares_row_norm` tests first), of rows up to max_k.
-        if node.op not in NORM_OPS or types[node.name].shape[-1] > max_k:
-            out.append(renamed.pop(i, node))
-            continue
-        readers = sorted(set(users.get(node.name, [])))
-        if not _shares_row_norm(graph, types, node, readers, outputs, fusable):
+    for i, node in enumerate(nodes):
+        readers = shared.get(i)
+        if readers is None:
             out.append(renamed.pop(i, node))
             continue
         for k, r in enumerate(readers):
@@ -97,9 +118,9 @@ def recompute_row_norms(graph: Graph, max_k: int = 2048) -> tuple[Graph, dict[st
             taken.add(name)
             copies[name] = node.name
             out.append(node.with_fields(name=name))
-            reader = renamed.get(r, graph.nodes[r])
+            reader = renamed.get(r, nodes[r])
             renamed[r] = reader.with_fields(operands=(name, *reader.operands[1:]))
-    return (graph.with_nodes(out), copies) if copies else (graph, {})
+    return out, copies
 
 
 def restored_names(names: Sequence[str], copies: dict[str, str]) -> dict[str, str]:

@@ -76,26 +76,31 @@ from optgraph.analysis.happens_before import HappensBefore, happens_before
 from optgraph.analysis.row_norm_copies import recompute_row_norms, restored_names
 from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node, Region, TensorType
 from optgraph.ir.layout import alias_roots
+from optgraph.ir.op_specs import typed_value
 from optgraph.passes.base import Pass
+
+# A group's (anchors, products, norms) among its members: a union that `plan_region` would
+# refuse for its anchors alone is refused without building it.
+Counts = tuple[int, int, int]
 
 
 @dataclass
 class _State:
-    """The grouping built while walking the graph once."""
+    """The grouping built while walking the graph once. Nodes are named by their index in
+    `nodes` (the graph's, with the norm copies of `row-prologues`)."""
 
-    graph: Graph
+    nodes: Sequence[Node]
     types: dict[str, TensorType]
-    users: dict[str, list[int]]
+    # Readers of each fusable node's result, in issue order (a node reading it twice twice).
+    readers: dict[str, list[int]]
     producers: dict[str, int]
     outputs: frozenset[str]
-    group_of: list[int | None]
-    members: dict[int, list[int]]
-    # Per group root: (anchors, products, norms) among its members, so a union that
-    # `plan_region` would refuse for its anchors alone is refused without building it.
-    anchors: dict[int, tuple[int, int, int]]
-    planned: bool
-    hb: HappensBefore | None
-    ranges: dict[str, tuple[int, int]]  # arena byte range of each value (planned graphs)
+    group_of: list[int]  # the root of each node's group; -1 outside every group
+    members: dict[int, list[int]]  # per group root: its nodes, in issue order
+    anchors: dict[int, Counts]  # per group root
+    planned: bool = False
+    hb: HappensBefore | None = None
+    ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # arena bytes (planned)
     alias_base: dict[str, str] = field(default_factory=dict)  # view -> value owning its bytes
     owners: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, node index)
     starts: list[int] = field(default_factory=list)  # owners' starts, sorted
@@ -104,6 +109,9 @@ class _State:
     prologue_max_k: int = 2048
     elementwise_prologue_max_k: int = 2048
     overlaps: dict[str, list[int]] = field(default_factory=dict)
+    signatures: list[int] = field(default_factory=list)  # per node, -1 until `_signature` asks
+    signature_ids: dict[tuple[object, ...], int] = field(default_factory=dict)
+    one_kernel: dict[tuple[int, ...], bool] = field(default_factory=dict)  # by `_region_key`
 
 
 def _arena_ranges(graph: Graph, types: dict[str, TensorType]) -> dict[str, tuple[int, int]]:
@@ -120,9 +128,8 @@ def _arena_ranges(graph: Graph, types: dict[str, TensorType]) -> dict[str, tuple
     return ranges
 
 
-def _index_arena(state: _State) -> None:
+def _index_arena(state: _State, graph: Graph) -> None:
     """Sort the nodes that own arena bytes by offset, for overlap queries."""
-    graph = state.graph
     state.alias_base = {name: root for name, (root, _) in alias_roots(graph).items()}
     for i, node in graph.compute_nodes():
         if node.ann.offset is not None and node.name not in state.alias_base:
@@ -133,9 +140,8 @@ def _index_arena(state: _State) -> None:
     state.max_size = max((end - start for start, end, _ in state.owners), default=0)
 
 
-def _outside_operands(state: _State, group: Sequence[int]) -> list[str]:
+def _outside_operands(nodes: Sequence[Node], group: Sequence[int]) -> list[str]:
     """The distinct values the group reads from outside, in first-use order."""
-    nodes = state.graph.nodes
     if len(group) == 1:  # a node never reads itself
         return list(dict.fromkeys(nodes[group[0]].operands))
     inside = {nodes[j].name for j in group}
@@ -172,10 +178,9 @@ def _memory_allows(state: _State, root: int, union: Sequence[int]) -> bool:
     the operand's producer or after the root, by happens-before.
     """
     assert state.hb is not None
-    nodes = state.graph.nodes
-    out = state.ranges.get(nodes[root].name)
+    out = state.ranges.get(state.nodes[root].name)
     inside = set(union)
-    for operand in _outside_operands(state, union):
+    for operand in _outside_operands(state.nodes, union):
         span = state.ranges.get(operand)
         if span is None:
             continue  # an input or weight: not in the arena
@@ -193,56 +198,108 @@ def _memory_allows(state: _State, root: int, union: Sequence[int]) -> bool:
 
 
 def _try_absorb(state: _State, root: int, producer: int, max_ops: int) -> bool:
-    """Merge the group rooted at `producer` into the group rooted at `root`, if allowed."""
-    nodes = state.graph.nodes
+    """Merge the group rooted at `producer` into the group rooted at `root`, if allowed.
+
+    Every test before the merge only reads: the cheapest run first."""
+    nodes = state.nodes
     pnode = nodes[producer]
     if pnode.name in state.outputs:
         return False
-    if any(state.group_of[u] != root for u in state.users.get(pnode.name, [])):
-        return False
+    group_of = state.group_of
+    for u in state.readers[pnode.name]:
+        if group_of[u] != root:
+            return False
     mine, theirs = state.members[root], state.members[producer]
     if len(mine) + len(theirs) > max_ops:
         return False
-    rnode = nodes[root]
-    if (pnode.ann.stream, pnode.ann.backend) != (rnode.ann.stream, rnode.ann.backend):
-        return False
-    if state.row_prologues and _joins_row_products(state, root, producer):
+    pann, rann = pnode.ann, nodes[root].ann
+    if pann.stream != rann.stream or pann.backend != rann.backend:
         return False
     anchors = _joined_anchors(state.anchors[root], state.anchors[producer])
     if anchors is None:
         return False
-    union = sorted(mine + theirs)
-    plan, _ = plan_region([nodes[j] for j in union], state.types)
-    if plan is None:
+    if state.row_prologues and _joins_row_products(state, root, producer):
         return False
-    if plan.kind == PRODUCT and plan.prologue and plan.anchor is not None:
-        anchor = nodes[next(j for j in union if nodes[j].name == plan.anchor)]
-        by_name = {nodes[j].name: nodes[j] for j in union}
-        limit = state.elementwise_prologue_max_k
-        if any(by_name[p].op in NORM_OPS for p in plan.prologue):
-            limit = state.prologue_max_k
-        if state.types[anchor.operands[0]].shape[-1] > limit:
-            return False
+    union = sorted(mine + theirs)
+    if not _is_one_kernel(state, union):
+        return False
     if state.planned and not _memory_allows(state, root, union):
         return False
     for j in theirs:
-        state.group_of[j] = root
+        group_of[j] = root
     state.members[root] = union
     state.anchors[root] = anchors
     del state.members[producer], state.anchors[producer]
     return True
 
 
-def _anchor_counts(node: Node, types: dict[str, TensorType]) -> tuple[int, int, int]:
-    """(anchors, products, norms) of a group of the one fusable `node`."""
+def _is_one_kernel(state: _State, union: Sequence[int]) -> bool:
+    """`plan_region` makes one kernel of the nodes `union`, within the row limits of a product
+    prologue. Decided once per shape of region (`_region_key`): a model's repeated layers ask
+    the same question once a layer."""
+    key = _region_key(state, union)
+    found = state.one_kernel.get(key)
+    if found is None:
+        found = state.one_kernel[key] = _plans_one_kernel(state, [state.nodes[j] for j in union])
+    return found
+
+
+def _plans_one_kernel(state: _State, region: list[Node]) -> bool:
+    plan, _ = plan_region(region, state.types)
+    if plan is None:
+        return False
+    if plan.kind == PRODUCT and plan.prologue and plan.anchor is not None:
+        by_name = {n.name: n for n in region}
+        limit = state.elementwise_prologue_max_k
+        if any(by_name[p].op in NORM_OPS for p in plan.prologue):
+            limit = state.prologue_max_k
+        if state.types[by_name[plan.anchor].operands[0]].shape[-1] > limit:
+            return False
+    return True
+
+
+def _region_key(state: _State, union: Sequence[int]) -> tuple[int, ...]:
+    """What `_plans_one_kernel` reads of the nodes `union`: each node's signature (`_signature`),
+    then, per operand, the position in `union` of the node defining it (-1: from outside). A
+    signature fixes the node's operand count, so the flat tuple reads back one way. O(n + e)."""
+    nodes, signatures = state.nodes, state.signatures
+    position = {nodes[j].name: k for k, j in enumerate(union)}
+    key: list[int] = []
+    for j in union:
+        signature = signatures[j]
+        if signature < 0:
+            signature = signatures[j] = _signature(state, nodes[j])
+        key.append(signature)
+        key.extend([position.get(o, -1) for o in nodes[j].operands])
+    return tuple(key)
+
+
+def _signature(state: _State, node: Node) -> int:
+    """A number for what `plan_region` reads of a node besides its name and wiring: op,
+    attributes, result and operand types (types by identity: the graph keeps each alive, and
+    two equal type objects only cost a second plan)."""
+    attrs = node.attrs
+    types = state.types
+    signature = (
+        node.op,
+        tuple([(k, typed_value(v)) for k, v in attrs.items()]) if attrs else (),
+        id(node.type),
+        *[id(types[o]) for o in node.operands],
+    )
+    return state.signature_ids.setdefault(signature, len(state.signature_ids))
+
+
+def _anchor_counts(node: Node, types: dict[str, TensorType]) -> Counts | None:
+    """(anchors, products, norms) of a group of the one `node`; None where it cannot be fused."""
     if is_elementwise(node):
         return (0, 0, 0)
-    return (1, int(is_anchor(node, types) == PRODUCT), int(node.op in NORM_OPS))
+    kind = is_anchor(node, types)
+    if kind is None:
+        return None
+    return (1, int(kind == PRODUCT), int(node.op in NORM_OPS))
 
 
-def _joined_anchors(
-    a: tuple[int, int, int], b: tuple[int, int, int]
-) -> tuple[int, int, int] | None:
+def _joined_anchors(a: Counts, b: Counts) -> Counts | None:
     """The anchor counts of two groups' union, or None where `plan_region` refuses it for them:
     more than one anchor, unless one product and norms (its row prologue)."""
     anchors, products, norms = a[0] + b[0], a[1] + b[1], a[2] + b[2]
@@ -253,8 +310,8 @@ def _joined_anchors(
 
 def _row_product_root(state: _State, i: int) -> bool:
     """Node `i` is a one-row product, or the root of a group anchored on one."""
-    group = [state.graph.nodes[j] for j in state.members.get(i, [i])]
-    for node in group:
+    for j in state.members.get(i, [i]):
+        node = state.nodes[j]
         if node.op == "matmul" and len(node.operands) == 2:
             a, b = (state.types[o] for o in node.operands)
             if one_row_product(node, a, b) is not None:
@@ -268,13 +325,14 @@ def _joins_row_products(state: _State, root: int, producer: int) -> bool:
     `mul(silu(x @ wg), x @ wu) @ wd`. Absorbed as the epilogue of one product it would order that
     product after the other; left alone, it becomes the consumer's prologue and the two products
     stay independent (their launches can merge into one)."""
-    nodes = state.graph.nodes
+    nodes = state.nodes
     # The cheapest tests first: the root's one reader, a one-row product reading it as its row.
-    readers = state.users.get(nodes[root].name, [])
-    if len(readers) != 1 or nodes[root].name in state.outputs:
+    name = nodes[root].name
+    readers = state.readers[name]
+    if len(readers) != 1 or name in state.outputs:
         return False
     reader = nodes[readers[0]]
-    if reader.op != "matmul" or reader.operands[0] != nodes[root].name:
+    if reader.op != "matmul" or reader.operands[0] != name:
         return False
     a, b = (state.types[o] for o in reader.operands)
     if a.shape[-1] > state.elementwise_prologue_max_k or one_row_product(reader, a, b) is None:
@@ -284,21 +342,21 @@ def _joins_row_products(state: _State, root: int, producer: int) -> bool:
         return False
     others = [
         state.producers[o]
-        for o in _outside_operands(state, group)
+        for o in _outside_operands(nodes, group)
         if o in state.producers and state.producers[o] != producer
     ]
     return any(_row_product_root(state, p) for p in others)
 
 
 def _grow(state: _State, root: int, max_ops: int) -> None:
+    """Absorb producer groups into the group at `root` until none more may join."""
+    producers, group_of = state.producers, state.group_of
     merged = True
     while merged:
         merged = False
-        for operand in _outside_operands(state, state.members[root]):
-            p = state.producers.get(operand)
-            if p is None or state.group_of[p] is None or state.group_of[p] != p:
-                continue
-            if _try_absorb(state, root, p, max_ops):
+        for operand in _outside_operands(state.nodes, state.members[root]):
+            p = producers.get(operand)
+            if p is not None and group_of[p] == p and _try_absorb(state, root, p, max_ops):
                 merged = True
                 break
 
@@ -345,6 +403,36 @@ def fused_node(
     )
 
 
+def _readers(nodes: Sequence[Node], names: Sequence[str]) -> dict[str, list[int]]:
+    """The readers of each of `names`, in issue order. O(V + E)."""
+    readers: dict[str, list[int]] = {name: [] for name in names}
+    get = readers.get
+    for i, node in enumerate(nodes):
+        for operand in node.operands:
+            found = get(operand)
+            if found is not None:
+                found.append(i)
+    return readers
+
+
+def _rebuilt(state: _State, copies: dict[str, str], had_lifetimes: bool) -> list[Node]:
+    """The nodes after fusion: each region of two or more nodes one `fused` node at its root."""
+    nodes = state.nodes
+    regions = {root: group for root, group in state.members.items() if len(group) > 1}
+    group_of = state.group_of
+    out: list[Node] = []
+    for i, node in enumerate(nodes):
+        if group_of[i] != i and group_of[i] != -1:
+            continue  # absorbed into the region of another root
+        group = regions.get(i)
+        if group is not None:
+            node = fused_node([nodes[j] for j in group], _outside_operands(nodes, group), copies)
+        if had_lifetimes:
+            node = node.with_ann(live=None, visible=None)
+        out.append(node)
+    return out
+
+
 @dataclass(frozen=True)
 class FusePass(Pass):
     name = "fuse"
@@ -360,51 +448,41 @@ class FusePass(Pass):
 
     def run(self, graph: Graph) -> Graph:
         planned = any(n.ann.offset is not None for n in graph.nodes)
+        types = graph.value_types()  # a copy: the norm copies' types are added to it
+        nodes: Sequence[Node] = graph.nodes
         copies: dict[str, str] = {}
         if self.row_prologues and not planned:
-            graph, copies = recompute_row_norms(graph, self.prologue_max_k)
-        types = graph.value_types()
+            nodes, copies = recompute_row_norms(graph, types, self.prologue_max_k)
+            types.update((copy, types[original]) for copy, original in copies.items())
+        counts = [_anchor_counts(node, types) for node in nodes]
+        fusable = [i for i, c in enumerate(counts) if c is not None]
         state = _State(
-            graph=graph,
+            nodes=nodes,
             types=types,
-            users=graph.users(),
-            producers=graph.producers(),
+            readers=_readers(nodes, [nodes[i].name for i in fusable]),
+            producers={n.name: i for i, n in enumerate(nodes) if not n.is_event},
             outputs=frozenset(graph.output_names()),
-            group_of=[None] * len(graph.nodes),
+            group_of=[-1] * len(nodes),
+            signatures=[-1] * len(nodes),
             members={},
             anchors={},
             planned=planned,
-            hb=happens_before(graph) if planned else None,
-            ranges=_arena_ranges(graph, types) if planned else {},
             row_prologues=self.row_prologues,
             prologue_max_k=self.prologue_max_k,
             elementwise_prologue_max_k=self.elementwise_prologue_max_k,
         )
         if planned:
-            _index_arena(state)
-        for i, node in graph.compute_nodes():
-            if not (is_elementwise(node) or is_anchor(node, types) is not None):
-                continue
+            state.hb = happens_before(graph)
+            state.ranges = _arena_ranges(graph, types)
+            _index_arena(state, graph)
+        for i in fusable:
             state.group_of[i] = i
             state.members[i] = [i]
-            state.anchors[i] = _anchor_counts(node, types)
+            state.anchors[i] = counts[i]  # type: ignore[assignment]
             _grow(state, i, self.max_ops)
-        regions = {root: group for root, group in state.members.items() if len(group) > 1}
-        if not regions:
-            return graph
-        absorbed = {j for root, group in regions.items() for j in group if j != root}
+        if all(len(group) == 1 for group in state.members.values()):
+            return graph.with_nodes(nodes) if copies else graph
         had_lifetimes = any(
             n.ann.live is not None or n.ann.visible is not None for n in graph.nodes
         )
-        out: list[Node] = []
-        for i, node in enumerate(graph.nodes):
-            if i in absorbed:
-                continue
-            if i in regions:
-                group = regions[i]
-                outside = _outside_operands(state, group)
-                node = fused_node([graph.nodes[j] for j in group], outside, copies)
-            if had_lifetimes:
-                node = node.with_ann(live=None, visible=None)
-            out.append(node)
-        return graph.with_nodes(out)
+        return graph.with_nodes(_rebuilt(state, copies, had_lifetimes))
