@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch", reason="the MoE import tests need PyTorch")
 transformers = pytest.importorskip("transformers", reason="the MoE import tests need transformers")
 
 import optgraph as og
+from optgraph.analysis.host_syncs import host_device_waits, min_host_device_syncs
 from optgraph.reference.interpreter import run_reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -72,6 +73,7 @@ def test_both_steps_equal_the_reference_in_any_interleaving(imported) -> None:  
     assert sorted(str(n.ann.backend) for n in parts) == ["cpu"] * layers + ["cuda"] * layers
     host = [w for w in prefill.graph.weights if w.placement == "host"]
     assert len(host) == 2 * layers  # each layer's gate_up and down pieces
+    assert host_device_waits(prefill.graph) == min_host_device_syncs(prefill.graph) == 2 * layers
     prompt = np.random.default_rng(1).integers(0, 64, (1, PROMPT))
     feed = hf_generate._prefill_feed(prompt)
     want = run_reference(steps.prefill, feed, steps.prefill_weights)

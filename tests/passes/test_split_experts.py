@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import optgraph as og
+from optgraph.analysis.host_syncs import host_device_waits, min_host_device_syncs
 from optgraph.analysis.races import find_races
 from optgraph.cli.main import main
 from optgraph.errors import OptGraphError
@@ -142,6 +143,9 @@ def test_fewest_synchronizations_and_the_gpu_part_first() -> None:
         assert at[f"l{i}.m.e0_6"] < wait < at[f"l{i}.m.e6_8"]
         readers = [n for n in nodes if f"l{i}.m.e6_8.cuda" in n.operands]
         assert [n.name for n in readers] == [f"l{i}.m"]
+    # Two per layer (the host waits for x and the logits; the sum waits for the host): the
+    # fewest this placement allows.
+    assert host_device_waits(split) == min_host_device_syncs(split) == 4
     # Every ordering is an event edge: a missing host wait is a race.
     synced = run_pipeline(split, "insert-sync")
     assert find_races(synced) == []
