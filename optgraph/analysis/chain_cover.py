@@ -291,10 +291,19 @@ def path_cover(
         to_last = [False] * n
         to_last[n - 1] = True
         for u in range(n - 1, -1, -1):
-            free = [v for v in succs[u] if not taken[v]]
-            if free:
-                v = max(free, key=lambda v: (priority[v], to_last[v], -v))
-                initial[u], taken[v], to_last[u] = v, True, to_last[v]
+            # the free successor that maximizes (priority, to_last, -v)
+            best = -1
+            for v in succs[u]:
+                if taken[v]:
+                    continue
+                if best < 0:
+                    best = v
+                    continue
+                pv, pb = priority[v], priority[best]
+                if pv > pb or (pv == pb and (to_last[v], -v) > (to_last[best], -best)):
+                    best = v
+            if best >= 0:
+                initial[u], taken[best], to_last[u] = best, True, to_last[best]
     nxt = maximum_matching(succs, n, initial)
     has_pred = [False] * n
     for v in nxt:

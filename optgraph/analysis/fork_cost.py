@@ -99,20 +99,23 @@ class KernelTimes:
 
 def kernel_times(graph: Graph, profile: DeviceProfile, model: ForkModel) -> KernelTimes:
     """The figures of every node of `graph`; runs follow its issue order (see `launch_runs`)."""
-    is_kernel, roof, seconds = [], [], []
-    for node, cost in zip(graph.nodes, node_costs(graph)):
+    n = len(graph.nodes)
+    is_kernel, roof, seconds = [False] * n, [0.0] * n, [0.0] * n
+    kernel_s = model.kernel_s
+    known: dict[tuple[int, str], float] = {}  # roofline by (cost object, dtype)
+    costs = node_costs(graph)  # alive throughout: their ids name them in `known`
+    for v, (node, cost) in enumerate(zip(graph.nodes, costs)):
         if cost is None or node.type is None:
-            is_kernel.append(False)
-            roof.append(0.0)
-            seconds.append(0.0)
             continue
-        r = roofline_seconds(cost, node.type.dtype, profile)
-        is_kernel.append(True)
-        roof.append(r)
-        seconds.append(max(r, model.kernel_s))
+        key = (id(cost), node.type.dtype)  # repeated layers share their cost objects
+        r = known.get(key)
+        if r is None:
+            r = known[key] = roofline_seconds(cost, node.type.dtype, profile)
+        is_kernel[v] = True
+        roof[v] = r
+        seconds[v] = max(r, kernel_s)
     if model.merged_launches:
-        shares = [may_share_launch(n) for n in graph.nodes]
-        run = launch_runs(data_predecessors(graph), is_kernel, shares)
+        run = launch_runs(data_predecessors(graph), is_kernel, _launch_sharing(graph.nodes))
     else:
         run = [v if k else -1 for v, k in enumerate(is_kernel)]
     return KernelTimes(is_kernel, roof, seconds, run)
@@ -188,11 +191,29 @@ def may_share_launch(node: Node) -> bool:
     (one-row products, elementwise, reductions, data movement; see docs/passes.md)."""
     if node.op in ALONE_OPS or node.type is None:
         return False
-    inner = node.body.nodes if node.body is not None else (node,)
-    if any(n.op in ALONE_OPS for n in inner):
-        return False
-    products = [n for n in inner if n.op == "matmul" and n.type is not None]
-    return all(n.type is not None and n.type.numel == n.type.shape[-1] for n in products)
+    for n in node.body.nodes if node.body is not None else (node,):
+        if n.op in ALONE_OPS:
+            return False
+        if n.op == "matmul" and n.type is not None and n.type.numel != n.type.shape[-1]:
+            return False  # a product of more than one row
+    return True
+
+
+def _launch_sharing(nodes: Sequence[Node]) -> list[bool]:
+    """`may_share_launch` of every node, decided once per (op, type object) for nodes without
+    a body (the answer reads nothing else of them)."""
+    known: dict[tuple[str, int], bool] = {}
+    out = []
+    for node in nodes:
+        if node.body is not None:
+            out.append(may_share_launch(node))
+            continue
+        key = (node.op, id(node.type))  # the types are alive in `nodes` throughout
+        shares = known.get(key)
+        if shares is None:
+            shares = known[key] = may_share_launch(node)
+        out.append(shares)
+    return out
 
 
 def launch_runs(
@@ -206,7 +227,10 @@ def launch_runs(
     depends_on = [-1] * len(preds)  # the latest run among a node's kernel ancestors via views
     current, members, open_run = -1, 0, False
     for v, ps in enumerate(preds):
-        latest = max((run[p] if is_kernel[p] else depends_on[p] for p in ps), default=-1)
+        latest = -1
+        for p in ps:
+            r = run[p] if is_kernel[p] else depends_on[p]
+            latest = max(latest, r)
         if is_kernel[v]:
             if not (open_run and shares[v] and latest < current and members < RUN_MEMBERS):
                 current, members = current + 1, 0
@@ -216,6 +240,16 @@ def launch_runs(
         else:
             depends_on[v] = latest
     return run
+
+
+def _latest(nodes: Sequence[int], finish: Sequence[float]) -> int:
+    """`max(nodes, key=lambda p: (finish[p], p))`, or -1 for no nodes."""
+    best, best_finish = -1, 0.0
+    for p in nodes:
+        f = finish[p]
+        if best < 0 or f > best_finish or (f == best_finish and p > best):
+            best, best_finish = p, f
+    return best
 
 
 class BranchCosts:
@@ -231,15 +265,22 @@ class BranchCosts:
         # rooflines and kernels along each node's critical path (its latest-finishing inputs)
         self.path_roof = [0.0] * n
         self.path_kernels = [0] * n
+        start, finish, path_roof, path_kernels = (
+            self.start,
+            self.finish,
+            self.path_roof,
+            self.path_kernels,
+        )
+        seconds, roofline, is_kernel = times.seconds, times.roofline, times.is_kernel
         for v, ps in enumerate(preds):
-            critical = max(ps, key=lambda p: (self.finish[p], p), default=None)
-            if critical is not None:
-                self.start[v] = self.finish[critical]
-                self.path_roof[v] = self.path_roof[critical]
-                self.path_kernels[v] = self.path_kernels[critical]
-            self.finish[v] = self.start[v] + times.seconds[v]
-            self.path_roof[v] += times.roofline[v]
-            self.path_kernels[v] += times.is_kernel[v]
+            critical = _latest(ps, finish)
+            if critical >= 0:
+                start[v] = finish[critical]
+                path_roof[v] = path_roof[critical]
+                path_kernels[v] = path_kernels[critical]
+            finish[v] = start[v] + seconds[v]
+            path_roof[v] += roofline[v]
+            path_kernels[v] += is_kernel[v]
         self.succs: list[list[int]] = [[] for _ in range(n + 1)]
         for v, ps in enumerate(cover.reduced):
             for p in ps:
@@ -269,43 +310,50 @@ class BranchCosts:
     def branch(self, nodes: Sequence[int]) -> BranchFigures:
         """Figures of the branch made of `nodes` (ascending). O(|nodes| + their edges)."""
         self.stamp += 1
-        for v in nodes:
-            self.mark[v] = self.stamp
         inside = self.stamp
+        mark = self.mark
+        for v in nodes:
+            mark[v] = inside
         times, n = self.times, len(self.preds)
-        own = sum(times.seconds[v] for v in nodes)
-        roof = sum(times.roofline[v] for v in nodes)
-        launches = sum(times.is_kernel[v] for v in nodes)
+        roofline, run, reduced, succs = times.roofline, self.run, self.cover.reduced, self.succs
+        own = sum([times.seconds[v] for v in nodes])
+        roof = sum([roofline[v] for v in nodes])
+        launches = sum([times.is_kernel[v] for v in nodes])
         share: dict[int, tuple[float, int]] = {}
         waits, join = 1, n  # the join: the first node outside reading B and something else
         for v in nodes:
-            if any(self.mark[p] != inside for p in self.cover.reduced[v]):
-                waits += 1
-            for w in self.succs[v]:
-                if w < join and any(self.mark[q] != inside for q in self.cover.reduced[w]):
-                    join = w
-            r = self.run[v]
+            for p in reduced[v]:
+                if mark[p] != inside:
+                    waits += 1
+                    break
+            for w in succs[v]:
+                if w < join:
+                    for q in reduced[w]:
+                        if mark[q] != inside:
+                            join = w
+                            break
+            r = run[v]
             if r >= 0:
                 mine, count = share.get(r, (0.0, 0))
-                share[r] = (mine + times.roofline[v], count + 1)
+                share[r] = (mine + roofline[v], count + 1)
         inline = sum(
             self._run_s(self.run_roof[r], self.run_kernels[r])
             - self._run_s(self.run_roof[r] - mine, self.run_kernels[r] - count)
             for r, (mine, count) in share.items()
         )
         first = nodes[0]
-        before = max(self.preds[first], key=lambda p: (self.finish[p], p), default=None)
-        others = [q for q in self.cover.reduced[join] if self.mark[q] != inside]
-        after = max(others, key=lambda q: (self.finish[q], q), default=None)
+        finish = self.finish
+        before = _latest(self.preds[first], finish)
+        after = _latest([q for q in reduced[join] if mark[q] != inside], finish)
         sibling, sibling_roof, sibling_launches = 0.0, 0.0, 0
         if (
-            after is not None
-            and self.finish[after] > self.start[first]
+            after >= 0
+            and finish[after] > self.start[first]
             and not self._after(after, nodes, inside)
         ):
-            sibling = self.finish[after] - self.start[first]
+            sibling = finish[after] - self.start[first]
             roof_base, kernel_base = 0.0, 0
-            if before is not None:
+            if before >= 0:
                 roof_base, kernel_base = self.path_roof[before], self.path_kernels[before]
             sibling_roof = min(sibling, max(0.0, self.path_roof[after] - roof_base))
             sibling_launches = max(0, self.path_kernels[after] - kernel_base)

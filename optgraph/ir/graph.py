@@ -94,6 +94,19 @@ class TensorType:
         last = self.shape[-1] if self.shape else 1
         return (*self.shape[:-1], -(-last // elems) * size)
 
+    def __hash__(self) -> int:
+        # Kept like the text below: the passes' memos key on types, a few objects hashed often.
+        h: int | None = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash((self.dtype, self.shape))
+        return h
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A string's hash differs from one process to the next: a pickle leaves it behind.
+        state = dict(self.__dict__)
+        state.pop("_hash", None)
+        return state
+
     def with_shape(self, shape: Iterable[int]) -> TensorType:
         return TensorType(self.dtype, tuple(shape))
 
@@ -260,6 +273,15 @@ class Node:
         node = object.__new__(Node)
         node.__dict__.update(self.__dict__)
         node.__dict__["ann"] = ann
+        return node
+
+    def with_annotations(self, ann: Annotations) -> Node:
+        """This node with `ann` as its annotations, an object it may share with other nodes
+        (`with_ann` makes one per node); shares this one's `TYPE_FACTS` like `with_ann`."""
+        node = object.__new__(Node)
+        fields = node.__dict__
+        fields.update(self.__dict__)
+        fields["ann"] = ann
         return node
 
     def with_fields(self, **changes: Any) -> Node:

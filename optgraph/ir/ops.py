@@ -354,6 +354,19 @@ def _check_quantized_reads(node: Node, opdef: OpDef, types: Sequence[TensorType]
             )
 
 
+def _attrs_key(node: Node) -> tuple[object, ...]:
+    """The node's attributes with their Python types (`typed_value`): what the `alike` memos
+    of `remembered_type` and `cost` key on, made once per node (kept in its `TYPE_FACTS`)."""
+    attrs = node.attrs
+    if not attrs:
+        return ()
+    facts = node.type_facts()
+    key: tuple[object, ...] | None = facts.get("attrs_key")
+    if key is None:
+        key = facts["attrs_key"] = tuple([(k, typed_value(v)) for k, v in attrs.items()])
+    return key
+
+
 def remembered_type(
     node: Node,
     operand_types: Sequence[TensorType],
@@ -378,8 +391,7 @@ def remembered_type(
     if alike is None or node.body is not None:
         inferred = infer_type(node, operand_types)
     else:
-        attrs = tuple((k, typed_value(v)) for k, v in node.attrs.items())
-        shared = (node.op, attrs, key)
+        shared = (node.op, _attrs_key(node), key)
         found = alike.get(shared)
         if found is None:
             found = alike[shared] = infer_type(node, operand_types)
@@ -452,8 +464,7 @@ def cost(
         return opdef.cost(node, operand_types, result_type, _resolved_attrs(node, opdef))
     if node.body is not None:
         return _fused_cost(node, operand_types, result_type, {}, alike)
-    attrs = tuple((k, typed_value(v)) for k, v in node.attrs.items())
-    key = (node.op, attrs, tuple(operand_types), result_type)
+    key = (node.op, _attrs_key(node), tuple(operand_types), result_type)
     found = alike.get(key)
     if found is None:
         found = alike[key] = opdef.cost(

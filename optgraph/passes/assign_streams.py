@@ -70,7 +70,7 @@ from optgraph.analysis.schedule_estimate import (
     profile_named,
 )
 from optgraph.analysis.stream_waits import waits_needed
-from optgraph.ir.graph import Graph
+from optgraph.ir.graph import EVENT_OPS, Annotations, Graph, Node
 from optgraph.ir.limits import MAX_STREAM_ID
 from optgraph.passes.base import Pass
 
@@ -118,15 +118,25 @@ def chain_streams(
     max_streams: int,
     prune: Prune | None = None,
     latency: float = 0.0,
+    early: Sequence[float] | None = None,
 ) -> tuple[list[int], list[float]]:
     """Streams (0 = the end's stream) and estimated starts for nodes in ASAP order. `prune`
-    (cover, ASAP finishes, groups) merges the chains that should not fork into other groups."""
+    (cover, ASAP finishes, groups) merges the chains that should not fork into other groups.
+    `early`: the nodes' ASAP starts (`asap(preds, seconds)`), where the caller has them."""
     n = len(preds)
     succs = _consumers(preds)
-    finish_asap = [s + d for s, d in zip(asap(preds, seconds), seconds)]
+    if early is None:
+        early = asap(preds, seconds)
+    finish_asap = [s + d for s, d in zip(early, seconds)]
     bottom = [0.0] * (n + 1)  # longest estimated path from each node to the end
     for v in range(n - 1, -1, -1):
-        bottom[v] = seconds[v] + max((bottom[w] for w in succs[v]), default=0.0)
+        ws = succs[v]
+        if not ws:
+            bottom[v] = seconds[v] + 0.0
+        elif len(ws) == 1:
+            bottom[v] = seconds[v] + bottom[ws[0]]
+        else:
+            bottom[v] = seconds[v] + max([bottom[w] for w in ws])
     cover = path_cover(list(preds) + [end_predecessors(preds, outputs)], bottom)
     chain_of = cover.chain_of
     end_chain = chain_of[n]
@@ -134,13 +144,16 @@ def chain_streams(
     if prune is not None:
         prune(cover, finish_asap, groups)
 
-    remaining: dict[int, int] = {}
-    work: dict[int, float] = {}
+    # Each node's group (groups no longer change) and each group's nodes and work.
+    group_of_chain = [groups.find(c) for c in range(len(cover.chains))]
+    group_of = [group_of_chain[chain_of[v]] for v in range(n)]
+    remaining = [0] * len(cover.chains)
+    work = [0.0] * len(cover.chains)
     for v in range(n):
-        g = groups.find(chain_of[v])
-        remaining[g] = remaining.get(g, 0) + 1
-        work[g] = work.get(g, 0.0) + seconds[v]
-    stream_of_group: dict[int, int] = {}
+        g = group_of[v]
+        remaining[g] += 1
+        work[g] += seconds[v]
+    stream_of_group = [-1] * len(cover.chains)
     open_groups = [0] * max_streams
     free_at = [0.0] * max_streams
     left = [0.0] * max_streams  # unscheduled work of the groups on each stream
@@ -150,14 +163,16 @@ def chain_streams(
 
     def ready_on(v: int, t: int) -> float:
         """When node v's inputs are visible on stream t (a cross-stream wait adds latency)."""
-        return max(
-            (finish[p] + (latency if streams[p] != t else 0.0) for p in preds[v]), default=0.0
-        )
+        ready = 0.0
+        for p in preds[v]:
+            at = finish[p] + (latency if streams[p] != t else 0.0)
+            ready = max(ready, at)
+        return ready
 
     for v in range(n):
-        g = groups.find(chain_of[v])
-        s = stream_of_group.get(g)
-        if s is None:
+        g = group_of[v]
+        s = stream_of_group[g]
+        if s < 0:
             producer = max(preds[v], key=lambda p: (finish[p], p), default=None)
             near = -1 if producer is None else streams[producer]
             free = [t for t in range(max_streams) if open_groups[t] == 0]
@@ -175,7 +190,9 @@ def chain_streams(
             open_groups[s] += 1
             left[s] += work[g]
         streams[v] = s
-        start[v] = max(ready_on(v, s), free_at[s])
+        ready = ready_on(v, s)
+        at = free_at[s]
+        start[v] = max(at, ready)
         finish[v] = free_at[s] = start[v] + seconds[v]
         left[s] -= seconds[v]
         remaining[g] -= 1
@@ -307,12 +324,12 @@ class AssignStreamsPass(Pass):
         )
 
     def run(self, graph: Graph) -> Graph:
-        nodes = [n for n in graph.nodes if not n.is_event]
+        nodes = [n for n in graph.nodes if n.op not in EVENT_OPS]
         # Without events, the graph itself: the costs and predecessors computed for it below go
         # with it to the result (see `verify`) when one stream is kept.
         plain = graph.with_nodes(nodes) if len(nodes) < len(graph.nodes) else graph
         if self.policy == "single" or self.max_streams == 1 or not nodes:
-            return plain.with_nodes(n.with_ann(stream=0) for n in nodes)
+            return plain.with_nodes(_on_streams(nodes, [0] * len(nodes)))
         profile = profile_named(self.device)
         threshold = self.min_branch_us >= 0
         model = self.fork_model()
@@ -323,19 +340,19 @@ class AssignStreamsPass(Pass):
             seconds, latency = times.seconds, model.wait_s
         preds = data_predecessors(plain)
         early = asap(preds, seconds)
-        order = sorted(range(len(nodes)), key=lambda i: (early[i], i))
-        position = {old: new for new, old in enumerate(order)}
+        order = sorted(range(len(nodes)), key=early.__getitem__)  # stable: ties by index
+        position = [0] * len(order)
+        for new, old in enumerate(order):
+            position[old] = new
         nodes = [nodes[i] for i in order]
         seconds = [seconds[i] for i in order]
+        early = [early[i] for i in order]
         preds = [[position[p] for p in preds[i]] for i in order]
+        outputs = _output_positions(nodes, graph.output_names())
         if self.policy == "fanout":
-            index = {n.name: i for i, n in enumerate(nodes)}
-            outputs = [index[o] for o in graph.output_names() if o in index]
             streams = fanout_streams(preds, outputs, self.max_streams)
             start = list_schedule(preds, seconds, streams, latency)
         else:
-            index = {n.name: i for i, n in enumerate(nodes)}
-            outputs = [index[o] for o in graph.output_names() if o in index]
             prune: Prune
             if threshold:
                 min_branch_s = self.min_branch_us * 1e-6
@@ -349,9 +366,33 @@ class AssignStreamsPass(Pass):
                     prune_by_cost(cover, preds, ordered, groups, model)
 
             streams, start = chain_streams(
-                preds, seconds, outputs, self.max_streams, prune, latency
+                preds, seconds, outputs, self.max_streams, prune, latency, early
             )
         if not any(streams):  # one stream: keep the given order (and its merged launches)
-            return plain.with_nodes(n.with_ann(stream=0) for n in plain.nodes)
-        final = sorted(range(len(nodes)), key=lambda i: (start[i], i))
-        return replace(graph, nodes=tuple(nodes[i].with_ann(stream=streams[i]) for i in final))
+            return plain.with_nodes(_on_streams(plain.nodes, [0] * len(plain.nodes)))
+        final = sorted(range(len(nodes)), key=start.__getitem__)  # stable: ties by ASAP order
+        return replace(
+            graph, nodes=tuple(_on_streams([nodes[i] for i in final], [streams[i] for i in final]))
+        )
+
+
+def _output_positions(nodes: Sequence[Node], outputs: Sequence[str]) -> list[int]:
+    """The positions in `nodes` of the nodes defining `outputs` (graph inputs and weights
+    left out), in the order of `outputs`."""
+    wanted = set(outputs)
+    index = {n.name: i for i, n in enumerate(nodes) if n.name in wanted}
+    return [index[o] for o in outputs if o in index]
+
+
+def _on_streams(nodes: Sequence[Node], streams: Sequence[int]) -> list[Node]:
+    """`[node.with_ann(stream=s) ...]`, one `Annotations` object per distinct (annotations,
+    stream) pair: most nodes of a graph share their annotations before and after."""
+    made: dict[tuple[int, int], Annotations] = {}
+    out = []
+    for node, s in zip(nodes, streams):
+        key = (id(node.ann), s)  # the annotations are alive in `nodes` throughout
+        ann = made.get(key)
+        if ann is None:
+            ann = made[key] = node.with_ann(stream=s).ann
+        out.append(node.with_annotations(ann))
+    return out

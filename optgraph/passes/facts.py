@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from optgraph.analysis.happens_before import happens_before
-from optgraph.ir.graph import Graph
+from optgraph.ir.graph import EVENT_OPS, Annotations, Graph
 from optgraph.ir.layout import alias_roots
 
 
@@ -39,12 +39,36 @@ def _buffer_nodes(graph: Graph) -> list[int]:
     return [i for i, node in graph.compute_nodes() if node.name not in aliases]
 
 
+# The annotation keys the nodes of a graph carry (events counted apart, as "event:" + key),
+# and "events" where it has events: one walk per graph object, kept in its instance `__dict__`
+# (graphs are immutable), so that the manager's contract checks before each pass cost O(1) on a
+# graph already checked.
+_MARKS = "_annotation_marks"
+
+
+def _marks(graph: Graph) -> frozenset[str]:
+    found: frozenset[str] | None = graph.__dict__.get(_MARKS)
+    if found is None:
+        distinct: dict[tuple[int, bool], Annotations] = {}
+        for node in graph.nodes:
+            distinct[id(node.ann), node.op in EVENT_OPS] = node.ann
+        marks: set[str] = set()
+        for (_, is_event), ann in distinct.items():
+            prefix = "event:" if is_event else ""
+            marks.update(prefix + key for key, _ in ann.items())
+            if is_event:
+                marks.add("events")
+        found = graph.__dict__[_MARKS] = frozenset(marks)
+    return found
+
+
 def _streams_assigned(graph: Graph) -> bool:
     return all(n.ann.stream is not None for n in graph.nodes)
 
 
 def _has_streams(graph: Graph) -> bool:
-    return any(n.ann.stream is not None for n in graph.nodes)
+    marks = _marks(graph)
+    return "stream" in marks or "event:stream" in marks
 
 
 def _backends_assigned(graph: Graph) -> bool:
@@ -52,7 +76,7 @@ def _backends_assigned(graph: Graph) -> bool:
 
 
 def _has_backends(graph: Graph) -> bool:
-    return any(n.ann.backend is not None for n in graph.nodes if not n.is_event)
+    return "backend" in _marks(graph)
 
 
 def _lifetimes_analyzed(graph: Graph) -> bool:
@@ -60,7 +84,7 @@ def _lifetimes_analyzed(graph: Graph) -> bool:
 
 
 def _has_lifetimes(graph: Graph) -> bool:
-    return any(n.ann.live is not None or n.ann.visible is not None for n in graph.nodes)
+    return not _marks(graph).isdisjoint(("live", "visible", "event:live", "event:visible"))
 
 
 def _memory_planned(graph: Graph) -> bool:
@@ -68,7 +92,8 @@ def _memory_planned(graph: Graph) -> bool:
 
 
 def _has_offsets(graph: Graph) -> bool:
-    return any(n.ann.offset is not None for n in graph.nodes)
+    marks = _marks(graph)
+    return "offset" in marks or "event:offset" in marks
 
 
 def _synced(graph: Graph) -> bool:
@@ -76,7 +101,7 @@ def _synced(graph: Graph) -> bool:
 
 
 def _has_events(graph: Graph) -> bool:
-    return any(n.is_event for n in graph.nodes)
+    return "events" in _marks(graph)
 
 
 # In pipeline order: a pass invalidating several facts is told to run before the earliest pass
