@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine session: GPU tests, the benchmark, compute-sanitizer; logs under $OUT.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh [tests] [bench] [sanitize] [kernels] [h2h] \
-#       [gemv] [decode] [offload] [split] [threshold] [host] [multi] [generate] [quant]
+#       [gemv] [decode] [offload] [split] [threshold] [host] [multi] [generate] [quant] [diffusion]
 # bench: benchmarks/bench_gpu.py (the examples); sanitize: compute-sanitizer over
 # benchmarks/sanitize_examples.py; kernels: benchmarks/bench_kernels.py (single kernels at the
 # Llama shapes, old vs new; KERNELS_ARGS=--no-pdl for each kernel's own time); h2h: the head-to-head suite (H2H_ONLY=llama,
@@ -13,7 +13,9 @@
 # tests (tests/gpu/test_multi_gpu.py: one GPU runs its one-GPU part) and, with 2+ GPUs,
 # benchmarks/bench_multi_gpu.py (MULTI_ARGS passes options); generate: tests/gpu/test_gpu_generate.py
 # and benchmarks/bench_generate.py (GENERATE_ARGS); quant: benchmarks/bench_quantized.py (f16,
-# Q8_0 and Q4_K_M Llama steps; QUANT_ARGS, e.g. "--only llama_launch"). docs/benchmarks.md says what each measures.
+# Q8_0 and Q4_K_M Llama steps; QUANT_ARGS, e.g. "--only llama_launch"); diffusion:
+# benchmarks/bench_diffusion.py (diffusers' SD-1.5 UNet resident against PyTorch and streamed under
+# a budget; needs diffusers: carry its wheel, DIFFUSION_ARGS). docs/benchmarks.md says what each measures.
 # Each part runs under its own time limit so one slow part cannot hide the others' logs.
 set -u
 OUT=${OUT:-/tmp/optgraph-gpu}
@@ -97,12 +99,16 @@ for part in $parts; do
       timeout "${QUANT_S:-450}" python3 benchmarks/bench_quantized.py ${QUANT_ARGS:-} \
         --markdown "$OUT/quant.md" > "$OUT/quant.log" 2>&1
       echo "quant rc=$?"; tail -n 30 "$OUT/quant.log" ;;
+    diffusion)
+      timeout "${DIFFUSION_S:-600}" python3 benchmarks/bench_diffusion.py ${DIFFUSION_ARGS:-} \
+        --markdown "$OUT/diffusion.md" > "$OUT/diffusion.log" 2>&1
+      echo "diffusion rc=$?"; tail -n 16 "$OUT/diffusion.log" ;;
     sanitize)
       for tool in memcheck racecheck; do
         timeout "${SAN_S:-75}" compute-sanitizer --tool "$tool" --error-exitcode 3 \
           python3 benchmarks/sanitize_examples.py > "$OUT/$tool.log" 2>&1
         echo "$tool rc=$?"; tail -n 4 "$OUT/$tool.log"
       done ;;
-    *) echo "unknown part: $part (tests bench sanitize kernels h2h gemv decode offload split threshold host multi generate quant)" ;;
+    *) echo "unknown part: $part (tests bench sanitize kernels h2h gemv decode offload split threshold host multi generate quant diffusion)" ;;
   esac
 done
