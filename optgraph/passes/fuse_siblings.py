@@ -113,27 +113,38 @@ def _region(name: str, nodes: list[Node], result: Node, span: Node) -> Node:
 
 
 def _pairs(graph: Graph) -> Graph:
-    """Product regions whose epilogue reads a sole-use sibling product absorb it."""
-    types = graph.value_types()
-    users = graph.users()
+    """Product regions whose epilogue reads a sole-use sibling product absorb it.
+
+    Only a region reading a plain matmul's result is planned as a candidate: the tests that
+    read no plan run first, and the graph's types and readers are gathered on first need."""
     outputs = set(graph.output_names())
-    producers = graph.producers()
     nodes = list(graph.nodes)
+    matmuls = {n.name: j for j, n in enumerate(nodes) if n.op == "matmul"}
+    if not matmuls:
+        return graph
+    types: dict[str, TensorType] = {}
+    readers: dict[str, list[int]] | None = None
     gone: set[int] = set()
     for i, node in enumerate(nodes):
-        cand = _candidate(node, types)
-        if cand is None or node.body is None:
+        if node.body is None:
             continue
+        cand: _Candidate | None = None
         for o in node.operands:
-            j = producers.get(o)
-            if j is None or j in gone or nodes[j].op != "matmul" or o in outputs:
+            j = matmuls.get(o)
+            if j is None or j in gone or o in outputs:
                 continue
+            if readers is None:
+                types, readers = graph.value_types(), _readers(nodes, matmuls)
+            if readers[o] != [i]:
+                continue
+            if cand is None:
+                cand = _candidate(node, types)
+                if cand is None:
+                    break
             other = _candidate(nodes[j], types)
             if other is None or (other.row, other.k) != (cand.row, cand.k):
                 continue
-            if users.get(o, []) != [i] or types[o] != _anchor_type(node, cand):
-                continue
-            if _placement(nodes[j]) != _placement(node):
+            if types[o] != _anchor_type(node, cand) or _placement(nodes[j]) != _placement(node):
                 continue
             inner, _ = _inline(node, set())
             product = replace(nodes[j], ann=NO_ANNOTATIONS)
@@ -144,6 +155,18 @@ def _pairs(graph: Graph) -> Graph:
     if not gone:
         return graph
     return graph.with_nodes([n for k, n in enumerate(nodes) if k not in gone])
+
+
+def _readers(nodes: list[Node], names: dict[str, int]) -> dict[str, list[int]]:
+    """The readers of each of `names`, in issue order (a node reading one twice, twice)."""
+    readers: dict[str, list[int]] = {name: [] for name in names}
+    get = readers.get
+    for i, node in enumerate(nodes):
+        for operand in node.operands:
+            found = get(operand)
+            if found is not None:
+                found.append(i)
+    return readers
 
 
 def _placement(node: Node) -> tuple[object, ...]:
@@ -164,10 +187,12 @@ def _groups(graph: Graph) -> list[list[int]]:
     open_groups: dict[tuple[object, ...], list[int]] = {}
     groups: list[list[int]] = []
     for i, node in enumerate(graph.nodes):
-        cand = _candidate(node, types)
-        if cand is None or node.name in outputs or node.type is None:
+        if node.name in outputs or node.type is None:
             continue
         if node.type.rank < 2 or any(d != 1 for d in node.type.shape[:-1]):
+            continue
+        cand = _candidate(node, types)
+        if cand is None:
             continue
         key = (cand.row, cand.k, node.type.dtype, node.type.rank, *_placement(node))
         group = open_groups.get(key)
