@@ -23,6 +23,7 @@ import numpy as np
 from optgraph.frontends.attention_masks import causal_pattern, shared_pattern
 from optgraph.frontends.draft import Draft
 from optgraph.ir.graph import AttrValue, Node, TensorType
+from optgraph.ir.op_rules_attention import attention_operands
 from optgraph.ir.ops import attrs_with_defaults
 from optgraph.reference.kernels import KERNELS, numpy_dtype
 
@@ -139,12 +140,15 @@ def _kv_len(
 
 def attention_kv_len(draft: Draft, node: Node, producers: dict[str, Node]) -> list[Node] | None:
     """The raising rule (see the module docstring); None where the node does not match."""
-    if node.op != "attention" or len(node.operands) != 4 or node.type is None:
+    if node.op != "attention" or node.type is None:
         return None
     attrs = attrs_with_defaults(node)
     if not attrs["masked"] or attrs["causal"] or attrs["window"]:
         return None
-    found = _position_cone(draft, node.operands[3], producers)
+    roles = attention_operands(len(node.operands), True, bool(attrs["sinks"]))
+    if roles.kv_len is not None or roles.mask is None:
+        return None
+    found = _position_cone(draft, node.operands[roles.mask], producers)
     if found is None or draft.type_of(found[0]).numel != 1:
         return None
     pos, cone = found
@@ -160,5 +164,6 @@ def attention_kv_len(draft: Draft, node: Node, producers: dict[str, Node]) -> li
     new_attrs["causal"] = True
     if window:
         new_attrs["window"] = window
-    operands = (*node.operands[:3], kv_len)
+    sinks = () if roles.sinks is None else (node.operands[roles.sinks],)
+    operands = (*node.operands[:3], kv_len, *sinks)
     return [*nodes, Node(node.name, "attention", operands, new_attrs, node.type, span=node.span)]

@@ -1,0 +1,167 @@
+"""gpt-oss's attention with sinks (the softmax over the scores and one more column, a logit per
+query head, that column dropped after it) raised into `attention {sinks = true}`
+(frontends/raising_attention.py): a random-weight transformers GptOss model from a small config,
+a sliding-window layer and a full one, through torch.export and ONNX, its logits equal to
+transformers'; decode steps (`hf_generate`) whose attention reads kv_len and the sinks,
+generating transformers' greedy tokens; patterns that only look alike are left written out."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the gpt-oss import tests need PyTorch")
+transformers = pytest.importorskip("transformers", reason="the gpt-oss tests need transformers")
+
+import optgraph as og
+from optgraph.frontends.torch_export import from_torch
+from optgraph.ir.constants import with_constants
+from optgraph.ir.graph import Node
+from tests.frontends.numerics import assert_matches
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+import hf_generate
+
+LAYERS, WINDOW, PROMPT, NEW = 2, 3, 6, 16
+TOKENS = torch.tensor([[5, 9, 1, 33, 7, 2, 60]])
+
+
+def _model(layer_types: list[str], experts: str | None = None) -> Any:
+    torch.manual_seed(0)
+    config = transformers.GptOssConfig(
+        vocab_size=64, hidden_size=64, num_hidden_layers=LAYERS, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, intermediate_size=64, max_position_embeddings=64,
+        initializer_range=0.3, num_local_experts=4, num_experts_per_tok=2, sliding_window=WINDOW,
+        layer_types=layer_types,
+    )  # fmt: skip
+    config._attn_implementation = "eager"
+    if experts is not None:
+        config._experts_implementation = experts
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():  # sinks of either sign and some size: they change the result
+        for layer in model.model.layers:
+            layer.self_attn.sinks.copy_(torch.randn(4) * 2.0)
+    model.generation_config.eos_token_id = None  # exactly NEW tokens
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+class _Logits(torch.nn.Module):
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Any) -> Any:
+        return self.model(input_ids).logits
+
+
+def _attention(graph: og.Graph) -> list[Node]:
+    return [n for n in graph.nodes if n.op == "attention"]
+
+
+def _no_written_attention(graph: og.Graph) -> None:
+    """No softmax or row maximum over 4-D scores left (the router's [T,E] softmax stays)."""
+    types = graph.value_types()
+    assert not any(n.op in ("softmax", "max") and types[n.name].rank == 4 for n in graph.nodes)
+
+
+@pytest.mark.parametrize("onnx", [False, True])
+def test_prefill_attention_with_sinks_is_raised(onnx: bool) -> None:
+    """Layer 0 slides (window 3), layer 1 sees every earlier key; both read their sinks."""
+    model = _model(["sliding_attention", "full_attention"], "batched_mm" if onnx else None)
+    module = _Logits(model)
+    with torch.no_grad():
+        want = module(TOKENS).numpy()
+    if onnx:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            program = torch.onnx.export(module, (TOKENS,), dynamo=True)
+        graph, weights = og.from_onnx(program.model_proto)
+    else:
+        graph, weights = from_torch(module, (TOKENS,))
+    nodes = _attention(graph)
+    assert len(nodes) == LAYERS
+    for layer, node in enumerate(nodes):
+        assert node.attrs.get("sinks") and node.attrs.get("causal")
+        assert node.attrs.get("window", 0) == (WINDOW if layer == 0 else 0)
+        assert len(node.operands) == 4  # q, k, v, sinks
+        sinks = model.model.layers[layer].self_attn.sinks.detach().numpy()
+        np.testing.assert_array_equal(with_constants(graph, weights)[node.operands[3]], sinks)
+    _no_written_attention(graph)
+    assert_matches(graph, weights, {graph.inputs[0].name: TOKENS.numpy()}, [want])
+
+
+def test_decode_steps_read_kv_len_and_sinks_and_generate_transformers_tokens() -> None:
+    """Full-attention layers (the static-cache decode step of a sliding layer is another
+    matter: see docs/importers.md); 16 greedy tokens equal transformers'."""
+    model = _model(["full_attention", "full_attention"])
+    steps = hf_generate.import_steps(model, PROMPT, PROMPT + NEW)
+    for graph, operands in ((steps.prefill, 4), (steps.decode, 5)):
+        nodes = _attention(graph)
+        assert len(nodes) == LAYERS
+        assert all(n.attrs.get("sinks") and len(n.operands) == operands for n in nodes)
+        assert all(n.operands[-1].endswith("self_attn.sinks") for n in nodes)
+    prompt = np.random.default_rng(3).integers(0, 64, (1, PROMPT))
+    tokens = hf_generate.generate_cpu(steps, prompt, NEW)
+    assert tokens == hf_generate.reference_tokens(model, prompt, NEW)
+    assert len(set(tokens)) > 8  # a sequence, not one token repeated
+
+
+class _Sinks(torch.nn.Module):
+    """Attention with a sink column: `column(sinks, q)` makes it [B,H,Sq,1]; `shift`: the row
+    maximum subtracted before the softmax; `drop_last`: the column dropped is the sinks'."""
+
+    def __init__(self, sinks: Any, shift: bool = True, drop_last: bool = True) -> None:
+        super().__init__()
+        self.sinks = torch.nn.Parameter(sinks)
+        self.shift, self.drop_last = shift, drop_last
+
+    def forward(self, q: Any, k: Any, v: Any) -> Any:
+        scores = torch.matmul(q, k.transpose(2, 3)) * 0.3
+        b, h, s, _ = q.shape
+        column = self.sinks.reshape(1, h, -1, 1).expand(b, h, s, 1)
+        logits = torch.cat([scores, column], dim=-1)
+        if self.shift:
+            logits = logits - logits.max(dim=-1, keepdim=True).values
+        probs = torch.softmax(logits, dim=-1)
+        probs = probs[..., :-1] if self.drop_last else probs[..., 1:]
+        return torch.matmul(probs, v)
+
+
+def _imported(module: torch.nn.Module, onnx: bool = False) -> og.Graph:
+    torch.manual_seed(1)
+    args = tuple(torch.randn(2, 4, 5, 8) for _ in range(3))
+    with torch.no_grad():
+        want = module(*args).numpy()
+    if onnx:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            program = torch.onnx.export(module, args, dynamo=True)
+        graph, weights = og.from_onnx(program.model_proto)
+    else:
+        graph, weights = from_torch(module, args)
+    inputs = {i.name: a.numpy() for i, a in zip(graph.inputs, args)}
+    assert_matches(graph, weights, inputs, [want])
+    return graph
+
+
+@pytest.mark.parametrize("onnx", [False, True])
+@pytest.mark.parametrize("shift", [True, False])
+def test_a_sink_column_becomes_the_sinks_operand(shift: bool, onnx: bool) -> None:
+    graph = _imported(_Sinks(torch.randn(4) * 2, shift), onnx)
+    (node,) = _attention(graph)
+    assert node.attrs == {"sinks": True, "scale": pytest.approx(0.3)}
+    assert graph.value_types()[node.operands[3]].shape == (4,)
+    _no_written_attention(graph)
+
+
+def test_columns_that_are_not_sinks_stay_written_out() -> None:
+    """A column that differs along the queries, and a softmax whose first column is dropped
+    (not the extra one): still correct, not attention."""
+    for module in (_Sinks(torch.randn(4 * 5)), _Sinks(torch.randn(4), drop_last=False)):
+        graph = _imported(module)
+        assert not _attention(graph) and any(n.op == "softmax" for n in graph.nodes)
