@@ -11,7 +11,7 @@ Value names are stored without their sigil: the IR `%h` is the name `"h"`, the e
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict, Unpack
 
@@ -242,7 +242,7 @@ class Node:
     ann: Annotations = NO_ANNOTATIONS
     body: Region | None = None
     span: Span | None = field(default=None, compare=False, repr=False)
-    operand_spans: tuple[Span, ...] = field(default=(), compare=False, repr=False)
+    operand_spans: Sequence[Span] = field(default=(), compare=False, repr=False)
 
     @property
     def is_event(self) -> bool:

@@ -19,7 +19,8 @@ checks both on every example and fixture and on mutated texts. O(size of the tex
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
 
 from optgraph.errors import Span
 from optgraph.ir.constants import constant_bytes
@@ -59,10 +60,14 @@ _ATTR_RE = re.compile(
     rf"{_S}({_NAME}){_S}={_S}(\"[^\"\\\x00-\x1f]*\"|\[[^\[\]]*\]|[^\s,\[\]\"]+){_S}(,|$)"
 )
 _TYPE = rf"({_NAME}){_S}\[([^\[\]]*)\]"
+# A node line. Its operand list is matched as `_VALUES_RE` reads one (a node whose list is
+# anything else gives up, as before), so the names are found in it without a second check.
+_OPERANDS = rf"{_S}(?:{_VALUE}(?:{_S},{_S}{_VALUE})*)?{_S}"
 _NODE_RE = re.compile(
-    rf"({_VALUE}){_S}={_S}({_NAME}){_S}\(([^()]*)\){_S}(?:\{{([^{{}}]*)\}}{_S})?:{_S}{_TYPE}{_S}"
-    rf"(?:!\{{([^{{}}]*)\}}{_S})?(body{_S}\(([^()]*)\){_S}\{{{_S})?"
+    rf"({_VALUE}){_S}={_S}({_NAME}){_S}\(({_OPERANDS})\){_S}(?:\{{([^{{}}]*)\}}{_S})?:{_S}"
+    rf"{_TYPE}{_S}(?:!\{{([^{{}}]*)\}}{_S})?(body{_S}\(([^()]*)\){_S}\{{{_S})?"
 )
+_OPERAND_NAME_RE = re.compile(r"%([A-Za-z0-9_.]+)")
 _INPUT_RE = re.compile(rf"input[ \t]+({_VALUE}){_S}:{_S}{_TYPE}{_S}")
 _WEIGHT_RE = re.compile(
     rf"weight[ \t]+({_VALUE}){_S}:{_S}{_TYPE}{_S}(?:(device|host)(?![A-Za-z0-9_.]){_S})?"
@@ -184,6 +189,67 @@ def _new_type(dtype: str, dims: str) -> TensorType:
     return TensorType(dtype, shape)
 
 
+def _span(path: str, line: int, source_line: str, start: int, end: int) -> Span:
+    """The span of source_line[start:end] (0-based offsets) on 1-based `line`."""
+    # `Span(...)` field by field: a frozen dataclass's `__init__` costs several times more,
+    # and a model has a span per node.
+    span = object.__new__(Span)
+    span.__dict__.update(
+        path=path, line=line, col=start + 1, end_col=end + 1, source_line=source_line
+    )
+    return span
+
+
+class OperandSpans(Sequence[Span]):
+    """The spans of a node's operands, found in its source line when first read: only
+    diagnostics read them, and a model has a few operands a node (making every span up front
+    cost a fifth of the parse). Equal to the tuple of spans lark makes.
+
+        %y = add(%a, %b) : f32[4]   ->  [Span(line, 10, 12), Span(line, 14, 16)] on first use
+    """
+
+    __slots__ = ("_line", "_path", "_source_line", "_spans", "_start")
+
+    def __init__(self, path: str, line: int, source_line: str, start: int):
+        self._path, self._line, self._source_line, self._start = path, line, source_line, start
+        self._spans: tuple[Span, ...] | None = None
+
+    def _made(self) -> tuple[Span, ...]:
+        """The spans of the `%name`s from offset `start` to the list's `)`."""
+        spans = self._spans
+        if spans is None:
+            source, start = self._source_line, self._start
+            text = source[start : source.index(")", start)]
+            spans = self._spans = tuple(
+                _span(self._path, self._line, source, start + m.start(), start + m.end())
+                for m in _VALUE_RE.finditer(text)
+            )
+        return spans
+
+    def __len__(self) -> int:
+        return len(self._made())
+
+    @overload
+    def __getitem__(self, index: int) -> Span: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Span, ...]: ...
+    def __getitem__(self, index: int | slice) -> Span | tuple[Span, ...]:
+        return self._made()[index]
+
+    def __iter__(self) -> Iterator[Span]:
+        return iter(self._made())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, OperandSpans | tuple):
+            return self._made() == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._made())
+
+
 class _LineReader:
     """Builds the graph item by item; every method raises `_GiveUp` on what it does not accept."""
 
@@ -219,17 +285,7 @@ class _LineReader:
 
     def span(self, line: int, start: int, end: int) -> Span:
         """The span of line[start:end] (0-based offsets) on 1-based `line`."""
-        # `Span(...)` field by field: a frozen dataclass's `__init__` costs several times more,
-        # and a model has a span per node and per operand.
-        span = object.__new__(Span)
-        span.__dict__.update(
-            path=self.path,
-            line=line,
-            col=start + 1,
-            end_col=end + 1,
-            source_line=self.lines[line - 1],
-        )
-        return span
+        return _span(self.path, line, self.lines[line - 1], start, end)
 
     def values(self, text: str, offset: int, line: int) -> tuple[tuple[str, ...], tuple[Span, ...]]:
         """The `%name`s of a comma-separated list at `offset` in the line, and their spans."""
@@ -242,22 +298,35 @@ class _LineReader:
         return tuple(names), tuple(spans)
 
     def node(self, m: re.Match[str], line: int, indent: int, body: Region | None) -> Node:
-        op = m.group(2)
+        """The node of a `_NODE_RE` match on `line`, whose text starts at column `indent`."""
+        name, op, operand_text, attr_text, dtype, dims, ann_text = m.group(1, 2, 3, 4, 5, 6, 7)
         if op in _KEYWORDS or (body is None) == (op == "fused"):
             raise _GiveUp  # lark reports a fused node without a body (and a body elsewhere)
-        operands, operand_spans = self.values(m.group(3), indent + m.start(3), line)
-        attrs = self.attrs(m.group(4))
-        return _new_node(
-            name=m.group(1)[1:],
+        tensor_type = self.types.get((dtype, dims))
+        if tensor_type is None:
+            tensor_type = self.types[dtype, dims] = _new_type(dtype, dims)
+        ann = self.annotation_lists.get(ann_text)
+        if ann is None:
+            ann = self.ann(ann_text)
+        op_start = indent + m.start(2)
+        operands = tuple(_OPERAND_NAME_RE.findall(operand_text))
+        node = object.__new__(Node)  # field by field: see `span`
+        node.__dict__.update(
+            name=name[1:],
             op=op,
             operands=operands,
-            attrs=attrs,
-            type=self.type(m.group(5), m.group(6)),
-            ann=self.ann(m.group(7)),
+            attrs={} if attr_text is None else self.attrs(attr_text),
+            type=tensor_type,
+            ann=ann,
             body=body,
-            span=self.span(line, indent + m.start(2), indent + m.end(2)),
-            operand_spans=operand_spans,
+            span=self.span(line, op_start, op_start + len(op)),
+            operand_spans=(
+                OperandSpans(self.path, line, self.lines[line - 1], indent + m.start(3))
+                if operands
+                else ()
+            ),
         )
+        return node
 
     def body(self, m: re.Match[str], line: int, indent: int) -> tuple[Region, int]:
         """The body opened on `line`: its region and the number of the line that closes it."""
@@ -279,7 +348,7 @@ class _LineReader:
                     raise _GiveUp
                 if n.group(2) == "fused":
                     raise _GiveUp
-                nodes.append(self.body_node(n, number, inner))
+                nodes.append(self.node(n, number, inner, None))
                 continue
             y = _YIELD_RE.fullmatch(stripped)
             if y is None:
@@ -296,53 +365,38 @@ class _LineReader:
                 raise _GiveUp
             return Region(params, tuple(nodes), y.group(1)[1:]), closing
 
-    def body_node(self, m: re.Match[str], line: int, indent: int) -> Node:
-        op = m.group(2)
-        if op in _KEYWORDS:
-            raise _GiveUp
-        operands, operand_spans = self.values(m.group(3), indent + m.start(3), line)
-        return _new_node(
-            name=m.group(1)[1:],
-            op=op,
-            operands=operands,
-            attrs=self.attrs(m.group(4)),
-            type=self.type(m.group(5), m.group(6)),
-            ann=self.ann(m.group(7)),
-            body=None,
-            span=self.span(line, indent + m.start(2), indent + m.end(2)),
-            operand_spans=operand_spans,
-        )
-
     def graph(self) -> Graph:
         lines = self.lines
-        number = _first_item_line(lines)
-        header = _HEADER_RE.fullmatch(_uncommented(lines[number - 1]))
+        header_line = _first_item_line(lines)
+        header = _HEADER_RE.fullmatch(_uncommented(lines[header_line - 1]))
         if header is None or header.group(1) in _KEYWORDS:
             raise _GiveUp
         inputs: list[Input] = []
         weights: list[Weight] = []
         nodes: list[Node] = []
         outputs: list[Output] = []
-        while True:
-            number += 1
-            if number > len(lines):
-                raise _GiveUp
-            text = _uncommented(lines[number - 1])
+        node_match = _NODE_RE.fullmatch
+        skip_to = header_line  # lines up to here are read (a body reads its own)
+        for number in range(header_line + 1, len(lines) + 1):
+            if number <= skip_to:
+                continue
+            text = lines[number - 1]
+            if "#" in text:
+                text = _uncommented(text)
             stripped = text.lstrip(" \t")
             if not stripped:
                 continue
             indent = len(text) - len(stripped)
             first = stripped[0]
             if first == "%":
-                m = _NODE_RE.fullmatch(stripped)
+                m = node_match(stripped)
                 if m is None:
                     raise _GiveUp
                 if m.group(8) is None:
                     nodes.append(self.node(m, number, indent, None))
                 else:
-                    region, closing = self.body(m, number, indent)
+                    region, skip_to = self.body(m, number, indent)
                     nodes.append(self.node(m, number, indent, region))
-                    number = closing
             elif first == "}":
                 if stripped.rstrip(" \t") != "}" or _first_item_line(lines, number + 1) != 0:
                     raise _GiveUp
@@ -356,6 +410,7 @@ class _LineReader:
                 )
             else:
                 self.declaration(stripped, number, indent, inputs, weights, nodes, outputs)
+        raise _GiveUp  # no closing brace
 
     def declaration(
         self,
@@ -368,17 +423,26 @@ class _LineReader:
         outputs: list[Output],
     ) -> None:
         """An `input`, `weight`, `record`/`wait` or `output` line, appended where it belongs."""
-        if m := _INPUT_RE.fullmatch(text):
-            span = self.span(line, indent + m.start(1), indent + m.end(1))
-            inputs.append(Input(m.group(1)[1:], self.type(m.group(2), m.group(3)), span))
-        elif m := _WEIGHT_RE.fullmatch(text):
+        if text.startswith("weight") and (m := _WEIGHT_RE.fullmatch(text)):
             span = self.span(line, indent + m.start(1), indent + m.end(1))
             placement = m.group(4) or "device"
             assert placement in WEIGHT_PLACEMENTS
             tensor_type = self.type(m.group(2), m.group(3))
             ann = self.ann(m.group(5))
             value = None if m.group(6) is None else _constant(tensor_type, m.group(6))
-            weights.append(Weight(m.group(1)[1:], tensor_type, placement, ann, span, value))
+            weight = object.__new__(Weight)  # field by field: see `span`
+            weight.__dict__.update(
+                name=m.group(1)[1:],
+                type=tensor_type,
+                placement=placement,
+                ann=ann,
+                span=span,
+                value=value,
+            )
+            weights.append(weight)
+        elif m := _INPUT_RE.fullmatch(text):
+            span = self.span(line, indent + m.start(1), indent + m.end(1))
+            inputs.append(Input(m.group(1)[1:], self.type(m.group(2), m.group(3)), span))
         elif m := _EVENT_RE.fullmatch(text):
             span = self.span(line, indent + m.start(2), indent + m.end(2))
             ann = self.ann(m.group(3))
@@ -388,13 +452,6 @@ class _LineReader:
             outputs.extend(Output(n, s) for n, s in zip(names, spans, strict=True))
         else:
             raise _GiveUp
-
-
-def _new_node(**fields: Any) -> Node:
-    """`Node(**fields)` with every field given, set field by field (see `_LineReader.span`)."""
-    node = object.__new__(Node)
-    node.__dict__.update(fields)
-    return node
 
 
 def _uncommented(line: str) -> str:
