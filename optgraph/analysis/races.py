@@ -10,6 +10,10 @@ documents the accesses and the interval-map search in full.
     %a = exp(%x) !{stream = 1}    %b = neg(%a) !{stream = 0}     (no record/wait)
     -> [Race(%b reads %a, %a writes %a)]
 
+A planned arena is first proved race-free in one sweep keeping only the last buffer written over
+each byte range (`optgraph.analysis.arena_order`); only an arena that proof fails on is searched in
+full (the frontier sets, the retired buffers, every pair of accesses).
+
 Complexity: O((V + E)·k) for happens-before, O(E) for values, O(B log B + touched ranges·k) for
 B planned buffers when race-free, plus O(accesses²) for each racing pair of buffers.
 """
@@ -19,36 +23,21 @@ from __future__ import annotations
 import operator
 from bisect import bisect_left, insort
 from dataclasses import dataclass
-from typing import NamedTuple
 
+from optgraph.analysis.arena_order import (
+    NEVER_SEQ,
+    Access,
+    PlannedBuffer,
+    access_clocks,
+    is_arena_ordered,
+)
 from optgraph.analysis.happens_before import happens_before, operands_read
 from optgraph.errors import Diagnostic, Span
-from optgraph.ir.graph import Graph, Node, TensorType
+from optgraph.ir.graph import EVENT_OPS, Graph, Node, TensorType
 from optgraph.ir.layout import alias_roots
 from optgraph.ir.ops import get_op
 
 END = -1  # the graph's end, as the second party of a race
-_NEVER = (1 << 63) - 1  # a sequence number no access reaches
-
-
-class Access(NamedTuple):
-    """`node` (an index in issue order) reads or writes `value` on `device`. `within`: the
-    bytes [lo, hi) of its root buffer the access touches (a read through an aliasing view: the
-    view's bytes); None: the whole buffer. A named tuple: the race search makes one per read and
-    write of every buffer, and a frozen dataclass costs several times more to make."""
-
-    node: int
-    value: str
-    writes: bool
-    device: int = 0
-    within: tuple[int, int] | None = None
-
-    def touches(self, start: int, overlap: tuple[int, int]) -> bool:
-        """Whether the access reaches the arena bytes `overlap`, its buffer starting at `start`."""
-        if self.within is None:
-            return True
-        lo, hi = start + self.within[0], start + self.within[1]
-        return lo < overlap[1] and overlap[0] < hi
 
 
 @dataclass(frozen=True)
@@ -133,8 +122,11 @@ class _Finder:
         self.hb = happens_before(graph)
         self.races: list[Race] = []
         self.seen: set[tuple[int, str, int, str]] = set()
+        self.one_instance = len(self.hb.node_of) == len(graph.nodes)  # instance i is node i
 
     def inst(self, access: Access) -> int:
+        if self.one_instance:
+            return access.node
         return self.hb.instance(access.node, access.device)
 
     def ordered(self, a: Access, b: Access) -> bool:
@@ -153,7 +145,7 @@ class _Finder:
         self.races.append(Race(later, earlier, overlap))
 
 
-Buffers = dict[tuple[str, int], list[Access]]
+Buffers = dict[int, dict[str, list[Access]]]  # device -> root buffer -> its accesses
 
 
 def view_bytes(
@@ -171,27 +163,43 @@ def view_bytes(
 
 
 def _buffer_accesses(graph: Graph, roots: dict[str, tuple[str, int]]) -> Buffers:
-    """Per (root buffer, device): the write of its producer, and every read through it or its
+    """Per device, per root buffer: the write of its producer, and every read through it or its
     aliases on that device (a send reads the buffer it sends; a recv reads nothing there). A read
-    through an aliasing view touches only the view's bytes (`Access.within`)."""
+    through an aliasing view touches only the view's bytes (`Access.within`). O(V + E)."""
     accesses: Buffers = {}
     types = graph.value_types()
+    through = {view: (root, view_bytes(view, roots, types)) for view, (root, _) in roots.items()}
 
-    def read(i: int, operand: str, d: int) -> None:
-        root = roots.get(operand, (operand, 0))[0]
-        within = view_bytes(operand, roots, types)
-        accesses.setdefault((root, d), []).append(Access(i, operand, False, d, within))
+    def read(on: dict[str, list[Access]], i: int, operand: str, d: int) -> None:
+        root, within = through.get(operand, (operand, None))
+        access = Access(i, operand, False, d, within)
+        found = on.get(root)
+        if found is None:
+            on[root] = [access]
+        else:
+            found.append(access)
 
-    for i, node in graph.compute_nodes():
+    for i, node in enumerate(graph.nodes):
+        op = node.op
+        if op in EVENT_OPS:
+            continue
         for d in node.devices:
-            if node.op == "send" and node.operands:
-                read(i, node.operands[0], d)
+            on = accesses.get(d)
+            if on is None:
+                on = accesses[d] = {}
+            if op == "send" and node.operands:
+                read(on, i, node.operands[0], d)
                 continue
             if node.name in roots:  # an aliasing view reads and writes nothing
                 continue
-            accesses.setdefault((node.name, d), []).insert(0, Access(i, node.name, True, d))
+            write = Access(i, node.name, True, d)
+            found = on.get(node.name)
+            if found is None:
+                on[node.name] = [write]
+            else:
+                found.insert(0, write)
             for operand in operands_read(node, d):
-                read(i, operand, d)
+                read(on, i, operand, d)
     return accesses
 
 
@@ -208,15 +216,20 @@ def find_races(graph: Graph) -> list[Race]:
         value = nodes[p].name
         f.pair(Access(i, value, False, hb.device_of[y]), Access(p, value, True, hb.device_of[x]))
     accesses = _buffer_accesses(graph, roots)
-    offsets = {n.name: n.ann.offset for _, n in graph.compute_nodes()}
-    for i, node in graph.compute_nodes():  # in place: kv_cache_write into its cache's buffer
-        if node.op == "kv_cache_write" and node.operands and _is_in_place(node, roots, offsets):
+    rule = _InPlaceRule(graph, roots)
+    for i, node in enumerate(nodes):  # in place: kv_cache_write into its cache's buffer
+        if (
+            node.op == "kv_cache_write"
+            and node.operands
+            and _is_in_place(node, roots, rule.offsets)
+        ):
             root = roots.get(node.operands[0], (node.operands[0], 0))[0]
             for d in node.devices:
-                for other in accesses.get((root, d), ()):
+                for other in accesses.get(d, {}).get(root, ()):
                     f.pair(Access(i, root, True, d), other)
+    read_at_end = _output_roots(graph, roots)
     for device in hb.devices:
-        _check_arena(f, accesses, roots, device)
+        _check_arena(f, accesses.get(device, {}), roots, device, rule, read_at_end)
     for c in hb.unjoined_lanes():  # the end joins every lane into its device's stream 0
         last = hb.on_lane[c][-1]
         at = hb.node_of[last]
@@ -254,41 +267,51 @@ def _output_roots(graph: Graph, roots: dict[str, tuple[str, int]]) -> dict[str, 
 
 
 def _check_arena(
-    f: _Finder, every_access: Buffers, roots: dict[str, tuple[str, int]], device: int
+    f: _Finder,
+    every_access: dict[str, list[Access]],
+    roots: dict[str, tuple[str, int]],
+    device: int,
+    rule: _InPlaceRule,
+    read_at_end: dict[str, list[Access]],
 ) -> None:
-    """Overlapping planned buffers in the arena of `device` (each device has its own)."""
+    """Overlapping planned buffers in the arena of `device` (each device has its own): proved
+    race-free in one sweep (`arena_order`), else searched in full."""
     graph, hb = f.graph, f.hb
-    rule = _InPlaceRule(graph, roots)
-    buffers = []
-    for i, node in graph.compute_nodes():
+    buffers: list[PlannedBuffer] = []
+    for i, node in enumerate(graph.nodes):
         ann = node.ann
-        if node.name in roots or ann.offset is None or not ann.size or device not in node.devices:
+        offset = ann.offset
+        if offset is None or not ann.size or node.op in EVENT_OPS or node.name in roots:
             continue
-        buffers.append((i, node.name, ann.offset, ann.offset + ann.size))
+        if device in node.devices:
+            buffers.append((i, node.name, offset, offset + ann.size))
     if len(buffers) < 2:
         return
-    accesses = {name: every_access.get((name, device), []) for _, name, _, _ in buffers}
+    if is_arena_ordered(hb, buffers, every_access, f.one_instance, read_at_end, rule.allows):
+        return
+    _search_arena(f, buffers, every_access, rule, read_at_end, device)
+
+
+def _search_arena(
+    f: _Finder,
+    buffers: list[PlannedBuffer],
+    every_access: dict[str, list[Access]],
+    rule: _InPlaceRule,
+    read_at_end: dict[str, list[Access]],
+    device: int,
+) -> None:
+    """The full search of `_check_arena` (see `check_races`): every racing pair and clobber."""
+    hb = f.hb
+    accesses = {name: every_access.get(name, []) for _, name, _, _ in buffers}
     lanes = len(hb.lanes)
-    rows, seqs, lanes_of, instance = hb.rows, hb.seqs, hb.lanes_of, hb.instance
     # Per buffer: need[c], the latest sequence number of its accesses on lane c; least, the
-    # earliest clock among its accesses (entry by entry). Every access of A happens-before
-    # every access of B when least(B) >= need(A) entry by entry.
+    # earliest clock among its accesses (entry by entry): `arena_order.access_clocks`.
     need: dict[str, list[int]] = {}
     least: dict[str, list[int]] = {}
-    one_instance_each = len(hb.node_of) == len(graph.nodes)  # instance i is node i
     for _, name, _, _ in buffers:
-        if one_instance_each:
-            idx = [a.node for a in accesses[name]]
-        else:
-            idx = [instance(a.node, a.device) for a in accesses[name]]
-        row = [0] * lanes
-        for x in idx:
-            row[lanes_of[x]] = max(row[lanes_of[x]], seqs[x])
-        need[name] = row
-        least[name] = list(map(min, *(rows[x] for x in idx))) if len(idx) > 1 else [*rows[idx[0]]]
-    read_at_end = _output_roots(graph, roots)
+        need[name], least[name] = access_clocks(hb, accesses[name], f.one_instance)
     for name in read_at_end.keys() & need.keys():  # read by the host after every node
-        need[name] = [_NEVER] * lanes
+        need[name] = [NEVER_SEQ] * lanes
     span = {name: (lo, hi) for _, name, lo, hi in buffers}
     children: dict[str, list[str]] = {}
     bounds: list[int] = []

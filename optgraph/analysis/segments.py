@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from optgraph.analysis.arena_packing import ALIGNMENT, align_up
 from optgraph.analysis.prefetch_ring import ring_window
-from optgraph.ir.graph import Graph
+from optgraph.ir.graph import EVENT_OPS, Graph
 from optgraph.ir.layout import alias_roots
 
 SLOT_ALIGNMENT = ALIGNMENT  # bytes: every streamed weight starts on this boundary in the ring
@@ -309,15 +309,15 @@ def device_memory(graph: Graph) -> DeviceMemory:
     through an aliasing view) and it is neither streamed (`segment` annotation) nor placed on the
     host. Every input has a device buffer (the runtime stages them all).
     """
-    arena = max(
-        (n.ann.offset + (n.ann.size or 0) for n in graph.nodes if n.ann.offset is not None),
-        default=0,
-    )
-    slot_ranges = {
-        (n.ann.slot, n.ann.offset, n.ann.size)
-        for n in graph.nodes
-        if n.op == "prefetch" and n.ann.offset is not None
-    }
+    arena = 0
+    slot_ranges = set()
+    for n in graph.nodes:
+        ann = n.ann
+        if ann.offset is None:
+            continue
+        arena = max(arena, ann.offset + (ann.size or 0))
+        if n.op == "prefetch":
+            slot_ranges.add((ann.slot, ann.offset, ann.size))
     slot_bytes = 0
     if slot_ranges:
         lo = min(o for _, o, _ in slot_ranges)
@@ -333,18 +333,18 @@ def device_memory(graph: Graph) -> DeviceMemory:
 def read_on_device(graph: Graph) -> set[str]:
     """Inputs and weights a GPU kernel reads in place (directly or through an aliasing view).
 
-    CPU nodes, prefetches and copies to the device read the host's arrays instead.
+    CPU nodes, prefetches and copies to the device read the host's arrays instead. O(V + E).
     """
     roots = alias_roots(graph)
-    names: set[str] = set()
+    operands: set[str] = set()
     for node in graph.nodes:
-        if node.is_event or node.ann.backend == "cpu" or node.op == "prefetch":
+        op = node.op
+        if op in EVENT_OPS or op == "prefetch" or node.ann.backend == "cpu":
             continue
-        if node.op == "copy" and node.attrs.get("to", "cuda") == "cuda":
+        if op == "copy" and node.attrs.get("to", "cuda") == "cuda":
             continue
-        for operand in node.operands:
-            names.add(roots[operand][0] if operand in roots else operand)
-    return names
+        operands.update(node.operands)
+    return {roots[o][0] if o in roots else o for o in operands}
 
 
 def device_resident_weights(graph: Graph) -> set[str]:

@@ -20,14 +20,14 @@ from `analysis.races.find_races`.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from optgraph.analysis.arena_packing import align_up
 from optgraph.analysis.memory_bounds import device_arena_bytes, device_weight_bytes, memory_figures
 from optgraph.analysis.races import find_races
 from optgraph.analysis.schedule_estimate import stream_figures
 from optgraph.analysis.segments import count_splits, device_memory
-from optgraph.ir.graph import Graph, Node
+from optgraph.ir.graph import EVENT_OPS, Graph, Node
 from optgraph.ir.layout import alias_roots
 
 
@@ -120,44 +120,83 @@ def _result_bytes(node: Node) -> int:
     return node.type.nbytes if node.type is not None else 0
 
 
-def _is_buffer(node: Node, aliases: dict[str, tuple[str, int]]) -> bool:
-    return not node.is_event and node.name not in aliases
+@dataclass
+class _Counts:
+    """What one walk over the nodes counts for the report."""
+
+    ops: int = 0
+    fused: int = 0
+    events: int = 0
+    waits: int = 0
+    copies: int = 0
+    cpu_ops: int = 0
+    has_backends: bool = False
+    planned: bool = False
+    arena: int = 0
+    streams: set[int] = field(default_factory=set)
+    annotated_streams: bool = False
+
+
+def _count(graph: Graph) -> _Counts:
+    """The node counts, the streams used and the planned arena's top, in one walk. O(V)."""
+    c = _Counts()
+    streams = c.streams
+    for n in graph.nodes:
+        op, ann = n.op, n.ann
+        stream = ann.stream
+        if stream is not None:
+            c.annotated_streams = True
+        if op in EVENT_OPS:
+            c.events += op == "record"
+            c.waits += op == "wait"
+            continue
+        c.ops += 1
+        streams.add(0 if stream is None else stream)
+        if op == "fused":
+            c.fused += 1
+        elif op == "copy":
+            c.copies += 1
+        if ann.backend is not None:
+            c.has_backends = True
+            c.cpu_ops += ann.backend == "cpu"
+        if ann.offset is not None:
+            c.planned = True
+            c.arena = max(c.arena, ann.offset + _result_bytes(n))
+    return c
+
+
+def _no_reuse_bytes(graph: Graph) -> int:
+    """Bytes of every buffer (a compute node's result that is no aliasing view), unshared."""
+    aliases = alias_roots(graph)
+    return sum(
+        _result_bytes(n) for n in graph.nodes if n.op not in EVENT_OPS and n.name not in aliases
+    )
 
 
 def compute_report(graph: Graph, compile_seconds: float | None = None) -> Report:
     """The figures of `graph` (normally the result of the compile pipeline). O(V) plus the
     happens-before and width analyses (O((V + E)·k))."""
-    compute = [n for n in graph.nodes if not n.is_event]
-    has_streams = any(n.ann.stream is not None for n in graph.nodes)
-    has_backends = any(n.ann.backend is not None for n in compute)
-    copy_nodes = sum(1 for n in compute if n.op == "copy")
-
-    planned = [n for n in compute if n.ann.offset is not None]
-    arena = max((n.ann.offset + _result_bytes(n) for n in planned), default=0)  # type: ignore[operator]
-    no_reuse: int | None = None
-    if planned:
-        aliases = alias_roots(graph)
-        no_reuse = sum(_result_bytes(n) for n in compute if _is_buffer(n, aliases))
-
+    c = _count(graph)
+    planned = c.planned
     # L, the antichain bound and the one-stream plan: optgraph.analysis.memory_bounds.
     bounds = memory_figures(graph, antichain_limit=5_000) if planned else {}
     streamed = _streamed_weight_bytes(graph)
-    concurrency = stream_figures(graph) if compute else None
+    concurrency = stream_figures(graph) if c.ops else None
     return Report(
-        ops=len(compute),
-        fused_groups=sum(1 for n in compute if n.op == "fused"),
-        streams=len({n.stream for n in compute}) if has_streams else None,
-        events=sum(1 for n in graph.nodes if n.op == "record"),
-        waits=sum(1 for n in graph.nodes if n.op == "wait"),
+        ops=c.ops,
+        fused_groups=c.fused,
+        streams=len(c.streams) if c.annotated_streams else None,
+        events=c.events,
+        waits=c.waits,
         width=concurrency.width if concurrency else None,
-        arena_bytes=arena if planned else None,
+        arena_bytes=c.arena if planned else None,
         memory_lower_bound_bytes=bounds.get("memory_lower_bound_bytes"),
         concurrency_bound_bytes=bounds.get("concurrency_bound_bytes"),
-        no_reuse_bytes=no_reuse,
+        no_reuse_bytes=_no_reuse_bytes(graph) if planned else None,
         stream_extra_bytes=bounds.get("stream_extra_bytes"),
-        splits=count_splits(graph) if has_backends else None,
-        cpu_ops=sum(1 for n in compute if n.ann.backend == "cpu") if has_backends else None,
-        copies=copy_nodes if has_backends or copy_nodes else None,
+        splits=count_splits(graph) if c.has_backends else None,
+        cpu_ops=c.cpu_ops if c.has_backends else None,
+        copies=c.copies if c.has_backends or c.copies else None,
         streamed_bytes=streamed,
         # arena (with prefetch slots) + device-resident weights + device inputs; with several
         # devices, the largest device's
