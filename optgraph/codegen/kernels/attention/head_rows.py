@@ -246,7 +246,7 @@ def operand_decls(shape: AttentionShape) -> list[str]:
 
 def operand_args(shape: AttentionShape) -> tuple[str, ...]:
     """Launch arguments after out, q, k, v, matching `operand_decls`."""
-    args = ("in3",) if shape.has_len else ()
+    args: tuple[str, ...] = ("in3",) if shape.has_len else ()
     args += (shape.sinks.arg,) if shape.sinks is not None else ()
     return args + ((shape.mask.arg,) if shape.mask is not None else ())
 
