@@ -27,7 +27,7 @@ never all E. Cost: O(T·E) routing, O(T·k·H·F) products, O(used experts' F·H
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import ml_dtypes
 import numpy as np
@@ -37,10 +37,15 @@ from optgraph.ir.op_rules_moe import EXPERTS_AT, expert_range
 from optgraph.reference import elementwise
 from optgraph.reference.dequantize import dequantize
 
-__all__ = ["expert_matrix", "moe", "route", "stored_moe"]
+__all__ = ["ExpertProduct", "expert_matrix", "moe", "route", "stored_moe"]
 
 F32 = np.float32
 Attrs = Mapping[str, AttrValue]
+# rows [R, K] (float32) times the transpose of one expert's matrix [N, K] of a stack stored as
+# the given type (its blocks' bytes when quantized), the expert given by its row of the stack:
+# float32 [R, N]. The reference decodes the matrix (`expert_matrix`); the CPU runtime passes
+# its kernels on the stored blocks.
+ExpertProduct = Callable[[np.ndarray, np.ndarray, TensorType, int], np.ndarray]
 _WIDE = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
 
 
@@ -91,9 +96,14 @@ def expert_matrix(stack: np.ndarray, t: TensorType, e: int) -> np.ndarray:
 
 
 def stored_moe(
-    node: Node, args: Sequence[np.ndarray], types: Sequence[TensorType], attrs: Attrs
+    node: Node,
+    args: Sequence[np.ndarray],
+    types: Sequence[TensorType],
+    attrs: Attrs,
+    product: ExpertProduct | None = None,
 ) -> np.ndarray:
-    """The value of moe node `node` (float32), its expert stacks `args[2:]` as stored."""
+    """The value of moe node `node` (float32), its expert stacks `args[2:]` as stored; an
+    expert's three products by `product` when given (else each matrix decoded, then NumPy's)."""
     x = np.asarray(args[0], F32 if args[0].dtype in _WIDE else args[0].dtype)
     k, routing, act = attrs["k"], attrs["routing"], attrs["act"]
     assert isinstance(k, int) and isinstance(routing, str) and isinstance(act, str)
@@ -109,6 +119,9 @@ def stored_moe(
         rows, slots = np.nonzero(ids == e)
         xs = x[rows]
         row = int(e) - lo
+        if product is not None:
+            y[rows, slots] = _expert_by(product, xs, stacks, row, ffn, act)
+            continue
         if len(stacks) == 2:
             gate_up = expert_matrix(*stacks[0], row)
             gate, up = gate_up[:ffn], gate_up[ffn:]
@@ -123,6 +136,24 @@ def stored_moe(
         # A slot of another part adds nothing (not even 0 · y: its y is never computed here).
         out += np.where(held[:, j, None], weights[:, j, None] * y[:, j], F32(0))
     return out
+
+
+def _expert_by(
+    product: ExpertProduct,
+    xs: np.ndarray,
+    stacks: Sequence[tuple[np.ndarray, TensorType]],
+    row: int,
+    ffn: int,
+    act: str,
+) -> np.ndarray:
+    """One expert's output for the rows `xs`, its products by `product`."""
+    if len(stacks) == 2:
+        gate_up = product(xs, *stacks[0], row)
+        g, u = gate_up[:, :ffn], gate_up[:, ffn:]
+    else:
+        g, u = (product(xs, a, t, row) for a, t in stacks[:2])
+    h = np.asarray(_activation(g, act) * u, F32)
+    return product(h, *stacks[-1], row)
 
 
 def moe(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:

@@ -1,7 +1,7 @@
 """The CUDA runtime's host function of a moe part that split-experts and split-backends put on
 the CPU (its pieces in the pinned host weights, x and the logits in the pinned arena) computes
-the reference bits of that node, for f32 and q8_0 stacks; the GPU part's kernels are checked in
-the emulator (tests/codegen/test_moe_kernels_emulated.py)."""
+the reference bits of that node for f32 stacks, within the CPU kernels' round-off for q8_0;
+the GPU part's kernels are checked in the emulator (tests/codegen/test_moe_kernels_emulated.py)."""
 
 from __future__ import annotations
 
@@ -46,5 +46,9 @@ def test_the_cpu_part_computes_its_reference_bits(stacks: tuple[str, str, str]) 
             view[...] = values[operand]  # x and the logits as their copies left them
     fn._call(None)
     fn.errors.raise_first()
-    assert np.abs(values["l0.m.e5_8"]).max() > 0.0
-    assert fn.out.tobytes() == values["l0.m.e5_8"].tobytes()
+    want = values["l0.m.e5_8"]
+    assert np.abs(want).max() > 0.0
+    if stacks[0] == "f32":
+        assert fn.out.tobytes() == want.tobytes()
+    else:  # the products on the CPU kernels (runtime/cpu/quantized_nodes.py): their round-off
+        assert np.abs(fn.out - want).max() <= 1e-4 * np.abs(want).max()

@@ -4,19 +4,22 @@ instead of the reference's whole dequantization; every other node as the referen
     evaluate_quantized(node, args, types)            # like reference evaluate_node
     write_quantized(node, args, types, out) -> bool  # straight into `out` where it can
 
-Three ops read quantized operands (the verifier's rule), each with its kernel:
+Four ops read quantized operands (the verifier's rule), each with its kernel:
 
     %y = matmul(%x, %w) {transpose_b = true}   x f32/f16/bf16 [..., M, K], w q*[N, K]
                                                -> quantized_matmul, rounded to x's dtype
     %r = get_rows(%table, %ids)                -> quantized_rows (f32, as the reference)
     %v = dequantize(%w) {dtype = ...}          -> dequantize_blocks, rounded to the dtype
+    %y = moe(%x, %logits, %gate, %up, %down)    -> the reference's routing, each selected
+                                               expert's products by quantized_matmul on its
+                                               stored rows (float stacks: NumPy's)
 
 A fused node is evaluated through its body, node by node (each rounded to its type, as the
 reference does), its quantized readers by the kernels. Gathers and dequantize are the
 reference's bits; a product's sums run in another order (its bound: `quantized.py`). The
 planned executor uses this with `quantized="native"`, the CUDA runtime's CPU nodes always.
 
-Does not handle: ops other than these three reading quantized operands (none exist; such a
+Does not handle: ops other than these four reading quantized operands (none exist; such a
 node would take the reference's path, dequantizing whole).
 """
 
@@ -30,6 +33,7 @@ from optgraph.errors import InputError, VerifyError
 from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.ops import attrs_with_defaults, infer_type
 from optgraph.reference.interpreter import evaluate_node, numpy_dtype
+from optgraph.reference.moe import ExpertProduct, stored_moe
 from optgraph.runtime.cpu.quantized import dequantize_blocks, quantized_matmul, quantized_rows
 
 __all__ = ["evaluate_quantized", "reads_quantized", "write_quantized"]
@@ -109,11 +113,27 @@ def _into(
         except InputError as err:  # the id out of range, at the node
             raise InputError(err.message, node.span) from None
         return True
+    if node.op == "moe":
+        out[...] = stored_moe(node, args, types, attrs, _expert_product(threads))
+        return True
     if node.op == "dequantize" and types[0].is_quantized:
         w = types[0]
         dequantize_blocks(args[0], w.dtype, w.shape, threads=threads, out=out)
         return True
     return False
+
+
+def _expert_product(threads: int | None) -> ExpertProduct:
+    """A moe expert's product on its stored rows: the quantized kernel for a quantized stack
+    (never the expert's whole matrix decoded), NumPy's for a float one."""
+
+    def product(rows: np.ndarray, stack: np.ndarray, t: TensorType, e: int) -> np.ndarray:
+        n, k = t.shape[1:]
+        if t.is_quantized:
+            return quantized_matmul(rows, stack[e], t.dtype, n, k, threads=threads)
+        return rows @ np.asarray(stack[e], np.float32).T
+
+    return product
 
 
 def _fused(
