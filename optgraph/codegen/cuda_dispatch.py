@@ -116,9 +116,28 @@ def scratch_bytes(node: Node, operand_types: Sequence[TensorType]) -> int:
         return variants.scratch_bytes(node, tuple(operand_types))
     if node.op == "moe" and node.type is not None and node.type.numel:
         return moe.scratch_bytes(node, tuple(operand_types))
+    if node.op == "conv2d":
+        return conv.scratch_bytes(node, operand_types)
+    anchor = _conv_anchor(node, operand_types)
+    if anchor is not None:  # a fused product of a convolution: its im2col columns
+        return conv.scratch_bytes(*anchor)
     if node.type is not None and node.type.numel:
         return quantized.scratch_bytes(node, tuple(operand_types))
     return 0
+
+
+def _conv_anchor(
+    node: Node, operand_types: Sequence[TensorType]
+) -> tuple[Node, tuple[TensorType, ...]] | None:
+    """The conv2d of a fused product region and its operand types (its operands are the
+    region's parameters: a product takes no prologue), else None."""
+    if node.op != "fused" or node.body is None:
+        return None
+    convs = [n for n in node.body.nodes if n.op == "conv2d"]
+    param_types = dict(zip(node.body.params, operand_types))
+    if len(convs) != 1 or any(o not in param_types for o in convs[0].operands):
+        return None
+    return convs[0], tuple(param_types[o] for o in convs[0].operands)
 
 
 def fused_code(
