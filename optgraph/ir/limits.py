@@ -12,7 +12,9 @@ a later stage overflow, allocate terabytes or loop over ten billion streams.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
+from operator import attrgetter
 
 from optgraph.errors import Diagnostic, Span
 from optgraph.ir.graph import NO_ANNOTATIONS, Annotations, Graph, Node, TensorType
@@ -93,9 +95,36 @@ def _is_within_limits(ann: Annotations) -> bool:
     return ann.visible is None or len(ann.visible) <= (MAX_STREAM_ID + 1) * (MAX_DEVICE_ID + 1)
 
 
+def _sizes_within_limits(graph: Graph) -> bool:
+    """The quick test of the sizes `limit_diagnostics` checks in full: every tensor and their
+    sum within the limits. Reads each type object's bytes once (a graph shares a few); the
+    counting runs in C (`Counter`, `map`)."""
+    types = [i.type for i in graph.inputs] + [w.type for w in graph.weights]
+    types += map(_TYPE, graph.nodes)
+    for node in graph.nodes:
+        if node.body is not None:
+            types += map(_TYPE, node.body.nodes)
+    counts = Counter(map(id, types))
+    total = 0
+    for tensor_type in dict(zip(map(id, types), types)).values():
+        if tensor_type is None:
+            continue
+        nbytes = tensor_type.nbytes
+        if nbytes > MAX_TENSOR_BYTES:
+            return False
+        total += nbytes * counts[id(tensor_type)]
+    return total <= MAX_GRAPH_BYTES
+
+
+_TYPE = attrgetter("type")
+_ANN = attrgetter("ann")
+
+
 def limit_diagnostics(graph: Graph) -> list[Diagnostic]:
     """Every tensor, stream id and annotation of `graph` beyond the limits above. O(V): a type's
     bytes are computed once per type object (parsed and derived graphs share them)."""
+    if _sizes_within_limits(graph):  # the usual case: only the annotations to check
+        return _declaration_annotation_diagnostics(graph) + node_annotation_diagnostics(graph)
     out: list[Diagnostic] = []
     total = 0
     sizes: dict[int, int] = {}  # id(type) -> bytes, for the types alive during this call
@@ -120,16 +149,25 @@ def limit_diagnostics(graph: Graph) -> list[Diagnostic]:
                 None,
             )
         )
+    return out + _declaration_annotation_diagnostics(graph) + node_annotation_diagnostics(graph)
+
+
+def _declaration_annotation_diagnostics(graph: Graph) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
     for decl in graph.inputs:
         out.extend(_annotation_diagnostics(decl.ann, f"%{decl.name}", decl.span))
     for weight in graph.weights:
         if not _is_within_limits(weight.ann):
             out.extend(_annotation_diagnostics(weight.ann, f"%{weight.name}", weight.span))
-    return out + node_annotation_diagnostics(graph)
+    return out
 
 
 def node_annotation_diagnostics(graph: Graph) -> list[Diagnostic]:
     """The annotations of `graph`'s nodes beyond the limits above. O(V)."""
+    anns = list(map(_ANN, graph.nodes))
+    distinct = dict(zip(map(id, anns), anns))  # nodes share annotation objects
+    if all(ann is NO_ANNOTATIONS or _is_within_limits(ann) for ann in distinct.values()):
+        return []
     out: list[Diagnostic] = []
     for node in graph.nodes:
         ann = node.ann

@@ -363,7 +363,12 @@ def _attrs_key(node: Node) -> tuple[object, ...]:
     facts = node.type_facts()
     key: tuple[object, ...] | None = facts.get("attrs_key")
     if key is None:
-        key = facts["attrs_key"] = tuple([(k, typed_value(v)) for k, v in attrs.items()])
+        key = facts["attrs_key"] = tuple(
+            [
+                (k, typed_value(v) if isinstance(v, tuple | list) else (type(v), v))
+                for k, v in attrs.items()
+            ]
+        )
     return key
 
 

@@ -26,6 +26,7 @@ from optgraph.ir import ops
 from optgraph.ir.gc_pause import gc_paused
 from optgraph.ir.graph import (
     DATA_PREDECESSORS,
+    EVENT_OPS,
     NODE_COSTS,
     QUANT_BLOCKS,
     Graph,
@@ -238,13 +239,15 @@ def _verify(graph: Graph) -> None:
     recorded: dict[str, int] = {}
     forward_uses: list[tuple[int, str, str]] = []  # (diagnostic position, user, operand)
     op_names = list(ops.op_names())
+    known_ops = ops.OPS
     alike: dict[tuple[object, ...], TensorType] = {}  # see `ops.remembered_type`
 
     for index, node in enumerate(graph.nodes):
+        op = node.op
         if node.ann.layout is not None:
             diags.append(Diagnostic(f"'%{node.name}': only weights take a layout", node.span))
-        if node.is_event:
-            if node.op == "record":
+        if op in EVENT_OPS:
+            if op == "record":
                 if node.name in recorded:
                     diags.append(Diagnostic(f"event '^{node.name}' is recorded twice", node.span))
                 recorded[node.name] = index
@@ -257,8 +260,9 @@ def _verify(graph: Graph) -> None:
         operand_types: list[TensorType] = []
         missing = False
         for k, operand in enumerate(node.operands):
-            if operand in types:
-                operand_types.append(types[operand])
+            found = types.get(operand)
+            if found is not None:
+                operand_types.append(found)
                 continue
             missing = True
             if operand in defined_at:
@@ -272,28 +276,33 @@ def _verify(graph: Graph) -> None:
                 hint = suggest(operand, lambda: list(defined_at) + list(producers))
                 diags.append(Diagnostic(f"use of undefined value '%{operand}'{hint}", span))
 
-        if ops.get_op(node.op) is None:
-            diags.append(
-                Diagnostic(f"unknown op '{node.op}'{did_you_mean(node.op, op_names)}", node.span)
-            )
+        declared = node.type
+        if op not in known_ops:
+            diags.append(Diagnostic(f"unknown op '{op}'{did_you_mean(op, op_names)}", node.span))
         elif not missing:
             try:
                 inferred = ops.remembered_type(node, operand_types, alike)
             except OptGraphError as err:
                 diags.extend(err.diagnostics)
             else:
-                if node.type is not None and inferred != node.type:
+                if declared is not None and inferred is not declared and inferred != declared:
                     diags.append(
                         Diagnostic(
-                            f"{node.op}: declared type {node.type} but the operands give {inferred}",
+                            f"{op}: declared type {declared} but the operands give {inferred}",
                             node.span,
                         )
                     )
-        if node.type is not None and node.type.is_quantized and node.op not in _MOVES_BYTES:
+        if declared is not None and declared.dtype in QUANT_BLOCKS and op not in _MOVES_BYTES:
             diags.append(
-                Diagnostic(f"'%{node.name}' {node.type}: {_QUANTIZED_WEIGHTS_ONLY}", node.span)
+                Diagnostic(f"'%{node.name}' {declared}: {_QUANTIZED_WEIGHTS_ONLY}", node.span)
             )
-        define(node.name, node.type, node.span)
+        name = node.name  # `define`, inline: once per node
+        if name in defined_at:
+            diags.append(Diagnostic(f"redefinition of '%{name}'", node.span))
+        else:
+            defined_at[name] = node.span
+            if declared is not None:
+                types[name] = declared
 
     if forward_uses:
         _explain_forward_uses(graph, producers, forward_uses, diags)

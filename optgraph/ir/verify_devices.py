@@ -24,6 +24,8 @@ device with no collective (nothing to check).
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from optgraph.errors import Diagnostic, Span
 from optgraph.ir.graph import Graph, Node
 
@@ -207,7 +209,13 @@ def device_diagnostics(graph: Graph) -> list[Diagnostic]:
 def _is_one_device_graph(graph: Graph) -> bool:
     """No device named anywhere and no collective, send or recv: every value and node is on
     device 0, so no rule above can fail (the checks would find nothing). O(V)."""
+    if not COLLECTIVE_OPS.isdisjoint(map(_OP, graph.nodes)):
+        return False
     declarations = [i.ann for i in graph.inputs] + [w.ann for w in graph.weights]
-    return all(ann.device is None for ann in declarations) and all(
-        n.ann.device is None and n.op not in COLLECTIVE_OPS for n in graph.nodes
-    )
+    anns = declarations + list(map(_ANN, graph.nodes))
+    distinct = dict(zip(map(id, anns), anns))  # nodes share a few annotation objects
+    return all(ann.device is None for ann in distinct.values())
+
+
+_OP = attrgetter("op")
+_ANN = attrgetter("ann")
