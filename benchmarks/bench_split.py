@@ -4,6 +4,8 @@
         [--shared-ffn 1024] [--iters 20] [--repeats 5] [--variants gpu,calling-thread,...]
         [--host-caches] [--in-process] [--processes 1] [--markdown FILE] [--json FILE]
     python benchmarks/bench_split.py --dry-run     # no GPU: placement, splits, sync counts
+    python benchmarks/bench_split.py --model qwen3moe --layers 4 --in-process
+                                                   # transformers' Qwen3-MoE imported (below)
     python benchmarks/split_diagnose.py            # where a split step's time goes
 
 The model (`harness/moe_decode.py`): one token through `--layers` layers of attention over a KV
@@ -20,6 +22,13 @@ The split program (pipeline `SPLIT`) runs in each of the runtime's ways of runni
 | graph | one CUDA graph; each CPU segment one host function (`cuLaunchHostFunc`) in it |
 | graph-per-node | one CUDA graph; one host function per CPU node (the runtime's earlier way) |
 | sync | the same lowered steps issued eagerly (no graph); at each split boundary the host synchronizes every stream, copies synchronously (`cudaMemcpy`) and runs the CPU nodes itself |
+
+`--model qwen3moe` (`harness/moe_imported.py`, issue #34's hybrid MoE decode): transformers'
+Qwen3-MoE at Qwen3-30B-A3B's sizes (hidden 2048, 128 experts of width 768, top 8) with `--layers`
+layers, random weights, imported with `og.from_torch` (the experts raised to `moe`), every
+layer's experts on the host and the CPU (`split-experts{cpu-moe=LAYERS}` before `split-backends`),
+the rest on the GPU; the same variants and table. Each process imports the model once (f32: 2.4
+GB of experts a layer), so `--in-process` saves that time.
 
 How each is measured, the same way for all: every variant runs **alone in a fresh process**
 (`--in-process` runs them one after another in this one: a program measured after another ran
@@ -60,7 +69,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np
 
 from benchmarks.harness.moe_decode import MoeSizes
-from benchmarks.harness.split_plan import describe, max_rel_diff, plan_graphs
+from benchmarks.harness.split_plan import describe, max_rel_diff, model_title, plan_graphs
 from benchmarks.harness.timing import print_report
 
 VARIANT_NAMES = ("gpu", "calling-thread", "graph", "graph-per-node", "sync")
@@ -79,8 +88,7 @@ def dry_run(args: argparse.Namespace) -> int:
 
     source, split, _ = plan_graphs(args)
     facts = describe(source, split, lower_cuda(split))
-    print(f"moe decode: {args.layers} layers, {args.experts} experts (top 2), host weights "
-          f"{facts['host_weights']}")  # fmt: skip
+    print(f"{model_title(args)}, host weights {facts['host_weights']}")
     print(f"split: {facts['splits']} splits, {facts['cpu_ops']} CPU ops")
     print(
         f"host<->device syncs per step: split {facts['plan_syncs']} in the lowered program "
@@ -173,8 +181,7 @@ def table(args: argparse.Namespace, facts: dict[str, Any], rows: dict[str, Any])
     device = next((r["device"] + ", " for r in ok.values() if "device" in r), "")
     caches = "host (NumPy in and out)" if args.host_caches else "device"
     title = (
-        f"**{device}{datetime.date.today().isoformat()}**: MoE decode, {args.layers} layers, "
-        f"{args.experts} experts (top 2, ffn {args.expert_ffn}), host weights "
+        f"**{device}{datetime.date.today().isoformat()}**: {model_title(args)}, host weights "
         f"{facts['host_weights']}; {facts['splits']} splits, {facts['cpu_ops']} CPU ops; KV "
         f"caches on the {caches}; each variant alone in its process, median of {args.repeats} "
         f"x {args.iters} steps after {args.warmup} warm-up steps"
@@ -214,6 +221,16 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = MoeSizes()
     for name in ("layers", "hidden", "heads", "kv_heads", "experts", "expert_ffn", "shared_ffn"):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
+    p.add_argument(
+        "--model", choices=("synthetic", "qwen3moe"), default="synthetic",
+        help="synthetic: harness/moe_decode.py; qwen3moe: transformers' Qwen3-MoE imported "
+        "(harness/moe_imported.py; --in-process saves importing it once a variant)",
+    )  # fmt: skip
+    for name in ("hidden", "experts", "expert_ffn"):
+        p.add_argument(
+            f"--qwen3moe-{name.replace('_', '-')}", dest=f"qwen3moe_{name}", type=int,
+            help=f"--model qwen3moe: its {name.replace('_', ' ')} (default: Qwen3-30B-A3B's)",
+        )  # fmt: skip
     p.add_argument("--vocab", type=int, default=defaults.vocab)
     p.add_argument("--cache-len", type=int, default=defaults.cache_len)
     p.add_argument("--iters", type=int, default=20)

@@ -427,8 +427,14 @@ def main(argv: list[str] | None = None) -> int:
     probe = Probe()
     probe.install()  # before any program: the ctypes callbacks bind the probed method
     source, split, _ = plan_graphs(args)
-    weights = moe_weights(source)
-    inputs, out = step_arrays(cp, source, args)
+    if args.model == "qwen3moe":
+        from benchmarks.harness import moe_imported
+
+        weights = moe_imported.imported(args).weights
+        inputs, out = moe_imported.step_arrays(cp, args)
+    else:
+        weights = moe_weights(source)
+        inputs, out = step_arrays(cp, source, args)
     parts = (split, weights, inputs, out)
     summary = {}
     for mode in args.modes.split(","):

@@ -45,7 +45,12 @@ SPLIT_MODES = CPU_NODE_MODES  # the ways the runtime runs CPU nodes (LoweringOpt
 
 
 def plan_graphs(args: argparse.Namespace) -> tuple[Graph, Graph, Graph]:
-    """(source, split program, all-GPU program)."""
+    """(source, split program, all-GPU program); `--model qwen3moe`: the imported model's
+    (`moe_imported.py`)."""
+    if getattr(args, "model", "synthetic") == "qwen3moe":
+        from benchmarks.harness.moe_imported import plan_imported
+
+        return plan_imported(args, SPLIT, GPU)
     sizes = MoeSizes(
         layers=args.layers, hidden=args.hidden, heads=args.heads, kv_heads=args.kv_heads,
         experts=args.experts, expert_ffn=args.expert_ffn, shared_ffn=args.shared_ffn,
@@ -55,6 +60,22 @@ def plan_graphs(args: argparse.Namespace) -> tuple[Graph, Graph, Graph]:
     source = og.parse(text)
     on_device = og.parse(text.replace(" host\n", "\n"))
     return source, run_pipeline(source, SPLIT), run_pipeline(on_device, GPU)
+
+
+def model_title(args: argparse.Namespace) -> str:
+    """What the model is, for the dry run and the table."""
+    if getattr(args, "model", "synthetic") == "qwen3moe":
+        from benchmarks.harness.moe_imported import config_values
+
+        c = config_values(args)
+        return (
+            f"imported Qwen3-MoE decode, {args.layers} layers, hidden {c['hidden_size']}, "
+            f"{c['num_experts']} experts (top {c['num_experts_per_tok']}, ffn "
+            f"{c['moe_intermediate_size']}), every expert on the CPU"
+        )
+    return (
+        f"MoE decode, {args.layers} layers, {args.experts} experts (top 2, ffn {args.expert_ffn})"
+    )
 
 
 def plan_syncs(plan: CudaPlan) -> int:
@@ -96,7 +117,7 @@ def sync_way_syncs(plan: CudaPlan) -> int:
 
 def describe(source: Graph, split: Graph, plan: CudaPlan) -> dict[str, Any]:
     cpu = [n for n in split.nodes if n.ann.backend == "cpu" and not n.is_event]
-    host_bytes = sum(w.type.nbytes for w in source.weights if w.placement == "host")
+    host_bytes = sum(w.type.nbytes for w in split.weights if w.placement == "host")
     return {
         "splits": count_splits(split),
         "cpu_ops": len(cpu),
