@@ -5,7 +5,10 @@ each row with its own length, positions and `kv_len`. The CPU loop is here; the 
     for row, token in rows_tokens(prefill, decode, prompts, 32, Sampling(), stop):
         ...                              # token of prompt `row`, rows in order within a step
 
-The steps are llama_ir's (a GGUF file: `ModelSource.batch_step`), B rows each:
+The steps are llama_ir's (a GGUF file: `ModelSource.batch_step`) or a checkpoint's
+(`frontends/hf_row_steps.py`, transformers' forward with per-row positions and masks: `tokens
+[B*S]`, `position_ids [S]` in the prefill and `[B]` in the decode step, no `kv_len`), B rows
+each:
 
 - prefill `tokens [B*S]` (each prompt at the start of its row, padded with 0 to the bucket S),
   `pos [S]` = 0..S-1 and `kv_len [1]` = S shared by the rows: every row is left-aligned in its
@@ -21,8 +24,7 @@ token, or `max_new` tokens) yields no more; its later decode inputs repeat its l
 the next positions, which write only its own cache rows, and the loop ends when every row has
 ended.
 
-Not handled: checkpoint directories and `.ir` steps (their steps are one sequence:
-`generation.py` runs their prompts in turn).
+Not handled: `.ir` steps (one sequence: `generation.py` runs their prompts in turn).
 """
 
 from __future__ import annotations

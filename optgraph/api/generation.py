@@ -29,9 +29,12 @@ first / the time from the first token to the last).
 A list of prompts: with a GGUF file, generated together in batches of up to `MAX_BATCH` rows
 (`batch_generation.py`: one step for every row, each with its own length, positions and
 `kv_len`; each row's tokens are those of its prompt alone; on the GPU
-`runtime/cuda/rows_loop.py`); with a checkpoint directory or an `.ir` step, one after another.
+`runtime/cuda/rows_loop.py`); with a checkpoint directory the same on the CPU (its steps:
+`frontends/hf_row_steps.py`); with an `.ir` step, one after another.
 
-Not handled: batches of checkpoint directories (see `batch_generation.py`).
+Not handled: batches of checkpoint directories on the GPU (the rows loop binds llama_ir's
+steps, with `kv_len` and a prefill that reads its caches; a checkpoint's have neither), which
+run one after another.
 """
 
 from __future__ import annotations
@@ -325,7 +328,7 @@ class GenerationModel:
     @property
     def batches(self) -> bool:
         """Whether a list of prompts is generated together (module docstring)."""
-        return self.source.kind == "gguf"
+        return self.source.batches(self.device)
 
     def prepare_rows(self, lengths: Sequence[int]) -> None:
         """Compile (or load) the batch steps the prompts of these lengths, in this order, take

@@ -5,7 +5,8 @@ decode step with its weights file, behind one interface (`ModelSource`).
     source.fingerprint()                              # what its compiled programs depend on
     step = source.decode_step(context=512, dtype="f32")   # a StepGraph (frontends/step_graphs)
     prefill = source.prefill_step(16, 512, "f32")         # None for an .ir source
-    rows = source.batch_step(3, None, 512, "f32")         # 3 rows a step; None but for GGUF
+    source.batches("cpu")                             # whether a list of prompts runs together
+    rows = source.batch_step(3, None, 512, "f32")         # 3 rows a step; None for an .ir
     weights = source.weights(step)                    # arrays by the graph's weight names
     tokenizer = source.tokenizer()                    # None where the model has none
 
@@ -23,13 +24,13 @@ copy) and shared by every step.
 - `.ir`: `step_graphs.ir_decode_step`; the weights file (`.npz`, `.safetensors`, `.gguf`) as
   `optgraph run --weights` reads it; context and dtype are the graph's, fixed.
 
-Batch steps (`batch_step`: B rows in one run, `api/batch_generation.py`) only for GGUF files:
-llama_ir builds them with positions and `kv_len` per row. A checkpoint's steps are transformers'
-own forward, whose static cache writes one `cache_position` for every row, and an `.ir` step is
-what its file says.
+Batch steps (`batch_step`: B rows in one run, `api/batch_generation.py`): llama_ir builds a
+GGUF file's with positions and `kv_len` per row; a checkpoint's are transformers' forward with
+a position per row, its cache written and its masks made per row (`frontends/hf_row_steps.py`).
+An `.ir` step is what its file says.
 
 Not handled: several weights files for an `.ir`, `.ir` prefill steps (the prompt is fed one token
-a step), batch steps of checkpoints and `.ir` files.
+a step), batch steps of `.ir` files.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ class ModelSource(Protocol):
     def decode_step(self, context: int, dtype: str) -> StepGraph: ...
 
     def prefill_step(self, bucket: int, context: int, dtype: str) -> StepGraph | None: ...
+
+    def batches(self, target: str) -> bool: ...
 
     def batch_step(
         self, batch: int, bucket: int | None, context: int, dtype: str
@@ -151,10 +154,24 @@ class CheckpointSource:
         step: StepGraph = self._model(dtype).prefill_step(bucket, context)
         return step
 
+    def batches(self, target: str) -> bool:
+        """On the CPU, for the architectures whose batch steps are tested (the GPU rows loop
+        binds llama_ir's steps only)."""
+        from optgraph.frontends.hf_row_steps import ROWS_ARCHITECTURES
+
+        return target == "cpu" and self.checkpoint.config.get("model_type") in ROWS_ARCHITECTURES
+
     def batch_step(
         self, batch: int, bucket: int | None, context: int, dtype: str
     ) -> StepGraph | None:
-        return None
+        """`batch` rows through transformers' forward (`hf_row_steps`): a prefill of `bucket`
+        tokens a row, or with `bucket` None a decode step, each row at its own position."""
+        from optgraph.frontends.hf_row_steps import rows_decode_step, rows_prefill_step
+
+        model = self._model(dtype)
+        if bucket is None:
+            return rows_decode_step(model, batch, context)
+        return rows_prefill_step(model, batch, bucket, context)
 
     def _merged_array(self, name: str, merge: TensorMerge, typed: TensorType) -> np.ndarray:
         """Experts stored one tensor each, stacked as the graph reads them (a copy, made once)."""
@@ -240,6 +257,9 @@ class GGUFSource:
 
         return gguf_step(self.path, bucket, context, dtype)
 
+    def batches(self, target: str) -> bool:
+        return True
+
     def batch_step(
         self, batch: int, bucket: int | None, context: int, dtype: str
     ) -> StepGraph | None:
@@ -313,6 +333,9 @@ class IRSource:
 
     def prefill_step(self, bucket: int, context: int, dtype: str) -> StepGraph | None:
         return None
+
+    def batches(self, target: str) -> bool:
+        return False
 
     def batch_step(
         self, batch: int, bucket: int | None, context: int, dtype: str

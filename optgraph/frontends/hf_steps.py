@@ -51,6 +51,7 @@ from optgraph.errors import InputError, OptGraphError
 from optgraph.frontends.hf_checkpoint import Checkpoint
 from optgraph.frontends.hf_conversions import checkpoint_names
 from optgraph.frontends.step_graphs import StepGraph, TensorMerge, updated_caches
+from optgraph.frontends.torch_values import torch_module
 from optgraph.ir.graph import Graph
 
 # config.json's model_type -> what a user calls it; every one tested against transformers.
@@ -158,23 +159,23 @@ class HFModel:
         return found
 
     def _prefill(self, bucket: int, context: int) -> StepGraph:
-        torch = _torch()
+        torch = torch_module()
         args = (
             torch.zeros(1, bucket, dtype=torch.int64),
             torch.arange(bucket)[None],
             torch.tensor([[bucket - 1]]),
         )
-        graph, constants = self._export(_prefill_forward(context), args)
+        graph, constants = self.export(_prefill_forward(context), args)
         names = [i.name for i in graph.inputs]
         roles = dict(zip(names, ("tokens", "position_ids", "last")))
         outputs = graph.output_names()
         return StepGraph(
             graph, roles, outputs[0], tuple(outputs[1:]), "last", constants,
-            *self._tensor_names(graph, constants),
+            *self.tensor_names(graph, constants),
         )  # fmt: skip
 
     def decode_step(self, context: int) -> StepGraph:
-        torch = _torch()
+        torch = torch_module()
         # the cache types, [1, Hkv, context, D] a layer: a prefill's outputs (16 tokens, the
         # bucket a short prompt takes, kept for its own program)
         made = [step for (_, c), step in self._prefills.items() if c == context]
@@ -189,7 +190,7 @@ class HFModel:
             for n in prefill.cache_outputs
         ]
         args = (torch.zeros(1, 1, dtype=torch.int64), torch.tensor([1]), *caches)
-        graph, constants = self._export(_decode_forward(context), args)
+        graph, constants = self.export(_decode_forward(context), args)
         inputs = [i.name for i in graph.inputs]
         roles = {inputs[0]: "tokens", inputs[1]: "cache_position"}
         roles |= {name: "cache" for name in inputs[2:]}
@@ -207,10 +208,10 @@ class HFModel:
             )
         return StepGraph(
             graph, roles, others[0], tuple(written[n] for n in inputs[2:]), "last", constants,
-            *self._tensor_names(graph, constants),
+            *self.tensor_names(graph, constants),
         )  # fmt: skip
 
-    def _tensor_names(
+    def tensor_names(
         self, graph: Graph, constants: dict[str, np.ndarray]
     ) -> tuple[dict[str, str], dict[str, TensorMerge]]:
         """Graph weight -> checkpoint tensor where the names differ, and -> the tensors it
@@ -229,7 +230,7 @@ class HFModel:
                 names[weight.name] = found
         return names, merged
 
-    def _export(
+    def export(
         self, forward: Callable[..., Any], args: tuple[Any, ...]
     ) -> tuple[Graph, dict[str, np.ndarray]]:
         from optgraph.frontends.torch_export import from_torch
@@ -240,18 +241,12 @@ class HFModel:
         return graph, constants
 
 
-def _library(name: str) -> Any:
+def library(name: str) -> Any:
     """A module of transformers or accelerate, typed Any (their objects are used as such)."""
     return import_module(name)
 
 
-def _torch() -> Any:
-    from optgraph.frontends.torch_values import torch_module
-
-    return torch_module()
-
-
-def _cache_keyword(lm: Any) -> str:
+def cache_keyword(lm: Any) -> str:
     """transformers 5 calls the cache argument `cache` (`past_key_values` before)."""
     parameters = inspect.signature(type(lm).forward).parameters
     return "cache" if "cache" in parameters else "past_key_values"
@@ -259,13 +254,13 @@ def _cache_keyword(lm: Any) -> str:
 
 def _prefill_forward(context: int) -> Callable[..., Any]:
     def forward(self: Any, input_ids: Any, position_ids: Any, last: Any) -> tuple[Any, ...]:
-        DynamicCache = _library("transformers.cache_utils").DynamicCache
+        DynamicCache = library("transformers.cache_utils").DynamicCache
 
-        torch = _torch()
+        torch = torch_module()
         cache = DynamicCache()  # no config: plain layers keep every row, sliding ones too
         out = type(self).forward(
             self, input_ids=input_ids, position_ids=position_ids, use_cache=True,
-            logits_to_keep=last, **{_cache_keyword(self): cache},
+            logits_to_keep=last, **{cache_keyword(self): cache},
         )  # fmt: skip
         rows = context - input_ids.shape[1]
         padded = []
@@ -279,7 +274,7 @@ def _prefill_forward(context: int) -> Callable[..., Any]:
 
 def _decode_forward(context: int) -> Callable[..., Any]:
     def forward(self: Any, input_ids: Any, cache_position: Any, *caches: Any) -> Any:
-        cache_utils = _library("transformers.cache_utils")
+        cache_utils = library("transformers.cache_utils")
         Cache, StaticLayer = cache_utils.Cache, cache_utils.StaticLayer
 
         layers = []
@@ -296,7 +291,7 @@ def _decode_forward(context: int) -> Callable[..., Any]:
             layers.append(layer)
         out = type(self).forward(
             self, input_ids=input_ids, position_ids=cache_position[None], use_cache=True,
-            **{_cache_keyword(self): Cache(layers=layers)},
+            **{cache_keyword(self): Cache(layers=layers)},
         )  # fmt: skip
         return out.logits
 
@@ -317,13 +312,13 @@ def _forward_replaced(lm: Any, forward: Callable[..., Any]) -> Iterator[None]:
 def _empty_model(checkpoint: Checkpoint, dtype: str) -> Any:
     """transformers' model of the config, its parameters zero-stride placeholders of `dtype`."""
     try:
-        transformers = _library("transformers")
-        init_empty_weights = _library("accelerate").init_empty_weights
+        transformers = library("transformers")
+        init_empty_weights = library("accelerate").init_empty_weights
     except ImportError as err:
         raise InputError(
             f"generate: a Hugging Face checkpoint needs transformers and accelerate ({err})"
         ) from None
-    torch = _torch()
+    torch = torch_module()
     torch_dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -351,7 +346,7 @@ def _empty_model(checkpoint: Checkpoint, dtype: str) -> Any:
 def _load_buffers(checkpoint: Checkpoint, lm: Any) -> None:
     """Persistent buffers the checkpoint holds take its values (non-persistent ones, rope tables
     made from the config, keep theirs)."""
-    torch = _torch()
+    torch = torch_module()
     for name, buffer in lm.named_buffers():
         if name in checkpoint.tensors and checkpoint.tensors[name].shape == tuple(buffer.shape):
             value = np.array(checkpoint.array(name))

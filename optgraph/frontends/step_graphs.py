@@ -8,10 +8,10 @@ generation loop, whatever the model came from.
 
 A `StepGraph` is a graph plus `roles`, one per input:
 
-- `tokens`: the new tokens' ids (`[1,S]` for Hugging Face steps, `[B*S]` for llama_ir's, B
-  sequences of S);
+- `tokens`: the new tokens' ids (`[1,S]` for Hugging Face steps, `[B*S]` for llama_ir's and
+  a checkpoint's batch steps, B sequences of S);
 - `position_ids` (`[1,S]`) / `positions` (`[S]`): their positions, `start .. start+S-1`; a
-  llama_ir step with positions per row: `[B*S]`, row b's `start_b .. start_b+S-1`;
+  step with positions per row: `[B*S]`, row b's `start_b .. start_b+S-1`;
 - `cache_position` (`[1]`): the first new token's position;
 - `kv_len` (`[1]`): the cache rows attended to after the step, `start + S` (`[B]` per row);
 - `last` (`[1,1]`): the row whose logits the step returns (the prompt's last real token);
@@ -26,7 +26,7 @@ only token) or "all" (one per new token: the loop reads row `n - 1`). Three sour
 serves as the prefill too: it writes all of them into the caches at `pos`), and `ir_decode_step`
 (an `.ir` decode step whose inputs carry llama_ir's or `hf_steps`' names).
 
-Not handled: batches of Hugging Face or `.ir` steps (those are one sequence).
+Not handled: batches of `.ir` steps (those are one sequence).
 """
 
 from __future__ import annotations
@@ -118,8 +118,9 @@ class StepGraph:
 
     @property
     def batch(self) -> int:
-        """Sequences a run takes (B): the caches' first axis."""
-        caches = self.cache_inputs
+        """Sequences a run takes (B): the caches' first axis (a prefill's that makes its caches:
+        its outputs')."""
+        caches = self.cache_inputs or self.cache_outputs
         return self.graph.value_types()[caches[0]].shape[0] if caches else 1
 
     @property

@@ -1,8 +1,8 @@
 """`optgraph generate` and `og.load` beyond the per-architecture token checks, on one tiny Llama
 checkpoint (and copies of it made bad in one way each):
 
-- `og.load(...).stream` yields what `generate` returns, a list of prompts a list (in turn);
-  seeded sampling is reproducible, a seed changes it, and the CPU loop follows
+- `og.load(...).stream` yields what `generate` returns, a list of prompts a list (together,
+  each as alone); seeded sampling is reproducible, a seed changes it, and the CPU loop follows
   `api/sampling.py` step by step;
 - `--chat` renders exactly what transformers' `apply_chat_template` renders (the checkpoint's own
   template, and one using namespace, tojson, loop, filters and raise_exception);
@@ -91,11 +91,11 @@ def test_stream_yields_what_generate_returns(model: Any) -> None:
     assert result.stats.new_tokens == 12 and result.stats.decode_tokens_per_s > 0
 
 
-def test_a_list_of_prompts_gives_a_list_one_after_another(model: Any) -> None:
-    """A checkpoint has no batch steps: its prompts run in turn, each as it runs alone."""
+def test_a_list_of_prompts_gives_a_list_each_as_alone(model: Any) -> None:
+    """A checkpoint's prompts run together on the CPU (its batch steps), each as it runs alone."""
     prompts = [PROMPT, "hello world, this is"]
     results = model.generate(prompts, 6, stop_at_eos=False)
-    assert not model.batches and isinstance(results, list) and len(results) == 2
+    assert model.batches and isinstance(results, list) and len(results) == 2
     for result, prompt in zip(results, prompts):
         alone = model.generate(prompt, 6, stop_at_eos=False)
         assert result.tokens == alone.tokens and result.text == alone.text

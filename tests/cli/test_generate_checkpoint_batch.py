@@ -1,0 +1,139 @@
+"""A batch of prompts of a checkpoint directory generated together (`frontends/hf_row_steps.py`
+through `api/batch_generation.py`): Llama, Mistral (a sliding window of 4, shorter than the
+prompts) and Gemma 2 (sliding and full layers, softcaps) checkpoints written by `save_pretrained`,
+three prompts of 15, 4 and 36 tokens (one prefill of 64 tokens a row) on the CPU in f32:
+
+- `og.load(dir).generate([p1, p2, p3])` runs the batch steps (three rows a step) and gives each
+  row transformers' greedy tokens for that prompt alone (`generate(do_sample=False)`, batch 1)
+  and their text;
+- the decode step writes each row's key and value at its own position (a `kv_cache_write` into
+  each row's slice of the cache, the rows joined by a `concat`), and its masks come from the
+  per-row positions: one row's cache does not change another's logits;
+- `optgraph generate --prompt-file` prints one block a prompt, in the file's order.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch", reason="needs PyTorch")
+pytest.importorskip("transformers", reason="needs transformers")
+pytest.importorskip("accelerate", reason="needs accelerate")
+
+import optgraph as og
+from optgraph.api.batch_generation import rows_inputs
+from optgraph.cli.main import main
+from tests.support import hf_checkpoints as hf
+
+PROMPTS = (
+    "the quick brown fox",
+    "hello",
+    "a model file in, text out, at the speed of the compiled step and more",
+)
+NEW = 24
+
+
+@pytest.fixture(scope="module", params=("llama", "mistral", "gemma2"))
+def checkpoint(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Path, list[list[int]], list[str]]:
+    """(architecture, directory, transformers' greedy tokens of each prompt alone, their text)."""
+    arch = request.param
+    directory = tmp_path_factory.mktemp("checkpoints") / arch
+
+    def build() -> tuple[list[list[int]], list[str]]:
+        from transformers import AutoTokenizer
+
+        hf.write_checkpoint(directory, arch, hf.train_tokenizer())
+        text_tokenizer = AutoTokenizer.from_pretrained(str(directory))
+        reference = hf.load_reference(directory)
+        tokens = [
+            hf.reference_tokens(reference, text_tokenizer(p)["input_ids"], NEW) for p in PROMPTS
+        ]
+        return tokens, [text_tokenizer.decode(t, skip_special_tokens=True) for t in tokens]
+
+    tokens, texts = hf.quietly(build)
+    return arch, directory, tokens, texts
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("programs")
+
+
+def test_each_row_gets_its_prompts_own_tokens(
+    checkpoint: tuple[str, Path, list[list[int]], list[str]], programs: Path
+) -> None:
+    arch, directory, expected, texts = checkpoint
+    model = og.load(directory, device="cpu", cache_dir=programs)
+    lengths = [len(model.encode(p)) for p in PROMPTS]
+    assert lengths == [15, 4, 36]  # rows of different lengths, past the window of 4
+    assert model.batches
+    results = hf.quietly(lambda: model.generate(list(PROMPTS), NEW, stop_at_eos=False))
+    assert f"rows-{len(PROMPTS)}-decode" in model._steps  # the batch steps ran
+    for row, (result, tokens, text) in enumerate(zip(results, expected, texts)):
+        assert result.tokens == tokens, (arch, row)
+        assert result.text == text
+    assert len({tuple(t) for t in expected}) == 3 and all(len(set(t)) >= 4 for t in expected)
+
+
+def test_the_decode_step_writes_and_reads_each_row_at_its_own_position(
+    checkpoint: tuple[str, Path, list[list[int]], list[str]], programs: Path
+) -> None:
+    """Rows at positions 3, 9 and 0 of random caches: row 1's logits do not change when the
+    other rows' caches do, nor when its own cache changes past its position (rows 0 and 2's
+    do); each row's cache changes at its own position only."""
+    _, directory, _, _ = checkpoint
+    model = og.load(directory, device="cpu", cache_dir=programs)
+    decode = hf.quietly(lambda: model.compiled("rows-3-decode"))
+    step, weights = decode.step, model.weights(decode)
+    assert {n.op for n in step.graph.nodes} >= {"kv_cache_write", "concat"}
+    types = step.graph.value_types()
+    rng = np.random.default_rng(0)
+    caches = {n: rng.standard_normal(types[n].shape).astype(np.float32) for n in step.cache_inputs}
+    feed = rows_inputs(step, [[7], [12], [40]], [3, 9, 0])
+    out = decode.program.run({**feed, **caches}, weights, seed=None)
+    other = {n: c.copy() for n, c in caches.items()}
+    for c in other.values():
+        c[[0, 2]] = rng.standard_normal(c[[0, 2]].shape)
+    again = decode.program.run({**feed, **other}, weights, seed=None)
+    logits, logits_again = (np.asarray(o[step.logits]).reshape(3, -1) for o in (out, again))
+    assert np.array_equal(logits[1], logits_again[1])  # row 1 reads only its own cache
+    assert not np.allclose(logits[0], logits_again[0])  # rows 0 and 2 read theirs
+    later = {n: c.copy() for n, c in caches.items()}
+    for c in later.values():  # row 1 (at 9) has not reached rows 10..: its mask hides them
+        c[1, :, 10:] = rng.standard_normal(c[1, :, 10:].shape)
+    hidden = decode.program.run({**feed, **later}, weights, seed=None)
+    assert np.array_equal(np.asarray(hidden[step.logits]).reshape(3, -1), logits)
+    for name, written in zip(step.cache_inputs, step.cache_outputs):
+        changed = np.asarray(out[written]) != caches[name]
+        for row, position in enumerate((3, 9, 0)):
+            rows_changed = np.flatnonzero(changed[row].any(axis=(0, 2)))
+            assert rows_changed.tolist() == [position], (name, row)
+
+
+@pytest.mark.parametrize("checkpoint", ["llama"], indirect=True)  # the CLI path is shared
+def test_prompt_file_prints_one_block_a_prompt_in_order(
+    checkpoint: tuple[str, Path, list[list[int]], list[str]],
+    programs: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, directory, expected, texts = checkpoint
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS) + "\n")
+    out = tmp_path / "out.json"
+    argv = ["generate", str(directory), "--prompt-file", str(prompts), "--max-new-tokens"]
+    argv += [str(NEW), "--ignore-eos", "--device", "cpu", "--json", str(out)]
+    argv += ["--cache-dir", str(programs)]
+    assert hf.quietly(lambda: main(argv)) == 0
+    stdout, stderr = capsys.readouterr()
+    assert stdout == "".join(text + "\n" for text in texts)
+    results: list[dict[str, Any]] = json.loads(out.read_text())["results"]
+    assert [r["tokens"] for r in results] == expected
+    assert stderr.count(f"{NEW} new") == len(PROMPTS)
