@@ -231,6 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
             f"--qwen3moe-{name.replace('_', '-')}", dest=f"qwen3moe_{name}", type=int,
             help=f"--model qwen3moe: its {name.replace('_', ' ')} (default: Qwen3-30B-A3B's)",
         )  # fmt: skip
+    p.add_argument(
+        "--qwen3moe-expert-dtype", default="f32",
+        choices=("f32", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"),
+        help="--model qwen3moe: the expert stacks' stored type (random valid blocks)",
+    )  # fmt: skip
     p.add_argument("--vocab", type=int, default=defaults.vocab)
     p.add_argument("--cache-len", type=int, default=defaults.cache_len)
     p.add_argument("--iters", type=int, default=20)

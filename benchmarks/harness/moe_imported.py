@@ -5,9 +5,11 @@ layer's whole stacks `host`), everything else on the GPU.
 
 Sizes are Qwen3-30B-A3B's (hidden 2048, 32 query and 4 KV heads of 128, 128 experts of width
 768, top 8, renormalised) but for the layers (`--layers`, 48 in the real model), the vocabulary
-(`--vocab`) and the context (`--cache-len`); `--hidden`, `--experts` and `--expert-ffn` given
-explicitly override theirs (a quick look on a small machine). f32 weights: the CPU experts run
-the planned executor's NumPy products. The import is done once a process (`imported`).
+(`--vocab`) and the context (`--cache-len`); `--qwen3moe-hidden`, `-experts` and `-expert-ffn`
+override theirs (a quick look on a small machine). f32 weights, the CPU experts NumPy products;
+`--qwen3moe-expert-dtype q4_k` (or q8_0, ...) stores the expert stacks as random valid blocks of
+that type (a Q4_K_M file's experts), which the CPU runs with its C kernels, never decoding a
+whole expert. The import is done once a process (`imported`).
 """
 
 from __future__ import annotations
@@ -90,7 +92,39 @@ def _import(key: tuple[tuple[str, Any], ...], context: int) -> ImportedMoe:
 
 
 def imported(args: argparse.Namespace) -> ImportedMoe:
-    return _import(tuple(sorted(config_values(args).items())), args.cache_len)
+    key = tuple(sorted(config_values(args).items()))
+    return _stored(key, args.cache_len, getattr(args, "qwen3moe_expert_dtype", "f32"))
+
+
+@functools.lru_cache(maxsize=2)
+def _stored(key: tuple[tuple[str, Any], ...], context: int, dtype: str) -> ImportedMoe:
+    model = _import(key, context)
+    return model if dtype == "f32" else _quantized(model, dtype)
+
+
+def _quantized(model: ImportedMoe, dtype: str) -> ImportedMoe:
+    """`model` with every expert stack stored as `dtype` blocks (random valid blocks of the
+    stack's spread: a Q4_K_M file's experts), the rest as it was."""
+    from dataclasses import replace
+
+    from optgraph.ir.graph import TensorType
+    from optgraph.ir.verify import verify
+    from optgraph.reference.dequantize import random_blocks
+
+    stacks = {o for n in model.source.nodes if n.op == "moe" for o in n.operands[2:]}
+    rng = np.random.default_rng(2)
+    weights = dict(model.weights)
+    retyped = []
+    for w in model.source.weights:
+        if w.name in stacks:
+            t = TensorType(dtype, w.type.shape)
+            spread = float(np.std(weights[w.name]))
+            weights[w.name] = random_blocks(rng, t, spread)
+            w = replace(w, type=t)
+        retyped.append(w)
+    source = replace(model.source, weights=tuple(retyped))
+    verify(source)
+    return replace(model, source=source, weights=weights)
 
 
 def plan_imported(args: argparse.Namespace, split: str, gpu: str) -> tuple[Graph, Graph, Graph]:

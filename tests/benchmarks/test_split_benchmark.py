@@ -132,30 +132,34 @@ def test_the_diagnosis_runs_every_way_on_fake_cupy(
     assert "sums: GPU parts " in timeline
 
 
-IMPORTED = [
-    "--model", "qwen3moe", "--layers", "2", "--qwen3moe-hidden", "128", "--qwen3moe-experts",
-    "8", "--qwen3moe-expert-ffn", "32", "--vocab", "64", "--cache-len", "16",
-]  # fmt: skip
-
-
+@pytest.mark.parametrize(("dtype", "hidden", "ffn"), [("f32", 128, 32), ("q4_k", 256, 256)])
 def test_the_imported_qwen3_moe_runs_its_experts_on_the_cpu_on_fake_cupy(
     benchmarks: Any,  # noqa: F811
     tmp_path: Path,
+    dtype: str,
+    hidden: int,
+    ffn: int,
 ) -> None:
     """`--model qwen3moe`: transformers' model imported (its experts raised to moe), every moe
-    on the CPU with its whole stacks on the host, at the placement's fewest syncs, and the
-    variants run end to end."""
+    on the CPU with its whole stacks on the host (f32, or stored as q4_k blocks), at the
+    placement's fewest syncs, and the variants run end to end."""
     pytest.importorskip("transformers", reason="the imported model needs transformers")
     bench = benchmarks("bench_split")
-    args = bench.build_parser().parse_args(IMPORTED)
+    imported = [
+        "--model", "qwen3moe", "--layers", "2", "--qwen3moe-hidden", str(hidden),
+        "--qwen3moe-experts", "8", "--qwen3moe-expert-ffn", str(ffn),
+        "--qwen3moe-expert-dtype", dtype, "--vocab", "64", "--cache-len", "16",
+    ]  # fmt: skip
+    args = bench.build_parser().parse_args(imported)
     _, split, gpu = benchmarks("harness.split_plan").plan_graphs(args)
     moes = [n for n in split.nodes if n.op == "moe"]
     assert len(moes) == 2 and all(n.ann.backend == "cpu" for n in moes)
-    host = {w.name for w in split.weights if w.placement == "host"}
-    assert host == {o for n in moes for o in n.operands[2:]}
+    host = {w.name: w.type.dtype for w in split.weights if w.placement == "host"}
+    assert set(host) == {o for n in moes for o in n.operands[2:]}
+    assert set(host.values()) == {dtype}
     assert host_device_waits(split) == min_host_device_syncs(split) == 2 * 2
     assert not any(n.ann.backend == "cpu" for n in gpu.nodes)
-    argv = [*IMPORTED, "--variants", "gpu,calling-thread,sync", "--in-process"]
+    argv = [*imported, "--variants", "gpu,calling-thread,sync", "--in-process"]
     argv += ["--iters", "2", "--repeats", "1", "--warmup", "2"]
     assert bench.main([*argv, "--json", str(tmp_path / "s.json")]) == 0
     import json
