@@ -18,9 +18,12 @@ unless something else reads them. Rules (applied in this order, each over the wh
   `rope(x', pos) {theta, scaling, ...}`, with `x` transposed to `[B,S,H,D]` and back when it is
   `[B,H,S,D]` (read directly when it is a transpose of one); tables computed in f32 and cast
   to f16 / bf16 are judged before the cast; then `concat(rope(x[..., :r]), x[..., r:])` ->
-  `rope(x) {rotary_dim = r}` (`raising_partial_rope`).
+  `rope(x) {rotary_dim = r}` (`raising_partial_rope`). Before it, `half_table_rope`
+  (raising_half_rope.py) rewrites gpt-oss's spelling, `concat(x1·c − x2·s, x2·c + x1·s)` with
+  half-width tables, into that rotate-half one (the same values).
 - `written_out_attention` (raising_attention.py): `matmul(softmax(q·kᵀ·c + mask), v)`, as eager
-  attention and the ONNX exporter write it -> `attention(q, k, v [, mask]) {scale}`.
+  attention and the ONNX exporter write it -> `attention(q, k, v [, mask]) {scale}`; with a
+  sink column in the softmax (gpt-oss) -> `attention(q, k, v, sinks [, mask]) {sinks = true}`.
 - `attention_kv_len` (raise_attention_masks.py): a decode step's mask computed from its one
   position input -> `attention {causal, window}` over `kv_len = pos + c` keys.
 - `shared_kv_heads` (raising_gqa.py): keys and values repeated to the query heads
@@ -55,6 +58,7 @@ from optgraph.frontends.raising_attention import written_out_attention
 from optgraph.frontends.raising_constant_rope import constant_table_rope, rope_layout
 from optgraph.frontends.raising_dense_experts import dense_experts
 from optgraph.frontends.raising_gqa import shared_kv_heads
+from optgraph.frontends.raising_half_rope import half_table_rope
 from optgraph.frontends.raising_moe import routed_experts
 from optgraph.frontends.raising_partial_rope import partial_rope
 from optgraph.frontends.raising_probe import (
@@ -85,6 +89,7 @@ def raise_patterns(draft: Draft) -> None:
     rules = (
         _rms_norm,
         _gelu,
+        half_table_rope,
         _rope,
         partial_rope,
         written_out_attention,
@@ -292,11 +297,12 @@ def _rotate_half_of(node: Node | None, producers: dict[str, Node], rank: int) ->
 
 
 def _rope_attrs(
-    draft: Draft, cone: list[Node], tables: tuple[str, str], pos: str
+    draft: Draft, cone: list[Node], tables: tuple[str, str], pos: str, dim: int
 ) -> dict[str, AttrValue] | None:
     """The rope attributes (scaling included, `rope_tables`) whose angles and factor the tables
-    have: the frequencies are the angles at position 1, repeated for both halves (rotate-half);
-    the attention factor is the length of (cos, sin)."""
+    have: the frequencies are the angles at position 1, repeated for both halves (rotate-half)
+    or once (angles of half the width `dim`, the tables doubled by `raising_half_rope`); the
+    attention factor is the length of (cos, sin)."""
     cos_node = next(n for n in cone if n.op == "cos")
     wanted = ancestors(cone, cos_node.operands[0])
     angles_at = [n for n in cone if n.name in wanted]
@@ -308,12 +314,14 @@ def _rope_attrs(
     if angles is None or angles.shape[-1] < 4:
         return None
     first = angles.reshape(-1, angles.shape[-1])[0].astype(np.float64)
-    half = first.size // 2
-    if not np.allclose(first[:half], first[half:]):
+    half = dim // 2
+    if first.size == dim and np.allclose(first[:half], first[half:]):
+        first = first[:half]
+    elif first.size != half:
         return None
     cos, sin = (_table(draft, cone, t, pos, positions) for t in tables)
     factor = float(np.median(np.hypot(cos, sin)))
-    return rope_attributes(first[:half], factor)
+    return rope_attributes(first, factor)
 
 
 def _table(
@@ -436,7 +444,7 @@ def _traced_rope(
     layout = rope_layout(x_type, draft.type_of(tables[0]), draft.type_of(pos).numel)
     if len(cos_nodes) != 1 or layout is None:
         return None
-    attrs = _rope_attrs(draft, cone, tables, pos)
+    attrs = _rope_attrs(draft, cone, tables, pos, x_type.shape[3])
     if attrs is None or not _rope_tables_match(draft, cone, tables, pos, attrs, x_type.shape[3]):
         return None
     return pos, attrs, layout

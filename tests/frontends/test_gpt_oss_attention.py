@@ -3,7 +3,8 @@ query head, that column dropped after it) raised into `attention {sinks = true}`
 (frontends/raising_attention.py): a random-weight transformers GptOss model from a small config,
 a sliding-window layer and a full one, through torch.export and ONNX, its logits equal to
 transformers'; decode steps (`hf_generate`) whose attention reads kv_len and the sinks,
-generating transformers' greedy tokens; patterns that only look alike are left written out."""
+generating transformers' greedy tokens; patterns that only look alike are left written out.
+Its rope (two halves rotated by half-width tables, `raising_half_rope.py`) is raised too."""
 
 from __future__ import annotations
 
@@ -93,7 +94,17 @@ def test_prefill_attention_with_sinks_is_raised(onnx: bool) -> None:
         sinks = model.model.layers[layer].self_attn.sinks.detach().numpy()
         np.testing.assert_array_equal(with_constants(graph, weights)[node.operands[3]], sinks)
     _no_written_attention(graph)
+    _rope_raised(graph)
     assert_matches(graph, weights, {graph.inputs[0].name: TOKENS.numpy()}, [want])
+
+
+def _rope_raised(graph: og.Graph) -> None:
+    """q's and k's rope a layer, with gpt-oss's yarn scaling; no rotation left written out."""
+    ropes = [n for n in graph.nodes if n.op == "rope"]
+    assert len(ropes) == 2 * LAYERS
+    assert all(n.attrs.get("scaling") == "yarn" and n.attrs.get("factor") == 32.0 for n in ropes)
+    assert not any(n.op in ("cos", "sin", "neg", "sub") and graph.value_types()[n.name].rank == 4
+                   for n in graph.nodes)  # fmt: skip
 
 
 def test_decode_steps_read_kv_len_and_sinks_and_generate_transformers_tokens() -> None:
@@ -106,6 +117,7 @@ def test_decode_steps_read_kv_len_and_sinks_and_generate_transformers_tokens() -
         assert len(nodes) == LAYERS
         assert all(n.attrs.get("sinks") and len(n.operands) == operands for n in nodes)
         assert all(n.operands[-1].endswith("self_attn.sinks") for n in nodes)
+        _rope_raised(graph)
     prompt = np.random.default_rng(3).integers(0, 64, (1, PROMPT))
     tokens = hf_generate.generate_cpu(steps, prompt, NEW)
     assert tokens == hf_generate.reference_tokens(model, prompt, NEW)
@@ -165,3 +177,41 @@ def test_columns_that_are_not_sinks_stay_written_out() -> None:
     for module in (_Sinks(torch.randn(4 * 5)), _Sinks(torch.randn(4), drop_last=False)):
         graph = _imported(module)
         assert not _attention(graph) and any(n.op == "softmax" for n in graph.nodes)
+
+
+class _HalfRope(torch.nn.Module):
+    """gpt-oss's rotation of q [B,H,S,D] by half-width tables of the positions (`tables`:
+    cos and sin of pos · 10000^(-2i/D), else tables that are no rope's)."""
+
+    def __init__(self, tables: bool = True) -> None:
+        super().__init__()
+        self.tables = tables
+
+    def forward(self, q: Any, pos: Any) -> Any:
+        half = q.shape[-1] // 2
+        inv_freq = 10000.0 ** (-torch.arange(half, dtype=torch.float32) / half)
+        angles = pos.float()[:, None] * inv_freq[None, :]
+        cos, sin = (angles.cos(), angles.sin()) if self.tables else (angles, angles * 0.5)
+        cos, sin = cos[None, None], sin[None, None]
+        first, second = torch.chunk(q, 2, dim=-1)
+        return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
+
+
+@pytest.mark.parametrize("tables", [True, False])
+def test_half_table_rope(tables: bool) -> None:
+    """A rope's tables raise to one rope (theta 10000, no scaling); other tables stay products,
+    still equal to PyTorch's (the rewrite to the rotate-half spelling keeps every value)."""
+    torch.manual_seed(2)
+    q, pos = torch.randn(1, 2, 5, 16), torch.tensor([3, 4, 5, 6, 7])
+    module = _HalfRope(tables)
+    with torch.no_grad():
+        want = module(q, pos).numpy()
+    graph, weights = from_torch(module, (q, pos))
+    ropes = [n for n in graph.nodes if n.op == "rope"]
+    if tables:
+        assert len(ropes) == 1 and ropes[0].attrs.get("theta", 10000.0) == pytest.approx(10000.0)
+        assert "scaling" not in ropes[0].attrs
+    else:
+        assert not ropes and any(n.op == "neg" for n in graph.nodes)  # rewritten, not raised
+    inputs = {i.name: a.numpy() for i, a in zip(graph.inputs, (q, pos))}
+    assert_matches(graph, weights, inputs, [want])
