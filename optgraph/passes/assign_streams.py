@@ -34,7 +34,8 @@ Policies (`max-streams=N` caps the number of streams; stream 0 is the one the gr
 
 Issue order: for `chains` and `fanout` the nodes are reissued by their start in the estimated
 schedule (ties by ASAP order, then input order), which interleaves branches so concurrent work is
-launched early; this is always a topological order. A result on one stream keeps the given
+launched early; this is always a topological order. Nodes of weights alone (a weight's view or
+cast) are issued just before their first reader (`late_weight_nodes`), not at the head. A result on one stream keeps the given
 order (the same program as `max-streams=1`, and the order whose merged launches the cost
 model assumed). Existing `record`/`wait` nodes are dropped (they belong to a previous
 assignment); other annotations are kept, so its contract refuses a graph carrying live ranges,
@@ -52,6 +53,7 @@ No V×V structure.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
 from optgraph.analysis.chain_cover import PathCover, path_cover
@@ -285,6 +287,40 @@ def fanout_streams(
     return _renumbered(streams, drawn[end_chain[0]] if end_chain[0] < n else 0)
 
 
+def late_weight_nodes(
+    nodes: Sequence[Node],
+    preds: Sequence[Sequence[int]],
+    start: Sequence[float],
+    weights: AbstractSet[str],
+) -> list[float]:
+    """Issue times: `start`, but a node computed from weights alone (a view or cast of a weight,
+    which the schedule starts at time 0) at the time of its earliest reader, so it is issued
+    just before that reader instead of at the head of the program.
+
+        before: %g = reshape(%norm_w)  (issued first) ... 900 nodes ...  %y = mul(%n, %g)
+        after:  ... 900 nodes ...  %g = reshape(%norm_w)  %y = mul(%n, %g)
+
+    At the head, a weight's view made the weight look read from the first node to its real
+    reader (weight streaming then chained every weight in between into one segment), and a
+    weight's cast held its result in the arena all that time. `nodes` in ASAP order, `preds` by
+    index; ties keep that order, so such a node still precedes its readers. O(V + E)."""
+    issue = list(start)
+    readers: list[list[int]] = [[] for _ in nodes]
+    for v, ps in enumerate(preds):
+        for p in ps:
+            readers[p].append(v)
+    produced = {n.name: v for v, n in enumerate(nodes)}
+    from_weights = [False] * len(nodes)
+    for v, node in enumerate(nodes):  # ASAP order: a node's operands come before it
+        from_weights[v] = bool(node.operands) and all(
+            o in weights or (o in produced and from_weights[produced[o]]) for o in node.operands
+        )
+    for v in reversed(range(len(nodes))):  # readers first: a chain of them moves together
+        if from_weights[v] and readers[v]:
+            issue[v] = min(issue[u] for u in readers[v])
+    return issue
+
+
 @dataclass(frozen=True)
 class AssignStreamsPass(Pass):
     name = "assign-streams"
@@ -370,7 +406,8 @@ class AssignStreamsPass(Pass):
             )
         if not any(streams):  # one stream: keep the given order (and its merged launches)
             return plain.with_nodes(_on_streams(plain.nodes, [0] * len(plain.nodes)))
-        final = sorted(range(len(nodes)), key=start.__getitem__)  # stable: ties by ASAP order
+        issue = late_weight_nodes(nodes, preds, start, graph.weight_names())
+        final = sorted(range(len(nodes)), key=issue.__getitem__)  # stable: ties by ASAP order
         return replace(
             graph, nodes=tuple(_on_streams([nodes[i] for i in final], [streams[i] for i in final]))
         )
