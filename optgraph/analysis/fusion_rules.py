@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from optgraph.ir.graph import Node, Region, TensorType
+from optgraph.ir.graph import EVENT_OPS, Node, Region, TensorType
 from optgraph.ir.op_rules import broadcast_shapes
 from optgraph.ir.ops import attrs_with_defaults, get_op, op_names
 
@@ -82,17 +82,18 @@ class RegionPlan:
 
 
 # The op table is a literal: its elementwise ops, looked up once (fuse asks for every node of
-# every candidate region).
-_ELEMENTWISE_OPS = frozenset(
+# every candidate region). No event op is in the table.
+ELEMENTWISE_OPS = frozenset(
     name for name in op_names() if getattr(get_op(name), "category", None) == "elementwise"
 )
+ANCHOR_OPS = PRODUCT_OPS | ROW_OPS | REDUCE_OPS  # what `is_anchor` may accept
 
 
-assert not _ELEMENTWISE_OPS & (PRODUCT_OPS | ROW_OPS | REDUCE_OPS)
+assert not ELEMENTWISE_OPS & (ANCHOR_OPS | EVENT_OPS)
 
 
 def is_elementwise(node: Node) -> bool:
-    return node.op in _ELEMENTWISE_OPS and not node.is_event
+    return node.op in ELEMENTWISE_OPS  # never an event (asserted above)
 
 
 def reduction_cols(node: Node, x: TensorType) -> int | None:
@@ -155,7 +156,7 @@ def plan_region(
     names = {n.name for n in nodes}
     anchors: list[tuple[Node, str]] = []
     for n in nodes:
-        if n.op in _ELEMENTWISE_OPS and not n.is_event:  # never an anchor: no anchor op is one
+        if n.op in ELEMENTWISE_OPS:  # never an anchor: no anchor op is one
             continue
         kind = is_anchor(n, types)
         if kind is not None:

@@ -23,9 +23,10 @@ from optgraph.ir.op_specs import typed_value
 
 def _signature(node: Node, types: dict[str, TensorType]) -> tuple[object, ...]:
     """What `plan_region` reads of a node besides its name: op, attributes, operand and result
-    types."""
-    attrs = tuple((k, typed_value(v)) for k, v in node.attrs.items())
-    return node.op, attrs, tuple(types.get(o) for o in node.operands), node.type
+    types (types by identity: the graph keeps each alive while the copies are planned, and two
+    equal type objects only cost a second plan)."""
+    attrs = tuple([(k, typed_value(v)) for k, v in node.attrs.items()])
+    return node.op, attrs, id(node.type), *[id(types.get(o)) for o in node.operands]
 
 
 def _shares_row_norm(
@@ -46,6 +47,7 @@ def _shares_row_norm(
         return False
     if types[norm.operands[0]].numel != reduction_cols(norm, types[norm.operands[0]]):
         return False
+    signature = None
     for r in readers:
         reader = graph.nodes[r]
         if reader.op != "matmul" or reader.operands[0] != norm.name:
@@ -55,7 +57,8 @@ def _shares_row_norm(
             norm.ann.backend,
         ):
             return False
-        key = (_signature(norm, types), _signature(reader, types))
+        signature = signature or _signature(norm, types)
+        key = (signature, _signature(reader, types))
         found = fusable.get(key)
         if found is None:
             found = fusable[key] = plan_region([norm, reader], types)[0] is not None
@@ -103,13 +106,13 @@ def recompute_row_norms(
     # Names in use: every value's, and every node's (events and untyped nodes have no type).
     taken = set(types).union(n.name for n in nodes if n.type is None)
     copies: dict[str, str] = {}
+    rewired = list(nodes)  # each reader reading its copy
     out: list[Node] = []
-    renamed: dict[int, Node] = {}
-    for i, node in enumerate(nodes):
-        readers = shared.get(i)
-        if readers is None:
-            out.append(renamed.pop(i, node))
-            continue
+    start = 0
+    for i, readers in shared.items():  # in issue order
+        node = nodes[i]
+        out += rewired[start:i]
+        start = i + 1
         for k, r in enumerate(readers):
             name, n = f"{node.name}.{k}", k
             while name in taken:
@@ -118,8 +121,9 @@ def recompute_row_norms(
             taken.add(name)
             copies[name] = node.name
             out.append(node.with_fields(name=name))
-            reader = renamed.get(r, nodes[r])
-            renamed[r] = reader.with_fields(operands=(name, *reader.operands[1:]))
+            reader = rewired[r]
+            rewired[r] = reader.with_fields(operands=(name, *reader.operands[1:]))
+    out += rewired[start:]
     return out, copies
 
 

@@ -65,16 +65,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from optgraph.analysis.fusion_rules import (
+    ANCHOR_OPS,
+    ELEMENTWISE_OPS,
     NORM_OPS,
     PRODUCT,
     is_anchor,
-    is_elementwise,
     one_row_product,
     plan_region,
 )
 from optgraph.analysis.happens_before import HappensBefore, happens_before
 from optgraph.analysis.row_norm_copies import recompute_row_norms, restored_names
-from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node, Region, TensorType
+from optgraph.ir.graph import EVENT_OPS, NO_ANNOTATIONS, Graph, Node, Region, TensorType
 from optgraph.ir.layout import alias_roots
 from optgraph.ir.op_specs import typed_value
 from optgraph.passes.base import Pass
@@ -218,7 +219,11 @@ def _try_absorb(state: _State, root: int, producer: int, max_ops: int) -> bool:
     anchors = _joined_anchors(state.anchors[root], state.anchors[producer])
     if anchors is None:
         return False
-    if state.row_prologues and _joins_row_products(state, root, producer):
+    if (
+        state.row_prologues
+        and state.anchors[root][0] == 0  # an elementwise group: `_joins_row_products` reads on
+        and _joins_row_products(state, root, producer)
+    ):
         return False
     union = sorted(mine + theirs)
     if not _is_one_kernel(state, union):
@@ -289,14 +294,21 @@ def _signature(state: _State, node: Node) -> int:
     return state.signature_ids.setdefault(signature, len(state.signature_ids))
 
 
-def _anchor_counts(node: Node, types: dict[str, TensorType]) -> Counts | None:
-    """(anchors, products, norms) of a group of the one `node`; None where it cannot be fused."""
-    if is_elementwise(node):
-        return (0, 0, 0)
-    kind = is_anchor(node, types)
-    if kind is None:
-        return None
-    return (1, int(kind == PRODUCT), int(node.op in NORM_OPS))
+_ELEMENTWISE_COUNTS: Counts = (0, 0, 0)
+
+
+def _fusable(nodes: Sequence[Node], types: dict[str, TensorType]) -> dict[int, Counts]:
+    """The (anchors, products, norms) of a group of each fusable node alone, by index."""
+    counts: dict[int, Counts] = {}
+    for i, node in enumerate(nodes):
+        op = node.op
+        if op in ELEMENTWISE_OPS:
+            counts[i] = _ELEMENTWISE_COUNTS
+        elif op in ANCHOR_OPS:
+            kind = is_anchor(node, types)
+            if kind is not None:
+                counts[i] = (1, int(kind == PRODUCT), int(op in NORM_OPS))
+    return counts
 
 
 def _joined_anchors(a: Counts, b: Counts) -> Counts | None:
@@ -337,9 +349,9 @@ def _joins_row_products(state: _State, root: int, producer: int) -> bool:
     a, b = (state.types[o] for o in reader.operands)
     if a.shape[-1] > state.elementwise_prologue_max_k or one_row_product(reader, a, b) is None:
         return False
-    group = state.members[root]
-    if not all(is_elementwise(nodes[j]) for j in group) or not _row_product_root(state, producer):
+    if state.anchors[root][0] or not _row_product_root(state, producer):  # not elementwise
         return False
+    group = state.members[root]
     others = [
         state.producers[o]
         for o in _outside_operands(nodes, group)
@@ -349,27 +361,50 @@ def _joins_row_products(state: _State, root: int, producer: int) -> bool:
 
 
 def _grow(state: _State, root: int, max_ops: int) -> None:
-    """Absorb producer groups into the group at `root` until none more may join."""
-    producers, group_of = state.producers, state.group_of
+    """Absorb producer groups into the group at `root` until none more may join.
+
+    Tries the producers of the group's outside operands in first-use order, again from the
+    first after each merge. A producer read twice is tried twice: a refused merge changes
+    nothing, so the second try is refused too, and costs less than removing repeats."""
+    nodes, producers, group_of, members = (
+        state.nodes,
+        state.producers,
+        state.group_of,
+        state.members,
+    )
     merged = True
     while merged:
         merged = False
-        for operand in _outside_operands(state.nodes, state.members[root]):
-            p = producers.get(operand)
-            if p is not None and group_of[p] == p and _try_absorb(state, root, p, max_ops):
-                merged = True
+        for j in members[root]:
+            for operand in nodes[j].operands:
+                p = producers.get(operand)
+                # the group's own members have group_of == root != p (the root reads none)
+                if p is not None and group_of[p] == p and _try_absorb(state, root, p, max_ops):
+                    merged = True
+                    break
+            if merged:
                 break
 
 
-def _param_names(count: int, taken: set[str]) -> list[str]:
-    names: list[str] = []
+_PARAMS = tuple(f"p{k}" for k in range(16))  # the usual parameter names, made once
+
+
+def _param_names(count: int, names: Sequence[str]) -> list[str]:
+    """`count` names p0, p1, ... that are none of the body's `names`."""
+    if count <= len(_PARAMS) and _PARAM_SET.isdisjoint(names):
+        return list(_PARAMS[:count])
+    taken = set(names)
+    params: list[str] = []
     k = 0
-    while len(names) < count:
+    while len(params) < count:
         candidate = f"p{k}"
         if candidate not in taken:
-            names.append(candidate)
+            params.append(candidate)
         k += 1
-    return names
+    return params
+
+
+_PARAM_SET = frozenset(_PARAMS)
 
 
 def fused_node(
@@ -379,17 +414,20 @@ def fused_node(
     `copies`: {norm copy: original} of `recompute_row_norms`; inside the body each copy takes
     its original's name back (`restored_names`)."""
     root = nodes[-1]
-    params = _param_names(len(outside), {n.name for n in nodes})
+    names = [n.name for n in nodes]
+    params = _param_names(len(outside), names)
     rename = dict(zip(outside, params))
-    restore = restored_names([n.name for n in nodes], copies) if copies else {}
+    restore = restored_names(names, copies) if copies else {}
     rename.update(restore)  # body names: never an outside value, never a parameter's name
     body = tuple(
-        n.with_fields(
-            name=restore.get(n.name, n.name),
-            operands=tuple(rename.get(o, o) for o in n.operands),
-            ann=NO_ANNOTATIONS,
-        )
-        for n in nodes
+        [
+            n.with_fields(
+                name=restore.get(name, name),
+                operands=tuple([rename.get(o, o) for o in n.operands]),
+                ann=NO_ANNOTATIONS,
+            )
+            for n, name in zip(nodes, names)
+        ]
     )
     return Node(
         name=root.name,
@@ -454,13 +492,12 @@ class FusePass(Pass):
         if self.row_prologues and not planned:
             nodes, copies = recompute_row_norms(graph, types, self.prologue_max_k)
             types.update((copy, types[original]) for copy, original in copies.items())
-        counts = [_anchor_counts(node, types) for node in nodes]
-        fusable = [i for i, c in enumerate(counts) if c is not None]
+        counts = _fusable(nodes, types)
         state = _State(
             nodes=nodes,
             types=types,
-            readers=_readers(nodes, [nodes[i].name for i in fusable]),
-            producers={n.name: i for i, n in enumerate(nodes) if not n.is_event},
+            readers=_readers(nodes, [nodes[i].name for i in counts]),
+            producers={n.name: i for i, n in enumerate(nodes) if n.op not in EVENT_OPS},
             outputs=frozenset(graph.output_names()),
             group_of=[-1] * len(nodes),
             signatures=[-1] * len(nodes),
@@ -475,12 +512,13 @@ class FusePass(Pass):
             state.hb = happens_before(graph)
             state.ranges = _arena_ranges(graph, types)
             _index_arena(state, graph)
-        for i in fusable:
-            state.group_of[i] = i
-            state.members[i] = [i]
-            state.anchors[i] = counts[i]  # type: ignore[assignment]
+        group_of, members, anchors = state.group_of, state.members, state.anchors
+        for i, count in counts.items():  # in issue order
+            group_of[i] = i
+            members[i] = [i]
+            anchors[i] = count
             _grow(state, i, self.max_ops)
-        if all(len(group) == 1 for group in state.members.values()):
+        if all(len(group) == 1 for group in members.values()):
             return graph.with_nodes(nodes) if copies else graph
         had_lifetimes = any(
             n.ann.live is not None or n.ann.visible is not None for n in graph.nodes
