@@ -256,3 +256,28 @@ def test_any_cut_runs_equal_to_the_reference(
     parts = [n for n in planned.nodes if n.op == "moe"]
     assert len(parts) == (1 if cpu >= experts else 2)
     _assert_planned_runs_equal_reference(source, planned, k <= 2, (seed,))
+
+
+@pytest.mark.parametrize(
+    "pipeline",
+    [
+        (
+            "verify,dce,cse,split-experts{cpu-experts=2},transpose-weights,fuse,"
+            "assign-streams{max-streams=2},split-backends,insert-sync,analyze-lifetimes,"
+            "plan-memory"
+        ),
+        (
+            "verify,dce,cse,split-experts{cpu-experts=2},assign-streams{max-streams=2},"
+            "split-backends,fuse,insert-sync,analyze-lifetimes,plan-memory"
+        ),
+    ],
+)
+def test_with_fusion_before_or_after_the_split(pipeline: str) -> None:
+    """Fusion leaves the parts alone and may take their sum into the residual add; the program
+    still equals the reference (these sums round as the reference's: bit for bit)."""
+    source = moe_model(layers=2, tokens=3)
+    planned = run_pipeline(source, pipeline)
+    assert any(n.op == "fused" for n in planned.nodes)
+    assert [n.ann.backend for n in planned.nodes if n.op == "moe"] == ["cuda", "cpu"] * 2
+    assert find_races(planned) == []
+    _assert_planned_runs_equal_reference(source, planned, True, (None, 0, 1))
