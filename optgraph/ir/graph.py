@@ -443,6 +443,8 @@ def differs_only_in_annotations(a: Graph, b: Graph, kept: tuple[str, ...] = ()) 
             or (x.body is not y.body and x.body != y.body)
         ):
             return False
-        if x.ann is not y.ann and any(getattr(x.ann, k) != getattr(y.ann, k) for k in kept):
-            return False
+        if x.ann is not y.ann:
+            for k in kept:
+                if getattr(x.ann, k) != getattr(y.ann, k):
+                    return False
     return True

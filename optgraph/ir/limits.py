@@ -101,9 +101,8 @@ def _sizes_within_limits(graph: Graph) -> bool:
     counting runs in C (`Counter`, `map`)."""
     types = [i.type for i in graph.inputs] + [w.type for w in graph.weights]
     types += map(_TYPE, graph.nodes)
-    for node in graph.nodes:
-        if node.body is not None:
-            types += map(_TYPE, node.body.nodes)
+    for body in filter(None, map(_BODY, graph.nodes)):
+        types += map(_TYPE, body.nodes)
     counts = Counter(map(id, types))
     total = 0
     for tensor_type in dict(zip(map(id, types), types)).values():
@@ -117,6 +116,7 @@ def _sizes_within_limits(graph: Graph) -> bool:
 
 
 _TYPE = attrgetter("type")
+_BODY = attrgetter("body")
 _ANN = attrgetter("ann")
 
 

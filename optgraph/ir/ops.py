@@ -224,9 +224,10 @@ _NOT_ELEMENTWISE: dict[str, OpDef] = {
     "max_pool2d": _pool("max_pool2d"),
     "mean": _reduction("mean", rules.reduce_mean),
     "moe": _reads_quantized(_op(
-        "moe", ("moe", "opaque"), (4, 5), moe_rules.moe, costs.moe,
-        act=AttrSpec("str", "silu", choices=moe_rules.ACTIVATIONS), experts=AttrSpec("ints"),
-        k=_REQUIRED_INT, norm_topk=_FALSE,
+        "moe", ("moe", "opaque"), (4, 8), moe_rules.moe, costs.moe,
+        act=AttrSpec("str", "silu", choices=moe_rules.ACTIVATIONS),
+        alpha=AttrSpec("float", 1.702), experts=AttrSpec("ints"),
+        k=_REQUIRED_INT, limit=AttrSpec("float", 7.0), norm_topk=_FALSE,
         routing=AttrSpec("str", "softmax_topk", choices=moe_rules.ROUTINGS),
     ), 2, 3, 4),
     "pad": _op(
@@ -401,6 +402,11 @@ def remembered_type(
         if found is None:
             found = alike[shared] = infer_type(node, operand_types)
         inferred = found
+    declared = node.type
+    if declared is not None and inferred is not declared and inferred == declared:
+        # The declared object, equal: later comparisons with it, and memo keys of the values
+        # read from it (a fused body's environment), are identity tests.
+        inferred = declared
     facts["inferred"] = (key, inferred)
     return inferred
 
