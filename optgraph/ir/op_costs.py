@@ -146,14 +146,16 @@ def moe(node: Node, types: Types, result: TensorType, attrs: Attrs) -> Cost:
     products a token (2·3·H·F), their activation and weighting, and the routing (softmax and
     selection over E). A node holding some experts (`experts = [lo, hi]`) does its share of
     the k products, (hi - lo) / E of them on average."""
-    x, logits, stacks = types[0], types[1], types[2:]
+    x, logits = types[0], types[1]
+    held = 2 if len(types) in (4, 6) else 3  # stacks: gate_up or gate and up, then down
+    stacks, biases = types[2 : 2 + held], types[2 + held :]
     tokens, hidden = x.shape
     experts, ffn = stacks[-1].shape[0], stacks[-1].shape[2]
     scored = logits.shape[1]
     k = attrs["k"]
     assert isinstance(k, int)
     used = min(experts, tokens * k)
-    stack_bytes = sum(t.nbytes for t in stacks) * used // experts if experts else 0
+    stack_bytes = sum(t.nbytes for t in (*stacks, *biases)) * used // experts if experts else 0
     products = tokens * k * experts // max(1, scored)
     flops = products * (6 * hidden * ffn + 8 * ffn + 2 * hidden) + tokens * 6 * scored
     return Cost(x.nbytes + logits.nbytes + result.nbytes + stack_bytes, flops)

@@ -13,6 +13,9 @@ Routing, per token, in float32 (`route`):
 Then for each token t and slot j (expert e = ids[t, j], weight w = weights[t, j]):
 `h = act(x[t] @ gate_eᵀ) * (x[t] @ up_eᵀ)`, `y_j = h @ down_eᵀ`, and `y[t] = Σ_j w·y_j`, summed
 in slot order (largest weight first), all in float32; the caller rounds to the node's dtype.
+With biases each product adds its expert's row (`x[t] @ gate_eᵀ + gate_bias[e]`, ...,
+`y_j = h @ down_eᵀ + down_bias[e]`); `act = "swiglu_oai"` takes gate and up together:
+`g = min(gate, limit)`, `u = clip(up, -limit, limit)`, `h = g · sigmoid(alpha · g) · (u + 1)`.
 
 A node with `experts = [lo, hi]` holds experts lo..hi-1 (stack row e - lo): routing is the same
 over all E logits, and the slots whose expert lies outside [lo, hi) are left out of the sum. So
@@ -33,11 +36,11 @@ import ml_dtypes
 import numpy as np
 
 from optgraph.ir.graph import AttrValue, Node, TensorType
-from optgraph.ir.op_rules_moe import EXPERTS_AT, expert_range
+from optgraph.ir.op_rules_moe import EXPERTS_AT, expert_range, stack_count
 from optgraph.reference import elementwise
 from optgraph.reference.dequantize import dequantize
 
-__all__ = ["ExpertProduct", "expert_matrix", "moe", "route", "stored_moe"]
+__all__ = ["ExpertProduct", "expert_matrix", "gated", "moe", "route", "stored_moe"]
 
 F32 = np.float32
 Attrs = Mapping[str, AttrValue]
@@ -87,6 +90,19 @@ def _activation(g: np.ndarray, act: str) -> np.ndarray:
     raise ValueError(f"moe: unknown act {act!r}")
 
 
+def gated(g: np.ndarray, u: np.ndarray, attrs: Attrs) -> np.ndarray:
+    """The gated rows `act(g) * u` (float32) of attributes `attrs` (`act`, `limit`, `alpha`)."""
+    act = attrs["act"]
+    assert isinstance(act, str)
+    if act != "swiglu_oai":
+        return np.asarray(_activation(g, act) * u, F32)
+    limit, alpha = attrs["limit"], attrs["alpha"]
+    assert isinstance(limit, float) and isinstance(alpha, float)
+    g = np.minimum(g, F32(limit))
+    u = np.clip(u, F32(-limit), F32(limit))
+    return np.asarray(g * elementwise.sigmoid(F32(alpha) * g) * (u + F32(1)), F32)
+
+
 def expert_matrix(stack: np.ndarray, t: TensorType, e: int) -> np.ndarray:
     """Expert e of a stack stored as `t` (its blocks' bytes when quantized): float32
     `t.shape[1:]`, decoding that expert alone."""
@@ -105,12 +121,14 @@ def stored_moe(
     """The value of moe node `node` (float32), its expert stacks `args[2:]` as stored; an
     expert's three products by `product` when given (else each matrix decoded, then NumPy's)."""
     x = np.asarray(args[0], F32 if args[0].dtype in _WIDE else args[0].dtype)
-    k, routing, act = attrs["k"], attrs["routing"], attrs["act"]
-    assert isinstance(k, int) and isinstance(routing, str) and isinstance(act, str)
+    k, routing = attrs["k"], attrs["routing"]
+    assert isinstance(k, int) and isinstance(routing, str)
     ids, weights = route(np.asarray(args[1], F32), k, routing, bool(attrs["norm_topk"]))
-    stacks = list(zip(args[EXPERTS_AT:], types[EXPERTS_AT:]))
+    held_stacks = EXPERTS_AT + stack_count(len(args))
+    stacks = list(zip(args[EXPERTS_AT:held_stacks], types[EXPERTS_AT:held_stacks]))
+    biases = [np.asarray(b, F32) for b in args[held_stacks:]]
     tokens, hidden = x.shape
-    ffn = types[-1].shape[2]
+    ffn = types[held_stacks - 1].shape[2]
     lo, hi = expert_range(attrs, args[1].shape[1])
     y = np.zeros((tokens, k, hidden), F32)
     for e in np.unique(ids):
@@ -119,17 +137,7 @@ def stored_moe(
         rows, slots = np.nonzero(ids == e)
         xs = x[rows]
         row = int(e) - lo
-        if product is not None:
-            y[rows, slots] = _expert_by(product, xs, stacks, row, ffn, act)
-            continue
-        if len(stacks) == 2:
-            gate_up = expert_matrix(*stacks[0], row)
-            gate, up = gate_up[:ffn], gate_up[ffn:]
-        else:
-            gate, up = (expert_matrix(a, t, row) for a, t in stacks[:2])
-        down = expert_matrix(*stacks[-1], row)
-        h = _activation(xs @ gate.T, act) * (xs @ up.T)
-        y[rows, slots] = h @ down.T
+        y[rows, slots] = _expert(product, xs, stacks, biases, row, ffn, attrs)
     held = (ids >= lo) & (ids < hi)
     out = np.zeros((tokens, hidden), F32)
     for j in range(k):
@@ -138,22 +146,38 @@ def stored_moe(
     return out
 
 
-def _expert_by(
-    product: ExpertProduct,
+def _expert(
+    product: ExpertProduct | None,
     xs: np.ndarray,
     stacks: Sequence[tuple[np.ndarray, TensorType]],
+    biases: Sequence[np.ndarray],
     row: int,
     ffn: int,
-    act: str,
+    attrs: Attrs,
 ) -> np.ndarray:
-    """One expert's output for the rows `xs`, its products by `product`."""
-    if len(stacks) == 2:
-        gate_up = product(xs, *stacks[0], row)
+    """One expert's output for the rows `xs`, its products by `product` (None: each matrix
+    decoded, then NumPy's), each plus its bias row when the node has biases (one a stack, in
+    the stacks' order)."""
+
+    def plus_bias(out: np.ndarray, i: int) -> np.ndarray:
+        return out + biases[i][row] if biases else out
+
+    def times(rows: np.ndarray, i: int) -> np.ndarray:
+        if product is None:
+            return plus_bias(rows @ expert_matrix(*stacks[i], row).T, i)
+        return plus_bias(np.asarray(product(rows, *stacks[i], row), F32), i)
+
+    if len(stacks) == 2 and product is None:  # the decoded gate_up's halves, each a product
+        gate_up = expert_matrix(*stacks[0], row)
+        bias = biases[0][row] if biases else F32(0)
+        g = xs @ gate_up[:ffn].T + (bias[:ffn] if biases else bias)
+        u = xs @ gate_up[ffn:].T + (bias[ffn:] if biases else bias)
+    elif len(stacks) == 2:
+        gate_up = times(xs, 0)
         g, u = gate_up[:, :ffn], gate_up[:, ffn:]
     else:
-        g, u = (product(xs, a, t, row) for a, t in stacks[:2])
-    h = np.asarray(_activation(g, act) * u, F32)
-    return product(h, *stacks[-1], row)
+        g, u = times(xs, 0), times(xs, 1)
+    return times(gated(g, u, attrs), len(stacks) - 1)
 
 
 def moe(node: Node, args: Sequence[np.ndarray], attrs: Attrs) -> np.ndarray:

@@ -72,7 +72,7 @@ def test_defaults_and_attribute_checks() -> None:
         '7:8: moe: attribute \'routing\' must be "softmax_topk" or "topk_softmax", got "topk"'
     ]
     assert _diagnostics(_block(node.format('k = 2, act = "relu"'))) == [
-        '7:8: moe: attribute \'act\' must be one of "silu", "gelu", "gelu_tanh", got "relu"'
+        '7:8: moe: attribute \'act\' must be one of "silu", "gelu", "gelu_tanh", "swiglu_oai", got "relu"'
     ]
 
 
@@ -105,8 +105,11 @@ def test_defaults_and_attribute_checks() -> None:
          {"up": "i32[4,32,64]"}, "moe: up must be f32, f16, bf16 or quantized, got i32[4,32,64]"),
         ("%y = moe(%x, %logits, %gate, %up) {k = 2} : f32[2,64]", {},
          "moe: down f32[4,32,64] differs from [E,H,F] = [4,64,16]"),
-        ("%y = moe(%x, %logits, %gate, %up, %down, %down) {k = 2} : f32[2,64]", {},
-         "moe: expected 4 to 5 operands, got 6"),
+        ("%y = moe(%x, %logits, %gate, %up, %down, %down, %down) {k = 2} : f32[2,64]", {},
+         "moe: takes x, logits, then gate, up, down (or gate_up, down), each optionally "
+         "followed by its bias: 4, 5, 6 or 8 operands, got 7"),
+        ("%y = moe(%x, %logits, %gate, %up, %down, %down, %down, %down, %down) {k = 2} : "
+         "f32[2,64]", {}, "moe: expected 4 to 8 operands, got 9"),
     ],
 )  # fmt: skip
 def test_shape_rule_errors_name_the_conflict(
