@@ -25,7 +25,7 @@ import numpy as np
 
 from optgraph.frontends.emitter import Emitter
 from optgraph.frontends.gathers import elements_along
-from optgraph.ir.graph import AttrValue, TensorType
+from optgraph.ir.graph import FLOAT_DTYPES, AttrValue, TensorType
 from optgraph.reference.kernels import numpy_dtype
 
 # Rounds (k) at most: each adds about eight nodes over the whole input.
@@ -57,8 +57,9 @@ def top_k(
 
 
 def _lowest(dtype: str) -> float | int:
-    kind = np.dtype(numpy_dtype(dtype))
-    return -np.inf if kind.kind == "f" else int(np.iinfo(kind).min)
+    if dtype in FLOAT_DTYPES:  # bf16's NumPy dtype (ml_dtypes) is of kind "V", not "f"
+        return -np.inf
+    return int(np.iinfo(np.dtype(numpy_dtype(dtype))).min)
 
 
 def _smallest_first(em: Emitter, name: str, x: TensorType, lowest: str) -> str:

@@ -24,6 +24,7 @@ import optgraph as og
 from optgraph.frontends.torch_export import from_torch
 from optgraph.ir.constants import with_constants
 from optgraph.ir.graph import Node
+from optgraph.reference.interpreter import nmse, run_reference
 from tests.frontends.numerics import assert_matches
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -215,3 +216,24 @@ def test_half_table_rope(tables: bool) -> None:
         assert not ropes and any(n.op == "neg" for n in graph.nodes)  # rewritten, not raised
     inputs = {i.name: a.numpy() for i, a in zip(graph.inputs, (q, pos))}
     assert_matches(graph, weights, inputs, [want])
+
+
+def test_bf16_model_raises_its_sinks_and_is_as_close_as_transformers() -> None:
+    """A bf16 gpt-oss (bf16 sinks, the router's top k over bf16 logits): attention with its
+    sinks raised; the logits at most 1.5 times as far from the f32 model's as transformers' own
+    bf16 logits are (each run rounds differently)."""
+    model = _model(["sliding_attention", "full_attention"])
+    truth_model = _Logits(model)
+    with torch.no_grad():
+        truth = truth_model(TOKENS).numpy().astype(np.float64)
+    module = _Logits(model.to(torch.bfloat16))
+    with torch.no_grad():
+        theirs = module(TOKENS).float().numpy().astype(np.float64)
+    graph, weights = from_torch(module, (TOKENS,))
+    nodes = _attention(graph)
+    assert len(nodes) == LAYERS and all(n.attrs.get("sinks") for n in nodes)
+    assert all(graph.value_types()[n.operands[3]].dtype == "bf16" for n in nodes)
+    _no_written_attention(graph)
+    got = run_reference(graph, {graph.inputs[0].name: TOKENS.numpy()}, weights)
+    ours = np.asarray(got[graph.output_names()[0]], np.float64)
+    assert nmse(ours, truth) <= 1.5 * nmse(theirs, truth)
