@@ -25,6 +25,10 @@ A node holding some experts (`experts = [lo, hi]`, the stacks' rows for experts 
 over all E logits the same way; gate_up skips a (token, slot) whose expert is outside [lo, hi)
 and down leaves its slot out of the sum, and expert e's rows are row (e - lo)·F + f.
 
+With biases (gpt-oss: six or eight operands) gate_up adds the expert's gate and up bias rows to
+g and v before the activation, and down its down bias row to each slot's y before the
+weighting; `act = "swiglu_oai"` gates g and v together (clamped, `limit` and `alpha` baked in).
+
 Not handled (a CodegenError naming it): more than `MAX_K` experts a token, and a fused region
 around a moe (fusion never makes one: its category is opaque).
 """
@@ -49,7 +53,7 @@ from optgraph.codegen.kernels import quantized
 from optgraph.ir import op_cuda
 from optgraph.ir.graph import QUANT_BLOCKS, Node, TensorType
 from optgraph.ir.op_elementwise import ELEMENTWISE
-from optgraph.ir.op_rules_moe import MoeDims, expert_range, moe_dims
+from optgraph.ir.op_rules_moe import MoeDims, expert_range, moe_dims, stack_count
 from optgraph.ir.ops import attrs_with_defaults
 
 OPS = frozenset({"moe"})
@@ -214,8 +218,27 @@ def _activation(act: str, v: str) -> str:
     return op_cuda.gelu(op_cuda.ScalarOperands((v,), ("f32",), "f32", {"approximate": approximate}))
 
 
-def gate_up_launch(d: MoeDims, x: TensorType, stacks: Sequence[TensorType], act: str) -> Launch:
-    """h[t, j, f] = act(x[t] · gate_e[f]) · (x[t] · up_e[f]), e the expert of (t, j)."""
+def _gated(act: str, limit: float, alpha: float) -> str:
+    """The C expression of the gated value of float `g` (gate) and `v` (up)."""
+    if act != "swiglu_oai":
+        return f"{_activation(act, 'g')} * v"
+    lim, a = f"{float(limit)!r}f", f"{float(alpha)!r}f"
+    # gpt-oss: the gate clamped above, up to [-limit, limit]; g · sigmoid(alpha · g) · (u + 1)
+    g = f"fminf(g, {lim})"
+    return f"({g} / (1.0f + expf(-{a} * {g}))) * (fminf(fmaxf(v, -{lim}), {lim}) + 1.0f)"
+
+
+def gate_up_launch(
+    d: MoeDims,
+    x: TensorType,
+    stacks: Sequence[TensorType],
+    act: str,
+    biases: Sequence[TensorType] = (),
+    swiglu: tuple[float, float] = (7.0, 1.702),
+) -> Launch:
+    """h[t, j, f] = act(x[t] · gate_e[f]) · (x[t] · up_e[f]), e the expert of (t, j); with
+    `biases` (gate's and up's, or gate_up's: operands in5, in6 or in4) each product plus its
+    expert's bias; act swiglu_oai with (limit, alpha) `swiglu`."""
     _, h_at, _ = _offsets(d)
     rows = 2 * d.ffn if d.fused else d.ffn  # rows an expert of the first stack
     gate_row = f"(unsigned long long)e * {rows}u + f"
@@ -239,10 +262,11 @@ def gate_up_launch(d: MoeDims, x: TensorType, stacks: Sequence[TensorType], act:
         *("  " + x for x in _row_dot("v", up_stack, up_dtype, up_row, d.hidden, "xr", x.dtype)),
         "  g = og_warp_sum(g);",
         "  v = og_warp_sum(v);",
+        *_bias_lines(d, biases),
         "  if (lane == 0u)",
         (
             f"    reinterpret_cast<float*>(scratch + {h_at}u)[(unsigned long long)pair * {d.ffn}u"
-            f" + f] = {_activation(act, 'g')} * v;"
+            f" + f] = {_gated(act, *swiglu)};"
         ),
         "}",
     ]
@@ -255,14 +279,42 @@ def gate_up_launch(d: MoeDims, x: TensorType, stacks: Sequence[TensorType], act:
     if not d.fused:
         params.append(_pointer(stacks[1].dtype, "in3"))
         args.append("in3")
+    for role, t in zip(_bias_roles(d)[:-1], biases):
+        params.append(_pointer(t.dtype, role))
+        args.append(role)
     dtypes = [t.dtype for t in stacks[:-1]]
     kernel = _kernel("moe_gate_up", params, "\n".join("  " + x for x in lines), dtypes)
     grid = (-(-d.ffn // WARPS), min(d.tokens * d.k, MAX_GRID_Y), 1)
     return Launch(kernel, grid, (32 * WARPS, 1, 1), tuple(args))
 
 
-def down_launch(d: MoeDims, out: TensorType, down: TensorType, role: str) -> Launch:
-    """out[t, n] = Σ_j w[t, j] · (h[t, j] · down_e[n]), slots in order, in out's dtype."""
+def _bias_roles(d: MoeDims) -> tuple[str, ...]:
+    """The operands holding the biases (gate's, up's, down's; or gate_up's, down's)."""
+    first = 4 if d.fused else 5
+    return tuple(f"in{first + i}" for i in range(2 if d.fused else 3))
+
+
+def _bias_lines(d: MoeDims, biases: Sequence[TensorType]) -> list[str]:
+    """Lines adding gate's and up's bias of expert e, row f, to g and v."""
+    if not biases:
+        return []
+    roles = _bias_roles(d)
+    if d.fused:
+        at = f"(unsigned long long)e * {2 * d.ffn}u + f"
+        gate = load(biases[0].dtype, f"{roles[0]}[{at}]")
+        up = load(biases[0].dtype, f"{roles[0]}[{at} + {d.ffn}u]")
+    else:
+        at = f"(unsigned long long)e * {d.ffn}u + f"
+        gate = load(biases[0].dtype, f"{roles[0]}[{at}]")
+        up = load(biases[1].dtype, f"{roles[1]}[{at}]")
+    return [f"  g += {gate};", f"  v += {up};"]
+
+
+def down_launch(
+    d: MoeDims, out: TensorType, down: TensorType, role: str, bias: TensorType | None = None
+) -> Launch:
+    """out[t, n] = Σ_j w[t, j] · (h[t, j] · down_e[n] (+ down_bias[e, n])), slots in order, in
+    out's dtype."""
     weights_at, h_at, _ = _offsets(d)
     row = f"(unsigned long long)e * {d.hidden}u + n"
     token = [
@@ -277,6 +329,13 @@ def down_launch(d: MoeDims, out: TensorType, down: TensorType, role: str) -> Lau
         "  float y = 0.0f;",
         *("  " + x for x in _row_dot("y", role, down.dtype, row, d.ffn, "hr", "f32")),
         "  y = og_warp_sum(y);",
+        *(
+            [
+                f"  y += {load(bias.dtype, f'{_bias_roles(d)[-1]}[(unsigned long long)e * {d.hidden}u + n]')};"
+            ]
+            if bias is not None
+            else []
+        ),
         f"  acc += reinterpret_cast<const float*>(scratch + {weights_at}u)[pair] * y;",
         "}",
         f"if (lane == 0u) out[(unsigned long long)t * {d.hidden}u + n] = {store(out.dtype, 'acc')};",
@@ -290,9 +349,13 @@ def down_launch(d: MoeDims, out: TensorType, down: TensorType, role: str) -> Lau
         "}",
     ]
     params = [out_param(out.dtype), "const unsigned char* scratch", _pointer(down.dtype, role)]
+    args = ["out", SCRATCH, role]
+    if bias is not None:
+        params.append(_pointer(bias.dtype, _bias_roles(d)[-1]))
+        args.append(_bias_roles(d)[-1])
     kernel = _kernel("moe_down", params, "\n".join("  " + x for x in lines), (down.dtype,))
     grid = (-(-d.hidden // WARPS), min(d.tokens, MAX_GRID_Y), 1)
-    return Launch(kernel, grid, (32 * WARPS, 1, 1), ("out", SCRATCH, role))
+    return Launch(kernel, grid, (32 * WARPS, 1, 1), tuple(args))
 
 
 def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -> list[Launch]:
@@ -306,10 +369,13 @@ def emit(node: Node, types: tuple[TensorType, ...], *, in_place: bool = False) -
         )
     routing, act = attrs["routing"], attrs["act"]
     assert isinstance(routing, str) and isinstance(act, str)
-    stacks = types[2:]
-    down_role = f"in{len(types) - 1}"
+    held = stack_count(len(types))
+    stacks, biases = types[2 : 2 + held], types[2 + held :]
+    down_role = f"in{1 + held}"
+    limit, alpha = attrs["limit"], attrs["alpha"]
+    assert isinstance(limit, float) and isinstance(alpha, float)
     return [
         route_launch(d, types[1], routing, bool(attrs["norm_topk"])),
-        gate_up_launch(d, types[0], stacks, act),
-        down_launch(d, node.type, stacks[-1], down_role),
+        gate_up_launch(d, types[0], stacks, act, biases[:-1], (limit, alpha)),
+        down_launch(d, node.type, stacks[-1], down_role, biases[-1] if biases else None),
     ]
