@@ -22,11 +22,13 @@ the same mask interface of the model's attention implementation, with each row's
 own position: key j is seen by row b iff j <= p_b (and j > p_b - W on sliding layers). So each
 row attends to what it attends to alone; rope takes the per-row positions as they are.
 
+The importer raises the per-row masks into attention's per-row `kv_len`
+(`raise_row_masks.py`).
+
 Not handled: a model whose classes make masks by other functions (chunked or bidirectional
 attention; refused by name); architectures not in `ROWS_ARCHITECTURES` run their prompts in
-turn. The per-row masks stay mask
-operands of `attention` (the decode-mask raising takes one shared position), so each row's
-attention reads the whole context; and the caches come out of a `concat` (a copy a step).
+turn. The caches come out of a `concat` (a copy a step); rope stays written out (the rope
+raising takes positions shared by the rows).
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ unless something else reads them. Rules (applied in this order, each over the wh
   sink column in the softmax (gpt-oss) -> `attention(q, k, v, sinks [, mask]) {sinks = true}`.
 - `attention_kv_len` (raise_attention_masks.py): a decode step's mask computed from its one
   position input -> `attention {causal, window}` over `kv_len = pos + c` keys.
+- `row_attention_kv_len` (raise_row_masks.py): a batch decode step's mask computed from its
+  position per row -> `attention {causal, window}` over `kv_len = pos + c` keys, per row.
 - `shared_kv_heads` (raising_gqa.py): keys and values repeated to the query heads
   (transformers' `repeat_kv`: reshape, expand, reshape) -> the attention reads them unrepeated.
 - `routed_experts` (raising_moe.py): a mixture-of-experts block's dispatch (transformers'
@@ -54,6 +56,7 @@ import numpy as np
 from optgraph.frontends.draft import Draft
 from optgraph.frontends.positions_first import positions_first
 from optgraph.frontends.raise_attention_masks import attention_kv_len
+from optgraph.frontends.raise_row_masks import row_attention_kv_len
 from optgraph.frontends.raising_attention import written_out_attention
 from optgraph.frontends.raising_constant_rope import constant_table_rope, rope_layout
 from optgraph.frontends.raising_dense_experts import dense_experts
@@ -94,6 +97,7 @@ def raise_patterns(draft: Draft) -> None:
         partial_rope,
         written_out_attention,
         attention_kv_len,
+        row_attention_kv_len,
         shared_kv_heads,
         routed_experts,
         dense_experts,

@@ -7,8 +7,9 @@ three prompts of 15, 4 and 36 tokens (one prefill of 64 tokens a row) on the CPU
   row transformers' greedy tokens for that prompt alone (`generate(do_sample=False)`, batch 1)
   and their text;
 - the decode step writes each row's key and value at its own position (a `kv_cache_write` into
-  each row's slice of the cache, the rows joined by a `concat`), and its masks come from the
-  per-row positions: one row's cache does not change another's logits;
+  each row's slice of the cache, the rows joined by a `concat`), and its masks, made from the
+  per-row positions, are raised into attention's `kv_len` a row: one row's cache does not
+  change another's logits, nor its own rows past its position;
 - `optgraph generate --prompt-file` prints one block a prompt, in the file's order.
 """
 
@@ -94,6 +95,11 @@ def test_the_decode_step_writes_and_reads_each_row_at_its_own_position(
     step, weights = decode.step, model.weights(decode)
     assert {n.op for n in step.graph.nodes} >= {"kv_cache_write", "concat"}
     types = step.graph.value_types()
+    attentions = [n for n in step.graph.nodes if n.op == "attention"]
+    assert len(attentions) == 2  # the masks raised into a kv_len a row (raise_row_masks)
+    for node in attentions:
+        assert node.attrs.get("causal") and not node.attrs.get("masked")
+        assert types[node.operands[3]].shape == (3,)
     rng = np.random.default_rng(0)
     caches = {n: rng.standard_normal(types[n].shape).astype(np.float32) for n in step.cache_inputs}
     feed = rows_inputs(step, [[7], [12], [40]], [3, 9, 0])

@@ -1,0 +1,179 @@
+"""Raising a batch decode step's per-row position mask into attention's per-row `kv_len` (a rule
+of `raising`, beside `raise_attention_masks`, which takes one position shared by every row).
+
+A decode step of B rows, each at its own position (a checkpoint's batch step,
+`hf_row_steps.py`), builds its mask from a position vector `pos [B]` and constants: `mask[b, j]
+= j <= pos[b]` (and `j > pos[b] - W` on a sliding window). That is `attention {causal, window =
+W}` over row b's first `pos[b] + 1` keys:
+
+    %m = ... (%pos : i64[B], constants)                     (mask [B,1,1,Skv])
+    %o = attention(%q, %k, %v, %m) {masked = true}         (q [B,H,1,D])
+    ->  %pos.row_kv_len_1 = add(%pos, 1) : i64[B]           (shared by every layer's attention)
+        %o = attention(%q, %k, %v, %pos.row_kv_len_1) {causal = true}
+
+so each row's attention reads only its keys in use. Matched by evaluation: the mask must be
+computed by IR ops from that one integer input of B elements and constants, and, at `PROBES`
+position vectors (the boundaries and random positions, every row different), row b's pattern
+(the same for every head) must be the causal one of `pos[b] + c` keys, c and W one constant
+each. Not raised: more than one query a row (a prefill), one row (`raise_attention_masks`), masks
+that depend on anything else. Cost: O(PROBES * B * Skv) mask evaluations per attention, the
+cone at most `CONE_LIMIT` nodes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from optgraph.frontends.attention_masks import causal_pattern, shared_pattern
+from optgraph.frontends.draft import Draft
+from optgraph.ir.graph import AttrValue, Node, TensorType
+from optgraph.ir.op_rules_attention import attention_operands
+from optgraph.ir.ops import attrs_with_defaults
+from optgraph.reference.kernels import KERNELS, numpy_dtype
+
+PROBES = 8  # random position vectors checked besides the boundaries
+CONE_LIMIT = 48  # nodes between the positions and the mask
+
+
+def _cone(draft: Draft, mask: str, producers: dict[str, Node]) -> tuple[str, list[Node]] | None:
+    """(pos, nodes in the draft's order) when `mask` is computed by IR ops from one value that
+    no node produces (an input) and constants; None otherwise."""
+    cone: dict[str, Node] = {}
+    leaves: set[str] = set()
+    stack = [mask]
+    while stack:
+        name = stack.pop()
+        if name in cone or name in leaves or name in draft.constants:
+            continue
+        node = producers.get(name)
+        if node is None:
+            leaves.add(name)
+        elif len(cone) < CONE_LIMIT and node.op in KERNELS and node.op != "attention":
+            cone[name] = node
+            stack.extend(node.operands)
+        else:
+            return None
+    if len(leaves) != 1 or not cone:
+        return None
+    return leaves.pop(), [n for n in draft.nodes if n.name in cone]
+
+
+def _mask_at(draft: Draft, cone: list[Node], pos: str, value: np.ndarray) -> np.ndarray:
+    env = {pos: value}
+    for node in cone:
+        args = [env[o] if o in env else draft.constants[o] for o in node.operands]
+        env[node.name] = np.asarray(KERNELS[node.op](node, args, attrs_with_defaults(node)))
+    return env[cone[-1].name]
+
+
+def _rows_seen(mask: np.ndarray, batch: int, skv: int) -> list[np.ndarray] | None:
+    """Each row's [Skv] pattern (the same for every head), or None."""
+    if mask.ndim != 4 or mask.shape[0] != batch or mask.shape[2] != 1:
+        return None
+    rows = []
+    for b in range(batch):
+        seen = shared_pattern(mask[b : b + 1], 1, skv)
+        if seen is None:
+            return None
+        rows.append(np.broadcast_to(seen, (1, skv))[0])
+    return rows
+
+
+def _probes(batch: int, skv: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(skv + batch)
+    edges = [0, 1, 2, 3, skv // 2, skv - 3, skv - 2, skv - 1]
+    # every boundary at every row, the rows at different ones
+    vectors = [
+        np.array([edges[(shift + b) % len(edges)] for b in range(batch)])
+        for shift in range(len(edges))
+    ]
+    vectors += [rng.permutation(skv)[:batch] for _ in range(PROBES)] if skv >= batch else []
+    return vectors
+
+
+def _rule(draft: Draft, cone: list[Node], pos: str, batch: int, skv: int) -> tuple[int, int] | None:
+    """(c, W) when row b's mask is causal over pos[b] + c keys with a window W (0: none)."""
+    pos_type = draft.type_of(pos)
+    seen_at: list[tuple[int, np.ndarray]] = []
+    for vector in _probes(batch, skv):
+        value = vector.astype(numpy_dtype(pos_type.dtype)).reshape(pos_type.shape)
+        rows = _rows_seen(_mask_at(draft, cone, pos, value), batch, skv)
+        if rows is None:
+            return None
+        seen_at += [(int(p), seen) for p, seen in zip(vector, rows)]
+    offsets, windows = set(), set()
+    for p, seen in seen_at:
+        last = np.flatnonzero(seen)
+        if last.size == 0 or last[-1] + 1 >= skv:
+            continue  # saturated at the cache's end: says nothing about c
+        length = int(last[-1]) + 1
+        offsets.add(length - p)
+        if last.size < length:
+            windows.add(int(last.size))
+    if len(offsets) != 1 or len(windows) > 1:
+        return None
+    offset, window = offsets.pop(), windows.pop() if windows else 0
+    for p, seen in seen_at:
+        length = p + offset
+        if 1 <= length <= skv and not np.array_equal(
+            seen, causal_pattern(1, skv, False, window, length)[0]
+        ):
+            return None
+    return offset, window
+
+
+def row_attention_kv_len(draft: Draft, node: Node, producers: dict[str, Node]) -> list[Node] | None:
+    """The raising rule (module docstring); None where the node does not match."""
+    if node.op != "attention" or node.type is None:
+        return None
+    attrs = attrs_with_defaults(node)
+    if not attrs["masked"] or attrs["causal"] or attrs["window"]:
+        return None
+    roles = attention_operands(len(node.operands), True, bool(attrs["sinks"]))
+    if roles.kv_len is not None or roles.mask is None:
+        return None
+    batch, sq = node.type.shape[0], node.type.shape[2]
+    if batch < 2 or sq != 1:
+        return None
+    found = _cone(draft, node.operands[roles.mask], producers)
+    if found is None:
+        return None
+    pos, cone = found
+    pos_type = draft.type_of(pos)
+    if pos_type.dtype not in ("i32", "i64") or pos_type.numel != batch:
+        return None
+    skv = draft.type_of(node.operands[1]).shape[2]
+    rule = _rule(draft, cone, pos, batch, skv)
+    if rule is None:
+        return None
+    offset, window = rule
+    kv_len, nodes = _row_kv_len(draft, pos, offset, node, producers)
+    new_attrs: dict[str, AttrValue] = {
+        k: v for k, v in node.attrs.items() if k not in ("masked", "causal")
+    }
+    new_attrs["causal"] = True
+    if window:
+        new_attrs["window"] = window
+    sinks = () if roles.sinks is None else (node.operands[roles.sinks],)
+    operands = (*node.operands[:3], kv_len, *sinks)
+    return [*nodes, Node(node.name, "attention", operands, new_attrs, node.type, span=node.span)]
+
+
+def _row_kv_len(
+    draft: Draft, pos: str, offset: int, node: Node, producers: dict[str, Node]
+) -> tuple[str, list[Node]]:
+    """`pos + offset` as [B], and the nodes to add (none when an earlier attention made it)."""
+    suffix = str(offset) if offset >= 0 else f"m{-offset}"
+    name = f"{pos}.row_kv_len_{suffix}"
+    if name in producers:
+        return name, []
+    pos_type = draft.type_of(pos)
+    flat = TensorType(pos_type.dtype, (pos_type.numel,))
+    nodes: list[Node] = []
+    value = pos
+    if pos_type.shape != flat.shape:
+        value = draft.fresh(f"{pos}.rows")
+        nodes.append(Node(value, "reshape", (pos,), {"shape": flat.shape}, flat, span=node.span))
+    step = draft.constant(np.array([offset], dtype=numpy_dtype(pos_type.dtype)), "kv_offset")
+    nodes.append(Node(name, "add", (value, step), {}, flat, span=node.span))
+    return name, nodes
