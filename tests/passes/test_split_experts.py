@@ -7,6 +7,7 @@ the user's arrays; `optgraph compile` and `optgraph run --device cpu --check` on
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -281,3 +282,22 @@ def test_with_fusion_before_or_after_the_split(pipeline: str) -> None:
     assert [n.ann.backend for n in planned.nodes if n.op == "moe"] == ["cuda", "cpu"] * 2
     assert find_races(planned) == []
     _assert_planned_runs_equal_reference(source, planned, True, (None, 0, 1))
+
+
+def test_a_part_cut_again_takes_its_rows_from_its_first_expert() -> None:
+    """A source moe holding experts 2..5 (its stacks' rows 0..3) with its last expert on the
+    host: the pieces are rows 0..2 and 3 of the user's arrays, and the program equals the
+    reference of the source."""
+    text = re.sub(rf"\[{E},(\d+),(\d+)\]", r"[4,\1,\2]", og.print_graph(moe_model(1, 4)))
+    source = og.parse(text.replace("{k = 2,", "{experts = [2, 6], k = 2,"))
+    og.verify(source)
+    planned = _planned(source, "cpu-experts=1")
+    assert {w.name: w.type.shape[0] for w in planned.weights if ".e" in w.name} == {
+        f"l0.{s}.{part}": 3 if part == "e2_5" else 1
+        for s in ("gate", "up", "down")
+        for part in ("e2_5", "e5_6")
+    }
+    weights = random_weights(source, seed=2)
+    pieces = expert_weights(source, planned, weights)
+    assert np.array_equal(pieces["l0.down.e5_6"], weights["l0.down"][3:4])
+    _assert_planned_runs_equal_reference(source, planned, True, (None, 0))
