@@ -21,10 +21,11 @@ moe reading host stacks on the CPU) the GPU part overlaps the CPU part: x and th
 are copied to the host once, the CPU part's result is copied back once, and the `add` on the
 GPU waits for that copy alone.
 
-Weights are cut once, at compile time: a piece is named after its stack and its experts
+The user keeps supplying the model's arrays: a piece is named after its stack and its experts
 (`%gate.e6_8`: experts 6 and 7 of `%gate`) and `expert_weights(graph_before, graph_after,
-weights)` cuts the pieces from the user's whole arrays (rows along the experts axis: whole
-blocks, whatever the dtype); `og.compile(...).run` and `optgraph run` do it for the user.
+weights)` cuts the pieces from the user's whole arrays when they are bound (views of rows along
+the experts axis: whole blocks, whatever the dtype); `og.compile(...).run` and `optgraph run` do
+it for the user.
 
 Numerics: the sum of the two parts equals the whole node bit for bit when k <= 2, within f32
 rounding of the reordered sum otherwise; an f16/bf16 node rounds each part to its dtype first.
