@@ -2,9 +2,10 @@
 CPU emulator against the reference: the wide decode kernel with one key chunk and several (the
 sink joins once, at the merge), the earlier decode kernel (one chunk and several), the tiled
 prefill kernel, the row kernel of large heads, and the tensor-core path's two softmax row
-kernels. Each case checks which kernel its node takes, so a change of the variant rules cannot
-leave a kernel untested, and that the sinks change the result (a kernel that dropped them would
-fail). Skipped where g++ (C++20) is missing."""
+kernels, and the wide kernel reading its cache before the PDL wait. Each case checks which
+kernel its node takes, so a change of the variant rules cannot leave a kernel untested, and that
+the sinks change the result (a kernel that dropped them would fail). Skipped where g++ (C++20)
+is missing."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from optgraph.codegen.kernels.attention import (
     variants,
 )
 from optgraph.codegen.kernels.attention.head_rows import attention_shape
-from optgraph.codegen.lower_cuda import lower_cuda
+from optgraph.codegen.lower_cuda import KernelStep, lower_cuda
+from optgraph.codegen.plan.in_place_outputs import in_place_candidates
 from optgraph.reference.interpreter import nmse, random_inputs, run_reference
 from tests.support import cuda_emulator
 
@@ -142,3 +144,38 @@ def test_a_row_that_sees_no_key_yields_zeros_despite_its_sink() -> None:
     inputs = _inputs(graph, 0, 6)
     got = cuda_emulator.run_graph(graph, inputs, {})["o"]
     assert not np.any(np.asarray(got, np.float64))
+
+
+IN_PLACE_DECODE = """graph decode {
+  input %q : f16[1,4,1,64]
+  input %k_new : f16[1,2,1,64]
+  input %v_new : f16[1,2,1,64]
+  input %k_cache : f16[1,2,96,64]
+  input %v_cache : f16[1,2,96,64]
+  input %pos : i32[1]
+  input %kv_len : i32[1]
+  input %s : f16[4]
+  %kc = kv_cache_write(%k_cache, %k_new, %pos) : f16[1,2,96,64]
+  %vc = kv_cache_write(%v_cache, %v_new, %pos) : f16[1,2,96,64]
+  %o = attention(%q, %kc, %vc, %kv_len, %s) {causal = true, sinks = true} : f16[1,4,1,64]
+  output %o, %kc, %vc
+}
+"""
+
+
+def test_decode_with_early_cache_reads_keeps_the_sinks() -> None:
+    """The wide kernel with the step's cache rows read after the PDL wait (its position one more
+    parameter after the sinks): lowered with the caches in place, against the reference."""
+    graph = og.parse(IN_PLACE_DECODE)
+    plan = lower_cuda(graph, in_place=in_place_candidates(graph))
+    (step,) = [s for s in plan.steps if isinstance(s, KernelStep) and s.node == "o"]
+    kernel = plan.kernels[step.kernel]
+    assert kernel.self_wait and kernel.name.startswith("og_attention_decode_wide_")
+    assert "in4[" in (kernel.body or "") and "in5[0]" in (kernel.body or "")  # sinks, position
+    inputs = _inputs(graph, 41, 7)
+    inputs["kv_len"], inputs["pos"] = inputs.pop("len"), np.array([40], np.int32)
+    want = run_reference(graph, inputs, {})
+    got = cuda_emulator.run_plan(plan, inputs, {})
+    for name in ("o", "kc", "vc"):
+        err = nmse(np.asarray(got[name], np.float64), np.asarray(want[name], np.float64))
+        assert err <= BOUNDS["f16"], f"%{name}: nmse {err:.3e}"
