@@ -1,7 +1,7 @@
 """Copies of a norm shared by one-row products, one per product: `fuse{row-prologues}`'s first step.
 
 A decode step normalizes one row and reads it from several one-row products (q/k/v; gate/up).
-`recompute_row_norms` gives each product its own copy of the norm, which `fuse` then absorbs as
+`row_norm_copies` names a copy of the norm for each product, which `fuse` then absorbs as
 the product's prologue (the matrix-vector kernel computes the norm while reading its row), so
 the norm is no kernel of its own:
 
@@ -67,64 +67,53 @@ def _shares_row_norm(
     return True
 
 
-def recompute_row_norms(
-    graph: Graph, types: dict[str, TensorType], max_k: int = 2048
-) -> tuple[Sequence[Node], dict[str, str]]:
-    """Give each one-row product reading a shared row norm its own copy of the norm.
+def row_norm_copies(
+    graph: Graph,
+    types: dict[str, TensorType],
+    readers: dict[str, list[int]],
+    max_k: int = 2048,
+) -> list[tuple[int, list[tuple[str, int]]]]:
+    """The norms to copy, one copy per one-row product reading the norm: for each, in issue
+    order, its index and a (copy name, reader index) per reader, in issue order.
 
     A decode step normalizes one row and feeds it to several products (q/k/v; gate/up): stored,
     the norm is a kernel of its own; copied, each product computes it while reading its row
     (the row is K elements, its statistics cost the product a block reduction). Rows up to
-    `max_k`. `types`: `graph.value_types()`. Returns the nodes (the graph's own when nothing is
-    copied) and {copy name: original name}. O(V + E): one walk over the operands finds the
-    readers of the norms alone.
+    `max_k`. `types`: `graph.value_types()`; `readers`: the nodes reading each value, for at
+    least every norm `fusion_rules.is_anchor` accepts (a norm it refuses, `plan_region`
+    refuses too: never copied). The caller rewires each reader to its copy. O(V + E).
     """
     nodes = graph.nodes
-    # Norms only (what `_shares_row_norm` tests first), of rows up to max_k.
-    norms = [
-        i for i, n in enumerate(nodes) if n.op in NORM_OPS and types[n.name].shape[-1] <= max_k
-    ]
-    if not norms:
-        return nodes, {}
-    users: dict[str, list[int]] = {nodes[i].name: [] for i in norms}
-    get = users.get
-    for i, node in enumerate(nodes):
-        for operand in node.operands:
-            found = get(operand)
-            if found is not None:
-                found.append(i)
     outputs = frozenset(graph.output_names())
     fusable: dict[tuple[object, ...], bool] = {}
     shared: dict[int, list[int]] = {}  # norm -> its readers, each to get a copy
-    for i in norms:
-        node = nodes[i]
-        readers = sorted(set(users[node.name]))
-        if _shares_row_norm(graph, types, node, readers, outputs, fusable):
-            shared[i] = readers
+    for i, node in enumerate(nodes):
+        # Norms only (what `_shares_row_norm` tests first), of rows up to max_k.
+        if node.op not in NORM_OPS or types[node.name].shape[-1] > max_k:
+            continue
+        found = readers.get(node.name)
+        if found is None:
+            continue
+        distinct = sorted(set(found))
+        if _shares_row_norm(graph, types, node, distinct, outputs, fusable):
+            shared[i] = distinct
     if not shared:
-        return nodes, {}
+        return []
     # Names in use: every value's, and every node's (events and untyped nodes have no type).
     taken = set(types).union(n.name for n in nodes if n.type is None)
-    copies: dict[str, str] = {}
-    rewired = list(nodes)  # each reader reading its copy
-    out: list[Node] = []
-    start = 0
-    for i, readers in shared.items():  # in issue order
-        node = nodes[i]
-        out += rewired[start:i]
-        start = i + 1
-        for k, r in enumerate(readers):
-            name, n = f"{node.name}.{k}", k
+    made: list[tuple[int, list[tuple[str, int]]]] = []
+    for i, norm_readers in shared.items():  # in issue order
+        base = nodes[i].name
+        named: list[tuple[str, int]] = []
+        for k, r in enumerate(norm_readers):
+            name, n = f"{base}.{k}", k
             while name in taken:
                 n += 1
-                name = f"{node.name}.{n}"
+                name = f"{base}.{n}"
             taken.add(name)
-            copies[name] = node.name
-            out.append(node.with_fields(name=name))
-            reader = rewired[r]
-            rewired[r] = reader.with_fields(operands=(name, *reader.operands[1:]))
-    out += rewired[start:]
-    return out, copies
+            named.append((name, r))
+        made.append((i, named))
+    return made
 
 
 def restored_names(names: Sequence[str], copies: dict[str, str]) -> dict[str, str]:

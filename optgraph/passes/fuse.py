@@ -74,8 +74,8 @@ from optgraph.analysis.fusion_rules import (
     plan_region,
 )
 from optgraph.analysis.happens_before import HappensBefore, happens_before
-from optgraph.analysis.row_norm_copies import recompute_row_norms, restored_names
-from optgraph.ir.graph import EVENT_OPS, NO_ANNOTATIONS, Graph, Node, Region, TensorType
+from optgraph.analysis.row_norm_copies import restored_names, row_norm_copies
+from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node, Region, TensorType
 from optgraph.ir.layout import alias_roots
 from optgraph.ir.op_specs import typed_value
 from optgraph.passes.base import Pass
@@ -88,11 +88,12 @@ Counts = tuple[int, int, int]
 @dataclass
 class _State:
     """The grouping built while walking the graph once. Nodes are named by their index in
-    `nodes` (the graph's, with the norm copies of `row-prologues`)."""
+    `nodes`: the graph's, then the norm copies of `row-prologues` (`_copy_norms`)."""
 
-    nodes: Sequence[Node]
+    nodes: list[Node]
     types: dict[str, TensorType]
-    # Readers of each fusable node's result, in issue order (a node reading it twice twice).
+    # Readers of each fusable node's result (a node reading it twice, twice; the tests that read
+    # them ask whether all are in a group, or which is the one).
     readers: dict[str, list[int]]
     producers: dict[str, int]
     outputs: frozenset[str]
@@ -113,6 +114,8 @@ class _State:
     signatures: list[int] = field(default_factory=list)  # per node, -1 until `_signature` asks
     signature_ids: dict[tuple[object, ...], int] = field(default_factory=dict)
     one_kernel: dict[tuple[int, ...], bool] = field(default_factory=dict)  # by `_region_key`
+    # Place in issue order of each norm copy (appended to `nodes` past the graph's own nodes).
+    positions: dict[int, float] = field(default_factory=dict)
 
 
 def _arena_ranges(graph: Graph, types: dict[str, TensorType]) -> dict[str, tuple[int, int]]:
@@ -226,6 +229,8 @@ def _try_absorb(state: _State, root: int, producer: int, max_ops: int) -> bool:
     ):
         return False
     union = sorted(mine + theirs)
+    if state.positions and union[-1] in state.positions:  # a norm copy: sort by issue order
+        union.sort(key=lambda j: state.positions.get(j, j))
     if not _is_one_kernel(state, union):
         return False
     if state.planned and not _memory_allows(state, root, union):
@@ -411,7 +416,7 @@ def fused_node(
     nodes: Sequence[Node], outside: Sequence[str], copies: dict[str, str] | None = None
 ) -> Node:
     """The `fused` node computing `nodes` (issue order, root last) from the `outside` values.
-    `copies`: {norm copy: original} of `recompute_row_norms`; inside the body each copy takes
+    `copies`: {norm copy: original} (`row_norm_copies`); inside the body each copy takes
     its original's name back (`restored_names`)."""
     root = nodes[-1]
     names = [n.name for n in nodes]
@@ -453,15 +458,19 @@ def _readers(nodes: Sequence[Node], names: Sequence[str]) -> dict[str, list[int]
     return readers
 
 
-def _rebuilt(state: _State, copies: dict[str, str], had_lifetimes: bool) -> list[Node]:
-    """The nodes after fusion: each region of two or more nodes one `fused` node at its root."""
+def _rebuilt(
+    state: _State, order: Sequence[int], copies: dict[str, str], had_lifetimes: bool
+) -> list[Node]:
+    """The nodes after fusion, in issue `order`: each region of two or more nodes one `fused`
+    node at its root."""
     nodes = state.nodes
     regions = {root: group for root, group in state.members.items() if len(group) > 1}
     group_of = state.group_of
     out: list[Node] = []
-    for i, node in enumerate(nodes):
+    for i in order:
         if group_of[i] != i and group_of[i] != -1:
             continue  # absorbed into the region of another root
+        node = nodes[i]
         group = regions.get(i)
         if group is not None:
             node = fused_node([nodes[j] for j in group], _outside_operands(nodes, group), copies)
@@ -469,6 +478,56 @@ def _rebuilt(state: _State, copies: dict[str, str], had_lifetimes: bool) -> list
             node = node.with_ann(live=None, visible=None)
         out.append(node)
     return out
+
+
+def _copy_norms(
+    state: _State,
+    made: list[tuple[int, list[tuple[str, int]]]],
+    counts: dict[int, Counts],
+    copies: dict[str, str],
+) -> tuple[list[int], dict[int, Counts]]:
+    """Give each reader of a shared row norm its copy (`row_norm_copies`), in place of the norm.
+
+    The copies go to the end of `state.nodes` (no index moves: the readers and producers found
+    stay true) and each reader is rewired to its copy; returns the issue order (each norm's
+    copies where it was) and `counts` in that order. Fills `copies` {copy: norm} and
+    `state.positions` (a copy's place in issue order, between its norm's and the next node's,
+    for sorting regions). O(V) for the order, O(1) per copy and per read of a norm's operand.
+    """
+    nodes, types, readers, producers = state.nodes, state.types, state.readers, state.producers
+    last = len(nodes)  # the graph's own nodes: [0, last)
+    fusable = list(counts)  # indices in issue order
+    walk: dict[int, Counts] = {}
+    order: list[int] = []
+    start = done = 0
+    for i, named in made:
+        norm = nodes[i]
+        order += range(start, i)
+        at = bisect_left(fusable, i, done)
+        assert fusable[at] == i  # `row_norm_copies` copies fusable norms only
+        walk.update((j, counts[j]) for j in fusable[done:at])
+        start, done = i + 1, at + 1
+        made_here: list[int] = []
+        for k, (name, r) in enumerate(named):
+            c = len(nodes)
+            nodes.append(norm.with_fields(name=name))
+            reader = nodes[r]
+            nodes[r] = reader.with_fields(operands=(name, *reader.operands[1:]))
+            producers[name] = c
+            types[name] = types[norm.name]
+            readers[name] = [r]
+            copies[name] = norm.name
+            state.positions[c] = i + (k + 1) / (len(named) + 1)
+            walk[c] = counts[i]
+            made_here.append(c)
+        order += made_here
+        for operand in set(norm.operands):  # each copy reads what the norm read
+            found = readers.get(operand)
+            if found is not None:
+                readers[operand] = [c for u in found for c in (made_here if u == i else (u,))]
+    order += range(start, last)
+    walk.update((j, counts[j]) for j in fusable[done:])
+    return order, walk
 
 
 @dataclass(frozen=True)
@@ -487,20 +546,16 @@ class FusePass(Pass):
     def run(self, graph: Graph) -> Graph:
         planned = any(n.ann.offset is not None for n in graph.nodes)
         types = graph.value_types()  # a copy: the norm copies' types are added to it
-        nodes: Sequence[Node] = graph.nodes
-        copies: dict[str, str] = {}
-        if self.row_prologues and not planned:
-            nodes, copies = recompute_row_norms(graph, types, self.prologue_max_k)
-            types.update((copy, types[original]) for copy, original in copies.items())
+        nodes = list(graph.nodes)
         counts = _fusable(nodes, types)
+        readers = _readers(nodes, [nodes[i].name for i in counts])
         state = _State(
             nodes=nodes,
             types=types,
-            readers=_readers(nodes, [nodes[i].name for i in counts]),
-            producers={n.name: i for i, n in enumerate(nodes) if n.op not in EVENT_OPS},
+            readers=readers,
+            producers=graph.producers(),
             outputs=frozenset(graph.output_names()),
-            group_of=[-1] * len(nodes),
-            signatures=[-1] * len(nodes),
+            group_of=[],
             members={},
             anchors={},
             planned=planned,
@@ -508,6 +563,14 @@ class FusePass(Pass):
             prologue_max_k=self.prologue_max_k,
             elementwise_prologue_max_k=self.elementwise_prologue_max_k,
         )
+        order: Sequence[int] = range(len(nodes))
+        copies: dict[str, str] = {}
+        if self.row_prologues and not planned:
+            made = row_norm_copies(graph, types, readers, self.prologue_max_k)
+            if made:
+                order, counts = _copy_norms(state, made, counts, copies)
+        state.group_of = [-1] * len(nodes)
+        state.signatures = [-1] * len(nodes)
         if planned:
             state.hb = happens_before(graph)
             state.ranges = _arena_ranges(graph, types)
@@ -519,8 +582,8 @@ class FusePass(Pass):
             anchors[i] = count
             _grow(state, i, self.max_ops)
         if all(len(group) == 1 for group in members.values()):
-            return graph.with_nodes(nodes) if copies else graph
+            return graph.with_nodes([nodes[i] for i in order]) if copies else graph
         had_lifetimes = any(
             n.ann.live is not None or n.ann.visible is not None for n in graph.nodes
         )
-        return graph.with_nodes(_rebuilt(state, copies, had_lifetimes))
+        return graph.with_nodes(_rebuilt(state, order, copies, had_lifetimes))
