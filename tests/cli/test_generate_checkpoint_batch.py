@@ -143,3 +143,33 @@ def test_prompt_file_prints_one_block_a_prompt_in_order(
     results: list[dict[str, Any]] = json.loads(out.read_text())["results"]
     assert [r["tokens"] for r in results] == expected
     assert stderr.count(f"{NEW} new") == len(PROMPTS)
+
+
+def test_a_model_making_masks_otherwise_is_refused_by_name() -> None:
+    """A batch needs every mask made per row: a model whose forward calls a mask function the
+    batch step does not replace (chunked attention here) is refused, naming it."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from optgraph.errors import OptGraphError
+    from optgraph.frontends.hf_row_steps import _check_masks
+
+    class ChunkedModel(torch.nn.Module):
+        __module__ = "transformers.models.chunked.modeling_chunked"
+
+        def forward(self, x: Any) -> Any:  # never run: its source is what is read
+            return create_chunked_causal_mask(x) & create_causal_mask(x)  # type: ignore[name-defined] # noqa: F821
+
+    class PlainModel(torch.nn.Module):
+        __module__ = "transformers.models.chunked.modeling_chunked"
+
+        def forward(self, x: Any) -> Any:
+            return create_causal_mask(x)  # type: ignore[name-defined] # noqa: F821
+
+    config = {"model_type": "chunked"}
+    plain = SimpleNamespace(lm=PlainModel(), checkpoint=SimpleNamespace(config=config))
+    _check_masks(plain)  # type: ignore[arg-type]
+    chunked = SimpleNamespace(lm=ChunkedModel(), checkpoint=SimpleNamespace(config=config))
+    with pytest.raises(OptGraphError, match="chunked: .*create_chunked_causal_mask is not"):
+        _check_masks(chunked)  # type: ignore[arg-type]
