@@ -21,6 +21,7 @@ write `start` and, per stream, the first issue index `ends[s]` from which it is 
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -177,33 +178,43 @@ def place(
         offsets[i] = offset
     ptr = adjacency[0].tolist()
     nbrs = adjacency[1].tolist()
+    floor = floors or [0] * len(slots)
     for i in order:
         if offsets[i] >= 0:
             continue
-        size = sizes[i]
-        placed = [
-            (offsets[j], offsets[j] + sizes[j])
-            for j in nbrs[ptr[i] : ptr[i + 1]]
-            if offsets[j] >= 0
-        ]
+        a, b = ptr[i], ptr[i + 1]
+        cursor = floor[i]
+        if a == b:  # no placed neighbour can be in the way
+            offsets[i] = cursor
+            continue
+        placed = [(offsets[j], sizes[j]) for j in nbrs[a:b] if offsets[j] >= 0]
         placed.sort()
-        best, best_gap, cursor = -1, -1, floors[i] if floors else 0
-        for lo, hi in placed:
+        size = sizes[i]
+        best, best_gap = -1, -1
+        for lo, n in placed:
             gap = lo - cursor
             if gap >= size and (best < 0 or gap < best_gap):
                 best, best_gap = cursor, gap
-            cursor = max(cursor, hi)
+            cursor = max(cursor, lo + n)
         offsets[i] = best if best >= 0 else cursor
     return offsets
 
 
-def _orders(slots: list[Slot]) -> dict[str, list[int]]:
+def _orders(slots: list[Slot], names: list[str]) -> dict[str, list[int]]:
+    """The orderings `names` asks for, as slot positions."""
     ids = range(len(slots))
-    return {
-        "size": sorted(ids, key=lambda i: (-slots[i].size, slots[i].start)),
-        "lifetime": sorted(ids, key=lambda i: (slots[i].start - slots[i].last, -slots[i].size)),
-        "issue": list(ids),
+    keys: dict[str, Callable[[Slot], tuple[int, int]]] = {
+        "size": lambda s: (-s.size, s.start),
+        "lifetime": lambda s: (s.start - s.last, -s.size),
     }
+    orders: dict[str, list[int]] = {}
+    for name in names:
+        if name in keys:
+            key = list(map(keys[name], slots))
+            orders[name] = sorted(ids, key=key.__getitem__)
+        else:
+            orders[name] = list(ids)
+    return orders
 
 
 def placements(slots: list[Slot], names: list[str], explicit_limit: int) -> dict[str, list[int]]:
@@ -211,16 +222,17 @@ def placements(slots: list[Slot], names: list[str], explicit_limit: int) -> dict
     `explicit_limit` conflicting pairs), and with permanent slots stacked."""
     import numpy as np
 
-    orders = _orders(slots)
+    orders = _orders(slots, names)
     results: dict[str, list[int]] = {}
     full = conflict_graph(slots, explicit_limit)
     if full is not None:
         for name in names:
             results[name] = place(slots, full, orders[name])
-    permanent = [i for i, s in enumerate(slots) if is_permanent(s)]
+    is_kept = [is_permanent(s) for s in slots]
+    permanent = [i for i, kept in enumerate(is_kept) if kept]
     if permanent or full is None:
         stacked = StackedPermanents(slots, permanent)
-        rest = np.array([i for i, s in enumerate(slots) if not is_permanent(s)], dtype=np.int64)
+        rest = np.array([i for i, kept in enumerate(is_kept) if not kept], dtype=np.int64)
         sub = conflict_graph([slots[i] for i in rest])
         assert sub is not None
         # The same adjacency over all slots (rows of `sub` follow `rest`, which is increasing);
@@ -230,7 +242,7 @@ def placements(slots: list[Slot], names: list[str], explicit_limit: int) -> dict
         indptr = np.zeros(len(slots) + 1, dtype=np.int64)
         np.cumsum(counts, out=indptr[1:])
         indices = rest[sub[1]] if sub[1].size else sub[1]
-        floors = [0 if is_permanent(s) else stacked.floor(s) for s in slots]
+        floors = [0 if kept else stacked.floor(s) for s, kept in zip(slots, is_kept)]
         for name in names:
             results[f"{name}, outputs stacked"] = place(
                 slots, (indptr, indices), orders[name], floors, stacked.offsets

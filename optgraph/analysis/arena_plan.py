@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from optgraph.analysis.arena_packing import NEVER, Slot, align_up, placements
+from optgraph.analysis.arena_packing import NEVER, Slot, placements
 from optgraph.analysis.happens_before import HappensBefore, happens_before, schedule_memo
 from optgraph.analysis.lifetimes import Lifetime, compute_lifetimes, stream_ids
-from optgraph.ir.graph import Graph, TensorType
+from optgraph.ir.graph import EVENT_OPS, Graph, TensorType
 from optgraph.ir.layout import alias_roots
 from optgraph.ir.ops import get_op
 
@@ -113,34 +113,51 @@ def build_slots(
     roots = alias_roots(graph)
     types = graph.value_types()
     streams = len(stream_ids(graph))
+    one_device = graph.device_count() == 1  # then a slot's ends are its visible points
+    may_reuse: dict[str, bool] = {}  # op name -> whether `inplace_source` may find a source
     slot_of: dict[str, int] = {}
     slots: list[Slot] = []
     reuse: dict[str, str] = {}
-    for lt in sorted(lifetimes.values(), key=lambda lt: lt.producer):
-        node = graph.nodes[lt.producer]
-        source = (
-            inplace_source(graph, lt.producer, lifetimes, roots, types, hb) if inplace else None
-        )
+    nodes = graph.nodes
+    ordered = lifetimes.values()
+    if any(a.producer > b.producer for a, b in zip(ordered, list(ordered)[1:])):
+        ordered = sorted(ordered, key=lambda lt: lt.producer)
+    for lt in ordered:
+        node = nodes[lt.producer]
+        source = None
+        if inplace:
+            can = may_reuse.get(node.op)
+            if can is None:
+                op = get_op(node.op)
+                can = may_reuse[node.op] = op is not None and op.inplace_operand is not None
+            if can:
+                source = inplace_source(graph, lt.producer, lifetimes, roots, types, hb)
+        if one_device:
+            ends = [NEVER if v < 0 else v for v in lt.visible]
+        else:
+            ends = _slot_ends(lt, streams)
         if source is not None:
             slot = slots[slot_of[source]]
             slot.members.append(lt.name)
             slot.last = max(slot.last, lt.last)
-            slot.ends = [max(e, v) for e, v in zip(slot.ends, _slot_ends(lt, streams))]
+            slot.ends = [max(e, v) for e, v in zip(slot.ends, ends)]
             slot.devices = tuple(sorted(set(slot.devices) | set(lt.devices)))
             slot_of[lt.name] = slot_of[source]
             reuse[lt.name] = source
             continue
         slot_of[lt.name] = len(slots)
+        devices = node.ann.devices
+        stream = node.ann.stream or 0
         slots.append(
             Slot(
                 members=[lt.name],
-                size=align_up(lt.nbytes, alignment),
+                size=-(-lt.nbytes // alignment) * alignment,
                 start=lt.producer,
-                stream=node.devices[0] * streams + node.stream,
+                stream=devices[0] * streams + stream,
                 last=lt.last,
-                ends=_slot_ends(lt, streams),
-                lanes=tuple(d * streams + node.stream for d in node.devices),
-                devices=node.devices,
+                ends=ends,
+                lanes=tuple(d * streams + stream for d in devices),
+                devices=devices,
             )
         )
     return slots, reuse
@@ -279,13 +296,31 @@ def check_plan(graph: Graph) -> list[str]:
     return problems
 
 
-def apply_plan(graph: Graph, memory: MemoryPlan) -> Graph:
-    """Annotate `offset`/`size` on every buffer's producer; clear them on everything else."""
-    nodes = []
-    for node in graph.nodes:
-        if node.name in memory.offsets and not node.is_event:
-            node = node.with_ann(offset=memory.offsets[node.name], size=memory.sizes[node.name])
-        elif node.ann.offset is not None or node.ann.size is not None:
-            node = node.with_ann(offset=None, size=None)
-        nodes.append(node)
+def apply_plan(
+    graph: Graph, memory: MemoryPlan, lifetimes: dict[str, Lifetime] | None = None
+) -> Graph:
+    """Annotate `offset`/`size` on every buffer's producer; clear them on everything else. With
+    `lifetimes`, also what `annotate_lifetimes` annotates, in the same walk (one new node per
+    buffer, not two)."""
+    offsets, sizes = memory.offsets, memory.sizes
+    wanted = {lt.producer: lt for lt in lifetimes.values()} if lifetimes is not None else None
+    nodes = list(graph.nodes)
+    for i, node in enumerate(nodes):
+        ann = node.ann
+        changes: dict[str, object] = {}
+        if node.name in offsets and node.op not in EVENT_OPS:
+            offset, size = offsets[node.name], sizes[node.name]
+            if ann.offset != offset or ann.size != size:
+                changes = {"offset": offset, "size": size}
+        elif ann.offset is not None or ann.size is not None:
+            changes = {"offset": None, "size": None}
+        if wanted is not None:
+            lt = wanted.get(i)
+            if lt is None:
+                if ann.live is not None or ann.visible:
+                    changes |= {"live": None, "visible": None}
+            elif ann.live != (lt.first, lt.last) or ann.visible != lt.visible:
+                changes |= {"live": (lt.first, lt.last), "visible": lt.visible}
+        if changes:
+            nodes[i] = node.with_ann(**changes)  # type: ignore[arg-type]
     return graph.with_nodes(nodes)

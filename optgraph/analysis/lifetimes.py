@@ -24,6 +24,8 @@ k = streams).
 
 from __future__ import annotations
 
+import operator
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from optgraph.analysis.happens_before import (
@@ -71,15 +73,15 @@ def buffer_accesses(
         if first[i + 1] == first[i] + 1 and node.op not in _OWN_READS:  # one instance: reads all
             x = first[i]
             if node.name in roots:
-                root = roots[node.name][0]
-                if root in accesses:
-                    accesses[root].append(x)
+                found = accesses.get(roots[node.name][0])
+                if found is not None and found[-1] != x:
+                    found.append(x)
             else:
                 accesses[node.name] = [x]
             for operand in node.operands:
-                root = roots[operand][0] if operand in roots else operand
-                if root in accesses:
-                    accesses[root].append(x)
+                found = accesses.get(roots[operand][0] if operand in roots else operand)
+                if found is not None and found[-1] != x:
+                    found.append(x)
             continue
         for x, d in zip(hb.instances_of(i), node.devices):
             if node.name in roots:
@@ -97,8 +99,10 @@ def buffer_accesses(
         root = roots[name][0] if name in roots else name
         if root in accesses:
             kept.add(root)
+    # Instances are visited in increasing order, so each list is sorted; the fast path above
+    # already skips a repeated instance, the general one may repeat one.
     for name, acc in accesses.items():
-        if len(acc) > 1:
+        if len(acc) > 1 and not all(map(operator.lt, acc, acc[1:])):
             accesses[name] = sorted(set(acc))
     return accesses, kept
 
@@ -138,13 +142,23 @@ def _compute_lifetimes(graph: Graph, hb: HappensBefore) -> dict[str, Lifetime]:
     devices = range(graph.device_count())
     nodes = graph.nodes
     end = len(nodes)
+    node_of = hb.node_of
+    # One lane (one device, one stream): the first node after every access is the one after the
+    # last access on that lane (`first_node_after`, read off directly).
+    is_one_lane = len(hb.lanes) == 1 and len(streams) == 1 and len(devices) == 1
+    lane = hb.on_lane[0] if is_one_lane else None
+    never = tuple(-1 for _ in devices for _ in streams)
     out: dict[str, Lifetime] = {}
     for name, acc in accesses.items():
         is_output = name in kept
-        producer = hb.node_of[acc[0]]
-        home = nodes[producer].devices
+        producer = node_of[acc[0]]
+        node = nodes[producer]
+        home = node.ann.devices
         if is_output:
-            visible = tuple(-1 for _ in devices for _ in streams)
+            visible = never
+        elif lane is not None:
+            after = bisect_left(lane, acc[-1] + 1)
+            visible = (node_of[lane[after]] if after < len(lane) else -1,)
         elif len(devices) == 1:
             visible = tuple(hb.first_node_after(acc, s) for s in streams)
         else:
@@ -154,17 +168,21 @@ def _compute_lifetimes(graph: Graph, hb: HappensBefore) -> dict[str, Lifetime]:
                 for d in devices
                 for s in streams
             )
-        out[name] = Lifetime(
+        # Made field by field: a frozen dataclass's __init__ costs several times more, and
+        # there is one lifetime per buffer.
+        lt = object.__new__(Lifetime)
+        lt.__dict__.update(
             name=name,
             producer=producer,
             accesses=tuple(acc),
-            nbytes=nodes[producer].type.nbytes,  # type: ignore[union-attr]
+            nbytes=node.type.nbytes,  # type: ignore[union-attr]
             is_output=is_output,
             first=producer,
-            last=end if is_output else hb.node_of[acc[-1]],
+            last=end if is_output else node_of[acc[-1]],
             visible=visible,
             devices=home,
         )
+        out[name] = lt
     return out
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from optgraph.analysis.arena_plan import ALGOS, apply_plan, plan
 from optgraph.analysis.happens_before import happens_before
-from optgraph.analysis.lifetimes import annotate_lifetimes, compute_lifetimes
+from optgraph.analysis.lifetimes import compute_lifetimes
 from optgraph.ir.gc_pause import gc_paused
 from optgraph.ir.graph import Graph
 from optgraph.passes.base import Pass
@@ -69,4 +69,4 @@ class PlanMemoryPass(Pass):
             hb = happens_before(graph)
             lifetimes = compute_lifetimes(graph, hb)
             memory = plan(graph, self.algo, self.alignment, self.inplace, lifetimes, hb)
-            return apply_plan(annotate_lifetimes(graph, lifetimes), memory)
+            return apply_plan(graph, memory, lifetimes)
