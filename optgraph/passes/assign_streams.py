@@ -305,18 +305,20 @@ def late_weight_nodes(
     weight's cast held its result in the arena all that time. `nodes` in ASAP order, `preds` by
     index; ties keep that order, so such a node still precedes its readers. O(V + E)."""
     issue = list(start)
+    made_of_weights = set(weights)  # weights, then the nodes made from them alone
+    moved = []
+    for v, node in enumerate(nodes):  # ASAP order: a node's operands come before it
+        if node.operands and made_of_weights.issuperset(node.operands):
+            made_of_weights.add(node.name)
+            moved.append(v)
+    if not moved:
+        return issue
     readers: list[list[int]] = [[] for _ in nodes]
     for v, ps in enumerate(preds):
         for p in ps:
             readers[p].append(v)
-    produced = {n.name: v for v, n in enumerate(nodes)}
-    from_weights = [False] * len(nodes)
-    for v, node in enumerate(nodes):  # ASAP order: a node's operands come before it
-        from_weights[v] = bool(node.operands) and all(
-            o in weights or (o in produced and from_weights[produced[o]]) for o in node.operands
-        )
-    for v in reversed(range(len(nodes))):  # readers first: a chain of them moves together
-        if from_weights[v] and readers[v]:
+    for v in reversed(moved):  # readers first: a chain of them moves together
+        if readers[v]:
             issue[v] = min(issue[u] for u in readers[v])
     return issue
 
