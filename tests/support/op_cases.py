@@ -254,7 +254,12 @@ input %hmask : {T}[1,8,1,300]
 %topleft = attention(%tq, %tk, %tk, %fmask) {causal = true, causal_align = "top_left", masked = true} : {T}[1,2,8,16]
 %window = attention(%nq, %nk, %nk, %rowlen2) {causal = true, softcap = 1.0, window = 7} : {T}[2,2,40,64]
 %splitmask = attention(%sq, %sk, %sv, %len3, %hmask) {causal = true, masked = true, window = 51} : {T}[1,8,1,128]
-output %decode, %prefill, %decode2, %long, %wide, %split, %gqa, %maskdec, %topleft, %window, %splitmask""",
+input %sinks8 : f32[8]
+input %sinks4 : {T}[4]
+%sinkdec = attention(%sq, %sk, %sv, %len3, %sinks8) {sinks = true} : {T}[1,8,1,128]
+%sinkpre = attention(%gq, %gk, %gv, %len4, %sinks4) {causal = true, sinks = true} : {T}[2,4,40,64]
+%sinkmask = attention(%mq, %mk, %mk, %rowlen, %sinks4, %bmask) {causal = true, masked = true, sinks = true, window = 9} : {T}[2,4,1,16]
+output %decode, %prefill, %decode2, %long, %wide, %split, %gqa, %maskdec, %topleft, %window, %splitmask, %sinkdec, %sinkpre, %sinkmask""",
     "conv2d": """input %x : {T}[1,8,10,10]
 weight %w : {T}[16,8,3,3]
 weight %b : {T}[16]
