@@ -1,20 +1,29 @@
 """The CUDA runtime's host function of a moe part that split-experts and split-backends put on
 the CPU (its pieces in the pinned host weights, x and the logits in the pinned arena) computes
 the reference bits of that node for f32 stacks, within the CPU kernels' round-off for q8_0;
-the GPU part's kernels are checked in the emulator (tests/codegen/test_moe_kernels_emulated.py)."""
+the GPU part's kernels are checked in the emulator (tests/codegen/test_moe_kernels_emulated.py).
+On the CUDA runtime (fake CuPy), in both ways of running CPU nodes, the GPU part's kernels are
+launched before the host starts its part."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
 
+import optgraph as og
 from optgraph.codegen.lower_cuda import lower_cuda
+from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.codegen.plan.steps import HostStep
+from optgraph.ir.graph import Node
 from optgraph.passes.manager import run_pipeline
 from optgraph.passes.split_experts import expert_weights
 from optgraph.reference.interpreter import evaluate_node, random_inputs, random_weights
+from optgraph.runtime.cuda import offload
 from optgraph.runtime.cuda.offload import HostErrors, HostFunction, HostMemory, HostWeights
 from tests.passes.test_split_experts import moe_model
+from tests.support.fake_cupy import fake_cupy
 
 PIPELINE = "split-experts{cpu-experts=3},split-backends,insert-sync,analyze-lifetimes,plan-memory"
 
@@ -52,3 +61,34 @@ def test_the_cpu_part_computes_its_reference_bits(stacks: tuple[str, str, str]) 
         assert fn.out.tobytes() == want.tobytes()
     else:  # the products on the CPU kernels (runtime/cpu/quantized_nodes.py): their round-off
         assert np.abs(fn.out - want).max() <= 1e-4 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("cpu_nodes", ["calling-thread", "graph"])
+def test_the_gpu_part_is_launched_before_the_host_runs_its_part(
+    monkeypatch: pytest.MonkeyPatch, cpu_nodes: str
+) -> None:
+    """On the CUDA runtime (fake CuPy: kernels recorded, not computed), `og.compile(...,
+    target="cuda").run` on the model's whole arrays: when the host starts the CPU part, the GPU
+    part's three moe kernels are launched already, so they run while it works."""
+    source = moe_model(layers=1, tokens=1, stacks=("q8_0", "q8_0", "q8_0"))
+    pipeline = "split-experts{cpu-experts=2},split-backends,insert-sync"
+    inputs, weights = random_inputs(source, seed=1), random_weights(source, seed=2)
+    started: list[tuple[str, list[str]]] = []
+    with fake_cupy(monkeypatch) as fake:
+        real = offload.write_quantized
+
+        def spy(node: Node, *args: Any, **kwargs: Any) -> bool:
+            started.append((node.name, list(fake.launches)))
+            return real(node, *args, **kwargs)
+
+        monkeypatch.setattr(offload, "write_quantized", spy)
+        options = LoweringOptions(cpu_nodes=cpu_nodes)
+        program = og.compile(source, pipeline, target="cuda", options=options)
+        outputs = program.run(inputs, weights)
+        program.close()
+    assert set(outputs) == {"l0.y"}
+    ((name, launched),) = started
+    assert name == "l0.m.e6_8"
+    assert [k.split("_")[2] for k in launched if k.startswith("og_moe_")] == [
+        "route", "gate", "down"
+    ]  # fmt: skip
