@@ -153,6 +153,10 @@ def limit_diagnostics(graph: Graph) -> list[Diagnostic]:
 
 
 def _declaration_annotation_diagnostics(graph: Graph) -> list[Diagnostic]:
+    anns = [i.ann for i in graph.inputs] + [w.ann for w in graph.weights]
+    distinct = dict(zip(map(id, anns), anns))  # declarations share annotation objects
+    if all(ann is NO_ANNOTATIONS or _is_within_limits(ann) for ann in distinct.values()):
+        return []
     out: list[Diagnostic] = []
     for decl in graph.inputs:
         out.extend(_annotation_diagnostics(decl.ann, f"%{decl.name}", decl.span))
