@@ -301,3 +301,26 @@ def test_a_part_cut_again_takes_its_rows_from_its_first_expert() -> None:
     pieces = expert_weights(source, planned, weights)
     assert np.array_equal(pieces["l0.down.e5_6"], weights["l0.down"][3:4])
     _assert_planned_runs_equal_reference(source, planned, True, (None, 0))
+
+
+def test_gpt_oss_experts_with_biases() -> None:
+    """Biases follow their stacks (cut by expert); the clamped SwiGLU parts add up to the whole
+    bit for bit (k = 2) in the planned program."""
+    source = og.parse(
+        """graph g {
+  input %x : f32[3,64]
+  input %logits : f32[3,4]
+  weight %gate_up : f32[4,64,64]
+  weight %down : q8_0[4,64,32]
+  weight %gate_up_bias : f32[4,64]
+  weight %down_bias : f32[4,64]
+  %y = moe(%x, %logits, %gate_up, %down, %gate_up_bias, %down_bias) {act = "swiglu_oai", k = 2, routing = "topk_softmax"} : f32[3,64]
+  output %y
+}
+"""
+    )
+    og.verify(source)
+    planned = _planned(source, "cpu-experts=1")
+    host = {w.name for w in planned.weights if w.placement == "host"}
+    assert host == {"gate_up.e3_4", "down.e3_4", "gate_up_bias.e3_4", "down_bias.e3_4"}
+    _assert_planned_runs_equal_reference(source, planned, True, (None, 0, 1))
