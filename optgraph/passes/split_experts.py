@@ -22,7 +22,8 @@ are copied to the host once, the CPU part's result is copied back once, and the 
 GPU waits for that copy alone.
 
 The user keeps supplying the model's arrays: a piece is named after its stack and its experts
-(`%gate.e6_8`: experts 6 and 7 of `%gate`) and `expert_weights(graph_before, graph_after,
+(`%gate.e6_8`: experts 6 and 7 of `%gate`; gpt-oss's expert biases, a row an expert, are cut
+with their stacks) and `expert_weights(graph_before, graph_after,
 weights)` cuts the pieces from the user's whole arrays when they are bound (views of rows along
 the experts axis: whole blocks, whatever the dtype); `og.compile(...).run` and `optgraph run` do
 it for the user.
