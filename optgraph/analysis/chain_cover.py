@@ -28,7 +28,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import zip_longest
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class TooWide(Exception):
@@ -46,12 +51,10 @@ class Reachability:
     """
 
     def __init__(self, preds: Sequence[Sequence[int]], budget: int | None = None):
-        import numpy as np
-
         budget = LABEL_BUDGET if budget is None else budget
         n = len(preds)
         # Built in lists (C is a few chains: NumPy's per-call cost would dominate each row),
-        # then kept as arrays too. A row is as long as the chains were when it was made; the
+        # and as arrays when first asked for. A row is as long as the chains were when it was made; the
         # chains made since are 0 in it (no ancestor there).
         capacity = 8
         rows: list[list[int]] = []
@@ -61,17 +64,27 @@ class Reachability:
         tail_pos: list[int] = []
         for v in range(n):
             ps = preds[v]
+            c = -1
             if len(ps) == 1:
-                row = rows[ps[0]].copy()
+                p = ps[0]
+                row = rows[p].copy()
+                if tail_node[chain[p]] == p:  # the usual case: extend its only input's chain
+                    c = chain[p]
+                    tail_node[c] = v
+                    tail_pos[c] += 1
+                    chain.append(c)
+                    pos.append(tail_pos[c])
+                    row[c] = tail_pos[c]
+                    rows.append(row)
+                    continue
             elif ps:
                 row = [max(column) for column in zip_longest(*(rows[p] for p in ps), fillvalue=0)]
+                for p in ps:  # prefer extending a direct predecessor's chain
+                    if tail_node[chain[p]] == p:
+                        c = chain[p]
+                        break
             else:
                 row = []
-            c = -1
-            for p in ps:  # prefer extending a direct predecessor's chain
-                if tail_node[chain[p]] == p:
-                    c = chain[p]
-                    break
             if c < 0 and ps:
                 for k, ancestor in enumerate(row):
                     if ancestor > 0 and tail_pos[k] == ancestor:
@@ -100,10 +113,26 @@ class Reachability:
         self.rows = rows  # rows[v][c]: the position of v's latest ancestor on chain c (0: none)
         self.chain_of = chain
         self.pos_of = pos
-        self.anc = np.array(rows, dtype=np.int32).reshape(n, chains)
-        self.chain = np.array(chain, dtype=np.int64)
-        self.pos = np.array(pos, dtype=np.int64)
         self.chains = chains
+
+    # The labels as NumPy arrays, made on first use (only wide joins read them).
+    @cached_property
+    def anc(self) -> np.ndarray:
+        import numpy as np
+
+        return np.array(self.rows, dtype=np.int32).reshape(len(self.rows), self.chains)
+
+    @cached_property
+    def chain(self) -> np.ndarray:
+        import numpy as np
+
+        return np.array(self.chain_of, dtype=np.int64)
+
+    @cached_property
+    def pos(self) -> np.ndarray:
+        import numpy as np
+
+        return np.array(self.pos_of, dtype=np.int64)
 
     def reaches(self, u: int, v: int) -> bool:
         """Whether there is a path u -> ... -> v (True for u == v)."""
@@ -121,7 +150,7 @@ def transitive_reduction(
             reach = Reachability(preds)
         except TooWide:
             return _reduction_by_search(preds)
-    anc, rows, chain, pos = reach.anc, reach.rows, reach.chain_of, reach.pos_of
+    rows, chain, pos = reach.rows, reach.chain_of, reach.pos_of
     reduced: list[list[int]] = []
     for ps in preds:
         unique = list(dict.fromkeys(ps))
@@ -135,7 +164,9 @@ def transitive_reduction(
                     keep.append(p)
             reduced.append(keep)
         else:
-            block = anc[unique]  # d × C: the two largest per column tell "another pred reaches p"
+            block = reach.anc[
+                unique
+            ]  # d × C: the two largest per column tell "another pred reaches p"
             top = np.argmax(block, axis=0)
             first = block[top, np.arange(block.shape[1])]
             masked = block.copy()

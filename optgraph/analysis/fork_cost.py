@@ -273,7 +273,7 @@ class BranchCosts:
         )
         seconds, roofline, is_kernel = times.seconds, times.roofline, times.is_kernel
         for v, ps in enumerate(preds):
-            critical = _latest(ps, finish)
+            critical = ps[0] if len(ps) == 1 else _latest(ps, finish)
             if critical >= 0:
                 start[v] = finish[critical]
                 path_roof[v] = path_roof[critical]
@@ -286,12 +286,13 @@ class BranchCosts:
             for p in ps:
                 self.succs[p].append(v)
         self.run = times.run
-        self.run_roof: dict[int, float] = {}
-        self.run_kernels: dict[int, int] = {}
+        runs = 1 + max(self.run, default=-1)
+        self.run_roof: list[float] = [0.0] * runs
+        self.run_kernels: list[int] = [0] * runs
         for v, r in enumerate(self.run):
             if r >= 0:
-                self.run_roof[r] = self.run_roof.get(r, 0.0) + times.roofline[v]
-                self.run_kernels[r] = self.run_kernels.get(r, 0) + 1
+                self.run_roof[r] += roofline[v]
+                self.run_kernels[r] += 1
         self.mark = [-1] * (n + 1)
         self.stamp = 0
 
@@ -304,8 +305,16 @@ class BranchCosts:
         reach = self.cover.reach
         if reach is None:  # a graph too wide for labels: assume it does not
             return False
-        heads = (v for v in nodes if not any(self.mark[p] == inside for p in self.preds[v]))
-        return any(reach.reaches(v, w) for v in heads)
+        mark, preds = self.mark, self.preds
+        row, chain_of, pos_of = reach.rows[w], reach.chain_of, reach.pos_of  # `reaches(v, w)`
+        for v in nodes:
+            for p in preds[v]:
+                if mark[p] == inside:
+                    break  # not a head
+            else:
+                if row[chain_of[v]] >= pos_of[v]:
+                    return True
+        return False
 
     def branch(self, nodes: Sequence[int]) -> BranchFigures:
         """Figures of the branch made of `nodes` (ascending). O(|nodes| + their edges)."""
