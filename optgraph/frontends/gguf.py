@@ -66,12 +66,9 @@ from optgraph.ir.graph import AttrValue, Graph
 from optgraph.ir.parser import parse
 from optgraph.reference.gguf_file import GGUFFile, open_gguf, supported_types
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe", "gpt-oss")
 # What optgraph lacks for architectures that GGUF files of mixtures of experts often carry.
-MISSING = {
-    "qwen2moe": "its shared expert (ffn_*_shexp) is not supported",
-    "gpt-oss": "its biased router, clamped SwiGLU experts and attention sinks are not supported",
-}
+MISSING = {"qwen2moe": "its shared expert (ffn_*_shexp) is not supported"}
 GEMMA = {"gemma2": 2, "gemma3": 6}  # their sliding-window pattern: n - 1 sliding layers, 1 global
 GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}  # llama.cpp scales those q by (hidden/heads)^-0.5
 DEFAULT_CACHE_LEN = 4096  # a decode step's cache when the model's context is longer
@@ -95,12 +92,15 @@ _LAYER_TENSORS = {
     "w_gate_exps": "ffn_gate_exps",
     "w_up_exps": "ffn_up_exps",
     "w_down_exps": "ffn_down_exps",
+    "sinks": "attn_sinks",  # gpt-oss: a sink logit a query head
 }
 _BIAS_TENSORS = dict(
     zip(
         PROJECTIONS, ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
     )
 )
+_BIAS_TENSORS |= {"router": "ffn_gate_inp"}  # gpt-oss: the router's and the experts' biases
+_BIAS_TENSORS |= {f"{p}_exps": f"ffn_{p}_exps" for p in ("gate", "up", "down")}
 _MODEL_TENSORS = {"embed": "token_embd.weight", "final_norm": "output_norm.weight"}
 _MODEL_TENSORS["lm_head"] = "output.weight"
 
@@ -112,6 +112,14 @@ def gguf_weight_name(role: str, layer: int | None) -> str:
     if role.startswith("b_"):
         return f"blk.{layer}.{_BIAS_TENSORS[role[2:]]}.bias"
     return f"blk.{layer}.{_LAYER_TENSORS[role]}.weight"
+
+
+def gpt_oss_weight_name(role: str, layer: int | None) -> str:
+    """`gguf_weight_name` of a gpt-oss file: its MLP norm is `post_attention_norm` (the name of
+    transformers' `post_attention_layernorm`), there is no `ffn_norm`."""
+    if role == "mlp_norm" and layer is not None:
+        return f"blk.{layer}.post_attention_norm.weight"
+    return gguf_weight_name(role, layer)
 
 
 def from_gguf(
@@ -133,14 +141,15 @@ def from_gguf(
     if mode not in MODES:
         raise InputError(f"from_gguf: mode must be one of {', '.join(MODES)}, got {mode!r}")
     config = gguf_config(gguf)
+    name = gpt_oss_weight_name if gguf.architecture == "gpt-oss" else gguf_weight_name
     names = {
-        gguf_weight_name(role, layer): dims
+        name(role, layer): dims
         for (role, layer), dims in weight_shapes(config, out_in=True).items()
     }
     dtypes = _check_tensors(gguf, names)
     if dtype is None:
         first = "wqkv" if config.fused_qkv else "wq"
-        stored = dtypes[gguf_weight_name(first, 0)] if config.layers else "f32"
+        stored = dtypes[name(first, 0)] if config.layers else "f32"
         dtype = stored if stored in ("f16", "bf16") else "f32"
     if cache_len is None:
         context = gguf.metadata(f"{gguf.architecture}.context_length", DEFAULT_CACHE_LEN)
@@ -148,7 +157,7 @@ def from_gguf(
     step = LlamaStep(
         dtype=dtype, batch=batch, seq=seq, cache_len=cache_len, mode=mode, per_row=per_row
     )
-    weights = LlamaWeights(name=gguf_weight_name, out_in=True, dtypes=dtypes)
+    weights = LlamaWeights(name=name, out_in=True, dtypes=dtypes)
     comment = f"# Imported from {Path(path).name} ({gguf.architecture}) by optgraph's from_gguf."
     try:
         text = llama_ir(config, step, weights, comments=[comment])
@@ -208,8 +217,11 @@ def gguf_config(gguf: GGUFFile) -> LlamaConfig:
             f"LongRoPE scaling ({', '.join(longrope)}: per-frequency factors that switch with the "
             "sequence length) is not supported"
         )
-    window = number("attention.sliding_window", 0) if phi3 or arch in GEMMA else 0
+    windowed = phi3 or arch in GEMMA or arch == "gpt-oss"
+    window = number("attention.sliding_window", 0) if windowed else 0
     gemma: dict[str, object] = {}
+    if arch == "gpt-oss":  # llama.cpp: the window on even layers, odd ones global
+        gemma = {"window_pattern": 2, "sinks": True}
     if arch in GEMMA:
         pattern = gguf.metadata(f"{arch}.attention.sliding_window_pattern", GEMMA[arch])
         if pattern != GEMMA[arch]:
@@ -264,8 +276,8 @@ def _experts(
     arch = gguf.architecture
     count = number("expert_count", 0)
     if not count:
-        if arch == "qwen3moe":
-            raise gguf.error("metadata 'qwen3moe.expert_count' is missing or 0")
+        if arch in ("qwen3moe", "gpt-oss"):
+            raise gguf.error(f"metadata '{arch}.expert_count' is missing or 0")
         return {}
     shared = [t for t in gguf.tensors if "_shexp." in t]
     if number("expert_shared_count", 0) or shared:
@@ -290,7 +302,16 @@ def _experts(
     if not isinstance(norm, bool):
         raise gguf.error(f"metadata '{arch}.expert_weights_norm' is {norm!r}, not a bool")
     key = "expert_feed_forward_length"
-    width = number(key, None if arch == "qwen3moe" else 0)
+    width = number(key, None if arch in ("qwen3moe", "gpt-oss") else 0)
+    if arch == "gpt-oss":  # llama.cpp: the top k logits' softmax; biases; the clamped SwiGLU
+        return {
+            "experts": count,
+            "experts_used": number("expert_used_count", None),
+            "expert_ffn": width,
+            "moe_routing": "topk_softmax",
+            "expert_bias": True,
+            "mlp_act": "swiglu_oai",
+        }
     return {
         "experts": count,
         "experts_used": number("expert_used_count", None),

@@ -49,7 +49,10 @@ class LlamaConfig:
     None: 1/sqrt(head_dim)), `attn_softcap` and `final_softcap` (C·tanh(x/C) of the scores and of
     the logits; 0: none). A sparse mixture of experts in place of the MLP (`experts` > 0):
     `experts_used` of them a token, each of width `expert_ffn` (0: `ffn`), routed by `moe_routing`
-    (the moe op's `routing`: "softmax_topk" with `norm_topk`, or "topk_softmax")."""
+    (the moe op's `routing`: "softmax_topk" with `norm_topk`, or "topk_softmax"); gpt-oss's:
+    `expert_bias` (the router's bias `b_router` [E] and the stacks' biases `b_gate_exps`,
+    `b_up_exps` [E,F], `b_down_exps` [E,H]), `mlp_act` "swiglu_oai" (the moe's clamped SwiGLU),
+    `sinks` (one attention sink logit a query head, role `sinks` [heads])."""
 
     layers: int = 2
     hidden: int = 64
@@ -79,6 +82,8 @@ class LlamaConfig:
     expert_ffn: int = 0
     moe_routing: str = "softmax_topk"
     norm_topk: bool = False
+    expert_bias: bool = False
+    sinks: bool = False
 
     def layer_window(self, i: int) -> int:
         """Layer i's sliding window (0: none)."""
@@ -155,8 +160,12 @@ def check_llama(config: LlamaConfig, step: LlamaStep) -> None:
     fused |= {"gate", "up"} if c.fused_gate_up else set()
     if fused & set(c.bias):
         raise ValueError(f"biases on fused projections ({', '.join(sorted(fused & set(c.bias)))})")
-    if c.mlp_act not in ("silu", "gelu_tanh"):
-        raise ValueError(f"mlp_act must be silu or gelu_tanh, got {c.mlp_act!r}")
+    if c.mlp_act not in ("silu", "gelu_tanh") and not (c.experts and c.mlp_act == "swiglu_oai"):
+        raise ValueError(
+            f"mlp_act must be silu or gelu_tanh (swiglu_oai with experts), got {c.mlp_act!r}"
+        )
+    if c.expert_bias and not c.experts:
+        raise ValueError("expert_bias needs experts")
     if c.window < 0:
         raise ValueError(f"window ({c.window}) must not be negative")
     if c.experts:
@@ -231,6 +240,12 @@ def weight_shapes(
             shapes[f"b_{proj}", i] = (bias_dims[proj],)
         if c.qk_norm:
             shapes["q_norm", i] = shapes["k_norm", i] = (c.head_width,)
+        if c.sinks:
+            shapes["sinks", i] = (c.heads,)
+        if c.expert_bias:
+            shapes["b_router", i] = (e,)
+            shapes["b_gate_exps", i] = shapes["b_up_exps", i] = (e, f)
+            shapes["b_down_exps", i] = (e, c.hidden)
         if c.post_norms:
             shapes["attn_post_norm", i] = shapes["mlp_post_norm", i] = (c.hidden,)
     shapes["final_norm", None] = (c.hidden,)

@@ -194,6 +194,7 @@ class _Builder:
         extra = ""  # after `causal`, sorted as the printer prints them
         if c.attn_scale is not None:
             extra += f", scale = {format_literal(float(c.attn_scale))}"
+        extra += ", sinks = true" if c.sinks else ""
         extra += f", softcap = {format_literal(float(c.attn_softcap))}" if c.attn_softcap else ""
         extra += f", window = {window}" if window else ""
         out, p = self.out, f"%l{i}."
@@ -228,6 +229,7 @@ class _Builder:
         out(f"  {p}q_t = transpose({p}q_rot) {{perm = [0, 2, 1, 3]}} : {q_bhsd}")
         out(f"  {p}k_t = transpose({p}k_rot) {{perm = [0, 2, 1, 3]}} : {kv_bhsd}")
         out(f"  {p}v_t = transpose({p}v4) {{perm = [0, 2, 1, 3]}} : {kv_bhsd}")
+        sinks = f", {self.read('sinks', i)}" if c.sinks else ""  # gpt-oss: a logit a head
         if s.mode == "decode":
             cache_ty = self.ty(b, c.kv_heads, s.cache_len, hd)
             for kv in ("k", "v"):
@@ -246,12 +248,12 @@ class _Builder:
             elif extra:
                 attrs = " {" + extra[2:] + "}"
             out(
-                f"  {p}attn = attention({p}q_t, {p}k_cache_new, {p}v_cache_new, %kv_len){attrs}"
-                f" : {q_bhsd}"
+                f"  {p}attn = attention({p}q_t, {p}k_cache_new, {p}v_cache_new, %kv_len{sinks})"
+                f"{attrs} : {q_bhsd}"
             )
         else:
             attrs = "{causal = true" + extra + "}"
-            out(f"  {p}attn = attention({p}q_t, {p}k_t, {p}v_t) {attrs} : {q_bhsd}")
+            out(f"  {p}attn = attention({p}q_t, {p}k_t, {p}v_t{sinks}) {attrs} : {q_bhsd}")
         out(f"  {p}attn_t = transpose({p}attn) {{perm = [0, 2, 1, 3]}} : {q_bshd}")
         out(
             f"  {p}attn_2d = reshape({p}attn_t) {{shape = {_ints(t, q_dim)}}} : {self.ty(t, q_dim)}"
@@ -335,8 +337,14 @@ class _Builder:
         """`%l{i}.mlp_out`: layer i's router product over `x`, then one moe node."""
         c, p = self.c, f"%l{i}."
         t = self.s.batch * self.s.seq
-        self.project(f"{p}router_logits", x, "router", "router", i, self.ty(t, c.experts))
-        stacks = ", ".join(self.read(role, i) for role in STACK_ROLES)
+        logits, logits_ty = f"{p}router_logits", self.ty(t, c.experts)
+        if c.expert_bias:  # gpt-oss: the router's bias, then the stacks' after the stacks
+            self.project(f"{logits}_matmul", x, "router", "router", i, logits_ty)
+            self.out(f"  {logits} = add({logits}_matmul, {self.read('b_router', i)}) : {logits_ty}")
+        else:
+            self.project(logits, x, "router", "router", i, logits_ty)
+        roles = [*STACK_ROLES, *(f"b_{r[2:]}" for r in STACK_ROLES if c.expert_bias)]
+        stacks = ", ".join(self.read(role, i) for role in roles)
         attrs: dict[str, AttrValue] = {"k": c.experts_used, "routing": c.moe_routing}
         if c.norm_topk:
             attrs["norm_topk"] = True

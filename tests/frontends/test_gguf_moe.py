@@ -170,9 +170,9 @@ def _per_expert(w: Any, tensors: dict[str, np.ndarray]) -> None:
     [
         ("qwen3moe", {"file_arch": "qwen2moe"},
          ("architecture 'qwen2moe' is not supported (its shared expert (ffn_*_shexp) is not "
-         "supported); supported: llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe")),
-        ("qwen3moe", {"file_arch": "gpt-oss"}, ("architecture 'gpt-oss' is not supported (its "
-         "biased router, clamped SwiGLU experts and attention sinks are not supported)")),
+         "supported); supported: llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe, gpt-oss")),
+        ("qwen3moe", {"file_arch": "gpt-oss"}, ("tensors missing for a gpt-oss model: "
+         "blk.0.post_attention_norm.weight, blk.0.attn_sinks.weight, blk.0.ffn_gate_inp.bias")),
         ("qwen3moe", {"edit": _shared_expert},
          ("shared experts (blk.0.ffn_gate_inp_shexp.weight) are not supported; supported: "
          "routed experts alone (qwen3moe, Mixtral-style llama)")),

@@ -1,0 +1,107 @@
+"""gpt-oss GGUF files (tests/frontends/gguf_gpt_oss.py writes them as llama.cpp's converter does)
+import as graphs whose attention has the file's sinks, every second layer a sliding window, and
+whose MLPs are a biased router product and one biased moe with gpt-oss's clamped SwiGLU; they
+decode (the reference interpreter, f32, one token a step) as a `GptOssForCausalLM` holding the
+file's dequantized values: logits within f32 rounding, greedy tokens equal; experts in F32 and
+MXFP4 (other matrices F32 or Q8_0); prefill; `optgraph import` + `optgraph run --check`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import optgraph as og
+from optgraph.cli.main import main
+from optgraph.frontends.gguf import from_gguf
+from optgraph.reference.interpreter import run_reference
+from tests.frontends import gguf_gpt_oss, gguf_models
+
+gguf = pytest.importorskip("gguf")
+pytest.importorskip("transformers")
+
+PROMPT = [3, 17, 99, 5, 200, 42, 7, 8]  # longer than the window (4)
+NEW_TOKENS = 12
+# f32 steps on the same values as the oracle (gguf's dequantization): only the order of sums
+# differs (the other GGUF tests' bound).
+BOUND = 1e-4
+
+
+def _file(tmp_path: Path, experts: str, matrices: str = "F32") -> Path:
+    model = gguf_gpt_oss.hf_gpt_oss()
+    path = tmp_path / f"gpt-oss-{experts}-{matrices}.gguf"
+    return gguf_gpt_oss.write_gpt_oss_gguf(model, path, experts, matrices)
+
+
+def _logits(model: Any, prompt: list[int]) -> np.ndarray:
+    with torch.no_grad():
+        return model(torch.tensor([prompt])).logits[0].float().numpy()
+
+
+@pytest.mark.parametrize(
+    ("experts", "matrices"), [("F32", "F32"), ("MXFP4", "F32"), ("MXFP4", "Q8_0")]
+)
+def test_gpt_oss_files_decode_as_their_oracle(tmp_path: Path, experts: str, matrices: str) -> None:
+    path = _file(tmp_path, experts, matrices)
+    graph, weights = from_gguf(path, cache_len=32)
+    og.verify(graph)
+    types = graph.value_types()
+    assert types["blk.0.ffn_gate_exps.weight"].dtype == experts.lower()
+    assert types["blk.1.ffn_down_exps.weight"].dtype == experts.lower()
+    logits, tokens = gguf_models.decode_steps(graph, weights, PROMPT, NEW_TOKENS)
+    oracle = gguf_gpt_oss.gpt_oss_from_file(path)
+    expected = _logits(oracle, PROMPT)
+    difference = np.abs(logits - expected).max()
+    print(f"gpt-oss experts {experts}, matrices {matrices}: largest logit difference "
+          f"{difference:.2e}")  # fmt: skip
+    assert difference <= BOUND
+    assert tokens == gguf_models.greedy_reference(oracle, PROMPT, NEW_TOKENS)
+    # What the test can tell apart: the clamp, the sinks and the window each change the logits.
+    for change in ({"swiglu_limit": 1e9}, {"sliding_window": 64}):
+        other = _logits(gguf_gpt_oss.gpt_oss_from_file(path, **change), PROMPT)
+        assert np.abs(other - expected).max() > 100 * BOUND, change
+    no_sinks = gguf_gpt_oss.gpt_oss_from_file(path)
+    with torch.no_grad():
+        for layer in no_sinks.model.layers:
+            layer.self_attn.sinks.fill_(-1e4)
+    assert np.abs(_logits(no_sinks, PROMPT) - expected).max() > 100 * BOUND
+
+
+def test_the_graph_has_sinks_windows_and_a_biased_moe(tmp_path: Path) -> None:
+    graph, _ = from_gguf(_file(tmp_path, "MXFP4"), cache_len=16)
+    attention = [n for n in graph.nodes if n.op == "attention"]
+    assert [n.attrs.get("window", 0) for n in attention] == [4, 0]  # even layers slide
+    assert all(n.attrs["sinks"] is True for n in attention)
+    assert [n.operands[4] for n in attention] == [
+        "blk.0.attn_sinks.weight",
+        "blk.1.attn_sinks.weight",
+    ]
+    [moe0, moe1] = [n for n in graph.nodes if n.op == "moe"]
+    assert moe0.attrs["act"] == "swiglu_oai" and moe0.attrs["routing"] == "topk_softmax"
+    assert moe0.operands[2:] == tuple(
+        f"blk.0.ffn_{p}_exps.{k}" for k in ("weight", "bias") for p in ("gate", "up", "down")
+    )
+    router = {n.name: n for n in graph.nodes}[moe1.operands[1]]
+    assert router.op == "add" and "blk.1.ffn_gate_inp.bias" in router.operands
+    norms = [n.operands[1] for n in graph.nodes if n.op == "rms_norm"]
+    assert "blk.0.post_attention_norm.weight" in norms
+    assert graph.value_types()["blk.0.attn_q.weight"].shape == (128, 64)  # 4 heads of 32
+
+
+def test_prefill_matches_the_oracle(tmp_path: Path) -> None:
+    path = _file(tmp_path, "MXFP4")
+    graph, weights = from_gguf(path, mode="prefill", seq=len(PROMPT))
+    feed = {"tokens": np.array(PROMPT, np.int32), "pos": np.arange(len(PROMPT), dtype=np.int32)}
+    out = run_reference(graph, feed, weights)
+    expected = _logits(gguf_gpt_oss.gpt_oss_from_file(path), PROMPT)
+    assert np.abs(np.asarray(out["logits"], np.float32) - expected).max() <= BOUND
+
+
+def test_import_then_run_from_the_file(tmp_path: Path) -> None:
+    path = _file(tmp_path, "MXFP4", "Q8_0")
+    ir = tmp_path / "gpt-oss.ir"
+    assert main(["import", str(path), "-o", str(ir), "--cache-len", "16", "--seq", "2"]) == 0
+    gguf_models.run_from_the_file(path, ir, tmp_path)
