@@ -232,6 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"--model qwen3moe: its {name.replace('_', ' ')} (default: Qwen3-30B-A3B's)",
         )  # fmt: skip
     p.add_argument(
+        "--qwen3moe-cpu-experts", type=int, metavar="N",
+        help="--model qwen3moe: the last N experts of each layer on the CPU, the rest on the GPU "
+        "(split-experts{cpu-experts=N}; default: every expert on the CPU)",
+    )  # fmt: skip
+    p.add_argument(
         "--qwen3moe-expert-dtype", default="f32",
         choices=("f32", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"),
         help="--model qwen3moe: the expert stacks' stored type (random valid blocks)",

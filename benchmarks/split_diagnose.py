@@ -430,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.model == "qwen3moe":
         from benchmarks.harness import moe_imported
 
-        weights = moe_imported.imported(args).weights
+        weights = moe_imported.program_weights(args, split)
         inputs, out = moe_imported.step_arrays(cp, args)
     else:
         weights = moe_weights(source)

@@ -128,10 +128,12 @@ def _quantized(model: ImportedMoe, dtype: str) -> ImportedMoe:
 
 
 def plan_imported(args: argparse.Namespace, split: str, gpu: str) -> tuple[Graph, Graph, Graph]:
-    """(source, split program, all-GPU program): `split` with every moe layer's experts on the
-    host inserted first."""
+    """(source, split program, all-GPU program): `split` with `split-experts` first: every moe
+    layer's experts on the host, or with `--qwen3moe-cpu-experts N` the last N of each."""
     source = imported(args).source
-    cpu_moe = f"split-experts{{cpu-moe={args.layers}}},"
+    n = getattr(args, "qwen3moe_cpu_experts", None)
+    placement = f"cpu-moe={args.layers}" if n is None else f"cpu-experts={n}"
+    cpu_moe = f"split-experts{{{placement}}},"
     return (
         source,
         run_pipeline(source, split.replace("cse,", "cse," + cpu_moe, 1)),
@@ -155,3 +157,15 @@ def step_arrays(cp: Any, args: argparse.Namespace) -> tuple[dict[str, Any], dict
         inputs[name] = cp.asarray(rng.standard_normal(shape, dtype=np.float32))
         out[model.cache_outputs[name]] = cp.empty(shape, np.float32)
     return inputs, out
+
+
+def program_weights(args: argparse.Namespace, graph: Graph) -> dict[str, Any]:
+    """The imported weights for `graph`, with the expert pieces `split-experts` named cut from
+    the whole stacks (views)."""
+    from optgraph.passes.split_experts import expert_weights
+
+    model = imported(args)
+    names = {w.name for w in graph.weights}
+    if names <= set(model.weights):
+        return model.weights
+    return dict(expert_weights(model.source, graph, model.weights))

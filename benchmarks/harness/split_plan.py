@@ -71,7 +71,12 @@ def model_title(args: argparse.Namespace) -> str:
         return (
             f"imported Qwen3-MoE decode, {args.layers} layers, hidden {c['hidden_size']}, "
             f"{c['num_experts']} experts (top {c['num_experts_per_tok']}, ffn "
-            f"{c['moe_intermediate_size']}, {args.qwen3moe_expert_dtype}), every expert on the CPU"
+            f"{c['moe_intermediate_size']}, {args.qwen3moe_expert_dtype}), "
+            + (
+                "every expert on the CPU"
+                if args.qwen3moe_cpu_experts is None
+                else f"the last {args.qwen3moe_cpu_experts} experts of each layer on the CPU"
+            )
         )
     return (
         f"MoE decode, {args.layers} layers, {args.experts} experts (top 2, ffn {args.expert_ffn})"

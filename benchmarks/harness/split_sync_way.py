@@ -186,8 +186,8 @@ def measure_variant(args: argparse.Namespace, name: str) -> dict[str, Any]:
     if getattr(args, "model", "synthetic") == "qwen3moe":
         from benchmarks.harness import moe_imported
 
-        model = moe_imported.imported(args)
-        weights, logits = model.weights, model.logits
+        logits = moe_imported.imported(args).logits
+        weights = moe_imported.program_weights(args, gpu if name == "gpu" else split)
         inputs, out = moe_imported.step_arrays(cp, args)
     else:
         weights = moe_weights(source)

@@ -167,3 +167,29 @@ def test_the_imported_qwen3_moe_runs_its_experts_on_the_cpu_on_fake_cupy(
     rows = json.loads((tmp_path / "s.json").read_text())["rows"]
     assert rows["calling-thread"]["syncs"] == 4
     assert rows["sync"]["logits"] == rows["calling-thread"]["logits"]
+
+
+def test_the_imported_qwen3_moe_with_some_experts_of_each_layer_on_the_cpu(
+    benchmarks: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """`--qwen3moe-cpu-experts 3`: each moe cut into a GPU part and a CPU part over its last 3
+    experts, whose pieces the benchmark cuts from the imported stacks; the variants agree."""
+    pytest.importorskip("transformers", reason="the imported model needs transformers")
+    bench = benchmarks("bench_split")
+    imported = [
+        "--model", "qwen3moe", "--layers", "2", "--qwen3moe-hidden", "128",
+        "--qwen3moe-experts", "8", "--qwen3moe-expert-ffn", "32", "--qwen3moe-cpu-experts", "3",
+        "--vocab", "64", "--cache-len", "16",
+    ]  # fmt: skip
+    args = bench.build_parser().parse_args(imported)
+    _, split, _ = benchmarks("harness.split_plan").plan_graphs(args)
+    parts = [n for n in split.nodes if n.op == "moe"]
+    assert sorted(str(n.ann.backend) for n in parts) == ["cpu", "cpu", "cuda", "cuda"]
+    argv = [*imported, "--variants", "gpu,calling-thread,sync", "--in-process"]
+    argv += ["--iters", "2", "--repeats", "1", "--warmup", "2"]
+    assert bench.main([*argv, "--json", str(tmp_path / "s.json")]) == 0
+    import json
+
+    rows = json.loads((tmp_path / "s.json").read_text())["rows"]
+    assert rows["sync"]["logits"] == rows["calling-thread"]["logits"]
