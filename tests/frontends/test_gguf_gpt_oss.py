@@ -105,3 +105,20 @@ def test_import_then_run_from_the_file(tmp_path: Path) -> None:
     ir = tmp_path / "gpt-oss.ir"
     assert main(["import", str(path), "-o", str(ir), "--cache-len", "16", "--seq", "2"]) == 0
     gguf_models.run_from_the_file(path, ir, tmp_path)
+
+
+def test_generate_from_the_file_gives_the_oracles_tokens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`optgraph generate FILE.gguf --tokens ...` on the CPU (the file carries no vocabulary, so
+    the ids in and out): the oracle's greedy tokens."""
+    path = _file(tmp_path, "MXFP4", "Q8_0")
+    argv = ["generate", str(path), "--tokens", ",".join(map(str, PROMPT)), "--ignore-eos"]
+    argv += ["--max-new-tokens", str(NEW_TOKENS), "--device", "cpu", "--no-cache", "-q"]
+    capsys.readouterr()
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    expected = gguf_models.greedy_reference(
+        gguf_gpt_oss.gpt_oss_from_file(path), PROMPT, NEW_TOKENS
+    )
+    assert [int(t) for t in out.split()] == expected
