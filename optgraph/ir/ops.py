@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from optgraph.errors import VerifyError, did_you_mean
 from optgraph.ir import op_costs as costs
@@ -46,7 +47,7 @@ from optgraph.ir import op_rules_image as image_rules
 from optgraph.ir import op_rules_indexing as indexing
 from optgraph.ir import op_rules_moe as moe_rules
 from optgraph.ir import op_rules_rope as rope_rules
-from optgraph.ir.graph import AttrValue, Node, TensorType
+from optgraph.ir.graph import TYPE_FACTS, AttrValue, Node, TensorType
 from optgraph.ir.op_costs import (
     DEVICE_PROFILES,
     H100,
@@ -389,11 +390,14 @@ def remembered_type(
     dict, for one walk over a graph): the type rules read nothing else of a node without a body
     but its span, for errors, so a model's repeated layers are inferred once, not once a node."""
     key = tuple(operand_types)
-    facts = node.type_facts()
-    memo = facts.get("inferred")
-    if memo is not None and memo[0] == key:
-        inferred: TensorType = memo[1]
-        return inferred
+    facts: dict[str, Any] | None = node.__dict__.get(TYPE_FACTS)  # `node.type_facts()`, inline
+    if facts is None:
+        facts = node.__dict__[TYPE_FACTS] = {}
+    else:
+        memo = facts.get("inferred")
+        if memo is not None and memo[0] == key:
+            inferred: TensorType = memo[1]
+            return inferred
     if alike is None or node.body is not None:
         inferred = infer_type(node, operand_types)
     else:
@@ -426,6 +430,9 @@ def _fused_types(node: Node, types: Sequence[TensorType]) -> dict[str, TensorTyp
     return env
 
 
+_NOT_IN_BODIES = frozenset({"record", "wait", "fused"})
+
+
 def _infer_fused_types(node: Node, types: Sequence[TensorType]) -> dict[str, TensorType]:
     body = node.body
     if body is None:
@@ -434,18 +441,20 @@ def _infer_fused_types(node: Node, types: Sequence[TensorType]) -> dict[str, Ten
         raise fail(node, f"body has {len(body.params)} parameters but {len(types)} operands")
     env: dict[str, TensorType] = dict(zip(body.params, types))
     for inner in body.nodes:
-        if inner.is_event or inner.op == "fused":
+        if inner.op in _NOT_IN_BODIES:
             raise VerifyError(f"fused: '{inner.op}' is not allowed in a body", inner.span)
-        for operand in inner.operands:
-            if operand not in env:
-                raise VerifyError(
-                    f"fused: body node '%{inner.name}' uses undefined value '%{operand}'",
-                    inner.span,
-                )
+        try:
+            operand_types = [env[o] for o in inner.operands]
+        except KeyError:
+            operand = next(o for o in inner.operands if o not in env)
+            raise VerifyError(
+                f"fused: body node '%{inner.name}' uses undefined value '%{operand}'",
+                inner.span,
+            ) from None
         if inner.name in env:
             raise VerifyError(f"fused: '%{inner.name}' is defined twice in the body", inner.span)
-        inferred = remembered_type(inner, [env[o] for o in inner.operands])
-        if inner.type is not None and inner.type != inferred:
+        inferred = remembered_type(inner, operand_types)
+        if inner.type is not None and inner.type is not inferred and inner.type != inferred:
             raise VerifyError(
                 f"{inner.op}: declared type {inner.type} but the operands give {inferred}",
                 inner.span,
