@@ -71,6 +71,7 @@ def row_norm_copies(
     graph: Graph,
     types: dict[str, TensorType],
     readers: dict[str, list[int]],
+    norms: Sequence[int],
     max_k: int = 2048,
 ) -> list[tuple[int, list[tuple[str, int]]]]:
     """The norms to copy, one copy per one-row product reading the norm: for each, in issue
@@ -79,35 +80,34 @@ def row_norm_copies(
     A decode step normalizes one row and feeds it to several products (q/k/v; gate/up): stored,
     the norm is a kernel of its own; copied, each product computes it while reading its row
     (the row is K elements, its statistics cost the product a block reduction). Rows up to
-    `max_k`. `types`: `graph.value_types()`; `readers`: the nodes reading each value, for at
-    least every norm `fusion_rules.is_anchor` accepts (a norm it refuses, `plan_region`
-    refuses too: never copied). The caller rewires each reader to its copy. O(V + E).
+    `max_k`. `types`: `graph.value_types()`; `norms`: the indices, in issue order, of the norms
+    `fusion_rules.is_anchor` accepts (one it refuses `plan_region` refuses too: never copied);
+    `readers`: the nodes reading each of them. The caller rewires each reader to its copy.
+    O(norms + their readers), plus O(V) for the names in use where a norm is copied.
     """
     nodes = graph.nodes
     outputs = frozenset(graph.output_names())
     fusable: dict[tuple[object, ...], bool] = {}
     shared: dict[int, list[int]] = {}  # norm -> its readers, each to get a copy
-    for i, node in enumerate(nodes):
-        # Norms only (what `_shares_row_norm` tests first), of rows up to max_k.
-        if node.op not in NORM_OPS or types[node.name].shape[-1] > max_k:
+    for i in norms:
+        node = nodes[i]
+        if types[node.name].shape[-1] > max_k:  # rows up to max_k
             continue
-        found = readers.get(node.name)
-        if found is None:
-            continue
-        distinct = sorted(set(found))
+        distinct = sorted(set(readers[node.name]))
         if _shares_row_norm(graph, types, node, distinct, outputs, fusable):
             shared[i] = distinct
     if not shared:
         return []
-    # Names in use: every value's, and every node's (events and untyped nodes have no type).
-    taken = set(types).union(n.name for n in nodes if n.type is None)
+    # Names in use: every value's (`types`), every node's (events and untyped nodes have no
+    # type), and the copies'.
+    taken = {n.name for n in nodes if n.type is None}
     made: list[tuple[int, list[tuple[str, int]]]] = []
     for i, norm_readers in shared.items():  # in issue order
         base = nodes[i].name
         named: list[tuple[str, int]] = []
         for k, r in enumerate(norm_readers):
             name, n = f"{base}.{k}", k
-            while name in taken:
+            while name in types or name in taken:
                 n += 1
                 name = f"{base}.{n}"
             taken.add(name)

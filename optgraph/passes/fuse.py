@@ -202,17 +202,14 @@ def _memory_allows(state: _State, root: int, union: Sequence[int]) -> bool:
 
 
 def _try_absorb(state: _State, root: int, producer: int, max_ops: int) -> bool:
-    """Merge the group rooted at `producer` into the group rooted at `root`, if allowed.
+    """Merge the group rooted at `producer`, every reader of which is in the group rooted at
+    `root` (`_grow` tested it), into the latter, if allowed.
 
     Every test before the merge only reads: the cheapest run first."""
     nodes = state.nodes
     pnode = nodes[producer]
     if pnode.name in state.outputs:
         return False
-    group_of = state.group_of
-    for u in state.readers[pnode.name]:
-        if group_of[u] != root:
-            return False
     mine, theirs = state.members[root], state.members[producer]
     if len(mine) + len(theirs) > max_ops:
         return False
@@ -235,6 +232,7 @@ def _try_absorb(state: _State, root: int, producer: int, max_ops: int) -> bool:
         return False
     if state.planned and not _memory_allows(state, root, union):
         return False
+    group_of = state.group_of
     for j in theirs:
         group_of[j] = root
     state.members[root] = union
@@ -302,18 +300,30 @@ def _signature(state: _State, node: Node) -> int:
 _ELEMENTWISE_COUNTS: Counts = (0, 0, 0)
 
 
-def _fusable(nodes: Sequence[Node], types: dict[str, TensorType]) -> dict[int, Counts]:
-    """The (anchors, products, norms) of a group of each fusable node alone, by index."""
+def _fusable(
+    nodes: Sequence[Node], types: dict[str, TensorType]
+) -> tuple[dict[int, Counts], dict[str, list[int]]]:
+    """The (anchors, products, norms) of a group of each fusable node alone, by index, and the
+    readers of each fusable node's result, in issue order. One walk: a value is defined before
+    it is read. O(V + E)."""
     counts: dict[int, Counts] = {}
+    readers: dict[str, list[int]] = {}
+    get = readers.get
     for i, node in enumerate(nodes):
+        for operand in node.operands:
+            found = get(operand)
+            if found is not None:
+                found.append(i)
         op = node.op
         if op in ELEMENTWISE_OPS:
             counts[i] = _ELEMENTWISE_COUNTS
+            readers[node.name] = []
         elif op in ANCHOR_OPS:
             kind = is_anchor(node, types)
             if kind is not None:
                 counts[i] = (1, int(kind == PRODUCT), int(op in NORM_OPS))
-    return counts
+                readers[node.name] = []
+    return counts, readers
 
 
 def _joined_anchors(a: Counts, b: Counts) -> Counts | None:
@@ -370,13 +380,11 @@ def _grow(state: _State, root: int, max_ops: int) -> None:
 
     Tries the producers of the group's outside operands in first-use order, again from the
     first after each merge. A producer read twice is tried twice: a refused merge changes
-    nothing, so the second try is refused too, and costs less than removing repeats."""
-    nodes, producers, group_of, members = (
-        state.nodes,
-        state.producers,
-        state.group_of,
-        state.members,
-    )
+    nothing, so the second try is refused too, and costs less than removing repeats. The
+    first test, that every reader of the producer is in the group (most producers fail it),
+    runs here."""
+    nodes, producers, readers = state.nodes, state.producers, state.readers
+    group_of, members = state.group_of, state.members
     merged = True
     while merged:
         merged = False
@@ -384,9 +392,15 @@ def _grow(state: _State, root: int, max_ops: int) -> None:
             for operand in nodes[j].operands:
                 p = producers.get(operand)
                 # the group's own members have group_of == root != p (the root reads none)
-                if p is not None and group_of[p] == p and _try_absorb(state, root, p, max_ops):
-                    merged = True
-                    break
+                if p is None or group_of[p] != p:
+                    continue
+                for u in readers[operand]:  # a group root is fusable: its readers are known
+                    if group_of[u] != root:
+                        break
+                else:
+                    if _try_absorb(state, root, p, max_ops):
+                        merged = True
+                        break
             if merged:
                 break
 
@@ -446,18 +460,6 @@ def fused_node(
     )
 
 
-def _readers(nodes: Sequence[Node], names: Sequence[str]) -> dict[str, list[int]]:
-    """The readers of each of `names`, in issue order. O(V + E)."""
-    readers: dict[str, list[int]] = {name: [] for name in names}
-    get = readers.get
-    for i, node in enumerate(nodes):
-        for operand in node.operands:
-            found = get(operand)
-            if found is not None:
-                found.append(i)
-    return readers
-
-
 def _rebuilt(
     state: _State, order: Sequence[int], copies: dict[str, str], had_lifetimes: bool
 ) -> list[Node]:
@@ -485,19 +487,20 @@ def _copy_norms(
     made: list[tuple[int, list[tuple[str, int]]]],
     counts: dict[int, Counts],
     copies: dict[str, str],
-) -> tuple[list[int], dict[int, Counts]]:
+) -> tuple[list[int], list[int]]:
     """Give each reader of a shared row norm its copy (`row_norm_copies`), in place of the norm.
 
     The copies go to the end of `state.nodes` (no index moves: the readers and producers found
-    stay true) and each reader is rewired to its copy; returns the issue order (each norm's
-    copies where it was) and `counts` in that order. Fills `copies` {copy: norm} and
-    `state.positions` (a copy's place in issue order, between its norm's and the next node's,
-    for sorting regions). O(V) for the order, O(1) per copy and per read of a norm's operand.
+    stay true) and each reader is rewired to its copy. Returns the issue order (each norm's
+    copies where it was) and the fusable nodes (`counts`, which gets the copies) in that order.
+    Fills `copies` {copy: norm} and `state.positions` (a copy's place in issue order, between
+    its norm's and the next node's, for sorting regions). O(V) for the orders (list slices),
+    O(1) per copy and per read of a norm's operand.
     """
     nodes, types, readers, producers = state.nodes, state.types, state.readers, state.producers
     last = len(nodes)  # the graph's own nodes: [0, last)
     fusable = list(counts)  # indices in issue order
-    walk: dict[int, Counts] = {}
+    walk: list[int] = []
     order: list[int] = []
     start = done = 0
     for i, named in made:
@@ -505,11 +508,11 @@ def _copy_norms(
         order += range(start, i)
         at = bisect_left(fusable, i, done)
         assert fusable[at] == i  # `row_norm_copies` copies fusable norms only
-        walk.update((j, counts[j]) for j in fusable[done:at])
+        walk += fusable[done:at]
         start, done = i + 1, at + 1
-        made_here: list[int] = []
+        made_here = list(range(len(nodes), len(nodes) + len(named)))
         for k, (name, r) in enumerate(named):
-            c = len(nodes)
+            c = made_here[k]
             nodes.append(norm.with_fields(name=name))
             reader = nodes[r]
             nodes[r] = reader.with_fields(operands=(name, *reader.operands[1:]))
@@ -518,15 +521,15 @@ def _copy_norms(
             readers[name] = [r]
             copies[name] = norm.name
             state.positions[c] = i + (k + 1) / (len(named) + 1)
-            walk[c] = counts[i]
-            made_here.append(c)
+            counts[c] = counts[i]
         order += made_here
+        walk += made_here
         for operand in set(norm.operands):  # each copy reads what the norm read
             found = readers.get(operand)
             if found is not None:
                 readers[operand] = [c for u in found for c in (made_here if u == i else (u,))]
     order += range(start, last)
-    walk.update((j, counts[j]) for j in fusable[done:])
+    walk += fusable[done:]
     return order, walk
 
 
@@ -547,8 +550,7 @@ class FusePass(Pass):
         planned = any(n.ann.offset is not None for n in graph.nodes)
         types = graph.value_types()  # a copy: the norm copies' types are added to it
         nodes = list(graph.nodes)
-        counts = _fusable(nodes, types)
-        readers = _readers(nodes, [nodes[i].name for i in counts])
+        counts, readers = _fusable(nodes, types)
         state = _State(
             nodes=nodes,
             types=types,
@@ -564,11 +566,13 @@ class FusePass(Pass):
             elementwise_prologue_max_k=self.elementwise_prologue_max_k,
         )
         order: Sequence[int] = range(len(nodes))
+        walk: Sequence[int] = list(counts)  # the fusable nodes in issue order
         copies: dict[str, str] = {}
         if self.row_prologues and not planned:
-            made = row_norm_copies(graph, types, readers, self.prologue_max_k)
+            norms = [i for i, count in counts.items() if count[2]]
+            made = row_norm_copies(graph, types, readers, norms, self.prologue_max_k)
             if made:
-                order, counts = _copy_norms(state, made, counts, copies)
+                order, walk = _copy_norms(state, made, counts, copies)
         state.group_of = [-1] * len(nodes)
         state.signatures = [-1] * len(nodes)
         if planned:
@@ -576,10 +580,10 @@ class FusePass(Pass):
             state.ranges = _arena_ranges(graph, types)
             _index_arena(state, graph)
         group_of, members, anchors = state.group_of, state.members, state.anchors
-        for i, count in counts.items():  # in issue order
+        for i in walk:
             group_of[i] = i
             members[i] = [i]
-            anchors[i] = count
+            anchors[i] = counts[i]
             _grow(state, i, self.max_ops)
         if all(len(group) == 1 for group in members.values()):
             return graph.with_nodes([nodes[i] for i in order]) if copies else graph
