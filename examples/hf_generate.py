@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, StaticCache
+from transformers.cache_utils import DynamicLayer, StaticLayer
 
 import optgraph as og
 from optgraph.codegen.plan.in_place_outputs import in_place_candidates
@@ -62,6 +64,16 @@ def build_model(args: argparse.Namespace) -> LlamaForCausalLM:
     return model
 
 
+def _unslid(cache: Any, full: Callable[[], Any]) -> None:
+    """Each sliding-window layer of `cache` replaced by a full one made by `full` (every row at
+    its position, like the other layers' caches): the model's mask still applies the window,
+    computed from the positions, where a sliding layer's rolling buffer and its length kept as a
+    Python int (its mask at position 0) would be traced into the step (gpt-oss)."""
+    cache.layers = [
+        full() if getattr(layer, "is_sliding", False) else layer for layer in cache.layers
+    ]
+
+
 class Prefill(nn.Module):
     """The prompt through the model: logits and each layer's K and V padded to `max_len` rows.
 
@@ -74,6 +86,7 @@ class Prefill(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> tuple[Any, ...]:
         cache = DynamicCache(config=self.model.config)
+        _unslid(cache, DynamicLayer)
         out = self.model(
             input_ids=input_ids, position_ids=position_ids, past_key_values=cache, use_cache=True
         )
@@ -97,6 +110,7 @@ class DecodeStep(nn.Module):
         self, input_ids: torch.Tensor, cache_position: torch.Tensor, *caches: torch.Tensor
     ) -> torch.Tensor:
         cache = StaticCache(config=self.model.config, max_cache_len=self.max_len)
+        _unslid(cache, lambda: StaticLayer(max_cache_len=self.max_len))
         first = caches[0]
         cache.early_initialization(
             first.shape[0], first.shape[1], first.shape[3], first.dtype, first.device

@@ -34,12 +34,12 @@ LAYERS, WINDOW, PROMPT, NEW = 2, 3, 6, 16
 TOKENS = torch.tensor([[5, 9, 1, 33, 7, 2, 60]])
 
 
-def _model(layer_types: list[str], experts: str | None = None) -> Any:
+def _model(layer_types: list[str], experts: str | None = None, window: int = WINDOW) -> Any:
     torch.manual_seed(0)
     config = transformers.GptOssConfig(
         vocab_size=64, hidden_size=64, num_hidden_layers=LAYERS, num_attention_heads=4,
         num_key_value_heads=2, head_dim=16, intermediate_size=64, max_position_embeddings=64,
-        initializer_range=0.3, num_local_experts=4, num_experts_per_tok=2, sliding_window=WINDOW,
+        initializer_range=0.3, num_local_experts=4, num_experts_per_tok=2, sliding_window=window,
         layer_types=layer_types,
     )  # fmt: skip
     config._attn_implementation = "eager"
@@ -108,21 +108,25 @@ def _rope_raised(graph: og.Graph) -> None:
                    for n in graph.nodes)  # fmt: skip
 
 
-def test_decode_steps_read_kv_len_and_sinks_and_generate_transformers_tokens() -> None:
-    """Full-attention layers (the static-cache decode step of a sliding layer is another
-    matter: see docs/importers.md); 16 greedy tokens equal transformers'."""
-    model = _model(["full_attention", "full_attention"])
+@pytest.mark.parametrize("window", [WINDOW, 128])
+def test_decode_steps_read_kv_len_and_sinks_and_generate_transformers_tokens(window: int) -> None:
+    """A sliding layer (window 3, shorter than the prompt; or 128, longer than the cache) and a
+    full one: the decode step's attention reads kv_len, the window and the sinks; 16 greedy
+    tokens equal transformers'."""
+    model = _model(["sliding_attention", "full_attention"], window=window)
     steps = hf_generate.import_steps(model, PROMPT, PROMPT + NEW)
     for graph, operands in ((steps.prefill, 4), (steps.decode, 5)):
         nodes = _attention(graph)
         assert len(nodes) == LAYERS
         assert all(n.attrs.get("sinks") and len(n.operands) == operands for n in nodes)
         assert all(n.operands[-1].endswith("self_attn.sinks") for n in nodes)
+        assert nodes[0].attrs.get("window", 0) == (window if window < PROMPT + NEW else 0)
+        assert "window" not in nodes[1].attrs
         _rope_raised(graph)
     prompt = np.random.default_rng(3).integers(0, 64, (1, PROMPT))
     tokens = hf_generate.generate_cpu(steps, prompt, NEW)
     assert tokens == hf_generate.reference_tokens(model, prompt, NEW)
-    assert len(set(tokens)) > 8  # a sequence, not one token repeated
+    assert len(set(tokens)) > 4  # a sequence, not one token repeated
 
 
 class _Sinks(torch.nn.Module):
