@@ -36,8 +36,13 @@ then the router product (`ffn_gate_inp` `[E,H]`) and one `moe` node over the sta
 `ffn_gate_exps`, `ffn_up_exps` `[E,F,H]` and `ffn_down_exps` `[E,H,F]`, read as stored (quantized
 or float, each its own type).
 
+gpt-oss (`gpt-oss`): q/k/v/o biases, `attn_sinks` as the attention's sinks, the window on
+even layers, yarn rope, `post_attention_norm` as the MLP norm, the router's bias added to its
+logits and one moe with the experts' biases, `act = "swiglu_oai"` and the top k logits' softmax
+(MXFP4 stacks read as stored).
+
 Not handled: another `attention.sliding_window_pattern` than gemma's, shared experts
-(`qwen2moe`, `ffn_*_shexp`), gpt-oss, other expert gating (`expert_gating_func` not softmax,
+(`qwen2moe`, `ffn_*_shexp`), other expert gating (`expert_gating_func` not softmax,
 `expert_weights_scale`), per-expert tensors of old Mixtral files (`blk.N.ffn_gate.E.weight`),
 partial rotary (`rope.dimension_count` below the head width: Phi-4-mini), phi3's LongRoPE
 (`rope_factors_long/short.weight`: Phi-3 128k models), per-layer head counts.

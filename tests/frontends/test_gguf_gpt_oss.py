@@ -122,3 +122,46 @@ def test_generate_from_the_file_gives_the_oracles_tokens(
         gguf_gpt_oss.gpt_oss_from_file(path), PROMPT, NEW_TOKENS
     )
     assert [int(t) for t in out.split()] == expected
+
+
+def _vocab_file(tmp_path: Path, pre: str) -> tuple[Path, Any]:
+    """A gpt-oss file carrying a small byte-level BPE vocabulary whose `tokenizer.ggml.pre` is
+    `pre`, and that tokenizer."""
+    from tests.support import gguf_vocab, hf_checkpoints
+
+    tokenizer = hf_checkpoints.train_tokenizer()
+    model = gguf_gpt_oss.hf_gpt_oss(vocab_size=tokenizer.get_vocab_size())
+
+    def add(writer: Any) -> None:
+        real = writer.add_tokenizer_pre
+        writer.add_tokenizer_pre = lambda _: real(pre)
+        gguf_vocab.add_byte_level_vocab(writer, tokenizer)
+
+    with gguf_vocab.vocab_added(add):
+        path = gguf_gpt_oss.write_gpt_oss_gguf(model, tmp_path / f"vocab-{pre}.gguf")
+    return path, tokenizer
+
+
+def test_generate_with_the_files_vocabulary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A byte-level vocabulary the GGUF tokenizer builds: `--prompt` text in, the oracle's
+    greedy tokens out (their ids through `--json`); gpt-oss's own pre-tokenizer (`gpt-4o`, the
+    o200k split) is refused by name."""
+    import json
+
+    path, tokenizer = _vocab_file(tmp_path, "default")
+    prompt = "the quick brown fox"
+    argv = ["generate", str(path), "--prompt", prompt, "--ignore-eos", "--device", "cpu"]
+    argv += ["--max-new-tokens", "8", "--no-cache", "-q", "--json", str(tmp_path / "o.json")]
+    assert main(argv) == 0
+    tokens = json.loads((tmp_path / "o.json").read_text())["results"][0]["tokens"]
+    ids = tokenizer.encode(prompt).ids
+    assert ids[0] == 1  # the vocabulary's bos, prepended as the file says
+    oracle = gguf_gpt_oss.gpt_oss_from_file(path)
+    assert tokens == gguf_models.greedy_reference(oracle, ids, 8)
+    capsys.readouterr()
+    o200k, _ = _vocab_file(tmp_path, "gpt-4o")
+    assert main(["generate", str(o200k), "--prompt", prompt, "--device", "cpu", "--no-cache"]) == 1
+    err = capsys.readouterr().err
+    assert "tokenizer.ggml.pre 'gpt-4o' is not supported" in err and "Traceback" not in err
