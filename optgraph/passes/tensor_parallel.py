@@ -10,7 +10,8 @@ device: `analysis/device_pieces`): a matmul with a weight is column-parallel whe
 reaches attention, another matmul with a weight (MLP gate/up) or an output (logits, by
 vocabulary); attention runs on each device's heads, query heads
 [i*H/N, (i+1)*H/N) with KV heads [i*KV/N, (i+1)*KV/N) (the grouped-query mapping kept; with
-N a multiple of KV, device i reads KV head i // (N/KV)); a split input times a weight cut by rows
+N a multiple of KV, device i reads KV head i // (N/KV)), its per-head mask and sinks sliced
+alike; a split input times a weight cut by rows
 (o, down) is row-parallel, then `all_reduce`; the embedding is cut along hidden, then
 `all_gather`. Elementwise ops keep a split where wanted or free; norms, the residual stream and
 the rest run replicated. A KV-cache input whose KV heads N divides is cut by KV head: device i
