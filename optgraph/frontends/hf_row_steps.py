@@ -45,10 +45,15 @@ from optgraph.frontends.step_graphs import StepGraph, updated_caches
 from optgraph.frontends.torch_values import torch_module
 
 MASK_FUNCTIONS = ("create_causal_mask", "create_sliding_window_causal_mask")
-# model_types whose batches give each prompt's own greedy tokens (tests/cli/
-# test_generate_checkpoint_batch.py runs llama, mistral and gemma2; the others were checked
-# the same way once, docs/generate.md)
-ROWS_ARCHITECTURES = frozenset({"llama", "mistral", "gemma2"})
+# model_types whose batches give each prompt's own greedy tokens: tests/cli/
+# test_generate_checkpoint_batch.py runs llama, mistral, gemma2 and mixtral; the others were
+# checked the same way (docs/generate.md). gpt2's forward can make a bidirectional mask.
+ROWS_ARCHITECTURES = frozenset(
+    {
+        "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "gpt_neox",
+        "olmo2", "stablelm", "falcon", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss",
+    }
+)  # fmt: skip
 
 
 def rows_prefill_step(model: HFModel, batch: int, bucket: int, context: int) -> StepGraph:

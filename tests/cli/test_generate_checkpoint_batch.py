@@ -1,6 +1,7 @@
 """A batch of prompts of a checkpoint directory generated together (`frontends/hf_row_steps.py`
 through `api/batch_generation.py`): Llama, Mistral (a sliding window of 4, shorter than the
-prompts) and Gemma 2 (sliding and full layers, softcaps) checkpoints written by `save_pretrained`,
+prompts), Gemma 2 (sliding and full layers, softcaps) and Mixtral (experts routed per row)
+checkpoints written by `save_pretrained`,
 three prompts of 15, 4 and 36 tokens (one prefill of 64 tokens a row) on the CPU in f32:
 
 - `og.load(dir).generate([p1, p2, p3])` runs the batch steps (three rows a step) and gives each
@@ -39,7 +40,7 @@ PROMPTS = (
 NEW = 24
 
 
-@pytest.fixture(scope="module", params=("llama", "mistral", "gemma2"))
+@pytest.fixture(scope="module", params=("llama", "mistral", "gemma2", "mixtral"))
 def checkpoint(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[str, Path, list[list[int]], list[str]]:
