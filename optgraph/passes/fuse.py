@@ -466,19 +466,16 @@ def _rebuilt(
     """The nodes after fusion, in issue `order`: each region of two or more nodes one `fused`
     node at its root."""
     nodes = state.nodes
-    regions = {root: group for root, group in state.members.items() if len(group) > 1}
+    fused = {
+        root: fused_node([nodes[j] for j in group], _outside_operands(nodes, group), copies)
+        for root, group in state.members.items()
+        if len(group) > 1
+    }
     group_of = state.group_of
-    out: list[Node] = []
-    for i in order:
-        if group_of[i] != i and group_of[i] != -1:
-            continue  # absorbed into the region of another root
-        node = nodes[i]
-        group = regions.get(i)
-        if group is not None:
-            node = fused_node([nodes[j] for j in group], _outside_operands(nodes, group), copies)
-        if had_lifetimes:
-            node = node.with_ann(live=None, visible=None)
-        out.append(node)
+    # A node stays unless absorbed into the region of another root; a root becomes its region.
+    out = [fused.get(i) or nodes[i] for i in order if group_of[i] == i or group_of[i] == -1]
+    if had_lifetimes:
+        out = [node.with_ann(live=None, visible=None) for node in out]
     return out
 
 
@@ -533,6 +530,20 @@ def _copy_norms(
     return order, walk
 
 
+def _annotated(graph: Graph) -> tuple[bool, bool]:
+    """Whether the graph's memory is planned (a node has an offset), and whether a node has
+    a live range (`live` or `visible`). Most nodes have no annotation at all before scheduling:
+    the shared empty one is passed over at once."""
+    planned = lifetimes = False
+    for node in graph.nodes:
+        ann = node.ann
+        if ann is NO_ANNOTATIONS:
+            continue
+        planned = planned or ann.offset is not None
+        lifetimes = lifetimes or ann.live is not None or ann.visible is not None
+    return planned, lifetimes
+
+
 @dataclass(frozen=True)
 class FusePass(Pass):
     name = "fuse"
@@ -547,7 +558,7 @@ class FusePass(Pass):
             raise ValueError(f"max-ops must be at least 1, got {self.max_ops}")
 
     def run(self, graph: Graph) -> Graph:
-        planned = any(n.ann.offset is not None for n in graph.nodes)
+        planned, had_lifetimes = _annotated(graph)
         types = graph.value_types()  # a copy: the norm copies' types are added to it
         nodes = list(graph.nodes)
         counts, readers = _fusable(nodes, types)
@@ -587,7 +598,4 @@ class FusePass(Pass):
             _grow(state, i, self.max_ops)
         if all(len(group) == 1 for group in members.values()):
             return graph.with_nodes([nodes[i] for i in order]) if copies else graph
-        had_lifetimes = any(
-            n.ann.live is not None or n.ann.visible is not None for n in graph.nodes
-        )
         return graph.with_nodes(_rebuilt(state, order, copies, had_lifetimes))
