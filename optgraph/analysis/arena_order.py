@@ -68,9 +68,8 @@ def access_clocks(
     else:
         idx = [hb.instance(a.node, a.device) for a in accesses]
     seqs = hb.seqs
-    if len(hb.lanes) == 1:  # every clock is (its own sequence number,)
-        mine = [seqs[x] for x in idx]
-        return [max(mine)], [min(mine)]
+    if len(hb.lanes) == 1:  # every clock is (its own sequence number,), growing with x
+        return [seqs[max(idx)]], [seqs[min(idx)]]
     rows, lanes_of = hb.rows, hb.lanes_of
     need = [0] * len(hb.lanes)
     for x in idx:
@@ -124,8 +123,7 @@ def is_arena_ordered(
         a = bisect_right(starts, lo) - 1  # the range holding lo (-1: below every range)
         b = bisect_left(starts, hi)  # ranges a.. b - 1 meet [lo, hi)
         seen: set[int] = set()
-        for j in range(max(a, 0), b):
-            o = owner[j]
+        for o in owner[max(a, 0) : b]:
             if o < 0 or o in seen:
                 continue
             seen.add(o)

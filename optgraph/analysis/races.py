@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import operator
 from bisect import bisect_left, insort
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from optgraph.analysis.arena_order import (
@@ -169,37 +170,39 @@ def _buffer_accesses(graph: Graph, roots: dict[str, tuple[str, int]]) -> Buffers
     accesses: Buffers = {}
     types = graph.value_types()
     through = {view: (root, view_bytes(view, roots, types)) for view, (root, _) in roots.items()}
-
-    def read(on: dict[str, list[Access]], i: int, operand: str, d: int) -> None:
-        root, within = through.get(operand, (operand, None))
-        access = Access(i, operand, False, d, within)
-        found = on.get(root)
-        if found is None:
-            on[root] = [access]
-        else:
-            found.append(access)
-
     for i, node in enumerate(graph.nodes):
         op = node.op
         if op in EVENT_OPS:
             continue
-        for d in node.devices:
+        name = node.name
+        for d in node.ann.devices:
             on = accesses.get(d)
             if on is None:
                 on = accesses[d] = {}
             if op == "send" and node.operands:
-                read(on, i, node.operands[0], d)
+                reads: Sequence[str] = node.operands[:1]
+            elif name in roots:  # an aliasing view reads and writes nothing
                 continue
-            if node.name in roots:  # an aliasing view reads and writes nothing
-                continue
-            write = Access(i, node.name, True, d)
-            found = on.get(node.name)
-            if found is None:
-                on[node.name] = [write]
             else:
-                found.insert(0, write)
-            for operand in operands_read(node, d):
-                read(on, i, operand, d)
+                write = Access(i, name, True, d)
+                found = on.get(name)
+                if found is None:
+                    on[name] = [write]
+                else:
+                    found.insert(0, write)
+                reads = operands_read(node, d)
+            for operand in reads:
+                view = through.get(operand)
+                if view is None:
+                    root, within = operand, None
+                else:
+                    root, within = view
+                access = Access(i, operand, False, d, within)
+                found = on.get(root)
+                if found is None:
+                    on[root] = [access]
+                else:
+                    found.append(access)
     return accesses
 
 
@@ -283,7 +286,7 @@ def _check_arena(
         offset = ann.offset
         if offset is None or not ann.size or node.op in EVENT_OPS or node.name in roots:
             continue
-        if device in node.devices:
+        if device in ann.devices:
             buffers.append((i, node.name, offset, offset + ann.size))
     if len(buffers) < 2:
         return
@@ -380,7 +383,7 @@ class _InPlaceRule:
 
     def __init__(self, graph: Graph, roots: dict[str, tuple[str, int]]):
         self.graph, self.roots = graph, roots
-        self.offsets = {n.name: n.ann.offset for n in graph.nodes if not n.is_event}
+        self.offsets = {n.name: n.ann.offset for n in graph.nodes if n.op not in EVENT_OPS}
         self.types = graph.value_types()
 
     def allows(self, read: Access, node_index: int) -> bool:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from optgraph.ir import ops
-from optgraph.ir.graph import DATA_PREDECESSORS, NODE_COSTS, Graph, Node, TensorType
+from optgraph.ir.graph import DATA_PREDECESSORS, EVENT_OPS, NODE_COSTS, Graph, Node, TensorType
 from optgraph.ir.layout import is_alias
 from optgraph.ir.ops import DEVICE_PROFILES, DeviceProfile
 
@@ -51,6 +51,11 @@ def data_predecessors(graph: Graph) -> list[list[int]]:
     """For each node index, the distinct indices of the nodes producing its operands. Computed
     once per graph object (kept in its `__dict__`, outside the fields, like its value types);
     each caller gets lists of its own."""
+    return [list(p) for p in _data_predecessors(graph)]
+
+
+def _data_predecessors(graph: Graph) -> list[list[int]]:
+    """`data_predecessors` as kept on the graph: for callers that only read them."""
     preds: list[list[int]] | None = graph.__dict__.get(DATA_PREDECESSORS)
     if preds is None:
         producers = graph.producers()
@@ -63,7 +68,7 @@ def data_predecessors(graph: Graph) -> list[list[int]]:
                     mine.append(p)
             preds.append(mine)
         graph.__dict__[DATA_PREDECESSORS] = preds
-    return [list(p) for p in preds]
+    return preds
 
 
 def node_costs(graph: Graph) -> list[ops.Cost | None]:
@@ -115,11 +120,20 @@ def node_seconds(
     graph: Graph, profile: DeviceProfile, costs: Sequence[ops.Cost | None] | None = None
 ) -> list[float]:
     """Estimated run time of every node; events and aliasing views take none. `costs`: the
-    graph's `node_costs`, where the caller has them."""
-    return [
-        0.0 if cost is None else ops.estimate_seconds(cost, node.type.dtype, profile)  # type: ignore[union-attr]
-        for node, cost in zip(graph.nodes, node_costs(graph) if costs is None else costs)
-    ]
+    graph's `node_costs`, where the caller has them. Nodes alike share one cost object
+    (`node_costs`), so each object's time is estimated once per dtype."""
+    known: dict[tuple[int, str], float] = {}
+    out: list[float] = []
+    for node, cost in zip(graph.nodes, node_costs(graph) if costs is None else costs):
+        if cost is None:
+            out.append(0.0)
+            continue
+        dtype = node.type.dtype  # type: ignore[union-attr]
+        seconds = known.get((id(cost), dtype))
+        if seconds is None:
+            seconds = known[(id(cost), dtype)] = ops.estimate_seconds(cost, dtype, profile)
+        out.append(seconds)
+    return out
 
 
 def device_floor(
@@ -183,24 +197,27 @@ def estimate_schedule(
         profile = profile_named(profile)
     costs = node_costs(graph)
     durations = list(seconds) if seconds is not None else node_seconds(graph, profile, costs)
-    preds = data_predecessors(graph)
+    preds = _data_predecessors(graph)
     free: dict[int, float] = {}
     recorded: dict[str, float] = {}
     start = [0.0] * len(graph.nodes)
     end = [0.0] * len(graph.nodes)
+    launch = profile.launch_overhead
     for i, node in enumerate(graph.nodes):
-        s = node.stream
+        s = node.ann.stream or 0
         at = free.get(s, 0.0)
-        if node.op == "record":
+        op = node.op
+        if op == "record":
             recorded[node.name] = at
             start[i] = end[i] = at
             continue
-        if node.op == "wait":
+        if op == "wait":
             if node.name in recorded:
-                at = max(at, recorded[node.name] + profile.launch_overhead)
+                at = max(at, recorded[node.name] + launch)
             free[s] = start[i] = end[i] = at
             continue
-        at = max([at] + [end[p] for p in preds[i]])
+        for p in preds[i]:
+            at = max(at, end[p])
         start[i], end[i] = at, at + durations[i]
         free[s] = end[i]
     return ScheduleEstimate(start, end, sum(durations), device_floor(graph, profile, costs))
@@ -272,8 +289,10 @@ def stream_figures(graph: Graph, profile: DeviceProfile | str = DEFAULT_DEVICE) 
     """Width, estimated critical path and speedup over one stream. O((V + E)·C) for the width."""
     from optgraph.analysis.chain_cover import width
 
-    has_events = any(n.is_event for n in graph.nodes)
-    plain = graph.with_nodes(n for n in graph.nodes if not n.is_event) if has_events else graph
+    has_events = any(n.op in EVENT_OPS for n in graph.nodes)
+    plain = (
+        graph.with_nodes(n for n in graph.nodes if n.op not in EVENT_OPS) if has_events else graph
+    )
     estimate = estimate_schedule(graph, profile)
     return StreamFigures(
         width(data_predecessors(plain)), estimate.critical_path_us, estimate.speedup

@@ -339,12 +339,19 @@ def read_on_device(graph: Graph) -> set[str]:
     operands: set[str] = set()
     for node in graph.nodes:
         op = node.op
-        if op in EVENT_OPS or op == "prefetch" or node.ann.backend == "cpu":
+        if op in _NOT_ON_DEVICE and (op != "copy" or node.attrs.get("to", "cuda") == "cuda"):
             continue
-        if op == "copy" and node.attrs.get("to", "cuda") == "cuda":
-            continue
-        operands.update(node.operands)
-    return {roots[o][0] if o in roots else o for o in operands}
+        if node.ann.backend != "cpu":
+            operands.update(node.operands)
+    viewed = operands & roots.keys()
+    names = operands - viewed
+    names.update(roots[o][0] for o in viewed)
+    return names
+
+
+# Nodes that read no input or weight in place on the device: events, prefetches (from host
+# memory), and copies to the device (a copy to the CPU is a device read).
+_NOT_ON_DEVICE = EVENT_OPS | {"prefetch", "copy"}
 
 
 def device_resident_weights(graph: Graph) -> set[str]:
