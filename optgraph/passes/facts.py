@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 
 from optgraph.analysis.happens_before import happens_before
-from optgraph.ir.graph import EVENT_OPS, Annotations, Graph
+from optgraph.ir.graph import ANNOTATION_KEYS, EVENT_OPS, Annotations, Graph
 from optgraph.ir.layout import alias_roots
 
 
@@ -31,19 +32,19 @@ class Fact:
     is_marked: Callable[[Graph], bool]  # whether any node carries those annotations
 
 
-def _buffer_nodes(graph: Graph) -> list[int]:
-    """Indices of the nodes that own bytes: all but events and the views that alias their operand
-    (`ir.layout.alias_roots`, the lowering's rule). A view that is materialized (a slice across
-    rows, a transpose that moves elements) is a buffer like any other result."""
-    aliases = alias_roots(graph)
-    return [i for i, node in graph.compute_nodes() if node.name not in aliases]
-
-
-# The annotation keys the nodes of a graph carry (events counted apart, as "event:" + key),
-# and "events" where it has events: one walk per graph object, kept in its instance `__dict__`
-# (graphs are immutable), so that the manager's contract checks before each pass cost O(1) on a
-# graph already checked.
+# The annotation keys the nodes of a graph carry, "no:" + key for those some node lacks
+# (events counted apart, as "event:" + ...), and "events" where it has events: one walk per
+# graph object, kept in its instance `__dict__` (graphs are immutable), so that the manager's
+# contract checks before each pass cost O(1) on a graph already checked.
 _MARKS = "_annotation_marks"
+_MARK_NAMES = {
+    is_event: [
+        (key, prefix + key, prefix + "no:" + key)
+        for key in ANNOTATION_KEYS
+        for prefix in ["event:" if is_event else ""]
+    ]
+    for is_event in (False, True)
+}
 
 
 def _marks(graph: Graph) -> frozenset[str]:
@@ -53,17 +54,20 @@ def _marks(graph: Graph) -> frozenset[str]:
         for node in graph.nodes:
             distinct[id(node.ann), node.op in EVENT_OPS] = node.ann
         marks: set[str] = set()
+        add = marks.add
         for (_, is_event), ann in distinct.items():
-            prefix = "event:" if is_event else ""
-            marks.update(prefix + key for key, _ in ann.items())
+            fields = ann.__dict__  # read directly, as `Annotations.items` does
+            for key, carried, lacked in _MARK_NAMES[is_event]:
+                add(lacked if fields[key] is None else carried)
             if is_event:
-                marks.add("events")
+                add("events")
         found = graph.__dict__[_MARKS] = frozenset(marks)
     return found
 
 
 def _streams_assigned(graph: Graph) -> bool:
-    return all(n.ann.stream is not None for n in graph.nodes)
+    marks = _marks(graph)
+    return "no:stream" not in marks and "event:no:stream" not in marks
 
 
 def _has_streams(graph: Graph) -> bool:
@@ -72,15 +76,28 @@ def _has_streams(graph: Graph) -> bool:
 
 
 def _backends_assigned(graph: Graph) -> bool:
-    return all(n.ann.backend is not None for n in graph.nodes if not n.is_event)
+    return "no:backend" not in _marks(graph)
 
 
 def _has_backends(graph: Graph) -> bool:
     return "backend" in _marks(graph)
 
 
+def _buffers_have(graph: Graph, key: str) -> bool:
+    """Whether every node that owns bytes carries annotation `key`. The nodes that own bytes
+    are all but events and the views that alias their operand (`ir.layout.alias_roots`, the
+    lowering's rule); a view that is materialized (a slice across rows, a transpose that moves
+    elements) is a buffer like any other result. Only the nodes without `key` are tested."""
+    read = attrgetter(f"ann.{key}")
+    missing = [node for node in graph.nodes if read(node) is None]
+    if not missing:
+        return True
+    aliases = alias_roots(graph)
+    return all(node.op in EVENT_OPS or node.name in aliases for node in missing)
+
+
 def _lifetimes_analyzed(graph: Graph) -> bool:
-    return all(graph.nodes[i].ann.live is not None for i in _buffer_nodes(graph))
+    return _buffers_have(graph, "live")
 
 
 def _has_lifetimes(graph: Graph) -> bool:
@@ -88,7 +105,7 @@ def _has_lifetimes(graph: Graph) -> bool:
 
 
 def _memory_planned(graph: Graph) -> bool:
-    return all(graph.nodes[i].ann.offset is not None for i in _buffer_nodes(graph))
+    return _buffers_have(graph, "offset")
 
 
 def _has_offsets(graph: Graph) -> bool:
