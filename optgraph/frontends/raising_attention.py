@@ -43,7 +43,7 @@ where the source left it undefined or arbitrary: NaN without the guard, the mean
 select hid every key with a finite value; `attention` yields zeros. The pattern's other nodes die
 at `Draft.finish` unless something else reads them (`output_attentions`). Cost: O(1) per node
 (each step follows one producer; masks up to `MASK_TERMS` deep), plus one pass over the values
-of each known mask of a matched attention.
+of each known mask, and of a known sink column, of a matched attention.
 """
 
 from __future__ import annotations
