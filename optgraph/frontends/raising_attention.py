@@ -36,7 +36,7 @@ Spellings recognized:
   its row maximum subtracted first, and that column dropped after it:
   `slice(softmax(sub(c, max(c))), [0, Skv))` with `c = concat(scores, expand(reshape(s)))` on the
   last axis, `s` of `Hq` values aligned with the head axis -> `attention(.., s) {sinks = true}`
-  (`s` reshaped to `[Hq]` where it is not; f32 or q's dtype).
+  (`s` reshaped to `[Hq]` where it is not; f32 or q's dtype; attention_sinks.py).
 
 q, k and v must be 4-D of one float dtype, k and v of one shape. A row that sees no key differs
 where the source left it undefined or arbitrary: NaN without the guard, the mean of v where a
@@ -49,13 +49,13 @@ of each known mask, and of a known sink column, of a matched attention.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from optgraph.errors import Span
 from optgraph.frontends.attention_masks import HIDDEN, raised_mask_attrs
+from optgraph.frontends.attention_sinks import kept_keys, sink_column, sinks_operand
 from optgraph.frontends.draft import Draft
 from optgraph.frontends.raising_probe import known_value, producer_of, scalar_value
 from optgraph.ir.graph import FLOAT_DTYPES, AttrValue, Node, TensorType
@@ -148,65 +148,6 @@ def _probabilities(draft: Draft, name: str, producers: Producers) -> str | None:
             return node.operands[0] if axis in (-1, rank - 1) else None
         else:
             return None
-
-
-def _last_axis(attrs: Mapping[str, AttrValue], key: str, rank: int) -> bool:
-    value = attrs.get(key)
-    value = value[0] if isinstance(value, tuple) and len(value) == 1 else value
-    return value in (-1, rank - 1)
-
-
-def _sink_probabilities(draft: Draft, name: str, producers: Producers) -> tuple[str, str] | None:
-    """(the scores, the sink column) when `name` is the probabilities of the scores' keys from
-    a softmax over them and one more column (see the module docstring), through casts."""
-    while (cast := producer_of(producers, name, "cast")) is not None:
-        name = cast.operands[0]
-    kept = producer_of(producers, name, "slice")
-    if kept is None or kept.type is None or kept.type.rank != 4:
-        return None
-    full = draft.type_of(kept.operands[0])
-    skv = kept.type.shape[3]
-    if not _last_axis(kept.attrs, "axis", 4) or kept.attrs.get("start", 0) != 0:
-        return None
-    if kept.attrs.get("end") not in (skv, skv - full.shape[3]) or full.shape[3] != skv + 1:
-        return None
-    logits = _probabilities(draft, kept.operands[0], producers)
-    shifted = logits and producer_of(producers, logits, "sub")
-    if shifted:  # softmax(c - max(c)) is softmax(c)
-        top = producer_of(producers, shifted.operands[1], "max")
-        if top and top.operands[0] == shifted.operands[0] and top.attrs.get("keepdims"):
-            logits = shifted.operands[0] if _last_axis(top.attrs, "axes", 4) else None
-    joined = logits and producer_of(producers, logits, "concat")
-    if not joined or len(joined.operands) != 2 or not _last_axis(joined.attrs, "axis", 4):
-        return None
-    scores, column = joined.operands
-    if draft.type_of(column).shape[3] != 1:
-        return None
-    return scores, column
-
-
-def _sinks(
-    draft: Draft, column: str, q: TensorType, producers: Producers, span: Span | None
-) -> tuple[str, list[Node]] | None:
-    """(the sinks [Hq], new nodes) when the column `[B,Hq,Sq,1]` repeats one value per query head
-    (an `expand` of a value shaped `[1,Hq,1,1]` or `[Hq,1,1]`)."""
-    hq = q.shape[1]
-    while (grown := producer_of(producers, column, "expand")) is not None:
-        column = grown.operands[0]
-    t = draft.type_of(column)
-    if t.dtype not in ("f32", q.dtype):
-        return None
-    if (1,) * (4 - t.rank) + t.shape != (1, hq, 1, 1):
-        return _known_sinks(draft, column, hq)
-    flat = producer_of(producers, column, "reshape")
-    if flat is not None and draft.type_of(flat.operands[0]).shape == (hq,):
-        return flat.operands[0], []
-    if t.shape == (hq,):
-        return column, []
-    name = draft.fresh(f"{column}.sinks")
-    sinks = TensorType(t.dtype, (hq,))
-    draft.types[name] = sinks
-    return name, [Node(name, "reshape", (column,), {"shape": (hq,)}, sinks, span=span)]
 
 
 def _nan_guard(draft: Draft, node: Node, producers: Producers) -> bool:
@@ -367,17 +308,6 @@ def _masks(
     return [total], {**attrs, "masked": True}, nodes
 
 
-def _known_sinks(draft: Draft, column: str, hq: int) -> tuple[str, list[Node]] | None:
-    """A known column `[B,Hq,Sq,1]` (the ONNX importer folds the sinks' reshape and expand into
-    one initializer) equal along B and Sq: its values of batch row 0 and query 0 as a constant."""
-    value = known_value(draft, column)
-    if value is None or value.ndim != 4 or value.shape[1] != hq or value.shape[3] != 1:
-        return None
-    if not np.array_equal(value, np.broadcast_to(value[:1, :, :1], value.shape)):
-        return None
-    return draft.constant(value[0, :, 0, 0].copy(), f"{column}.sinks"), []
-
-
 def written_out_attention(draft: Draft, node: Node, producers: Producers) -> list[Node] | None:
     """The raising rule (see the module docstring); None where the node does not match."""
     if node.op != "matmul" or node.type is None or node.type.rank != 4:
@@ -386,7 +316,9 @@ def written_out_attention(draft: Draft, node: Node, producers: Producers) -> lis
         return None
     column = None
     logits = _probabilities(draft, node.operands[0], producers)
-    if logits is None and (found := _sink_probabilities(draft, node.operands[0], producers)):
+    kept = None if logits is not None else kept_keys(draft, node.operands[0], producers)
+    found = kept and sink_column(draft, _probabilities(draft, kept, producers), producers)
+    if found:
         logits, column = found
     scores = logits and _scores(draft, _float_input(draft, logits, producers), producers)
     if not scores:
@@ -419,7 +351,7 @@ def written_out_attention(draft: Draft, node: Node, producers: Producers) -> lis
         attrs["softcap"] = scores.softcap
     sink_operands: tuple[str, ...] = ()
     if column is not None:
-        sinks = _sinks(draft, column, qt, producers, node.span)
+        sinks = sinks_operand(draft, column, qt, producers, node.span)
         if sinks is None:
             return None
         sink_operands, made = (sinks[0],), [*made, *sinks[1]]
