@@ -6,9 +6,10 @@ library `Tokenizer`.
 
 Two vocabularies (`tokenizer.ggml.model`):
 
-- `gpt2`: byte-level BPE (GPT-2, Llama 3, Qwen 2): `tokens` already spelled in the byte-to-
+- `gpt2`: byte-level BPE (GPT-2, Llama 3, Qwen 2, gpt-oss): `tokens` already spelled in the byte-to-
   character alphabet, `merges` as "left right" lines; the text is split first by the pattern of
-  `tokenizer.ggml.pre` (`PRE_SPLITS`: gpt2's own, llama-bpe, qwen2, ...), then byte-level encoded;
+  `tokenizer.ggml.pre` (`PRE_SPLITS`: gpt2's own, llama-bpe, qwen2, gpt-4o, ...), then byte-level
+  encoded;
 - `llama`: SentencePiece-style BPE (Llama 1/2, Mistral, Gemma): `tokens` with "▁" for spaces,
   `scores` (a higher score merges first) and `token_type` (6: `<0xNN>` byte tokens, the
   fallback for characters outside the vocabulary); no merges in the file, so they are derived:
@@ -44,6 +45,15 @@ QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# o200k (gpt-4o, gpt-oss): words as an upper-case run then a lower-case one (or the reverse),
+# each with an optional contraction; digits in threes; punctuation runs keep a trailing / or EOL
+GPT4O_SPLIT = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 # tokenizer.ggml.pre -> the pattern that splits text before byte-level BPE
 PRE_SPLITS = {
     "default": GPT2_SPLIT,
@@ -54,6 +64,7 @@ PRE_SPLITS = {
     "llama-v3": LLAMA3_SPLIT,
     "smollm": LLAMA3_SPLIT,
     "qwen2": QWEN2_SPLIT,
+    "gpt-4o": GPT4O_SPLIT,
 }
 SPACE = "\u2581"
 

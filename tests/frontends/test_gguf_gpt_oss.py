@@ -124,44 +124,85 @@ def test_generate_from_the_file_gives_the_oracles_tokens(
     assert [int(t) for t in out.split()] == expected
 
 
-def _vocab_file(tmp_path: Path, pre: str) -> tuple[Path, Any]:
-    """A gpt-oss file carrying a small byte-level BPE vocabulary whose `tokenizer.ggml.pre` is
-    `pre`, and that tokenizer."""
-    from tests.support import gguf_vocab, hf_checkpoints
+def _boundary_tokenizer() -> Any:
+    """A byte-level BPE (`<pad>`, `<s>`, `</s>`, the 256 byte characters) whose few merges cross
+    the places where gpt2's and o200k's splits differ: a contraction (o200k keeps "n't" with its
+    word), a run of digits (o200k cuts it in threes), a case change (o200k cuts "lC"), a space
+    before a word (both keep it), so the split decides the ids."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
 
-    tokenizer = hf_checkpoints.train_tokenizer()
-    model = gguf_gpt_oss.hf_gpt_oss(vocab_size=tokenizer.get_vocab_size())
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2}
+    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[ch] = len(vocab)
+    merges = [("n", "'"), ("3", "4"), ("l", "C"), ("\u0120", "t"), ("\u0120t", "h")]
+    for left, right in merges:
+        vocab[left + right] = len(vocab)
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tokenizer.add_special_tokens(["<pad>", "<s>", "</s>"])
+    return tokenizer
+
+
+def _vocab_file(tmp_path: Path, pre: str, arch: str = "gpt-oss") -> Path:
+    """A gpt-oss (or tiny llama) file carrying a small byte-level BPE vocabulary whose
+    `tokenizer.ggml.pre` is `pre`."""
+    from tests.support import gguf_vocab
+
+    tokenizer = _boundary_tokenizer()
+    vocab = tokenizer.get_vocab_size()
 
     def add(writer: Any) -> None:
         real = writer.add_tokenizer_pre
         writer.add_tokenizer_pre = lambda _: real(pre)
         gguf_vocab.add_byte_level_vocab(writer, tokenizer)
 
+    (tmp_path / arch).mkdir(exist_ok=True)
+    path = tmp_path / arch / f"vocab-{pre}.gguf"
     with gguf_vocab.vocab_added(add):
-        path = gguf_gpt_oss.write_gpt_oss_gguf(model, tmp_path / f"vocab-{pre}.gguf")
-    return path, tokenizer
+        if arch == "gpt-oss":
+            gguf_gpt_oss.write_gpt_oss_gguf(gguf_gpt_oss.hf_gpt_oss(vocab_size=vocab), path)
+        else:
+            gguf_models.write_gguf(gguf_models.hf_model(arch, vocab_size=vocab), path, arch)
+    return path
+
+
+TEXTS = ["the quick brown fox", "CamelCase don't 12345 x/y\n\n end", "ÉCOLE été 日本 the"]
 
 
 def test_generate_with_the_files_vocabulary(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A byte-level vocabulary the GGUF tokenizer builds: `--prompt` text in, the oracle's
-    greedy tokens out (their ids through `--json`); gpt-oss's own pre-tokenizer (`gpt-4o`, the
-    o200k split) is refused by name."""
+    """gpt-oss's pre-tokenizer (`tokenizer.ggml.pre` "gpt-4o", the o200k split) over a small
+    byte-level vocabulary: our tokenizer encodes and decodes as transformers' GGUF tokenizer of
+    the same vocabulary (texts where the split differs from gpt2's; in a llama file, as
+    transformers' GGUF loading fails on a gpt-oss file's rope keys before its tokenizer), and
+    `--prompt` text in gives the oracle's greedy tokens for those ids (`--json`)."""
     import json
 
-    path, tokenizer = _vocab_file(tmp_path, "default")
-    prompt = "the quick brown fox"
+    from transformers import AutoTokenizer
+
+    from optgraph.api.text_tokenizer import load_tokenizer
+    from tests.support import hf_checkpoints
+
+    path, llama = _vocab_file(tmp_path, "gpt-4o"), _vocab_file(tmp_path, "gpt-4o", "llama")
+    reference = hf_checkpoints.quietly(
+        lambda: AutoTokenizer.from_pretrained(str(llama.parent), gguf_file=llama.name)
+    )
+    ours = load_tokenizer(path)
+    gpt2 = load_tokenizer(_vocab_file(tmp_path, "default"))
+    assert all(gpt2.encode(text) != ours.encode(text) for text in TEXTS[1:2])
+    for text in TEXTS:
+        ids = reference(text)["input_ids"]
+        assert ours.encode(text) == ids, text
+        assert ours.decode(ids) == reference.decode(ids, skip_special_tokens=True), text
+    prompt = TEXTS[1]
     argv = ["generate", str(path), "--prompt", prompt, "--ignore-eos", "--device", "cpu"]
     argv += ["--max-new-tokens", "8", "--no-cache", "-q", "--json", str(tmp_path / "o.json")]
     assert main(argv) == 0
     tokens = json.loads((tmp_path / "o.json").read_text())["results"][0]["tokens"]
-    ids = tokenizer.encode(prompt).ids
-    assert ids[0] == 1  # the vocabulary's bos, prepended as the file says
-    oracle = gguf_gpt_oss.gpt_oss_from_file(path)
-    assert tokens == gguf_models.greedy_reference(oracle, ids, 8)
+    ids = reference(prompt)["input_ids"]
+    assert tokens == gguf_models.greedy_reference(gguf_gpt_oss.gpt_oss_from_file(path), ids, 8)
     capsys.readouterr()
-    o200k, _ = _vocab_file(tmp_path, "gpt-4o")
-    assert main(["generate", str(o200k), "--prompt", prompt, "--device", "cpu", "--no-cache"]) == 1
+    other = _vocab_file(tmp_path, "o300k")
+    assert main(["generate", str(other), "--prompt", prompt, "--device", "cpu", "--no-cache"]) == 1
     err = capsys.readouterr().err
-    assert "tokenizer.ggml.pre 'gpt-4o' is not supported" in err and "Traceback" not in err
+    assert "tokenizer.ggml.pre 'o300k' is not supported" in err and "Traceback" not in err
