@@ -133,14 +133,17 @@ class _Counts:
     has_backends: bool = False
     planned: bool = False
     arena: int = 0
+    no_reuse: int = 0
     streams: set[int] = field(default_factory=set)
     annotated_streams: bool = False
 
 
 def _count(graph: Graph) -> _Counts:
-    """The node counts, the streams used and the planned arena's top, in one walk. O(V)."""
+    """The node counts, the streams used, the planned arena's top and the bytes of every buffer
+    (a compute node's result that is no aliasing view) unshared, in one walk. O(V)."""
     c = _Counts()
     streams = c.streams
+    aliases = alias_roots(graph)
     for n in graph.nodes:
         op, ann = n.op, n.ann
         stream = ann.stream
@@ -159,18 +162,14 @@ def _count(graph: Graph) -> _Counts:
         if ann.backend is not None:
             c.has_backends = True
             c.cpu_ops += ann.backend == "cpu"
-        if ann.offset is not None:
-            c.planned = True
-            c.arena = max(c.arena, ann.offset + _result_bytes(n))
+        is_buffer = n.name not in aliases
+        if is_buffer or ann.offset is not None:
+            nbytes = _result_bytes(n)
+            c.no_reuse += nbytes if is_buffer else 0
+            if ann.offset is not None:
+                c.planned = True
+                c.arena = max(c.arena, ann.offset + nbytes)
     return c
-
-
-def _no_reuse_bytes(graph: Graph) -> int:
-    """Bytes of every buffer (a compute node's result that is no aliasing view), unshared."""
-    aliases = alias_roots(graph)
-    return sum(
-        _result_bytes(n) for n in graph.nodes if n.op not in EVENT_OPS and n.name not in aliases
-    )
 
 
 def compute_report(graph: Graph, compile_seconds: float | None = None) -> Report:
@@ -192,7 +191,7 @@ def compute_report(graph: Graph, compile_seconds: float | None = None) -> Report
         arena_bytes=c.arena if planned else None,
         memory_lower_bound_bytes=bounds.get("memory_lower_bound_bytes"),
         concurrency_bound_bytes=bounds.get("concurrency_bound_bytes"),
-        no_reuse_bytes=_no_reuse_bytes(graph) if planned else None,
+        no_reuse_bytes=c.no_reuse if planned else None,
         stream_extra_bytes=bounds.get("stream_extra_bytes"),
         splits=count_splits(graph) if c.has_backends else None,
         cpu_ops=c.cpu_ops if c.has_backends else None,
