@@ -54,8 +54,11 @@ reductions over leading axes (they stay alone), fusing through views or into att
 Complexity: O((V + E)·k²) with k = max-ops, i.e. linear in graph size: each node's group retries
 its at most k·arity outside operands after each of at most k merges, and each check is O(k). On a
 planned graph add O(V·s) for happens-before (s streams) and O(log V + w) per operand for the
-w buffers sharing its bytes. Region bodies are made of the original nodes re-wired
-(`Node.with_fields`), so verify and the cost model keep what they inferred for them.
+w buffers sharing its bytes. One walk over the nodes and operands classifies them and finds
+the readers; the norm copies go past the graph's own nodes, so no index moves. Whether a union
+makes one kernel is decided once per shape of region (its nodes' ops, attributes, types and
+wiring): a model's repeated layers plan each shape once. Region bodies are made of the original
+nodes re-wired (`Node.with_fields`), so verify and the cost model keep what they inferred.
 """
 
 from __future__ import annotations
@@ -71,13 +74,12 @@ from optgraph.analysis.fusion_rules import (
     PRODUCT,
     is_anchor,
     one_row_product,
-    plan_region,
 )
 from optgraph.analysis.happens_before import HappensBefore, happens_before
+from optgraph.analysis.region_shapes import RegionShapes
 from optgraph.analysis.row_norm_copies import restored_names, row_norm_copies
 from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node, Region, TensorType
 from optgraph.ir.layout import alias_roots
-from optgraph.ir.op_specs import typed_value
 from optgraph.passes.base import Pass
 
 # A group's (anchors, products, norms) among its members: a union that `plan_region` would
@@ -100,6 +102,7 @@ class _State:
     group_of: list[int]  # the root of each node's group; -1 outside every group
     members: dict[int, list[int]]  # per group root: its nodes, in issue order
     anchors: dict[int, Counts]  # per group root
+    shapes: RegionShapes
     planned: bool = False
     hb: HappensBefore | None = None
     ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # arena bytes (planned)
@@ -108,12 +111,8 @@ class _State:
     starts: list[int] = field(default_factory=list)  # owners' starts, sorted
     max_size: int = 0
     row_prologues: bool = True
-    prologue_max_k: int = 2048
     elementwise_prologue_max_k: int = 2048
     overlaps: dict[str, list[int]] = field(default_factory=dict)
-    signatures: list[int] = field(default_factory=list)  # per node, -1 until `_signature` asks
-    signature_ids: dict[tuple[object, ...], int] = field(default_factory=dict)
-    one_kernel: dict[tuple[int, ...], bool] = field(default_factory=dict)  # by `_region_key`
     # Place in issue order of each norm copy (appended to `nodes` past the graph's own nodes).
     positions: dict[int, float] = field(default_factory=dict)
 
@@ -228,7 +227,7 @@ def _try_absorb(state: _State, root: int, producer: int, max_ops: int) -> bool:
     union = sorted(mine + theirs)
     if state.positions and union[-1] in state.positions:  # a norm copy: sort by issue order
         union.sort(key=lambda j: state.positions.get(j, j))
-    if not _is_one_kernel(state, union):
+    if not state.shapes.is_one_kernel(union):
         return False
     if state.planned and not _memory_allows(state, root, union):
         return False
@@ -239,62 +238,6 @@ def _try_absorb(state: _State, root: int, producer: int, max_ops: int) -> bool:
     state.anchors[root] = anchors
     del state.members[producer], state.anchors[producer]
     return True
-
-
-def _is_one_kernel(state: _State, union: Sequence[int]) -> bool:
-    """`plan_region` makes one kernel of the nodes `union`, within the row limits of a product
-    prologue. Decided once per shape of region (`_region_key`): a model's repeated layers ask
-    the same question once a layer."""
-    key = _region_key(state, union)
-    found = state.one_kernel.get(key)
-    if found is None:
-        found = state.one_kernel[key] = _plans_one_kernel(state, [state.nodes[j] for j in union])
-    return found
-
-
-def _plans_one_kernel(state: _State, region: list[Node]) -> bool:
-    plan, _ = plan_region(region, state.types)
-    if plan is None:
-        return False
-    if plan.kind == PRODUCT and plan.prologue and plan.anchor is not None:
-        by_name = {n.name: n for n in region}
-        limit = state.elementwise_prologue_max_k
-        if any(by_name[p].op in NORM_OPS for p in plan.prologue):
-            limit = state.prologue_max_k
-        if state.types[by_name[plan.anchor].operands[0]].shape[-1] > limit:
-            return False
-    return True
-
-
-def _region_key(state: _State, union: Sequence[int]) -> tuple[int, ...]:
-    """What `_plans_one_kernel` reads of the nodes `union`: each node's signature (`_signature`),
-    then, per operand, the position in `union` of the node defining it (-1: from outside). A
-    signature fixes the node's operand count, so the flat tuple reads back one way. O(n + e)."""
-    nodes, signatures = state.nodes, state.signatures
-    position = {nodes[j].name: k for k, j in enumerate(union)}
-    key: list[int] = []
-    for j in union:
-        signature = signatures[j]
-        if signature < 0:
-            signature = signatures[j] = _signature(state, nodes[j])
-        key.append(signature)
-        key.extend([position.get(o, -1) for o in nodes[j].operands])
-    return tuple(key)
-
-
-def _signature(state: _State, node: Node) -> int:
-    """A number for what `plan_region` reads of a node besides its name and wiring: op,
-    attributes, result and operand types (types by identity: the graph keeps each alive, and
-    two equal type objects only cost a second plan)."""
-    attrs = node.attrs
-    types = state.types
-    signature = (
-        node.op,
-        tuple([(k, typed_value(v)) for k, v in attrs.items()]) if attrs else (),
-        id(node.type),
-        *[id(types[o]) for o in node.operands],
-    )
-    return state.signature_ids.setdefault(signature, len(state.signature_ids))
 
 
 _ELEMENTWISE_COUNTS: Counts = (0, 0, 0)
@@ -571,9 +514,9 @@ class FusePass(Pass):
             group_of=[],
             members={},
             anchors={},
+            shapes=RegionShapes(nodes, types, self.prologue_max_k, self.elementwise_prologue_max_k),
             planned=planned,
             row_prologues=self.row_prologues,
-            prologue_max_k=self.prologue_max_k,
             elementwise_prologue_max_k=self.elementwise_prologue_max_k,
         )
         order: Sequence[int] = range(len(nodes))
@@ -585,7 +528,6 @@ class FusePass(Pass):
             if made:
                 order, walk = _copy_norms(state, made, counts, copies)
         state.group_of = [-1] * len(nodes)
-        state.signatures = [-1] * len(nodes)
         if planned:
             state.hb = happens_before(graph)
             state.ranges = _arena_ranges(graph, types)
