@@ -208,20 +208,24 @@ class OperandSpans(Sequence[Span]):
         %y = add(%a, %b) : f32[4]   ->  [Span(line, 10, 12), Span(line, 14, 16)] on first use
     """
 
-    __slots__ = ("_line", "_path", "_source_line", "_spans", "_start")
+    __slots__ = ("_node_span", "_spans", "_start")
 
-    def __init__(self, path: str, line: int, source_line: str, start: int):
-        self._path, self._line, self._source_line, self._start = path, line, source_line, start
+    def __init__(self, node_span: Span, start: int):
+        """`node_span`: the node's own span (its op), on the same line; `start`: the 0-based
+        offset in that line of the operand list, after its `(`."""
+        self._node_span, self._start = node_span, start
         self._spans: tuple[Span, ...] | None = None
 
     def _made(self) -> tuple[Span, ...]:
         """The spans of the `%name`s from offset `start` to the list's `)`."""
         spans = self._spans
         if spans is None:
-            source, start = self._source_line, self._start
+            at, start = self._node_span, self._start
+            source = at.source_line
+            assert source is not None
             text = source[start : source.index(")", start)]
             spans = self._spans = tuple(
-                _span(self._path, self._line, source, start + m.start(), start + m.end())
+                _span(at.path, at.line, source, start + m.start(), start + m.end())
                 for m in _VALUE_RE.finditer(text)
             )
         return spans
@@ -310,6 +314,14 @@ class _LineReader:
             ann = self.ann(ann_text)
         op_start = indent + m.start(2)
         operands = tuple(_OPERAND_NAME_RE.findall(operand_text))
+        span = object.__new__(Span)  # `self.span`, inline: once per node
+        span.__dict__.update(
+            path=self.path,
+            line=line,
+            col=op_start + 1,
+            end_col=op_start + len(op) + 1,
+            source_line=self.lines[line - 1],
+        )
         node = object.__new__(Node)  # field by field: see `span`
         node.__dict__.update(
             name=name[1:],
@@ -319,12 +331,8 @@ class _LineReader:
             type=tensor_type,
             ann=ann,
             body=body,
-            span=self.span(line, op_start, op_start + len(op)),
-            operand_spans=(
-                OperandSpans(self.path, line, self.lines[line - 1], indent + m.start(3))
-                if operands
-                else ()
-            ),
+            span=span,
+            operand_spans=OperandSpans(span, indent + m.start(3)) if operands else (),
         )
         return node
 
