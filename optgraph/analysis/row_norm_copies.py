@@ -8,17 +8,23 @@ the norm is no kernel of its own:
     before: %n = rms_norm(%h, %g)   %q = matmul(%n, %wq)   %k = matmul(%n, %wk)
     after:  %n.0 = rms_norm(%h, %g)  %q = matmul(%n.0, %wq)  %n.1 = rms_norm(%h, %g)  %k = ...
 
+`append_copies` puts the copies past a node list's end and rewires the readers (no index moves).
 Inside a fused region each copy takes its original's name back (`restored_names`: a body is a
 scope of its own). Complexity O(V + E).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 from optgraph.analysis.fusion_rules import NORM_OPS, plan_region, reduction_cols
 from optgraph.ir.graph import Graph, Node, TensorType
 from optgraph.ir.op_specs import typed_value
+
+T = TypeVar("T")
 
 
 def _signature(node: Node, types: dict[str, TensorType]) -> tuple[object, ...]:
@@ -114,6 +120,68 @@ def row_norm_copies(
             named.append((name, r))
         made.append((i, named))
     return made
+
+
+@dataclass
+class AppendedCopies:
+    """What `append_copies` did: the issue order of the nodes (each norm's copies where the
+    norm was), the fusable nodes in that order, each copy's place in issue order (between its
+    norm's and the next node's, to sort by) and {copy name: norm name}."""
+
+    order: list[int]
+    walk: list[int]
+    positions: dict[int, float]
+    copies: dict[str, str]
+
+
+def append_copies(
+    nodes: list[Node],
+    made: list[tuple[int, list[tuple[str, int]]]],
+    types: dict[str, TensorType],
+    readers: dict[str, list[int]],
+    producers: dict[str, int],
+    fusable: dict[int, T],
+) -> AppendedCopies:
+    """Give each reader of a norm of `made` (`row_norm_copies`) its copy, in place of the norm.
+
+    The copies go to the end of `nodes` (no index moves: the `readers` and `producers` found
+    stay true, and get the copies) and each reader is rewired to its copy; `types` gets the
+    copies' types, `fusable` (indices in issue order, the norms among them) the copies with
+    their norm's value. O(V) for the orders (list slices), O(1) per copy and per read of a
+    norm's operand.
+    """
+    last = len(nodes)  # the graph's own nodes: [0, last)
+    indices = list(fusable)  # in issue order
+    done = AppendedCopies([], [], {}, {})
+    start = seen = 0
+    for i, named in made:
+        norm = nodes[i]
+        done.order += range(start, i)
+        at = bisect_left(indices, i, seen)
+        assert indices[at] == i  # `row_norm_copies` copies fusable norms only
+        done.walk += indices[seen:at]
+        start, seen = i + 1, at + 1
+        made_here = list(range(len(nodes), len(nodes) + len(named)))
+        for k, (name, r) in enumerate(named):
+            c = made_here[k]
+            nodes.append(norm.with_fields(name=name))
+            reader = nodes[r]
+            nodes[r] = reader.with_fields(operands=(name, *reader.operands[1:]))
+            producers[name] = c
+            types[name] = types[norm.name]
+            readers[name] = [r]
+            done.copies[name] = norm.name
+            done.positions[c] = i + (k + 1) / (len(named) + 1)
+            fusable[c] = fusable[i]
+        done.order += made_here
+        done.walk += made_here
+        for operand in set(norm.operands):  # each copy reads what the norm read
+            found = readers.get(operand)
+            if found is not None:
+                readers[operand] = [c for u in found for c in (made_here if u == i else (u,))]
+    done.order += range(start, last)
+    done.walk += indices[seen:]
+    return done
 
 
 def restored_names(names: Sequence[str], copies: dict[str, str]) -> dict[str, str]:

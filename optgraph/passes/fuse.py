@@ -77,7 +77,7 @@ from optgraph.analysis.fusion_rules import (
 )
 from optgraph.analysis.happens_before import HappensBefore, happens_before
 from optgraph.analysis.region_shapes import RegionShapes
-from optgraph.analysis.row_norm_copies import restored_names, row_norm_copies
+from optgraph.analysis.row_norm_copies import append_copies, restored_names, row_norm_copies
 from optgraph.ir.graph import NO_ANNOTATIONS, Graph, Node, Region, TensorType
 from optgraph.ir.layout import alias_roots
 from optgraph.passes.base import Pass
@@ -90,7 +90,7 @@ Counts = tuple[int, int, int]
 @dataclass
 class _State:
     """The grouping built while walking the graph once. Nodes are named by their index in
-    `nodes`: the graph's, then the norm copies of `row-prologues` (`_copy_norms`)."""
+    `nodes`: the graph's, then the norm copies of `row-prologues` (`append_copies`)."""
 
     nodes: list[Node]
     types: dict[str, TensorType]
@@ -422,57 +422,6 @@ def _rebuilt(
     return out
 
 
-def _copy_norms(
-    state: _State,
-    made: list[tuple[int, list[tuple[str, int]]]],
-    counts: dict[int, Counts],
-    copies: dict[str, str],
-) -> tuple[list[int], list[int]]:
-    """Give each reader of a shared row norm its copy (`row_norm_copies`), in place of the norm.
-
-    The copies go to the end of `state.nodes` (no index moves: the readers and producers found
-    stay true) and each reader is rewired to its copy. Returns the issue order (each norm's
-    copies where it was) and the fusable nodes (`counts`, which gets the copies) in that order.
-    Fills `copies` {copy: norm} and `state.positions` (a copy's place in issue order, between
-    its norm's and the next node's, for sorting regions). O(V) for the orders (list slices),
-    O(1) per copy and per read of a norm's operand.
-    """
-    nodes, types, readers, producers = state.nodes, state.types, state.readers, state.producers
-    last = len(nodes)  # the graph's own nodes: [0, last)
-    fusable = list(counts)  # indices in issue order
-    walk: list[int] = []
-    order: list[int] = []
-    start = done = 0
-    for i, named in made:
-        norm = nodes[i]
-        order += range(start, i)
-        at = bisect_left(fusable, i, done)
-        assert fusable[at] == i  # `row_norm_copies` copies fusable norms only
-        walk += fusable[done:at]
-        start, done = i + 1, at + 1
-        made_here = list(range(len(nodes), len(nodes) + len(named)))
-        for k, (name, r) in enumerate(named):
-            c = made_here[k]
-            nodes.append(norm.with_fields(name=name))
-            reader = nodes[r]
-            nodes[r] = reader.with_fields(operands=(name, *reader.operands[1:]))
-            producers[name] = c
-            types[name] = types[norm.name]
-            readers[name] = [r]
-            copies[name] = norm.name
-            state.positions[c] = i + (k + 1) / (len(named) + 1)
-            counts[c] = counts[i]
-        order += made_here
-        walk += made_here
-        for operand in set(norm.operands):  # each copy reads what the norm read
-            found = readers.get(operand)
-            if found is not None:
-                readers[operand] = [c for u in found for c in (made_here if u == i else (u,))]
-    order += range(start, last)
-    walk += fusable[done:]
-    return order, walk
-
-
 def _annotated(graph: Graph) -> tuple[bool, bool]:
     """Whether the graph's memory is planned (a node has an offset), and whether a node has
     a live range (`live` or `visible`). Most nodes have no annotation at all before scheduling:
@@ -526,7 +475,9 @@ class FusePass(Pass):
             norms = [i for i, count in counts.items() if count[2]]
             made = row_norm_copies(graph, types, readers, norms, self.prologue_max_k)
             if made:
-                order, walk = _copy_norms(state, made, counts, copies)
+                appended = append_copies(nodes, made, types, readers, state.producers, counts)
+                order, walk, copies = appended.order, appended.walk, appended.copies
+                state.positions = appended.positions
         state.group_of = [-1] * len(nodes)
         if planned:
             state.hb = happens_before(graph)
