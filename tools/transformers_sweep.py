@@ -326,13 +326,19 @@ def wrapped(name: str) -> tuple[Any, tuple[Any, ...]]:
 
 def check(name: str, cuda: bool = False, onnx: bool = False) -> str:
     """The table row of one model."""
+    module, args = wrapped(name)
+    return row(name, module, args, cuda, onnx)
+
+
+def row(name: str, module: Any, args: tuple[Any, ...], cuda: bool, onnx: bool) -> str:
+    """The table row of `module` called on `args` (its output a tensor): imported and run, or
+    why not."""
     import numpy as np
     import torch
 
     import optgraph as og
     from optgraph.reference.interpreter import nmse, run_reference
 
-    module, args = wrapped(name)
     with torch.no_grad():
         want = module(*args).numpy().astype(np.float64)
     start = time.process_time()

@@ -6,6 +6,7 @@ What attention masks, per-row kv_len, sliding windows and softcaps export as:
     mask = pos[None, :] < kv_len[:, None]       aten.lt.Tensor       -> less
     scores.masked_fill(~mask, -inf)             aten.masked_fill     -> where(mask', fill, scores)
     logits.clamp(-30, 30)                       aten.clamp           -> clip
+    F.relu6(x), F.hardtanh(x, lo, hi)           aten.hardtanh        -> clip
     ids.clamp(0, E - 1)  (integers)             aten.clamp           -> minimum(maximum(ids, 0),
                                                                         E - 1)
     scores.triu(1), x.tril()                    aten.triu, aten.tril -> where(keep, x, 0), the
@@ -121,6 +122,16 @@ def _clamp(low_index: int | None, high_index: int | None) -> Converter:
     return convert
 
 
+def _hardtanh(ctx: TorchContext, node: Any) -> None:
+    """`F.hardtanh` (and `F.relu6`, MobileNetV2's activation, exported as hardtanh(x, 0, 6)):
+    `clip` between its bounds, -1 and 1 where not given."""
+    if ctx.result_type(node).dtype not in FLOAT_DTYPES:
+        raise unsupported(node, f"expected a float operand, got {ctx.result_type(node)}")
+    low, high = arg(node, 1, "min_val", -1.0), arg(node, 2, "max_val", 1.0)
+    bounds = {"min": float(low), "max": float(high)}
+    ctx.emit(node, "clip", [ctx.name_of(node.args[0])], bounds)
+
+
 def triangle_keep(rows: int, cols: int, diagonal: int, upper: bool) -> np.ndarray:
     """Which entries of an [rows, cols] matrix triu/tril (ONNX Trilu) keep."""
     offset = np.arange(cols)[None, :] - np.arange(rows)[:, None]
@@ -154,6 +165,7 @@ LOGIC_CONVERTERS: dict[str, Converter] = {
     "aten.ge.Tensor": _compare("less", negate=True),
     "aten.gt.Scalar": _compare("greater"),
     "aten.gt.Tensor": _compare("greater"),
+    "aten.hardtanh.default": _hardtanh,
     "aten.le.Scalar": _compare("greater", negate=True),
     "aten.le.Tensor": _compare("greater", negate=True),
     "aten.logical_not.default": _logical_not,

@@ -42,12 +42,33 @@ def _conv(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
         return
     if ctx.type_of(node.input[0]).rank != 4:
         raise ctx.error(node, "only 1-D (NCL) and 2-D (NCHW) convolutions are supported")
+    x, *rest = (ctx.name(i) for i in node.input if i)
+    padding, x = _conv_pads(ctx, node, attrs, x)
     out: dict[str, AttrValue] = {
         "stride": tuple(int(s) for s in attrs.get("strides", (1, 1))),
-        "padding": _symmetric_pads(ctx, node, attrs),
+        "padding": padding,
         "groups": int(attrs.get("group", 1)),
     }
-    ctx.emit(node, "conv2d", [ctx.name(i) for i in node.input if i], out)
+    ctx.emit(node, "conv2d", [x, *rest], out)
+
+
+def _conv_pads(
+    ctx: OnnxContext, node: Any, attrs: Mapping[str, Any], x: str
+) -> tuple[tuple[int, int], str]:
+    """(conv2d's symmetric padding, its input): pads that differ before and after (TF's "same"
+    padding, a `F.pad` the exporter folded into the Conv: MobileNetV2) keep their common part
+    as the padding and pad the rest with zeros first."""
+    if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
+        raise ctx.error(node, "auto_pad SAME_* is not supported (give explicit pads)")
+    pads = [int(p) for p in attrs.get("pads", (0, 0, 0, 0))]
+    if len(pads) != 4 or min(pads) < 0:
+        raise ctx.error(node, f"only 2-D non-negative pads are supported, got {pads}")
+    common = (min(pads[0], pads[2]), min(pads[1], pads[3]))
+    extra = [p - c for p, c in zip(pads, common * 2)]
+    if any(extra):
+        spread = (0, 0, extra[0], extra[1], 0, 0, extra[2], extra[3])
+        x = ctx.step(node, "pad", [x], {"pads": spread, "value": 0.0})
+    return common, x
 
 
 def _conv1d(ctx: OnnxContext, node: Any, attrs: Mapping[str, Any]) -> None:
