@@ -206,3 +206,18 @@ def test_generate_with_the_files_vocabulary(
     assert main(["generate", str(other), "--prompt", prompt, "--device", "cpu", "--no-cache"]) == 1
     err = capsys.readouterr().err
     assert "tokenizer.ggml.pre 'o300k' is not supported" in err and "Traceback" not in err
+
+
+def test_an_f16_file_runs_an_f16_step(tmp_path: Path) -> None:
+    """F16 matrices make the default step f16: the f32 biases, sinks and norms cast where they
+    are read, the MXFP4 stacks read as stored; within f16's rounding of the oracle."""
+    path = _file(tmp_path, "MXFP4", "F16")
+    graph, weights = from_gguf(path, cache_len=32)
+    types = graph.value_types()
+    assert types["l0.q"].dtype == "f16" and types["blk.0.ffn_gate_exps.weight"].dtype == "mxfp4"
+    casts = {n.operands[0] for n in graph.nodes if n.op == "cast"}
+    assert {"blk.0.attn_sinks.weight", "blk.0.ffn_down_exps.bias"} <= casts
+    logits, tokens = gguf_models.decode_steps(graph, weights, PROMPT, 6)
+    oracle = gguf_gpt_oss.gpt_oss_from_file(path)
+    assert np.abs(logits.astype(np.float32) - _logits(oracle, PROMPT)).max() <= 0.05
+    assert tokens == gguf_models.greedy_reference(oracle, PROMPT, 6)
