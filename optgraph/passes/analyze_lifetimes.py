@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from optgraph.analysis.happens_before import happens_before, share_clocks
 from optgraph.analysis.lifetimes import annotate_lifetimes, compute_lifetimes
 from optgraph.ir.gc_pause import gc_paused
 from optgraph.ir.graph import Graph
@@ -44,4 +45,7 @@ class AnalyzeLifetimesPass(Pass):
 
     def run(self, graph: Graph) -> Graph:
         with gc_paused():
-            return annotate_lifetimes(graph, compute_lifetimes(graph))
+            hb = happens_before(graph)
+            result = annotate_lifetimes(graph, compute_lifetimes(graph, hb))
+            share_clocks(result, hb)  # only lifetimes changed: plan-memory finds the clocks
+            return result
