@@ -167,7 +167,7 @@ class Draft:
         nodes = _live_nodes(
             _shared_constants(self.nodes, self.constants, self.outputs), self.outputs
         )
-        _check_mapped(nodes)
+        check_mapped(nodes)
         read = {o for n in nodes for o in n.operands} | set(self.outputs)
         weights = {k: v for k, v in self.weights.items() if k in read}
         weights.update((k, v) for k, v in self.constants.items() if k in read)
@@ -227,7 +227,8 @@ def _live_nodes(nodes: Sequence[Node], outputs: Sequence[str]) -> list[Node]:
     return kept[::-1]
 
 
-def _check_mapped(nodes: Sequence[Node]) -> None:
+def check_mapped(nodes: Sequence[Node]) -> None:
+    """An `OptGraphError` listing every op of `nodes` the IR does not have, if any."""
     unmapped = [n for n in nodes if get_op(n.op) is None]
     if not unmapped:
         return

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from optgraph.errors import OptGraphError, Span
-from optgraph.frontends.draft import Draft, ir_name, tensor_type
+from optgraph.frontends.draft import Draft, check_mapped, ir_name, tensor_type
 from optgraph.frontends.onnx_context import ONNX_DTYPES, OnnxContext
 from optgraph.frontends.onnx_initializers import initializer_arrays
 from optgraph.frontends.onnx_ops import CONVERTERS
@@ -168,7 +168,16 @@ def _convert_node(onnx: Any, context: OnnxContext, node: Any, index: int) -> Non
     if convert is None:
         context.unmapped(node, name)
         return
-    convert(context, node, attrs)
+    if not any(i in context.guessed for i in node.input):
+        convert(context, node, attrs)
+        return
+    # Typed from a guess: what fails here is the unmapped op before it, reported as such.
+    context.guessed.update(node.output)
+    try:
+        convert(context, node, attrs)
+    except OptGraphError:
+        check_mapped(context.draft.nodes)
+        raise
 
 
 def _check_inputs(context: OnnxContext, node: Any) -> None:

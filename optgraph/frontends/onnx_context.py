@@ -27,6 +27,9 @@ class OnnxContext:
     inferred: dict[str, TensorType] = field(default_factory=dict)  # onnx shape inference
     # ONNX names of the constants that are 0-d in the model (the draft stores them as [1])
     scalars: set[str] = field(default_factory=set)
+    # ONNX names whose type is a guess: an unmapped node's outputs that shape inference left
+    # without a static shape (a Range of run-time bounds), and what is computed from them
+    guessed: set[str] = field(default_factory=set)
 
     def span(self, node: Any) -> Span:
         return Span(self.path, 1, 1, None, f"{node.op_type} node '{node.name}'")
@@ -101,6 +104,8 @@ class OnnxContext:
             if not output:
                 continue
             result = self.inferred.get(output, fallback)
+            if output not in self.inferred:
+                self.guessed.add(output)
             out = self.draft.node(node.op_type, operands, result, name=self.fresh(output),
                                   span=self.span(node))  # fmt: skip
             self.values[output] = out

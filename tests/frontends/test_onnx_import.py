@@ -74,6 +74,40 @@ def test_unmapped_ops_are_listed_together() -> None:
     assert "Celu ×1: r1" in text and "Hardmax ×1: probs" in text
 
 
+def test_an_unmapped_op_without_a_static_shape_is_reported_not_what_reads_it() -> None:
+    """A Range between run-time bounds (how transformers' ONNX table writes grouped products)
+    has no static shape: the MatMul that reads its gathered rows is not blamed for the guess."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    ints = TensorProto.INT64
+    nodes = [
+        helper.make_node("ReduceMax", ["counts"], ["start"], keepdims=0),
+        helper.make_node("ReduceSum", ["counts"], ["end"], keepdims=0),
+        helper.make_node("Range", ["start", "end", "one"], ["rows"], name="rows"),
+        helper.make_node("Gather", ["x", "rows"], ["picked"], axis=0),
+        helper.make_node("MatMul", ["picked", "w"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "grouped",
+        [
+            helper.make_tensor_value_info("counts", ints, [4]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 6]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(np.array(1, np.int64), "one"),
+            numpy_helper.from_array(np.ones((6, 5), np.float32), "w"),
+        ],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)])
+    with pytest.raises(og.OptGraphError) as info:
+        from_onnx(model)
+    text = str(info.value)
+    assert "1 op(s) optgraph cannot map" in text and "Range ×1: rows" in text
+    assert "matmul" not in text.lower()
+
+
 def test_a_file_that_is_not_onnx_says_so(tmp_path: Path) -> None:
     path = tmp_path / "model.onnx"
     path.write_text("graph g { }\n")
