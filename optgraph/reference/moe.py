@@ -169,9 +169,9 @@ def _expert(
 
     if len(stacks) == 2 and product is None:  # the decoded gate_up's halves, each a product
         gate_up = expert_matrix(*stacks[0], row)
-        bias = biases[0][row] if biases else F32(0)
-        g = xs @ gate_up[:ffn].T + (bias[:ffn] if biases else bias)
-        u = xs @ gate_up[ffn:].T + (bias[ffn:] if biases else bias)
+        bias = biases[0][row] if biases else np.zeros(2 * ffn, F32)
+        g = xs @ gate_up[:ffn].T + bias[:ffn]
+        u = xs @ gate_up[ffn:].T + bias[ffn:]
     elif len(stacks) == 2:
         gate_up = times(xs, 0)
         g, u = gate_up[:, :ffn], gate_up[:, ffn:]
