@@ -50,7 +50,8 @@ weight %c : mxfp4[1,32]
 %yc = dequantize(%c) {dtype = "{T}"} : {T}[1,32]
 output %ya, %yb, %yc""",
     # Mixture of experts: float expert stacks (norm_topk routing, SiLU) and quantized ones,
-    # gate and up in one stack (top-k-then-softmax routing, GELU-tanh); 8 experts, 3 tokens.
+    # gate and up in one stack (top-k-then-softmax routing, GELU-tanh); gpt-oss's experts (a bias
+    # after each stack, the clamped SwiGLU, a limit random values exceed); 8 experts, 3 tokens.
     "moe": """input %x : {T}[3,64]
 input %logits : {T}[3,8]
 weight %gate : {T}[8,32,64]
@@ -58,9 +59,12 @@ weight %up : {T}[8,32,64]
 weight %down : {T}[8,64,32]
 weight %gate_up : q8_0[8,64,64]
 weight %down_q : mxfp4[8,64,32]
+weight %gate_up_b : {T}[8,64]
+weight %down_b : {T}[8,64]
 %y = moe(%x, %logits, %gate, %up, %down) {k = 2, norm_topk = true} : {T}[3,64]
 %z = moe(%x, %logits, %gate_up, %down_q) {act = "gelu_tanh", k = 3, routing = "topk_softmax"} : {T}[3,64]
-output %y, %z""",
+%w = moe(%x, %logits, %gate_up, %down_q, %gate_up_b, %down_b) {act = "swiglu_oai", k = 2, limit = 0.25, routing = "topk_softmax"} : {T}[3,64]
+output %y, %z, %w""",
     "scale": """input %x : {T}[3,33]
 %y = scale(%x) {factor = -0.75} : {T}[3,33]
 output %y""",
