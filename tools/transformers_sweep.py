@@ -13,6 +13,7 @@ checkpoints.
     python tools/transformers_sweep.py --markdown FILE # also write the table there
     python tools/transformers_sweep.py --cuda          # also compiled for cuda, on the GPU
     python tools/transformers_sweep.py --onnx          # through torch.onnx.export, og.from_onnx
+    python tools/transformers_sweep.py --onnx --transformers-onnx-table  # with its ONNX functions
 """
 
 from __future__ import annotations
@@ -273,9 +274,13 @@ def model_inputs(kind: str) -> tuple[Any, ...]:
     return (torch.tensor([TOKENS]),)
 
 
-def exported(wrapped: Any, args: tuple[Any, ...], onnx: bool) -> tuple[Any, Any]:
+def exported(
+    wrapped: Any, args: tuple[Any, ...], onnx: bool, table: bool = False
+) -> tuple[Any, Any]:
     """(graph, weights) of the model's call: through torch.export, or with `onnx` through
-    `torch.onnx.export` (the dynamo exporter, in memory) and `og.from_onnx`."""
+    `torch.onnx.export` (the dynamo exporter, in memory) and `og.from_onnx`; with `table`, the
+    exporter also given transformers' own ONNX functions (what its ONNX exporter passes: the
+    grouped products of MoE experts unrolled per expert, bool index_put, bincount)."""
     from optgraph.frontends.torch_export import from_torch
 
     if not onnx:
@@ -289,11 +294,22 @@ def exported(wrapped: Any, args: tuple[Any, ...], onnx: bool) -> tuple[Any, Any]
 
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            program = torch.onnx.export(wrapped, args, dynamo=True)
+            program = torch.onnx.export(
+                wrapped, args, dynamo=True, custom_translation_table=transformers_table(table)
+            )
     except Exception as exc:  # noqa: BLE001 - the exporter's failure, not the importer's
         plain = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # the exporter's colours
         raise NotExported(plain.splitlines()[0] if plain else type(exc).__name__) from None
     return from_onnx(program.model_proto)
+
+
+def transformers_table(wanted: bool) -> dict[Any, Any] | None:
+    """transformers' ONNX translation table where `wanted` (None otherwise)."""
+    if not wanted:
+        return None
+    from transformers.exporters import exporter_onnx
+
+    return dict(exporter_onnx._ONNX_TRANSLATION_TABLE)
 
 
 class NotExported(Exception):
@@ -324,15 +340,17 @@ def wrapped(name: str) -> tuple[Any, tuple[Any, ...]]:
     return FirstOutput(), model_inputs(kind)
 
 
-def check(name: str, cuda: bool = False, onnx: bool = False) -> str:
+def check(name: str, cuda: bool = False, onnx: bool = False, table: bool = False) -> str:
     """The table row of one model."""
     module, args = wrapped(name)
-    return row(name, module, args, cuda, onnx)
+    return row(name, module, args, cuda, onnx, table)
 
 
-def row(name: str, module: Any, args: tuple[Any, ...], cuda: bool, onnx: bool) -> str:
+def row(
+    name: str, module: Any, args: tuple[Any, ...], cuda: bool, onnx: bool, table: bool = False
+) -> str:
     """The table row of `module` called on `args` (its output a tensor): imported and run, or
-    why not."""
+    why not (`exported` says what `table` does)."""
     import numpy as np
     import torch
 
@@ -343,7 +361,7 @@ def row(name: str, module: Any, args: tuple[Any, ...], cuda: bool, onnx: bool) -
         want = module(*args).numpy().astype(np.float64)
     start = time.process_time()
     try:
-        graph, weights = exported(module, args, onnx)
+        graph, weights = exported(module, args, onnx, table)
     except NotExported as exc:
         return f"| {name} | not exported | torch.onnx.export: {exc} | | |" + (" |" if cuda else "")
     except og.OptGraphError as exc:  # a refusal; anything else is a defect, raised
@@ -376,6 +394,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--onnx", action="store_true", help="through torch.onnx.export and og.from_onnx instead"
     )
+    parser.add_argument(
+        "--transformers-onnx-table",
+        action="store_true",
+        help="with --onnx: give the exporter transformers' own ONNX functions (its exporter's)",
+    )
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     import transformers
@@ -388,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown model {unknown[0]!r}; known: {', '.join(table)}")
     lines = [
         f"transformers {transformers.__version__}; float32; 2 layers, hidden 32; "
-        + ("torch.onnx.export, og.from_onnx" if args.onnx else "torch.export, og.from_torch"),
+        + ("torch.onnx.export, og.from_onnx" if args.onnx else "torch.export, og.from_torch")
+        + (" (transformers' ONNX table)" if args.onnx and args.transformers_onnx_table else ""),
         "",
         "| model | import | graph / refusal | NMSE reference | NMSE compiled (CPU) |"
         + (" NMSE compiled (cuda) |" if args.cuda else ""),
@@ -396,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print("\n".join(lines), flush=True)
     for name in names:
-        lines.append(check(name, args.cuda, args.onnx))
+        lines.append(check(name, args.cuda, args.onnx, args.transformers_onnx_table))
         print(lines[-1], flush=True)
     if args.markdown:
         Path(args.markdown).write_text("\n".join(lines) + "\n")
