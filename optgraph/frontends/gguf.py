@@ -76,6 +76,7 @@ ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3mo
 MISSING = {"qwen2moe": "its shared expert (ffn_*_shexp) is not supported"}
 GEMMA = {"gemma2": 2, "gemma3": 6}  # their sliding-window pattern: n - 1 sliding layers, 1 global
 GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}  # llama.cpp scales those q by (hidden/heads)^-0.5
+SWIGLU_LIMIT = 7.0  # gpt-oss's clamp, as llama.cpp and transformers run it
 DEFAULT_CACHE_LEN = 4096  # a decode step's cache when the model's context is longer
 _LAYER_TENSORS = {
     "attn_norm": "attn_norm",
@@ -309,6 +310,13 @@ def _experts(
     key = "expert_feed_forward_length"
     width = number(key, None if arch in ("qwen3moe", "gpt-oss") else 0)
     if arch == "gpt-oss":  # llama.cpp: the top k logits' softmax; biases; the clamped SwiGLU
+        clamp = gguf.metadata(f"{arch}.swiglu_clamp_exp")
+        limits = clamp if isinstance(clamp, list) else [] if clamp is None else [clamp]
+        if any(value != SWIGLU_LIMIT for value in limits):
+            raise gguf.error(
+                f"'{arch}.swiglu_clamp_exp' {limits[:8]} is not supported: gpt-oss's experts "
+                f"clamp at {SWIGLU_LIMIT} (moe's swiglu_oai limit)"
+            )
         return {
             "experts": count,
             "experts_used": number("expert_used_count", None),

@@ -24,6 +24,7 @@ llama.cpp computes it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -117,9 +118,14 @@ def _add(w: Any, name: str, a: np.ndarray, experts: str, matrices: str) -> None:
 
 
 def write_gpt_oss_gguf(
-    model: Any, path: Path, experts: str = "MXFP4", matrices: str = "F32"
+    model: Any,
+    path: Path,
+    experts: str = "MXFP4",
+    matrices: str = "F32",
+    edit: Callable[[Any], None] | None = None,
 ) -> Path:
-    """Write `model` (`hf_gpt_oss`) as a `gpt-oss` GGUF file (module docstring)."""
+    """Write `model` (`hf_gpt_oss`) as a `gpt-oss` GGUF file (module docstring); `edit(writer)`
+    may add keys."""
     import gguf
 
     c = model.config
@@ -144,6 +150,8 @@ def write_gpt_oss_gguf(
     w.add_expert_used_count(c.num_experts_per_tok)
     w.add_expert_feed_forward_length(c.intermediate_size)
     w.add_vocab_size(c.vocab_size)
+    if edit is not None:
+        edit(w)
     for name, a in gguf_tensors(model).items():
         _add(w, name, a, experts, matrices)
     w.write_header_to_file()

@@ -221,3 +221,22 @@ def test_an_f16_file_runs_an_f16_step(tmp_path: Path) -> None:
     oracle = gguf_gpt_oss.gpt_oss_from_file(path)
     assert np.abs(logits.astype(np.float32) - _logits(oracle, PROMPT)).max() <= 0.05
     assert tokens == gguf_models.greedy_reference(oracle, PROMPT, 6)
+
+
+def test_another_swiglu_clamp_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = gguf_gpt_oss.hf_gpt_oss()
+    path = tmp_path / "clamp.gguf"
+
+    def clamp(writer: Any) -> None:
+        writer.add_swiglu_clamp_exp([7.0, 5.0])
+
+    gguf_gpt_oss.write_gpt_oss_gguf(model, path, edit=clamp)
+    assert main(["import", str(path), "-o", str(tmp_path / "x.ir")]) == 1
+    err = capsys.readouterr().err
+    assert "'gpt-oss.swiglu_clamp_exp' [7.0, 5.0] is not supported" in err
+    assert "Traceback" not in err and not (tmp_path / "x.ir").exists()
+    same = tmp_path / "same.gguf"
+    gguf_gpt_oss.write_gpt_oss_gguf(model, same, edit=lambda w: w.add_swiglu_clamp_exp([7.0] * 2))
+    from_gguf(same, cache_len=8)  # llama.cpp's own value: accepted
