@@ -37,6 +37,7 @@ Errors name the op and the conflicting facts:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from optgraph.ir.graph import FLOAT_DTYPES, Node, TensorType
@@ -119,6 +120,22 @@ def _check_stack(node: Node, t: TensorType, role: str, layout: str, dims: tuple[
         fail(node, f"{role} {t} differs from {layout} = {shape_text(dims)}")
 
 
+def _check_biases(
+    node: Node, biases: Iterable[tuple[TensorType, str]], lead: str, sizes: tuple[int, int, int]
+) -> None:
+    """Each bias float and `[E, rows]`, its stack's output rows (`sizes`: E, F, H)."""
+    experts, ffn, hidden = sizes
+    widths = {"gate": (ffn, "F"), "up": (ffn, "F"), "gate_up": (2 * ffn, "2F")}
+    widths["down"] = (hidden, "H")
+    for t, role in biases:
+        width, letter = widths[role.removesuffix("_bias")]
+        dims = (experts, width)
+        if t.dtype not in FLOAT_DTYPES:
+            fail(node, f"{role} must be f32, f16 or bf16, got {t}")
+        if t.shape != dims:
+            fail(node, f"{role} {t} differs from [{lead},{letter}] = {shape_text(dims)}")
+
+
 def moe(node: Node, types: Types, attrs: Attrs) -> TensorType:
     x, logits = types[0], types[1]
     if x.rank != 2 or x.dtype not in FLOAT_DTYPES:
@@ -169,16 +186,8 @@ def moe(node: Node, types: Types, attrs: Attrs) -> TensorType:
             _check_stack(node, t, role, f"[{lead},F,H]", (experts, ffn, hidden))
     _check_stack(node, stacks[-1], "down", f"[{lead},H,F]", (experts, hidden, ffn))
     if biased:
-        widths = {"gate": ffn, "up": ffn, "gate_up": 2 * ffn, "down": hidden}
-        letters = {"gate": "F", "up": "F", "gate_up": "2F", "down": "H"}
-        for t, role in zip(types[EXPERTS_AT + len(stacks) :], roles[len(stacks) :]):
-            stack = role.removesuffix("_bias")
-            dims = (experts, widths[stack])
-            layout = f"[{lead},{letters[stack]}]"
-            if t.dtype not in FLOAT_DTYPES:
-                fail(node, f"{role} must be f32, f16 or bf16, got {t}")
-            if t.shape != dims:
-                fail(node, f"{role} {t} differs from {layout} = {shape_text(dims)}")
+        biases = zip(types[EXPERTS_AT + len(stacks) :], roles[len(stacks) :])
+        _check_biases(node, biases, lead, (experts, ffn, hidden))
     if attrs["act"] == "swiglu_oai":
         limit, alpha = attrs["limit"], attrs["alpha"]
         assert isinstance(limit, float) and isinstance(alpha, float)
