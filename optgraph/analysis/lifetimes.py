@@ -65,24 +65,29 @@ def buffer_accesses(
     """
     hb = hb or happens_before(graph)
     roots = alias_roots(graph)
+    root_of = {view: root for view, (root, _) in roots.items()}
     accesses: dict[str, list[int]] = {}
     first = hb.first
+    is_general = False  # whether some node took the general path (which may repeat an instance)
     for i, node in enumerate(graph.nodes):  # one pass: issue order defines before use
-        if node.op in EVENT_OPS:
+        op = node.op
+        if op in EVENT_OPS:
             continue
-        if first[i + 1] == first[i] + 1 and node.op not in _OWN_READS:  # one instance: reads all
-            x = first[i]
-            if node.name in roots:
-                found = accesses.get(roots[node.name][0])
+        x = first[i]
+        if first[i + 1] == x + 1 and op not in _OWN_READS:  # one instance: reads all
+            name = node.name
+            if name in root_of:
+                found = accesses.get(root_of[name])
                 if found is not None and found[-1] != x:
                     found.append(x)
             else:
-                accesses[node.name] = [x]
+                accesses[name] = [x]
             for operand in node.operands:
-                found = accesses.get(roots[operand][0] if operand in roots else operand)
+                found = accesses.get(root_of.get(operand, operand))
                 if found is not None and found[-1] != x:
                     found.append(x)
             continue
+        is_general = True
         for x, d in zip(hb.instances_of(i), node.devices):
             if node.name in roots:
                 root = roots[node.name][0]
@@ -101,7 +106,7 @@ def buffer_accesses(
             kept.add(root)
     # Instances are visited in increasing order, so each list is sorted; the fast path above
     # already skips a repeated instance, the general one may repeat one.
-    for name, acc in accesses.items():
+    for name, acc in accesses.items() if is_general else ():
         if len(acc) > 1 and not all(map(operator.lt, acc, acc[1:])):
             accesses[name] = sorted(set(acc))
     return accesses, kept
