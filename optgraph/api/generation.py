@@ -29,12 +29,11 @@ first / the time from the first token to the last).
 A list of prompts: with a GGUF file, generated together in batches of up to `MAX_BATCH` rows
 (`batch_generation.py`: one step for every row, each with its own length, positions and
 `kv_len`; each row's tokens are those of its prompt alone; on the GPU
-`runtime/cuda/rows_loop.py`); with a checkpoint directory the same on the CPU (its steps:
+`runtime/cuda/rows_loop.py`); with a checkpoint directory the same (its steps:
 `frontends/hf_row_steps.py`); with an `.ir` step, one after another.
 
-Not handled: batches of checkpoint directories on the GPU (the rows loop binds llama_ir's
-steps, with `kv_len` and a prefill that reads its caches; a checkpoint's have neither), which
-run one after another.
+Not handled: batches of `.ir` steps and of checkpoints outside `hf_row_steps.ROWS_ARCHITECTURES`
+(those run one after another).
 """
 
 from __future__ import annotations

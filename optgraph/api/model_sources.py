@@ -155,11 +155,10 @@ class CheckpointSource:
         return step
 
     def batches(self, target: str) -> bool:
-        """On the CPU, for the architectures whose batch steps are tested (the GPU rows loop
-        binds llama_ir's steps only)."""
+        """For the architectures whose batch steps are checked (`hf_row_steps`)."""
         from optgraph.frontends.hf_row_steps import ROWS_ARCHITECTURES
 
-        return target == "cpu" and self.checkpoint.config.get("model_type") in ROWS_ARCHITECTURES
+        return self.checkpoint.config.get("model_type") in ROWS_ARCHITECTURES
 
     def batch_step(
         self, batch: int, bucket: int | None, context: int, dtype: str

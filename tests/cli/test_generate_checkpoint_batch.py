@@ -174,3 +174,92 @@ def test_a_model_making_masks_otherwise_is_refused_by_name() -> None:
     chunked = SimpleNamespace(lm=ChunkedModel(), checkpoint=SimpleNamespace(config=config))
     with pytest.raises(OptGraphError, match="chunked: .*create_chunked_causal_mask is not"):
         _check_masks(chunked)  # type: ignore[arg-type]
+
+
+def test_the_cuda_batch_steps_in_the_emulator_equal_the_reference(
+    checkpoint: tuple[str, Path, list[list[int]], list[str]], programs: Path
+) -> None:
+    """What `--device cuda` runs for a batch, on the CPU: the batch decode step (rows at
+    positions 3, 9 and 0 of random caches) and prefill lowered for CUDA, every kernel in the
+    CPU emulator, against the reference interpreter."""
+    from optgraph.codegen.lower_cuda import lower_cuda
+    from optgraph.codegen.plan.in_place_outputs import in_place_candidates
+    from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
+    from optgraph.reference.interpreter import nmse, run_reference
+    from tests.support import cuda_emulator
+
+    if not cuda_emulator.available():
+        pytest.skip("the CUDA emulator needs g++")
+    arch, directory, _, _ = checkpoint
+    model = og.load(directory, device="cpu", cache_dir=programs)
+    decode = hf.quietly(lambda: model.compiled("rows-3-decode"))
+    prefill = hf.quietly(lambda: model.compiled("rows-3-prefill-16"))
+    types = decode.step.graph.value_types()
+    rng = np.random.default_rng(1)
+    caches = {n: rng.standard_normal(types[n].shape).astype(np.float32)
+              for n in decode.step.cache_inputs}  # fmt: skip
+    cases = [
+        (decode, {**rows_inputs(decode.step, [[7], [12], [40]], [3, 9, 0]), **caches}),
+        (prefill, rows_inputs(prefill.step, [[1, 86, 260], [1, 5], [1, 2, 3, 4, 5]], [0] * 3)),
+    ]
+    for compiled, inputs in cases:
+        graph, weights = compiled.step.graph, model.weights(compiled)
+        planned = run_pipeline(graph, DEFAULT_PIPELINE)
+        want = run_reference(graph, dict(inputs), weights)
+        plan = lower_cuda(planned, in_place=in_place_candidates(planned))
+        got = cuda_emulator.run_plan(plan, dict(inputs), weights, graph=planned)
+        for name in graph.output_names():
+            error = nmse(np.asarray(got[name], np.float64), np.asarray(want[name], np.float64))
+            assert error <= 1e-10, f"{arch} {name}: nmse {error:.3g}"
+
+
+@pytest.mark.parametrize("checkpoint", ["llama"], indirect=True)
+def test_the_gpu_rows_loop_takes_the_checkpoints_batch_steps(
+    checkpoint: tuple[str, Path, list[list[int]], list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """runtime/cuda/rows_loop.py on the fake CuPy with a checkpoint's batch steps (positions
+    per row, no kv_len input): both decode bindings and the prefill accepted, one replay and a
+    sampling launch a row a step, each row's position advanced from its own length, the
+    prefill's rows padded and read at each prompt's last token."""
+    from optgraph.api.generation import CompiledStep, compile_step
+    from optgraph.api.model_sources import open_source
+    from optgraph.api.sampling import Sampling, sample
+    from optgraph.codegen.lowering_options import LoweringOptions
+    from tests.runtime import test_rows_loop_fake as fake_rows
+
+    _, directory, _, _ = checkpoint
+    source = open_source(directory)
+
+    def compiled(bucket: int | None) -> tuple[CompiledStep, dict[str, Any]]:
+        step = hf.quietly(lambda: source.batch_step(3, bucket, 64, "f32"))
+        assert step is not None
+        program = compile_step(step.graph, "default", "cuda", LoweringOptions())
+        return CompiledStep(step, program), source.weights(step)
+
+    steps = (compiled(None), compiled(16))
+    prompts = [[1, 9, 3], [1], [1, 2, 3, 4, 5, 6]]
+    settings, new = Sampling(temperature=1.0, top_k=20, seed=3), 8
+    monkeypatch.setattr(fake_rows, "single", _TokenTypes(fake_rows.single))
+    loop, bound, got, counts = fake_rows._run(monkeypatch, steps, prompts, new, settings, set())
+    zeros = np.zeros(loop.vocab, np.float32)  # the fake computes no logits
+    expected = [sample(zeros, settings, i) for i in range(new)]
+    for b in range(3):
+        assert [t for r, t in got if r == b] == expected, b
+    assert counts == {"graphs": new, "stream": 1, "event": new, "samplers": 3 * new}
+    lengths = np.array([len(p) for p in prompts])
+    assert loop.position.get().tolist() == (lengths + new - 1).tolist()
+    assert loop.prefill_iconf.get()[:, 0].tolist() == [
+        (b * 16 + n - 1) * loop.vocab for b, n in enumerate(lengths)
+    ]
+    assert bound.inputs["input_ids"].get().reshape(3, 16)[1].tolist() == [1] + [0] * 15
+
+
+class _TokenTypes:
+    """`test_decode_loop_fake` with its sampling emulation writing 64-bit tokens (a checkpoint's
+    `input_ids` are i64)."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+
+    def _sampling_kernel(self, fake: Any, types: dict[str, Any]) -> None:
+        self.module._sampling_kernel(fake, {**types, "token": np.int64})

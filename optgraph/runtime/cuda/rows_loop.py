@@ -6,8 +6,9 @@ and fed back on the device, the host only launching and reading the rows' tokens
         ...
 
 The steps are `api/batch_generation.py`'s: a prefill of B rows at shared positions (its caches
-written in place) and a decode step with positions and `kv_len` per row, whose caches come out
-of a `concat` of the rows' writes. The runtime binds an output onto an input's array only where
+written in place, or, a checkpoint's, written out into set 0) and a decode step with positions
+and `kv_len` per row (a checkpoint's: positions only), whose caches come out of a `concat` of
+the rows' writes. The runtime binds an output onto an input's array only where
 the op writes in place, so the decode step is bound twice over two sets of caches: binding 0
 reads set 0 and writes set 1, binding 1 the reverse, alternately (the concat writes every row
 of the cache, so each set is whole when read). Both bindings share the token, position and
@@ -57,7 +58,9 @@ class DeviceRowsLoop:
             role: next((n for n, r in step.roles.items() if r == role), None)
             for role in CONTROL_ROLES
         }
-        missing = [role for role, name in names.items() if name is None]
+        # a checkpoint's step (frontends/hf_row_steps.py) has no kv_len: its masks come from the
+        # positions; the kernel then advances an array of the loop's own that nothing reads
+        missing = [role for role, name in names.items() if name is None and role != "kv_len"]
         if missing or not step.cache_inputs:
             raise OptGraphError(
                 f"generate: a batch decode step needs {', '.join(missing or ['caches'])}"
@@ -77,12 +80,16 @@ class DeviceRowsLoop:
         second = _Step(decode, weights, self.caches[1], self.caches[0], first.inputs, first.logits)
         self.decodes = (first, second)
         self.stream = first.stream
-        self.token, self.position, self.kv_len = (
-            first.inputs[str(names[r])] for r in CONTROL_ROLES
+        self.token, self.position = (first.inputs[str(names[r])] for r in CONTROL_ROLES[:2])
+        lengths = names["kv_len"] or str(names["positions"])
+        self.kv_len = (
+            first.inputs[lengths]
+            if names["kv_len"]
+            else cp.asarray(np.zeros(self.rows, numpy_dtype(types[lengths].dtype)))
         )
         kernel = sampling_kernel(
             types[step.logits].dtype, types[str(names["tokens"])].dtype,
-            types[str(names["positions"])].dtype, types[str(names["kv_len"])].dtype, threads,
+            types[str(names["positions"])].dtype, types[lengths].dtype, threads,
         )  # fmt: skip
         function = kernel_module(module_source([kernel])).get_function(kernel.name)
         self._kernel = getattr(function, "kernel", None) or function
