@@ -6,7 +6,8 @@
   architectures; where the two part, the test shows it is a near tie: transformers' two largest
   logits at that step (on the common prefix) within `F16_TIE` of each other;
 - seeded sampling: the same tokens run to run, and the CPU's where the logits agree (f32);
-- the second `load` of a model takes its programs from the cache (no import).
+- the second `load` of a model takes its programs from the cache (no import);
+- a batch of prompts (a GGUF file's, a checkpoint's) gives each row its own tokens.
 
 Run on the GPU machine: `python -m pytest -q tests/gpu/test_gpu_generate.py -m gpu`.
 """
@@ -164,3 +165,20 @@ def test_a_batch_of_gguf_prompts_gives_each_its_own_tokens_on_the_gpu(
     model.close()
     cpu = load(path, "cpu", cache_dir=tmp_path)
     assert drawn == [r.tokens for r in cpu.generate(prompts, NEW, **settings)]
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral", "mixtral"])
+def test_a_batch_of_checkpoint_prompts_gives_each_its_own_tokens_on_the_gpu(
+    arch: str, checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    """A checkpoint's batch steps (frontends/hf_row_steps.py) in runtime/cuda/rows_loop.py:
+    three prompts of different lengths in one batch give each row transformers' greedy tokens
+    for its prompt alone (f32)."""
+    prompts = ["the quick brown fox", "hello", "a model file in, text out, at the speed of it"]
+    model = hf.quietly(lambda: load(checkpoints[arch], "cuda", dtype="f32", cache_dir=tmp_path))
+    reference = hf.quietly(lambda: hf.load_reference(checkpoints[arch]))
+    expected = [hf.reference_tokens(reference, model.prompt_tokens(p), NEW) for p in prompts]
+    rows = [r.tokens for r in hf.quietly(lambda: model.generate(prompts, NEW, stop_at_eos=False))]
+    assert f"rows-{len(prompts)}-decode" in model._steps
+    model.close()
+    assert rows == expected
