@@ -190,21 +190,55 @@ def format_pipeline(passes: Sequence[Pass]) -> str:
     return ",".join(format_pass(p) for p in passes)
 
 
-def with_vram_budget(pipeline: str, budget: str, depth: int | None = None) -> str:
+def with_vram_budget(
+    pipeline: str, budget: str, depth: int | None = None, experts: bool = False
+) -> str:
     """`pipeline` ending in a memory plan, then `plan-prefetch{budget=...}`, as text.
 
     What `optgraph compile/run --vram-budget SIZE` runs: analyze-lifetimes,plan-memory are
     appended when the pipeline does not plan memory, and a plan-prefetch already in it is replaced.
+    `experts` (the CLI sets it for a graph with moe nodes): experts go to the CPU before any
+    weight is streamed, as llama.cpp's `--n-cpu-moe` does, unless the pipeline places experts
+    itself: `split-experts{budget=...}` before the first scheduling pass, and `split-backends`
+    (which runs the host experts on the CPU) after assign-streams when the pipeline lacks it.
+    plan-prefetch then streams whatever the planned step still cannot hold.
+
+        before: verify,fuse,assign-streams,insert-sync,analyze-lifetimes,plan-memory
+        after:  verify,fuse,split-experts{budget=8GiB},assign-streams,split-backends,insert-sync,
+                analyze-lifetimes,plan-memory,plan-prefetch{budget=8GiB}         (experts=True)
     """
     try:
         parse_size(budget)
     except ValueError as err:
         raise PipelineError(f"--vram-budget: {err}") from None
     passes = [p for p in parse_pipeline(pipeline) if p.name != "plan-prefetch"]
+    if experts and not any(p.name == "split-experts" for p in passes):
+        passes = _with_experts_on_the_host(passes, budget)
     if not any(p.name == "plan-memory" for p in passes):
         passes += [make_pass("analyze-lifetimes"), make_pass("plan-memory")]
     options = {"budget": budget} | ({} if depth is None else {"depth": str(depth)})
     return format_pipeline([*passes, make_pass("plan-prefetch", options)])
+
+
+def _with_experts_on_the_host(passes: list[Pass], budget: str) -> list[Pass]:
+    """`passes` with split-experts{budget} before the first pass it may not follow (one that
+    schedules or places on devices) and split-backends after assign-streams (or right after
+    split-experts) unless there is one. Linear in the passes."""
+    stale = set(SplitExpertsPass.invalidates)
+    at = next(
+        (
+            i
+            for i, p in enumerate(passes)
+            if stale & set(p.provides) or p.name in ("tensor-parallel", "pipeline-parallel")
+        ),
+        len(passes),
+    )
+    out = [*passes[:at], make_pass("split-experts", {"budget": budget}), *passes[at:]]
+    if any(p.name == "split-backends" for p in out):
+        return out
+    streams = [i for i, p in enumerate(out) if p.name == "assign-streams"]
+    after = streams[0] + 1 if streams else at + 1
+    return [*out[:after], make_pass("split-backends"), *out[after:]]
 
 
 def with_merged_launches(pipeline: str, merged: bool) -> str:

@@ -1,5 +1,5 @@
-"""`split-experts{cpu-experts=0, cpu-moe=0}`: put some experts of each `moe` in host memory, to
-run on the CPU, expert by expert (llama.cpp's `--n-cpu-moe N` and `-ot exps=CPU`).
+"""`split-experts{cpu-experts=0, cpu-moe=0, budget=0}`: put some experts of each `moe` in host
+memory, to run on the CPU, expert by expert (llama.cpp's `--n-cpu-moe N` and `-ot exps=CPU`).
 
     before: weight %gate : q4_k[8,64,256]   (and %up, %down)
             %y = moe(%x, %logits, %gate, %up, %down) {k = 2} : f32[1,256]
@@ -16,6 +16,9 @@ run on the CPU, expert by expert (llama.cpp's `--n-cpu-moe N` and `-ot exps=CPU`
   stacks; docs/ir.md, "moe": `experts = [lo, hi]`), then their sum under the node's name.
   N >= E places the node's whole stacks `host` instead.
 
+- `budget=SIZE` (e.g. `24GiB`, read like plan-prefetch's): chooses `cpu-moe=N` itself, the
+  smallest N whose device bytes fit (see "Budget" below); not with the two options above.
+
 The part over the device experts is issued first, so that with `split-backends` (which places a
 moe reading host stacks on the CPU) the GPU part overlaps the CPU part: x and the router logits
 are copied to the host once, the CPU part's result is copied back once, and the `add` on the
@@ -31,26 +34,64 @@ it for the user.
 Numerics: the sum of the two parts equals the whole node bit for bit when k <= 2, within f32
 rounding of the reordered sum otherwise; an f16/bf16 node rounds each part to its dtype first.
 
+Budget: the device bytes of a step are counted as plan-prefetch counts them
+(`segments.DeviceMemory.peak`): the weights GPU nodes read (every weight but the host stacks, each
+aligned), every input, and the arena of the activations, each buffer rounded as the allocator
+does. The arena is measured, not bounded: the memory planner (`analysis.arena_plan.plan`, the
+best of its orderings) is run on the graph as given, on one stream. Whole layers on the host change
+no node, so that is the arena of the graph this pass returns; what later passes add is not known
+here and not counted: more streams (less reuse), the copies split-backends writes around each CPU
+moe (x and the router logits in, the result out) and, at `gpu-min-batch` tokens or more, the host
+stacks it copies in to run on the GPU. `optgraph compile/run --vram-budget` checks the planned
+peak afterwards (plan-prefetch streams whatever still does not fit).
+
+The rule: whole layers, the first ones first (`cpu-moe=N` for the smallest N that fits, hence the
+fewest host bytes among whole-layer placements), never some experts of every layer. That is the
+knob llama.cpp users tune (`--n-cpu-moe`), it changes no node (the user's arrays are used as
+they are, and the arena above is exact for the result), and only the N host layers wait for the
+host (two host-device waits each) where cutting every layer makes every layer wait. The choice
+is reported as a `CpuMoeChoice` warning (N, host bytes, device bytes); a budget that all experts
+on the host still exceed is an `ExpertBudgetError` at the first moe naming the budget and the
+smallest device footprint. A graph with no moe is returned as it is.
+
 Does not handle (an error naming the node): a moe whose expert stacks are not weights, or are
 read by any other node. Runs before the scheduling passes (it writes new nodes: streams,
 backends, events, live ranges and plans would be stale). Complexity O(V + W) (one sweep over
-the nodes and weights, W weights), plus the nodes and weights it writes.
+the nodes and weights, W weights), plus the nodes and weights it writes; with `budget`, plus
+one memory plan of the graph (plan-memory's complexity) and O(L) over its L moe layers.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from optgraph.errors import VerifyError
+from optgraph.analysis.arena_packing import align_up
+from optgraph.analysis.arena_plan import plan
+from optgraph.analysis.segments import (
+    DeviceMemory,
+    device_resident_weights,
+    format_size,
+    parse_size,
+)
+from optgraph.errors import OptGraphError, VerifyError
 from optgraph.ir.graph import Graph, Node, TensorType, Weight
 from optgraph.ir.op_rules_moe import EXPERTS_AT, expert_range
 from optgraph.ir.ops import attrs_with_defaults
 from optgraph.passes.base import Pass
 
 _PIECE = re.compile(r"^(?P<stack>.+)\.e(?P<lo>\d+)_(?P<hi>\d+)$")
+
+
+class ExpertBudgetError(OptGraphError):
+    """Even with every moe's experts on the host, a step does not fit the budget."""
+
+
+class CpuMoeChoice(UserWarning):
+    """What `split-experts{budget}` chose: a note on the placement, not a fault."""
 
 
 def piece_name(stack: str, lo: int, hi: int) -> str:
@@ -71,14 +112,22 @@ class SplitExpertsPass(Pass):
     )
     cpu_experts: int = 0
     cpu_moe: int = 0
+    budget: str = "0"  # 0: no budget (the two counts above decide)
 
     def __post_init__(self) -> None:
         if self.cpu_experts < 0:
             raise ValueError(f"cpu-experts must be >= 0, got {self.cpu_experts}")
         if self.cpu_moe < 0:
             raise ValueError(f"cpu-moe must be >= 0, got {self.cpu_moe}")
+        if parse_size(self.budget) > 0 and (self.cpu_experts or self.cpu_moe):
+            raise ValueError(
+                "budget chooses cpu-moe itself: give budget, or cpu-moe/cpu-experts, not both"
+            )
 
     def run(self, graph: Graph) -> Graph:
+        budget = parse_size(self.budget)
+        if budget > 0:
+            return replace(self, budget="0", cpu_moe=cpu_moe_for_budget(graph, budget)).run(graph)
         if self.cpu_experts == 0 and self.cpu_moe == 0:
             return graph
         readers = _stack_readers(graph)
@@ -128,6 +177,53 @@ class SplitExpertsPass(Pass):
             else:
                 out.append(w)
         return replace(graph, weights=tuple(out), nodes=tuple(nodes))
+
+
+def cpu_moe_for_budget(graph: Graph, budget: int) -> int:
+    """The smallest N such that, with every expert of the first N moe nodes on the host, a step
+    needs at most `budget` device bytes (module docstring, "Budget"); 0 without a moe. Warns
+    `CpuMoeChoice` with the choice; raises `ExpertBudgetError` when no N fits."""
+    moes = [n for n in graph.nodes if n.op == "moe"]
+    if not moes:
+        return 0
+    weights = {w.name: w for w in graph.weights}
+    for node in moes:
+        _check_stacks(node, node.operands[EXPERTS_AT:], weights, None)
+    resident = device_resident_weights(graph)
+    arena = plan(graph).arena_bytes
+    inputs = sum(align_up(max(i.type.nbytes, 1)) for i in graph.inputs)
+    kept = sum(align_up(weights[name].type.nbytes) for name in resident)
+    moved: set[str] = set()
+    host = 0
+    for n in range(len(moes) + 1):
+        if n > 0:
+            for stack in moes[n - 1].operands[EXPERTS_AT:]:
+                if stack in resident and stack not in moved:
+                    moved.add(stack)
+                    kept -= align_up(weights[stack].type.nbytes)
+                    host += weights[stack].type.nbytes
+        peak = DeviceMemory(arena, 0, kept, 0, inputs).peak
+        if peak <= budget:
+            placed = (
+                f"the experts of the first {n} of {len(moes)} moe layers on the host "
+                f"({format_size(host)})"
+                if n
+                else "every expert on the device"
+            )
+            warnings.warn(
+                f"split-experts: budget {format_size(budget)}: {placed} (cpu-moe={n}); the step "
+                f"needs {peak:,} bytes on the device (arena {arena:,} planned on one stream)",
+                CpuMoeChoice,
+                stacklevel=2,
+            )
+            return n
+    raise ExpertBudgetError(
+        f"split-experts: budget {format_size(budget)} is too small: with the experts of all "
+        f"{len(moes)} moe layers on the host the step still needs {peak:,} bytes "
+        f"({format_size(peak)}) on the device: weights {kept:,}, arena {arena:,} (planned on one "
+        f"stream), inputs {inputs:,}",
+        moes[0].span,
+    )
 
 
 def _stack_readers(graph: Graph) -> dict[str, int]:
@@ -220,4 +316,11 @@ def expert_weights(
     return out
 
 
-__all__ = ["SplitExpertsPass", "expert_weights", "piece_name"]
+__all__ = [
+    "CpuMoeChoice",
+    "ExpertBudgetError",
+    "SplitExpertsPass",
+    "cpu_moe_for_budget",
+    "expert_weights",
+    "piece_name",
+]
