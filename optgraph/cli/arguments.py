@@ -38,6 +38,10 @@ NO_MERGE_HELP = (
     "model plans for it too (assign-streams{merged-launches=false})"
 )
 VRAM_HELP = "e.g. 2GiB: stream the weights that do not fit (appends plan-prefetch{budget=SIZE})"
+VRAM_EXPERTS_HELP = VRAM_HELP[:-1] + (
+    "; a graph with moe nodes first puts the first layers' experts on the CPU: "
+    "split-experts{budget=SIZE})"
+)
 QUIET_HELP = "no progress on stderr (by default: a live line on a terminal, else a line per phase)"
 
 
@@ -65,7 +69,7 @@ def _add_compile(sub: Any) -> None:
     p.add_argument("-p", "--pipeline", default="default", help="pass pipeline (default: default)")
     p.add_argument("-o", "--output", metavar="DIR", help="write model.opt.ir, report.json, ...")
     p.add_argument("--report-json", metavar="FILE", help="write the report figures as JSON")
-    p.add_argument("--vram-budget", metavar="SIZE", help=VRAM_HELP)
+    p.add_argument("--vram-budget", metavar="SIZE", help=VRAM_EXPERTS_HELP)
     p.add_argument(
         "--timeline", metavar="FILE.json", help="write the estimated schedule as a Chrome trace"
     )
@@ -106,7 +110,9 @@ def _add_run(sub: Any) -> None:
         help="cuda: plain kernel launches, no Programmatic Dependent Launch (sm_90+)",
     )
     p.add_argument("--no-merge-launches", action="store_true", help=NO_MERGE_HELP)
-    p.add_argument("--vram-budget", metavar="SIZE", help=VRAM_HELP + " (cpu: planned executor)")
+    p.add_argument(
+        "--vram-budget", metavar="SIZE", help=VRAM_EXPERTS_HELP + " (cpu: planned executor)"
+    )
     p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
 
 

@@ -38,9 +38,11 @@ the layers it uses when it runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from optgraph.cli.arguments import build_parser
@@ -70,6 +72,23 @@ def _progress(quiet: bool, total: int) -> PhaseProgress:
     return phase_progress(quiet, total)
 
 
+@contextlib.contextmanager
+def _placement_notes() -> Iterator[list[str]]:
+    """Collect the `CpuMoeChoice` notes of split-experts{budget} (printed as lines after the
+    tables); every other warning is shown as Python shows it."""
+    from optgraph.passes.split_experts import CpuMoeChoice
+
+    notes: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield notes
+    for w in caught:
+        if issubclass(w.category, CpuMoeChoice):
+            notes.append(str(w.message))
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+
+
 def _read_model(progress: PhaseProgress, path: str) -> Graph:
     """Parse and verify the model as one phase: a bad model fails before any phase line."""
     from optgraph.ir.parser import parse_file
@@ -85,14 +104,21 @@ def _read_model(progress: PhaseProgress, path: str) -> Graph:
 # -- compile ------------------------------------------------------------------------------------
 
 
-def _pipeline(args: argparse.Namespace) -> str:
-    """The -p pipeline, with plan-prefetch under `--vram-budget` (weights streamed over it) and
-    assign-streams told whether lowering merges launches (`--no-merge-launches`)."""
+def _pipeline(args: argparse.Namespace, graph: Graph | None = None) -> str:
+    """The -p pipeline, with plan-prefetch under `--vram-budget` (weights streamed over it),
+    preceded for a `graph` with moe nodes on one device by split-experts{budget} (experts on
+    the CPU first: `with_vram_budget`'s `experts`), and assign-streams told whether lowering
+    merges launches (`--no-merge-launches`)."""
     from optgraph.passes.manager import with_merged_launches, with_vram_budget
 
     pipeline = str(args.pipeline)
     if args.vram_budget is not None:
-        pipeline = with_vram_budget(pipeline, args.vram_budget)
+        experts = (
+            graph is not None
+            and getattr(args, "devices", 1) == 1
+            and any(n.op == "moe" for n in graph.nodes)
+        )
+        pipeline = with_vram_budget(pipeline, args.vram_budget, experts=experts)
     return with_merged_launches(pipeline, not args.no_merge_launches)
 
 
@@ -162,7 +188,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     with _progress(args.quiet, total) as progress:
         start = time.perf_counter()
         graph = _read_model(progress, args.model)
-        graph = progress.run_pipeline(graph, passes)
+        if args.vram_budget is not None:  # experts to the CPU first for a graph with moe nodes
+            passes = parse_pipeline(_pipeline(args, graph))
+        with _placement_notes() as notes:
+            graph = progress.run_pipeline(graph, passes)
         seconds = time.perf_counter() - start
         with progress.phase("report"), gc_paused():
             report = compute_report(graph, compile_seconds=seconds)
@@ -179,6 +208,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         console.print(
             Text(f"vram budget {args.vram_budget}: peak device bytes {report.peak_device_bytes:,}")
         )
+    for line in notes:
+        console.print(Text(line))
     for line in wrote:
         console.print(Text(line))
     if report.races:  # check-races runs last: a compile with races fails
@@ -265,9 +296,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             pdl=not args.no_pdl,
             use_graph=not args.no_graph,
         )
-        pipeline, split = device_pipeline(graph, _pipeline(args), args.devices)
+        pipeline, split = device_pipeline(graph, _pipeline(args, graph), args.devices)
         with progress.phase(f"compile for {device}" if device == "cpu" else "plan memory"):
-            prepared = prepare_run(graph, device, pipeline=pipeline, options=options)
+            with _placement_notes() as notes:
+                prepared = prepare_run(graph, device, pipeline=pipeline, options=options)
             prepared.check_memory(args.check, args.weights)  # before any value is allocated
         with progress.phase("inputs and weights"):
             inputs, weights = load_values(graph, args.inputs, args.weights, args.seed)
@@ -283,6 +315,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 write_npz(args.save_outputs, outputs, "--save-outputs: ")
     console = _console()
     console.print(output_table(graph, results, device))
+    for line in notes:
+        console.print(line, markup=False)
     if args.save_outputs is not None:
         console.print(f"wrote {args.save_outputs}", markup=False)
     if args.check:

@@ -206,12 +206,12 @@ def cpu_moe_for_budget(graph: Graph, budget: int) -> int:
         if peak <= budget:
             placed = (
                 f"the experts of the first {n} of {len(moes)} moe layers on the host "
-                f"({format_size(host)})"
+                f"(cpu-moe={n}: {format_size(host)})"
                 if n
-                else "every expert on the device"
+                else "every expert on the device (cpu-moe=0)"
             )
             warnings.warn(
-                f"split-experts: budget {format_size(budget)}: {placed} (cpu-moe={n}); the step "
+                f"split-experts: budget {format_size(budget)}: {placed}; the step "
                 f"needs {peak:,} bytes on the device (arena {arena:,} planned on one stream)",
                 CpuMoeChoice,
                 stacklevel=2,
