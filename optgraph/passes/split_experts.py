@@ -72,6 +72,7 @@ from typing import Any, ClassVar
 from optgraph.analysis.arena_packing import align_up
 from optgraph.analysis.arena_plan import plan
 from optgraph.analysis.segments import (
+    BUFFER_ROUNDING,
     DeviceMemory,
     device_resident_weights,
     format_size,
@@ -221,7 +222,7 @@ def cpu_moe_for_budget(graph: Graph, budget: int) -> int:
         f"split-experts: budget {format_size(budget)} is too small: with the experts of all "
         f"{len(moes)} moe layers on the host the step still needs {peak:,} bytes "
         f"({format_size(peak)}) on the device: weights {kept:,}, arena {arena:,} (planned on one "
-        f"stream), inputs {inputs:,}",
+        f"stream) and inputs {inputs:,}, each rounded up to {BUFFER_ROUNDING} bytes",
         moes[0].span,
     )
 
