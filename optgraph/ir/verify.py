@@ -276,7 +276,7 @@ def _verify(graph: Graph) -> None:
                 hint = suggest(operand, lambda: list(defined_at) + list(producers))
                 diags.append(Diagnostic(f"use of undefined value '%{operand}'{hint}", span))
 
-        declared = node.type
+        node_type = node.type
         if op not in known_ops:
             diags.append(Diagnostic(f"unknown op '{op}'{did_you_mean(op, op_names)}", node.span))
         elif not missing:
@@ -285,24 +285,24 @@ def _verify(graph: Graph) -> None:
             except OptGraphError as err:
                 diags.extend(err.diagnostics)
             else:
-                if declared is not None and inferred is not declared and inferred != declared:
+                if node_type is not None and inferred is not node_type and inferred != node_type:
                     diags.append(
                         Diagnostic(
-                            f"{op}: declared type {declared} but the operands give {inferred}",
+                            f"{op}: declared type {node_type} but the operands give {inferred}",
                             node.span,
                         )
                     )
-        if declared is not None and declared.dtype in QUANT_BLOCKS and op not in _MOVES_BYTES:
+        if node_type is not None and node_type.dtype in QUANT_BLOCKS and op not in _MOVES_BYTES:
             diags.append(
-                Diagnostic(f"'%{node.name}' {declared}: {_QUANTIZED_WEIGHTS_ONLY}", node.span)
+                Diagnostic(f"'%{node.name}' {node_type}: {_QUANTIZED_WEIGHTS_ONLY}", node.span)
             )
         name = node.name  # `define`, inline: once per node
         if name in defined_at:
             diags.append(Diagnostic(f"redefinition of '%{name}'", node.span))
         else:
             defined_at[name] = node.span
-            if declared is not None:
-                types[name] = declared
+            if node_type is not None:
+                types[name] = node_type
 
     if forward_uses:
         _explain_forward_uses(graph, producers, forward_uses, diags)
