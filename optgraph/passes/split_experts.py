@@ -14,10 +14,10 @@ memory, to run on the CPU, expert by expert (llama.cpp's `--n-cpu-moe N` and `-o
 - `cpu-experts=N`: of every other moe node, the last N experts go to the host: the node becomes
   a part over its first E - N experts (device stacks), then a part over the last N (`host`
   stacks; docs/ir.md, "moe": `experts = [lo, hi]`), then their sum under the node's name.
-  N >= E places the node's whole stacks `host` instead.
-
+  N >= E places the node's whole stacks `host` instead;
 - `budget=SIZE` (e.g. `24GiB`, read like plan-prefetch's): chooses `cpu-moe=N` itself, the
-  smallest N whose device bytes fit (see "Budget" below); not with the two options above.
+  smallest N whose device bytes fit (see "Budget" below); not with the two options above
+  (0, the default: no budget).
 
 The part over the device experts is issued first, so that with `split-backends` (which places a
 moe reading host stacks on the CPU) the GPU part overlaps the CPU part: x and the router logits
@@ -36,8 +36,8 @@ rounding of the reordered sum otherwise; an f16/bf16 node rounds each part to it
 
 Budget: the device bytes of a step are counted as plan-prefetch counts them
 (`segments.DeviceMemory.peak`): the weights GPU nodes read (every weight but the host stacks, each
-aligned), every input, and the arena of the activations, each buffer rounded as the allocator
-does. The arena is measured, not bounded: the memory planner (`analysis.arena_plan.plan`, the
+aligned), every input, and the arena of the activations, each of the three rounded up as the
+allocator does. The arena is measured, not bounded: the memory planner (`analysis.arena_plan.plan`, the
 best of its orderings) is run on the graph as given, on one stream. Whole layers on the host change
 no node, so that is the arena of the graph this pass returns; what later passes add is not known
 here and not counted: more streams (less reuse), the copies split-backends writes around each CPU
