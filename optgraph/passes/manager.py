@@ -199,13 +199,14 @@ def with_vram_budget(
     appended when the pipeline does not plan memory, and a plan-prefetch already in it is replaced.
     `experts` (the CLI sets it for a graph with moe nodes): experts go to the CPU before any
     weight is streamed, as llama.cpp's `--n-cpu-moe` does, unless the pipeline places experts
-    itself: `split-experts{budget=...}` before the first scheduling pass, and `split-backends`
-    (which runs the host experts on the CPU) after assign-streams when the pipeline lacks it.
-    plan-prefetch then streams whatever the planned step still cannot hold.
+    itself: `split-experts{budget=...,overflow=stream}` before the first scheduling pass, and
+    `split-backends` (which runs the host experts on the CPU) after assign-streams when the
+    pipeline lacks it. plan-prefetch then streams whatever the planned step still cannot hold.
 
         before: verify,fuse,assign-streams,insert-sync,analyze-lifetimes,plan-memory
-        after:  verify,fuse,split-experts{budget=8GiB},assign-streams,split-backends,insert-sync,
-                analyze-lifetimes,plan-memory,plan-prefetch{budget=8GiB}         (experts=True)
+        after:  verify,fuse,split-experts{budget=8GiB,overflow=stream},assign-streams,
+                split-backends,insert-sync,analyze-lifetimes,plan-memory,
+                plan-prefetch{budget=8GiB}                                       (experts=True)
     """
     try:
         parse_size(budget)
@@ -233,8 +234,12 @@ def _with_experts_on_the_host(passes: list[Pass], budget: str) -> list[Pass]:
         ),
         len(passes),
     )
-    out = [*passes[:at], make_pass("split-experts", {"budget": budget}), *passes[at:]]
-    if any(p.name == "split-backends" for p in out):
+    options = {"budget": budget, "overflow": "stream"}
+    backends = [p for p in passes if isinstance(p, SplitBackendsPass)]
+    if backends:  # the tokens from which a moe runs on the GPU: that split-backends' own
+        options["gpu-min-batch"] = str(backends[0].gpu_min_batch)
+    out = [*passes[:at], make_pass("split-experts", options), *passes[at:]]
+    if backends:
         return out
     streams = [i for i, p in enumerate(out) if p.name == "assign-streams"]
     after = streams[0] + 1 if streams else at + 1

@@ -1,5 +1,6 @@
-"""`split-experts{cpu-experts=0, cpu-moe=0, budget=0}`: put some experts of each `moe` in host
-memory, to run on the CPU, expert by expert (llama.cpp's `--n-cpu-moe N` and `-ot exps=CPU`).
+"""`split-experts{cpu-experts=0, cpu-moe=0, budget=0, gpu-min-batch=32, overflow=error}`: put
+some experts of each `moe` in host memory, to run on the CPU, expert by expert (llama.cpp's
+`--n-cpu-moe N` and `-ot exps=CPU`).
 
     before: weight %gate : q4_k[8,64,256]   (and %up, %down)
             %y = moe(%x, %logits, %gate, %up, %down) {k = 2} : f32[1,256]
@@ -41,18 +42,21 @@ allocator does. The arena is measured, not bounded: the memory planner (`analysi
 best of its orderings) is run on the graph as given, on one stream. Whole layers on the host change
 no node, so that is the arena of the graph this pass returns; what later passes add is not known
 here and not counted: more streams (less reuse), the copies split-backends writes around each CPU
-moe (x and the router logits in, the result out) and, at `gpu-min-batch` tokens or more, the host
-stacks it copies in to run on the GPU. `optgraph compile/run --vram-budget` checks the planned
-peak afterwards (plan-prefetch streams whatever still does not fit).
+moe (x and the router logits in, the result out). A moe of `gpu-min-batch` tokens or more
+(split-backends' option, the same default) is never placed: split-backends would run it on the
+GPU and copy its host stacks in, which frees no device byte (a prefill's experts are streamed by
+plan-prefetch instead). `overflow=stream` (what `--vram-budget` sets): when no N fits, every
+placeable layer goes to the host and plan-prefetch, after planning, streams the rest or fails.
 
 The rule: whole layers, the first ones first (`cpu-moe=N` for the smallest N that fits, hence the
 fewest host bytes among whole-layer placements), never some experts of every layer. That is the
 knob llama.cpp users tune (`--n-cpu-moe`), it changes no node (the user's arrays are used as
 they are, and the arena above is exact for the result), and only the N host layers wait for the
 host (two host-device waits each) where cutting every layer makes every layer wait. The choice
-is reported as a `CpuMoeChoice` warning (N, host bytes, device bytes); a budget that all experts
-on the host still exceed is an `ExpertBudgetError` at the first moe naming the budget and the
-smallest device footprint. A graph with no moe is returned as it is.
+is reported as a `CpuMoeChoice` warning (N, host bytes, device bytes); a budget that all
+placeable experts on the host still exceed is an `ExpertBudgetError` at the first moe naming the
+budget and the smallest device footprint (`overflow=error`). A graph with no moe is returned as
+it is.
 
 Does not handle (an error naming the node): a moe whose expert stacks are not weights, or are
 read by any other node. Runs before the scheduling passes (it writes new nodes: streams,
@@ -114,12 +118,18 @@ class SplitExpertsPass(Pass):
     cpu_experts: int = 0
     cpu_moe: int = 0
     budget: str = "0"  # 0: no budget (the two counts above decide)
+    gpu_min_batch: int = 32  # split-backends' option: a moe of as many tokens runs on the GPU
+    overflow: str = "error"  # or "stream": no N fits: every placeable layer, plan-prefetch after
 
     def __post_init__(self) -> None:
         if self.cpu_experts < 0:
             raise ValueError(f"cpu-experts must be >= 0, got {self.cpu_experts}")
         if self.cpu_moe < 0:
             raise ValueError(f"cpu-moe must be >= 0, got {self.cpu_moe}")
+        if self.gpu_min_batch < 0:
+            raise ValueError(f"gpu-min-batch must be >= 0, got {self.gpu_min_batch}")
+        if self.overflow not in ("error", "stream"):
+            raise ValueError(f"overflow must be error or stream, got '{self.overflow}'")
         if parse_size(self.budget) > 0 and (self.cpu_experts or self.cpu_moe):
             raise ValueError(
                 "budget chooses cpu-moe itself: give budget, or cpu-moe/cpu-experts, not both"
@@ -128,7 +138,8 @@ class SplitExpertsPass(Pass):
     def run(self, graph: Graph) -> Graph:
         budget = parse_size(self.budget)
         if budget > 0:
-            return replace(self, budget="0", cpu_moe=cpu_moe_for_budget(graph, budget)).run(graph)
+            n = cpu_moe_for_budget(graph, budget, self.gpu_min_batch, self.overflow)
+            return replace(self, budget="0", cpu_moe=n).run(graph)
         if self.cpu_experts == 0 and self.cpu_moe == 0:
             return graph
         readers = _stack_readers(graph)
@@ -180,23 +191,40 @@ class SplitExpertsPass(Pass):
         return replace(graph, weights=tuple(out), nodes=tuple(nodes))
 
 
-def cpu_moe_for_budget(graph: Graph, budget: int) -> int:
+def cpu_moe_for_budget(
+    graph: Graph, budget: int, gpu_min_batch: int = 32, overflow: str = "error"
+) -> int:
     """The smallest N such that, with every expert of the first N moe nodes on the host, a step
-    needs at most `budget` device bytes (module docstring, "Budget"); 0 without a moe. Warns
-    `CpuMoeChoice` with the choice; raises `ExpertBudgetError` when no N fits."""
+    needs at most `budget` device bytes (module docstring, "Budget"); 0 without a moe. Only
+    moe nodes of fewer than `gpu_min_batch` tokens are placed (split-backends runs the others on
+    the GPU, copying host stacks in: no byte saved). Warns `CpuMoeChoice` with the choice; when
+    no N fits, raises `ExpertBudgetError` (`overflow="error"`) or places every placeable layer
+    and leaves the rest to plan-prefetch (`overflow="stream"`)."""
     moes = [n for n in graph.nodes if n.op == "moe"]
     if not moes:
         return 0
     weights = {w.name: w for w in graph.weights}
     for node in moes:
         _check_stacks(node, node.operands[EXPERTS_AT:], weights, None)
+    placeable = next(
+        (i for i, n in enumerate(moes) if n.type is None or n.type.shape[0] >= gpu_min_batch),
+        len(moes),
+    )
+    on_gpu = ""
+    if placeable < len(moes):
+        first = moes[placeable]
+        tokens = first.type.shape[0] if first.type is not None else 0
+        on_gpu = (
+            f" (from moe '%{first.name}' on, {tokens} tokens: at gpu-min-batch="
+            f"{gpu_min_batch} or more split-backends runs a moe on the GPU, its experts copied in)"
+        )
     resident = device_resident_weights(graph)
     arena = plan(graph).arena_bytes
     inputs = sum(align_up(max(i.type.nbytes, 1)) for i in graph.inputs)
     kept = sum(align_up(weights[name].type.nbytes) for name in resident)
     moved: set[str] = set()
     host = 0
-    for n in range(len(moes) + 1):
+    for n in range(placeable + 1):
         if n > 0:
             for stack in moes[n - 1].operands[EXPERTS_AT:]:
                 if stack in resident and stack not in moved:
@@ -204,26 +232,37 @@ def cpu_moe_for_budget(graph: Graph, budget: int) -> int:
                     kept -= align_up(weights[stack].type.nbytes)
                     host += weights[stack].type.nbytes
         peak = DeviceMemory(arena, 0, kept, 0, inputs).peak
-        if peak <= budget:
-            placed = (
-                f"the experts of the first {n} of {len(moes)} moe layers on the host "
-                f"(cpu-moe={n}: {format_size(host)})"
-                if n
-                else "every expert on the device (cpu-moe=0)"
-            )
-            warnings.warn(
-                f"split-experts: budget {format_size(budget)}: {placed}; the step "
-                f"needs {peak:,} bytes on the device (arena {arena:,} planned on one stream)",
-                CpuMoeChoice,
-                stacklevel=2,
-            )
+        if peak <= budget or (n == placeable and overflow == "stream"):
+            _note(budget, (n, len(moes)), host, (peak, arena), peak <= budget, on_gpu)
             return n
+    placed = f"all {len(moes)}" if placeable == len(moes) else f"{placeable} of {len(moes)}"
     raise ExpertBudgetError(
-        f"split-experts: budget {format_size(budget)} is too small: with the experts of all "
-        f"{len(moes)} moe layers on the host the step still needs {peak:,} bytes "
+        f"split-experts: budget {format_size(budget)} is too small: with the experts of "
+        f"{placed} moe layers on the host{on_gpu} the step still needs {peak:,} bytes "
         f"({format_size(peak)}) on the device: weights {kept:,}, arena {arena:,} (planned on one "
         f"stream) and inputs {inputs:,}, each rounded up to {BUFFER_ROUNDING} bytes",
         moes[0].span,
+    )
+
+
+def _note(
+    budget: int, chosen: tuple[int, int], host: int, device: tuple[int, int], fits: bool, why: str
+) -> None:
+    """Warn `CpuMoeChoice` with the layers chosen (N of L), the device bytes (peak, arena)."""
+    n, layers = chosen
+    peak, arena = device
+    placed = (
+        f"the experts of the first {n} of {layers} moe layers on the host "
+        f"(cpu-moe={n}: {format_size(host)})"
+        if n
+        else "every expert on the device (cpu-moe=0)"
+    ) + (why if n < layers else "")
+    rest = "" if fits else "; over the budget: plan-prefetch streams the rest"
+    warnings.warn(
+        f"split-experts: budget {format_size(budget)}: {placed}; the step needs {peak:,} bytes "
+        f"on the device (arena {arena:,} planned on one stream){rest}",
+        CpuMoeChoice,
+        stacklevel=3,
     )
 
 

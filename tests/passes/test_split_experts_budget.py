@@ -17,7 +17,8 @@ from optgraph.analysis.segments import device_memory, format_size
 from optgraph.cli.main import main
 from optgraph.errors import OptGraphError
 from optgraph.passes.manager import run_pipeline, with_vram_budget
-from optgraph.passes.split_experts import CpuMoeChoice, ExpertBudgetError
+from optgraph.passes.split_backends import SplitBackendsPass
+from optgraph.passes.split_experts import CpuMoeChoice, ExpertBudgetError, SplitExpertsPass
 from tests.passes.test_split_experts import (
     PLAN,
     _assert_planned_runs_equal_reference,
@@ -38,11 +39,11 @@ def _peaks(source: og.Graph) -> list[int]:
     return peaks
 
 
-def _chosen(source: og.Graph, budget: int) -> tuple[og.Graph, str]:
+def _chosen(source: og.Graph, budget: int, options: str = "") -> tuple[og.Graph, str]:
     """The graph split-experts{budget} returns and its one note."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = run_pipeline(source, f"split-experts{{budget={budget}}}")
+        out = run_pipeline(source, f"split-experts{{budget={budget}{options}}}")
     notes = [str(w.message) for w in caught if issubclass(w.category, CpuMoeChoice)]
     assert len(notes) == 1
     return out, notes[0]
@@ -136,21 +137,26 @@ def test_the_chosen_placement_runs_equal_to_the_reference_in_any_interleaving(
 
 def test_vram_budget_puts_experts_on_the_cpu_before_streaming() -> None:
     assert with_vram_budget("verify,fuse,assign-streams,insert-sync", "8GiB", experts=True) == (
-        "verify,fuse,split-experts{budget=8GiB},assign-streams,split-backends,insert-sync,"
-        "analyze-lifetimes,plan-memory,plan-prefetch{budget=8GiB}"
+        "verify,fuse,split-experts{budget=8GiB,overflow=stream},assign-streams,split-backends,"
+        "insert-sync,analyze-lifetimes,plan-memory,plan-prefetch{budget=8GiB}"
     )
     # no assign-streams: split-backends (which assigns streams too) right after split-experts
     assert with_vram_budget("dce", "1GiB", experts=True) == (
-        "dce,split-experts{budget=1GiB},split-backends,analyze-lifetimes,plan-memory,"
+        "dce,split-experts{budget=1GiB,overflow=stream},split-backends,analyze-lifetimes,"
+        "plan-memory,plan-prefetch{budget=1GiB}"
+    )
+    # split-backends' gpu-min-batch is split-experts' too (which moe nodes run on the CPU)
+    assert with_vram_budget(
+        "split-backends{gpu-min-batch=8},insert-sync", "1GiB", experts=True
+    ) == (
+        "split-experts{budget=1GiB,gpu-min-batch=8,overflow=stream},"
+        "split-backends{gpu-min-batch=8},insert-sync,analyze-lifetimes,plan-memory,"
         "plan-prefetch{budget=1GiB}"
     )
     # the pipeline places experts itself, or runs split-backends itself: not added twice
     chosen = "split-experts{cpu-moe=2},assign-streams,split-backends,insert-sync"
     assert with_vram_budget(chosen, "1GiB", experts=True) == (
         f"{chosen},analyze-lifetimes,plan-memory,plan-prefetch{{budget=1GiB}}"
-    )
-    assert with_vram_budget("split-backends,insert-sync", "1GiB", experts=True).startswith(
-        "split-experts{budget=1GiB},split-backends,insert-sync,"
     )
     # without moe nodes the pipeline only streams
     assert "split-experts" not in with_vram_budget("default", "1GiB")
@@ -178,6 +184,52 @@ def test_cli_compile_and_run_choose_the_layers_and_say_so(
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "bit-identical" in out and "(cpu-moe=2:" in " ".join(out.split())
+    # nothing fits: every layer on the host, and plan-prefetch (after planning) says why not
     assert main(["compile", str(path), "--vram-budget", "1KiB", "-q"]) == 1
-    err = capsys.readouterr().err
-    assert "error: split-experts: budget 1.00 KiB is too small" in err
+    captured = capsys.readouterr()
+    assert "error: plan-prefetch: budget 1.00 KiB is too small" in captured.err
+
+
+def test_a_moe_split_backends_runs_on_the_gpu_is_never_placed() -> None:
+    """At gpu-min-batch tokens or more split-backends copies host stacks in to run the moe on the
+    GPU, which frees no device byte: the budget leaves such a moe (a prefill's) on the device."""
+    assert SplitExpertsPass().gpu_min_batch == SplitBackendsPass().gpu_min_batch
+    source = moe_model(layers=3, tokens=32)
+    peaks = _peaks(source)
+    with pytest.raises(ExpertBudgetError) as err:
+        run_pipeline(source, f"split-experts{{budget={peaks[1]}}}")
+    message = str(err.value)
+    assert "with the experts of 0 of 3 moe layers on the host (from moe '%l0.m' on, 32 tokens" in (
+        message
+    )
+    assert f"still needs {peaks[0]:,} bytes" in message
+    out, note = _chosen(source, peaks[1], ",overflow=stream")
+    assert _host_layers(out) == [] and "plan-prefetch streams the rest" in note
+    out, _ = _chosen(source, peaks[1], ",gpu-min-batch=33")  # 32 tokens now run on the CPU
+    assert _host_layers(out) == [0]
+
+
+def test_overflow_stream_places_every_layer_and_leaves_the_rest() -> None:
+    source = moe_model(layers=2)
+    least = _peaks(source)[-1]
+    out, note = _chosen(source, least - 1, ",overflow=stream")
+    assert _host_layers(out) == [0, 1]
+    assert f"needs {least:,} bytes" in note and "plan-prefetch streams the rest" in note
+    with pytest.raises(OptGraphError, match="overflow must be error or stream, got 'maybe'"):
+        run_pipeline(source, "split-experts{budget=1KiB,overflow=maybe}")
+
+
+def test_vram_budget_on_a_prefill_streams_its_experts() -> None:
+    """A 32-token step under --vram-budget's pipeline: no expert on the host (the moe runs on the
+    GPU), plan-prefetch streams weights until the planned peak fits, and the program equals the
+    reference in random interleavings."""
+    source = moe_model(layers=3, tokens=32)
+    budget = _peaks(source)[2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CpuMoeChoice)
+        planned = run_pipeline(source, with_vram_budget("default", str(budget), experts=True))
+    assert not any(w.placement == "host" for w in planned.weights)
+    assert {n.ann.backend for n in planned.nodes if n.op == "moe"} <= {None, "cuda"}
+    assert any(n.op == "prefetch" for n in planned.nodes)
+    assert device_memory(planned).peak <= budget
+    _assert_planned_runs_equal_reference(source, planned, False, (None, 0, 1))
