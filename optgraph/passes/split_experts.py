@@ -107,7 +107,10 @@ def piece_name(stack: str, lo: int, hi: int) -> str:
 @dataclass(frozen=True)
 class SplitExpertsPass(Pass):
     name: ClassVar[str] = "split-experts"
-    summary: ClassVar[str] = "put the experts of the first moe layers, or some of each, on the host"
+    summary: ClassVar[str] = (
+        "put the experts of the first moe layers (as many as a budget needs), or some of each, "
+        "on the host"
+    )
     invalidates: ClassVar[tuple[str, ...]] = (
         "streams-assigned",
         "backends-assigned",
