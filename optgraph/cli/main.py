@@ -79,14 +79,20 @@ def _placement_notes() -> Iterator[list[str]]:
     from optgraph.passes.split_experts import CpuMoeChoice
 
     notes: list[str] = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield notes
-    for w in caught:
-        if issubclass(w.category, CpuMoeChoice):
-            notes.append(str(w.message))
-        else:
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    recorded: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", CpuMoeChoice)  # the other filters as they were
+            try:
+                yield notes
+            finally:
+                recorded.extend(caught)
+    finally:  # outside catch_warnings: shown, not recorded again
+        for w in recorded:
+            if issubclass(w.category, CpuMoeChoice):
+                notes.append(str(w.message))
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 def _read_model(progress: PhaseProgress, path: str) -> Graph:

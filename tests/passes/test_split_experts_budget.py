@@ -233,3 +233,16 @@ def test_vram_budget_on_a_prefill_streams_its_experts() -> None:
     assert any(n.op == "prefetch" for n in planned.nodes)
     assert device_memory(planned).peak <= budget
     _assert_planned_runs_equal_reference(source, planned, False, (None, 0, 1))
+
+
+def test_the_cli_keeps_the_notes_and_shows_other_warnings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from optgraph.cli.main import _placement_notes
+
+    with _placement_notes() as notes:
+        warnings.warn("the note", CpuMoeChoice, stacklevel=1)
+        warnings.warn("a ring of 2 segments does not fit", RuntimeWarning, stacklevel=1)
+    assert notes == ["the note"]
+    err = capsys.readouterr().err
+    assert "RuntimeWarning: a ring of 2 segments does not fit" in err and "the note" not in err
