@@ -11,6 +11,8 @@ unless something else reads them. Rules (applied in this order, each over the wh
 - `gelu`: a `mul` computed elementwise from one value `x` and scalar constants through `erf` (or
   `tanh`) is evaluated on probe values; when it equals GELU (exact or tanh) it becomes
   `gelu(x) {approximate}`. So every spelling of the formula raises, none that differs does.
+- `silu` (raising_silu.py): `mul(x, sigmoid(x))`, how the ONNX exporter writes SiLU ->
+  `silu(x)`.
 - `rope`: `add(mul(x, cos(e)·a), mul(concat(neg(x[..., D/2:]), x[..., :D/2]), sin(e)·a))` where
   the angles `e` are computed from one integer input `pos` and constants only: the frequencies
   (the angles at position 1) are fitted to a scaling (`rope_tables`), the factor `a` is the
@@ -72,6 +74,7 @@ from optgraph.frontends.raising_probe import (
     producer_of,
     scalar_value,
 )
+from optgraph.frontends.raising_silu import written_out_silu
 from optgraph.frontends.rope_tables import rope_attributes, table_tolerance
 from optgraph.ir.graph import AttrValue, Node, TensorType
 from optgraph.ir.op_rules_rope import rope_frequencies
@@ -92,6 +95,7 @@ def raise_patterns(draft: Draft) -> None:
     rules = (
         _rms_norm,
         _gelu,
+        written_out_silu,
         half_table_rope,
         _rope,
         partial_rope,

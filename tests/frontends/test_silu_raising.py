@@ -1,0 +1,59 @@
+"""SiLU written out, `x · sigmoid(x)` (the ONNX exporter's `F.silu`), raised into `silu`
+through both importers and matching PyTorch; a sigmoid gate of another value stays as it is."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the import tests need PyTorch")
+
+import torch.nn.functional as F
+from torch import nn
+
+import optgraph as og
+from optgraph.frontends.torch_export import from_torch
+from tests.frontends.numerics import assert_matches, ops_of
+
+
+class Block(nn.Module):
+    """A diffusion block's shape: group norm, SiLU, convolution; a hand-written SiLU both ways
+    round; and a gate (sigmoid of another value) that is not SiLU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.GroupNorm(2, 8)
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.gate = nn.Conv2d(8, 8, 1)
+
+    def forward(self, x: Any) -> Any:
+        h = self.conv(F.silu(self.norm(x)))
+        h = h * torch.sigmoid(h) + torch.sigmoid(x) * x
+        return h * torch.sigmoid(self.gate(x))
+
+
+def _imported(exporter: str, module: nn.Module, args: tuple[Any, ...]) -> Any:
+    if exporter == "onnx":
+        pytest.importorskip("onnx", reason="needs onnx")
+        pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            program = torch.onnx.export(module, args, dynamo=True)
+        return og.from_onnx(program.model_proto)
+    return from_torch(module, args)
+
+
+@pytest.mark.parametrize("exporter", ["torch", "onnx"])
+def test_written_out_silu_is_raised_and_a_gate_is_not(exporter: str) -> None:
+    torch.manual_seed(0)
+    module, x = Block().eval(), torch.randn(1, 8, 6, 6)
+    with torch.no_grad():
+        expected = module(x).numpy()
+    graph, weights = _imported(exporter, module, (x,))
+    ops = ops_of(graph)
+    assert ops.count("silu") == 3  # F.silu, h·σ(h), σ(x)·x
+    assert ops.count("sigmoid") == 1  # the gate
+    inputs = {graph.inputs[0].name: x.numpy()}
+    assert_matches(graph, dict(weights), inputs, [expected])
