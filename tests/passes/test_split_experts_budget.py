@@ -11,6 +11,8 @@ import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import optgraph as og
 from optgraph.analysis.segments import device_memory, format_size
@@ -73,6 +75,30 @@ def test_the_budget_picks_the_smallest_cpu_moe_that_fits(stacks: tuple[str, str,
     # whole layers only: no node changes, no piece is cut
     assert [n.name for n in out.nodes] == [n.name for n in source.nodes]
     assert {w.name for w in out.weights} == {w.name for w in source.weights}
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    layers=st.integers(1, 4),
+    tokens=st.integers(1, 40),
+    dtype=st.sampled_from(["f32", "f16", "q8_0"]),
+    fraction=st.floats(0.0, 1.2),
+)
+def test_any_budget_gets_the_smallest_layers_that_fit(
+    layers: int, tokens: int, dtype: str, fraction: float
+) -> None:
+    """Random models and budgets: the chosen N's planned peak fits and N - 1's does not; below the
+    least footprint an error; a moe of 32 tokens or more is never placed."""
+    source = moe_model(layers=layers, tokens=tokens, stacks=(dtype, dtype, dtype))
+    peaks = _peaks(source)
+    budget = int(peaks[-1] + fraction * (peaks[0] - peaks[-1]))
+    placeable = layers if tokens < 32 else 0
+    if budget < peaks[placeable]:
+        with pytest.raises(ExpertBudgetError, match=f"still needs {peaks[placeable]:,} bytes"):
+            run_pipeline(source, f"split-experts{{budget={budget}}}")
+        return
+    n = len(_host_layers(_chosen(source, budget)[0]))
+    assert n <= placeable and peaks[n] <= budget and (n == 0 or peaks[n - 1] > budget)
 
 
 def test_a_budget_that_holds_every_expert_changes_nothing() -> None:
