@@ -236,7 +236,8 @@ def cpu_moe_for_budget(
                     host += weights[stack].type.nbytes
         peak = DeviceMemory(arena, 0, kept, 0, inputs).peak
         if peak <= budget or (n == placeable and overflow == "stream"):
-            _note(budget, (n, len(moes)), host, (peak, arena), peak <= budget, on_gpu)
+            why = on_gpu if n == placeable else ""
+            _note(budget, (n, len(moes)), host, (peak, arena), peak <= budget, why)
             return n
     placed = f"all {len(moes)}" if placeable == len(moes) else f"{placeable} of {len(moes)}"
     raise ExpertBudgetError(
@@ -259,7 +260,7 @@ def _note(
         f"(cpu-moe={n}: {format_size(host)})"
         if n
         else "every expert on the device (cpu-moe=0)"
-    ) + (why if n < layers else "")
+    ) + why
     rest = "" if fits else "; over the budget: plan-prefetch streams the rest"
     warnings.warn(
         f"split-experts: budget {format_size(budget)}: {placed}; the step needs {peak:,} bytes "
