@@ -73,3 +73,19 @@ def test_an_unknown_model_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
         sweep.main(["not_a_model"])
     assert exit_.value.code == 2
     assert "unknown model 'not_a_model'" in capsys.readouterr().err
+
+
+def test_transformers_onnx_table_takes_the_default_experts_to_the_importer(
+    tmp_path: Path,
+) -> None:
+    """Given transformers' own ONNX functions, Mixtral's default experts export; each expert's
+    rows are a Range between run-time offsets (a shape the routing decides): refused, naming it
+    (not a product downstream of it)."""
+    pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
+    out = tmp_path / "table.md"
+    argv = ["mixtral", "--onnx", "--transformers-onnx-table", "--markdown", str(out)]
+    assert sweep.main(argv) == 0
+    assert "(transformers' ONNX table)" in out.read_text().splitlines()[0]
+    status, reason, *_ = _rows(out)["mixtral"]
+    assert status == "refused" and "cannot map" in reason and "Range ×" in reason
+    assert "matmul" not in reason
