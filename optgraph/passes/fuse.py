@@ -220,7 +220,7 @@ def _try_absorb(state: _State, root: int, producer: int, max_ops: int) -> bool:
         return False
     if (
         state.row_prologues
-        and state.anchors[root][0] == 0  # an elementwise group: `_joins_row_products` reads on
+        and state.anchors[root][0] == 0  # `_joins_row_products` holds for elementwise groups only
         and _joins_row_products(state, root, producer)
     ):
         return False
