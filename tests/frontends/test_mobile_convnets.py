@@ -125,3 +125,30 @@ def test_onnx_conv_with_pads_differing_before_and_after_matches_the_evaluator(
     imported, weights = og.from_onnx(model)
     assert_matches(imported, dict(weights), {"x": x}, [expected])
     assert ("pad" in ops_of(imported)) == (pads[:2] != pads[2:])
+
+
+@pytest.mark.parametrize("net", ["mobilenet_v2", "mobilenet_v3"])
+def test_mobile_nets_lowered_for_cuda_match_the_reference_in_the_emulator(net: str) -> None:
+    """What `og.compile(target="cuda")` runs: the default pipeline, the CUDA lowering, every
+    kernel (depthwise convolutions, pads, clips) in the CPU emulator, against the reference."""
+    from optgraph.codegen.lower_cuda import lower_cuda
+    from optgraph.passes.manager import DEFAULT_PIPELINE, run_pipeline
+    from optgraph.reference.interpreter import nmse, run_reference
+    from tests.support import cuda_emulator
+    from tools import diffusers_sweep
+
+    pytest.importorskip("transformers", reason="needs transformers")
+    if not cuda_emulator.available():
+        pytest.skip("the CUDA emulator needs g++")
+    make, example = diffusers_sweep._models()[net]
+    torch.manual_seed(0)
+    module = _random_batch_norms(make()).eval()
+    args = example()
+    graph, weights = from_torch(module, args)
+    inputs = {i.name: a.numpy() for i, a in zip(graph.inputs, args)}
+    planned = run_pipeline(graph, DEFAULT_PIPELINE)
+    want = run_reference(graph, dict(inputs), dict(weights))
+    got = cuda_emulator.run_plan(lower_cuda(planned), dict(inputs), dict(weights), graph=planned)
+    for out in graph.output_names():
+        error = nmse(np.asarray(got[out], np.float64), np.asarray(want[out], np.float64))
+        assert error <= 1e-10, f"{net} {out}: nmse {error:.3g}"
