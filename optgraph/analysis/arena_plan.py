@@ -22,6 +22,7 @@ ordering; `check_plan` O(n log n + overlapping pairs).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 
 from optgraph.analysis.arena_packing import NEVER, Slot, placements
@@ -119,9 +120,9 @@ def build_slots(
     slots: list[Slot] = []
     reuse: dict[str, str] = {}
     nodes = graph.nodes
-    ordered = lifetimes.values()
-    if any(a.producer > b.producer for a, b in zip(ordered, list(ordered)[1:])):
-        ordered = sorted(ordered, key=lambda lt: lt.producer)
+    ordered = list(lifetimes.values())  # in issue order when made by `compute_lifetimes`
+    if any(a.producer > b.producer for a, b in itertools.pairwise(ordered)):
+        ordered.sort(key=lambda lt: lt.producer)
     for lt in ordered:
         node = nodes[lt.producer]
         source = None

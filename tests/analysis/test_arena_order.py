@@ -29,7 +29,7 @@ def _planned(example: str, pipeline: str) -> Graph:
 def _moved(graph: Graph, rng: random.Random) -> Graph:
     """Some planned buffers moved to the offset of another (the plan's sizes kept)."""
     planned = [i for i, n in enumerate(graph.nodes) if n.ann.offset is not None]
-    offsets = sorted({graph.nodes[i].ann.offset for i in planned})
+    offsets = sorted({o for n in graph.nodes if (o := n.ann.offset) is not None})
     nodes = list(graph.nodes)
     for i in rng.sample(planned, k=min(len(planned), rng.randint(1, 3))):
         nodes[i] = nodes[i].with_ann(offset=rng.choice(offsets))
@@ -50,7 +50,7 @@ def test_fast_path_finds_what_the_full_search_finds(
     graph = _planned(example, pipeline)
     proved = {True: 0, False: 0}
     calls: list[bool] = []
-    real = races.is_arena_ordered
+    real = is_arena_ordered
 
     def spy(*args: object) -> bool:
         calls.append(real(*args))  # type: ignore[arg-type]
