@@ -1,12 +1,12 @@
 """diffusers' models and mobile conv nets through `og.from_torch` (or `og.from_onnx`), each built
 from a small config with random weights, against PyTorch: which import, and how close they come.
 
-The models of diffusion pipelines (`UNet2DConditionModel` in SD-1.5 and SD-XL layouts,
-`AutoencoderKL`'s decoder, `SD3Transformer2DModel`, `FluxTransformer2DModel` with and without
-guidance, its image and text ids module buffers: constants of the compiled step, so its float64
-rope folds at import) and the conv nets of mobile vision (transformers' `MobileNetV2Model`, and
-torchvision's MobileNetV3 layout written out here: hardswish, squeeze-excitation with
-hardsigmoid, inference batch norms with random statistics). Each runs eagerly in float32; the
+The models of diffusion pipelines (`UNet2DConditionModel` in SD-1.5 and SD-XL layouts, SD-1.5's
+also with its four levels; `AutoencoderKL`'s decoder; `SD3Transformer2DModel`;
+`FluxTransformer2DModel` with and without guidance, its image and text ids module buffers:
+constants of the compiled step, so its float64 rope folds at import) and the conv nets of mobile
+vision (transformers' `MobileNetV2Model`, and torchvision's MobileNetV3 layout written out here:
+hardswish, squeeze-excitation with hardsigmoid, inference batch norms with random statistics). Each runs eagerly in float32; the
 rows are those of `tools/transformers_sweep.py` (the same import, runs and NMSE).
 
     python tools/diffusers_sweep.py                 # every model, a markdown table
@@ -76,9 +76,17 @@ def _models() -> dict[str, tuple[Callable[[], Any], Callable[[], tuple[Any, ...]
         return torch.randn(1, 5, 32)
 
     class Unet(nn.Module):
-        def __init__(self, sdxl: bool) -> None:
+        def __init__(self, sdxl: bool, levels: int = 2) -> None:
             super().__init__()
             extra: dict[str, Any] = {}
+            if levels == 4:  # SD-1.5's layout: three cross-attention levels, two layers a block
+                extra = {
+                    "sample_size": 16,
+                    "layers_per_block": 2,
+                    "block_out_channels": (32, 64, 64, 64),
+                    "down_block_types": ("CrossAttnDownBlock2D",) * 3 + ("DownBlock2D",),
+                    "up_block_types": ("UpBlock2D",) + ("CrossAttnUpBlock2D",) * 3,
+                }
             if sdxl:  # pooled text and size/crop ids embedded with the time, linear projections
                 extra = {
                     "addition_embed_type": "text_time",
@@ -185,6 +193,10 @@ def _models() -> dict[str, tuple[Callable[[], Any], Callable[[], tuple[Any, ...]
         "unet": (
             lambda: Unet(sdxl=False),
             lambda: (torch.randn(1, 4, 8, 8), torch.tensor([10]), text()),
+        ),
+        "unet_sd15_layout": (
+            lambda: Unet(sdxl=False, levels=4),
+            lambda: (torch.randn(1, 4, 16, 16), torch.tensor([10]), text()),
         ),
         "unet_sdxl": (
             lambda: Unet(sdxl=True),
