@@ -77,7 +77,6 @@ KNOWN_GAPS: dict[tuple[str, str], str] = {
     "which no converter recognizes",
     ("prefetch", "aten"): f"plan-prefetch: {_NOT_IMPORTED}",
     ("prefetch", "onnx"): f"plan-prefetch: {_NOT_IMPORTED}",
-    ("silu", "onnx"): "ONNX has no SiLU: exports write x·sigmoid(x), two ops",
 }  # fmt: skip
 
 

@@ -53,7 +53,7 @@ from optgraph.errors import InputError, OptGraphError
 from optgraph.ir.constants import with_constants
 from optgraph.ir.graph import Graph, TensorType
 from optgraph.passes.manager import plan_memory_if_missing, run_pipeline, with_merged_launches
-from optgraph.passes.split_experts import expert_weights
+from optgraph.passes.split_experts import expert_weights, is_piece
 
 if TYPE_CHECKING:
     from optgraph.runtime.cuda.runner import CudaProgram
@@ -172,9 +172,10 @@ class CompiledProgram:
         uploading the arrays it uploaded last skips them too."""
         weights = self._with_constants(weights)
         if self.source is None or all(
-            w.name in weights or f"%{w.name}" in weights for w in self.graph.weights
-        ):
-            return weights
+            w.name in weights or f"%{w.name}" in weights or not is_piece(w.name)
+            for w in self.graph.weights
+        ):  # nothing to cut: the user's arrays, never held (a tensor-parallel program's shards
+            return weights  # are cut by its runner; a freed array's identity is free again)
         given = list(weights.values())
         last = self._pieces
         same = last is not None and len(last[0]) == len(given)

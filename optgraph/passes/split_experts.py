@@ -99,6 +99,11 @@ class CpuMoeChoice(UserWarning):
     """What `split-experts{budget}` chose: a note on the placement, not a fault."""
 
 
+def is_piece(name: str) -> bool:
+    """Whether `name` is a piece's name (`piece_name`'s form: `%gate.e6_8`)."""
+    return _PIECE.match(name) is not None
+
+
 def piece_name(stack: str, lo: int, hi: int) -> str:
     """The name of the piece of `stack` (or of a moe node's result) holding experts [lo, hi)."""
     return f"{stack}.e{lo}_{hi}"
@@ -366,5 +371,6 @@ __all__ = [
     "SplitExpertsPass",
     "cpu_moe_for_budget",
     "expert_weights",
+    "is_piece",
     "piece_name",
 ]
