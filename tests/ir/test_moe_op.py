@@ -106,10 +106,10 @@ def test_defaults_and_attribute_checks() -> None:
         ("%y = moe(%x, %logits, %gate, %up) {k = 2} : f32[2,64]", {},
          "moe: down f32[4,32,64] differs from [E,H,F] = [4,64,16]"),
         ("%y = moe(%x, %logits, %gate, %up, %down, %down, %down) {k = 2} : f32[2,64]", {},
-         "moe: takes x, logits, then gate, up, down (or gate_up, down), each optionally "
-         "followed by its bias: 4, 5, 6 or 8 operands, got 7"),
-        ("%y = moe(%x, %logits, %gate, %up, %down, %down, %down, %down, %down) {k = 2} : "
-         "f32[2,64]", {}, "moe: expected 4 to 8 operands, got 9"),
+         ("moe: takes x, logits, then gate, up, down (or gate_up, down), each optionally "
+          "followed by its bias: 4, 5, 6 or 8 operands, got 7")),
+        (("%y = moe(%x, %logits, %gate, %up, %down, %down, %down, %down, %down) {k = 2} : "
+          "f32[2,64]"), {}, "moe: expected 4 to 8 operands, got 9"),
     ],
 )  # fmt: skip
 def test_shape_rule_errors_name_the_conflict(
