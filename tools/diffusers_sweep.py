@@ -47,7 +47,7 @@ def _unet(**extra: Any) -> Any:
     return diffusers.UNet2DConditionModel(**{**config, **extra})
 
 
-def _flux(guidance: bool) -> Any:
+def flux_model(guidance: bool) -> Any:
     import diffusers
 
     return diffusers.FluxTransformer2DModel(
@@ -64,7 +64,7 @@ def _flux(guidance: bool) -> Any:
     )
 
 
-def _models() -> dict[str, tuple[Callable[[], Any], Callable[[], tuple[Any, ...]]]]:
+def models() -> dict[str, tuple[Callable[[], Any], Callable[[], tuple[Any, ...]]]]:
     """Name -> (a module returning one tensor, its example arguments); diffusers and
     transformers imported on first use."""
     import diffusers
@@ -155,7 +155,7 @@ def _models() -> dict[str, tuple[Callable[[], Any], Callable[[], tuple[Any, ...]
 
         def __init__(self, guidance: bool) -> None:
             super().__init__()
-            self.transformer = _flux(guidance)
+            self.transformer = flux_model(guidance)
             image = torch.zeros(16, 3)
             image[:, 1] = torch.arange(16) // 4
             image[:, 2] = torch.arange(16) % 4
@@ -310,7 +310,7 @@ def check(name: str, onnx: bool = False) -> str:
     """The table row of one model, built with seeded random weights."""
     import torch
 
-    make, example = _models()[name]
+    make, example = models()[name]
     torch.manual_seed(0)
     module = random_batch_norms(make()).eval()
     return row(name, module, example(), False, onnx)
@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
 
     diffusers.utils.logging.set_verbosity_error()
     transformers.logging.set_verbosity_error()
-    table = _models()
+    table = models()
     names = args.only or list(table)
     unknown = sorted(set(names) - set(table))
     if unknown:

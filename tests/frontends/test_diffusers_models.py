@@ -1,5 +1,6 @@
-"""diffusers' own models through torch.export and torch.onnx.export, against PyTorch, then compiled for CUDA with every
-kernel in the CPU emulator against the reference (issue #34, part 2).
+"""diffusers' own models (the small configs of tools/diffusers_sweep.py) through torch.export and
+torch.onnx.export, against PyTorch, then compiled for CUDA with every kernel in the CPU emulator
+against the reference (issue #34, part 2).
 
 Small random-weight configs of the four model kinds diffusion pipelines run: the SD-1.5-style
 `UNet2DConditionModel` (cross-attention down/up blocks, group norms, nearest upsampling, the
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,72 +33,7 @@ from optgraph.ir.graph import Graph
 from optgraph.reference.interpreter import nmse, run_reference
 from tests.frontends.numerics import assert_matches
 from tests.support import cuda_emulator
-
-
-class Unet(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.unet = diffusers.UNet2DConditionModel(
-            sample_size=8,
-            in_channels=4,
-            out_channels=4,
-            layers_per_block=1,
-            block_out_channels=(32, 64),
-            down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-            up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-            cross_attention_dim=32,
-            attention_head_dim=8,
-            norm_num_groups=8,
-        )
-
-    def forward(self, x: Any, t: Any, text: Any) -> Any:
-        return self.unet(x, t, encoder_hidden_states=text, return_dict=False)[0]
-
-
-class VaeDecoder(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.vae = diffusers.AutoencoderKL(
-            in_channels=3,
-            out_channels=3,
-            down_block_types=("DownEncoderBlock2D",) * 2,
-            up_block_types=("UpDecoderBlock2D",) * 2,
-            block_out_channels=(32, 64),
-            layers_per_block=1,
-            latent_channels=4,
-            norm_num_groups=8,
-            sample_size=16,
-        )
-
-    def forward(self, z: Any) -> Any:
-        return self.vae.decode(z, return_dict=False)[0]
-
-
-class Sd3(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.transformer = diffusers.SD3Transformer2DModel(
-            sample_size=8,
-            patch_size=2,
-            in_channels=4,
-            num_layers=2,
-            attention_head_dim=8,
-            num_attention_heads=4,
-            joint_attention_dim=32,
-            caption_projection_dim=32,
-            pooled_projection_dim=16,
-            out_channels=4,
-            pos_embed_max_size=16,
-        )
-
-    def forward(self, x: Any, text: Any, pooled: Any, t: Any) -> Any:
-        return self.transformer(
-            hidden_states=x,
-            encoder_hidden_states=text,
-            pooled_projections=pooled,
-            timestep=t,
-            return_dict=False,
-        )[0]
+from tools import diffusers_sweep
 
 
 def _flux_ids(height: int, width: int, text: int) -> tuple[Any, Any]:
@@ -109,63 +44,20 @@ def _flux_ids(height: int, width: int, text: int) -> tuple[Any, Any]:
     return image, torch.zeros(text, 3)
 
 
-def _flux_model() -> Any:
-    return diffusers.FluxTransformer2DModel(
-        patch_size=1,
-        in_channels=16,
-        num_layers=1,
-        num_single_layers=1,
-        attention_head_dim=8,
-        num_attention_heads=2,
-        joint_attention_dim=32,
-        pooled_projection_dim=16,
-        axes_dims_rope=(2, 2, 4),
-    )
-
-
-class Flux(nn.Module):
-    """A Flux step for one image size: the ids are buffers, constants of the compiled step."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.transformer = _flux_model()
-        image, text = _flux_ids(4, 4, 5)
-        self.register_buffer("image_ids", image)
-        self.register_buffer("text_ids", text)
-
-    def forward(self, x: Any, text: Any, pooled: Any, t: Any) -> Any:
-        return self.transformer(
-            hidden_states=x,
-            encoder_hidden_states=text,
-            pooled_projections=pooled,
-            timestep=t,
-            img_ids=self.image_ids,
-            txt_ids=self.text_ids,
-            return_dict=False,
-        )[0]
-
-
-def _unet_args() -> tuple[Any, ...]:
-    return torch.randn(1, 4, 8, 8), torch.tensor([10]), torch.randn(1, 5, 32)
-
-
-def _transformer_args(shape: tuple[int, ...]) -> tuple[Any, ...]:
-    return torch.randn(1, *shape), torch.randn(1, 5, 32), torch.randn(1, 16), torch.tensor([3.0])
-
-
-MODELS: dict[str, tuple[Callable[[], nn.Module], Callable[[], tuple[Any, ...]], set[str]]] = {
-    # name: (module, example inputs, ops the import must contain)
-    "unet": (Unet, _unet_args, {"conv2d", "attention", "resize", "layer_norm"}),
-    "vae_decoder": (VaeDecoder, lambda: (torch.randn(1, 4, 8, 8),), {"conv2d", "resize"}),
-    "sd3": (Sd3, lambda: _transformer_args((4, 8, 8)), {"conv2d", "attention"}),
-    "flux": (Flux, lambda: _transformer_args((16, 16)), {"attention", "rms_norm"}),
+# The sweep's small configs (tools/diffusers_sweep.py) and the ops each import must contain.
+OPS = {
+    "unet": {"conv2d", "attention", "resize", "layer_norm"},
+    "vae_decoder": {"conv2d", "resize"},
+    "sd3": {"conv2d", "attention"},
+    "flux": {"attention", "rms_norm"},
 }
+MODELS = {name: diffusers_sweep.models()[name] for name in OPS}
 
 
 def _imported(
     name: str, exporter: str = "torch"
 ) -> tuple[Graph, dict[str, np.ndarray], dict[str, np.ndarray], Any]:
-    make, example, _ = MODELS[name]
+    make, example = MODELS[name]
     torch.manual_seed(0)
     module = make().eval()
     args = example()
@@ -189,7 +81,7 @@ def test_diffusers_models_import_and_match_pytorch(name: str, exporter: str) -> 
         pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
     graph, weights, inputs, expected = _imported(name, exporter)
     ops = {n.op for n in graph.nodes}
-    assert MODELS[name][2] <= ops, f"{name}: missing {MODELS[name][2] - ops}"
+    assert OPS[name] <= ops, f"{name}: missing {OPS[name] - ops}"
     assert all(t.dtype != "f64" for t in graph.value_types().values())
     assert_matches(graph, weights, inputs, [expected])
 
@@ -218,7 +110,7 @@ def test_flux_ids_as_run_time_inputs_are_refused_by_name() -> None:
     class FluxRunTimeIds(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.transformer = _flux_model()
+            self.transformer = diffusers_sweep.flux_model(guidance=False)
 
         def forward(self, x: Any, text: Any, pooled: Any, t: Any, image: Any, ids: Any) -> Any:
             return self.transformer(
@@ -232,7 +124,7 @@ def test_flux_ids_as_run_time_inputs_are_refused_by_name() -> None:
             )[0]
 
     torch.manual_seed(0)
-    args = (*_transformer_args((16, 16)), *_flux_ids(4, 4, 5))
+    args = (*MODELS["flux"][1](), *_flux_ids(4, 4, 5))
     with pytest.raises(OptGraphError, match="float64") as caught:
         from_torch(FluxRunTimeIds().eval(), args)
     assert "transformer_flux.py:" in str(caught.value)

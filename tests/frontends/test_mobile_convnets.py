@@ -140,7 +140,7 @@ def test_mobile_nets_lowered_for_cuda_match_the_reference_in_the_emulator(net: s
     pytest.importorskip("transformers", reason="needs transformers")
     if not cuda_emulator.available():
         pytest.skip("the CUDA emulator needs g++")
-    make, example = diffusers_sweep._models()[net]
+    make, example = diffusers_sweep.models()[net]
     torch.manual_seed(0)
     module = _random_batch_norms(make()).eval()
     args = example()
