@@ -31,11 +31,11 @@ PROBES = 12  # random positions checked besides the boundaries
 CONE_LIMIT = 32  # nodes between the position and the mask
 
 
-def _position_cone(
-    draft: Draft, mask: str, producers: dict[str, Node]
+def input_cone(
+    draft: Draft, mask: str, producers: dict[str, Node], limit: int = CONE_LIMIT
 ) -> tuple[str, list[Node]] | None:
-    """(pos, nodes) when `mask` is computed by IR ops from one integer value `pos` that no node
-    of the draft produces (an input) and constants."""
+    """(leaf, nodes in the draft's order) when `mask` is computed by at most `limit` IR ops from
+    one value `leaf` that no node of the draft produces (an input) and constants; else None."""
     cone: dict[str, Node] = {}
     leaves: set[str] = set()
     stack = [mask]
@@ -46,17 +46,24 @@ def _position_cone(
         node = producers.get(name)
         if node is None:
             leaves.add(name)
-        elif len(cone) < CONE_LIMIT and node.op in KERNELS and node.op != "attention":
+        elif len(cone) < limit and node.op in KERNELS and node.op != "attention":
             cone[name] = node
             stack.extend(node.operands)
         else:
             return None
     if len(leaves) != 1 or not cone:
         return None
-    pos = next(iter(leaves))
-    if draft.type_of(pos).dtype not in ("i32", "i64"):
+    return leaves.pop(), [n for n in draft.nodes if n.name in cone]
+
+
+def _position_cone(
+    draft: Draft, mask: str, producers: dict[str, Node]
+) -> tuple[str, list[Node]] | None:
+    """`input_cone` whose input is an integer position."""
+    found = input_cone(draft, mask, producers)
+    if found is None or draft.type_of(found[0]).dtype not in ("i32", "i64"):
         return None
-    return pos, [n for n in draft.nodes if n.name in cone]
+    return found
 
 
 def _evaluate(draft: Draft, cone: list[Node], pos: str, value: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ import numpy as np
 
 from optgraph.frontends.attention_masks import causal_pattern, shared_pattern
 from optgraph.frontends.draft import Draft
+from optgraph.frontends.raise_attention_masks import input_cone
 from optgraph.ir.graph import AttrValue, Node, TensorType
 from optgraph.ir.op_rules_attention import attention_operands
 from optgraph.ir.ops import attrs_with_defaults
@@ -33,29 +34,6 @@ from optgraph.reference.kernels import KERNELS, numpy_dtype
 
 PROBES = 8  # random position vectors checked besides the boundaries
 CONE_LIMIT = 48  # nodes between the positions and the mask
-
-
-def _cone(draft: Draft, mask: str, producers: dict[str, Node]) -> tuple[str, list[Node]] | None:
-    """(pos, nodes in the draft's order) when `mask` is computed by IR ops from one value that
-    no node produces (an input) and constants; None otherwise."""
-    cone: dict[str, Node] = {}
-    leaves: set[str] = set()
-    stack = [mask]
-    while stack:
-        name = stack.pop()
-        if name in cone or name in leaves or name in draft.constants:
-            continue
-        node = producers.get(name)
-        if node is None:
-            leaves.add(name)
-        elif len(cone) < CONE_LIMIT and node.op in KERNELS and node.op != "attention":
-            cone[name] = node
-            stack.extend(node.operands)
-        else:
-            return None
-    if len(leaves) != 1 or not cone:
-        return None
-    return leaves.pop(), [n for n in draft.nodes if n.name in cone]
 
 
 def _mask_at(draft: Draft, cone: list[Node], pos: str, value: np.ndarray) -> np.ndarray:
@@ -135,7 +113,7 @@ def row_attention_kv_len(draft: Draft, node: Node, producers: dict[str, Node]) -
     batch, sq = node.type.shape[0], node.type.shape[2]
     if batch < 2 or sq != 1:
         return None
-    found = _cone(draft, node.operands[roles.mask], producers)
+    found = input_cone(draft, node.operands[roles.mask], producers, CONE_LIMIT)
     if found is None:
         return None
     pos, cone = found
