@@ -23,7 +23,7 @@ import numpy as np
 from optgraph.frontends.attention_masks import causal_pattern, shared_pattern
 from optgraph.frontends.draft import Draft
 from optgraph.ir.graph import AttrValue, Node, TensorType
-from optgraph.ir.op_rules_attention import attention_operands
+from optgraph.ir.op_rules_attention import AttentionOperands, attention_operands
 from optgraph.ir.ops import attrs_with_defaults
 from optgraph.reference.kernels import KERNELS, numpy_dtype
 
@@ -56,11 +56,11 @@ def input_cone(
     return leaves.pop(), [n for n in draft.nodes if n.name in cone]
 
 
-def _position_cone(
-    draft: Draft, mask: str, producers: dict[str, Node]
+def position_cone(
+    draft: Draft, mask: str, producers: dict[str, Node], limit: int = CONE_LIMIT
 ) -> tuple[str, list[Node]] | None:
     """`input_cone` whose input is an integer position."""
-    found = input_cone(draft, mask, producers)
+    found = input_cone(draft, mask, producers, limit)
     if found is None or draft.type_of(found[0]).dtype not in ("i32", "i64"):
         return None
     return found
@@ -155,7 +155,7 @@ def attention_kv_len(draft: Draft, node: Node, producers: dict[str, Node]) -> li
     roles = attention_operands(len(node.operands), True, bool(attrs["sinks"]))
     if roles.kv_len is not None or roles.mask is None:
         return None
-    found = _position_cone(draft, node.operands[roles.mask], producers)
+    found = position_cone(draft, node.operands[roles.mask], producers)
     if found is None or draft.type_of(found[0]).numel != 1:
         return None
     pos, cone = found
@@ -165,12 +165,18 @@ def attention_kv_len(draft: Draft, node: Node, producers: dict[str, Node]) -> li
         return None
     offset, window = rule
     kv_len, nodes = _kv_len(draft, pos, offset, node, producers)
-    new_attrs: dict[str, AttrValue] = {
+    return [*nodes, causal_with_kv_len(node, roles, kv_len, window)]
+
+
+def causal_with_kv_len(node: Node, roles: AttentionOperands, kv_len: str, window: int) -> Node:
+    """`node` (an attention with a mask) reading `kv_len` instead of its mask: causal, with
+    `window` (0: none), its sinks kept."""
+    attrs: dict[str, AttrValue] = {
         k: v for k, v in node.attrs.items() if k not in ("masked", "causal")
     }
-    new_attrs["causal"] = True
+    attrs["causal"] = True
     if window:
-        new_attrs["window"] = window
+        attrs["window"] = window
     sinks = () if roles.sinks is None else (node.operands[roles.sinks],)
     operands = (*node.operands[:3], kv_len, *sinks)
-    return [*nodes, Node(node.name, "attention", operands, new_attrs, node.type, span=node.span)]
+    return Node(node.name, "attention", operands, attrs, node.type, span=node.span)

@@ -26,8 +26,8 @@ import numpy as np
 
 from optgraph.frontends.attention_masks import causal_pattern, shared_pattern
 from optgraph.frontends.draft import Draft
-from optgraph.frontends.raise_attention_masks import input_cone
-from optgraph.ir.graph import AttrValue, Node, TensorType
+from optgraph.frontends.raise_attention_masks import causal_with_kv_len, position_cone
+from optgraph.ir.graph import Node, TensorType
 from optgraph.ir.op_rules_attention import attention_operands
 from optgraph.ir.ops import attrs_with_defaults
 from optgraph.reference.kernels import KERNELS, numpy_dtype
@@ -113,28 +113,17 @@ def row_attention_kv_len(draft: Draft, node: Node, producers: dict[str, Node]) -
     batch, sq = node.type.shape[0], node.type.shape[2]
     if batch < 2 or sq != 1:
         return None
-    found = input_cone(draft, node.operands[roles.mask], producers, CONE_LIMIT)
-    if found is None:
+    found = position_cone(draft, node.operands[roles.mask], producers, CONE_LIMIT)
+    if found is None or draft.type_of(found[0]).numel != batch:
         return None
     pos, cone = found
-    pos_type = draft.type_of(pos)
-    if pos_type.dtype not in ("i32", "i64") or pos_type.numel != batch:
-        return None
     skv = draft.type_of(node.operands[1]).shape[2]
     rule = _rule(draft, cone, pos, batch, skv)
     if rule is None:
         return None
     offset, window = rule
     kv_len, nodes = _row_kv_len(draft, pos, offset, node, producers)
-    new_attrs: dict[str, AttrValue] = {
-        k: v for k, v in node.attrs.items() if k not in ("masked", "causal")
-    }
-    new_attrs["causal"] = True
-    if window:
-        new_attrs["window"] = window
-    sinks = () if roles.sinks is None else (node.operands[roles.sinks],)
-    operands = (*node.operands[:3], kv_len, *sinks)
-    return [*nodes, Node(node.name, "attention", operands, new_attrs, node.type, span=node.span)]
+    return [*nodes, causal_with_kv_len(node, roles, kv_len, window)]
 
 
 def _row_kv_len(
