@@ -36,7 +36,6 @@ import gc
 import json
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +44,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.harness.offload_plan import describe, streamed_plans
 from benchmarks.harness.timing import print_report
-from optgraph.analysis.segments import device_memory, format_size
+from optgraph.analysis.segments import format_size
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
 
@@ -127,32 +127,9 @@ def plan_variants(
     graph: Graph, args: argparse.Namespace, pinned: float
 ) -> tuple[dict[str, Graph], int]:
     """The resident plan and each streamed variant's, under the `--ratio` budget."""
+    names = [n for n in args.variants.split(",") if n != "resident"]
     resident = run_pipeline(graph, PLAN)
-    memory = device_memory(resident)
-    budget = memory.peak - memory.resident_weights + memory.resident_weights // args.ratio
-    graphs = {"resident": resident}
-    for name in args.variants.split(","):
-        if name == "resident":
-            continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            options = f"budget={budget},host-bandwidth={int(pinned)}{STREAMED[name]}"
-            graphs[name] = run_pipeline(resident, f"plan-prefetch{{{options}}}")
-    return graphs, budget
-
-
-def describe(graphs: dict[str, Graph], budget: int) -> list[str]:
-    lines = []
-    for name, g in graphs.items():
-        m = device_memory(g)
-        segments = {w.ann.segment for w in g.weights if w.ann.segment is not None}
-        lines.append(
-            f"  {name:10s} peak {format_size(m.peak):>11s} (budget {format_size(budget)}), "
-            f"resident {format_size(m.resident_weights)}, streamed "
-            f"{format_size(m.streamed_weights)} in {len(segments)} segments, ring "
-            f"{format_size(m.slots)}"
-        )
-    return lines
+    return streamed_plans(resident, args.ratio, pinned, {n: STREAMED[n] for n in names})
 
 
 def _torch_runner(way: str, model: Any, env: tuple) -> Any:

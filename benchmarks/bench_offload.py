@@ -55,7 +55,6 @@ import datetime
 import gc
 import json
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -71,13 +70,14 @@ from benchmarks.harness.offload_plan import (
     NOMINAL_COMPUTE_SCALE,
     NOMINAL_F16,
     NOMINAL_PINNED,
+    describe,
     estimate_step,
-    layout_pattern,
     plan_order,
+    streamed_plans,
 )
 from benchmarks.harness.offload_timing import gemm_rate, pinned_bandwidth, time_copies, time_replays
 from benchmarks.harness.timing import print_report
-from optgraph.analysis.segments import device_memory, format_size
+from optgraph.analysis.segments import format_size
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.ir.graph import Graph
 from optgraph.passes.manager import run_pipeline
@@ -165,36 +165,12 @@ def plan_variants(
     batch: int = 1,
     variants: list[str] | None = None,
 ) -> tuple[Graph, dict[str, Graph], int]:
-    """The resident plan and each variant's streamed one; the prefetch plans are told the pinned
-    bandwidth (`host-bandwidth`), with which they weigh ring bytes against resident ones."""
+    """The resident plan and each variant's streamed one (`offload_plan.streamed_plans`)."""
     source = og.parse(model_text(args, mode, batch))
+    names = variants or args.variants.split(",")
     resident = run_pipeline(source, PLAN)
-    memory = device_memory(resident)
-    # What the step needs besides its weights (arena, inputs) + a `ratio`-th of the weights.
-    budget = memory.peak - memory.resident_weights + memory.resident_weights // args.ratio
-    graphs = {"resident": resident}
-    for name in variants or args.variants.split(","):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            options = f"budget={budget},host-bandwidth={int(pinned)}{VARIANTS[name]}"
-            pipeline = f"plan-prefetch{{{options}}}"
-            graphs[name] = run_pipeline(resident, pipeline)
+    graphs, budget = streamed_plans(resident, args.ratio, pinned, {n: VARIANTS[n] for n in names})
     return source, graphs, budget
-
-
-def describe(graphs: dict[str, Graph], budget: int) -> list[str]:
-    lines = []
-    for name, g in graphs.items():
-        m = device_memory(g)
-        segments = {w.ann.segment for w in g.weights if w.ann.segment is not None}
-        lines.append(
-            f"  {name:18s} peak {format_size(m.peak):>11s} (budget {format_size(budget)}), "
-            f"resident {format_size(m.resident_weights)}, "
-            f"streamed {format_size(m.streamed_weights)}"
-            f" in {len(segments)} segments, ring {format_size(m.slots)} "
-            f"{layout_pattern(g)}"
-        )
-    return lines
 
 
 def measure(args: argparse.Namespace, mode: str, pinned: float, f16_flops: float) -> dict[str, Any]:

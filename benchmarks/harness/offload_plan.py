@@ -18,11 +18,13 @@ its plan allows points at the runtime, and one the plan itself serializes shows 
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
 
 from optgraph.analysis.schedule_estimate import estimate_schedule, node_seconds, profile_named
-from optgraph.analysis.segments import format_size
+from optgraph.analysis.segments import device_memory, format_size
 from optgraph.ir.graph import Graph
+from optgraph.passes.manager import run_pipeline
 
 NOMINAL_PINNED = 51e9  # bytes/s: a host-to-device copy from pinned memory (H100 runs: 51-55)
 NOMINAL_F16 = 767e12  # flops/s: the f16 GEMM rate measured at the FFN shape on the H100
@@ -93,5 +95,38 @@ def plan_order(graph: Graph) -> list[str]:
             + (f" after {', '.join('^' + f for f in frees)}" if frees else " (no wait)")
             + (f"; compute waits at {ready}" if ready is not None else "")
             + (f", reads {readers[0]}-{readers[-1]}" if readers else "")
+        )
+    return lines
+
+
+def streamed_plans(
+    resident: Graph, ratio: int, pinned: float, variants: dict[str, str]
+) -> tuple[dict[str, Graph], int]:
+    """`resident` (a planned graph) and each variant's `plan-prefetch` of it (options after the
+    budget and bandwidth: `",depth=2"`), under the budget of what the step needs besides its
+    weights + (weight bytes) / `ratio`; the plans are told the pinned bandwidth."""
+    memory = device_memory(resident)
+    budget = memory.peak - memory.resident_weights + memory.resident_weights // ratio
+    graphs = {"resident": resident}
+    for name, extra in variants.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            options = f"budget={budget},host-bandwidth={int(pinned)}{extra}"
+            graphs[name] = run_pipeline(resident, f"plan-prefetch{{{options}}}")
+    return graphs, budget
+
+
+def describe(graphs: dict[str, Graph], budget: int) -> list[str]:
+    """A line a plan: peak against the budget, resident and streamed bytes, segments, ring."""
+    lines = []
+    for name, g in graphs.items():
+        m = device_memory(g)
+        segments = {w.ann.segment for w in g.weights if w.ann.segment is not None}
+        lines.append(
+            f"  {name:18s} peak {format_size(m.peak):>11s} (budget {format_size(budget)}), "
+            f"resident {format_size(m.resident_weights)}, "
+            f"streamed {format_size(m.streamed_weights)}"
+            f" in {len(segments)} segments, ring {format_size(m.slots)} "
+            f"{layout_pattern(g)}"
         )
     return lines
