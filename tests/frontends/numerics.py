@@ -3,7 +3,10 @@ both reproduce the source framework's outputs."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -34,3 +37,19 @@ def assert_matches(
 
 def ops_of(graph: og.Graph) -> list[str]:
     return [n.op for n in graph.nodes]
+
+
+def imported_through(exporter: str, module: Any, args: tuple[Any, ...]) -> Any:
+    """(graph, weights) of `module` called on `args`: `og.from_torch` (exporter "torch"), or
+    `torch.onnx.export(dynamo=True)` then `og.from_onnx` ("onnx", the exporter's chatter
+    silenced; skipped where onnx or onnxscript is missing)."""
+    if exporter != "onnx":
+        return og.from_torch(module, args)
+    import pytest
+    import torch
+
+    pytest.importorskip("onnx", reason="the ONNX import needs onnx")
+    pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        program = torch.onnx.export(module, args, dynamo=True)
+    return og.from_onnx(program.model_proto)

@@ -14,8 +14,6 @@ located error naming the float64 arithmetic (tested).
 
 from __future__ import annotations
 
-import contextlib
-import io
 from typing import Any
 
 import numpy as np
@@ -26,12 +24,11 @@ diffusers = pytest.importorskip("diffusers", reason="the diffusion model tests n
 
 from torch import nn
 
-import optgraph as og
 from optgraph.errors import OptGraphError
 from optgraph.frontends.torch_export import from_torch
 from optgraph.ir.graph import Graph
 from optgraph.reference.interpreter import nmse, run_reference
-from tests.frontends.numerics import assert_matches
+from tests.frontends.numerics import assert_matches, imported_through
 from tests.support import cuda_emulator
 from tools import diffusers_sweep
 
@@ -63,12 +60,7 @@ def _imported(
     args = example()
     with torch.no_grad():
         expected = module(*args)
-    if exporter == "onnx":
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            program = torch.onnx.export(module, args, dynamo=True)
-        graph, weights = og.from_onnx(program.model_proto)
-    else:
-        graph, weights = from_torch(module, args)
+    graph, weights = imported_through(exporter, module, args)
     inputs = {i.name: a.numpy() for i, a in zip(graph.inputs, args)}
     return graph, dict(weights), inputs, expected.numpy()
 

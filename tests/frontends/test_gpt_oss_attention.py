@@ -8,8 +8,6 @@ Its rope (two halves rotated by half-width tables, `raising_half_rope.py`) is ra
 
 from __future__ import annotations
 
-import contextlib
-import io
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ from optgraph.frontends.torch_export import from_torch
 from optgraph.ir.constants import with_constants
 from optgraph.ir.graph import Node
 from optgraph.reference.interpreter import nmse, run_reference
-from tests.frontends.numerics import assert_matches
+from tests.frontends.numerics import assert_matches, imported_through
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import hf_generate
@@ -80,12 +78,7 @@ def test_prefill_attention_with_sinks_is_raised(onnx: bool) -> None:
     module = _Logits(model)
     with torch.no_grad():
         want = module(TOKENS).numpy()
-    if onnx:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            program = torch.onnx.export(module, (TOKENS,), dynamo=True)
-        graph, weights = og.from_onnx(program.model_proto)
-    else:
-        graph, weights = from_torch(module, (TOKENS,))
+    graph, weights = imported_through("onnx" if onnx else "torch", module, (TOKENS,))
     nodes = _attention(graph)
     assert len(nodes) == LAYERS
     for layer, node in enumerate(nodes):
@@ -155,12 +148,7 @@ def _imported(module: torch.nn.Module, onnx: bool = False) -> og.Graph:
     args = tuple(torch.randn(2, 4, 5, 8) for _ in range(3))
     with torch.no_grad():
         want = module(*args).numpy()
-    if onnx:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            program = torch.onnx.export(module, args, dynamo=True)
-        graph, weights = og.from_onnx(program.model_proto)
-    else:
-        graph, weights = from_torch(module, args)
+    graph, weights = imported_through("onnx" if onnx else "torch", module, args)
     inputs = {i.name: a.numpy() for i, a in zip(graph.inputs, args)}
     assert_matches(graph, weights, inputs, [want])
     return graph

@@ -6,8 +6,6 @@ convolutions), with random batch-norm statistics."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 from typing import Any
 
 import numpy as np
@@ -21,23 +19,14 @@ from torch import nn
 import optgraph as og
 from optgraph.errors import OptGraphError
 from optgraph.frontends.torch_export import from_torch
-from tests.frontends.numerics import assert_matches, ops_of
-
-
-def _imported(module: nn.Module, args: tuple[Any, ...], exporter: str) -> Any:
-    if exporter == "onnx":
-        pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            program = torch.onnx.export(module, args, dynamo=True)
-        return og.from_onnx(program.model_proto)
-    return from_torch(module, args)
+from tests.frontends.numerics import assert_matches, imported_through, ops_of
 
 
 def _check(module: nn.Module, args: tuple[Any, ...], exporter: str) -> og.Graph:
     module = module.eval()
     with torch.no_grad():
         expected = module(*args)
-    graph, weights = _imported(module, args, exporter)
+    graph, weights = imported_through(exporter, module, args)
     inputs = {i.name: a.numpy() for i, a in zip(graph.inputs, args)}
     assert_matches(graph, dict(weights), inputs, [expected.numpy()])
     return graph

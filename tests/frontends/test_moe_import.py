@@ -7,8 +7,6 @@ not moe's (gpt-oss's) computed as gathered products."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,7 @@ from optgraph.frontends.moe_dispatch import DISPATCH_KERNELS
 from optgraph.frontends.torch_export import from_torch
 from optgraph.ir.graph import Node, TensorType
 from optgraph.reference.interpreter import nmse, run_reference
-from tests.frontends.numerics import assert_matches, ops_of
+from tests.frontends.numerics import assert_matches, imported_through, ops_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import hf_generate
@@ -141,12 +139,7 @@ def test_batched_mm_experts_raise_through_both_importers(onnx: bool) -> None:
     module = _first_output(model)
     with torch.no_grad():
         want = module(TOKENS).numpy()
-    if onnx:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            program = torch.onnx.export(module, (TOKENS,), dynamo=True)
-        graph, weights = og.from_onnx(program.model_proto)
-    else:
-        graph, weights = from_torch(module, (TOKENS,))
+    graph, weights = imported_through("onnx" if onnx else "torch", module, (TOKENS,))
     assert len(_moe_nodes(graph)) == LAYERS
     stacks = {s for n in _moe_nodes(graph) for s in n.operands[2:]}
     readers = {n.op for n in graph.nodes if stacks & set(n.operands)}

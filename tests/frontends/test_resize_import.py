@@ -8,8 +8,6 @@ torch.export and torch.onnx.export, against PyTorch."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
 from typing import Any
 
@@ -28,7 +26,7 @@ import optgraph as og
 from optgraph.errors import OptGraphError
 from optgraph.frontends.torch_export import from_torch
 from optgraph.reference.interpreter import run_reference
-from tests.frontends.numerics import assert_matches, ops_of
+from tests.frontends.numerics import assert_matches, imported_through, ops_of
 
 
 def _check_torch(module: nn.Module, args: tuple[Any, ...]) -> og.Graph:
@@ -267,12 +265,7 @@ def test_diffusion_shaped_models_import_and_match_pytorch(name: str, exporter: s
     module, args = _diffusion(name)
     with torch.no_grad():
         want = module(*args).numpy()
-    if exporter == "onnx":
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            program = torch.onnx.export(module, args, dynamo=True)
-        graph, weights = og.from_onnx(program.model_proto)
-    else:
-        graph, weights = from_torch(module, args)
+    graph, weights = imported_through(exporter, module, args)
     inputs = {i.name: a.numpy() for i, a in zip(graph.inputs, args)}
     assert_matches(graph, weights, inputs, [want])
     ops = ops_of(graph)

@@ -3,8 +3,6 @@ through both importers and matching PyTorch; a sigmoid gate of another value sta
 
 from __future__ import annotations
 
-import contextlib
-import io
 from typing import Any
 
 import pytest
@@ -14,9 +12,7 @@ torch = pytest.importorskip("torch", reason="the import tests need PyTorch")
 import torch.nn.functional as F
 from torch import nn
 
-import optgraph as og
-from optgraph.frontends.torch_export import from_torch
-from tests.frontends.numerics import assert_matches, ops_of
+from tests.frontends.numerics import assert_matches, imported_through, ops_of
 
 
 class Block(nn.Module):
@@ -35,23 +31,13 @@ class Block(nn.Module):
         return h * torch.sigmoid(self.gate(x))
 
 
-def _imported(exporter: str, module: nn.Module, args: tuple[Any, ...]) -> Any:
-    if exporter == "onnx":
-        pytest.importorskip("onnx", reason="needs onnx")
-        pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            program = torch.onnx.export(module, args, dynamo=True)
-        return og.from_onnx(program.model_proto)
-    return from_torch(module, args)
-
-
 @pytest.mark.parametrize("exporter", ["torch", "onnx"])
 def test_written_out_silu_is_raised_and_a_gate_is_not(exporter: str) -> None:
     torch.manual_seed(0)
     module, x = Block().eval(), torch.randn(1, 8, 6, 6)
     with torch.no_grad():
         expected = module(x).numpy()
-    graph, weights = _imported(exporter, module, (x,))
+    graph, weights = imported_through(exporter, module, (x,))
     ops = ops_of(graph)
     assert ops.count("silu") == 3  # F.silu, h·σ(h), σ(x)·x
     assert ops.count("sigmoid") == 1  # the gate
