@@ -80,39 +80,37 @@ def build_unet(args: argparse.Namespace) -> Any:
     ).eval()
 
 
-class Step:
+def unet_step(unet: Any) -> Any:
     """One denoising step as a module of three tensors (what torch.export and the timings call)."""
+    import torch
 
-    @staticmethod
-    def module(unet: Any) -> Any:
-        import torch
+    class UnetStep(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.unet = unet
 
-        class UnetStep(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.unet = unet
+        def forward(self, latent: Any, timestep: Any, text: Any) -> Any:
+            return self.unet(latent, timestep, encoder_hidden_states=text, return_dict=False)[0]
 
-            def forward(self, latent: Any, timestep: Any, text: Any) -> Any:
-                return self.unet(latent, timestep, encoder_hidden_states=text, return_dict=False)[0]
+    return UnetStep().eval()
 
-        return UnetStep().eval()
 
-    @staticmethod
-    def inputs(args: argparse.Namespace) -> tuple[Any, ...]:
-        import torch
+def step_inputs(args: argparse.Namespace) -> tuple[Any, ...]:
+    """Seeded f16 latents and text, the timestep 500, for a batch of `--batch`."""
+    import torch
 
-        g = torch.Generator().manual_seed(1)
-        latent = torch.randn(args.batch, 4, args.latent, args.latent, generator=g)
-        text = torch.randn(args.batch, 77, 768, generator=g)
-        return latent.half(), torch.full((args.batch,), 500), text.half()
+    g = torch.Generator().manual_seed(1)
+    latent = torch.randn(args.batch, 4, args.latent, args.latent, generator=g)
+    text = torch.randn(args.batch, 77, 768, generator=g)
+    return latent.half(), torch.full((args.batch,), 500), text.half()
 
 
 def imported(args: argparse.Namespace) -> tuple[Graph, dict[str, np.ndarray], Any, tuple]:
     """(graph, weights, the f16 torch module, its example inputs)."""
     from optgraph.frontends.torch_export import from_torch
 
-    module = Step.module(build_unet(args).half())
-    example = Step.inputs(args)
+    module = unet_step(build_unet(args).half())
+    example = step_inputs(args)
     start = time.perf_counter()
     graph, weights = from_torch(module, example)
     print(
