@@ -9,8 +9,9 @@ not fit in the bytes the archive holds for it:
     cannot read inputs file 'x.npz': member 'x' is corrupt: its header claims f32[1099511627776]
     (4 TiB) but the member holds 128 bytes
 
-- a stored member holds its uncompressed size; a compressed one may expand by at most deflate's
-  ratio (1032:1), so a member claiming more than that of its compressed bytes is corrupt too;
+- the zip directory's sizes are checked too: a member's compressed bytes must lie within the file,
+  a stored member holds exactly its uncompressed size, and a compressed one may expand by at most
+  deflate's ratio (1032:1), so a member claiming more than that of its compressed bytes is corrupt;
 - object arrays are refused (no pickles), as `np.load(allow_pickle=False)` does;
 - a broken zip, header or member data is an `InputError` naming the file (and the member).
 
@@ -41,11 +42,13 @@ def read_npz(path: str | Path, kind: str) -> dict[str, np.ndarray]:
         raise InputError(f"cannot read {kind} file '{path}': not an .npz archive")
     arrays: dict[str, np.ndarray] = {}
     try:
+        size = path.stat().st_size
         with zipfile.ZipFile(path) as archive:
             for info in archive.infolist():
                 if info.is_dir():
                     continue
                 name = info.filename.removesuffix(".npy")
+                _check_sizes(info, size, path, kind, name)
                 arrays[name] = _read_member(archive, info, path, kind, name)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
         raise InputError(f"cannot read {kind} file '{path}': {err}") from None
@@ -56,15 +59,33 @@ def _corrupt(path: Path, kind: str, name: str, why: str) -> InputError:
     return InputError(f"cannot read {kind} file '{path}': member '{name}' is corrupt: {why}")
 
 
+def _check_sizes(info: zipfile.ZipInfo, size: int, path: Path, kind: str, name: str) -> None:
+    """The zip directory's word on a member against the file (`size` bytes): its compressed
+    bytes inside the file, and an uncompressed size they can make."""
+    if info.header_offset + info.compress_size > size:
+        why = (
+            f"the archive's directory says it takes {info.compress_size} bytes "
+            f"({_size(info.compress_size)}) from offset {info.header_offset}, but the file "
+            f"holds {size} bytes"
+        )
+        raise _corrupt(path, kind, name, why)
+    if info.compress_type == zipfile.ZIP_STORED:
+        if info.file_size != info.compress_size:
+            why = (
+                f"stored uncompressed, it claims {info.file_size} bytes but takes "
+                f"{info.compress_size}"
+            )
+            raise _corrupt(path, kind, name, why)
+    elif info.file_size > MAX_DEFLATE_RATIO * max(info.compress_size, 1):
+        why = f"it claims {info.file_size} bytes from {info.compress_size} compressed"
+        raise _corrupt(path, kind, name, why)
+
+
 def _read_member(
     archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path, kind: str, name: str
 ) -> np.ndarray:
-    """One member's array, its header checked against the member's size first."""
-    if info.compress_type != zipfile.ZIP_STORED:
-        limit = MAX_DEFLATE_RATIO * max(info.compress_size, 1)
-        if info.file_size > limit:
-            why = f"it claims {info.file_size} bytes from {info.compress_size} compressed"
-            raise _corrupt(path, kind, name, why)
+    """One member's array, its header checked against the member's size (`_check_sizes`: the
+    size is one the file can hold) first."""
     with archive.open(info) as handle:
         try:
             shape, fortran, dtype, header = _header(handle)

@@ -7,7 +7,9 @@ enough memory" without naming the file; a key `%x` got "unknown input '%x' (did 
 
 from __future__ import annotations
 
+import struct
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +74,55 @@ def test_a_compressed_member_claiming_more_than_deflate_can_make_is_corrupt(
     err = capsys.readouterr().err
     assert "Traceback" not in err and "not enough memory" not in err, err
     assert f"cannot read weights file '{bad}': member 'w' is corrupt" in err, err
+
+
+def _stored_zip(name: bytes, data: bytes, claimed: int) -> bytes:
+    """A zip of one stored (uncompressed) member `data` whose directory claims `claimed` bytes
+    for it, compressed and not (zip64 sizes, as a writer of a member that large puts them)."""
+    crc = zlib.crc32(data)
+    local = struct.pack(
+        "<4sHHHHHIIIHH", b"PK\x03\x04", 45, 0, 0, 0, 0, crc, len(data), len(data), len(name), 0
+    )
+    zip64 = struct.pack("<HHQQ", 1, 16, claimed, claimed)
+    central = struct.pack(
+        "<4sHHHHHHIIIHHHHHII",
+        b"PK\x01\x02", 45, 45, 0, 0, 0, 0, crc, 0xFFFFFFFF, 0xFFFFFFFF,
+        len(name), len(zip64), 0, 0, 0, 0, 0,
+    )  # fmt: skip
+    directory = central + name + zip64
+    offset = len(local) + len(name) + len(data)
+    end = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, 1, 1, len(directory), offset, 0)
+    return local + name + data + directory + end
+
+
+def test_a_stored_member_whose_directory_claims_4_tib_too_is_corrupt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The header and the zip directory agree on 4 TiB; the file holds a few hundred bytes."""
+    header = _npy_header((TIB,))
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(_stored_zip(b"x.npy", header + bytes(128), len(header) + 4 * TIB))
+    assert zipfile.ZipFile(bad).getinfo("x.npy").file_size == len(header) + 4 * TIB
+    assert _run(tmp_path, "--inputs", str(bad)) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "not enough memory" not in err, err
+    assert f"cannot read inputs file '{bad}': member 'x' is corrupt" in err, err
+    assert f"but the file holds {bad.stat().st_size} bytes" in err, err
+
+
+def test_a_stored_member_claiming_more_than_it_takes_is_corrupt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "w.npz"
+    with zipfile.ZipFile(bad, "w") as archive:
+        archive.writestr("w.npy", _npy_header((4, 4)) + bytes(64))
+    data = bytearray(bad.read_bytes())
+    at = data.find(b"PK\x01\x02") + 24  # the central directory's uncompressed size
+    data[at : at + 4] = (1 << 31).to_bytes(4, "little")
+    bad.write_bytes(bytes(data))
+    assert _run(tmp_path, "--weights", str(bad)) == 1
+    err = capsys.readouterr().err
+    assert f"'{bad}': member 'w' is corrupt: stored uncompressed, it claims 2147483648" in err, err
 
 
 def test_a_truncated_member_is_corrupt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
