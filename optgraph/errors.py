@@ -96,9 +96,14 @@ def _source_window(text: str, col: int, width: int) -> tuple[str, int, int]:
 def did_you_mean(word: str, choices: Iterable[str], sigil: str = "") -> str:
     """` (did you mean 'x'?)` for the choice closest to a misspelled `word`, else "".
 
-    `sigil` is written before the suggestion (`%` for values), as the IR spells them.
+    `sigil` is written before the suggestion (`%` for values), as the IR spells them; `word` is
+    compared without it, whether or not it was typed (`%xx` and `xx` both suggest `%x`). The
+    suggestion is never what was typed: a choice that is `word` itself, with or without the
+    sigil, is not one (a caller that calls such a word unknown gets no hint, not a riddle).
     """
-    close = difflib.get_close_matches(word, list(choices), n=1)
+    bare = word.removeprefix(sigil) if sigil else word
+    others = [c for c in choices if c not in (word, bare)]
+    close = difflib.get_close_matches(bare, others, n=1)
     return f" (did you mean '{sigil}{close[0]}'?)" if close else ""
 
 

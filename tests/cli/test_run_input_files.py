@@ -182,3 +182,26 @@ def test_a_value_given_under_both_spellings_is_reported(
     assert _run(tmp_path, "--inputs", str(tmp_path / "in.npz")) == 1
     err = capsys.readouterr().err
     assert "input '%x' given twice" in err and "did you mean" not in err, err
+
+
+def test_a_misspelled_key_is_told_the_name_as_the_ir_spells_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The key is compared without its `%`: `%xx` is close to `x` as `xx` is."""
+    x = np.zeros((2, 4), np.float32)
+    for key in ("%xx", "xx"):
+        np.savez(tmp_path / "in.npz", **{key: x})
+        assert _run(tmp_path, "--inputs", str(tmp_path / "in.npz")) == 1
+        err = capsys.readouterr().err
+        assert f"unknown input '{key}'" in err and "(did you mean '%x'?)" in err, err
+
+
+@pytest.mark.parametrize("typed", ["x", "%x"])
+def test_a_suggestion_is_never_what_was_typed(typed: str) -> None:
+    """Whatever a caller calls unknown, the hint never repeats it ("unknown input '%x' (did you
+    mean '%x'?)"): with the sigil or without, the typed word is no suggestion."""
+    from optgraph.errors import did_you_mean
+
+    assert did_you_mean(typed, ["x"], sigil="%") == ""
+    assert did_you_mean(typed, ["x", "xy"], sigil="%") == " (did you mean '%xy'?)"
+    assert did_you_mean("axis", ["axis", "axes"]) == " (did you mean 'axes'?)"
