@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -24,12 +25,18 @@ ROOT = Path(__file__).resolve().parents[2]
 DIAMOND = str(ROOT / "examples" / "diamond.ir")
 
 
+def _argv(out: Path, report: Path) -> list[str]:
+    """A compile writing every file it can: the artifacts, --report-json and --timeline."""
+    timeline = report.with_name("timeline.json")
+    return ["compile", DIAMOND, "-o", str(out), "--report-json", str(report), "--timeline", str(timeline), "-q"]  # fmt: skip
+
+
 def _old_outputs(tmp_path: Path) -> tuple[Path, Path, dict[str, bytes]]:
     """A first compile's outputs, each file's bytes then marked old (so a later change shows)."""
     out, report = tmp_path / "out", tmp_path / "report.json"
-    assert main(["compile", DIAMOND, "-o", str(out), "--report-json", str(report), "-q"]) == 0
+    assert main(_argv(out, report)) == 0
     old = {}
-    for path in [*out.iterdir(), report]:
+    for path in [*out.iterdir(), report, report.with_name("timeline.json")]:
         path.write_bytes(b"old " + path.name.encode())
         old[str(path)] = path.read_bytes()
     assert {"model.opt.ir", "report.json", "kernels.cu", "program.json"} <= {
@@ -43,24 +50,21 @@ def _files(tmp_path: Path) -> dict[str, bytes]:
 
 
 def _compile_fails(capsys: pytest.CaptureFixture[str], out: Path, report: Path) -> str:
-    argv = ["compile", DIAMOND, "-o", str(out), "--report-json", str(report), "-q"]
-    assert main(argv) == 1
+    assert main(_argv(out, report)) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err
     return err
 
 
-@pytest.mark.parametrize("failing", [1, 3, 6])
-def test_a_full_disk_at_any_file_leaves_every_old_output(
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-    failing: int,
+def test_a_full_disk_at_every_file_leaves_every_old_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """For each N, the disk fills up halfway through the Nth file of the set."""
     out, report, old = _old_outputs(tmp_path)
     capsys.readouterr()
-    writes: list[Path] = []
     real = output_files.write_file
+    writes: list[Path] = []
+    failing = 0  # the write that fails (0: none)
 
     def write_file(path: Path, data: bytes) -> None:
         writes.append(path)
@@ -71,10 +75,18 @@ def test_a_full_disk_at_any_file_leaves_every_old_output(
         real(path, data)
 
     monkeypatch.setattr(output_files, "write_file", write_file)
-    err = _compile_fails(capsys, out, report)
-    assert "No space left on device" in err and "cannot write '" in err, err
-    assert len(writes) == failing
-    assert _files(tmp_path) == old  # the old files, unchanged, and no temporary left
+    (tmp_path / "count").mkdir()
+    assert main(_argv(tmp_path / "count" / "out", tmp_path / "count" / "report.json")) == 0
+    count = len(writes)
+    assert count == len(old), sorted(old)  # every member of the set is counted
+    shutil.rmtree(tmp_path / "count")
+    capsys.readouterr()
+    for failing in range(1, count + 1):
+        writes.clear()
+        err = _compile_fails(capsys, out, report)
+        assert "No space left on device" in err and "cannot write '" in err, err
+        assert len(writes) == failing
+        assert _files(tmp_path) == old, failing  # the old files, unchanged, no temporary left
 
 
 def test_a_lowering_error_after_some_files_leaves_every_old_output(
