@@ -13,10 +13,10 @@ time; `--quiet` prints nothing:
     optgraph: write kernels.cu: 3.377 s
 
 A long pipeline stays readable: up to `EVERY_PASS_UP_TO` passes get a line each; past that,
-the passes that end within `GROUP_S` seconds of the last line share one, and a line is always
-written at every tenth of the pipeline, so a log holds at most about one line a second plus ten
-for the passes, whatever their number (10,000 passes of a few ms: about a dozen lines, not
-10,000):
+passes share lines: one at every tenth of the pipeline, and one for the passes done so far when
+`HEARTBEAT_S` seconds passed without a line. A log then holds ten lines for the passes plus at
+most one every `HEARTBEAT_S` seconds, whatever the number of passes and however long each
+takes (10,000 passes: about a dozen lines, not 10,000):
 
     optgraph: passes 1-1000 of 10,000: 0.201 s (1,000 passes)
     optgraph: passes 1001-2000 of 10,000: 0.198 s (1,000 passes)
@@ -24,8 +24,8 @@ for the passes, whatever their number (10,000 passes of a few ms: about a dozen 
 On a terminal the live line shows the running pass and the count, whatever the length.
 
 A phase that runs long also says so every `HEARTBEAT_S` seconds (`optgraph: pass fuse: 30 s so
-far`), so a log never stays silent longer than that, whatever the phase. A phase that fails prints
-no line of its own: the error message is the last thing on stderr. Pass lines come
+far`), so a log never stays silent much longer than that, whatever the phase. A phase that
+fails prints no line of its own: the error message is the last thing on stderr. Pass lines come
 from `run_pipeline`'s `after_each`, so a pass's time includes the verification that follows it
 (and the first pass's, the verification of the input).
 """
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 Mode = Literal["live", "lines", "quiet"]
 HEARTBEAT_S = 30.0  # the longest silence of a log: a running phase says so this often
 EVERY_PASS_UP_TO = 40  # pipelines of at most this many passes get a line per pass
-GROUP_S = 1.0  # past that, passes ending within this long of the last line share a line
 
 
 def progress_mode(stream: TextIO, quiet: bool) -> Mode:
@@ -82,8 +81,10 @@ class PhaseProgress:
         self._running: tuple[str, float] | None = None
         self._last_line = time.perf_counter()
         self._stopped = threading.Event()
-        # Lines mode, a long pipeline: the passes done since the last line (first, count, time).
+        # Lines mode, a long pipeline: the passes done since the last line (first, count, time)
+        # and how many passes it has; shared with the heartbeat thread under the lock.
         self._group: tuple[int, int, float] | None = None
+        self._group_total = 0
 
     def __enter__(self) -> Self:
         if self.mode == "live":
@@ -129,7 +130,11 @@ class PhaseProgress:
         while not self._stopped.wait(self.heartbeat_s / 4):
             with self._lock:
                 now = time.perf_counter()
-                if self._running is not None and now - self._last_line >= self.heartbeat_s:
+                if now - self._last_line < self.heartbeat_s:
+                    continue
+                if self._group is not None:  # a long pipeline: the passes done so far
+                    self._write_group()
+                elif self._running is not None:
                     name, start = self._running
                     self._write(f"optgraph: {name}: {now - start:.0f} s so far")
 
@@ -185,30 +190,32 @@ class PhaseProgress:
         try:
             return run_pipeline(graph, passes, after_each=after)
         finally:
-            self._write_group(total)  # the passes done before a failure, if any are unsaid
+            with self._lock:
+                self._write_group()  # the passes done before a failure, if any are unsaid
 
     def _pass_done(self, position: int, total: int, seconds: float) -> None:
         """Pass `position` (0-based) of a long pipeline ended: add it to the pending group, and
-        write the group at a tenth of the pipeline or `GROUP_S` after the last line."""
-        first, count, spent = self._group or (position, 0, 0.0)
-        self._group = (first, count + 1, spent + seconds)
+        write the group when the pass ends a tenth of the pipeline (the heartbeat writes it
+        too, `HEARTBEAT_S` after the last line)."""
         tenth = (position + 1) * 10 // total != position * 10 // total
         with self._lock:
             self._running = None
-            due = tenth or time.perf_counter() - self._last_line >= GROUP_S
-        if due:
-            self._write_group(total)
+            first, count, spent = self._group or (position, 0, 0.0)
+            self._group = (first, count + 1, spent + seconds)
+            self._group_total = total
+            if tenth:
+                self._write_group()
 
-    def _write_group(self, total: int) -> None:
+    def _write_group(self) -> None:
+        """The pending passes of a long pipeline as one line (the caller holds the lock)."""
         if self._group is None:
             return
         first, count, spent = self._group
         self._group = None
-        with self._lock:
-            self._write(
-                f"optgraph: passes {first + 1}-{first + count} of {total:,}: {spent:.3f} s "
-                f"({count:,} pass{'es' if count != 1 else ''})"
-            )
+        self._write(
+            f"optgraph: passes {first + 1}-{first + count} of {self._group_total:,}: "
+            f"{spent:.3f} s ({count:,} pass{'es' if count != 1 else ''})"
+        )
 
 
 def phase_progress(quiet: bool, total: int | None = None) -> PhaseProgress:

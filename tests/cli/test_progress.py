@@ -17,7 +17,7 @@ import pytest
 
 from optgraph.cli.artifacts import ARTIFACTS
 from optgraph.cli.main import main
-from optgraph.cli.progress import PhaseProgress, progress_mode
+from optgraph.cli.progress import HEARTBEAT_S, PhaseProgress, progress_mode
 from optgraph.passes.manager import DEFAULT_PIPELINE, parse_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
@@ -172,18 +172,22 @@ def test_a_long_pipeline_prints_a_bounded_number_of_lines(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Issue 36 (finding 9): 10,000 passes printed 10,000 lines (280-360 KB). Now passes share a
-    line: one at every tenth of the pipeline, more only when a second passed since the last."""
+    line: one at every tenth of the pipeline, more only when the heartbeat finds no line for
+    `HEARTBEAT_S`."""
     start = time.perf_counter()
     assert main(["compile", DIAMOND, "-p", _long_pipeline(10_000)]) == 0
     seconds = time.perf_counter() - start
-    phases = _phases(capsys.readouterr().err)
+    err = capsys.readouterr().err
+    phases = _phases(err)
     assert phases[0] == f"parse + verify {DIAMOND}" and phases[-1] == "report"
     groups = [re.fullmatch(r"passes (\d+)-(\d+) of 10,000", p) for p in phases[1:-1]]
     assert all(groups), phases
     spans = [(int(g[1]), int(g[2])) for g in groups if g]
     assert spans[0][0] == 1 and spans[-1][1] == 10_000  # every pass, once, in order
     assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(spans))
-    assert len(spans) <= 10 + int(seconds) + 1, (len(spans), seconds)
+    # one line per tenth, and one more per heartbeat of a slow run
+    assert len(spans) <= 10 + int(seconds / HEARTBEAT_S) + 1, (len(spans), seconds)
+    assert len(err) < 100 * (len(spans) + 2) < 4096 + 100 * seconds / HEARTBEAT_S, len(err)
 
 
 def test_a_short_pipeline_keeps_a_line_per_pass(capsys: pytest.CaptureFixture[str]) -> None:
@@ -204,3 +208,24 @@ def test_a_long_pipeline_on_a_terminal_is_one_live_line() -> None:
     shown = terminal.getvalue()
     assert "optgraph: pass" not in shown and "10000/10000" in shown
     assert len(shown) < 64 * 1024  # the live line redrawn a few times a second, then cleared
+
+
+def test_a_long_pipeline_of_slow_passes_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Grouping by time alone still gave a line per pass once each pass took a second or more
+    (10,000 such passes: 10,000 lines again). Here every reading of the clock moves it two
+    seconds on: the log holds one line per tenth of the pipeline, however slow the passes."""
+    import optgraph as og
+
+    ticks = itertools.count(0.0, 2.0)
+    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks))
+    log = io.StringIO()
+    passes = parse_pipeline(_long_pipeline(10_000))
+    with PhaseProgress(log, "lines", heartbeat_s=3600.0) as progress:
+        progress.run_pipeline(og.parse_file(DIAMOND), passes)
+    monkeypatch.undo()
+    text = log.getvalue()
+    spans = [re.fullmatch(r"passes (\d+)-(\d+) of 10,000", p) for p in _phases(text)]
+    assert [(int(s[1]), int(s[2])) for s in spans if s] == [
+        (k * 1000 + 1, (k + 1) * 1000) for k in range(10)
+    ], text[:2000]
+    assert len(text) < 1024, len(text)
