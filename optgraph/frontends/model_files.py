@@ -10,6 +10,8 @@ failure (a full disk) leaves no partial output and the old files as they were.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -84,4 +86,19 @@ def _save(path: Path, weights: Mapping[str, np.ndarray]) -> None:
     try:
         save_weights(path, weights)
     except SafetensorError as err:
-        raise OSError(str(err)) from None
+        raise os_error(str(err)) from None
+
+
+# How safetensors' Rust side spells the operating system's error number: "... (os error 28)"
+# (0.4 and later), "IoError(Os { code: 28, ... })" (earlier).
+_OS_ERROR_NUMBER = re.compile(r"\(os error (\d+)\)|\bcode: (\d+)")
+
+
+def os_error(message: str) -> OSError:
+    """The `OSError` a safetensors error message reports: its error number and the system's
+    words for it ("No space left on device"), or the whole message when it names no number."""
+    found = _OS_ERROR_NUMBER.search(message)
+    if found is None:
+        return OSError(message)
+    number = int(found.group(1) or found.group(2))
+    return OSError(number, os.strerror(number))

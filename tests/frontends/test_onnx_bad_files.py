@@ -175,7 +175,7 @@ def test_a_full_disk_leaves_the_old_outputs_and_no_temporaries(
     err = capsys.readouterr().err
     assert "Traceback" not in err and "No space left on device" in err, err
     named = weights_out if failing != "ir" else out
-    assert f"cannot write '{named}'" in err, err
+    assert f"cannot write '{named}': No space left on device\n" in err, err
     assert out.read_text() == "old ir\n" and weights_out.read_bytes() == b"old weights"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["cnn.onnx", "cnn.ir", f"cnn{suffix}"]
