@@ -4,12 +4,14 @@ The TCP rendezvous used to unpickle what arrived (code execution in every rank f
 connect) and to authenticate with a digest of the graph text, which anyone who has the model
 can compute. Now only the ids cross, as plain bytes in a strict format, between peers that prove
 the secret the launcher gave them (runtime/multi/rendezvous_wire.py). Fake peers, on localhost:
-garbage, a claim of 4 GiB, a pickle, a wrong secret, a right secret but another program, a
-fake rank 0; the real ranks still meet, and nothing a bad peer sends is executed.
+garbage, a claim of 4 GiB, a pickle, a wrong secret, a right secret but another program, one
+dripping its bytes, a fake rank 0; the real ranks still meet, and nothing a bad peer sends is
+executed (the pickles here would create a file if anything loaded them).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import socket
@@ -83,21 +85,24 @@ def _connect(port: int) -> socket.socket:
             time.sleep(0.02)
 
 
-def _hostile(port: int, behave: str) -> bytes:
-    """One fake peer; what it got back (b"" when rank 0 hung up)."""
+def _hostile(port: int, behave: str, marker: Path) -> bytes:
+    """One fake peer; what it got back after the greeting (b"" when rank 0 hung up)."""
     with _connect(port) as sock:
         got = b""
         try:
+            greeting = wire.receive_frame(sock)  # rank 0's magic, version and nonce
             if behave == "garbage":
                 sock.sendall(os.urandom(64))
             elif behave == "oversized":  # a frame header claiming 4 GiB, then nothing
-                wire.receive_frame(sock)
                 sock.sendall(struct.pack(">I", 0xFFFFFFFF) + b"x" * 16)
-            elif behave == "pickle":  # what the old rendezvous would have executed
-                wire.receive_frame(sock)
-                wire.send_frame(sock, pickle.dumps({"evil": print}))
+            elif behave == "pickle":  # framed as a greeting would be
+                wire.send_frame(sock, pickle.dumps(_Marker(marker)))
+            elif behave == "raw-pickle":  # as multiprocessing.connection would have framed it
+                sock.sendall(pickle.dumps(_Marker(marker)))
+            elif behave == "drip":  # a greeting's length, then a byte at a time
+                return b"cut" if _drip(sock, wire.PEER_HELLO_BYTES) else b"all sent"
             elif behave == "wrong-key":
-                return _as_peer(sock, b"not-the-secret-at-all-0000", DIGEST)
+                return _as_peer(sock, greeting, b"not-the-secret-at-all-0000")
             elif behave == "silent":
                 time.sleep(0.5)
             sock.settimeout(5)
@@ -107,36 +112,56 @@ def _hostile(port: int, behave: str) -> bytes:
         return got
 
 
-def _as_peer(sock: socket.socket, secret: bytes, digest: bytes, rank: int = 1) -> bytes:
-    """A well-formed peer handshake with `secret`; rank 0's answer frame."""
-    hello = wire.receive_frame(sock)
-    nonce0, nonce1 = hello[len(wire.HELLO) :], os.urandom(wire.NONCE_BYTES)
-    rank_bytes = struct.pack(">I", rank)
-    mac = wire._mac(secret, b"peer", nonce0, nonce1, rank_bytes, digest)
-    wire.send_frame(sock, wire.HELLO + nonce1 + rank_bytes + digest + mac)
+def _drip(sock: socket.socket, length: int) -> bool:
+    """Send a frame claiming `length` bytes, then most of them a tenth of a second apart; True
+    when rank 0 hung up before they were all sent."""
+    sock.sendall(struct.pack(">I", length))
+    for _ in range(length - 8):
+        time.sleep(0.1)
+        try:
+            sock.sendall(b"x")
+        except OSError:
+            return True
+    return False
+
+
+def _as_peer(sock: socket.socket, greeting: bytes, secret: bytes) -> bytes:
+    """A well-formed handshake of rank 1 with `secret`, after `greeting`; rank 0's answer."""
+    nonce0, nonce1 = greeting[len(wire.HELLO) :], os.urandom(wire.NONCE_BYTES)
+    rank_bytes = struct.pack(">I", 1)
+    mac = wire._mac(secret, b"peer", nonce0, nonce1, rank_bytes, DIGEST)
+    wire.send_frame(sock, wire.HELLO + nonce1 + rank_bytes + DIGEST + mac)
     return wire.receive_frame(sock)
 
 
-@pytest.mark.parametrize("behave", ["garbage", "oversized", "pickle", "wrong-key", "silent"])
+@pytest.mark.parametrize(
+    "behave", ["garbage", "oversized", "pickle", "raw-pickle", "wrong-key", "silent", "drip"]
+)
 def test_rank0_drops_a_hostile_peer_and_serves_the_real_rank(
-    behave: str, monkeypatch: pytest.MonkeyPatch
+    behave: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from optgraph.runtime.multi import hosts
 
     monkeypatch.setattr(hosts, "PEER_SECONDS", 1.0)  # a silent peer holds rank 0 up 1 s
-    port, results = free_port(), {}
+    port, results = free_port(), dict[str, Any]()
+    marker = tmp_path / "unpickled"
     thread = _rank0(port, 2, results)
-    answer = _hostile(port, behave)
+    answer = _hostile(port, behave, marker)
     assert not answer.endswith(wire.encode_ids(IDS)[-16:])  # no ids for it
+    assert not marker.exists()
     if behave == "wrong-key":
-        assert answer == wire.DENIED
+        assert answer == wire.DENIED  # and nothing else: it learns nothing
+    elif behave == "drip":
+        assert answer == b"cut"  # 1 s in all, not 1 s per byte
+    else:
+        assert answer == b""  # hung up on, nothing sent but the greeting
     got = TcpRendezvous("127.0.0.1", port, SECRET, timeout=20).exchange(None, 1, 2, DIGEST)
     thread.join(20)
     assert got == IDS and results["rank0"] == IDS
 
 
 def test_a_rank_with_another_secret_is_told_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    port, results = free_port(), {}
+    port, results = free_port(), dict[str, Any]()
     thread = _rank0(port, 2, results, timeout=1)
     wrong = TcpRendezvous("127.0.0.1", port, b"another-secret-of-enough-bytes", timeout=5)
     with pytest.raises(OptGraphError, match="refused this rank: its rendezvous secret differs"):
@@ -147,7 +172,7 @@ def test_a_rank_with_another_secret_is_told_so(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_a_rank_of_another_program_fails_on_both_sides() -> None:
-    port, results = free_port(), {}
+    port, results = free_port(), dict[str, Any]()
     thread = _rank0(port, 2, results)
     other = TcpRendezvous("127.0.0.1", port, SECRET, timeout=5)
     with pytest.raises(OptGraphError, match="rank 0 runs another program"):
@@ -163,7 +188,14 @@ class _Marker:
         self.path = path
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
-        return (Path.touch, (str(self.path),))  # type: ignore[return-value]
+        return (Path.touch, (str(self.path),))
+
+
+def test_the_marker_pickle_would_show_a_load(tmp_path: Path) -> None:
+    """What these tests assert absent (the marker file) is what loading the pickle makes."""
+    marker = tmp_path / "loaded"
+    pickle.loads(pickle.dumps(_Marker(marker)))
+    assert marker.exists()
 
 
 @pytest.mark.parametrize("fake", ["no-secret", "garbage-ids", "pickle"])
@@ -230,3 +262,117 @@ def test_the_secret_comes_from_the_launcher(tmp_path: Path) -> None:
         wire.rendezvous_secret({})
     with pytest.raises(InputError, match="use at least 16"):
         wire.rendezvous_secret({wire.KEY_VARIABLE: "short"})
+
+
+def test_a_greeting_longer_than_its_size_is_refused_before_it_is_read() -> None:
+    """A claim of 64 KiB (under `MAX_FRAME`) for a greeting of 108 bytes: dropped at once,
+    not waited for."""
+    a, b = socket.socketpair()
+    with a, b:
+        b.settimeout(5)
+        a.sendall(struct.pack(">I", 1 << 16))
+        with pytest.raises(wire.WireError, match="claiming 65536 bytes"):
+            wire.serve_peer(b, SECRET, DIGEST, wire.encode_ids(IDS), 2, time.monotonic() + 5)
+
+
+def test_three_ranks_meet_with_the_secret() -> None:
+    port, results = free_port(), dict[str, Any]()
+    thread = _rank0(port, 4, results)
+    got: list[Any] = [None] * 3
+
+    def peer(rank: int) -> None:
+        where = TcpRendezvous("127.0.0.1", port, SECRET, timeout=20)
+        got[rank - 1] = where.exchange(None, rank, 4, DIGEST)
+
+    peers = [threading.Thread(target=peer, args=(r,), daemon=True) for r in (1, 2, 3)]
+    for t in peers:
+        t.start()
+    for t in [*peers, thread]:
+        t.join(30)
+    assert got == [IDS] * 3 and results["rank0"] == IDS
+
+
+def _fake_rank0(port: int, answer: bytes, hello: bytes = wire.HELLO) -> threading.Thread:
+    """A process on rank 0's port, without the secret, that greets with `hello` and answers
+    `answer` to whatever comes."""
+    server = socket.create_server(("127.0.0.1", port))
+
+    def pose() -> None:
+        with server:
+            conn, _ = server.accept()
+            with conn, contextlib.suppress(wire.WireError, OSError):  # the peer may hang up
+                wire.send_frame(conn, hello + os.urandom(wire.NONCE_BYTES))
+                wire.receive_frame(conn)
+                wire.send_frame(conn, answer)
+
+    thread = threading.Thread(target=pose, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        wire.ERROR + wire.ANOTHER_PROGRAM + bytes(32),  # a reason without rank 0's proof
+        wire.ERROR + b"\x1b[2J another program",  # free text is no answer
+        wire.DENIED + b"and more",
+        b"",
+    ],
+    ids=["unproven-reason", "free-text", "long-denied", "empty"],
+)
+def test_a_fake_rank0_cannot_say_why_either(answer: bytes) -> None:
+    port = free_port()
+    thread = _fake_rank0(port, answer)
+    with pytest.raises(OptGraphError, match="did not prove the run's secret") as err:
+        TcpRendezvous("127.0.0.1", port, SECRET, timeout=5).exchange(None, 1, 2, DIGEST)
+    thread.join(5)
+    assert "\x1b" not in str(err.value)
+
+
+def test_a_rank0_of_another_protocol_version_is_named() -> None:
+    port = free_port()
+    thread = _fake_rank0(port, b"", hello=wire.MAGIC + struct.pack(">H", 2))
+    with pytest.raises(
+        OptGraphError, match="rendezvous protocol version 2, this optgraph speaks 1"
+    ):
+        TcpRendezvous("127.0.0.1", port, SECRET, timeout=5).exchange(None, 1, 2, DIGEST)
+    thread.join(5)
+
+
+@pytest.mark.parametrize("secret", [b"", b"short", "a-str-is-not-bytes-0123456789"])
+def test_no_rendezvous_starts_without_a_secret(secret: Any, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="use at least 16 random bytes: set OPTGRAPH_RENDEZVOUS"):
+        TcpRendezvous("127.0.0.1", free_port(), secret)
+    with pytest.raises(InputError, match="use at least 16 random bytes"):
+        FileRendezvous(str(tmp_path / "ids"), secret)
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o620, 0o602, 0o700 | 0o040])
+def test_a_key_file_others_may_read_or_write_is_refused(mode: int, tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_bytes(SECRET)
+    key.chmod(mode)
+    with pytest.raises(InputError, match=f"may be read by others \\(mode {mode:o}\\); chmod 600"):
+        wire.rendezvous_secret({wire.KEY_FILE_VARIABLE: str(key), wire.KEY_VARIABLE: "x" * 32})
+
+
+def test_a_key_file_must_be_a_small_regular_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not a regular file"):
+        wire.rendezvous_secret({wire.KEY_FILE_VARIABLE: str(tmp_path)})
+    big = tmp_path / "big"
+    big.write_bytes(b"k" * (wire.MAX_KEY_FILE_BYTES + 1))
+    big.chmod(0o600)
+    with pytest.raises(InputError, match="holds more than 4096 bytes"):
+        wire.rendezvous_secret({wire.KEY_FILE_VARIABLE: str(big)})
+    with pytest.raises(InputError, match="cannot read the key file"):
+        wire.rendezvous_secret({wire.KEY_FILE_VARIABLE: str(tmp_path / "missing")})
+
+
+def test_a_rank_beyond_the_world_is_told_so_and_rank0_serves_on() -> None:
+    port, results = free_port(), dict[str, Any]()
+    thread = _rank0(port, 2, results)
+    with pytest.raises(OptGraphError, match="rank 0 runs fewer ranks than this rank's number"):
+        TcpRendezvous("127.0.0.1", port, SECRET, timeout=5).exchange(None, 5, 2, DIGEST)
+    got = TcpRendezvous("127.0.0.1", port, SECRET, timeout=5).exchange(None, 1, 2, DIGEST)
+    thread.join(10)
+    assert got == IDS and results["rank0"] == IDS

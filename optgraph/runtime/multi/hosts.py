@@ -51,6 +51,7 @@ from optgraph.runtime.multi.rendezvous_wire import (
     Ids,
     WireError,
     ask_rank0,
+    check_secret,
     encode_ids,
     rendezvous_secret,
     seal,
@@ -65,8 +66,8 @@ def program_digest(ranks: RankPrograms) -> bytes:
     return hashlib.sha256(print_graph(ranks.graph).encode()).digest()
 
 
-# A peer must finish its handshake within this many seconds: a silent or slow connection (a
-# port scanner, a stray client) holds rank 0 up no longer.
+# A peer must finish its handshake within this many seconds in all: a silent or slow connection
+# (a port scanner, a stray client, one dripping a byte at a time) holds rank 0 up no longer.
 PEER_SECONDS = 10.0
 
 
@@ -79,6 +80,9 @@ class TcpRendezvous:
     port: int
     secret: bytes = field(repr=False)
     timeout: float = 300.0
+
+    def __post_init__(self) -> None:
+        check_secret(self.secret, "TcpRendezvous")
 
     def exchange(self, ids: Ids | None, rank: int, world: int, digest: bytes) -> Ids:
         where = f"{self.host}:{self.port}"
@@ -120,8 +124,9 @@ class TcpRendezvous:
                     continue
                 with conn:
                     conn.settimeout(PEER_SECONDS)
+                    until = time.monotonic() + PEER_SECONDS
                     try:
-                        served.add(serve_peer(conn, self.secret, digest, ids_bytes, world))
+                        served.add(serve_peer(conn, self.secret, digest, ids_bytes, world, until))
                     except (WireError, OSError):
                         continue  # not a rank of this run (garbage, a wrong secret): drop it
 
@@ -134,6 +139,9 @@ class FileRendezvous:
     path: str
     secret: bytes = field(repr=False)
     timeout: float = 300.0
+
+    def __post_init__(self) -> None:
+        check_secret(self.secret, "FileRendezvous")
 
     def exchange(self, ids: Ids | None, rank: int, world: int, digest: bytes) -> Ids:
         path = Path(self.path)
