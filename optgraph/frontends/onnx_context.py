@@ -18,6 +18,16 @@ from optgraph.reference.kernels import numpy_dtype
 ONNX_DTYPES = {1: "f32", 10: "f16", 16: "bf16", 6: "i32", 7: "i64", 9: "bool"}
 
 
+def node_label(node: Any, kind: str = "") -> str:
+    """`node` as messages name it: `MatMul '/proj/MatMul'`, or, when the model leaves it unnamed
+    (ONNX allows that), by what it makes: `MatMul making 'y'`; `kind` follows the op type."""
+    op = f"{node.op_type}{kind}"
+    if node.name:
+        return f"{op} '{node.name}'"
+    outputs = [o for o in node.output if o]
+    return f"{op} making '{outputs[0]}'" if outputs else f"unnamed {op}"
+
+
 @dataclass
 class OnnxContext:
     draft: Draft
@@ -32,7 +42,7 @@ class OnnxContext:
     guessed: set[str] = field(default_factory=set)
 
     def span(self, node: Any) -> Span:
-        return Span(self.path, 1, 1, None, f"{node.op_type} node '{node.name}'")
+        return Span(self.path, 1, 1, None, node_label(node, " node"))
 
     def name(self, onnx_name: str) -> str:
         return self.values[onnx_name]
@@ -57,7 +67,7 @@ class OnnxContext:
         return None
 
     def error(self, node: Any, why: str) -> OptGraphError:
-        return OptGraphError(f"import: {node.op_type} '{node.name}': {why}", self.span(node))
+        return OptGraphError(f"import: {node_label(node)}: {why}", self.span(node))
 
     def emit(
         self,

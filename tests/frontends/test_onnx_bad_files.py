@@ -54,6 +54,19 @@ def test_a_node_reading_an_undefined_tensor_is_named(
     assert "MatMul '/proj/MatMul': input 1 'w_missing' is not defined" in err
 
 
+def test_an_unnamed_node_is_named_by_what_it_makes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ONNX nodes may have no name: the message says which one by its output, not `MatMul ''`."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["h"]),
+        helper.make_node("MatMul", ["h", "w_missing"], ["y"]),
+    ]
+    err = _import(tmp_path, _model(nodes), capsys)
+    assert "MatMul making 'y': input 1 'w_missing' is not defined" in err, err
+    assert "''" not in err, err
+
+
 def test_a_node_reading_a_later_nodes_output_is_named(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
