@@ -148,13 +148,29 @@ class OutputSet:
         outputs.remove(out / "program.json")               # a stale member of the set goes too
         outputs.commit()                                   # all renamed into place, or none
 
-    `discard()` (also what `commit` does on failure) removes the temporaries. A write or a
-    rename that fails raises an `InputError` naming the target, with every old target intact.
+    `discard()` (also what `commit` does on failure) removes the temporaries and the directories
+    `make_directory` made. A write or a rename that fails raises an `InputError` naming the
+    target, with every old target intact.
     """
 
     def __init__(self, what: str = "") -> None:
         self.what = what
         self._staged: dict[Path, Path | None] = {}  # target -> its temporary (None: remove it)
+        self._made: list[Path] = []  # directories made for the set, innermost first
+
+    def make_directory(self, directory: str | os.PathLike[str]) -> Path:
+        """`directory`, made with its missing parents for files of the set; a set that does
+        not commit removes them again (each only while empty), as it removes its temporaries."""
+        directory = Path(directory)
+        missing = [p for p in (directory, *directory.parents) if not p.exists()]
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InputError(
+                f"{self.what}cannot create output directory '{directory}': {err.strerror or err}"
+            ) from None
+        self._made[:0] = missing
+        return directory
 
     def write_with(self, target: str | os.PathLike[str], write: Callable[[Path], None]) -> None:
         """Stage `target`: `write(temporary)` fills a temporary beside it (same suffix)."""
@@ -213,13 +229,20 @@ class OutputSet:
             backup.unlink(missing_ok=True)
         written = self.targets()
         self._staged.clear()
+        self._made.clear()
         return written
 
     def discard(self) -> None:
-        """Remove every temporary; nothing is committed."""
+        """Remove every temporary, and the directories made for the set; nothing is committed."""
         for target in list(self._staged):
             self._discard(target)
         self._staged.clear()
+        for directory in self._made:
+            try:
+                directory.rmdir()
+            except OSError:  # something else is in it: not the set's to remove
+                break
+        self._made.clear()
 
     def _discard(self, target: Path) -> None:
         temporary = self._staged.pop(target, None)

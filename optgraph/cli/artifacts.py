@@ -104,19 +104,28 @@ ARTIFACTS: tuple[Artifact, ...] = (
 )
 
 
-def prepare_output_directory(directory: str | os.PathLike[str]) -> Path:
-    """Create `directory` if needed and check it is writable; a compile calls this before it runs,
-    so a bad `-o` fails at once rather than after the pipeline and the printed report."""
+def check_output_directory(directory: str | os.PathLike[str]) -> Path:
+    """`directory` if it is a writable directory or can be made one; a compile calls this before
+    it runs, so a bad `-o` fails at once rather than after the pipeline and the printed report.
+    Nothing is made here (`prepare_output_directory` makes it when the files are written)."""
     out = Path(directory)
     if out.exists() and not out.is_dir():
         raise InputError(f"cannot write outputs to '{out}': it is not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InputError(f"cannot create output directory '{out}': {err.strerror}") from None
-    if not os.access(out, os.W_OK | os.X_OK):
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"cannot create output directory '{out}': '{existing}' is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
         raise InputError(f"cannot write outputs to '{out}': permission denied")
     return out
+
+
+def prepare_output_directory(directory: str | os.PathLike[str], outputs: OutputSet) -> Path:
+    """`directory` checked (`check_output_directory`) and made, with missing parents, for the
+    files of `outputs`: a set that fails removes the directories it made, so a failed compile
+    leaves no new empty `-o DIR` behind."""
+    return outputs.make_directory(check_output_directory(directory))
 
 
 def check_writable_file(path: str | os.PathLike[str]) -> None:
@@ -147,9 +156,9 @@ def stage_artifact(
 def write_artifacts(directory: str | os.PathLike[str], result: CompileResult) -> list[Path]:
     """Create `directory` if needed and write every applicable artifact, all or none; return
     the paths."""
-    out = prepare_output_directory(directory)
     outputs = OutputSet()
     try:
+        out = prepare_output_directory(directory, outputs)
         for artifact in ARTIFACTS:
             stage_artifact(outputs, out, artifact, result)
         return outputs.commit()
@@ -160,7 +169,7 @@ def write_artifacts(directory: str | os.PathLike[str], result: CompileResult) ->
 def check_output_paths(directory: str | None, files: list[str | None]) -> None:
     """Before a compile runs: `-o DIR` can be created and written, and each named file's directory."""
     if directory is not None:
-        prepare_output_directory(directory)
+        check_output_directory(directory)
     for path in files:
         if path is not None:
             check_writable_file(path)

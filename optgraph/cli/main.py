@@ -160,7 +160,7 @@ def _compile_outputs(
             )
             from optgraph.codegen.lowering_options import LoweringOptions
 
-            out = prepare_output_directory(args.output)
+            out = prepare_output_directory(args.output, outputs)  # removed if the set fails
             options = LoweringOptions(merge_launches=not args.no_merge_launches)
             result = CompileResult(graph, report, options=options)
             for artifact in ARTIFACTS:  # kernels.cu, cuda_plan.json, program.json: lowering inside

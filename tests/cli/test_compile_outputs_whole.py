@@ -135,3 +135,40 @@ def test_a_new_set_replaces_the_old_one_whole(tmp_path: Path) -> None:
     assert "program.json" not in names and "model.opt.ir" in names
     assert all(not p.read_bytes().startswith(b"old ") for p in out.iterdir())
     assert not [p for p in tmp_path.rglob(".*")]  # no temporaries, no backups
+
+
+def test_a_failed_compile_leaves_no_new_output_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`-o new/sub` is checked before the work but made only with the files: a compile that
+    fails (a bad pipeline, a full disk at the last file) leaves neither `new` nor `new/sub`."""
+    out = tmp_path / "new" / "sub"
+    assert main(["compile", DIAMOND, "-p", "dcee", "-o", str(out), "-q"]) == 1
+    assert "unknown pass 'dcee'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    real, writes = output_files.write_file, []
+
+    def write_file(path: Path, data: bytes) -> None:
+        writes.append(path)
+        if path.name.startswith(".program.json."):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, data)
+
+    monkeypatch.setattr(output_files, "write_file", write_file)
+    assert main(["compile", DIAMOND, "-o", str(out), "-q"]) == 1
+    assert "No space left on device" in capsys.readouterr().err
+    assert len(writes) > 1 and list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(output_files, "write_file", real)
+    assert main(["compile", DIAMOND, "-o", str(out), "-q"]) == 0
+    assert (out / "program.json").is_file()
+
+
+def test_an_output_directory_under_a_file_is_refused_before_the_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("x")
+    assert main(["compile", DIAMOND, "-o", str(tmp_path / "file" / "out"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    assert f"cannot create output directory '{tmp_path / 'file' / 'out'}'" in err, err
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]
