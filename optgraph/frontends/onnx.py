@@ -1,7 +1,8 @@
 """ONNX in: `from_onnx(path_or_ModelProto) -> (graph, weights)`.
 
 - Initializers are weights (float tensors) or constants (integer or one-element ones); external
-  data is read from beside the model file, checked first (`onnx_initializers.py`);
+  data (theirs, and a Constant node's) is read from beside the model file, checked first
+  (`onnx_initializers.py`);
 - every tensor a node reads must be defined before it (an initializer, a graph input or an
   earlier node), every graph output by something: else an error naming the node and tensor;
 - Graph inputs keep the model's input names (initializers are weights, not inputs), outputs their
@@ -24,8 +25,8 @@ import numpy as np
 
 from optgraph.errors import OptGraphError, Span
 from optgraph.frontends.draft import Draft, check_mapped, ir_name, tensor_type
-from optgraph.frontends.onnx_context import ONNX_DTYPES, OnnxContext
-from optgraph.frontends.onnx_initializers import initializer_arrays
+from optgraph.frontends.onnx_context import ONNX_DTYPES, OnnxContext, node_label
+from optgraph.frontends.onnx_initializers import initializer_arrays, tensor_array
 from optgraph.frontends.onnx_ops import CONVERTERS
 from optgraph.frontends.raising import raise_patterns
 from optgraph.ir.graph import Graph, TensorType
@@ -150,7 +151,7 @@ def _attributes(onnx: Any, node: Any) -> dict[str, Any]:
 def _convert_node(onnx: Any, context: OnnxContext, node: Any, index: int) -> None:
     attrs = _attributes(onnx, node)
     if node.op_type == "Constant":
-        value = _constant_attr(onnx, attrs)
+        value = _constant_attr(onnx, context, node, attrs)
         context.values[node.output[0]] = context.draft.constant(value, ir_name(node.output[0]))
         if np.asarray(value).ndim == 0:
             context.scalars.add(node.output[0])
@@ -200,9 +201,12 @@ def _check_outputs(context: OnnxContext, node: Any, read: set[str]) -> None:
             raise context.error(node, f"output {index} ('{output}') is not supported")
 
 
-def _constant_attr(onnx: Any, attrs: Mapping[str, Any]) -> np.ndarray:
-    if "value" in attrs:
-        return np.asarray(onnx.numpy_helper.to_array(attrs["value"]))
+def _constant_attr(
+    onnx: Any, context: OnnxContext, node: Any, attrs: Mapping[str, Any]
+) -> np.ndarray:
+    if "value" in attrs:  # its data may be external too: read as an initializer's is
+        what = f"{node_label(node)}: its value"
+        return tensor_array(onnx, attrs["value"], context.path, what)
     for key in ("value_float", "value_int"):
         if key in attrs:
             return np.asarray(attrs[key])

@@ -1,4 +1,5 @@
-"""An ONNX model's initializers as arrays, their data inline or in external files, checked first.
+"""An ONNX model's tensors (initializers, Constant nodes' values) as arrays, their data inline or
+in external files, checked first.
 
 A large model keeps its tensors outside the `.onnx` file (`save_as_external_data`): each such
 initializer names a file relative to the model's directory, an offset and a length. Before any
@@ -32,45 +33,49 @@ from optgraph.errors import OptGraphError, Span
 def initializer_arrays(onnx: Any, graph: Any, path: str) -> dict[str, np.ndarray]:
     """{name: array} of `graph`'s initializers; `path` is the model file ("<onnx>": a model
     given in memory, whose external data is looked up in the working directory)."""
+    return {
+        tensor.name: tensor_array(onnx, tensor, path, f"initializer '{tensor.name}'")
+        for tensor in graph.initializer
+    }
+
+
+def tensor_array(onnx: Any, tensor: Any, path: str, what: str) -> np.ndarray:
+    """The array of one TensorProto of the model at `path` (an initializer, a Constant node's
+    value), its external data checked first; `what` names it in messages."""
     base = Path(path).parent if path != "<onnx>" else Path()
-    arrays = {}
-    for tensor in graph.initializer:
-        external = tensor.data_location == onnx.TensorProto.EXTERNAL
-        if external:
-            _check_external(onnx, tensor, base, path)
-        try:
-            array = onnx.numpy_helper.to_array(tensor, base_dir=str(base))
-        except Exception as err:  # noqa: BLE001 - onnx raises ValueError, ValidationError, ...
-            where = "its external data" if external else "its data"
-            raise _error(path, f"initializer '{tensor.name}': {where} is corrupt ({err})") from None
-        arrays[tensor.name] = array
-    return arrays
+    external = tensor.data_location == onnx.TensorProto.EXTERNAL
+    if external:
+        _check_external(onnx, tensor, base, path, what)
+    try:
+        return np.asarray(onnx.numpy_helper.to_array(tensor, base_dir=str(base)))
+    except Exception as err:  # noqa: BLE001 - onnx raises ValueError, ValidationError, ...
+        where = "its external data" if external else "its data"
+        raise _error(path, f"{what}: {where} is corrupt ({err})") from None
 
 
 def _error(path: str, why: str) -> OptGraphError:
     return OptGraphError(f"import: {why}", Span(path, 1, 1))
 
 
-def _check_external(onnx: Any, tensor: Any, base: Path, path: str) -> None:
-    """Refuse an external initializer whose file is missing, outside the model's directory, or
-    too short for the tensor (see the module docstring)."""
+def _check_external(onnx: Any, tensor: Any, base: Path, path: str, what: str) -> None:
+    """Refuse an external tensor whose file is missing, outside the model's directory, or too
+    short for the tensor (see the module docstring)."""
     info = {entry.key: entry.value for entry in tensor.external_data}
-    name = tensor.name
     location = info.get("location", "")
     if not location:
-        raise _error(path, f"initializer '{name}': external data without a location")
+        raise _error(path, f"{what}: external data without a location")
     relative = Path(location)
     if relative.is_absolute() or ".." in relative.parts:
         raise _error(
             path,
-            f"initializer '{name}': external data file '{location}' is outside the model's "
+            f"{what}: external data file '{location}' is outside the model's "
             "directory (ONNX allows only a relative path below it)",
         )
     data_file = base / relative
     if not data_file.is_file():
         raise _error(
             path,
-            f"initializer '{name}': its external data file '{location}' is missing "
+            f"{what}: its external data file '{location}' is missing "
             f"(looked for {os.path.abspath(data_file)}, next to the model)",
         )
     size = data_file.stat().st_size
@@ -78,21 +83,20 @@ def _check_external(onnx: Any, tensor: Any, base: Path, path: str) -> None:
         offset = int(info.get("offset", "0"))
         length = int(info["length"]) if "length" in info else None
     except ValueError:
-        raise _error(path, f"initializer '{name}': external data offset or length is not a number")
+        raise _error(path, f"{what}: external data offset or length is not a number")
     need = _tensor_bytes(onnx, tensor)
     if offset < 0 or (length is not None and length < 0):
-        raise _error(path, f"initializer '{name}': negative external data offset or length")
+        raise _error(path, f"{what}: negative external data offset or length")
     if need is not None and length is not None and length != need:
         raise _error(
             path,
-            f"initializer '{name}': external data length {length} does not match its type "
-            f"({need} bytes)",
+            f"{what}: external data length {length} does not match its type ({need} bytes)",
         )
     end = offset + (length if length is not None else (need or 0))
     if end > size:
         raise _error(
             path,
-            f"initializer '{name}': needs bytes [{offset}, {end}) of '{location}', "
+            f"{what}: needs bytes [{offset}, {end}) of '{location}', "
             f"which holds {size} bytes (truncated?)",
         )
 

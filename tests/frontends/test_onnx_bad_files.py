@@ -140,6 +140,56 @@ def test_bad_external_data_is_called_so_by_file(
     assert sorted(p.name for p in source.parent.iterdir()) == before
 
 
+def _external_constant_model(tmp_path: Path) -> Path:
+    """tmp_path/model/c.onnx whose weight is a Constant node's value, kept in model/c.data."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    value = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3))
+    nodes = [
+        helper.make_node("Constant", [], ["w"], value=value, name="const_w"),
+        helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 18)]
+    )
+    model.ir_version = 9
+    source = folder / "c.onnx"
+    onnx.save(
+        model,
+        str(source),
+        save_as_external_data=True,
+        location="c.data",
+        size_threshold=0,
+        convert_attribute=True,  # the Constant's value goes to c.data too
+    )
+    assert (folder / "c.data").stat().st_size == 48
+    return source
+
+
+def test_a_constant_nodes_external_data_is_read_beside_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = _external_constant_model(tmp_path)
+    monkeypatch.chdir(tmp_path)  # not the model's directory
+    assert main(["import", str(source), "-o", str(tmp_path / "c.ir")]) == 0
+    assert "matmul" in (tmp_path / "c.ir").read_text()
+
+
+def test_a_constant_nodes_missing_external_data_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = _external_constant_model(tmp_path)
+    (source.parent / "c.data").unlink()
+    assert main(["import", str(source), "-o", str(source.parent / "c.ir")]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    expected = "error: import: Constant 'const_w': its value: its external data file 'c.data' is"
+    assert f"{source}:1:1: {expected} missing" in err, err
+    assert sorted(p.name for p in source.parent.iterdir()) == ["c.onnx"]
+
+
 def _full_disk_write(path: Path, data: bytes) -> None:
     """A write that stops halfway: the disk is full."""
     with open(path, "wb") as handle:
