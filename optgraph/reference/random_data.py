@@ -16,6 +16,12 @@ bound `pos` by both caches). The importers' wrap of negative indices,
 `where(less(i, 0), add(i, n), i)`, passes the range to `i` alone (non-negative ids). Not
 followed: other arithmetic (a product, a remainder), so a value computed otherwise draws
 [0, 16).
+
+Before drawing anything, the bytes the arrays take (and the float32 draw of the largest 16-bit
+one) are checked against the host memory available (`host_memory.available_memory`): a graph of
+`f32[4,99999999]` inputs on a small machine is refused at once with both figures
+(`random inputs: not enough memory: at least 1.49 GiB needed (1 array, the largest %x
+f32[4,99999999] 1.49 GiB), and 1 GiB are available (...)`), not after the allocator fails.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from optgraph import host_memory
 from optgraph.ir.constants import constant_array
 from optgraph.ir.graph import FLOAT_DTYPES, AttrValue, Graph, Node, TensorType
 from optgraph.ir.op_rules_attention import attention_operands
@@ -234,8 +241,25 @@ def _random_array(name: str, t: TensorType, use: _Use, seed: int, is_weight: boo
     return values if t.dtype == "f32" else values.astype(numpy_dtype(t.dtype))
 
 
+def check_draw_memory(
+    what: str, types: Mapping[str, TensorType], available: host_memory.Available | None
+) -> None:
+    """Refuse (an `OptGraphError` with both figures) drawing arrays of `types` that cannot fit
+    in `available` host bytes: their sizes, and the float32 draw of the largest 16-bit one."""
+    if not types:
+        return
+    draws = [t.numel * 4 for t in types.values() if t.dtype in FLOAT_DTYPES and t.dtype != "f32"]
+    need = sum(t.nbytes for t in types.values()) + max(draws, default=0)
+    name = max(types, key=lambda n: types[n].nbytes)
+    count = f"{len(types)} array{'s' if len(types) > 1 else ''}"
+    largest = f"the largest %{name} {types[name]} {host_memory.size_text(types[name].nbytes)}"
+    host_memory.check_fits(need, available, what, f"{count}, {largest}")
+
+
 def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded inputs: floats ~ 0.5·N(0,1); integers valid for the ops that read them."""
+    types = {i.name: i.type for i in graph.inputs}
+    check_draw_memory("random inputs", types, host_memory.available_memory())
     uses = _uses(graph.nodes, graph.value_types(), _constants(graph))
     return {
         i.name: _random_array(i.name, i.type, uses.get(i.name, _Use()), seed, False)
@@ -247,6 +271,8 @@ def random_weights(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded weights: matrices ~ N(0,1)/√fan_in, norm weights ~ 1, biases ~ 0.1·N(0,1); in the
     model's layout (`weight_layout.model_type`), so a compiled graph draws the same arrays.
     A quantized weight gets valid random blocks of about that spread (`random_blocks`)."""
+    types = {w.name: model_type(w) for w in graph.weights}
+    check_draw_memory("random weights", types, host_memory.available_memory())
     uses = _uses(graph.nodes, graph.value_types(), _constants(graph))
     return {
         w.name: constant_array(w)

@@ -93,3 +93,53 @@ def test_a_value_computed_otherwise_keeps_the_default_range() -> None:
     )
     drawn = np.concatenate([random_inputs(graph, s)["i"] for s in SEEDS])
     assert drawn.min() >= 0 and drawn.max() <= 15  # a product is not followed: [0, 16)
+
+
+# Issue 36 (finding 3): a verifier-legal graph whose values no machine of ours holds at once.
+WIDE = """graph wide {
+  input %x : f32[4,99999999]
+  input %h : f16[4,99999999]
+  weight %w : f32[99999999]
+  %a = mul(%x, %w) : f32[4,99999999]
+  %b = cast(%h) {dtype = "f32"} : f32[4,99999999]
+  %c = add(%a, %b) : f32[4,99999999]
+  output %c
+}
+"""
+
+
+def test_draws_that_cannot_fit_are_refused_before_anything_is_drawn(monkeypatch) -> None:
+    """Both figures in the message, and not one array made (the draw would take seconds and
+    gigabytes before the allocator failed)."""
+    import pytest
+
+    from optgraph import host_memory
+    from optgraph.reference import random_data
+
+    def no_draw(*args: object) -> None:
+        raise AssertionError("an array was drawn before the memory check")
+
+    graph = og.parse(WIDE)
+    monkeypatch.setattr(random_data, "_random_array", no_draw)
+    monkeypatch.setattr(host_memory, "available_memory", lambda: (1 << 30, "a test's figure"))
+    with pytest.raises(og.OptGraphError) as err:
+        random_inputs(graph)
+    # %x and %h, and %h's float32 draw before its cast to f16
+    need = 4 * 99999999 * (4 + 2 + 4)
+    assert str(err.value) == (
+        f"error: random inputs: not enough memory: at least {host_memory.size_text(need)} "
+        "needed (2 arrays, the largest %x f32[4,99999999] 1.49 GiB), and 1 GiB are available "
+        "(a test's figure)"
+    )
+    monkeypatch.setattr(host_memory, "available_memory", lambda: (1 << 28, "a test's figure"))
+    with pytest.raises(og.OptGraphError, match="random weights: not enough memory: at least 381"):
+        random_weights(graph)
+
+
+def test_draws_that_fit_are_not_refused(monkeypatch) -> None:
+    from optgraph import host_memory
+
+    graph = og.parse(WIDE.replace("99999999", "999"))
+    monkeypatch.setattr(host_memory, "available_memory", lambda: (1 << 20, "a test's figure"))
+    assert random_inputs(graph)["h"].dtype == np.float16
+    assert random_weights(graph)["w"].shape == (999,)
