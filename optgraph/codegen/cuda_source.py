@@ -298,22 +298,41 @@ def kernels_source(kernels: Iterable[Kernel]) -> str:
     """Each distinct kernel once, sorted by name (so the text is deterministic), each file-scope
     declaration once: a workspace or member function shared by a kernel and a merged kernel that
     contains it is defined once (a second `__device__` definition would not compile)."""
+    return "".join(text for _, text in _kernel_parts(kernels))
+
+
+def _kernel_parts(kernels: Iterable[Kernel]) -> list[tuple[str, str]]:
+    """`kernels_source`'s pieces in order, each with the kernel it was written for (a shared
+    declaration: the first kernel, in name order, that needs it)."""
     unique = {k.name: k for k in kernels}
     seen: set[str] = set()
-    parts: list[str] = []
+    parts: list[tuple[str, str]] = []
     for name in sorted(unique):
         kernel = unique[name]
         for decl in kernel.decls:
             if decl not in seen:
                 seen.add(decl)
-                parts.append("\n" + decl)
-        parts.append("\n" + kernel.function)
-    return "".join(parts)
+                parts.append((name, "\n" + decl))
+        parts.append((name, "\n" + kernel.function))
+    return parts
 
 
 def module_source(kernels: Iterable[Kernel]) -> str:
     """The prelude and `kernels_source(kernels)`."""
     return PRELUDE + kernels_source(kernels)
+
+
+def kernel_at_line(kernels: Iterable[Kernel], line: int) -> str | None:
+    """The kernel whose text (its function, or a declaration written for it) holds 1-based
+    `line` of `module_source(kernels)`; None for the prelude or past the end. What a compiler's
+    `file(line): error` names, in the plan's terms."""
+    start = PRELUDE.count("\n") + 1  # the line the first piece begins on
+    for name, text in _kernel_parts(kernels):
+        end = start + text.count("\n")
+        if start <= line <= end:
+            return name
+        start = end
+    return None
 
 
 # Bytes of the element types a `__shared__` declaration of ours uses.

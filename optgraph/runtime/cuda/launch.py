@@ -26,10 +26,12 @@ The order of a run (`issue_list`), all of it host calls in `graph.nodes` order:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+from optgraph.codegen.cuda_source import kernel_at_line
 from optgraph.codegen.plan.cpu_node_schedule import (
     GpuPart,
     HostPart,
@@ -41,11 +43,14 @@ from optgraph.codegen.plan.lowered import LoweredVariant
 from optgraph.codegen.plan.steps import (
     HOST_SPACES,
     CopyStep,
+    CudaPlan,
     EventStep,
     GemmStep,
     HostStep,
     KernelStep,
 )
+from optgraph.errors import OptGraphError
+from optgraph.ir.graph import Graph, Node
 from optgraph.runtime.cuda.blas import BLAS, WORKSPACE_BYTES
 from optgraph.runtime.cuda.device import cupy
 from optgraph.runtime.cuda.memory import D2D, D2H, H2D, DeviceWeights, VariantMemory
@@ -63,6 +68,49 @@ def kernel_module(source: str) -> Any:
         module = cupy().RawModule(code=source, options=("--std=c++17",))
         _MODULES[source] = module
     return module
+
+
+_COMPILER_ERROR = re.compile(r"\((\d+)\): (?:catastrophic )?error\b[^\n]*")
+
+
+def compiled_functions(plan: CudaPlan, graph: Graph) -> dict[str, Any]:
+    """Every kernel of `plan` by name, its module compiled (once per process). A kernel that
+    does not compile is an `OptGraphError` naming it, the nodes it computes and their ops, and
+    the compiler's first errors (a bug of ours: the module is generated)."""
+    try:
+        module = kernel_module(plan.source())
+        return {name: module.get_function(name) for name in plan.kernels}
+    except Exception as err:
+        if type(err).__name__ != "CompileException":
+            raise
+        raise OptGraphError(compile_failure(plan, graph, str(err))) from None
+
+
+def _op_text(node: Node) -> str:
+    """`matmul`, or a fused node's body ops: `fused: neg, silu, mul`."""
+    if node.body is None:
+        return node.op
+    return f"{node.op}: " + ", ".join(dict.fromkeys(n.op for n in node.body.nodes))
+
+
+def compile_failure(plan: CudaPlan, graph: Graph, log: str) -> str:
+    """The message for a module of `plan` (lowered from `graph`) that failed with compiler
+    output `log`."""
+    errors = [(int(m[1]), m[0].split(": ", 1)[1]) for m in _COMPILER_ERROR.finditer(log)]
+    ops = {n.name: _op_text(n) for n in graph.nodes}
+    lines = []
+    for line, text in errors[:3]:
+        kernel = kernel_at_line(plan.kernels.values(), line)
+        nodes = [
+            m for s in plan.steps if isinstance(s, KernelStep) and s.kernel == kernel
+            for m in s.members
+        ]  # fmt: skip
+        where = ", ".join(f"%{m} ({ops.get(m, '?')})" for m in dict.fromkeys(nodes)) or "-"
+        lines.append(f"  kernel {kernel or '(prelude)'} for {where}, line {line}: {text}")
+    head = f"CUDA kernels of '{plan.graph_name}' failed to compile"
+    if not lines:
+        return f"{head}:\n  {log.strip().splitlines()[0] if log.strip() else '(no log)'}"
+    return head + ":\n" + "\n".join(lines)
 
 
 class Streams:
@@ -125,8 +173,7 @@ class Variant(VariantMemory):
         # Loading every function now compiles the module before any capture.
         self.functions: dict[str, Any] = {}
         if plan.kernels:
-            module = kernel_module(plan.source())
-            self.functions = {name: module.get_function(name) for name in plan.kernels}
+            self.functions = compiled_functions(plan, self.graph)
         self.launchers = {name: getattr(f, "kernel", None) for name, f in self.functions.items()}
         # Programmatic Dependent Launch (cuda_pdl): where asked for, where the driver binding
         # and an sm_90+ device are there, and where every kernel exposes its CUfunction.
