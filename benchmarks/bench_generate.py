@@ -110,6 +110,27 @@ def start_seconds(model: Path, cache: Path, tokens: list[int]) -> float:
     return first
 
 
+def start_phases(model: Path, cache: Path, tokens: list[int], profile: Path) -> str:
+    """A third (warm) start with `generate`'s phase timings on stderr, under cProfile: the
+    phases and the 40 functions of largest cumulative time go to `profile` (a text file)."""
+    stats = profile.with_suffix(".prof")
+    command = [
+        sys.executable, "-m", "cProfile", "-o", str(stats), "-m", "optgraph", "generate",
+        str(model), "--tokens", ",".join(map(str, tokens)), "--max-new-tokens", "4",
+        "--device", "cuda", "--context", str(CONTEXT), "--cache-dir", str(cache),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
+    import io
+    import pstats
+
+    text = io.StringIO()
+    text.write(f"$ {' '.join(command)}\n{done.stderr}\n")
+    if stats.is_file():
+        pstats.Stats(str(stats), stream=text).sort_stats("cumulative").print_stats(40)
+    profile.write_text(text.getvalue())
+    return done.stderr
+
+
 def step_us(launch: Any, stream: Any, count: int) -> float:
     """A bound step replayed `count` times back to back: µs a replay (CUDA events)."""
     import cupy as cp
@@ -132,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt", type=int, default=512)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--markdown", metavar="FILE")
+    p.add_argument("--profile-start", type=Path, metavar="FILE",
+                   help="also profile a warm start (phases and cProfile, as text, to FILE)")
     args = p.parse_args(argv)
 
     from benchmarks.harness.timing import print_report
@@ -144,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     short = rng.integers(0, SIZES["vocab"], 16).tolist()
     long = rng.integers(0, SIZES["vocab"], args.prompt).tolist()
     cold, warm = start_seconds(model_path, cache, short), start_seconds(model_path, cache, short)
+    if args.profile_start:
+        print(start_phases(model_path, cache, short, args.profile_start), file=sys.stderr)
 
     model = load(model_path, "cuda", context=CONTEXT, cache_dir=cache)
     model.prepare(len(short))
@@ -163,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     prefill = loop.prepare(
         model.prefill_for(len(long)), model.weights(model.prefill_for(len(long)))
     )
-    prefill_step = step_us(prefill.launch, loop.stream, 20)
+    prefill_step = step_us(prefill.launch, prefill.stream, 20)  # it runs on its program's stream
     model.close()
 
     loop_us = 1e6 / statistics.median(decode_rates)
