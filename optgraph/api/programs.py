@@ -317,12 +317,15 @@ def run_on_cuda(
     pipeline: str = "default",
     options: LoweringOptions | None = None,
     devices: int | None = None,
+    compiled: CompiledProgram | None = None,
 ) -> dict[str, Any]:
     """What `optgraph run --device cuda [--devices N]` does: compile `graph` with `pipeline`
     (plus a memory plan) for cuda on `devices` GPUs, run it, and with CUDA graphs run it again
-    as a replay, which must equal the first run."""
+    as a replay, which must equal the first run; `compiled`: that program, compiled already
+    (closed here all the same)."""
     options = options or LoweringOptions()
-    compiled = compile(graph, pipeline, "cuda", options=options, devices=devices)
+    if compiled is None:
+        compiled = compile(graph, pipeline, "cuda", options=options, devices=devices)
     try:
         first = compiled.run(inputs, weights)
         if not options.use_graph:

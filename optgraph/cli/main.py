@@ -292,7 +292,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         from optgraph.output_files import check_npz_target
 
         check_npz_target(args.save_outputs, "--save-outputs: ")  # before the work, not after
-    with _progress(args.quiet, 4 + (args.save_outputs is not None)) as progress:
+    # One process per GPU through NCCL (runtime/multi/gpus.py) compiles when it runs.
+    on_gpus = device == "cuda" and args.devices > 1
+    phases = 3 + (not on_gpus) + (args.save_outputs is not None)
+    with _progress(args.quiet, phases) as progress:
         graph = _read_model(progress, args.model)
         check_value_files(args.inputs, args.weights)
         from optgraph.codegen.lowering_options import LoweringOptions
@@ -303,16 +306,21 @@ def cmd_run(args: argparse.Namespace) -> int:
             use_graph=not args.no_graph,
         )
         pipeline, split = device_pipeline(graph, _pipeline(args, graph), args.devices)
-        with progress.phase(f"compile for {device}" if device == "cpu" else "plan memory"):
-            with _placement_notes() as notes:
-                prepared = prepare_run(graph, device, pipeline=pipeline, options=options)
+        compiling = contextlib.nullcontext() if on_gpus else progress.phase(f"compile for {device}")
+        with compiling, _placement_notes() as notes:
+            prepared = prepare_run(
+                graph, device, pipeline=pipeline, options=options, devices=args.devices
+            )
+        try:
             prepared.check_memory(args.check, args.weights)  # before any value is allocated
-        with progress.phase("inputs and weights"):
-            inputs, weights = load_values(graph, args.inputs, args.weights, args.seed)
-        # cuda: one process per GPU through NCCL (runtime/multi/gpus.py) for several devices.
-        on_gpus = {"devices": args.devices} if device == "cuda" else {}
-        with progress.phase(f"run on {device}" if device == "cpu" else "compile and run on cuda"):
-            results = prepared.run(inputs, weights, **on_gpus)
+            with progress.phase("inputs and weights"):
+                inputs, weights = load_values(graph, args.inputs, args.weights, args.seed)
+        except BaseException:
+            prepared.close()  # a compiled cuda program's device buffers (the run closes it)
+            raise
+        extra = {"devices": args.devices} if device == "cuda" else {}
+        with progress.phase("compile and run on cuda" if on_gpus else f"run on {device}"):
+            results = prepared.run(inputs, weights, **extra)
         if args.save_outputs is not None:
             from optgraph.output_files import write_npz
 

@@ -139,8 +139,10 @@ RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
 
 @dataclass(frozen=True)
 class PreparedRun:
-    """A run decided before any value is allocated: on cpu the compiled program (its planned
-    arena is part of the memory the run needs); on cuda the graph, compiled when it runs."""
+    """A run decided before any value is allocated: the compiled program (on cpu its planned
+    arena is part of the memory the run needs; on cuda the runtime checked the device's memory
+    before it made its buffers, and its pinned buffers count on the host); on several GPUs
+    the graph, compiled when it runs."""
 
     graph: Graph
     device: str
@@ -158,19 +160,41 @@ class PreparedRun:
     def check_memory(self, check: bool, weights_file: str | None) -> None:
         """Refuse, with the figures, a run whose host memory exceeds what is available
         (`run_memory`), before the inputs and weights are made."""
-        from optgraph.cli.run_memory import available_memory, check_run_memory, run_memory
+        from optgraph import host_memory
+        from optgraph.cli.run_memory import check_run_memory, run_memory
 
-        program = self.compiled.program if self.compiled is not None else None
-        check_run_memory(run_memory(self.graph, program, check, weights_file), available_memory())
+        program, pinned = None, 0
+        if self.compiled is not None and self.device == "cpu":
+            program = self.compiled.program
+        elif self.compiled is not None and self.compiled.lowered is not None:
+            from optgraph.runtime.cuda.memory import pinned_bytes
+
+            pinned = pinned_bytes(self.compiled.lowered.main)
+        memory = run_memory(self.graph, program, check, weights_file, pinned)
+        check_run_memory(memory, host_memory.available_memory())
+
+    def close(self) -> None:
+        """Release a compiled cuda program (its device buffers) that will not run."""
+        if self.compiled is not None:
+            self.compiled.close()
 
 
 def prepare_run(
-    graph: Graph, device: str, *, pipeline: str, options: LoweringOptions | None
+    graph: Graph,
+    device: str,
+    *,
+    pipeline: str,
+    options: LoweringOptions | None,
+    devices: int = 1,
 ) -> PreparedRun:
-    """Compile `graph` for the cpu executor now (a cuda run compiles in `run_on_cuda`)."""
+    """Compile `graph` for `device` now: for the cpu executor, or for one GPU (whose runtime
+    refuses, with the figures, a program its free memory cannot hold); a run over several GPUs
+    compiles in `run_on_cuda`, one process per GPU."""
     compiled = None
     if device == "cpu":
         compiled = compile_program(graph, pipeline, target="cpu", options=options)
+    elif devices == 1:
+        compiled = compile_program(graph, pipeline, target="cuda", options=options, devices=1)
     return PreparedRun(graph, device, pipeline, options, compiled)
 
 

@@ -13,10 +13,14 @@ refused up front with the figures instead of growing until the allocator fails:
     weights 381 MiB, cpu arena 1.49 GiB + 4.47 GiB scratch, outputs 1.49 GiB; --check:
     reference values 5.96 GiB), and 8 GiB are available (MemAvailable in /proc/meminfo)
 
+On cuda the host holds the inputs, weights and outputs, the runtime's pinned buffers (staging of
+inputs and outputs, host-placed values and weights); the device's own memory is checked by the
+runtime before it allocates (`runtime/cuda/memory.py`, against the device's free memory).
+
 The figure is a lower bound: NumPy's temporaries inside one op come on top. Weights read from a
 `.gguf` file are memory-mapped (file pages the kernel can drop and read again), so they are not
-counted. What is available: MemAvailable of /proc/meminfo, lowered by a cgroup's memory limit
-(v2 `memory.max`, v1 `memory.limit_in_bytes`) less its usage; unknown elsewhere (no check).
+counted. What is available: `host_memory.available_memory` (MemAvailable of /proc/meminfo,
+lowered by a cgroup's limit; unknown elsewhere: no check).
 
 Complexity: O(V + E) over the graph.
 """
@@ -28,12 +32,9 @@ from pathlib import Path
 
 from optgraph.codegen.plan.arena_program import Program
 from optgraph.errors import OptGraphError
+from optgraph.host_memory import Available, size_text
 from optgraph.ir.graph import Graph, Node
 from optgraph.ir.weight_layout import model_type
-
-CGROUP_V2 = Path("/sys/fs/cgroup")
-CGROUP_V1 = Path("/sys/fs/cgroup/memory")
-MEMINFO = Path("/proc/meminfo")
 
 
 @dataclass(frozen=True)
@@ -47,11 +48,13 @@ class RunMemory:
     # values: it evaluates the body node by node)
     outputs: int
     reference: int  # --check: the reference interpreter's peak of live values (0 without)
+    pinned: int = 0  # cuda: the runtime's pinned buffers (staging, host values and weights)
 
     @property
     def total(self) -> int:
-        # The executor's arena is gone when the reference runs; its outputs are kept.
-        executor = self.arena + self.scratch
+        # The executor's arena (or the cuda runtime) is gone when the reference runs; its
+        # outputs are kept.
+        executor = self.arena + self.scratch + self.pinned
         return self.inputs + self.weights + self.outputs + max(executor, self.reference)
 
     def describe(self) -> str:
@@ -61,21 +64,13 @@ class RunMemory:
         ]
         if self.arena:
             parts.append(f"cpu arena {size_text(self.arena)} + {size_text(self.scratch)} scratch")
+        if self.pinned:
+            parts.append(f"cuda pinned buffers {size_text(self.pinned)}")
         parts.append(f"outputs {size_text(self.outputs)}")
         text = ", ".join(parts)
         if self.reference:
             text += f"; --check: reference values {size_text(self.reference)}"
         return text
-
-
-def size_text(nbytes: int) -> str:
-    """`nbytes` as `1.49 GiB` (`512 bytes` below a KiB)."""
-    value, unit = float(nbytes), ""
-    for name in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
-        if value < 1024:
-            break
-        value, unit = value / 1024, name
-    return f"{value:.3g} {unit}" if unit else f"{nbytes} bytes"
 
 
 def reference_peak(graph: Graph) -> int:
@@ -102,10 +97,15 @@ def reference_peak(graph: Graph) -> int:
 
 
 def run_memory(
-    graph: Graph, program: Program | None, check: bool, weights_file: str | None
+    graph: Graph,
+    program: Program | None,
+    check: bool,
+    weights_file: str | None,
+    pinned: int = 0,
 ) -> RunMemory:
     """What a run of `graph` holds on the host; `program` is the CPU executor's (None on
-    cuda), `weights_file` the `--weights` file (a `.gguf` is memory-mapped: not counted)."""
+    cuda), `weights_file` the `--weights` file (a `.gguf` is memory-mapped: not counted),
+    `pinned` the cuda runtime's pinned host buffers (`runtime.cuda.memory.pinned_bytes`)."""
     mapped = weights_file is not None and Path(weights_file).suffix == ".gguf"
     arena = scratch = 0
     if program is not None:
@@ -119,6 +119,7 @@ def run_memory(
         scratch=scratch,
         outputs=sum(types[o].nbytes for o in set(graph.output_names())),
         reference=reference_peak(graph) if check else 0,
+        pinned=pinned,
     )
 
 
@@ -129,32 +130,7 @@ def _node_scratch(node: Node) -> int:
     return node.type.nbytes if node.type is not None and not node.is_event else 0
 
 
-def available_memory() -> tuple[int, str] | None:
-    """(bytes this process may still allocate, where the figure comes from); None: unknown."""
-    found: list[tuple[int, str]] = []
-    try:
-        for line in MEMINFO.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                found.append((int(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"))
-    except (OSError, ValueError, IndexError):
-        pass
-    for limit_file, usage_file in (
-        (CGROUP_V2 / "memory.max", CGROUP_V2 / "memory.current"),
-        (CGROUP_V1 / "memory.limit_in_bytes", CGROUP_V1 / "memory.usage_in_bytes"),
-    ):
-        try:
-            limit_text = limit_file.read_text().strip()
-            if limit_text == "max":
-                continue
-            limit, usage = int(limit_text), int(usage_file.read_text().strip())
-        except (OSError, ValueError):
-            continue
-        if limit < 1 << 60:  # v1 writes a huge number for "no limit"
-            found.append((max(limit - usage, 0), f"the cgroup limit {limit_file}"))
-    return min(found) if found else None
-
-
-def check_run_memory(memory: RunMemory, available: tuple[int, str] | None) -> None:
+def check_run_memory(memory: RunMemory, available: Available | None) -> None:
     """Refuse the run (an `OptGraphError` with the figures) when it cannot fit."""
     if available is None or memory.total <= available[0]:
         return

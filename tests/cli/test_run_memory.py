@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import optgraph as og
+from optgraph import host_memory
 from optgraph.cli import run as run_module
 from optgraph.cli import run_memory
 from optgraph.cli.main import main
@@ -40,7 +41,7 @@ def test_a_run_over_the_available_memory_is_refused_with_the_figures(
 ) -> None:
     model = tmp_path / "wide.ir"
     model.write_text(ISSUE_SHAPED)
-    monkeypatch.setattr(run_memory, "available_memory", lambda: (8 * GIB, "a test's figure"))
+    monkeypatch.setattr(host_memory, "available_memory", lambda: (8 * GIB, "a test's figure"))
     monkeypatch.setattr(run_module, "load_values", _no_values)
     assert main(["run", str(model), "--device", "cpu", "--check", "-q"]) == 1
     err = capsys.readouterr().err
@@ -72,7 +73,7 @@ def test_without_check_the_message_says_so_when_it_would_fit() -> None:
 def test_a_run_that_fits_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = tmp_path / "small.ir"
     model.write_text(ISSUE_SHAPED.replace("99999999", "999"))
-    monkeypatch.setattr(run_memory, "available_memory", lambda: (GIB, "a test's figure"))
+    monkeypatch.setattr(host_memory, "available_memory", lambda: (GIB, "a test's figure"))
     assert main(["run", str(model), "--device", "cpu", "--check", "-q"]) == 0
 
 
@@ -95,7 +96,7 @@ def test_a_graph_no_machine_can_hold_is_refused_on_this_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No patched figure: this machine's own (1.5 TiB tensors fit nowhere)."""
-    if run_memory.available_memory() is None:
+    if host_memory.available_memory() is None:
         pytest.skip("this system does not say how much memory is available")
     model = tmp_path / "huge.ir"
     model.write_text(ISSUE_SHAPED.replace("[4,", "[4096,"))
@@ -103,3 +104,42 @@ def test_a_graph_no_machine_can_hold_is_refused_on_this_one(
     assert main(["run", str(model), "--device", "cpu", "-q"]) == 1
     err = capsys.readouterr().err
     assert "run: not enough memory: this run needs at least" in err and "TiB" in err, err
+
+
+def test_a_cuda_run_the_device_cannot_hold_is_refused_before_any_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GPU's free memory (cudaMemGetInfo, here the fake's) against the planned buffers: the
+    run compiles first and its runtime refuses before it makes a buffer or a value."""
+    from tests.support.fake_cupy import fake_cupy
+
+    model = tmp_path / "wide.ir"
+    model.write_text(ISSUE_SHAPED)
+    monkeypatch.setattr(run_module, "load_values", _no_values)
+    with fake_cupy(monkeypatch) as fake:
+        fake.device_free = 2 * GIB
+        assert main(["run", str(model), "--device", "cuda", "--check", "-q"]) == 1
+        assert fake.allocations == []  # not one device buffer
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "error: cuda: not enough memory on the device: at least" in err, err
+    assert "weights 381 MiB" in err and "inputs 1.49 GiB" in err, err
+    assert "and 2 GiB are available (free on the current GPU" in err, err
+
+
+def test_a_cuda_run_counts_its_pinned_buffers_on_the_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inputs, weights and outputs (3.35 GiB) fit in 4 GiB; with the runtime's pinned staging
+    of the input and the output (2.98 GiB) they do not."""
+    from tests.support.fake_cupy import fake_cupy
+
+    model = tmp_path / "wide.ir"
+    model.write_text(ISSUE_SHAPED)
+    monkeypatch.setattr(run_module, "load_values", _no_values)
+    monkeypatch.setattr(host_memory, "available_memory", lambda: (4 * GIB, "a test's figure"))
+    with fake_cupy(monkeypatch):
+        assert main(["run", str(model), "--device", "cuda", "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "run: not enough memory: this run needs at least 6.33 GiB on the host" in err, err
+    assert "cuda pinned buffers 2.98 GiB" in err and "4 GiB are available" in err, err

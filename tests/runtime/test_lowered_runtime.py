@@ -242,7 +242,10 @@ def test_optgraph_run_on_cuda_compiles_once_with_the_flags_options(monkeypatch) 
         counters.append(self._cuda.counters)  # what the runtime did, read before it is released
         real_close(self)
 
+    from optgraph.cli import run
+
     monkeypatch.setattr(api, "compile", recording)
+    monkeypatch.setattr(run, "compile_program", recording)  # the run compiles before its values
     monkeypatch.setattr(api.CompiledProgram, "close", close)
     with fake_cupy(monkeypatch) as fake:
         model = str(EXAMPLES / "diamond.ir")

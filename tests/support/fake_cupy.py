@@ -1,11 +1,12 @@
 """A stand-in for CuPy, so the CUDA runtime's host side runs in CI (no GPU, no CuPy).
 
-What it models: device and pinned memory (host memory underneath, so copies really move bytes),
-streams and events (no-ops: everything runs in issue order), stream capture (calls made while
-capturing are recorded into a graph instead of run; launching the instantiated graph runs them),
-`cudaGraphExecUpdate`, the current allocator, and CuPy's cuBLAS wrappers. Kernels and GEMMs are
-recorded by name and do not compute anything, so output *values* mean nothing here: tests assert
-what the runtime did (counters, which calls, which buffers), never results.
+What it models: device and pinned memory (host memory underneath, so copies really move bytes;
+`memGetInfo` reports `device_free`), streams and events (no-ops: everything runs in issue order),
+stream capture (calls made while capturing are recorded into a graph instead of run; launching
+the instantiated graph runs them), `cudaGraphExecUpdate`, the current allocator, and CuPy's
+cuBLAS wrappers. Kernels and GEMMs are recorded by name and do not compute anything, so output
+*values* mean nothing here: tests assert what the runtime did (counters, which calls, which
+buffers), never results.
 
     with fake_cupy(monkeypatch) as fake:      # installs cupy, cupy_backends and cuda.bindings
         program = cuda_program(graph)
@@ -116,6 +117,8 @@ class FakeCupy:
         self.instantiations = 0
         self.memcpys = 0
         self.driver: FakeDriver | None = None
+        self.device_free = 80 << 30  # what memGetInfo says is free (a test lowers it)
+        self.pool_free = 0  # free blocks in CuPy's default memory pool
 
     @property
     def capture(self) -> list[tuple[str, Callable[[], None]]] | None:
@@ -250,6 +253,7 @@ def _modules(fake: FakeCupy) -> dict[str, types.ModuleType]:
 
     runtime = types.SimpleNamespace(
         getDeviceCount=lambda: fake.device_count,
+        memGetInfo=lambda: (fake.device_free, 80 << 30),
         memcpyAsync=fake.memcpy_async,
         memcpy2DAsync=fake.memcpy_2d_async,
         memcpy=fake.memcpy,
@@ -301,6 +305,9 @@ def _modules(fake: FakeCupy) -> dict[str, types.ModuleType]:
     cupy.ascontiguousarray = lambda array: array  # type: ignore[attr-defined]
     cupy.asarray = fake.asarray  # type: ignore[attr-defined]
     cupy.empty = lambda shape, dtype: DeviceArray(fake, np.zeros(shape, dtype))  # type: ignore[attr-defined]
+    cupy.get_default_memory_pool = lambda: types.SimpleNamespace(  # type: ignore[attr-defined]
+        free_bytes=lambda: fake.pool_free
+    )
     cupy.fake = fake  # type: ignore[attr-defined]
 
     handles = itertools.count(1)

@@ -12,11 +12,21 @@
   `read_output` are the host ends of a run.
 
 All of it is allocated up front, outside any capture: a CUDA graph bakes these addresses in.
+Before it is, `check_device_memory` compares what the plan needs (`device_need`: weights, arena,
+unplanned values, input buffer) with the device's free memory (`cudaMemGetInfo`, plus the blocks
+CuPy's pool holds free) and refuses a program that cannot fit with both figures, at once, rather
+than failing half way through the allocations:
+
+    cuda: not enough memory on the device: at least 7.45 GiB needed (weights 381 MiB, arena
+    5.96 GiB, inputs 1.49 GiB), and 4 GiB are available (free on the current GPU: ...)
+
+`pinned_bytes` is the pinned host memory a variant takes (what `optgraph run` counts on the host).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,6 +34,7 @@ import numpy as np
 from optgraph.codegen.plan.lowered import LoweredVariant
 from optgraph.codegen.plan.steps import HOST_SPACES, CudaPlan, Location
 from optgraph.errors import InputError
+from optgraph.host_memory import Available, check_fits, size_text
 from optgraph.ir.graph import Graph, TensorType
 from optgraph.ir.weight_layout import model_type, stored_array
 from optgraph.reference.kernels import ir_dtype, numpy_dtype
@@ -37,6 +48,66 @@ ALIGN = 256
 
 def align(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
+
+
+def staging_bytes(names: Iterable[str], types: Mapping[str, TensorType]) -> int:
+    """Bytes of one buffer holding `names` one after another, each 256-aligned (at least 1)."""
+    return sum(align(max(types[n].nbytes, 1)) for n in dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class DeviceNeed:
+    """Device bytes a program's buffers take (`DeviceWeights`, `VariantMemory`)."""
+
+    weights: int
+    arena: int
+    values: int  # the unplanned fallback: a buffer per value
+    inputs: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.arena + self.values + self.inputs
+
+    def describe(self) -> str:
+        parts = [("weights", self.weights), ("arena", self.arena)]
+        parts += [("values", self.values), ("inputs", self.inputs)]
+        return ", ".join(f"{name} {size_text(n)}" for name, n in parts if n)
+
+
+def device_need(variant: LoweredVariant, with_weights: bool) -> DeviceNeed:
+    """What `variant`'s buffers take on the device (and the program's weights buffer, when
+    `with_weights`); a streamed arena counts its fallback's, the least that is allocated."""
+    plan = variant.plan
+    arena = plan.arena_bytes
+    if variant.fallback is not None:
+        arena = min(arena, variant.fallback.plan.arena_bytes)
+    return DeviceNeed(
+        weights=plan.weights_bytes if with_weights else 0,
+        arena=arena,
+        values=sum(plan.value_bytes.values()),
+        inputs=staging_bytes(plan.inputs, plan.types),
+    )
+
+
+def device_free_memory() -> Available:
+    """The bytes the current GPU can still give: its free memory and CuPy's pooled free blocks."""
+    cp = cupy()
+    free, _ = cp.cuda.runtime.memGetInfo()
+    pooled = cp.get_default_memory_pool().free_bytes()
+    return int(free) + int(pooled), "free on the current GPU: cudaMemGetInfo and CuPy's pool"
+
+
+def check_device_memory(need: DeviceNeed, available: Available) -> None:
+    """Refuse (an `OptGraphError` with both figures) buffers that cannot fit on the device."""
+    check_fits(need.total, available, "cuda", need.describe(), " on the device")
+
+
+def pinned_bytes(variant: LoweredVariant) -> int:
+    """The pinned host memory of `variant` (staging of inputs and outputs, host-placed values)
+    and of the program's host weights."""
+    plan = variant.plan
+    staging = staging_bytes(plan.inputs, plan.types) + staging_bytes(plan.outputs, plan.types)
+    return staging + plan.host_arena_bytes + plan.host_weights_bytes
 
 
 def check_array(value: Any, t: TensorType, what: str) -> None:
@@ -118,6 +189,7 @@ class VariantMemory:
 
     def __init__(self, lowered: LoweredVariant, weights: DeviceWeights):
         cp = cupy()
+        check_device_memory(device_need(lowered, with_weights=False), device_free_memory())
         self.weights = weights
         # Split/streamed programs: a streamed arena that does not fit falls back to synchronous
         # copies; host values and host weights live in pinned memory (runtime/cuda/offload.py).

@@ -79,7 +79,13 @@ from optgraph.runtime.cuda.graph_cache import (
     shape_change,
 )
 from optgraph.runtime.cuda.launch import Streams, Variant
-from optgraph.runtime.cuda.memory import DeviceWeights, check_array
+from optgraph.runtime.cuda.memory import (
+    DeviceWeights,
+    check_array,
+    check_device_memory,
+    device_free_memory,
+    device_need,
+)
 from optgraph.runtime.cuda.offload import HostErrors
 
 __all__ = [
@@ -113,6 +119,8 @@ class CudaProgram:
         relower: Relower | None = None,
     ):
         cupy()  # ImportError here, not half way through, where CuPy is missing
+        # A program that cannot fit is refused with the figures before anything is made.
+        check_device_memory(device_need(lowered.main, with_weights=True), device_free_memory())
         from cupy_backends.cuda.libs import cublas
 
         self.lowered = lowered
