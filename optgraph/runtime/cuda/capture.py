@@ -3,7 +3,8 @@
 - `capture(stream, ops, mode, forbid)` runs the host calls of one run while stream 0 captures
   (the other streams join through the fork event), with CuPy allocation forbidden: CuPy captures
   in relaxed mode, where an allocation would silently bake an address into the graph. Capture is
-  always ended in a `finally`: an unfinished capture breaks every later CUDA call in the process.
+  always ended, also when a call raises or Ctrl-C interrupts it (its half graph destroyed): an
+  unfinished capture breaks every later CUDA call in the process.
 - `CapturedGraph`: the captured `cudaGraph_t` (kept for DOT dumps and updates) and its
   instantiated `cudaGraphExec_t`.
 - `exec_update(exec, graph)`: `cudaGraphExecUpdate` through cuda-bindings, for a run whose bound
@@ -58,14 +59,26 @@ def capture(
         try:
             for op in ops:
                 op()
-        finally:
-            try:
-                graph = rt.streamEndCapture(stream)
-            except Exception:  # noqa: BLE001 - the capture failed; the first error wins
-                graph = 0
+        except BaseException:  # an error, or Ctrl-C: end the capture, drop its half graph
+            _end_and_destroy(rt, stream)
+            raise
+        try:
+            graph = rt.streamEndCapture(stream)
+        except Exception:  # noqa: BLE001 - CUDA invalidated the capture: reported below
+            graph = 0
     if not graph:
         raise OptGraphError("CUDA graph capture failed (see the runtime's issue list)")
     return graph
+
+
+def _end_and_destroy(rt: Any, stream: int) -> None:
+    """End the capture open on `stream` and destroy what it captured (the first error wins)."""
+    try:
+        graph = rt.streamEndCapture(stream)
+    except Exception:  # noqa: BLE001 - CUDA had invalidated the capture: nothing to destroy
+        return
+    if graph:
+        rt.graphDestroy(graph)
 
 
 class CapturedGraph:
