@@ -30,28 +30,38 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import NamedTuple
 
 from optgraph.analysis.happens_before import HappensBefore
+from optgraph.ir.layout import ByteSet
 
 NEVER_SEQ = (1 << 63) - 1  # a sequence number no access reaches
 
 
 class Access(NamedTuple):
     """`node` (an index in issue order) reads or writes `value` on `device`. `within`: the
-    bytes [lo, hi) of its root buffer the access touches (a read through an aliasing view: the
-    view's bytes); None: the whole buffer. A named tuple: the race search makes one per read and
-    write of every buffer, and a frozen dataclass costs several times more to make."""
+    bytes of its root buffer the access touches (a read through an aliasing view: the view's
+    bytes; a materialized slice's read: its operand's rows, a strided set; an in-place write
+    through a view: the view's bytes); None: the whole buffer. A named tuple: the race search
+    makes one per read and write of every buffer, and a frozen dataclass costs several times
+    more to make."""
 
     node: int
     value: str
     writes: bool
     device: int = 0
-    within: tuple[int, int] | None = None
+    within: ByteSet | None = None
 
     def touches(self, start: int, overlap: tuple[int, int]) -> bool:
         """Whether the access reaches the arena bytes `overlap`, its buffer starting at `start`."""
         if self.within is None:
             return True
-        lo, hi = start + self.within[0], start + self.within[1]
-        return lo < overlap[1] and overlap[0] < hi
+        return self.within.meets(overlap[0] - start, overlap[1] - start)
+
+    def shares_bytes(self, other: Access) -> bool:
+        """Whether two accesses of one buffer reach a common byte (None: every byte)."""
+        if self.within is None:
+            return other.within is None or other.within.runs() > 0
+        if other.within is None:
+            return self.within.runs() > 0
+        return self.within.intersects(other.within)
 
 
 PlannedBuffer = tuple[int, str, int, int]  # (producer index, name, first byte, end byte)

@@ -1,10 +1,12 @@
 """Races: conflicting accesses that happens-before does not order, found for check-races and the report.
 
 Two accesses conflict when they touch the same bytes and at least one writes; they race when
-neither happens-before the other. `find_races(graph)` returns every race (values, in-place cache
-writes, overlapping arena bytes once memory is planned, streams not joined at the end) and every
-`clobber` (buffers sharing bytes ordered the wrong way round); `race_diagnostics` renders them
-located, with a note at the other node. The `check-races` pass (`optgraph.passes.check_races`)
+neither happens-before the other. An access through a view of part of a buffer, or a slice's
+read of its rows, touches only those bytes (`Access.within`, a `layout.ByteSet`).
+`find_races(graph)` returns every race (values, in-place cache writes, overlapping arena bytes
+once memory is planned, streams not joined at the end) and every `clobber` (buffers sharing
+bytes ordered the wrong way round); `race_diagnostics` renders them located, with a note at the
+other node. The `check-races` pass (`optgraph.passes.check_races`)
 documents the accesses and the interval-map search in full.
 
     %a = exp(%x) !{stream = 1}    %b = neg(%a) !{stream = 0}     (no record/wait)
@@ -35,7 +37,7 @@ from optgraph.analysis.arena_order import (
 from optgraph.analysis.happens_before import happens_before, operands_read
 from optgraph.errors import Diagnostic, Span
 from optgraph.ir.graph import EVENT_OPS, Graph, Node, TensorType
-from optgraph.ir.layout import alias_roots
+from optgraph.ir.layout import ByteSet, alias_roots, slice_bytes
 from optgraph.ir.ops import get_op
 
 END = -1  # the graph's end, as the second party of a race
@@ -151,7 +153,7 @@ Buffers = dict[int, dict[str, list[Access]]]  # device -> root buffer -> its acc
 
 def view_bytes(
     value: str, roots: dict[str, tuple[str, int]], types: dict[str, TensorType]
-) -> tuple[int, int] | None:
+) -> ByteSet | None:
     """The bytes [lo, hi) of its root buffer that `value` spans, when it is a view of part of
     it; None for the root itself or a view of all of it (a reshape): the whole buffer."""
     if value not in roots:
@@ -160,13 +162,25 @@ def view_bytes(
     nbytes = types[value].nbytes
     if offset == 0 and nbytes >= types[root].nbytes:
         return None
-    return offset, offset + nbytes
+    return ByteSet(offset, offset + nbytes)
+
+
+def _slice_read(
+    node: Node, operand: str, roots: dict[str, tuple[str, int]], types: dict[str, TensorType]
+) -> ByteSet | None:
+    """The bytes of its root a materialized `slice` reads through `operand` (its rows, maybe a
+    strided set, at the operand's place in the root); None: the operand's whole bytes."""
+    part = slice_bytes(node, types[operand])
+    if part is None:
+        return None
+    return part.shifted(roots[operand][1]) if operand in roots else part
 
 
 def _buffer_accesses(graph: Graph, roots: dict[str, tuple[str, int]]) -> Buffers:
     """Per device, per root buffer: the write of its producer, and every read through it or its
     aliases on that device (a send reads the buffer it sends; a recv reads nothing there). A read
-    through an aliasing view touches only the view's bytes (`Access.within`). O(V + E)."""
+    through an aliasing view touches only the view's bytes, a materialized slice's read only
+    its rows (`Access.within`). O(V + E)."""
     accesses: Buffers = {}
     types = graph.value_types()
     through = {view: (root, view_bytes(view, roots, types)) for view, (root, _) in roots.items()}
@@ -179,6 +193,7 @@ def _buffer_accesses(graph: Graph, roots: dict[str, tuple[str, int]]) -> Buffers
             on = accesses.get(d)
             if on is None:
                 on = accesses[d] = {}
+            sliced = False
             if op == "send" and node.operands:
                 reads: Sequence[str] = node.operands[:1]
             elif name in roots:  # an aliasing view reads and writes nothing
@@ -191,12 +206,16 @@ def _buffer_accesses(graph: Graph, roots: dict[str, tuple[str, int]]) -> Buffers
                 else:
                     found.insert(0, write)
                 reads = operands_read(node, d)
+                sliced = op == "slice"
             for operand in reads:
                 view = through.get(operand)
                 if view is None:
                     root, within = operand, None
                 else:
                     root, within = view
+                if sliced:  # a slice's one operand: only the rows it copies
+                    rows = _slice_read(node, operand, roots, types)
+                    within = within if rows is None else rows
                 access = Access(i, operand, False, d, within)
                 found = on.get(root)
                 if found is None:
@@ -220,16 +239,21 @@ def find_races(graph: Graph) -> list[Race]:
         f.pair(Access(i, value, False, hb.device_of[y]), Access(p, value, True, hb.device_of[x]))
     accesses = _buffer_accesses(graph, roots)
     rule = _InPlaceRule(graph, roots)
+    types = rule.types
     for i, node in enumerate(nodes):  # in place: kv_cache_write into its cache's buffer
         if (
             node.op == "kv_cache_write"
             and node.operands
             and _is_in_place(node, roots, rule.offsets)
         ):
-            root = roots.get(node.operands[0], (node.operands[0], 0))[0]
+            cache = node.operands[0]
+            root = roots.get(cache, (cache, 0))[0]
+            within = view_bytes(cache, roots, types)  # through a view: only the view's bytes
             for d in node.devices:
+                write = Access(i, root, True, d, within)
                 for other in accesses.get(d, {}).get(root, ()):
-                    f.pair(Access(i, root, True, d), other)
+                    if write.shares_bytes(other):
+                        f.pair(write, other)
     read_at_end = _output_roots(graph, roots)
     for device in hb.devices:
         _check_arena(f, accesses.get(device, {}), roots, device, rule, read_at_end)

@@ -11,12 +11,14 @@ Accesses are:
 - values: each node writes its result and reads its operands, so every data edge must be ordered
   (a view is a value too, even when it aliases);
 - in place: `kv_cache_write` writes into its cache operand's buffer (through aliasing views to
-  the root) when the plan puts its result at the cache's bytes, or when memory is not planned yet
+  the root, only the view's bytes: a cache that is the first half of a buffer leaves the second
+  alone) when the plan puts its result at the cache's bytes, or when memory is not planned yet
   (the conservative reading); planned as a copy (its own bytes) it only reads the cache;
 - arena bytes, once memory is planned: a buffer is a node result with `offset`/`size`; an aliasing
   view's readers read its root's bytes, only those of the view (a slice of the second half reads
-  nothing of the first); two different buffers whose byte ranges overlap conflict where accesses
-  of both reach the shared bytes;
+  nothing of the first), and a materialized `slice` reads only its rows of its operand (columns
+  4..8 of an f32[4,8]: bytes 16 + 32·k + [0, 16), a strided `ByteSet`); two different buffers
+  whose byte ranges overlap conflict where accesses of both reach the shared bytes;
 - the end: the host returns the outputs and starts the next replay after stream 0's end, so every
   stream's last node must happen-before it; the host then reads every output, so no later write
   may land on an output's bytes (a plan that reuses them after the output's last in-graph read;

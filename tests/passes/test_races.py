@@ -22,10 +22,12 @@ from optgraph.passes.manager import run_pipeline
 from tests.support.property_examples import examples
 from tests.support.random_graphs import random_dag_graphs
 from tests.support.scheduled_graphs import random_streams
+from tests.support.touched_bytes import read_bytes
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 Key = tuple[int, str, int, str]
+Touch = tuple[int, str, bool, str, bool, frozenset[int] | None]
 
 
 def _brute_force(graph: Graph) -> set[Key]:
@@ -39,24 +41,23 @@ def _brute_force(graph: Graph) -> set[Key]:
             if o in producers and hb.concurrent(producers[o], i):
                 found.add((i, o, producers[o], o))
     # node, value, writes, root, in place, bytes of the root it touches (None: all of them)
-    accesses: list[tuple[int, str, bool, str, bool, tuple[int, int] | None]] = []
+    accesses: list[Touch] = []
     offsets = {n.name: n.ann.offset for _, n in graph.compute_nodes()}
     types = graph.value_types()
     for i, node in graph.compute_nodes():
         if node.name not in roots:  # an aliasing view touches no bytes
             accesses.append((i, node.name, True, node.name, False, None))
-            for o in dict.fromkeys(node.operands):
-                root, at = roots.get(o, (o, 0))
-                whole = o not in roots or (at == 0 and types[o].nbytes >= types[root].nbytes)
-                within = None if whole else (at, at + types[o].nbytes)  # a view of part of it
-                accesses.append((i, o, False, root, False, within))
+            for o in dict.fromkeys(node.operands):  # a view's or a slice's part: its bytes
+                root = roots.get(o, (o, 0))[0]
+                accesses.append((i, o, False, root, False, read_bytes(node, o, types, roots)))
         if node.op == "kv_cache_write":  # into its cache unless planned as a copy
             root, extra = roots.get(node.operands[0], (node.operands[0], 0))
             root_offset = offsets.get(root)
             if node.ann.offset is None or (
                 root_offset is not None and root_offset + extra == node.ann.offset
-            ):
-                accesses.append((i, root, True, root, True, None))
+            ):  # through a view of part of the cache: only its bytes
+                written = read_bytes(node, node.operands[0], types, roots)
+                accesses.append((i, root, True, root, True, written))
     span = {
         n.name: (n.ann.offset, n.ann.offset + n.ann.size)
         for _, n in graph.compute_nodes()
@@ -66,24 +67,33 @@ def _brute_force(graph: Graph) -> set[Key]:
         if a[0] == b[0] or not (a[2] or b[2]) or not hb.concurrent(a[0], b[0]):
             continue
         later, earlier = (a, b) if a[0] > b[0] else (b, a)
-        in_place = (a[4] or b[4]) and a[3] == b[3]  # kv_cache_write into its cache's root
+        # kv_cache_write into its cache's root, where the two reach a common byte
+        in_place = (a[4] or b[4]) and a[3] == b[3] and _meet(a[5], b[5])
         ra, rb = _touched(span, a), _touched(span, b)
-        overlap = a[3] != b[3] and ra and rb and max(ra[0], rb[0]) < min(ra[1], rb[1])
+        overlap = a[3] != b[3] and ra and rb and not ra.isdisjoint(rb)
         if in_place or overlap:
             found.add((later[0], later[1], earlier[0], earlier[1]))
     return found
 
 
-def _touched(
-    span: dict[str, tuple[int, int]],
-    access: tuple[int, str, bool, str, bool, tuple[int, int] | None],
-) -> tuple[int, int] | None:
-    """The arena bytes an access touches: its root's, or the part a view of it spans (within
-    the root's planned bytes: the random plans here may be smaller than the values)."""
+def _meet(a: frozenset[int] | None, b: frozenset[int] | None) -> bool:
+    """Whether two byte sets of one root share a byte (None: all of the root's)."""
+    if a is None:
+        return b is None or bool(b)
+    if b is None:
+        return bool(a)
+    return not a.isdisjoint(b)
+
+
+def _touched(span: dict[str, tuple[int, int]], access: Touch) -> set[int] | None:
+    """The arena bytes an access touches: its root's, or the part a view or a slice of it reads
+    (within the root's planned bytes: the random plans here may be smaller than the values)."""
     whole = span.get(access[3])
-    if whole is None or access[5] is None:
-        return whole
-    return whole[0] + access[5][0], min(whole[0] + access[5][1], whole[1])
+    if whole is None:
+        return None
+    if access[5] is None:
+        return set(range(*whole))
+    return {whole[0] + b for b in access[5] if whole[0] + b < whole[1]}
 
 
 def _keys(graph: Graph) -> set[Key]:
