@@ -1,7 +1,8 @@
 """Fault injection for check-races (issue 13): compiler output over random graphs, every stream
 policy and 1, 2, 4, 8 streams is never flagged; mutants (a wait removed, a wait moved later, a
 record moved earlier, an op moved to another stream, a buffer moved onto a live one or onto an
-output) that are racy by an independent ground truth are always caught.
+output) that are racy by an independent ground truth are always caught, and a buffer moved onto
+bytes that nothing reaches meanwhile (a harmless overlap or on-output mutant) is never flagged.
 
 The ground truth is this file's own: happens-before as reachability over stream order and
 record -> wait edges (no vector clocks), and accesses as byte ranges (arena offsets, aliasing views
@@ -231,7 +232,8 @@ def test_compiler_output_passes_and_racy_mutants_are_caught(
         if ground_truth_racy(mutant):
             assert find_races(mutant), f"{kind}: a racy mutant passed check-races"
         elif kind in ("overlap", "on-output"):
-            assert find_races(mutant) == [], f"{kind}: a harmless mutant was flagged\n" + __import__("optgraph").print_graph(mutant)
+            # a buffer moved onto bytes nothing else reaches meanwhile: no false alarm
+            assert find_races(mutant) == [], f"{kind}: a harmless mutant was flagged"
 
 
 def test_the_ground_truth_sees_an_output_clobber() -> None:
