@@ -25,11 +25,17 @@ Policies (`max-streams=N` caps the number of streams; stream 0 is the one the gr
   single-input consumer continues on its stream, every further consumer (and every root after the
   first, the graph start being a fork) opens a new stream while fewer than N are busy; a join runs
   on the lowest stream among its inputs. A stream is freed once every edge leaving it has been
-  consumed. Drawn so, a stream may hold pieces of chains that no maximum matching keeps whole, and
-  need a wait more than Nimble's count (5 of 2,000 layered random graphs in outside testing); then every
-  chain of a minimum path cover that prefers ggml's continuations goes on the stream ggml drew
-  for its first node instead, so streams hold whole chains and the waits never exceed Nimble's
-  count either (`stream_waits` counts a drawing's waits as insert-sync would).
+  consumed. Why the drawing can need a wait more than Nimble's count (5 of 2,000 layered random
+  graphs in outside testing): its continuations are not a maximum matching of the reduced DAG. A
+  join continues the lowest stream among its inputs even where that stream's input reaches it
+  only along a redundant edge (another input descends from it) or has already been continued, so
+  the chain of the input it really extends ends there; and the first consumer always takes the
+  continuation, greedily. Where that happens (its waits, counted as insert-sync would by
+  `stream_waits`, exceed Nimble's count), every chain of a minimum path cover whose matching starts
+  from ggml's continuations goes on the stream ggml drew for its first node instead: streams then
+  hold whole chains and the waits never exceed Nimble's count. Elsewhere the drawing is kept, by
+  design: under the stream cap a branch with no free stream stays on its producer's stream, and
+  such a drawing often needs fewer waits than whole chains placed on ggml's streams would.
 - `single`: everything on stream 0, issue order unchanged.
 
 Issue order: for `chains` and `fanout` the nodes are reissued by their start in the estimated
@@ -46,7 +52,9 @@ memory planner sees the assignment and pays for it), measured rather than estima
 
 Complexity: O((V + E)·C) for the chain labels (C = greedy chains, near the width), O(E·√V) for the
 matching, O(V + E) for the fork cost model, O(V·N) for the merge, O(V log V) for the reordering;
-`fanout` adds O(V + E) for ggml's drawing and O(V·N) for placing its chains.
+`fanout` takes the labels and the matching (for Nimble's count) but no cost model or merge, and
+adds O(V·N + E) for ggml's drawing, O((V + E)·N) for counting its waits (`stream_waits`), and
+where they exceed Nimble's count a second cover and O(V + E) for placing its chains.
 No V×V structure.
 """
 
@@ -220,7 +228,8 @@ def ggml_streams(preds: Sequence[Sequence[int]], max_streams: int) -> list[int]:
     """The ggml fork/join pattern as first drawn: a node's first single-input consumer
     continues on its stream, every further consumer (and every root after the first) opens a
     new stream while fewer than N are busy, a join runs on the lowest stream among its inputs,
-    a stream is freed once every edge leaving it has been consumed. O(V + E). `fanout_streams`
+    a stream is freed once every edge leaving it has been consumed. O(V·N + E) (a fork looks
+    for a free stream among N). `fanout_streams`
     keeps it unless it needs more waits than Nimble's count."""
     n = len(preds)
     succs = _consumers(preds)
