@@ -85,6 +85,7 @@ class DeviceArray:
 
     def __init__(self, fake: FakeCupy, host: np.ndarray):
         host = np.ascontiguousarray(host)
+        self.fake = fake
         self.shape, self.dtype = host.shape, host.dtype
         self.flags = types.SimpleNamespace(c_contiguous=True)
         self.data = fake.alloc(host.nbytes)
@@ -98,6 +99,15 @@ class DeviceArray:
         """`cupy.ndarray.set`: the host array's values copied in (same shape and dtype)."""
         host = np.ascontiguousarray(host, dtype=self.dtype).reshape(self.shape)
         self.data.bytes(0, host.nbytes)[...] = host.reshape(-1).view(np.uint8)
+
+    @property
+    def T(self) -> DeviceArray:
+        """The transpose, as a new C-contiguous array (CuPy's is a view; the runtime copies it
+        at once: `.T.copy()`)."""
+        return DeviceArray(self.fake, self.get().T)
+
+    def copy(self) -> DeviceArray:
+        return DeviceArray(self.fake, self.get())
 
 
 class FakeCupy:
