@@ -1,10 +1,14 @@
-"""Run every example and a generated Llama decode step on the GPU for compute-sanitizer.
+"""Run every example, generated Llama steps and the quantized kernels on the GPU for
+compute-sanitizer.
 
     compute-sanitizer --tool memcheck python benchmarks/sanitize_examples.py
     compute-sanitizer --tool racecheck python benchmarks/sanitize_examples.py
     compute-sanitizer --tool synccheck python benchmarks/sanitize_examples.py
 
-Each model runs through the default pipeline (fuse, one stream where the cost model says so,
+The models: every example; the Llama decode step (f16, f32); the same step with its matrices
+stored Q8_0 and in llama.cpp's Q4_K_M mix (q4_k, q6_k, q5_0, q8_0), decode and a 32-token
+prefill; and for every quantized type a product by a quantized weight (one row and 32 rows), a
+quantized `get_rows` and a `dequantize`. Each model runs through the default pipeline (fuse, one stream where the cost model says so,
 merged launches and Programmatic Dependent Launch: what users get) and through a forced
 four-stream pipeline, each eagerly and as a CUDA graph (capture, then replays). Exits non-zero
 when an output differs from the reference interpreter beyond the runtime's check bounds.
@@ -45,11 +49,43 @@ def _llama_step_text(dtype: str) -> str:
     return str(module.generate_llama(**LLAMA_STEP, dtype=dtype, cache_len=64, mode="decode"))
 
 
+QUANTIZED_OPS = """graph quant_{Q}_{M} {{
+  input %x : f16[{M},256]
+  input %ids : i32[3]
+  weight %w : {Q}[48,256]
+  weight %emb : {Q}[5,256]
+  weight %b : f16[48]
+  %p = matmul(%x, %w) {{transpose_b = true}} : f16[{M},48]
+  %y = add(%p, %b) : f16[{M},48]
+  %e = get_rows(%emb, %ids) : f32[3,256]
+  %d = dequantize(%emb) {{dtype = "f16"}} : f16[5,256]
+  output %y, %e, %d
+}}
+"""
+
+
+def _quantized_step(weight_set: str, mode: str) -> og.Graph:
+    from benchmarks.harness.quantized_models import llama_graph
+
+    seq = 1 if mode == "decode" else 32
+    sizes = {**LLAMA_STEP, "ffn": 640, "dtype": "f16", "batch": 1, "seq": seq, "cache_len": 64,
+             "mode": mode}  # ffn: whole q8_0 blocks; q4_k falls back to q5_0 (Q4_K_M's rule)
+    return llama_graph(sizes, weight_set)
+
+
 def models() -> Iterator[tuple[str, og.Graph]]:
+    from optgraph.ir.graph import QUANT_BLOCKS
+
     for path in sorted((ROOT / "examples").glob("*.ir")):
         yield path.stem, og.parse_file(path)
     for dtype in ("f16", "f32"):
         yield f"llama_step_{dtype}", og.parse(_llama_step_text(dtype), f"llama_step_{dtype}")
+    for weight_set in ("q8_0", "q4_k_m"):
+        for mode in ("decode", "prefill"):
+            yield f"llama_{weight_set}_{mode}", _quantized_step(weight_set, mode)
+    for qtype in sorted(QUANT_BLOCKS):
+        for m in (1, 32):
+            yield f"quant_{qtype}_{m}", og.parse(QUANTIZED_OPS.format(Q=qtype, M=m))
 
 
 def run_model(name: str, source: og.Graph, pipeline: str) -> int:
