@@ -92,3 +92,33 @@ def test_the_gpu_part_is_launched_before_the_host_runs_its_part(
     assert [k.split("_")[2] for k in launched if k.startswith("og_moe_")] == [
         "route", "gate", "down"
     ]  # fmt: skip
+
+
+def test_host_functions_run_by_the_driver_pause_the_cycle_collector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cycle collection on the driver's thread would finalize CuPy streams and events whose
+    destructors call CUDA, not permitted in a host function (their handles leaked on the H200):
+    the callbacks the driver runs hold the collector off, and restore it after."""
+    import gc
+
+    source = moe_model(layers=1, tokens=1, stacks=("q8_0", "q8_0", "q8_0"))
+    pipeline = "split-experts{cpu-experts=2},split-backends,insert-sync"
+    inputs, weights = random_inputs(source, seed=1), random_weights(source, seed=2)
+    seen: list[bool] = []
+    with fake_cupy(monkeypatch):
+        real = offload.write_quantized
+
+        def spy(node: Node, *args: Any, **kwargs: Any) -> bool:
+            seen.append(gc.isenabled())
+            return real(node, *args, **kwargs)
+
+        monkeypatch.setattr(offload, "write_quantized", spy)
+        options = LoweringOptions(cpu_nodes="graph")
+        program = og.compile(source, pipeline, target="cuda", options=options)
+        assert gc.isenabled()
+        program.run(inputs, weights)
+        program.run(inputs, weights)  # the replay calls the same callbacks
+        program.close()
+    assert seen and not any(seen)
+    assert gc.isenabled()

@@ -31,15 +31,20 @@ graph would call a freed object; a ctypes callback kept alive by the program is 
 Every host function call from the driver takes the GIL on the driver's thread, which is why the
 calling thread is the default.
 
-A CPU node must not call CUDA; exceptions are kept in `HostErrors` and raised by the runtime
+A CPU node must not call CUDA, and neither may anything Python runs meanwhile on that thread:
+the cycle collector is paused during a callback (`from_driver`), since collecting there would run
+CuPy destructors that call CUDA. Exceptions are kept in `HostErrors` and raised by the runtime
 after the run. Does not handle: CPU nodes reading inputs bound by device pointer (CuPy inputs).
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
+import threading
 import warnings
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -177,7 +182,7 @@ class HostFunction:
                 self.rows[k] = (memory.weights.view(gather.table), ids, (kn[0], kn[1]))
         if self.skip:
             self.ids = (self.args[1], _ids_in(self.out, plan.types[self.node.operands[1]]))
-        self.callback = _HOSTFN(self._call)  # kept alive as long as this object
+        self.callback = _HOSTFN(partial(from_driver, self._call))  # alive as long as this
 
     def _view(
         self,
@@ -276,7 +281,7 @@ class HostSegment:
 
     def __init__(self, functions: list[HostFunction]):
         self.functions = functions
-        self.callback = _HOSTFN(self._call)  # kept alive as long as this object
+        self.callback = _HOSTFN(partial(from_driver, self._call))  # alive as long as this
 
     def _call(self, _: int | None) -> None:
         for fn in self.functions:
@@ -284,6 +289,42 @@ class HostSegment:
 
     def launch(self, stream_ptr: int) -> None:
         launch_host_func(stream_ptr, self.callback)
+
+
+class _CollectorPause:
+    """Python's cycle collector held off while any host function runs on the driver's thread
+    (nested and concurrent callbacks share one pause; the collector's state before the first is
+    restored after the last)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.was_enabled = False
+
+    def __enter__(self) -> None:
+        with self.lock:
+            if self.depth == 0:
+                self.was_enabled = gc.isenabled()
+                gc.disable()
+            self.depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0 and self.was_enabled:
+                gc.enable()
+
+
+COLLECTOR_PAUSE = _CollectorPause()
+
+
+def from_driver(call: Callable[[int | None], None], arg: int | None) -> None:
+    """`call(arg)` as the driver's thread calls a host function: without a cycle collection.
+    A collection there would finalize whatever unreachable CuPy streams, events or memory it
+    finds, and their destructors call CUDA, which a host function may not: they fail with
+    cudaErrorNotPermitted and the handles leak (seen on the H200 in the split-MoE GPU test)."""
+    with COLLECTOR_PAUSE:
+        call(arg)
 
 
 def launch_host_func(stream_ptr: int, callback: Any) -> None:
