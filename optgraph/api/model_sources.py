@@ -13,7 +13,8 @@ decode step with its weights file, behind one interface (`ModelSource`).
 Steps are made only on a program cache miss; a hit needs the fingerprint and the weights, so a
 checkpoint source imports neither torch nor transformers then. Weights are views of the model
 file where it allows (safetensors and GGUF, memory-mapped), converted where the step's dtype
-differs from the stored one; a checkpoint's experts stored one tensor each are stacked once (a
+differs from the stored one, each one array object for every step (so the GPU runtime uploads
+it from the host once: `runtime/cuda/memory.DeviceCopies`); a checkpoint's experts stored one tensor each are stacked once (a
 copy) and shared by every step.
 
 - checkpoint: `hf_checkpoint` + `hf_steps`; default context the config's
@@ -93,6 +94,8 @@ class CheckpointSource:
     _models: dict[str, Any] = field(default_factory=dict)
     # (weight, dtype) -> its merged experts: one copy shared by every step that reads it
     _merged: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    # (tensor, dtype) -> the array every step gets (converted once where the dtype differs)
+    _arrays: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
 
     @property
     def checkpoint(self) -> Any:
@@ -201,12 +204,17 @@ class CheckpointSource:
             name = step.tensor_name(weight.name)
             if name not in checkpoint.tensors:
                 raise checkpoint.error(f"tensor '{name}' missing (the graph reads it)")
-            array = checkpoint.array(name)
-            if tuple(array.shape) != weight.type.shape:
-                raise checkpoint.error(
-                    f"tensor '{name}' is {list(array.shape)}, the graph reads {weight.type}"
+            found = self._arrays.get((name, weight.type.dtype))
+            if found is None:
+                array = checkpoint.array(name)
+                if tuple(array.shape) != weight.type.shape:
+                    raise checkpoint.error(
+                        f"tensor '{name}' is {list(array.shape)}, the graph reads {weight.type}"
+                    )
+                found = self._arrays[(name, weight.type.dtype)] = _converted(
+                    array, weight.type.dtype
                 )
-            out[weight.name] = _converted(array, weight.type.dtype)
+            out[weight.name] = found
         return out
 
 
@@ -217,6 +225,7 @@ class GGUFSource:
     path: Path
     kind: str = "gguf"
     _file: Any = None
+    _arrays: dict[str, np.ndarray] = field(default_factory=dict)  # by tensor name
 
     @property
     def file(self) -> Any:
@@ -236,7 +245,9 @@ class GGUFSource:
     def default_context(self) -> int:
         arch = self.file.architecture
         value = self.file.metadata(f"{arch}.context_length", DEFAULT_CONTEXT)
-        return min(int(value), DEFAULT_CONTEXT) if isinstance(value, int) else DEFAULT_CONTEXT
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return min(value, DEFAULT_CONTEXT)
+        return DEFAULT_CONTEXT
 
     def default_dtype(self, target: str) -> str:
         return "f32" if target == "cpu" else "f16"
@@ -271,7 +282,17 @@ class GGUFSource:
         return gguf_step(self.path, bucket, context, dtype, batch=batch)
 
     def weights(self, step: StepGraph) -> dict[str, Any]:
-        return {w.name: self.file.array(step.tensor_name(w.name)) for w in step.graph.weights}
+        """The step's tensors, each one array object for every step (read, and for q/k rows
+        un-permuted, once): the runtime then uploads each from the host once
+        (`runtime/cuda/memory.DeviceCopies`)."""
+        out: dict[str, Any] = {}
+        for w in step.graph.weights:
+            name = step.tensor_name(w.name)
+            found = self._arrays.get(name)
+            if found is None:
+                found = self._arrays[name] = self.file.array(name)
+            out[w.name] = found
+        return out
 
 
 @dataclass

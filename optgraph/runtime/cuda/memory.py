@@ -25,6 +25,7 @@ than failing half way through the allocations:
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -127,6 +128,46 @@ def check_array(value: Any, t: TensorType, what: str) -> None:
         raise InputError(f"{what}: expected {t}, got {dtype}{list(shape)}")
 
 
+class DeviceCopies:
+    """Where this process's programs hold a device copy of a host array (by the array's
+    identity, each held weakly, the layout it was stored in, and the device): a second program
+    on that device given the very same array (a model's prefill and decode steps share their weights) copies it from the
+    first one's buffer, device to device, instead of from host memory again. An entry is valid
+    while the array and the owner live and the owner has not uploaded since (`forget`)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[int, str | None, int], tuple[Any, Any, int]] = {}
+
+    def find(self, array: Any, layout: str | None, device: int) -> int | None:
+        """The address of a copy of `array` stored in `layout` on `device`, or None."""
+        key = (id(array), layout, device)
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        array_ref, owner_ref, offset = entry
+        owner = owner_ref()
+        if array_ref() is not array or owner is None:
+            del self._entries[key]
+            return None
+        return int(owner.ptr) + offset
+
+    def remember(self, array: Any, layout: str | None, owner: DeviceWeights, offset: int) -> None:
+        try:
+            array_ref = weakref.ref(array)
+        except TypeError:
+            return  # not referable weakly (a list): not shared
+        key = (id(array), layout, owner.device)
+        self._entries[key] = (array_ref, weakref.ref(owner), offset)
+
+    def forget(self, owner: DeviceWeights) -> None:
+        """Drop every copy `owner` holds (it is about to write its buffer anew)."""
+        for key in [k for k, (_, o, _) in self._entries.items() if o() is owner or o() is None]:
+            del self._entries[key]
+
+
+DEVICE_COPIES = DeviceCopies()
+
+
 def _transpose_on_device(
     w: Weight, value: Any, device: Mapping[str, int], host: Mapping[str, int], cp: Any
 ) -> bool:
@@ -150,6 +191,7 @@ class DeviceWeights:
         cp = cupy()
         self.graph = graph
         self.offsets = dict(plan.weight_offsets)
+        self.device = int(cp.cuda.Device().id)  # the current device: where the buffer is
         self.buffer = cp.cuda.alloc(max(plan.weights_bytes, 1))
         # Weights kept in pinned host memory (streamed, host-placed, read on the CPU).
         self.host = HostWeights(plan, cp.cuda.alloc_pinned_memory)
@@ -178,10 +220,17 @@ class DeviceWeights:
             if w.name not in weights:
                 raise InputError(f"missing weight '%{w.name}' ({w.type})", w.span)
         before_write()
+        DEVICE_COPIES.forget(self)
         base = self.ptr
         for w in self.graph.weights:
             value = weights[w.name]
             check_array(value, model_type(w), f"weight '%{w.name}'")
+            copy = None if force else DEVICE_COPIES.find(value, w.ann.layout, self.device)
+            if copy is not None and w.name in self.offsets and w.name not in self.host.offsets:
+                cp.cuda.runtime.memcpy(base + self.offsets[w.name], copy, w.type.nbytes, D2D)
+                DEVICE_COPIES.remember(value, w.ann.layout, self, self.offsets[w.name])
+                continue
+            source = value
             if _transpose_on_device(w, value, self.offsets, self.host.offsets, cp):
                 value = cp.asarray(np.asarray(value))  # the model's layout, in
             value = stored_array(w, value)
@@ -197,6 +246,8 @@ class DeviceWeights:
             elif w.type.nbytes:
                 host = np.ascontiguousarray(value)
                 cp.cuda.runtime.memcpy(dst, host.ctypes.data, w.type.nbytes, H2D)
+            if not isinstance(source, cp.ndarray):
+                DEVICE_COPIES.remember(source, w.ann.layout, self, self.offsets[w.name])
         self._last.remember(names, weights)
         return True
 
