@@ -49,7 +49,7 @@ from optgraph.codegen.plan.arena_program import Program
 from optgraph.codegen.plan.lower_arena import lower
 from optgraph.codegen.plan.lowered import LoweredProgram, LoweredVariant, Relower
 from optgraph.codegen.rank_programs import lower_ranks
-from optgraph.errors import InputError, OptGraphError
+from optgraph.errors import InputError, OptGraphError, did_you_mean
 from optgraph.ir.constants import with_constants
 from optgraph.ir.graph import Graph, TensorType
 from optgraph.passes.manager import plan_memory_if_missing, run_pipeline, with_merged_launches
@@ -101,6 +101,29 @@ def cuda_program(
     return CudaProgram(lowered, weights=weights, relower=relower)
 
 
+def _bare(key: str, given: Mapping[str, Any]) -> str:
+    """A key written as in the IR (`%x`) as the value's name (`x`), unless `%x` is itself
+    what the caller means (no `x` given beside it)."""
+    return key[1:] if key.startswith("%") and key[1:] not in given else key
+
+
+def inputs_by_name(
+    graph: Graph, inputs: Mapping[str, Any], source: Graph | None = None
+) -> Mapping[str, Any]:
+    """`inputs` by the graph's input names (or its `source`'s: a tensor-parallel program takes
+    the whole arrays): `%x` read as `x`; a name neither has is an `InputError` with the closest
+    one. The caller's mapping itself where every key is a plain name."""
+    named = inputs
+    if any(k.startswith("%") for k in inputs):
+        named = {_bare(k, inputs): v for k, v in inputs.items()}
+    declared = set(graph.input_names()) | (set() if source is None else set(source.input_names()))
+    unknown = [k for k in named if k not in declared]
+    if unknown:
+        hint = did_you_mean(unknown[0], declared, sigil="%")
+        raise InputError(f"graph '{graph.name}' has no input '%{unknown[0]}'{hint}")
+    return named
+
+
 @dataclass
 class CompiledProgram:
     """A planned graph, its lowered program, and a way to run it on `target`.
@@ -135,6 +158,9 @@ class CompiledProgram:
         quantized weights run on the compiled CPU kernels (`quantized="native"`: never a whole
         matrix dequantized per call, all cores; products within f32 round-off of the
         reference, not its bits)."""
+        inputs = inputs_by_name(self.graph, inputs, self.source)
+        if weights is not None and any(k.startswith("%") for k in weights):
+            weights = {_bare(k, weights): v for k, v in weights.items()}
         weights = self.default_weights() if weights is None else self._with_pieces(weights)
         if self.target == "cuda":
             outputs: dict[str, Any] = self._cuda_runner().run(inputs, weights)
