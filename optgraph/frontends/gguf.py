@@ -158,8 +158,8 @@ def from_gguf(
         stored = dtypes[name(first, 0)] if config.layers else "f32"
         dtype = stored if stored in ("f16", "bf16") else "f32"
     if cache_len is None:
-        context = gguf.metadata(f"{gguf.architecture}.context_length", DEFAULT_CACHE_LEN)
-        cache_len = min(int(context), DEFAULT_CACHE_LEN)
+        context = gguf.integer(f"{gguf.architecture}.context_length", DEFAULT_CACHE_LEN)
+        cache_len = min(context or 0, DEFAULT_CACHE_LEN)
     step = LlamaStep(
         dtype=dtype, batch=batch, seq=seq, cache_len=cache_len, mode=mode, per_row=per_row
     )
@@ -209,10 +209,15 @@ def gguf_config(gguf: GGUFFile) -> LlamaConfig:
     embed = gguf.tensors.get("token_embd.weight")
     if embed is None or len(embed.shape) != 2:
         raise gguf.error("no 2-D 'token_embd.weight' tensor")
-    eps = gguf.metadata(f"{arch}.attention.layer_norm_rms_epsilon")
-    if not isinstance(eps, float) or not eps > 0:
-        raise gguf.error(f"metadata '{arch}.attention.layer_norm_rms_epsilon' is {eps!r}")
+    eps_key = f"{arch}.attention.layer_norm_rms_epsilon"
+    if not gguf.has(eps_key):
+        raise gguf.error(f"metadata '{eps_key}' is missing")
+    eps = gguf.real(eps_key, 0.0)
+    if not eps > 0:
+        raise gguf.error(f"metadata '{eps_key}' is {eps!r}, not positive")
     layers = number("block_count")
+    if layers > len(gguf.tensors):  # each block has tensors of its own: more is damage
+        raise gguf.error(f"'{arch}.block_count' {layers} exceeds the {len(gguf.tensors)} tensors")
     present = set(gguf.tensors)
     phi3 = arch == "phi3"
     longrope = [
@@ -339,9 +344,11 @@ def _experts(
 def _rope(gguf: GGUFFile, head_dim: int) -> dict[str, AttrValue]:
     """The rope op's attributes: theta, and the scaling of `rope.scaling.*` or `rope_freqs`."""
     arch = gguf.architecture
-    theta = float(gguf.metadata(f"{arch}.rope.freq_base", 10000.0))
+    theta = gguf.real(f"{arch}.rope.freq_base", 10000.0)
     kind = gguf.metadata(f"{arch}.rope.scaling.type", "none")
-    factor = float(gguf.metadata(f"{arch}.rope.scaling.factor", 1.0))
+    factor = gguf.real(f"{arch}.rope.scaling.factor", 1.0)
+    if kind in ("linear", "yarn") and not factor > 0:
+        raise gguf.error(f"metadata '{arch}.rope.scaling.factor' is {factor}, not positive")
     if "rope_freqs.weight" in gguf.tensors:  # llama3: the converter writes the divisors
         if kind != "none":
             raise gguf.error(f"rope_freqs.weight with rope scaling '{kind}' is not supported")
@@ -365,9 +372,9 @@ def _rope(gguf: GGUFFile, head_dim: int) -> dict[str, AttrValue]:
         attrs["original_max_position"] = original
         for key, name in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
             if gguf.has(f"{arch}.rope.scaling.{key}"):
-                attrs[name] = float(gguf.metadata(f"{arch}.rope.scaling.{key}"))
+                attrs[name] = gguf.real(f"{arch}.rope.scaling.{key}", 0.0)
         if gguf.has(f"{arch}.rope.scaling.yarn_attn_factor"):  # ggml multiplies its mscale
-            scale = float(gguf.metadata(f"{arch}.rope.scaling.yarn_attn_factor"))
+            scale = gguf.real(f"{arch}.rope.scaling.yarn_attn_factor", 1.0)
             attrs["attention_factor"] = scale * (0.1 * math.log(factor) + 1.0)
         return attrs
     raise gguf.error(f"rope scaling '{kind}' is not supported (none, linear, yarn, llama3)")

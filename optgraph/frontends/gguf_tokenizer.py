@@ -88,18 +88,23 @@ def gguf_tokenizer(gguf: GGUFFile) -> GGUFTokenizer:
         raise gguf.error("no tokenizer in its metadata (tokenizer.ggml.model, .tokens)")
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
         raise gguf.error("tokenizer.ggml.tokens is not a list of strings")
-    types = gguf.metadata("tokenizer.ggml.token_type") or [1] * len(tokens)
+    types = _numbers(gguf, "tokenizer.ggml.token_type", True) or [1] * len(tokens)
     if len(types) != len(tokens):
         raise gguf.error(f"{len(types)} token types for {len(tokens)} tokens")
-    if kind == "gpt2":
-        tokenizer = _byte_level(gguf, tokens)
-    elif kind == "llama":
-        tokenizer = _sentencepiece(gguf, tokens, types)
-    else:
+    if kind not in ("gpt2", "llama"):
         raise gguf.error(
             f"tokenizer model {kind!r} is not supported (gpt2: byte-level BPE, llama: "
             "SentencePiece BPE)"
         )
+    try:
+        if kind == "gpt2":
+            tokenizer = _byte_level(gguf, tokens)
+        else:
+            tokenizer = _sentencepiece(gguf, tokens, types)
+    except InputError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the tokenizers library raises its own kinds
+        raise gguf.error(f"its {kind} vocabulary cannot be built ({err})") from None
     _add_special(tokenizer, tokens, types)
     special = _special_names(gguf, tokens)
     _add_bos_eos(gguf, tokenizer, special, default_bos=kind == "llama")
@@ -112,6 +117,19 @@ def gguf_tokenizer(gguf: GGUFFile) -> GGUFTokenizer:
     return GGUFTokenizer(
         tokenizer, special, tuple(eos), template if isinstance(template, str) else None
     )
+
+
+def _numbers(gguf: GGUFFile, key: str, integers: bool) -> list[Any] | None:
+    """The array `key` of integers (or of any numbers); None when absent."""
+    value = gguf.metadata(key)
+    if value is None:
+        return None
+    kinds = (int,) if integers else (int, float)
+    if not isinstance(value, list) or not all(
+        isinstance(v, kinds) and not isinstance(v, bool) for v in value
+    ):
+        raise gguf.error(f"{key} is not a list of {'integers' if integers else 'numbers'}")
+    return value
 
 
 def _library() -> Any:
@@ -134,7 +152,7 @@ def _byte_level(gguf: GGUFFile, tokens: list[str]) -> Any:
             raise gguf.error(f"tokenizer.ggml.merges has the line {line!r}, not 'left right'")
         pairs.append((parts[0], parts[1]))
     pre = gguf.metadata("tokenizer.ggml.pre", "default")
-    split = PRE_SPLITS.get(pre)
+    split = PRE_SPLITS.get(pre) if isinstance(pre, str) else None
     if split is None:
         raise gguf.error(
             f"tokenizer.ggml.pre {pre!r} is not supported; supported: {', '.join(PRE_SPLITS)}"
@@ -172,8 +190,8 @@ def sentencepiece_merges(
 
 def _sentencepiece(gguf: GGUFFile, tokens: list[str], types: list[int]) -> Any:
     tk = _library()
-    scores = gguf.metadata("tokenizer.ggml.scores")
-    if not isinstance(scores, list) or len(scores) != len(tokens):
+    scores = _numbers(gguf, "tokenizer.ggml.scores", False)
+    if scores is None or len(scores) != len(tokens):
         raise gguf.error("a llama tokenizer needs tokenizer.ggml.scores, one per token")
     unk = gguf.metadata("tokenizer.ggml.unknown_token_id", 0)
     unk_token = tokens[unk] if isinstance(unk, int) and 0 <= unk < len(tokens) else None

@@ -1,9 +1,10 @@
 """GGUF files (llama.cpp's format): metadata and tensors by name, memory-mapped and checked.
 
-`open_gguf(path)` reads the header with the `gguf` package's `GGUFReader` (which memory-maps the
-file: no copy on disk, no whole-file read) and checks what a damaged file could get wrong (magic,
-version, counts and offsets against the file size, tensor types, shapes). Every failure is one
-`InputError` naming the file; the `gguf` package is imported only here, when a file is opened.
+`open_gguf(path)` first walks the header (`gguf_header.check_layout`: magic, version, every
+count, length and offset against the bytes the file holds, alignment, tensor types and shapes),
+then reads it with the `gguf` package's `GGUFReader` (which memory-maps the file: no copy on
+disk, no whole-file read). Every failure is one `InputError` naming the file; the `gguf` package
+is imported only here, when a file is opened.
 
 `GGUFFile.array(name)` is the array optgraph's graphs read under the tensor's GGUF name:
 
@@ -23,6 +24,7 @@ version, counts and offsets against the file size, tensor types, shapes). Every 
 from __future__ import annotations
 
 import math
+import mmap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,11 +34,11 @@ import numpy as np
 
 from optgraph.errors import InputError
 from optgraph.ir.graph import QUANT_BLOCKS
+from optgraph.reference.gguf_header import check_layout
 
 if TYPE_CHECKING:
     from gguf import GGUFReader, ReaderTensor
 
-MAGIC = b"GGUF"
 FLOATS = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
 # ggml type name -> the IR dtype of a quantized weight (docs/design.md, "Quantized weights").
 QUANTIZED = {
@@ -97,6 +99,21 @@ class GGUFFile:
         except (ValueError, IndexError, UnicodeDecodeError) as err:
             raise self.error(f"metadata '{key}' cannot be read ({err})") from None
 
+    def integer(self, key: str, default: int | None = None) -> int | None:
+        """An integer value (not a bool); `default` when absent; an error naming the key for a
+        value of another type."""
+        value = self.metadata(key, default)
+        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+            return value
+        raise self.error(f"metadata '{key}' is {_shown(value)}, not an integer")
+
+    def real(self, key: str, default: float) -> float:
+        """A finite number; `default` when absent; an error naming the key otherwise."""
+        value = self.metadata(key, default)
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+        raise self.error(f"metadata '{key}' is {_shown(value)}, not a finite number")
+
     def array_length(self, key: str) -> int | None:
         """The element count of an array value (the token list), without reading it."""
         field = self._reader.fields.get(key)
@@ -135,10 +152,10 @@ class GGUFFile:
         if len(parts) != 4 or parts[0] != "blk" or parts[2] not in ("attn_q", "attn_k"):
             return None
         arch = self.architecture
-        heads = self.metadata(f"{arch}.attention.head_count")
+        heads = self.integer(f"{arch}.attention.head_count")
         if parts[2] == "attn_k":
-            heads = self.metadata(f"{arch}.attention.head_count_kv", heads)
-        if not isinstance(heads, int) or heads < 1:
+            heads = self.integer(f"{arch}.attention.head_count_kv", heads)
+        if heads is None or heads < 1:
             raise self.error(f"'{arch}.attention.head_count' must be a positive integer")
         rows = self.tensors[name].shape[0]
         if rows % (2 * heads):
@@ -146,6 +163,12 @@ class GGUFFile:
                 f"tensor '{name}' has {rows} rows, not a multiple of 2 x {heads} heads"
             )
         return heads
+
+
+def _shown(value: Any) -> str:
+    """A metadata value as a message quotes it: a long array cut short."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _unpermute_rows(data: np.ndarray, heads: int) -> np.ndarray:
@@ -165,49 +188,26 @@ def open_gguf(path: str | Path) -> GGUFFile:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"GGUF file '{path}' not found")
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(24)
-    if head[:4] != MAGIC:
-        raise InputError(f"GGUF file '{path}': not a GGUF file (starts with {head[:4]!r})")
-    if len(head) < 24:
-        raise InputError(f"GGUF file '{path}': truncated header ({size} bytes)")
-    # Every tensor info and key-value pair takes more than 8 bytes: larger counts are damage.
-    tensors, pairs = int.from_bytes(head[8:16], "little"), int.from_bytes(head[16:24], "little")
-    for what, count in (("tensor", tensors), ("metadata", pairs)):
-        if count > size // 8:
-            raise InputError(
-                f"GGUF file '{path}': {what} count {count} cannot fit in {size} bytes (damaged)"
-            )
     try:
-        from gguf import GGUFReader
+        from gguf import GGML_QUANT_SIZES, GGUFReader
     except ImportError:
         raise InputError(f"reading '{path}' needs the gguf package (pip install gguf)") from None
     try:
+        with open(path, "rb") as handle:
+            if path.stat().st_size < 24:
+                check_layout(path, memoryview(handle.read()), {})
+            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                view = memoryview(mapped)
+                try:
+                    check_layout(path, view, {int(k): v for k, v in GGML_QUANT_SIZES.items()})
+                finally:
+                    view.release()
         reader = GGUFReader(path)
     except (ValueError, IndexError, KeyError, OverflowError, TypeError, UnicodeDecodeError) as err:
+        # the layout was checked: what the gguf package still refuses is named as it says
         raise InputError(
             f"GGUF file '{path}': cannot be read, truncated or damaged ({err})"
         ) from None
     except OSError as err:
         raise InputError(f"GGUF file '{path}': cannot be read ({err.strerror or err})") from None
-    _check_tensors(path, reader, size)
     return GGUFFile(path, reader)
-
-
-def _check_tensors(path: Path, reader: GGUFReader, size: int) -> None:
-    """Each tensor's data lies inside the file and has the bytes its type and shape need."""
-    from gguf import GGML_QUANT_SIZES
-
-    for t in reader.tensors:
-        dims = [int(d) for d in t.shape.tolist()]
-        if not 1 <= len(dims) <= 4 or min(dims) < 1:
-            raise InputError(f"GGUF file '{path}': tensor '{t.name}' has shape {dims}")
-        block, block_bytes = GGML_QUANT_SIZES[t.tensor_type]
-        n_bytes = math.prod(dims) * block_bytes // block  # Python ints: no wrap-around
-        end = int(t.data_offset) + n_bytes
-        if t.data_offset % reader.alignment or end > size or t.data.nbytes != n_bytes:
-            raise InputError(
-                f"GGUF file '{path}': tensor '{t.name}' ({t.n_bytes} bytes at offset "
-                f"{t.data_offset}) lies outside the file ({size} bytes): truncated or damaged"
-            )
