@@ -33,6 +33,7 @@ from optgraph.reference.kernels import KERNELS, ir_dtype, numpy_dtype
 from optgraph.reference.moe import stored_moe
 from optgraph.reference.npz_files import read_npz
 from optgraph.reference.random_data import random_inputs, random_weights
+from optgraph.reference.safetensors_file import read_safetensors
 
 __all__ = [
     "evaluate_node",
@@ -241,18 +242,8 @@ def _read_arrays(path: str | Path, kind: str, suffixes: Sequence[str]) -> dict[s
         raise InputError(f"{kind} file '{path}' has an unsupported extension (expected {expected})")
     if not path.is_file():
         raise InputError(f"{kind} file '{path}' not found")
-    if path.suffix == ".safetensors":
-        try:
-            from safetensors import SafetensorError
-            from safetensors.numpy import load_file
-        except ImportError:
-            raise InputError(
-                f"reading '{path}' needs the safetensors package (pip install safetensors)"
-            ) from None
-        try:
-            return dict(load_file(str(path)))
-        except (SafetensorError, OSError, ValueError) as err:
-            raise InputError(f"cannot read {kind} file '{path}': {err}") from None
+    if path.suffix == ".safetensors":  # its header checked against the file first
+        return read_safetensors(path, f"cannot read {kind} file")
     return read_npz(path, kind)  # each member's header checked against the file first
 
 
