@@ -116,6 +116,8 @@ def _read_json(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise InputError(f"tokenizer: '{path}' cannot be read ({err})") from None
+    except RecursionError:
+        raise InputError(f"tokenizer: '{path}' is nested too deeply") from None
     return data if isinstance(data, dict) else {}
 
 
@@ -138,11 +140,14 @@ def _ids(value: Any) -> tuple[int, ...]:
 def _template(config: Mapping[str, Any], directory: Path) -> str | None:
     jinja = directory / "chat_template.jinja"
     if jinja.is_file():
-        return jinja.read_text(encoding="utf-8")
+        try:
+            return jinja.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise InputError(f"tokenizer: '{jinja}' cannot be read ({err})") from None
     template = config.get("chat_template")
     if isinstance(template, list):  # named templates: the "default" one
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        template = named.get("default")
+        named = [t for t in template if isinstance(t, dict) and t.get("name") == "default"]
+        template = named[0].get("template") if named else None
     return template if isinstance(template, str) else None
 
 

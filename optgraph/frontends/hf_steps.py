@@ -83,9 +83,9 @@ def supported_list() -> str:
 def check_architecture(checkpoint: Checkpoint) -> str:
     """The config's model_type when it is supported, else an `InputError` listing those that are."""
     kind = checkpoint.config.get("model_type")
-    if kind not in ARCHITECTURES:
-        archs = checkpoint.config.get("architectures") or []
-        named = f" ({', '.join(map(str, archs))})" if archs else ""
+    if not isinstance(kind, str) or kind not in ARCHITECTURES:
+        archs = checkpoint.config.get("architectures")
+        named = f" ({', '.join(map(str, archs))})" if isinstance(archs, list) and archs else ""
         raise checkpoint.error(
             f"architecture {kind!r}{named} is not supported by generate; supported model_type "
             f"values: {supported_list()}"
@@ -322,12 +322,18 @@ def _empty_model(checkpoint: Checkpoint, dtype: str) -> Any:
     torch_dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        # transformers checks the config as it builds the model from it: what it refuses there
+        # (a size of zero, a field of the wrong type; huggingface_hub's validation errors are
+        # of their own kinds) is the config's fault, named as it says. Only transformers runs in
+        # here, and the sizes were bounded by the checkpoint first (`hf_checkpoint`).
         try:
             config = transformers.AutoConfig.for_model(**checkpoint.config)
-        except (ValueError, TypeError, KeyError) as err:
-            raise checkpoint.error(f"config.json: {err}") from None
-        with init_empty_weights():
-            lm = transformers.AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+            with init_empty_weights():
+                lm = transformers.AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+        except Exception as err:  # noqa: BLE001
+            said = " ".join(str(err).split())  # one line, however transformers laid it out
+            said = said if len(said) <= 300 else said[:297] + "..."
+            raise checkpoint.error(f"config.json: {type(err).__name__}: {said}") from None
     lm.eval()
     if hasattr(lm, "tie_weights"):  # tied embeddings are tied at load, not when built
         lm.tie_weights()
