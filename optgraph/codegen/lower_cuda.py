@@ -246,9 +246,9 @@ def _lowered(graph: Graph, merge_launches: bool, in_place: Mapping[str, str] | N
     origins: list[int] = []  # the index in graph.nodes of each step's node
     kernels: dict[str, Kernel] = {}
     events: list[str] = []
-    # A CPU view (an alias of its operand) owns no buffer, so plan-memory gives it no offset.
+    # A CPU view (an alias of its operand) or event owns no buffer: plan-memory gives no offset.
     if not _is_planned(graph) and any(
-        n.ann.backend == "cpu" and n.name not in roots for n in graph.nodes
+        n.ann.backend == "cpu" and not n.is_event and n.name not in roots for n in graph.nodes
     ):
         raise CodegenError("a graph with CPU nodes needs a memory plan (run plan-memory first)")
     for index, node in enumerate(graph.nodes):

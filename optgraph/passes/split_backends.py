@@ -27,6 +27,9 @@ Copies and ordering. Inputs and device weights are on both backends (the runtime
   it waits on `^h2dN` before its first reader. Host weights copied in need no host event.
 The host is stream H = 1 + the largest stream in the graph (its nodes and events carry
 `backend = "cpu"`), the copy stream is H + 1: happens-before covers every ordering.
+On a graph placed on several devices each copy and event is on the devices of the value it
+moves (a host weight's copy on every device reading it), copies are grouped per device (an event
+orders the streams of one device), and a collective waits for a copy on its operand's device.
 
     before: weight %emb : f32[1000,64] host    %h = get_rows(%emb, %t)    %y = matmul(%h, %w)
     after:  %h = get_rows(..) !{stream = 1, backend = "cpu"}   record ^host0 !{stream = 1, ..}
@@ -38,7 +41,7 @@ Every node leaves with a stream (unassigned ones are on stream 0, now explicitly
 Runs after assign-streams (which refuses a split graph: it would move CPU nodes off the host
 stream) and before insert-sync (cross-stream GPU edges are insert-sync's); its contract refuses a
 graph with events, live ranges or arena offsets, which moving nodes to the host would break. Does
-not handle: several GPUs, reordering to merge splits, moving expensive ops for memory.
+not handle: reordering to merge splits, moving expensive ops for memory.
 Complexity: O(V + E) placement sweeps (the hill climb is bounded by V moves), O(V + E) rewrite.
 """
 
@@ -57,6 +60,7 @@ from optgraph.passes.base import Pass
 # Ops the CUDA path cannot run; filled from the codegen's table when it declares one.
 GPU_UNSUPPORTED_OPS: frozenset[str] = frozenset()
 HEAVY_OPS = frozenset({"matmul", "attention", "conv2d"})  # never moved to the CPU to save copies
+Devices = tuple[int, ...] | None  # a `device` annotation; None: device 0
 
 
 def host_stream(graph: Graph) -> int:
@@ -245,14 +249,17 @@ class _CopyPlanner:
         self.counter[kind] += 1
         return name
 
-    def ev(self, op: str, name: str, stream: int, like: Node) -> Node:
-        ann = Annotations(stream=stream, backend="cpu" if stream == self.host else None)
+    def ev(self, op: str, name: str, stream: int, like: Node, device: Devices = None) -> Node:
+        # On the devices of the node it goes beside (`like`) unless told (a graph on several).
+        backend = "cpu" if stream == self.host else None
+        devices = like.ann.device if device is None else device
+        ann = Annotations(device=devices, stream=stream, backend=backend)
         return Node(name, op, (), {}, None, ann, span=like.span)
 
-    def copy_node(self, value: str, dst: str, stream: int, like: Node) -> Node:
+    def copy_node(self, value: str, dst: str, stream: int, like: Node, device: Devices) -> Node:
         name = fresh_name(f"{value}.{dst}", self.taken, "")
         # A copy node's backend is "cuda" (a CUDA stream issues it); its result lives on `to`.
-        ann = Annotations(backend="cuda", stream=stream)
+        ann = Annotations(backend="cuda", stream=stream, device=device)
         return Node(name, "copy", (value,), {"to": dst}, self.types[value], ann, span=like.span)
 
     def plan(self) -> None:
@@ -261,8 +268,9 @@ class _CopyPlanner:
         for i, node in enumerate(nodes):
             for o in dict.fromkeys(node.operands):
                 readers.setdefault(o, []).append(i)
-        to_host: dict[tuple[int, int], list[tuple[int, str, list[int]]]] = {}
-        to_device: dict[int, list[tuple[str, list[int]]]] = {}  # producer split -> values
+        # Grouped by the producers' devices too: an event orders the streams of one device.
+        to_host: dict[tuple[int, int, Devices], list[tuple[int, str, list[int]]]] = {}
+        to_device: dict[tuple[int, Devices], list[tuple[str, list[int]]]] = {}  # split -> values
         for value, idx in readers.items():
             if value in self.producers:
                 src = backends[self.producers[value]]
@@ -275,12 +283,13 @@ class _CopyPlanner:
                 continue
             if backends[remote[0]] == "cpu":
                 p = self.producers[value]
-                to_host.setdefault((self.split[remote[0]], self.streams[p]), []).append(
-                    (p, value, remote)
-                )
+                key = (self.split[remote[0]], self.streams[p], nodes[p].ann.device)
+                to_host.setdefault(key, []).append((p, value, remote))
             elif value in self.producers:
-                key = self.split[self.producers[value]]
-                to_device.setdefault(key, []).append((value, remote))
+                p = self.producers[value]
+                to_device.setdefault((self.split[p], nodes[p].ann.device), []).append(
+                    (value, remote)
+                )
             else:  # a host weight read on the GPU: copied in before its first reader
                 copies, waits = self.copies_in([(value, remote)])
                 self.before.setdefault(remote[0], []).extend(copies)
@@ -301,7 +310,7 @@ class _CopyPlanner:
         nodes = self.graph.nodes
         done = ""
         for p, value, remote in sorted(group):
-            copy = self.copy_node(value, "cpu", self.streams[p], nodes[p])
+            copy = self.copy_node(value, "cpu", self.streams[p], nodes[p], nodes[p].ann.device)
             for i in remote:
                 self.rename[(i, value)] = copy.name
             self.after.setdefault(p, []).append(copy)
@@ -309,7 +318,8 @@ class _CopyPlanner:
                 done = self.event("d2h")
                 self.after[p].append(self.ev("record", done, self.streams[p], nodes[p]))
         first = min(r[0] for _, _, r in group)
-        self.before.setdefault(first, []).append(self.ev("wait", done, self.host, nodes[first]))
+        wait = self.ev("wait", done, self.host, nodes[first], nodes[group[0][0]].ann.device)
+        self.before.setdefault(first, []).append(wait)
 
     def add_waits(self, waits: list[tuple[int, Node]]) -> None:
         for i, wait in waits:
@@ -325,16 +335,30 @@ class _CopyPlanner:
         waits: list[tuple[int, Node]] = []
         for value, remote in values:
             like = nodes[self.producers[value]] if value in self.producers else nodes[remote[0]]
-            copy = self.copy_node(value, "cuda", self.copy_stream, like)
+            # A produced value's copy runs where it was produced; a host weight's on every
+            # device that reads it (on a graph placed on several devices).
+            device = like.ann.device
+            if value not in self.producers and any(nodes[i].ann.device for i in remote):
+                device = tuple(sorted({d for i in remote for d in nodes[i].devices}))
+            copy = self.copy_node(value, "cuda", self.copy_stream, like, device)
             done = self.event("h2d")
-            group += [copy, self.ev("record", done, self.copy_stream, like)]
-            waited: set[int] = set()
+            group += [copy, self.ev("record", done, self.copy_stream, like, device)]
+            waited: set[tuple[int, Devices]] = set()
             for i in remote:
                 self.rename[(i, value)] = copy.name
-                if self.streams[i] not in waited:
-                    waited.add(self.streams[i])
-                    waits.append((i, self.ev("wait", done, self.streams[i], nodes[i])))
+                lane = (self.streams[i], _shared(nodes[i], device))
+                if lane not in waited:
+                    waited.add(lane)
+                    waits.append((i, self.ev("wait", done, lane[0], nodes[i], lane[1])))
         return group, waits
+
+
+def _shared(reader: Node, device: Devices) -> Devices:
+    """The devices where `reader` reads a value on `device`: all of its own, but for a collective
+    (its operand k is on device group[k] only)."""
+    if device is None and reader.ann.device is None:
+        return None
+    return tuple(d for d in reader.devices if d in (device or (0,)))
 
 
 def _split_ids(backends: list[str]) -> list[int]:

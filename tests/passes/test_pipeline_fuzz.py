@@ -193,8 +193,8 @@ ONE_NEG = """graph g {
   output %n0
 }"""
 # Found by this test under HYPOTHESIS_PROFILE=fuzz: split-backends puts the view of a host weight
-# on the CPU; a view owns no buffer, so plan-memory gives no offset and the lowering refused the
-# graph ("a graph with CPU nodes needs a memory plan").
+# on the CPU; a view (and, after insert-sync, a host event) owns no buffer, so plan-memory gives
+# no offset and the lowering refused the graph ("a graph with CPU nodes needs a memory plan").
 CPU_VIEW = """graph g {
   input %x0 : f32[1]
   weight %w0 : f32[1] host
@@ -219,6 +219,7 @@ PHASES = tuple(p for p in Phase if p != Phase.explain)
 @example(graph=og.parse(MATERIALIZED_SLICE), pipeline="verify,check-races", seed=0)
 @example(graph=og.parse(SUM_OF_TRANSPOSE), pipeline="dce", seed=340)
 @example(graph=og.parse(CPU_VIEW), pipeline="split-backends", seed=0)
+@example(graph=og.parse(CPU_VIEW), pipeline="split-backends,insert-sync", seed=0)
 def test_random_pipelines_fail_located_or_run_right(graph: Graph, pipeline: str, seed: int) -> None:
     check_pipeline(graph, pipeline, seed)
 
