@@ -24,10 +24,12 @@ With `rows=True` the graphs look like decode steps: every input is one row `[1, 
 16-byte multiple), and the kinds are `ROW_KINDS`: elementwise ops, `norm` (rms_norm or layer_norm
 of the last axis, its weights `[K]`), `skip` (a binary op of a value and one it is computed from:
 a residual connection), products, softmax, reductions, slices, `concat` (two values along the
-last axis) and `block` (a norm, elementwise nodes and skips, then a product); no reshape or transpose, which would leave the row. Only such graphs
-let fusion build one-row products with a norm in their prologue, a region the small default
-shapes and the default kinds never make (issue 36's finding 10, a lowering failure on exactly
-that region, hid there). `rows=False` draws exactly what it drew before the option existed.
+last axis) and `block` (a norm, elementwise nodes, skips and with `mixed` cast round trips, then a
+product; no later chain starts from its inner values, so fusion mostly keeps it one region);
+no reshape or transpose, which would leave the row. Only such graphs let fusion build one-row
+products with a norm in their prologue, a region the small default shapes and the default kinds
+never make (issue 36's finding 10, a lowering failure on exactly that region, hid there).
+`rows=False` draws exactly what it drew before the option existed.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class _Builder:
         self.weights: list[Weight] = []
         self.nodes: list[Node] = []
         self.computed: list[str] = []  # node results, in issue order
+        self.interior: set[str] = set()  # values inside a `block`: no chain starts there
 
     def pick(self, names: list[str]) -> str:
         return names[self.draw(st.integers(0, len(names) - 1))]  # type: ignore[index]
@@ -178,19 +181,31 @@ class _Builder:
         fits = [v for v in self.computed if v in ancestors and self.types[v] == self.types[x]]
         if not fits:
             return None
-        other = self.pick(fits)
+        # The nearest two in one draw of two: a short skip stays inside one fused region.
+        other = self.pick(fits[-2:] if self.draw(st.booleans()) else fits)
         pair = (x, other) if self.draw(st.booleans()) else (other, x)
         return self.add_node(str(self.draw(st.sampled_from(BINARY_OPS))), pair, {})
 
     def block(self, x: str) -> str | None:
-        """A pre-norm block of a decode step: a norm of `x` or of a unary node on it, up to two
-        elementwise nodes on the norm (unary, or `skip` back to a value the norm's input is
-        computed from), then a one-row product (rows=True only)."""
-        v = self.norm(self.unary(x) if self.draw(st.booleans()) else x)
+        """A pre-norm block of a decode step: a norm of `x` or of a unary node on it (always
+        on one when `x` is an input: a skip then has a computed value to read), up to two
+        elementwise nodes on the norm (unary, a `skip` back to a value the norm's input is
+        computed from, or with `mixed` a cast to another float dtype and back), then a one-row
+        product (rows=True only)."""
+        first = x not in self.computed or self.draw(st.booleans())
+        start = len(self.computed)
+        v = self.norm(self.unary(x) if first else x)
         if v is None:
             return None
         for _ in range(int(self.draw(st.integers(0, 2)))):  # type: ignore[arg-type]
-            v = (self.skip(v) if self.draw(st.booleans()) else None) or self.unary(v)
+            steps = ["skip", "unary", "cast"] if self.mixed else ["skip", "unary"]
+            step = self.draw(st.sampled_from(steps))
+            if step == "cast":  # to another float dtype and back: the row keeps its dtype
+                dtype = self.types[v].dtype
+                v = self.add_node("cast", (self.cast(v),), {"dtype": dtype})
+            else:
+                v = (self.skip(v) if step == "skip" else None) or self.unary(v)
+        self.interior.update(self.computed[start:])
         return self.matmul(v)
 
     def norm(self, x: str) -> str | None:
@@ -245,7 +260,7 @@ class _Builder:
         end = self.draw(st.integers(start + 1, shape[axis]))  # type: ignore[operator, index]
         return self.add_node("slice", (x,), {"axis": axis, "start": start, "end": end})  # type: ignore[dict-item]
 
-    def cast(self, x: str) -> str | None:
+    def cast(self, x: str) -> str:
         dtype = self.draw(st.sampled_from([d for d in FLOATS if d != self.types[x].dtype]))
         return self.add_node("cast", (x,), {"dtype": dtype})  # type: ignore[dict-item]
 
@@ -330,8 +345,9 @@ def random_dag_graphs(
         kind = draw(st.sampled_from(kinds))
         # Prefer recent values, so chains get deep rather than everything reading the inputs.
         values = b.values()
-        if rows:  # computed values and inputs only: a norm's new weights are not a chain's end
-            values = [i.name for i in b.inputs] + b.computed
+        if rows:  # computed values and inputs only: a norm's new weights are not a chain's end,
+            # nor a block's inner values (its product's prologue mostly stays one region)
+            values = [i.name for i in b.inputs] + [v for v in b.computed if v not in b.interior]
         recent = values[-3:] if draw(st.booleans()) else values
         getattr(b, str(kind))(b.pick(recent))
     if not b.nodes:
