@@ -178,9 +178,14 @@ def sentencepiece_merges(
     tokens of the vocabulary, the token with the higher score merged first (then the lower id,
     then the shorter left part)."""
     vocab = {t: i for i, t in enumerate(tokens) if types[i] not in (CONTROL, BYTE)}
+    # Only cuts into two lengths the vocabulary has are looked up: a token of a million
+    # characters (a damaged file) costs a few lookups, not a million slices of it.
+    lengths = sorted({len(t) for t in vocab})
     ranked = []
     for token, index in vocab.items():
-        for cut in range(1, len(token)):
+        for cut in lengths:
+            if cut >= len(token):
+                break
             left, right = token[:cut], token[cut:]
             if left in vocab and right in vocab:
                 ranked.append((-scores[index], index, cut, left, right))

@@ -226,3 +226,24 @@ def test_huge_claims_fail_fast_under_a_memory_limit(mutant: Mutant, tmp_path: Pa
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith(f"error: GGUF file '{path}': "), result.stderr
     assert not (tmp_path / "o.ir").exists()
+
+
+def test_a_token_of_a_million_characters_is_not_sliced_at_every_place(tmp_path: Path) -> None:
+    """Was: the SentencePiece merges tried every cut of every token, quadratic in its length
+    (minutes for this one token); now only cuts into lengths the vocabulary has."""
+    tokens = [*fg.TOKENS[:-1], "a" * 1_000_000]
+    spec = fg.with_value(
+        fg.tiny_llama(), "tokenizer.ggml.tokens", fg.Value(fg.ARRAY, tokens, fg.STRING)
+    )
+    path = tmp_path / "long.gguf"
+    path.write_bytes(fg.encode(spec).data)
+    code = "import sys; from optgraph.api.text_tokenizer import from_gguf_file as f; f(sys.argv[1])"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
