@@ -1,10 +1,10 @@
 """GGUF files (llama.cpp's format): metadata and tensors by name, memory-mapped and checked.
 
-`open_gguf(path)` first walks the header (`gguf_header.check_layout`: magic, version, every
-count, length and offset against the bytes the file holds, alignment, tensor types and shapes),
-then reads it with the `gguf` package's `GGUFReader` (which memory-maps the file: no copy on
-disk, no whole-file read). Every failure is one `InputError` naming the file; the `gguf` package
-is imported only here, when a file is opened.
+`open_gguf(path)` maps the file and walks its header (`gguf_header.read_header`: magic,
+version, every count, length and offset against the bytes the file holds, alignment, tensor
+types and shapes); metadata is decoded when asked for, tensors are views of the mapping (no copy
+on disk, no whole-file read). Every failure is one `InputError` naming the file; the `gguf`
+package (its table of ggml types and block sizes) is imported only here, when a file is opened.
 
 `GGUFFile.array(name)` is the array optgraph's graphs read under the tensor's GGUF name:
 
@@ -24,22 +24,19 @@ is imported only here, when a file is opened.
 from __future__ import annotations
 
 import math
-import mmap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ml_dtypes
 import numpy as np
 
 from optgraph.errors import InputError
 from optgraph.ir.graph import QUANT_BLOCKS
-from optgraph.reference.gguf_header import check_layout
-
-if TYPE_CHECKING:
-    from gguf import GGUFReader, ReaderTensor
+from optgraph.reference.gguf_header import Header, TensorPlace, read_header
 
 FLOATS = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
+FLOAT_CODES = {"F32": "f4", "F16": "f2"}  # NumPy's, in the file's byte order
 # ggml type name -> the IR dtype of a quantized weight (docs/design.md, "Quantized weights").
 QUANTIZED = {
     "Q8_0": "q8_0",
@@ -74,30 +71,29 @@ class TensorInfo:
 class GGUFFile:
     """An opened GGUF file: `metadata(key)`, `tensors` (name -> `TensorInfo`), `array(name)`."""
 
-    def __init__(self, path: Path, reader: GGUFReader) -> None:
+    def __init__(
+        self, path: Path, header: Header, data: np.memmap[Any, Any], type_names: dict[int, str]
+    ) -> None:
         self.path = path
-        self._reader = reader
-        self._raw: dict[str, ReaderTensor] = {t.name: t for t in reader.tensors}
+        self._header = header
+        self._data = data  # the whole file, mapped read-only
+        self._view = data.data
+        self._places: dict[str, TensorPlace] = {t.name: t for t in header.tensors}
         self.tensors: dict[str, TensorInfo] = {}
         known = quantized_dtypes()
-        for t in reader.tensors:
-            kind = t.tensor_type.name
+        for t in header.tensors:
+            kind = type_names[t.kind]
             dtype = FLOATS.get(kind) or (QUANTIZED[kind] if QUANTIZED.get(kind) in known else None)
-            shape = tuple(int(d) for d in reversed(t.shape.tolist()))
-            self.tensors[t.name] = TensorInfo(t.name, kind, dtype, shape)
+            self.tensors[t.name] = TensorInfo(t.name, kind, dtype, tuple(reversed(t.dims)))
 
     def has(self, key: str) -> bool:
-        return key in self._reader.fields
+        return key in self._header.fields
 
     def metadata(self, key: str, default: Any = None) -> Any:
-        """A scalar, string or (short) array value; `default` when the key is absent."""
-        field = self._reader.fields.get(key)
-        if field is None:
+        """A number, bool, string or list value; `default` when the key is absent."""
+        if key not in self._header.fields:
             return default
-        try:
-            return field.contents()
-        except (ValueError, IndexError, UnicodeDecodeError) as err:
-            raise self.error(f"metadata '{key}' cannot be read ({err})") from None
+        return self._header.value(self._view, key)
 
     def integer(self, key: str, default: int | None = None) -> int | None:
         """An integer value (not a bool); `default` when absent; an error naming the key for a
@@ -116,8 +112,9 @@ class GGUFFile:
 
     def array_length(self, key: str) -> int | None:
         """The element count of an array value (the token list), without reading it."""
-        field = self._reader.fields.get(key)
-        return None if field is None else len(field.data)
+        if key not in self._header.fields:
+            return None
+        return self._header.array_length(self._view, key)
 
     @property
     def architecture(self) -> str:
@@ -137,9 +134,15 @@ class GGUFFile:
                 f"tensor '{name}' has type {info.ggml_type}, which optgraph cannot "
                 f"read; supported: {', '.join(supported_types())}"
             )
-        data: np.ndarray = self._raw[name].data
-        if info.ggml_type == "BF16":
-            data = data.view(ml_dtypes.bfloat16).reshape(info.shape)
+        place = self._places[name]
+        begin = self._header.data_start + place.offset
+        data: np.ndarray = self._data[begin : begin + place.n_bytes]
+        if info.ggml_type in FLOAT_CODES:
+            data = data.view(np.dtype(self._header.order + FLOAT_CODES[info.ggml_type]))
+        elif info.ggml_type == "BF16":
+            data = data.view(ml_dtypes.bfloat16)
+        # floats in their logical shape; quantized tensors as rows of blocks
+        data = data.reshape(info.shape if info.ggml_type in FLOATS else (*info.shape[:-1], -1))
         if self.architecture in PERMUTED_QK:
             heads = self._permuted_heads(name)
             if heads is not None:
@@ -189,25 +192,16 @@ def open_gguf(path: str | Path) -> GGUFFile:
     if not path.is_file():
         raise InputError(f"GGUF file '{path}' not found")
     try:
-        from gguf import GGML_QUANT_SIZES, GGUFReader
+        from gguf import GGML_QUANT_SIZES
     except ImportError:
         raise InputError(f"reading '{path}' needs the gguf package (pip install gguf)") from None
+    blocks = {int(kind): sizes for kind, sizes in GGML_QUANT_SIZES.items()}
+    names = {int(kind): kind.name for kind in GGML_QUANT_SIZES}
     try:
-        with open(path, "rb") as handle:
-            if path.stat().st_size < 24:
-                check_layout(path, memoryview(handle.read()), {})
-            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                view = memoryview(mapped)
-                try:
-                    check_layout(path, view, {int(k): v for k, v in GGML_QUANT_SIZES.items()})
-                finally:
-                    view.release()
-        reader = GGUFReader(path)
-    except (ValueError, IndexError, KeyError, OverflowError, TypeError, UnicodeDecodeError) as err:
-        # the layout was checked: what the gguf package still refuses is named as it says
-        raise InputError(
-            f"GGUF file '{path}': cannot be read, truncated or damaged ({err})"
-        ) from None
+        if path.stat().st_size < 24:
+            read_header(path, memoryview(path.read_bytes()), blocks)  # refuses it
+        data = np.memmap(path, np.uint8, "r")
     except OSError as err:
         raise InputError(f"GGUF file '{path}': cannot be read ({err.strerror or err})") from None
-    return GGUFFile(path, reader)
+    header = read_header(path, data.data, blocks)
+    return GGUFFile(path, header, data, names)

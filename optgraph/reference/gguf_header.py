@@ -1,9 +1,8 @@
-"""A GGUF file's header walked and bounded before anything else reads it.
+"""A GGUF file's header, walked and bounded field by field: what `gguf_file.open_gguf` reads.
 
-`check_layout(path, view, block_sizes)` follows the format field by field (magic, version, the two
-counts, each key-value pair, each tensor's info, the alignment padding) and checks every claimed
-length, count and offset against the bytes the file really holds, before the `gguf` package's
-reader (which believes them) sees the file:
+`read_header(path, view, block_sizes)` follows the format (magic, version, the two counts, each
+key-value pair, each tensor's info, the alignment padding) and checks every claimed length,
+count and offset against the bytes the file really holds before it is believed:
 
 - a string's or an array's claimed size is compared with the bytes left before it is skipped, so
   a length of 2**63 is "damaged", not a loop or an allocation;
@@ -13,6 +12,12 @@ reader (which believes them) sees the file:
   1, a known ggml type whose block divides its first dimension, an aligned offset, and its bytes
   (counted in Python integers: no wrap-around) inside the file and apart from every other
   tensor's.
+
+The walk keeps only where each value starts (`Header.fields`) and each tensor's place
+(`Header.tensors`); `Header.value(view, key)` decodes one value when it is asked for (an array
+of numbers as one NumPy view of the file, then a list), so metadata nobody reads costs nothing,
+however large. (The `gguf` package's reader, which this replaces, kept a NumPy view of every
+array element: about 700 bytes for each byte of a UINT8 array.)
 
 Every failure is one `InputError` naming the file and the field. The layout is the GGUF
 specification's (versions 2 and 3; either byte order, told by the version as llama.cpp's readers
@@ -24,7 +29,11 @@ from __future__ import annotations
 import itertools
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from optgraph.errors import InputError
 
@@ -82,8 +91,47 @@ class _Cursor:
             raise self.error(f"{what} is not UTF-8 ({raw[:40]!r})") from None
 
 
-def check_layout(path: Path, view: memoryview, block_sizes: Mapping[int, tuple[int, int]]) -> None:
-    """Check the header of the GGUF file `path` whose bytes are `view` (module docstring);
+@dataclass(frozen=True)
+class TensorPlace:
+    """One tensor's info: name, dimensions innermost first (as stored), ggml type id, and its
+    bytes at `offset` from the start of the data section."""
+
+    name: str
+    dims: tuple[int, ...]
+    kind: int
+    offset: int
+    n_bytes: int
+
+
+@dataclass(frozen=True)
+class Header:
+    """A checked header: where each metadata value starts (key -> (value type, offset)), the
+    tensors, where the data section starts, and the byte order ('<' or '>')."""
+
+    path: Path
+    fields: dict[str, tuple[int, int]]
+    tensors: list[TensorPlace]
+    data_start: int
+    order: str
+
+    def value(self, view: memoryview, key: str) -> Any:
+        """The value of `key`: a number, a bool, a string, or a list (of them, or of lists)."""
+        kind, at = self.fields[key]
+        cursor = _Cursor(self.path, view, self.order)
+        cursor.at = at
+        return _read_value(cursor, kind)
+
+    def array_length(self, view: memoryview, key: str) -> int | None:
+        """The element count of an array value, without reading its elements."""
+        kind, at = self.fields[key]
+        if kind != ARRAY:
+            return None
+        (count,) = struct.unpack_from(self.order + "Q", view, at + 4)
+        return int(count)
+
+
+def read_header(path: Path, view: memoryview, block_sizes: Mapping[int, tuple[int, int]]) -> Header:
+    """The checked header of the GGUF file `path` whose bytes are `view` (module docstring);
     `block_sizes`: ggml type id -> (elements, bytes) of one block."""
     if bytes(view[:4]) != MAGIC:
         raise InputError(f"GGUF file '{path}': not a GGUF file (starts with {bytes(view[:4])!r})")
@@ -104,13 +152,13 @@ def check_layout(path: Path, view: memoryview, block_sizes: Mapping[int, tuple[i
                 f"{what} count {count} cannot fit in {len(view)} bytes (truncated or damaged)"
             )
     alignment = DEFAULT_ALIGNMENT
-    keys: set[str] = set()
+    fields: dict[str, tuple[int, int]] = {}
     for index in range(pairs):
         key = cursor.string(f"metadata key {index}")
-        if key in keys:
+        if key in fields:
             raise cursor.error(f"metadata key '{key}' appears twice")
-        keys.add(key)
         kind = cursor.number("I", 4, f"the type of '{key}'")
+        fields[key] = (kind, cursor.at)
         if key == "general.alignment":
             if kind != 4:
                 raise cursor.error(
@@ -121,9 +169,10 @@ def check_layout(path: Path, view: memoryview, block_sizes: Mapping[int, tuple[i
                 raise cursor.error(f"'general.alignment' {alignment} is not a power of two")
             continue
         _skip_value(cursor, kind, f"'{key}'", 0)
-    spans = _tensor_infos(cursor, tensors, block_sizes)
+    places = _tensor_infos(cursor, tensors, block_sizes)
     start = -(-cursor.at // alignment) * alignment
-    _check_spans(cursor, spans, start, alignment)
+    _check_places(cursor, places, start, alignment)
+    return Header(path, fields, places, start, order)
 
 
 def _skip_value(cursor: _Cursor, kind: int, what: str, depth: int) -> None:
@@ -152,14 +201,29 @@ def _skip_value(cursor: _Cursor, kind: int, what: str, depth: int) -> None:
         raise cursor.error(f"{what} has unknown value type {kind}")
 
 
-# (name, first byte, bytes) of each tensor's data, from the start of the data section
-_Span = tuple[str, int, int]
+def _read_value(cursor: _Cursor, kind: int) -> Any:
+    """The value of type `kind` at the cursor (checked by `read_header` already)."""
+    if kind in SCALARS:
+        code, size = SCALARS[kind]
+        (value,) = struct.unpack_from(cursor.order + code, cursor.view, cursor.at)
+        cursor.at += size
+        return value
+    if kind == STRING:
+        return cursor.string("a string")
+    item = cursor.number("I", 4, "an array's element type")
+    count = cursor.number("Q", 8, "an array's length")
+    if item in SCALARS:
+        code, size = SCALARS[item]
+        values = np.frombuffer(cursor.view, np.dtype(cursor.order + code), count, cursor.at)
+        cursor.at += count * size
+        return values.tolist()
+    return [_read_value(cursor, item) for _ in range(count)]
 
 
 def _tensor_infos(
     cursor: _Cursor, count: int, block_sizes: Mapping[int, tuple[int, int]]
-) -> list[_Span]:
-    spans: list[_Span] = []
+) -> list[TensorPlace]:
+    places: list[TensorPlace] = []
     names: set[str] = set()
     for index in range(count):
         name = cursor.string(f"tensor {index}'s name")
@@ -186,13 +250,14 @@ def _tensor_infos(
         elements = 1
         for dim in dims:
             elements *= dim  # Python integers: a product of 2**64 dims stays exact
-        spans.append((name, offset, elements // block * block_bytes))
-    return spans
+        places.append(TensorPlace(name, tuple(dims), kind, offset, elements // block * block_bytes))
+    return places
 
 
-def _check_spans(cursor: _Cursor, spans: list[_Span], start: int, alignment: int) -> None:
+def _check_places(cursor: _Cursor, places: list[TensorPlace], start: int, alignment: int) -> None:
     size = len(cursor.view)
-    for name, offset, n_bytes in spans:
+    for place in places:
+        name, offset, n_bytes = place.name, place.offset, place.n_bytes
         if offset % alignment:
             raise cursor.error(
                 f"tensor '{name}': offset {offset} is not a multiple of the alignment {alignment}"
@@ -202,7 +267,7 @@ def _check_spans(cursor: _Cursor, spans: list[_Span], start: int, alignment: int
                 f"tensor '{name}' ({n_bytes} bytes at offset {offset} of the data at {start}) "
                 f"lies outside the file ({size} bytes): truncated or damaged"
             )
-    ordered = sorted((offset, offset + n_bytes, name) for name, offset, n_bytes in spans)
+    ordered = sorted((p.offset, p.offset + p.n_bytes, p.name) for p in places)
     for (_, end, first), (begin, _, second) in itertools.pairwise(ordered):
         if begin < end:
             raise cursor.error(f"tensors '{first}' and '{second}' overlap")

@@ -166,10 +166,11 @@ def test_gguf_mutant_through_the_command_line(mutant: Mutant, workdir: Path, bas
 
 
 # A count, a length or a dimension of 2**62 and more: refused by `gguf_header` before anything
-# that size is read, looped over or allocated. Before it, the gguf package's reader stepped
-# through a UINT8 array of 2**62 (or 10**6) elements past the end of the file one empty slice at
-# a time, appending each to a list until memory ran out (a MemoryError and its traceback); the
-# other claims ended in whatever IndexError or ValueError the reader met past the end.
+# that size is read, looped over or allocated. Before it, the gguf package's reader (then the
+# one optgraph used) stepped through a UINT8 array of 2**62 (or 10**6) elements past the end of
+# the file one empty slice at a time, appending each to a list until memory ran out (a
+# MemoryError and its traceback); the other claims ended in whatever IndexError or ValueError
+# that reader met past the end.
 HUGE_CLAIMS = [
     patched(f"kv{BYTES}.count", 2**62),
     patched(f"kv{BYTES}.count", 10**6),
@@ -195,26 +196,16 @@ def test_huge_claims_are_refused_before_reading(mutant: Mutant, tmp_path: Path) 
         open_gguf(path)
 
 
-@pytest.mark.parametrize("mutant", HUGE_CLAIMS[:3], ids=lambda m: m.what)
-def test_huge_claims_fail_fast_under_a_memory_limit(mutant: Mutant, tmp_path: Path) -> None:
-    path = tmp_path / "huge.gguf"
-    path.write_bytes(mutant.data)
+def _limited_import(path: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    """`optgraph import PATH -o OUT` in a process limited to 1 GiB of address space."""
     limit = 1 << 30
 
     def limited() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "optgraph.cli.main",
-            "import",
-            str(path),
-            "-o",
-            str(tmp_path / "o.ir"),
-        ],
+    return subprocess.run(
+        [sys.executable, "-m", "optgraph.cli.main", "import", str(path), "-o", str(out)],
         env=env,
         preexec_fn=limited,
         capture_output=True,
@@ -222,6 +213,13 @@ def test_huge_claims_fail_fast_under_a_memory_limit(mutant: Mutant, tmp_path: Pa
         timeout=60,
         check=False,
     )
+
+
+@pytest.mark.parametrize("mutant", HUGE_CLAIMS[:3], ids=lambda m: m.what)
+def test_huge_claims_fail_fast_under_a_memory_limit(mutant: Mutant, tmp_path: Path) -> None:
+    path = tmp_path / "huge.gguf"
+    path.write_bytes(mutant.data)
+    result = _limited_import(path, tmp_path / "o.ir")
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith(f"error: GGUF file '{path}': "), result.stderr
@@ -246,4 +244,16 @@ def test_a_token_of_a_million_characters_is_not_sliced_at_every_place(tmp_path: 
         timeout=60,
         check=False,
     )
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_large_metadata_array_costs_no_more_than_its_bytes(tmp_path: Path) -> None:
+    """A valid file whose UINT8 array holds 4 million bytes imports under a 1 GiB address-space
+    limit. Was: the gguf package's reader kept a NumPy view of every element (about 700 bytes
+    for each byte of the array: 3 GB, and minutes); `gguf_header` decodes only what is read."""
+    big = fg.Value(fg.ARRAY, [0] * 4_000_000, fg.UINT8)
+    spec = fg.with_value(fg.tiny_llama(), "tokenizer.ggml.precompiled_charsmap", big)
+    path = tmp_path / "big.gguf"
+    path.write_bytes(fg.encode(spec).data)
+    result = _limited_import(path, tmp_path / "o.ir")
     assert result.returncode == 0, result.stderr

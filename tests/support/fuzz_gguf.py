@@ -153,6 +153,9 @@ class _Writer:
             assert value.item is not None
             self.number("I", value.item, f"{name}.item_type")
             self.number("Q", len(value.value), f"{name}.count")
+            if value.item in CODES:  # numbers: packed at once (a test writes millions)
+                self.out += struct.pack(f"<{len(value.value)}{CODES[value.item]}", *value.value)
+                return
             for index, item in enumerate(value.value):
                 element = item if isinstance(item, Value) else Value(value.item, item)
                 self.value(element, f"{name}[{index}]")
