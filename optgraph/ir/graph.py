@@ -308,6 +308,8 @@ class Node:
 # instance `__dict__`: named here, with the graph's other facts about its values alone, so that
 # `verify` hands them to a graph that differs from a verified one only in annotations.
 DATA_PREDECESSORS = "_data_predecessors"
+# Where `Graph.value_types` keeps its dict (`verify` leaves the one its walk builds there).
+VALUE_TYPES = "_value_types"
 NODE_COSTS = "_node_costs"
 
 _RELINK_FIELDS = frozenset({"name", "operands", "ann", "span", "operand_spans"})
@@ -359,12 +361,12 @@ class Graph:
 
     def value_types(self) -> dict[str, TensorType]:
         """Type of every value: inputs, weights and node results (events excluded)."""
-        types: dict[str, TensorType] | None = self.__dict__.get("_value_types")
+        types: dict[str, TensorType] | None = self.__dict__.get(VALUE_TYPES)
         if types is None:
             types = {i.name: i.type for i in self.inputs}
             types.update((w.name, w.type) for w in self.weights)
             types.update((n.name, n.type) for n in self.nodes if n.type is not None)
-            self.__dict__["_value_types"] = types
+            self.__dict__[VALUE_TYPES] = types
         return dict(types)
 
     def producers(self) -> dict[str, int]:

@@ -29,6 +29,7 @@ from optgraph.ir.graph import (
     EVENT_OPS,
     NODE_COSTS,
     QUANT_BLOCKS,
+    VALUE_TYPES,
     Graph,
     Input,
     Node,
@@ -148,7 +149,7 @@ def verify(graph: Graph, previous: Graph | None = None) -> None:
 # a graph differing from it only in other annotations, so the graph a pass re-annotates takes
 # them over instead of computing them again.
 _VALUE_FACTS = (
-    "_value_types",
+    VALUE_TYPES,
     "_producers",
     "_device_count",
     ALIAS_ROOTS,
@@ -241,12 +242,14 @@ def _verify(graph: Graph) -> None:
     op_names = list(ops.op_names())
     known_ops = ops.OPS
     alike: dict[tuple[object, ...], TensorType] = {}  # see `ops.remembered_type`
+    typed_events = False  # an event with a type: `Graph.value_types` would list it
 
     for index, node in enumerate(graph.nodes):
         op = node.op
         if node.ann.layout is not None:
             diags.append(Diagnostic(f"'%{node.name}': only weights take a layout", node.span))
         if op in EVENT_OPS:
+            typed_events = typed_events or node.type is not None
             if op == "record":
                 if node.name in recorded:
                     diags.append(Diagnostic(f"event '^{node.name}' is recorded twice", node.span))
@@ -327,6 +330,10 @@ def _verify(graph: Graph) -> None:
 
     if diags:
         raise VerifyError.from_diagnostics(diags)
+    if not typed_events:
+        # `types` is now `graph.value_types()` (every value once, declared types, in order):
+        # kept for the pass that reads it next instead of being made again.
+        graph.__dict__.setdefault(VALUE_TYPES, types)
 
 
 # Quantized values are weights; the copies passes make of them (split-backends, plan-prefetch)
