@@ -35,6 +35,7 @@ import atexit
 import copy
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ GROUP_COLLECTIVES = frozenset({"all_reduce", "all_gather"})
 EVENT_OPS = frozenset({"record", "wait"})
 _JOINING_OPS = GROUP_COLLECTIVES | EVENT_OPS | {"recv", "send"}  # the walk's slow path
 Lane = tuple[int, int]  # (device, stream)
+_ANN = attrgetter("ann")
 
 
 def instance_reads(node: Node, device: int) -> Iterator[tuple[int, str]]:
@@ -89,16 +91,25 @@ class HappensBefore:
         self.first: list[int] = []  # node index -> its first instance; then len(instances)
         self.node_of: list[int] = []
         self.device_of: list[int] = []
+        first, node_of, device_of = self.first, self.node_of, self.device_of
         for i, node in enumerate(nodes):
-            self.first.append(len(self.node_of))
-            node_devices = node.devices
-            self.node_of.extend(i for _ in node_devices)
-            self.device_of.extend(node_devices)
-        self.first.append(len(self.node_of))
-        devices = sorted({d for n in nodes for d in n.devices} | {0})
+            first.append(len(node_of))
+            node_devices = node.ann.devices
+            if len(node_devices) == 1:
+                node_of.append(i)
+                device_of.append(node_devices[0])
+            else:
+                node_of.extend(i for _ in node_devices)
+                device_of.extend(node_devices)
+        first.append(len(node_of))
+        # Devices and lanes read off each annotation object once: a scheduled graph's nodes
+        # share a few (`Node.with_annotations`).
+        every = list(map(_ANN, nodes))
+        anns = dict(zip(map(id, every), every)).values()
+        devices = sorted({d for a in anns for d in a.devices} | {0})
         self.devices = devices
         self.lanes: list[Lane] = sorted(
-            {(d, n.stream) for n in nodes for d in n.devices} | {(d, 0) for d in devices}
+            {(d, a.stream or 0) for a in anns for d in a.devices} | {(d, 0) for d in devices}
         )
         self.column: dict[Lane, int] = {lane: c for c, lane in enumerate(self.lanes)}
         k = len(self.lanes)
@@ -123,8 +134,9 @@ class HappensBefore:
         events: dict[tuple[str, int], tuple[int, ...]] = {}
         sends: dict[str, int] = {}  # send result -> its instance
         for i, node in enumerate(self.graph.nodes):
-            devices = node.devices
-            stream = node.stream
+            ann = node.ann  # `node.devices` and `node.stream`, read once
+            devices = ann.devices
+            stream = ann.stream or 0
             op = node.op
             if len(devices) == 1 and op not in _JOINING_OPS:  # the common case: one tick
                 c = column[(devices[0], stream)]
