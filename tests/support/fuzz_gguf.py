@@ -55,8 +55,8 @@ class Tensor:
 
 @dataclass(frozen=True)
 class GGUFSpec:
-    metadata: tuple[tuple[str, Value], ...]
-    tensors: tuple[Tensor, ...]
+    metadata: tuple[tuple[str, Value], ...] = field(repr=False)
+    tensors: tuple[Tensor, ...] = field(repr=False)
     alignment: int = 32  # where `encode` puts the data; the key in `metadata` may say otherwise
     version: int = 3
     magic: bytes = b"GGUF"
@@ -64,9 +64,9 @@ class GGUFSpec:
 
 @dataclass
 class Encoded:
-    data: bytes
-    fields: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (offset, code)
-    boundaries: dict[str, int] = field(default_factory=dict)  # section -> its end
+    data: bytes = field(repr=False)
+    fields: dict[str, tuple[int, str]] = field(default_factory=dict, repr=False)  # -> (at, code)
+    boundaries: dict[str, int] = field(default_factory=dict, repr=False)  # section -> its end
 
 
 HIDDEN, HEADS, KV_HEADS, FFN, VOCAB = 32, 2, 1, 32, 12
@@ -289,8 +289,57 @@ def metadata_changed(draw: st.DrawFn, spec: GGUFSpec) -> tuple[str, GGUFSpec]:
     if how == "twice":
         old = dict(spec.metadata)[key]
         return f"{key} twice", replace(spec, metadata=(*spec.metadata, (key, old)))
-    value = draw(st.sampled_from(WRONG_VALUES))
+    value = draw(st.sampled_from((*WRONG_VALUES, *PLAUSIBLE.get(key, ()))))
     return f"{key} = {value}", with_value(spec, key, value)
+
+
+def _strings(*values: str) -> tuple[Value, ...]:
+    return tuple(Value(STRING, v) for v in values)
+
+
+def _numbers(kind: int, *values: float) -> tuple[Value, ...]:
+    return tuple(Value(kind, v) for v in values)
+
+
+# Keys the importer and the tokenizer read, with values of the right type that other files
+# carry: another architecture (whose keys are then missing), rope scaling, experts, windows.
+PLAUSIBLE: dict[str, tuple[Value, ...]] = {
+    "general.architecture": _strings(
+        "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe", "gpt-oss", "qwen2moe", "bert"
+    ),
+    "llama.rope.scaling.type": _strings("linear", "yarn", "llama3", "none", "x"),
+    "llama.rope.scaling.factor": _numbers(FLOAT32, 0.0, -1.0, 4.0, float("nan")),
+    "llama.rope.scaling.original_context_length": _numbers(UINT32, 0, 16, 2**32 - 1),
+    "llama.rope.dimension_count": _numbers(UINT32, 0, 8, 16, 17),
+    "llama.attention.key_length": _numbers(UINT32, 0, 8, 16, 10**9),
+    "llama.attention.value_length": _numbers(UINT32, 8, 16),
+    "llama.attention.sliding_window": _numbers(UINT32, 0, 4),
+    "llama.expert_count": _numbers(UINT32, 0, 1, 4, 2**32 - 1),
+    "llama.expert_used_count": _numbers(UINT32, 0, 2, 5),
+    "llama.expert_feed_forward_length": _numbers(UINT32, 0, 32),
+    "llama.expert_gating_func": _numbers(UINT32, 1, 2),
+    "llama.expert_weights_norm": (Value(BOOL, False), Value(UINT8, 1)),
+    "tokenizer.ggml.model": _strings("gpt2", "bert", "t5"),
+    "tokenizer.ggml.pre": _strings("default", "llama-bpe", "qwen2", "unknown"),
+    "tokenizer.ggml.merges": (
+        Value(ARRAY, ["a b", "\u2581 a", "ab"], STRING),
+        Value(ARRAY, ["x y"], STRING),
+    ),
+    "tokenizer.ggml.add_space_prefix": (Value(BOOL, False),),
+    "tokenizer.ggml.add_eos_token": (Value(BOOL, True),),
+    "tokenizer.ggml.unknown_token_id": _numbers(UINT32, 0, 11, 12, 2**32 - 1),
+    "tokenizer.chat_template": _strings("{{ messages }}", "{% for %}"),
+}
+
+
+@st.composite
+def metadata_added(draw: st.DrawFn, spec: GGUFSpec) -> tuple[str, GGUFSpec]:
+    """One key of `PLAUSIBLE` the file lacks (or has) set to one of its values."""
+    key = draw(st.sampled_from(sorted(PLAUSIBLE)))
+    value = draw(st.sampled_from(PLAUSIBLE[key] + WRONG_VALUES[:4]))
+    if key in dict(spec.metadata):
+        return f"{key} = {value}", with_value(spec, key, value)
+    return f"{key} = {value} added", replace(spec, metadata=(*spec.metadata, (key, value)))
 
 
 @st.composite
@@ -347,7 +396,9 @@ def gguf_mutants(spec: GGUFSpec | None = None) -> st.SearchStrategy[Mutant]:
     def encoded(change: tuple[str, GGUFSpec]) -> Mutant:
         return Mutant(change[0], encode(change[1]).data)
 
-    semantic = st.one_of(metadata_changed(spec), alignment_changed(spec), tensor_changed(spec))
+    semantic = st.one_of(
+        metadata_changed(spec), metadata_added(spec), alignment_changed(spec), tensor_changed(spec)
+    )
     return st.one_of(
         st.just(Mutant("unchanged", base.data)),
         field_overwritten(base),
