@@ -146,11 +146,14 @@ def test_checkpoint_mutant_works_or_is_refused_by_name(mutant: fc.DirMutant, wor
 @settings(max_examples=examples(3))
 @given(mutant=fc.checkpoint_mutants())
 def test_checkpoint_mutant_through_generate(mutant: fc.DirMutant, workdir: Path) -> None:
-    with tempfile.TemporaryDirectory(dir=workdir) as name:
+    """Exit 0 or 1 naming the checkpoint, and no --json file (nor a temporary one) on a
+    failure."""
+    with tempfile.TemporaryDirectory(dir=workdir) as name, tempfile.TemporaryDirectory() as out:
         folder = Path(name)
         mutant.write(folder)
         status, err = run_cli(
             ["generate", str(folder), "--tokens", "1,4", "--max-new-tokens", "1", "--device",
-             "cpu", "--no-cache"]
+             "cpu", "--no-cache", "--json", f"{out}/g.json"]
         )  # fmt: skip
         assert_refused_cleanly(status, err, folder)
+        assert sorted(p.name for p in Path(out).iterdir()) == (["g.json"] if status == 0 else [])

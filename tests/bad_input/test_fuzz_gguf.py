@@ -147,7 +147,8 @@ def base_ir(workdir: Path) -> Path:
 @given(mutant=fg.gguf_mutants())
 def test_gguf_mutant_through_the_command_line(mutant: Mutant, workdir: Path, base_ir: Path) -> None:
     """`optgraph import`, `run --weights` and `generate`: exit 0 or 1 naming the file, no
-    traceback, and a failed import leaves no IR (nor a temporary file) behind."""
+    traceback, and a failed import or generate leaves no IR or JSON (nor a temporary file)
+    behind."""
     with tempfile.TemporaryDirectory(dir=workdir) as folder:
         path, out = Path(folder) / "m.gguf", Path(folder) / "m.ir"
         path.write_bytes(mutant.data)
@@ -158,11 +159,14 @@ def test_gguf_mutant_through_the_command_line(mutant: Mutant, workdir: Path, bas
             ["run", str(base_ir), "--weights", str(path), "--device", "cpu", "-q"]
         )
         assert_refused_cleanly(status, err, path)
+        out.unlink(missing_ok=True)
         status, err = run_cli(
             ["generate", str(path), "--tokens", "1,4", "--max-new-tokens", "1", "--device", "cpu",
-             "--no-cache"]
+             "--no-cache", "--json", str(Path(folder) / "m.json")]
         )  # fmt: skip
         assert_refused_cleanly(status, err, path)
+        left = sorted(p.name for p in Path(folder).iterdir())
+        assert left == (["m.gguf", "m.json"] if status == 0 else ["m.gguf"])
 
 
 # A count, a length or a dimension of 2**62 and more: refused by `gguf_header` before anything
