@@ -234,15 +234,27 @@ def block_size(cols: int) -> int:
 # -- kernels -------------------------------------------------------------------------------------
 
 
-def make_kernel(family: str, params: Iterable[str], body: str) -> Kernel:
+def make_kernel(
+    family: str, params: Iterable[str], body: str, threads: int | None = None
+) -> Kernel:
     """A kernel named `og_<family>_<12 hex digits of the text's SHA-1>`.
 
-    `params` are C parameter declarations; `body` the function body (without braces).
+    `params` are C parameter declarations; `body` the function body (without braces);
+    `threads`: the block size it is always launched with, where that is more than
+    `UNBOUNDED_THREADS`: the kernel then declares `__launch_bounds__(threads, 1)`, so the
+    compiler keeps its registers within what such a block may have (without it a body that
+    needs more fails to launch: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES).
     """
     params = tuple(params)
-    template = kernel_template(params, body)
+    bounds = (threads, 1) if threads is not None and threads > UNBOUNDED_THREADS else None
+    template = kernel_template(params, body, bounds)
     digest = hashlib.sha1(f"{family}\n{template}".encode()).hexdigest()[:12]
-    return Kernel.assemble(f"og_{family}_{digest}", params, body)
+    return Kernel.assemble(f"og_{family}_{digest}", params, body, bounds=bounds)
+
+
+# Blocks of at most this many threads may use up to 255 registers a thread (64 Ki registers a
+# multiprocessor); larger ones need their bounds declared.
+UNBOUNDED_THREADS = 256
 
 
 WAIT = "og_grid_dependency_wait();"

@@ -215,7 +215,7 @@ def row_kernel(
     finish.append(f"out[oi] = {store(out_type.dtype, env[result][0])};")
     lines += _anchor_lines(anchor, acc, ["  " + f for f in finish], _Row(cols, threads))
     decls = [out_param(out_type.dtype)] + [in_param(t.dtype, k) for k, t in enumerate(types)]
-    kernel = make_kernel(family, decls, "\n".join("  " + s for s in lines))
+    kernel = make_kernel(family, decls, "\n".join("  " + s for s in lines), threads)
     return kernel, rows, threads
 
 
