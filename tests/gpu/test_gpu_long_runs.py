@@ -15,6 +15,7 @@ Run on the GPU machine: `python -m pytest -q tests/gpu/test_gpu_long_runs.py`.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 from pathlib import Path
@@ -40,7 +41,9 @@ RSS_SLACK = 32 << 20  # the allocator's arenas may still settle; a leak a run wo
 
 
 def usage() -> dict[str, int]:
-    """What a leak would grow: device memory in use (driver, CuPy's pool), RSS, open handles."""
+    """What a leak would grow: device memory in use (driver, CuPy's pool), RSS, open handles
+    (after a collection: earlier tests' garbage may be freed at any time, making it shrink)."""
+    gc.collect()
     cp.cuda.runtime.deviceSynchronize()
     free, total = cp.cuda.runtime.memGetInfo()
     pool = cp.get_default_memory_pool()
@@ -57,11 +60,12 @@ def usage() -> dict[str, int]:
 
 
 def assert_flat(before: dict[str, int], after: dict[str, int], what: str) -> None:
+    """Nothing grew (RSS within `RSS_SLACK`); the pool's free blocks may be reused, not more."""
     for key, value in before.items():
-        if key == "rss":
-            assert after[key] - value <= RSS_SLACK, (what, key, value, after[key])
-        else:
-            assert after[key] == value, (what, key, value, after[key])
+        slack = RSS_SLACK if key == "rss" else 0
+        if key == "pinned free blocks":
+            continue  # blocks CuPy keeps for reuse: fewer or more as arrays come and go
+        assert after[key] - value <= slack, (what, key, value, after[key])
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
