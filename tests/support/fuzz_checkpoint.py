@@ -11,7 +11,8 @@ shards listed by `model.safetensors.index.json`, a byte-level BPE `tokenizer.jso
 `hf_checkpoints.train_tokenizer` trains), `tokenizer_config.json`, `generation_config.json`.
 A mutant changes `config.json` (its text, one key removed or of another type or size, the
 model_type), the index (its text, the weight_map, a shard name that leaves the directory, a
-missing shard, a tensor in two shards or in the wrong one), or a tokenizer file.
+missing shard, a tensor in two shards or in the wrong one), a shard (as `fuzz_safetensors`
+damages a file), or a tokenizer file.
 """
 
 from __future__ import annotations
@@ -252,6 +253,15 @@ def tokenizer_changed(draw: st.DrawFn, files: dict[str, bytes | None]) -> DirMut
     return DirMutant(f"{name}: {key} = {value!r}", {**files, name: _json(values)})
 
 
+@st.composite
+def shard_damaged(draw: st.DrawFn, files: dict[str, bytes | None]) -> DirMutant:
+    """One shard damaged as `fuzz_safetensors` damages a file."""
+    shard = draw(st.sampled_from(SHARDS))
+    header, data = _split(files[shard] or b"")
+    mutant = draw(fs.safetensors_mutants(header, data))
+    return DirMutant(f"{shard}: {mutant.what}", {**files, shard: mutant.data})
+
+
 def checkpoint_mutants() -> st.SearchStrategy[DirMutant]:
     """One structure-aware change to the tiny checkpoint (single-file or sharded), or none."""
     single, sharded = tiny_checkpoint(), tiny_checkpoint(sharded=True)
@@ -259,5 +269,6 @@ def checkpoint_mutants() -> st.SearchStrategy[DirMutant]:
         st.sampled_from([DirMutant("unchanged", single), DirMutant("unchanged, sharded", sharded)]),
         config_changed(single),
         index_changed(sharded),
+        shard_damaged(sharded),
         tokenizer_changed(single),
     )
