@@ -30,6 +30,7 @@ from optgraph.ir.graph import (
     DTYPES,
     NO_ANNOTATIONS,
     QUANT_BLOCKS,
+    TYPE_FACTS,
     WEIGHT_PLACEMENTS,
     Annotations,
     AttrValue,
@@ -42,6 +43,7 @@ from optgraph.ir.graph import (
     Weight,
 )
 from optgraph.ir.limits import MAX_INTEGER_DIGITS
+from optgraph.ir.op_specs import attrs_key_of
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_.]*"
 _VALUE = r"%[A-Za-z0-9_.]+"
@@ -264,6 +266,9 @@ class _LineReader:
         # read once. Types and annotations are immutable and shared; attribute dicts are copied.
         self.types: dict[tuple[str, str], TensorType] = {}
         self.attr_lists: dict[str, dict[str, AttrValue]] = {}
+        # Per attribute text, the `attrs_key_of` its nodes start with in their `TYPE_FACTS`: the
+        # verifier's memos key on it, and it is the same for every node of one text.
+        self.attr_keys: dict[str, tuple[object, ...]] = {}
         self.annotation_lists: dict[str | None, Annotations] = {None: NO_ANNOTATIONS}
 
     def type(self, dtype: str, dims: str) -> TensorType:
@@ -279,6 +284,7 @@ class _LineReader:
         found = self.attr_lists.get(text)
         if found is None:
             found = self.attr_lists[text] = _pairs(text)
+            self.attr_keys[text] = attrs_key_of(found)
         return dict(found)
 
     def ann(self, text: str | None) -> Annotations:
@@ -334,6 +340,8 @@ class _LineReader:
             span=span,
             operand_spans=OperandSpans(span, indent + m.start(3)) if operands else (),
         )
+        if attr_text is not None:
+            node.__dict__[TYPE_FACTS] = {"attrs_key": self.attr_keys[attr_text]}
         return node
 
     def body(self, m: re.Match[str], line: int, indent: int) -> tuple[Region, int]:

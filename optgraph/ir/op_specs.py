@@ -197,3 +197,16 @@ def typed_value(value: object) -> object:
     if isinstance(value, (tuple, list)):
         return type(value), tuple((type(v), v) for v in value)
     return type(value), value
+
+
+def attrs_key_of(attrs: Mapping[str, AttrValue]) -> tuple[object, ...]:
+    """The attributes with their Python types (`typed_value`), in order: the key of memos of
+    what only op, attributes and types decide (`ops.remembered_type`, `ops.cost`)."""
+    if not attrs:
+        return ()
+    return tuple(
+        [
+            (k, typed_value(v) if isinstance(v, tuple | list) else (type(v), v))
+            for k, v in attrs.items()
+        ]
+    )

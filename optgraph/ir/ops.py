@@ -62,12 +62,12 @@ from optgraph.ir.op_specs import (
     CostFn,
     InferFn,
     OpDef,
+    attrs_key_of,
     check_arity,
     checked_attrs,
     fail,
     fill_defaults,
     normalized,
-    typed_value,
 )
 
 __all__ = [
@@ -357,20 +357,16 @@ def _check_quantized_reads(node: Node, opdef: OpDef, types: Sequence[TensorType]
 
 
 def _attrs_key(node: Node) -> tuple[object, ...]:
-    """The node's attributes with their Python types (`typed_value`): what the `alike` memos
-    of `remembered_type` and `cost` key on, made once per node (kept in its `TYPE_FACTS`)."""
+    """`attrs_key_of(node.attrs)`: what the `alike` memos of `remembered_type` and `cost` key
+    on, made once per node (kept in its `TYPE_FACTS`; the parser hands every node whose
+    attribute text it read before the key it made then)."""
     attrs = node.attrs
     if not attrs:
         return ()
     facts = node.type_facts()
     key: tuple[object, ...] | None = facts.get("attrs_key")
     if key is None:
-        key = facts["attrs_key"] = tuple(
-            [
-                (k, typed_value(v) if isinstance(v, tuple | list) else (type(v), v))
-                for k, v in attrs.items()
-            ]
-        )
+        key = facts["attrs_key"] = attrs_key_of(attrs)
     return key
 
 
