@@ -12,6 +12,8 @@ not fit in the bytes the archive holds for it:
 - the zip directory's sizes are checked too: a member's compressed bytes must lie within the file,
   a stored member holds exactly its uncompressed size, and a compressed one may expand by at most
   deflate's ratio (1032:1), so a member claiming more than that of its compressed bytes is corrupt;
+- a member compressed by another method than deflate, or encrypted, is corrupt (zipfile would
+  raise `NotImplementedError` or `RuntimeError`);
 - object arrays are refused (no pickles), as `np.load(allow_pickle=False)` does;
 - a broken zip, header or member data is an `InputError` naming the file (and the member).
 
@@ -24,6 +26,7 @@ import math
 import zipfile
 import zlib
 from pathlib import Path
+from tokenize import TokenError
 from typing import IO
 
 import numpy as np
@@ -32,6 +35,9 @@ from optgraph.errors import InputError
 
 # Deflate expands at most about 1032:1 (a run of one byte); anything beyond is not deflate.
 MAX_DEFLATE_RATIO = 1032
+# Zip flag bits of a member zipfile cannot read: encrypted (0), patch data (5), strong
+# encryption (6).
+UNREADABLE_FLAGS = 0x1 | 0x20 | 0x40
 
 
 def read_npz(path: str | Path, kind: str) -> dict[str, np.ndarray]:
@@ -45,12 +51,22 @@ def read_npz(path: str | Path, kind: str) -> dict[str, np.ndarray]:
         size = path.stat().st_size
         with zipfile.ZipFile(path) as archive:
             for info in archive.infolist():
+                if not info.filename:  # ZipInfo.is_dir would raise IndexError
+                    raise InputError(f"cannot read {kind} file '{path}': a member has no name")
                 if info.is_dir():
                     continue
                 name = info.filename.removesuffix(".npy")
                 _check_sizes(info, size, path, kind, name)
                 arrays[name] = _read_member(archive, info, path, kind, name)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+    # NotImplementedError: flags in a member's local header that the directory did not show
+    except (
+        OSError,
+        ValueError,
+        EOFError,
+        NotImplementedError,
+        zipfile.BadZipFile,
+        zlib.error,
+    ) as err:
         raise InputError(f"cannot read {kind} file '{path}': {err}") from None
     return arrays
 
@@ -61,7 +77,14 @@ def _corrupt(path: Path, kind: str, name: str, why: str) -> InputError:
 
 def _check_sizes(info: zipfile.ZipInfo, size: int, path: Path, kind: str, name: str) -> None:
     """The zip directory's word on a member against the file (`size` bytes): its compressed
-    bytes inside the file, and an uncompressed size they can make."""
+    bytes inside the file, stored or deflated (as NumPy writes them; no other method's ratio is
+    bounded) and not encrypted, and an uncompressed size they can make."""
+    if info.flag_bits & UNREADABLE_FLAGS:
+        why = f"its zip flags {info.flag_bits:#x} say encrypted or patched (NumPy writes neither)"
+        raise _corrupt(path, kind, name, why)
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        why = f"compression method {info.compress_type} (an .npz member is stored or deflated)"
+        raise _corrupt(path, kind, name, why)
     if info.header_offset + info.compress_size > size:
         why = (
             f"the archive's directory says it takes {info.compress_size} bytes "
@@ -89,8 +112,10 @@ def _read_member(
     with archive.open(info) as handle:
         try:
             shape, fortran, dtype, header = _header(handle)
-        except ValueError as err:
-            raise _corrupt(path, kind, name, f"bad .npy header ({err})") from None
+        except (ValueError, TypeError, SyntaxError, TokenError, RecursionError) as err:
+            # NumPy's header parser lets ast's and tokenize's errors through for broken text
+            why = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise _corrupt(path, kind, name, f"bad .npy header ({why})") from None
         if dtype.hasobject:
             raise _corrupt(path, kind, name, "it holds Python objects (a pickle), not numbers")
         claimed = math.prod(shape) * dtype.itemsize
