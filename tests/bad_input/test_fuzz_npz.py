@@ -119,6 +119,9 @@ def test_optgraph_run_exits_1_without_a_traceback(mutant: Mutant, kind: str) -> 
         model, path = folder / "g.ir", folder / "f.npz"
         model.write_text(fn.graph_reading(kind))
         path.write_bytes(mutant.data)
+        saved = folder / "out.npz"
         args = ["run", str(model), "--device", "cpu", "-q", f"--{kind}s", str(path)]
-        status, err = run_cli(args)
+        status, err = run_cli([*args, "--save-outputs", str(saved)])
         assert_refused_cleanly(status, err, path)
+        assert saved.exists() == (status == 0), err
+        assert [p.name for p in folder.iterdir() if p.name.startswith(".")] == []  # no temporaries
