@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from optgraph.errors import OptGraphError, Span
+from optgraph.errors import Diagnostic, OptGraphError, Span
 from optgraph.ir.constants import INLINE_LIMIT, array_bytes
 from optgraph.ir.graph import AttrValue, Graph, Input, Node, Output, TensorType, Weight
 from optgraph.ir.ops import get_op
@@ -57,6 +57,17 @@ def tensor_type(dtype: np.dtype, shape: Sequence[int], what: str) -> TensorType:
     if name is None:
         raise OptGraphError(f"import: {what} has dtype {dtype}, which optgraph does not support")
     return TensorType(name, tuple(int(d) for d in shape))
+
+
+def in_file(err: OptGraphError, path: str) -> OptGraphError:
+    """`err` with each diagnostic that names no place located at the start of the model file
+    `path`, so that a message from the draft or the verifier (a dtype the IR lacks, a graph with
+    no output) says which file it is about."""
+    located = [
+        d if d.span is not None else Diagnostic(d.message, Span(path, 1, 1), d.severity)
+        for d in err.diagnostics
+    ]
+    return type(err).from_diagnostics(located)
 
 
 def as_ir_array(array: np.ndarray) -> np.ndarray:

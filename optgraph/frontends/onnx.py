@@ -3,6 +3,9 @@
 - Initializers are weights (float tensors) or constants (integer or one-element ones); external
   data (theirs, and a Constant node's) is read from beside the model file, checked first
   (`onnx_initializers.py`);
+- the model is checked against onnx's own schemas before a node is converted
+  (`onnx_schema.py`): text fields, the opset, each node's inputs, outputs and attribute types,
+  and the size of what folding a node would make; every error names the model file;
 - every tensor a node reads must be defined before it (an initializer, a graph input or an
   earlier node), every graph output by something: else an error naming the node and tensor;
 - Graph inputs keep the model's input names (initializers are weights, not inputs), outputs their
@@ -24,10 +27,17 @@ from typing import Any
 import numpy as np
 
 from optgraph.errors import OptGraphError, Span
-from optgraph.frontends.draft import Draft, check_mapped, ir_name, tensor_type
+from optgraph.frontends.draft import Draft, check_mapped, in_file, ir_name, tensor_type
 from optgraph.frontends.onnx_context import ONNX_DTYPES, OnnxContext, node_label
 from optgraph.frontends.onnx_initializers import initializer_arrays, tensor_array
 from optgraph.frontends.onnx_ops import CONVERTERS
+from optgraph.frontends.onnx_schema import (
+    check_fold_size,
+    check_node,
+    check_text,
+    model_opset,
+    node_attributes,
+)
 from optgraph.frontends.raising import raise_patterns
 from optgraph.ir.graph import Graph, TensorType
 
@@ -57,6 +67,7 @@ def load_onnx(path: str) -> Any:
         model.ParseFromString(data)
     except Exception:  # noqa: BLE001 - protobuf raises its own DecodeError kinds
         raise OptGraphError(f"import: {path}: not an ONNX model", Span(path, 1, 1)) from None
+    check_text(model, path)
     if not model.graph.node and not model.graph.output:
         raise OptGraphError(f"import: {path}: not an ONNX model (no graph)", Span(path, 1, 1))
     return model
@@ -70,7 +81,13 @@ def _input_type(onnx: Any, value: Any, path: str) -> tuple[np.dtype, list[int]]:
             Span(path, 1, 1),
         )
     tensor = value.type.tensor_type
-    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+    try:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+    except (KeyError, TypeError, ValueError):  # onnx's table has no such element type
+        raise OptGraphError(
+            f"import: input '{value.name}' has an unknown element type {tensor.elem_type}",
+            Span(path, 1, 1),
+        ) from None
     shape = []
     for axis, dim in enumerate(tensor.shape.dim):
         if not dim.HasField("dim_value"):
@@ -87,9 +104,17 @@ def _input_type(onnx: Any, value: Any, path: str) -> tuple[np.dtype, list[int]]:
 def from_onnx(model: Any) -> tuple[Graph, dict[str, np.ndarray]]:
     """(graph, weights) of an ONNX model given as a path or a ModelProto."""
     onnx = _onnx()
-    path = model if isinstance(model, str) else "<onnx>"
-    proto = load_onnx(model) if isinstance(model, str) else model
-    opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=13)
+    if not isinstance(model, str):
+        return _import(onnx, model, "<onnx>")
+    proto = load_onnx(model)
+    try:
+        return _import(onnx, proto, model)
+    except OptGraphError as err:
+        raise in_file(err, model) from None
+
+
+def _import(onnx: Any, proto: Any, path: str) -> tuple[Graph, dict[str, np.ndarray]]:
+    opset = model_opset(onnx, proto, path)
     draft = Draft(proto.graph.name or "model")
     context = OnnxContext(draft, path, opset, inferred=_inferred_types(onnx, proto))
     for name, array in initializer_arrays(onnx, proto.graph, path).items():
@@ -144,12 +169,11 @@ def _inferred_types(onnx: Any, proto: Any) -> dict[str, TensorType]:
     return found
 
 
-def _attributes(onnx: Any, node: Any) -> dict[str, Any]:
-    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-
-
 def _convert_node(onnx: Any, context: OnnxContext, node: Any, index: int) -> None:
-    attrs = _attributes(onnx, node)
+    if node.domain not in ("", "ai.onnx"):  # the converters know the default domain's ops
+        raise context.error(node, f"ops of domain '{node.domain}' are not supported")
+    check_node(onnx, context, node)
+    attrs = node_attributes(onnx, context, node)
     if node.op_type == "Constant":
         value = _constant_attr(onnx, context, node, attrs)
         context.values[node.output[0]] = context.draft.constant(value, ir_name(node.output[0]))
@@ -226,6 +250,7 @@ def _fold(onnx: Any, context: OnnxContext, node: Any) -> bool:
     outputs = [f"out{i}" for i in range(len(node.output))]
     single = onnx.helper.make_node(node.op_type, inputs, outputs, domain=node.domain)
     single.attribute.extend(node.attribute)
+    check_fold_size(onnx, context, node, single, feeds)
     try:
         results = ReferenceEvaluator(single).run(None, feeds)
     except Exception:  # noqa: BLE001 - an op the evaluator cannot fold stays a node

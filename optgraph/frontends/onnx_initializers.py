@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -72,13 +73,18 @@ def _check_external(onnx: Any, tensor: Any, base: Path, path: str, what: str) ->
             "directory (ONNX allows only a relative path below it)",
         )
     data_file = base / relative
-    if not data_file.is_file():
+    try:
+        found = data_file.stat()
+    except (OSError, ValueError) as err:  # missing, a name too long or with a NUL byte
+        why = "is missing" if isinstance(err, FileNotFoundError) else "cannot be read"
         raise _error(
             path,
-            f"{what}: its external data file '{location}' is missing "
+            f"{what}: its external data file '{location}' {why} "
             f"(looked for {os.path.abspath(data_file)}, next to the model)",
-        )
-    size = data_file.stat().st_size
+        ) from None
+    if not stat.S_ISREG(found.st_mode):
+        raise _error(path, f"{what}: its external data file '{location}' is not a regular file")
+    size = found.st_size
     try:
         offset = int(info.get("offset", "0"))
         length = int(info["length"]) if "length" in info else None
