@@ -48,9 +48,9 @@ def import_model(
         from optgraph.frontends.onnx import from_onnx
 
         return from_onnx(path)
-    from optgraph.frontends.torch_export import from_torch, load_exported_program
+    from optgraph.frontends.torch_export import from_pt2
 
-    return from_torch(load_exported_program(path))
+    return from_pt2(path)
 
 
 def import_model_file(

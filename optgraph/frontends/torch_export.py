@@ -30,7 +30,13 @@ import numpy as np
 
 from optgraph.errors import OptGraphError, Span
 from optgraph.frontends.aten_ops import CONVERTERS
-from optgraph.frontends.draft import Draft
+from optgraph.frontends.draft import Draft, in_file
+from optgraph.frontends.pt2_files import (
+    check_pickles,
+    collected_logs,
+    first_line,
+    first_logged_error,
+)
 from optgraph.frontends.raising import raise_patterns
 from optgraph.frontends.torch_values import (
     Converter,
@@ -42,28 +48,51 @@ from optgraph.frontends.torch_values import (
 )
 from optgraph.ir.graph import AttrValue, Graph
 
-__all__ = ["from_torch", "load_exported_program"]
+__all__ = ["from_pt2", "from_torch", "load_exported_program"]
 
 _IGNORED = ("aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constrain_range")
 
 
 def load_exported_program(path: str) -> Any:
-    """A `torch.export.save` file; an `OptGraphError` when it is not one."""
+    """A `torch.export.save` file; an `OptGraphError` when it is not one, or when torch would
+    unpickle anything but tensors from it (`pt2_files.check_pickles`)."""
     torch = torch_module()
     if not zipfile.is_zipfile(path):  # before torch, which logs a traceback for a bad archive
         raise OptGraphError(
             f"import: {path}: not a torch.export program (.pt2): not a zip archive",
             Span(path, 1, 1),
         )
+    check_pickles(torch, path)
+    with collected_logs() as records:
+        try:
+            return torch.export.load(path)
+        except FileNotFoundError:
+            raise OptGraphError(f"import: {path}: no such file") from None
+        except Exception as err:  # noqa: BLE001 - torch raises many kinds for a bad archive
+            # torch logs the first error and raises a vaguer one ("see the warnings above")
+            first = first_logged_error(records) or first_line(err)
+            raise OptGraphError(
+                f"import: {path}: not a torch.export program (.pt2): {first}",
+                Span(path, 1, 1),
+            ) from None
+
+
+def from_pt2(path: str) -> tuple[Graph, dict[str, np.ndarray]]:
+    """(graph, weights) of the `.pt2` file `path`; every error names the file."""
+    torch = torch_module()
+    loaded = load_exported_program(path)
     try:
-        return torch.export.load(path)
-    except FileNotFoundError:
-        raise OptGraphError(f"import: {path}: no such file") from None
-    except Exception as err:  # noqa: BLE001 - torch raises many kinds for a bad archive
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        program = _decomposed(torch, loaded)
+    except Exception as err:  # noqa: BLE001 - a damaged archive's program fails inside torch
         raise OptGraphError(
-            f"import: {path}: not a torch.export program (.pt2): {first}", Span(path, 1, 1)
+            f"import: {path}: torch cannot decompose the program it holds (damaged?): "
+            f"{first_line(err)}",
+            Span(path, 1, 1),
         ) from None
+    try:
+        return _from_program(torch, program, "model", read_parameters=True)
+    except OptGraphError as err:
+        raise in_file(err, path) from None
 
 
 def _export(torch: Any, model: Any, example_args: Sequence[Any] | None) -> Any:
@@ -279,6 +308,12 @@ def from_torch(
     torch = torch_module()
     program = _decomposed(torch, _export(torch, model, example_args))
     name = type(model).__name__ if not isinstance(model, torch.export.ExportedProgram) else "model"
+    return _from_program(torch, program, name, read_parameters)
+
+
+def _from_program(
+    torch: Any, program: Any, name: str, read_parameters: bool
+) -> tuple[Graph, dict[str, np.ndarray]]:
     draft, unread = _convert(torch, program, name, read_parameters)
     raise_patterns(draft)
     graph, weights = draft.finish()
