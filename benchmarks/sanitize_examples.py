@@ -12,7 +12,7 @@ quantized `get_rows` and a `dequantize`. Each model runs through the default pip
 merged launches and Programmatic Dependent Launch: what users get) and through a forced
 four-stream pipeline, each eagerly and as a CUDA graph (capture, then replays). Exits non-zero
 when an output differs from the reference interpreter beyond the runtime's check bounds.
-`--only NAME` runs the models whose name contains NAME.
+`--only NAME[,NAME...]` runs the models whose name contains one of them.
 """
 
 from __future__ import annotations
@@ -68,8 +68,15 @@ def _quantized_step(weight_set: str, mode: str) -> og.Graph:
     from benchmarks.harness.quantized_models import llama_graph
 
     seq = 1 if mode == "decode" else 32
-    sizes = {**LLAMA_STEP, "ffn": 640, "dtype": "f16", "batch": 1, "seq": seq, "cache_len": 64,
-             "mode": mode}  # ffn: whole q8_0 blocks; q4_k falls back to q5_0 (Q4_K_M's rule)
+    sizes = {
+        **LLAMA_STEP,
+        "ffn": 640,
+        "dtype": "f16",
+        "batch": 1,
+        "seq": seq,
+        "cache_len": 64,
+        "mode": mode,
+    }  # ffn: whole q8_0 blocks; q4_k falls back to q5_0 (Q4_K_M's rule)
     return llama_graph(sizes, weight_set)
 
 
@@ -111,11 +118,15 @@ def run_model(name: str, source: og.Graph, pipeline: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--only", default="", help="run the models whose name contains this")
+    parser.add_argument(
+        "--only",
+        default="",
+        help="run the models whose name contains this (or, comma-separated, any of these)",
+    )
     args = parser.parse_args(argv)
     bad = 0
     for name, source in models():
-        if args.only not in name:
+        if not any(part in name for part in args.only.split(",")):
             continue
         for label, pipeline in PIPELINES.items():
             bad += run_model(name, source, pipeline)
