@@ -20,6 +20,7 @@ Complexity: O(V + E) plus the op table's per-node inference.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from optgraph.errors import Diagnostic, OptGraphError, Span, VerifyError, did_you_mean
 from optgraph.ir import ops
@@ -243,6 +244,7 @@ def _verify(graph: Graph) -> None:
     known_ops = ops.OPS
     alike: dict[tuple[object, ...], TensorType] = {}  # see `ops.remembered_type`
     typed_events = False  # an event with a type: `Graph.value_types` would list it
+    type_of = types.get
 
     for index, node in enumerate(graph.nodes):
         op = node.op
@@ -260,14 +262,12 @@ def _verify(graph: Graph) -> None:
                 )
             continue
 
-        operand_types: list[TensorType] = []
-        missing = False
-        for k, operand in enumerate(node.operands):
-            found = types.get(operand)
-            if found is not None:
-                operand_types.append(found)
+        # The lookups in C; a type object is always true, so `all` finds a missing one.
+        operand_types: list[Any] = list(map(type_of, node.operands))
+        missing = not all(operand_types)
+        for k, operand in enumerate(node.operands) if missing else ():
+            if types.get(operand) is not None:
                 continue
-            missing = True
             if operand in defined_at:
                 continue  # defined without a usable type: reported already
             span = _operand_span(node, k)
