@@ -10,7 +10,7 @@ refuses with a message naming the model, the initializer and the data file:
       (looked for /models/w.bin, next to the model)
 
 - the data file exists (relative to the model's directory, not the working directory) and
-  stays inside that directory (no absolute path, no `..`);
+  stays inside that directory (no absolute path, no `..`, no symbolic link);
 - the bytes the tensor's dtype and shape need fit in the file at the given offset, and agree
   with the stated length, so nothing is allocated beyond what the file holds;
 - inline data that does not match its shape is called corrupt, by initializer.
@@ -82,6 +82,12 @@ def _check_external(onnx: Any, tensor: Any, base: Path, path: str, what: str) ->
             f"{what}: its external data file '{location}' {why} "
             f"(looked for {os.path.abspath(data_file)}, next to the model)",
         ) from None
+    if data_file.is_symlink() or not data_file.resolve().is_relative_to(base.resolve()):
+        raise _error(
+            path,
+            f"{what}: its external data file '{location}' is a symbolic link or lies through "
+            "one (onnx reads only files inside the model's directory)",
+        )
     if not stat.S_ISREG(found.st_mode):
         raise _error(path, f"{what}: its external data file '{location}' is not a regular file")
     size = found.st_size

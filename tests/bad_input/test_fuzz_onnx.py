@@ -21,6 +21,7 @@ from tests.support.property_examples import examples
 
 onnx = pytest.importorskip("onnx", reason="the ONNX fuzz tests need onnx")
 
+from optgraph.errors import OptGraphError
 from optgraph.frontends.onnx import from_onnx
 from optgraph.frontends.onnx_schema import FOLD_LIMIT
 from tests.support import fuzz_onnx as fo
@@ -138,3 +139,26 @@ def test_optgraph_import_exits_1_and_writes_nothing(mutant: OnnxMutant) -> None:
         status, err = run_cli(["import", str(path), "-o", str(out), "--weights-out", str(weights)])
         assert_refused_cleanly(status, err, path)
         assert out.exists() == weights.exists() == (status == 0), err
+
+
+@pytest.mark.parametrize("link", ["the file", "its folder"])
+def test_external_data_through_a_symbolic_link_is_refused_by_name(
+    tmp_path: Path, link: str
+) -> None:
+    """onnx's own reader refused both, and the message called the data corrupt; it now says
+    why, before onnx reads anything."""
+    folder, outside = tmp_path / "model", tmp_path / "outside"
+    folder.mkdir()
+    outside.mkdir()
+    (outside / fo.DATA_FILE).write_bytes(fo.W.tobytes())
+    model = fo.tiny_model()
+    if link == "the file":
+        (folder / fo.DATA_FILE).symlink_to(outside / fo.DATA_FILE)
+    else:
+        (folder / "sub").symlink_to(outside)
+        model.graph.initializer[0].external_data[0].value = f"sub/{fo.DATA_FILE}"
+    path = folder / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(OptGraphError, match="symbolic link") as caught:
+        from_onnx(str(path))
+    assert str(path) in str(caught.value)
