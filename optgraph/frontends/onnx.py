@@ -7,7 +7,8 @@
   (`onnx_schema.py`): text fields, the opset, each node's inputs, outputs and attribute types,
   and the size of what folding a node would make; every error names the model file;
 - every tensor a node reads must be defined before it (an initializer, a graph input or an
-  earlier node), every graph output by something: else an error naming the node and tensor;
+  earlier node), once, and every graph output by something, listed once: else an error naming
+  the node and tensor;
 - Graph inputs keep the model's input names (initializers are weights, not inputs), outputs their
   order; names the IR cannot spell are escaped reversibly (`draft.ir_name`).
 - Static shapes only: a symbolic dimension (`dim_param`) is an error naming the input and axis.
@@ -139,8 +140,10 @@ def _import(onnx: Any, proto: Any, path: str) -> tuple[Graph, dict[str, np.ndarr
     read = {i for n in proto.graph.node for i in n.input} | {o.name for o in proto.graph.output}
     for index, node in enumerate(proto.graph.node):
         _check_inputs(context, node)
+        _check_new_names(context, node)
         _convert_node(onnx, context, node, index)
         _check_outputs(context, node, read)
+    listed: set[str] = set()
     for output in proto.graph.output:
         if output.name not in context.values:
             raise OptGraphError(
@@ -148,6 +151,11 @@ def _import(onnx: Any, proto: Any, path: str) -> tuple[Graph, dict[str, np.ndarr
                 "input or any node",
                 Span(path, 1, 1),
             )
+        if output.name in listed:
+            raise OptGraphError(
+                f"import: graph output '{output.name}' is listed twice", Span(path, 1, 1)
+            )
+        listed.add(output.name)
     draft.outputs = [context.values[o.name] for o in proto.graph.output]
     raise_patterns(draft)
     return draft.finish()
@@ -215,6 +223,18 @@ def _check_inputs(context: OnnxContext, node: Any) -> None:
                 f"input {index} '{name}' is not defined by an initializer, a graph input or an "
                 "earlier node",
             )
+
+
+def _check_new_names(context: OnnxContext, node: Any) -> None:
+    """ONNX names each tensor once: a node output that an initializer, a graph input, an earlier
+    node or the node itself already defines is refused by name."""
+    made: set[str] = set()
+    for index, name in enumerate(node.output):
+        if name and (name in context.values or name in made):
+            raise context.error(
+                node, f"output {index} '{name}' is already defined (ONNX names each tensor once)"
+            )
+        made.add(name)
 
 
 def _check_outputs(context: OnnxContext, node: Any, read: set[str]) -> None:

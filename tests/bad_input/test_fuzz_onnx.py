@@ -83,6 +83,11 @@ def _input_elem_type(model: onnx.ModelProto) -> None:
     model.graph.input[0].type.tensor_type.elem_type = 0
 
 
+def _redefined_a(model: onnx.ModelProto) -> None:
+    model.graph.node[3].output[0] = "a"
+    model.graph.output[0].name = "a"
+
+
 # Each raised something else than an OptGraphError naming the model before (what it raised is
 # said), or imported a model that is not valid:
 REGRESSIONS = [
@@ -107,7 +112,11 @@ REGRESSIONS = [
         "external location of 5000 bytes",
         lambda m: setattr(m.graph.initializer[0].external_data[0], "value", "a" * 5000),
     ),
-    # imported as if valid: an opset onnx does not know, an attribute of the wrong type
+    # a VerifyError of two diagnostics: a graph output listed three times
+    _edited("graph output y thrice", lambda m: m.graph.output.extend([m.graph.output[0]] * 2)),
+    # imported as if valid: a tensor defined twice (the later definition won), an opset onnx
+    # does not know, an attribute of the wrong type
+    _edited("Relu's output named 'a' (Add's)", _redefined_a),
     _edited("opset 0", lambda m: setattr(m.opset_import[0], "version", 0)),
     _edited("opset 2**40", lambda m: setattr(m.opset_import[0], "version", 2**40)),
     _edited(

@@ -8,7 +8,7 @@ The model reads `x: f32[2,4]`; `w: f32[4,3]` keeps its data in `model.data` besi
 (external data), `b: f32[3]` and `shape: i64[2]` inline. A mutant changes one thing: a node's
 input, output, op type, domain or attributes; a graph output; an initializer's dims, type or data;
 the external data's location, offset, length or file; the opsets; an input's type; or the
-serialized bytes themselves (cut short, one byte changed).
+serialized bytes themselves (cut short, one byte changed); or two or three such changes at once.
 """
 
 from __future__ import annotations
@@ -376,6 +376,19 @@ def _changed(pair: tuple[str, Change]) -> OnnxMutant:
     return OnnxMutant(what, model.SerializeToString())
 
 
+def _all_changed(pairs: list[tuple[str, Change]]) -> OnnxMutant:
+    """Several changes in turn (one that no longer applies, an index past the end, is skipped)."""
+    model = tiny_model()
+    done = []
+    for what, change in pairs:
+        try:
+            change(model)
+        except (IndexError, ValueError, TypeError):
+            continue
+        done.append(what)
+    return OnnxMutant("; ".join(done) or "unchanged", model.SerializeToString())
+
+
 def onnx_mutants() -> st.SearchStrategy[OnnxMutant]:
     """The tiny model with one thing changed (see the module docstring)."""
     model = tiny_model()
@@ -386,4 +399,5 @@ def onnx_mutants() -> st.SearchStrategy[OnnxMutant]:
         _graph_changes(),
         _growing_node(),
     )
-    return st.one_of(structural.map(_changed), _data_file_changes(), _byte_changes())
+    stacked = st.lists(structural, min_size=2, max_size=3).map(_all_changed)
+    return st.one_of(structural.map(_changed), stacked, _data_file_changes(), _byte_changes())
