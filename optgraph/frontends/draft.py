@@ -60,13 +60,18 @@ def tensor_type(dtype: np.dtype, shape: Sequence[int], what: str) -> TensorType:
 
 
 def in_file(err: OptGraphError, path: str) -> OptGraphError:
-    """`err` with each diagnostic that names no place located at the start of the model file
-    `path`, so that a message from the draft or the verifier (a dtype the IR lacks, a graph with
-    no output) says which file it is about."""
-    located = [
-        d if d.span is not None else Diagnostic(d.message, Span(path, 1, 1), d.severity)
-        for d in err.diagnostics
-    ]
+    """`err` saying which model file `path` it is about: a diagnostic that names no place is
+    located at the file's start (a dtype the IR lacks, a graph with no output); one located in
+    another file (a `.pt2` program's node at its line of the model's Python source) names `path`
+    in its message."""
+    located = []
+    for d in err.diagnostics:
+        if d.span is None:
+            d = Diagnostic(d.message, Span(path, 1, 1), d.severity)
+        elif d.span.path != path:
+            rest = d.message.removeprefix("import: ")
+            d = Diagnostic(f"import: {path}: {rest}", d.span, d.severity)
+        located.append(d)
     return type(err).from_diagnostics(located)
 
 

@@ -58,6 +58,17 @@ REGRESSIONS = [
 ]
 
 
+def test_an_error_located_in_the_models_source_names_the_archive(tmp_path: Path) -> None:
+    """An unmapped op is located at its line of the model's Python source (kept in the archive);
+    the message named only that file, not the archive the user gave."""
+    text = FILES[fp.MODEL].replace(b"torch.ops.aten.relu.default", b"torch.ops.aten.erfinv.default")
+    path = tmp_path / "m.pt2"
+    path.write_bytes(fp.zipped({**FILES, fp.MODEL: text}))
+    status, err = run_cli(["import", str(path), "-o", str(tmp_path / "m.ir")])
+    assert status == 1 and f"error: import: {path}: 1 op(s) optgraph cannot map" in err, err
+    assert "fuzz_pt2.py:" in err and "torch.relu(self.lin(x))" in err, err
+
+
 def test_torch_logs_no_traceback_for_a_damaged_archive(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
