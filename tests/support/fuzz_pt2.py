@@ -157,6 +157,26 @@ def _member_changes(files: dict[str, bytes]) -> st.SearchStrategy[Mutant]:
     )
 
 
+TARGETS = [b"torch.ops.aten.relu.default", b"torch.ops.aten.mul.Tensor",
+           b"torch.ops.aten.linear.default"]  # fmt: skip
+OTHER_OPS = ["erfinv.default", "mm.default", "add.Tensor", "view.default", "sum.dim_IntList",
+             "permute.default", "softmax.int", "cat.default", "relu.default", "mul.Scalar",
+             "index_select.default", "embedding.default", "layer_norm.default"]  # fmt: skip
+
+
+def _op_changes(files: dict[str, bytes]) -> st.SearchStrategy[Mutant]:
+    """A node's ATen op replaced by another real one: torch deserializes a program whose
+    arguments do not fit the op, or one optgraph does not map."""
+    text = files[MODEL]
+
+    def change(target: bytes, other: str) -> Mutant:
+        changed = text.replace(target, f"torch.ops.aten.{other}".encode(), 1)
+        what = f"{target.decode().rsplit('.', 2)[-2]} made {other}"
+        return Mutant(what, zipped({**files, MODEL: changed}))
+
+    return st.builds(change, st.sampled_from(TARGETS), st.sampled_from(OTHER_OPS))
+
+
 def _byte_changes(files: dict[str, bytes]) -> st.SearchStrategy[Mutant]:
     raw = zipped(files)
     cut = st.integers(0, len(raw) - 1).map(lambda n: Mutant(f"cut to {n} bytes", raw[:n]))
@@ -172,5 +192,6 @@ def pt2_mutants(files: dict[str, bytes]) -> st.SearchStrategy[Mutant]:
         _json_changes(files, MODEL),
         _json_changes(files, WEIGHTS_CONFIG),
         _member_changes(files),
+        _op_changes(files),
         _byte_changes(files),
     )
