@@ -9,6 +9,7 @@ samples `examples(60)` mutants; `HYPOTHESIS_PROFILE=fuzz` many more.
 
 from __future__ import annotations
 
+import io
 import tempfile
 from collections.abc import Callable
 from functools import partial
@@ -125,3 +126,18 @@ def test_optgraph_run_exits_1_without_a_traceback(mutant: Mutant, kind: str) -> 
         assert_refused_cleanly(status, err, path)
         assert saved.exists() == (status == 0), err
         assert [p.name for p in folder.iterdir() if p.name.startswith(".")] == []  # no temporaries
+
+
+def test_a_pickled_object_array_is_never_unpickled(tmp_path: Path) -> None:
+    """An object array's data is a pickle; unpickling this one would create a file."""
+    from tests.support.fuzz_pt2 import MakesFile
+
+    marker = tmp_path / "ran"
+    buffer = io.BytesIO()
+    np.save(buffer, np.array([MakesFile(str(marker))], dtype=object), allow_pickle=True)
+    path = tmp_path / "f.npz"
+    path.write_bytes(fn.npz_bytes({**fn.members(), "x.npy": buffer.getvalue()}))
+    for load in (partial(read_npz, path, "inputs"), partial(load_inputs, path, INPUTS)):
+        with pytest.raises(InputError, match="member 'x' is corrupt: it holds Python objects"):
+            load()
+    assert not marker.exists()

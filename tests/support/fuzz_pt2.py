@@ -9,8 +9,9 @@ A `.pt2` is a zip archive under one folder (`archive/` when saved to a buffer): 
 tensor: its member, dtype, sizes, strides, offset, and whether it is pickled), the raw tensors
 `data/weights/weight_N`, `data/sample_inputs/model.pt` (a `torch.save` file) and version members.
 A mutant removes or replaces a member, changes one value in a JSON member (a key dropped, a
-number made huge or negative, a type changed), cuts or extends a tensor's data, puts a pickle that
-runs code where a pickle is read, or cuts or changes the archive's bytes.
+number made huge or negative, a type changed), cuts or extends a tensor's data, replaces a node's
+ATen op by another real one, or cuts or changes the archive's bytes; `hostile_pickle` makes the
+pickle that runs code which tests put where torch unpickles.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def zipped(files: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-class _MakesFile:
+class MakesFile:
     """Unpickling this creates the file `path`: what a hostile archive's pickle could do."""
 
     def __init__(self, path: str) -> None:
@@ -78,13 +79,13 @@ def hostile_pickle(marker: Path) -> bytes:
     import torch
 
     buffer = io.BytesIO()
-    torch.save({"x": _MakesFile(str(marker))}, buffer)
+    torch.save({"x": MakesFile(str(marker))}, buffer)
     return buffer.getvalue()
 
 
 def plain_pickle(marker: Path) -> bytes:
     """The same as a bare pickle (what `pickle.loads` of an opaque constant reads)."""
-    return pickle.dumps(_MakesFile(str(marker)))
+    return pickle.dumps(MakesFile(str(marker)))
 
 
 ODD_VALUES = [None, -1, 0, 2**40, *HUGE[3:], 1.5, "x", "", [], {}, True, [1] * 70]
