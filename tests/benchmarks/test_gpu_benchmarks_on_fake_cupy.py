@@ -39,7 +39,6 @@ def benchmarks(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         extras: dict[str, Any] = {
             "asarray": device_array,
             "empty": lambda shape, dtype: device_array(np.empty(shape, dtype)),
-            "get_default_memory_pool": lambda: SimpleNamespace(free_all_blocks=lambda: None),
         }
         for name, value in extras.items():
             monkeypatch.setattr(cp, name, value, raising=False)

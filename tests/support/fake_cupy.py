@@ -316,7 +316,7 @@ def _modules(fake: FakeCupy) -> dict[str, types.ModuleType]:
     cupy.asarray = fake.asarray  # type: ignore[attr-defined]
     cupy.empty = lambda shape, dtype: DeviceArray(fake, np.zeros(shape, dtype))  # type: ignore[attr-defined]
     cupy.get_default_memory_pool = lambda: types.SimpleNamespace(  # type: ignore[attr-defined]
-        free_bytes=lambda: fake.pool_free
+        free_bytes=lambda: fake.pool_free, free_all_blocks=lambda: None
     )
     cupy.fake = fake  # type: ignore[attr-defined]
 
