@@ -9,24 +9,36 @@ freed by reference counting as usual), so pausing the collector loses nothing.
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+_LOCK = threading.Lock()
+_state = {"depth": 0, "was_enabled": False}
 
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for the block; nested uses are fine."""
-    enabled = gc.isenabled()
-    gc.disable()
+    """Pause the cyclic garbage collector for the block. Nested uses, and uses in several
+    threads at once (the CUDA driver's thread runs host functions under it while the calling
+    thread compiles), share one pause: the collector's state before the first is restored after
+    the last."""
+    with _LOCK:
+        if _state["depth"] == 0:
+            _state["was_enabled"] = gc.isenabled()
+            gc.disable()
+        _state["depth"] += 1
     try:
         yield
     finally:
-        if enabled:
-            if gc.get_freeze_count() == 0:
-                # Everything allocated during the pause is still in the youngest generation:
-                # the first collection after it would walk all of it. Freezing and unfreezing
-                # moves every tracked object to the oldest generation in constant time (still
-                # collected there, with the next full collection).
-                gc.freeze()
-                gc.unfreeze()
-            gc.enable()
+        with _LOCK:
+            _state["depth"] -= 1
+            if _state["depth"] == 0 and _state["was_enabled"]:
+                if gc.get_freeze_count() == 0:
+                    # Everything allocated during the pause is still in the youngest generation:
+                    # the first collection after it would walk all of it. Freezing and
+                    # unfreezing moves every tracked object to the oldest generation in constant
+                    # time (still collected there, with the next full collection).
+                    gc.freeze()
+                    gc.unfreeze()
+                gc.enable()

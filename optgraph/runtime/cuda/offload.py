@@ -40,8 +40,6 @@ after the run. Does not handle: CPU nodes reading inputs bound by device pointer
 from __future__ import annotations
 
 import ctypes
-import gc
-import threading
 import warnings
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -52,6 +50,7 @@ import numpy as np
 from optgraph.codegen.plan.lowered import LoweredVariant
 from optgraph.codegen.plan.steps import CudaPlan, HostStep, Location
 from optgraph.errors import InputError, OptGraphError
+from optgraph.ir.gc_pause import gc_paused
 from optgraph.ir.graph import Graph, TensorType
 from optgraph.ir.layout import alias_roots
 from optgraph.reference.interpreter import evaluate_node, numpy_dtype
@@ -291,39 +290,12 @@ class HostSegment:
         launch_host_func(stream_ptr, self.callback)
 
 
-class _CollectorPause:
-    """Python's cycle collector held off while any host function runs on the driver's thread
-    (nested and concurrent callbacks share one pause; the collector's state before the first is
-    restored after the last)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.depth = 0
-        self.was_enabled = False
-
-    def __enter__(self) -> None:
-        with self.lock:
-            if self.depth == 0:
-                self.was_enabled = gc.isenabled()
-                gc.disable()
-            self.depth += 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self.lock:
-            self.depth -= 1
-            if self.depth == 0 and self.was_enabled:
-                gc.enable()
-
-
-COLLECTOR_PAUSE = _CollectorPause()
-
-
 def from_driver(call: Callable[[int | None], None], arg: int | None) -> None:
     """`call(arg)` as the driver's thread calls a host function: without a cycle collection.
     A collection there would finalize whatever unreachable CuPy streams, events or memory it
     finds, and their destructors call CUDA, which a host function may not: they fail with
     cudaErrorNotPermitted and the handles leak (seen on the H200 in the split-MoE GPU test)."""
-    with COLLECTOR_PAUSE:
+    with gc_paused():
         call(arg)
 
 
