@@ -12,7 +12,9 @@ constants. `check_pickles` refuses such an archive before torch sees it:
 - every `.pt` member (a `torch.save` file) must load with `torch.load(weights_only=True)`, which
   reads tensors and plain containers only;
 - no weight or constant may be pickled (`use_pickle`, `custom_obj_*`, `opaque_obj_*`): optgraph
-  imports plain tensors.
+  imports plain tensors;
+- no member claims more bytes than the archive holds for it, or than deflate can make of them
+  (a zip bomb would be inflated by this check and by torch's reader alike).
 
 `torch.export.load` also logs an error it recovers from as a warning with its traceback, then
 raises a vaguer one ("check the warnings above"); `collected_logs` keeps those records from the
@@ -33,6 +35,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from optgraph.errors import OptGraphError, Span
+from optgraph.reference.npz_files import MAX_DEFLATE_RATIO
 
 # Loggers through which torch.export.load reports (they have torch's own stderr handlers).
 TORCH_LOGGERS = ("torch.export", "torch._export", "torch._export.serde.serialize")
@@ -55,17 +58,34 @@ def check_pickles(torch: Any, path: str) -> None:
     """Refuse the archive `path` when torch would unpickle anything but tensors from it (see the
     module docstring); an archive zipfile cannot read is left to torch."""
     try:
+        size = os.path.getsize(path)
         with zipfile.ZipFile(path) as archive:
-            names = set(archive.namelist())
-            for name in sorted(names):
+            for info in archive.infolist():
+                _check_size(path, info, size)
+            for info in archive.infolist():
+                name = info.filename
                 if name.endswith(".pt"):
-                    _check_tensor_file(torch, path, name, archive.read(name))
+                    _check_tensor_file(torch, path, name, archive.read(info))
                 elif name.endswith(("_weights_config.json", "_constants_config.json")):
-                    _check_config(path, name, archive.read(name))
+                    _check_config(path, name, archive.read(info))
     except (OSError, EOFError, ValueError, NotImplementedError, RuntimeError,
             zipfile.BadZipFile) as err:  # fmt: skip
         # a member zipfile cannot read (torch's reader differs): torch reports the archive
         raise _refused(path, f"not a torch.export program (.pt2): {first_line(err)}") from None
+
+
+def _check_size(path: str, info: zipfile.ZipInfo, size: int) -> None:
+    """A member's size by the zip directory, against the file's `size` bytes: its compressed
+    bytes inside the file, and no more than deflate can make of them (`MAX_DEFLATE_RATIO`), so
+    neither this check nor torch's reader inflates a bomb."""
+    claimed = info.file_size
+    bound = info.compress_size * (MAX_DEFLATE_RATIO if info.compress_type else 1)
+    if info.header_offset + info.compress_size > size or claimed > max(bound, 1):
+        raise _refused(
+            path,
+            f"member '{info.filename}' claims {claimed} bytes from {info.compress_size} in the "
+            f"archive, which holds {size} bytes (damaged, or a zip bomb)",
+        )
 
 
 def _check_tensor_file(torch: Any, path: str, member: str, data: bytes) -> None:
