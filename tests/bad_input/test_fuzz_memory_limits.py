@@ -158,7 +158,7 @@ def test_a_pt2_member_whose_zip_entry_claims_4_gib(tmp_path: Path) -> None:
     for signature, table in ((b"PK\x01\x02", fn.CENTRAL), (b"PK\x03\x04", fn.LOCAL)):
         at, fmt = table["size"]
         assert raw is not None
-        raw = fn._patch(raw, signature, which, at, fmt, 2**32 - 4)
+        raw = fn.patch_field(raw, signature, which, at, fmt, 2**32 - 4)
     assert raw is not None
     path = tmp_path / "m.pt2"
     path.write_bytes(raw)

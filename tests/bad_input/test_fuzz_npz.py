@@ -72,7 +72,7 @@ def _with_x(what: str, member: bytes) -> Mutant:
 
 def _central(field: str, value: int) -> Mutant:
     at, fmt = fn.CENTRAL[field]
-    raw = fn._patch(fn.npz_bytes(fn.members()), b"PK\x01\x02", 0, at, fmt, value)
+    raw = fn.patch_field(fn.npz_bytes(fn.members()), b"PK\x01\x02", 0, at, fmt, value)
     assert raw is not None
     return Mutant(f"central directory: {field} = {value:#x}", raw)
 

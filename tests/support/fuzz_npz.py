@@ -149,7 +149,9 @@ CENTRAL = {"flags": (8, "H"), "method": (10, "H"), "crc": (16, "I"), "compressed
 FIELD_VALUES = [0, 1, 2, 8, 12, 14, 99, 0xFFFF, 0xFFFFFFFF, 2**31, 100, 1000]
 
 
-def _patch(raw: bytes, signature: bytes, which: int, at: int, fmt: str, value: int) -> bytes | None:
+def patch_field(
+    raw: bytes, signature: bytes, which: int, at: int, fmt: str, value: int
+) -> bytes | None:
     starts = [i for i in range(len(raw) - 3) if raw[i : i + 4] == signature]
     if which >= len(starts):
         return None
@@ -166,7 +168,7 @@ def _zip_field_changes(compressed: bool) -> st.SearchStrategy[Mutant]:
     def change(where: str, field: str, which: int, value: int) -> Mutant:
         table, signature = (LOCAL, b"PK\x03\x04") if where == "local" else (CENTRAL, b"PK\x01\x02")
         at, fmt = table[field]
-        patched = _patch(raw, signature, which, at, fmt, value)
+        patched = patch_field(raw, signature, which, at, fmt, value)
         what = f"{kind}: {where} header {which} {field} = {value}"
         return Mutant(what, patched if patched is not None else raw)
 

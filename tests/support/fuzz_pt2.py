@@ -187,6 +187,29 @@ def _byte_changes(files: dict[str, bytes]) -> st.SearchStrategy[Mutant]:
     return cut | flip
 
 
+def _zip_field_changes(files: dict[str, bytes]) -> st.SearchStrategy[Mutant]:
+    """One field of one member's local or central zip header changed (`fuzz_npz.LOCAL`)."""
+    from tests.support.fuzz_npz import CENTRAL, FIELD_VALUES, LOCAL, patch_field
+
+    raw = zipped(files)
+
+    def change(central: bool, field: str, which: int, value: int) -> Mutant:
+        central = central or field not in LOCAL  # the offset is the central directory's
+        table, signature = (CENTRAL, b"PK\x01\x02") if central else (LOCAL, b"PK\x03\x04")
+        at, fmt = table[field]
+        patched = patch_field(raw, signature, which, at, fmt, value)
+        where = "central" if central else "local"
+        return Mutant(f"{where} header {which} {field} = {value}", patched or raw)
+
+    return st.builds(
+        change,
+        st.booleans(),
+        st.sampled_from(sorted(CENTRAL)),
+        st.integers(0, len(files) - 1),
+        st.sampled_from([*FIELD_VALUES, 2**32 - 4]),
+    )
+
+
 def pt2_mutants(files: dict[str, bytes]) -> st.SearchStrategy[Mutant]:
     """The tiny archive `files` with one thing changed (see the module docstring)."""
     return st.one_of(
@@ -194,5 +217,6 @@ def pt2_mutants(files: dict[str, bytes]) -> st.SearchStrategy[Mutant]:
         _json_changes(files, WEIGHTS_CONFIG),
         _member_changes(files),
         _op_changes(files),
+        _zip_field_changes(files),
         _byte_changes(files),
     )
