@@ -70,7 +70,8 @@ def test_family_modules_are_named_after_families() -> None:
             for p in (PACKAGE / "reference").glob("*.py")
             # elementwise.py: the semantics the elementwise declarations name, of both of
             # their families (arithmetic, logic)
-            # gguf_file.py, npz_files.py: the file formats values and weights are read from
+            # gguf_file.py, gguf_header.py, npz_files.py, safetensors_file.py: the file formats
+            # values and weights are read from
             # random_data.py: seeded inputs and weights for runs, of every family's readers
             if p.stem
             not in (
@@ -79,7 +80,9 @@ def test_family_modules_are_named_after_families() -> None:
                 "interpreter",
                 "elementwise",
                 "gguf_file",
+                "gguf_header",
                 "npz_files",
+                "safetensors_file",
                 "random_data",
             )
         ],

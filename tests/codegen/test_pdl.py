@@ -300,7 +300,7 @@ def _install_driver(monkeypatch: pytest.MonkeyPatch, fake: Any, cc: str) -> list
     monkeypatch.setattr(cuda_pdl, "open_driver_library", lambda: library)
     cuda_pdl.driver_launch.cache_clear()
     monkeypatch.setattr(cupy, "RawModule", RawModule)
-    device = types.SimpleNamespace(compute_capability=cc)
+    device = types.SimpleNamespace(compute_capability=cc, id=0)
     monkeypatch.setattr(cupy.cuda, "Device", lambda: device, raising=False)
     fake.driver_library = library
     return programmatic
