@@ -133,7 +133,9 @@ class DeviceCopies:
     identity, each held weakly, the layout it was stored in, and the device): a second program
     on that device given the very same array (a model's prefill and decode steps share their weights) copies it from the
     first one's buffer, device to device, instead of from host memory again. An entry is valid
-    while the array and the owner live and the owner has not uploaded since (`forget`)."""
+    while the array and the owner live and the owner has not uploaded since (`forget`). As with
+    `LastArrays`, an array changed in place since is still "the same": a forced upload
+    (`CudaProgram.set_weights`) copies it from the host."""
 
     def __init__(self) -> None:
         self._entries: dict[tuple[int, str | None, int], tuple[Any, Any, int]] = {}
