@@ -104,10 +104,10 @@ for part in $parts; do
         --markdown "$OUT/diffusion.md" > "$OUT/diffusion.log" 2>&1
       echo "diffusion rc=$?"; tail -n 16 "$OUT/diffusion.log" ;;
     sanitize)
-      for tool in memcheck racecheck; do
-        timeout "${SAN_S:-75}" compute-sanitizer --tool "$tool" --error-exitcode 3 \
-          python3 benchmarks/sanitize_examples.py > "$OUT/$tool.log" 2>&1
-        echo "$tool rc=$?"; tail -n 4 "$OUT/$tool.log"
+      for tool in memcheck racecheck synccheck; do
+        timeout "${SAN_S:-240}" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+          python3 benchmarks/sanitize_examples.py ${SAN_ONLY:+--only "$SAN_ONLY"} > "$OUT/$tool.log" 2>&1
+        echo "$tool rc=$?"; grep -c "ran eagerly" "$OUT/$tool.log"; tail -n 4 "$OUT/$tool.log"
       done ;;
     *) echo "unknown part: $part (tests bench sanitize kernels h2h gemv decode offload split threshold host multi generate quant diffusion)" ;;
   esac
