@@ -93,13 +93,13 @@ def write_model(path: Path, seed: int = 0) -> Path:
     return path
 
 
-def _with_bytecode() -> dict[str, str]:
-    """The environment with Python's bytecode cache written under the work folder when the
+def _with_bytecode(workdir: Path) -> dict[str, str]:
+    """The environment with Python's bytecode cache written under `workdir` when the
     source tree's own may not be (a read-only checkout: every start would compile optgraph's
     400 modules again, 0.66 s on the H200 machine, which an installed package never does)."""
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env.setdefault("PYTHONPYCACHEPREFIX", str(Path("/tmp/optgraph-bench-generate/pycache")))
+    env.setdefault("PYTHONPYCACHEPREFIX", str(workdir / "pycache"))
     return env
 
 
@@ -111,7 +111,9 @@ def start_seconds(model: Path, cache: Path, tokens: list[int]) -> float:
         "--context", str(CONTEXT), "--cache-dir", str(cache), "-q",
     ]  # fmt: skip
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, cwd=ROOT, env=_with_bytecode())
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, cwd=ROOT, env=_with_bytecode(cache.parent)
+    )
     assert process.stdout is not None
     process.stdout.read(1)
     first = time.perf_counter() - start
@@ -131,7 +133,12 @@ def start_phases(model: Path, cache: Path, tokens: list[int], profile: Path) -> 
         "--device", "cuda", "--context", str(CONTEXT), "--cache-dir", str(cache),
     ]  # fmt: skip
     done = subprocess.run(
-        command, capture_output=True, text=True, cwd=ROOT, check=False, env=_with_bytecode()
+        command,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+        env=_with_bytecode(cache.parent),
     )
     import io
     import pstats
@@ -166,8 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt", type=int, default=512)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--markdown", metavar="FILE")
-    p.add_argument("--profile-start", type=Path, metavar="FILE",
-                   help="also profile a warm start (phases and cProfile, as text, to FILE)")
+    p.add_argument(
+        "--profile-start",
+        type=Path,
+        metavar="FILE",
+        help="also profile a warm start (phases and cProfile, as text, to FILE)",
+    )
     args = p.parse_args(argv)
 
     from benchmarks.harness.timing import print_report

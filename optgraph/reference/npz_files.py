@@ -32,6 +32,7 @@ from typing import IO
 import numpy as np
 
 from optgraph.errors import InputError
+from optgraph.host_memory import size_text
 
 # Deflate expands at most about 1032:1 (a run of one byte); anything beyond is not deflate.
 MAX_DEFLATE_RATIO = 1032
@@ -88,7 +89,7 @@ def _check_sizes(info: zipfile.ZipInfo, size: int, path: Path, kind: str, name: 
     if info.header_offset + info.compress_size > size:
         why = (
             f"the archive's directory says it takes {info.compress_size} bytes "
-            f"({_size(info.compress_size)}) from offset {info.header_offset}, but the file "
+            f"({size_text(info.compress_size)}) from offset {info.header_offset}, but the file "
             f"holds {size} bytes"
         )
         raise _corrupt(path, kind, name, why)
@@ -122,7 +123,7 @@ def _read_member(
         held = info.file_size - header
         if claimed > held:
             described = f"{dtype}[{','.join(map(str, shape))}]"
-            why = f"its header claims {described} ({_size(claimed)}), the member holds {held} bytes"
+            why = f"its header claims {described} ({size_text(claimed)}), the member holds {held} bytes"
             raise _corrupt(path, kind, name, why)
         array = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
         got = _read_into(handle, array.T if fortran else array, claimed)
@@ -158,13 +159,3 @@ def _header(handle: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype, int]:
     if any(d < 0 for d in shape):
         raise ValueError(f"negative dimension in shape {shape}")
     return tuple(int(d) for d in shape), bool(fortran), np.dtype(dtype), handle.tell()
-
-
-def _size(nbytes: int) -> str:
-    """`nbytes` in the largest binary unit that keeps it at least 1."""
-    value, unit = float(nbytes), "bytes"
-    for name in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
-        if value < 1024:
-            break
-        value, unit = value / 1024, name
-    return f"{value:.3g} {unit}" if unit != "bytes" else f"{nbytes} bytes"

@@ -13,17 +13,8 @@ import numpy as np
 
 import optgraph as og
 from optgraph.runtime.cuda.memory import D2D, H2D
+from tests.runtime.test_device_transpose_fake import GRAPH
 from tests.support.fake_cupy import fake_cupy
-
-GRAPH = """graph t {
-  input %x : f16[1,64]
-  weight %w : f16[32,64]
-  weight %v : f16[32]
-  %y = matmul(%x, %w) {transpose_b = true} : f16[1,32]
-  %z = add(%y, %v) : f16[1,32]
-  output %z
-}
-"""
 
 
 def _arrays(seed: int) -> dict[str, np.ndarray]:
