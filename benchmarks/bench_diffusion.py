@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gc
 import json
 import sys
 import time
@@ -183,8 +182,7 @@ def torch_variants(
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import cupy as cp
 
-    from benchmarks.harness.offload_timing import pinned_bandwidth, time_copies, time_replays
-    from optgraph.api.programs import cuda_program
+    from benchmarks.harness.offload_timing import pinned_bandwidth, time_programs
     from optgraph.reference.interpreter import nmse
 
     pinned = pinned_bandwidth(cp)
@@ -193,27 +191,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     print("\n".join(describe(graphs, budget)), flush=True)
     inputs = {i.name: t.numpy() for i, t in zip(graph.inputs, example)}
     row: dict[str, Any] = {"budget": budget, "pinned": pinned}
-    resident_out = None
-    exact = True
-    for name, planned in graphs.items():
-        program = cuda_program(planned, weights=weights)
-        program.run(inputs)  # eager, then captured
-        out = program.run(inputs)
-        (value,) = out.values()
-        if resident_out is None:
-            resident_out = value
-        exact &= value.tobytes() == resident_out.tobytes()
-        row[name] = time_replays(cp, program, args)
-        if name == "depth 2":
-            row["streamed_bytes"], row["copy alone"] = time_copies(cp, program, args)
-        program.close()
-        del program
-        gc.collect()
-        print(f"  {name}: {row[name]:.2f} ms", flush=True)
+    timings, exact, first = time_programs(cp, graphs, weights, inputs, args, digits=2)
+    row.update(timings)
+    (resident_out,) = first.values()
     row["exact"] = exact
     ways, want = torch_variants(module, example, args)
     row.update(ways)
-    assert resident_out is not None
     row["nmse_vs_torch"] = nmse(resident_out.astype(np.float64), want.astype(np.float64))
     return row
 

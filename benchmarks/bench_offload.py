@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gc
 import json
 import sys
 from pathlib import Path
@@ -75,7 +74,12 @@ from benchmarks.harness.offload_plan import (
     plan_order,
     streamed_plans,
 )
-from benchmarks.harness.offload_timing import gemm_rate, pinned_bandwidth, time_copies, time_replays
+from benchmarks.harness.offload_timing import (
+    gemm_rate,
+    pinned_bandwidth,
+    time_programs,
+    time_replays,
+)
 from benchmarks.harness.timing import print_report
 from optgraph.analysis.segments import format_size
 from optgraph.codegen.lowering_options import LoweringOptions
@@ -176,7 +180,6 @@ def plan_variants(
 def measure(args: argparse.Namespace, mode: str, pinned: float, f16_flops: float) -> dict[str, Any]:
     import cupy as cp
 
-    from optgraph.api.programs import cuda_program
 
     batch = balanced_batch(args, pinned, f16_flops, measured=True) if mode == "balanced" else 1
     source, graphs, budget = plan_variants(args, mode, pinned, batch)
@@ -186,22 +189,8 @@ def measure(args: argparse.Namespace, mode: str, pinned: float, f16_flops: float
     print("\n".join(describe(graphs, budget)), flush=True)
     inputs, weights = random_inputs(source), fast_weights(source)
     row: dict[str, Any] = {"mode": mode, "budget": budget, "batch": batch}
-    reference_out = None
-    exact = True
-    for name, graph in graphs.items():
-        program = cuda_program(graph, weights=weights, options=OPTIONS.get(name))
-        program.run(inputs)  # eager, then captured
-        out = program.run(inputs)  # a replay
-        if reference_out is None:
-            reference_out = out
-        exact &= all(out[k].tobytes() == reference_out[k].tobytes() for k in out)
-        row[name] = time_replays(cp, program, args)
-        if name == "depth 2":
-            row["streamed_bytes"], row["copy alone"] = time_copies(cp, program, args)
-        program.close()
-        del program
-        gc.collect()
-        print(f"  {name}: {row[name]:.3f} ms", flush=True)
+    timings, exact, _ = time_programs(cp, graphs, weights, inputs, args, OPTIONS)
+    row.update(timings)
     row["exact"] = exact
     # The estimate with compute scaled to this run's resident step (the roofline's error).
     estimated = estimate_step(graphs["resident"], pinned, f16_flops).compute_ms

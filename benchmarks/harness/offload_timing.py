@@ -1,7 +1,8 @@
 """How `bench_offload.py` times things on the GPU (CuPy passed in, so the fake CuPy of the tests
 can stand in): median milliseconds of back-to-back launches between two CUDA events, the pinned
 host-to-device bandwidth, the f16 GEMM rate, a program's replays, and its own prefetch copies
-back to back on one stream (`copy alone`)."""
+back to back on one stream (`copy alone`); `time_programs` runs and times every planned variant
+of a model (bench_offload.py, bench_diffusion.py)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,45 @@ def time_copies(cp: Any, program: Any, args: argparse.Namespace) -> tuple[int, f
             memcpy(dst, src, n, 1, side.ptr)
 
     return sum(c[2] for c in copies), timed(cp, side, copy_all, args.iters, args.repeats)
+
+
+def time_programs(
+    cp: Any,
+    graphs: dict[str, Any],
+    weights: dict[str, Any],
+    inputs: dict[str, Any],
+    args: argparse.Namespace,
+    options: dict[str, Any] | None = None,
+    digits: int = 3,
+) -> tuple[dict[str, float], bool, dict[str, Any]]:
+    """Each planned graph of `graphs` (resident first) as a CUDA program (`options[name]` its
+    lowering options): run (eager, then captured), a replay, ms a replay (`time_replays`), and
+    for "depth 2" its copies alone (`streamed_bytes`, `copy alone`). Returns (those figures by
+    name, whether every program's outputs equal the first one's bit for bit, the first one's
+    outputs)."""
+    import gc
+
+    from optgraph.api.programs import cuda_program
+
+    row: dict[str, float] = {}
+    first: dict[str, Any] | None = None
+    exact = True
+    for name, graph in graphs.items():
+        program = cuda_program(graph, weights=weights, options=(options or {}).get(name))
+        program.run(inputs)  # eager, then captured
+        out = program.run(inputs)  # a replay
+        if first is None:
+            first = out
+        exact &= all(out[k].tobytes() == first[k].tobytes() for k in out)
+        row[name] = time_replays(cp, program, args)
+        if name == "depth 2":
+            row["streamed_bytes"], row["copy alone"] = time_copies(cp, program, args)
+        program.close()
+        del program
+        gc.collect()
+        print(f"  {name}: {row[name]:.{digits}f} ms", flush=True)
+    assert first is not None
+    return row, exact, first
 
 
 def gemm_rate(cp: Any, args: argparse.Namespace, rows: int = 8192) -> float:
