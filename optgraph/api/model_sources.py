@@ -14,8 +14,8 @@ Steps are made only on a program cache miss; a hit needs the fingerprint and the
 checkpoint source imports neither torch nor transformers then. Weights are views of the model
 file where it allows (safetensors and GGUF, memory-mapped), converted where the step's dtype
 differs from the stored one, each one array object for every step (so the GPU runtime uploads
-it from the host once: `runtime/cuda/memory.DeviceCopies`); a checkpoint's experts stored one tensor each are stacked once (a
-copy) and shared by every step.
+it from the host once: `runtime/cuda/memory.DeviceCopies`); a checkpoint's experts stored one
+tensor each are stacked once (a copy) and shared by every step.
 
 - checkpoint: `hf_checkpoint` + `hf_steps`; default context the config's
   `max_position_embeddings` (or `n_positions`), at most 4096; default dtype f32 on the CPU, f16

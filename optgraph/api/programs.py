@@ -102,8 +102,8 @@ def cuda_program(
 
 
 def _bare(key: str, given: Mapping[str, Any]) -> str:
-    """A key written as in the IR (`%x`) as the value's name (`x`), unless `%x` is itself
-    what the caller means (no `x` given beside it)."""
+    """A key written as in the IR (`%x`) as the value's name (`x`); kept as written where `x`
+    is given too (one value under two spellings: reported as unknown, not silently dropped)."""
     return key[1:] if key.startswith("%") and key[1:] not in given else key
 
 

@@ -131,8 +131,9 @@ def check_array(value: Any, t: TensorType, what: str) -> None:
 class DeviceCopies:
     """Where this process's programs hold a device copy of a host array (by the array's
     identity, each held weakly, the layout it was stored in, and the device): a second program
-    on that device given the very same array (a model's prefill and decode steps share their weights) copies it from the
-    first one's buffer, device to device, instead of from host memory again. An entry is valid
+    on that device given the very same array (a model's prefill and decode steps share their
+    weights) copies it from the first one's buffer, device to device, instead of from host
+    memory again. An entry is valid
     while the array and the owner live and the owner has not uploaded since (`forget`). As with
     `LastArrays`, an array changed in place since is still "the same": a forced upload
     (`CudaProgram.set_weights`) copies it from the host."""
