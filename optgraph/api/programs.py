@@ -102,8 +102,7 @@ def cuda_program(
 
 
 def _bare(key: str, given: Mapping[str, Any]) -> str:
-    """A key written as in the IR (`%x`) as the value's name (`x`); kept as written where `x`
-    is given too (one value under two spellings: reported as unknown, not silently dropped)."""
+    """A key written as in the IR (`%x`) as the value's name (`x`), where `x` is not given too."""
     return key[1:] if key.startswith("%") and key[1:] not in given else key
 
 
@@ -115,6 +114,9 @@ def inputs_by_name(
     one. The caller's mapping itself where every key is a plain name."""
     named = inputs
     if any(k.startswith("%") for k in inputs):
+        twice = [k for k in inputs if k.startswith("%") and k[1:] in inputs]
+        if twice:
+            raise InputError(f"input '{twice[0]}' given twice ('{twice[0][1:]}', '{twice[0]}')")
         named = {_bare(k, inputs): v for k, v in inputs.items()}
     declared = set(graph.input_names()) | (set() if source is None else set(source.input_names()))
     unknown = [k for k in named if k not in declared]

@@ -33,3 +33,5 @@ def test_an_unknown_input_is_named_with_the_closest_one() -> None:
         program.run({"%xx": x})
     with pytest.raises(og.OptGraphError, match=r"no input '%extra'"):
         program.run({"x": x, "extra": x})
+    with pytest.raises(og.OptGraphError, match=r"input '%x' given twice"):
+        program.run({"x": x, "%x": x})  # one value under both spellings
