@@ -122,22 +122,23 @@ def _position_rule(
     return found
 
 
-def _kv_len(
-    draft: Draft, pos: str, offset: int, node: Node, producers: dict[str, Node]
+def kv_len_of(
+    draft: Draft, pos: str, offset: int, node: Node, producers: dict[str, Node], label: str
 ) -> tuple[str, list[Node]]:
-    """The kv_len value `pos + offset` as [1], and the nodes to add (none when an earlier
-    attention made it already)."""
-    name = f"{pos}.kv_len_{offset}" if offset >= 0 else f"{pos}.kv_len_m{-offset}"
-    made = producers.get(name)
-    if made is not None:
+    """`pos + offset` as a vector of its elements, named `{pos}.{label}_{offset}` (`m3` for -3),
+    and the nodes to add: none where an earlier attention made it, or where `pos` is that vector
+    already and `offset` is 0 (then `pos` itself). [1] for a step's one position, [B] for a
+    position a row (`raise_row_masks`)."""
+    name = f"{pos}.{label}_{offset}" if offset >= 0 else f"{pos}.{label}_m{-offset}"
+    if name in producers:
         return name, []
     pos_type = draft.type_of(pos)
-    flat = TensorType(pos_type.dtype, (1,))
+    flat = TensorType(pos_type.dtype, (pos_type.numel,))
     nodes: list[Node] = []
     value = pos
-    if pos_type.shape != (1,):
+    if pos_type.shape != flat.shape:
         value = draft.fresh(f"{pos}.flat")
-        nodes.append(Node(value, "reshape", (pos,), {"shape": (1,)}, flat, span=node.span))
+        nodes.append(Node(value, "reshape", (pos,), {"shape": flat.shape}, flat, span=node.span))
     if offset == 0 and not nodes:
         return pos, []
     step = draft.constant(np.array([offset], dtype=numpy_dtype(pos_type.dtype)), "kv_offset")
@@ -145,8 +146,9 @@ def _kv_len(
     return name, nodes
 
 
-def attention_kv_len(draft: Draft, node: Node, producers: dict[str, Node]) -> list[Node] | None:
-    """The raising rule (see the module docstring); None where the node does not match."""
+def masked_attention_roles(node: Node) -> tuple[AttentionOperands, str] | None:
+    """(operand roles, the mask operand) of an `attention` that reads a mask and neither
+    `kv_len`, causality nor a window: what the raising rules replace; None for any other node."""
     if node.op != "attention" or node.type is None:
         return None
     attrs = attrs_with_defaults(node)
@@ -155,7 +157,16 @@ def attention_kv_len(draft: Draft, node: Node, producers: dict[str, Node]) -> li
     roles = attention_operands(len(node.operands), True, bool(attrs["sinks"]))
     if roles.kv_len is not None or roles.mask is None:
         return None
-    found = position_cone(draft, node.operands[roles.mask], producers)
+    return roles, node.operands[roles.mask]
+
+
+def attention_kv_len(draft: Draft, node: Node, producers: dict[str, Node]) -> list[Node] | None:
+    """The raising rule (see the module docstring); None where the node does not match."""
+    matched = masked_attention_roles(node)
+    if matched is None or node.type is None:
+        return None
+    roles, mask = matched
+    found = position_cone(draft, mask, producers)
     if found is None or draft.type_of(found[0]).numel != 1:
         return None
     pos, cone = found
@@ -164,7 +175,7 @@ def attention_kv_len(draft: Draft, node: Node, producers: dict[str, Node]) -> li
     if rule is None:
         return None
     offset, window = rule
-    kv_len, nodes = _kv_len(draft, pos, offset, node, producers)
+    kv_len, nodes = kv_len_of(draft, pos, offset, node, producers, "kv_len")
     return [*nodes, causal_with_kv_len(node, roles, kv_len, window)]
 
 

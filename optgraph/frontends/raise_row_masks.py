@@ -26,9 +26,13 @@ import numpy as np
 
 from optgraph.frontends.attention_masks import causal_pattern, shared_pattern
 from optgraph.frontends.draft import Draft
-from optgraph.frontends.raise_attention_masks import causal_with_kv_len, position_cone
-from optgraph.ir.graph import Node, TensorType
-from optgraph.ir.op_rules_attention import attention_operands
+from optgraph.frontends.raise_attention_masks import (
+    causal_with_kv_len,
+    kv_len_of,
+    masked_attention_roles,
+    position_cone,
+)
+from optgraph.ir.graph import Node
 from optgraph.ir.ops import attrs_with_defaults
 from optgraph.reference.kernels import KERNELS, numpy_dtype
 
@@ -102,18 +106,14 @@ def _rule(draft: Draft, cone: list[Node], pos: str, batch: int, skv: int) -> tup
 
 def row_attention_kv_len(draft: Draft, node: Node, producers: dict[str, Node]) -> list[Node] | None:
     """The raising rule (module docstring); None where the node does not match."""
-    if node.op != "attention" or node.type is None:
+    matched = masked_attention_roles(node)
+    if matched is None or node.type is None:
         return None
-    attrs = attrs_with_defaults(node)
-    if not attrs["masked"] or attrs["causal"] or attrs["window"]:
-        return None
-    roles = attention_operands(len(node.operands), True, bool(attrs["sinks"]))
-    if roles.kv_len is not None or roles.mask is None:
-        return None
+    roles, mask = matched
     batch, sq = node.type.shape[0], node.type.shape[2]
     if batch < 2 or sq != 1:
         return None
-    found = position_cone(draft, node.operands[roles.mask], producers, CONE_LIMIT)
+    found = position_cone(draft, mask, producers, CONE_LIMIT)
     if found is None or draft.type_of(found[0]).numel != batch:
         return None
     pos, cone = found
@@ -122,25 +122,5 @@ def row_attention_kv_len(draft: Draft, node: Node, producers: dict[str, Node]) -
     if rule is None:
         return None
     offset, window = rule
-    kv_len, nodes = _row_kv_len(draft, pos, offset, node, producers)
+    kv_len, nodes = kv_len_of(draft, pos, offset, node, producers, "row_kv_len")
     return [*nodes, causal_with_kv_len(node, roles, kv_len, window)]
-
-
-def _row_kv_len(
-    draft: Draft, pos: str, offset: int, node: Node, producers: dict[str, Node]
-) -> tuple[str, list[Node]]:
-    """`pos + offset` as [B], and the nodes to add (none when an earlier attention made it)."""
-    suffix = str(offset) if offset >= 0 else f"m{-offset}"
-    name = f"{pos}.row_kv_len_{suffix}"
-    if name in producers:
-        return name, []
-    pos_type = draft.type_of(pos)
-    flat = TensorType(pos_type.dtype, (pos_type.numel,))
-    nodes: list[Node] = []
-    value = pos
-    if pos_type.shape != flat.shape:
-        value = draft.fresh(f"{pos}.rows")
-        nodes.append(Node(value, "reshape", (pos,), {"shape": flat.shape}, flat, span=node.span))
-    step = draft.constant(np.array([offset], dtype=numpy_dtype(pos_type.dtype)), "kv_offset")
-    nodes.append(Node(name, "add", (value, step), {}, flat, span=node.span))
-    return name, nodes
