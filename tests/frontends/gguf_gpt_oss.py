@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from tests.frontends import gguf_models
+
 SIZES: dict[str, Any] = {
     "hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 256,
@@ -104,17 +106,12 @@ def gguf_tensors(model: Any) -> dict[str, np.ndarray]:
 
 
 def _add(w: Any, name: str, a: np.ndarray, experts: str, matrices: str) -> None:
-    import gguf
-
+    """The experts stored as `experts`, other matrices as `matrices`; biases and the router
+    f32, as llama.cpp's converter keeps them."""
     kind = experts if "_exps.weight" in name else matrices
-    if a.ndim == 1 or name.endswith(".bias") or "ffn_gate_inp" in name or kind == "F32":
-        w.add_tensor(name, a.astype(np.float32))
-    elif kind == "F16":
-        w.add_tensor(name, a.astype(np.float16))
-    else:
-        qtype = gguf.GGMLQuantizationType[kind]
-        data = gguf.quants.quantize(a.astype(np.float32), qtype)
-        w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=qtype)
+    if name.endswith(".bias") or "ffn_gate_inp" in name:
+        kind = "F32"
+    gguf_models._add_tensor(w, name, a, kind)
 
 
 def write_gpt_oss_gguf(
