@@ -127,17 +127,9 @@ def write_gpt_oss_gguf(
 
     c = model.config
     rope = c.rope_parameters
-    w = gguf.GGUFWriter(str(path), "gpt-oss")
-    w.add_name("tiny gpt-oss")
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_block_count(c.num_hidden_layers)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
+    w = gguf_models.new_writer(model, path, "gpt-oss", "tiny gpt-oss", matrices)
     w.add_key_length(c.head_dim)
     w.add_value_length(c.head_dim)
-    w.add_layer_norm_rms_eps(c.rms_norm_eps)
     w.add_rope_freq_base(float(rope["rope_theta"]))
     w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
     w.add_rope_scaling_factor(float(rope["factor"]))
@@ -146,7 +138,6 @@ def write_gpt_oss_gguf(
     w.add_expert_count(c.num_local_experts)
     w.add_expert_used_count(c.num_experts_per_tok)
     w.add_expert_feed_forward_length(c.intermediate_size)
-    w.add_vocab_size(c.vocab_size)
     if edit is not None:
         edit(w)
     for name, a in gguf_tensors(model).items():
