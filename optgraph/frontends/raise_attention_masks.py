@@ -18,6 +18,8 @@ that depend on anything else (padding) stay mask operands.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from optgraph.frontends.attention_masks import causal_pattern, shared_pattern
@@ -66,7 +68,7 @@ def position_cone(
     return found
 
 
-def _evaluate(draft: Draft, cone: list[Node], pos: str, value: np.ndarray) -> np.ndarray:
+def evaluate_cone(draft: Draft, cone: list[Node], pos: str, value: np.ndarray) -> np.ndarray:
     """The mask (the last node of `cone`) for the position `value`."""
     env = {pos: value}
     for node in cone:
@@ -75,11 +77,14 @@ def _evaluate(draft: Draft, cone: list[Node], pos: str, value: np.ndarray) -> np
     return env[cone[-1].name]
 
 
-def _lengths(seen_of: dict[int, np.ndarray], skv: int) -> tuple[int, int] | None:
-    """(c, W): every probe's last row sees keys up to p + c - 1, W of them (0: no window)."""
+def offset_and_window(
+    probes: Iterable[tuple[int, np.ndarray]], skv: int
+) -> tuple[int, int] | None:
+    """(c, W): at every probe (position p, the [Skv] keys its last row sees) the row sees keys
+    up to p + c - 1, W of them (0: no window); None where the probes disagree."""
     offsets, windows = set(), set()
-    for p, seen in seen_of.items():
-        last = np.flatnonzero(seen[-1])
+    for p, seen in probes:
+        last = np.flatnonzero(seen)
         if last.size == 0 or last[-1] + 1 >= skv:
             continue  # out of range or saturated at the cache's end: says nothing about c
         length = int(last[-1]) + 1
@@ -105,11 +110,11 @@ def _position_rule(
     seen_of: dict[int, np.ndarray] = {}
     for p in _probe_positions(skv, skv):
         value = np.full(pos_type.shape, p, dtype=numpy_dtype(pos_type.dtype))
-        seen = shared_pattern(_evaluate(draft, cone, pos, value), sq, skv)
+        seen = shared_pattern(evaluate_cone(draft, cone, pos, value), sq, skv)
         if seen is None:
             return None
         seen_of[p] = seen
-    found = _lengths(seen_of, skv)
+    found = offset_and_window(((p, seen[-1]) for p, seen in seen_of.items()), skv)
     if found is None:
         return None
     offset, window = found

@@ -28,24 +28,17 @@ from optgraph.frontends.attention_masks import causal_pattern, shared_pattern
 from optgraph.frontends.draft import Draft
 from optgraph.frontends.raise_attention_masks import (
     causal_with_kv_len,
+    evaluate_cone,
     kv_len_of,
     masked_attention_roles,
+    offset_and_window,
     position_cone,
 )
 from optgraph.ir.graph import Node
-from optgraph.ir.ops import attrs_with_defaults
-from optgraph.reference.kernels import KERNELS, numpy_dtype
+from optgraph.reference.kernels import numpy_dtype
 
 PROBES = 8  # random position vectors checked besides the boundaries
 CONE_LIMIT = 48  # nodes between the positions and the mask
-
-
-def _mask_at(draft: Draft, cone: list[Node], pos: str, value: np.ndarray) -> np.ndarray:
-    env = {pos: value}
-    for node in cone:
-        args = [env[o] if o in env else draft.constants[o] for o in node.operands]
-        env[node.name] = np.asarray(KERNELS[node.op](node, args, attrs_with_defaults(node)))
-    return env[cone[-1].name]
 
 
 def _rows_seen(mask: np.ndarray, batch: int, skv: int) -> list[np.ndarray] | None:
@@ -79,22 +72,14 @@ def _rule(draft: Draft, cone: list[Node], pos: str, batch: int, skv: int) -> tup
     seen_at: list[tuple[int, np.ndarray]] = []
     for vector in _probes(batch, skv):
         value = vector.astype(numpy_dtype(pos_type.dtype)).reshape(pos_type.shape)
-        rows = _rows_seen(_mask_at(draft, cone, pos, value), batch, skv)
+        rows = _rows_seen(evaluate_cone(draft, cone, pos, value), batch, skv)
         if rows is None:
             return None
         seen_at += [(int(p), seen) for p, seen in zip(vector, rows)]
-    offsets, windows = set(), set()
-    for p, seen in seen_at:
-        last = np.flatnonzero(seen)
-        if last.size == 0 or last[-1] + 1 >= skv:
-            continue  # saturated at the cache's end: says nothing about c
-        length = int(last[-1]) + 1
-        offsets.add(length - p)
-        if last.size < length:
-            windows.add(int(last.size))
-    if len(offsets) != 1 or len(windows) > 1:
+    found = offset_and_window(seen_at, skv)
+    if found is None:
         return None
-    offset, window = offsets.pop(), windows.pop() if windows else 0
+    offset, window = found
     for p, seen in seen_at:
         length = p + offset
         if 1 <= length <= skv and not np.array_equal(
