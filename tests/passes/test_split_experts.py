@@ -26,6 +26,7 @@ from optgraph.passes.manager import run_pipeline
 from optgraph.passes.split_backends import host_stream
 from optgraph.passes.split_experts import expert_weights
 from optgraph.reference.interpreter import random_inputs, random_weights, run_reference
+from tests.codegen.test_moe_parts_emulated import BIASED
 from tests.support.offload_models import run_planned
 
 PLAN = (
@@ -306,19 +307,7 @@ def test_a_part_cut_again_takes_its_rows_from_its_first_expert() -> None:
 def test_gpt_oss_experts_with_biases() -> None:
     """Biases follow their stacks (cut by expert); the clamped SwiGLU parts add up to the whole
     bit for bit (k = 2) in the planned program."""
-    source = og.parse(
-        """graph g {
-  input %x : f32[3,64]
-  input %logits : f32[3,4]
-  weight %gate_up : f32[4,64,64]
-  weight %down : q8_0[4,64,32]
-  weight %gate_up_bias : f32[4,64]
-  weight %down_bias : f32[4,64]
-  %y = moe(%x, %logits, %gate_up, %down, %gate_up_bias, %down_bias) {act = "swiglu_oai", k = 2, routing = "topk_softmax"} : f32[3,64]
-  output %y
-}
-"""
-    )
+    source = og.parse(BIASED)
     og.verify(source)
     planned = _planned(source, "cpu-experts=1")
     host = {w.name for w in planned.weights if w.placement == "host"}
