@@ -3,7 +3,7 @@ under a VRAM budget (issue #34, part 3).
 
     python benchmarks/bench_diffusion.py [--scale 1] [--latent 64] [--batch 2] [--ratio 3]
         [--variants resident,sync,depth 1,depth 2] [--torch eager,graph,compile]
-        [--iters 5] [--repeats 3] [--markdown FILE] [--json FILE]
+        [--iters 5] [--repeats 3] [--markdown FILE] [--json FILE] [--profile FILE]
     python benchmarks/bench_diffusion.py --dry-run --scale 5    # no GPU: the import, the plans
 
 The model is diffusers' `UNet2DConditionModel` with SD-1.5's configuration (channels 320, 640,
@@ -195,10 +195,57 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     row.update(timings)
     (resident_out,) = first.values()
     row["exact"] = exact
+    if args.profile:
+        profile_resident(cp, graphs["resident"], weights, inputs, args.profile)
     ways, want = torch_variants(module, example, args)
     row.update(ways)
     row["nmse_vs_torch"] = nmse(resident_out.astype(np.float64), want.astype(np.float64))
+    if args.profile:
+        profile_torch(cp, module, example, args.profile)
     return row
+
+
+def profile_resident(
+    cp: Any, graph: Graph, weights: dict[str, np.ndarray], inputs: dict[str, Any], path: str
+) -> None:
+    """The resident step's GPU time by kernel family and by kernel (CUPTI), written to `path`."""
+    from benchmarks.harness.head_to_head_variants import kernel_profile
+    from optgraph.api.programs import cuda_program
+
+    program = cuda_program(graph, weights=weights)
+    program.run(inputs)
+    program.run(inputs)
+    exec_, stream = program._cache.get(program.last_key).exec, program.stream
+
+    def replay() -> None:
+        cp.cuda.runtime.graphLaunch(exec_, stream.ptr)
+
+    text = "optgraph resident, by family\n" + kernel_profile(replay, stream)
+    text += "\n\noptgraph resident, by kernel\n" + kernel_profile(replay, stream, by_kernel=True)
+    ops = {n.name: f"{n.op} {n.type}" for n in graph.nodes}
+    users: dict[str, list[str]] = {}
+    for step in program.lowered.main.plan.steps:
+        kernel = getattr(step, "kernel", None)
+        if isinstance(kernel, str):
+            users.setdefault(kernel[:40], []).append(f"%{step.node} = {ops.get(step.node, '?')}")
+    text += "\n\nkernels' nodes\n" + "\n".join(
+        f"  {k}: {len(v)} launches, e.g. {v[0]}" for k, v in sorted(users.items())
+    )
+    Path(path).write_text(text + "\n")
+    program.close()
+
+
+def profile_torch(cp: Any, module: Any, example: tuple, path: str) -> None:
+    """PyTorch eager's GPU time by kernel (CUPTI), appended to `path`."""
+    from benchmarks.harness.head_to_head_variants import kernel_profile
+
+    model = module.cuda()
+    env = tuple(t.cuda() for t in example)
+    run = _torch_runner("eager", model, env)
+    text = kernel_profile(run, cp.cuda.Stream.null, by_kernel=True)
+    with Path(path).open("a") as f:
+        f.write("\ntorch eager, by kernel\n" + text + "\n")
+    model.cpu()
 
 
 def table(row: dict[str, Any], args: argparse.Namespace, device: str) -> str:
@@ -256,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--markdown", metavar="FILE")
     p.add_argument("--json", metavar="FILE")
+    p.add_argument("--profile", metavar="FILE", help="per-kernel GPU times (CUPTI) to FILE")
     p.add_argument("--dry-run", action="store_true", help="import and plan only, no GPU")
     return p
 

@@ -11,7 +11,8 @@ import pytest
 
 import optgraph as og
 from optgraph.api.programs import plan_graph
-from optgraph.codegen.kernels.attention import variants
+from optgraph.codegen.kernels.attention import prefill_gemm, variants
+from optgraph.codegen.kernels.attention.head_rows import attention_shape
 from optgraph.codegen.lower_cuda import GemmStep, KernelStep, lower_cuda
 from optgraph.ir.graph import DTYPE_BYTES
 from optgraph.passes.manager import run_pipeline
@@ -58,14 +59,20 @@ def _check(graph: og.Graph, plan_source: og.Graph) -> None:
     plan = lower_cuda(plan_source)
     attention = {n.name for n in graph.nodes if n.op == "attention"}
     gemms = [s for s in plan.steps if isinstance(s, GemmStep)]
-    assert {s.node for s in gemms} == attention and len(gemms) == 2 * len(attention)
+    assert {s.node for s in gemms} == attention
+    types = graph.value_types()
+    chunks = {
+        n.name: len(prefill_gemm.chunks(attention_shape(n, tuple(types[o] for o in n.operands))))
+        for n in graph.nodes
+        if n.op == "attention"
+    }
+    assert len(gemms) == 2 * sum(chunks.values())
     softmax = [s for s in plan.steps if isinstance(s, KernelStep) and "softmax" in s.kernel]
-    assert len(softmax) == len(attention)
+    assert len(softmax) == sum(chunks.values())
     for step in gemms[1::2]:  # p·v reads the probabilities where each row's f32 scores were
         key_count = step.gemm.k
         assert step.gemm.ldb * DTYPE_BYTES[step.gemm.dtype] == key_count * 4
     got = cuda_emulator.run_plan(plan, inputs, weights)
-    types = graph.value_types()
     for name in graph.output_names():
         err = nmse(np.asarray(got[name], np.float64), np.asarray(want[name], np.float64))
         bound = BOUNDS[types[name].dtype]
@@ -100,7 +107,7 @@ def test_gemm_attention_is_off_below_the_default_threshold() -> None:
     assert not any(k.endswith("#scratch") for k in plan.value_bytes)
 
 
-def test_a_long_prompt_whose_scores_exceed_the_scratch_cap_keeps_the_tiled_kernel() -> None:
+def test_a_long_prompt_runs_in_chunks_of_kv_heads_within_the_scratch_cap() -> None:
     graph = og.parse("""graph long {
   input %q : f16[1,32,4096,128]
   input %k : f16[1,8,4096,128]
@@ -108,8 +115,18 @@ def test_a_long_prompt_whose_scores_exceed_the_scratch_cap_keeps_the_tiled_kerne
   output %d
 }
 """)
-    plan = lower_cuda(graph)  # 32 x 4096 x 4096 f32 scores: 2 GiB, above MAX_SCRATCH_BYTES
-    assert not any(isinstance(s, GemmStep) for s in plan.steps)
+    plan = lower_cuda(graph)  # 32 x 4096 x 4096 f32 scores: 2 GiB, 8 x the cap
+    gemms = [s for s in plan.steps if isinstance(s, GemmStep)]
+    assert len(gemms) == 2 * 8 and all(s.gemm.batch == 1 for s in gemms)
+    assert plan.value_bytes["d#scratch"] == prefill_gemm.MAX_SCRATCH_BYTES
+    graph = og.parse("""graph too_long {
+  input %q : f16[1,32,8192,128]
+  input %k : f16[1,8,8192,128]
+  %d = attention(%q, %k, %k) {causal = true} : f16[1,32,8192,128]
+  output %d
+}
+""")  # one kv head's 4 x 8192 x 8192 scores alone exceed the cap: the tiled kernel
+    assert not any(isinstance(s, GemmStep) for s in lower_cuda(graph).steps)
     graph = og.parse("""graph prompt {
   input %q : f16[1,32,512,128]
   input %k : f16[1,8,512,128]
@@ -118,6 +135,25 @@ def test_a_long_prompt_whose_scores_exceed_the_scratch_cap_keeps_the_tiled_kerne
 }
 """)
     assert sum(isinstance(s, GemmStep) for s in lower_cuda(graph).steps) == 2  # on by default
+
+
+@pytest.mark.usefixtures("gemm_attention")
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("planned", [False, True])
+def test_chunked_gemm_attention_matches_reference(
+    dtype: str, planned: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cap that fits 2 of the 4 kv heads' scores (B·Hkv = 4 -> chunks of 2), 1 of them
+    (chunks of 1), and 3 (chunks of 2 and 2): every chunk reads and writes its own heads."""
+    graph = og.parse(PREFILL.replace("{T}", dtype))
+    head = 2 * 5 * 9 * 4  # one kv head: 2 query heads x 5 rows x 9 keys of f32
+    for fit, sizes in ((2, [2, 2]), (1, [1, 1, 1, 1]), (3, [2, 2])):
+        monkeypatch.setattr(prefill_gemm, "MAX_SCRATCH_BYTES", fit * head)
+        plan = lower_cuda(plan_graph(graph, "default") if planned else graph)
+        node = next(n.name for n in graph.nodes if n.op == "attention")
+        batches = [s.gemm.batch for s in plan.steps if isinstance(s, GemmStep) and s.node == node]
+        assert batches == [n for n in sizes for _ in (0, 1)]
+        _check(graph, plan_graph(graph, "default") if planned else graph)
 
 
 @pytest.mark.usefixtures("gemm_attention")

@@ -53,3 +53,21 @@ def test_gemm_attention_variants_match_reference(dtype: str) -> None:
 def test_gemm_attention_planned_prefill_layer_matches_reference() -> None:
     graph = og.parse(LAYER)
     _run_twice(graph, plan_graph(graph, "default"))
+
+
+@pytest.mark.parametrize("planned", [False, True])
+def test_chunked_gemm_attention_matches_reference(
+    planned: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Llama layer with a scratch cap of 3 kv heads' scores: chunks of 3, 3 and 2 heads
+    (each one's operands at its byte offsets, one scratch reused) against the reference."""
+    from optgraph.codegen.kernels.attention import prefill_gemm
+
+    monkeypatch.setattr(prefill_gemm, "MAX_SCRATCH_BYTES", 3 * 4 * 512 * 512 * 4)
+    graph = og.parse(LAYER)
+    source = plan_graph(graph, "default") if planned else graph
+    program = cuda_program(source)
+    gemms = [s for s in program.lowered.main.plan.steps if isinstance(s, GemmStep)]
+    assert [s.gemm.batch for s in gemms if s.node == "o"] == [3, 3, 3, 3, 2, 2]
+    program.close()
+    _run_twice(graph, source)

@@ -21,8 +21,17 @@ keys a row is one warp's (`WARP_ROWS` rows a block, warp shuffles instead of blo
 beyond it one block's; either way the keys a causal row cannot see are neither read nor
 exponentiated, only written as zeros.
 
-Taken when `variants.GEMM_PREFILL_MIN_ROWS` (0 = never) is at most Sq and Skv is at most
-`MAX_KEYS` (a row's scores stay in registers).
+Long sequences run in chunks of kv heads: when all B·Hq·Sq·Skv scores exceed
+`MAX_SCRATCH_BYTES`, the B·Hkv kv heads are cut into equal chunks whose scores fit, and each
+chunk is the same three steps over its heads (operands at the chunk's byte offsets, the row
+kernel's heads from the chunk's first), one after another on the node's stream, all reusing one
+chunk's scratch:
+
+    %o = attention(%q, %k, %v) : f16[2,8,4096,40]   (scores of all 16 heads: 1 GiB)
+    ->  for heads [0,4), [4,8), [8,12), [12,16):  Gemm, rows, Gemm  (256 MiB of scratch)
+
+Taken when `variants.GEMM_PREFILL_MIN_ROWS` (0 = never) is at most Sq, Skv is at most
+`MAX_KEYS` (a row's scores stay in registers) and one kv head's scores fit the cap.
 """
 
 from __future__ import annotations
@@ -62,12 +71,35 @@ def fits(shape: AttentionShape, min_rows: int) -> bool:
     """Whether this path takes `shape` given the row threshold (0 = never)."""
     if not (0 < min_rows <= shape.sq and shape.skv <= MAX_KEYS and shape.dtype in DTYPE_BYTES):
         return False
-    return scratch_bytes(shape) <= MAX_SCRATCH_BYTES
+    return _head_scores(shape) <= MAX_SCRATCH_BYTES
+
+
+def _head_scores(shape: AttentionShape) -> int:
+    """Bytes of the float32 scores of one kv head (its group of query heads)."""
+    return shape.group * shape.sq * shape.skv * 4
+
+
+def chunks(shape: AttentionShape) -> list[tuple[int, int]]:
+    """(first kv head, kv heads) of each chunk over the B·Hkv kv heads: as few chunks as keep
+    each one's scores within `MAX_SCRATCH_BYTES`, their sizes as equal as can be.
+
+    B·Hkv = 16, 4 fit  ->  [(0, 4), (4, 4), (8, 4), (12, 4)];  B·Hkv = 10, 4 fit  ->
+    [(0, 4), (4, 3), (7, 3)]"""
+    heads = shape.b * shape.hkv
+    fit = max(1, MAX_SCRATCH_BYTES // _head_scores(shape))
+    count = -(-heads // fit)
+    size, extra = divmod(heads, count)
+    out, first = [], 0
+    for c in range(count):
+        n = size + (1 if c < extra else 0)
+        out.append((first, n))
+        first += n
+    return out
 
 
 def scratch_bytes(shape: AttentionShape) -> int:
-    """The float32 scores of every (batch, head, row, key)."""
-    return shape.b * shape.hq * shape.sq * shape.skv * 4
+    """The float32 scores of every (batch, head, row, key) of the largest chunk."""
+    return max(n for _, n in chunks(shape)) * _head_scores(shape)
 
 
 def prob_stride(shape: AttentionShape) -> int:
@@ -76,39 +108,51 @@ def prob_stride(shape: AttentionShape) -> int:
 
 
 def gemm_attention(shape: AttentionShape) -> list[Gemm | Launch]:
-    """scores = q·kᵀ, the softmax rows, out = p·v (see the module docstring)."""
+    """scores = q·kᵀ, the softmax rows, out = p·v for each chunk (see the module docstring)."""
     s = shape
     rows = s.group * s.sq  # one kv head's query rows
     pld = prob_stride(s)
-    scores = Gemm(
-        s.dtype, OP_T, OP_N, s.skv, rows, s.d,
-        "in1", s.d, s.skv * s.d,
-        "in0", s.d, rows * s.d,
-        SCRATCH, s.skv, rows * s.skv,
-        s.b * s.hkv,
-        c_dtype="" if s.dtype == "f32" else "f32",
-    )  # fmt: skip
-    out = Gemm(
-        s.dtype, OP_N, OP_N, s.d, rows, s.skv,
-        "in2", s.d, s.skv * s.d,
-        SCRATCH, pld, rows * pld,
-        "out", s.d, rows * s.d,
-        s.b * s.hkv,
-    )  # fmt: skip
-    rows_kernel = softmax_warp_rows(s) if 0 < WARP_ROWS and s.skv <= WARP_MAX_KEYS else None
-    return [scores, rows_kernel or softmax_rows(s), out]
+    size = DTYPE_BYTES[s.dtype]
+    kv_bytes, q_bytes = s.skv * s.d * size, rows * s.d * size
+    work: list[Gemm | Launch] = []
+    for first, heads in chunks(s):
+        scores = Gemm(
+            s.dtype, OP_T, OP_N, s.skv, rows, s.d,
+            "in1", s.d, s.skv * s.d,
+            "in0", s.d, rows * s.d,
+            SCRATCH, s.skv, rows * s.skv,
+            heads,
+            a_offset=first * kv_bytes,
+            b_offset=first * q_bytes,
+            c_dtype="" if s.dtype == "f32" else "f32",
+        )  # fmt: skip
+        out = Gemm(
+            s.dtype, OP_N, OP_N, s.d, rows, s.skv,
+            "in2", s.d, s.skv * s.d,
+            SCRATCH, pld, rows * pld,
+            "out", s.d, rows * s.d,
+            heads,
+            a_offset=first * kv_bytes,
+            c_offset=first * q_bytes,
+        )  # fmt: skip
+        span = (first * s.group, heads * s.group)  # the chunk's query heads over B·Hq
+        warp = 0 < WARP_ROWS and s.skv <= WARP_MAX_KEYS
+        rows_kernel = softmax_warp_rows(s, span) if warp else softmax_rows(s, span)
+        work += [scores, rows_kernel, out]
+    return work
 
 
-def softmax_rows(s: AttentionShape) -> Launch:
-    """One block per (row, head, batch): the row's probabilities over its scores, in place."""
+def softmax_rows(s: AttentionShape, span: tuple[int, int]) -> Launch:
+    """One block per (row, query head of the chunk `span`): the row's probabilities over its
+    scores, in place."""
     per = -(-s.skv // THREADS)
     dt = s.dtype
     seen = s.seen_and("j < limit", "j", "lo", "moff")
     score = s.score_expr(f"srow[j] * {f32_literal(s.scale)}", "j", "moff")
     lines = [
-        "const unsigned int i = blockIdx.x, h = blockIdx.y, bz = blockIdx.z;",
+        "const unsigned int i = blockIdx.x, hl = blockIdx.y;",
         "__shared__ float og_scratch[32];",
-        *_row_prologue(s),
+        *_row_prologue(s, span),
         f"float sc[{per}];",
         f"float mx = {NEG_INF};",
         f"#pragma unroll\nfor (int r = 0; r < {per}; ++r) {{",
@@ -130,7 +174,7 @@ def softmax_rows(s: AttentionShape) -> Launch:
     ]
     decls = ["float* scratch", *operand_decls(s)]
     kernel = make_kernel("attention_softmax", decls, "\n".join("  " + x for x in lines))
-    return Launch(kernel, (s.sq, s.hq, s.b), (THREADS, 1, 1), (SCRATCH, *operand_args(s)))
+    return Launch(kernel, (s.sq, span[1], 1), (THREADS, 1, 1), (SCRATCH, *operand_args(s)))
 
 
 def _probability(s: AttentionShape) -> str:
@@ -138,11 +182,14 @@ def _probability(s: AttentionShape) -> str:
     return f"total > 0.0f ? sc[r] / {s.denominator('total', 'mx', 'h')} : 0.0f"
 
 
-def _row_prologue(s: AttentionShape) -> list[str]:
-    """The statements after `i`, `h`, `bz` are known: the row's pointers, limit, window, mask."""
+def _row_prologue(s: AttentionShape, span: tuple[int, int]) -> list[str]:
+    """The statements after the row `i` and the chunk's head `hl` are known: the head `h` and
+    batch `bz` (over B·Hq from the chunk's first head, `span[0]`), the row's pointers (the
+    chunk's scratch), limit, window, mask."""
     limit = s.causal_limit("L", "i") if s.causal else "L"
     return [
-        f"const unsigned long long row = ((unsigned long long)bz * {s.hq}u + h) * {s.sq}u + i;",
+        f"const unsigned int gh = {span[0]}u + hl, h = gh % {s.hq}u, bz = gh / {s.hq}u;",
+        f"const unsigned long long row = (unsigned long long)hl * {s.sq}u + i;",
         f"const float* srow = scratch + row * {s.skv}ull;",
         (
             f"{STORAGE[s.dtype]}* prow = reinterpret_cast<{STORAGE[s.dtype]}*>(scratch)"
@@ -162,19 +209,19 @@ def _row_prologue(s: AttentionShape) -> list[str]:
     ]
 
 
-def softmax_warp_rows(s: AttentionShape) -> Launch:
-    """One warp per (row, head, batch), `WARP_ROWS` rows a block: the softmax_rows work with
-    warp shuffles for the row's max and sum (no block barrier)."""
+def softmax_warp_rows(s: AttentionShape, span: tuple[int, int]) -> Launch:
+    """One warp per (row, query head of the chunk `span`), `WARP_ROWS` rows a block: the
+    softmax_rows work with warp shuffles for the row's max and sum (no block barrier)."""
     per = -(-s.skv // 32)
     seen = s.seen_and("j < limit", "j", "lo", "moff")
     score = s.score_expr(f"srow[j] * {f32_literal(s.scale)}", "j", "moff")
     lines = [
         (
             f"const unsigned int i = blockIdx.x * {WARP_ROWS}u + (threadIdx.x >> 5),"
-            " h = blockIdx.y, bz = blockIdx.z, lane = threadIdx.x & 31u;"
+            " hl = blockIdx.y, lane = threadIdx.x & 31u;"
         ),
         f"if (i >= {s.sq}u) return;  // the whole warp: no shuffle waits for it",
-        *_row_prologue(s),
+        *_row_prologue(s, span),
         f"float sc[{per}];",
         f"float mx = {NEG_INF};",
         f"#pragma unroll\nfor (int r = 0; r < {per}; ++r) {{",
@@ -196,5 +243,5 @@ def softmax_warp_rows(s: AttentionShape) -> Launch:
     ]
     decls = ["float* scratch", *operand_decls(s)]
     kernel = make_kernel("attention_softmax", decls, "\n".join("  " + x for x in lines))
-    grid = (-(-s.sq // WARP_ROWS), s.hq, s.b)
+    grid = (-(-s.sq // WARP_ROWS), span[1], 1)
     return Launch(kernel, grid, (32 * WARP_ROWS, 1, 1), (SCRATCH, *operand_args(s)))

@@ -17,8 +17,9 @@ zeros. Scores and accumulators are float32 (online softmax). Four kernels, by sh
   block of 128 threads per query row, tiles of 256 keys.
 
 Before those (`GEMM_PREFILL_MIN_ROWS`, 64 by default; 0 = never): a node with at least that many query rows
-(at most `prefill_gemm.MAX_KEYS` keys and `MAX_SCRATCH_BYTES` of scores) runs on tensor cores as two cuBLAS batched
-products around a softmax row kernel (`prefill_gemm`); it needs `scratch_bytes` of scratch,
+(at most `prefill_gemm.MAX_KEYS` keys, one kv head's scores within `MAX_SCRATCH_BYTES`) runs on
+tensor cores as two cuBLAS batched products around a softmax row kernel (`prefill_gemm`), in
+chunks of kv heads whose scores fit that cap; it needs `scratch_bytes` of scratch (one chunk's),
 which `lower_cuda` places.
 """
 
