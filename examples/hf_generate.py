@@ -145,7 +145,7 @@ class Steps:
 def import_steps(model: LlamaForCausalLM, prompt_len: int, max_len: int) -> Steps:
     """Both steps through torch.export and `og.from_torch`, traced at their static shapes."""
     config = model.config
-    head_dim = config.hidden_size // config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     dtype = model.dtype
     ids = torch.zeros(1, prompt_len, dtype=torch.int64)
     prefill, weights = og.from_torch(Prefill(model, max_len), (ids, torch.arange(prompt_len)[None]))

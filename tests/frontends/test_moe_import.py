@@ -44,8 +44,8 @@ def _config(name: str) -> Any:
             **SMALL, num_experts=6, num_experts_per_tok=2, moe_intermediate_size=32,
             shared_expert_intermediate_size=48, norm_topk_prob=False,
         )  # fmt: skip
-    return t.Qwen3MoeConfig(  # 8 experts of width 32, renormalised
-        **SMALL, head_dim=16, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+    return t.Qwen3MoeConfig(  # 8 experts of width 32, renormalised; heads of 8, not 64 / 4
+        **SMALL, head_dim=8, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
         norm_topk_prob=True,
     )  # fmt: skip
 
