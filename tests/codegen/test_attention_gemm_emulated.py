@@ -198,3 +198,23 @@ def test_gemm_attention_scratch_per_stream_does_not_overlap() -> None:
     low, high = sorted(loc.offset for loc in where.values())
     assert high >= low + size and plan.arena_bytes >= high + size
     _check(graph, planned)
+
+
+@pytest.mark.usefixtures("gemm_attention")
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("vector", [True, False])
+def test_block_softmax_rows_with_vector_reads_match_reference(
+    dtype: str, vector: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """12 keys (a multiple of 4) and the block-per-row softmax (WARP_ROWS = 0, as beyond
+    WARP_MAX_KEYS keys): float4 reads and 4-wide stores of every variant's rows, or the scalar
+    ones, both against the reference, chunked too."""
+    monkeypatch.setattr(prefill_gemm, "WARP_ROWS", 0)
+    monkeypatch.setattr(prefill_gemm, "VECTOR_ROWS", vector)
+    monkeypatch.setattr(prefill_gemm, "MAX_SCRATCH_BYTES", 2 * 2 * 5 * 12 * 4)
+    graph = og.parse(PREFILL.replace("{T}", dtype).replace(",9,", ",12,").replace(",9]", ",12]"))
+    plan = lower_cuda(graph)
+    softmax = {s.kernel for s in plan.steps if isinstance(s, KernelStep) and "softmax" in s.kernel}
+    sources = "\n".join(k.source for k in plan.kernels.values() if k.name in softmax)
+    assert ("float4" in sources) == vector
+    _check(graph, graph)

@@ -71,3 +71,18 @@ def test_chunked_gemm_attention_matches_reference(
     assert [s.gemm.batch for s in gemms if s.node == "o"] == [3, 3, 3, 3, 2, 2]
     program.close()
     _run_twice(graph, source)
+
+
+@pytest.mark.parametrize("vector", [True, False])
+def test_block_softmax_rows_match_reference(vector: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The block-per-row softmax (as beyond WARP_MAX_KEYS keys), float4 reads or scalar ones,
+    on the emulator's variants with 12 keys and on the Llama layer."""
+    from optgraph.codegen.kernels.attention import prefill_gemm
+
+    monkeypatch.setattr(prefill_gemm, "WARP_ROWS", 0)
+    monkeypatch.setattr(prefill_gemm, "VECTOR_ROWS", vector)
+    text = PREFILL.replace("{T}", "f16").replace(",9,", ",12,").replace(",9]", ",12]")
+    graph = og.parse(text)
+    _run_twice(graph, graph)
+    graph = og.parse(LAYER)
+    _run_twice(graph, plan_graph(graph, "default"))

@@ -65,6 +65,9 @@ NEG_INF = f32_literal(float("-inf"))
 # in 32 registers a lane; 0: a block of THREADS per row (`softmax_rows`) always.
 WARP_ROWS = 4
 WARP_MAX_KEYS = 32 * 32
+# Beyond WARP_MAX_KEYS, a block's threads read 4 scores at once (one float4) and write 4
+# probabilities at once, where Skv is a multiple of 4 (False: one at a time, the A/B switch).
+VECTOR_ROWS = True
 
 
 def fits(shape: AttentionShape, min_rows: int) -> bool:
@@ -145,6 +148,8 @@ def gemm_attention(shape: AttentionShape) -> list[Gemm | Launch]:
 def softmax_rows(s: AttentionShape, span: tuple[int, int]) -> Launch:
     """One block per (row, query head of the chunk `span`): the row's probabilities over its
     scores, in place."""
+    if VECTOR_ROWS and s.skv % 4 == 0:
+        return _softmax_vector_rows(s, span)
     per = -(-s.skv // THREADS)
     dt = s.dtype
     seen = s.seen_and("j < limit", "j", "lo", "moff")
@@ -177,9 +182,66 @@ def softmax_rows(s: AttentionShape, span: tuple[int, int]) -> Launch:
     return Launch(kernel, (s.sq, span[1], 1), (THREADS, 1, 1), (SCRATCH, *operand_args(s)))
 
 
-def _probability(s: AttentionShape) -> str:
-    """Key r's probability from its weight sc[r], the row's sum and maximum (0: no key seen)."""
-    return f"total > 0.0f ? sc[r] / {s.denominator('total', 'mx', 'h')} : 0.0f"
+def _softmax_vector_rows(s: AttentionShape, span: tuple[int, int]) -> Launch:
+    """`softmax_rows` with 16-byte reads of the scores and one store of 4 probabilities (Skv a
+    multiple of 4, so every row starts 16-byte aligned and a thread's 4 keys are all in range
+    or all out):
+
+        thread t, pass r: keys 4·(t + r·THREADS) .. +3  <-  float4 of the row's scores
+    """
+    per = -(-s.skv // (THREADS * 4))
+    dt = s.dtype
+    seen = s.seen_and("j < limit", "j", "lo", "moff")
+    score = s.score_expr(f"xs[c] * {f32_literal(s.scale)}", "j", "moff")
+    size = DTYPE_BYTES[dt]
+    unit = {2: "uint2", 4: "uint4"}[size]
+    lines = [
+        "const unsigned int i = blockIdx.x, hl = blockIdx.y;",
+        "__shared__ float og_scratch[32];",
+        *_row_prologue(s, span),
+        f"float sc[{per * 4}];",
+        f"float mx = {NEG_INF};",
+        f"#pragma unroll\nfor (int r = 0; r < {per}; ++r) {{",
+        f"  const unsigned int jv = threadIdx.x + r * {THREADS}u;",
+        (
+            f"  const float4 x4 = jv < {s.skv // 4}u ? reinterpret_cast<const float4*>(srow)[jv]"
+            " : float4{0.0f, 0.0f, 0.0f, 0.0f};"
+        ),
+        "  const float xs[4] = {x4.x, x4.y, x4.z, x4.w};",
+        "  #pragma unroll\n  for (int c = 0; c < 4; ++c) {",
+        "    const unsigned int j = jv * 4u + c;",
+        f"    sc[r * 4 + c] = ({seen}) ? {score} : {NEG_INF};",
+        "    mx = og_max(mx, sc[r * 4 + c]);",
+        "  }",
+        "}",
+        f"mx = og_block_reduce(mx, og_scratch, OgMax(), {NEG_INF});",
+        "float total = 0.0f;",
+        f"#pragma unroll\nfor (int r = 0; r < {per * 4}; ++r) {{",
+        f"  sc[r] = sc[r] == {NEG_INF} ? 0.0f : expf(sc[r] - mx);",
+        "  total += sc[r];",
+        "}",
+        "total = og_block_reduce(total, og_scratch, OgSum(), 0.0f);",  # every read is before it
+        f"#pragma unroll\nfor (int r = 0; r < {per}; ++r) {{",
+        f"  const unsigned int jv = threadIdx.x + r * {THREADS}u;",
+        f"  if (jv < {s.skv // 4}u) {{",
+        f"    {STORAGE[dt]} p4[4];",
+        (
+            "    #pragma unroll\n    for (int c = 0; c < 4; ++c)"
+            f" p4[c] = {store(dt, _probability(s, 'r * 4 + c'))};"
+        ),
+        f"    reinterpret_cast<{unit}*>(prow)[jv] = *reinterpret_cast<const {unit}*>(p4);",
+        "  }",
+        "}",
+    ]
+    decls = ["float* scratch", *operand_decls(s)]
+    kernel = make_kernel("attention_softmax", decls, "\n".join("  " + x for x in lines))
+    return Launch(kernel, (s.sq, span[1], 1), (THREADS, 1, 1), (SCRATCH, *operand_args(s)))
+
+
+def _probability(s: AttentionShape, key: str = "r") -> str:
+    """The probability of the key whose weight is sc[`key`], from the row's sum and maximum
+    (0: no key seen)."""
+    return f"total > 0.0f ? sc[{key}] / {s.denominator('total', 'mx', 'h')} : 0.0f"
 
 
 def _row_prologue(s: AttentionShape, span: tuple[int, int]) -> list[str]:
