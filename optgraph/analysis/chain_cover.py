@@ -25,7 +25,7 @@ No V×V structure is built anywhere.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -364,7 +364,8 @@ def width(preds: Sequence[Sequence[int]], reach: Reachability | None = None) -> 
     Start from the greedy chains of `Reachability`, each routed along a real path (for graphs too
     wide for labels, from the minimum path cover), then cancel one unit per augmenting path from
     T to S in the residual network. O((V + E)·(C - width + 1)) for C starting chains, plus the
-    routing; no closure is built.
+    routing; no closure is built. Where some level of the DAG (`widest_level`) holds C nodes, that
+    antichain already proves the C greedy chains fewest: O(V + E), no flow.
     """
     n = len(preds)
     if n == 0:
@@ -375,7 +376,21 @@ def width(preds: Sequence[Sequence[int]], reach: Reachability | None = None) -> 
         except TooWide:  # start from the minimum path cover: its chains are real paths
             cover = path_cover(preds)
             return _min_flow(cover.reduced, cover.chain_of, None)
+    if widest_level(preds) == reach.chains:  # an antichain meeting every chain: no flow to cancel
+        return reach.chains
     return _min_flow(transitive_reduction(preds, reach), list(reach.chain_of), reach)
+
+
+def widest_level(preds: Sequence[Sequence[int]]) -> int:
+    """The most nodes of one level (the longest path from a source to the node, in edges) of a
+    DAG in topological order: an antichain, since a path from u to v puts v on a deeper level
+    than u. So a lower bound of the width, met by the greedy chains on layered models. O(V + E).
+    """
+    level = [0] * len(preds)
+    for v, ps in enumerate(preds):
+        if ps:
+            level[v] = 1 + max([level[p] for p in ps])
+    return max(Counter(level).values(), default=0)
 
 
 def _min_flow(

@@ -295,5 +295,5 @@ def stream_figures(graph: Graph, profile: DeviceProfile | str = DEFAULT_DEVICE) 
     )
     estimate = estimate_schedule(graph, profile)
     return StreamFigures(
-        width(data_predecessors(plain)), estimate.critical_path_us, estimate.speedup
+        width(_data_predecessors(plain)), estimate.critical_path_us, estimate.speedup
     )

@@ -19,6 +19,7 @@ from optgraph.analysis.chain_cover import (
     _reduction_by_search,
     path_cover,
     transitive_reduction,
+    widest_level,
     width,
 )
 from tests.support.property_examples import examples
@@ -67,6 +68,30 @@ def test_against_networkx(preds: list[list[int]]) -> None:
         assert all((a, b) in expected for a, b in itertools.pairwise(chain))
     closure = list(nx.transitive_closure_dag(g).edges())
     assert width(preds) == n - _matching_size(closure, n)
+
+
+@settings(max_examples=examples(100))
+@given(preds=dags())
+def test_widest_level_is_an_antichain(preds: list[list[int]]) -> None:
+    """The lower bound `width` stops at when the greedy chains meet it: some antichain of that
+    size exists (and none larger than the width)."""
+    g = _nx(preds)
+    level = [0] * len(preds)
+    for v, ps in enumerate(preds):
+        level[v] = 1 + max((level[p] for p in ps), default=-1)
+    widest = max(range(len(preds)), key=lambda d: level.count(d))
+    nodes = [v for v in range(len(preds)) if level[v] == widest]
+    assert widest_level(preds) == len(nodes)
+    assert not any(nx.has_path(g, u, v) for u in nodes for v in nodes if u != v)
+    closure = list(nx.transitive_closure_dag(g).edges())
+    assert widest_level(preds) <= width(preds) == len(preds) - _matching_size(closure, len(preds))
+
+
+def test_width_beyond_the_widest_level() -> None:
+    """A widest antichain across levels: the levels prove no cover, the flow decides."""
+    preds: list[list[int]] = [[], [], [1], [1]]  # 0 alone, 1 -> 2 and 1 -> 3: {0, 2, 3}
+    assert (widest_level(preds), Reachability(preds).chains) == (2, 3)
+    assert width(preds) == 3
 
 
 @settings(max_examples=examples(60))
