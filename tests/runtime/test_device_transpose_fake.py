@@ -2,7 +2,8 @@
 lays it out and transposed there (runtime/cuda/memory.py `_transpose_on_device`): a host
 transpose of a large matrix reads a row apart, a few hundred MB/s (12 s of a 4 GB Llama's start
 on the H200, 2026-12-02). On the fake CuPy: the device buffer holds the transposed bytes, and
-the host array went to the device whole, untransposed."""
+the host array went to the device whole, untransposed, through the pinned slots
+(runtime/cuda/staged_upload.py)."""
 
 from __future__ import annotations
 
@@ -36,11 +37,11 @@ def test_a_transposed_weight_is_transposed_on_the_device(monkeypatch: Any) -> No
         copied_in: list[tuple[int, ...]] = []
         import cupy
 
-        def asarray(host: np.ndarray) -> DeviceArray:
-            copied_in.append(tuple(host.shape))
-            return fake.asarray(host)
+        def empty(shape: tuple[int, ...], dtype: Any) -> DeviceArray:
+            copied_in.append(tuple(shape))  # the device array the slots fill
+            return fake.asarray(np.zeros(shape, dtype))
 
-        monkeypatch.setattr(cupy, "asarray", asarray)
+        monkeypatch.setattr(cupy, "empty", empty)
         program.run({"x": x}, {"w": w, "v": v})
         weights = program._cuda.weights
         got = weights.buffer.bytes(weights.offsets["w"], w.nbytes)

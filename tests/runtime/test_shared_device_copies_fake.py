@@ -27,8 +27,9 @@ def _arrays(seed: int) -> dict[str, np.ndarray]:
 
 def _held(program: Any) -> dict[str, bytes]:
     weights = program._cuda.weights
-    w, v = weights.buffer.bytes(weights.offsets["w"], 4096), weights.buffer.bytes(
-        weights.offsets["v"], 64
+    w, v = (
+        weights.buffer.bytes(weights.offsets["w"], 4096),
+        weights.buffer.bytes(weights.offsets["v"], 64),
     )
     return {"w": w.tobytes(), "v": v.tobytes()}
 
@@ -42,27 +43,37 @@ def test_a_second_program_copies_the_same_arrays_device_to_device(monkeypatch: A
     with fake_cupy(monkeypatch):
         import cupy
 
-        kinds: list[int] = []
-        plain = cupy.cuda.runtime.memcpy
+        copies: list[tuple[int, int]] = []  # (destination, kind) of every copy
+        plain, plain_async = cupy.cuda.runtime.memcpy, cupy.cuda.runtime.memcpyAsync
 
         def memcpy(dst: int, src: int, nbytes: int, kind: int) -> None:
-            kinds.append(kind)
+            copies.append((dst, kind))
             plain(dst, src, nbytes, kind)
 
+        def memcpy_async(dst: int, src: int, nbytes: int, kind: int, stream: int) -> None:
+            copies.append((dst, kind))
+            plain_async(dst, src, nbytes, kind, stream)
+
+        def weight_copies(program: Any) -> list[int]:
+            """Kinds of the copies into `program`'s weight buffer, since the last clear."""
+            buffer = program._cuda.weights.buffer
+            return [k for d, k in copies if buffer.ptr <= d < buffer.ptr + buffer.mem.size]
+
         monkeypatch.setattr(cupy.cuda.runtime, "memcpy", memcpy)
+        monkeypatch.setattr(cupy.cuda.runtime, "memcpyAsync", memcpy_async)
         first = og.compile(og.parse(GRAPH), target="cuda")
         second = og.compile(og.parse(GRAPH), target="cuda")
         arrays = _arrays(0)
         first.run(x, arrays)
-        assert H2D in kinds
-        kinds.clear()
+        assert H2D in weight_copies(first)
+        copies.clear()
         second.run(x, dict(arrays))  # another dict, the same arrays
-        assert kinds == [D2D, D2D]  # both from the first program's buffer
+        assert weight_copies(second) == [D2D, D2D]  # both from the first program's buffer
         assert _held(second) == _want(arrays)
 
         other = _arrays(1)
         first.run(x, other)  # the first now holds other values where `arrays` were
-        kinds.clear()
+        copies.clear()
         third = og.compile(og.parse(GRAPH), target="cuda")
         third.run(x, arrays)
         assert _held(third) == _want(arrays)  # from `second`'s copies, or the host: never stale
@@ -70,7 +81,7 @@ def test_a_second_program_copies_the_same_arrays_device_to_device(monkeypatch: A
 
         del first, second
         gc.collect()
-        kinds.clear()
+        copies.clear()
         fourth = og.compile(og.parse(GRAPH), target="cuda")
         fourth.run(x, other)  # its only holder is gone: from the host
-        assert H2D in kinds and _held(fourth) == _want(other)
+        assert H2D in weight_copies(fourth) and _held(fourth) == _want(other)

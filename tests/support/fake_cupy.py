@@ -289,6 +289,8 @@ def _modules(fake: FakeCupy) -> dict[str, types.ModuleType]:
     cuda.using_allocator = fake.using_allocator  # type: ignore[attr-defined]
     cuda.Stream = Stream  # type: ignore[attr-defined]
     cuda.Event = Event  # type: ignore[attr-defined]
+    current_stream = Stream()
+    cuda.get_current_stream = lambda: current_stream  # type: ignore[attr-defined]
     cuda.get_elapsed_time = lambda start, end: 0.25  # type: ignore[attr-defined]
     cuda.nccl = nccl_module(fake.issue)  # type: ignore[attr-defined]
 

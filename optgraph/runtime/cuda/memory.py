@@ -41,6 +41,7 @@ from optgraph.ir.weight_layout import model_type, stored_array
 from optgraph.reference.kernels import ir_dtype, numpy_dtype
 from optgraph.runtime.cuda.device import cupy
 from optgraph.runtime.cuda.offload import HostMemory, HostWeights, allocate_arena
+from optgraph.runtime.cuda.staged_upload import StagedUpload
 from optgraph.runtime.last_arrays import LastArrays
 
 H2D, D2H, D2D = 1, 2, 3  # cudaMemcpyKind
@@ -224,35 +225,47 @@ class DeviceWeights:
                 raise InputError(f"missing weight '%{w.name}' ({w.type})", w.span)
         before_write()
         DEVICE_COPIES.forget(self)
-        base = self.ptr
-        for w in self.graph.weights:
-            value = weights[w.name]
-            check_array(value, model_type(w), f"weight '%{w.name}'")
-            copy = None if force else DEVICE_COPIES.find(value, w.ann.layout, self.device)
-            if copy is not None and w.name in self.offsets and w.name not in self.host.offsets:
-                cp.cuda.runtime.memcpy(base + self.offsets[w.name], copy, w.type.nbytes, D2D)
-                DEVICE_COPIES.remember(value, w.ann.layout, self, self.offsets[w.name])
-                continue
-            source = value
-            if _transpose_on_device(w, value, self.offsets, self.host.offsets, cp):
-                value = cp.asarray(np.asarray(value))  # the model's layout, in
-            value = stored_array(w, value)
-            if w.name in self.host.offsets:
-                host = value.get() if isinstance(value, cp.ndarray) else np.asarray(value)
-                self.host.set(w.name, host)
-            if w.name not in self.offsets:
-                continue  # not kept on the device
-            dst = base + self.offsets[w.name]
-            if isinstance(value, cp.ndarray):
-                value = cp.ascontiguousarray(value)
-                cp.cuda.runtime.memcpy(dst, value.data.ptr, w.type.nbytes, D2D)
-            elif w.type.nbytes:
-                host = np.ascontiguousarray(value)
-                cp.cuda.runtime.memcpy(dst, host.ctypes.data, w.type.nbytes, H2D)
-            if not isinstance(source, cp.ndarray):
-                DEVICE_COPIES.remember(source, w.ann.layout, self, self.offsets[w.name])
+        stream = cp.cuda.get_current_stream()
+        with StagedUpload(cp, stream) as staged:
+            for w in self.graph.weights:
+                self._upload_one(w, weights[w.name], staged, force)
         self._last.remember(names, weights)
         return True
+
+    def _upload_one(self, w: Weight, value: Any, staged: StagedUpload, force: bool) -> None:
+        """Queue weight `w`'s copies: from another program's device copy of the same array,
+        through `staged` from the host, or transposed on the device (`_transpose_on_device`).
+        Device work runs on `staged.stream`, in order."""
+        cp = cupy()
+        check_array(value, model_type(w), f"weight '%{w.name}'")
+        stream = staged.stream.ptr
+        base = self.ptr
+        copy = None if force else DEVICE_COPIES.find(value, w.ann.layout, self.device)
+        if copy is not None and w.name in self.offsets and w.name not in self.host.offsets:
+            cp.cuda.runtime.memcpyAsync(
+                base + self.offsets[w.name], copy, w.type.nbytes, D2D, stream
+            )
+            DEVICE_COPIES.remember(value, w.ann.layout, self, self.offsets[w.name])
+            return
+        source = value
+        if _transpose_on_device(w, value, self.offsets, self.host.offsets, cp):
+            host = np.asarray(value)  # the model's layout, in through the slots
+            value = cp.empty(host.shape, dtype=host.dtype)
+            staged.copy(int(value.data.ptr), host)
+        value = stored_array(w, value)
+        if w.name in self.host.offsets:
+            host = value.get() if isinstance(value, cp.ndarray) else np.asarray(value)
+            self.host.set(w.name, host)
+        if w.name not in self.offsets:
+            return  # not kept on the device
+        dst = base + self.offsets[w.name]
+        if isinstance(value, cp.ndarray):
+            value = cp.ascontiguousarray(value)
+            cp.cuda.runtime.memcpyAsync(dst, value.data.ptr, w.type.nbytes, D2D, stream)
+        elif w.type.nbytes:
+            staged.copy(dst, np.asarray(value))
+        if not isinstance(source, cp.ndarray):
+            DEVICE_COPIES.remember(source, w.ann.layout, self, self.offsets[w.name])
 
 
 class VariantMemory:
