@@ -10,6 +10,8 @@ write `start` and, per stream, the first issue index `ends[s]` from which it is 
 - `place`: best fit in the order given (TFLite's greedy by size; XLA also tries by lifetime):
   the smallest gap between already placed conflicting slots that fits, else above them.
   O(P log P) in all.
+- `lower_bound`: what any placement needs (slots live together on a lane); the orderings stop at
+  the first that meets it. O(n·k·log n).
 - `StackedPermanents`: slots never free (outputs) conflict with every later slot, which makes P
   quadratic (a 3,000-layer decode step keeps 6,000 KV caches); stacked from offset 0 in start
   order, the live ones always form a prefix, so each other slot only needs a floor, found by
@@ -58,11 +60,38 @@ class Slot:
             self.lanes = (self.stream,)
 
 
+@dataclass
+class LaneArrays:
+    """What `conflict_graph` and `lower_bound` read of the slots, made once for both: starts,
+    ends (a row per slot, a column per lane) and sizes as arrays, and the slots on each lane
+    (in start order)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    sizes: np.ndarray
+    on_lane: dict[int, list[int]]
+
+    @classmethod
+    def of(cls, slots: list[Slot]) -> LaneArrays:
+        import numpy as np
+
+        on_lane: dict[int, list[int]] = {}
+        for i, slot in enumerate(slots):
+            for lane in slot.lanes:
+                on_lane.setdefault(lane, []).append(i)
+        return cls(
+            np.array([s.start for s in slots], dtype=np.int64),
+            np.array([s.ends for s in slots], dtype=np.int64),
+            np.array([s.size for s in slots], dtype=np.int64),
+            on_lane,
+        )
+
+
 def conflict_graph(
-    slots: list[Slot], limit: int | None = None
+    slots: list[Slot], limit: int | None = None, arrays: LaneArrays | None = None
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """CSR adjacency (indptr, indices) of slots that must not share bytes; None above `limit`
-    conflicting pairs.
+    conflicting pairs. `arrays`: `LaneArrays.of(slots)`, where the caller has them.
 
     Slots are in order of `start`; A (earlier) and B conflict iff B starts before A is free on
     B's stream: start_A < start_B < ends_A[stream_B]. With several devices, on any of B's lanes
@@ -73,12 +102,8 @@ def conflict_graph(
     n = len(slots)
     if n == 0:
         return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    starts = np.array([s.start for s in slots], dtype=np.int64)
-    ends = np.array([s.ends for s in slots], dtype=np.int64)
-    on_lane: dict[int, list[int]] = {}
-    for i, slot in enumerate(slots):
-        for lane in slot.lanes:
-            on_lane.setdefault(lane, []).append(i)
+    arrays = arrays or LaneArrays.of(slots)
+    starts, ends, on_lane = arrays.starts, arrays.ends, arrays.on_lane
     ranges = []
     for s in range(ends.shape[1]):
         if s not in on_lane:
@@ -200,34 +225,78 @@ def place(
     return offsets
 
 
-def _orders(slots: list[Slot], names: list[str]) -> dict[str, list[int]]:
-    """The orderings `names` asks for, as slot positions."""
-    ids = range(len(slots))
+def _order(slots: list[Slot], name: str) -> list[int]:
+    """The ordering `name` as slot positions."""
     keys: dict[str, Callable[[Slot], tuple[int, int]]] = {
         "size": lambda s: (-s.size, s.start),
         "lifetime": lambda s: (s.start - s.last, -s.size),
     }
-    orders: dict[str, list[int]] = {}
-    for name in names:
-        if name in keys:
-            key = list(map(keys[name], slots))
-            orders[name] = sorted(ids, key=key.__getitem__)
-        else:
-            orders[name] = list(ids)
-    return orders
+    ids = range(len(slots))
+    if name not in keys:
+        return list(ids)
+    key = list(map(keys[name], slots))
+    return sorted(ids, key=key.__getitem__)
 
 
-def placements(slots: list[Slot], names: list[str], explicit_limit: int) -> dict[str, list[int]]:
-    """Offsets per strategy: each ordering with every conflict explicit (when there are at most
-    `explicit_limit` conflicting pairs), and with permanent slots stacked."""
+def lower_bound(slots: list[Slot], arrays: LaneArrays | None = None) -> int:
+    """Bytes every arena of `slots` needs: the most a slot B and the earlier slots on one of its
+    lanes that are not yet free there when B starts hold together. Those slots pairwise conflict
+    (`conflict_graph`: each earlier one A has start_A < start_B < ends_A[lane], the lane of each
+    later one), so no placement lets any two share a byte. Per lane: a prefix sum of sizes by
+    start, less those freed by B's start (by end, `searchsorted`). O(n·k·log n)."""
     import numpy as np
 
-    orders = _orders(slots, names)
+    if not slots:
+        return 0
+    arrays = arrays or LaneArrays.of(slots)
+    bound = 0
+    for lane, on in arrays.on_lane.items():
+        if lane >= arrays.ends.shape[1]:
+            continue  # `conflict_graph` finds no conflict on such a lane
+        ids = np.array(on, dtype=np.int64)
+        starts = arrays.starts[ids]
+        if np.any(starts[1:] <= starts[:-1]):
+            return 0  # two slots of one start conflict with neither: no bound claimed
+        sizes = arrays.sizes[ids]
+        # A slot free on the lane when (or before) it starts conflicts with no later slot there.
+        ends = np.maximum(arrays.ends[ids, lane], starts + 1)
+        before = np.cumsum(sizes) - sizes  # sizes of the slots starting before each
+        by_end = np.argsort(ends, kind="stable")
+        freed = np.concatenate([[0], np.cumsum(sizes[by_end])])
+        gone = freed[np.searchsorted(ends[by_end], starts, side="right")]
+        bound = max(bound, int((before - gone + sizes).max()))
+    return bound
+
+
+def placements(
+    slots: list[Slot], names: list[str], explicit_limit: int, stop_at_bound: bool = False
+) -> dict[str, list[int]]:
+    """Offsets per strategy, in order: each ordering with every conflict explicit (when there
+    are at most `explicit_limit` conflicting pairs), then with permanent slots stacked.
+    `stop_at_bound`: the strategies stop at the first whose arena is `lower_bound(slots)`,
+    since none after it can be smaller."""
+    import numpy as np
+
     results: dict[str, list[int]] = {}
-    full = conflict_graph(slots, explicit_limit)
+    orders: dict[str, list[int]] = {}  # made when first placed: most stop at the first
+
+    def order(name: str) -> list[int]:
+        if name not in orders:
+            orders[name] = _order(slots, name)
+        return orders[name]
+
+    arrays = LaneArrays.of(slots) if slots else None
+    enough = lower_bound(slots, arrays) if stop_at_bound else None
+
+    def is_enough(offsets: list[int]) -> bool:
+        return enough is not None and arena_top(slots, offsets) <= enough
+
+    full = conflict_graph(slots, explicit_limit, arrays)
     if full is not None:
         for name in names:
-            results[name] = place(slots, full, orders[name])
+            results[name] = place(slots, full, order(name))
+            if is_enough(results[name]):
+                return results
     is_kept = [is_permanent(s) for s in slots]
     permanent = [i for i, kept in enumerate(is_kept) if kept]
     if permanent or full is None:
@@ -244,7 +313,13 @@ def placements(slots: list[Slot], names: list[str], explicit_limit: int) -> dict
         indices = rest[sub[1]] if sub[1].size else sub[1]
         floors = [0 if kept else stacked.floor(s) for s, kept in zip(slots, is_kept)]
         for name in names:
-            results[f"{name}, outputs stacked"] = place(
-                slots, (indptr, indices), orders[name], floors, stacked.offsets
-            )
+            offsets = place(slots, (indptr, indices), order(name), floors, stacked.offsets)
+            results[f"{name}, outputs stacked"] = offsets
+            if is_enough(offsets):
+                break
     return results
+
+
+def arena_top(slots: list[Slot], offsets: list[int]) -> int:
+    """The arena bytes of a placement: its highest slot's end."""
+    return max((o + s.size for o, s in zip(offsets, slots)), default=0)

@@ -5,7 +5,8 @@ share bytes only if every access to one happens-before the first write of the ot
 the `visible` points of `optgraph.analysis.lifetimes`: A is free for a producer p on stream s iff
 `visible_A[s] != -1 and visible_A[s] <= p` ("entirely before", a partial order). Buffers chained
 in place form one slot (`build_slots`); `arena_packing` places the slots in several orders and
-`plan` keeps the smallest arena. `check_plan` re-derives everything from a planned graph and
+`plan` keeps the smallest arena (the first order whose arena meets the slots' lower bound ends the
+search: no later one is smaller). `check_plan` re-derives everything from a planned graph and
 reports each overlapping pair that is neither ordered nor a legal in-place reuse.
 
     buffers %a [0, 1] and %b [1, 2], %b = neg(%a) elementwise:  one slot, %a@0 and %b@0 (in place)
@@ -25,7 +26,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field, replace
 
-from optgraph.analysis.arena_packing import NEVER, Slot, placements
+from optgraph.analysis.arena_packing import NEVER, Slot, arena_top, placements
 from optgraph.analysis.happens_before import HappensBefore, happens_before, schedule_memo
 from optgraph.analysis.lifetimes import Lifetime, compute_lifetimes, stream_ids
 from optgraph.ir.graph import EVENT_OPS, Graph, TensorType
@@ -41,7 +42,8 @@ class MemoryPlan:
     sizes: dict[str, int]  # buffer name -> bytes reserved (aligned)
     arena_bytes: int
     algo: str  # the ordering that produced it
-    arenas: dict[str, int] = field(default_factory=dict)  # every ordering tried -> its arena
+    # every ordering tried -> its arena (up to the first that meets `lower_bound`)
+    arenas: dict[str, int] = field(default_factory=dict)
     inplace: dict[str, str] = field(default_factory=dict)  # result -> operand buffer it reuses
     device_arena_bytes: dict[int, int] = field(default_factory=dict)  # device -> its arena
 
@@ -220,11 +222,8 @@ def _plan(
         chosen = "none"
     else:
         names = list(ALGOS[1:4]) if algo == "best" else [algo]
-        results = placements(slots, names, explicit_limit)
-        arenas = {
-            name: max((o + s.size for o, s in zip(offs, slots)), default=0)
-            for name, offs in results.items()
-        }
+        results = placements(slots, names, explicit_limit, stop_at_bound=True)
+        arenas = {name: arena_top(slots, offs) for name, offs in results.items()}
         chosen = min(arenas, key=lambda name: (arenas[name], list(results).index(name)))
         offsets = results[chosen]
     out_offsets: dict[str, int] = {}

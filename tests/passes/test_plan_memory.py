@@ -10,9 +10,21 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import optgraph as og
-from optgraph.analysis.arena_packing import align_up
-from optgraph.analysis.arena_plan import apply_plan, check_plan, entirely_before, plan
-from optgraph.analysis.happens_before import HappensBefore
+from optgraph.analysis.arena_packing import (
+    ORDERINGS,
+    align_up,
+    arena_top,
+    lower_bound,
+    placements,
+)
+from optgraph.analysis.arena_plan import (
+    apply_plan,
+    build_slots,
+    check_plan,
+    entirely_before,
+    plan,
+)
+from optgraph.analysis.happens_before import HappensBefore, happens_before
 from optgraph.analysis.lifetimes import compute_lifetimes
 from optgraph.analysis.memory_bounds import (
     concurrency_bound,
@@ -79,6 +91,33 @@ def test_conflicting_buffers_never_overlap(
     planned = apply_plan(graph, memory)
     assert _overlapping_conflicts(planned) == []
     assert check_plan(planned) == []
+
+
+@settings(max_examples=examples(40))
+@given(
+    seed=st.integers(0, 100_000),
+    size=st.integers(2, 18),
+    streams=st.integers(1, 8),
+    explicit=st.booleans(),
+)
+def test_orderings_stop_at_the_lower_bound(
+    seed: int, size: int, streams: int, explicit: bool
+) -> None:
+    """No ordering's arena is below `lower_bound`, and the orderings that stop at it keep the
+    one all of them would choose (the smallest arena, the earliest of equals)."""
+    graph = random_streams(random_memory_graph(seed, size), streams, seed)
+    hb = happens_before(graph)
+    slots, _ = build_slots(graph, compute_lifetimes(graph, hb), 256, hb, True)
+    limit = 2_000_000 if explicit else -1
+    every = placements(slots, list(ORDERINGS), limit)
+    tops = {name: arena_top(slots, offsets) for name, offsets in every.items()}
+    bound = lower_bound(slots)
+    assert bound <= min(tops.values())
+    stopped = placements(slots, list(ORDERINGS), limit, stop_at_bound=True)
+    assert stopped == dict(list(every.items())[: len(stopped)])
+    names = list(every)
+    best = min(names, key=lambda name: (tops[name], names.index(name)))
+    assert best == min(stopped, key=lambda name: (tops[name], names.index(name)))
 
 
 @settings(max_examples=examples(25))
