@@ -394,6 +394,7 @@ def remembered_type(
         if memo is not None and memo[0] == key:
             inferred: TensorType = memo[1]
             return inferred
+    shared: tuple[object, ...] | None = None
     if alike is None or node.body is not None:
         inferred = infer_type(node, operand_types)
     else:
@@ -405,8 +406,12 @@ def remembered_type(
     declared = node.type
     if declared is not None and inferred is not declared and inferred == declared:
         # The declared object, equal: later comparisons with it, and memo keys of the values
-        # read from it (a fused body's environment), are identity tests.
+        # read from it (a fused body's environment), are identity tests. The memo of nodes
+        # alike keeps it too: a parsed graph's nodes share their declared type objects, so the
+        # next node alike finds its own.
         inferred = declared
+        if alike is not None and shared is not None:
+            alike[shared] = declared
     facts["inferred"] = (key, inferred)
     return inferred
 
