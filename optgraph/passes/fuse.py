@@ -381,26 +381,36 @@ def fused_node(
     rename = dict(zip(outside, params))
     restore = restored_names(names, copies) if copies else {}
     rename.update(restore)  # body names: never an outside value, never a parameter's name
+    get = rename.get
     body = tuple(
         [
             n.with_fields(
                 name=restore.get(name, name),
-                operands=tuple([rename.get(o, o) for o in n.operands]),
+                operands=tuple([get(o, o) for o in n.operands]),
                 ann=NO_ANNOTATIONS,
             )
             for n, name in zip(nodes, names)
         ]
     )
-    return Node(
+    # Made field by field, as the parser makes nodes: a frozen dataclass's __init__ costs
+    # several times more, and fuse makes one region and one node per group.
+    region = object.__new__(Region)
+    region.__dict__.update(
+        params=tuple(params), nodes=body, result=restore.get(root.name, root.name)
+    )
+    node = object.__new__(Node)
+    node.__dict__.update(
         name=root.name,
         op="fused",
         operands=tuple(outside),
+        attrs={},
         type=root.type,
         ann=root.ann,
-        body=Region(tuple(params), body, restore.get(root.name, root.name)),
+        body=region,
         span=root.span,
         operand_spans=(),
     )
+    return node
 
 
 def _rebuilt(
