@@ -193,13 +193,13 @@ def prefill_variants(build_fused: Callable[[Any], Any]) -> list[Any]:
     return variants
 
 
-def kernel_profile(
+def kernel_family_times(
     run: Callable[[], Any], stream: Any, iters: int = 5, by_kernel: bool = False
-) -> str:
-    """GPU time per run by kernel family (CUPTI through torch.profiler sees CuPy's kernels too),
-    against the run's latency: how much of a run is kernels and how much is gaps and host.
-    `by_kernel`: one line per kernel name instead (names are hashes of the kernel text, so
-    `optgraph compile` of the same graph on any machine says which node each one is)."""
+) -> tuple[float, dict[str, tuple[float, int]]]:
+    """(latency µs per run, {family: (GPU µs per run, launches per run)}) over `iters` runs
+    under CUPTI (through torch.profiler, which sees CuPy's kernels too). A family is the word
+    after `og_` of optgraph's kernels, the first 40 characters of other names; `by_kernel`: the
+    first 40 characters of every name (optgraph's are hashes of the kernel text)."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(3):
@@ -222,6 +222,17 @@ def kernel_profile(
         family = name.split("_")[1] if name.startswith("og_") and not by_kernel else name[:40]
         total, count = families.get(family, (0.0, 0))
         families[family] = (total + us / iters, count + evt.count // iters)
+    return wall, families
+
+
+def kernel_profile(
+    run: Callable[[], Any], stream: Any, iters: int = 5, by_kernel: bool = False
+) -> str:
+    """GPU time per run by kernel family (`kernel_family_times`), against the run's latency:
+    how much of a run is kernels and how much is gaps and host. `by_kernel`: one line per
+    kernel name instead (names are hashes of the kernel text, so `optgraph compile` of the same
+    graph on any machine says which node each one is)."""
+    wall, families = kernel_family_times(run, stream, iters, by_kernel)
     busy = sum(t for t, _ in families.values())
     rows = sorted(families.items(), key=lambda kv: -kv[1][0])
     lines = [f"latency {wall:.1f} µs per run, kernels busy {busy:.1f} µs ({busy / wall:.0%})"]

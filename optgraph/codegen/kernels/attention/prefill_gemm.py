@@ -53,8 +53,11 @@ from optgraph.codegen.kernels.attention.head_rows import (
 from optgraph.codegen.kernels.matmul import OP_N, OP_T, Gemm
 from optgraph.ir.graph import DTYPE_BYTES
 
-THREADS = 128
-MAX_PER_THREAD = 64
+# Threads of a block-per-row softmax: on the H200 (2026-12-02), SD-1.5's 4 x 4096 rows of 4096
+# keys took 350 µs at 128 scalar threads, 133 µs at 128 with float4 reads, 109 µs at 256, 130 µs
+# at 512 (benchmarks/bench_prefill_attention.py).
+THREADS = 256
+MAX_PER_THREAD = 32
 MAX_KEYS = THREADS * MAX_PER_THREAD
 # The scores of a node must fit in this much scratch (f32), else the tiled kernel runs: 32 heads
 # of 512 x 512 take 32 MiB; a long prompt's B·H·S² would take gigabytes.
