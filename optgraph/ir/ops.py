@@ -115,14 +115,25 @@ def _fused_cost(
     attrs: Mapping[str, AttrValue],
     alike: dict[tuple[object, ...], Cost] | None = None,
 ) -> Cost:
-    """Only the region's operands and result touch memory; the flops are the body's."""
+    """Only the region's operands and result touch memory; the flops are the body's.
+
+    `alike` (see `cost`) also keeps one `Cost` object per bytes and flops of fused nodes: the
+    repeated layers' regions share theirs, and what is computed from a cost object (a roofline,
+    a time) is computed once for all of them."""
     env = _fused_types(node, types)
     assert node.body is not None
     flops = 0
     for inner in node.body.nodes:
         inner_types = [env[o] for o in inner.operands]
         flops += cost(inner, inner_types, env[inner.name], alike).flops
-    return Cost(sum(t.nbytes for t in types) + result.nbytes, flops)
+    nbytes = sum([t.nbytes for t in types]) + result.nbytes
+    if alike is None:
+        return Cost(nbytes, flops)
+    key = (None, nbytes, flops)  # no op is None: apart from the keys of nodes without a body
+    found = alike.get(key)
+    if found is None:
+        found = alike[key] = Cost(nbytes, flops)
+    return found
 
 
 _FALSE = AttrSpec("bool", False)
