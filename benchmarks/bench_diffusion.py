@@ -4,6 +4,7 @@ under a VRAM budget (issue #34, part 3).
     python benchmarks/bench_diffusion.py [--scale 1] [--latent 64] [--batch 2] [--ratio 3]
         [--variants resident,sync,depth 1,depth 2] [--torch eager,graph,compile]
         [--iters 5] [--repeats 3] [--markdown FILE] [--json FILE] [--profile FILE]
+        [--measured TIMES.json]
     python benchmarks/bench_diffusion.py --dry-run --scale 5    # no GPU: the import, the plans
 
 The model is diffusers' `UNet2DConditionModel` with SD-1.5's configuration (channels 320, 640,
@@ -17,6 +18,7 @@ imported with `og.from_torch` (torch.export) and planned once with `PLAN`.
 | resident | every weight on the device, one CUDA graph |
 | sync | `plan-prefetch{sync=true}` under the budget: each segment copied right before its readers |
 | depth N | `plan-prefetch{depth=N}`: a copy stream fills a ring of N segments ahead of compute |
+| depth 2, measured | `--measured`: depth 2 planned with the resident step's node times measured on the device (`harness/node_times.py`, `plan-prefetch{times=}`) instead of the roofline |
 | copy alone | the depth-2 program's own weight copies back to back on one stream |
 | torch eager / graph / compile | the same module in PyTorch: eager, `torch.cuda.graph`, `torch.compile` (max-autotune-no-cudagraphs) |
 
@@ -51,6 +53,7 @@ from optgraph.passes.manager import run_pipeline
 
 PLAN = "verify,dce,cse,fuse,assign-streams{max-streams=2},insert-sync,analyze-lifetimes,plan-memory"
 STREAMED = {"sync": ",sync=true", "depth 1": ",depth=1", "depth 2": ",depth=2"}
+MEASURED = "depth 2, measured"  # depth 2 planned with the resident step's measured node times
 SD15_CHANNELS = (320, 640, 1280, 1280)
 NORM_GROUPS = 32
 NOMINAL_PINNED = 50e9  # bytes/s a dry run plans with (an H100/H200 host link, about)
@@ -188,8 +191,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     pinned = pinned_bandwidth(cp)
     graph, weights, module, example = imported(args)
     graphs, budget = plan_variants(graph, args, pinned)
-    print("\n".join(describe(graphs, budget)), flush=True)
     inputs = {i.name: t.numpy() for i, t in zip(graph.inputs, example)}
+    if args.measured:
+        times = measure_times(cp, graphs["resident"], weights, inputs, args.measured)
+        options = f"budget={budget},host-bandwidth={int(pinned)},depth=2,times={times}"
+        graphs[MEASURED] = run_pipeline(graphs["resident"], f"plan-prefetch{{{options}}}")
+    print("\n".join(describe(graphs, budget)), flush=True)
     row: dict[str, Any] = {"budget": budget, "pinned": pinned}
     timings, exact, first = time_programs(cp, graphs, weights, inputs, args, digits=2)
     row.update(timings)
@@ -203,6 +210,23 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     if args.profile:
         profile_torch(cp, module, example, args.profile)
     return row
+
+
+def measure_times(
+    cp: Any, graph: Graph, weights: dict[str, np.ndarray], inputs: dict[str, Any], path: str
+) -> str:
+    """Each node's device time in the resident program (`harness/node_times.py`), written to
+    `path` for `plan-prefetch{times=}`; returns the path."""
+    from benchmarks.harness.node_times import node_times, write_times
+    from optgraph.api.programs import cuda_program
+
+    program = cuda_program(graph, weights=weights)
+    program.run(inputs)
+    times = node_times(cp, program)
+    program.close()
+    write_times(times, path)
+    print(f"  node times: {sum(times.values()) * 1e3:.2f} ms over {len(times)} nodes", flush=True)
+    return path
 
 
 def profile_resident(
@@ -249,7 +273,7 @@ def profile_torch(cp: Any, module: Any, example: tuple, path: str) -> None:
 
 
 def table(row: dict[str, Any], args: argparse.Namespace, device: str) -> str:
-    streamed = [n for n in STREAMED if n in row]
+    streamed = [n for n in (*STREAMED, MEASURED) if n in row]
     torch_ways = [k for k in row if k.startswith("torch ")]
     head = (
         f"**{device}, {datetime.date.today().isoformat()}**, SD-1.5 UNet (channels / "
@@ -264,14 +288,24 @@ def table(row: dict[str, Any], args: argparse.Namespace, device: str) -> str:
         "depth 2 / max(copy, compute) | depth 2 / sync | exact |",
         "|" + "---|" * (5 + len(streamed)),
     ]
-    d2 = row.get("depth 2")
-    overlap = d2 / max(row["copy alone"], row["resident"]) if d2 else float("nan")
-    vs_sync = d2 / row["sync"] if d2 and "sync" in row else float("nan")
+    ratios = []
+    for name in ("depth 2", MEASURED):
+        d2 = row.get(name)
+        overlap = d2 / max(row["copy alone"], row["resident"]) if d2 else float("nan")
+        vs_sync = d2 / row["sync"] if d2 and "sync" in row else float("nan")
+        ratios.append((overlap, vs_sync))
+    both = MEASURED in row
     lines.append(
         f"| {row['resident']:.2f} ms | "
         + " | ".join(f"{row[n]:.2f} ms" for n in streamed)
-        + f" | {row.get('copy alone', float('nan')):.2f} ms | {overlap:.3f} | {vs_sync:.3f} "
-        f"| {'yes' if row['exact'] else 'NO'} |"
+        + f" | {row.get('copy alone', float('nan')):.2f} ms | "
+        + (
+            f"{ratios[0][0]:.3f} (measured plan {ratios[1][0]:.3f}) | "
+            f"{ratios[0][1]:.3f} (measured plan {ratios[1][1]:.3f})"
+            if both
+            else f"{ratios[0][0]:.3f} | {ratios[0][1]:.3f}"
+        )
+        + f" | {'yes' if row['exact'] else 'NO'} |"
     )
     lines += [
         "",
@@ -304,6 +338,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", metavar="FILE")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--profile", metavar="FILE", help="per-kernel GPU times (CUPTI) to FILE")
+    p.add_argument(
+        "--measured",
+        metavar="FILE.json",
+        help="also plan depth 2 with the resident step's measured node times (written to FILE)",
+    )
     p.add_argument("--dry-run", action="store_true", help="import and plan only, no GPU")
     return p
 

@@ -1,6 +1,6 @@
 """`plan-prefetch{budget=2GiB, depth=2, segment-bytes=auto, ring-bytes=auto, host-bandwidth=50GB,
-device=h100, sync=false}`: stream weights that do not fit the GPU budget through a ring of
-prefetch bytes.
+device=h100, sync=false, times=FILE.json}`: stream weights that do not fit the GPU budget through
+a ring of prefetch bytes.
 
 When arena + device inputs + device weights exceed `budget`, the weights the GPU reads are cut into
 segments (runs of weights in first-use order whose readers occupy disjoint ranges of the issue
@@ -42,6 +42,12 @@ largest segment: no overlap, the least memory. The IR rewrite lives in
 `optgraph.analysis.prefetch_copies`, where `strip_prefetch` undoes it and `synchronous_prefetch`
 re-plans it that way for when the ring cannot be allocated.
 
+`times=FILE.json` (seconds by node name, measured on the device: `benchmarks/harness/
+node_times.py` writes them from a run of the resident program) prices the compute of that
+choice instead of the roofline, and adds the candidates that keep the segments of most bytes per
+second of compute resident (`prefetch_choice.dense_resident`): the roofline of a UNet's step
+was 3.9x below its real time on the H200, and its error is not the same in every layer.
+
 Segment size: `segment-bytes=auto` tries sizes from the largest weight group up to all weights
 (x1.1 steps) and keeps the one streaming the fewest bytes, counting 256 KiB per streamed segment
 (`segments.SEGMENT_OVERHEAD_BYTES`: its events and launch) and the largest segment once more (the
@@ -58,12 +64,18 @@ scales, O(V + E) to rewrite.
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from optgraph.analysis.arena_packing import align_up
-from optgraph.analysis.prefetch_choice import fewer_resident, least_regret_layout
+from optgraph.analysis.prefetch_choice import (
+    dense_resident,
+    fewer_resident,
+    least_regret_layout,
+)
 from optgraph.analysis.prefetch_copies import insert_prefetches, strip_prefetch
 from optgraph.analysis.schedule_estimate import profile_named
 from optgraph.analysis.segments import (
@@ -104,6 +116,7 @@ class PlanPrefetchPass(Pass):
     host_bandwidth: str = "50GB"
     device: str = "h100"
     sync: bool = False
+    times: str = ""
 
     def __post_init__(self) -> None:
         if parse_size(self.budget) <= 0:
@@ -169,11 +182,37 @@ class PlanPrefetchPass(Pass):
                 return _grown_ring(layout, fits, None)
 
             candidates = fewer_resident(grow(layout), fits, grow)
+            measured = load_times(self.times) if self.times else None
+            if measured is not None:
+                by_index = {
+                    i: measured[n.name] for i, n in enumerate(graph.nodes) if n.name in measured
+                }
+                candidates += dense_resident(layout, fits, grow, by_index)
             copy_rate = (parse_size(self.host_bandwidth), profile_named(self.device))
-            layout = least_regret_layout(graph, candidates, accesses, arena_base, copy_rate)
+            layout = least_regret_layout(
+                graph, candidates, accesses, arena_base, copy_rate, measured
+            )
         elif not sync:
             layout = _grown_ring(layout, fits, parse_size(self.ring_bytes))
         return insert_prefetches(graph, layout, accesses, arena_base, sync)
+
+
+def load_times(path: str) -> dict[str, float]:
+    """A `times=` file: a JSON object of node names and seconds (non-negative numbers)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise OptGraphError(f"plan-prefetch: cannot read times file {path}: {e.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise OptGraphError(f"plan-prefetch: times file {path} is not JSON: {e}") from None
+    if not isinstance(data, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < float("inf")
+        for v in data.values()
+    ):
+        raise OptGraphError(
+            f"plan-prefetch: times file {path} must be an object of node names and seconds"
+        )
+    return {str(k).lstrip("%"): float(v) for k, v in data.items()}
 
 
 def _grown_ring(layout: Layout, fits: Callable[[int, int], bool], cap: int | None) -> Layout:
