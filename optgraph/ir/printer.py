@@ -11,7 +11,15 @@ import json
 import math
 
 from optgraph.ir.constants import format_constant
-from optgraph.ir.graph import NO_ANNOTATIONS, Annotations, AttrValue, Graph, Node
+from optgraph.ir.graph import (
+    ANNOTATION_KEYS,
+    EVENT_OPS,
+    NO_ANNOTATIONS,
+    Annotations,
+    AttrValue,
+    Graph,
+    Node,
+)
 
 
 def format_literal(value: AttrValue) -> str:
@@ -40,17 +48,31 @@ def _annotation_literal(key: str, value: AttrValue) -> str:
 def format_annotations(ann: Annotations) -> str:
     if ann is NO_ANNOTATIONS:
         return ""
-    items = list(ann.items())
-    if not items:
+    fields = ann.__dict__  # read directly, as `Annotations.items` does: every node has some
+    parts = []
+    for key in ANNOTATION_KEYS:
+        value = fields[key]
+        if value is None:
+            continue
+        # `_annotation_literal`, with the usual types first: ints, and tuples of them
+        if type(value) is int:
+            text = str(value)
+        elif type(value) is tuple and not (key == "device" and len(value) == 1):
+            text = "[" + ", ".join(map(str, value)) + "]"
+        else:
+            text = _annotation_literal(key, value)
+        parts.append(f"{key} = {text}")
+    if not parts:
         return ""
-    return " !{" + ", ".join(f"{k} = {_annotation_literal(k, v)}" for k, v in items) + "}"
+    return " !{" + ", ".join(parts) + "}"
 
 
 def format_node(node: Node, indent: str = "  ") -> str:
-    if node.is_event:
-        return f"{indent}{node.op} ^{node.name}{format_annotations(node.ann)}"
-    operands = ", ".join(f"%{o}" for o in node.operands)
-    text = f"{indent}%{node.name} = {node.op}({operands})"
+    op = node.op
+    if op in EVENT_OPS:
+        return f"{indent}{op} ^{node.name}{format_annotations(node.ann)}"
+    operands = "%" + ", %".join(node.operands) if node.operands else ""
+    text = f"{indent}%{node.name} = {op}({operands})"
     if node.attrs:
         attrs = ", ".join(f"{k} = {format_literal(node.attrs[k])}" for k in sorted(node.attrs))
         text += f" {{{attrs}}}"
