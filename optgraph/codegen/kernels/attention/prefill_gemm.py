@@ -53,9 +53,9 @@ from optgraph.codegen.kernels.attention.head_rows import (
 from optgraph.codegen.kernels.matmul import OP_N, OP_T, Gemm
 from optgraph.ir.graph import DTYPE_BYTES
 
-# Threads of a block-per-row softmax: on the H200 (2026-12-02), SD-1.5's 4 x 4096 rows of 4096
-# keys took 350 µs at 128 scalar threads, 133 µs at 128 with float4 reads, 109 µs at 256, 130 µs
-# at 512 (benchmarks/bench_prefill_attention.py).
+# Threads of a block-per-row softmax: 256 with float4 reads measured fastest of 128, 256 and 512
+# on SD-1.5's 4096-key rows (benchmarks/bench_prefill_attention.py,
+# docs/results/2026-12-02-h200-attention-chunks-staged-upload.md).
 THREADS = 256
 MAX_PER_THREAD = 32
 MAX_KEYS = THREADS * MAX_PER_THREAD
