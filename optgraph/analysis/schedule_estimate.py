@@ -32,7 +32,7 @@ from typing import Any
 
 from optgraph.ir import ops
 from optgraph.ir.graph import DATA_PREDECESSORS, EVENT_OPS, NODE_COSTS, Graph, Node, TensorType
-from optgraph.ir.layout import is_alias
+from optgraph.ir.layout import ALIAS_OPS, is_alias
 from optgraph.ir.ops import DEVICE_PROFILES, DeviceProfile
 
 DEFAULT_DEVICE = "h100"
@@ -84,15 +84,19 @@ def _node_costs(graph: Graph) -> list[ops.Cost | None]:
     types = graph.value_types()
     alike: dict[tuple[object, ...], ops.Cost] = {}  # see `ops.cost`
     out: list[ops.Cost | None] = []
+    append = out.append
     for node in graph.nodes:
-        if node.is_event or node.type is None:
-            out.append(None)
+        op = node.op
+        if op in EVENT_OPS or node.type is None:
+            append(None)
             continue
-        operand_types = [types[o] for o in node.operands if o in types]
-        if node.operands and is_alias(node, operand_types[0]):
-            out.append(None)
+        operands = node.operands
+        operand_types = [types[o] for o in operands if o in types]
+        # `is_alias` only for the ops that may alias (its own first test)
+        if op in ALIAS_OPS and operands and is_alias(node, operand_types[0]):
+            append(None)
             continue
-        out.append(_cost(node, operand_types, alike))
+        append(_cost(node, operand_types, alike))
     return out
 
 
