@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 from optgraph.ir.graph import Graph, Node, differs_only_in_annotations
+from optgraph.ir.verify import is_verified
 
 GROUP_COLLECTIVES = frozenset({"all_reduce", "all_gather"})
 EVENT_OPS = frozenset({"record", "wait"})
@@ -284,7 +285,8 @@ class HappensBefore:
         if isinstance(found, list):
             return list(found)
         if self._is_one_lane():
-            edges = self._backward_edges()
+            # A verified graph defines every operand before its reader: no edge runs backward.
+            edges = [] if is_verified(self.graph) else self._backward_edges()
             self.memo["unordered_edges"] = edges
             return list(edges)
         rows, seqs, lanes = self.rows, self.seqs, self.lanes_of

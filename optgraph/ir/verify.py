@@ -179,6 +179,12 @@ def _verify_node_annotations(graph: Graph) -> None:
         raise VerifyError.from_diagnostics(diags)
 
 
+def is_verified(graph: Graph) -> bool:
+    """Whether `verify` passed on this graph object: then, among the rest, every operand is
+    defined before the node reading it (graphs are immutable)."""
+    return bool(graph.__dict__.get(_VERIFIED))
+
+
 # Set in a graph's instance `__dict__` (outside the dataclass fields, so equality and `replace`
 # never see it) once it verified: graphs are immutable, and a compile verifies the same graph
 # object several times (after reading it, when a pipeline starts, in the verify pass, after a
