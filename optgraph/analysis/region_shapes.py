@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from optgraph.analysis.fusion_rules import NORM_OPS, PRODUCT, plan_region
 from optgraph.ir.graph import Node, TensorType
-from optgraph.ir.op_specs import typed_value
+from optgraph.ir.ops import attrs_key
 
 
 class RegionShapes:
@@ -84,11 +84,10 @@ class RegionShapes:
     def _signature(self, node: Node) -> int:
         """A number for what `plan_region` reads of a node besides its name and wiring: op,
         attributes, result and operand types."""
-        attrs = node.attrs
         types = self.types
         signature = (
             node.op,
-            tuple([(k, typed_value(v)) for k, v in attrs.items()]) if attrs else (),
+            attrs_key(node),  # each attribute with its type (`typed_value`), kept on the node
             id(node.type),
             *[id(types[o]) for o in node.operands],
         )

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from optgraph.analysis.fusion_rules import NORM_OPS, plan_region, reduction_cols
 from optgraph.ir.graph import Graph, Node, TensorType
-from optgraph.ir.op_specs import typed_value
+from optgraph.ir.ops import attrs_key
 
 T = TypeVar("T")
 
@@ -31,8 +31,8 @@ def _signature(node: Node, types: dict[str, TensorType]) -> tuple[object, ...]:
     """What `plan_region` reads of a node besides its name: op, attributes, operand and result
     types (types by identity: the graph keeps each alive while the copies are planned, and two
     equal type objects only cost a second plan)."""
-    attrs = tuple([(k, typed_value(v)) for k, v in node.attrs.items()])
-    return node.op, attrs, id(node.type), *[id(types.get(o)) for o in node.operands]
+    # each attribute with its type (`typed_value`), kept on the node
+    return node.op, attrs_key(node), id(node.type), *[id(types.get(o)) for o in node.operands]
 
 
 def _shares_row_norm(

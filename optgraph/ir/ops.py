@@ -79,6 +79,7 @@ __all__ = [
     "Cost",
     "DeviceProfile",
     "OpDef",
+    "attrs_key",
     "attrs_with_defaults",
     "cost",
     "estimate_seconds",
@@ -367,10 +368,10 @@ def _check_quantized_reads(node: Node, opdef: OpDef, types: Sequence[TensorType]
             )
 
 
-def _attrs_key(node: Node) -> tuple[object, ...]:
-    """`attrs_key_of(node.attrs)`: what the `alike` memos of `remembered_type` and `cost` key
-    on, made once per node (kept in its `TYPE_FACTS`; the parser hands every node whose
-    attribute text it read before the key it made then)."""
+def attrs_key(node: Node) -> tuple[object, ...]:
+    """`attrs_key_of(node.attrs)`: what the `alike` memos of `remembered_type` and `cost` (and
+    fuse's region shapes) key on, made once per node (kept in its `TYPE_FACTS`; the parser
+    hands every node whose attribute text it read before the key it made then)."""
     attrs = node.attrs
     if not attrs:
         return ()
@@ -409,7 +410,7 @@ def remembered_type(
     if alike is None or node.body is not None:
         inferred = infer_type(node, operand_types)
     else:
-        shared = (node.op, _attrs_key(node), key)
+        shared = (node.op, attrs_key(node), key)
         found = alike.get(shared)
         if found is None:
             found = alike[shared] = infer_type(node, operand_types)
@@ -496,7 +497,7 @@ def cost(
         return opdef.cost(node, operand_types, result_type, _resolved_attrs(node, opdef))
     if node.body is not None:
         return _fused_cost(node, operand_types, result_type, {}, alike)
-    key = (node.op, _attrs_key(node), tuple(operand_types), result_type)
+    key = (node.op, attrs_key(node), tuple(operand_types), result_type)
     found = alike.get(key)
     if found is None:
         found = alike[key] = opdef.cost(
