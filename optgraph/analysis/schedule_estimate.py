@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import attrgetter
 from typing import Any
 
 from optgraph.ir import ops
@@ -191,6 +193,10 @@ class ScheduleEstimate:
         return self.serial_s / cp if cp > 0 else 1.0
 
 
+_OP = attrgetter("op")
+_STREAM = attrgetter("ann.stream")
+
+
 def estimate_schedule(
     graph: Graph,
     profile: DeviceProfile | str = DEFAULT_DEVICE,
@@ -201,6 +207,14 @@ def estimate_schedule(
         profile = profile_named(profile)
     costs = node_costs(graph)
     durations = list(seconds) if seconds is not None else node_seconds(graph, profile, costs)
+    nodes = graph.nodes
+    if EVENT_OPS.isdisjoint(map(_OP, nodes)) and not any(map(_STREAM, nodes)):
+        # One stream, no events: each node starts when the one before it ends, which is after
+        # all its producers end (issued before it, on the same stream): the same sums.
+        ends = list(accumulate(durations, initial=0.0))
+        return ScheduleEstimate(
+            ends[:-1], ends[1:], sum(durations), device_floor(graph, profile, costs)
+        )
     preds = _data_predecessors(graph)
     free: dict[int, float] = {}
     recorded: dict[str, float] = {}

@@ -104,6 +104,23 @@ def og_profile():  # the default device of the estimate
     return profile_named("h100")
 
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.mark.parametrize("name", ["diamond", "llama_decode", "gpt2_block", "moe_block"])
+def test_estimate_on_one_stream_is_the_list_schedule(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One stream, no events: the running sums are the list schedule's starts and ends."""
+    from optgraph.analysis import schedule_estimate
+
+    graph = run_pipeline(og.parse_file(EXAMPLES / f"{name}.ir"), "assign-streams{policy=single}")
+    sums = estimate_schedule(graph)
+    monkeypatch.setattr(schedule_estimate, "_STREAM", lambda node: 1)  # every node "elsewhere"
+    listed = estimate_schedule(graph)
+    assert (sums.start, sums.end, sums.serial_s) == (listed.start, listed.end, listed.serial_s)
+
+
 def test_estimate_respects_data_edges_without_events() -> None:
     graph = _scheduled("assign-streams{min-branch-us=0}")  # no insert-sync
     est = estimate_schedule(graph)
