@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 
 from optgraph.analysis.happens_before import GROUP_COLLECTIVES, instance_reads
 from optgraph.ir.graph import Annotations, Graph, Node
@@ -60,13 +61,19 @@ def _event_names(graph: Graph) -> Iterator[str]:
             yield name
 
 
+_ANN = attrgetter("ann")
+
+
 class _LaneClocks:
     """Issue-order walk with one clock per lane, deciding which waits each instance needs."""
 
     def __init__(self, graph: Graph):
         self.nodes = graph.nodes
-        lanes = {(d, n.stream) for n in graph.nodes for d in n.devices}
-        lanes |= {(d, 0) for n in graph.nodes for d in n.devices} | {(0, 0)}
+        # Read off each annotation object once: a scheduled graph's nodes share a few.
+        every = list(map(_ANN, graph.nodes))
+        anns = dict(zip(map(id, every), every)).values()
+        lanes = {(d, a.stream or 0) for a in anns for d in a.devices}
+        lanes |= {(d, 0) for a in anns for d in a.devices} | {(0, 0)}
         self.col = {lane: c for c, lane in enumerate(sorted(lanes))}
         k = len(self.col)
         self.cur = [[0] * k for _ in range(k)]  # each lane's clock
