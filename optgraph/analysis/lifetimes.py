@@ -119,7 +119,12 @@ _OWN_READS = GROUP_COLLECTIVES | {"recv"}
 def stream_ids(graph: Graph) -> range:
     """Streams 0..max stream id used in the graph (per device: `visible` has one entry per
     device and stream id)."""
-    return range(max((n.stream for n in graph.nodes), default=0) + 1)
+    # `Node.stream` of every node: its annotation, 0 where none (the distinct ones, in C)
+    used = set(map(_STREAM, graph.nodes))
+    return range(max((s or 0 for s in used), default=0) + 1)
+
+
+_STREAM = operator.attrgetter("ann.stream")
 
 
 def lane_index(graph_streams: int, device: int, stream: int) -> int:
