@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from operator import attrgetter
 
 import numpy as np
 
@@ -121,7 +122,9 @@ def memory_figures(
         arena = plan(graph, algo, alignment, True, lifetimes, hb).arena_bytes
     # Without events and streams other than 0, dropping the streams changes no index, no clock
     # and no plan: the one-stream order is the graph's own (and so are its lifetimes and plan).
-    is_one_stream = all(not n.ann.stream and n.op not in EVENT_OPS for n in graph.nodes)
+    is_one_stream = not any(map(_STREAM, graph.nodes)) and EVENT_OPS.isdisjoint(
+        map(_OP, graph.nodes)
+    )
     one = graph if is_one_stream else without_streams(graph)
     one_lifetimes = lifetimes if is_one_stream else compute_lifetimes(one)
     one_hb = hb if is_one_stream else None
@@ -151,6 +154,10 @@ def memory_figures(
         "stream_extra_bytes": arena - one_arena,
         "one_stream_lower_bound_bytes": one_lower,
     }
+
+
+_STREAM = attrgetter("ann.stream")
+_OP = attrgetter("op")
 
 
 def _largest_device_bound(graph: Graph, lifetimes: dict[str, Lifetime], alignment: int) -> int:

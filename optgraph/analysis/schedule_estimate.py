@@ -307,7 +307,7 @@ def stream_figures(graph: Graph, profile: DeviceProfile | str = DEFAULT_DEVICE) 
     """Width, estimated critical path and speedup over one stream. O((V + E)·C) for the width."""
     from optgraph.analysis.chain_cover import width
 
-    has_events = any(n.op in EVENT_OPS for n in graph.nodes)
+    has_events = not EVENT_OPS.isdisjoint(map(_OP, graph.nodes))
     plain = (
         graph.with_nodes(n for n in graph.nodes if n.op not in EVENT_OPS) if has_events else graph
     )
