@@ -18,7 +18,7 @@ imported with `og.from_torch` (torch.export) and planned once with `PLAN`.
 | resident | every weight on the device, one CUDA graph |
 | sync | `plan-prefetch{sync=true}` under the budget: each segment copied right before its readers |
 | depth N | `plan-prefetch{depth=N}`: a copy stream fills a ring of N segments ahead of compute |
-| depth 2, measured | `--measured`: depth 2 planned with the resident step's node times measured on the device (`harness/node_times.py`, `plan-prefetch{times=}`) instead of the roofline |
+| depth 2, measured | `--measured`: depth 2 planned with the resident step's node times measured on the device (`runtime/cuda/node_times.py`, `plan-prefetch{times=}`) instead of the roofline |
 | copy alone | the depth-2 program's own weight copies back to back on one stream |
 | torch eager / graph / compile | the same module in PyTorch: eager, `torch.cuda.graph`, `torch.compile` (max-autotune-no-cudagraphs) |
 
@@ -215,14 +215,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 def measure_times(
     cp: Any, graph: Graph, weights: dict[str, np.ndarray], inputs: dict[str, Any], path: str
 ) -> str:
-    """Each node's device time in the resident program (`harness/node_times.py`), written to
-    `path` for `plan-prefetch{times=}`; returns the path."""
-    from benchmarks.harness.node_times import node_times, write_times
+    """Each node's device time in the resident program (`runtime/cuda/node_times.py`), written
+    to `path` for `plan-prefetch{times=}`; returns the path."""
     from optgraph.api.programs import cuda_program
+    from optgraph.runtime.cuda.node_times import write_times
 
     program = cuda_program(graph, weights=weights)
     program.run(inputs)
-    times = node_times(cp, program)
+    times = program.node_times()
     program.close()
     write_times(times, path)
     print(f"  node times: {sum(times.values()) * 1e3:.2f} ms over {len(times)} nodes", flush=True)

@@ -261,6 +261,17 @@ class CompiledProgram:
                 err.span,
             ) from None
 
+    def node_times(self, passes: int = 3) -> dict[str, float]:
+        """(cuda, one GPU, after a run) Seconds of each GPU node of the last run, measured one
+        node at a time (`runtime/cuda/node_times.py`): `plan-prefetch{times=FILE}` prices the
+        compute with them (`runtime.cuda.node_times.write_times` writes that file)."""
+        if self.target != "cuda" or self._cuda is None:
+            raise OptGraphError("node times: run the program on cuda first")
+        if isinstance(self._cuda, MultiDeviceRunner):
+            raise OptGraphError("node times: a program on several devices is not measured")
+        times: dict[str, float] = self._cuda.node_times(passes)
+        return times
+
     def close(self) -> None:
         """(cuda) Destroy the captured graphs and cuBLAS handles; nothing to do on cpu or before
         the first cuda use."""
@@ -346,22 +357,30 @@ def run_on_cuda(
     options: LoweringOptions | None = None,
     devices: int | None = None,
     compiled: CompiledProgram | None = None,
+    node_times: str | None = None,
 ) -> dict[str, Any]:
     """What `optgraph run --device cuda [--devices N]` does: compile `graph` with `pipeline`
     (plus a memory plan) for cuda on `devices` GPUs, run it, and with CUDA graphs run it again
     as a replay, which must equal the first run; `compiled`: that program, compiled already
-    (closed here all the same)."""
+    (closed here all the same); `node_times`: a file to write each node's measured seconds to
+    (`CompiledProgram.node_times`)."""
     options = options or LoweringOptions()
     if compiled is None:
         compiled = compile(graph, pipeline, "cuda", options=options, devices=devices)
     try:
         first = compiled.run(inputs, weights)
-        if not options.use_graph:
-            return first
-        replay = compiled.run(inputs, weights)
-        for name in first:
-            if np.asarray(first[name]).tobytes() != np.asarray(replay[name]).tobytes():
-                raise OptGraphError(f"run: the CUDA graph replay of '%{name}' differs from its run")
-        return replay
+        outputs = first
+        if options.use_graph:
+            outputs = compiled.run(inputs, weights)
+            for name in first:
+                if np.asarray(first[name]).tobytes() != np.asarray(outputs[name]).tobytes():
+                    raise OptGraphError(
+                        f"run: the CUDA graph replay of '%{name}' differs from its run"
+                    )
+        if node_times is not None:
+            from optgraph.runtime.cuda.node_times import write_times
+
+            write_times(compiled.node_times(), node_times)
+        return outputs
     finally:
         compiled.close()

@@ -102,6 +102,12 @@ def _add_run(sub: Any) -> None:
         "--save-outputs", metavar="FILE.npz", help="write the outputs by name (as --inputs reads)"
     )
     p.add_argument(
+        "--node-times",
+        metavar="FILE.json",
+        help="cuda, one GPU: write each node's device time, measured one node at a time "
+        "(plan-prefetch{times=FILE.json} reads it)",
+    )
+    p.add_argument(
         "--no-graph", action="store_true", help="cuda: launch eagerly, no CUDA graph (debugging)"
     )
     p.add_argument(

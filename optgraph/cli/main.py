@@ -294,6 +294,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_npz_target(args.save_outputs, "--save-outputs: ")  # before the work, not after
     # One process per GPU through NCCL (runtime/multi/gpus.py) compiles when it runs.
     on_gpus = device == "cuda" and args.devices > 1
+    if args.node_times is not None:
+        if device != "cuda" or on_gpus:
+            raise OptGraphError(
+                "run --node-times: measured on one GPU (--device cuda, --devices 1)"
+            )
+        from pathlib import Path
+
+        from optgraph.output_files import check_target
+
+        check_target(Path(args.node_times), "--node-times: ")
     phases = 3 + (not on_gpus) + (args.save_outputs is not None)
     with _progress(args.quiet, phases) as progress:
         graph = _read_model(progress, args.model)
@@ -318,7 +328,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         except BaseException:
             prepared.close()  # a compiled cuda program's device buffers (the run closes it)
             raise
-        extra = {"devices": args.devices} if device == "cuda" else {}
+        extra: dict[str, object] = {"devices": args.devices} if device == "cuda" else {}
+        if args.node_times is not None:
+            extra["node_times"] = args.node_times
         with progress.phase("compile and run on cuda" if on_gpus else f"run on {device}"):
             results = prepared.run(inputs, weights, **extra)
         if args.save_outputs is not None:
@@ -333,6 +345,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(line, markup=False)
     if args.save_outputs is not None:
         console.print(f"wrote {args.save_outputs}", markup=False)
+    if args.node_times is not None:
+        console.print(
+            f"wrote {args.node_times} (plan-prefetch{{times=...}} reads it)", markup=False
+        )
     if args.check:
         # the cpu runs quantized products on its compiled kernels: f32 round-off, not bits
         quantized = any(w.type.is_quantized for w in graph.weights)

@@ -42,8 +42,8 @@ largest segment: no overlap, the least memory. The IR rewrite lives in
 `optgraph.analysis.prefetch_copies`, where `strip_prefetch` undoes it and `synchronous_prefetch`
 re-plans it that way for when the ring cannot be allocated.
 
-`times=FILE.json` (seconds by node name, measured on the device: `benchmarks/harness/
-node_times.py` writes them from a run of the resident program) prices the compute of that
+`times=FILE.json` (seconds by node name, measured on the device: `optgraph run --node-times
+FILE.json` writes them from a run of the resident program) prices the compute of that
 choice instead of the roofline, and adds the candidates that keep the segments of most bytes per
 second of compute resident (`prefetch_choice.dense_resident`): the roofline of a UNet's step
 was 3.9x below its real time on the H200, and its error is not the same in every layer.

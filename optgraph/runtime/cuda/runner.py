@@ -413,6 +413,13 @@ class CudaProgram:
             raise OptGraphError("no CUDA graph has been captured for this key yet")
         return "\n".join(dot_text(self._cache.get(k).graph) for k in graphs)
 
+    def node_times(self, passes: int = 3) -> dict[str, float]:
+        """Seconds of each GPU node of the last run, measured one node at a time
+        (`runtime/cuda/node_times.py`): what `plan-prefetch{times=}` reads."""
+        from optgraph.runtime.cuda.node_times import node_times
+
+        return node_times(self, passes)
+
     def close(self) -> None:
         """Destroy graphs and cuBLAS handles (buffers go back to CuPy's pool with the program)."""
         self.synchronize()
