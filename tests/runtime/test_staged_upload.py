@@ -69,3 +69,28 @@ def test_an_error_inside_the_block_still_waits_for_the_copies(monkeypatch: Any) 
             up.copy(device.ptr, np.ones(16, np.uint8))
             raise ValueError("bad weight")
         assert synced == [True]
+
+
+def test_a_small_model_pins_no_more_than_its_weights(monkeypatch: Any) -> None:
+    import optgraph as og
+    from tests.runtime.test_device_transpose_fake import GRAPH
+
+    with fake_cupy(monkeypatch) as fake:
+        import cupy
+
+        pinned: list[int] = []
+        plain = fake.alloc_pinned
+
+        def alloc_pinned(nbytes: int) -> bytearray:
+            pinned.append(nbytes)
+            return plain(nbytes)
+
+        monkeypatch.setattr(cupy.cuda, "alloc_pinned_memory", alloc_pinned)
+        program = og.compile(og.parse(GRAPH), target="cuda")
+        rng = np.random.default_rng(0)
+        w = rng.standard_normal((32, 64)).astype(np.float16)
+        v = rng.standard_normal(32).astype(np.float16)
+        program.run({"x": np.ones((1, 64), np.float16)}, {"w": w, "v": v})
+        weight_bytes = w.nbytes + v.nbytes
+        assert pinned and max(pinned) <= max(weight_bytes, 4096)  # slots, staging: small
+        assert staged_upload.SLOT_BYTES not in pinned

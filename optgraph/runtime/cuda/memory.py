@@ -41,7 +41,7 @@ from optgraph.ir.weight_layout import model_type, stored_array
 from optgraph.reference.kernels import ir_dtype, numpy_dtype
 from optgraph.runtime.cuda.device import cupy
 from optgraph.runtime.cuda.offload import HostMemory, HostWeights, allocate_arena
-from optgraph.runtime.cuda.staged_upload import StagedUpload
+from optgraph.runtime.cuda.staged_upload import SLOT_BYTES, StagedUpload
 from optgraph.runtime.last_arrays import LastArrays
 
 H2D, D2H, D2D = 1, 2, 3  # cudaMemcpyKind
@@ -226,7 +226,9 @@ class DeviceWeights:
         before_write()
         DEVICE_COPIES.forget(self)
         stream = cp.cuda.get_current_stream()
-        with StagedUpload(cp, stream) as staged:
+        # Slots no larger than the weights (a small model pins kilobytes, not 3 x 64 MiB).
+        total = sum(w.type.nbytes for w in self.graph.weights)
+        with StagedUpload(cp, stream, slot_bytes=max(1, min(SLOT_BYTES, total))) as staged:
             for w in self.graph.weights:
                 self._upload_one(w, weights[w.name], staged, force)
         self._last.remember(names, weights)
