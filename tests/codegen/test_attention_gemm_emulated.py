@@ -218,3 +218,27 @@ def test_block_softmax_rows_with_vector_reads_match_reference(
     sources = "\n".join(k.source for k in plan.kernels.values() if k.name in softmax)
     assert ("float4" in sources) == vector
     _check(graph, graph)
+
+
+def test_the_chunks_of_a_plain_attention_share_one_softmax_kernel() -> None:
+    """Without per-batch lengths, sinks or masks no row reads its head: one kernel text for all
+    four chunks of SD-1.5's 4096-token self-attention; with a mask, one per chunk."""
+    plain = og.parse("""graph a {
+  input %q : f16[2,8,4096,40]
+  %d = attention(%q, %q, %q) : f16[2,8,4096,40]
+  output %d
+}
+""")
+    plan = lower_cuda(plain)
+    softmax = [s.kernel for s in plan.steps if isinstance(s, KernelStep) and "softmax" in s.kernel]
+    assert len(softmax) == 4 and len(set(softmax)) == 1
+    masked = og.parse("""graph m {
+  input %q : f16[2,8,4096,40]
+  input %m : bool[2,1,4096,4096]
+  %d = attention(%q, %q, %q, %m) {masked = true} : f16[2,8,4096,40]
+  output %d
+}
+""")
+    plan = lower_cuda(masked)
+    softmax = [s.kernel for s in plan.steps if isinstance(s, KernelStep) and "softmax" in s.kernel]
+    assert len(softmax) == 4 and len(set(softmax)) == 4

@@ -252,8 +252,15 @@ def _row_prologue(s: AttentionShape, span: tuple[int, int]) -> list[str]:
     batch `bz` (over B·Hq from the chunk's first head, `span[0]`), the row's pointers (the
     chunk's scratch), limit, window, mask."""
     limit = s.causal_limit("L", "i") if s.causal else "L"
+    # Only per-batch lengths, sinks and masks read the head: without them every chunk's kernel
+    # is the same text (one compile for all the chunks of a node).
+    heads = s.len_per_batch or s.sinks is not None or s.mask is not None
     return [
-        f"const unsigned int gh = {span[0]}u + hl, h = gh % {s.hq}u, bz = gh / {s.hq}u;",
+        *(
+            [f"const unsigned int gh = {span[0]}u + hl, h = gh % {s.hq}u, bz = gh / {s.hq}u;"]
+            if heads
+            else []
+        ),
         f"const unsigned long long row = (unsigned long long)hl * {s.sq}u + i;",
         f"const float* srow = scratch + row * {s.skv}ull;",
         (
