@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from optgraph.analysis.chain_cover import PathCover
-from optgraph.analysis.schedule_estimate import data_predecessors, node_costs
+from optgraph.analysis.schedule_estimate import kept_data_predecessors, node_costs
 from optgraph.ir.graph import Graph, Node
 from optgraph.ir.op_costs import DeviceProfile, roofline_seconds
 
@@ -115,7 +115,7 @@ def kernel_times(graph: Graph, profile: DeviceProfile, model: ForkModel) -> Kern
         roof[v] = r
         seconds[v] = max(r, kernel_s)
     if model.merged_launches:
-        run = launch_runs(data_predecessors(graph), is_kernel, _launch_sharing(graph.nodes))
+        run = launch_runs(kept_data_predecessors(graph), is_kernel, _launch_sharing(graph.nodes))
     else:
         run = [v if k else -1 for v, k in enumerate(is_kernel)]
     return KernelTimes(is_kernel, roof, seconds, run)

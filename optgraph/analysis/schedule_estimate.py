@@ -56,6 +56,12 @@ def data_predecessors(graph: Graph) -> list[list[int]]:
     return [list(p) for p in _data_predecessors(graph)]
 
 
+def kept_data_predecessors(graph: Graph) -> Sequence[Sequence[int]]:
+    """`data_predecessors` as kept on the graph, without copying them: for callers that only
+    read them."""
+    return _data_predecessors(graph)
+
+
 def _data_predecessors(graph: Graph) -> list[list[int]]:
     """`data_predecessors` as kept on the graph: for callers that only read them."""
     preds: list[list[int]] | None = graph.__dict__.get(DATA_PREDECESSORS)

@@ -75,6 +75,7 @@ from optgraph.analysis.fork_cost import (
 from optgraph.analysis.schedule_estimate import (
     asap,
     data_predecessors,
+    kept_data_predecessors,
     list_schedule,
     node_seconds,
     profile_named,
@@ -385,8 +386,8 @@ class AssignStreamsPass(Pass):
             seconds, latency = node_seconds(plain, profile), profile.launch_overhead
         else:
             seconds, latency = times.seconds, model.wait_s
-        preds = data_predecessors(plain)
-        early = asap(preds, seconds)
+        kept = kept_data_predecessors(plain)  # read only: reordered into new lists below
+        early = asap(kept, seconds)
         order = sorted(range(len(nodes)), key=early.__getitem__)  # stable: ties by index
         position = [0] * len(order)
         for new, old in enumerate(order):
@@ -394,7 +395,7 @@ class AssignStreamsPass(Pass):
         nodes = [nodes[i] for i in order]
         seconds = [seconds[i] for i in order]
         early = [early[i] for i in order]
-        preds = [[position[p] for p in preds[i]] for i in order]
+        preds = [[position[p] for p in kept[i]] for i in order]
         outputs = _output_positions(nodes, graph.output_names())
         if self.policy == "fanout":
             streams = fanout_streams(preds, outputs, self.max_streams)
