@@ -14,8 +14,9 @@ reference's.
     %e = get_rows(%t, %ids) : f32[5,512]   (%t : q8_0[1000,512])
     ->  a thread per (id, 32 values); an id outside the table gives zeros
     %y = matmul(%x, %w) {transpose_b = true} : f16[1,4096]   (%w : q4_k[4096,4096])
-    ->  q4_k: the integer-dot kernel (`quantized_integer_dot`): x's int16 codes a block, the
-        weight's 4-bit codes by dp2a, 16 columns a block;
+    ->  q4_k and q6_k (`INTEGER_DOT_TYPES`) where x's codes fit: the integer-dot kernel
+        (`quantized_integer_dot`): x's int16 codes a block, the weight's 4-bit (6-bit) codes
+        by dp2a, 16 columns a block;
         other types (and `INTEGER_DOT = False`): the one-row kernel (`quantized_one_row`): a warp
         per output column or part of one (8 a block), a lane per 32 values of K; warps stage
         tiles of the weight row in shared memory with 16-byte loads (the next in flight) where
@@ -62,9 +63,11 @@ WARPS = 8  # warps a block of the one-row kernel (a column each, or parts of one
 # The one-row kernel's layout: `quantized_one_row` (True), or a warp a column with one staged
 # tile in flight and byte loads (False: the layout before it, for A/B runs).
 WIDE_ONE_ROW = True
-# q4_k products in the integer form of `quantized_integer_dot` where it fits (True), or in the
-# float form of the wide layout (False: the form before it, for A/B runs).
+# q4_k and q6_k products in the integer form of `quantized_integer_dot` where it fits (True),
+# or in the float form of the wide layout (False: the form before it, for A/B runs);
+# `INTEGER_DOT_TYPES`: the types that take it while `INTEGER_DOT` is on (A/B runs of one type).
 INTEGER_DOT = True
+INTEGER_DOT_TYPES = frozenset({"q4_k", "q6_k"})
 
 COMMON = r"""// Quantized blocks (ggml formats): each og_dq32_<type> writes the 32 values of sub-block s.
 __device__ __forceinline__ float og_q_half(const unsigned char* p) {
@@ -349,13 +352,12 @@ def one_row_launch(x: TensorType, w: TensorType, out: TensorType) -> Launch:
     row_bytes = k // (32 * sub) * nbytes
     per = lanes_per_tile(w.dtype)
     params = [out_param(out.dtype), in_param(x.dtype, 0), "const unsigned char* in1"]
-    if INTEGER_DOT and quantized_integer_dot.fits(w.dtype, k):
-        early, body = quantized_integer_dot.body(x.dtype, out.dtype, n, k)
+    if INTEGER_DOT and w.dtype in INTEGER_DOT_TYPES and quantized_integer_dot.fits(w.dtype, k):
+        early, body = quantized_integer_dot.body(x.dtype, w.dtype, out.dtype, n, k)
         lines = [*early, *body_entry().splitlines(), *body]
         text = "\n".join("  " + line for line in lines)
-        kernel = _kernel(
-            "one_row_qi", w.dtype, params, text, quantized_integer_dot.decls(), (256, 2), True
-        )
+        extra = quantized_integer_dot.decls(w.dtype)
+        kernel = _kernel("one_row_qi", w.dtype, params, text, extra, (256, 2), True)
         grid = (-(-n // quantized_integer_dot.COLUMNS), rows, 1)
         return Launch(kernel, grid, (32 * quantized_integer_dot.WARPS, 1, 1), ("out", "in0", "in1"))
     if WIDE_ONE_ROW:

@@ -1,64 +1,105 @@
-"""The integer-dot one-row product of q4_k weights: x quantized once a block to int16 codes in
-shared memory, the weight's 4-bit codes multiplied with them by `dp2a` (two int16 by two int8
-into an int32, exact), floats only once a sub-block of 32 values (its scales).
+"""The integer-dot one-row product of q4_k and q6_k weights: x quantized once a block to int16
+codes in shared memory, the weight's codes multiplied with them by `dp2a` (two int16 by two int8
+into an int32, exact), floats only once a sub-block (q4_k: 32 values) or a scale (q6_k: 16).
 
     %y = matmul(%x, %w) {transpose_b = true} : f16[1,4096]   (%w : q4_k[4096,4096])
     ->  a block of 8 warps a 16 output columns (x's row r = blockIdx.y):
         prologue: each 32 values of x as int16 codes q = rn(x · 32767 / max|x|), their scale
-        dx = max|x| / 32767 and the codes' integer sum, in shared memory;
-        then a lane a (column pair, quarter of a q4_k block): its 32 bytes of codes (64 values:
+        dx = max|x| / 32767 and the codes' integer sum (q6_k: a sum a 16), in shared memory;
+        then a lane a (column pair, quarter of a block): its 32 bytes of codes (64 values:
         the low nibbles are sub-block 2j, the high ones 2j+1) and the block's 16-byte head for
         each of its two columns, the 64 codes of x once for both; Σ code · q by 32 `dp2a`,
         acc += dx · (d·sc · Σ code·q - dmin·m · Σ q) a sub-block; the warps take the blocks of K
         in turn, their sums meet in shared memory in warp order (deterministic)
+    %y = matmul(%x, %w) {transpose_b = true} : f16[1,4096]   (%w : q6_k[4096,14336])
+    ->  the same block, prologue and sums; a q6_k quarter j is half h = j / 2 of the block and
+        the 16 positions 16m.. of each 32 (m = j % 2): 48 bytes of codes a column, all used (ql
+        at 64h + 16m and 64h + 32 + 16m, low nibbles runs 0 and 1, high ones 2 and 3; qh at
+        128 + 32h + 16m, bits 2r run r), its 4 scales and d; codes 0..63 by 32 `dp2a`, then
+        acc += dx · (d·sc · (Σ code·q - 32 Σ q)) a run of 16
 
 Why: the float form decodes every value to a float and multiplies it by x read again for every
-column: seven instructions and two bytes of x traffic a value, against 0.56 bytes of weight. So
-the products ran at the values a second of f16 ones. Here a value costs about one instruction,
-x's codes are read once for two columns, by 8 lanes at a time (one shared-memory broadcast),
-from a layout padded one 16-byte unit in 9 so the four quarters of a block hit distinct banks.
+column: seven instructions and two bytes of x traffic a value, against 0.56 (q4_k) or 0.82
+(q6_k) bytes of weight. So the products ran at the values a second of f16 ones. Here a value
+costs about one instruction (q6_k: about two, its high bits put in place), x's codes are read
+once for two columns, by 8 lanes at a time (one shared-memory broadcast), from a layout padded
+one 16-byte unit in 9 so the four quarters of a block hit distinct banks (q6_k's halves take
+their runs in the order r = g ^ 2h for that).
+
+Loads: q4_k's 144-byte blocks are whole 16-byte units, read with 16-byte loads (bytes where the
+weight's base is not 16-byte aligned, tested at run time). q6_k's 210-byte blocks are only
+2-byte aligned (every other one 4-byte aligned): a lane reads its chunks as the aligned 4-byte
+words from the chunk's start rounded down, a fifth word where the block starts 2 bytes past a
+4-byte boundary (every byte read is the block's), and shifts the pairs by 16 bits where it
+multiplies them, so the next block's loads stay in flight while the current one is multiplied;
+bytes where the weight's base is not 4-byte aligned. 120 registers a thread for q6_k (ptxas,
+sm_90, none spilled; q4_k 85), within the kernel's `__launch_bounds__(256, 2)`.
 
 Numerics: x's codes carry 2^-16 of each unit's largest |x| (NMSE about 1e-10, four orders below
 the f16 bound); the integer sums are exact; the result is the reference's within that and the
-per-sub-block float products.
+per-sub-block (per-run) float products.
 
-Handled: q4_k, any number of columns, K a multiple of 256 whose codes fit the shared memory
-(`fits`: 14336 values a row, the down product of a Llama layer, do), rows of x one a block (the
-weight is read again for each of up to `quantized.KERNEL_MAX_ROWS` rows). Other types take the
-float form of `quantized_one_row`.
+Handled: q4_k and q6_k (`quantized.INTEGER_DOT_TYPES`), any number of columns, K a multiple of
+256 whose codes fit the shared memory (`fits`: 14336 values a row, the down product of a Llama
+layer, do; 20480 do not), rows of x one a block (the weight is read again for each of up to
+`quantized.KERNEL_MAX_ROWS` rows). Other types take the float form of `quantized_one_row`. Not
+measured on a GPU yet for q6_k: an earlier q6_k integer form (4f70244, reverted in 7b5d6a7:
+a quarter loaded its half's 64 ql and 32 qh bytes and used half of each, 125 registers, no
+block's loads in flight during another's) was slower than the float form on the 32000-column
+logits head, faster on 4096x14336.
 """
 
 from __future__ import annotations
 
 from optgraph.codegen.cuda_source import STORAGE, load, store
 
-# Static shared memory a block may declare: x's padded codes, a scale and a sum a 32 values.
+# Static shared memory a block may declare: x's padded codes, a scale a 32 values, sums.
 SHARED_LIMIT = 48 * 1024
 COLUMNS = 16  # output columns a block (8 a lane pair's first, 8 its second)
 WARPS = 8
 
 
-def shared_bytes(k: int) -> int:
-    """x's int16 codes (one 16-byte unit of padding in 9), a float scale and an int sum a 32."""
-    return (k // 8) * 9 // 8 * 16 + 16 + 8 * (k // 32)
+# Values of x each integer sum of its codes covers: a q4_k sub-block's 32, a q6_k scale's 16.
+SUM_VALUES = {"q4_k": 32, "q6_k": 16}
+
+
+def shared_bytes(k: int, sum_values: int = 32) -> int:
+    """x's int16 codes (one 16-byte unit of padding in 9), a float scale a 32 values and an int
+    sum a `sum_values`."""
+    return (k // 8) * 9 // 8 * 16 + 16 + 4 * (k // 32) + 4 * (k // sum_values)
 
 
 def fits(dtype: str, k: int) -> bool:
     """Whether the integer form takes a product of `dtype` with `k` values a row (a q4_k row is
     whole 144-byte blocks, so whole 16-byte units: the 16-byte loads need only the base aligned,
-    which the kernel tests at run time)."""
-    return dtype == "q4_k" and k % 256 == 0 and shared_bytes(k) <= SHARED_LIMIT
+    which the kernel tests at run time; q6_k's 210-byte blocks are read in 4-byte words, see
+    `og_q6k_load`)."""
+    if dtype not in SUM_VALUES or k % 256:
+        return False
+    return shared_bytes(k, SUM_VALUES[dtype]) <= SHARED_LIMIT
 
 
-def prologue(xt: str, k: int) -> list[str]:
+def prologue(xt: str, k: int, sum_values: int = 32) -> list[str]:
     """x's row (`x`) into shared int16 codes `og_xq16` (16-byte unit c at c + c / 8), scales
-    `og_xd` and integer sums `og_xs` (a 32 values each). Four threads a unit, eight values each;
-    every thread reaches every shuffle; ends with the block barrier."""
+    `og_xd` (a 32 values) and integer sums `og_xs` (a `sum_values`: 32 or 16). Four threads a
+    unit, eight values each; every thread reaches every shuffle; ends with the block barrier."""
+    assert sum_values in (16, 32)
     chunks = k // 8
+    if sum_values == 32:
+        sums = [
+            "  sum += __shfl_xor_sync(0xffffffffu, sum, 1);",
+            "  sum += __shfl_xor_sync(0xffffffffu, sum, 2);",
+        ]
+        store_sum = ["      og_xs[c >> 2] = sum;"]
+        store_sum16: list[str] = []
+    else:
+        sums = ["  sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // the 16 values of c and c ^ 1"]
+        store_sum = []
+        store_sum16 = ["    if ((c & 1u) == 0u) og_xs[c >> 1] = sum;"]
     return [
         f"__shared__ uint4 og_xq16[{chunks * 9 // 8 + 1}];  // 16-byte units of int16 codes",
         f"__shared__ float og_xd[{k // 32}];",
-        f"__shared__ int og_xs[{k // 32}];",
+        f"__shared__ int og_xs[{k // sum_values}];",
         f"for (unsigned int base = 0; base < {chunks}u; base += blockDim.x) {{",
         "  const unsigned int c = base + threadIdx.x;  // 8 values; c / 4 the unit",
         f"  const bool here = c < {chunks}u;",
@@ -79,13 +120,13 @@ def prologue(xt: str, k: int) -> list[str]:
         "    packed[j] = ((unsigned int)lo & 0xffffu) | ((unsigned int)hi << 16);",
         "    sum += lo + hi;",
         "  }",
-        "  sum += __shfl_xor_sync(0xffffffffu, sum, 1);",
-        "  sum += __shfl_xor_sync(0xffffffffu, sum, 2);",
+        *sums,
         "  if (here) {",
         "    og_xq16[c + (c >> 3)] = uint4{packed[0], packed[1], packed[2], packed[3]};",
+        *store_sum16,
         "    if ((c & 3u) == 0u) {",
         "      og_xd[c >> 2] = top / 32767.0f;",
-        "      og_xs[c >> 2] = sum;",
+        *store_sum,
         "    }",
         "  }",
         "}",
@@ -133,9 +174,81 @@ __device__ __forceinline__ float og_q4k_quarter(uint4 h, const unsigned int* q, 
 """
 
 
-def decls() -> tuple[str, ...]:
-    """File-scope text of the kernel (after the q4_k decoders of `quantized.decls`)."""
-    return (_DECLS,)
+_Q6K_DECLS = r"""// The N 4-byte words of the weight from byte p (2-byte aligned) as raw words w[N + 1]: where
+// the weight's base is 4-byte aligned, the aligned words from p rounded down, a fifth where p
+// is not 4-byte aligned (then 2 bytes past the N words are read); else bytes (w[N] = 0).
+// og_q6k_word puts a word together where it is used, so the loads stay in flight until then.
+template <int N> __device__ __forceinline__ void og_q6k_words(const unsigned char* p, bool aligned, unsigned int* w) {
+  if (!aligned) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      w[i] = p[4 * i] | (p[4 * i + 1] << 8) | (p[4 * i + 2] << 16) | ((unsigned int)p[4 * i + 3] << 24);
+    w[N] = 0u;
+    return;
+  }
+  const unsigned long long at = reinterpret_cast<unsigned long long>(p);
+  const unsigned int* a = reinterpret_cast<const unsigned int*>(at & ~3ull);
+#pragma unroll
+  for (int i = 0; i < N; ++i) w[i] = __ldg(a + i);
+  w[N] = (at & 2ull) != 0ull ? __ldg(a + N) : 0u;
+}
+// Word i of raw words w shifted right by `shift` bits (16 where they start 2 bytes early).
+__device__ __forceinline__ unsigned int og_q6k_word(const unsigned int* w, int i, unsigned int shift) {
+  return (unsigned int)((((unsigned long long)w[i + 1] << 32) | w[i]) >> shift);
+}
+// A q6_k quarter j (half h = j / 2, m = j % 2) of the block at `blk` into w[19], raw: its three
+// 16-byte chunks of codes (ql at 64h + 16m, ql at 64h + 32 + 16m, qh at 128 + 32h + 16m; 5
+// words each), the 8 scale bytes of half h (3 words) and d's bits. Every byte read is the
+// block's (the last at 209).
+__device__ __forceinline__ void og_q6k_load(const unsigned char* blk, unsigned int j, bool aligned, unsigned int* w) {
+  const unsigned int h = j >> 1, m = j & 1u;
+  og_q6k_words<4>(blk + 64u * h + 16u * m, aligned, w);
+  og_q6k_words<4>(blk + 64u * h + 32u + 16u * m, aligned, w + 5);
+  og_q6k_words<4>(blk + 128u + 32u * h + 16u * m, aligned, w + 10);
+  og_q6k_words<2>(blk + 192u + 8u * h, aligned, w + 15);
+  w[18] = aligned ? (unsigned int)__ldg(reinterpret_cast<const unsigned short*>(blk + 208))
+                  : (unsigned int)(blk[208] | (blk[209] << 8));
+}
+// Σ over a q6_k quarter (w from og_q6k_load, `shift` 16 where its block is not 4-byte aligned;
+// half h, m) times x's 64 codes xw[32]. Run r of 16 values (half h's values 32r + 16m + e) has
+// ql's low nibbles (r = 0, 1: chunks a, b) or high ones (r = 2, 3), qh's bits 2r, scale byte
+// 8h + 2r + m. Slot g holds run r = g ^ 2h (so the quarters' reads of x meet distinct banks):
+// its codes, x's codes xw[8g .. 8g + 7], their unit's scale dx[g] and integer sum xs[g]. The
+// codes are 0..63 (int8 for dp2a); their offset of 32 is taken off as 32 · xs.
+__device__ __forceinline__ float og_q6k_quarter(const unsigned int* w, unsigned int shift, unsigned int h, unsigned int m, const unsigned int* xw, const float* dx, const int* xs) {
+  const unsigned int sa = 4u * h, sb = 4u - sa;  // slots 0, 1 take nibbles at sa, 2, 3 at sb
+  int dot[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const unsigned int a = og_q6k_word(w, i, shift), b = og_q6k_word(w + 5, i, shift);
+    const unsigned int q = og_q6k_word(w + 10, i, shift);
+    const int c[4] = {(int)(((a >> sa) & 0x0f0f0f0fu) | (((q >> sa) << 4) & 0x30303030u)),
+                      (int)(((b >> sa) & 0x0f0f0f0fu) | (((q >> sa) << 2) & 0x30303030u)),
+                      (int)(((a >> sb) & 0x0f0f0f0fu) | ((q << sa) & 0x30303030u)),
+                      (int)(((b >> sb) & 0x0f0f0f0fu) | (((q << sa) >> 2) & 0x30303030u))};
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      dot[g] = __dp2a_lo((int)xw[8 * g + 2 * i], c[g], dot[g]);
+      dot[g] = __dp2a_hi((int)xw[8 * g + 2 * i + 1], c[g], dot[g]);
+    }
+  }
+  const unsigned int s0 = og_q6k_word(w + 15, 0, shift), s1 = og_q6k_word(w + 15, 1, shift);
+  const float d = og_f16_to_f32((og_f16)(w[18] & 0xffffu));
+  float sum = 0.0f;
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    const unsigned int sw = (g < 2) == (h == 0u) ? s0 : s1;  // run g ^ 2h < 2
+    const float sc = (float)(signed char)((sw >> (8u * (2u * (g & 1) + m))) & 255u);
+    sum += dx[g] * (__fmul_rn(d, sc) * (float)(dot[g] - 32 * xs[g]));
+  }
+  return sum;
+}
+"""
+
+
+def decls(dtype: str = "q4_k") -> tuple[str, ...]:
+    """File-scope text of the kernel of `dtype` (after the decoders of `quantized.decls`)."""
+    return {"q4_k": (_DECLS,), "q6_k": (_Q6K_DECLS,)}[dtype]
 
 
 _LOAD_NAMES = ("h0", "a0", "a1", "h1", "c0", "c1")
@@ -156,22 +269,49 @@ def _loads(prefix: str, block: str) -> list[str]:
     ]
 
 
-def body(xt: str, out_dtype: str, n: int, k: int) -> tuple[list[str], list[str]]:
-    """(early, body) of the kernel: grid (ceil(n / COLUMNS), rows), `WARPS` warps a block.
-    `early` (the body's statements before its PDL wait: they read only the weight) loads each
-    warp's first block; the loop loads the next block while it multiplies the current one."""
-    blocks = k // 256
-    row_bytes = blocks * 144
+def _head(n: int, row_bytes: int, alignment: int) -> list[str]:
+    """A lane's (column pair, quarter) and its two weight rows; `aligned`: the weight's base is
+    a multiple of `alignment` bytes."""
     half = COLUMNS // 2
-    cur = ", ".join(_LOAD_NAMES)
-    nxt = ", ".join("n" + name for name in _LOAD_NAMES)
-    early = [
+    return [
         "const unsigned int warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;",
         "const unsigned int j = lane & 3u, col = lane >> 2;  // quarter of a block, column",
         f"const unsigned int n0 = blockIdx.x * {COLUMNS}u + col, n1 = n0 + {half}u;",
         f"const unsigned char* w0 = in1 + (unsigned long long)(n0 < {n}u ? n0 : 0u) * {row_bytes}ull;",
         f"const unsigned char* w1 = in1 + (unsigned long long)(n1 < {n}u ? n1 : 0u) * {row_bytes}ull;",
-        "const bool aligned = (reinterpret_cast<unsigned long long>(in1) & 15ull) == 0ull;",
+        f"const bool aligned = (reinterpret_cast<unsigned long long>(in1) & {alignment - 1}ull) == 0ull;",
+    ]
+
+
+def _tail(out_dtype: str, n: int) -> list[str]:
+    """The quarters' sums (xor shuffles), then the warps' in warp order (deterministic)."""
+    half = COLUMNS // 2
+    return [
+        "acc0 += __shfl_xor_sync(0xffffffffu, acc0, 1);",
+        "acc0 += __shfl_xor_sync(0xffffffffu, acc0, 2);",
+        "acc1 += __shfl_xor_sync(0xffffffffu, acc1, 1);",
+        "acc1 += __shfl_xor_sync(0xffffffffu, acc1, 2);",
+        f"__shared__ float og_part[{WARPS}][{COLUMNS}];",
+        "if (j == 0u) {",
+        "  og_part[warp][col] = acc0;",
+        f"  og_part[warp][col + {half}u] = acc1;",
+        "}",
+        "__syncthreads();",
+        f"if (threadIdx.x < {COLUMNS}u) {{  // the warps' sums in warp order",
+        f"  const unsigned int c = blockIdx.x * {COLUMNS}u + threadIdx.x;",
+        "  float sum = og_part[0][threadIdx.x];",
+        f"  for (unsigned int w = 1; w < {WARPS}u; ++w) sum += og_part[w][threadIdx.x];",
+        f"  if (c < {n}u) out[(unsigned long long)blockIdx.y * {n}u + c] = {store(out_dtype, 'sum')};",
+        "}",
+    ]
+
+
+def _q4_k(xt: str, k: int) -> tuple[list[str], list[str]]:
+    """(early, loop) of q4_k: 16-byte loads of a quarter's codes and the block's head."""
+    blocks = k // 256
+    cur = ", ".join(_LOAD_NAMES)
+    nxt = ", ".join("n" + name for name in _LOAD_NAMES)
+    early = [
         f"uint4 {cur};",
         f"if (warp < {blocks}u)",
         *("  " + line for line in _loads("", "warp")),
@@ -200,21 +340,84 @@ def body(xt: str, out_dtype: str, n: int, k: int) -> tuple[list[str], list[str]]
         "  acc1 += og_q4k_quarter(h1, q1, xw, j, dx0, dx1, xs0, xs1);",
         *(f"  {name} = n{name};" for name in _LOAD_NAMES),
         "}",
-        "acc0 += __shfl_xor_sync(0xffffffffu, acc0, 1);",
-        "acc0 += __shfl_xor_sync(0xffffffffu, acc0, 2);",
-        "acc1 += __shfl_xor_sync(0xffffffffu, acc1, 1);",
-        "acc1 += __shfl_xor_sync(0xffffffffu, acc1, 2);",
-        f"__shared__ float og_part[{WARPS}][{COLUMNS}];",
-        "if (j == 0u) {",
-        "  og_part[warp][col] = acc0;",
-        f"  og_part[warp][col + {half}u] = acc1;",
-        "}",
-        "__syncthreads();",
-        f"if (threadIdx.x < {COLUMNS}u) {{  // the warps' sums in warp order",
-        f"  const unsigned int c = blockIdx.x * {COLUMNS}u + threadIdx.x;",
-        "  float sum = og_part[0][threadIdx.x];",
-        f"  for (unsigned int w = 1; w < {WARPS}u; ++w) sum += og_part[w][threadIdx.x];",
-        f"  if (c < {n}u) out[(unsigned long long)blockIdx.y * {n}u + c] = {store(out_dtype, 'sum')};",
+    ]
+    return early, lines
+
+
+# Raw words a q6_k quarter holds of a column (`og_q6k_load`).
+_Q6K_WORDS = 19
+
+
+def _q6_k(xt: str, k: int) -> tuple[list[str], list[str]]:
+    """(early, loop) of q6_k: a quarter's raw 4-byte words (`og_q6k_load`), put together as it
+    is multiplied (`og_q6k_quarter`, shifted by 2 bytes where its block is not 4-byte aligned)."""
+    blocks = k // 256
+    words = _Q6K_WORDS
+
+    def loads(into: str, block: str) -> list[str]:
+        return [
+            f"{{ og_q6k_load(w0 + ({block}) * 210u, j, aligned, {into}0);",
+            f"  og_q6k_load(w1 + ({block}) * 210u, j, aligned, {into}1); }}",
+        ]
+
+    def shift(w: str) -> str:
+        """16 where the column's block b starts 2 bytes past a 4-byte boundary (0 for bytes)."""
+        at = f"(reinterpret_cast<unsigned long long>({w}) + b * 210ull)"
+        return f"aligned ? (unsigned int)({at} & 2ull) * 8u : 0u"
+
+    early = [
+        f"unsigned int q0[{words}], q1[{words}];",
+        f"if (warp < {blocks}u)",
+        *("  " + line for line in loads("q", "warp")),
+    ]
+    lines = [
+        f"const {STORAGE[xt]}* x = in0 + (unsigned long long)blockIdx.y * {k}ull;",
+        *prologue(xt, k, SUM_VALUES["q6_k"]),
+        "float acc0 = 0.0f, acc1 = 0.0f;",
+        "const unsigned int h = j >> 1, m = j & 1u;  // the quarter's half, 16 values of 32",
+        f"for (unsigned int b = warp; b < {blocks}u; b += {WARPS}u) {{",
+        f"  unsigned int nq0[{words}], nq1[{words}];",
+        f"  if (b + {WARPS}u < {blocks}u)  // the next block's loads, in flight meanwhile",
+        *("    " + line for line in loads("nq", f"b + {WARPS}u")),
+        "  const unsigned int unit = b * 32u + 16u * h + 2u * m;  // x's first 8 codes of run 0",
+        "  unsigned int xw[32];",
+        "  float dx[4];",
+        "  int xs[4];",
+        "#pragma unroll",
+        "  for (unsigned int g = 0; g < 4u; ++g) {  // slot g: run r, x's values 32r + 16m + e",
+        "    const unsigned int r = g ^ (2u * h);",
+        "#pragma unroll",
+        "    for (unsigned int u = 0; u < 2u; ++u) {",
+        "      const unsigned int c = unit + 4u * r + u;",
+        "      const uint4 v = og_xq16[c + (c >> 3)];",
+        "      xw[8 * g + 4 * u] = v.x; xw[8 * g + 4 * u + 1] = v.y;",
+        "      xw[8 * g + 4 * u + 2] = v.z; xw[8 * g + 4 * u + 3] = v.w;",
+        "    }",
+        "    dx[g] = og_xd[b * 8u + 4u * h + r];",
+        "    xs[g] = og_xs[b * 16u + 8u * h + 2u * r + m];",
+        "  }",
+        f"  acc0 += og_q6k_quarter(q0, {shift('w0')}, h, m, xw, dx, xs);",
+        f"  acc1 += og_q6k_quarter(q1, {shift('w1')}, h, m, xw, dx, xs);",
+        "#pragma unroll",
+        f"  for (int i = 0; i < {words}; ++i) {{",
+        "    q0[i] = nq0[i];",
+        "    q1[i] = nq1[i];",
+        "  }",
         "}",
     ]
     return early, lines
+
+
+BLOCK_BYTES = {"q4_k": 144, "q6_k": 210}
+
+
+def body(xt: str, dtype: str, out_dtype: str, n: int, k: int) -> tuple[list[str], list[str]]:
+    """(early, body) of the kernel of `dtype` (q4_k or q6_k): grid (ceil(n / COLUMNS), rows),
+    `WARPS` warps a block. `early` (the body's statements before its PDL wait: they read only
+    the weight) loads each warp's first block; the loop loads the next block while it
+    multiplies the current one."""
+    row_bytes = k // 256 * BLOCK_BYTES[dtype]
+    # q4_k: 16-byte loads (blocks are whole 16-byte units); q6_k: 4-byte words
+    head = _head(n, row_bytes, 16 if dtype == "q4_k" else 4)
+    early, lines = (_q4_k if dtype == "q4_k" else _q6_k)(xt, k)
+    return [*head, *early], [*lines, *_tail(out_dtype, n)]
