@@ -3,15 +3,18 @@ product (M = 1 and a few rows), the prefill product (dequantized into scratch, t
 get_rows of a quantized table and dequantize, through the default pipeline, eager then replayed
 (bit-identical), against gguf's dequantization: decoded values bit for bit, products within the
 per-dtype bounds (tests/support/gpu_support.py); the emulator runs the same graphs
-(tests/codegen/test_quantized_graphs_emulated.py)."""
+(tests/codegen/test_quantized_graphs_emulated.py). q6_k products in their integer form
+(`quantized_integer_dot`): the Q4_K_M shapes, odd blocks a row, four rows, extreme scales."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 import optgraph as og
 from tests.codegen.test_quantized_graphs_emulated import _check, _graph, _values
+from tests.codegen.test_quantized_integer_dot_emulated import _q6_k_blocks
 from tests.codegen.test_quantized_kernels_emulated import random_blocks, reference
 from tests.support.gpu_support import flushed_to_zero, require_gpu, same_bits
 
@@ -61,3 +64,39 @@ def test_llama_sized_one_row_products() -> None:
         want16 = want.astype(np.float16).astype(np.float64)
         nmse = float(np.sum((got - want16) ** 2) / np.sum(want16**2))
         assert nmse <= 1e-6, (qtype, n, k, nmse)
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "rows", "dtype", "extreme"),
+    [
+        (32000, 4096, 1, "f16", False),  # the logits head of a Q4_K_M file
+        (4096, 14336, 1, "bf16", False),  # a down product
+        (37, 1280, 4, "f32", True),  # 5 blocks a row: rows alternate their 4-byte phase
+        (21, 256, 2, "f32", True),  # one 210-byte block a row
+        (50, 2048, 3, "f16", False),
+    ],
+)
+def test_q6_k_products_in_integer_form(
+    n: int, k: int, rows: int, dtype: str, extreme: bool
+) -> None:
+    """The program's product is `quantized_integer_dot`'s q6_k kernel; eager and replayed runs
+    agree bit for bit and match gguf's dequantized product within the dtype's bound (f32 rows
+    also with extreme scales and zero blocks, `_q6_k_blocks`)."""
+    text = (
+        f"graph g {{\n  input %x : {dtype}[{rows},{k}]\n  weight %w : q6_k[{n},{k}]\n"
+        f"  %y = matmul(%x, %w) {{transpose_b = true}} : {dtype}[{rows},{n}]\n  output %y\n}}\n"
+    )
+    graph = og.parse(text)
+    numpy = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}[dtype]
+    x = np.random.default_rng(k).standard_normal((rows, k)).astype(numpy)
+    w = _q6_k_blocks(n, k, seed=n) if extreme else random_blocks("q6_k", n, k, seed=n)
+    want = x.astype(np.float64) @ reference("q6_k", w).reshape(n, k).astype(np.float64).T
+    program = cuda_program(run_pipeline(graph, "default"), weights={"w": w})
+    assert "og_q6k_quarter" in program.lowered.main.plan.source()
+    first, second = program.run({"x": x}), program.run({"x": x})
+    program.close()
+    assert same_bits(first, second)
+    got = np.asarray(first["y"], np.float64)
+    want = want.astype(numpy).astype(np.float64)
+    nmse = float(np.sum((got - want) ** 2) / np.sum(want**2))
+    assert nmse <= {"f32": 1e-7, "f16": 1e-6, "bf16": 1e-4}[dtype], (n, k, rows, nmse)
