@@ -86,6 +86,31 @@ class LaneArrays:
             on_lane,
         )
 
+    def subset(self, ids: np.ndarray) -> LaneArrays:
+        """`LaneArrays.of([slots[i] for i in ids])` for increasing `ids`, from these arrays."""
+        import numpy as np
+
+        position = np.full(len(self.starts), -1, dtype=np.int64)
+        position[ids] = np.arange(len(ids), dtype=np.int64)
+        on_lane: dict[int, list[int]] = {}
+        for lane, on in self.on_lane.items():
+            kept = position[on]
+            kept = kept[kept >= 0]
+            if kept.size:
+                on_lane[lane] = kept.tolist()
+        return LaneArrays(self.starts[ids], self.ends[ids], self.sizes[ids], on_lane)
+
+    def permanent(self) -> list[bool]:
+        """`is_permanent` of every slot: its ends are all NEVER or 0, and one is NEVER."""
+        import numpy as np
+
+        ends = self.ends
+        if ends.ndim != 2 or ends.shape[1] == 0:  # no lanes: `is_permanent` finds no NEVER
+            return [False] * len(ends)
+        never = ends == NEVER
+        kept = np.all(never | (ends == 0), axis=1) & np.any(never, axis=1)
+        return [bool(k) for k in kept.tolist()]
+
 
 def conflict_graph(
     slots: list[Slot], limit: int | None = None, arrays: LaneArrays | None = None
@@ -172,6 +197,24 @@ class StackedPermanents:
                 on_s = self.by_stream.setdefault(lane, ([], []))
                 on_s[0].append(slot.start)
                 on_s[1].append(top)
+
+    def floors(self, slots: list[Slot], arrays: LaneArrays) -> list[int]:
+        """`floor` of every slot, as arrays (`searchsorted` per device and lane stack)."""
+        import numpy as np
+
+        starts, ends = arrays.starts, arrays.ends
+        top = np.zeros(len(starts), dtype=np.int64)
+        for d, on_d in self.starts.items():
+            k = np.searchsorted(np.array(on_d, dtype=np.int64), starts, side="left")
+            tops = np.array([0, *self.tops[d]], dtype=np.int64)  # k = 0: nothing below
+            mine = np.array([d in slot.devices for slot in slots], dtype=bool)
+            top = np.maximum(top, np.where(mine, tops[k], 0))
+        width = ends.shape[1] if ends.ndim == 2 else 0
+        for lane, (on_s, tops_s) in self.by_stream.items():
+            end = ends[:, lane] if lane < width else np.full(len(starts), NEVER, dtype=np.int64)
+            k = np.searchsorted(np.array(on_s, dtype=np.int64), end, side="left")
+            top = np.maximum(top, np.array([0, *tops_s], dtype=np.int64)[k])
+        return [int(t) for t in top.tolist()]
 
     def floor(self, slot: Slot) -> int:
         top = 0
@@ -297,12 +340,13 @@ def placements(
             results[name] = place(slots, full, order(name))
             if is_enough(results[name]):
                 return results
-    is_kept = [is_permanent(s) for s in slots]
+    is_kept = arrays.permanent() if arrays is not None else []
     permanent = [i for i, kept in enumerate(is_kept) if kept]
     if permanent or full is None:
         stacked = StackedPermanents(slots, permanent)
         rest = np.array([i for i, kept in enumerate(is_kept) if not kept], dtype=np.int64)
-        sub = conflict_graph([slots[i] for i in rest])
+        rest_slots = [slots[i] for i in rest]
+        sub = conflict_graph(rest_slots, None, arrays.subset(rest) if arrays else None)
         assert sub is not None
         # The same adjacency over all slots (rows of `sub` follow `rest`, which is increasing);
         # permanent slots have no explicit neighbours.
@@ -311,7 +355,8 @@ def placements(
         indptr = np.zeros(len(slots) + 1, dtype=np.int64)
         np.cumsum(counts, out=indptr[1:])
         indices = rest[sub[1]] if sub[1].size else sub[1]
-        floors = [0 if kept else stacked.floor(s) for s, kept in zip(slots, is_kept)]
+        below = stacked.floors(slots, arrays) if arrays is not None else []
+        floors = [0 if kept else b for b, kept in zip(below, is_kept)]
         for name in names:
             offsets = place(slots, (indptr, indices), order(name), floors, stacked.offsets)
             results[f"{name}, outputs stacked"] = offsets

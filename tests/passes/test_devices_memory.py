@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import optgraph as og
-from optgraph.analysis.arena_plan import check_plan, plan
+from optgraph.analysis.arena_packing import LaneArrays, StackedPermanents, is_permanent
+from optgraph.analysis.arena_plan import build_slots, check_plan, plan
 from optgraph.analysis.happens_before import HappensBefore, instance_reads
 from optgraph.analysis.lifetimes import compute_lifetimes, stream_ids
 from optgraph.analysis.memory_bounds import device_arena_bytes, device_weight_bytes
@@ -159,6 +160,24 @@ def test_check_plan_catches_buffers_moved_onto_each_other(graph: Graph) -> None:
         n.with_ann(offset=0) if n.ann.offset is not None else n for n in planned.nodes
     )
     assert bool(check_plan(mutant)) == bool(overlapping_unordered(mutant))
+
+
+@settings(deadline=None)
+@given(random_device_graphs())
+def test_stacked_floors_and_permanence_as_arrays(graph: Graph) -> None:
+    """The array forms plan-memory uses (`LaneArrays.permanent`, `StackedPermanents.floors`)
+    equal the per-slot definitions (`is_permanent`, `StackedPermanents.floor`) on every device's
+    stack and lane."""
+    scheduled = run_pipeline(graph, PLAN.format(policy="fanout", inplace="true"))
+    hb = HappensBefore(scheduled)
+    slots, _ = build_slots(scheduled, compute_lifetimes(scheduled, hb), 256, hb, True)
+    if not slots:
+        return
+    arrays = LaneArrays.of(slots)
+    kept = arrays.permanent()
+    assert kept == [is_permanent(s) for s in slots]
+    stacked = StackedPermanents(slots, [i for i, k in enumerate(kept) if k])
+    assert stacked.floors(slots, arrays) == [stacked.floor(s) for s in slots]
 
 
 @settings(deadline=None)
