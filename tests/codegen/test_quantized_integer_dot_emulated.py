@@ -19,6 +19,19 @@ from tests.support import cuda_emulator
 pytestmark = pytest.mark.skipif(not cuda_emulator.available(), reason="needs g++ (C++20)")
 
 
+@pytest.fixture(autouse=True)
+def q6_k_integer_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    """q6_k's integer form is opt-in (`quantized.INTEGER_DOT_TYPES`): these tests switch it on."""
+    monkeypatch.setattr(quantized, "INTEGER_DOT_TYPES", frozenset({"q4_k", "q6_k"}))
+
+
+def test_q6_k_takes_the_float_form_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.undo()
+    assert quantized.INTEGER_DOT_TYPES == frozenset({"q4_k"})
+    assert "__dp2a" not in _launch("q6_k", 8, 1024, 1, "f16").kernel.source
+    assert "__dp2a" in _launch("q4_k", 8, 1024, 1, "f16").kernel.source
+
+
 def _launch(dtype: str, n: int, k: int, rows: int, xdtype: str) -> quantized.Launch:
     return quantized.one_row_launch(
         TensorType(xdtype, (rows, k)), TensorType(dtype, (n, k)), TensorType("f32", (rows, n))

@@ -123,10 +123,11 @@ def test_one_row_product_matches_the_dequantized_product(
         TensorType(xdtype, (rows, k)), TensorType(dtype, (n, k)), TensorType(xdtype, (rows, n))
     )
     staged = "og_stage" in launch.kernel.source
-    integer = "__dp2a_lo" in launch.kernel.source  # q4_k, q6_k: quantized_integer_dot
+    integer = "__dp2a_lo" in launch.kernel.source  # q4_k (q6_k opt-in): quantized_integer_dot
     row_bytes = raw.shape[1]
     assert staged == (row_bytes % 16 == 0 and not integer)
-    assert integer == quantized_integer_dot.fits(dtype, k)
+    taken = dtype in quantized.INTEGER_DOT_TYPES and quantized_integer_dot.fits(dtype, k)
+    assert integer == taken
     got = _run(launch, [np.zeros((rows, n), NUMPY[xdtype]), x, raw])[0].astype(np.float64)
     nmse = float(np.sum((got - want) ** 2) / np.sum(want**2))
     # the integer form: x's int16 codes carry 2^-16 of a unit's largest |x| (a few 1e-10)

@@ -77,7 +77,7 @@ def test_llama_sized_one_row_products() -> None:
     ],
 )
 def test_q6_k_products_in_integer_form(
-    n: int, k: int, rows: int, dtype: str, extreme: bool
+    n: int, k: int, rows: int, dtype: str, extreme: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The program's product is `quantized_integer_dot`'s q6_k kernel; eager and replayed runs
     agree bit for bit and match gguf's dequantized product within the dtype's bound (f32 rows
@@ -86,6 +86,9 @@ def test_q6_k_products_in_integer_form(
         f"graph g {{\n  input %x : {dtype}[{rows},{k}]\n  weight %w : q6_k[{n},{k}]\n"
         f"  %y = matmul(%x, %w) {{transpose_b = true}} : {dtype}[{rows},{n}]\n  output %y\n}}\n"
     )
+    from optgraph.codegen.kernels import quantized
+
+    monkeypatch.setattr(quantized, "INTEGER_DOT_TYPES", frozenset({"q4_k", "q6_k"}))  # opt-in
     graph = og.parse(text)
     numpy = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}[dtype]
     x = np.random.default_rng(k).standard_normal((rows, k)).astype(numpy)
