@@ -49,6 +49,8 @@ EVENT_OPS = frozenset({"record", "wait"})
 _JOINING_OPS = GROUP_COLLECTIVES | EVENT_OPS | {"recv", "send"}  # the walk's slow path
 Lane = tuple[int, int]  # (device, stream)
 _ANN = attrgetter("ann")
+_OP = attrgetter("op")
+_JOINING_COMPUTE_OPS = _JOINING_OPS - EVENT_OPS  # collectives, send and recv
 
 
 def instance_reads(node: Node, device: int) -> Iterator[tuple[int, str]]:
@@ -304,7 +306,7 @@ class HappensBefore:
         return (
             len(self.lanes) == 1
             and len(self.node_of) == len(self.graph.nodes)
-            and not any(n.op in _JOINING_OPS and n.op not in EVENT_OPS for n in self.graph.nodes)
+            and _JOINING_COMPUTE_OPS.isdisjoint(map(_OP, self.graph.nodes))
         )
 
     def _backward_edges(self) -> list[tuple[int, int]]:
