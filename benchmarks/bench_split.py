@@ -50,6 +50,17 @@ against `min_host_device_syncs` of the placement; sync: what it counted), and th
 difference between each variant's logits and the calling-thread's (the split ways and sync run
 the same kernels and CPU functions: equal bit for bit; gpu computes the experts on the GPU:
 within rounding).
+
+The overlap of the calling-thread variant (issue #34: CPU expert work overlapped with GPU work):
+after its timings, `--overlap-steps` (5) more steps with every call of its issue list timed
+(`harness/split_timeline.py`: each GPU part's start and end by CUDA events on stream 0, each
+CPU node and host wait by the host's clock, from the step's start), so the timed steps carry no
+instrumentation. The line under the table gives, per step and then the median over the steps,
+the time a CPU node runs while some GPU part executes (the intersection of the union of the GPU
+parts' intervals with the union of the CPU nodes'), its share of the CPU nodes' time and of the
+step, the GPU idle while the host works and the host waiting while the GPU works. With
+`--processes K` it is the first process's. `split_diagnose.py` prints the same line under its
+piece-by-piece table (section 4), with the table itself.
 """
 
 from __future__ import annotations
@@ -70,6 +81,7 @@ import numpy as np
 
 from benchmarks.harness.moe_decode import MoeSizes
 from benchmarks.harness.split_plan import describe, max_rel_diff, model_title, plan_graphs
+from benchmarks.harness.split_timeline import overlap_line
 from benchmarks.harness.timing import print_report
 
 VARIANT_NAMES = ("gpu", "calling-thread", "graph", "graph-per-node", "sync")
@@ -168,6 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     text += (
         "\nsplit ways' syncs at the placement's minimum: " + ("yes" if at_minimum else "NO") + "\n"
     )
+    calling = rows.get("calling-thread", {})
+    if "overlap" in calling:
+        first = " (its first process)" if args.processes > 1 else ""
+        text += (
+            f"\ncalling-thread{first}: "
+            + overlap_line(calling["overlap"], calling["overlap_steps"])
+            + "\n"
+        )
     print_report(text, args.markdown)
     if args.json:
         Path(args.json).write_text(json.dumps({"facts": facts, "rows": rows}))
@@ -254,6 +274,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="fresh processes a variant, in rotated orders (the table: the median over them)",
     )  # fmt: skip
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per variant's process")
+    p.add_argument(
+        "--overlap-steps", type=int, default=5, metavar="N",
+        help="calling-thread: N more steps after the timings, piece by piece, for the overlap "
+        "line (0: none)",
+    )  # fmt: skip
     p.add_argument("--only", choices=VARIANT_NAMES, help=argparse.SUPPRESS)
     p.add_argument("--markdown", metavar="FILE")
     p.add_argument("--json", metavar="FILE")

@@ -1,6 +1,11 @@
 """Where a split MoE decode step's time goes (the model and sizes of bench_split.py).
 
     python benchmarks/split_diagnose.py [--steps 10] [--budget 100] [--layers 4 ...]
+    python benchmarks/split_diagnose.py --model qwen3moe --layers 4 [--qwen3moe-expert-dtype q4_k]
+
+It takes bench_split.py's options (its parser: `--model qwen3moe` and the `--qwen3moe-*` options
+too, the imported Qwen3-MoE of `harness/moe_imported.py`) and its own `--steps`, `--budget`,
+`--modes` and `--timeline`.
 
 Prints as it goes, one section at a time, and stops starting new sections after `--budget`
 seconds (each section is short: a few steps of one program):
@@ -26,7 +31,12 @@ seconds (each section is short: a few steps of one program):
    and its GPU start and end (events recorded on stream 0 around the launch; the GPU clock
    starts at an event recorded as the step starts, after the previous step has finished), each
    host wait and each CPU node, in µs since the step's start (medians over `--steps`): how long
-   the GPU waits for the host and the host for the GPU, layer by layer;
+   the GPU waits for the host and the host for the GPU, layer by layer; then the overlap line
+   (`harness/split_timeline.py`'s `overlap`, per step, then medians over the steps): the time a
+   CPU node runs while some GPU part executes (the intersection of the union of the GPU parts'
+   intervals with the union of the CPU nodes'), as a share of the CPU nodes' time and of the
+   step, the GPU idle while the host works (is not waiting) and the host waiting while the GPU
+   works;
 5. a summary line per way: step time, sums of node times, gaps and alone times.
 """
 
@@ -51,6 +61,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.bench_split import build_parser as bench_parser
 from benchmarks.harness.split_plan import plan_graphs
 from benchmarks.harness.split_sync_way import moe_weights, step_arrays
+from benchmarks.harness.split_timeline import overlap_line, step_timelines
 from optgraph.codegen.lowering_options import LoweringOptions
 from optgraph.runtime.cuda.offload import HostFunction
 
@@ -271,17 +282,9 @@ def way_section(
         program.close()
 
 
-def piece_name(call: Any) -> str:
-    """What one call of a calling-thread run is: a GPU part's launch, a CPU node or a host wait."""
-    if isinstance(call, HostFunction):
-        return f"cpu {call.node.name}"
-    if isinstance(call, partial) and getattr(call.func, "__name__", "") == "_run_part":
-        return f"GPU part {call.args[1]} ({len(call.args[2])} calls)"
-    return "host wait"
-
-
 def timeline_section(cp: Any, parts: tuple[Any, ...], args: argparse.Namespace) -> None:
-    """One calling-thread step piece by piece (see the module docstring, section 4)."""
+    """One calling-thread step piece by piece (see the module docstring, section 4), and the
+    overlap of its GPU parts and CPU nodes."""
     from optgraph.api.programs import cuda_program
 
     split, weights, inputs, out = parts
@@ -291,60 +294,27 @@ def timeline_section(cp: Any, parts: tuple[Any, ...], args: argparse.Namespace) 
     try:
         for _ in range(3):
             program.run(inputs, out=out)
-        (variant,) = program._variants.values()
-        stream = variant.streams.get(0)
-        calls = program._issue[program.last_key][1]
-        names = [piece_name(c) for c in calls]
-        host: dict[int, tuple[float, float]] = {}
-        events: dict[int, tuple[Any, Any]] = {}
-
-        def timed(i: int, call: Callable[[], Any]) -> Callable[[], None]:
-            def run() -> None:
-                before = cp.cuda.Event() if names[i].startswith("GPU") else None
-                if before is not None:
-                    before.record(stream)
-                t0 = time.perf_counter()
-                call()
-                host[i] = (t0, time.perf_counter())
-                if before is not None:
-                    after = cp.cuda.Event()
-                    after.record(stream)
-                    events[i] = (before, after)
-
-            return run
-
-        original = list(calls)
-        calls[:] = [timed(i, c) for i, c in enumerate(original)]
-        rows: dict[int, list[tuple[float, ...]]] = collections.defaultdict(list)
-        try:
-            for _ in range(args.steps):
-                stream.synchronize()
-                base = cp.cuda.Event()
-                base.record(stream)
-                start = time.perf_counter()
-                program.run(inputs, out=out)
-                stream.synchronize()
-                for i, (t0, t1) in host.items():
-                    gpu = [cp.cuda.get_elapsed_time(base, e) * 1e3 for e in events.get(i, ())]
-                    rows[i].append(((t0 - start) * 1e6, (t1 - start) * 1e6, *gpu))
-        finally:
-            calls[:] = original
+        timeline = step_timelines(cp, program, partial(program.run, inputs, out=out), args.steps)
     finally:
         program.close()
     say(f"== one calling-thread step, piece by piece (µs since the step's start, medians of "
         f"{args.steps} steps)")  # fmt: skip
     say(f"  {'piece':<34} {'host in':>8} {'host out':>8} {'GPU start':>9} {'GPU end':>8}")
     totals: collections.Counter[str] = collections.Counter()
-    for i, name in enumerate(names):
-        if not rows[i]:
+    for i, name in enumerate(timeline.names):
+        rows = [p[i] for p in timeline.pieces if i in p]
+        if not rows:
             continue
-        cols = [statistics.median(r[j] for r in rows[i]) for j in range(len(rows[i][0]))]
+        cols = [statistics.median(r[j] for r in rows) for j in range(len(rows[0]))]
         gpu = f"{cols[2]:>9.1f} {cols[3]:>8.1f}" if len(cols) == 4 else f"{'':>9} {'':>8}"
         say(f"  {name:<34} {cols[0]:>8.1f} {cols[1]:>8.1f} {gpu}")
         kind = name.split()[0]
         totals[kind] += cols[3] - cols[2] if len(cols) == 4 else cols[1] - cols[0]
+    say(f"  step end {statistics.median(timeline.ends):.1f} (the later of run's return and the "
+        "last GPU end)")  # fmt: skip
     say(f"  sums: GPU parts {totals['GPU']:.1f} (GPU start to end), host waits "
         f"{totals['host']:.1f}, CPU nodes {totals['cpu']:.1f}")  # fmt: skip
+    say("  " + overlap_line(timeline.median_overlap(), args.steps))
 
 
 def gpu_wait(cp: Any) -> Callable[[], None]:

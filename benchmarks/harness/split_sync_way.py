@@ -7,7 +7,9 @@ synchronous `cudaMemcpy`; CPU nodes run in the calling thread (the same `HostFun
 runtime calls, so every way computes the same bits). It counts the synchronizations it makes.
 
 `measure_variant(args, name)` builds one variant (`VARIANTS`), stages the same inputs the same
-way for every variant (`step_arrays`), warms it up and times it (`wall_ms`).
+way for every variant (`step_arrays`), warms it up and times it (`wall_ms`); the calling-thread
+variant then takes `--overlap-steps` more steps piece by piece (`split_timeline.step_timelines`)
+for the overlap of its GPU parts and CPU nodes.
 """
 
 from __future__ import annotations
@@ -215,6 +217,13 @@ def measure_variant(args: argparse.Namespace, name: str) -> dict[str, Any]:
             row |= describe(source, split, variant.plan)
             row["syncs"] = schedule_syncs(variant.plan, mode)
         row["warmup_logits_equal"] = bool(np.array_equal(last.reshape(-1), row["logits"]))
+        if name == "calling-thread" and getattr(args, "overlap_steps", 0) > 0:
+            # After the timings, which these instrumented steps would perturb.
+            from benchmarks.harness.split_timeline import step_timelines
+
+            timeline = step_timelines(cp, program, step, args.overlap_steps)
+            row["overlap"] = timeline.median_overlap()
+            row["overlap_steps"] = args.overlap_steps
     finally:
         program.close()
     return row
