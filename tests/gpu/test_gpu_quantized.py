@@ -4,7 +4,9 @@ get_rows of a quantized table and dequantize, through the default pipeline, eage
 (bit-identical), against gguf's dequantization: decoded values bit for bit, products within the
 per-dtype bounds (tests/support/gpu_support.py); the emulator runs the same graphs
 (tests/codegen/test_quantized_graphs_emulated.py). q6_k products in their integer form
-(`quantized_integer_dot`): the Q4_K_M shapes, odd blocks a row, four rows, extreme scales."""
+(`quantized_integer_dot`): the Q4_K_M shapes, odd blocks a row, four rows, extreme scales; q8_0
+products in their integer form (opt-in): the Q8_0 shapes, K not whole groups of 256, odd blocks
+a row, four rows, the largest d with codes -128 and 127."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pytest
 
 import optgraph as og
 from tests.codegen.test_quantized_graphs_emulated import _check, _graph, _values
-from tests.codegen.test_quantized_integer_dot_emulated import _q6_k_blocks
+from tests.codegen.test_quantized_integer_dot_emulated import _q6_k_blocks, _q8_0_blocks
 from tests.codegen.test_quantized_kernels_emulated import random_blocks, reference
 from tests.support.gpu_support import flushed_to_zero, require_gpu, same_bits
 
@@ -96,6 +98,48 @@ def test_q6_k_products_in_integer_form(
     want = x.astype(np.float64) @ reference("q6_k", w).reshape(n, k).astype(np.float64).T
     program = cuda_program(run_pipeline(graph, "default"), weights={"w": w})
     assert "og_q6k_quarter" in program.lowered.main.plan.source()
+    first, second = program.run({"x": x}), program.run({"x": x})
+    program.close()
+    assert same_bits(first, second)
+    got = np.asarray(first["y"], np.float64)
+    want = want.astype(numpy).astype(np.float64)
+    nmse = float(np.sum((got - want) ** 2) / np.sum(want**2))
+    assert nmse <= {"f32": 1e-7, "f16": 1e-6, "bf16": 1e-4}[dtype], (n, k, rows, nmse)
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "rows", "dtype", "extreme"),
+    [
+        (32000, 4096, 1, "f16", False),  # the logits head of a Q8_0 file
+        (4096, 14336, 1, "bf16", False),  # a down product
+        (14336, 4096, 2, "f16", False),  # a gate/up product, two rows
+        (37, 1056, 4, "f32", True),  # 33 blocks a row: rows alternate their 4-byte phase
+        (21, 288, 2, "f32", False),  # 9 blocks a row: the last group of 8 one block
+        (19, 2080, 1, "f32", True),  # 65 blocks a row (f16 results would overflow here)
+        (50, 2048, 3, "f16", False),
+    ],
+)
+def test_q8_0_products_in_integer_form(
+    n: int, k: int, rows: int, dtype: str, extreme: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The program's product is `quantized_integer_dot`'s q8_0 kernel (opt-in); eager and
+    replayed runs agree bit for bit and match gguf's dequantized product within the dtype's
+    bound (random blocks with zero blocks, d 0 and codes -128/127 among them, or every block's d
+    the largest f16: `_q8_0_blocks`)."""
+    text = (
+        f"graph g {{\n  input %x : {dtype}[{rows},{k}]\n  weight %w : q8_0[{n},{k}]\n"
+        f"  %y = matmul(%x, %w) {{transpose_b = true}} : {dtype}[{rows},{n}]\n  output %y\n}}\n"
+    )
+    from optgraph.codegen.kernels import quantized
+
+    monkeypatch.setattr(quantized, "INTEGER_DOT_TYPES", frozenset({"q4_k", "q8_0"}))  # opt-in
+    graph = og.parse(text)
+    numpy = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}[dtype]
+    x = np.random.default_rng(k).standard_normal((rows, k)).astype(numpy)
+    w = _q8_0_blocks(n, k, seed=n, extreme=extreme)
+    want = x.astype(np.float64) @ reference("q8_0", w).reshape(n, k).astype(np.float64).T
+    program = cuda_program(run_pipeline(graph, "default"), weights={"w": w})
+    assert "og_q8_0_quarter" in program.lowered.main.plan.source()
     first, second = program.run({"x": x}), program.run({"x": x})
     program.close()
     assert same_bits(first, second)

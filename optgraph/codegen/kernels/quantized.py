@@ -14,9 +14,9 @@ reference's.
     %e = get_rows(%t, %ids) : f32[5,512]   (%t : q8_0[1000,512])
     ->  a thread per (id, 32 values); an id outside the table gives zeros
     %y = matmul(%x, %w) {transpose_b = true} : f16[1,4096]   (%w : q4_k[4096,4096])
-    ->  q4_k (and q6_k, opt-in: `INTEGER_DOT_TYPES`) where x's codes fit: the integer-dot kernel
-        (`quantized_integer_dot`): x's int16 codes a block, the weight's 4-bit (6-bit) codes
-        by dp2a, 16 columns a block;
+    ->  q4_k (and q6_k, q8_0, opt-in: `INTEGER_DOT_TYPES`) where x's codes fit: the integer-dot
+        kernel (`quantized_integer_dot`): x's int16 codes a block, the weight's 4-bit (6-bit,
+        8-bit) codes by dp2a, 16 columns a block;
         other types (and `INTEGER_DOT = False`): the one-row kernel (`quantized_one_row`): a warp
         per output column or part of one (8 a block), a lane per 32 values of K; warps stage
         tiles of the weight row in shared memory with 16-byte loads (the next in flight) where
@@ -63,11 +63,12 @@ WARPS = 8  # warps a block of the one-row kernel (a column each, or parts of one
 # The one-row kernel's layout: `quantized_one_row` (True), or a warp a column with one staged
 # tile in flight and byte loads (False: the layout before it, for A/B runs).
 WIDE_ONE_ROW = True
-# q4_k and q6_k products in the integer form of `quantized_integer_dot` where it fits (True),
-# or in the float form of the wide layout (False: the form before it, for A/B runs);
+# q4_k, q6_k and q8_0 products in the integer form of `quantized_integer_dot` where it fits
+# (True), or in the float form of the wide layout (False: the form before it, for A/B runs);
 # `INTEGER_DOT_TYPES`: the types that take it while `INTEGER_DOT` is on (A/B runs of one type).
-# q6_k's integer form is opt-in until it is measured on a GPU: an earlier one (reverted) was
-# slower than the float form on a 32000 x 4096 logits head (docs/codegen.md, quantized products).
+# q6_k's and q8_0's integer forms are opt-in until they are measured on a GPU: an earlier q6_k
+# one (reverted) was slower than the float form on a 32000 x 4096 logits head (docs/codegen.md,
+# quantized products); q8_0's has not been run on a GPU.
 INTEGER_DOT = True
 INTEGER_DOT_TYPES = frozenset({"q4_k"})
 
