@@ -27,7 +27,9 @@ f16 bound of tests/support/gpu_support.py; the target of the issue where it sets
 `--no-check` skips the nmse column (the table is printed once before the checks, and again
 with them). Each quantized decode also gets a row `(float form)`: the same program lowered
 with the quantized one-row kernel's float form (`quantized.INTEGER_DOT = False`: the weight
-decoded to floats, the form before the integer dot), timed right after it (`--no-before`: none). Needs CuPy and a GPU (fake CuPy in the tests).
+decoded to floats, the form before the integer dot), timed right after it (`--no-before`: none); `--also-integer q4_k,q6_k,q8_0` adds a row with
+the integer-dot form for those types (`quantized.INTEGER_DOT_TYPES`: q6_k's and q8_0's are
+opt-in until measured). Needs CuPy and a GPU (fake CuPy in the tests).
 """
 
 from __future__ import annotations
@@ -250,16 +252,19 @@ BEFORE = " (float form)"  # rows timed with the quantized one-row kernel's float
 
 
 @contextmanager
-def _one_row_layout(integer: bool) -> Iterator[None]:
-    """`quantized.INTEGER_DOT` set to `integer` while programs are lowered in the block."""
+def _one_row_layout(integer: bool, types: frozenset[str] | None = None) -> Iterator[None]:
+    """`quantized.INTEGER_DOT` set to `integer` (and `INTEGER_DOT_TYPES` to `types`, None:
+    the library's) while programs are lowered in the block."""
     from optgraph.codegen.kernels import quantized
 
-    saved = quantized.INTEGER_DOT
+    saved = quantized.INTEGER_DOT, quantized.INTEGER_DOT_TYPES
     quantized.INTEGER_DOT = integer
+    if types is not None:
+        quantized.INTEGER_DOT_TYPES = types
     try:
         yield
     finally:
-        quantized.INTEGER_DOT = saved
+        quantized.INTEGER_DOT, quantized.INTEGER_DOT_TYPES = saved
 
 
 def _step_us(model: str, graph: Any, weights: dict[str, Any], args: argparse.Namespace) -> Any:
@@ -291,12 +296,16 @@ def measure(
         for model in models:
             sizes = model_sizes(model)
             graph = llama_graph(sizes, weight_set)
-            layouts = [(weight_set, True)]
-            if args.before and weight_set != "f16" and model not in PREFILL:
-                layouts.append((weight_set + BEFORE, False))
-            for label, wide in layouts:
+            layouts: list[tuple[str, bool, frozenset[str] | None]] = [(weight_set, True, None)]
+            quantized_decode = weight_set != "f16" and model not in PREFILL
+            if args.also_integer and quantized_decode:
+                types = frozenset(args.also_integer.split(","))
+                layouts.append((f"{weight_set} (integer {args.also_integer})", True, types))
+            if args.before and quantized_decode:
+                layouts.append((weight_set + BEFORE, False, None))
+            for label, wide, types in layouts:
                 started = time.perf_counter()
-                with _freed(), _one_row_layout(wide):
+                with _freed(), _one_row_layout(wide, types):
                     weights = shared.get(sizes["hidden"])
                     if weights is None:
                         weights = shared[sizes["hidden"]] = weights_on_device(graph)
@@ -328,8 +337,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="no rows with the quantized one-row kernel's earlier layout",
     )
+    parser.add_argument(
+        "--also-integer",
+        metavar="TYPES",
+        help="one more row per quantized decode with the integer-dot form for these types "
+        "(quantized.INTEGER_DOT_TYPES, e.g. q4_k,q6_k,q8_0: the opt-in forms against the default)",
+    )
     parser.add_argument("--markdown", help="also write the table to this file")
     args = parser.parse_args(argv)
+    known = {"q4_k", "q6_k", "q8_0"}
+    if args.also_integer and not set(args.also_integer.split(",")) <= known:
+        parser.error(f"--also-integer: types among {sorted(known)}, not {args.also_integer}")
     models = [m for m in MODELS if m in args.only.split(",")]
     weight_sets = [w for w in WEIGHT_SETS if w in args.weights.split(",")]
     unknown = set(args.only.split(",")) - set(MODELS) | set(args.weights.split(",")) - set(

@@ -298,3 +298,42 @@ def test_bench_quantized_table(
     assert float(cells["llama_real", "q4_k_m"][0]) < float(cells["llama_real", "q8_0"][0])
     # layer 1 of 2 takes more bits; down (320 a row) falls back: q4_k -> q5_0, q6_k -> q8_0
     assert "- llama_launch q4_k_m: f16 5, q4_k 12, q5_0 1, q6_k 2, q8_0 1" in text
+
+
+def test_bench_quantized_also_integer_adds_a_row_with_those_types(
+    benchmarks: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--also-integer q4_k,q6_k,q8_0`: one more row per quantized decode, lowered with those
+    types in `quantized.INTEGER_DOT_TYPES` (the library's default restored after); a type
+    outside the integer forms is refused."""
+    bench: ModuleType = benchmarks("bench_quantized")
+    from optgraph.codegen.kernels import quantized
+
+    default = quantized.INTEGER_DOT_TYPES
+    seen: list[tuple[str, frozenset[str], bool]] = []
+
+    def step(model: str, graph: Any, weights: Any, args: Any) -> float:
+        seen.append((model, quantized.INTEGER_DOT_TYPES, quantized.INTEGER_DOT))
+        return 10.0
+
+    monkeypatch.setattr(bench, "_step_us", step)
+    monkeypatch.setattr(bench, "model_sizes", lambda model: dict(TINY_QUANT))
+    monkeypatch.setattr(bench, "weights_on_device", lambda graph: {})
+    monkeypatch.setattr(bench, "floor_us", lambda model, graph, rates: 1.0)
+    rates = {"copy": 4e12, "gemm": 8e14}
+    rows = bench.measure(
+        ["llama_launch"],
+        ["q4_k_m"],
+        bench.argparse.Namespace(also_integer="q4_k,q6_k,q8_0", before=True),
+        rates,
+    )
+    labels = [r.weights for r in rows]
+    assert labels == ["q4_k_m", "q4_k_m (integer q4_k,q6_k,q8_0)", "q4_k_m" + bench.BEFORE]
+    assert [s[1:] for s in seen] == [
+        (default, True),
+        (frozenset({"q4_k", "q6_k", "q8_0"}), True),
+        (default, False),
+    ]
+    assert quantized.INTEGER_DOT_TYPES == default
+    with pytest.raises(SystemExit):
+        bench.main(["--also-integer", "q4_k,q5_k"])
