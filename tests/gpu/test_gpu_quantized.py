@@ -84,27 +84,8 @@ def test_q6_k_products_in_integer_form(
     """The program's product is `quantized_integer_dot`'s q6_k kernel; eager and replayed runs
     agree bit for bit and match gguf's dequantized product within the dtype's bound (f32 rows
     also with extreme scales and zero blocks, `_q6_k_blocks`)."""
-    text = (
-        f"graph g {{\n  input %x : {dtype}[{rows},{k}]\n  weight %w : q6_k[{n},{k}]\n"
-        f"  %y = matmul(%x, %w) {{transpose_b = true}} : {dtype}[{rows},{n}]\n  output %y\n}}\n"
-    )
-    from optgraph.codegen.kernels import quantized
-
-    monkeypatch.setattr(quantized, "INTEGER_DOT_TYPES", frozenset({"q4_k", "q6_k"}))  # opt-in
-    graph = og.parse(text)
-    numpy = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}[dtype]
-    x = np.random.default_rng(k).standard_normal((rows, k)).astype(numpy)
     w = _q6_k_blocks(n, k, seed=n) if extreme else random_blocks("q6_k", n, k, seed=n)
-    want = x.astype(np.float64) @ reference("q6_k", w).reshape(n, k).astype(np.float64).T
-    program = cuda_program(run_pipeline(graph, "default"), weights={"w": w})
-    assert "og_q6k_quarter" in program.lowered.main.plan.source()
-    first, second = program.run({"x": x}), program.run({"x": x})
-    program.close()
-    assert same_bits(first, second)
-    got = np.asarray(first["y"], np.float64)
-    want = want.astype(numpy).astype(np.float64)
-    nmse = float(np.sum((got - want) ** 2) / np.sum(want**2))
-    assert nmse <= {"f32": 1e-7, "f16": 1e-6, "bf16": 1e-4}[dtype], (n, k, rows, nmse)
+    _integer_product("q6_k", w, k, rows, dtype, "og_q6k_quarter", monkeypatch)
 
 
 @pytest.mark.parametrize(
@@ -126,24 +107,40 @@ def test_q8_0_products_in_integer_form(
     replayed runs agree bit for bit and match gguf's dequantized product within the dtype's
     bound (random blocks with zero blocks, d 0 and codes -128/127 among them, or every block's d
     the largest f16: `_q8_0_blocks`)."""
-    text = (
-        f"graph g {{\n  input %x : {dtype}[{rows},{k}]\n  weight %w : q8_0[{n},{k}]\n"
-        f"  %y = matmul(%x, %w) {{transpose_b = true}} : {dtype}[{rows},{n}]\n  output %y\n}}\n"
-    )
+    w = _q8_0_blocks(n, k, seed=n, extreme=extreme)
+    _integer_product("q8_0", w, k, rows, dtype, "og_q8_0_quarter", monkeypatch)
+
+
+def _integer_product(
+    qtype: str,
+    w: np.ndarray,
+    k: int,
+    rows: int,
+    dtype: str,
+    marker: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`x @ wᵀ` of `qtype` blocks `w` (n rows of k values) with its integer form switched on
+    (opt-in): the kernel named by `marker` is in the program, eager and replayed runs agree bit
+    for bit, and the result is within the dtype's bound of gguf's dequantized product."""
     from optgraph.codegen.kernels import quantized
 
-    monkeypatch.setattr(quantized, "INTEGER_DOT_TYPES", frozenset({"q4_k", "q8_0"}))  # opt-in
+    monkeypatch.setattr(quantized, "INTEGER_DOT_TYPES", frozenset({"q4_k", qtype}))
+    n = w.shape[0]
+    text = (
+        f"graph g {{\n  input %x : {dtype}[{rows},{k}]\n  weight %w : {qtype}[{n},{k}]\n"
+        f"  %y = matmul(%x, %w) {{transpose_b = true}} : {dtype}[{rows},{n}]\n  output %y\n}}\n"
+    )
     graph = og.parse(text)
     numpy = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}[dtype]
     x = np.random.default_rng(k).standard_normal((rows, k)).astype(numpy)
-    w = _q8_0_blocks(n, k, seed=n, extreme=extreme)
-    want = x.astype(np.float64) @ reference("q8_0", w).reshape(n, k).astype(np.float64).T
+    want = x.astype(np.float64) @ reference(qtype, w).reshape(n, k).astype(np.float64).T
     program = cuda_program(run_pipeline(graph, "default"), weights={"w": w})
-    assert "og_q8_0_quarter" in program.lowered.main.plan.source()
+    assert marker in program.lowered.main.plan.source()
     first, second = program.run({"x": x}), program.run({"x": x})
     program.close()
     assert same_bits(first, second)
     got = np.asarray(first["y"], np.float64)
     want = want.astype(numpy).astype(np.float64)
     nmse = float(np.sum((got - want) ** 2) / np.sum(want**2))
-    assert nmse <= {"f32": 1e-7, "f16": 1e-6, "bf16": 1e-4}[dtype], (n, k, rows, nmse)
+    assert nmse <= {"f32": 1e-7, "f16": 1e-6, "bf16": 1e-4}[dtype], (qtype, n, k, rows, nmse)

@@ -98,6 +98,21 @@ def fits(dtype: str, k: int) -> bool:
     return shared_bytes(k, SUM_VALUES[dtype]) <= SHARED_LIMIT
 
 
+def _x_quarter() -> list[str]:
+    """The loop body's statements reading x's 64 codes of the quarter from unit `unit` (words
+    `xw`) and the scales of its two units of 32 (`dx0`, `dx1`)."""
+    return [
+        "  unsigned int xw[32];",
+        "#pragma unroll",
+        "  for (int i = 0; i < 8; ++i) {",
+        "    const unsigned int c = unit * 4u + i;",
+        "    const uint4 v = og_xq16[c + (c >> 3)];",
+        "    xw[4 * i] = v.x; xw[4 * i + 1] = v.y; xw[4 * i + 2] = v.z; xw[4 * i + 3] = v.w;",
+        "  }",
+        "  const float dx0 = og_xd[unit], dx1 = og_xd[unit + 1u];",
+    ]
+
+
 def prologue(xt: str, k: int, sum_values: int = 32, padded: int | None = None) -> list[str]:
     """x's row (`x`) into shared int16 codes `og_xq16` (16-byte unit c at c + c / 8), scales
     `og_xd` (a 32 values) and integer sums `og_xs` (a `sum_values`: 32 or 16; 0: none, q8_0
@@ -419,14 +434,7 @@ def _q4_k(xt: str, k: int) -> tuple[list[str], list[str]]:
         f"  if (b + {WARPS}u < {blocks}u)  // the next block's loads, in flight meanwhile",
         *("    " + line for line in _loads("n", f"b + {WARPS}u")),
         "  const unsigned int unit = b * 8u + 2u * j;  // x's first unit of 32 of the quarter",
-        "  unsigned int xw[32];",
-        "#pragma unroll",
-        "  for (int i = 0; i < 8; ++i) {",
-        "    const unsigned int c = unit * 4u + i;",
-        "    const uint4 v = og_xq16[c + (c >> 3)];",
-        "    xw[4 * i] = v.x; xw[4 * i + 1] = v.y; xw[4 * i + 2] = v.z; xw[4 * i + 3] = v.w;",
-        "  }",
-        "  const float dx0 = og_xd[unit], dx1 = og_xd[unit + 1u];",
+        *_x_quarter(),
         "  const int xs0 = og_xs[unit], xs1 = og_xs[unit + 1u];",
         "  const unsigned int q0[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};",
         "  const unsigned int q1[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};",
@@ -557,14 +565,7 @@ def _q8_0(xt: str, k: int) -> tuple[list[str], list[str]]:
         f"  if (b + {WARPS}u < {groups}u)  // the next group's loads, in flight meanwhile",
         *("    " + line for line in loads("nq", f"b + {WARPS}u")),
         "  const unsigned int unit = b * 8u + 2u * j;  // x's unit of block 2j of the group",
-        "  unsigned int xw[32];",
-        "#pragma unroll",
-        "  for (int i = 0; i < 8; ++i) {",
-        "    const unsigned int c = unit * 4u + i;",
-        "    const uint4 v = og_xq16[c + (c >> 3)];",
-        "    xw[4 * i] = v.x; xw[4 * i + 1] = v.y; xw[4 * i + 2] = v.z; xw[4 * i + 3] = v.w;",
-        "  }",
-        "  const float dx0 = og_xd[unit], dx1 = og_xd[unit + 1u];",
+        *_x_quarter(),
         "  acc0 += og_q8_0_quarter(q0, s00, s01, xw, dx0, dx1);",
         "  acc1 += og_q8_0_quarter(q1, s10, s11, xw, dx0, dx1);",
         "#pragma unroll",
