@@ -77,9 +77,7 @@ def evaluate_cone(draft: Draft, cone: list[Node], pos: str, value: np.ndarray) -
     return env[cone[-1].name]
 
 
-def offset_and_window(
-    probes: Iterable[tuple[int, np.ndarray]], skv: int
-) -> tuple[int, int] | None:
+def offset_and_window(probes: Iterable[tuple[int, np.ndarray]], skv: int) -> tuple[int, int] | None:
     """(c, W): at every probe (position p, the [Skv] keys its last row sees) the row sees keys
     up to p + c - 1, W of them (0: no window); None where the probes disagree."""
     offsets, windows = set(), set()

@@ -83,3 +83,22 @@ def test_node_times_need_one_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err
     assert "--node-times: measured on one GPU" in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_a_program_with_cpu_nodes_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPU nodes run on the host, outside the device timeline: measuring them alone on a stream
+    would time nothing, so the measurement refuses the program (a CPU node's step put in)."""
+    from dataclasses import replace
+
+    from optgraph.codegen.plan.steps import HostStep
+
+    with fake_cupy(monkeypatch):
+        program = og.compile(og.parse(GRAPH), target="cuda")
+        program.run({"x": np.ones((4, 16), np.float32)})
+        runtime = program._cuda
+        variant = runtime._variants[runtime.last_key]
+        steps = [*variant.plan.steps, HostStep("d", 0, 3)]
+        monkeypatch.setattr(variant, "plan", replace(variant.plan, steps=steps))
+        with pytest.raises(OptGraphError, match="runs nodes on the CPU"):
+            program.node_times()
+        program.close()

@@ -9,9 +9,9 @@ The last run's steps are issued node by node, eagerly, in the plan's order (a va
 stream at a time), each node alone on the device: a spin kernel first holds the node's stream
 while the host issues its kernels, products and copies between two timing events, so the
 interval holds the node's device time and not the host's issue; then the host waits for it.
-Event steps are left out (every node runs after everything before it anyway), and so are plain
-launches' neighbours: no Programmatic Dependent Launch, no concurrency with other nodes. The
-buffers hold the last run's values, so every node reads what it read then. Not measured: CPU
+Event steps are left out (every node runs after everything before it anyway); kernels launch
+plainly (no Programmatic Dependent Launch) and no node runs beside another. The buffers hold
+the last run's values, so every node reads what it read then. Not measured: CPU
 nodes and host copies (programs with CPU nodes are refused), and several GPUs. Cost: one host
 synchronization per node and pass.
 """
@@ -52,7 +52,7 @@ def node_times(program: Any, passes: int = PASSES) -> dict[str, float]:
     if any(isinstance(s, HostStep) for s in variant.plan.steps):
         raise OptGraphError("node times: the program runs nodes on the CPU; measure it without")
     binding, _ = program._issue[program.last_key]
-    bound = dict(binding.inputs) | dict(binding.outputs)
+    bound = dict(binding.inputs)  # the caller's input arrays, as the run's issue list has them
     by_node: dict[str, list[Any]] = {}
     streams: dict[str, int] = {}
     for step in variant.plan.steps:

@@ -70,7 +70,8 @@ class StagedUpload:
             self.close()
 
     def copy(self, dst: int, host: np.ndarray) -> None:
-        """Queue a copy of `host` (any C-contiguous array) to the device address `dst`."""
+        """Queue a copy of `host`'s bytes in C order (a copy first where it is laid out
+        otherwise) to the device address `dst`."""
         data = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
         done = 0
         while done < data.size:
